@@ -1,0 +1,264 @@
+package crypto
+
+import (
+	"bytes"
+	"crypto/ed25519"
+	cryptorand "crypto/rand"
+	"crypto/sha256"
+	"encoding/base32"
+	"encoding/base64"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"regexp"
+	"strings"
+
+	"golang.org/x/crypto/curve25519"
+)
+
+// Labels that are not envelope kinds (SPEC §2).
+const (
+	labelKid         = "bridge/v1/kid\x00"
+	labelFingerprint = "bridge/v1/fingerprint\x00"
+	secretPrefix     = "bridge-secret-v1:"
+	bundleTextPrefix = "bridge-bundle-v1:"
+)
+
+// Key algorithms named in kids.
+const (
+	AlgEd25519 = "ed25519"
+	AlgX25519  = "x25519"
+)
+
+// Kid returns the key id of a public key: the first 16 bytes of
+// SHA-256(label ‖ alg ‖ 0x00 ‖ pub), as 32 lower-case hex digits.
+func Kid(alg string, pub []byte) string {
+	h := sha256.New()
+	h.Write([]byte(labelKid))
+	h.Write([]byte(alg))
+	h.Write([]byte{0})
+	h.Write(pub)
+	return hex.EncodeToString(h.Sum(nil)[:16])
+}
+
+// Identity is a party's private keys: an Ed25519 signing key and an X25519
+// encryption key. They are independent key pairs bound by the signed bundle.
+type Identity struct {
+	sign   ed25519.PrivateKey
+	box    [32]byte
+	boxPub [32]byte
+}
+
+// GenerateIdentity makes a new identity from rand (crypto/rand when nil).
+func GenerateIdentity(rand io.Reader) (*Identity, error) {
+	if rand == nil {
+		rand = cryptorand.Reader
+	}
+	var seed [64]byte
+	if _, err := io.ReadFull(rand, seed[:]); err != nil {
+		return nil, fmt.Errorf("generate identity: %w", err)
+	}
+	return identityFromSeed(seed[:32], seed[32:])
+}
+
+func identityFromSeed(signSeed, boxPriv []byte) (*Identity, error) {
+	id := &Identity{sign: ed25519.NewKeyFromSeed(signSeed)}
+	copy(id.box[:], boxPriv)
+	pub, err := curve25519.X25519(id.box[:], curve25519.Basepoint)
+	if err != nil {
+		return nil, fmt.Errorf("derive encryption key: %w", err)
+	}
+	copy(id.boxPub[:], pub)
+	return id, nil
+}
+
+// MarshalText returns the private file form (SPEC §2.3): one line,
+// "bridge-secret-v1:" and the unpadded base64url of the 32-byte Ed25519 seed
+// followed by the 32-byte X25519 private key. Store it with mode 0600.
+func (id *Identity) MarshalText() ([]byte, error) {
+	raw := append(append([]byte{}, id.sign.Seed()...), id.box[:]...)
+	return []byte(secretPrefix + base64.RawURLEncoding.EncodeToString(raw) + "\n"), nil
+}
+
+// ParseIdentity reads the private file form written by MarshalText.
+func ParseIdentity(text []byte) (*Identity, error) {
+	s := string(text)
+	if !strings.HasPrefix(s, secretPrefix) || !strings.HasSuffix(s, "\n") || strings.Count(s, "\n") != 1 {
+		return nil, fmt.Errorf("parse identity: %w: not a bridge-secret-v1 line", ErrMalformed)
+	}
+	enc := strings.TrimSuffix(strings.TrimPrefix(s, secretPrefix), "\n")
+	raw, err := base64.RawURLEncoding.Strict().DecodeString(enc)
+	if err != nil || len(raw) != 64 {
+		return nil, fmt.Errorf("parse identity: %w: bad key encoding", ErrMalformed)
+	}
+	return identityFromSeed(raw[:32], raw[32:])
+}
+
+// SignPublic is the Ed25519 public key.
+func (id *Identity) SignPublic() []byte { return append([]byte{}, id.sign.Public().(ed25519.PublicKey)...) }
+
+// BoxPublic is the X25519 public key.
+func (id *Identity) BoxPublic() []byte { return append([]byte{}, id.boxPub[:]...) }
+
+// SignKid is the key id of the signing key.
+func (id *Identity) SignKid() string { return Kid(AlgEd25519, id.SignPublic()) }
+
+// BoxKid is the key id of the encryption key.
+func (id *Identity) BoxKid() string { return Kid(AlgX25519, id.boxPub[:]) }
+
+// CheckBoxKey refuses an X25519 public key of the wrong length or of low order.
+// A low-order key makes every shared secret a fixed public value; NaCl box's
+// Precompute would accept it silently.
+func CheckBoxKey(pub []byte) error {
+	if len(pub) != 32 {
+		return fmt.Errorf("%w: encryption key of %d bytes, want 32", ErrBadKey, len(pub))
+	}
+	// Any scalar does: X25519 fails exactly when the result is all zeros, which
+	// happens for every scalar iff the point has low order.
+	if _, err := curve25519.X25519(lowOrderProbe[:], pub); err != nil {
+		return fmt.Errorf("%w: encryption key has low order", ErrBadKey)
+	}
+	return nil
+}
+
+var lowOrderProbe = [32]byte{9, 8, 7, 6, 5, 4, 3, 2, 1, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23}
+
+// CheckSignKey refuses an Ed25519 public key of the wrong length.
+func CheckSignKey(pub []byte) error {
+	if len(pub) != ed25519.PublicKeySize {
+		return fmt.Errorf("%w: signing key of %d bytes, want 32", ErrBadKey, len(pub))
+	}
+	return nil
+}
+
+// Bundle is a party's public identity (SPEC §2.4): both public keys, bound by
+// a signature of the signing key over the whole body.
+type Bundle struct {
+	V       int    `json:"v"`
+	Role    string `json:"role"` // "host" or "agent"
+	Name    string `json:"name"` // the name the party suggests for itself
+	ID      string `json:"id"`   // stable party id: the signing kid of its first key
+	Seq     uint64 `json:"seq"`  // key generation: 0 first, raised by each rotation
+	SignPub []byte `json:"sign_pub"`
+	BoxPub  []byte `json:"box_pub"`
+	Created int64  `json:"created"` // unix seconds, the signer's clock (informational)
+}
+
+var (
+	namePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,63}$`)
+	kidPattern  = regexp.MustCompile(`^[0-9a-f]{32}$`)
+)
+
+// ValidKid reports whether s has the form of a key id.
+func ValidKid(s string) bool { return kidPattern.MatchString(s) }
+
+func (b *Bundle) check() error {
+	switch {
+	case b.V != 1:
+		return fmt.Errorf("bundle: %w: v=%d", ErrUnknownVersion, b.V)
+	case b.Role != "host" && b.Role != "agent":
+		return fmt.Errorf("bundle: %w: role %q", ErrMalformed, b.Role)
+	case !namePattern.MatchString(b.Name):
+		return fmt.Errorf("bundle: %w: name %q", ErrMalformed, b.Name)
+	case !kidPattern.MatchString(b.ID):
+		return fmt.Errorf("bundle: %w: id %q", ErrMalformed, b.ID)
+	case b.Seq == 0 && b.ID != Kid(AlgEd25519, b.SignPub):
+		return fmt.Errorf("bundle: %w: id of a first-generation key must be its kid", ErrMalformed)
+	}
+	if err := CheckSignKey(b.SignPub); err != nil {
+		return fmt.Errorf("bundle: %w", err)
+	}
+	if err := CheckBoxKey(b.BoxPub); err != nil {
+		return fmt.Errorf("bundle: %w", err)
+	}
+	return nil
+}
+
+// SignBundle fills in id's public keys and returns the signed bundle file.
+func (id *Identity) SignBundle(b Bundle) ([]byte, error) {
+	b.V = 1
+	b.SignPub = id.SignPublic()
+	b.BoxPub = id.BoxPublic()
+	if err := b.check(); err != nil {
+		return nil, err
+	}
+	body, err := EncodeBody(b)
+	if err != nil {
+		return nil, err
+	}
+	return Sign(KindBundle, body, id)
+}
+
+// ParseBundle verifies a signed bundle file and returns its contents. The
+// signature is checked before the body is decoded, under the key the body
+// names; that is a self-signature, so it proves possession and binding, not
+// identity: identity comes from the user comparing fingerprints.
+func ParseBundle(data []byte) (*Bundle, error) {
+	env, err := Parse(KindBundle, data)
+	if err != nil {
+		return nil, err
+	}
+	var b Bundle
+	if err := DecodeBody(env.Body(), &b); err != nil {
+		return nil, fmt.Errorf("bundle: %w", err)
+	}
+	if err := b.check(); err != nil {
+		return nil, err
+	}
+	if err := env.Verify(0, b.SignPub); err != nil {
+		return nil, err
+	}
+	return &b, nil
+}
+
+// BundleText returns the one-line text form of a signed bundle file.
+func BundleText(signed []byte) string {
+	return bundleTextPrefix + base64.RawURLEncoding.EncodeToString(signed)
+}
+
+// ParseBundleText reads the one-line form (surrounding white space ignored) and
+// returns the verified bundle and the signed file bytes.
+func ParseBundleText(s string) (*Bundle, []byte, error) {
+	s = strings.TrimSpace(s)
+	if !strings.HasPrefix(s, bundleTextPrefix) {
+		return nil, nil, fmt.Errorf("bundle text: %w: does not start with %q", ErrMalformed, bundleTextPrefix)
+	}
+	raw, err := base64.RawURLEncoding.Strict().DecodeString(s[len(bundleTextPrefix):])
+	if err != nil {
+		return nil, nil, fmt.Errorf("bundle text: %w: %v", ErrMalformed, err)
+	}
+	if int64(len(raw)) > KindBundle.MaxSize() {
+		return nil, nil, fmt.Errorf("bundle text: %w", ErrTooLarge)
+	}
+	b, err := ParseBundle(raw)
+	if err != nil {
+		return nil, nil, err
+	}
+	return b, raw, nil
+}
+
+// Fingerprint is the short form users compare when pairing: 80 bits of
+// SHA-256(label ‖ sign_pub ‖ box_pub) in lower-case base32, as four groups of
+// four characters.
+func (b *Bundle) Fingerprint() string { return Fingerprint(b.SignPub, b.BoxPub) }
+
+// Fingerprint of a pair of public keys; see [Bundle.Fingerprint].
+func Fingerprint(signPub, boxPub []byte) string {
+	h := sha256.New()
+	h.Write([]byte(labelFingerprint))
+	h.Write(signPub)
+	h.Write(boxPub)
+	s := strings.ToLower(base32.StdEncoding.EncodeToString(h.Sum(nil)[:10]))
+	return s[0:4] + "-" + s[4:8] + "-" + s[8:12] + "-" + s[12:16]
+}
+
+// SignKid is the kid of the bundle's signing key.
+func (b *Bundle) SignKid() string { return Kid(AlgEd25519, b.SignPub) }
+
+// BoxKid is the kid of the bundle's encryption key.
+func (b *Bundle) BoxKid() string { return Kid(AlgX25519, b.BoxPub) }
+
+// Equal reports whether two bundles carry the same keys.
+func (b *Bundle) Equal(o *Bundle) bool {
+	return bytes.Equal(b.SignPub, o.SignPub) && bytes.Equal(b.BoxPub, o.BoxPub)
+}
