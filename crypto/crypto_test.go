@@ -257,20 +257,20 @@ func TestDecodeBodyStrict(t *testing.T) {
 		t.Fatalf("canonical body refused: %v", err)
 	}
 	for _, bad := range []string{
-		`{"v":1,"key":"AAE=","s":"a<b","x":1}`,             // unknown field
-		`{"v":1,"key":"AAE=","s":"a<b"} `,                  // trailing space
-		`{"v":1,"key":"AAE=","s":"a<b"}{}`,                 // trailing value
-		`{ "v":1,"key":"AAE=","s":"a<b"}`,                  // white space
-		`{"key":"AAE=","v":1,"s":"a<b"}`,                   // field order
-		`{"v":1,"v":1,"key":"AAE=","s":"a<b"}`,             // duplicate key
-		`{"v":1,"key":"AAF=","s":"a<b"}`,                   // non-canonical base64 padding bits
-		`{"v":1,"key":"AAE","s":"a<b"}`,                    // missing padding
-		`{"v":1,"key":"AAE=","s":"a\u003cb"}`,              // needless escape
-		`{"v":1.0,"key":"AAE=","s":"a<b"}`,                 // non-integer number
-		`{"v":01,"key":"AAE=","s":"a<b"}`,                  // leading zero
-		`{"v":1,"key":"AAE=","s":"a` + "\xff" + `b"}`,      // invalid UTF-8
-		`{"v":1,"key":"AAE=","s":"a<b","s":"c"}`,           // duplicate, last wins
-		`{"v":1,"key":"AAE=","S":"a<b"}`,                   // case-folded field name
+		`{"v":1,"key":"AAE=","s":"a<b","x":1}`,        // unknown field
+		`{"v":1,"key":"AAE=","s":"a<b"} `,             // trailing space
+		`{"v":1,"key":"AAE=","s":"a<b"}{}`,            // trailing value
+		`{ "v":1,"key":"AAE=","s":"a<b"}`,             // white space
+		`{"key":"AAE=","v":1,"s":"a<b"}`,              // field order
+		`{"v":1,"v":1,"key":"AAE=","s":"a<b"}`,        // duplicate key
+		`{"v":1,"key":"AAF=","s":"a<b"}`,              // non-canonical base64 padding bits
+		`{"v":1,"key":"AAE","s":"a<b"}`,               // missing padding
+		`{"v":1,"key":"AAE=","s":"a\u003cb"}`,         // needless escape
+		`{"v":1.0,"key":"AAE=","s":"a<b"}`,            // non-integer number
+		`{"v":01,"key":"AAE=","s":"a<b"}`,             // leading zero
+		`{"v":1,"key":"AAE=","s":"a` + "\xff" + `b"}`, // invalid UTF-8
+		`{"v":1,"key":"AAE=","s":"a<b","s":"c"}`,      // duplicate, last wins
+		`{"v":1,"key":"AAE=","S":"a<b"}`,              // case-folded field name
 	} {
 		var b body
 		if err := DecodeBody([]byte(bad), &b); !errors.Is(err, ErrMalformed) {

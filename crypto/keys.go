@@ -95,7 +95,9 @@ func ParseIdentity(text []byte) (*Identity, error) {
 }
 
 // SignPublic is the Ed25519 public key.
-func (id *Identity) SignPublic() []byte { return append([]byte{}, id.sign.Public().(ed25519.PublicKey)...) }
+func (id *Identity) SignPublic() []byte {
+	return append([]byte{}, id.sign.Public().(ed25519.PublicKey)...)
+}
 
 // BoxPublic is the X25519 public key.
 func (id *Identity) BoxPublic() []byte { return append([]byte{}, id.boxPub[:]...) }
