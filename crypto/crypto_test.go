@@ -6,30 +6,14 @@ import (
 	"encoding/hex"
 	"errors"
 	"io"
+	"math/rand/v2"
 	"strings"
 	"testing"
 )
 
-// detRand is a deterministic byte source for reproducible keys in tests.
-type detRand struct {
-	seed []byte
-	ctr  uint64
-	buf  []byte
-}
-
-func newDetRand(seed string) *detRand { return &detRand{seed: []byte(seed)} }
-
-func (d *detRand) Read(p []byte) (int, error) {
-	for len(d.buf) < len(p) {
-		h := sha256.New()
-		h.Write(d.seed)
-		h.Write([]byte{byte(d.ctr), byte(d.ctr >> 8), byte(d.ctr >> 16), byte(d.ctr >> 24)})
-		d.ctr++
-		d.buf = h.Sum(d.buf)
-	}
-	n := copy(p, d.buf)
-	d.buf = d.buf[n:]
-	return n, nil
+// newDetRand is a deterministic byte source for reproducible keys in tests.
+func newDetRand(seed string) io.Reader {
+	return rand.NewChaCha8(sha256.Sum256([]byte(seed)))
 }
 
 func mustIdentity(t testing.TB, seed string) *Identity {

@@ -164,14 +164,15 @@ func (b *Bundle) check() error {
 		return fmt.Errorf("bundle: %w: name %q", ErrMalformed, b.Name)
 	case !kidPattern.MatchString(b.ID):
 		return fmt.Errorf("bundle: %w: id %q", ErrMalformed, b.ID)
-	case b.Seq == 0 && b.ID != Kid(AlgEd25519, b.SignPub):
-		return fmt.Errorf("bundle: %w: id of a first-generation key must be its kid", ErrMalformed)
 	}
 	if err := CheckSignKey(b.SignPub); err != nil {
 		return fmt.Errorf("bundle: %w", err)
 	}
 	if err := CheckBoxKey(b.BoxPub); err != nil {
 		return fmt.Errorf("bundle: %w", err)
+	}
+	if b.Seq == 0 && b.ID != Kid(AlgEd25519, b.SignPub) {
+		return fmt.Errorf("bundle: %w: id of a first-generation key must be its kid", ErrMalformed)
 	}
 	return nil
 }

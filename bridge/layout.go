@@ -1,0 +1,110 @@
+package bridge
+
+import (
+	"path"
+	"regexp"
+	"strconv"
+)
+
+// Folder layout (SPEC §5). Every name the protocol uses comes from these pure
+// functions; nothing else builds paths into the synced folder.
+//
+//	bridge.folder                               marker (syncsafe.MarkerName)
+//	hosts/<host>/host.bundle                    host identity          (host writes)
+//	hosts/<host>/host.catalog                   signed op catalog      (host writes)
+//	hosts/<host>/rotate-<seq>.rotation          host key rotations     (host writes)
+//	hosts/<host>/to-host/<agent>/agent.bundle   agent identity         (agent writes)
+//	hosts/<host>/to-host/<agent>/rotate-<seq>.rotation                 (agent writes)
+//	hosts/<host>/to-host/<agent>/<id>.manifest|.payload|.cancel|.ack   (agent writes)
+//	hosts/<host>/to-agent/<agent>/<id>.result|.output                  (host writes)
+const (
+	hostsDir        = "hosts"
+	toHostDir       = "to-host"
+	toAgentDir      = "to-agent"
+	hostBundleName  = "host.bundle"
+	hostCatalogName = "host.catalog"
+	agentBundleName = "agent.bundle"
+)
+
+// File kinds under to-host (agent writes) and to-agent (host writes).
+const (
+	ExtManifest = "manifest"
+	ExtPayload  = "payload"
+	ExtCancel   = "cancel"
+	ExtAck      = "ack"
+	ExtResult   = "result"
+	ExtOutput   = "output"
+)
+
+var (
+	toHostName   = regexp.MustCompile(`^([0-9a-f]{32})\.(manifest|payload|cancel|ack)$`)
+	toAgentName  = regexp.MustCompile(`^([0-9a-f]{32})\.(result|output)$`)
+	rotationName = regexp.MustCompile(`^rotate-(0|[1-9][0-9]{0,18})\.rotation$`)
+	idPattern    = regexp.MustCompile(`^[0-9a-f]{32}$`)
+)
+
+// HostDir is the tree of one host.
+func HostDir(host string) string { return path.Join(hostsDir, host) }
+
+// HostBundlePath is where a host publishes its bundle.
+func HostBundlePath(host string) string { return path.Join(hostsDir, host, hostBundleName) }
+
+// HostCatalogPath is where a host publishes its signed op catalog.
+func HostCatalogPath(host string) string { return path.Join(hostsDir, host, hostCatalogName) }
+
+// ToHostDir is the directory one agent writes for one host.
+func ToHostDir(host, agent string) string { return path.Join(hostsDir, host, toHostDir, agent) }
+
+// ToAgentDir is the directory one host writes for one agent.
+func ToAgentDir(host, agent string) string { return path.Join(hostsDir, host, toAgentDir, agent) }
+
+// AgentBundlePath is where an agent publishes its bundle for a host.
+func AgentBundlePath(host, agent string) string {
+	return path.Join(ToHostDir(host, agent), agentBundleName)
+}
+
+// RequestPath names a file of a request under to-host (ext: manifest,
+// payload, cancel, ack).
+func RequestPath(host, agent, id, ext string) string {
+	return path.Join(ToHostDir(host, agent), id+"."+ext)
+}
+
+// ResultPath names a file of a result under to-agent (ext: result, output).
+func ResultPath(host, agent, id, ext string) string {
+	return path.Join(ToAgentDir(host, agent), id+"."+ext)
+}
+
+// RotationName is the file name of the rotation statement with sequence seq.
+func RotationName(seq uint64) string { return "rotate-" + strconv.FormatUint(seq, 10) + ".rotation" }
+
+// ParseToHostName splits a file name found under to-host into request id and
+// kind. Anything else (sync-client temps, conflict copies, litter) is not ours.
+func ParseToHostName(name string) (id, ext string, ok bool) {
+	m := toHostName.FindStringSubmatch(name)
+	if m == nil {
+		return "", "", false
+	}
+	return m[1], m[2], true
+}
+
+// ParseToAgentName is ParseToHostName for to-agent.
+func ParseToAgentName(name string) (id, ext string, ok bool) {
+	m := toAgentName.FindStringSubmatch(name)
+	if m == nil {
+		return "", "", false
+	}
+	return m[1], m[2], true
+}
+
+// ParseRotationName returns the sequence number of a rotation file name.
+func ParseRotationName(name string) (uint64, bool) {
+	m := rotationName.FindStringSubmatch(name)
+	if m == nil {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(m[1], 10, 64)
+	return n, err == nil
+}
+
+// ValidID reports whether s has the form of a request id.
+func ValidID(s string) bool { return idPattern.MatchString(s) }
