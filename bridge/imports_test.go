@@ -1,0 +1,116 @@
+package bridge
+
+import (
+	"fmt"
+	"go/build"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+const modulePath = "github.com/syncbridge/bridge"
+
+// importRules are the one-way arrows of design.md §8: for each package of the
+// module, the packages of the module it may import. crypto and syncsafe are
+// leaves; a bridge subpackage may import a leaf but never bridge or a sibling;
+// cmd reaches everything through bridge. A new package must be added here on
+// purpose, or the test fails.
+var importRules = map[string][]string{
+	"crypto":        {},
+	"syncsafe":      {},
+	"bridge/ledger": {"crypto", "syncsafe"},
+	"bridge/policy": {"crypto", "syncsafe"},
+	"bridge/runner": {"crypto", "syncsafe"},
+	"bridge":        {"crypto", "syncsafe", "bridge/ledger", "bridge/policy", "bridge/runner"},
+	"cmd/bridge":    {"bridge", "crypto"},
+}
+
+// checkArrows walks the module rooted at root and returns every import that
+// breaks rules. Test files are included: a test of a leaf that needs bridge
+// belongs in bridge.
+func checkArrows(root string, rules map[string][]string) (problems []string, checked int, err error) {
+	err = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || !d.IsDir() {
+			return err
+		}
+		if p != root && (strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata" || d.Name() == "fixtures") {
+			return filepath.SkipDir
+		}
+		pkg, err := build.ImportDir(p, 0)
+		if _, ok := err.(*build.NoGoError); ok {
+			return nil
+		} else if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, p)
+		rel = filepath.ToSlash(rel)
+		allowed, known := rules[rel]
+		if !known {
+			problems = append(problems, fmt.Sprintf("package %s has no import rule", rel))
+			return nil
+		}
+		checked++
+		imports := slices.Concat(pkg.Imports, pkg.TestImports)
+		for _, imp := range imports {
+			ours, ok := strings.CutPrefix(imp, modulePath+"/")
+			if !ok || ours == rel {
+				continue
+			}
+			switch {
+			case ours == "cmd" || strings.HasPrefix(ours, "cmd/"):
+				problems = append(problems, fmt.Sprintf("%s imports %s: nothing may import cmd", rel, ours))
+			case !slices.Contains(allowed, ours):
+				problems = append(problems, fmt.Sprintf("%s imports %s: allowed are %v", rel, ours, allowed))
+			}
+		}
+		return nil
+	})
+	return problems, checked, err
+}
+
+// TestImportArrows enforces the arrows on this module.
+func TestImportArrows(t *testing.T) {
+	problems, checked, err := checkArrows("..", importRules)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Error(p)
+	}
+	if checked < 3 {
+		t.Fatalf("only %d packages checked: the walk is broken", checked)
+	}
+}
+
+// TestImportArrowsCatchViolations proves the checker fails on a tree that
+// breaks each rule.
+func TestImportArrowsCatchViolations(t *testing.T) {
+	root := t.TempDir()
+	write := func(dir, src string) {
+		os.MkdirAll(filepath.Join(root, dir), 0o755)
+		if err := os.WriteFile(filepath.Join(root, dir, "x.go"), []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("crypto", "package crypto\nimport _ \""+modulePath+"/syncsafe\"\n")
+	write("syncsafe", "package syncsafe\n")
+	write("bridge/ledger", "package ledger\nimport _ \""+modulePath+"/bridge/policy\"\n")
+	write("bridge/policy", "package policy\nimport _ \""+modulePath+"/bridge\"\n")
+	write("bridge", "package bridge\nimport _ \""+modulePath+"/cmd/bridge\"\n")
+	write("cmd/bridge", "package main\nimport _ \""+modulePath+"/bridge/runner\"\n")
+	write("newpkg", "package newpkg\n")
+	problems, _, err := checkArrows(root, importRules)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"crypto imports syncsafe", "bridge/ledger imports bridge/policy", "bridge/policy imports bridge",
+		"bridge imports cmd/bridge", "cmd/bridge imports bridge/runner", "package newpkg has no import rule"}
+	for _, w := range want {
+		if !slices.ContainsFunc(problems, func(p string) bool { return strings.HasPrefix(p, w) }) {
+			t.Errorf("checker missed %q; found %q", w, problems)
+		}
+	}
+}
