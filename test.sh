@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The project's test command (README "Tests"); .ci/run runs exactly this.
+# It checks formatting, vets, runs staticcheck and the race-enabled tests, then
+# runs every fuzz target for a bounded time (FUZZTIME, default 10s each).
+set -euo pipefail
+cd "$(dirname "$0")"
+
+step() { printf '\n== %s\n' "$*"; }
+
+step gofmt
+unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
+if [ -n "$unformatted" ]; then
+  echo "not gofmt-formatted:"; echo "$unformatted"; exit 1
+fi
+
+step "go vet"
+go vet ./...
+
+step staticcheck
+sc=$(go env GOPATH)/bin/staticcheck
+if ! [ -x "$sc" ] || ! "$sc" -version 2>/dev/null | grep -q '(0.8.2)'; then
+  GOFLAGS= go install honnef.co/go/tools/cmd/staticcheck@v0.8.2
+fi
+"$sc" ./...
+
+step "go test -race"
+go test -race -count=1 ./...
+
+step "fuzz (${FUZZTIME:-10s} per target)"
+for pkg in $(go list ./...); do
+  for target in $(go test -list '^Fuzz' "$pkg" 2>/dev/null | grep '^Fuzz' || true); do
+    echo "-- $pkg $target"
+    go test -run='^$' -fuzz="^${target}\$" -fuzztime="${FUZZTIME:-10s}" "$pkg" >/tmp/bridge-fuzz.log 2>&1 || {
+      cat /tmp/bridge-fuzz.log; echo "fuzz target $target failed"; exit 1; }
+  done
+done
+echo "all checks passed"
