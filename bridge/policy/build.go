@@ -1,0 +1,648 @@
+package policy
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Limits and defaults of the schema (see doc.go).
+const (
+	defaultTimeout     = 10 * time.Minute
+	maxTimeout         = 24 * time.Hour
+	defaultMaxOutput   = 4 << 20
+	maxMaxOutput       = 256 << 20
+	defaultMaxLen      = 256
+	maxMaxLen          = 4096
+	defaultConcurrency = 1
+	maxConcurrency     = 1 << 16
+	maxDescription     = 4096
+)
+
+// Argument types.
+const (
+	typeString = "string"
+	typeInt    = "int"
+	typeBool   = "bool"
+	typeEnum   = "enum"
+	typePath   = "path"
+)
+
+var (
+	nameRE    = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,63}$`)
+	argNameRE = regexp.MustCompile(`^[a-z][a-z0-9_]{0,31}$`)
+	envNameRE = regexp.MustCompile(`^[A-Z_][A-Z0-9_]*$`)
+)
+
+// reservedVars are template variables the policy may use but an op may not
+// declare as arguments: Render fills agent and op, the daemon supplies the
+// rest through RenderContext.Vars.
+var reservedVars = map[string]bool{"request_id": true, "agent": true, "op": true}
+
+// Policy is a parsed, validated policy. It is immutable and safe for
+// concurrent use.
+type Policy struct {
+	Name    string // file name as given to Load or Parse
+	SHA256  string // hex SHA-256 of the exact file bytes; receipts name it
+	Version int    // 1
+
+	ops    map[string]*op
+	agents map[string][]string // sorted op names
+}
+
+type op struct {
+	name        string
+	description string
+	argv        []tmpl
+	reconcile   []tmpl // nil: none
+	dir         string
+	timeout     time.Duration
+	maxOutput   int64
+	env         []string // names passed from the daemon's environment, sorted
+	setEnv      map[string]string
+	idempotent  bool
+	approve     bool
+	concurrency int
+	scope       string
+	args        map[string]*arg
+}
+
+type arg struct {
+	name        string
+	typ         string
+	description string
+	required    bool
+	def         *string // canonical default, nil: none
+	patternSrc  string
+	pattern     *regexp.Regexp // anchored
+	maxLen      int
+	allowDash   bool
+	min, max    *int64
+	values      []string
+	root        string
+	mustExist   bool
+}
+
+func (b *builder) build(d *fileDoc) *Policy {
+	p := &Policy{Version: 1, ops: map[string]*op{}, agents: map[string][]string{}}
+	if d.Version != nil && *d.Version != 1 {
+		b.errAt([]string{"version"}, "this bridge reads version = 1", "unsupported version %d", *d.Version)
+	}
+
+	defTimeout := defaultTimeout
+	defMaxOutput := int64(defaultMaxOutput)
+	var defEnv []string
+	if d.Defaults != nil {
+		if d.Defaults.Timeout != nil {
+			defTimeout = b.timeout([]string{"defaults", "timeout"}, *d.Defaults.Timeout)
+		}
+		if d.Defaults.MaxOutput != nil {
+			defMaxOutput = b.size([]string{"defaults", "max_output"}, d.Defaults.MaxOutput)
+		}
+		if d.Defaults.Env != nil {
+			defEnv = b.envNames([]string{"defaults", "env"}, *d.Defaults.Env)
+		}
+	}
+
+	for _, name := range sortedKeys(d.Ops) {
+		od := d.Ops[name]
+		at := []string{"ops", name}
+		if !nameRE.MatchString(name) {
+			b.errAt(at, "op names are lowercase: [a-z0-9][a-z0-9._-]{0,63}", "invalid op name %q", name)
+			continue
+		}
+		if od == nil {
+			continue
+		}
+		o := b.op(name, od, defTimeout, defMaxOutput, defEnv)
+		p.ops[name] = o
+	}
+
+	for _, name := range sortedKeys(d.Agents) {
+		ad := d.Agents[name]
+		at := []string{"agents", name}
+		if !nameRE.MatchString(name) {
+			b.errAt(at, "agent names are lowercase: [a-z0-9][a-z0-9._-]{0,63}", "invalid agent name %q", name)
+			continue
+		}
+		if ad == nil || ad.Ops == nil {
+			b.errAt(at, `list what it may run: ops = ["test"]`, "missing ops")
+			continue
+		}
+		seen := map[string]bool{}
+		list := []string{}
+		for _, on := range *ad.Ops {
+			k := append(at, "ops")
+			switch {
+			case on == "*":
+				b.errAt(k, "list each op by name: a wildcard would silently grant ops added later", `"*" is not allowed`)
+			case seen[on]:
+				b.errAt(k, "list each op once", "op %q listed twice", on)
+			case d.Ops[on] == nil:
+				b.errAt(k, "define it as [ops."+on+"] or remove it; defined ops: "+strings.Join(sortedKeys(d.Ops), ", "), "op %q is not defined", on)
+			default:
+				seen[on] = true
+				list = append(list, on)
+			}
+		}
+		sort.Strings(list)
+		p.agents[name] = list
+	}
+	return p
+}
+
+func (b *builder) op(name string, d *opDoc, defTimeout time.Duration, defMaxOutput int64, defEnv []string) *op {
+	at := func(k ...string) []string { return append([]string{"ops", name}, k...) }
+	o := &op{
+		name:        name,
+		timeout:     defTimeout,
+		maxOutput:   defMaxOutput,
+		env:         defEnv,
+		concurrency: defaultConcurrency,
+		scope:       "write",
+		args:        map[string]*arg{},
+	}
+	if d.Description != nil {
+		o.description = b.text(at("description"), *d.Description)
+	}
+
+	for _, an := range sortedKeys(d.Args) {
+		ad := d.Args[an]
+		k := at("args", an)
+		switch {
+		case !argNameRE.MatchString(an):
+			b.errAt(k, "argument names are [a-z][a-z0-9_]{0,31}", "invalid argument name %q", an)
+			continue
+		case reservedVars[an]:
+			b.errAt(k, "request_id, agent and op are filled in by the bridge; pick another name", "argument name %q is reserved", an)
+			continue
+		case ad == nil:
+			continue
+		}
+		if a := b.arg(k, an, ad); a != nil {
+			o.args[an] = a
+		}
+	}
+
+	used := map[string]bool{}
+	if d.Argv == nil {
+		b.errAt(at(), `every op needs argv = ["/path/to/cmd", "arg", "{name}"]`, "missing argv")
+	} else {
+		o.argv = b.argv(at("argv"), d.Argv, d.Args, used)
+	}
+	if d.Reconcile != nil {
+		o.reconcile = b.argv(at("reconcile"), *d.Reconcile, d.Args, used)
+	}
+	for _, an := range sortedKeys(o.args) {
+		if !used[an] {
+			b.errAt(at("args", an), "use it in argv as {"+an+"} or remove it", "argument %q is never used", an)
+		}
+	}
+
+	dir := "~"
+	if d.Dir != nil {
+		dir = *d.Dir
+	}
+	o.dir = b.absPath(at("dir"), dir)
+
+	if d.Timeout != nil {
+		o.timeout = b.timeout(at("timeout"), *d.Timeout)
+	}
+	if d.MaxOutput != nil {
+		o.maxOutput = b.size(at("max_output"), d.MaxOutput)
+	}
+	if d.Env != nil {
+		o.env = b.envNames(at("env"), *d.Env)
+	}
+	if d.SetEnv != nil {
+		o.setEnv = map[string]string{}
+		for _, n := range sortedKeys(d.SetEnv) {
+			v := d.SetEnv[n]
+			if !b.envName(at("set_env", n), n) {
+				continue
+			}
+			if strings.IndexByte(v, 0) >= 0 {
+				b.errAt(at("set_env", n), "environment values cannot hold NUL", "value contains NUL")
+				continue
+			}
+			for _, e := range o.env {
+				if e == n {
+					b.errAt(at("set_env", n), "remove it from env or from set_env", "%s is both passed through (env) and set (set_env)", n)
+				}
+			}
+			o.setEnv[n] = v
+		}
+	}
+	if d.Idempotent != nil {
+		o.idempotent = *d.Idempotent
+	}
+	if d.Approve != nil {
+		o.approve = *d.Approve
+	}
+	if d.Concurrency != nil {
+		c := *d.Concurrency
+		if c < 0 || c > maxConcurrency {
+			b.errAt(at("concurrency"), "1 runs one at a time, 0 means unlimited", "concurrency %d out of range 0..%d", c, maxConcurrency)
+		} else {
+			o.concurrency = int(c)
+		}
+	}
+	if d.Scope != nil {
+		switch *d.Scope {
+		case "read", "write":
+			o.scope = *d.Scope
+		default:
+			b.errAt(at("scope"), `"read" or "write"`, "unknown scope %q", *d.Scope)
+		}
+	}
+	return o
+}
+
+func (b *builder) arg(at []string, name string, d *argDoc) *arg {
+	k := func(s string) []string { return append(append([]string{}, at...), s) }
+	if d.Type == nil {
+		b.errAt(at, "add type = one of string, int, bool, enum, path", "missing type")
+		return nil
+	}
+	a := &arg{name: name, typ: *d.Type, required: true}
+	switch a.typ {
+	case typeString, typeInt, typeBool, typeEnum, typePath:
+	default:
+		hint := "one of string, int, bool, enum, path"
+		if s := closest(a.typ, []string{typeString, typeInt, typeBool, typeEnum, typePath}); s != "" {
+			hint = fmt.Sprintf("did you mean %q? one of string, int, bool, enum, path", s)
+		}
+		b.errAt(k("type"), hint, "unknown type %q", a.typ)
+		return nil
+	}
+	if d.Description != nil {
+		a.description = b.text(k("description"), *d.Description)
+	}
+
+	// Keys that belong to another type are mistakes, not no-ops.
+	misplaced := func(key string, set bool, types ...string) {
+		if !set {
+			return
+		}
+		for _, t := range types {
+			if t == a.typ {
+				return
+			}
+		}
+		b.errAt(k(key), key+" applies to type "+strings.Join(types, ", "), "%s does not apply to type %s", key, a.typ)
+	}
+	misplaced("pattern", d.Pattern != nil, typeString)
+	misplaced("max_len", d.MaxLen != nil, typeString)
+	misplaced("allow_dash", d.AllowDash != nil, typeString)
+	misplaced("min", d.Min != nil, typeInt)
+	misplaced("max", d.Max != nil, typeInt)
+	misplaced("values", d.Values != nil, typeEnum)
+	misplaced("root", d.Root != nil, typePath)
+	misplaced("must_exist", d.MustExist != nil, typePath)
+
+	ok := true
+	switch a.typ {
+	case typeString:
+		a.maxLen = defaultMaxLen
+		if d.MaxLen != nil {
+			if *d.MaxLen < 1 || *d.MaxLen > maxMaxLen {
+				b.errAt(k("max_len"), fmt.Sprintf("1..%d bytes", maxMaxLen), "max_len %d out of range", *d.MaxLen)
+				ok = false
+			} else {
+				a.maxLen = int(*d.MaxLen)
+			}
+		}
+		if d.AllowDash != nil {
+			a.allowDash = *d.AllowDash
+		}
+		if d.Pattern != nil {
+			a.patternSrc = *d.Pattern
+			re, err := regexp.Compile(`^(?:` + *d.Pattern + `)$`)
+			if err != nil {
+				b.errAt(k("pattern"), "Go regexp syntax (RE2); it is anchored for you", "bad pattern: %v", err)
+				ok = false
+			} else {
+				a.pattern = re
+			}
+		}
+	case typeInt:
+		zero := int64(0)
+		a.min, a.max = &zero, d.Max
+		if d.Min != nil {
+			a.min = d.Min
+		}
+		if a.max != nil && *a.min > *a.max {
+			b.errAt(k("max"), "min must not exceed max (min defaults to 0)", "max %d is below min %d", *a.max, *a.min)
+			ok = false
+		}
+	case typeEnum:
+		if d.Values == nil || len(*d.Values) == 0 {
+			b.errAt(at, `add values = ["a", "b"]`, "enum without values")
+			ok = false
+			break
+		}
+		seen := map[string]bool{}
+		for _, v := range *d.Values {
+			if r := badText(v); r != "" || v == "" || len(v) > maxMaxLen {
+				if v == "" {
+					r = "empty"
+				} else if r == "" {
+					r = "too long"
+				}
+				b.errAt(k("values"), "enum values are short printable strings", "bad value %q: %s", v, r)
+				ok = false
+				continue
+			}
+			if seen[v] {
+				b.errAt(k("values"), "list each value once", "value %q listed twice", v)
+				ok = false
+			}
+			seen[v] = true
+			a.values = append(a.values, v)
+		}
+	case typePath:
+		if d.Root == nil {
+			b.errAt(at, `paths are confined: add root = "~/src" (absolute or ~)`, "path without root")
+			ok = false
+			break
+		}
+		a.root = b.absPath(k("root"), *d.Root)
+		if a.root == "" {
+			ok = false
+		}
+		if d.MustExist != nil {
+			a.mustExist = *d.MustExist
+		}
+	}
+
+	if d.Required != nil {
+		a.required = *d.Required
+	}
+	if d.Default != nil {
+		if d.Required != nil && *d.Required {
+			b.errAt(k("required"), "drop required = true or drop the default", "required = true contradicts a default")
+			ok = false
+		}
+		a.required = false
+		if ok {
+			if v, reason := defaultString(a.typ, d.Default); reason != "" {
+				b.errAt(k("default"), "the default must be a valid value of the argument's own type", "%s", reason)
+				ok = false
+			} else if cv, reason := a.checkStatic(v); reason != "" {
+				b.errAt(k("default"), "the default must be a valid value of the argument's own type", "default %q: %s", v, reason)
+				ok = false
+			} else {
+				a.def = &cv
+			}
+		}
+	}
+	if !ok {
+		return nil
+	}
+	return a
+}
+
+// defaultString turns a TOML default into the string form a request would
+// carry, insisting on the TOML type that matches the argument type.
+func defaultString(typ string, v any) (string, string) {
+	switch typ {
+	case typeInt:
+		if n, ok := v.(int64); ok {
+			return strconv.FormatInt(n, 10), ""
+		}
+		return "", fmt.Sprintf("want an integer, got %s", tomlTypeOf(v))
+	case typeBool:
+		if t, ok := v.(bool); ok {
+			return strconv.FormatBool(t), ""
+		}
+		return "", fmt.Sprintf("want true or false, got %s", tomlTypeOf(v))
+	default:
+		if s, ok := v.(string); ok {
+			return s, ""
+		}
+		return "", fmt.Sprintf("want a string, got %s", tomlTypeOf(v))
+	}
+}
+
+func tomlTypeOf(v any) string {
+	switch v.(type) {
+	case string:
+		return "a string"
+	case int64:
+		return "an integer"
+	case float64:
+		return "a float"
+	case bool:
+		return "a boolean"
+	case []any:
+		return "an array"
+	case map[string]any:
+		return "a table"
+	}
+	return "a date or time"
+}
+
+// argv checks an argv (or reconcile) array and parses its templates, marking
+// every argument referenced in used. declared holds every argument table in the
+// file, valid or not, so one broken argument is reported once, not again as
+// "undeclared" here.
+func (b *builder) argv(at []string, elems []string, declared map[string]*argDoc, used map[string]bool) []tmpl {
+	if len(elems) == 0 {
+		b.errAt(at, "name the program first: [\"go\", \"test\"]", "empty")
+		return nil
+	}
+	out := make([]tmpl, 0, len(elems))
+	for i, e := range elems {
+		if strings.IndexByte(e, 0) >= 0 {
+			b.errAt(at, "arguments cannot hold NUL", "element %d contains NUL", i)
+			return nil
+		}
+		if i == 0 {
+			switch {
+			case e == "":
+				b.errAt(at, "name the program first", "program (argv[0]) is empty")
+				return nil
+			case strings.ContainsAny(e, "{}"):
+				b.errAt(at, "the program is fixed by the policy; put arguments after it", "program %q is a template", e)
+				return nil
+			case !filepath.IsAbs(e) && strings.ContainsAny(e, "/"+string(filepath.Separator)):
+				b.errAt(at, "use an absolute path, or a bare name looked up in PATH", "program %q is a relative path", e)
+				return nil
+			}
+			out = append(out, tmpl{{lit: e}})
+			continue
+		}
+		t, err := parseTemplate(e)
+		if err != "" {
+			b.errAt(at, "write {{ and }} for literal braces", "element %d %q: %s", i, e, err)
+			return nil
+		}
+		for _, s := range t {
+			if s.ref == "" {
+				continue
+			}
+			if _, ok := declared[s.ref]; !ok && !reservedVars[s.ref] {
+				hint := "declare it as [" + formatKey(append(at[:2:2], "args", s.ref)) + "]"
+				b.errAt(at, hint, "element %d references undeclared argument {%s}", i, s.ref)
+				return nil
+			}
+			used[s.ref] = true
+		}
+		out = append(out, t)
+	}
+	return out
+}
+
+// absPath expands ~ and requires an absolute, clean path.
+func (b *builder) absPath(at []string, p string) string {
+	if strings.IndexByte(p, 0) >= 0 || p == "" {
+		b.errAt(at, "an absolute path or ~/...", "empty or contains NUL")
+		return ""
+	}
+	if p == "~" || strings.HasPrefix(p, "~/") {
+		if !b.hset {
+			b.home, b.herr = os.UserHomeDir()
+			b.hset = true
+		}
+		if b.herr != nil || !filepath.IsAbs(b.home) {
+			b.errAt(at, "set HOME for the daemon or write an absolute path", "cannot expand ~: no home directory")
+			return ""
+		}
+		p = filepath.Join(b.home, p[1:])
+	} else if strings.HasPrefix(p, "~") {
+		b.errAt(at, "only ~ and ~/ are expanded; write the absolute path", "%q: ~user is not supported", p)
+		return ""
+	}
+	if !filepath.IsAbs(p) {
+		b.errAt(at, "write an absolute path or start with ~/", "%q is not absolute", p)
+		return ""
+	}
+	return filepath.Clean(p)
+}
+
+func (b *builder) timeout(at []string, s string) time.Duration {
+	d, err := time.ParseDuration(s)
+	switch {
+	case err != nil:
+		b.errAt(at, `a Go duration such as "90s", "10m" or "1h30m"`, "bad duration %q", s)
+	case d <= 0:
+		b.errAt(at, "a positive duration; every op has a timeout", "timeout %q is not positive", s)
+	case d > maxTimeout:
+		b.errAt(at, "at most 24h", "timeout %q is too long", s)
+	default:
+		return d
+	}
+	return defaultTimeout
+}
+
+func (b *builder) size(at []string, v any) int64 {
+	var n int64
+	var err error
+	switch x := v.(type) {
+	case int64:
+		n = x
+	case string:
+		n, err = parseSize(x)
+	default:
+		b.errAt(at, `a size such as "4MiB", "512KiB" or 1000000`, "want a size, got %s", tomlTypeOf(v))
+		return defaultMaxOutput
+	}
+	switch {
+	case err != nil:
+		b.errAt(at, `a size such as "4MiB", "512KiB", "10MB" or "1000000"`, "%v", err)
+	case n <= 0:
+		b.errAt(at, "a positive size", "max_output must be positive")
+	case n > maxMaxOutput:
+		b.errAt(at, "at most 256MiB; the rest of a bigger output is cut", "max_output %d is too large", n)
+	default:
+		return n
+	}
+	return defaultMaxOutput
+}
+
+var sizeUnits = map[string]int64{
+	"": 1, "B": 1,
+	"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30,
+	"KB": 1e3, "MB": 1e6, "GB": 1e9,
+}
+
+// parseSize reads "1000000", "512KiB", "4MiB", "10MB": digits then an
+// optional unit, no spaces, no fractions.
+func parseSize(s string) (int64, error) {
+	i := 0
+	for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+		i++
+	}
+	if i == 0 {
+		return 0, fmt.Errorf("bad size %q", s)
+	}
+	mult, ok := sizeUnits[s[i:]]
+	if !ok {
+		return 0, fmt.Errorf("bad size %q: unknown unit %q", s, s[i:])
+	}
+	n, err := strconv.ParseInt(s[:i], 10, 64)
+	if err != nil || n > math.MaxInt64/mult {
+		return 0, fmt.Errorf("bad size %q: too large", s)
+	}
+	return n * mult, nil
+}
+
+// dangerousEnv are names that make a shell or the dynamic loader run code of
+// the value's choosing before the intended program does anything.
+var dangerousEnv = map[string]bool{
+	"BASH_ENV": true, "ENV": true, "PROMPT_COMMAND": true, "SHELLOPTS": true,
+	"BASHOPTS": true, "PS4": true, "IFS": true, "CDPATH": true, "GLOBIGNORE": true,
+}
+
+func (b *builder) envName(at []string, n string) bool {
+	switch {
+	case !envNameRE.MatchString(n) || len(n) > 128:
+		b.errAt(at, "names are [A-Z_][A-Z0-9_]*", "invalid variable name %q", n)
+	case strings.HasPrefix(n, "LD_") || strings.HasPrefix(n, "DYLD_") || strings.HasPrefix(n, "BASH_FUNC_") || dangerousEnv[n]:
+		b.errAt(at, "it lets a value run code before the program starts; set it inside a wrapper script if the tool truly needs it", "%s is not allowed", n)
+	default:
+		return true
+	}
+	return false
+}
+
+func (b *builder) envNames(at []string, names []string) []string {
+	seen := map[string]bool{}
+	out := []string{}
+	for _, n := range names {
+		if !b.envName(at, n) {
+			continue
+		}
+		if seen[n] {
+			b.errAt(at, "list each name once", "%s listed twice", n)
+			continue
+		}
+		seen[n] = true
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func (b *builder) text(at []string, s string) string {
+	if len(s) > maxDescription || strings.IndexByte(s, 0) >= 0 {
+		b.errAt(at, "a short plain-text description", "too long or contains NUL")
+		return ""
+	}
+	return s
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	return ks
+}

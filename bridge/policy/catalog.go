@@ -1,0 +1,244 @@
+package policy
+
+import (
+	"fmt"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// OpInfo is the public description of an op: what an agent may see. It
+// carries no argv, dir, env or path roots; those stay on the host.
+type OpInfo struct {
+	Name        string    `json:"name"`
+	Description string    `json:"description,omitempty"`
+	Scope       string    `json:"scope"`
+	Approve     bool      `json:"approve"`
+	Idempotent  bool      `json:"idempotent"`
+	Timeout     string    `json:"timeout"`
+	MaxOutput   int64     `json:"max_output"`
+	Args        []ArgInfo `json:"args"`
+}
+
+// ArgInfo is the public description of one argument.
+type ArgInfo struct {
+	Name        string   `json:"name"`
+	Type        string   `json:"type"`
+	Description string   `json:"description,omitempty"`
+	Required    bool     `json:"required"`
+	Default     *string  `json:"default,omitempty"`
+	Pattern     string   `json:"pattern,omitempty"` // as written; matched against the whole value
+	MaxLen      int      `json:"max_len,omitempty"`
+	AllowDash   bool     `json:"allow_dash,omitempty"`
+	Min         *int64   `json:"min,omitempty"`
+	Max         *int64   `json:"max,omitempty"`
+	Values      []string `json:"values,omitempty"`
+	MustExist   bool     `json:"must_exist,omitempty"`
+}
+
+// Catalog describes every op, sorted by name, arguments sorted by name.
+// Filter with AgentOps to show an agent only what it may run.
+func (p *Policy) Catalog() []OpInfo {
+	out := make([]OpInfo, 0, len(p.ops))
+	for _, name := range sortedKeys(p.ops) {
+		o := p.ops[name]
+		info := OpInfo{
+			Name:        name,
+			Description: o.description,
+			Scope:       o.scope,
+			Approve:     o.approve,
+			Idempotent:  o.idempotent,
+			Timeout:     o.timeout.String(),
+			MaxOutput:   o.maxOutput,
+			Args:        []ArgInfo{},
+		}
+		for _, an := range sortedKeys(o.args) {
+			a := o.args[an]
+			ai := ArgInfo{
+				Name:        an,
+				Type:        a.typ,
+				Description: a.description,
+				Required:    a.required,
+				Pattern:     a.patternSrc,
+				MaxLen:      a.maxLen,
+				AllowDash:   a.allowDash,
+				Min:         a.min,
+				Max:         a.max,
+				Values:      append([]string(nil), a.values...),
+				MustExist:   a.mustExist,
+			}
+			if a.def != nil {
+				d := *a.def
+				if a.typ == typePath {
+					// The canonical default is rooted; show it relative so the
+					// root (a host detail) stays private.
+					d = relToRoot(a.root, d)
+				}
+				ai.Default = &d
+			}
+			info.Args = append(info.Args, ai)
+		}
+		out = append(out, info)
+	}
+	return out
+}
+
+// AgentOps lists the ops agent may run, sorted; nil for an unknown agent.
+func (p *Policy) AgentOps(agent string) []string {
+	ops, ok := p.agents[agent]
+	if !ok {
+		return nil
+	}
+	return append([]string{}, ops...)
+}
+
+// Agents lists the agent names in the policy, sorted.
+func (p *Policy) Agents() []string { return sortedKeys(p.agents) }
+
+// Explain describes op as the host sees it, templates included, for
+// `bridge policy explain`. It is for the host's operator, not for agents.
+func (p *Policy) Explain(opName string) (string, error) {
+	o := p.ops[opName]
+	if o == nil {
+		return "", fmt.Errorf("%w: %q", ErrUnknownOp, opName)
+	}
+	var b strings.Builder
+	line := func(k, v string) { fmt.Fprintf(&b, "%-12s %s\n", k+":", v) }
+	line("op", o.name)
+	if o.description != "" {
+		line("description", o.description)
+	}
+	line("argv", joinTemplates(o.argv))
+	if o.reconcile != nil {
+		line("reconcile", joinTemplates(o.reconcile))
+	}
+	line("dir", o.dir)
+	line("env", strings.Join(o.env, " "))
+	if len(o.setEnv) > 0 {
+		line("set_env", strings.Join(sortedKeys(o.setEnv), " "))
+	}
+	line("timeout", o.timeout.String())
+	line("max_output", strconv.FormatInt(o.maxOutput, 10))
+	line("scope", o.scope)
+	line("idempotent", strconv.FormatBool(o.idempotent))
+	line("approve", strconv.FormatBool(o.approve))
+	line("concurrency", concurrencyString(o.concurrency))
+	var agents []string
+	for _, a := range sortedKeys(p.agents) {
+		for _, n := range p.agents[a] {
+			if n == opName {
+				agents = append(agents, a)
+			}
+		}
+	}
+	line("agents", strings.Join(agents, " "))
+	for _, an := range sortedKeys(o.args) {
+		a := o.args[an]
+		var d []string
+		d = append(d, a.typ)
+		if a.required {
+			d = append(d, "required")
+		}
+		if a.def != nil {
+			d = append(d, "default="+strconv.Quote(*a.def))
+		}
+		switch a.typ {
+		case typeString:
+			if a.patternSrc != "" {
+				d = append(d, "pattern="+strconv.Quote(a.patternSrc))
+			}
+			d = append(d, "max_len="+strconv.Itoa(a.maxLen))
+			if a.allowDash {
+				d = append(d, "allow_dash")
+			}
+		case typeInt:
+			d = append(d, "min="+strconv.FormatInt(*a.min, 10))
+			if a.max != nil {
+				d = append(d, "max="+strconv.FormatInt(*a.max, 10))
+			}
+		case typeEnum:
+			d = append(d, "values="+strings.Join(a.values, ","))
+		case typePath:
+			d = append(d, "root="+a.root)
+			if a.mustExist {
+				d = append(d, "must_exist")
+			}
+		}
+		line("arg "+an, strings.Join(d, " "))
+	}
+	return b.String(), nil
+}
+
+// String prints the invocation for a human: argv quoted as a POSIX shell would
+// need it (for reading only; it is never run through a shell) and environment
+// names without values, which may be secrets.
+func (inv *Invocation) String() string {
+	var b strings.Builder
+	line := func(k, v string) { fmt.Fprintf(&b, "%-12s %s\n", k+":", v) }
+	line("op", inv.Op)
+	line("argv", quoteArgv(inv.Argv))
+	if inv.Reconcile != nil {
+		line("reconcile", quoteArgv(inv.Reconcile))
+	}
+	line("dir", inv.Dir)
+	names := make([]string, len(inv.Env))
+	for i, kv := range inv.Env {
+		names[i], _, _ = strings.Cut(kv, "=")
+	}
+	line("env", strings.Join(names, " "))
+	line("timeout", inv.Timeout.String())
+	line("max_output", strconv.FormatInt(inv.MaxOutput, 10))
+	line("scope", inv.Scope)
+	line("idempotent", strconv.FormatBool(inv.Idempotent))
+	line("approve", strconv.FormatBool(inv.Approve))
+	line("concurrency", concurrencyString(inv.Concurrency))
+	keys := make([]string, 0, len(inv.Args))
+	for k := range inv.Args {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		line("arg "+k, shellQuote(inv.Args[k]))
+	}
+	return b.String()
+}
+
+func concurrencyString(c int) string {
+	if c == 0 {
+		return "unlimited"
+	}
+	return strconv.Itoa(c)
+}
+
+func joinTemplates(ts []tmpl) string {
+	parts := make([]string, len(ts))
+	for i, t := range ts {
+		parts[i] = strconv.Quote(t.String())
+	}
+	return "[" + strings.Join(parts, ", ") + "]"
+}
+
+func quoteArgv(argv []string) string {
+	parts := make([]string, len(argv))
+	for i, a := range argv {
+		parts[i] = shellQuote(a)
+	}
+	return strings.Join(parts, " ")
+}
+
+func shellQuote(s string) string {
+	if s != "" && strings.IndexFunc(s, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_./=:,+@%", r))
+	}) < 0 {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+func relToRoot(root, p string) string {
+	if r, err := filepath.Rel(root, p); err == nil {
+		return r
+	}
+	return p
+}

@@ -1,0 +1,428 @@
+package policy
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"regexp"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/pelletier/go-toml/v2"
+	"github.com/pelletier/go-toml/v2/unstable"
+)
+
+// maxPolicySize bounds what Load reads: a policy is hand-written text, and a
+// bigger file is a mistake (or not a policy).
+const maxPolicySize = 1 << 20
+
+// maxReported caps how many problems one Parse reports; past that the rest
+// are usually consequences of the first ones.
+const maxReported = 20
+
+// The raw shape of the file. Pointers and `any` tell "absent" from "zero" and
+// let us report a wrong TOML type with a hint instead of a decoder message.
+type fileDoc struct {
+	Version  *int64               `toml:"version"`
+	Defaults *defaultsDoc         `toml:"defaults"`
+	Ops      map[string]*opDoc    `toml:"ops"`
+	Agents   map[string]*agentDoc `toml:"agents"`
+}
+
+type defaultsDoc struct {
+	Timeout   *string   `toml:"timeout"`
+	MaxOutput any       `toml:"max_output"`
+	Env       *[]string `toml:"env"`
+}
+
+type opDoc struct {
+	Argv        []string           `toml:"argv"`
+	Dir         *string            `toml:"dir"`
+	Timeout     *string            `toml:"timeout"`
+	MaxOutput   any                `toml:"max_output"`
+	Env         *[]string          `toml:"env"`
+	SetEnv      map[string]string  `toml:"set_env"`
+	Idempotent  *bool              `toml:"idempotent"`
+	Approve     *bool              `toml:"approve"`
+	Concurrency *int64             `toml:"concurrency"`
+	Description *string            `toml:"description"`
+	Scope       *string            `toml:"scope"`
+	Reconcile   *[]string          `toml:"reconcile"`
+	Args        map[string]*argDoc `toml:"args"`
+}
+
+type argDoc struct {
+	Type        *string   `toml:"type"`
+	Description *string   `toml:"description"`
+	Required    *bool     `toml:"required"`
+	Default     any       `toml:"default"`
+	Pattern     *string   `toml:"pattern"`
+	MaxLen      *int64    `toml:"max_len"`
+	AllowDash   *bool     `toml:"allow_dash"`
+	Min         *int64    `toml:"min"`
+	Max         *int64    `toml:"max"`
+	Values      *[]string `toml:"values"`
+	Root        *string   `toml:"root"`
+	MustExist   *bool     `toml:"must_exist"`
+}
+
+type agentDoc struct {
+	Ops *[]string `toml:"ops"`
+}
+
+// Known keys per table, for "did you mean" hints on unknown keys.
+var (
+	topKeys      = []string{"version", "defaults", "ops", "agents"}
+	defaultsKeys = []string{"timeout", "max_output", "env"}
+	opKeys       = []string{"argv", "dir", "timeout", "max_output", "env", "set_env", "idempotent", "approve", "concurrency", "description", "scope", "reconcile", "args"}
+	argKeys      = []string{"type", "description", "required", "default", "pattern", "max_len", "allow_dash", "min", "max", "values", "root", "must_exist"}
+	agentKeys    = []string{"ops"}
+)
+
+// Load reads and parses the policy file at path. The file must be a regular
+// file of at most 1 MiB and, on Unix, not writable by others: whoever can write
+// the policy decides what agents may run.
+func Load(path string) (*Policy, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("load policy: %w", err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("load policy: %w", err)
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, &PolicyError{File: path, Msg: "not a regular file", Hint: "point --policy at a plain TOML file"}
+	}
+	if runtime.GOOS != "windows" && fi.Mode().Perm()&0o002 != 0 {
+		return nil, &PolicyError{File: path, Msg: "writable by any user", Hint: "chmod o-w " + path + ": the policy decides what agents may run"}
+	}
+	data, err := io.ReadAll(io.LimitReader(f, maxPolicySize+1))
+	if err != nil {
+		return nil, fmt.Errorf("load policy: %w", err)
+	}
+	if len(data) > maxPolicySize {
+		return nil, &PolicyError{File: path, Msg: "larger than 1 MiB", Hint: "a policy is a short hand-written file"}
+	}
+	return Parse(path, data)
+}
+
+// Parse parses a policy from data; name is used in error messages. Errors are
+// *PolicyError values (joined when there are several).
+func Parse(name string, data []byte) (*Policy, error) {
+	sum := sha256.Sum256(data)
+	dec := toml.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	var doc fileDoc
+	if err := dec.Decode(&doc); err != nil {
+		return nil, decodeErrors(name, err)
+	}
+	b := &builder{file: name, pos: scanPositions(data)}
+	p := b.build(&doc)
+	if len(b.errs) > 0 {
+		return nil, b.joined()
+	}
+	p.Name = name
+	p.SHA256 = hex.EncodeToString(sum[:])
+	return p, nil
+}
+
+// decodeErrors turns go-toml's errors into PolicyErrors with file and line.
+func decodeErrors(file string, err error) error {
+	var se *toml.StrictMissingError
+	if errors.As(err, &se) {
+		var errs []error
+		for i := range se.Errors {
+			if i == maxReported {
+				break
+			}
+			de := &se.Errors[i]
+			line, _ := de.Position()
+			key := []string(de.Key())
+			errs = append(errs, &PolicyError{File: file, Line: line, Key: formatKey(key), Msg: "unknown key", Hint: unknownKeyHint(key)})
+		}
+		return errors.Join(errs...)
+	}
+	var de *toml.DecodeError
+	if errors.As(err, &de) {
+		line, col := de.Position()
+		key := []string(de.Key())
+		msg := strings.TrimPrefix(de.Error(), "toml: ")
+		if m := typeErrRE.FindStringSubmatch(msg); m != nil {
+			return &PolicyError{File: file, Line: line, Key: formatKey(key),
+				Msg:  fmt.Sprintf("wrong type: got %s, want %s", tomlArticle(m[1]), goTypeName(m[2])),
+				Hint: typeHint(key)}
+		}
+		hint := fmt.Sprintf("check the TOML syntax at column %d", col)
+		if strings.Contains(msg, "array table") {
+			hint = "write [ops.NAME] tables; [[...]] arrays of tables are not part of the schema"
+		}
+		return &PolicyError{File: file, Line: line, Key: formatKey(key), Msg: msg, Hint: hint}
+	}
+	return &PolicyError{File: file, Msg: err.Error()}
+}
+
+var typeErrRE = regexp.MustCompile(`^cannot decode TOML (.+?) into (?:.* of type )?(\S+)$`)
+
+func tomlArticle(kind string) string {
+	if kind != "" && strings.ContainsRune("aeiou", rune(kind[0])) {
+		return "an " + kind
+	}
+	return "a " + kind
+}
+
+// goTypeName names the TOML type a Go field type wants, in user terms.
+func goTypeName(t string) string {
+	t = strings.TrimLeft(t, "*")
+	switch {
+	case t == "string":
+		return "a string"
+	case t == "[]string":
+		return "an array of strings"
+	case t == "int64":
+		return "an integer"
+	case t == "bool":
+		return "a boolean (true or false)"
+	case strings.HasPrefix(t, "map[") || strings.HasPrefix(t, "policy."):
+		return "a table"
+	}
+	return t
+}
+
+// typeHint says what a key should look like, by the key's last part.
+func typeHint(key []string) string {
+	if len(key) == 0 {
+		return ""
+	}
+	switch key[len(key)-1] {
+	case "timeout":
+		return `a Go duration string such as "10m" or "1h30m"`
+	case "argv", "reconcile":
+		return `an array of strings such as ["go", "test", "{pkg}"]`
+	case "env":
+		return `an array of variable names such as ["PATH", "HOME"]`
+	case "set_env":
+		return `a table of NAME = "value" strings`
+	case "ops":
+		if len(key) == 1 {
+			return "define each op as a table [ops.NAME]"
+		}
+		return `an array of op names such as ["test", "build"]`
+	case "agents":
+		return "define each agent as a table [agents.NAME]"
+	case "values":
+		return `an array of strings such as ["debug", "release"]`
+	case "concurrency", "max_len", "min", "max", "version":
+		return "a whole number without quotes"
+	case "idempotent", "approve", "required", "must_exist", "allow_dash":
+		return "true or false without quotes"
+	case "dir", "root":
+		return `an absolute path or "~/..." in quotes`
+	case "description", "pattern", "type", "scope":
+		return "a quoted string"
+	case "args":
+		return "define each argument as a table [ops.NAME.args.ARG]"
+	case "defaults":
+		return "a table [defaults]"
+	}
+	if len(key) == 2 && key[0] == "ops" || len(key) == 2 && key[0] == "agents" || len(key) == 4 && key[2] == "args" {
+		return "this must be a table: [" + formatKey(key) + "]"
+	}
+	return "see the schema in the package documentation"
+}
+
+// unknownKeyHint lists the keys valid where the unknown one was found and
+// suggests the closest.
+func unknownKeyHint(key []string) string {
+	// The unknown part is the first one below a table the schema defines
+	// (ops.t.foo.bar is unknown because of foo).
+	var valid []string
+	var last string
+	switch {
+	case len(key) >= 5 && key[0] == "ops" && key[2] == "args":
+		valid, last = argKeys, key[4]
+	case len(key) >= 3 && key[0] == "ops":
+		valid, last = opKeys, key[2]
+	case len(key) >= 3 && key[0] == "agents":
+		valid, last = agentKeys, key[2]
+	case len(key) >= 2 && key[0] == "defaults":
+		valid, last = defaultsKeys, key[1]
+	case len(key) >= 1:
+		valid, last = topKeys, key[0]
+	default:
+		return "not part of the policy schema"
+	}
+	if s := closest(last, valid); s != "" {
+		return fmt.Sprintf("did you mean %q?", s)
+	}
+	return "valid keys here: " + strings.Join(valid, ", ")
+}
+
+// closest returns the candidate within edit distance 2 of s, if any.
+func closest(s string, candidates []string) string {
+	best, bestD := "", 3
+	for _, c := range candidates {
+		if d := editDistance(s, c); d < bestD {
+			best, bestD = c, d
+		}
+	}
+	return best
+}
+
+func editDistance(a, b string) int {
+	if len(a) > 64 || len(b) > 64 {
+		return 64
+	}
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}
+
+var bareKeyRE = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
+
+// formatKey renders a key path the way it would be written in TOML, quoting
+// parts that are not bare keys (op names may contain dots).
+func formatKey(parts []string) string {
+	out := make([]string, len(parts))
+	for i, p := range parts {
+		if bareKeyRE.MatchString(p) {
+			out[i] = p
+		} else {
+			out[i] = strconv.Quote(p)
+		}
+	}
+	return strings.Join(out, ".")
+}
+
+// positions maps a key path (parts joined by NUL, which no TOML key written in
+// a policy can usefully contain) to the line where it is defined. Tables map to
+// their header line; implicit parent tables to the first line that creates them.
+type positions map[string]int
+
+func pathKey(parts ...string) string { return strings.Join(parts, "\x00") }
+
+// line returns the line of the longest prefix of parts that has one.
+func (ps positions) line(parts ...string) int {
+	for n := len(parts); n > 0; n-- {
+		if l, ok := ps[pathKey(parts[:n]...)]; ok {
+			return l
+		}
+	}
+	return 0
+}
+
+// scanPositions walks go-toml's AST to learn where every key and table is.
+// It runs only after the decoder accepted the document, so a parse failure here
+// is unexpected; whatever was gathered up to it is still used.
+func scanPositions(data []byte) positions {
+	ps := positions{}
+	var p unstable.Parser
+	p.Reset(data)
+	var prefix []string
+	for p.NextExpression() {
+		e := p.Expression()
+		switch e.Kind {
+		case unstable.Table, unstable.ArrayTable:
+			parts, line := keyOf(&p, e.Key())
+			prefix = parts
+			ps.record(prefix, line)
+		case unstable.KeyValue:
+			ps.recordKV(&p, prefix, e)
+		}
+	}
+	return ps
+}
+
+func (ps positions) record(parts []string, line int) {
+	for n := 1; n <= len(parts); n++ {
+		k := pathKey(parts[:n]...)
+		if _, ok := ps[k]; !ok {
+			ps[k] = line
+		}
+	}
+}
+
+func (ps positions) recordKV(p *unstable.Parser, prefix []string, kv *unstable.Node) {
+	rel, line := keyOf(p, kv.Key())
+	full := append(append([]string{}, prefix...), rel...)
+	ps.record(full, line)
+	v := kv.Value()
+	if v.Kind == unstable.InlineTable {
+		it := v.Children()
+		for it.Next() {
+			if c := it.Node(); c.Kind == unstable.KeyValue {
+				ps.recordKV(p, full, c)
+			}
+		}
+	}
+}
+
+func keyOf(p *unstable.Parser, it unstable.Iterator) ([]string, int) {
+	var parts []string
+	line := 0
+	for it.Next() {
+		n := it.Node()
+		if line == 0 {
+			line = p.Shape(n.Raw).Start.Line
+		}
+		parts = append(parts, string(n.Data))
+	}
+	return parts, line
+}
+
+// builder accumulates semantic errors while turning a fileDoc into a Policy.
+type builder struct {
+	file string
+	pos  positions
+	errs []*PolicyError
+	home string
+	herr error
+	hset bool
+}
+
+// errAt records a problem at the key path parts.
+func (b *builder) errAt(parts []string, hint, format string, args ...any) {
+	b.errs = append(b.errs, &PolicyError{
+		File: b.file,
+		Line: b.pos.line(parts...),
+		Key:  formatKey(parts),
+		Msg:  fmt.Sprintf(format, args...),
+		Hint: hint,
+	})
+}
+
+func (b *builder) joined() error {
+	sort.SliceStable(b.errs, func(i, j int) bool { return b.errs[i].Line < b.errs[j].Line })
+	if len(b.errs) > maxReported {
+		b.errs = b.errs[:maxReported]
+	}
+	errs := make([]error, len(b.errs))
+	for i, e := range b.errs {
+		errs[i] = e
+	}
+	if len(errs) == 1 {
+		return errs[0]
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,406 @@
+package policy
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+)
+
+// RenderContext is what the daemon supplies to Render besides the request.
+type RenderContext struct {
+	// Env looks a variable up in the daemon's own environment (os.LookupEnv in
+	// production). It is asked only for the names the op lists in env, and
+	// for PATH when argv[0] is a bare name and set_env has no PATH. Nil means
+	// an empty environment.
+	Env func(name string) (string, bool)
+	// Vars holds reserved template variables the daemon knows, today only
+	// "request_id". Render fills "agent" and "op" itself; any other key is an
+	// error, so a daemon bug cannot smuggle in a value.
+	Vars map[string]string
+}
+
+// Invocation is a fully rendered, validated command: everything the runner
+// needs and nothing taken from the request except validated argument values,
+// each inside exactly one argv element.
+type Invocation struct {
+	Op          string
+	Argv        []string // Argv[0] is an absolute path
+	Dir         string
+	Env         []string // "K=V", sorted: named vars found via RenderContext.Env, plus set_env
+	Timeout     time.Duration
+	MaxOutput   int64
+	Idempotent  bool
+	Approve     bool
+	Scope       string
+	Concurrency int               // 0 means unlimited
+	Reconcile   []string          // nil when the op has none
+	Args        map[string]string // validated, defaults applied, omitted optionals absent
+}
+
+// Allowed reports whether agent may run op: nil, or an error wrapping
+// ErrNotAllowed or ErrUnknownOp. An unknown agent gets ErrNotAllowed whatever
+// the op, so it learns nothing about which ops exist.
+func (p *Policy) Allowed(agent, op string) error {
+	ops, ok := p.agents[agent]
+	if !ok {
+		return fmt.Errorf("%w: agent %q is not in the policy", ErrNotAllowed, agent)
+	}
+	if p.ops[op] == nil {
+		return fmt.Errorf("%w: %q", ErrUnknownOp, op)
+	}
+	for _, o := range ops {
+		if o == op {
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: op %q not allowed for agent %q", ErrNotAllowed, op, agent)
+}
+
+// Render checks that agent may run op, validates args against the op's schema
+// and renders the op into an Invocation. Errors wrap ErrNotAllowed,
+// ErrUnknownOp or ErrInvalidArg (as *ArgError) when the request is at fault;
+// any other error is a problem on the host (a missing program or path root).
+func (p *Policy) Render(agent, opName string, args map[string]string, ctx RenderContext) (*Invocation, error) {
+	if err := p.Allowed(agent, opName); err != nil {
+		return nil, err
+	}
+	o := p.ops[opName]
+	for _, n := range sortedKeys(args) {
+		if o.args[n] == nil {
+			reason := "this op takes no arguments"
+			if len(o.args) > 0 {
+				reason = "this op takes: " + strings.Join(sortedKeys(o.args), ", ")
+			}
+			if !argNameRE.MatchString(n) {
+				n = "(invalid name)" // hostile input: do not echo it
+			}
+			return nil, &ArgError{Op: opName, Arg: n, Reason: "unknown argument; " + reason}
+		}
+	}
+	validated := map[string]string{}
+	for _, n := range sortedKeys(o.args) {
+		a := o.args[n]
+		v, given := args[n]
+		if !given {
+			switch {
+			case a.def != nil:
+				v = *a.def
+			case a.required:
+				return nil, &ArgError{Op: opName, Arg: n, Reason: "missing required argument"}
+			default:
+				continue
+			}
+		}
+		cv, err := a.check(v)
+		if err != nil {
+			var reason argReason
+			if errors.As(err, &reason) {
+				return nil, &ArgError{Op: opName, Arg: n, Reason: string(reason)}
+			}
+			return nil, fmt.Errorf("op %q: argument %q: %w", opName, n, err)
+		}
+		validated[n] = cv
+	}
+
+	vals := make(map[string]string, len(validated)+3)
+	for k, v := range validated {
+		vals[k] = v
+	}
+	for _, k := range sortedKeys(ctx.Vars) {
+		if k != "request_id" {
+			return nil, fmt.Errorf("op %q: template variable %q cannot be supplied", opName, k)
+		}
+		if r := badText(ctx.Vars[k]); r != "" {
+			return nil, fmt.Errorf("op %q: template variable %q: %s", opName, k, r)
+		}
+		vals[k] = ctx.Vars[k]
+	}
+	vals["agent"] = agent
+	vals["op"] = opName
+
+	lookup := ctx.Env
+	if lookup == nil {
+		lookup = func(string) (string, bool) { return "", false }
+	}
+	// PATH is read only if a bare program name needs it, so the environment
+	// is asked for nothing the op does not use.
+	pathEnv := func() string {
+		if v, ok := o.setEnv["PATH"]; ok {
+			return v
+		}
+		v, _ := lookup("PATH")
+		return v
+	}
+	inv := &Invocation{
+		Op:          opName,
+		Dir:         o.dir,
+		Timeout:     o.timeout,
+		MaxOutput:   o.maxOutput,
+		Idempotent:  o.idempotent,
+		Approve:     o.approve,
+		Scope:       o.scope,
+		Concurrency: o.concurrency,
+		Args:        validated,
+	}
+	var err error
+	if inv.Argv, err = renderArgv(opName, o.argv, vals, pathEnv); err != nil {
+		return nil, err
+	}
+	if o.reconcile != nil {
+		if inv.Reconcile, err = renderArgv(opName, o.reconcile, vals, pathEnv); err != nil {
+			return nil, err
+		}
+	}
+	inv.Env = []string{}
+	for _, n := range o.env {
+		if v, ok := lookup(n); ok && strings.IndexByte(v, 0) < 0 {
+			inv.Env = append(inv.Env, n+"="+v)
+		}
+	}
+	for n, v := range o.setEnv {
+		inv.Env = append(inv.Env, n+"="+v)
+	}
+	sort.Strings(inv.Env)
+	return inv, nil
+}
+
+func renderArgv(opName string, ts []tmpl, vals map[string]string, pathEnv func() string) ([]string, error) {
+	out := make([]string, 0, len(ts))
+	for i, t := range ts {
+		if i == 0 {
+			prog, err := lookPath(t[0].lit, pathEnv)
+			if err != nil {
+				return nil, fmt.Errorf("op %q: %w", opName, err)
+			}
+			out = append(out, prog)
+			continue
+		}
+		s, ok := t.render(vals)
+		if !ok {
+			for _, seg := range t {
+				if _, have := vals[seg.ref]; seg.ref != "" && !have && reservedVars[seg.ref] {
+					return nil, fmt.Errorf("op %q: template variable %q was not supplied", opName, seg.ref)
+				}
+			}
+			continue // an omitted optional argument drops its element
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+// lookPath resolves the program against pathEnv (not the process's PATH), the
+// way exec.LookPath would, but ignores relative PATH entries: "." in PATH must
+// not let a file in the working directory stand in for the program.
+func lookPath(prog string, pathEnvFn func() string) (string, error) {
+	if filepath.IsAbs(prog) {
+		if err := executable(prog); err != nil {
+			return "", fmt.Errorf("program %s: %w", prog, err)
+		}
+		return prog, nil
+	}
+	pathEnv := pathEnvFn()
+	for _, dir := range filepath.SplitList(pathEnv) {
+		if !filepath.IsAbs(dir) {
+			continue
+		}
+		p := filepath.Join(dir, prog)
+		if executable(p) == nil {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("program %q not found in PATH %q", prog, pathEnv)
+}
+
+func executable(p string) error {
+	fi, err := os.Stat(p)
+	if err != nil {
+		return err
+	}
+	if !fi.Mode().IsRegular() {
+		return errors.New("not a regular file")
+	}
+	if runtime.GOOS != "windows" && fi.Mode().Perm()&0o111 == 0 {
+		return errors.New("not executable")
+	}
+	return nil
+}
+
+// argReason is a validation failure the request caused; it becomes an
+// ArgError. Other errors from check are the host's problem.
+type argReason string
+
+func (r argReason) Error() string { return string(r) }
+
+var canonicalIntRE = regexp.MustCompile(`^-?(0|[1-9][0-9]*)$`)
+
+// checkStatic validates v without touching the filesystem and returns its
+// canonical form ("" reason means valid). Paths are only checked lexically.
+func (a *arg) checkStatic(v string) (string, string) {
+	switch a.typ {
+	case typeString:
+		if r := badText(v); r != "" {
+			return "", r
+		}
+		if strings.HasPrefix(v, "-") && !a.allowDash {
+			return "", "starts with '-' and could be read as an option"
+		}
+		if len(v) > a.maxLen {
+			return "", fmt.Sprintf("longer than %d bytes", a.maxLen)
+		}
+		if a.pattern != nil && !a.pattern.MatchString(v) {
+			return "", fmt.Sprintf("does not match pattern %q", a.patternSrc)
+		}
+		return v, ""
+	case typeInt:
+		if !canonicalIntRE.MatchString(v) || v == "-0" {
+			return "", "not a canonical decimal integer (no sign +, leading zeros, spaces or exponent)"
+		}
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return "", "out of the 64-bit integer range"
+		}
+		if a.min != nil && n < *a.min {
+			return "", fmt.Sprintf("below the minimum %d", *a.min)
+		}
+		if a.max != nil && n > *a.max {
+			return "", fmt.Sprintf("above the maximum %d", *a.max)
+		}
+		return v, ""
+	case typeBool:
+		if v != "true" && v != "false" {
+			return "", "want true or false"
+		}
+		return v, ""
+	case typeEnum:
+		for _, x := range a.values {
+			if x == v {
+				return v, ""
+			}
+		}
+		return "", "not one of " + strings.Join(a.values, ", ")
+	case typePath:
+		if r := badText(v); r != "" {
+			return "", r
+		}
+		if v == "" {
+			return "", "empty path"
+		}
+		if len(v) > maxMaxLen {
+			return "", fmt.Sprintf("longer than %d bytes", maxMaxLen)
+		}
+		c := v
+		if !filepath.IsAbs(c) {
+			c = filepath.Join(a.root, c)
+		}
+		c = filepath.Clean(c)
+		if !within(a.root, c) {
+			return "", "escapes the op's path root"
+		}
+		return c, ""
+	}
+	return "", "unknown type"
+}
+
+// check is checkStatic plus, for paths, confinement on the real filesystem.
+// The rendered path is the symlink-free absolute path that was checked.
+func (a *arg) check(v string) (string, error) {
+	c, reason := a.checkStatic(v)
+	if reason != "" {
+		return "", argReason(reason)
+	}
+	if a.typ != typePath {
+		return c, nil
+	}
+	return confine(a.root, c, a.mustExist)
+}
+
+// confine walks cand (lexically inside root) component by component from the
+// root's real location, resolving each symlink met and requiring every step to
+// stay inside the real root. Components past the longest existing prefix are
+// appended as they are. A dangling symlink is refused: a later create through
+// it would land wherever it points.
+func confine(root, cand string, mustExist bool) (string, error) {
+	realRoot, err := filepath.EvalSymlinks(root)
+	if err != nil {
+		return "", fmt.Errorf("path root: %w", err)
+	}
+	rel, err := filepath.Rel(root, cand)
+	if err != nil {
+		return "", argReason("escapes the op's path root")
+	}
+	cur := realRoot
+	if rel == "." {
+		return cur, nil
+	}
+	parts := strings.Split(rel, string(filepath.Separator))
+	for i, part := range parts {
+		next := filepath.Join(cur, part)
+		fi, err := os.Lstat(next)
+		if errors.Is(err, fs.ErrNotExist) {
+			if mustExist {
+				return "", argReason("does not exist")
+			}
+			return filepath.Join(append([]string{cur}, parts[i:]...)...), nil
+		}
+		if err != nil {
+			return "", argReason("cannot be resolved (a component is not a directory or not accessible)")
+		}
+		if fi.Mode()&fs.ModeSymlink != 0 {
+			resolved, err := filepath.EvalSymlinks(next)
+			if err != nil {
+				return "", argReason("goes through a dangling or looping symlink")
+			}
+			if !within(realRoot, resolved) {
+				return "", argReason("escapes the op's path root through a symlink")
+			}
+			next = resolved
+		}
+		cur = next
+	}
+	return cur, nil
+}
+
+// within reports whether p is root or below it; both must be clean.
+func within(root, p string) bool {
+	if p == root {
+		return true
+	}
+	if !strings.HasSuffix(root, string(filepath.Separator)) {
+		root += string(filepath.Separator)
+	}
+	return strings.HasPrefix(p, root)
+}
+
+// badText explains why s may not be an argument value: not UTF-8, NUL and
+// other control characters (newline too: it splits log lines and fools
+// line-based tools), or bidirectional overrides (text that reads differently
+// than it runs). "" means fine.
+func badText(s string) string {
+	if !utf8.ValidString(s) {
+		return "not valid UTF-8"
+	}
+	for _, r := range s {
+		switch {
+		case r == 0:
+			return "contains NUL"
+		case r == '\n' || r == '\r':
+			return "contains a line break"
+		case unicode.IsControl(r):
+			return "contains a control character"
+		case r >= 0x202A && r <= 0x202E, r >= 0x2066 && r <= 0x2069, r == 0x200E, r == 0x200F:
+			return "contains a bidirectional control character"
+		}
+	}
+	return ""
+}
