@@ -1,0 +1,116 @@
+// Package runner runs one already-validated, already-rendered invocation as a
+// real process and reports what became of it (design invariant 8: no shell,
+// no inherited secrets).
+//
+// The entry points:
+//
+//   - [Run] runs a [Spec] (argv, working directory, complete environment,
+//     stdin, timeout, output cap, [Limits], grace period) to the end and returns
+//     an [Outcome]: exit code or terminating signal, timed out or cancelled,
+//     captured stdout and stderr, CPU time. It never returns an error of its
+//     own; a program that could not start has [Outcome.StartErr].
+//   - [Main] must be the first statement of main() in the bridge binary (and
+//     of TestMain in tests that run with Limits): it is the resource-limit shim.
+//
+// # Execution
+//
+// Argv[0] is executed directly with execve; nothing is interpreted. A name
+// without a slash is looked up in the PATH of Spec.Env, skipping relative
+// entries; without a PATH there, it must be absolute. The child's environment
+// is exactly Spec.Env, its working directory Spec.Dir (absolute, must exist),
+// its stdin Spec.Stdin or /dev/null. It leads a process group of its own, so
+// that the runner can signal the whole tree it spawns.
+//
+// # The signal ladder
+//
+// When Spec.Timeout expires or ctx is done, the process group receives SIGINT,
+// then SIGTERM after Spec.Grace, then SIGKILL after another Grace (the GitHub
+// Actions runner's ladder; Grace defaults to 5 s). SIGINT first lets tools
+// clean up as they would at a terminal. The first cause is recorded as
+// TimedOut or Cancelled; Signal names the signal that ended the program, if
+// one did.
+//
+// When the program (the group leader) exits, on its own or not, the runner
+// waits up to Grace for its output pipes to close, then sends SIGKILL to the
+// group in any case and waits for the group to die: background children
+// ("sleep 1000 &") never outlive the run, and a child that keeps stdout open
+// cannot hang Run. A process that left the group (setsid) is out of reach; if
+// it still holds a pipe after another Grace, the runner stops reading and
+// says so in Outcome.Notes. So Run lasts at most Timeout + 2 Grace until the
+// leader dies, plus up to 2 Grace (and the time SIGKILL takes) for the rest.
+//
+// On Linux the leader is started with Pdeathsig SIGKILL, so it dies with a
+// daemon that is killed outright. Pdeathsig fires when the forking *thread*
+// exits, and Go exits threads (a goroutine that ends while locked to its
+// thread takes it along), so the fork happens on a goroutine locked to its OS
+// thread that stays locked until the leader exits: one OS thread per running
+// program. Only the leader gets the signal; its descendants need a live
+// daemon's group kill. The leader is learned to have exited with
+// waitid(WNOWAIT) and reaped only at the end, so its pid, the group id, cannot
+// be reused while the runner still signals the group.
+//
+// # Output
+//
+// Stdout and stderr are captured separately, each within Spec.MaxOutput
+// (default 1 MiB): the first half of the cap and the last half are kept, the
+// middle dropped and replaced by the line "\n[... N bytes omitted by bridge
+// ...]\n"; Output.Total counts every byte and Output.Truncated is set. The
+// pipes are read to the end whatever the cap, so the child never blocks on a
+// full pipe. Spec.OnOutput sees every byte as it arrives, for live progress.
+//
+// # Resource limits and the shim
+//
+// Go's os/exec has no hook between fork and exec, and both alternatives are
+// wrong: setrlimit in the daemon limits the daemon itself and every other
+// child, and prlimit after the start leaves a window in which the program runs
+// unlimited. So when any of Spec.Limits is set, the runner starts its own
+// executable (/proc/self/exe on Linux, os.Executable on macOS) as
+//
+//	<self> __bridge_exec__ <cpu>,<as>,<nofile>,<nproc>,<fsize> <path> <argv...>
+//
+// with the child's exact environment. [Main] sees the marker, sets the limits
+// on itself, and execve's the program: same pid, same process group, the
+// limits in force from the first instruction, the marker and limit arguments
+// gone. It reports through a close-on-exec pipe on fd 3, so a failed setrlimit
+// or execve is a StartErr with its errno, and a binary that forgot to call
+// Main (and so ran as itself, with the shim's arguments) is a StartErr once it
+// exits.
+//
+// Each limit is set as soft and hard limit, clamped to the daemon's hard
+// limit; RLIMIT_CPU gets a hard limit one second above the soft one so the
+// program gets SIGXCPU before SIGKILL. RLIMIT_NPROC counts every process and
+// thread of the real user, not of this run, and does not bind root. RLIMIT_AS
+// is enforced by Linux, not by macOS. Go raises its own soft RLIMIT_NOFILE to
+// the hard limit at start-up and lowers it again for the children it starts;
+// the shim's execve does not, so under the shim a program whose OpenFiles is
+// unset sees a soft limit equal to the hard one. On other systems limits are
+// not applied and Outcome.Notes says so.
+//
+// # Security
+//
+//   - No shell, ever: argv elements reach the program as they are, so
+//     "$(id)", quotes, globs and semicolons are inert data.
+//   - The environment is exactly Spec.Env: nothing of the daemon's (keys,
+//     tokens, BRIDGE_HOME) leaks, and the program is found through the child's
+//     PATH, never the daemon's. Error messages name environment keys, never
+//     values. The shim is a Go program that starts with the child's
+//     environment, so GODEBUG or GOTRACEBACK in Spec.Env affect its few
+//     milliseconds before execve; nothing else of the shim survives execve.
+//   - File descriptors: the child gets 0, 1 and 2 only; every descriptor of
+//     the daemon is close-on-exec.
+//   - The process group, the ladder, the final group kill and Pdeathsig bound
+//     the run in time; MaxOutput bounds its memory in the daemon; Limits bound
+//     its resources. None of them is a sandbox: the program runs with the
+//     daemon's user, file system and network.
+//   - A program that calls setsid or setpgid escapes the group kill; Run
+//     still returns, and Outcome.Notes tells when it noticed.
+//
+// # Platforms
+//
+// Linux has all of the above. macOS and the BSDs have process groups and the
+// ladder but no Pdeathsig, and reap the leader at once (a small window for pid
+// reuse before the final group kill); the shim exists on macOS only. Windows
+// has no process groups or signals: the program alone is killed at once on
+// timeout or cancel, its descendants are not reached, limits are not applied,
+// and Outcome.Notes says so.
+package runner

@@ -1,0 +1,140 @@
+package runner
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// leader is the started program: the process whose pid is also the id of
+// its process group.
+type leader struct {
+	p *os.Process
+	// exited is closed when the leader has exited. On Linux it is not yet
+	// reaped then: the zombie keeps its pid, and so the process group id,
+	// from being reused while the runner still signals the group.
+	exited chan struct{}
+}
+
+// launch starts the program in a process group of its own, with
+// Pdeathsig SIGKILL so that it does not outlive a daemon that dies without
+// cleaning up (only the leader: its descendants are reached by the group
+// kill, which needs a live daemon).
+//
+// Pdeathsig fires when the *thread* that forked the child exits, not the
+// process, and Go exits threads (a goroutine that ends while locked to its
+// thread takes the thread with it). So the fork happens on a goroutine locked
+// to its thread, which stays locked, and alive, until the leader has exited.
+func launch(path string, argv []string, attr *os.ProcAttr) (*leader, error) {
+	attr.Sys = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	l := &leader{exited: make(chan struct{})}
+	started := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		p, err := os.StartProcess(path, argv, attr)
+		if err != nil {
+			started <- err
+			return
+		}
+		l.p = p
+		started <- nil
+		var info unix.Siginfo
+		for {
+			// WNOWAIT: learn of the exit without reaping; reap() reaps.
+			err := unix.Waitid(unix.P_PID, p.Pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
+			if err != unix.EINTR {
+				break
+			}
+		}
+		close(l.exited)
+	}()
+	if err := <-started; err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+func (l *leader) reap() (*os.ProcessState, error) { return l.p.Wait() }
+
+// shimExecutable is the daemon's own binary. /proc/self/exe names the
+// running image even if the file was replaced or removed since.
+func shimExecutable() (string, string) { return "/proc/self/exe", "" }
+
+func supervisionNotes() []string { return nil }
+
+// preparedExec holds execve's arguments converted before the shim sets its
+// limits: once RLIMIT_AS is below what the Go runtime has already reserved,
+// no allocation may be needed on the way to execve.
+type preparedExec struct {
+	path       *byte
+	argv, envv []*byte
+}
+
+func prepareExec(path string, argv, env []string) (*preparedExec, error) {
+	p, err := syscall.BytePtrFromString(path)
+	if err != nil {
+		return nil, err
+	}
+	a, err := syscall.SlicePtrFromStrings(argv)
+	if err != nil {
+		return nil, err
+	}
+	e, err := syscall.SlicePtrFromStrings(env)
+	if err != nil {
+		return nil, err
+	}
+	return &preparedExec{p, a, e}, nil
+}
+
+// exec replaces the process image; it returns only on failure. The raw
+// execve (rather than syscall.Exec) also means Go's restoring of the soft
+// RLIMIT_NOFILE it raised at start-up does not happen: see doc.go.
+func (x *preparedExec) exec() error {
+	_, _, errno := syscall.RawSyscall(syscall.SYS_EXECVE,
+		uintptr(unsafe.Pointer(x.path)),
+		uintptr(unsafe.Pointer(&x.argv[0])),
+		uintptr(unsafe.Pointer(&x.envv[0])))
+	return errno
+}
+
+// groupAlive reports whether a live process is in process group pgid.
+// kill(-pgid, 0) also counts zombies, and orphaned members are reaped by
+// init, which in some containers takes seconds; so when it finds someone,
+// /proc says whether any member is still more than a zombie.
+func groupAlive(pgid int) bool {
+	if unix.Kill(-pgid, 0) == unix.ESRCH {
+		return false
+	}
+	stats, err := filepath.Glob("/proc/[0-9]*/stat")
+	if err != nil || len(stats) == 0 {
+		return true // no /proc: trust kill
+	}
+	want := []byte(strconv.Itoa(pgid))
+	for _, p := range stats {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue // exited meanwhile
+		}
+		// pid (comm) state ppid pgrp ...; comm may hold anything, so parse
+		// after the last ')'.
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 || len(b) < i+3 {
+			continue
+		}
+		f := bytes.Fields(b[i+1:])
+		if len(f) < 3 || !bytes.Equal(f[2], want) {
+			continue
+		}
+		if st := f[0][0]; st != 'Z' && st != 'X' {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,57 @@
+//go:build !unix
+
+package runner
+
+import (
+	"io/fs"
+	"os"
+	"runtime"
+	"syscall"
+	"time"
+)
+
+// Without process groups and signals the ladder is a single step: the
+// leader is killed at once, and its descendants are not reached.
+var ladder = []syscall.Signal{syscall.SIGKILL}
+
+type leader struct {
+	p      *os.Process
+	exited chan struct{}
+	state  *os.ProcessState
+	err    error
+}
+
+func launch(path string, argv []string, attr *os.ProcAttr) (*leader, error) {
+	p, err := os.StartProcess(path, argv, attr)
+	if err != nil {
+		return nil, err
+	}
+	l := &leader{p: p, exited: make(chan struct{})}
+	go func() {
+		l.state, l.err = p.Wait()
+		close(l.exited)
+	}()
+	return l, nil
+}
+
+func (l *leader) reap() (*os.ProcessState, error) {
+	<-l.exited
+	return l.state, l.err
+}
+
+func signalGroup(l *leader, sig syscall.Signal) error {
+	if sig != syscall.SIGKILL {
+		return nil
+	}
+	return l.p.Kill()
+}
+
+func exitInfo(st *os.ProcessState) (int, string) { return st.ExitCode(), "" }
+
+func isExecutable(fi fs.FileInfo) bool { return fi.Mode().IsRegular() }
+
+func supervisionNotes() []string {
+	return []string{"no process groups on " + runtime.GOOS + ": only the program itself is killed, not its descendants"}
+}
+
+func awaitGroupGone(*leader, time.Duration) bool { return true }

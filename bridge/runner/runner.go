@@ -1,0 +1,441 @@
+package runner
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Defaults for the zero values of [Spec.Grace] and [Spec.MaxOutput].
+const (
+	DefaultGrace     = 5 * time.Second
+	DefaultMaxOutput = 1 << 20
+)
+
+// Stream numbers passed to [Spec.OnOutput]: the child's file descriptors.
+const (
+	StreamStdout = 1
+	StreamStderr = 2
+)
+
+// Spec is one already-validated, already-rendered invocation.
+type Spec struct {
+	// Argv is the program and its arguments, passed to execve as they are:
+	// no shell, no expansion. An Argv[0] without a slash is looked up in the
+	// PATH of Env (never the daemon's PATH); a relative one with a slash is
+	// taken relative to Dir.
+	Argv []string
+	// Dir is the working directory: absolute, existing, a directory.
+	Dir string
+	// Env is the complete environment as "K=V" entries: the child gets exactly
+	// this and inherits nothing. Entries must have a non-empty key; a key may
+	// appear once.
+	Env []string
+	// Stdin is copied to the child's standard input; nil means /dev/null.
+	// Run does not wait for a Stdin whose Read blocks after the child exits.
+	Stdin io.Reader
+	// Timeout starts the signal ladder this long after the start; 0 means
+	// no timeout (ctx can still cancel).
+	Timeout time.Duration
+	// MaxOutput caps what is kept of each of stdout and stderr; 0 means
+	// DefaultMaxOutput.
+	MaxOutput int64
+	// Limits are resource limits applied before the program starts.
+	Limits Limits
+	// Grace is the wait between the steps of the signal ladder, and after the
+	// leader's exit for its output pipes to close; 0 means DefaultGrace.
+	Grace time.Duration
+	// OnOutput, if set, sees every byte the child writes, as it arrives, whether
+	// kept or dropped by the cap. It is called from the goroutines reading the
+	// pipes, never concurrently with itself; p is reused after it returns. It
+	// must not block long: while it runs the pipe is not drained.
+	OnOutput func(stream int, p []byte)
+}
+
+// Limits are resource limits for the child (setrlimit); 0 leaves one unset.
+// Each is set as both the soft and the hard limit (CPUSeconds gets a hard
+// limit one second above, so SIGXCPU comes before SIGKILL), never above the
+// daemon's own hard limit.
+type Limits struct {
+	CPUSeconds   uint64 // RLIMIT_CPU, seconds of user+system time
+	AddressSpace uint64 // RLIMIT_AS, bytes of virtual memory
+	OpenFiles    uint64 // RLIMIT_NOFILE, highest file descriptor + 1
+	Processes    uint64 // RLIMIT_NPROC: processes and threads of the whole real user id, not of this tree
+	FileSize     uint64 // RLIMIT_FSIZE, bytes of the largest file written
+}
+
+// Outcome is what became of a Spec. Run always returns one.
+type Outcome struct {
+	// ExitCode is the program's exit status; -1 if it was killed by a signal
+	// or never started.
+	ExitCode int
+	// Signal names the signal that terminated the program ("SIGKILL"), if any.
+	Signal string
+	// TimedOut and Cancelled tell why the signal ladder was started; at most
+	// one is set, the first cause wins. The program may still have exited on
+	// its own terms (ExitCode 0 after SIGINT, say).
+	TimedOut, Cancelled bool
+	// StartErr says why the program was not started: a bad Spec, an
+	// executable not found ([exec.ErrNotFound]), a failed execve or setrlimit,
+	// or ctx done before the start (then Cancelled is set too).
+	StartErr error
+	// Stdout and Stderr are the captured streams.
+	Stdout, Stderr Output
+	// Started and Finished bracket the run; Started is zero if it never started.
+	Started, Finished time.Time
+	// CPU is the user+system time of the program and of the descendants it
+	// waited for (rusage).
+	CPU time.Duration
+	// Notes are things the runner could not do or enforce on this platform or
+	// this run (limits unsupported, pipes held open outside the group).
+	Notes []string
+}
+
+// Output is one captured stream.
+type Output struct {
+	// Data is the whole stream, or, when Truncated, its head and tail around
+	// a marker line "\n[... N bytes omitted by bridge ...]\n".
+	Data []byte
+	// Total counts every byte the stream produced, kept or not.
+	Total int64
+	// Truncated is set when Total exceeded the cap.
+	Truncated bool
+}
+
+// Run runs s to completion and reports the outcome. Cancelling ctx is a
+// cancel request: it starts the signal ladder, it does not abandon the child.
+// Run returns only once the program has exited, its process group has been
+// killed and its output has been read.
+func Run(ctx context.Context, s Spec) *Outcome {
+	o := &Outcome{ExitCode: -1}
+	path, err := check(s)
+	if err != nil {
+		o.StartErr = err
+		return o
+	}
+	if err := ctx.Err(); err != nil {
+		o.Cancelled = true
+		o.StartErr = fmt.Errorf("not started: %w", err)
+		return o
+	}
+	execute(ctx, s, path, o)
+	return o
+}
+
+// check validates s and returns the path of the program to execute.
+func check(s Spec) (string, error) {
+	if len(s.Argv) == 0 || s.Argv[0] == "" {
+		return "", fmt.Errorf("empty argv")
+	}
+	if s.Timeout < 0 || s.MaxOutput < 0 || s.Grace < 0 {
+		return "", fmt.Errorf("negative timeout, output cap or grace")
+	}
+	if s.Dir == "" || !filepath.IsAbs(s.Dir) {
+		return "", fmt.Errorf("working directory %q: not an absolute path", s.Dir)
+	}
+	fi, err := os.Stat(s.Dir)
+	if err != nil {
+		return "", fmt.Errorf("working directory: %w", err)
+	}
+	if !fi.IsDir() {
+		return "", fmt.Errorf("working directory %s: not a directory", s.Dir)
+	}
+	pathList, hasPath := "", false
+	seen := make(map[string]bool, len(s.Env))
+	for i, kv := range s.Env {
+		k, v, ok := strings.Cut(kv, "=")
+		// The value is never quoted in an error: it may be a secret.
+		if !ok || k == "" || strings.ContainsRune(kv, 0) {
+			return "", fmt.Errorf("environment entry %d: not K=V", i)
+		}
+		if seen[k] {
+			return "", fmt.Errorf("environment entry %d: duplicate key %q", i, k)
+		}
+		seen[k] = true
+		if k == "PATH" {
+			pathList, hasPath = v, true
+		}
+	}
+	name := s.Argv[0]
+	var path string
+	switch {
+	case filepath.IsAbs(name):
+		path = name
+	case strings.ContainsRune(name, filepath.Separator) || strings.ContainsRune(name, '/'):
+		path = filepath.Join(s.Dir, name)
+	case !hasPath:
+		return "", fmt.Errorf("find %q: no PATH in the environment and not an absolute path: %w", name, exec.ErrNotFound)
+	default:
+		return lookPath(name, pathList)
+	}
+	fi, err = os.Stat(path)
+	if err != nil {
+		return "", fmt.Errorf("find %q: %w", name, err)
+	}
+	if !isExecutable(fi) {
+		return "", &fs.PathError{Op: "exec", Path: path, Err: fs.ErrPermission}
+	}
+	return path, nil
+}
+
+// lookPath finds name in the directories of pathList, the PATH of the child's
+// environment. Relative and empty entries are skipped: they would resolve
+// against the working directory, which an operation may be able to write
+// (the reason for os/exec's ErrDot).
+func lookPath(name, pathList string) (string, error) {
+	for _, dir := range filepath.SplitList(pathList) {
+		if dir == "" || !filepath.IsAbs(dir) {
+			continue
+		}
+		p := filepath.Join(dir, name)
+		if fi, err := os.Stat(p); err == nil && isExecutable(fi) {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("find %q in the PATH of the environment: %w", name, exec.ErrNotFound)
+}
+
+// execute starts the checked Spec and supervises it to the end.
+func execute(ctx context.Context, s Spec, path string, o *Outcome) {
+	grace := s.Grace
+	if grace == 0 {
+		grace = DefaultGrace
+	}
+	keep := s.MaxOutput
+	if keep == 0 {
+		keep = DefaultMaxOutput
+	}
+
+	// childEnds are handed to the child and closed here once it has started,
+	// so that EOF on a pipe means every process holding it is gone. ours are
+	// closed when Run returns (a second Close is harmless).
+	var childEnds, ours []*os.File
+	defer func() { closeAll(childEnds); closeAll(ours) }()
+	pipe := func() (r, w *os.File, err error) {
+		r, w, err = os.Pipe()
+		if err == nil {
+			ours, childEnds = append(ours, r), append(childEnds, w)
+		}
+		return r, w, err
+	}
+
+	var stdin, stdinW *os.File
+	var err error
+	if s.Stdin == nil {
+		stdin, err = os.Open(os.DevNull)
+		if err == nil {
+			childEnds = append(childEnds, stdin)
+		}
+	} else {
+		stdin, stdinW, err = os.Pipe()
+		if err == nil {
+			childEnds, ours = append(childEnds, stdin), append(ours, stdinW)
+		}
+	}
+	if err != nil {
+		o.StartErr = fmt.Errorf("stdin: %w", err)
+		return
+	}
+	outR, outW, err := pipe()
+	if err != nil {
+		o.StartErr = fmt.Errorf("stdout pipe: %w", err)
+		return
+	}
+	errR, errW, err := pipe()
+	if err != nil {
+		o.StartErr = fmt.Errorf("stderr pipe: %w", err)
+		return
+	}
+	files := []*os.File{stdin, outW, errW}
+
+	exe, argv := path, s.Argv
+	var statusR *os.File
+	if s.Limits != (Limits{}) {
+		shim, note := shimExecutable()
+		if shim == "" {
+			o.Notes = append(o.Notes, note)
+		} else {
+			r, w, err := pipe()
+			if err != nil {
+				o.StartErr = fmt.Errorf("shim status pipe: %w", err)
+				return
+			}
+			statusR = r
+			files = append(files, w) // fd 3 in the shim, see shimStatusFD
+			exe, argv = shim, shimArgv(shim, s.Limits, path, s.Argv)
+		}
+	}
+	env := s.Env
+	if env == nil {
+		env = []string{} // nil would mean "inherit" to os.StartProcess
+	}
+
+	l, err := launch(exe, argv, &os.ProcAttr{Dir: s.Dir, Env: env, Files: files})
+	closeAll(childEnds)
+	if err != nil {
+		o.StartErr = fmt.Errorf("start %s: %w", path, err)
+		return
+	}
+	if statusR != nil {
+		// The shim is our own code: it either execs (status "R", then EOF
+		// from close-on-exec) or reports why not and exits, promptly.
+		status, rerr := io.ReadAll(statusR)
+		if err := parseShimStatus(status); err != nil || rerr != nil {
+			if err == nil {
+				err = fmt.Errorf("read shim status: %w", rerr)
+			}
+			_ = signalGroup(l, syscall.SIGKILL)
+			<-l.exited
+			_, _ = l.reap()
+			o.StartErr = fmt.Errorf("start %s: %w", path, err)
+			return
+		}
+	}
+	o.Started = time.Now()
+	o.Notes = append(o.Notes, supervisionNotes()...)
+
+	var tapMu sync.Mutex
+	tap := func(stream int, p []byte) {
+		if s.OnOutput != nil {
+			tapMu.Lock()
+			defer tapMu.Unlock()
+			s.OnOutput(stream, p)
+		}
+	}
+	stdoutCap, stderrCap := newCapture(keep), newCapture(keep)
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go pump(&wg, outR, stdoutCap, StreamStdout, tap)
+	go pump(&wg, errR, stderrCap, StreamStderr, tap)
+	pumped := make(chan struct{})
+	go func() { wg.Wait(); close(pumped) }()
+	if stdinW != nil {
+		go func() {
+			// Errors end the copy: EPIPE when the child stops reading, or
+			// ErrClosed once Run returns.
+			_, _ = io.Copy(stdinW, s.Stdin)
+			_ = stdinW.Close()
+		}()
+	}
+
+	supervise(ctx, s.Timeout, grace, l, o)
+
+	// The leader has exited. Whatever is left in its group is a straggler
+	// (say "sleep 1000 &"): give the pipes a grace period to close on their
+	// own, then kill the group and wait for it to die. If the pipes are still
+	// open then, a process that left the group (setsid) holds them: stop
+	// reading rather than wait for it.
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	select {
+	case <-pumped:
+	case <-t.C:
+	}
+	_ = signalGroup(l, syscall.SIGKILL)
+	// SIGKILL cannot be caught, but dying takes a scheduler slot; on a loaded
+	// machine that can exceed a short Grace.
+	if !awaitGroupGone(l, max(grace, time.Second)) {
+		o.Notes = append(o.Notes, "process group still alive after SIGKILL")
+	}
+	select {
+	case <-pumped:
+	default:
+		t.Reset(grace)
+		select {
+		case <-pumped:
+		case <-t.C:
+			o.Notes = append(o.Notes, "output pipes still open after the process group was killed (a process left the group): stopped reading")
+			now := time.Now()
+			_ = outR.SetReadDeadline(now)
+			_ = errR.SetReadDeadline(now)
+			<-pumped
+		}
+	}
+
+	st, err := l.reap()
+	o.Finished = time.Now()
+	if err != nil {
+		o.Notes = append(o.Notes, fmt.Sprintf("wait: %v", err))
+	} else {
+		o.ExitCode, o.Signal = exitInfo(st)
+		o.CPU = st.UserTime() + st.SystemTime()
+	}
+	o.Stdout, o.Stderr = stdoutCap.output(), stderrCap.output()
+}
+
+// supervise waits for the leader to exit, climbing the signal ladder on the
+// process group once the timeout expires or ctx is done.
+func supervise(ctx context.Context, timeout, grace time.Duration, l *leader, o *Outcome) {
+	var timeoutC <-chan time.Time
+	if timeout > 0 {
+		t := time.NewTimer(timeout)
+		defer t.Stop()
+		timeoutC = t.C
+	}
+	step := time.NewTimer(grace)
+	step.Stop()
+	defer step.Stop()
+	var stepC <-chan time.Time
+	next := 0
+	climb := func() {
+		_ = signalGroup(l, ladder[next])
+		next++
+		if next < len(ladder) {
+			step.Reset(grace)
+			stepC = step.C
+		} else {
+			stepC = nil
+		}
+	}
+	done := ctx.Done()
+	for {
+		select {
+		case <-l.exited:
+			return
+		case <-done:
+			done = nil
+			if next == 0 {
+				o.Cancelled = true
+				climb()
+			}
+		case <-timeoutC:
+			timeoutC = nil
+			if next == 0 {
+				o.TimedOut = true
+				climb()
+			}
+		case <-stepC:
+			climb()
+		}
+	}
+}
+
+// pump reads r to EOF (or to an error such as an expired deadline) into c.
+func pump(wg *sync.WaitGroup, r *os.File, c *capture, stream int, tap func(int, []byte)) {
+	defer wg.Done()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := r.Read(buf)
+		if n > 0 {
+			c.write(buf[:n])
+			tap(stream, buf[:n])
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+func closeAll(fs []*os.File) {
+	for _, f := range fs {
+		_ = f.Close()
+	}
+}

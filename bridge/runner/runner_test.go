@@ -1,0 +1,594 @@
+//go:build linux
+
+package runner
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+const testPath = "PATH=/usr/bin:/bin"
+
+// TestMain makes the test binary what the bridge binary is: a shim when
+// started as one (runner.Main), and here also a small helper program when
+// RUNNER_TEST_HELPER is set in its environment.
+func TestMain(m *testing.M) {
+	Main()
+	switch os.Getenv("RUNNER_TEST_HELPER") {
+	case "":
+		os.Exit(m.Run())
+	case "argv":
+		_ = json.NewEncoder(os.Stdout).Encode(os.Args)
+		os.Exit(0)
+	case "daemon":
+		// A daemon that runs a child which prints its pid and sleeps.
+		Run(context.Background(), Spec{
+			Argv: []string{"/bin/sh", "-c", "echo $$; exec sleep 1000"}, Dir: "/", Env: []string{testPath},
+			OnOutput: func(_ int, p []byte) { os.Stdout.Write(p) },
+		})
+		os.Exit(0)
+	case "openfiles":
+		// Open up to 100 files and report how many opened and the error.
+		n := 0
+		var err error
+		for ; n < 100; n++ {
+			var f *os.File
+			if f, err = os.Open(os.DevNull); err != nil {
+				break
+			}
+			defer f.Close()
+		}
+		fmt.Printf("%d %v\n", n, errors.Is(err, syscall.EMFILE))
+		os.Exit(0)
+	}
+	os.Exit(2)
+}
+
+// shSpec builds a test child with /bin/sh; the runner itself never uses a shell.
+func shSpec(t *testing.T, script string) Spec {
+	t.Helper()
+	return Spec{
+		Argv:    []string{"/bin/sh", "-c", script},
+		Dir:     t.TempDir(),
+		Env:     []string{testPath},
+		Timeout: time.Minute,
+		Grace:   200 * time.Millisecond,
+	}
+}
+
+func helperSpec(t *testing.T, mode string, args ...string) Spec {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Spec{
+		Argv:    append([]string{exe}, args...),
+		Dir:     t.TempDir(),
+		Env:     []string{"RUNNER_TEST_HELPER=" + mode},
+		Timeout: time.Minute,
+		Grace:   200 * time.Millisecond,
+	}
+}
+
+func mustRun(t *testing.T, s Spec) *Outcome {
+	t.Helper()
+	o := Run(context.Background(), s)
+	if o.StartErr != nil {
+		t.Fatalf("StartErr = %v; stderr %q", o.StartErr, o.Stderr.Data)
+	}
+	return o
+}
+
+func TestExitCodes(t *testing.T) {
+	t.Parallel()
+	for _, code := range []int{0, 3, 127} {
+		o := mustRun(t, shSpec(t, "exit "+strconv.Itoa(code)))
+		if o.ExitCode != code || o.Signal != "" || o.TimedOut || o.Cancelled {
+			t.Errorf("exit %d: got %+v", code, o)
+		}
+		if o.Started.IsZero() || o.Finished.Before(o.Started) {
+			t.Errorf("exit %d: Started %v, Finished %v", code, o.Started, o.Finished)
+		}
+	}
+}
+
+func TestStartErrors(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	file := filepath.Join(dir, "file")
+	if err := os.WriteFile(file, []byte("not a program"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	garbage := filepath.Join(dir, "garbage")
+	if err := os.WriteFile(garbage, []byte("\x00\x01\x02 not an executable format"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ok := Spec{Argv: []string{"/bin/true"}, Dir: dir, Env: []string{testPath}}
+	for _, tc := range []struct {
+		name string
+		edit func(*Spec)
+		want error // nil: any error
+	}{
+		{"not found in PATH", func(s *Spec) { s.Argv = []string{"no-such-program-zz9"} }, exec.ErrNotFound},
+		{"bare name without PATH", func(s *Spec) { s.Argv = []string{"true"}; s.Env = nil }, exec.ErrNotFound},
+		{"absolute missing", func(s *Spec) { s.Argv = []string{"/no/such/program"} }, fs.ErrNotExist},
+		{"not executable", func(s *Spec) { s.Argv = []string{file} }, fs.ErrPermission},
+		{"bad format", func(s *Spec) { s.Argv = []string{garbage} }, syscall.ENOEXEC},
+		{"bad format through shim", func(s *Spec) { s.Argv = []string{garbage}; s.Limits.OpenFiles = 50 }, syscall.ENOEXEC},
+		{"empty argv", func(s *Spec) { s.Argv = nil }, nil},
+		{"dir missing", func(s *Spec) { s.Dir = filepath.Join(dir, "nope") }, fs.ErrNotExist},
+		{"dir is a file", func(s *Spec) { s.Dir = file }, nil},
+		{"dir relative", func(s *Spec) { s.Dir = "." }, nil},
+		{"dir empty", func(s *Spec) { s.Dir = "" }, nil},
+		{"env without =", func(s *Spec) { s.Env = []string{"PATH"} }, nil},
+		{"env empty key", func(s *Spec) { s.Env = []string{"=x"} }, nil},
+		{"env duplicate", func(s *Spec) { s.Env = []string{"A=1", "A=2"} }, nil},
+		{"negative timeout", func(s *Spec) { s.Timeout = -1 }, nil},
+	} {
+		s := ok
+		tc.edit(&s)
+		o := Run(context.Background(), s)
+		if o.StartErr == nil || (tc.want != nil && !errors.Is(o.StartErr, tc.want)) {
+			t.Errorf("%s: StartErr = %v, want %v", tc.name, o.StartErr, tc.want)
+		}
+		if o.ExitCode != -1 || !o.Started.IsZero() {
+			t.Errorf("%s: ExitCode %d, Started %v: want -1 and zero", tc.name, o.ExitCode, o.Started)
+		}
+	}
+	if o := Run(context.Background(), ok); o.StartErr != nil || o.ExitCode != 0 {
+		t.Fatalf("the unedited spec must run: %+v", o)
+	}
+}
+
+func TestEnvSecretNotInherited(t *testing.T) {
+	t.Setenv("SECRET", "x")
+	// The daemon's PATH must not be used to find the program either.
+	t.Setenv("PATH", "/nonexistent")
+	env := []string{"PATH=/usr/bin", "A=1", "B=two words", "C=$(id)", "EMPTY="}
+	for _, limits := range []Limits{{}, {OpenFiles: 64}} {
+		o := mustRun(t, Spec{Argv: []string{"env"}, Dir: t.TempDir(), Env: env, Limits: limits, Grace: 200 * time.Millisecond})
+		got := strings.Split(strings.TrimSuffix(string(o.Stdout.Data), "\n"), "\n")
+		slices.Sort(got)
+		want := slices.Sorted(slices.Values(env))
+		if !slices.Equal(got, want) || o.ExitCode != 0 {
+			t.Errorf("limits %+v: child env = %q, want exactly %q (exit %d, stderr %q)", limits, got, want, o.ExitCode, o.Stderr.Data)
+		}
+	}
+	o := mustRun(t, Spec{Argv: []string{"/usr/bin/env"}, Dir: t.TempDir(), Grace: 200 * time.Millisecond})
+	if len(o.Stdout.Data) != 0 {
+		t.Errorf("nil Env: child env = %q, want empty", o.Stdout.Data)
+	}
+}
+
+func TestPathLookupSkipsRelativeEntries(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "tool"), []byte("#!/bin/sh\necho ran\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	o := Run(context.Background(), Spec{Argv: []string{"tool"}, Dir: dir, Env: []string{"PATH=.::bin"}})
+	if !errors.Is(o.StartErr, exec.ErrNotFound) {
+		t.Fatalf("relative PATH entries: StartErr = %v, want ErrNotFound", o.StartErr)
+	}
+	// A relative argv[0] with a slash is taken relative to Dir.
+	o = mustRun(t, Spec{Argv: []string{"./tool"}, Dir: dir, Env: []string{testPath}})
+	if string(o.Stdout.Data) != "ran\n" {
+		t.Fatalf("./tool: stdout %q", o.Stdout.Data)
+	}
+}
+
+func TestArgvLiteral(t *testing.T) {
+	t.Parallel()
+	args := []string{"a b", `"double"`, "'single'", "$(id)", "`id`", "*", "", "x;y|z&", "$HOME", "\\n", "line\nbreak", "ü"}
+	for _, limits := range []Limits{{}, {OpenFiles: 64}} {
+		s := helperSpec(t, "argv", args...)
+		s.Limits = limits
+		o := mustRun(t, s)
+		var got []string
+		if err := json.Unmarshal(o.Stdout.Data, &got); err != nil {
+			t.Fatalf("limits %+v: %v in %q (stderr %q)", limits, err, o.Stdout.Data, o.Stderr.Data)
+		}
+		if !slices.Equal(got, s.Argv) {
+			t.Errorf("limits %+v: child argv = %q, want %q", limits, got, s.Argv)
+		}
+	}
+}
+
+func TestDir(t *testing.T) {
+	t.Parallel()
+	s := shSpec(t, "pwd")
+	o := mustRun(t, s)
+	want, _ := filepath.EvalSymlinks(s.Dir)
+	if got := strings.TrimSpace(string(o.Stdout.Data)); got != want {
+		t.Fatalf("pwd = %q, want %q", got, want)
+	}
+}
+
+func TestStdin(t *testing.T) {
+	t.Parallel()
+	s := Spec{Argv: []string{"cat"}, Dir: t.TempDir(), Env: []string{testPath}, Stdin: strings.NewReader("hello\nworld\n")}
+	if o := mustRun(t, s); string(o.Stdout.Data) != "hello\nworld\n" || o.ExitCode != 0 {
+		t.Fatalf("cat with stdin: %q exit %d", o.Stdout.Data, o.ExitCode)
+	}
+	// nil Stdin is /dev/null: cat sees EOF at once instead of waiting.
+	s.Stdin = nil
+	if o := mustRun(t, s); len(o.Stdout.Data) != 0 || o.ExitCode != 0 || o.TimedOut {
+		t.Fatalf("cat with nil stdin: %+v", o)
+	}
+	// A child that never reads a large stdin still finishes.
+	s = shSpec(t, "exit 0")
+	s.Stdin = bytes.NewReader(make([]byte, 1<<20))
+	if o := mustRun(t, s); o.ExitCode != 0 {
+		t.Fatalf("unread stdin: %+v", o)
+	}
+}
+
+func TestOutputCap(t *testing.T) {
+	t.Parallel()
+	// 1000 lines of 10 bytes on stdout, a short line on stderr.
+	var full bytes.Buffer
+	for i := range 1000 {
+		fmt.Fprintf(&full, "%09d\n", i)
+	}
+	s := shSpec(t, `i=0; while [ $i -lt 1000 ]; do printf '%09d\n' $i; i=$((i+1)); done; echo oops >&2`)
+	s.MaxOutput = 1000
+	var mu sync.Mutex
+	tapped := map[int]*bytes.Buffer{StreamStdout: {}, StreamStderr: {}}
+	s.OnOutput = func(stream int, p []byte) {
+		mu.Lock()
+		defer mu.Unlock()
+		tapped[stream].Write(p)
+	}
+	o := mustRun(t, s)
+	want := string(full.Bytes()[:500]) + "\n[... 9000 bytes omitted by bridge ...]\n" + string(full.Bytes()[9500:])
+	if got := string(o.Stdout.Data); got != want || o.Stdout.Total != 10000 || !o.Stdout.Truncated {
+		t.Errorf("stdout: Total %d, Truncated %v, Data %q\nwant %q", o.Stdout.Total, o.Stdout.Truncated, got, want)
+	}
+	if string(o.Stderr.Data) != "oops\n" || o.Stderr.Total != 5 || o.Stderr.Truncated {
+		t.Errorf("stderr: %+v", o.Stderr)
+	}
+	if !bytes.Equal(tapped[StreamStdout].Bytes(), full.Bytes()) || tapped[StreamStderr].String() != "oops\n" {
+		t.Errorf("OnOutput saw %d stdout bytes and %q on stderr, want all 10000 and %q", tapped[StreamStdout].Len(), tapped[StreamStderr], "oops\n")
+	}
+}
+
+// TestCapture checks the head+tail arithmetic against the whole stream for
+// caps and write sizes around the boundaries.
+func TestCapture(t *testing.T) {
+	t.Parallel()
+	stream := make([]byte, 5000)
+	for i := range stream {
+		stream[i] = byte('a' + i%26)
+	}
+	for _, max := range []int64{1, 2, 3, 10, 999, 1000, 4999, 5000, 5001} {
+		for _, chunk := range []int{1, 3, 7, 64, 1000, 5000} {
+			for _, n := range []int{0, 1, int(max) - 1, int(max), int(max) + 1, 5000} {
+				if n < 0 || n > len(stream) {
+					continue
+				}
+				c := newCapture(max)
+				for p := stream[:n]; len(p) > 0; {
+					k := min(chunk, len(p))
+					c.write(p[:k])
+					p = p[k:]
+				}
+				got := c.output()
+				want := Output{Data: stream[:n], Total: int64(n)}
+				if int64(n) > max {
+					h, tl := max/2, max-max/2
+					want.Truncated = true
+					want.Data = slices.Concat(stream[:h], fmt.Appendf(nil, "\n[... %d bytes omitted by bridge ...]\n", int64(n)-max), stream[int64(n)-tl:n])
+				}
+				if !bytes.Equal(got.Data, want.Data) || got.Total != want.Total || got.Truncated != want.Truncated {
+					t.Fatalf("max %d chunk %d n %d: got %q/%d/%v, want %q/%d/%v", max, chunk, n,
+						got.Data, got.Total, got.Truncated, want.Data, want.Total, want.Truncated)
+				}
+			}
+		}
+	}
+}
+
+func TestLadderEndsWithSIGKILL(t *testing.T) {
+	t.Parallel()
+	// The shell traps INT and TERM and carries on; its sleeps die of each
+	// signal, so the shell notes each one in order.
+	s := shSpec(t, `trap 'echo INT' INT; trap 'echo TERM' TERM; echo ready; while :; do sleep 0.05; done`)
+	s.Timeout = 300 * time.Millisecond
+	s.Grace = 500 * time.Millisecond // time for the shell to note each signal on a loaded machine
+	o := mustRun(t, s)
+	if !o.TimedOut || o.Cancelled || o.Signal != "SIGKILL" || o.ExitCode != -1 {
+		t.Errorf("got TimedOut %v Cancelled %v Signal %q ExitCode %d", o.TimedOut, o.Cancelled, o.Signal, o.ExitCode)
+	}
+	if got := string(o.Stdout.Data); got != "ready\nINT\nTERM\n" {
+		t.Errorf("stdout %q: want the ladder INT, TERM, then KILL", got)
+	}
+}
+
+func TestTimeout(t *testing.T) {
+	t.Parallel()
+	s := Spec{Argv: []string{"sleep", "60"}, Dir: t.TempDir(), Env: []string{testPath}, Timeout: 200 * time.Millisecond, Grace: 200 * time.Millisecond}
+	o := mustRun(t, s)
+	if !o.TimedOut || o.Cancelled || o.Signal != "SIGINT" || o.ExitCode != -1 {
+		t.Fatalf("got TimedOut %v Cancelled %v Signal %q ExitCode %d", o.TimedOut, o.Cancelled, o.Signal, o.ExitCode)
+	}
+}
+
+func TestCancel(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s := shSpec(t, `trap 'echo bye; exit 7' INT; echo ready; while :; do sleep 0.05; done`)
+	var once sync.Once
+	s.OnOutput = func(int, []byte) { once.Do(cancel) } // cancel once the child is up
+	o := Run(ctx, s)
+	if !o.Cancelled || o.TimedOut || o.ExitCode != 7 || string(o.Stdout.Data) != "ready\nbye\n" {
+		t.Fatalf("got Cancelled %v TimedOut %v ExitCode %d stdout %q", o.Cancelled, o.TimedOut, o.ExitCode, o.Stdout.Data)
+	}
+
+	o = Run(ctx, shSpec(t, "echo should not run"))
+	if !o.Cancelled || !errors.Is(o.StartErr, context.Canceled) || !o.Started.IsZero() || o.Stdout.Total != 0 {
+		t.Fatalf("cancelled before start: %+v", o)
+	}
+}
+
+// gone reports whether pid no longer exists or is a zombie (dead, waiting
+// for init to reap it).
+func gone(pid int) bool {
+	if syscall.Kill(pid, 0) == syscall.ESRCH {
+		return true
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true
+	}
+	f := bytes.Fields(b[bytes.LastIndexByte(b, ')')+1:])
+	return len(f) > 0 && (f[0][0] == 'Z' || f[0][0] == 'X')
+}
+
+func TestBackgroundGrandchildKilled(t *testing.T) {
+	t.Parallel()
+	for _, script := range []string{
+		"sleep 1000 & echo $!",                 // holds stdout open
+		"sleep 1000 >/dev/null 2>&1 & echo $!", // holds nothing
+		"sleep 1000 & echo $!; exec sleep 0.1", // leader is replaced, then exits
+	} {
+		o := mustRun(t, shSpec(t, script))
+		pid, err := strconv.Atoi(strings.TrimSpace(string(o.Stdout.Data)))
+		if err != nil {
+			t.Fatalf("%s: stdout %q", script, o.Stdout.Data)
+		}
+		if !gone(pid) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+			t.Errorf("%s: grandchild %d still exists after Run returned", script, pid)
+		}
+		if o.ExitCode != 0 || len(o.Notes) != 0 {
+			t.Errorf("%s: exit %d, notes %q", script, o.ExitCode, o.Notes)
+		}
+	}
+}
+
+// A process that leaves the group (setsid) escapes the group kill; Run must
+// still return, closing the pipe it holds, and say so.
+func TestEscapedGrandchildDoesNotHangRun(t *testing.T) {
+	t.Parallel()
+	// The escapee writes its pid only once it is in its own session.
+	o := mustRun(t, shSpec(t, `setsid sh -c 'echo $$ > pid; exec sleep 1000' & while [ ! -s pid ]; do sleep 0.01; done; cat pid`))
+	pid, err := strconv.Atoi(strings.TrimSpace(string(o.Stdout.Data)))
+	if err != nil {
+		t.Fatalf("stdout %q", o.Stdout.Data)
+	}
+	defer syscall.Kill(pid, syscall.SIGKILL)
+	if gone(pid) {
+		t.Fatalf("the escaped sleep %d should still run: the test proves nothing", pid)
+	}
+	if len(o.Notes) != 1 || !strings.Contains(o.Notes[0], "pipes still open") {
+		t.Fatalf("notes %q, want one about open pipes", o.Notes)
+	}
+}
+
+// The child sees every limit, as documented (CPU hard = soft + 1).
+func TestLimitsReachChild(t *testing.T) {
+	t.Parallel()
+	s := Spec{Argv: []string{"cat", "/proc/self/limits"}, Dir: t.TempDir(), Env: []string{testPath}, Grace: 200 * time.Millisecond,
+		Limits: Limits{CPUSeconds: 7, AddressSpace: 1 << 30, OpenFiles: 33, Processes: 5000, FileSize: 1 << 20}}
+	o := mustRun(t, s)
+	for _, want := range [][]string{
+		{"Max cpu time", "7", "8"},
+		{"Max address space", "1073741824", "1073741824"},
+		{"Max open files", "33", "33"},
+		{"Max processes", "5000", "5000"},
+		{"Max file size", "1048576", "1048576"},
+	} {
+		found := false
+		for line := range strings.Lines(string(o.Stdout.Data)) {
+			if f := strings.Fields(strings.TrimPrefix(line, want[0])); strings.HasPrefix(line, want[0]) && len(f) >= 2 {
+				found = f[0] == want[1] && f[1] == want[2]
+			}
+		}
+		if !found {
+			t.Errorf("%s: want soft %s hard %s in\n%s", want[0], want[1], want[2], o.Stdout.Data)
+		}
+	}
+}
+
+func TestLimitOpenFiles(t *testing.T) {
+	t.Parallel()
+	s := helperSpec(t, "openfiles")
+	s.Limits.OpenFiles = 20
+	o := mustRun(t, s)
+	var n int
+	var emfile bool
+	if _, err := fmt.Sscanf(string(o.Stdout.Data), "%d %v", &n, &emfile); err != nil || n >= 20 || !emfile {
+		t.Fatalf("opened %d files (EMFILE %v) under OpenFiles=20; stdout %q stderr %q", n, emfile, o.Stdout.Data, o.Stderr.Data)
+	}
+	// Without the limit the same helper opens all 100.
+	o = mustRun(t, helperSpec(t, "openfiles"))
+	if got := strings.TrimSpace(string(o.Stdout.Data)); got != "100 false" {
+		t.Fatalf("without limit: %q", got)
+	}
+}
+
+func TestLimitFileSize(t *testing.T) {
+	t.Parallel()
+	s := shSpec(t, "head -c 100000 /dev/zero > f; echo $?")
+	s.Limits.FileSize = 1000
+	o := mustRun(t, s)
+	fi, err := os.Stat(filepath.Join(s.Dir, "f"))
+	if err != nil || fi.Size() != 1000 {
+		t.Fatalf("file written under FileSize=1000: %v, %v; stdout %q", fi, err, o.Stdout.Data)
+	}
+	if got := strings.TrimSpace(string(o.Stdout.Data)); got != strconv.Itoa(128+int(syscall.SIGXFSZ)) {
+		t.Errorf("head's status %q, want death by SIGXFSZ", got)
+	}
+}
+
+func TestLimitCPU(t *testing.T) {
+	t.Parallel()
+	s := shSpec(t, "while :; do :; done")
+	s.Limits.CPUSeconds = 1
+	o := mustRun(t, s)
+	if o.TimedOut || (o.Signal != "SIGXCPU" && o.Signal != "SIGKILL") {
+		t.Fatalf("busy loop under CPUSeconds=1: Signal %q TimedOut %v", o.Signal, o.TimedOut)
+	}
+	if o.CPU < 500*time.Millisecond {
+		t.Errorf("CPU %v: the loop should have used about a second", o.CPU)
+	}
+}
+
+// tasksOf counts the tasks (threads) of real user uid, what RLIMIT_NPROC counts.
+func tasksOf(t *testing.T, uid int) uint64 {
+	t.Helper()
+	dirs, err := filepath.Glob("/proc/[0-9]*/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n uint64
+	for _, p := range dirs {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue // exited meanwhile
+		}
+		var real, threads int
+		for line := range strings.Lines(string(b)) {
+			if f := strings.Fields(line); len(f) >= 2 {
+				switch f[0] {
+				case "Uid:":
+					real, _ = strconv.Atoi(f[1])
+				case "Threads:":
+					threads, _ = strconv.Atoi(f[1])
+				}
+			}
+		}
+		if real == uid {
+			n += uint64(threads)
+		}
+	}
+	return n
+}
+
+func TestLimitProcessesStopsForkLoop(t *testing.T) {
+	t.Parallel()
+	// Each successful fork prints "ok"; dash gives up at the first failed fork.
+	const script = `i=0; while [ $i -lt 200 ]; do sleep 30 >/dev/null 2>&1 & echo ok; i=$((i+1)); done`
+	uid := os.Getuid()
+	argv := []string{"/bin/sh", "-c", script}
+	if uid == 0 {
+		// RLIMIT_NPROC does not bind root: run the loop as nobody.
+		setpriv, err := exec.LookPath("setpriv")
+		if err != nil {
+			t.Skip("running as root without setpriv: cannot test RLIMIT_NPROC")
+		}
+		uid = 65534
+		argv = append([]string{setpriv, "--reuid=65534", "--regid=65534", "--clear-groups"}, argv...)
+	}
+	limit := tasksOf(t, uid) + 20
+	s := Spec{Argv: argv, Dir: t.TempDir(), Env: []string{testPath}, Timeout: time.Minute, Grace: 200 * time.Millisecond,
+		Limits: Limits{Processes: limit}}
+	o := mustRun(t, s)
+	n := uint64(strings.Count(string(o.Stdout.Data), "ok\n"))
+	if n == 0 || n >= 200 || n > limit {
+		t.Fatalf("spawned %d of 200 under Processes=%d; stderr %q", n, limit, o.Stderr.Data)
+	}
+}
+
+func TestParseShimStatus(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		in   string
+		ok   bool
+		want error
+	}{
+		{"R", true, nil},
+		{"", false, nil},
+		{"E1 setrlimit RLIMIT_AS", false, syscall.EPERM},
+		{"RE2 exec /x", false, syscall.ENOENT},
+		{"RR", false, nil},
+		{"Exx exec", false, nil},
+	} {
+		err := parseShimStatus([]byte(tc.in))
+		if (err == nil) != tc.ok || (tc.want != nil && !errors.Is(err, tc.want)) {
+			t.Errorf("%q: %v", tc.in, err)
+		}
+	}
+	if err := parseShimStatus(nil); err == nil || !strings.Contains(err.Error(), "runner.Main") {
+		t.Errorf("missing shim: %v, want a hint to call runner.Main", err)
+	}
+	if l, err := decodeLimits("1,2,3,4,5"); err != nil || l != (Limits{1, 2, 3, 4, 5}) {
+		t.Errorf("decodeLimits: %+v, %v", l, err)
+	}
+	for _, bad := range []string{"", "1,2,3,4", "1,2,3,4,5,6", "1,2,x,4,5", "-1,2,3,4,5"} {
+		if _, err := decodeLimits(bad); err == nil {
+			t.Errorf("decodeLimits(%q) accepted", bad)
+		}
+	}
+}
+
+// A daemon killed outright (no chance to run the ladder) takes its child
+// with it: Pdeathsig, bound to a thread that lives as long as the child.
+func TestDaemonDeathKillsChild(t *testing.T) {
+	t.Parallel()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	daemon := exec.Command(exe)
+	daemon.Env = []string{"RUNNER_TEST_HELPER=daemon"}
+	out, err := daemon.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := daemon.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line := make([]byte, 32)
+	n, _ := out.Read(line)
+	pid, err := strconv.Atoi(strings.TrimSpace(string(line[:n])))
+	if err != nil {
+		_ = daemon.Process.Kill()
+		t.Fatalf("daemon printed %q", line[:n])
+	}
+	_ = daemon.Process.Kill()
+	_ = daemon.Wait()
+	for deadline := time.Now().Add(10 * time.Second); !gone(pid); {
+		if time.Now().After(deadline) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+			t.Fatalf("child %d outlived its daemon", pid)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
