@@ -1,0 +1,384 @@
+package ledger
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+)
+
+// This file reads the buntdb append-only file itself instead of trusting
+// buntdb's loader: buntdb v1.3.0 accepts any garbage without a newline at
+// the end as a "torn tail" and truncates it silently, and after NUL bytes
+// followed by more records it positions its next write at a wrong offset
+// (it does not count the NULs), overwriting good records. Both are refused
+// here before buntdb sees the file.
+
+// errTorn means the data ended inside a command whose bytes so far were a
+// valid prefix: what an interrupted write(2) leaves behind.
+var errTorn = errors.New("torn command")
+
+type span struct{ start, end int64 }
+
+// logScan is the result of parsing an append-only file.
+type logScan struct {
+	size  int64
+	cmds  []span            // every complete, valid command, in file order
+	end   int64             // offset just past the last valid command
+	torn  bool              // the file ends in an incomplete command or NUL bytes after end
+	gapAt int64             // offset of a NUL run followed by a valid command, or -1
+	bad   error             // first invalid command (complete but wrong, or not a valid prefix)
+	badAt int64             // its offset
+	live  map[string][]byte // key → value after replaying cmds
+}
+
+// clean reports whether Open can hand the file to buntdb unchanged.
+func (s *logScan) clean() bool { return s.bad == nil && s.gapAt < 0 && !s.torn }
+
+// entries counts the live request records.
+func (s *logScan) entries() int {
+	n := 0
+	for k := range s.live {
+		if strings.HasPrefix(k, entryPrefix) {
+			n++
+		}
+	}
+	return n
+}
+
+// problem describes what is wrong with a file that is not clean.
+func (s *logScan) problem() string {
+	switch {
+	case s.bad != nil:
+		return fmt.Sprintf("invalid record at offset %d: %v", s.badAt, s.bad)
+	case s.gapAt >= 0:
+		return fmt.Sprintf("NUL bytes at offset %d followed by further records", s.gapAt)
+	case s.torn:
+		return fmt.Sprintf("incomplete record or NUL bytes after offset %d", s.end)
+	}
+	return "no problem"
+}
+
+// scanLog parses data as a sequence of RESP commands, `*N\r\n` followed by N
+// bulk strings `$len\r\nbytes\r\n`, exactly as buntdb writes them, and
+// replays them. It stops at the first byte that is neither NUL, nor the start
+// of a valid command.
+func scanLog(data []byte) *logScan {
+	s := &logScan{size: int64(len(data)), gapAt: -1, badAt: -1, live: map[string][]byte{}}
+	off, nulStart := 0, -1
+	for off < len(data) {
+		if data[off] == 0 {
+			// ext4 and others can leave a crashed append as a run of NULs.
+			if nulStart < 0 {
+				nulStart = off
+			}
+			off++
+			continue
+		}
+		args, next, err := parseCommand(data, off)
+		if err != nil && !errors.Is(err, errTorn) && paddedTorn(data, off) {
+			err = errTorn
+		}
+		if err == nil {
+			err = s.apply(args)
+		}
+		if errors.Is(err, errTorn) {
+			s.torn = true
+			return s
+		}
+		if err != nil {
+			s.bad, s.badAt = err, int64(off)
+			return s
+		}
+		if nulStart >= 0 && s.gapAt < 0 {
+			s.gapAt = int64(nulStart)
+		}
+		nulStart = -1
+		s.cmds = append(s.cmds, span{int64(off), int64(next)})
+		s.end = int64(next)
+		off = next
+	}
+	if nulStart >= 0 {
+		s.torn = true
+	}
+	return s
+}
+
+// paddedTorn reports whether the command at off is a valid prefix followed
+// only by NUL bytes up to the end of the file: a crash after the file size
+// was extended but before all of the appended page reached the disk.
+func paddedTorn(data []byte, off int) bool {
+	end := len(data)
+	for end > off && data[end-1] == 0 {
+		end--
+	}
+	if end == len(data) {
+		return false
+	}
+	_, _, err := parseCommand(data[:end], off)
+	return errors.Is(err, errTorn)
+}
+
+// parseCommand parses one command starting at off. It returns errTorn if
+// data ends before the command does and every byte so far fits the format.
+func parseCommand(data []byte, off int) (args [][]byte, next int, err error) {
+	n, i, err := readLength(data, off, '*')
+	if err != nil {
+		return nil, 0, err
+	}
+	if n < 1 || n > 5 {
+		return nil, 0, fmt.Errorf("command with %d parts", n)
+	}
+	for range n {
+		l, j, err := readLength(data, i, '$')
+		if err != nil {
+			return nil, 0, err
+		}
+		switch {
+		case len(data) <= j+l:
+			return nil, 0, errTorn
+		case data[j+l] != '\r':
+			return nil, 0, errors.New("bulk string not terminated by CRLF")
+		case len(data) == j+l+1:
+			return nil, 0, errTorn
+		case data[j+l+1] != '\n':
+			return nil, 0, errors.New("bulk string not terminated by CRLF")
+		}
+		args = append(args, data[j:j+l])
+		i = j + l + 2
+	}
+	return args, i, nil
+}
+
+// readLength reads `<prefix><decimal>\r\n` at i. Leading zeros and signs are
+// rejected: buntdb never writes them.
+func readLength(data []byte, i int, prefix byte) (n, next int, err error) {
+	if i >= len(data) {
+		return 0, 0, errTorn
+	}
+	if data[i] != prefix {
+		return 0, 0, fmt.Errorf("expected %q, found %q", prefix, data[i])
+	}
+	i++
+	start := i
+	for ; i < len(data) && data[i] >= '0' && data[i] <= '9'; i++ {
+		if i-start >= 9 {
+			return 0, 0, errors.New("length too large")
+		}
+		n = n*10 + int(data[i]-'0')
+	}
+	switch {
+	case i == len(data):
+		return 0, 0, errTorn
+	case i == start:
+		return 0, 0, fmt.Errorf("expected a digit after %q", prefix)
+	case i-start > 1 && data[start] == '0':
+		return 0, 0, errors.New("length with a leading zero")
+	case data[i] != '\r':
+		return 0, 0, fmt.Errorf("unexpected byte %q in length", data[i])
+	case i+1 == len(data):
+		return 0, 0, errTorn
+	case data[i+1] != '\n':
+		return 0, 0, errors.New("length not terminated by CRLF")
+	}
+	return n, i + 2, nil
+}
+
+// apply replays one command, accepting only what this package writes:
+// `set` of a request record or the format marker without expiry, `del` of a
+// request record, and buntdb's `flushdb`.
+func (s *logScan) apply(args [][]byte) error {
+	switch cmd := string(args[0]); {
+	case cmd == "set" && len(args) == 3:
+		key, val := string(args[1]), args[2]
+		switch {
+		case key == formatKey:
+			if string(val) != fmt.Sprint(formatVersion) {
+				return fmt.Errorf("unsupported ledger format %q", val)
+			}
+		case strings.HasPrefix(key, entryPrefix):
+			e, err := decodeEntry(val)
+			if err != nil {
+				return fmt.Errorf("record %q: %w", key, err)
+			}
+			if entryPrefix+e.Key != key {
+				return fmt.Errorf("record %q holds key %q", key, e.Key)
+			}
+		default:
+			return fmt.Errorf("unknown key %q", key)
+		}
+		s.live[key] = val
+	case cmd == "set" && len(args) == 5:
+		// An expiring record: the ledger never writes one (buntdb #112
+		// resurrects the previous value when it expires).
+		return fmt.Errorf("record %q has an expiry", args[1])
+	case cmd == "del" && len(args) == 2:
+		if !strings.HasPrefix(string(args[1]), entryPrefix) {
+			return fmt.Errorf("delete of unknown key %q", args[1])
+		}
+		delete(s.live, string(args[1]))
+	case cmd == "flushdb" && len(args) == 1:
+		clear(s.live)
+	default:
+		return fmt.Errorf("unknown command %q with %d arguments", cmd, len(args)-1)
+	}
+	return nil
+}
+
+// RepairReport says what Repair did.
+type RepairReport struct {
+	Path         string // the ledger file
+	Damaged      bool   // false: the file was clean and left untouched
+	Problem      string // what was wrong, with the offset
+	Backup       string // copy of the file as it was before the repair
+	BytesKept    int64  // size of the repaired file
+	BytesDropped int64  // bytes removed: the damaged tail, NUL runs
+	Entries      int    // request records in the repaired file
+}
+
+// Repair makes a damaged ledger file in dir loadable again. It takes the
+// ledger lock (so it fails with ErrLocked while a daemon runs), copies the
+// file to ledger.db.damaged-<unix seconds>, then keeps every complete, valid
+// command before the first invalid byte and drops the rest. Usually that is
+// a truncation; if NUL runs sit between valid commands the kept commands are
+// written to a new file that replaces the old one. File and directory are
+// fsynced. A clean file is left untouched (Damaged false).
+func Repair(dir string) (rep RepairReport, err error) {
+	path := filepath.Join(dir, dbFile)
+	rep.Path = path
+	lk, err := acquireLock(dir)
+	if err != nil {
+		return rep, err
+	}
+	defer lk.release()
+
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return rep, fmt.Errorf("repair ledger: %w", err)
+	}
+	defer func() {
+		if f != nil {
+			if cerr := f.Close(); err == nil && cerr != nil {
+				err = fmt.Errorf("repair ledger %s: %w", path, cerr)
+			}
+		}
+	}()
+	data, err := io.ReadAll(f)
+	if err != nil {
+		return rep, fmt.Errorf("repair ledger %s: %w", path, err)
+	}
+	s := scanLog(data)
+	rep.Entries = s.entries()
+	rep.BytesKept = s.size
+	if s.clean() {
+		return rep, nil
+	}
+	rep.Damaged = true
+	rep.Problem = s.problem()
+
+	if rep.Backup, err = writeBackup(dir, data); err != nil {
+		return rep, fmt.Errorf("repair ledger %s: back up: %w", path, err)
+	}
+	if s.gapAt < 0 {
+		// The valid commands form a prefix: cut the rest off.
+		if err := f.Truncate(s.end); err != nil {
+			return rep, fmt.Errorf("repair ledger %s: %w", path, err)
+		}
+		if err := syncFile(f); err != nil {
+			return rep, fmt.Errorf("repair ledger %s: %w", path, err)
+		}
+		rep.BytesKept = s.end
+	} else {
+		var kept []byte
+		for _, c := range s.cmds {
+			kept = append(kept, data[c.start:c.end]...)
+		}
+		err := f.Close()
+		f = nil
+		if err != nil {
+			return rep, fmt.Errorf("repair ledger %s: %w", path, err)
+		}
+		if err := replaceFile(path, kept); err != nil {
+			return rep, fmt.Errorf("repair ledger %s: %w", path, err)
+		}
+		rep.BytesKept = int64(len(kept))
+	}
+	rep.BytesDropped = s.size - rep.BytesKept
+	if err := syncDir(dir); err != nil {
+		return rep, fmt.Errorf("repair ledger %s: %w", path, err)
+	}
+	return rep, nil
+}
+
+// writeBackup copies data to a new ledger.db.damaged-<unix> file (with a
+// numeric suffix if that name is taken) and fsyncs it.
+func writeBackup(dir string, data []byte) (string, error) {
+	base := filepath.Join(dir, fmt.Sprintf("%s.damaged-%d", dbFile, time.Now().Unix()))
+	name := base
+	for i := 2; ; i++ {
+		f, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		if errors.Is(err, os.ErrExist) && i < 100 {
+			name = fmt.Sprintf("%s-%d", base, i)
+			continue
+		}
+		if err != nil {
+			return "", err
+		}
+		_, err = f.Write(data)
+		if err == nil {
+			err = syncFile(f)
+		}
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		return name, err
+	}
+}
+
+// replaceFile atomically replaces path by data: temp file, fsync, rename.
+// The caller fsyncs the directory.
+func replaceFile(path string, data []byte) error {
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(data)
+	if err == nil {
+		err = syncFile(f)
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		_ = os.Remove(tmp)
+	}
+	return err
+}
+
+// syncFile is a variable so that tests can make fsync fail.
+var syncFile = (*os.File).Sync
+
+// syncDir makes a rename or a file creation in dir durable. Windows cannot
+// fsync a directory; NTFS journals the metadata itself.
+func syncDir(dir string) error {
+	if runtime.GOOS == "windows" {
+		return nil
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}

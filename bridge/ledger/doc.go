@@ -1,0 +1,131 @@
+// Package ledger is the host daemon's durable memory of every request id. It
+// guarantees two of the bridge's invariants: an id runs at most once, and
+// the ledger is written before the effect (a state change is on disk before
+// Transition returns, so the caller may act on it).
+//
+// Entry points:
+//
+//   - [Open] opens the ledger in a private state directory and locks it;
+//     [Ledger.Close] releases it.
+//   - [Ledger.Admit] records a new id, or returns the existing entry for a
+//     duplicate, or fails with [ErrConflict] for the same id with another
+//     manifest.
+//   - [Ledger.Transition] is a compare-and-set of an entry's state; it is how
+//     exactly one worker claims an id ([ErrWrongState] for the others).
+//   - [Repair] makes a damaged file loadable again (`bridge ledger repair`).
+//
+// [Ledger.InFlight] lists what a crash may have interrupted (claimed,
+// running); [Ledger.GC] forgets terminal entries after their expiry;
+// [Ledger.Stats] feeds status and doctor.
+//
+// # States
+//
+// seen, pending and awaiting-approval wait; claimed and running are in
+// flight ([State.InFlight]); done, failed, rejected, expired and cancelled
+// are terminal ([State.Terminal]) and final; uncertain marks a crashed,
+// non-idempotent run that a human must resolve. Allowed transitions
+// ([CanTransition]):
+//
+//	seen              → pending, awaiting-approval, claimed, rejected, expired, cancelled
+//	pending           → awaiting-approval, claimed, rejected, expired, cancelled
+//	awaiting-approval → claimed, rejected, expired, cancelled
+//	claimed           → running, pending, failed, rejected, expired, cancelled, uncertain
+//	running           → running, done, failed, cancelled, uncertain
+//	uncertain         → claimed, done, failed, cancelled
+//
+// The daemon moves an id to claimed before anything else touches it and to
+// running before it starts the process; done only after the result is
+// durably published. So after a crash a claimed entry never started
+// (claimed → pending or running is safe) and a running one may have had its
+// effect (re-run only if Idempotent, else uncertain).
+// claimed → pending releases a claim whose operation never started.
+// running → running is an idempotent re-run after a crash; every entry into
+// running increments Runs, so Runs counts execution starts. uncertain →
+// claimed is an operator's decision to run again. [Ledger.Admit] may create
+// an entry in seen, pending, awaiting-approval, rejected, expired or
+// cancelled, never in flight: claims go through the compare-and-set only.
+//
+// # Storage format
+//
+// The directory holds ledger.lock (the lock, with the holder's pid),
+// ledger.db (the database), ledger.db.damaged-<unix seconds> (copies kept by
+// Repair) and, briefly, ledger.db.tmp (a rewrite before its rename).
+//
+// ledger.db is a BuntDB v1.3.0 append-only file: RESP commands
+// `*N\r\n` followed by N bulk strings `$len\r\nbytes\r\n`, one `set` per
+// write, `del` from GC. Keys:
+//
+//	m/format  "1"
+//	r/<key>   one JSON record per request, the whole entry, rewritten on every transition
+//
+// A record has every field, always, in this order (canonical: a record that
+// does not re-encode to the same bytes is damage):
+//
+//	{"v":1,"key":"<agent>/<id>","agent":"…","id":"…","state":"done","manifest_sha256":"…",
+//	 "first_seen":T,"expires":T,"op":"…","idempotent":false,"result_sha256":"…","reason":"…",
+//	 "updated":T,"runs":1,"history":[{"state":"seen","at":T},…]}
+//
+// T is UTC with nine fractional digits, "2006-01-02T15:04:05.000000000Z", so
+// that string order is time order. history keeps the last 16 steps.
+//
+// Why one key per request, written alone: a BuntDB transaction is one
+// write(2) of all its records, and after a crash the loader applies every
+// complete record, so a multi-key transaction can be half applied. A
+// single-key write is all or nothing. (GC deletes in batches; a partly
+// applied batch is still a valid set of deletions.)
+//
+// Why no TTL: BuntDB v1.3.0 drops an expired record at load time and the
+// key's previous value comes back (#112): a done request would resurrect as
+// running. No record ever carries an expiry; [Ledger.GC] deletes explicitly,
+// and a file holding an expiring record is refused as damaged.
+//
+// Durability: SyncPolicy Always (fsync inside every commit, before other
+// goroutines can see the change). BuntDB ignores that fsync's error (#122),
+// so the ledger fsyncs once more through its own descriptor; on failure the
+// call fails and the Ledger refuses all further work until reopened.
+// Auto-shrink is off (it renames an un-fsynced file over the database and
+// panics on Windows, #119). Instead Open rewrites the file when it exceeds
+// 16 MiB and four times its live size: new file, fsync, rename, fsync the
+// directory.
+//
+// Open reads every byte first, stricter than BuntDB's loader:
+//
+//	end of file inside a record, NUL bytes after the last   cut back to the last complete record, fsynced
+//	record (a crash), or a record prefix followed by NULs   (Stats.TailDropped); that write never returned
+//	anything else: garbage, an unknown command or key,      ErrDamaged, file untouched; run Repair
+//	an expiring or non-canonical record, NUL bytes
+//	followed by more records
+//
+// [Repair] copies the file aside, then keeps every valid record before the
+// first invalid byte (a truncation, or a rewrite if NUL runs sit between
+// records) and reports bytes kept and dropped and entries recovered.
+//
+// # Locking
+//
+// BuntDB has no locking, and two writers destroy the file. Open and Repair
+// take an exclusive, non-blocking lock on the sidecar ledger.lock (flock on
+// Unix, a share-nothing handle on Windows), not on ledger.db, whose inode a
+// rewrite replaces. A second Open, in this process or another, fails with
+// [ErrLocked] in an [*Error] naming the holder's pid (unknown on Windows)
+// with a hint. The operating system releases the lock when the holder dies:
+// no stale locks. The directory must be on a local file system.
+//
+// # Security
+//
+// The ledger lives in the host's private state directory, never in the
+// synced folder: a peer or the sync provider must not be able to roll it
+// back and re-enable replays. Open creates the directory with mode 0700 and
+// refuses one that group or others may write; ledger.db, ledger.lock and the
+// repair copies are 0600. Records hold ids, hashes, op names and reasons;
+// callers must not put arguments, payloads or secrets in Reason. Keys are
+// checked (non-empty, at most
+// 512 bytes, UTF-8, no control characters) and the ledger never trusts a
+// caller to have validated. Forgetting an id is the only way to let it run
+// again, so GC deletes only terminal entries whose signed expiry plus skew
+// has passed; the caller must reject expired manifests before Admit.
+//
+// # Compatibility
+//
+// The file format is version 1 (m/format and every record's "v"). A reader
+// refuses any other version instead of guessing.
+package ledger

@@ -1,0 +1,732 @@
+package ledger
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/tidwall/buntdb"
+)
+
+// File names inside the ledger directory.
+const (
+	dbFile   = "ledger.db"
+	lockFile = "ledger.lock"
+)
+
+// Sentinel errors. Callers branch on them with errors.Is.
+var (
+	// ErrLocked: another Ledger (in this or another process) holds the lock.
+	ErrLocked = errors.New("ledger is locked")
+	// ErrDamaged: the file holds something no crash of this package can
+	// leave behind; nothing was changed. Run Repair.
+	ErrDamaged = errors.New("ledger file is damaged")
+	// ErrNotFound: no entry for the key.
+	ErrNotFound = errors.New("no ledger entry")
+	// ErrWrongState: the compare-and-set of Transition lost; the entry is in
+	// a state the caller did not expect (usually: another worker won).
+	ErrWrongState = errors.New("ledger entry is in another state")
+	// ErrConflict: the key is recorded with a different manifest hash: the
+	// same request id with other content is a forgery or a bug.
+	ErrConflict = errors.New("ledger entry has a different manifest")
+)
+
+var errClosed = errors.New("ledger is closed")
+
+// Error carries the path, the lock holder and a hint for the operator with
+// ErrLocked and ErrDamaged. Error() leaves the hint out so that a command
+// line tool can print it on its own "hint:" line.
+type Error struct {
+	Op   string // "lock" or "open"
+	Path string // the lock file or the database file
+	PID  int    // holder of the lock, 0 if unknown
+	Err  error  // wraps ErrLocked or ErrDamaged
+	Hint string // what to do about it
+}
+
+func (e *Error) Error() string { return e.Op + " ledger " + e.Path + ": " + e.Err.Error() }
+func (e *Error) Unwrap() error { return e.Err }
+
+// Ledger is an open ledger. All methods are safe for concurrent use.
+type Ledger struct {
+	dir         string
+	db          *buntdb.DB
+	dbf         *os.File // a second descriptor of ledger.db, used only to fsync and see the error
+	lock        *fileLock
+	tailDropped int64
+
+	// mu is held for reading by every operation and for writing by Close,
+	// so Close waits for operations in progress.
+	mu     sync.RWMutex
+	closed bool
+
+	bmu    sync.Mutex
+	broken error // set when an fsync failed; every later operation fails
+}
+
+// Open opens (creating if needed) the ledger in dir. It creates dir with
+// mode 0700, takes the lock on dir/ledger.lock (ErrLocked if held), checks
+// dir/ledger.db strictly (ErrDamaged, file untouched), cuts a torn tail left
+// by a crash, and opens it with buntdb: SyncPolicy Always, auto-shrink off,
+// no TTL ever.
+func Open(dir string) (*Ledger, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("open ledger: %w", err)
+	}
+	if err := checkDirMode(dir); err != nil {
+		return nil, err
+	}
+	lk, err := acquireLock(dir)
+	if err != nil {
+		return nil, err
+	}
+	l := &Ledger{dir: dir, lock: lk}
+	if err := l.open(); err != nil {
+		_ = lk.release()
+		return nil, err
+	}
+	return l, nil
+}
+
+func (l *Ledger) open() error {
+	path := filepath.Join(l.dir, dbFile)
+	f, dropped, err := prepareFile(path)
+	if err != nil {
+		return err
+	}
+	db, err := buntdb.Open(path)
+	if errors.Is(err, buntdb.ErrInvalid) {
+		// prepareFile is stricter than buntdb; keep the mapping anyway.
+		_ = f.Close()
+		return damagedError(path, "buntdb: "+err.Error())
+	}
+	if err != nil {
+		_ = f.Close()
+		return fmt.Errorf("open ledger %s: %w", path, err)
+	}
+	err = db.SetConfig(buntdb.Config{
+		SyncPolicy: buntdb.Always,
+		// buntdb's shrink renames an un-fsynced temp file over the database
+		// (power loss can leave it empty) and panics on Windows (#119).
+		AutoShrinkDisabled:   true,
+		AutoShrinkPercentage: 100,
+		AutoShrinkMinSize:    32 << 20,
+	})
+	// Indexes live in memory only (#86): build them on every Open.
+	if err == nil {
+		err = db.CreateIndex("state", entryPrefix+"*", buntdb.IndexJSONCaseSensitive("state"))
+	}
+	if err == nil {
+		err = db.CreateIndex("expires", entryPrefix+"*", buntdb.IndexJSONCaseSensitive("expires"))
+	}
+	if err != nil {
+		_ = db.Close()
+		_ = f.Close()
+		return fmt.Errorf("open ledger %s: %w", path, err)
+	}
+	l.db, l.dbf, l.tailDropped = db, f, dropped
+	// Mark the format in a new file; an existing marker was checked by scanLog.
+	err = l.update(func(tx *buntdb.Tx) (bool, error) {
+		if _, err := tx.Get(formatKey); err == nil {
+			return false, nil
+		}
+		_, _, err := tx.Set(formatKey, fmt.Sprint(formatVersion), nil)
+		return true, err
+	})
+	if err != nil {
+		_ = db.Close()
+		_ = f.Close()
+		return fmt.Errorf("open ledger %s: %w", path, err)
+	}
+	return nil
+}
+
+// prepareFile opens (or creates, 0600) the database file, checks every byte
+// of it and cuts a torn tail. It returns the descriptor that the ledger
+// keeps for fsync and how many bytes it cut.
+func prepareFile(path string) (f *os.File, dropped int64, err error) {
+	// A compaction or repair that crashed before its rename; with the lock
+	// held nobody else can be writing it.
+	if err := os.Remove(path + ".tmp"); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, 0, fmt.Errorf("open ledger %s: %w", path, err)
+	}
+	f, err = os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, 0, fmt.Errorf("open ledger: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			_ = f.Close()
+		}
+	}()
+	if runtime.GOOS != "windows" {
+		fi, err := f.Stat()
+		if err != nil {
+			return nil, 0, fmt.Errorf("open ledger %s: %w", path, err)
+		}
+		if fi.Mode().Perm()&0o077 != 0 {
+			if err := f.Chmod(0o600); err != nil {
+				return nil, 0, fmt.Errorf("open ledger %s: %w", path, err)
+			}
+		}
+	}
+	data, err := io.ReadAll(f)
+	if err != nil {
+		return nil, 0, fmt.Errorf("open ledger %s: %w", path, err)
+	}
+	s := scanLog(data)
+	if s.bad != nil || s.gapAt >= 0 {
+		return nil, 0, damagedError(path, s.problem())
+	}
+	if s.torn {
+		// A write(2) that a crash interrupted: its transaction never
+		// returned to the caller, so no effect depends on it.
+		if err := f.Truncate(s.end); err != nil {
+			return nil, 0, fmt.Errorf("open ledger %s: cut torn tail: %w", path, err)
+		}
+		if err := syncFile(f); err != nil {
+			return nil, 0, fmt.Errorf("open ledger %s: cut torn tail: %w", path, err)
+		}
+		dropped = s.size - s.end
+	}
+	live := liveSize(s)
+	if s.end > compactMinSize && s.end > compactRatio*live {
+		if err := f.Close(); err != nil {
+			return nil, 0, fmt.Errorf("open ledger %s: %w", path, err)
+		}
+		if err := compact(path, s, live); err != nil {
+			return nil, 0, fmt.Errorf("open ledger %s: compact: %w", path, err)
+		}
+		if f, err = os.OpenFile(path, os.O_RDWR, 0); err != nil {
+			return nil, 0, fmt.Errorf("open ledger %s: %w", path, err)
+		}
+	}
+	return f, dropped, nil
+}
+
+// Compaction thresholds; variables so that tests can lower them. Every
+// transition appends a whole record and auto-shrink is off, so without this
+// the file would grow forever.
+var (
+	compactMinSize int64 = 16 << 20
+	compactRatio   int64 = 4
+)
+
+// liveSize is the size of a file holding only the live records.
+func liveSize(s *logScan) int64 {
+	var n int64
+	for k, v := range s.live {
+		n += int64(len(respSet(k, string(v))))
+	}
+	return n
+}
+
+func respSet(key, val string) string {
+	return fmt.Sprintf("*3\r\n$3\r\nset\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n", len(key), key, len(val), val)
+}
+
+// compact rewrites the file with one `set` per live key, in key order, the
+// way buntdb's Shrink would, but safely: the new file is complete and
+// fsynced before it is renamed over the old one, and the rename is fsynced.
+// A crash at any point leaves either the old or the new file, both whole.
+// The caller holds the lock.
+func compact(path string, s *logScan, live int64) error {
+	keys := make([]string, 0, len(s.live))
+	for k := range s.live {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	buf := make([]byte, 0, live)
+	for _, k := range keys {
+		buf = append(buf, respSet(k, string(s.live[k]))...)
+	}
+	if err := replaceFile(path, buf); err != nil {
+		return err
+	}
+	return syncDir(filepath.Dir(path))
+}
+
+func damagedError(path, problem string) error {
+	return &Error{
+		Op:   "open",
+		Path: path,
+		Err:  fmt.Errorf("%w: %s", ErrDamaged, problem),
+		Hint: "stop the daemon and run `bridge ledger repair`; it keeps a copy of the damaged file",
+	}
+}
+
+// checkDirMode refuses a directory that others may write to: they could
+// replace the ledger and re-enable replays.
+func checkDirMode(dir string) error {
+	if runtime.GOOS == "windows" {
+		return nil
+	}
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return fmt.Errorf("open ledger: %w", err)
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("open ledger: %s is not a directory", dir)
+	}
+	if perm := fi.Mode().Perm(); perm&0o022 != 0 {
+		return fmt.Errorf("open ledger: directory %s is writable by group or others (mode %#o); chmod 700 it", dir, perm)
+	}
+	return nil
+}
+
+// Close closes the database and releases the lock. It waits for operations
+// in progress; later calls return nil.
+func (l *Ledger) Close() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return nil
+	}
+	l.closed = true
+	err := l.db.Close()
+	if cerr := l.dbf.Close(); err == nil {
+		err = cerr
+	}
+	if cerr := l.lock.release(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("close ledger %s: %w", l.dir, err)
+	}
+	return nil
+}
+
+// usable must be called with l.mu held for reading.
+func (l *Ledger) usable() error {
+	if l.closed {
+		return errClosed
+	}
+	l.bmu.Lock()
+	defer l.bmu.Unlock()
+	return l.broken
+}
+
+// update runs fn in one buntdb write transaction. fn reports whether it
+// wrote; if so, after the commit the file is fsynced once more through the
+// ledger's own descriptor, because buntdb ignores the result of its fsync
+// (#122). buntdb's own fsync (SyncPolicy Always) happens before it releases
+// its lock, so no reader sees a state that is not on disk; this second one
+// only makes a failure visible. After a failed fsync the in-memory state
+// may be ahead of the disk, so the ledger refuses all further work.
+func (l *Ledger) update(fn func(tx *buntdb.Tx) (bool, error)) error {
+	wrote := false
+	err := l.db.Update(func(tx *buntdb.Tx) error {
+		var err error
+		wrote, err = fn(tx)
+		return err
+	})
+	if err != nil || !wrote {
+		return err
+	}
+	if err := syncFile(l.dbf); err != nil {
+		err = fmt.Errorf("ledger %s unusable after a failed fsync, restart the daemon: %w", l.dir, err)
+		l.bmu.Lock()
+		if l.broken == nil {
+			l.broken = err
+		}
+		l.bmu.Unlock()
+		return err
+	}
+	return nil
+}
+
+// getEntry reads and decodes one entry inside a transaction.
+func getEntry(tx *buntdb.Tx, key string) (Entry, error) {
+	val, err := tx.Get(entryPrefix + key)
+	if errors.Is(err, buntdb.ErrNotFound) {
+		return Entry{}, ErrNotFound
+	}
+	if err != nil {
+		return Entry{}, err
+	}
+	e, err := decodeEntry([]byte(val))
+	if err != nil {
+		return Entry{}, fmt.Errorf("decode entry %q: %w", key, err)
+	}
+	return e, nil
+}
+
+func putEntry(tx *buntdb.Tx, e Entry) error {
+	val, err := encodeEntry(e)
+	if err != nil {
+		return err
+	}
+	_, _, err = tx.Set(entryPrefix+e.Key, string(val), nil) // nil options: never a TTL
+	return err
+}
+
+// Admit records a new request. If the key is absent it stores e and returns
+// (stored entry, true). If the key is present with the same ManifestSHA256
+// it returns (existing entry, false) and writes nothing; with a different
+// hash it returns (existing entry, false, ErrConflict).
+//
+// An empty Key becomes Agent+"/"+ID. ManifestSHA256 and Expires are
+// required. An empty State means seen; otherwise it must be seen, pending,
+// awaiting-approval, rejected, expired or cancelled (an id is owned only
+// through Transition). FirstSeen defaults to now; Runs, Updated and History
+// are set by the ledger.
+func (l *Ledger) Admit(e Entry) (Entry, bool, error) {
+	if e.Key == "" && e.Agent != "" && e.ID != "" {
+		e.Key = e.Agent + "/" + e.ID
+	}
+	if err := checkKey(e.Key); err != nil {
+		return Entry{}, false, fmt.Errorf("admit %q: %w", e.Key, err)
+	}
+	if e.State == "" {
+		e.State = StateSeen
+	}
+	switch {
+	case e.ManifestSHA256 == "":
+		return Entry{}, false, fmt.Errorf("admit %s: no manifest hash", e.Key)
+	case e.Expires.IsZero():
+		return Entry{}, false, fmt.Errorf("admit %s: no expiry", e.Key)
+	case !contains(admitStates, e.State):
+		return Entry{}, false, fmt.Errorf("admit %s: cannot start in state %q", e.Key, e.State)
+	}
+	now := time.Now()
+	if e.FirstSeen.IsZero() {
+		e.FirstSeen = now
+	}
+	e.Updated, e.Runs = now, 0
+	e.History = []Transition{{State: e.State, At: now}}
+	e = normalize(e)
+
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if err := l.usable(); err != nil {
+		return Entry{}, false, fmt.Errorf("admit %s: %w", e.Key, err)
+	}
+	var got Entry
+	created := false
+	err := l.update(func(tx *buntdb.Tx) (bool, error) {
+		old, err := getEntry(tx, e.Key)
+		if err == nil {
+			got = old
+			if old.ManifestSHA256 != e.ManifestSHA256 {
+				return false, fmt.Errorf("%w: recorded %s, offered %s", ErrConflict, old.ManifestSHA256, e.ManifestSHA256)
+			}
+			return false, nil
+		}
+		if !errors.Is(err, ErrNotFound) {
+			return false, err
+		}
+		got, created = e, true
+		return true, putEntry(tx, e)
+	})
+	if err != nil {
+		if errors.Is(err, ErrConflict) {
+			return got, false, fmt.Errorf("admit %s: %w", e.Key, err)
+		}
+		return Entry{}, false, fmt.Errorf("admit %s: %w", e.Key, err)
+	}
+	return got, created, nil
+}
+
+// Transition moves the entry for key to state to, as a compare-and-set in
+// one write transaction: it fails with ErrWrongState, returning the current
+// entry, if the current state is not in from, and with ErrNotFound if there
+// is no entry. Every state in from must be allowed to reach to (see the
+// package documentation); otherwise it fails without reading.
+//
+// mutate, if not nil, may change Op, Idempotent, ResultSHA256 and Reason;
+// changes to other fields are discarded. It runs under the database write
+// lock and must not call the Ledger. The ledger sets State, Updated, appends
+// to History and, on entering running, increments Runs. When Transition
+// returns nil the new state is on disk.
+func (l *Ledger) Transition(key string, from []State, to State, mutate func(*Entry)) (Entry, error) {
+	if len(from) == 0 {
+		return Entry{}, fmt.Errorf("transition %s to %s: no expected state", key, to)
+	}
+	for _, s := range from {
+		if !CanTransition(s, to) {
+			return Entry{}, fmt.Errorf("transition %s: %s → %s is not allowed", key, s, to)
+		}
+	}
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if err := l.usable(); err != nil {
+		return Entry{}, fmt.Errorf("transition %s: %w", key, err)
+	}
+	var got Entry
+	err := l.update(func(tx *buntdb.Tx) (bool, error) {
+		cur, err := getEntry(tx, key)
+		if err != nil {
+			return false, err
+		}
+		if !contains(from, cur.State) {
+			got = cur
+			return false, fmt.Errorf("%w: it is %s, expected %v", ErrWrongState, cur.State, from)
+		}
+		next := cur
+		next.History = slices.Clone(cur.History)
+		if mutate != nil {
+			mutate(&next)
+		}
+		// Only the fields the caller owns survive mutate.
+		cur.Op, cur.Idempotent, cur.ResultSHA256, cur.Reason = next.Op, next.Idempotent, next.ResultSHA256, next.Reason
+		now := time.Now()
+		cur.State, cur.Updated = to, now
+		if to == StateRunning {
+			cur.Runs++
+		}
+		cur.History = append(cur.History, Transition{State: to, At: now})
+		if n := len(cur.History); n > maxHistory {
+			cur.History = cur.History[n-maxHistory:]
+		}
+		got = normalize(cur)
+		return true, putEntry(tx, got)
+	})
+	if err != nil {
+		if errors.Is(err, ErrWrongState) {
+			return got, fmt.Errorf("transition %s to %s: %w", key, to, err)
+		}
+		return Entry{}, fmt.Errorf("transition %s to %s: %w", key, to, err)
+	}
+	return got, nil
+}
+
+// Get returns the entry for key, or ErrNotFound.
+func (l *Ledger) Get(key string) (Entry, error) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if err := l.usable(); err != nil {
+		return Entry{}, fmt.Errorf("get %s: %w", key, err)
+	}
+	var e Entry
+	err := l.db.View(func(tx *buntdb.Tx) error {
+		var err error
+		e, err = getEntry(tx, key)
+		return err
+	})
+	if err != nil {
+		return Entry{}, fmt.Errorf("get %s: %w", key, err)
+	}
+	return e, nil
+}
+
+// List returns the entries for which filter returns true (all if filter is
+// nil), in key order. filter must not call the Ledger.
+func (l *Ledger) List(filter func(Entry) bool) ([]Entry, error) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if err := l.usable(); err != nil {
+		return nil, fmt.Errorf("list: %w", err)
+	}
+	var out []Entry
+	var derr error
+	err := l.db.View(func(tx *buntdb.Tx) error {
+		return tx.AscendKeys(entryPrefix+"*", func(k, v string) bool {
+			e, err := decodeEntry([]byte(v))
+			if err != nil {
+				derr = fmt.Errorf("decode entry %q: %w", k, err)
+				return false
+			}
+			if filter == nil || filter(e) {
+				out = append(out, e)
+			}
+			return true
+		})
+	})
+	if err == nil {
+		err = derr
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list: %w", err)
+	}
+	return out, nil
+}
+
+// byState returns the entries in the given states, in key order.
+func (l *Ledger) byState(want ...State) ([]Entry, error) {
+	var out []Entry
+	var derr error
+	err := l.db.View(func(tx *buntdb.Tx) error {
+		for _, s := range want {
+			err := tx.AscendEqual("state", `{"state":"`+string(s)+`"}`, func(k, v string) bool {
+				e, err := decodeEntry([]byte(v))
+				if err != nil {
+					derr = fmt.Errorf("decode entry %q: %w", k, err)
+					return false
+				}
+				out = append(out, e)
+				return true
+			})
+			if err != nil {
+				return err
+			}
+		}
+		return derr
+	})
+	slices.SortFunc(out, func(a, b Entry) int { return cmpString(a.Key, b.Key) })
+	return out, err
+}
+
+func cmpString(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// InFlight returns the claimed and running entries, in key order: what a
+// crash may have interrupted. The daemon calls it at start-up, before it
+// serves, and re-runs an entry only if it is Idempotent; otherwise it moves
+// it to uncertain.
+func (l *Ledger) InFlight() ([]Entry, error) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if err := l.usable(); err != nil {
+		return nil, fmt.Errorf("in-flight entries: %w", err)
+	}
+	out, err := l.byState(StateClaimed, StateRunning)
+	if err != nil {
+		return nil, fmt.Errorf("in-flight entries: %w", err)
+	}
+	return out, nil
+}
+
+// gcBatch bounds how many deletions share one transaction. A crash can
+// apply part of a batch; each deletion stands on its own, so that is fine.
+const gcBatch = 256
+
+// GCCandidates returns, in expiry order, the entries GC would delete: those
+// in a terminal state whose Expires+skew is before now.
+func (l *Ledger) GCCandidates(now time.Time, skew time.Duration) ([]Entry, error) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if err := l.usable(); err != nil {
+		return nil, fmt.Errorf("gc: %w", err)
+	}
+	out, err := l.gcCandidates(now, skew)
+	if err != nil {
+		return nil, fmt.Errorf("gc: %w", err)
+	}
+	return out, nil
+}
+
+func (l *Ledger) gcCandidates(now time.Time, skew time.Duration) ([]Entry, error) {
+	pivot := `{"expires":"` + formatTime(now.Add(-skew)) + `"}`
+	var out []Entry
+	var derr error
+	err := l.db.View(func(tx *buntdb.Tx) error {
+		return tx.AscendLessThan("expires", pivot, func(k, v string) bool {
+			e, err := decodeEntry([]byte(v))
+			if err != nil {
+				derr = fmt.Errorf("decode entry %q: %w", k, err)
+				return false
+			}
+			if collectable(e, now, skew) {
+				out = append(out, e)
+			}
+			return true
+		})
+	})
+	if err == nil {
+		err = derr
+	}
+	return out, err
+}
+
+func collectable(e Entry, now time.Time, skew time.Duration) bool {
+	return e.State.Terminal() && e.Expires.Add(skew).Before(now)
+}
+
+// GC deletes the entries GCCandidates returns and reports how many it
+// deleted. Entries in any other state, in flight and uncertain included,
+// are kept however old: forgetting them would let a replay run again.
+// The daemon calls it periodically with skew ≥ the allowed clock skew.
+func (l *Ledger) GC(now time.Time, skew time.Duration) (int, error) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if err := l.usable(); err != nil {
+		return 0, fmt.Errorf("gc: %w", err)
+	}
+	cands, err := l.gcCandidates(now, skew)
+	if err != nil {
+		return 0, fmt.Errorf("gc: %w", err)
+	}
+	n := 0
+	for batch := range slices.Chunk(cands, gcBatch) {
+		err := l.update(func(tx *buntdb.Tx) (bool, error) {
+			wrote := false
+			for _, c := range batch {
+				// Re-check under the write lock: the entry may have changed.
+				e, err := getEntry(tx, c.Key)
+				if errors.Is(err, ErrNotFound) {
+					continue
+				}
+				if err != nil {
+					return wrote, err
+				}
+				if !collectable(e, now, skew) {
+					continue
+				}
+				if _, err := tx.Delete(entryPrefix + c.Key); err != nil {
+					return wrote, err
+				}
+				wrote = true
+				n++
+			}
+			return wrote, nil
+		})
+		if err != nil {
+			return 0, fmt.Errorf("gc: %w", err)
+		}
+	}
+	return n, nil
+}
+
+// Stats summarises the ledger for `bridge status` and `bridge doctor`.
+type Stats struct {
+	Total       int
+	States      map[State]int // entries per state; absent states count 0
+	FileSize    int64         // bytes of ledger.db; it only grows until Open compacts it
+	TailDropped int64         // bytes of a torn tail that Open cut off (a crash happened)
+}
+
+// Stats counts the entries per state.
+func (l *Ledger) Stats() (Stats, error) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if err := l.usable(); err != nil {
+		return Stats{}, fmt.Errorf("stats: %w", err)
+	}
+	st := Stats{States: map[State]int{}, TailDropped: l.tailDropped}
+	err := l.db.View(func(tx *buntdb.Tx) error {
+		for _, s := range states {
+			err := tx.AscendEqual("state", `{"state":"`+string(s)+`"}`, func(k, v string) bool {
+				st.States[s]++
+				st.Total++
+				return true
+			})
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return Stats{}, fmt.Errorf("stats: %w", err)
+	}
+	fi, err := l.dbf.Stat()
+	if err != nil {
+		return Stats{}, fmt.Errorf("stats: %w", err)
+	}
+	st.FileSize = fi.Size()
+	return st, nil
+}

@@ -1,0 +1,569 @@
+package ledger
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+func TestDurableAcrossReopen(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "state", "ledger")
+	l := mustOpen(t, dir)
+	exp := time.Now().Add(time.Hour)
+	mustAdmit(t, l, testEntry("a/1", exp))
+	mustAdmit(t, l, testEntry("a/2", exp))
+	e3 := testEntry("b/3", exp)
+	e3.State = StateRejected
+	e3.Reason = "bad signature"
+	mustAdmit(t, l, e3)
+	mustTransition(t, l, "a/1", StateSeen, StateClaimed)
+	mustTransition(t, l, "a/1", StateClaimed, StateRunning)
+	if _, err := l.Transition("a/1", []State{StateRunning}, StateDone, func(e *Entry) {
+		e.Op, e.ResultSHA256 = "test", strings.Repeat("ab", 32)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	want, err := l.List(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustClose(t, l)
+
+	l = mustOpen(t, dir)
+	defer mustClose(t, l)
+	got, err := l.List(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("after reopen:\n got %+v\nwant %+v", got, want)
+	}
+	if len(got) != 3 || got[0].State != StateDone || got[0].Runs != 1 || got[0].Op != "test" {
+		t.Fatalf("unexpected entries %+v", got)
+	}
+
+	raw := readFile(t, dbPath(dir))
+	for _, ttl := range []string{"$2\r\nae\r\n", "$2\r\nex\r\n", "*5\r\n"} {
+		if bytes.Contains(raw, []byte(ttl)) {
+			t.Errorf("ledger file contains an expiring record (%q)", ttl)
+		}
+	}
+	if s := scanLog(raw); !s.clean() || s.entries() != 3 {
+		t.Errorf("file scan: clean %v, entries %d, %s", s.clean(), s.entries(), s.problem())
+	}
+	if runtime.GOOS != "windows" {
+		for path, want := range map[string]os.FileMode{
+			dir: 0o700, dbPath(dir): 0o600, filepath.Join(dir, lockFile): 0o600,
+		} {
+			fi, err := os.Stat(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fi.Mode().Perm() != want {
+				t.Errorf("%s: mode %#o, want %#o", path, fi.Mode().Perm(), want)
+			}
+		}
+	}
+}
+
+func TestRecordFormat(t *testing.T) {
+	at := time.Date(2026, 3, 4, 5, 6, 7, 800, time.FixedZone("x", 3600))
+	e := Entry{
+		Key: "ag/req", Agent: "ag", ID: "req", State: StateDone, ManifestSHA256: "m",
+		FirstSeen: at, Expires: at.Add(time.Hour), Op: "build", Idempotent: true,
+		ResultSHA256: "r", Reason: "", Updated: at, Runs: 1,
+		History: []Transition{{State: StateSeen, At: at}},
+	}
+	got, err := encodeEntry(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"v":1,"key":"ag/req","agent":"ag","id":"req","state":"done","manifest_sha256":"m",` +
+		`"first_seen":"2026-03-04T04:06:07.000000800Z","expires":"2026-03-04T05:06:07.000000800Z",` +
+		`"op":"build","idempotent":true,"result_sha256":"r","reason":"","updated":"2026-03-04T04:06:07.000000800Z",` +
+		`"runs":1,"history":[{"state":"seen","at":"2026-03-04T04:06:07.000000800Z"}]}`
+	if string(got) != want {
+		t.Fatalf("record:\n got %s\nwant %s", got, want)
+	}
+	back, err := decodeEntry(got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(back, normalize(e)) {
+		t.Fatalf("round trip: got %+v", back)
+	}
+	for name, bad := range map[string]string{
+		"unknown field":  strings.Replace(want, `"v":1,`, `"v":1,"x":2,`, 1),
+		"other version":  strings.Replace(want, `"v":1`, `"v":2`, 1),
+		"not canonical":  strings.Replace(want, `"op":`, `"op" :`, 1),
+		"short time":     strings.Replace(want, `07.000000800Z","expires"`, `07.0000008Z","expires"`, 1),
+		"unknown state":  strings.Replace(want, `"state":"done"`, `"state":"odd"`, 1),
+		"trailing value": want + `{}`,
+	} {
+		if _, err := decodeEntry([]byte(bad)); err == nil {
+			t.Errorf("%s: decoded %s", name, bad)
+		}
+	}
+}
+
+func TestAdmit(t *testing.T) {
+	l := mustOpen(t, t.TempDir())
+	defer mustClose(t, l)
+	exp := time.Now().Add(time.Hour)
+
+	first := mustAdmit(t, l, Entry{Agent: "ag", ID: "r1", ManifestSHA256: "h1", Expires: exp})
+	if first.Key != "ag/r1" || first.State != StateSeen || len(first.History) != 1 || first.FirstSeen.IsZero() {
+		t.Fatalf("admitted %+v", first)
+	}
+	size := func() int64 {
+		st, err := l.Stats()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.FileSize
+	}
+	before := size()
+	again, created, err := l.Admit(Entry{Key: "ag/r1", ManifestSHA256: "h1", Expires: exp.Add(time.Hour)})
+	if err != nil || created || !reflect.DeepEqual(again, first) {
+		t.Fatalf("second Admit = %+v, %v, %v; want the first entry, false, nil", again, created, err)
+	}
+	if size() != before {
+		t.Errorf("a duplicate Admit wrote to the file")
+	}
+	old, created, err := l.Admit(Entry{Key: "ag/r1", ManifestSHA256: "h2", Expires: exp})
+	if !errors.Is(err, ErrConflict) || created || old.ManifestSHA256 != "h1" {
+		t.Fatalf("conflicting Admit = %+v, %v, %v; want the recorded entry and ErrConflict", old, created, err)
+	}
+
+	for name, e := range map[string]Entry{
+		"no key":          {ManifestSHA256: "h", Expires: exp},
+		"control char":    {Key: "a/\n", ManifestSHA256: "h", Expires: exp},
+		"no hash":         {Key: "a/b", Expires: exp},
+		"no expiry":       {Key: "a/b", ManifestSHA256: "h"},
+		"claimed":         {Key: "a/b", ManifestSHA256: "h", Expires: exp, State: StateClaimed},
+		"running":         {Key: "a/b", ManifestSHA256: "h", Expires: exp, State: StateRunning},
+		"done":            {Key: "a/b", ManifestSHA256: "h", Expires: exp, State: StateDone},
+		"unknown state":   {Key: "a/b", ManifestSHA256: "h", Expires: exp, State: "odd"},
+		"key too long":    {Key: strings.Repeat("k", maxKeyLen+1), ManifestSHA256: "h", Expires: exp},
+		"invalid utf8":    {Key: "a/\xff", ManifestSHA256: "h", Expires: exp},
+		"agent only":      {Agent: "a", ManifestSHA256: "h", Expires: exp},
+		"uncertain start": {Key: "a/b", ManifestSHA256: "h", Expires: exp, State: StateUncertain},
+	} {
+		if _, _, err := l.Admit(e); err == nil {
+			t.Errorf("%s: Admit accepted %+v", name, e)
+		}
+	}
+	if _, err := l.Get("a/b"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("a refused Admit left an entry: %v", err)
+	}
+}
+
+func TestTransition(t *testing.T) {
+	l := mustOpen(t, t.TempDir())
+	defer mustClose(t, l)
+	mustAdmit(t, l, testEntry("a/1", time.Now().Add(time.Hour)))
+
+	if _, err := l.Transition("a/none", []State{StateSeen}, StateClaimed, nil); !errors.Is(err, ErrNotFound) {
+		t.Errorf("missing key: %v, want ErrNotFound", err)
+	}
+	cur, err := l.Transition("a/1", []State{StateClaimed}, StateRunning, nil)
+	if !errors.Is(err, ErrWrongState) || cur.State != StateSeen || !strings.Contains(err.Error(), "it is seen") {
+		t.Errorf("wrong state: %+v, %v; want the current entry and ErrWrongState naming seen", cur, err)
+	}
+	for _, c := range []struct{ from, to State }{
+		{StateSeen, StateRunning}, {StateSeen, StateDone}, {StateDone, StateClaimed},
+		{StateFailed, StateRunning}, {StatePending, StateUncertain}, {StateSeen, "odd"},
+	} {
+		if _, err := l.Transition("a/1", []State{c.from}, c.to, nil); err == nil || errors.Is(err, ErrWrongState) {
+			t.Errorf("%s → %s: %v, want an illegal-transition error", c.from, c.to, err)
+		}
+	}
+
+	e, err := l.Transition("a/1", []State{StateSeen, StatePending}, StateClaimed, func(e *Entry) {
+		e.Op, e.Idempotent, e.Reason = "build", true, "policy ok"
+		// Fields the ledger owns: these changes must be discarded.
+		e.Key, e.ManifestSHA256, e.Runs, e.State, e.Expires = "x/y", "forged", 7, StateDone, time.Time{}
+		e.History = nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.Key != "a/1" || e.ManifestSHA256 != testEntry("a/1", time.Time{}).ManifestSHA256 || e.Runs != 0 ||
+		e.State != StateClaimed || e.Expires.IsZero() || len(e.History) != 2 || e.Op != "build" || !e.Idempotent {
+		t.Fatalf("after claim: %+v", e)
+	}
+	if got, _ := l.Get("a/1"); !reflect.DeepEqual(got, e) {
+		t.Fatalf("Get = %+v, Transition returned %+v", got, e)
+	}
+
+	// Entering running counts a run, also running → running (an idempotent
+	// re-run after a crash); History keeps the last maxHistory steps.
+	mustTransition(t, l, "a/1", StateClaimed, StateRunning)
+	for range 20 {
+		mustTransition(t, l, "a/1", StateRunning, StateRunning)
+	}
+	e = mustTransition(t, l, "a/1", StateRunning, StateDone)
+	if e.Runs != 21 || len(e.History) != maxHistory || e.History[maxHistory-1].State != StateDone {
+		t.Fatalf("runs %d, history %d (%v)", e.Runs, len(e.History), e.History)
+	}
+	for _, to := range []State{StateClaimed, StateRunning, StateFailed} {
+		if _, err := l.Transition("a/1", []State{StateDone}, to, nil); err == nil {
+			t.Errorf("done → %s allowed", to)
+		}
+	}
+}
+
+func TestStateMachine(t *testing.T) {
+	for _, s := range states {
+		if s.Terminal() && len(transitions[s]) != 0 {
+			t.Errorf("terminal %s has transitions %v", s, transitions[s])
+		}
+		if !s.Terminal() && len(transitions[s]) == 0 {
+			t.Errorf("non-terminal %s is a dead end", s)
+		}
+		if s.Terminal() && s.InFlight() {
+			t.Errorf("%s both terminal and in flight", s)
+		}
+		for _, to := range transitions[s] {
+			if !to.Valid() {
+				t.Errorf("%s → unknown %s", s, to)
+			}
+		}
+	}
+	for _, s := range admitStates {
+		if s.InFlight() || s == StateUncertain || s == StateDone {
+			t.Errorf("Admit may start in %s", s)
+		}
+	}
+}
+
+// Eight workers race to claim each id: exactly one must win.
+func TestClaimRace(t *testing.T) {
+	l := mustOpen(t, t.TempDir())
+	defer mustClose(t, l)
+	const keys, workers = 20, 8
+	for k := range keys {
+		mustAdmit(t, l, testEntry(fmt.Sprintf("a/%d", k), time.Now().Add(time.Hour)))
+	}
+	for k := range keys {
+		key := fmt.Sprintf("a/%d", k)
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		errs := make([]error, workers)
+		for w := range workers {
+			wg.Go(func() {
+				<-start
+				_, errs[w] = l.Transition(key, []State{StateSeen}, StateClaimed, func(e *Entry) {
+					e.Reason = fmt.Sprint("worker ", w)
+				})
+			})
+		}
+		close(start)
+		wg.Wait()
+		won := 0
+		for _, err := range errs {
+			switch {
+			case err == nil:
+				won++
+			case !errors.Is(err, ErrWrongState):
+				t.Errorf("%s: loser got %v, want ErrWrongState", key, err)
+			}
+		}
+		e, err := l.Get(key)
+		if won != 1 || err != nil || e.State != StateClaimed || len(e.History) != 2 {
+			t.Fatalf("%s: %d winners, entry %+v, %v", key, won, e, err)
+		}
+	}
+}
+
+// Many goroutines run whole lifecycles while others read; afterwards, and
+// after a reopen, every id ran exactly once.
+func TestConcurrentUse(t *testing.T) {
+	dir := t.TempDir()
+	l := mustOpen(t, dir)
+	const workers, per = 8, 15
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	var readers sync.WaitGroup
+	readers.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if _, err := l.List(func(e Entry) bool { return e.State == StateRunning }); err != nil {
+				t.Error(err)
+			}
+			if _, err := l.Stats(); err != nil {
+				t.Error(err)
+			}
+			if _, err := l.InFlight(); err != nil {
+				t.Error(err)
+			}
+			// Leave the writers room: this checks safety, not throughput.
+			time.Sleep(2 * time.Millisecond)
+		}
+	})
+	for w := range workers {
+		wg.Go(func() {
+			for i := range per {
+				// Two workers share each key; only one may run it.
+				key := fmt.Sprintf("a/%d-%d", w/2, i)
+				if _, _, err := l.Admit(testEntry(key, time.Now().Add(time.Hour))); err != nil {
+					t.Error(err)
+					return
+				}
+				if _, err := l.Transition(key, []State{StateSeen}, StateClaimed, nil); errors.Is(err, ErrWrongState) {
+					continue
+				} else if err != nil {
+					t.Error(err)
+					return
+				}
+				for _, s := range []State{StateRunning, StateDone} {
+					if _, err := l.Transition(key, []State{prev(s)}, s, nil); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(stop)
+	readers.Wait()
+	check := func(l *Ledger) {
+		t.Helper()
+		all, err := l.List(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(all) != workers/2*per {
+			t.Fatalf("%d entries, want %d", len(all), workers/2*per)
+		}
+		for _, e := range all {
+			if e.State != StateDone || e.Runs != 1 || len(e.History) != 4 {
+				t.Errorf("%s: state %s, runs %d, history %v", e.Key, e.State, e.Runs, e.History)
+			}
+		}
+		st, err := l.Stats()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Total != workers/2*per || st.States[StateDone] != st.Total {
+			t.Errorf("stats %+v", st)
+		}
+	}
+	check(l)
+	mustClose(t, l)
+	l = mustOpen(t, dir)
+	defer mustClose(t, l)
+	check(l)
+}
+
+func TestInFlightAndStats(t *testing.T) {
+	dir := t.TempDir()
+	l := mustOpen(t, dir)
+	exp := time.Now().Add(time.Hour)
+	for _, k := range []string{"a/1", "a/2", "a/3", "a/4"} {
+		mustAdmit(t, l, testEntry(k, exp))
+	}
+	mustTransition(t, l, "a/3", StateSeen, StateClaimed)
+	mustTransition(t, l, "a/1", StateSeen, StateClaimed)
+	mustTransition(t, l, "a/1", StateClaimed, StateRunning)
+	mustTransition(t, l, "a/4", StateSeen, StatePending)
+	mustClose(t, l)
+
+	// Crash recovery works from a fresh Open: the indexes are rebuilt.
+	l = mustOpen(t, dir)
+	defer mustClose(t, l)
+	fl, err := l.InFlight()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(fl) != 2 || fl[0].Key != "a/1" || fl[0].State != StateRunning || fl[1].Key != "a/3" || fl[1].State != StateClaimed {
+		t.Fatalf("InFlight = %+v", fl)
+	}
+	st, err := l.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[State]int{StateSeen: 1, StatePending: 1, StateClaimed: 1, StateRunning: 1}
+	if st.Total != 4 || !reflect.DeepEqual(st.States, want) || st.FileSize == 0 || st.TailDropped != 0 {
+		t.Fatalf("Stats = %+v", st)
+	}
+}
+
+func TestGC(t *testing.T) {
+	dir := t.TempDir()
+	l := mustOpen(t, dir)
+	now := time.Now()
+	skew := time.Hour
+	add := func(key string, exp time.Time, path ...State) {
+		t.Helper()
+		e := testEntry(key, exp)
+		if len(path) > 0 && contains(admitStates, path[0]) {
+			e.State = path[0]
+			path = path[1:]
+		}
+		mustAdmit(t, l, e)
+		cur := e.State
+		if cur == "" {
+			cur = StateSeen
+		}
+		for _, s := range path {
+			mustTransition(t, l, key, cur, s)
+			cur = s
+		}
+	}
+	old, recent := now.Add(-3*time.Hour), now.Add(-30*time.Minute)
+	add("a/done-old", old, StateClaimed, StateRunning, StateDone)
+	add("a/rejected-old", old.Add(time.Minute), StateRejected)
+	add("a/failed-old", old.Add(2*time.Minute), StateClaimed, StateFailed)
+	add("a/done-in-skew", recent, StateClaimed, StateRunning, StateDone)
+	add("a/done-future", now.Add(time.Hour), StateClaimed, StateRunning, StateDone)
+	add("a/running-old", old, StateClaimed, StateRunning)
+	add("a/claimed-old", old, StateClaimed)
+	add("a/uncertain-old", old, StateClaimed, StateRunning, StateUncertain)
+	add("a/pending-old", old, StatePending)
+	add("a/seen-old", old)
+
+	cands, err := l.GCCandidates(now, skew)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for _, c := range cands {
+		keys = append(keys, c.Key)
+	}
+	want := []string{"a/done-old", "a/rejected-old", "a/failed-old"}
+	if !reflect.DeepEqual(keys, want) {
+		t.Fatalf("GCCandidates = %v, want %v", keys, want)
+	}
+	if _, err := l.Get("a/done-old"); err != nil {
+		t.Fatalf("GCCandidates deleted: %v", err)
+	}
+	n, err := l.GC(now, skew)
+	if err != nil || n != 3 {
+		t.Fatalf("GC = %d, %v; want 3", n, err)
+	}
+	mustClose(t, l)
+
+	l = mustOpen(t, dir)
+	defer mustClose(t, l)
+	all, err := l.List(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(all) != 7 {
+		t.Fatalf("%d entries left, want 7", len(all))
+	}
+	for _, k := range want {
+		if _, err := l.Get(k); !errors.Is(err, ErrNotFound) {
+			t.Errorf("%s survived GC and reopen: %v", k, err)
+		}
+	}
+	if n, err := l.GC(now, skew); n != 0 || err != nil {
+		t.Errorf("second GC = %d, %v", n, err)
+	}
+}
+
+func TestFsyncFailureStopsTheLedger(t *testing.T) {
+	l := mustOpen(t, t.TempDir())
+	defer mustClose(t, l)
+	mustAdmit(t, l, testEntry("a/1", time.Now().Add(time.Hour)))
+
+	injected := errors.New("injected EIO")
+	syncFile = func(*os.File) error { return injected }
+	defer func() { syncFile = (*os.File).Sync }()
+	if _, err := l.Transition("a/1", []State{StateSeen}, StateClaimed, nil); !errors.Is(err, injected) {
+		t.Fatalf("Transition with failing fsync: %v", err)
+	}
+	syncFile = (*os.File).Sync
+	if _, err := l.Get("a/1"); !errors.Is(err, injected) {
+		t.Errorf("Get after a failed fsync: %v, want the fsync error", err)
+	}
+	if _, _, err := l.Admit(testEntry("a/2", time.Now().Add(time.Hour))); !errors.Is(err, injected) {
+		t.Errorf("Admit after a failed fsync: %v, want the fsync error", err)
+	}
+}
+
+func TestClosed(t *testing.T) {
+	l := mustOpen(t, t.TempDir())
+	mustClose(t, l)
+	if err := l.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+	if _, err := l.Get("a/1"); err == nil {
+		t.Error("Get after Close succeeded")
+	}
+	if _, _, err := l.Admit(testEntry("a/1", time.Now().Add(time.Hour))); err == nil {
+		t.Error("Admit after Close succeeded")
+	}
+}
+
+func TestRefusesOpenDirectory(t *testing.T) {
+	if runtime.GOOS == "windows" {
+		t.Skip("no Unix modes")
+	}
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o770); err != nil {
+		t.Fatal(err)
+	}
+	if l, err := Open(dir); err == nil {
+		l.Close()
+		t.Fatal("Open accepted a group-writable directory")
+	}
+}
+
+// Open rewrites a file that is mostly superseded records; the rewrite holds
+// exactly the live entries and deleted entries stay deleted.
+func TestCompactOnOpen(t *testing.T) {
+	dir := t.TempDir()
+	l := mustOpen(t, dir)
+	now := time.Now()
+	for _, k := range []string{"a/1", "a/2", "a/3"} {
+		mustAdmit(t, l, testEntry(k, now.Add(-2*time.Hour)))
+		mustTransition(t, l, k, StateSeen, StateClaimed)
+		mustTransition(t, l, k, StateClaimed, StateRunning)
+	}
+	mustTransition(t, l, "a/1", StateRunning, StateDone)
+	if n, err := l.GC(now, time.Hour); n != 1 || err != nil {
+		t.Fatalf("GC = %d, %v", n, err)
+	}
+	want, _ := l.List(nil)
+	mustClose(t, l)
+	before := readFile(t, dbPath(dir))
+
+	defer func(size, ratio int64) { compactMinSize, compactRatio = size, ratio }(compactMinSize, compactRatio)
+	compactMinSize, compactRatio = 0, 1
+	l = mustOpen(t, dir)
+	got, _ := l.List(nil)
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("after compaction:\n got %+v\nwant %+v", got, want)
+	}
+	after := readFile(t, dbPath(dir))
+	s := scanLog(after)
+	if !s.clean() || len(s.cmds) != 3 || int64(len(after)) != liveSize(s) || len(after) >= len(before) {
+		t.Fatalf("compacted file: %d → %d bytes, %d commands, %s", len(before), len(after), len(s.cmds), s.problem())
+	}
+	mustTransition(t, l, "a/2", StateRunning, StateDone)
+	mustClose(t, l)
+	compactMinSize, compactRatio = 16<<20, 4
+	l = mustOpen(t, dir)
+	defer mustClose(t, l)
+	if e, err := l.Get("a/2"); err != nil || e.State != StateDone {
+		t.Fatalf("write after compaction: %+v, %v", e, err)
+	}
+	if _, err := l.Get("a/1"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("collected entry came back: %v", err)
+	}
+}

@@ -1,0 +1,192 @@
+package ledger
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// Entry is the ledger's record of one request id.
+type Entry struct {
+	Key            string    // the caller's id, e.g. "<agent-id>/<request-id>"; Agent+"/"+ID if empty at Admit
+	Agent          string    // sender (agent) id
+	ID             string    // request id
+	State          State     // current state
+	ManifestSHA256 string    // SHA-256 of the exact manifest bytes; a second manifest for the key must match
+	FirstSeen      time.Time // host clock at Admit
+	Expires        time.Time // signed expiry from the manifest; GC keeps the entry until Expires+skew
+	Op             string    // operation name, once the payload is decrypted
+	Idempotent     bool      // the policy marks Op safe to re-run after a crash
+	ResultSHA256   string    // SHA-256 of the published result manifest
+	Reason         string    // why the entry is failed, rejected, uncertain, ...
+	Updated        time.Time // host clock of the last write
+	Runs           int       // how many times execution was started (entries into running)
+	History        []Transition
+}
+
+// Transition is one step of an entry's History.
+type Transition struct {
+	State State
+	At    time.Time
+}
+
+// maxHistory bounds Entry.History; older steps are dropped first.
+const maxHistory = 16
+
+// maxKeyLen bounds a key; real keys are two kids or ids and a slash.
+const maxKeyLen = 512
+
+// formatVersion is the "v" field of every record and the value of the
+// formatKey record. A reader refuses anything else.
+const formatVersion = 1
+
+// Key layout inside the buntdb file.
+const (
+	entryPrefix = "r/"
+	formatKey   = "m/format"
+)
+
+// timeLayout is fixed-width UTC with nanoseconds so that the JSON is
+// canonical and string order equals time order (the expiry index relies on
+// it). time.RFC3339Nano trims trailing zeros and would break both.
+const timeLayout = "2006-01-02T15:04:05.000000000Z"
+
+// record is the on-disk JSON of an entry. Every field is always present, in
+// this order, so one entry has exactly one encoding.
+type record struct {
+	V              int             `json:"v"`
+	Key            string          `json:"key"`
+	Agent          string          `json:"agent"`
+	ID             string          `json:"id"`
+	State          State           `json:"state"`
+	ManifestSHA256 string          `json:"manifest_sha256"`
+	FirstSeen      string          `json:"first_seen"`
+	Expires        string          `json:"expires"`
+	Op             string          `json:"op"`
+	Idempotent     bool            `json:"idempotent"`
+	ResultSHA256   string          `json:"result_sha256"`
+	Reason         string          `json:"reason"`
+	Updated        string          `json:"updated"`
+	Runs           int             `json:"runs"`
+	History        []historyRecord `json:"history"`
+}
+
+type historyRecord struct {
+	State State  `json:"state"`
+	At    string `json:"at"`
+}
+
+func formatTime(t time.Time) string { return t.UTC().Format(timeLayout) }
+
+func parseTime(s string) (time.Time, error) {
+	t, err := time.Parse(timeLayout, s)
+	if err != nil {
+		return time.Time{}, err
+	}
+	return t.UTC(), nil
+}
+
+// normalize gives the in-memory form that round-trips through the encoding:
+// UTC, no monotonic reading, non-nil History.
+func normalize(e Entry) Entry {
+	e.FirstSeen = e.FirstSeen.UTC().Round(0)
+	e.Expires = e.Expires.UTC().Round(0)
+	e.Updated = e.Updated.UTC().Round(0)
+	h := make([]Transition, len(e.History))
+	for i, t := range e.History {
+		h[i] = Transition{State: t.State, At: t.At.UTC().Round(0)}
+	}
+	e.History = h
+	return e
+}
+
+func encodeEntry(e Entry) ([]byte, error) {
+	r := record{
+		V: formatVersion, Key: e.Key, Agent: e.Agent, ID: e.ID, State: e.State,
+		ManifestSHA256: e.ManifestSHA256, FirstSeen: formatTime(e.FirstSeen),
+		Expires: formatTime(e.Expires), Op: e.Op, Idempotent: e.Idempotent,
+		ResultSHA256: e.ResultSHA256, Reason: e.Reason, Updated: formatTime(e.Updated),
+		Runs: e.Runs, History: make([]historyRecord, len(e.History)),
+	}
+	for i, t := range e.History {
+		r.History[i] = historyRecord{State: t.State, At: formatTime(t.At)}
+	}
+	return json.Marshal(r)
+}
+
+var errNotCanonical = errors.New("record is not in canonical form")
+
+// decodeEntry parses a record strictly: unknown fields, trailing data, a
+// foreign version, an invalid state or any encoding other than the one
+// encodeEntry produces are errors. A record that does not round-trip is
+// damage, not something to guess about.
+func decodeEntry(data []byte) (Entry, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	var r record
+	if err := dec.Decode(&r); err != nil {
+		return Entry{}, err
+	}
+	if dec.More() {
+		return Entry{}, errors.New("trailing data after record")
+	}
+	if r.V != formatVersion {
+		return Entry{}, fmt.Errorf("unsupported record version %d", r.V)
+	}
+	if !r.State.Valid() {
+		return Entry{}, fmt.Errorf("unknown state %q", r.State)
+	}
+	e := Entry{
+		Key: r.Key, Agent: r.Agent, ID: r.ID, State: r.State, ManifestSHA256: r.ManifestSHA256,
+		Op: r.Op, Idempotent: r.Idempotent, ResultSHA256: r.ResultSHA256, Reason: r.Reason,
+		Runs: r.Runs, History: make([]Transition, len(r.History)),
+	}
+	var err error
+	if e.FirstSeen, err = parseTime(r.FirstSeen); err != nil {
+		return Entry{}, err
+	}
+	if e.Expires, err = parseTime(r.Expires); err != nil {
+		return Entry{}, err
+	}
+	if e.Updated, err = parseTime(r.Updated); err != nil {
+		return Entry{}, err
+	}
+	for i, h := range r.History {
+		if !h.State.Valid() {
+			return Entry{}, fmt.Errorf("unknown state %q in history", h.State)
+		}
+		if e.History[i].At, err = parseTime(h.At); err != nil {
+			return Entry{}, err
+		}
+		e.History[i].State = h.State
+	}
+	again, err := encodeEntry(e)
+	if err != nil {
+		return Entry{}, err
+	}
+	if !bytes.Equal(again, data) {
+		return Entry{}, errNotCanonical
+	}
+	return e, nil
+}
+
+// checkKey rejects keys that could not have come from a well-formed request:
+// the ledger is the last line before execution, so it does not trust callers
+// to have validated.
+func checkKey(key string) error {
+	switch {
+	case key == "":
+		return errors.New("empty key")
+	case len(key) > maxKeyLen:
+		return fmt.Errorf("key longer than %d bytes", maxKeyLen)
+	case !utf8.ValidString(key):
+		return errors.New("key is not valid UTF-8")
+	case strings.ContainsFunc(key, func(r rune) bool { return r < 0x20 || r == 0x7f }):
+		return errors.New("key contains control characters")
+	}
+	return nil
+}
