@@ -1,0 +1,360 @@
+package syncsafe
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"strings"
+	"sync/atomic"
+)
+
+var (
+	// ErrNotRegular: the path is a symlink, directory, FIFO, socket or
+	// device. Such an entry in the synced folder is never read.
+	ErrNotRegular = errors.New("not a regular file")
+	// ErrTooLarge: the file is larger than the caller's cap; nothing was read.
+	ErrTooLarge = errors.New("file too large")
+	// ErrNoMarker: the folder has no marker file. It may be unmounted, empty
+	// or not yet synced; nothing in it may be read as "deleted".
+	ErrNoMarker = errors.New("folder marker missing")
+)
+
+// MarkerName is the marker file at the folder root; MarkerContent its exact
+// content.
+const (
+	MarkerName    = "bridge.folder"
+	MarkerContent = "syncbridge folder v1\n"
+)
+
+// Folder is a synced folder opened through an os.Root: every access stays
+// inside it whatever the folder contains ("..", absolute names and symlinks
+// pointing out are refused by the OS-level root). Methods take relative,
+// slash-separated paths. A Folder is safe for concurrent use.
+type Folder struct {
+	root    *os.Root
+	path    string
+	staging *stagingDir // nil: stage in the target directory
+
+	// crossDev is set once a rename from the staging directory failed with
+	// EXDEV; later publishes stage in the folder directly.
+	crossDev atomic.Bool
+}
+
+// Entry is one directory entry as List reports it. Type is the Lstat type
+// bits (0 for a regular file, fs.ModeSymlink for a link, which is never
+// followed).
+type Entry struct {
+	Name string
+	Type fs.FileMode
+	Size int64
+}
+
+// FolderOption configures OpenFolder.
+type FolderOption func(*folderConfig)
+
+type folderConfig struct {
+	staging string
+}
+
+// WithStaging stages published files in dir, which must be outside the synced
+// folder (no sync client sees a temp file there) and private to this user.
+// It should be on the folder's filesystem; if it is not, Publish notices the
+// EXDEV and stages in the folder instead. Ignored where the platform cannot
+// rename relative to two directory handles (Windows).
+func WithStaging(dir string) FolderOption {
+	return func(c *folderConfig) { c.staging = dir }
+}
+
+// OpenFolder opens the synced folder at dir.
+func OpenFolder(dir string, opts ...FolderOption) (*Folder, error) {
+	var cfg folderConfig
+	for _, o := range opts {
+		o(&cfg)
+	}
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return nil, fmt.Errorf("open folder: %w", err)
+	}
+	f := &Folder{root: root, path: dir}
+	if cfg.staging != "" {
+		st, err := openStaging(cfg.staging)
+		if err != nil {
+			root.Close()
+			return nil, fmt.Errorf("open staging dir: %w", err)
+		}
+		f.staging = st
+	}
+	return f, nil
+}
+
+// Path returns the directory the folder was opened at.
+func (f *Folder) Path() string { return f.path }
+
+// Close releases the folder's handles.
+func (f *Folder) Close() error {
+	err := f.root.Close()
+	if f.staging != nil {
+		if err2 := f.staging.close(); err == nil {
+			err = err2
+		}
+	}
+	return err
+}
+
+// cleanRel checks that rel is a local, slash-separated path ("." for the
+// root). os.Root would refuse an escape anyway; this also refuses the odd
+// spellings ("a//b", "a/./b", "\") that no path of ours uses.
+func cleanRel(rel string) error {
+	if !fs.ValidPath(rel) || strings.ContainsAny(rel, "\\\x00") {
+		return fmt.Errorf("invalid path %q", rel)
+	}
+	return nil
+}
+
+// checkParents refuses a path whose parent components are not plain
+// directories. os.Root resolves symlinks that stay inside the root; we do not
+// follow them at all, so the peer cannot alias one of our paths to another.
+func (f *Folder) checkParents(rel string) error {
+	for i := 0; i < len(rel); i++ {
+		if rel[i] != '/' {
+			continue
+		}
+		fi, err := f.root.Lstat(rel[:i])
+		if err != nil {
+			return err
+		}
+		if !fi.IsDir() {
+			return fmt.Errorf("%s: parent %s: %w", rel, rel[:i], ErrNotRegular)
+		}
+	}
+	return nil
+}
+
+// checkOurPath requires every component of rel to pass ValidName: the rule
+// for every path we create or remove.
+func checkOurPath(rel string) error {
+	if err := cleanRel(rel); err != nil {
+		return err
+	}
+	for _, c := range strings.Split(rel, "/") {
+		if !ValidName(c) {
+			return fmt.Errorf("invalid name %q in %q", c, rel)
+		}
+	}
+	return nil
+}
+
+// Lstat describes rel without following a final symlink; parent components
+// must be directories.
+func (f *Folder) Lstat(rel string) (fs.FileInfo, error) {
+	if err := cleanRel(rel); err != nil {
+		return nil, fmt.Errorf("lstat: %w", err)
+	}
+	if err := f.checkParents(rel); err != nil {
+		return nil, fmt.Errorf("lstat %s: %w", rel, err)
+	}
+	fi, err := f.root.Lstat(rel)
+	if err != nil {
+		return nil, fmt.Errorf("lstat %s: %w", rel, err)
+	}
+	return fi, nil
+}
+
+// openRegular is the one path by which folder files are opened for reading:
+// Lstat (regular, size <= max, both before any open), open non-blocking (a
+// FIFO swapped in after the Lstat cannot hang us), then fstat the open file
+// and re-check type, size and identity.
+func (f *Folder) openRegular(rel string, max int64) (*os.File, int64, error) {
+	fi, err := f.Lstat(rel)
+	if err != nil {
+		return nil, 0, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, 0, fmt.Errorf("open %s: %v: %w", rel, fi.Mode().Type(), ErrNotRegular)
+	}
+	if fi.Size() > max {
+		return nil, 0, fmt.Errorf("open %s: %d bytes, cap %d: %w", rel, fi.Size(), max, ErrTooLarge)
+	}
+	file, err := f.root.OpenFile(rel, os.O_RDONLY|openReadFlags, 0)
+	if err != nil {
+		return nil, 0, fmt.Errorf("open %s: %w", rel, err)
+	}
+	st, err := file.Stat()
+	if err != nil {
+		file.Close()
+		return nil, 0, fmt.Errorf("open %s: %w", rel, err)
+	}
+	switch {
+	case !st.Mode().IsRegular():
+		err = fmt.Errorf("open %s: %v: %w", rel, st.Mode().Type(), ErrNotRegular)
+	case !os.SameFile(fi, st):
+		// Replaced between Lstat and open (a sync client's rename, or a
+		// symlink swapped in): transient, the next scan tries again.
+		err = fmt.Errorf("open %s: file replaced while opening", rel)
+	case st.Size() > max:
+		err = fmt.Errorf("open %s: %d bytes, cap %d: %w", rel, st.Size(), max, ErrTooLarge)
+	}
+	if err != nil {
+		file.Close()
+		return nil, 0, err
+	}
+	return file, st.Size(), nil
+}
+
+// ReadFile reads the regular file rel if it holds at most max bytes. The size
+// is checked before anything is read, and at most max+1 bytes are ever read,
+// so a file growing meanwhile still ends in ErrTooLarge.
+func (f *Folder) ReadFile(rel string, max int64) ([]byte, error) {
+	file, size, err := f.openRegular(rel, max)
+	if err != nil {
+		return nil, err
+	}
+	defer file.Close()
+	var buf bytes.Buffer
+	buf.Grow(int(size))
+	if _, err := io.Copy(&buf, io.LimitReader(file, max+1)); err != nil {
+		return nil, fmt.Errorf("read %s: %w", rel, err)
+	}
+	if int64(buf.Len()) > max {
+		return nil, fmt.Errorf("read %s: grew past cap %d: %w", rel, max, ErrTooLarge)
+	}
+	return buf.Bytes(), nil
+}
+
+// Open opens the regular file rel for reading, with the checks of ReadFile,
+// and returns it with its size at open time. The caller must not read more
+// than that size as meaningful content (the file may still grow).
+func (f *Folder) Open(rel string, max int64) (*os.File, int64, error) {
+	return f.openRegular(rel, max)
+}
+
+// List returns the entries of dir sorted by name, described by Lstat; links
+// are reported as links, never followed. Entries that vanish while listing
+// are left out.
+func (f *Folder) List(dir string) ([]Entry, error) {
+	if err := cleanRel(dir); err != nil {
+		return nil, fmt.Errorf("list: %w", err)
+	}
+	if dir != "." {
+		fi, err := f.Lstat(dir)
+		if err != nil {
+			return nil, fmt.Errorf("list: %w", err)
+		}
+		if !fi.IsDir() {
+			return nil, fmt.Errorf("list %s: not a directory", dir)
+		}
+	}
+	d, err := f.root.Open(dir)
+	if err != nil {
+		return nil, fmt.Errorf("list %s: %w", dir, err)
+	}
+	defer d.Close()
+	des, err := d.ReadDir(-1)
+	if err != nil {
+		return nil, fmt.Errorf("list %s: %w", dir, err)
+	}
+	out := make([]Entry, 0, len(des))
+	for _, de := range des {
+		info, err := de.Info() // lstat
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("list %s: %w", dir, err)
+		}
+		out = append(out, Entry{Name: de.Name(), Type: info.Mode().Type(), Size: info.Size()})
+	}
+	return out, nil
+}
+
+// MkdirAll creates dir and its parents (mode 0700); every component must pass
+// ValidName. Existing components must be directories, not links.
+func (f *Folder) MkdirAll(dir string) error {
+	if err := checkOurPath(dir); err != nil {
+		return fmt.Errorf("mkdir: %w", err)
+	}
+	if err := f.checkParents(dir + "/"); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("mkdir %s: %w", dir, err)
+	}
+	if err := f.root.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("mkdir %s: %w", dir, err)
+	}
+	if err := f.checkParents(dir + "/"); err != nil {
+		return fmt.Errorf("mkdir %s: %w", dir, err)
+	}
+	// Make the new entries durable: fsync each directory that gained one.
+	for p := dir; ; p = path.Dir(p) {
+		syncDirRel(f.root, path.Dir(p))
+		if path.Dir(p) == "." {
+			break
+		}
+	}
+	return nil
+}
+
+// Remove removes the file rel. It is only ever used on our own files, so
+// every component must pass ValidName.
+func (f *Folder) Remove(rel string) error {
+	if err := checkOurPath(rel); err != nil {
+		return fmt.Errorf("remove: %w", err)
+	}
+	if err := f.checkParents(rel); err != nil {
+		return fmt.Errorf("remove %s: %w", rel, err)
+	}
+	if err := f.root.Remove(rel); err != nil {
+		return fmt.Errorf("remove %s: %w", rel, err)
+	}
+	return nil
+}
+
+// syncDirRel fsyncs a directory of the root, best effort: some platforms
+// (Windows) cannot fsync a directory, and the entry is in place either way.
+func syncDirRel(root *os.Root, dir string) {
+	d, err := root.Open(dir)
+	if err != nil {
+		return
+	}
+	_ = d.Sync()
+	d.Close()
+}
+
+// CheckMarker verifies the marker file at the folder root: ErrNoMarker when
+// it is missing, an error naming the content when it is not ours.
+func CheckMarker(f *Folder) error {
+	b, err := f.ReadFile(MarkerName, 256)
+	if errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("check folder %s: %w (not initialised, not mounted or not yet synced)", f.path, ErrNoMarker)
+	}
+	if err != nil {
+		return fmt.Errorf("check folder %s: %w", f.path, err)
+	}
+	if string(b) != MarkerContent {
+		return fmt.Errorf("check folder %s: marker %s holds %q, want %q (another program's folder or another bridge version)",
+			f.path, MarkerName, truncate(b, 64), MarkerContent)
+	}
+	return nil
+}
+
+// WriteMarker publishes the marker file. An existing correct marker is left
+// alone; an existing wrong one is an error and is not replaced.
+func WriteMarker(f *Folder) error {
+	err := f.Publish(MarkerName, func(w io.Writer) error {
+		_, err := io.WriteString(w, MarkerContent)
+		return err
+	}, WithMode(0o644))
+	if errors.Is(err, ErrExists) {
+		return CheckMarker(f)
+	}
+	return err
+}
+
+func truncate(b []byte, n int) []byte {
+	if len(b) > n {
+		return b[:n]
+	}
+	return b
+}

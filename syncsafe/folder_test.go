@@ -1,0 +1,232 @@
+//go:build unix
+
+package syncsafe
+
+import (
+	"bytes"
+	"errors"
+	"io/fs"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+func TestReadFile(t *testing.T) {
+	f, dir := newFolder(t)
+	outside := filepath.Join(t.TempDir(), "secret")
+	writeFile(t, outside, "secret")
+	writeFile(t, filepath.Join(dir, "a", "ok"), "hello")
+	writeFile(t, filepath.Join(dir, "big"), strings.Repeat("x", 100))
+	must(t, os.Symlink(outside, filepath.Join(dir, "abs-link")))
+	must(t, os.Symlink("../"+filepath.Base(filepath.Dir(outside))+"/secret", filepath.Join(dir, "rel-link")))
+	must(t, os.Symlink("a/ok", filepath.Join(dir, "inner-link")))
+	must(t, os.Symlink(filepath.Dir(outside), filepath.Join(dir, "dirlink")))
+	must(t, os.Symlink("a", filepath.Join(dir, "innerdir")))
+	must(t, syscall.Mkfifo(filepath.Join(dir, "fifo"), 0o600))
+	if l, err := net.Listen("unix", filepath.Join(dir, "sock")); err == nil {
+		defer l.Close()
+	} else {
+		t.Logf("no unix socket: %v", err)
+	}
+
+	got, err := f.ReadFile("a/ok", 5)
+	if err != nil || string(got) != "hello" {
+		t.Fatalf("ReadFile(a/ok) = %q, %v", got, err)
+	}
+	if _, err := f.ReadFile("big", 99); !errors.Is(err, ErrTooLarge) {
+		t.Errorf("ReadFile(big, 99) = %v, want ErrTooLarge", err)
+	}
+	if b, err := f.ReadFile("big", 100); err != nil || len(b) != 100 {
+		t.Errorf("ReadFile(big, 100) = %d bytes, %v", len(b), err)
+	}
+	for _, rel := range []string{"abs-link", "rel-link", "inner-link", "fifo", "a", "sock"} {
+		if _, err := f.ReadFile(rel, 1<<20); !errors.Is(err, ErrNotRegular) {
+			if rel == "sock" && errors.Is(err, fs.ErrNotExist) {
+				continue
+			}
+			t.Errorf("ReadFile(%s) = %v, want ErrNotRegular", rel, err)
+		}
+	}
+	// Through a symlinked directory: refused, inside the root or not.
+	for _, rel := range []string{"dirlink/secret", "innerdir/ok"} {
+		if b, err := f.ReadFile(rel, 1<<20); err == nil {
+			t.Errorf("ReadFile(%s) = %q, want an error", rel, b)
+		}
+	}
+	for _, rel := range []string{"../secret", "/etc/passwd", "a/../a/ok", "a//ok", "", "a\\ok"} {
+		if _, err := f.ReadFile(rel, 1<<20); err == nil {
+			t.Errorf("ReadFile(%q) succeeded", rel)
+		}
+	}
+	if _, err := f.ReadFile("missing", 10); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("ReadFile(missing) = %v, want ErrNotExist", err)
+	}
+}
+
+// TestReadFileSwapRace swaps a FIFO and a regular file at one name while
+// reading it: every read must end with the content or a refusal, never
+// block on the FIFO, never return FIFO data.
+func TestReadFileSwapRace(t *testing.T) {
+	f, dir := newFolder(t)
+	name := filepath.Join(dir, "x")
+	writeFile(t, name, "regular")
+	must(t, syscall.Mkfifo(filepath.Join(dir, "fifo-src"), 0o600))
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if i%2 == 0 {
+				_ = os.Remove(filepath.Join(dir, "fifo-tmp"))
+				_ = syscall.Mkfifo(filepath.Join(dir, "fifo-tmp"), 0o600)
+				_ = os.Rename(filepath.Join(dir, "fifo-tmp"), name)
+			} else {
+				_ = os.WriteFile(filepath.Join(dir, "reg-tmp"), []byte("regular"), 0o644)
+				_ = os.Rename(filepath.Join(dir, "reg-tmp"), name)
+			}
+		}
+	}()
+	done := make(chan struct{})
+	var ok, refused int
+	go func() {
+		defer close(done)
+		for i := 0; i < 3000; i++ {
+			b, err := f.ReadFile("x", 100)
+			switch {
+			case err == nil && string(b) == "regular":
+				ok++
+			case err == nil:
+				t.Errorf("read %q", b)
+			default:
+				refused++
+			}
+		}
+	}()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("ReadFile blocked (FIFO opened in blocking mode?)")
+	}
+	close(stop)
+	wg.Wait()
+	t.Logf("reads: %d ok, %d refused", ok, refused)
+	if ok == 0 {
+		t.Error("no read succeeded")
+	}
+}
+
+func TestOpen(t *testing.T) {
+	f, dir := newFolder(t)
+	writeFile(t, filepath.Join(dir, "p"), "payload")
+	file, size, err := f.Open("p", 7)
+	if err != nil || size != 7 {
+		t.Fatalf("Open = %d, %v", size, err)
+	}
+	b := make([]byte, 16)
+	n, _ := file.Read(b)
+	file.Close()
+	if string(b[:n]) != "payload" {
+		t.Errorf("read %q", b[:n])
+	}
+	if _, _, err := f.Open("p", 6); !errors.Is(err, ErrTooLarge) {
+		t.Errorf("Open over cap = %v, want ErrTooLarge", err)
+	}
+}
+
+func TestList(t *testing.T) {
+	f, dir := newFolder(t)
+	writeFile(t, filepath.Join(dir, "d", "file"), "abc")
+	must(t, os.Mkdir(filepath.Join(dir, "d", "sub"), 0o755))
+	must(t, os.Symlink("/etc", filepath.Join(dir, "d", "link")))
+	got, err := f.List("d")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Entry{{"file", 0, 3}, {"link", fs.ModeSymlink, int64(len("/etc"))}, {"sub", fs.ModeDir, got[2].Size}}
+	if len(got) != len(want) {
+		t.Fatalf("List = %+v", got)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("List[%d] = %+v, want %+v", i, got[i], want[i])
+		}
+	}
+	if _, err := f.List("d/link"); err == nil {
+		t.Error("List through a symlink succeeded")
+	}
+	if _, err := f.List("."); err != nil {
+		t.Errorf("List(.) = %v", err)
+	}
+}
+
+func TestMkdirAllRemove(t *testing.T) {
+	f, dir := newFolder(t)
+	must(t, f.MkdirAll("hosts/abc/to-host"))
+	if fi, err := os.Stat(filepath.Join(dir, "hosts/abc/to-host")); err != nil || !fi.IsDir() {
+		t.Fatalf("MkdirAll: %v", err)
+	}
+	must(t, f.MkdirAll("hosts/abc/to-host")) // idempotent
+	for _, bad := range []string{"Hosts", "a/../b", "x.tmp", "../x", "/abs"} {
+		if err := f.MkdirAll(bad); err == nil {
+			t.Errorf("MkdirAll(%q) succeeded", bad)
+		}
+	}
+	must(t, os.Symlink(t.TempDir(), filepath.Join(dir, "escape")))
+	if err := f.MkdirAll("escape/x"); err == nil {
+		t.Error("MkdirAll through a symlink succeeded")
+	}
+	writeFile(t, filepath.Join(dir, "hosts/abc/mine"), "x")
+	must(t, f.Remove("hosts/abc/mine"))
+	if _, err := os.Lstat(filepath.Join(dir, "hosts/abc/mine")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("Remove left the file: %v", err)
+	}
+	writeFile(t, filepath.Join(dir, "Foreign.txt"), "x")
+	if err := f.Remove("Foreign.txt"); err == nil {
+		t.Error("Remove of a foreign name succeeded")
+	}
+}
+
+func TestMarker(t *testing.T) {
+	f, dir := newFolder(t)
+	if err := CheckMarker(f); !errors.Is(err, ErrNoMarker) {
+		t.Fatalf("CheckMarker(empty) = %v, want ErrNoMarker", err)
+	}
+	must(t, WriteMarker(f))
+	must(t, CheckMarker(f))
+	must(t, WriteMarker(f)) // idempotent
+	b, _ := os.ReadFile(filepath.Join(dir, MarkerName))
+	if string(b) != "syncbridge folder v1\n" {
+		t.Errorf("marker = %q", b)
+	}
+
+	g, gdir := newFolder(t)
+	writeFile(t, filepath.Join(gdir, MarkerName), "syncbridge folder v2\n")
+	err := CheckMarker(g)
+	if err == nil || errors.Is(err, ErrNoMarker) || !strings.Contains(err.Error(), "v2") {
+		t.Errorf("CheckMarker(wrong) = %v", err)
+	}
+	if err := WriteMarker(g); err == nil {
+		t.Error("WriteMarker over a wrong marker succeeded")
+	}
+	b, _ = os.ReadFile(filepath.Join(gdir, MarkerName))
+	if !bytes.Equal(b, []byte("syncbridge folder v2\n")) {
+		t.Errorf("WriteMarker changed a foreign marker to %q", b)
+	}
+
+	h, hdir := newFolder(t)
+	must(t, os.Symlink(filepath.Join(dir, MarkerName), filepath.Join(hdir, MarkerName)))
+	if err := CheckMarker(h); err == nil || errors.Is(err, ErrNoMarker) {
+		t.Errorf("CheckMarker(symlink) = %v, want a refusal", err)
+	}
+}

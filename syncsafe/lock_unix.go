@@ -1,0 +1,37 @@
+//go:build unix
+
+package syncsafe
+
+import (
+	"os"
+
+	"golang.org/x/sys/unix"
+)
+
+// lockFile uses flock(2): the lock belongs to the open file description, so
+// a second open in the same process conflicts too, and it dies with the
+// process.
+func lockFile(path string) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|unix.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	for {
+		err = unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		if err != unix.EINTR {
+			break
+		}
+	}
+	if err != nil {
+		f.Close()
+		if err == unix.EWOULDBLOCK {
+			return nil, ErrLocked
+		}
+		return nil, os.NewSyscallError("flock", err)
+	}
+	return f, nil
+}
+
+func unlockFile(f *os.File) error {
+	return os.NewSyscallError("flock", unix.Flock(int(f.Fd()), unix.LOCK_UN))
+}

@@ -1,0 +1,289 @@
+package syncsafe
+
+import (
+	"bufio"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+)
+
+// ErrExists: Publish found a file at the final name and left it untouched.
+var ErrExists = errors.New("file already exists")
+
+// PublishOption configures Publish and PublishReplace.
+type PublishOption func(*publishConfig)
+
+type publishConfig struct {
+	mode fs.FileMode
+}
+
+// WithMode sets the permission bits of the published file (default 0600).
+// The temp is always created 0600 and changed only just before the rename.
+func WithMode(mode fs.FileMode) PublishOption {
+	return func(c *publishConfig) { c.mode = mode.Perm() }
+}
+
+// Publish writes a new file at rel atomically: the content goes to a temp
+// file (mode 0600, O_EXCL) in the staging directory or, without one, as
+// "~$<name>.tmp" next to the target; it is fsynced and closed, moved to rel
+// without ever replacing an existing entry (ErrExists), and the directory is
+// fsynced. Every component of rel must pass ValidName; the parent directory
+// must exist. The temp is removed on every error path. write gets a plain
+// io.Writer and must not retain it.
+//
+// An error returned after the move (the directory fsync) means the file may
+// be in place; a retry then reports ErrExists.
+func (f *Folder) Publish(rel string, write func(w io.Writer) error, opts ...PublishOption) error {
+	return f.publish("publish", rel, write, false, opts)
+}
+
+// PublishReplace is Publish for a file that this side alone owns and
+// replaces wholesale (its bundle, its status file): the move may replace an
+// existing file, so readers see either the old or the new content, never a
+// mix.
+func (f *Folder) PublishReplace(rel string, write func(w io.Writer) error, opts ...PublishOption) error {
+	return f.publish("publish (replace)", rel, write, true, opts)
+}
+
+func (f *Folder) publish(op, rel string, write func(io.Writer) error, replace bool, opts []PublishOption) (err error) {
+	cfg := publishConfig{mode: 0o600}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if err := checkOurPath(rel); err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	dir, name := path.Split(rel)
+	dir = strings.TrimSuffix(dir, "/")
+	if dir == "" {
+		dir = "."
+	}
+	if err := f.checkParents(rel); err != nil {
+		return fmt.Errorf("%s %s: %w", op, rel, err)
+	}
+	if !replace {
+		// Cheap early refusal; the no-replace move below is the real check.
+		if _, err := f.root.Lstat(rel); err == nil {
+			return fmt.Errorf("%s %s: %w", op, rel, ErrExists)
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("%s %s: %w", op, rel, err)
+		}
+	}
+	dst, err := f.openDirH(dir)
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", op, rel, err)
+	}
+	defer dst.close()
+
+	src, tmp, staged := dst, folderTempName(name), false
+	if f.staging != nil && !f.crossDev.Load() {
+		src, tmp, staged = f.staging.h, stagingTempName(name), true
+	}
+	file, err := src.create(tmp)
+	if err != nil {
+		return fmt.Errorf("%s %s: create temp: %w%s", op, rel, err, tempHint(err))
+	}
+	moved := false
+	defer func() {
+		if !moved {
+			_ = src.remove(tmp)
+		}
+	}()
+	if err := writeTemp(file, write, cfg.mode); err != nil {
+		return fmt.Errorf("%s %s: %w", op, rel, err)
+	}
+	err = retryTransient(func() error { return place(src, tmp, dst, name, replace) })
+	if err == nil {
+		moved = true
+	} else if staged && isCrossDevice(err) {
+		// The staging dir is on another filesystem: remember, and move the
+		// staged bytes into an in-folder temp instead.
+		f.crossDev.Store(true)
+		err = f.publishCopy(src, tmp, dst, name, replace, cfg.mode)
+	}
+	if errors.Is(err, fs.ErrExist) {
+		return fmt.Errorf("%s %s: %w", op, rel, ErrExists)
+	}
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", op, rel, err)
+	}
+	if err := dst.sync(); err != nil {
+		return fmt.Errorf("%s %s: sync directory: %w", op, rel, err)
+	}
+	return nil
+}
+
+// publishCopy copies the staged temp into an in-folder temp and moves that
+// into place.
+func (f *Folder) publishCopy(src dirH, staged string, dst dirH, name string, replace bool, mode fs.FileMode) error {
+	in, err := src.open(staged)
+	if err != nil {
+		return fmt.Errorf("reopen staged temp: %w", err)
+	}
+	defer in.Close()
+	tmp := folderTempName(name)
+	out, err := dst.create(tmp)
+	if err != nil {
+		return fmt.Errorf("create temp: %w%s", err, tempHint(err))
+	}
+	moved := false
+	defer func() {
+		if !moved {
+			_ = dst.remove(tmp)
+		}
+	}()
+	if err := writeTemp(out, func(w io.Writer) error {
+		_, err := io.Copy(w, in)
+		return err
+	}, mode); err != nil {
+		return err
+	}
+	if err := retryTransient(func() error { return place(dst, tmp, dst, name, replace) }); err != nil {
+		return err
+	}
+	moved = true
+	return nil
+}
+
+// writerOnly hides the *os.File (and bufio.Writer) from write: it cannot
+// seek, close or sync behind our back.
+type writerOnly struct{ w io.Writer }
+
+func (w writerOnly) Write(p []byte) (int, error) { return w.w.Write(p) }
+
+// writeTemp runs write into file, then flushes, sets mode, fsyncs and closes.
+func writeTemp(file *os.File, write func(io.Writer) error, mode fs.FileMode) error {
+	defer file.Close() // no-op after the explicit Close below
+	bw := bufio.NewWriterSize(file, 64<<10)
+	if err := write(writerOnly{bw}); err != nil {
+		return fmt.Errorf("write: %w", err)
+	}
+	if err := bw.Flush(); err != nil {
+		return fmt.Errorf("write: %w", err)
+	}
+	if mode != 0o600 {
+		if err := file.Chmod(mode); err != nil {
+			return fmt.Errorf("chmod temp: %w", err)
+		}
+	}
+	if err := file.Sync(); err != nil {
+		return fmt.Errorf("sync temp: %w", err)
+	}
+	if err := file.Close(); err != nil {
+		return fmt.Errorf("close temp: %w", err)
+	}
+	return nil
+}
+
+// folderTempName is the in-folder staging name. "~$" and ".tmp" are skipped
+// by OneDrive, iCloud, Nextcloud and Dropbox (sync-clients.md §5); one that
+// does sync fails the peer's allowlist. The fixed name (no random part) lets
+// Classify name the original; O_EXCL makes a concurrent publisher of the
+// same name fail instead of sharing the temp.
+func folderTempName(name string) string { return "~$" + name + ".tmp" }
+
+// stagingTempName is unique: one staging directory serves every target
+// directory and may be shared by several processes.
+func stagingTempName(name string) string {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic("bridge: internal error: " + err.Error())
+	}
+	return "~$" + name + "." + hex.EncodeToString(b[:]) + ".tmp"
+}
+
+// tempHint explains an existing temp: it is not ErrExists (the final name
+// may well be free).
+func tempHint(err error) string {
+	if errors.Is(err, fs.ErrExist) {
+		return " (another publisher of this name, or a crash leftover that SweepTemps removes)"
+	}
+	return ""
+}
+
+func isOurTemp(name string) bool {
+	return strings.HasPrefix(name, "~$") && strings.HasSuffix(name, ".tmp") && len(name) > len("~$.tmp")
+}
+
+// retryTransient retries op while it fails with an error the OS reports for
+// a busy file (a sync client, indexer or virus scanner holding it open; on
+// Windows a sharing violation). A fresh backoff per call: instances are not
+// goroutine-safe. Other errors stop at once.
+func retryTransient(op func() error) error {
+	b := backoff.NewExponentialBackOff(
+		backoff.WithInitialInterval(10*time.Millisecond),
+		backoff.WithMaxInterval(250*time.Millisecond),
+		backoff.WithMaxElapsedTime(2*time.Second),
+	)
+	return backoff.Retry(func() error {
+		err := op()
+		if err != nil && !isTransient(err) {
+			return backoff.Permanent(err)
+		}
+		return err
+	}, b)
+}
+
+// SweepTemps removes our own leftover "~$*.tmp" temps in dir that were last
+// modified more than olderThan ago, and returns how many it removed. Call it
+// at start-up; the age guard keeps it from removing the temp of another
+// process publishing right now (0 removes all). Only regular files are
+// touched.
+func (f *Folder) SweepTemps(dir string, olderThan time.Duration) (int, error) {
+	ents, err := f.List(dir)
+	if err != nil {
+		return 0, fmt.Errorf("sweep temps: %w", err)
+	}
+	n := 0
+	for _, e := range ents {
+		if e.Type != 0 || !isOurTemp(e.Name) {
+			continue
+		}
+		rel := path.Join(dir, e.Name)
+		fi, err := f.root.Lstat(rel)
+		if err != nil || !fi.Mode().IsRegular() || time.Since(fi.ModTime()) < olderThan {
+			continue
+		}
+		if err := f.root.Remove(rel); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return n, fmt.Errorf("sweep temps: %w", err)
+		}
+		n++
+	}
+	return n, nil
+}
+
+// SweepStaging is SweepTemps for the staging directory (a no-op without one).
+func (f *Folder) SweepStaging(olderThan time.Duration) (int, error) {
+	if f.staging == nil {
+		return 0, nil
+	}
+	ents, err := os.ReadDir(f.staging.path)
+	if err != nil {
+		return 0, fmt.Errorf("sweep staging: %w", err)
+	}
+	n := 0
+	for _, e := range ents {
+		if !e.Type().IsRegular() || !isOurTemp(e.Name()) {
+			continue
+		}
+		fi, err := e.Info()
+		if err != nil || time.Since(fi.ModTime()) < olderThan {
+			continue
+		}
+		if err := os.Remove(filepath.Join(f.staging.path, e.Name())); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return n, fmt.Errorf("sweep staging: %w", err)
+		}
+		n++
+	}
+	return n, nil
+}

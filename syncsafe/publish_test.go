@@ -1,0 +1,361 @@
+//go:build unix
+
+package syncsafe
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+func writeString(s string) func(io.Writer) error {
+	return func(w io.Writer) error {
+		_, err := io.WriteString(w, s)
+		return err
+	}
+}
+
+// tempsIn lists "~$*.tmp" names in dir.
+func tempsIn(t *testing.T, dir string) []string {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range ents {
+		if isOurTemp(e.Name()) {
+			out = append(out, e.Name())
+		}
+	}
+	return out
+}
+
+// TestPublishTempMode checks, from inside the write func, that the temp
+// exists with mode 0600 even under umask 0, in the staging dir or in the
+// target dir.
+func TestPublishTempMode(t *testing.T) {
+	old := syscall.Umask(0)
+	defer syscall.Umask(old)
+	for _, staged := range []bool{false, true} {
+		t.Run(fmt.Sprintf("staged=%v", staged), func(t *testing.T) {
+			var opts []FolderOption
+			staging := ""
+			if staged {
+				staging = t.TempDir()
+				opts = append(opts, WithStaging(staging))
+			}
+			f, dir := newFolder(t, opts...)
+			tempDir := dir
+			if staged {
+				tempDir = staging
+			}
+			var seen []string
+			err := f.Publish("out", func(w io.Writer) error {
+				seen = tempsIn(t, tempDir)
+				for _, n := range seen {
+					fi, err := os.Lstat(filepath.Join(tempDir, n))
+					if err != nil {
+						return err
+					}
+					if fi.Mode() != 0o600 {
+						t.Errorf("temp %s mode %v, want 0600", n, fi.Mode())
+					}
+				}
+				if staged && len(tempsIn(t, dir)) != 0 {
+					t.Error("staged publish put a temp into the folder")
+				}
+				_, err := io.WriteString(w, "data")
+				return err
+			})
+			must(t, err)
+			if len(seen) != 1 {
+				t.Fatalf("temps during write: %v, want exactly one", seen)
+			}
+			if !staged && seen[0] != "~$out.tmp" {
+				t.Errorf("in-folder temp %q, want ~$out.tmp", seen[0])
+			}
+			fi, err := os.Lstat(filepath.Join(dir, "out"))
+			must(t, err)
+			if fi.Mode() != 0o600 {
+				t.Errorf("published mode %v, want 0600", fi.Mode())
+			}
+			if l := append(tempsIn(t, dir), tempsIn(t, tempDir)...); len(l) != 0 {
+				t.Errorf("temps left after success: %v", l)
+			}
+		})
+	}
+}
+
+func TestPublishNoTempLeft(t *testing.T) {
+	for _, staged := range []bool{false, true} {
+		t.Run(fmt.Sprintf("staged=%v", staged), func(t *testing.T) {
+			staging := t.TempDir()
+			var opts []FolderOption
+			if staged {
+				opts = append(opts, WithStaging(staging))
+			}
+			f, dir := newFolder(t, opts...)
+			must(t, f.MkdirAll("sub"))
+			boom := errors.New("boom")
+			err := f.Publish("sub/fail", func(w io.Writer) error {
+				io.WriteString(w, "partial")
+				return boom
+			})
+			if !errors.Is(err, boom) {
+				t.Fatalf("Publish with failing write = %v, want boom", err)
+			}
+			if _, err := os.Lstat(filepath.Join(dir, "sub", "fail")); !errors.Is(err, fs.ErrNotExist) {
+				t.Errorf("failed publish left the final file: %v", err)
+			}
+			must(t, f.Publish("sub/ok", writeString("content"), WithMode(0o644)))
+			b, _ := os.ReadFile(filepath.Join(dir, "sub", "ok"))
+			if string(b) != "content" {
+				t.Errorf("published %q", b)
+			}
+			if fi, _ := os.Lstat(filepath.Join(dir, "sub", "ok")); fi.Mode() != 0o644 {
+				t.Errorf("WithMode: mode %v", fi.Mode())
+			}
+			if l := append(tempsIn(t, filepath.Join(dir, "sub")), tempsIn(t, staging)...); len(l) != 0 {
+				t.Errorf("temps left: %v", l)
+			}
+		})
+	}
+}
+
+func TestPublishRefusesOverwrite(t *testing.T) {
+	staging := t.TempDir()
+	f, dir := newFolder(t, WithStaging(staging))
+	writeFile(t, filepath.Join(dir, "taken"), "original")
+	must(t, os.Symlink("nowhere", filepath.Join(dir, "dangling")))
+	for _, rel := range []string{"taken", "dangling"} {
+		if err := f.Publish(rel, writeString("new")); !errors.Is(err, ErrExists) {
+			t.Errorf("Publish(%s) = %v, want ErrExists", rel, err)
+		}
+	}
+	b, _ := os.ReadFile(filepath.Join(dir, "taken"))
+	if string(b) != "original" {
+		t.Errorf("overwritten: %q", b)
+	}
+	if _, err := os.Lstat(filepath.Join(dir, "nowhere")); !errors.Is(err, fs.ErrNotExist) {
+		t.Error("publish followed a dangling symlink")
+	}
+
+	// Racing publishers of one name, both past the early existence check
+	// before either moves: the no-replace move must let exactly one win.
+	for round := 0; round < 20; round++ {
+		rel := fmt.Sprintf("race%d", round)
+		var ready sync.WaitGroup
+		ready.Add(2)
+		errs := make([]error, 2)
+		var wg sync.WaitGroup
+		for i := range 2 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				errs[i] = f.Publish(rel, func(w io.Writer) error {
+					ready.Done()
+					ready.Wait()
+					_, err := fmt.Fprintf(w, "writer %d", i)
+					return err
+				})
+			}()
+		}
+		wg.Wait()
+		wins := 0
+		for _, err := range errs {
+			if err == nil {
+				wins++
+			} else if !errors.Is(err, ErrExists) {
+				t.Errorf("round %d: %v", round, err)
+			}
+		}
+		if wins != 1 {
+			t.Errorf("round %d: %d winners (%v), want 1", round, wins, errs)
+		}
+	}
+	if l := append(tempsIn(t, dir), tempsIn(t, staging)...); len(l) != 0 {
+		t.Errorf("temps left: %v", l)
+	}
+}
+
+func TestPublishReplace(t *testing.T) {
+	f, dir := newFolder(t, WithStaging(t.TempDir()))
+	must(t, f.PublishReplace("status", writeString("one")))
+	must(t, f.PublishReplace("status", writeString("two")))
+	b, _ := os.ReadFile(filepath.Join(dir, "status"))
+	if string(b) != "two" {
+		t.Errorf("status = %q", b)
+	}
+}
+
+func TestPublishConcurrentDistinct(t *testing.T) {
+	for _, staged := range []bool{false, true} {
+		t.Run(fmt.Sprintf("staged=%v", staged), func(t *testing.T) {
+			var opts []FolderOption
+			if staged {
+				opts = append(opts, WithStaging(t.TempDir()))
+			}
+			f, dir := newFolder(t, opts...)
+			const n = 64
+			var wg sync.WaitGroup
+			for i := range n {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					if err := f.Publish(fmt.Sprintf("f%02d", i), writeString(fmt.Sprint(i))); err != nil {
+						t.Error(err)
+					}
+				}()
+			}
+			wg.Wait()
+			for i := range n {
+				b, err := os.ReadFile(filepath.Join(dir, fmt.Sprintf("f%02d", i)))
+				if err != nil || string(b) != fmt.Sprint(i) {
+					t.Errorf("f%02d = %q, %v", i, b, err)
+				}
+			}
+			if l := tempsIn(t, dir); len(l) != 0 {
+				t.Errorf("temps left: %v", l)
+			}
+		})
+	}
+}
+
+func TestPublishBadNames(t *testing.T) {
+	f, dir := newFolder(t)
+	for _, rel := range []string{"Bad", "x.tmp", "../x", "/x", "a/../b", "missing-dir/x", "~$x.tmp", ""} {
+		if err := f.Publish(rel, writeString("x")); err == nil {
+			t.Errorf("Publish(%q) succeeded", rel)
+		}
+	}
+	must(t, os.Symlink(t.TempDir(), filepath.Join(dir, "link")))
+	if err := f.Publish("link/x", writeString("x")); err == nil {
+		t.Error("Publish through a symlinked directory succeeded")
+	}
+}
+
+// TestPublishCrossDevice stages on another filesystem: the EXDEV move must
+// fall back to an in-folder temp, publish, and leave no temp anywhere.
+func TestPublishCrossDevice(t *testing.T) {
+	dir := t.TempDir()
+	staging, err := os.MkdirTemp("/dev/shm", "syncsafe-staging")
+	if err != nil {
+		t.Skipf("no /dev/shm: %v", err)
+	}
+	defer os.RemoveAll(staging)
+	var a, b syscall.Stat_t
+	if syscall.Stat(dir, &a) != nil || syscall.Stat(staging, &b) != nil || a.Dev == b.Dev {
+		t.Skip("/dev/shm is on the same filesystem as the temp dir")
+	}
+	f, err := OpenFolder(dir, WithStaging(staging))
+	must(t, err)
+	defer f.Close()
+	must(t, f.Publish("one", writeString("first")))
+	if !f.crossDev.Load() {
+		t.Error("EXDEV not detected")
+	}
+	must(t, f.Publish("two", writeString("second")))
+	for name, want := range map[string]string{"one": "first", "two": "second"} {
+		got, _ := os.ReadFile(filepath.Join(dir, name))
+		if string(got) != want {
+			t.Errorf("%s = %q", name, got)
+		}
+	}
+	if l := append(tempsIn(t, dir), tempsIn(t, staging)...); len(l) != 0 {
+		t.Errorf("temps left: %v", l)
+	}
+	if err := f.Publish("one", writeString("again")); !errors.Is(err, ErrExists) {
+		t.Errorf("cross-device overwrite: %v, want ErrExists", err)
+	}
+}
+
+func TestSweepTemps(t *testing.T) {
+	staging := t.TempDir()
+	f, dir := newFolder(t, WithStaging(staging))
+	old := time.Now().Add(-2 * time.Hour)
+	for _, p := range []string{
+		filepath.Join(dir, "~$a.tmp"), filepath.Join(dir, "~$b.tmp"), filepath.Join(dir, "~$report.docx"),
+		filepath.Join(dir, "keep"), filepath.Join(staging, "~$x.0011223344556677.tmp"), filepath.Join(staging, "ledger.db"),
+	} {
+		writeFile(t, p, "x")
+		must(t, os.Chtimes(p, old, old))
+	}
+	writeFile(t, filepath.Join(dir, "~$fresh.tmp"), "x") // a publisher at work
+	must(t, os.Mkdir(filepath.Join(dir, "~$dir.tmp"), 0o755))
+	must(t, os.Chtimes(filepath.Join(dir, "~$dir.tmp"), old, old))
+
+	// A leftover in-folder temp blocks its name (not with ErrExists: the
+	// final name is free) until swept.
+	if err := f.Publish("a", writeString("x")); err != nil {
+		t.Errorf("staged Publish(a) = %v", err)
+	}
+	g, err := OpenFolder(dir)
+	must(t, err)
+	defer g.Close()
+	if err := g.Publish("b", writeString("x")); !errors.Is(err, fs.ErrExist) || errors.Is(err, ErrExists) {
+		t.Errorf("Publish(b) over a leftover temp = %v, want fs.ErrExist and not ErrExists", err)
+	}
+
+	n, err := f.SweepTemps(".", time.Hour)
+	must(t, err)
+	if n != 2 {
+		t.Errorf("SweepTemps removed %d, want 2", n)
+	}
+	n, err = f.SweepStaging(time.Hour)
+	must(t, err)
+	if n != 1 {
+		t.Errorf("SweepStaging removed %d, want 1", n)
+	}
+	must(t, g.Publish("b", writeString("x")))
+	for _, p := range []string{"~$report.docx", "keep", "~$fresh.tmp", "~$dir.tmp"} {
+		if _, err := os.Lstat(filepath.Join(dir, p)); err != nil {
+			t.Errorf("%s removed: %v", p, err)
+		}
+	}
+	if _, err := os.Lstat(filepath.Join(staging, "ledger.db")); err != nil {
+		t.Errorf("ledger.db removed: %v", err)
+	}
+	for _, p := range []string{filepath.Join(dir, "~$a.tmp"), filepath.Join(staging, "~$x.0011223344556677.tmp")} {
+		if _, err := os.Lstat(p); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%s not removed", p)
+		}
+	}
+}
+
+func TestRetryTransient(t *testing.T) {
+	calls := 0
+	err := retryTransient(func() error {
+		calls++
+		if calls < 3 {
+			return &os.LinkError{Op: "renameat2", Old: "a", New: "b", Err: syscall.EBUSY}
+		}
+		return nil
+	})
+	if err != nil || calls != 3 {
+		t.Errorf("transient: err %v after %d calls, want nil after 3", err, calls)
+	}
+	calls = 0
+	err = retryTransient(func() error {
+		calls++
+		return &os.LinkError{Op: "renameat2", Old: "a", New: "b", Err: syscall.EEXIST}
+	})
+	if !errors.Is(err, fs.ErrExist) || calls != 1 {
+		t.Errorf("permanent: err %v after %d calls, want EEXIST after 1", err, calls)
+	}
+	calls = 0
+	err = retryTransient(func() error {
+		calls++
+		return syscall.ETXTBSY
+	})
+	if !errors.Is(err, syscall.ETXTBSY) || calls < 3 {
+		t.Errorf("always busy: err %v after %d calls, want ETXTBSY after several", err, calls)
+	}
+}

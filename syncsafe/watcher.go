@@ -1,0 +1,422 @@
+package syncsafe
+
+import (
+	"context"
+
+	"fmt"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rjeczalik/notify"
+)
+
+// WatchOptions configures NewWatcher. Zero fields take the defaults.
+type WatchOptions struct {
+	// Rescan is the interval between full walks (default 30s). The walk is
+	// the truth; events only make changes show up sooner.
+	Rescan time.Duration
+	// Debounce is the quiet time collected before an event batch is
+	// emitted (default 50ms); a steady stream is cut at 10 × Debounce.
+	Debounce time.Duration
+	// Buffer is the capacity of the event channel (default 16384). notify
+	// drops events when it is full; more than half full when read makes the
+	// watcher assume drops and walk everything.
+	Buffer int
+	// Skip, if set, leaves out a path (dirs are not descended) from walks and
+	// event batches.
+	Skip func(rel string, isDir bool) bool
+
+	// drainGate, for tests: the drain goroutine waits for a receive on it
+	// before it starts, so the channel fills and notify really drops.
+	drainGate chan struct{}
+}
+
+// Batch is what Next returns: slash-separated paths, relative to the root,
+// of regular files that may have changed. Removals are not reported; a Full
+// batch lists every regular file found by a complete walk, so a file absent
+// from it was absent at that moment.
+type Batch struct {
+	Paths []string
+	Full  bool
+}
+
+// Watcher turns notify events plus periodic full walks into batches.
+// See NewWatcher.
+type Watcher struct {
+	root   *os.Root
+	dir    string // canonical absolute root, as notify reports paths
+	opt    WatchOptions
+	c      chan notify.EventInfo
+	poke   chan struct{} // cap 1: "the set has something"
+	done   chan struct{}
+	wg     sync.WaitGroup
+	closed atomic.Bool
+	once   sync.Once
+
+	mu       sync.Mutex
+	pending  map[string]bool // rel path → known to be a directory
+	needFull bool
+	maxSet   int
+
+	// Only Next touches these.
+	started bool
+	rescan  *time.Timer
+
+	stats watchStats
+}
+
+// watchStats are counters for tests and diagnostics.
+type watchStats struct {
+	events        atomic.Int64 // events received
+	nearFull      atomic.Int64 // reads that found the channel more than half full
+	setOverflow   atomic.Int64 // pending set outgrew its bound
+	fullWalks     atomic.Int64 // full walks done
+	timerWalks    atomic.Int64 // of which for the Rescan timer
+	lossWalks     atomic.Int64 // of which for suspected loss
+	subdirWalks   atomic.Int64 // walks of a directory seen in an event
+	eventBatches  atomic.Int64
+	eventPathsOut atomic.Int64
+}
+
+// NewWatcher watches the tree at root recursively. The first Next returns a
+// Full batch. The tree should be shallow and stable (no per-item
+// directories): each directory costs an inotify watch on Linux, and files in
+// a brand-new directory are found by walking it, or at the latest by the next
+// rescan.
+func NewWatcher(root string, opt WatchOptions) (*Watcher, error) {
+	if opt.Rescan <= 0 {
+		opt.Rescan = 30 * time.Second
+	}
+	if opt.Debounce <= 0 {
+		opt.Debounce = 50 * time.Millisecond
+	}
+	if opt.Buffer <= 0 {
+		opt.Buffer = 16384
+	}
+	abs, err := filepath.Abs(root)
+	if err == nil {
+		// notify reports canonical paths (e.g. /private/var on macOS).
+		abs, err = filepath.EvalSymlinks(abs)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("watch %s: %w", root, err)
+	}
+	r, err := os.OpenRoot(abs)
+	if err != nil {
+		return nil, fmt.Errorf("watch %s: %w", root, err)
+	}
+	w := &Watcher{
+		root:    r,
+		dir:     abs,
+		opt:     opt,
+		c:       make(chan notify.EventInfo, opt.Buffer),
+		poke:    make(chan struct{}, 1),
+		done:    make(chan struct{}),
+		pending: make(map[string]bool),
+		maxSet:  max(4*opt.Buffer, 4096),
+	}
+	if err := notify.Watch(filepath.Join(abs, "..."), w.c, watchEvents...); err != nil {
+		r.Close()
+		return nil, fmt.Errorf("watch %s: %w", root, err)
+	}
+	w.wg.Add(1)
+	go w.drain()
+	return w, nil
+}
+
+// drain only moves paths from the channel into the set and pokes Next: no
+// I/O, so the channel empties as fast as possible.
+func (w *Watcher) drain() {
+	defer w.wg.Done()
+	if w.opt.drainGate != nil {
+		select {
+		case <-w.opt.drainGate:
+		case <-w.done:
+			return
+		}
+	}
+	for {
+		select {
+		case <-w.done:
+			return
+		case ei := <-w.c:
+			w.stats.events.Add(1)
+			full := len(w.c) > cap(w.c)/2
+			isDir, loss := eventKind(ei)
+			rel, ok := w.rel(ei.Path())
+			w.mu.Lock()
+			switch {
+			case full:
+				w.stats.nearFull.Add(1)
+				w.needFull = true
+			case loss || !ok || rel == ".":
+				// The OS says it lost track, or the root itself changed.
+				w.needFull = true
+			case len(w.pending) >= w.maxSet:
+				// Bound memory for a slow consumer: a walk finds it all.
+				w.stats.setOverflow.Add(1)
+				w.needFull = true
+				clear(w.pending)
+			default:
+				w.pending[rel] = w.pending[rel] || isDir
+			}
+			w.mu.Unlock()
+			select {
+			case w.poke <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
+
+func (w *Watcher) rel(p string) (string, bool) {
+	r, err := filepath.Rel(w.dir, p)
+	if err != nil || r == ".." || strings.HasPrefix(r, ".."+string(filepath.Separator)) {
+		return "", false
+	}
+	return filepath.ToSlash(r), true
+}
+
+// errWatcherClosed is returned by Next after Close.
+var errWatcherClosed = fmt.Errorf("watcher closed: %w", fs.ErrClosed)
+
+// Next blocks until there is something to report and returns it: a Full
+// batch first, then event batches, with a Full batch every Rescan and
+// whenever events may have been lost. It is not safe for concurrent use. A
+// slow caller gets bigger batches; nothing is lost. An event batch leaves out
+// temp and litter names (Classify); a Full batch lists every regular file.
+// Cancelling ctx keeps everything pending for the next call.
+func (w *Watcher) Next(ctx context.Context) (Batch, error) {
+	if !w.started {
+		w.started = true
+		w.rescan = time.NewTimer(w.opt.Rescan)
+		return w.fullWalk()
+	}
+	for {
+		if w.closed.Load() {
+			return Batch{}, errWatcherClosed
+		}
+		// A steady stream of events must not postpone the rescan forever.
+		select {
+		case <-w.rescan.C:
+			w.stats.timerWalks.Add(1)
+			return w.fullWalk()
+		default:
+		}
+		if !w.hasWork() {
+			select {
+			case <-ctx.Done():
+				return Batch{}, ctx.Err()
+			case <-w.done:
+				return Batch{}, errWatcherClosed
+			case <-w.rescan.C:
+				w.stats.timerWalks.Add(1)
+				return w.fullWalk()
+			case <-w.poke:
+			}
+		}
+		if err := w.debounce(ctx); err != nil {
+			return Batch{}, err
+		}
+		w.mu.Lock()
+		full := w.needFull
+		pend := w.pending
+		w.needFull = false
+		w.pending = make(map[string]bool)
+		w.mu.Unlock()
+		if full {
+			w.stats.lossWalks.Add(1)
+			return w.fullWalk()
+		}
+		b, err := w.eventBatch(pend)
+		if err != nil {
+			return Batch{}, err
+		}
+		if len(b.Paths) > 0 {
+			w.stats.eventBatches.Add(1)
+			w.stats.eventPathsOut.Add(int64(len(b.Paths)))
+			return b, nil
+		}
+	}
+}
+
+func (w *Watcher) hasWork() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.needFull || len(w.pending) > 0
+}
+
+// debounce waits until no event arrived for Debounce, at most 10 × Debounce.
+func (w *Watcher) debounce(ctx context.Context) error {
+	deadline := time.Now().Add(10 * w.opt.Debounce)
+	t := time.NewTimer(w.opt.Debounce)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-w.done:
+			return errWatcherClosed
+		case <-t.C:
+			return nil
+		case <-w.poke:
+			d := min(w.opt.Debounce, time.Until(deadline))
+			if d <= 0 {
+				return nil
+			}
+			t.Reset(d)
+		}
+	}
+}
+
+// fullWalk lists every regular file and restarts the rescan timer. Paths
+// queued by events so far are covered by it; events arriving during the walk
+// stay queued.
+func (w *Watcher) fullWalk() (Batch, error) {
+	w.mu.Lock()
+	w.needFull = false
+	clear(w.pending)
+	w.mu.Unlock()
+	w.stats.fullWalks.Add(1)
+	var paths []string
+	if err := w.walk(".", false, &paths); err != nil {
+		return Batch{}, err
+	}
+	w.rescan.Reset(w.opt.Rescan)
+	sort.Strings(paths)
+	return Batch{Paths: paths, Full: true}, nil
+}
+
+// walk appends the regular files under dir. A directory that vanishes or
+// cannot be read below the root is skipped (the next rescan retries); the
+// root itself failing is an error: an unmounted folder must not look empty.
+func (w *Watcher) walk(dir string, dropForeign bool, out *[]string) error {
+	d, err := w.root.Open(dir)
+	if err != nil {
+		if dir == "." {
+			return fmt.Errorf("walk %s: %w", w.dir, err)
+		}
+		return nil
+	}
+	des, err := d.ReadDir(-1)
+	d.Close()
+	if err != nil {
+		if dir == "." {
+			return fmt.Errorf("walk %s: %w", w.dir, err)
+		}
+		return nil
+	}
+	for _, de := range des {
+		rel := path.Join(dir, de.Name())
+		switch t := de.Type(); {
+		case t.IsDir():
+			if w.opt.Skip != nil && w.opt.Skip(rel, true) {
+				continue
+			}
+			if err := w.walk(rel, dropForeign, out); err != nil {
+				return err
+			}
+		case t.IsRegular():
+			if dropForeign && foreignNoise(de.Name()) {
+				continue
+			}
+			if w.opt.Skip != nil && w.opt.Skip(rel, false) {
+				continue
+			}
+			*out = append(*out, rel)
+		}
+	}
+	return nil
+}
+
+// foreignNoise: names dropped from event batches.
+func foreignNoise(name string) bool {
+	k := Classify(name).Kind
+	return k == KindTemp || k == KindLitter
+}
+
+// eventBatch resolves queued event paths: regular files are reported, new
+// directories walked (files created in them before their watch was armed
+// produce no event), anything gone or foreign dropped.
+func (w *Watcher) eventBatch(pend map[string]bool) (Batch, error) {
+	rels := make([]string, 0, len(pend))
+	for rel := range pend {
+		rels = append(rels, rel)
+	}
+	sort.Strings(rels)
+	seen := make(map[string]bool)
+	var paths []string
+	for _, rel := range rels {
+		if w.skippedAncestor(rel) {
+			continue
+		}
+		fi, err := w.root.Lstat(rel)
+		if err != nil {
+			continue // gone again, or under a vanished directory
+		}
+		switch {
+		case fi.IsDir():
+			if w.opt.Skip != nil && w.opt.Skip(rel, true) {
+				continue
+			}
+			w.stats.subdirWalks.Add(1)
+			var sub []string
+			if err := w.walk(rel, true, &sub); err != nil {
+				return Batch{}, err
+			}
+			for _, p := range sub {
+				if !seen[p] {
+					seen[p] = true
+					paths = append(paths, p)
+				}
+			}
+		case fi.Mode().IsRegular():
+			if foreignNoise(path.Base(rel)) || (w.opt.Skip != nil && w.opt.Skip(rel, false)) || seen[rel] {
+				continue
+			}
+			seen[rel] = true
+			paths = append(paths, rel)
+		}
+	}
+	sort.Strings(paths)
+	return Batch{Paths: paths}, nil
+}
+
+func (w *Watcher) skippedAncestor(rel string) bool {
+	if w.opt.Skip == nil {
+		return false
+	}
+	for i := 0; i < len(rel); i++ {
+		if rel[i] == '/' && w.opt.Skip(rel[:i], true) {
+			return true
+		}
+	}
+	return false
+}
+
+// Close stops watching (notify.Stop) and releases the root. Next then
+// returns an error wrapping fs.ErrClosed.
+func (w *Watcher) Close() error {
+	var err error
+	w.once.Do(func() {
+		notify.Stop(w.c)
+		w.closed.Store(true)
+		close(w.done)
+		w.wg.Wait()
+		if w.rescan != nil {
+			w.rescan.Stop()
+		}
+		err = w.root.Close()
+	})
+	if err != nil {
+		return fmt.Errorf("close watcher: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,326 @@
+package syncsafe
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+)
+
+func newWatcher(t *testing.T, root string, opt WatchOptions) *Watcher {
+	t.Helper()
+	w, err := NewWatcher(root, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.Close() })
+	return w
+}
+
+func logStats(t *testing.T, w *Watcher) {
+	t.Helper()
+	s := &w.stats
+	t.Logf("events received %d; reads with channel > half full %d; pending-set overflows %d; "+
+		"full walks %d (timer %d, suspected loss %d); subdir walks %d; event batches %d with %d paths",
+		s.events.Load(), s.nearFull.Load(), s.setOverflow.Load(), s.fullWalks.Load(), s.timerWalks.Load(),
+		s.lossWalks.Load(), s.subdirWalks.Load(), s.eventBatches.Load(), s.eventPathsOut.Load())
+}
+
+// TestWatcherBurstNoLoss creates 20,000 files in bursts, half of them in
+// brand-new nested directories made mid-burst, with a 4-slot channel so
+// notify really drops events and a consumer that sleeps between batches.
+// Every name must be reported at least once.
+func TestWatcherBurstNoLoss(t *testing.T) {
+	if testing.Short() {
+		t.Skip("burst test skipped in -short mode")
+	}
+	root := t.TempDir()
+	must(t, os.Mkdir(filepath.Join(root, "flat"), 0o755))
+	w := newWatcher(t, root, WatchOptions{Rescan: 500 * time.Millisecond, Debounce: 20 * time.Millisecond, Buffer: 4})
+
+	const bursts, perBurst = 20, 1000
+	want := make(map[string]bool, bursts*perBurst)
+	var (
+		mu         sync.Mutex
+		seen       = make(map[string]bool, bursts*perBurst)
+		byEvent    = make(map[string]bool, bursts*perBurst)
+		fullN, evN int
+	)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	consumerDone := make(chan error, 1)
+	go func() {
+		for {
+			b, err := w.Next(ctx)
+			if err != nil {
+				consumerDone <- err
+				return
+			}
+			mu.Lock()
+			if b.Full {
+				fullN++
+			} else {
+				evN++
+			}
+			for _, p := range b.Paths {
+				seen[p] = true
+				if !b.Full {
+					byEvent[p] = true
+				}
+			}
+			mu.Unlock()
+			time.Sleep(30 * time.Millisecond) // a slow consumer
+		}
+	}()
+
+	for i := range bursts {
+		dir := "flat"
+		for j := range perBurst {
+			if j == perBurst/2 && i%2 == 0 {
+				// A brand-new nested directory, filled at once.
+				dir = fmt.Sprintf("n%02d/b/c", i)
+				must(t, os.MkdirAll(filepath.Join(root, dir), 0o755))
+			}
+			rel := fmt.Sprintf("%s/f%02d-%04d.dat", dir, i, j)
+			want[rel] = true
+			must(t, os.WriteFile(filepath.Join(root, rel), []byte(rel), 0o644))
+		}
+	}
+
+	deadline := time.Now().Add(45 * time.Second)
+	for {
+		mu.Lock()
+		missing := 0
+		for p := range want {
+			if !seen[p] {
+				missing++
+			}
+		}
+		mu.Unlock()
+		if missing == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			logStats(t, w)
+			t.Fatalf("%d of %d names never reported", missing, len(want))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	cancel()
+	if err := <-consumerDone; !errors.Is(err, context.Canceled) {
+		t.Errorf("Next after cancel: %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	missedByEvents := 0
+	for p := range want {
+		if !byEvent[p] {
+			missedByEvents++
+		}
+	}
+	logStats(t, w)
+	t.Logf("all %d names reported: %d full batches, %d event batches; %d names never came from an event batch (dropped events or coalesced into full walks)",
+		len(want), fullN, evN, missedByEvents)
+	if w.stats.nearFull.Load() == 0 || w.stats.fullWalks.Load() < 2 {
+		t.Error("the loss path did not run: no near-full channel read, or no full walk after the first")
+	}
+}
+
+// TestWatcherLossTriggersFullWalk makes drops certain: the drain goroutine is
+// held back until the 4-slot channel is full, so notify discards the rest of
+// 200 events. With the rescan timer an hour away, only the near-full check
+// can bring the other files back, as one Full batch.
+func TestWatcherLossTriggersFullWalk(t *testing.T) {
+	root := t.TempDir()
+	gate := make(chan struct{})
+	w := newWatcher(t, root, WatchOptions{Rescan: time.Hour, Debounce: 10 * time.Millisecond, Buffer: 4, drainGate: gate})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	b, err := w.Next(ctx)
+	if err != nil || !b.Full || len(b.Paths) != 0 {
+		t.Fatalf("first batch = %+v, %v; want an empty Full batch", b, err)
+	}
+	const n = 200
+	for i := range n {
+		must(t, os.WriteFile(filepath.Join(root, fmt.Sprintf("f%03d", i)), nil, 0o644))
+	}
+	for len(w.c) < cap(w.c) {
+		if ctx.Err() != nil {
+			t.Fatalf("channel never filled: %d of %d", len(w.c), cap(w.c))
+		}
+		time.Sleep(time.Millisecond)
+	}
+	close(gate)
+	b, err = w.Next(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logStats(t, w)
+	if !b.Full || len(b.Paths) != n {
+		t.Fatalf("batch after overflow: Full=%v with %d paths, want a Full batch of %d", b.Full, len(b.Paths), n)
+	}
+	if w.stats.nearFull.Load() == 0 || w.stats.lossWalks.Load() == 0 {
+		t.Error("near-full channel not detected")
+	}
+}
+
+// TestWatcherRenameIntoPlace: a file written elsewhere and renamed in (as
+// Publish and every sync client do) is reported by an event batch; the temp
+// names on the way are not.
+func TestWatcherRenameIntoPlace(t *testing.T) {
+	root := t.TempDir()
+	outside := t.TempDir()
+	must(t, os.Mkdir(filepath.Join(root, "sub"), 0o755))
+	w := newWatcher(t, root, WatchOptions{Rescan: time.Hour, Debounce: 10 * time.Millisecond})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if b, err := w.Next(ctx); err != nil || !b.Full {
+		t.Fatalf("first batch = %+v, %v", b, err)
+	}
+	writeFile(t, filepath.Join(outside, "staged"), "a")
+	must(t, os.Rename(filepath.Join(outside, "staged"), filepath.Join(root, "sub", "x.manifest")))
+	writeFile(t, filepath.Join(root, "~$y.payload.tmp"), "b")
+	writeFile(t, filepath.Join(root, ".syncthing.z.tmp"), "c")
+	must(t, os.Rename(filepath.Join(root, "~$y.payload.tmp"), filepath.Join(root, "y.payload")))
+	must(t, os.Rename(filepath.Join(root, ".syncthing.z.tmp"), filepath.Join(root, "z")))
+
+	want := map[string]bool{"sub/x.manifest": true, "y.payload": true, "z": true}
+	for len(want) > 0 {
+		b, err := w.Next(ctx)
+		if err != nil {
+			t.Fatalf("still waiting for %v: %v", want, err)
+		}
+		if b.Full {
+			t.Fatalf("unexpected Full batch %v", b.Paths)
+		}
+		for _, p := range b.Paths {
+			if k := Classify(filepath.Base(p)).Kind; k == KindTemp {
+				t.Errorf("event batch reported temp %s", p)
+			}
+			delete(want, p)
+		}
+	}
+}
+
+// TestWatcherNewSubdir: files created right after "mkdir -p" inside the new
+// directories are found without waiting for a rescan.
+func TestWatcherNewSubdir(t *testing.T) {
+	root := t.TempDir()
+	w := newWatcher(t, root, WatchOptions{Rescan: time.Hour, Debounce: 50 * time.Millisecond})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := w.Next(ctx); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]bool{}
+	for i := range 20 {
+		dir := filepath.Join(root, fmt.Sprintf("t%02d", i), "b", "c")
+		must(t, os.MkdirAll(dir, 0o755))
+		must(t, os.WriteFile(filepath.Join(dir, "f"), nil, 0o644))
+		want[fmt.Sprintf("t%02d/b/c/f", i)] = true
+	}
+	for len(want) > 0 {
+		b, err := w.Next(ctx)
+		if err != nil {
+			logStats(t, w)
+			t.Fatalf("still missing %d: %v", len(want), err)
+		}
+		for _, p := range b.Paths {
+			delete(want, p)
+		}
+	}
+	logStats(t, w)
+}
+
+func TestWatcherSkipAndClose(t *testing.T) {
+	root := t.TempDir()
+	writeFile(t, filepath.Join(root, "private", "secret"), "x")
+	writeFile(t, filepath.Join(root, "pub", "a"), "x")
+	writeFile(t, filepath.Join(root, "pub", ".DS_Store"), "x")
+	must(t, os.Symlink("pub/a", filepath.Join(root, "link")))
+	w := newWatcher(t, root, WatchOptions{
+		Rescan: time.Hour, Debounce: 10 * time.Millisecond,
+		Skip: func(rel string, isDir bool) bool { return isDir && rel == "private" },
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	b, err := w.Next(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Full batches list every regular file (litter too), never links or
+	// skipped directories.
+	if got := fmt.Sprint(b.Paths); !b.Full || got != "[pub/.DS_Store pub/a]" {
+		t.Fatalf("first batch = %v (Full=%v)", got, b.Full)
+	}
+	writeFile(t, filepath.Join(root, "private", "new"), "x")
+	writeFile(t, filepath.Join(root, "pub", "b"), "x")
+	b, err = w.Next(ctx)
+	if err != nil || fmt.Sprint(b.Paths) != "[pub/b]" {
+		t.Fatalf("event batch = %v, %v; want [pub/b]", b.Paths, err)
+	}
+
+	short, cancelShort := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancelShort()
+	if _, err := w.Next(short); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("idle Next = %v, want DeadlineExceeded", err)
+	}
+	must(t, w.Close())
+	if _, err := w.Next(ctx); !errors.Is(err, fs.ErrClosed) {
+		t.Errorf("Next after Close = %v, want fs.ErrClosed", err)
+	}
+	must(t, w.Close())
+}
+
+// TestWatcherRescanUnderSteadyStream: a stream of events that never goes
+// quiet must not postpone the periodic full walk.
+func TestWatcherRescanUnderSteadyStream(t *testing.T) {
+	root := t.TempDir()
+	w := newWatcher(t, root, WatchOptions{Rescan: 200 * time.Millisecond, Debounce: 20 * time.Millisecond})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := w.Next(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The writer never pauses, so events are always pending when Next
+	// looks: only an explicit check of the timer lets the rescan through.
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			os.WriteFile(filepath.Join(root, fmt.Sprintf("s%d", i%50)), []byte("x"), 0o644)
+		}
+	}()
+	defer func() { close(stop); wg.Wait() }()
+	for events := 0; ; {
+		b, err := w.Next(ctx)
+		if err != nil {
+			t.Fatalf("no Full batch during a steady stream (%d event batches): %v", events, err)
+		}
+		if b.Full {
+			t.Logf("Full batch after %d event batches", events)
+			logStats(t, w)
+			// Each event batch takes at least Debounce + the 20ms sleep, so
+			// at most 5 fit into Rescan before the timer fires; the next
+			// call must then walk.
+			if events > 6 {
+				t.Errorf("rescan postponed by %d event batches", events)
+			}
+			return
+		}
+		events++
+		time.Sleep(20 * time.Millisecond) // events pile up meanwhile
+	}
+}
