@@ -41,9 +41,6 @@ func FuzzOpenRequest(f *testing.F) {
 			AgentKeys: [][]byte{agent.SignPub}, Now: vectorNow,
 		})
 		if err != nil {
-			if req != nil {
-				t.Fatal("request returned with an error")
-			}
 			return
 		}
 		body, _ := bcrypto.EncodeBody(req)

@@ -199,7 +199,10 @@ type RequestCheck struct {
 
 // OpenRequest verifies a request manifest file found as <stem>.manifest in the
 // agent's directory, and returns its body. Checks run cheapest first, and the
-// body is decoded only after a signature verified (SPEC §8.1).
+// body is decoded only after a signature verified (SPEC §8). When the request
+// is authentic, addressed to this host and answerable but refused for its
+// times (expired, not yet valid, valid too long), both the request and the
+// error are returned.
 func OpenRequest(data []byte, stem string, c RequestCheck) (*Request, error) {
 	var r Request
 	if err := openBody(bcrypto.KindRequest, data, c.AgentKeys, &r); err != nil {
@@ -217,8 +220,10 @@ func OpenRequest(data []byte, stem string, c RequestCheck) (*Request, error) {
 	if c.AgentBoxKid != nil && !c.AgentBoxKid(r.ReplyBoxKid) {
 		return nil, fmt.Errorf("request %s: %w: reply key %s is not the agent's", r.ID, bcrypto.ErrUnknownKey, r.ReplyBoxKid)
 	}
+	// From here on the request is authentic and answerable: refusals return
+	// it too, so the host can send a signed rejection.
 	if err := checkTimes(r.Created, r.Expires, c.Now, c.Skew); err != nil {
-		return nil, fmt.Errorf("request %s: %w", r.ID, err)
+		return &r, fmt.Errorf("request %s: %w", r.ID, err)
 	}
 	return &r, nil
 }
@@ -543,4 +548,12 @@ func OpenOutput(ct io.Reader, r *Result, agent *bcrypto.Identity, stdout, stderr
 func SHA256Hex(b []byte) string {
 	s := sha256.Sum256(b)
 	return hex.EncodeToString(s[:])
+}
+
+// writeBytes adapts a byte slice to syncsafe's Publish callback.
+func writeBytes(b []byte) func(w io.Writer) error {
+	return func(w io.Writer) error {
+		_, err := w.Write(b)
+		return err
+	}
 }

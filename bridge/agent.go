@@ -1,0 +1,413 @@
+package bridge
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+
+	bcrypto "github.com/syncbridge/bridge/crypto"
+	"github.com/syncbridge/bridge/syncsafe"
+)
+
+// Client is the agent side: it submits requests, reads results and acks
+// them. Status and Wait are pure reads of the folder (invariant 10).
+type Client struct {
+	home   *Home
+	folder *syncsafe.Folder
+}
+
+// OpenClient opens an agent home's folder.
+func OpenClient(home *Home) (*Client, error) {
+	if home.Config.Role != "agent" {
+		return nil, withHint(errors.New("this home belongs to a host"), "run agent commands with an agent's --home")
+	}
+	f, err := home.OpenFolder()
+	if err != nil {
+		return nil, err
+	}
+	return &Client{home: home, folder: f}, nil
+}
+
+// Close releases the folder.
+func (c *Client) Close() error { return c.folder.Close() }
+
+// Sent is what the agent remembers of a request it submitted, in its home
+// (requests/<id>.json): enough to verify the result bound to it.
+type Sent struct {
+	V              int               `json:"v"`
+	ID             string            `json:"id"`
+	Host           string            `json:"host"`
+	HostName       string            `json:"host_name"`
+	Op             string            `json:"op"`
+	Args           map[string]string `json:"args"`
+	Key            string            `json:"key,omitempty"`
+	ManifestSHA256 string            `json:"manifest_sha256"`
+	Created        int64             `json:"created"`
+	Expires        int64             `json:"expires"`
+}
+
+// SubmitOptions describe a request.
+type SubmitOptions struct {
+	Host  string // local name or id of the host; "" = the only trusted host
+	Op    string
+	Args  map[string]string
+	Key   string        // idempotency key: the id becomes a function of it
+	Stdin io.Reader     // optional standard input for the op
+	TTL   time.Duration // validity (default 24h)
+}
+
+// ErrAmbiguousHost: the agent trusts several hosts and none was named.
+var ErrAmbiguousHost = errors.New("several hosts are trusted")
+
+// host finds the trusted host by name or id, or the only one.
+func (c *Client) host(name string) (*Peer, *bcrypto.Bundle, error) {
+	if name != "" {
+		return c.home.Peer(name)
+	}
+	peers, err := c.home.Peers()
+	if err != nil {
+		return nil, nil, err
+	}
+	var hosts []Peer
+	for _, p := range peers {
+		if p.Role == "host" {
+			hosts = append(hosts, p)
+		}
+	}
+	switch len(hosts) {
+	case 0:
+		return nil, nil, withHint(fmt.Errorf("%w: no host is trusted", ErrUnknownPeer), "run `bridge keys trust BUNDLE` with the line `bridge keys export` printed on the host")
+	case 1:
+		return c.home.Peer(hosts[0].ID)
+	}
+	return nil, nil, withHint(ErrAmbiguousHost, "pass --host NAME")
+}
+
+// Submit publishes a request: the payload first, then the manifest, both
+// atomically. With a Key, submitting the same thing again returns the first
+// submission and publishes nothing new.
+func (c *Client) Submit(o SubmitOptions) (*Sent, error) {
+	peer, hb, err := c.host(o.Host)
+	if err != nil {
+		return nil, err
+	}
+	if o.Args == nil {
+		o.Args = map[string]string{}
+	}
+	id := NewRequestID()
+	if o.Key != "" {
+		id = KeyedRequestID(c.home.Config.ID, hb.ID, o.Op, o.Args, o.Key)
+		if s, err := c.Sent(id); err == nil {
+			return s, nil
+		}
+	}
+	if o.TTL <= 0 {
+		o.TTL = 24 * time.Hour
+	}
+	if o.TTL > MaxValidity {
+		return nil, fmt.Errorf("submit: validity %s is over the maximum of %s", o.TTL, MaxValidity)
+	}
+	now := time.Now()
+	var manifest []byte
+	var req *Request
+	err = c.folder.Publish(RequestPath(hb.ID, c.home.Config.ID, id, ExtPayload), func(w io.Writer) error {
+		var err error
+		manifest, req, err = SealRequest(w, NewRequest{
+			ID: id, Agent: c.home.Identity(), AgentID: c.home.Config.ID, Host: hb,
+			Call: Call{Op: o.Op, Args: o.Args}, Stdin: o.Stdin, Created: now, Expires: now.Add(o.TTL),
+		})
+		return err
+	})
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, withHint(fmt.Errorf("submit: %w", err), "the host's directory is missing: run `bridge keys trust` for the host again, and check the folder is synced")
+		}
+		return nil, fmt.Errorf("submit %s: %w", id, err)
+	}
+	s := &Sent{V: 1, ID: id, Host: hb.ID, HostName: peer.Name, Op: o.Op, Args: o.Args, Key: o.Key,
+		ManifestSHA256: SHA256Hex(manifest), Created: req.Created, Expires: req.Expires}
+	// Remember before publishing the manifest: a result can only be verified
+	// against a request the agent knows it sent.
+	if err := c.remember(s); err != nil {
+		return nil, err
+	}
+	if err := c.folder.Publish(RequestPath(hb.ID, c.home.Config.ID, id, ExtManifest), writeBytes(manifest)); err != nil {
+		return nil, fmt.Errorf("submit %s: %w", id, err)
+	}
+	return s, nil
+}
+
+func (c *Client) remember(s *Sent) error {
+	dir := c.home.Path("requests")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	data, _ := json.MarshalIndent(s, "", "  ")
+	return writeFileAtomic(filepath.Join(dir, s.ID+".json"), append(data, '\n'))
+}
+
+// Sent returns what the agent remembers of request id.
+func (c *Client) Sent(id string) (*Sent, error) {
+	if !ValidID(id) {
+		return nil, fmt.Errorf("%q is not a request id", id)
+	}
+	data, err := os.ReadFile(c.home.Path("requests", id+".json"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, withHint(fmt.Errorf("request %s: not sent from this home", id), "`bridge ls` lists the requests this agent sent")
+	} else if err != nil {
+		return nil, err
+	}
+	var s Sent
+	if err := json.Unmarshal(data, &s); err != nil {
+		return nil, fmt.Errorf("read request %s: %w", id, err)
+	}
+	return &s, nil
+}
+
+// List returns every request this agent remembers, newest first.
+func (c *Client) List() ([]Sent, error) {
+	entries, err := os.ReadDir(c.home.Path("requests"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	} else if err != nil {
+		return nil, err
+	}
+	var out []Sent
+	for _, e := range entries {
+		if id, ok := cutSuffix(e.Name(), ".json"); ok && ValidID(id) {
+			if s, err := c.Sent(id); err == nil {
+				out = append(out, *s)
+			}
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Created > out[j].Created })
+	return out, nil
+}
+
+func cutSuffix(s, suffix string) (string, bool) {
+	if len(s) >= len(suffix) && s[len(s)-len(suffix):] == suffix {
+		return s[:len(s)-len(suffix)], true
+	}
+	return s, false
+}
+
+// Outcome is a verified result.
+type Outcome struct {
+	Sent    *Sent
+	Result  *Result
+	Receipt *Receipt
+	Stdout  []byte
+	Stderr  []byte
+}
+
+// ErrNoResult: no complete result is in the folder yet.
+var ErrNoResult = errors.New("no result yet")
+
+// Result reads and verifies the result of a request, if one is complete in
+// the folder. It writes nothing.
+func (c *Client) Result(id string) (*Outcome, error) {
+	s, err := c.Sent(id)
+	if err != nil {
+		return nil, err
+	}
+	_, hb, err := c.home.Peer(s.Host)
+	if err != nil {
+		return nil, err
+	}
+	data, err := c.folder.ReadFile(ResultPath(s.Host, c.home.Config.ID, id, ExtResult), bcrypto.KindResult.MaxSize())
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, ErrNoResult
+	} else if err != nil {
+		return nil, err
+	}
+	res, err := OpenResult(data, id, ResultCheck{
+		Host: s.Host, HostKeys: [][]byte{hb.SignPub}, Agent: c.home.Config.ID,
+		AgentBoxKids: []string{c.home.Identity().BoxKid()}, RequestSHA256: s.ManifestSHA256,
+	})
+	if errors.Is(err, bcrypto.ErrTruncated) {
+		return nil, ErrNoResult // still arriving
+	} else if err != nil {
+		return nil, fmt.Errorf("result %s: %w", id, err)
+	}
+	var spool bytes.Buffer
+	err = syncsafe.Settle(c.folder, ResultPath(s.Host, c.home.Config.ID, id, ExtOutput), res.Payload.Len, res.Payload.Digest(), &spool)
+	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syncsafe.ErrUnsettled) {
+		return nil, ErrNoResult
+	} else if err != nil {
+		return nil, err
+	}
+	var stdout, stderr bytes.Buffer
+	rc, err := OpenOutput(&spool, res, c.home.Identity(), &stdout, &stderr)
+	if err != nil {
+		return nil, fmt.Errorf("result %s: %w", id, err)
+	}
+	return &Outcome{Sent: s, Result: res, Receipt: rc, Stdout: stdout.Bytes(), Stderr: stderr.Bytes()}, nil
+}
+
+// State is what the agent can tell about a request from the folder.
+type State struct {
+	ID       string `json:"id"`
+	Op       string `json:"op"`
+	Host     string `json:"host"`
+	State    string `json:"state"` // submitted | <result status>
+	Reason   string `json:"reason,omitempty"`
+	ExitCode *int   `json:"exit_code,omitempty"`
+	Created  int64  `json:"created"`
+	Expires  int64  `json:"expires"`
+}
+
+// Status reports a request's state. It is a pure read.
+func (c *Client) Status(id string) (*State, error) {
+	s, err := c.Sent(id)
+	if err != nil {
+		return nil, err
+	}
+	st := &State{ID: id, Op: s.Op, Host: s.HostName, State: "submitted", Created: s.Created, Expires: s.Expires}
+	out, err := c.Result(id)
+	if errors.Is(err, ErrNoResult) {
+		if time.Now().Unix() >= s.Expires {
+			st.State = "submitted, past its expiry"
+		}
+		return st, nil
+	} else if err != nil {
+		return nil, err
+	}
+	st.State, st.Reason = out.Receipt.Status, out.Receipt.Reason
+	if out.Receipt.Status == StatusDone {
+		code := out.Receipt.ExitCode
+		st.ExitCode = &code
+	}
+	return st, nil
+}
+
+// Wait blocks until the request's result is complete and verified, or ctx
+// ends. It watches the result directory and, because events are only hints,
+// also polls with a backoff. tick, if set, is called on every look.
+func (c *Client) Wait(ctx context.Context, id string, tick func(elapsed time.Duration)) (*Outcome, error) {
+	s, err := c.Sent(id)
+	if err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	dir := filepath.Join(c.home.Config.Folder, ToAgentDir(s.Host, c.home.Config.ID))
+	var events <-chan struct{}
+	if w, err := syncsafe.NewWatcher(dir, syncsafe.WatchOptions{Rescan: time.Hour, Debounce: 5 * time.Millisecond}); err == nil {
+		defer w.Close()
+		ch := make(chan struct{}, 1)
+		events = ch
+		wctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		go func() {
+			for {
+				b, err := w.Next(wctx)
+				if err != nil {
+					return
+				}
+				for _, p := range b.Paths {
+					if rid, _, ok := ParseToAgentName(p); ok && rid == id {
+						select {
+						case ch <- struct{}{}:
+						default:
+						}
+					}
+				}
+			}
+		}()
+	}
+	b := backoff.NewExponentialBackOff(backoff.WithInitialInterval(50*time.Millisecond),
+		backoff.WithMaxInterval(2*time.Second), backoff.WithMaxElapsedTime(0))
+	for {
+		out, err := c.Result(id)
+		if err == nil {
+			return out, nil
+		}
+		if !errors.Is(err, ErrNoResult) {
+			return nil, err
+		}
+		if tick != nil {
+			tick(time.Since(start))
+		}
+		t := time.NewTimer(b.NextBackOff())
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		case <-events:
+			t.Stop()
+			b.Reset()
+		case <-t.C:
+		}
+	}
+}
+
+// Ack tells the host the result is held, then removes this agent's own
+// request files (never the host's).
+func (c *Client) Ack(out *Outcome) error {
+	s := out.Sent
+	data, err := c.folder.ReadFile(ResultPath(s.Host, c.home.Config.ID, s.ID, ExtResult), bcrypto.KindResult.MaxSize())
+	if err != nil {
+		return err
+	}
+	ack, err := SignAck(c.home.Identity(), Ack{ID: s.ID, Agent: c.home.Config.ID, Host: s.Host, ResultSHA256: SHA256Hex(data), Created: time.Now().Unix()})
+	if err != nil {
+		return err
+	}
+	if err := c.folder.Publish(RequestPath(s.Host, c.home.Config.ID, s.ID, ExtAck), writeBytes(ack)); err != nil && !errors.Is(err, syncsafe.ErrExists) {
+		return err
+	}
+	for _, ext := range []string{ExtManifest, ExtPayload} {
+		if err := c.folder.Remove(RequestPath(s.Host, c.home.Config.ID, s.ID, ext)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+	}
+	return nil
+}
+
+// Cancel publishes a signed cancel for a request this agent sent.
+func (c *Client) Cancel(id string) error {
+	s, err := c.Sent(id)
+	if err != nil {
+		return err
+	}
+	data, err := SignCancel(c.home.Identity(), Cancel{ID: id, Agent: c.home.Config.ID, Host: s.Host, Created: time.Now().Unix()})
+	if err != nil {
+		return err
+	}
+	err = c.folder.Publish(RequestPath(s.Host, c.home.Config.ID, id, ExtCancel), writeBytes(data))
+	if errors.Is(err, syncsafe.ErrExists) {
+		return nil
+	}
+	return err
+}
+
+// Ops reads and verifies a host's signed catalog.
+func (c *Client) Ops(host string) (*Catalog, error) {
+	_, hb, err := c.host(host)
+	if err != nil {
+		return nil, err
+	}
+	data, err := c.folder.ReadFile(HostCatalogPath(hb.ID), bcrypto.KindCatalog.MaxSize())
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, withHint(errors.New("the host has not published its catalog yet"), "start `bridge serve` on the host and wait for the sync")
+	} else if err != nil {
+		return nil, err
+	}
+	var cat Catalog
+	if err := openBody(bcrypto.KindCatalog, data, [][]byte{hb.SignPub}, &cat); err != nil {
+		return nil, fmt.Errorf("host catalog: %w", err)
+	}
+	if cat.Host != hb.ID {
+		return nil, fmt.Errorf("host catalog: %w", ErrWrongRecipient)
+	}
+	return &cat, nil
+}

@@ -1,0 +1,136 @@
+package bridge
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// pair is a host and an agent sharing one folder, with the host daemon
+// running in this process.
+type pair struct {
+	folder, hostHome, agentHome string
+	host, agent                 *Home
+	daemon                      *Daemon
+	cancel                      context.CancelFunc
+	done                        chan error
+	client                      *Client
+}
+
+const testPolicy = `
+[ops.echo]
+argv = ["echo", "{msg}"]
+env = ["PATH"]
+timeout = "30s"
+[ops.echo.args.msg]
+type = "string"
+pattern = "[a-zA-Z0-9 ]{0,64}"
+
+[ops.count]
+argv = ["sh", "-c", "echo run >> \"$COUNT_FILE\"; echo counted", "count"]
+env = ["PATH", "COUNT_FILE"]
+
+[ops.slow]
+argv = ["sh", "-c", "echo started >> \"$COUNT_FILE\"; sleep 30"]
+env = ["PATH", "COUNT_FILE"]
+idempotent = false
+
+[ops.slowidem]
+argv = ["sh", "-c", "echo started >> \"$COUNT_FILE\"; sleep 30"]
+env = ["PATH", "COUNT_FILE"]
+idempotent = true
+
+[ops.env]
+argv = ["env"]
+env = ["PATH"]
+
+[ops.secret]
+argv = ["true"]
+
+[agents.cloud-1]
+ops = ["echo", "count", "slow", "slowidem", "env"]
+`
+
+func newPair(t *testing.T, policyText string) *pair {
+	t.Helper()
+	base := t.TempDir()
+	p := &pair{folder: filepath.Join(base, "folder"), hostHome: filepath.Join(base, "host"), agentHome: filepath.Join(base, "agent")}
+	if err := os.Mkdir(p.folder, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var err error
+	if p.host, err = InitHome(p.hostHome, "host", "laptop", p.folder); err != nil {
+		t.Fatal(err)
+	}
+	if p.agent, err = InitHome(p.agentHome, "agent", "cloud-1", p.folder); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.host.Trust(p.agent.BundleText(), "cloud-1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.agent.Trust(p.host.BundleText(), "laptop"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p.host.Path(PolicyName), []byte(policyText), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if p.client, err = OpenClient(p.agent); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.client.Close() })
+	return p
+}
+
+func (p *pair) start(t *testing.T, env map[string]string) {
+	t.Helper()
+	d, err := NewDaemon(p.host, DaemonOptions{Rescan: 500 * time.Millisecond, Grace: 200 * time.Millisecond,
+		Env: func(k string) (string, bool) {
+			if v, ok := env[k]; ok {
+				return v, true
+			}
+			return os.LookupEnv(k)
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Open(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	p.daemon, p.cancel, p.done = d, cancel, make(chan error, 1)
+	go func() { p.done <- d.Run(ctx) }()
+	t.Cleanup(func() { p.stop(t) })
+}
+
+func (p *pair) stop(t *testing.T) {
+	if p.cancel == nil {
+		return
+	}
+	p.cancel()
+	if err := <-p.done; err != nil {
+		t.Errorf("daemon run: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := p.daemon.Close(ctx); err != nil {
+		t.Errorf("daemon close: %v", err)
+	}
+	p.cancel = nil
+}
+
+func (p *pair) run(t *testing.T, o SubmitOptions) *Outcome {
+	t.Helper()
+	s, err := p.client.Submit(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	out, err := p.client.Wait(ctx, s.ID, nil)
+	if err != nil {
+		t.Fatalf("wait %s: %v", s.ID, err)
+	}
+	return out
+}

@@ -1,0 +1,432 @@
+package bridge
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	bcrypto "github.com/syncbridge/bridge/crypto"
+	"github.com/syncbridge/bridge/syncsafe"
+)
+
+// A home is a party's private state directory (SPEC §5, DESIGN "state"):
+//
+//	config.json        role, name, id, folder
+//	identity.secret    private keys, 0600
+//	bundle             own signed bundle
+//	peers/<id>.json    trusted peers
+//	policy.toml        host: the policy
+//	ledger/            host: the ledger
+//	spool/, staging/   private copies and temp files
+//	results/           host: copies of published results, for re-publishing
+//	requests/          agent: what it sent
+//	audit.log          host: one JSON line per event
+//
+// It never lives inside the synced folder.
+const (
+	configName   = "config.json"
+	identityName = "identity.secret"
+	bundleName   = "bundle"
+	peersDir     = "peers"
+	PolicyName   = "policy.toml"
+)
+
+// Errors about homes that callers branch on.
+var (
+	ErrNoHome      = errors.New("not initialised")
+	ErrHomeExists  = errors.New("already initialised")
+	ErrUnknownPeer = errors.New("no such trusted peer")
+)
+
+// HintError carries a next step for the user along with the error.
+type HintError struct {
+	Err  error
+	Hint string
+}
+
+func (e *HintError) Error() string { return e.Err.Error() }
+func (e *HintError) Unwrap() error { return e.Err }
+
+func withHint(err error, hint string, args ...any) error {
+	return &HintError{Err: err, Hint: fmt.Sprintf(hint, args...)}
+}
+
+// Config is a home's config.json.
+type Config struct {
+	V       int    `json:"v"`
+	Role    string `json:"role"`
+	Name    string `json:"name"`
+	ID      string `json:"id"`
+	Folder  string `json:"folder"`
+	Created int64  `json:"created"`
+}
+
+// Peer is a trusted party, recorded by `bridge keys trust`.
+type Peer struct {
+	V       int    `json:"v"`
+	Name    string `json:"name"` // local name; a host's policy refers to agents by it
+	Role    string `json:"role"`
+	ID      string `json:"id"`
+	Bundle  string `json:"bundle"` // text form of its current bundle
+	Trusted int64  `json:"trusted"`
+}
+
+// Home is an opened state directory.
+type Home struct {
+	Dir    string
+	Config Config
+	id     *bcrypto.Identity
+	bundle *bcrypto.Bundle
+}
+
+// InitHome creates a new home for role ("host" or "agent") bound to folder.
+// A host also writes the folder marker and its tree; an agent requires the
+// marker (it arrives from the host through the sync).
+func InitHome(dir, role, name, folder string) (*Home, error) {
+	if role != "host" && role != "agent" {
+		return nil, fmt.Errorf("init: unknown role %q", role)
+	}
+	if name == "" {
+		name, _ = os.Hostname()
+		name = sanitizeName(name, role)
+	}
+	if !syncsafe.ValidName(name) {
+		return nil, withHint(fmt.Errorf("init: name %q is not a valid name", name), "use lower-case letters, digits, '.', '_' or '-', at most 64")
+	}
+	absFolder, err := filepath.Abs(folder)
+	if err != nil {
+		return nil, err
+	}
+	absDir, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkOutside(absDir, absFolder); err != nil {
+		return nil, err
+	}
+	if _, err := os.Stat(filepath.Join(absDir, configName)); err == nil {
+		return nil, withHint(fmt.Errorf("init %s: %w", absDir, ErrHomeExists), "use another --home, or remove %s to start over", absDir)
+	}
+	if fi, err := os.Stat(absFolder); err != nil || !fi.IsDir() {
+		return nil, withHint(fmt.Errorf("init: folder %s is not a directory", absFolder), "create it and share it with your sync client first")
+	}
+	if err := os.MkdirAll(absDir, 0o700); err != nil {
+		return nil, fmt.Errorf("init: %w", err)
+	}
+	os.Chmod(absDir, 0o700)
+	f, err := syncsafe.OpenFolder(absFolder)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if role == "host" {
+		if err := syncsafe.CheckMarker(f); errors.Is(err, syncsafe.ErrNoMarker) {
+			if err := syncsafe.WriteMarker(f); err != nil {
+				return nil, err
+			}
+		} else if err != nil {
+			return nil, err
+		}
+	} else if err := syncsafe.CheckMarker(f); err != nil {
+		return nil, withHint(fmt.Errorf("init agent: %w", err), "run `bridge init host --folder ...` on the host first and wait until the sync client has copied %s", syncsafe.MarkerName)
+	}
+	id, err := bcrypto.GenerateIdentity(nil)
+	if err != nil {
+		return nil, err
+	}
+	h := &Home{Dir: absDir, id: id, Config: Config{V: 1, Role: role, Name: name, ID: id.SignKid(), Folder: absFolder, Created: time.Now().Unix()}}
+	secret, _ := id.MarshalText()
+	if err := writeFileAtomic(filepath.Join(absDir, identityName), secret); err != nil {
+		return nil, err
+	}
+	signed, err := id.SignBundle(bcrypto.Bundle{Role: role, Name: name, ID: h.Config.ID, Created: h.Config.Created})
+	if err != nil {
+		return nil, err
+	}
+	if err := writeFileAtomic(filepath.Join(absDir, bundleName), signed); err != nil {
+		return nil, err
+	}
+	if h.bundle, err = bcrypto.ParseBundle(signed); err != nil {
+		return nil, err
+	}
+	if role == "host" {
+		for _, d := range []string{HostDir(h.Config.ID), path2(HostDir(h.Config.ID), toHostDir), path2(HostDir(h.Config.ID), toAgentDir)} {
+			if err := f.MkdirAll(d); err != nil {
+				return nil, err
+			}
+		}
+		if err := f.PublishReplace(HostBundlePath(h.Config.ID), writeBytes(signed), syncsafe.WithMode(0o644)); err != nil {
+			return nil, err
+		}
+	}
+	cfg, _ := json.MarshalIndent(h.Config, "", "  ")
+	if err := writeFileAtomic(filepath.Join(absDir, configName), append(cfg, '\n')); err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
+func path2(a, b string) string { return a + "/" + b }
+
+func sanitizeName(s, fallback string) string {
+	s = strings.ToLower(s)
+	var b strings.Builder
+	for _, r := range s {
+		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.' {
+			b.WriteRune(r)
+		}
+	}
+	out := strings.TrimLeft(b.String(), "._-")
+	if len(out) > 64 {
+		out = out[:64]
+	}
+	out = strings.TrimRight(out, ".")
+	if !syncsafe.ValidName(out) {
+		return fallback
+	}
+	return out
+}
+
+// checkOutside refuses a state directory inside the synced folder: keys,
+// ledger and policy would then be synced, conflicted and resurrected.
+func checkOutside(home, folder string) error {
+	real := func(p string) string {
+		// Resolve the longest existing prefix, so a home that does not exist
+		// yet is still judged by where it will be.
+		rest := ""
+		for {
+			if r, err := filepath.EvalSymlinks(p); err == nil {
+				return filepath.Join(r, rest)
+			}
+			parent := filepath.Dir(p)
+			if parent == p {
+				return filepath.Join(p, rest)
+			}
+			rest = filepath.Join(filepath.Base(p), rest)
+			p = parent
+		}
+	}
+	h, f := real(home), real(folder)
+	if h == f || strings.HasPrefix(h, f+string(filepath.Separator)) {
+		return withHint(fmt.Errorf("state directory %s is inside the synced folder %s", home, folder),
+			"keys, ledger and policy must never be synced: use a --home outside the folder (the default is fine)")
+	}
+	return nil
+}
+
+// OpenHome opens an initialised home.
+func OpenHome(dir string) (*Home, error) {
+	absDir, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, err
+	}
+	data, err := os.ReadFile(filepath.Join(absDir, configName))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, withHint(fmt.Errorf("open %s: %w", absDir, ErrNoHome), "run `bridge init host --folder DIR` or `bridge init agent --folder DIR` first, or pass --home")
+	} else if err != nil {
+		return nil, err
+	}
+	h := &Home{Dir: absDir}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&h.Config); err != nil {
+		return nil, fmt.Errorf("read %s: %w", filepath.Join(absDir, configName), err)
+	}
+	if h.Config.V != 1 || (h.Config.Role != "host" && h.Config.Role != "agent") {
+		return nil, fmt.Errorf("read %s: unsupported config", filepath.Join(absDir, configName))
+	}
+	if err := checkOutside(absDir, h.Config.Folder); err != nil {
+		return nil, err
+	}
+	secret, err := os.ReadFile(filepath.Join(absDir, identityName))
+	if err != nil {
+		return nil, fmt.Errorf("read identity: %w", err)
+	}
+	if h.id, err = bcrypto.ParseIdentity(secret); err != nil {
+		return nil, fmt.Errorf("read identity %s: %w", filepath.Join(absDir, identityName), err)
+	}
+	signed, err := os.ReadFile(filepath.Join(absDir, bundleName))
+	if err != nil {
+		return nil, fmt.Errorf("read bundle: %w", err)
+	}
+	if h.bundle, err = bcrypto.ParseBundle(signed); err != nil {
+		return nil, fmt.Errorf("read bundle: %w", err)
+	}
+	return h, nil
+}
+
+// Identity is the home's private identity.
+func (h *Home) Identity() *bcrypto.Identity { return h.id }
+
+// Bundle is the home's own verified bundle.
+func (h *Home) Bundle() *bcrypto.Bundle { return h.bundle }
+
+// BundleText is the one-line form of the home's own bundle.
+func (h *Home) BundleText() string {
+	signed, _ := os.ReadFile(filepath.Join(h.Dir, bundleName))
+	return bcrypto.BundleText(signed)
+}
+
+// Path names a file or directory inside the home.
+func (h *Home) Path(elem ...string) string { return filepath.Join(append([]string{h.Dir}, elem...)...) }
+
+// OpenFolder opens the home's synced folder, staging publishes in the home.
+func (h *Home) OpenFolder() (*syncsafe.Folder, error) {
+	staging := h.Path("staging")
+	if err := os.MkdirAll(staging, 0o700); err != nil {
+		return nil, err
+	}
+	f, err := syncsafe.OpenFolder(h.Config.Folder, syncsafe.WithStaging(staging))
+	if err != nil {
+		return nil, withHint(err, "is the synced folder %s mounted and shared?", h.Config.Folder)
+	}
+	if err := syncsafe.CheckMarker(f); err != nil {
+		f.Close()
+		return nil, withHint(err, "refusing to act on %s: without %s it may be unmounted or not synced yet", h.Config.Folder, syncsafe.MarkerName)
+	}
+	return f, nil
+}
+
+// Trust records a peer's bundle under a local name. The peer must have the
+// other role. On the host it creates the agent's result directory; on the
+// agent its request directory for that host, and publishes its bundle there.
+func (h *Home) Trust(text, name string) (*Peer, error) {
+	b, _, err := bcrypto.ParseBundleText(text)
+	if err != nil {
+		return nil, withHint(fmt.Errorf("trust: %w", err), "paste the whole line printed by `bridge keys export` on the other side")
+	}
+	if b.Role == h.Config.Role {
+		return nil, fmt.Errorf("trust: that is a %s bundle; a %s trusts %ss", b.Role, h.Config.Role, otherRole(h.Config.Role))
+	}
+	if name == "" {
+		name = b.Name
+	}
+	if !syncsafe.ValidName(name) {
+		return nil, withHint(fmt.Errorf("trust: name %q is not a valid name", name), "pass --name with lower-case letters, digits, '.', '_' or '-'")
+	}
+	peers, err := h.Peers()
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range peers {
+		if p.Name == name && p.ID != b.ID {
+			return nil, withHint(fmt.Errorf("trust: the name %q is already used for %s", name, p.ID), "choose another --name")
+		}
+	}
+	p := &Peer{V: 1, Name: name, Role: b.Role, ID: b.ID, Bundle: strings.TrimSpace(text), Trusted: time.Now().Unix()}
+	data, _ := json.MarshalIndent(p, "", "  ")
+	if err := os.MkdirAll(h.Path(peersDir), 0o700); err != nil {
+		return nil, err
+	}
+	if err := writeFileAtomic(h.Path(peersDir, b.ID+".json"), append(data, '\n')); err != nil {
+		return nil, err
+	}
+	f, err := h.OpenFolder()
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if h.Config.Role == "host" {
+		err = f.MkdirAll(ToAgentDir(h.Config.ID, b.ID))
+	} else {
+		if err = f.MkdirAll(ToHostDir(b.ID, h.Config.ID)); err == nil {
+			signed, _ := os.ReadFile(h.Path(bundleName))
+			err = f.PublishReplace(AgentBundlePath(b.ID, h.Config.ID), writeBytes(signed), syncsafe.WithMode(0o644))
+		}
+	}
+	return p, err
+}
+
+func otherRole(r string) string {
+	if r == "host" {
+		return "agent"
+	}
+	return "host"
+}
+
+// Peers lists the trusted peers, by name.
+func (h *Home) Peers() ([]Peer, error) {
+	entries, err := os.ReadDir(h.Path(peersDir))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	} else if err != nil {
+		return nil, err
+	}
+	var out []Peer
+	for _, e := range entries {
+		if !strings.HasSuffix(e.Name(), ".json") {
+			continue
+		}
+		data, err := os.ReadFile(h.Path(peersDir, e.Name()))
+		if err != nil {
+			return nil, err
+		}
+		var p Peer
+		if err := json.Unmarshal(data, &p); err != nil {
+			return nil, fmt.Errorf("read peer %s: %w", e.Name(), err)
+		}
+		out = append(out, p)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+// Peer finds a trusted peer by local name or id.
+func (h *Home) Peer(nameOrID string) (*Peer, *bcrypto.Bundle, error) {
+	peers, err := h.Peers()
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, p := range peers {
+		if p.Name == nameOrID || p.ID == nameOrID {
+			b, _, err := bcrypto.ParseBundleText(p.Bundle)
+			if err != nil {
+				return nil, nil, fmt.Errorf("peer %s: %w", p.Name, err)
+			}
+			return &p, b, nil
+		}
+	}
+	return nil, nil, fmt.Errorf("%w: %q", ErrUnknownPeer, nameOrID)
+}
+
+// writeFileAtomic writes a private file (0600) by temp, fsync, rename and
+// directory fsync, so a crash leaves the old or the new content.
+func writeFileAtomic(p string, data []byte) error {
+	dir := filepath.Dir(p)
+	tmp, err := os.CreateTemp(dir, ".tmp-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if err := tmp.Chmod(0o600); err != nil {
+		tmp.Close()
+		return err
+	}
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp.Name(), p); err != nil {
+		return err
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
