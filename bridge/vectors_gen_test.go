@@ -106,14 +106,14 @@ func generateVectors(t *testing.T, k testKeys) {
 	reqVector("signed-by-stranger", "bad-signature", "valid signature, but by a key the agent directory does not hold", resign(r, k.stranger, func(*Request) {}), p, r, nil)
 	m, p, r = mkReq("stranger", func(n *NewRequest) { n.Agent = k.stranger; n.AgentID = stranger.ID })
 	reqVector("untrusted-agent", "unknown-key", "from an agent directory nobody trusted", m, p, r, map[string]string{"agent-dir": stranger.ID})
-	m, p, r = mkReq("reply", nil)
+	_, p, r = mkReq("reply", nil)
 	reqVector("reply-key-not-agents", "unknown-key", "asks for the result to be sealed to someone else's key",
 		resign(r, k.agent, func(c *Request) { c.ReplyBoxKid = stranger.BoxKid() }), p, r, nil)
 
 	// Addressing and names.
 	m, p, r = mkReq("other-host", func(n *NewRequest) { n.Host = otherHost })
 	reqVector("wrong-host", "wrong-recipient", "addressed to another host", m, p, r, nil)
-	m, p, r = mkReq("other-box", nil)
+	_, p, r = mkReq("other-box", nil)
 	reqVector("wrong-host-box-key", "wrong-recipient", "names a box key this host does not hold",
 		resign(r, k.agent, func(c *Request) { c.HostBoxKid = otherHost.BoxKid() }), p, r, nil)
 	m, p, r = mkReq("stem", nil)
@@ -176,7 +176,7 @@ func generateVectors(t *testing.T, k testKeys) {
 	cut := p[:bcrypto.SealedSize(bcrypto.ChunkSize)]
 	reqVector("stream-truncated", "truncated", "the pinned ciphertext lacks its final chunk",
 		resign(r, k.agent, func(c *Request) { c.Payload.Len = int64(len(cut)); c.Payload.SHA256 = SHA256Hex(cut) }), cut, r, two)
-	m, p, r = mkReq("for-other", nil)
+	_, p, r = mkReq("for-other", nil)
 	var other bytes.Buffer
 	_, wrapped, _ := bcrypto.NewSealer(&other, otherHost.BoxPub, detRand("for-other"))
 	reqVector("key-wrapped-for-other-host", "unauthenticated", "the payload key is sealed to another host's key",
@@ -195,7 +195,7 @@ func generateVectors(t *testing.T, k testKeys) {
 		resign(r, k.agent, func(c *Request) {
 			c.Payload = Payload{Len: int64(len(oddPin)), SHA256: SHA256Hex(oddPin), Key: wk}
 		}), oddPin, r, nil)
-	m, p, r = mkReq("bad-op", func(n *NewRequest) { n.Call = Call{Op: "echo", Args: map[string]string{"msg": "x"}} })
+	_, _, r = mkReq("bad-op", func(n *NewRequest) { n.Call = Call{Op: "echo", Args: map[string]string{"msg": "x"}} })
 	var bad bytes.Buffer
 	s, wk, _ = bcrypto.NewSealer(&bad, host.BoxPub, detRand("bad-op"))
 	hdr = []byte(`{"v":1,"op":"../bin/sh","args":{}}`)
