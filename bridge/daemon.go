@@ -73,6 +73,7 @@ type Daemon struct {
 
 	runCtx   context.Context // parent of every running op; cancelled on abort
 	abortRun context.CancelFunc
+	stopCtl  chan struct{} // stops the control loop
 }
 
 // agentKeys is what the host trusts for one agent.
@@ -123,6 +124,43 @@ func (d *Daemon) Open() (err error) {
 			d.closeResources()
 		}
 	}()
+	if err := d.openCore(); err != nil {
+		return err
+	}
+	d.folder.SweepStaging(0)
+	for id := range d.agents {
+		d.folder.SweepTemps(ToAgentDir(d.me, id), 0)
+	}
+	if err := d.publishCatalog(); err != nil {
+		d.log.Warn("publish catalog", "err", err)
+	}
+	if err := d.recover(); err != nil {
+		return fmt.Errorf("serve: recover: %w", err)
+	}
+	root := filepath.Join(d.home.Config.Folder, HostDir(d.me), toHostDir)
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		return err
+	}
+	d.watcher, err = syncsafe.NewWatcher(root, syncsafe.WatchOptions{Rescan: d.opt.Rescan})
+	if err != nil {
+		return fmt.Errorf("serve: watch %s: %w", root, err)
+	}
+	d.stopCtl = make(chan struct{})
+	d.wg.Add(1)
+	go func() { defer d.wg.Done(); d.controlLoop(d.stopCtl) }()
+	d.audit.log(AuditEvent{Event: "start", Detail: "policy " + d.policy.SHA256})
+	d.log.Info("serving", "host", d.me, "folder", d.home.Config.Folder, "agents", len(d.agents), "policy", d.policy.SHA256[:12])
+	return nil
+}
+
+// openCore takes the lock and opens policy, ledger, audit log and folder:
+// everything but recovery and watching.
+func (d *Daemon) openCore() (err error) {
+	defer func() {
+		if err != nil {
+			d.closeResources()
+		}
+	}()
 	if d.lock, err = syncsafe.Lock(d.home.Path("serve.lock")); err != nil {
 		return withHint(fmt.Errorf("serve: %w", err), "another `bridge serve` is running on %s; stop it first", d.home.Dir)
 	}
@@ -153,27 +191,7 @@ func (d *Daemon) Open() (err error) {
 	if err := d.loadAgents(); err != nil {
 		return err
 	}
-	d.folder.SweepStaging(0)
-	for id := range d.agents {
-		d.folder.SweepTemps(ToAgentDir(d.me, id), 0)
-	}
 	d.runCtx, d.abortRun = context.WithCancel(context.Background())
-	if err := d.publishCatalog(); err != nil {
-		d.log.Warn("publish catalog", "err", err)
-	}
-	if err := d.recover(); err != nil {
-		return fmt.Errorf("serve: recover: %w", err)
-	}
-	root := filepath.Join(d.home.Config.Folder, HostDir(d.me), toHostDir)
-	if err := os.MkdirAll(root, 0o755); err != nil {
-		return err
-	}
-	d.watcher, err = syncsafe.NewWatcher(root, syncsafe.WatchOptions{Rescan: d.opt.Rescan})
-	if err != nil {
-		return fmt.Errorf("serve: watch %s: %w", root, err)
-	}
-	d.audit.log(AuditEvent{Event: "start", Detail: "policy " + d.policy.SHA256})
-	d.log.Info("serving", "host", d.me, "folder", d.home.Config.Folder, "agents", len(d.agents), "policy", d.policy.SHA256[:12])
 	return nil
 }
 
@@ -232,6 +250,10 @@ func (d *Daemon) Run(ctx context.Context) error {
 func (d *Daemon) Close(ctx context.Context) error {
 	if d.watcher != nil {
 		d.watcher.Close()
+	}
+	if d.stopCtl != nil {
+		close(d.stopCtl)
+		d.stopCtl = nil
 	}
 	done := make(chan struct{})
 	go func() { d.wg.Wait(); close(done) }()
@@ -504,6 +526,10 @@ func (d *Daemon) admit(j *job, ent ledger.Entry, spool string, resume bool) {
 		d.finish(j, ent, Receipt{Status: StatusRejected, Reason: Reason(err), Detail: err.Error()})
 		return
 	}
+	if call.Op == PingOp {
+		d.ping(j, ent)
+		return
+	}
 	inv, err := d.policy.Render(j.keys.name, call.Op, call.Args, policy.RenderContext{Env: d.opt.Env, Vars: map[string]string{"request_id": j.req.ID}})
 	if err != nil {
 		rc := Receipt{Status: StatusRejected, Op: call.Op, Detail: err.Error(), PolicySHA256: d.policy.SHA256}
@@ -631,7 +657,12 @@ func (d *Daemon) finishWithOutput(j *job, ent ledger.Entry, rc Receipt, stdout, 
 		return
 	}
 	to := statusState[status]
-	from := []ledger.State{ledger.StateSeen, ledger.StatePending, ledger.StateAwaitingApproval, ledger.StateClaimed, ledger.StateRunning}
+	var from []ledger.State
+	for _, s := range []ledger.State{ledger.StateSeen, ledger.StatePending, ledger.StateAwaitingApproval, ledger.StateClaimed, ledger.StateRunning, ledger.StateUncertain} {
+		if ledger.CanTransition(s, to) {
+			from = append(from, s)
+		}
+	}
 	if _, err := d.ledger.Transition(j.key, from, to, func(e *ledger.Entry) {
 		e.ResultSHA256, e.Reason = resSHA, rc.Reason
 		if rc.Op != "" {
@@ -689,13 +720,64 @@ func (d *Daemon) publishResult(j *job, rc Receipt, stdout, stderr []byte) (strin
 }
 
 // publishCopies publishes the private copies of a result (output, then
-// manifest) where they are missing from the folder.
+// manifest) where they are missing from the folder. A published result is
+// never changed, except an "uncertain" one, which a reconciled or re-run
+// result replaces (the host owns the file; SPEC §5).
 func (d *Daemon) publishCopies(agent, id string) (string, error) {
 	dir := d.home.Path("results", agent)
 	manifest, err := os.ReadFile(filepath.Join(dir, id+"."+ExtResult))
 	if err != nil {
 		return "", err
 	}
+	status, err := resultStatus(manifest)
+	if err != nil {
+		return "", err
+	}
+	resPath, outPath := ResultPath(d.me, agent, id, ExtResult), ResultPath(d.me, agent, id, ExtOutput)
+	replace := false
+	existing, err := d.folder.ReadFile(resPath, bcrypto.KindResult.MaxSize())
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+	case err != nil:
+		return "", err
+	case bytes.Equal(existing, manifest):
+		// Published already; make sure the output is there too.
+		err := d.publishFile(outPath, filepath.Join(dir, id+"."+ExtOutput), false)
+		if errors.Is(err, syncsafe.ErrExists) {
+			err = nil
+		}
+		return status, err
+	default:
+		if old, err := resultStatus(existing); err != nil || old != StatusUncertain {
+			return "", fmt.Errorf("result %s: a different result is already published", id)
+		}
+		replace = true
+	}
+	// An output without its manifest is ours and referenced by nothing, so
+	// it may be replaced.
+	if err := d.publishFile(outPath, filepath.Join(dir, id+"."+ExtOutput), true); err != nil {
+		return "", err
+	}
+	return status, d.publishFile(resPath, filepath.Join(dir, id+"."+ExtResult), replace)
+}
+
+func (d *Daemon) publishFile(rel, src string, replace bool) error {
+	f, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	write := func(w io.Writer) error {
+		_, err := io.Copy(w, f)
+		return err
+	}
+	if replace {
+		return d.folder.PublishReplace(rel, write, syncsafe.WithMode(0o644))
+	}
+	return d.folder.Publish(rel, write, syncsafe.WithMode(0o644))
+}
+
+func resultStatus(manifest []byte) (string, error) {
 	env, err := bcrypto.Parse(bcrypto.KindResult, manifest)
 	if err != nil {
 		return "", err
@@ -703,20 +785,6 @@ func (d *Daemon) publishCopies(agent, id string) (string, error) {
 	var res Result
 	if err := bcrypto.DecodeBody(env.Body(), &res); err != nil {
 		return "", err
-	}
-	for _, ext := range []string{ExtOutput, ExtResult} {
-		src, err := os.Open(filepath.Join(dir, id+"."+ext))
-		if err != nil {
-			return "", err
-		}
-		err = d.folder.Publish(ResultPath(d.me, agent, id, ext), func(w io.Writer) error {
-			_, err := io.Copy(w, src)
-			return err
-		}, syncsafe.WithMode(0o644))
-		src.Close()
-		if err != nil && !errors.Is(err, syncsafe.ErrExists) {
-			return "", err
-		}
 	}
 	return res.Status, nil
 }
@@ -868,4 +936,19 @@ type Catalog struct {
 	Host   string          `json:"host"`
 	Policy string          `json:"policy_sha256"`
 	Ops    []policy.OpInfo `json:"ops"`
+}
+
+// ping answers the built-in no-op: claimed, running and done like any op, so
+// it measures the whole pipeline except the process start.
+func (d *Daemon) ping(j *job, ent ledger.Entry) {
+	ent, err := d.ledger.Transition(j.key, []ledger.State{ledger.StateSeen, ledger.StatePending}, ledger.StateClaimed,
+		func(e *ledger.Entry) { e.Op, e.Idempotent = PingOp, true })
+	if err != nil {
+		return
+	}
+	if ent, err = d.ledger.Transition(j.key, []ledger.State{ledger.StateClaimed}, ledger.StateRunning, nil); err != nil {
+		return
+	}
+	now := d.opt.Now().UnixMilli()
+	d.finishWithOutput(j, ent, Receipt{Status: StatusDone, Op: PingOp, Started: now, Finished: now, StdoutTotal: 5}, []byte("pong\n"), nil)
 }

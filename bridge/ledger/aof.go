@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"sort"
 	"strings"
 	"time"
 )
@@ -381,4 +382,32 @@ func syncDir(dir string) error {
 		err = cerr
 	}
 	return err
+}
+
+// Snapshot reads the entries of the ledger in dir without taking the lock,
+// for status commands that run beside a daemon. It only reads: a record the
+// daemon is appending at that moment is simply not seen yet (the scan stops
+// at a torn tail). Entries are in key order.
+func Snapshot(dir string) ([]Entry, error) {
+	data, err := os.ReadFile(filepath.Join(dir, dbFile))
+	if err != nil {
+		return nil, err
+	}
+	s := scanLog(data)
+	if s.bad != nil {
+		return nil, damagedError(filepath.Join(dir, dbFile), s.problem())
+	}
+	out := make([]Entry, 0, len(s.live))
+	for k, v := range s.live {
+		if !strings.HasPrefix(k, entryPrefix) {
+			continue
+		}
+		e, err := decodeEntry(v)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, e)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
+	return out, nil
 }

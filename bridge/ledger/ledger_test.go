@@ -567,3 +567,29 @@ func TestCompactOnOpen(t *testing.T) {
 		t.Fatalf("collected entry came back: %v", err)
 	}
 }
+
+// TestSnapshotBesideOpenLedger reads a ledger that another handle holds open
+// and is writing: the snapshot sees every entry written before it.
+func TestSnapshotBesideOpenLedger(t *testing.T) {
+	dir := t.TempDir()
+	l, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	for i := 0; i < 5; i++ {
+		if _, _, err := l.Admit(Entry{Agent: "a", ID: fmt.Sprintf("id%d", i), ManifestSHA256: "x", Expires: time.Now().Add(time.Hour)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := l.Transition("a/id3", []State{StateSeen}, StateRejected, nil); err != nil {
+		t.Fatal(err)
+	}
+	got, err := Snapshot(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 5 || got[3].Key != "a/id3" || got[3].State != StateRejected {
+		t.Fatalf("snapshot: %+v", got)
+	}
+}

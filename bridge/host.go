@@ -1,0 +1,263 @@
+package bridge
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/syncbridge/bridge/bridge/ledger"
+	"github.com/syncbridge/bridge/bridge/policy"
+	"github.com/syncbridge/bridge/bridge/runner"
+	"github.com/syncbridge/bridge/syncsafe"
+)
+
+// PingOp is the built-in no-op every trusted agent may call: a round trip
+// through the sync that runs no process.
+const PingOp = "bridge.ping"
+
+// RunnerMain must be the first call in the bridge binary's main: when the
+// binary was started as the runner's resource-limit shim it applies the
+// limits and execs the op, and never returns.
+func RunnerMain() { runner.Main() }
+
+// Log levels for NewLogger.
+const (
+	LogInfo  = slog.LevelInfo
+	LogDebug = slog.LevelDebug
+)
+
+// NewLogger returns the daemon's logger: text or JSON lines on w.
+func NewLogger(w io.Writer, format string, level slog.Level) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: level}
+	if format == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// LedgerEntry is one request in the host's ledger.
+type LedgerEntry = ledger.Entry
+
+// LedgerEntries reads the host's ledger without disturbing a running daemon.
+func LedgerEntries(h *Home) ([]LedgerEntry, error) {
+	entries, err := ledger.Snapshot(h.Path("ledger"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	return entries, err
+}
+
+// PolicySummary is what `bridge policy check` reports.
+type PolicySummary struct {
+	File   string              `json:"file"`
+	SHA256 string              `json:"sha256"`
+	Agents map[string][]string `json:"agents"`
+	Ops    []policy.OpInfo     `json:"ops"`
+}
+
+// CheckPolicy loads a policy file strictly and summarises it.
+func CheckPolicy(file string) (*PolicySummary, error) {
+	p, err := policy.Load(file)
+	if err != nil {
+		return nil, err
+	}
+	s := &PolicySummary{File: file, SHA256: p.SHA256, Agents: map[string][]string{}, Ops: p.Catalog()}
+	for _, a := range p.Agents() {
+		s.Agents[a] = p.AgentOps(a)
+	}
+	return s, nil
+}
+
+// Explanation is what `bridge policy explain` reports.
+type Explanation struct {
+	Op    string   `json:"op"`
+	Agent string   `json:"agent"`
+	Argv  []string `json:"argv"`
+	Dir   string   `json:"dir"`
+	Env   []string `json:"env_names"`
+	Text  string   `json:"text"`
+}
+
+// ExplainPolicy renders an op for the given arguments without running it.
+func ExplainPolicy(file, agent, op string, args map[string]string) (*Explanation, error) {
+	p, err := policy.Load(file)
+	if err != nil {
+		return nil, err
+	}
+	if agent == "" {
+		for _, a := range p.Agents() {
+			if p.Allowed(a, op) == nil {
+				agent = a
+				break
+			}
+		}
+		if agent == "" {
+			return nil, fmt.Errorf("explain: %w: no agent may run %q", policy.ErrNotAllowed, op)
+		}
+	}
+	inv, err := p.Render(agent, op, args, policy.RenderContext{Env: os.LookupEnv, Vars: map[string]string{"request_id": strings.Repeat("0", 32)}})
+	if err != nil {
+		return nil, err
+	}
+	desc, err := p.Explain(op)
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, kv := range inv.Env {
+		k, _, _ := strings.Cut(kv, "=")
+		names = append(names, k)
+	}
+	text := desc + "\nas agent " + agent + " it would run:\n  " + inv.String() + "\n"
+	return &Explanation{Op: op, Agent: agent, Argv: inv.Argv, Dir: inv.Dir, Env: names, Text: text}, nil
+}
+
+// reconcileOrder is a control file the CLI leaves for a running daemon.
+type reconcileOrder struct {
+	ID string `json:"id"`
+	As string `json:"as"`
+}
+
+// ErrQueued: the daemon is running; the order was handed to it.
+var ErrQueued = errors.New("queued for the running daemon")
+
+// Reconcile settles an uncertain request: as "done" (the op had its effect),
+// "failed" (it did not) or "rerun" (run it again). With the daemon stopped it
+// acts at once; with the daemon running it leaves an order the daemon picks
+// up within a second, and returns the entry as it stands.
+func Reconcile(h *Home, id, as string) (*LedgerEntry, error) {
+	if as != "done" && as != "failed" && as != "rerun" {
+		return nil, fmt.Errorf("reconcile: --as must be done, failed or rerun")
+	}
+	d, err := NewDaemon(h, DaemonOptions{})
+	if err != nil {
+		return nil, err
+	}
+	if err := d.openCore(); err != nil {
+		if !errors.Is(err, syncsafe.ErrLocked) {
+			return nil, err
+		}
+		entries, err := LedgerEntries(h)
+		if err != nil {
+			return nil, err
+		}
+		e, err := findEntry(entries, id)
+		if err != nil {
+			return nil, err
+		}
+		if e.State != ledger.StateUncertain {
+			return nil, fmt.Errorf("reconcile %s: it is %s, not uncertain", id, e.State)
+		}
+		data, _ := json.Marshal(reconcileOrder{ID: id, As: as})
+		if err := os.MkdirAll(h.Path("control"), 0o700); err != nil {
+			return nil, err
+		}
+		if err := writeFileAtomic(h.Path("control", id+".json"), data); err != nil {
+			return nil, err
+		}
+		return e, nil
+	}
+	defer d.closeResources()
+	return d.reconcile(id, as)
+}
+
+func findEntry(entries []LedgerEntry, id string) (*LedgerEntry, error) {
+	var found []LedgerEntry
+	for _, e := range entries {
+		if e.ID == id {
+			found = append(found, e)
+		}
+	}
+	switch len(found) {
+	case 0:
+		return nil, fmt.Errorf("no request %s in the ledger", id)
+	case 1:
+		return &found[0], nil
+	}
+	return nil, fmt.Errorf("request id %s is in the ledger for %d agents", id, len(found))
+}
+
+func (d *Daemon) reconcile(id, as string) (*LedgerEntry, error) {
+	all, err := d.ledger.List(func(e ledger.Entry) bool { return e.ID == id })
+	if err != nil {
+		return nil, err
+	}
+	e, err := findEntry(all, id)
+	if err != nil {
+		return nil, err
+	}
+	if e.State != ledger.StateUncertain {
+		return nil, fmt.Errorf("reconcile %s: it is %s, not uncertain", id, e.State)
+	}
+	keys := d.agents[e.Agent]
+	if keys == nil {
+		return nil, fmt.Errorf("reconcile %s: agent %s is no longer trusted", id, e.Agent)
+	}
+	j, err := d.reload(*e, keys)
+	if err != nil {
+		return nil, fmt.Errorf("reconcile %s: %w", id, err)
+	}
+	// The uncertain result is replaced by a new one.
+	for _, ext := range []string{ExtResult, ExtOutput} {
+		os.Remove(d.home.Path("results", e.Agent, id+"."+ext))
+	}
+	d.audit.log(AuditEvent{Event: "reconcile", Agent: e.Agent, ID: id, Op: e.Op, Detail: "as " + as})
+	switch as {
+	case "rerun":
+		ent, err := d.ledger.Transition(e.Key, []ledger.State{ledger.StateUncertain}, ledger.StateClaimed,
+			func(x *ledger.Entry) { x.Reason = "rerun by operator" })
+		if err != nil {
+			return nil, err
+		}
+		if d.watcher != nil { // serving: run it now
+			if _, err := d.ledger.Transition(e.Key, []ledger.State{ledger.StateClaimed}, ledger.StatePending, nil); err == nil {
+				d.schedule(e.Agent, id)
+			}
+		}
+		return &ent, nil
+	default:
+		status := StatusDone
+		if as == "failed" {
+			status = StatusFailed
+		}
+		d.finishWithOutput(j, *e, Receipt{Status: status, Reason: "reconciled", Op: e.Op,
+			Detail: "an operator settled the uncertain run as " + as}, nil, nil)
+		ent, err := d.ledger.Get(e.Key)
+		return &ent, err
+	}
+}
+
+// controlLoop applies reconcile orders the CLI left while the daemon runs.
+func (d *Daemon) controlLoop(stop <-chan struct{}) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		files, _ := filepath.Glob(d.home.Path("control", "*.json"))
+		for _, f := range files {
+			data, err := os.ReadFile(f)
+			os.Remove(f)
+			if err != nil {
+				continue
+			}
+			var o reconcileOrder
+			if json.Unmarshal(data, &o) != nil {
+				continue
+			}
+			if _, err := d.reconcile(o.ID, o.As); err != nil {
+				d.log.Warn("reconcile", "id", o.ID, "err", err)
+			}
+		}
+	}
+}

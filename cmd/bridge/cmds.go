@@ -1,0 +1,674 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/syncbridge/bridge/bridge"
+	bcrypto "github.com/syncbridge/bridge/crypto"
+)
+
+// InitCmd: bridge init host|agent --folder F.
+type InitCmd struct {
+	Role   string `arg:"" enum:"host,agent" help:"host or agent."`
+	Folder string `required:"" placeholder:"DIR" help:"The synced folder."`
+	Name   string `placeholder:"NAME" help:"A name for this party (default: the host name)."`
+}
+
+func (c *InitCmd) Run(g *Globals) error {
+	h, err := bridge.InitHome(g.Home, c.Role, c.Name, c.Folder)
+	if err != nil {
+		return err
+	}
+	if g.JSON {
+		return g.printJSON(map[string]any{"home": h.Dir, "role": h.Config.Role, "name": h.Config.Name, "id": h.Config.ID,
+			"folder": h.Config.Folder, "fingerprint": h.Bundle().Fingerprint(), "bundle": h.BundleText()})
+	}
+	g.printf("initialised %s %q in %s\n", c.Role, h.Config.Name, h.Dir)
+	g.printf("id          %s\nfingerprint %s\n\n", h.Config.ID, h.Bundle().Fingerprint())
+	g.printf("Give this line to the other side (`bridge keys trust LINE`):\n%s\n", h.BundleText())
+	if c.Role == "host" {
+		g.printf("\nNext: write %s, then run `bridge serve`.\n", h.Path(bridge.PolicyName))
+	}
+	return nil
+}
+
+// KeysCmd groups key commands.
+type KeysCmd struct {
+	Show   KeysShowCmd   `cmd:"" help:"Show this party's keys and the trusted peers."`
+	Export KeysExportCmd `cmd:"" help:"Print this party's public bundle as one line."`
+	Trust  KeysTrustCmd  `cmd:"" help:"Trust a peer's bundle."`
+}
+
+type KeysShowCmd struct{}
+
+func (c *KeysShowCmd) Run(g *Globals) error {
+	h, err := g.openHome()
+	if err != nil {
+		return err
+	}
+	peers, err := h.Peers()
+	if err != nil {
+		return err
+	}
+	b := h.Bundle()
+	if g.JSON {
+		return g.printJSON(map[string]any{"role": h.Config.Role, "name": h.Config.Name, "id": h.Config.ID,
+			"sign_kid": b.SignKid(), "box_kid": b.BoxKid(), "fingerprint": b.Fingerprint(), "peers": peers})
+	}
+	g.printf("%s %q\n  id          %s\n  sign kid    %s\n  box kid     %s\n  fingerprint %s\n", h.Config.Role, h.Config.Name, h.Config.ID, b.SignKid(), b.BoxKid(), b.Fingerprint())
+	for _, p := range peers {
+		pb, _, _ := bcrypto.ParseBundleText(p.Bundle)
+		fp := "?"
+		if pb != nil {
+			fp = pb.Fingerprint()
+		}
+		g.printf("trusted %s %q\n  id          %s\n  fingerprint %s\n", p.Role, p.Name, p.ID, fp)
+	}
+	return nil
+}
+
+type KeysExportCmd struct{}
+
+func (c *KeysExportCmd) Run(g *Globals) error {
+	h, err := g.openHome()
+	if err != nil {
+		return err
+	}
+	if g.JSON {
+		return g.printJSON(map[string]any{"bundle": h.BundleText(), "fingerprint": h.Bundle().Fingerprint(), "id": h.Config.ID})
+	}
+	g.printf("%s\n", h.BundleText())
+	g.note("fingerprint %s (compare it with what the other side shows)", h.Bundle().Fingerprint())
+	return nil
+}
+
+type KeysTrustCmd struct {
+	Bundle string `arg:"" help:"The line printed by 'bridge keys export' on the other side, or - to read it from stdin."`
+	Name   string `placeholder:"NAME" help:"Local name for the peer (host: the [agents.NAME] of the policy)."`
+}
+
+func (c *KeysTrustCmd) Run(g *Globals) error {
+	h, err := g.openHome()
+	if err != nil {
+		return err
+	}
+	text := c.Bundle
+	if text == "-" {
+		b, err := io.ReadAll(io.LimitReader(g.stdin, 64<<10))
+		if err != nil {
+			return err
+		}
+		text = string(b)
+	}
+	p, err := h.Trust(text, c.Name)
+	if err != nil {
+		return err
+	}
+	b, _, _ := bcrypto.ParseBundleText(p.Bundle)
+	if g.JSON {
+		return g.printJSON(map[string]any{"name": p.Name, "role": p.Role, "id": p.ID, "fingerprint": b.Fingerprint()})
+	}
+	g.printf("trusted %s %q (id %s)\nfingerprint %s — check it matches what the other side shows\n", p.Role, p.Name, p.ID, b.Fingerprint())
+	return nil
+}
+
+// ServeCmd runs the host daemon.
+type ServeCmd struct {
+	Rescan    time.Duration `default:"30s" help:"Interval of full folder rescans."`
+	LogFormat string        `name:"log-format" enum:"text,json" default:"text" help:"Log format: text or json."`
+	Verbose   bool          `short:"v" help:"Log debug detail."`
+}
+
+func (c *ServeCmd) Run(g *Globals) error {
+	h, err := g.openHome()
+	if err != nil {
+		return err
+	}
+	level := bridge.LogInfo
+	if c.Verbose {
+		level = bridge.LogDebug
+	}
+	d, err := bridge.NewDaemon(h, bridge.DaemonOptions{Rescan: c.Rescan, Logger: bridge.NewLogger(g.stderr, c.LogFormat, level)})
+	if err != nil {
+		return err
+	}
+	if err := d.Open(); err != nil {
+		return err
+	}
+	ctx, stop := signalContext()
+	defer stop()
+	runErr := d.Run(ctx)
+	// First signal: drain, giving running ops time to finish; a second
+	// signal exits at once (signalContext).
+	closeCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return errors.Join(runErr, d.Close(closeCtx))
+}
+
+// RunCmd submits, waits and prints.
+type RunCmd struct {
+	Op      string        `arg:"" help:"The op to run (see 'bridge ops')."`
+	Args    []string      `arg:"" optional:"" help:"Arguments as NAME=VALUE."`
+	Key     string        `placeholder:"K" help:"Idempotency key: running the same command with the same key again returns the first result."`
+	Host    string        `placeholder:"NAME" help:"The host to ask (default: the only trusted host)."`
+	Timeout time.Duration `default:"10m" help:"How long to wait for the result (the request stays valid; use 'bridge wait ID')."`
+	TTL     time.Duration `default:"24h" help:"How long the request stays valid on the host."`
+	Stdin   string        `placeholder:"FILE" help:"Send FILE (or - for standard input) as the op's standard input."`
+	Detach  bool          `help:"Submit and print the id without waiting."`
+}
+
+func (c *RunCmd) Run(g *Globals) error {
+	cl, s, err := submit(g, c.Op, c.Args, c.Key, c.Host, c.Stdin, c.TTL)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	if c.Detach {
+		return printSubmitted(g, s)
+	}
+	return waitAndPrint(g, cl, s.ID, c.Timeout, true)
+}
+
+// SubmitCmd submits only.
+type SubmitCmd struct {
+	Op    string        `arg:"" help:"The op to run."`
+	Args  []string      `arg:"" optional:"" help:"Arguments as NAME=VALUE."`
+	Key   string        `placeholder:"K" help:"Idempotency key."`
+	Host  string        `placeholder:"NAME" help:"The host to ask."`
+	TTL   time.Duration `default:"24h" help:"How long the request stays valid."`
+	Stdin string        `placeholder:"FILE" help:"Send FILE (or -) as the op's standard input."`
+}
+
+func (c *SubmitCmd) Run(g *Globals) error {
+	cl, s, err := submit(g, c.Op, c.Args, c.Key, c.Host, c.Stdin, c.TTL)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	return printSubmitted(g, s)
+}
+
+func printSubmitted(g *Globals, s *bridge.Sent) error {
+	if g.JSON {
+		return g.printJSON(map[string]any{"id": s.ID, "host": s.HostName, "op": s.Op})
+	}
+	g.printf("%s\n", s.ID)
+	return nil
+}
+
+func parseArgs(args []string) (map[string]string, error) {
+	m := map[string]string{}
+	for _, a := range args {
+		k, v, ok := strings.Cut(a, "=")
+		if !ok || k == "" {
+			return nil, &codeError{exitUsage, fmt.Errorf("argument %q is not NAME=VALUE", a)}
+		}
+		if _, dup := m[k]; dup {
+			return nil, &codeError{exitUsage, fmt.Errorf("argument %q given twice", k)}
+		}
+		m[k] = v
+	}
+	return m, nil
+}
+
+func openClient(g *Globals) (*bridge.Client, error) {
+	h, err := g.openHome()
+	if err != nil {
+		return nil, err
+	}
+	return bridge.OpenClient(h)
+}
+
+func submit(g *Globals, op string, args []string, key, host, stdin string, ttl time.Duration) (*bridge.Client, *bridge.Sent, error) {
+	m, err := parseArgs(args)
+	if err != nil {
+		return nil, nil, err
+	}
+	cl, err := openClient(g)
+	if err != nil {
+		return nil, nil, err
+	}
+	var in io.Reader
+	switch stdin {
+	case "":
+	case "-":
+		in = g.stdin
+	default:
+		f, err := os.Open(stdin)
+		if err != nil {
+			cl.Close()
+			return nil, nil, err
+		}
+		defer f.Close()
+		in = f
+	}
+	s, err := cl.Submit(bridge.SubmitOptions{Host: host, Op: op, Args: m, Key: key, Stdin: in, TTL: ttl})
+	if err != nil {
+		cl.Close()
+		return nil, nil, err
+	}
+	return cl, s, nil
+}
+
+// waitAndPrint waits for a result, prints the op's output and returns the
+// error that carries the right exit code. ack: also ack and clean up.
+func waitAndPrint(g *Globals, cl *bridge.Client, id string, timeout time.Duration, ack bool) error {
+	ctx, stop := signalContext()
+	defer stop()
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	prog := newProgress(g.stderr, id)
+	out, err := cl.Wait(ctx, id, prog.tick)
+	prog.done()
+	if errors.Is(err, context.DeadlineExceeded) {
+		return &codeError{exitWaitTime, withHintf(fmt.Errorf("no result for %s after %s", id, timeout),
+			"the request stays queued; run `bridge wait %s` later, or `bridge status %s`", id, id)}
+	}
+	if err != nil {
+		return err
+	}
+	if ack {
+		if err := cl.Ack(out); err != nil {
+			g.note("warning: could not ack %s: %v", id, err)
+		}
+	}
+	return printOutcome(g, out)
+}
+
+func withHintf(err error, hint string, args ...any) error {
+	return &bridge.HintError{Err: err, Hint: fmt.Sprintf(hint, args...)}
+}
+
+// printOutcome prints an op's output and returns the exit code as an error.
+func printOutcome(g *Globals, out *bridge.Outcome) error {
+	rc := out.Receipt
+	code := exitFor(rc)
+	if g.JSON {
+		g.printJSON(map[string]any{"id": rc.ID, "op": rc.Op, "status": rc.Status, "reason": rc.Reason, "detail": rc.Detail,
+			"exit_code": rc.ExitCode, "signal": rc.Signal, "timed_out": rc.TimedOut, "argv": rc.Argv,
+			"stdout": string(out.Stdout), "stderr": string(out.Stderr), "stdout_truncated": rc.StdoutTruncated,
+			"stderr_truncated": rc.StderrTruncated, "policy_sha256": rc.PolicySHA256, "bridge_exit_code": code})
+	} else {
+		g.stdout.Write(out.Stdout)
+		g.stderr.Write(out.Stderr)
+		switch rc.Status {
+		case bridge.StatusDone:
+			if rc.TimedOut {
+				g.note("error: %s timed out on the host: %s", rc.Op, rc.Detail)
+			} else if rc.Signal != "" {
+				g.note("%s was killed by %s", rc.Op, rc.Signal)
+			}
+		default:
+			g.note("error: request %s %s (%s): %s", rc.ID, rc.Status, rc.Reason, rc.Detail)
+			if h := hintFor(rc); h != "" {
+				g.note("hint: %s", h)
+			}
+		}
+		if rc.StdoutTruncated || rc.StderrTruncated {
+			g.note("warning: output was over the op's cap; the middle was dropped")
+		}
+	}
+	if code == 0 {
+		return nil
+	}
+	return &codeError{code: code}
+}
+
+func exitFor(rc *bridge.Receipt) int {
+	switch rc.Status {
+	case bridge.StatusDone:
+		switch {
+		case rc.TimedOut:
+			return exitOpTimeout
+		case rc.Signal != "" && rc.ExitCode < 0:
+			if n := signalNumber(rc.Signal); n > 0 {
+				return 128 + n
+			}
+			return exitError
+		}
+		return rc.ExitCode
+	case bridge.StatusRejected:
+		return exitRejected
+	case bridge.StatusExpired:
+		return exitExpired
+	case bridge.StatusUncertain:
+		return exitUncertain
+	case bridge.StatusCancelled:
+		return exitCancelled
+	case bridge.StatusFailed:
+		return exitStartFail
+	}
+	return exitError
+}
+
+func hintFor(rc *bridge.Receipt) string {
+	switch rc.Reason {
+	case "not-allowed":
+		return "run `bridge ops` to see what this agent may run; the host's policy decides"
+	case "bad-argument":
+		return "run `bridge ops` to see each argument's type and pattern"
+	case "crashed":
+		return "on the host, check whether the op had its effect, then run `bridge reconcile ID --as done|failed|rerun`"
+	case "incomplete":
+		return "the payload never arrived complete; check the sync client, then run the command again"
+	}
+	return ""
+}
+
+// StatusCmd shows a request's state.
+type StatusCmd struct {
+	ID string `arg:"" help:"Request id."`
+}
+
+func (c *StatusCmd) Run(g *Globals) error {
+	cl, err := openClient(g)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	st, err := cl.Status(c.ID)
+	if err != nil {
+		return err
+	}
+	if g.JSON {
+		return g.printJSON(st)
+	}
+	g.printf("%s  %s  %s", st.ID, st.Op, st.State)
+	if st.Reason != "" {
+		g.printf(" (%s)", st.Reason)
+	}
+	if st.ExitCode != nil {
+		g.printf(" exit %d", *st.ExitCode)
+	}
+	g.printf("\n")
+	return nil
+}
+
+// WaitCmd waits for a result without acking it.
+type WaitCmd struct {
+	ID      string        `arg:"" help:"Request id."`
+	Timeout time.Duration `default:"10m" help:"How long to wait."`
+}
+
+func (c *WaitCmd) Run(g *Globals) error {
+	cl, err := openClient(g)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	return waitAndPrint(g, cl, c.ID, c.Timeout, false)
+}
+
+// ResultCmd prints a result that is already there.
+type ResultCmd struct {
+	ID  string `arg:"" help:"Request id."`
+	Ack bool   `help:"Also ack the result and remove this agent's request files."`
+}
+
+func (c *ResultCmd) Run(g *Globals) error {
+	cl, err := openClient(g)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	out, err := cl.Result(c.ID)
+	if errors.Is(err, bridge.ErrNoResult) {
+		return &codeError{exitWaitTime, withHintf(fmt.Errorf("request %s has no result yet", c.ID), "run `bridge wait %s`", c.ID)}
+	} else if err != nil {
+		return err
+	}
+	if c.Ack {
+		if err := cl.Ack(out); err != nil {
+			return err
+		}
+	}
+	return printOutcome(g, out)
+}
+
+// CancelCmd asks the host to cancel.
+type CancelCmd struct {
+	ID string `arg:"" help:"Request id."`
+}
+
+func (c *CancelCmd) Run(g *Globals) error {
+	cl, err := openClient(g)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	if err := cl.Cancel(c.ID); err != nil {
+		return err
+	}
+	if g.JSON {
+		return g.printJSON(map[string]any{"id": c.ID, "cancel": "sent"})
+	}
+	g.note("cancel for %s published; the host stops it when the file arrives", c.ID)
+	return nil
+}
+
+// LsCmd lists requests.
+type LsCmd struct{}
+
+func (c *LsCmd) Run(g *Globals) error {
+	h, err := g.openHome()
+	if err != nil {
+		return err
+	}
+	if h.Config.Role == "host" {
+		entries, err := bridge.LedgerEntries(h)
+		if err != nil {
+			return err
+		}
+		if g.JSON {
+			return g.printJSON(entries)
+		}
+		for _, e := range entries {
+			g.printf("%s  %-10s %-12s %s %s\n", e.ID, e.Op, e.State, e.Agent, e.Reason)
+		}
+		return nil
+	}
+	cl, err := bridge.OpenClient(h)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	sent, err := cl.List()
+	if err != nil {
+		return err
+	}
+	var states []*bridge.State
+	for _, s := range sent {
+		st, err := cl.Status(s.ID)
+		if err != nil {
+			st = &bridge.State{ID: s.ID, Op: s.Op, Host: s.HostName, State: "error: " + err.Error(), Created: s.Created}
+		}
+		states = append(states, st)
+	}
+	if g.JSON {
+		return g.printJSON(states)
+	}
+	for _, st := range states {
+		g.printf("%s  %s  %-10s %s\n", time.Unix(st.Created, 0).Format("2006-01-02 15:04:05"), st.ID, st.Op, st.State)
+	}
+	return nil
+}
+
+// OpsCmd shows the host's catalog.
+type OpsCmd struct {
+	Host string `placeholder:"NAME" help:"The host (default: the only trusted host)."`
+}
+
+func (c *OpsCmd) Run(g *Globals) error {
+	cl, err := openClient(g)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	cat, err := cl.Ops(c.Host)
+	if err != nil {
+		return err
+	}
+	if g.JSON {
+		return g.printJSON(cat)
+	}
+	for _, op := range cat.Ops {
+		g.printf("%s", op.Name)
+		if op.Description != "" {
+			g.printf(" — %s", op.Description)
+		}
+		g.printf("\n")
+		for _, a := range op.Args {
+			req := "optional"
+			if a.Required {
+				req = "required"
+			}
+			g.printf("    %s (%s, %s)", a.Name, a.Type, req)
+			if a.Pattern != "" {
+				g.printf(" pattern %s", a.Pattern)
+			}
+			if len(a.Values) > 0 {
+				g.printf(" one of %s", strings.Join(a.Values, ", "))
+			}
+			if a.Default != nil {
+				g.printf(" default %q", *a.Default)
+			}
+			g.printf("\n")
+		}
+	}
+	return nil
+}
+
+// PingCmd is a round trip through the sync.
+type PingCmd struct {
+	Host    string        `placeholder:"NAME" help:"The host (default: the only trusted host)."`
+	Timeout time.Duration `default:"2m" help:"How long to wait."`
+}
+
+func (c *PingCmd) Run(g *Globals) error {
+	cl, err := openClient(g)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	start := time.Now()
+	s, err := cl.Submit(bridge.SubmitOptions{Host: c.Host, Op: bridge.PingOp, TTL: time.Hour})
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), c.Timeout)
+	defer cancel()
+	out, err := cl.Wait(ctx, s.ID, nil)
+	if errors.Is(err, context.DeadlineExceeded) {
+		return &codeError{exitWaitTime, withHintf(fmt.Errorf("no answer from %s after %s", s.HostName, c.Timeout), "is `bridge serve` running on the host, and is the folder syncing?")}
+	} else if err != nil {
+		return err
+	}
+	rtt := time.Since(start)
+	cl.Ack(out)
+	if g.JSON {
+		return g.printJSON(map[string]any{"host": s.HostName, "id": s.ID, "round_trip_ms": rtt.Milliseconds(), "status": out.Receipt.Status})
+	}
+	if out.Receipt.Status != bridge.StatusDone {
+		return printOutcome(g, out)
+	}
+	g.printf("pong from %s in %s\n", s.HostName, rtt.Round(time.Millisecond))
+	return nil
+}
+
+// ReconcileCmd settles an uncertain request on the host.
+type ReconcileCmd struct {
+	ID string `arg:"" help:"Request id."`
+	As string `required:"" enum:"done,failed,rerun" help:"done: it had its effect; failed: it did not; rerun: run it again."`
+}
+
+func (c *ReconcileCmd) Run(g *Globals) error {
+	h, err := g.openHome()
+	if err != nil {
+		return err
+	}
+	e, err := bridge.Reconcile(h, c.ID, c.As)
+	if err != nil {
+		return err
+	}
+	if g.JSON {
+		return g.printJSON(e)
+	}
+	g.printf("%s: %s\n", e.ID, e.State)
+	return nil
+}
+
+// PolicyCmd groups policy commands.
+type PolicyCmd struct {
+	Check   PolicyCheckCmd   `cmd:"" help:"Check the policy file and list what each agent may run."`
+	Explain PolicyExplainCmd `cmd:"" help:"Render an op's argv for given arguments, without running it."`
+}
+
+type PolicyCheckCmd struct {
+	File string `arg:"" optional:"" help:"Policy file (default: policy.toml in the home)."`
+}
+
+func (c *PolicyCheckCmd) Run(g *Globals) error {
+	file := c.File
+	if file == "" {
+		h, err := g.openHome()
+		if err != nil {
+			return err
+		}
+		file = h.Path(bridge.PolicyName)
+	}
+	sum, err := bridge.CheckPolicy(file)
+	if err != nil {
+		return &codeError{exitRejected, err}
+	}
+	if g.JSON {
+		return g.printJSON(sum)
+	}
+	g.printf("%s: ok (sha256 %s)\n", file, sum.SHA256)
+	agents := make([]string, 0, len(sum.Agents))
+	for a := range sum.Agents {
+		agents = append(agents, a)
+	}
+	sort.Strings(agents)
+	for _, a := range agents {
+		g.printf("  agent %s may run: %s\n", a, strings.Join(sum.Agents[a], ", "))
+	}
+	return nil
+}
+
+type PolicyExplainCmd struct {
+	Op    string   `arg:"" help:"The op."`
+	Args  []string `arg:"" optional:"" help:"Arguments as NAME=VALUE."`
+	Agent string   `placeholder:"NAME" help:"Check as this agent (default: any agent that may run the op)."`
+	File  string   `placeholder:"FILE" help:"Policy file (default: policy.toml in the home)."`
+}
+
+func (c *PolicyExplainCmd) Run(g *Globals) error {
+	m, err := parseArgs(c.Args)
+	if err != nil {
+		return err
+	}
+	file := c.File
+	if file == "" {
+		h, err := g.openHome()
+		if err != nil {
+			return err
+		}
+		file = h.Path(bridge.PolicyName)
+	}
+	ex, err := bridge.ExplainPolicy(file, c.Agent, c.Op, m)
+	if err != nil {
+		return &codeError{exitRejected, err}
+	}
+	if g.JSON {
+		return g.printJSON(ex)
+	}
+	g.printf("%s", ex.Text)
+	return nil
+}

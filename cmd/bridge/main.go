@@ -1,0 +1,205 @@
+// Command bridge lets an agent run allow-listed operations on a host through
+// a synced folder. See README.md and docs/CLI.md.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime/debug"
+	"syscall"
+
+	"github.com/alecthomas/kong"
+
+	"github.com/syncbridge/bridge/bridge"
+)
+
+// Exit codes (docs/CLI.md, "Exit status"). `bridge run` and `bridge result`
+// exit with the operation's own code when it ran; these are bridge's own.
+const (
+	exitOK         = 0
+	exitUsage      = 64 // bad command line
+	exitError      = 65 // bridge itself failed: config, folder, keys, I/O
+	exitRejected   = 66 // the host refused the request (policy, arguments, malformed, incomplete)
+	exitExpired    = 67 // the request expired before it ran
+	exitUncertain  = 68 // the host crashed while the op ran; a human must reconcile
+	exitCancelled  = 69 // the request was cancelled
+	exitStartFail  = 70 // the host could not start the op
+	exitOpTimeout  = 71 // the op ran out of time on the host
+	exitWaitTime   = 75 // gave up waiting; the request may still complete (`bridge wait ID`)
+	exitInterrupt  = 130
+	defaultHomeDir = "bridge"
+)
+
+// exitError carries a specific exit code out of a command.
+type codeError struct {
+	code int
+	err  error
+}
+
+func (e *codeError) Error() string { return e.err.Error() }
+func (e *codeError) Unwrap() error { return e.err }
+
+// Globals are the flags every command takes.
+type Globals struct {
+	Home    string           `name:"home" env:"BRIDGE_HOME" placeholder:"DIR" help:"State directory (default: the user config dir + /bridge). Never inside the synced folder."`
+	JSON    bool             `name:"json" help:"Print machine-readable JSON."`
+	Version kong.VersionFlag `name:"version" help:"Print the version and exit."`
+
+	stdout io.Writer
+	stderr io.Writer
+	stdin  io.Reader
+}
+
+// CLI is the whole command line (design.md §7).
+type CLI struct {
+	Globals
+
+	Init      InitCmd      `cmd:"" help:"Create a host or agent home bound to a synced folder."`
+	Keys      KeysCmd      `cmd:"" help:"Show, export and trust keys."`
+	Serve     ServeCmd     `cmd:"" help:"Run the host daemon in the foreground."`
+	Run       RunCmd       `cmd:"" help:"Agent: submit an op, wait, print its output and exit with its exit code."`
+	Submit    SubmitCmd    `cmd:"" help:"Agent: submit an op and print the request id."`
+	Status    StatusCmd    `cmd:"" help:"Agent: show a request's state (reads only)."`
+	Wait      WaitCmd      `cmd:"" help:"Agent: wait for a request's result (reads only)."`
+	Result    ResultCmd    `cmd:"" help:"Agent: print a request's output and exit with its exit code."`
+	Cancel    CancelCmd    `cmd:"" help:"Agent: ask the host to cancel a request."`
+	Ls        LsCmd        `cmd:"" help:"Agent: list sent requests. Host: list the ledger."`
+	Ops       OpsCmd       `cmd:"" help:"Agent: list the ops the host offers (its signed catalog)."`
+	Ping      PingCmd      `cmd:"" help:"Agent: a round trip through the sync with a built-in no-op."`
+	Reconcile ReconcileCmd `cmd:"" help:"Host: settle an uncertain request."`
+	Policy    PolicyCmd    `cmd:"" help:"Host: check the policy or explain an op."`
+	Demo      DemoCmd      `cmd:"" help:"Run the whole loop on temporary folders, no set-up needed."`
+}
+
+func version() string {
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		return bi.Main.Version
+	}
+	return "devel"
+}
+
+func main() {
+	bridge.RunnerMain()
+	os.Exit(realMain(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+}
+
+// realMain parses args, runs the command and maps its error to an exit code.
+// Tests call it directly.
+func realMain(args []string, stdin io.Reader, stdout, stderr io.Writer) (code int) {
+	cli := CLI{}
+	cli.stdout, cli.stderr, cli.stdin = stdout, stderr, stdin
+	exited := false
+	parser, err := kong.New(&cli,
+		kong.Name("bridge"),
+		kong.Description("Run allow-listed operations on a host through a synced folder."),
+		kong.Vars{"version": "bridge " + version()},
+		kong.Writers(stdout, stderr),
+		kong.Exit(func(c int) { exited = true; code = c; panic(kongExit{}) }),
+		kong.ConfigureHelp(kong.HelpOptions{Compact: true}),
+	)
+	if err != nil {
+		fmt.Fprintf(stderr, "bridge: internal error: %v\n", err)
+		return exitError
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			if _, ok := r.(kongExit); ok && exited {
+				return
+			}
+			panic(r)
+		}
+	}()
+	kctx, err := parser.Parse(args)
+	if err != nil {
+		fmt.Fprintf(stderr, "bridge: error: %v\n", err)
+		fmt.Fprintf(stderr, "bridge: hint: run `bridge --help` or `bridge %s --help`\n", firstWord(args))
+		return exitUsage
+	}
+	if cli.Home == "" {
+		dir, err := os.UserConfigDir()
+		if err != nil {
+			fmt.Fprintf(stderr, "bridge: error: no --home given and no user config dir: %v\n", err)
+			return exitError
+		}
+		cli.Home = filepath.Join(dir, defaultHomeDir)
+	}
+	err = kctx.Run(&cli.Globals)
+	if err == nil {
+		return exitOK
+	}
+	return report(stderr, err, cli.JSON, stdout)
+}
+
+type kongExit struct{}
+
+func firstWord(args []string) string {
+	for _, a := range args {
+		if len(a) > 0 && a[0] != '-' {
+			return a
+		}
+	}
+	return ""
+}
+
+// report prints an error with its hint and returns its exit code.
+func report(stderr io.Writer, err error, asJSON bool, stdout io.Writer) int {
+	code := exitError
+	var ce *codeError
+	if errors.As(err, &ce) {
+		code = ce.code
+		if ce.err == nil {
+			return code // the command already said everything
+		}
+	}
+	if errors.Is(err, context.Canceled) {
+		code = exitInterrupt
+	}
+	if asJSON {
+		json.NewEncoder(stdout).Encode(map[string]any{"error": err.Error(), "exit_code": code})
+	}
+	fmt.Fprintf(stderr, "bridge: error: %v\n", err)
+	var he *bridge.HintError
+	if errors.As(err, &he) && he.Hint != "" {
+		fmt.Fprintf(stderr, "bridge: hint: %s\n", he.Hint)
+	}
+	return code
+}
+
+// signalContext is cancelled on the first SIGINT/SIGTERM; a second one exits
+// at once.
+func signalContext() (context.Context, func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	ch := make(chan os.Signal, 2)
+	signal.Notify(ch, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		n := 0
+		for range ch {
+			n++
+			if n == 1 {
+				cancel()
+				continue
+			}
+			os.Exit(exitInterrupt)
+		}
+	}()
+	return ctx, func() { signal.Stop(ch); cancel() }
+}
+
+func (g *Globals) printJSON(v any) error {
+	enc := json.NewEncoder(g.stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func (g *Globals) printf(format string, args ...any) { fmt.Fprintf(g.stdout, format, args...) }
+func (g *Globals) note(format string, args ...any) {
+	fmt.Fprintf(g.stderr, "bridge: "+format+"\n", args...)
+}
+
+func (g *Globals) openHome() (*bridge.Home, error) { return bridge.OpenHome(g.Home) }

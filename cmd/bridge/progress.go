@@ -1,0 +1,76 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// progress shows that bridge is waiting: a spinner with the elapsed time on a
+// terminal, a plain line every 15 seconds otherwise.
+type progress struct {
+	mu       sync.Mutex
+	w        io.Writer
+	id       string
+	tty      bool
+	last     time.Time
+	frame    int
+	shown    bool
+	lastLine time.Duration
+}
+
+func newProgress(w io.Writer, id string) *progress {
+	p := &progress{w: w, id: id}
+	if f, ok := w.(*os.File); ok {
+		if fi, err := f.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
+			p.tty = true
+		}
+	}
+	return p
+}
+
+var spinner = []string{"|", "/", "-", `\`}
+
+func (p *progress) tick(elapsed time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.tty {
+		if time.Since(p.last) < 100*time.Millisecond {
+			return
+		}
+		p.last = time.Now()
+		p.frame++
+		fmt.Fprintf(p.w, "\r%s waiting for %s … %s ", spinner[p.frame%len(spinner)], p.id[:8], elapsed.Round(time.Second))
+		p.shown = true
+		return
+	}
+	if elapsed-p.lastLine >= 15*time.Second {
+		p.lastLine = elapsed
+		fmt.Fprintf(p.w, "bridge: still waiting for %s (%s)\n", p.id, elapsed.Round(time.Second))
+	}
+}
+
+func (p *progress) done() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.tty && p.shown {
+		fmt.Fprint(p.w, "\r\033[K")
+	}
+}
+
+var signals = map[string]syscall.Signal{
+	"SIGHUP": syscall.SIGHUP, "SIGINT": syscall.SIGINT, "SIGQUIT": syscall.SIGQUIT, "SIGILL": syscall.SIGILL,
+	"SIGABRT": syscall.SIGABRT, "SIGBUS": syscall.SIGBUS, "SIGFPE": syscall.SIGFPE, "SIGKILL": syscall.SIGKILL,
+	"SIGSEGV": syscall.SIGSEGV, "SIGPIPE": syscall.SIGPIPE, "SIGALRM": syscall.SIGALRM, "SIGTERM": syscall.SIGTERM,
+	"SIGXCPU": syscall.SIGXCPU, "SIGXFSZ": syscall.SIGXFSZ, "SIGUSR1": syscall.SIGUSR1, "SIGUSR2": syscall.SIGUSR2,
+}
+
+func signalNumber(name string) int {
+	if s, ok := signals[name]; ok {
+		return int(s)
+	}
+	return 0
+}
