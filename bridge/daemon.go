@@ -456,16 +456,16 @@ func (d *Daemon) evaluate(agent, id string) {
 		if errors.Is(err, ErrExpired) {
 			status = StatusExpired
 		}
-		d.finish(j, ent, Receipt{Status: status, Reason: Reason(err), Detail: err.Error()})
+		d.finish(j, Receipt{Status: status, Reason: Reason(err), Detail: err.Error()})
 		return
 	}
 	now := d.opt.Now()
 	if now.Sub(ent.FirstSeen) > d.opt.MaxQueueAge {
-		d.finish(j, ent, Receipt{Status: StatusExpired, Reason: "expired", Detail: fmt.Sprintf("waited on the host for more than %s", d.opt.MaxQueueAge)})
+		d.finish(j, Receipt{Status: StatusExpired, Reason: "expired", Detail: fmt.Sprintf("waited on the host for more than %s", d.opt.MaxQueueAge)})
 		return
 	}
 	if d.cancelled(agent, id) {
-		d.finish(j, ent, Receipt{Status: StatusCancelled, Reason: "cancelled", Detail: "cancelled before it ran"})
+		d.finish(j, Receipt{Status: StatusCancelled, Reason: "cancelled", Detail: "cancelled before it ran"})
 		return
 	}
 	spool, err := d.settle(j)
@@ -476,14 +476,14 @@ func (d *Daemon) evaluate(agent, id string) {
 			}
 		}
 		if now.Sub(ent.FirstSeen) > d.opt.PendingTimeout {
-			d.finish(j, ent, Receipt{Status: StatusRejected, Reason: "incomplete", Detail: fmt.Sprintf("payload not complete after %s: %v", d.opt.PendingTimeout, err)})
+			d.finish(j, Receipt{Status: StatusRejected, Reason: "incomplete", Detail: fmt.Sprintf("payload not complete after %s: %v", d.opt.PendingTimeout, err)})
 		} else {
 			d.log.Debug("payload pending", "key", key, "err", err)
 		}
 		return
 	}
 	defer os.Remove(spool)
-	d.admit(j, ent, spool, false)
+	d.admit(j, spool, false)
 }
 
 // settle copies the payload into the private spool if it matches the pin.
@@ -505,7 +505,7 @@ func (d *Daemon) settle(j *job) (string, error) {
 // admit decrypts the spooled payload, applies the policy, claims the id and
 // runs it. resume is set when crash recovery re-runs an idempotent op that
 // was already running.
-func (d *Daemon) admit(j *job, ent ledger.Entry, spool string, resume bool) {
+func (d *Daemon) admit(j *job, spool string, resume bool) {
 	in, err := os.Open(spool)
 	if err != nil {
 		d.log.Error("open spool", "err", err)
@@ -523,11 +523,11 @@ func (d *Daemon) admit(j *job, ent ledger.Entry, spool string, resume bool) {
 	call, err := OpenCall(in, j.req, d.id, stdin)
 	in.Close()
 	if err != nil {
-		d.finish(j, ent, Receipt{Status: StatusRejected, Reason: Reason(err), Detail: err.Error()})
+		d.finish(j, Receipt{Status: StatusRejected, Reason: Reason(err), Detail: err.Error()})
 		return
 	}
 	if call.Op == PingOp {
-		d.ping(j, ent)
+		d.ping(j)
 		return
 	}
 	inv, err := d.policy.Render(j.keys.name, call.Op, call.Args, policy.RenderContext{Env: d.opt.Env, Vars: map[string]string{"request_id": j.req.ID}})
@@ -541,7 +541,7 @@ func (d *Daemon) admit(j *job, ent ledger.Entry, spool string, resume bool) {
 		default:
 			rc.Status, rc.Reason = StatusFailed, "host-error"
 		}
-		d.finish(j, ent, rc)
+		d.finish(j, rc)
 		return
 	}
 	if inv.Approve && !resume {
@@ -555,7 +555,7 @@ func (d *Daemon) admit(j *job, ent ledger.Entry, spool string, resume bool) {
 	release := d.acquire(inv.Op, inv.Concurrency)
 	defer release()
 	if !resume {
-		ent, err = d.ledger.Transition(j.key, []ledger.State{ledger.StateSeen, ledger.StatePending}, ledger.StateClaimed,
+		_, err = d.ledger.Transition(j.key, []ledger.State{ledger.StateSeen, ledger.StatePending}, ledger.StateClaimed,
 			func(e *ledger.Entry) { e.Op, e.Idempotent = inv.Op, inv.Idempotent })
 		if err != nil {
 			d.log.Debug("claim lost", "key", j.key, "err", err)
@@ -563,7 +563,7 @@ func (d *Daemon) admit(j *job, ent ledger.Entry, spool string, resume bool) {
 		}
 		d.audit.log(AuditEvent{Event: "claimed", Agent: j.agent, ID: j.req.ID, Op: inv.Op})
 		if d.cancelled(j.agent, j.req.ID) {
-			d.finish(j, ent, Receipt{Status: StatusCancelled, Reason: "cancelled", Op: inv.Op, Detail: "cancelled before it ran"})
+			d.finish(j, Receipt{Status: StatusCancelled, Reason: "cancelled", Op: inv.Op, Detail: "cancelled before it ran"})
 			return
 		}
 	}
@@ -573,7 +573,7 @@ func (d *Daemon) admit(j *job, ent ledger.Entry, spool string, resume bool) {
 	}
 	// Ledger before effect (invariant 3): running is durable before the
 	// process exists.
-	if ent, err = d.ledger.Transition(j.key, from, ledger.StateRunning, nil); err != nil {
+	if _, err = d.ledger.Transition(j.key, from, ledger.StateRunning, nil); err != nil {
 		d.log.Error("ledger", "key", j.key, "err", err)
 		return
 	}
@@ -616,7 +616,7 @@ func (d *Daemon) admit(j *job, ent ledger.Entry, spool string, resume bool) {
 	if len(out.Notes) > 0 && rc.Detail == "" {
 		rc.Detail = strings.Join(out.Notes, "; ")
 	}
-	d.finishWithOutput(j, ent, rc, out.Stdout.Data, out.Stderr.Data)
+	d.finishWithOutput(j, rc, out.Stdout.Data, out.Stderr.Data)
 }
 
 // acquire takes a slot of op's concurrency limit (0 = unlimited).
@@ -640,14 +640,14 @@ var statusState = map[string]ledger.State{
 	StatusExpired: ledger.StateExpired, StatusCancelled: ledger.StateCancelled, StatusUncertain: ledger.StateUncertain,
 }
 
-func (d *Daemon) finish(j *job, ent ledger.Entry, rc Receipt) {
-	d.finishWithOutput(j, ent, rc, nil, nil)
+func (d *Daemon) finish(j *job, rc Receipt) {
+	d.finishWithOutput(j, rc, nil, nil)
 }
 
 // finishWithOutput publishes the result and only then records the final
 // state: a crash in between leaves the result published and the ledger not
 // final, and the next evaluation adopts the published result (invariant 3).
-func (d *Daemon) finishWithOutput(j *job, ent ledger.Entry, rc Receipt, stdout, stderr []byte) {
+func (d *Daemon) finishWithOutput(j *job, rc Receipt, stdout, stderr []byte) {
 	if rc.PolicySHA256 == "" && d.policy != nil {
 		rc.PolicySHA256 = d.policy.SHA256
 	}
@@ -874,7 +874,7 @@ func (d *Daemon) recover() error {
 		}
 		if _, err := os.Stat(d.home.Path("results", ent.Agent, ent.ID+"."+ExtResult)); err == nil {
 			d.log.Info("recover: adopting the published result", "key", ent.Key)
-			d.finish(j, ent, Receipt{})
+			d.finish(j, Receipt{})
 			continue
 		}
 		switch {
@@ -888,7 +888,7 @@ func (d *Daemon) recover() error {
 			spool, err := d.settle(j)
 			if err != nil {
 				d.log.Warn("recover: payload gone", "key", ent.Key, "err", err)
-				d.finish(j, ent, Receipt{Status: StatusUncertain, Reason: "crashed", Op: ent.Op,
+				d.finish(j, Receipt{Status: StatusUncertain, Reason: "crashed", Op: ent.Op,
 					Detail: "the host stopped while the op ran and its payload is no longer there to run it again"})
 				continue
 			}
@@ -899,14 +899,14 @@ func (d *Daemon) recover() error {
 				d.mu.Lock()
 				d.active[ent.Key] = true
 				d.mu.Unlock()
-				d.admit(j, ent, spool, true)
+				d.admit(j, spool, true)
 				d.mu.Lock()
 				delete(d.active, ent.Key)
 				d.mu.Unlock()
 			}()
 		default:
 			d.log.Warn("recover: op was running when the host stopped; marking it uncertain", "key", ent.Key, "op", ent.Op)
-			d.finish(j, ent, Receipt{Status: StatusUncertain, Reason: "crashed", Op: ent.Op,
+			d.finish(j, Receipt{Status: StatusUncertain, Reason: "crashed", Op: ent.Op,
 				Detail: "the host stopped while the op ran; it may or may not have had its effect. Resolve with `bridge reconcile`"})
 		}
 	}
@@ -940,15 +940,14 @@ type Catalog struct {
 
 // ping answers the built-in no-op: claimed, running and done like any op, so
 // it measures the whole pipeline except the process start.
-func (d *Daemon) ping(j *job, ent ledger.Entry) {
-	ent, err := d.ledger.Transition(j.key, []ledger.State{ledger.StateSeen, ledger.StatePending}, ledger.StateClaimed,
-		func(e *ledger.Entry) { e.Op, e.Idempotent = PingOp, true })
-	if err != nil {
+func (d *Daemon) ping(j *job) {
+	if _, err := d.ledger.Transition(j.key, []ledger.State{ledger.StateSeen, ledger.StatePending}, ledger.StateClaimed,
+		func(e *ledger.Entry) { e.Op, e.Idempotent = PingOp, true }); err != nil {
 		return
 	}
-	if ent, err = d.ledger.Transition(j.key, []ledger.State{ledger.StateClaimed}, ledger.StateRunning, nil); err != nil {
+	if _, err := d.ledger.Transition(j.key, []ledger.State{ledger.StateClaimed}, ledger.StateRunning, nil); err != nil {
 		return
 	}
 	now := d.opt.Now().UnixMilli()
-	d.finishWithOutput(j, ent, Receipt{Status: StatusDone, Op: PingOp, Started: now, Finished: now, StdoutTotal: 5}, []byte("pong\n"), nil)
+	d.finishWithOutput(j, Receipt{Status: StatusDone, Op: PingOp, Started: now, Finished: now, StdoutTotal: 5}, []byte("pong\n"), nil)
 }

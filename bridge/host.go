@@ -227,7 +227,7 @@ func (d *Daemon) reconcile(id, as string) (*LedgerEntry, error) {
 		if as == "failed" {
 			status = StatusFailed
 		}
-		d.finishWithOutput(j, *e, Receipt{Status: status, Reason: "reconciled", Op: e.Op,
+		d.finishWithOutput(j, Receipt{Status: status, Reason: "reconciled", Op: e.Op,
 			Detail: "an operator settled the uncertain run as " + as}, nil, nil)
 		ent, err := d.ledger.Get(e.Key)
 		return &ent, err
