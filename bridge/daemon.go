@@ -127,6 +127,13 @@ func (d *Daemon) Open() (err error) {
 	if err := d.openCore(); err != nil {
 		return err
 	}
+	// Private copies a crash left in the spool are of no use: payloads are
+	// settled again from the folder.
+	if old, err := filepath.Glob(d.home.Path("spool", "*")); err == nil {
+		for _, f := range old {
+			os.Remove(f)
+		}
+	}
 	d.folder.SweepStaging(0)
 	for id := range d.agents {
 		d.folder.SweepTemps(ToAgentDir(d.me, id), 0)
@@ -145,9 +152,10 @@ func (d *Daemon) Open() (err error) {
 	if err != nil {
 		return fmt.Errorf("serve: watch %s: %w", root, err)
 	}
-	d.stopCtl = make(chan struct{})
+	stop := make(chan struct{})
+	d.stopCtl = stop
 	d.wg.Add(1)
-	go func() { defer d.wg.Done(); d.controlLoop(d.stopCtl) }()
+	go func() { defer d.wg.Done(); d.controlLoop(stop) }()
 	d.audit.log(AuditEvent{Event: "start", Detail: "policy " + d.policy.SHA256})
 	d.log.Info("serving", "host", d.me, "folder", d.home.Config.Folder, "agents", len(d.agents), "policy", d.policy.SHA256[:12])
 	return nil
@@ -241,6 +249,27 @@ func (d *Daemon) Run(ctx context.Context) error {
 		for _, p := range batch.Paths {
 			d.dispatch(p, batch.Full)
 		}
+		if batch.Full {
+			d.refuseIrregular()
+		}
+	}
+}
+
+// refuseIrregular audits entries at request names that are not regular files
+// (symlinks, FIFOs, directories, devices): the watcher reports regular files
+// only, so without this they would be ignored without a reason.
+func (d *Daemon) refuseIrregular() {
+	for agent := range d.agents {
+		dir := ToHostDir(d.me, agent)
+		entries, err := d.folder.List(dir)
+		if err != nil {
+			continue
+		}
+		for _, e := range entries {
+			if _, _, ok := ParseToHostName(e.Name); ok && e.Type != 0 {
+				d.refuseFile(dir+"/"+e.Name, fmt.Errorf("%w: %v", syncsafe.ErrNotRegular, e.Type))
+			}
+		}
 	}
 }
 
@@ -318,11 +347,15 @@ func (d *Daemon) dispatch(p string, full bool) {
 	case ExtManifest, ExtPayload:
 		key := agent + "/" + id
 		if full {
+			// A rescan need not re-verify finished requests; it only checks
+			// that their result is still there (a lost result is re-published).
 			d.mu.Lock()
 			known := d.finished[key]
 			d.mu.Unlock()
 			if known {
-				return
+				if _, err := d.folder.Lstat(ResultPath(d.me, agent, id, ExtResult)); err == nil {
+					return
+				}
 			}
 		}
 		d.schedule(agent, id)
@@ -402,6 +435,12 @@ func (d *Daemon) evaluate(agent, id string) {
 		return
 	}
 	if exists && (ent.State.Terminal() || ent.State == ledger.StateUncertain) {
+		// Never run again (invariant 4); but a manifest under this id with
+		// other content is a forgery or a bug, and is reported as such.
+		mpath := RequestPath(d.me, agent, id, ExtManifest)
+		if data, err := d.folder.ReadFile(mpath, bcrypto.KindRequest.MaxSize()); err == nil && SHA256Hex(data) != ent.ManifestSHA256 {
+			d.refuseFile(mpath, fmt.Errorf("%w: %s was recorded with another manifest", ErrReplay, id))
+		}
 		d.duplicate(ent)
 		return
 	}
@@ -488,11 +527,13 @@ func (d *Daemon) evaluate(agent, id string) {
 
 // settle copies the payload into the private spool if it matches the pin.
 func (d *Daemon) settle(j *job) (string, error) {
-	spool := d.home.Path("spool", j.agent+"-"+j.req.ID+".payload")
-	f, err := os.OpenFile(spool, os.O_CREATE|os.O_TRUNC|os.O_RDWR, 0o600)
+	// A spool file of its own per evaluation: two evaluations of one id
+	// (harmless by design, invariant 6) must not share a copy.
+	f, err := os.CreateTemp(d.home.Path("spool"), j.req.ID+"-*.payload")
 	if err != nil {
 		return "", err
 	}
+	spool := f.Name()
 	defer f.Close()
 	err = syncsafe.Settle(d.folder, RequestPath(d.me, j.agent, j.req.ID, ExtPayload), j.req.Payload.Len, j.req.Payload.Digest(), f)
 	if err != nil {

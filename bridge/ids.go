@@ -11,6 +11,7 @@ import (
 	"slices"
 
 	bcrypto "github.com/syncbridge/bridge/crypto"
+	"github.com/syncbridge/bridge/syncsafe"
 )
 
 const labelIdempotency = "bridge/v1/idempotency\x00"
@@ -76,6 +77,8 @@ var reasons = []struct {
 	{ErrNotAllowed, "not-allowed"},
 	{ErrReplay, "replay"},
 	{ErrTooLarge, "too-large"},
+	{syncsafe.ErrTooLarge, "too-large"},
+	{syncsafe.ErrNotRegular, "not-regular"},
 	{bcrypto.ErrBadSignature, "bad-signature"},
 	{bcrypto.ErrUnknownKey, "unknown-key"},
 	{bcrypto.ErrTruncated, "truncated"},
