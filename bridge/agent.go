@@ -108,8 +108,17 @@ func (c *Client) Submit(o SubmitOptions) (*Sent, error) {
 	if o.Key != "" {
 		id = KeyedRequestID(c.home.Config.ID, hb.ID, o.Op, o.Args, o.Key)
 		if s, err := c.Sent(id); err == nil {
+			// Sent before: deliver the very same manifest again if it is
+			// not in the folder (a crash before it was published, or a
+			// lost file); the host answers a duplicate from its ledger.
+			if _, err := c.Result(id); errors.Is(err, ErrNoResult) {
+				c.redeliver(s)
+			}
 			return s, nil
 		}
+		// A payload from a submission that crashed before it was
+		// remembered is this agent's own file: replace it.
+		c.folder.Remove(RequestPath(hb.ID, c.home.Config.ID, id, ExtPayload))
 	}
 	if o.TTL <= 0 {
 		o.TTL = 24 * time.Hour
@@ -137,14 +146,30 @@ func (c *Client) Submit(o SubmitOptions) (*Sent, error) {
 	s := &Sent{V: 1, ID: id, Host: hb.ID, HostName: peer.Name, Op: o.Op, Args: o.Args, Key: o.Key,
 		ManifestSHA256: SHA256Hex(manifest), Created: req.Created, Expires: req.Expires}
 	// Remember before publishing the manifest: a result can only be verified
-	// against a request the agent knows it sent.
+	// against a request the agent knows it sent, and a keyed retry re-sends
+	// these very bytes.
 	if err := c.remember(s); err != nil {
+		return nil, err
+	}
+	if err := writeFileAtomic(c.home.Path("requests", id+"."+ExtManifest), manifest); err != nil {
 		return nil, err
 	}
 	if err := c.folder.Publish(RequestPath(hb.ID, c.home.Config.ID, id, ExtManifest), writeBytes(manifest)); err != nil {
 		return nil, fmt.Errorf("submit %s: %w", id, err)
 	}
 	return s, nil
+}
+
+// redeliver publishes the remembered manifest of a request again if the
+// folder does not hold it.
+func (c *Client) redeliver(s *Sent) {
+	rel := RequestPath(s.Host, c.home.Config.ID, s.ID, ExtManifest)
+	if _, err := c.folder.Lstat(rel); err == nil {
+		return
+	}
+	if m, err := os.ReadFile(c.home.Path("requests", s.ID+"."+ExtManifest)); err == nil && SHA256Hex(m) == s.ManifestSHA256 {
+		c.folder.Publish(rel, writeBytes(m))
+	}
 }
 
 func (c *Client) remember(s *Sent) error {
@@ -208,6 +233,8 @@ type Outcome struct {
 	Receipt *Receipt
 	Stdout  []byte
 	Stderr  []byte
+
+	manifest, output []byte // the verified files
 }
 
 // ErrNoResult: no complete result is in the folder yet.
@@ -224,8 +251,17 @@ func (c *Client) Result(id string) (*Outcome, error) {
 	if err != nil {
 		return nil, err
 	}
+	check := ResultCheck{
+		Host: s.Host, HostKeys: [][]byte{hb.SignPub}, Agent: c.home.Config.ID,
+		AgentBoxKids: []string{c.home.Identity().BoxKid()}, RequestSHA256: s.ManifestSHA256,
+	}
 	data, err := c.folder.ReadFile(ResultPath(s.Host, c.home.Config.ID, id, ExtResult), bcrypto.KindResult.MaxSize())
 	if errors.Is(err, fs.ErrNotExist) {
+		// Acked results are kept in the home: the host may have collected
+		// its copy since.
+		if out, err := c.keptResult(s, check); err == nil {
+			return out, nil
+		}
 		return nil, ErrNoResult
 	} else if err != nil {
 		return nil, err
@@ -246,12 +282,36 @@ func (c *Client) Result(id string) (*Outcome, error) {
 	} else if err != nil {
 		return nil, err
 	}
+	return c.openOutcome(s, res, data, spool.Bytes())
+}
+
+func (c *Client) openOutcome(s *Sent, res *Result, manifest, output []byte) (*Outcome, error) {
 	var stdout, stderr bytes.Buffer
-	rc, err := OpenOutput(&spool, res, c.home.Identity(), &stdout, &stderr)
+	rc, err := OpenOutput(bytes.NewReader(output), res, c.home.Identity(), &stdout, &stderr)
 	if err != nil {
-		return nil, fmt.Errorf("result %s: %w", id, err)
+		return nil, fmt.Errorf("result %s: %w", s.ID, err)
 	}
-	return &Outcome{Sent: s, Result: res, Receipt: rc, Stdout: stdout.Bytes(), Stderr: stderr.Bytes()}, nil
+	return &Outcome{Sent: s, Result: res, Receipt: rc, Stdout: stdout.Bytes(), Stderr: stderr.Bytes(), manifest: manifest, output: output}, nil
+}
+
+// keptResult reads the copy of an acked result from the home.
+func (c *Client) keptResult(s *Sent, check ResultCheck) (*Outcome, error) {
+	data, err := os.ReadFile(c.home.Path("requests", s.ID+"."+ExtResult))
+	if err != nil {
+		return nil, err
+	}
+	res, err := OpenResult(data, s.ID, check)
+	if err != nil {
+		return nil, err
+	}
+	output, err := os.ReadFile(c.home.Path("requests", s.ID+"."+ExtOutput))
+	if err != nil {
+		return nil, err
+	}
+	if err := CheckPayloadBytes(output, res.Payload); err != nil {
+		return nil, err
+	}
+	return c.openOutcome(s, res, data, output)
 }
 
 // State is what the agent can tell about a request from the folder.
@@ -326,13 +386,18 @@ func (c *Client) Wait(ctx context.Context, id string, tick func(elapsed time.Dur
 	}
 	b := backoff.NewExponentialBackOff(backoff.WithInitialInterval(50*time.Millisecond),
 		backoff.WithMaxInterval(2*time.Second), backoff.WithMaxElapsedTime(0))
+	var refused error
 	for {
 		out, err := c.Result(id)
 		if err == nil {
 			return out, nil
 		}
 		if !errors.Is(err, ErrNoResult) {
-			return nil, err
+			// A result file that does not verify may be an intermediate
+			// version the sync client is still replacing, or a folder
+			// writer's junk: keep waiting for the real one, and say so if
+			// the wait ends.
+			refused = err
 		}
 		if tick != nil {
 			tick(time.Since(start))
@@ -341,6 +406,9 @@ func (c *Client) Wait(ctx context.Context, id string, tick func(elapsed time.Dur
 		select {
 		case <-ctx.Done():
 			t.Stop()
+			if refused != nil {
+				return nil, fmt.Errorf("%w (the last result file seen was refused: %v)", ctx.Err(), refused)
+			}
 			return nil, ctx.Err()
 		case <-events:
 			t.Stop()
@@ -354,11 +422,14 @@ func (c *Client) Wait(ctx context.Context, id string, tick func(elapsed time.Dur
 // request files (never the host's).
 func (c *Client) Ack(out *Outcome) error {
 	s := out.Sent
-	data, err := c.folder.ReadFile(ResultPath(s.Host, c.home.Config.ID, s.ID, ExtResult), bcrypto.KindResult.MaxSize())
-	if err != nil {
+	// Keep the verified result: the host may collect its copy after the ack.
+	if err := writeFileAtomic(c.home.Path("requests", s.ID+"."+ExtOutput), out.output); err != nil {
 		return err
 	}
-	ack, err := SignAck(c.home.Identity(), Ack{ID: s.ID, Agent: c.home.Config.ID, Host: s.Host, ResultSHA256: SHA256Hex(data), Created: time.Now().Unix()})
+	if err := writeFileAtomic(c.home.Path("requests", s.ID+"."+ExtResult), out.manifest); err != nil {
+		return err
+	}
+	ack, err := SignAck(c.home.Identity(), Ack{ID: s.ID, Agent: c.home.Config.ID, Host: s.Host, ResultSHA256: SHA256Hex(out.manifest), Created: time.Now().Unix()})
 	if err != nil {
 		return err
 	}

@@ -1,7 +1,10 @@
 package bridge
 
 import (
+	"os"
+	"path/filepath"
 	"testing"
+	"time"
 )
 
 func TestEndToEndEcho(t *testing.T) {
@@ -15,4 +18,27 @@ func TestEndToEndEcho(t *testing.T) {
 	if out.Receipt.Status != StatusRejected || out.Receipt.Reason != "not-allowed" {
 		t.Fatalf("disallowed op: status %s reason %s", out.Receipt.Status, out.Receipt.Reason)
 	}
+}
+
+// A folder writer without keys puts junk where a result will go: the host
+// replaces what it did not sign, and the agent keeps waiting for the real
+// result instead of giving up on the junk.
+func TestResultSquatIsReplaced(t *testing.T) {
+	p := newPair(t, testPolicy)
+	id, manifest, payload := p.sealManual(t, "echo", map[string]string{"msg": "mine"}, nil)
+	os.WriteFile(filepath.Join(p.toAgent(), id+".result"), []byte("BRR1junk"), 0o644)
+	os.WriteFile(filepath.Join(p.toAgent(), id+".output"), []byte("junk"), 0o644)
+	os.WriteFile(filepath.Join(p.toHost(), id+".payload"), payload, 0o644)
+	os.WriteFile(filepath.Join(p.toHost(), id+".manifest"), manifest, 0o644)
+	p.start(t, nil)
+	out := p.wait(t, id)
+	if out.Receipt.Status != StatusDone || string(out.Stdout) != "mine\n" {
+		t.Fatalf("status %s stdout %q", out.Receipt.Status, out.Stdout)
+	}
+	// And a squat after publication is repaired on the next rescan.
+	os.WriteFile(filepath.Join(p.toAgent(), id+".result"), []byte("BRR1junk again"), 0o644)
+	waitFor(t, 5*time.Second, "the result to be repaired", func() bool {
+		out, err := p.client.Result(id)
+		return err == nil && string(out.Stdout) == "mine\n"
+	})
 }

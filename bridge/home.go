@@ -305,18 +305,32 @@ func (h *Home) Trust(text, name string) (*Peer, error) {
 	if b.Role == h.Config.Role {
 		return nil, fmt.Errorf("trust: that is a %s bundle; a %s trusts %ss", b.Role, h.Config.Role, otherRole(h.Config.Role))
 	}
+	if b.Seq != 0 {
+		// A later key generation claims an id it cannot prove by itself: it
+		// is accepted only through a rotation statement signed by the key it
+		// replaces, never pasted in.
+		return nil, withHint(fmt.Errorf("trust: that bundle is key generation %d of %s", b.Seq, b.ID),
+			"trust the peer's first bundle; later keys arrive as signed rotations")
+	}
+	if b.ID == h.Config.ID {
+		return nil, errors.New("trust: that is this party's own bundle")
+	}
 	if name == "" {
 		name = b.Name
 	}
-	if !syncsafe.ValidName(name) {
-		return nil, withHint(fmt.Errorf("trust: name %q is not a valid name", name), "pass --name with lower-case letters, digits, '.', '_' or '-'")
+	if !syncsafe.ValidName(name) || bcrypto.ValidKid(name) {
+		return nil, withHint(fmt.Errorf("trust: %q cannot be a peer name", name), "pass --name with lower-case letters, digits, '.', '_' or '-', not 32 hex digits")
 	}
 	peers, err := h.Peers()
 	if err != nil {
 		return nil, err
 	}
 	for _, p := range peers {
-		if p.Name == name && p.ID != b.ID {
+		switch {
+		case p.ID == b.ID && p.Bundle != strings.TrimSpace(text):
+			return nil, withHint(fmt.Errorf("trust: %s is already trusted as %q with other keys", b.ID, p.Name),
+				"if its keys really changed, remove %s and trust it again after comparing fingerprints", h.Path(peersDir, p.ID+".json"))
+		case p.Name == name && p.ID != b.ID:
 			return nil, withHint(fmt.Errorf("trust: the name %q is already used for %s", name, p.ID), "choose another --name")
 		}
 	}
@@ -378,22 +392,40 @@ func (h *Home) Peers() ([]Peer, error) {
 	return out, nil
 }
 
-// Peer finds a trusted peer by local name or id.
+// Peer finds a trusted peer by id or, failing that, by local name, and
+// checks that the record's bundle really is that peer's.
 func (h *Home) Peer(nameOrID string) (*Peer, *bcrypto.Bundle, error) {
 	peers, err := h.Peers()
 	if err != nil {
 		return nil, nil, err
 	}
-	for _, p := range peers {
-		if p.Name == nameOrID || p.ID == nameOrID {
-			b, _, err := bcrypto.ParseBundleText(p.Bundle)
-			if err != nil {
-				return nil, nil, fmt.Errorf("peer %s: %w", p.Name, err)
-			}
-			return &p, b, nil
+	found := -1
+	for i, p := range peers {
+		if p.ID == nameOrID {
+			found = i
+			break
 		}
 	}
-	return nil, nil, fmt.Errorf("%w: %q", ErrUnknownPeer, nameOrID)
+	if found < 0 {
+		for i, p := range peers {
+			if p.Name == nameOrID {
+				found = i
+				break
+			}
+		}
+	}
+	if found < 0 {
+		return nil, nil, fmt.Errorf("%w: %q", ErrUnknownPeer, nameOrID)
+	}
+	p := peers[found]
+	b, _, err := bcrypto.ParseBundleText(p.Bundle)
+	if err != nil {
+		return nil, nil, fmt.Errorf("peer %s: %w", p.Name, err)
+	}
+	if b.ID != p.ID || b.Role != p.Role {
+		return nil, nil, fmt.Errorf("peer %s: the record does not match its bundle", p.Name)
+	}
+	return &p, b, nil
 }
 
 // writeFileAtomic writes a private file (0600) by temp, fsync, rename and

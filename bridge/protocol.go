@@ -518,7 +518,7 @@ func OpenOutput(ct io.Reader, r *Result, agent *bcrypto.Identity, stdout, stderr
 	if err := readHeader(o, &rc); err != nil {
 		return nil, fmt.Errorf("open result %s: %w", r.ID, err)
 	}
-	if rc.V != 1 || rc.ID != r.ID || rc.RequestSHA256 != r.RequestSHA256 || rc.Status != r.Status {
+	if rc.V != 1 || rc.ID != r.ID || rc.RequestSHA256 != r.RequestSHA256 || rc.Status != r.Status || rc.StdoutLen < 0 || rc.StderrLen < 0 {
 		return nil, fmt.Errorf("open result %s: %w: receipt disagrees with manifest", r.ID, bcrypto.ErrMalformed)
 	}
 	if stdout == nil {

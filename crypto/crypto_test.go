@@ -372,3 +372,23 @@ func TestKid(t *testing.T) {
 		t.Fatal("kid ignores the algorithm")
 	}
 }
+
+// Go's base64 decoder skips line breaks even in strict mode; the text forms
+// must not have a second encoding because of it.
+func TestTextFormsRefuseLineBreaks(t *testing.T) {
+	id := mustIdentity(t, "lb")
+	text, _ := id.MarshalText()
+	s := string(text)
+	withCR := s[:30] + "\r" + s[30:]
+	if _, err := ParseIdentity([]byte(withCR)); !errors.Is(err, ErrMalformed) {
+		t.Errorf("identity with CR: %v", err)
+	}
+	signed, _ := id.SignBundle(Bundle{Role: "host", Name: "h", ID: id.SignKid()})
+	bt := BundleText(signed)
+	if _, _, err := ParseBundleText(bt[:40] + "\n" + bt[40:]); !errors.Is(err, ErrMalformed) {
+		t.Errorf("bundle text with a line break: %v", err)
+	}
+	if _, err := Parse(KindRequest, []byte("BRQ2")); !errors.Is(err, ErrUnknownVersion) {
+		t.Errorf("short input of another version: %v", err)
+	}
+}

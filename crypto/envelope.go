@@ -50,14 +50,14 @@ type Envelope struct {
 // length against the cap, and exact total length. It verifies nothing; call
 // [Envelope.Verify] before trusting [Envelope.Body].
 func Parse(k Kind, data []byte) (*Envelope, error) {
+	if len(data) >= 4 && string(data[:3]) == k.magic[:3] && data[3] != k.magic[3] {
+		return nil, fmt.Errorf("%s: %w: magic %q", k.name, ErrUnknownVersion, data[:4])
+	}
 	if len(data) < headerSize {
 		if len(data) > 0 && !matchesPrefix(data, k.magic) {
 			return nil, fmt.Errorf("%s: %w: bad magic", k.name, ErrMalformed)
 		}
 		return nil, fmt.Errorf("%s: %w: %d bytes, header needs %d", k.name, ErrTruncated, len(data), headerSize)
-	}
-	if string(data[:3]) == k.magic[:3] && data[3] != k.magic[3] {
-		return nil, fmt.Errorf("%s: %w: magic %q", k.name, ErrUnknownVersion, data[:4])
 	}
 	if string(data[:4]) != k.magic {
 		return nil, fmt.Errorf("%s: %w: bad magic", k.name, ErrMalformed)

@@ -87,6 +87,10 @@ func ParseIdentity(text []byte) (*Identity, error) {
 		return nil, fmt.Errorf("parse identity: %w: not a bridge-secret-v1 line", ErrMalformed)
 	}
 	enc := strings.TrimSuffix(strings.TrimPrefix(s, secretPrefix), "\n")
+	// The decoder skips CR and LF even in strict mode; one form only.
+	if strings.ContainsAny(enc, "\r\n") {
+		return nil, fmt.Errorf("parse identity: %w: line breaks inside the key", ErrMalformed)
+	}
 	raw, err := base64.RawURLEncoding.Strict().DecodeString(enc)
 	if err != nil || len(raw) != 64 {
 		return nil, fmt.Errorf("parse identity: %w: bad key encoding", ErrMalformed)
@@ -225,6 +229,9 @@ func ParseBundleText(s string) (*Bundle, []byte, error) {
 	s = strings.TrimSpace(s)
 	if !strings.HasPrefix(s, bundleTextPrefix) {
 		return nil, nil, fmt.Errorf("bundle text: %w: does not start with %q", ErrMalformed, bundleTextPrefix)
+	}
+	if strings.ContainsAny(s, "\r\n") {
+		return nil, nil, fmt.Errorf("bundle text: %w: line breaks inside the line", ErrMalformed)
 	}
 	raw, err := base64.RawURLEncoding.Strict().DecodeString(s[len(bundleTextPrefix):])
 	if err != nil {

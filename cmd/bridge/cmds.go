@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"sort"
 	"strings"
@@ -208,10 +209,11 @@ func parseArgs(args []string) (map[string]string, error) {
 	for _, a := range args {
 		k, v, ok := strings.Cut(a, "=")
 		if !ok || k == "" {
-			return nil, &codeError{exitUsage, fmt.Errorf("argument %q is not NAME=VALUE", a)}
+			return nil, &codeError{code: exitUsage, err: withHintf(fmt.Errorf("argument %q is not NAME=VALUE", a),
+				"give arguments as NAME=VALUE (e.g. msg=hi); `bridge ops` lists each op's arguments")}
 		}
 		if _, dup := m[k]; dup {
-			return nil, &codeError{exitUsage, fmt.Errorf("argument %q given twice", k)}
+			return nil, &codeError{code: exitUsage, err: fmt.Errorf("argument %q given twice", k)}
 		}
 		m[k] = v
 	}
@@ -268,8 +270,13 @@ func waitAndPrint(g *Globals, cl *bridge.Client, id string, timeout time.Duratio
 	out, err := cl.Wait(ctx, id, prog.tick)
 	prog.done()
 	if errors.Is(err, context.DeadlineExceeded) {
-		return &codeError{exitWaitTime, withHintf(fmt.Errorf("no result for %s after %s", id, timeout),
+		return &codeError{code: exitWaitTime, id: id, err: withHintf(fmt.Errorf("no result for %s after %s", id, timeout),
 			"the request stays queued; run `bridge wait %s` later, or `bridge status %s`", id, id)}
+	}
+	if errors.Is(err, context.Canceled) {
+		// Interrupting the wait does not withdraw the request.
+		return &codeError{code: exitInterrupt, id: id, err: withHintf(fmt.Errorf("interrupted while waiting for %s", id),
+			"the request stays queued; run `bridge wait %s` later, or `bridge cancel %s`", id, id)}
 	}
 	if err != nil {
 		return err
@@ -280,6 +287,15 @@ func waitAndPrint(g *Globals, cl *bridge.Client, id string, timeout time.Duratio
 		}
 	}
 	return printOutcome(g, out)
+}
+
+// checkID refuses what cannot be a request id before anything is opened.
+func checkID(id string) error {
+	if bridge.ValidID(id) {
+		return nil
+	}
+	return &codeError{code: exitUsage, err: withHintf(fmt.Errorf("%q is not a request id (32 hex digits)", id),
+		"`bridge ls` lists the request ids")}
 }
 
 func withHintf(err error, hint string, args ...any) error {
@@ -368,6 +384,9 @@ type StatusCmd struct {
 }
 
 func (c *StatusCmd) Run(g *Globals) error {
+	if err := checkID(c.ID); err != nil {
+		return err
+	}
 	cl, err := openClient(g)
 	if err != nil {
 		return err
@@ -398,6 +417,9 @@ type WaitCmd struct {
 }
 
 func (c *WaitCmd) Run(g *Globals) error {
+	if err := checkID(c.ID); err != nil {
+		return err
+	}
 	cl, err := openClient(g)
 	if err != nil {
 		return err
@@ -413,6 +435,9 @@ type ResultCmd struct {
 }
 
 func (c *ResultCmd) Run(g *Globals) error {
+	if err := checkID(c.ID); err != nil {
+		return err
+	}
 	cl, err := openClient(g)
 	if err != nil {
 		return err
@@ -420,7 +445,7 @@ func (c *ResultCmd) Run(g *Globals) error {
 	defer cl.Close()
 	out, err := cl.Result(c.ID)
 	if errors.Is(err, bridge.ErrNoResult) {
-		return &codeError{exitWaitTime, withHintf(fmt.Errorf("request %s has no result yet", c.ID), "run `bridge wait %s`", c.ID)}
+		return &codeError{code: exitWaitTime, id: c.ID, err: withHintf(fmt.Errorf("request %s has no result yet", c.ID), "run `bridge wait %s`", c.ID)}
 	} else if err != nil {
 		return err
 	}
@@ -438,6 +463,9 @@ type CancelCmd struct {
 }
 
 func (c *CancelCmd) Run(g *Globals) error {
+	if err := checkID(c.ID); err != nil {
+		return err
+	}
 	cl, err := openClient(g)
 	if err != nil {
 		return err
@@ -566,7 +594,7 @@ func (c *PingCmd) Run(g *Globals) error {
 	defer cancel()
 	out, err := cl.Wait(ctx, s.ID, nil)
 	if errors.Is(err, context.DeadlineExceeded) {
-		return &codeError{exitWaitTime, withHintf(fmt.Errorf("no answer from %s after %s", s.HostName, c.Timeout), "is `bridge serve` running on the host, and is the folder syncing?")}
+		return &codeError{code: exitWaitTime, id: s.ID, err: withHintf(fmt.Errorf("no answer from %s after %s", s.HostName, c.Timeout), "is `bridge serve` running on the host, and is the folder syncing?")}
 	} else if err != nil {
 		return err
 	}
@@ -585,10 +613,13 @@ func (c *PingCmd) Run(g *Globals) error {
 // ReconcileCmd settles an uncertain request on the host.
 type ReconcileCmd struct {
 	ID string `arg:"" help:"Request id."`
-	As string `required:"" enum:"done,failed,rerun" help:"done: it had its effect; failed: it did not; rerun: run it again."`
+	As string `required:"" enum:"done,failed,rerun" placeholder:"done|failed|rerun" help:"done: it had its effect; failed: it did not; rerun: run it again."`
 }
 
 func (c *ReconcileCmd) Run(g *Globals) error {
+	if err := checkID(c.ID); err != nil {
+		return err
+	}
 	h, err := g.openHome()
 	if err != nil {
 		return err
@@ -625,7 +656,7 @@ func (c *PolicyCheckCmd) Run(g *Globals) error {
 	}
 	sum, err := bridge.CheckPolicy(file)
 	if err != nil {
-		return &codeError{exitRejected, err}
+		return policyError(err)
 	}
 	if g.JSON {
 		return g.printJSON(sum)
@@ -640,6 +671,17 @@ func (c *PolicyCheckCmd) Run(g *Globals) error {
 		g.printf("  agent %s may run: %s\n", a, strings.Join(sum.Agents[a], ", "))
 	}
 	return nil
+}
+
+// policyError: a policy that does not load or does not allow the call is
+// "rejected" (66), as serve would reject it; a file that cannot be read is
+// bridge's own failure (65).
+func policyError(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return err
+	}
+	return &codeError{code: exitRejected, err: err}
 }
 
 type PolicyExplainCmd struct {
@@ -664,7 +706,7 @@ func (c *PolicyExplainCmd) Run(g *Globals) error {
 	}
 	ex, err := bridge.ExplainPolicy(file, c.Agent, c.Op, m)
 	if err != nil {
-		return &codeError{exitRejected, err}
+		return policyError(err)
 	}
 	if g.JSON {
 		return g.printJSON(ex)

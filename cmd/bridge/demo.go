@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/syncbridge/bridge/bridge"
@@ -87,7 +88,7 @@ func (c *DemoCmd) Run(g *Globals) error {
 	}
 	say("policy: cloud-1 may run echo and count; deploy exists but is not allowed")
 
-	var logBuf bytes.Buffer
+	var logBuf lockedBuffer // the daemon logs from its goroutines while we read
 	d, err := bridge.NewDaemon(host, bridge.DaemonOptions{
 		Rescan: 300 * time.Millisecond, Logger: bridge.NewLogger(&logBuf, "text", bridge.LogInfo),
 		Env: func(k string) (string, bool) {
@@ -217,6 +218,24 @@ func (c *DemoCmd) Run(g *Globals) error {
 		say("  %s", trimLog(line))
 	}
 	return nil
+}
+
+// lockedBuffer is a bytes.Buffer safe for the daemon's concurrent writes.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 func countLines(p string) int {

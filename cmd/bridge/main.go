@@ -36,10 +36,13 @@ const (
 	defaultHomeDir = "bridge"
 )
 
-// exitError carries a specific exit code out of a command.
+// codeError carries a specific exit code out of a command. err nil: the
+// command already printed everything. id, if set, names the request the
+// error is about (in --json output).
 type codeError struct {
 	code int
 	err  error
+	id   string
 }
 
 func (e *codeError) Error() string { return e.err.Error() }
@@ -90,7 +93,7 @@ func main() {
 }
 
 // realMain parses args, runs the command and maps its error to an exit code.
-// Tests call it directly.
+// main_test.go runs it as the `bridge` command of the testscript scripts.
 func realMain(args []string, stdin io.Reader, stdout, stderr io.Writer) (code int) {
 	cli := CLI{}
 	cli.stdout, cli.stderr, cli.stdin = stdout, stderr, stdin
@@ -118,7 +121,7 @@ func realMain(args []string, stdin io.Reader, stdout, stderr io.Writer) (code in
 	kctx, err := parser.Parse(args)
 	if err != nil {
 		fmt.Fprintf(stderr, "bridge: error: %v\n", err)
-		fmt.Fprintf(stderr, "bridge: hint: run `bridge --help` or `bridge %s --help`\n", firstWord(args))
+		fmt.Fprintf(stderr, "bridge: hint: run `%s --help`\n", helpPath(err))
 		return exitUsage
 	}
 	if cli.Home == "" {
@@ -138,13 +141,16 @@ func realMain(args []string, stdin io.Reader, stdout, stderr io.Writer) (code in
 
 type kongExit struct{}
 
-func firstWord(args []string) string {
-	for _, a := range args {
-		if len(a) > 0 && a[0] != '-' {
-			return a
+// helpPath names the deepest command the parser recognised before it failed
+// ("bridge keys"), so the hint points at help that exists.
+func helpPath(err error) string {
+	var pe *kong.ParseError
+	if errors.As(err, &pe) && pe.Context != nil {
+		if n := pe.Context.Selected(); n != nil {
+			return n.FullPath()
 		}
 	}
-	return ""
+	return "bridge"
 }
 
 // report prints an error with its hint and returns its exit code.
@@ -160,13 +166,28 @@ func report(stderr io.Writer, err error, asJSON bool, stdout io.Writer) int {
 	if errors.Is(err, context.Canceled) {
 		code = exitInterrupt
 	}
+	hint := ""
+	var he *bridge.HintError
+	if errors.As(err, &he) {
+		hint = he.Hint
+	}
 	if asJSON {
-		json.NewEncoder(stdout).Encode(map[string]any{"error": err.Error(), "exit_code": code})
+		// bridge_exit_code, as in the output of a finished op, so a script
+		// reads bridge's own code under one name whatever happened.
+		v := map[string]any{"error": err.Error(), "bridge_exit_code": code}
+		if hint != "" {
+			v["hint"] = hint
+		}
+		if ce != nil && ce.id != "" {
+			v["id"] = ce.id
+		}
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		enc.Encode(v)
 	}
 	fmt.Fprintf(stderr, "bridge: error: %v\n", err)
-	var he *bridge.HintError
-	if errors.As(err, &he) && he.Hint != "" {
-		fmt.Fprintf(stderr, "bridge: hint: %s\n", he.Hint)
+	if hint != "" {
+		fmt.Fprintf(stderr, "bridge: hint: %s\n", hint)
 	}
 	return code
 }

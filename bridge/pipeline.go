@@ -1,0 +1,758 @@
+package bridge
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/syncbridge/bridge/bridge/ledger"
+	"github.com/syncbridge/bridge/bridge/policy"
+	"github.com/syncbridge/bridge/bridge/runner"
+	bcrypto "github.com/syncbridge/bridge/crypto"
+	"github.com/syncbridge/bridge/syncsafe"
+)
+
+// This file is the host pipeline of SPEC §8: evaluate (verify, admit,
+// settle), admit (decrypt, policy, claim), run, and finish (publish the
+// result, then record the final state).
+
+// schedule queues a request for evaluation. A request that changes while it
+// is being evaluated or run is evaluated once more afterwards.
+func (d *Daemon) schedule(agent, id string) {
+	key := agent + "/" + id
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	switch {
+	case d.closing:
+	case d.active[key]:
+		d.dirty[key] = true
+	case !d.queued[key]:
+		d.queued[key] = true
+		d.queue = append(d.queue, key)
+		d.cond.Signal()
+	}
+}
+
+// worker evaluates queued keys until the daemon closes.
+func (d *Daemon) worker() {
+	defer d.wg.Done()
+	for {
+		d.mu.Lock()
+		for len(d.queue) == 0 && !d.closing {
+			d.cond.Wait()
+		}
+		if d.closing {
+			d.mu.Unlock()
+			return
+		}
+		key := d.queue[0]
+		d.queue = d.queue[1:]
+		delete(d.queued, key)
+		d.active[key] = true
+		d.mu.Unlock()
+		agent, id, _ := strings.Cut(key, "/")
+		if !d.evaluate(agent, id) {
+			d.release(key)
+		}
+	}
+}
+
+// release ends a key's activity and queues it again if it changed meanwhile.
+func (d *Daemon) release(key string) {
+	d.mu.Lock()
+	delete(d.active, key)
+	again := d.dirty[key]
+	delete(d.dirty, key)
+	d.mu.Unlock()
+	if again {
+		agent, id, _ := strings.Cut(key, "/")
+		d.schedule(agent, id)
+	}
+}
+
+// job is one authentic request on its way through the pipeline.
+type job struct {
+	agent    string
+	keys     *agentKeys
+	req      *Request
+	manifest []byte
+	sha      string // of the manifest file
+	key      string
+}
+
+func (d *Daemon) check(agent string, keys *agentKeys) RequestCheck {
+	return RequestCheck{
+		Host: d.me, HostBoxKids: []string{d.id.BoxKid()}, Agent: agent, AgentKeys: keys.sign,
+		AgentBoxKid: func(kid string) bool { _, ok := keys.boxPub[kid]; return ok },
+		Now:         d.opt.Now(), Skew: d.opt.Skew,
+	}
+}
+
+// evaluate runs the pipeline for one request id. It is safe to call any
+// number of times (invariant 6): the ledger decides what happens. It
+// reports whether it handed the key to a run goroutine, which then owns the
+// key's release.
+func (d *Daemon) evaluate(agent, id string) bool {
+	keys := d.agents[agent]
+	key := agent + "/" + id
+	mpath := RequestPath(d.me, agent, id, ExtManifest)
+	ent, err := d.ledger.Get(key)
+	exists := err == nil
+	if err != nil && !errors.Is(err, ledger.ErrNotFound) {
+		d.log.Error("ledger read", "key", key, "err", err)
+		return false
+	}
+	if exists && (ent.State.Terminal() || ent.State == ledger.StateUncertain) {
+		// Never run again (invariant 4). An authentic manifest under this id
+		// with other content is a forgery or a bug, and is reported.
+		if data, err := d.folder.ReadFile(mpath, bcrypto.KindRequest.MaxSize()); err == nil && SHA256Hex(data) != ent.ManifestSHA256 {
+			if req, err := OpenRequest(data, id, d.check(agent, keys)); req != nil || err == nil {
+				d.refuseFile(mpath, fmt.Errorf("%w: %s was recorded with another manifest", ErrReplay, id))
+			} else if !errors.Is(err, bcrypto.ErrTruncated) {
+				d.refuseFile(mpath, err)
+			}
+		}
+		d.duplicate(ent)
+		return false
+	}
+	if exists && ent.State == ledger.StateAwaitingApproval {
+		return false // a human decides
+	}
+	if exists && ent.State.InFlight() {
+		// The key is ours (active), so nothing in this process is working
+		// on it: it was left in flight by a publish that failed. If its
+		// result was sealed, publish it now.
+		if _, err := os.Stat(d.home.Path("results", agent, id+"."+ExtResult)); err == nil {
+			if j, err := d.reload(ent, keys); err == nil {
+				d.finish(j, Receipt{})
+			}
+		}
+		return false
+	}
+	data, err := d.folder.ReadFile(mpath, bcrypto.KindRequest.MaxSize())
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return false // the payload came first; the manifest will follow
+	case errors.Is(err, syncsafe.ErrTooLarge), errors.Is(err, syncsafe.ErrNotRegular):
+		d.refuseFile(mpath, err)
+		return false
+	case err != nil:
+		d.log.Warn("read manifest", "file", mpath, "err", err)
+		return false
+	}
+	j := &job{agent: agent, keys: keys, manifest: data, sha: SHA256Hex(data), key: key}
+	req, verr := OpenRequest(data, id, d.check(agent, keys))
+	if verr != nil && req == nil {
+		if !errors.Is(verr, bcrypto.ErrTruncated) { // truncated: still arriving
+			d.refuseFile(mpath, verr)
+		}
+		return false
+	}
+	j.req = req
+	if exists && ent.ManifestSHA256 != j.sha {
+		d.refuseFile(mpath, fmt.Errorf("%w: %s was recorded with another manifest", ErrReplay, id))
+		return false
+	}
+	if !exists {
+		// Keep the admitted manifest: recovery and reconcile must not depend
+		// on the agent's file still being in the folder.
+		if err := d.keepManifest(j); err != nil {
+			d.log.Error("keep manifest", "key", key, "err", err)
+			return false
+		}
+		ent, _, err = d.ledger.Admit(ledger.Entry{Key: key, Agent: agent, ID: id, State: ledger.StateSeen, ManifestSHA256: j.sha,
+			FirstSeen: d.opt.Now(), Expires: time.Unix(req.Expires, 0)})
+		if errors.Is(err, ledger.ErrConflict) {
+			d.refuseFile(mpath, fmt.Errorf("%w: %s", ErrReplay, id))
+			return false
+		} else if err != nil {
+			d.log.Error("ledger admit", "key", key, "err", err)
+			return false
+		}
+		if ent.State.Terminal() {
+			d.duplicate(ent)
+			return false
+		}
+		d.audit.log(AuditEvent{Event: "seen", Agent: agent, ID: id})
+	}
+	if verr != nil { // authentic but refused for its times
+		status := StatusRejected
+		if errors.Is(verr, ErrExpired) {
+			status = StatusExpired
+		}
+		d.finish(j, Receipt{Status: status, Reason: Reason(verr), Detail: verr.Error()})
+		return false
+	}
+	if d.expired(j, ent) || d.cancelledBefore(j) {
+		return false
+	}
+	spool, err := d.settle(j)
+	if err != nil {
+		if ent.State == ledger.StateSeen {
+			if _, err := d.ledger.Transition(key, []ledger.State{ledger.StateSeen}, ledger.StatePending, nil); err != nil {
+				d.log.Warn("ledger", "key", key, "err", err)
+			}
+		}
+		if d.opt.Now().Sub(ent.FirstSeen) > d.opt.PendingTimeout {
+			d.finish(j, Receipt{Status: StatusRejected, Reason: "incomplete", Detail: fmt.Sprintf("payload not complete after %s: %v", d.opt.PendingTimeout, err)})
+		} else {
+			d.log.Debug("payload pending", "key", key, "err", err)
+		}
+		return false
+	}
+	return d.admit(j, spool, false)
+}
+
+// expired finishes a request that is past its signed expiry or waited on
+// the host longer than MaxQueueAge, and reports whether it did.
+func (d *Daemon) expired(j *job, ent ledger.Entry) bool {
+	now := d.opt.Now()
+	switch {
+	case !now.Before(time.Unix(j.req.Expires, 0)):
+		d.finish(j, Receipt{Status: StatusExpired, Reason: "expired", Detail: "expired before it could run"})
+	case now.Sub(ent.FirstSeen) > d.opt.MaxQueueAge:
+		d.finish(j, Receipt{Status: StatusExpired, Reason: "expired", Detail: fmt.Sprintf("waited on the host for more than %s", d.opt.MaxQueueAge)})
+	default:
+		return false
+	}
+	return true
+}
+
+// cancelledBefore finishes a request whose agent cancelled it before it ran.
+func (d *Daemon) cancelledBefore(j *job) bool {
+	if !d.cancelled(j.agent, j.req.ID) {
+		return false
+	}
+	d.finish(j, Receipt{Status: StatusCancelled, Reason: "cancelled", Detail: "cancelled before it ran"})
+	return true
+}
+
+func (d *Daemon) keepManifest(j *job) error {
+	dir := d.home.Path("manifests", j.agent)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	return writeFileAtomic(filepath.Join(dir, j.req.ID+"."+ExtManifest), j.manifest)
+}
+
+// settle copies the payload into a private spool file if it matches the pin.
+func (d *Daemon) settle(j *job) (string, error) {
+	// A spool file of its own per evaluation: two evaluations of one id
+	// (harmless by design, invariant 6) must not share a copy.
+	f, err := os.CreateTemp(d.home.Path("spool"), j.req.ID+"-*.payload")
+	if err != nil {
+		return "", err
+	}
+	spool := f.Name()
+	defer f.Close()
+	err = syncsafe.Settle(d.folder, RequestPath(d.me, j.agent, j.req.ID, ExtPayload), j.req.Payload.Len, j.req.Payload.Digest(), f)
+	if err != nil {
+		os.Remove(spool)
+		return "", err
+	}
+	return spool, nil
+}
+
+// admit decrypts the spooled payload, applies the policy, claims the id and
+// hands it to a run goroutine (it reports whether it did). resume is set
+// when crash recovery re-runs an idempotent op that was already running:
+// refusals then end as failed, the only way out of running.
+func (d *Daemon) admit(j *job, spool string, resume bool) bool {
+	defer os.Remove(spool)
+	refuse := func(rc Receipt) bool {
+		if resume {
+			rc.Status = StatusFailed
+		}
+		d.finish(j, rc)
+		return false
+	}
+	in, err := os.Open(spool)
+	if err != nil {
+		d.log.Error("open spool", "err", err)
+		return false
+	}
+	stdin, err := os.CreateTemp(d.home.Path("spool"), j.req.ID+"-*.stdin")
+	if err != nil {
+		in.Close()
+		d.log.Error("spool stdin", "err", err)
+		return false
+	}
+	handed := false
+	defer func() {
+		if !handed {
+			stdin.Close()
+			os.Remove(stdin.Name())
+		}
+	}()
+	call, err := OpenCall(in, j.req, d.id, stdin)
+	in.Close()
+	if err != nil {
+		return refuse(Receipt{Status: StatusRejected, Reason: Reason(err), Detail: err.Error()})
+	}
+	if call.Op == PingOp {
+		return d.ping(j)
+	}
+	inv, err := d.policy.Render(j.keys.name, call.Op, call.Args, policy.RenderContext{Env: d.opt.Env, Vars: map[string]string{"request_id": j.req.ID}})
+	if err != nil {
+		rc := Receipt{Status: StatusRejected, Op: call.Op, Detail: err.Error(), PolicySHA256: d.policy.SHA256}
+		switch {
+		case errors.Is(err, policy.ErrNotAllowed), errors.Is(err, policy.ErrUnknownOp):
+			rc.Reason = "not-allowed"
+		case errors.Is(err, policy.ErrInvalidArg):
+			rc.Reason = "bad-argument"
+		default:
+			rc.Status, rc.Reason = StatusFailed, "host-error"
+		}
+		return refuse(rc)
+	}
+	if inv.Approve && !resume {
+		// Human approval (`bridge approve`) is not in this version: refusing
+		// is the safe answer, and the agent is told why.
+		return refuse(Receipt{Status: StatusRejected, Reason: "needs-approval", Op: inv.Op,
+			Detail: "this op needs a human's approval, which this bridge version cannot collect yet"})
+	}
+	if !resume {
+		if _, err := d.ledger.Transition(j.key, []ledger.State{ledger.StateSeen, ledger.StatePending}, ledger.StateClaimed,
+			func(e *ledger.Entry) { e.Op, e.Idempotent = inv.Op, inv.Idempotent }); err != nil {
+			d.log.Debug("claim lost", "key", j.key, "err", err)
+			return false
+		}
+		d.audit.log(AuditEvent{Event: "claimed", Agent: j.agent, ID: j.req.ID, Op: inv.Op})
+	}
+	handed = true
+	d.wg.Add(1)
+	go d.run(j, inv, stdin, resume)
+	return true
+}
+
+// run waits for a slot of the op's concurrency, then runs it and finishes.
+// It owns the key (releases it) and the stdin spool file.
+func (d *Daemon) run(j *job, inv *policy.Invocation, stdin *os.File, resume bool) {
+	defer d.wg.Done()
+	defer d.release(j.key)
+	defer func() { stdin.Close(); os.Remove(stdin.Name()) }()
+	// The cancel function is registered before the last cancel check, so a
+	// cancel arriving at any moment from here on reaches the run.
+	ctx, cancel := context.WithCancel(d.runCtx)
+	defer cancel()
+	d.mu.Lock()
+	d.cancels[j.key] = cancel
+	d.mu.Unlock()
+	defer func() {
+		d.mu.Lock()
+		delete(d.cancels, j.key)
+		d.mu.Unlock()
+	}()
+	slot := d.acquire(ctx, inv.Op, inv.Concurrency)
+	if slot == nil {
+		if d.runCtx.Err() != nil {
+			return // shutting down while still queued: claimed, not started; the next start evaluates it again
+		}
+		d.finish(j, Receipt{Status: StatusCancelled, Reason: "cancelled", Op: inv.Op, Detail: "cancelled before it ran"})
+		return
+	}
+	defer slot()
+	if !resume {
+		if ent, err := d.ledger.Get(j.key); err == nil && d.expired(j, ent) {
+			return
+		}
+		if d.cancelled(j.agent, j.req.ID) {
+			d.finish(j, Receipt{Status: StatusCancelled, Reason: "cancelled", Op: inv.Op, Detail: "cancelled before it ran"})
+			return
+		}
+	}
+	from := ledger.StateClaimed
+	if resume {
+		from = ledger.StateRunning
+	}
+	// Ledger before effect (invariant 3): running is durable before the
+	// process exists.
+	if _, err := d.ledger.Transition(j.key, []ledger.State{from}, ledger.StateRunning, nil); err != nil {
+		d.log.Error("ledger", "key", j.key, "err", err)
+		return
+	}
+	if _, err := stdin.Seek(0, io.SeekStart); err != nil {
+		d.log.Error("spool stdin", "err", err)
+		return
+	}
+	d.audit.log(AuditEvent{Event: "run", Agent: j.agent, ID: j.req.ID, Op: inv.Op, Detail: strings.Join(inv.Argv, " ")})
+	out := runner.Run(ctx, runner.Spec{
+		Argv: inv.Argv, Dir: inv.Dir, Env: inv.Env, Stdin: stdin, Timeout: inv.Timeout,
+		MaxOutput: inv.MaxOutput, Grace: d.opt.Grace,
+	})
+	rc := Receipt{
+		Status: StatusDone, Op: inv.Op, Argv: inv.Argv, PolicySHA256: d.policy.SHA256,
+		ExitCode: out.ExitCode, Signal: out.Signal, TimedOut: out.TimedOut,
+		Started: out.Started.UnixMilli(), Finished: out.Finished.UnixMilli(),
+		StdoutTotal: out.Stdout.Total, StdoutTruncated: out.Stdout.Truncated,
+		StderrTotal: out.Stderr.Total, StderrTruncated: out.Stderr.Truncated,
+	}
+	switch {
+	case out.Cancelled && d.runCtx.Err() != nil:
+		rc.Status, rc.Reason, rc.Detail = StatusFailed, "host-shutdown", "the host daemon was stopped while the op ran"
+	case out.Cancelled:
+		rc.Status, rc.Reason = StatusCancelled, "cancelled"
+	case out.StartErr != nil:
+		rc.Status, rc.Reason, rc.Detail = StatusFailed, "start-failed", out.StartErr.Error()
+	case out.TimedOut:
+		rc.Reason, rc.Detail = "timeout", fmt.Sprintf("timed out after %s", inv.Timeout)
+	}
+	if len(out.Notes) > 0 && rc.Detail == "" {
+		rc.Detail = strings.Join(out.Notes, "; ")
+	}
+	d.finishWithOutput(j, rc, out.Stdout.Data, out.Stderr.Data)
+}
+
+// acquire takes a slot of op's concurrency limit (0 = unlimited); nil if
+// ctx ended first.
+func (d *Daemon) acquire(ctx context.Context, op string, limit int) func() {
+	if limit <= 0 {
+		return func() {}
+	}
+	d.mu.Lock()
+	sem := d.sems[op]
+	if sem == nil || cap(sem) != limit {
+		sem = make(chan struct{}, limit)
+		d.sems[op] = sem
+	}
+	d.mu.Unlock()
+	select {
+	case sem <- struct{}{}:
+		return func() { <-sem }
+	case <-ctx.Done():
+		return nil
+	}
+}
+
+var statusState = map[string]ledger.State{
+	StatusDone: ledger.StateDone, StatusFailed: ledger.StateFailed, StatusRejected: ledger.StateRejected,
+	StatusExpired: ledger.StateExpired, StatusCancelled: ledger.StateCancelled, StatusUncertain: ledger.StateUncertain,
+}
+
+func (d *Daemon) finish(j *job, rc Receipt) {
+	d.finishWithOutput(j, rc, nil, nil)
+}
+
+// finishWithOutput publishes the result and only then records the final
+// state: a crash in between leaves the result published and the ledger not
+// final, and the next evaluation adopts the published result (invariant 3).
+func (d *Daemon) finishWithOutput(j *job, rc Receipt, stdout, stderr []byte) {
+	if rc.PolicySHA256 == "" && d.policy != nil {
+		rc.PolicySHA256 = d.policy.SHA256
+	}
+	resSHA, status, err := d.publishResult(j, rc, stdout, stderr)
+	if err != nil {
+		// The entry stays where it is; the next rescan retries the publish
+		// (evaluate adopts sealed copies of entries left in flight).
+		d.log.Error("publish result", "key", j.key, "err", err)
+		return
+	}
+	to := statusState[status]
+	var from []ledger.State
+	for _, s := range []ledger.State{ledger.StateSeen, ledger.StatePending, ledger.StateAwaitingApproval, ledger.StateClaimed, ledger.StateRunning, ledger.StateUncertain} {
+		if ledger.CanTransition(s, to) {
+			from = append(from, s)
+		}
+	}
+	if _, err := d.ledger.Transition(j.key, from, to, func(e *ledger.Entry) {
+		e.ResultSHA256, e.Reason = resSHA, rc.Reason
+		if rc.Op != "" {
+			e.Op = rc.Op
+		}
+	}); err != nil {
+		d.log.Error("ledger", "key", j.key, "err", err)
+		return
+	}
+	d.markFinished(j.agent, j.req.ID)
+	ev := AuditEvent{Event: "result", Agent: j.agent, ID: j.req.ID, Op: rc.Op, Status: status, Reason: rc.Reason, Detail: rc.Detail}
+	if status == StatusDone {
+		code := rc.ExitCode
+		ev.Exit = &code
+	}
+	d.audit.log(ev)
+	d.log.Info("result", "agent", j.keys.name, "id", j.req.ID, "op", rc.Op, "status", status, "reason", rc.Reason, "exit", rc.ExitCode)
+}
+
+// publishResult seals the result into private copies under results/ (the
+// output first, the manifest last, so a manifest copy implies a complete
+// pair), then publishes both into the folder. If copies exist from an
+// earlier attempt, they are published instead of new ones: one id has one
+// result. It returns the result manifest's SHA-256 and its status.
+func (d *Daemon) publishResult(j *job, rc Receipt, stdout, stderr []byte) (string, string, error) {
+	dir := d.home.Path("results", j.agent)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", "", err
+	}
+	outCopy := filepath.Join(dir, j.req.ID+"."+ExtOutput)
+	resCopy := filepath.Join(dir, j.req.ID+"."+ExtResult)
+	manifest, err := os.ReadFile(resCopy)
+	if errors.Is(err, fs.ErrNotExist) {
+		var buf bytes.Buffer
+		manifest, err = SealResult(&buf, NewResult{
+			Host: d.id, HostID: d.me, AgentBoxPub: j.keys.boxPub[j.req.ReplyBoxKid], Request: j.req, RequestSHA: j.sha,
+			Receipt: rc, Stdout: stdout, Stderr: stderr, Created: d.opt.Now(),
+		})
+		if err != nil {
+			return "", "", err
+		}
+		if err := writeFileAtomic(outCopy, buf.Bytes()); err != nil {
+			return "", "", err
+		}
+		if err := writeFileAtomic(resCopy, manifest); err != nil {
+			return "", "", err
+		}
+	} else if err != nil {
+		return "", "", err
+	}
+	status, err := d.publishCopies(j.agent, j.req.ID)
+	return SHA256Hex(manifest), status, err
+}
+
+// ownResult verifies a result manifest as one this host signed for agent
+// and id, and returns its status.
+func (d *Daemon) ownResult(data []byte, agent, id string) (string, error) {
+	var res Result
+	if err := openBody(bcrypto.KindResult, data, [][]byte{d.id.SignPublic()}, &res); err != nil {
+		return "", err
+	}
+	if res.ID != id || res.Agent != agent || res.Host != d.me {
+		return "", fmt.Errorf("result %s: %w", id, ErrNameMismatch)
+	}
+	return res.Status, nil
+}
+
+// publishCopies publishes the private copies of a result (output, then
+// manifest) where the folder does not already hold them. The host owns
+// these names (SPEC §5), so what stands there is replaced when it is not a
+// result this host signed (a folder writer's junk, a damaged copy) or when
+// it is an "uncertain" result that was since settled.
+func (d *Daemon) publishCopies(agent, id string) (string, error) {
+	dir := d.home.Path("results", agent)
+	manifest, err := os.ReadFile(filepath.Join(dir, id+"."+ExtResult))
+	if err != nil {
+		return "", err
+	}
+	status, err := d.ownResult(manifest, agent, id)
+	if err != nil {
+		return "", fmt.Errorf("private result copy: %w", err)
+	}
+	resPath, outPath := ResultPath(d.me, agent, id, ExtResult), ResultPath(d.me, agent, id, ExtOutput)
+	replace := false
+	existing, err := d.folder.ReadFile(resPath, bcrypto.KindResult.MaxSize())
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+	case err == nil && bytes.Equal(existing, manifest):
+		// Published already; make sure the output is intact too.
+		return status, d.ensureOutput(outPath, filepath.Join(dir, id+"."+ExtOutput))
+	case err == nil:
+		old, verr := d.ownResult(existing, agent, id)
+		switch {
+		case verr != nil:
+			d.refuseFile(resPath, fmt.Errorf("replacing a file at a result name that this host did not sign: %w", verr))
+		case old != StatusUncertain:
+			return "", fmt.Errorf("result %s: another result of this host is already published", id)
+		}
+		replace = true
+	default: // not a regular file, too large: not ours either
+		d.refuseFile(resPath, fmt.Errorf("replacing what stands at a result name: %w", err))
+		if rerr := d.folder.Remove(resPath); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
+			return "", rerr
+		}
+	}
+	// An output without its manifest is ours and referenced by nothing, so
+	// it may be replaced.
+	if err := d.publishFile(outPath, filepath.Join(dir, id+"."+ExtOutput), true); err != nil {
+		return "", err
+	}
+	return status, d.publishFile(resPath, filepath.Join(dir, id+"."+ExtResult), replace)
+}
+
+// ensureOutput re-publishes the output if what the folder holds differs
+// from the private copy.
+func (d *Daemon) ensureOutput(rel, src string) error {
+	want, err := os.ReadFile(src)
+	if err != nil {
+		return err
+	}
+	have, err := d.folder.ReadFile(rel, int64(len(want)))
+	if err == nil && bytes.Equal(have, want) {
+		return nil
+	}
+	return d.publishFile(rel, src, true)
+}
+
+func (d *Daemon) publishFile(rel, src string, replace bool) error {
+	f, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	write := func(w io.Writer) error {
+		_, err := io.Copy(w, f)
+		return err
+	}
+	if replace {
+		return d.folder.PublishReplace(rel, write, syncsafe.WithMode(0o644))
+	}
+	return d.folder.Publish(rel, write, syncsafe.WithMode(0o644))
+}
+
+// duplicate handles a request id the ledger already finished: it never runs
+// again (invariant 4); its stored result is re-published if it is missing
+// or was replaced.
+func (d *Daemon) duplicate(ent ledger.Entry) {
+	copyPath := d.home.Path("results", ent.Agent, ent.ID+"."+ExtResult)
+	if want, err := os.ReadFile(copyPath); err == nil {
+		have, err := d.folder.ReadFile(ResultPath(d.me, ent.Agent, ent.ID, ExtResult), bcrypto.KindResult.MaxSize())
+		if err != nil || !bytes.Equal(have, want) {
+			if _, err := d.publishCopies(ent.Agent, ent.ID); err != nil {
+				d.log.Warn("re-publish result", "key", ent.Key, "err", err)
+				return
+			}
+			d.audit.log(AuditEvent{Event: "republished", Agent: ent.Agent, ID: ent.ID})
+		}
+	}
+	d.markFinished(ent.Agent, ent.ID)
+}
+
+// refuseFile records a file that will never be admitted as it is, once per
+// file and reason.
+func (d *Daemon) refuseFile(p string, err error) {
+	if !d.firstTime("refused:" + p + ":" + err.Error()) {
+		return
+	}
+	d.log.Warn("refused", "file", p, "reason", Reason(err), "err", err)
+	d.audit.log(AuditEvent{Event: "refused", File: p, Reason: Reason(err), Detail: err.Error()})
+}
+
+// cancelled reports whether a verified cancel file exists for the request.
+func (d *Daemon) cancelled(agent, id string) bool {
+	p := RequestPath(d.me, agent, id, ExtCancel)
+	data, err := d.folder.ReadFile(p, bcrypto.KindCancel.MaxSize())
+	if err != nil {
+		if !errors.Is(err, fs.ErrNotExist) {
+			d.refuseFile(p, err)
+		}
+		return false
+	}
+	if _, err = OpenCancel(data, id, d.me, agent, d.agents[agent].sign); err != nil {
+		if !errors.Is(err, bcrypto.ErrTruncated) {
+			d.refuseFile(p, err)
+		}
+		return false
+	}
+	return true
+}
+
+// handleCancel stops a claimed or running op whose agent cancelled it, or
+// evaluates the request again so a cancel before admission is recorded.
+func (d *Daemon) handleCancel(agent, id string) {
+	if !d.cancelled(agent, id) {
+		return
+	}
+	key := agent + "/" + id
+	d.mu.Lock()
+	cancel := d.cancels[key]
+	d.mu.Unlock()
+	if cancel != nil {
+		d.log.Info("cancelling", "key", key)
+		cancel()
+		return
+	}
+	d.schedule(agent, id)
+}
+
+// recover looks at what a crash left in flight (invariant 5): a claimed
+// request never started and is simply evaluated again; a running one is
+// re-run only if its op is idempotent, else it becomes uncertain and the
+// agent is told. A result that was sealed before the crash is adopted.
+func (d *Daemon) recover() error {
+	inflight, err := d.ledger.InFlight()
+	if err != nil {
+		return err
+	}
+	for _, ent := range inflight {
+		keys := d.agents[ent.Agent]
+		if keys == nil {
+			d.log.Warn("in-flight request of an agent no longer trusted", "key", ent.Key)
+			continue
+		}
+		j, err := d.reload(ent, keys)
+		if err != nil {
+			d.log.Error("recover: cannot reload the admitted manifest", "key", ent.Key, "err", err)
+			continue
+		}
+		if _, err := os.Stat(d.home.Path("results", ent.Agent, ent.ID+"."+ExtResult)); err == nil {
+			d.log.Info("recover: adopting the sealed result", "key", ent.Key)
+			d.finish(j, Receipt{})
+			continue
+		}
+		switch {
+		case ent.State == ledger.StateClaimed:
+			if _, err := d.ledger.Transition(ent.Key, []ledger.State{ledger.StateClaimed}, ledger.StatePending, nil); err != nil {
+				return err
+			}
+			d.log.Info("recover: claimed but never started; evaluating again", "key", ent.Key)
+			d.schedule(ent.Agent, ent.ID)
+		case ent.Idempotent:
+			spool, err := d.settle(j)
+			if err != nil {
+				d.finish(j, Receipt{Status: StatusUncertain, Reason: "crashed", Op: ent.Op,
+					Detail: "the host stopped while the op ran, and its payload is no longer there to run it again"})
+				continue
+			}
+			d.log.Info("recover: re-running an idempotent op", "key", ent.Key, "op", ent.Op)
+			d.mu.Lock()
+			d.active[ent.Key] = true
+			d.mu.Unlock()
+			if !d.admit(j, spool, true) {
+				d.release(ent.Key)
+			}
+		default:
+			d.log.Warn("recover: op was running when the host stopped; marking it uncertain", "key", ent.Key, "op", ent.Op)
+			d.finish(j, Receipt{Status: StatusUncertain, Reason: "crashed", Op: ent.Op,
+				Detail: "the host stopped while the op ran; it may or may not have had its effect. Resolve with `bridge reconcile`"})
+		}
+	}
+	return nil
+}
+
+// reload re-reads and re-verifies the manifest a ledger entry admitted,
+// from the host's private copy. The signature is checked again; the times
+// are not (the request was admitted).
+func (d *Daemon) reload(ent ledger.Entry, keys *agentKeys) (*job, error) {
+	data, err := os.ReadFile(d.home.Path("manifests", ent.Agent, ent.ID+"."+ExtManifest))
+	if err != nil {
+		return nil, err
+	}
+	if SHA256Hex(data) != ent.ManifestSHA256 {
+		return nil, fmt.Errorf("%w: the kept manifest changed", ErrReplay)
+	}
+	req, err := OpenRequest(data, ent.ID, d.check(ent.Agent, keys))
+	if req == nil {
+		return nil, err
+	}
+	return &job{agent: ent.Agent, keys: keys, req: req, manifest: data, sha: ent.ManifestSHA256, key: ent.Key}, nil
+}
+
+// ping answers the built-in no-op: claimed, running and done like any op, so
+// it measures the whole pipeline except the process start.
+func (d *Daemon) ping(j *job) bool {
+	if _, err := d.ledger.Transition(j.key, []ledger.State{ledger.StateSeen, ledger.StatePending}, ledger.StateClaimed,
+		func(e *ledger.Entry) { e.Op, e.Idempotent = PingOp, true }); err != nil {
+		return false
+	}
+	if _, err := d.ledger.Transition(j.key, []ledger.State{ledger.StateClaimed}, ledger.StateRunning, nil); err != nil {
+		return false
+	}
+	now := d.opt.Now().UnixMilli()
+	d.finishWithOutput(j, Receipt{Status: StatusDone, Op: PingOp, Started: now, Finished: now, StdoutTotal: 5}, []byte("pong\n"), nil)
+	return false
+}

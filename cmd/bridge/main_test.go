@@ -1,0 +1,127 @@
+package main
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/rogpeppe/go-internal/testscript"
+
+	"github.com/syncbridge/bridge/bridge"
+)
+
+// TestMain makes this test binary double as the bridge binary: testscript
+// puts a copy of it named "bridge" on the scripts' PATH, and a process started
+// under that name runs realMain, exactly like cmd/bridge's main. The scripts
+// therefore exercise real processes: a real `bridge serve` daemon in the
+// background, real signals, real exit codes.
+func TestMain(m *testing.M) {
+	// First, as in main: the daemon runs every op through the runner's
+	// resource-limit shim, which re-executes this very binary.
+	bridge.RunnerMain()
+	// testscript.Main rather than the deprecated RunMain: it is the same
+	// thing with the os.Exit moved into the command.
+	testscript.Main(m, map[string]func(){
+		"bridge": func() { os.Exit(realMain(os.Args[1:], os.Stdin, os.Stdout, os.Stderr)) },
+	})
+}
+
+// TestScripts runs testdata/*.txt. Each script has its own $WORK with a
+// synced folder ($WORK/folder) shared by a host home and an agent home; no
+// sync client is needed because both sides see the same directory.
+//
+// Extra script commands:
+//
+//	exitcode N prog args...    run prog like exec and require exit status N.
+//	                           testscript's `! exec` only knows "non-zero",
+//	                           and bridge's exit codes are part of its
+//	                           interface (docs/CLI.md).
+//	capture NAME FILE REGEXP   set $NAME to REGEXP's first group in FILE
+//	                           (stdout and stderr mean the last command's),
+//	                           e.g. a request id printed by `bridge run`.
+//	waitfile FILE              wait (up to 30 s) until FILE exists and is
+//	                           not empty (a shell creates a file before it
+//	                           writes the line).
+func TestScripts(t *testing.T) {
+	testscript.Run(t, testscript.Params{
+		Dir:                 "testdata",
+		RequireExplicitExec: true,
+		Setup: func(env *testscript.Env) error {
+			// testscript builds the environment from scratch, so a
+			// BRIDGE_HOME of the developer never leaks in. HOME (an op's
+			// default working directory) and the user config dir (the
+			// default --home) point into $WORK, so nothing touches the
+			// real user's files.
+			home := filepath.Join(env.WorkDir, ".home")
+			if err := os.Mkdir(home, 0o755); err != nil {
+				return err
+			}
+			env.Setenv("HOME", home)
+			env.Setenv("XDG_CONFIG_HOME", filepath.Join(home, ".config"))
+			// Under -race every exec'd bridge would sleep 1 s at exit.
+			if os.Getenv("GORACE") == "" {
+				env.Setenv("GORACE", "atexit_sleep_ms=0")
+			}
+			return nil
+		},
+		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
+			"exitcode": cmdExitcode,
+			"capture":  cmdCapture,
+			"waitfile": cmdWaitfile,
+		},
+	})
+}
+
+func cmdExitcode(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) < 2 {
+		ts.Fatalf("usage: exitcode N prog args...")
+	}
+	want, err := strconv.Atoi(args[0])
+	if err != nil {
+		ts.Fatalf("exitcode: %v", err)
+	}
+	got := 0
+	if err := ts.Exec(args[1], args[2:]...); err != nil {
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) {
+			ts.Fatalf("exitcode: %v", err)
+		}
+		got = ee.ExitCode()
+	}
+	if got != want {
+		ts.Fatalf("%s exited with %d, want %d", args[1], got, want)
+	}
+}
+
+func cmdCapture(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 3 {
+		ts.Fatalf("usage: capture NAME FILE REGEXP")
+	}
+	re, err := regexp.Compile("(?m)" + args[2]) // multi-line, as in stdout and grep
+	if err != nil {
+		ts.Fatalf("capture: %v", err)
+	}
+	m := re.FindStringSubmatch(ts.ReadFile(args[1]))
+	if len(m) < 2 {
+		ts.Fatalf("capture: no match for %q in %s", args[2], args[1])
+	}
+	ts.Setenv(args[0], m[1])
+}
+
+func cmdWaitfile(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 1 {
+		ts.Fatalf("usage: waitfile FILE")
+	}
+	p := ts.MkAbs(args[0])
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if fi, err := os.Stat(p); err == nil && fi.Size() > 0 {
+			return
+		}
+	}
+	ts.Fatalf("waitfile: %s still missing or empty after 30s", args[0])
+}
