@@ -467,7 +467,7 @@ func (c *Client) Ops(host string) (*Catalog, error) {
 	if err != nil {
 		return nil, err
 	}
-	data, err := c.folder.ReadFile(HostCatalogPath(hb.ID), bcrypto.KindCatalog.MaxSize())
+	data, err := c.folder.ReadFile(CatalogPath(hb.ID, c.home.Config.ID), bcrypto.KindCatalog.MaxSize())
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, withHint(errors.New("the host has not published its catalog yet"), "start `bridge serve` on the host and wait for the sync")
 	} else if err != nil {
@@ -477,7 +477,7 @@ func (c *Client) Ops(host string) (*Catalog, error) {
 	if err := openBody(bcrypto.KindCatalog, data, [][]byte{hb.SignPub}, &cat); err != nil {
 		return nil, fmt.Errorf("host catalog: %w", err)
 	}
-	if cat.Host != hb.ID {
+	if cat.Host != hb.ID || cat.Agent != c.home.Config.ID {
 		return nil, fmt.Errorf("host catalog: %w", ErrWrongRecipient)
 	}
 	return &cat, nil

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -255,17 +256,30 @@ func (d *Daemon) loadAgents() error {
 	return nil
 }
 
-// publishCatalog publishes the signed list of ops agents may discover.
+// publishCatalog publishes, for each trusted agent, the signed list of the
+// ops that agent may run, so it can discover what to ask before it asks.
 func (d *Daemon) publishCatalog() error {
-	body, err := bcrypto.EncodeBody(Catalog{V: 1, Host: d.me, Policy: d.policy.SHA256, Ops: d.policy.Catalog()})
-	if err != nil {
-		return err
+	all := d.policy.Catalog()
+	var errs []error
+	for agentID, keys := range d.agents {
+		allowed := d.policy.AgentOps(keys.name)
+		ops := []policy.OpInfo{}
+		for _, op := range all {
+			if slices.Contains(allowed, op.Name) {
+				ops = append(ops, op)
+			}
+		}
+		body, err := bcrypto.EncodeBody(Catalog{V: 1, Host: d.me, Agent: agentID, Policy: d.policy.SHA256, Ops: ops})
+		if err != nil {
+			return err
+		}
+		signed, err := bcrypto.Sign(bcrypto.KindCatalog, body, d.id)
+		if err != nil {
+			return err
+		}
+		errs = append(errs, d.folder.PublishReplace(CatalogPath(d.me, agentID), writeBytes(signed), syncsafe.WithMode(0o644)))
 	}
-	signed, err := bcrypto.Sign(bcrypto.KindCatalog, body, d.id)
-	if err != nil {
-		return err
-	}
-	return d.folder.PublishReplace(HostCatalogPath(d.me), writeBytes(signed), syncsafe.WithMode(0o644))
+	return errors.Join(errs...)
 }
 
 // Run serves until ctx is cancelled: it turns watcher batches into
@@ -459,6 +473,7 @@ func (d *Daemon) markFinished(agent, id string) {
 type Catalog struct {
 	V      int             `json:"v"`
 	Host   string          `json:"host"`
+	Agent  string          `json:"agent"`
 	Policy string          `json:"policy_sha256"`
 	Ops    []policy.OpInfo `json:"ops"`
 }

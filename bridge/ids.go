@@ -79,6 +79,7 @@ var reasons = []struct {
 	{ErrTooLarge, "too-large"},
 	{syncsafe.ErrTooLarge, "too-large"},
 	{syncsafe.ErrNotRegular, "not-regular"},
+	{syncsafe.ErrUnsettled, "pending"},
 	{bcrypto.ErrBadSignature, "bad-signature"},
 	{bcrypto.ErrUnknownKey, "unknown-key"},
 	{bcrypto.ErrTruncated, "truncated"},

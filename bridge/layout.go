@@ -11,18 +11,18 @@ import (
 //
 //	bridge.folder                               marker (syncsafe.MarkerName)
 //	hosts/<host>/host.bundle                    host identity          (host writes)
-//	hosts/<host>/host.catalog                   signed op catalog      (host writes)
 //	hosts/<host>/rotate-<seq>.rotation          host key rotations     (host writes)
 //	hosts/<host>/to-host/<agent>/agent.bundle   agent identity         (agent writes)
 //	hosts/<host>/to-host/<agent>/rotate-<seq>.rotation                 (agent writes)
 //	hosts/<host>/to-host/<agent>/<id>.manifest|.payload|.cancel|.ack   (agent writes)
 //	hosts/<host>/to-agent/<agent>/<id>.result|.output                  (host writes)
+//	hosts/<host>/to-agent/<agent>/ops.catalog   the ops this agent may run (host writes)
 const (
 	hostsDir        = "hosts"
 	toHostDir       = "to-host"
 	toAgentDir      = "to-agent"
 	hostBundleName  = "host.bundle"
-	hostCatalogName = "host.catalog"
+	catalogName     = "ops.catalog"
 	agentBundleName = "agent.bundle"
 )
 
@@ -49,8 +49,9 @@ func HostDir(host string) string { return path.Join(hostsDir, host) }
 // HostBundlePath is where a host publishes its bundle.
 func HostBundlePath(host string) string { return path.Join(hostsDir, host, hostBundleName) }
 
-// HostCatalogPath is where a host publishes its signed op catalog.
-func HostCatalogPath(host string) string { return path.Join(hostsDir, host, hostCatalogName) }
+// CatalogPath is where a host publishes, for one agent, the signed catalog
+// of the ops that agent may run.
+func CatalogPath(host, agent string) string { return path.Join(ToAgentDir(host, agent), catalogName) }
 
 // ToHostDir is the directory one agent writes for one host.
 func ToHostDir(host, agent string) string { return path.Join(hostsDir, host, toHostDir, agent) }

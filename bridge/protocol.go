@@ -278,7 +278,7 @@ func writeHeader(w io.Writer, v any) error {
 func readHeader(r io.Reader, v any) error {
 	var n [4]byte
 	if _, err := io.ReadFull(r, n[:]); err != nil {
-		return fmt.Errorf("header: %w", err)
+		return fmt.Errorf("header: %w", shortIsMalformed(err))
 	}
 	size := binary.BigEndian.Uint32(n[:])
 	if size > MaxHeader {
@@ -286,9 +286,18 @@ func readHeader(r io.Reader, v any) error {
 	}
 	body := make([]byte, size)
 	if _, err := io.ReadFull(r, body); err != nil {
-		return fmt.Errorf("header: %w", err)
+		return fmt.Errorf("header: %w", shortIsMalformed(err))
 	}
 	return bcrypto.DecodeBody(body, v)
+}
+
+// shortIsMalformed: a stream that authenticated to its end but is shorter
+// than its own header says was sealed that way: malformed, not truncated.
+func shortIsMalformed(err error) error {
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return fmt.Errorf("%w: shorter than its header", bcrypto.ErrMalformed)
+	}
+	return err
 }
 
 func (c *Call) check() error {
