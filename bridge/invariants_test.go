@@ -425,6 +425,7 @@ func hostileFiles(t *testing.T, p *pair) []string {
 	id, m, pl := p.sealManual(t, "count", nil, nil)
 	put(id+".manifest", m[:len(m)-20])
 	put(id+".payload", pl)
+	audited = append(audited, id)
 	id2, m2, pl2 := p.sealManual(t, "count", nil, nil)
 	bad := bytes.Clone(m2)
 	bad[len(bad)-1] ^= 1
@@ -460,6 +461,7 @@ func hostileFiles(t *testing.T, p *pair) []string {
 	f.Truncate(2 << 30)
 	f.Close()
 	put(id7+".manifest", m7)
+	audited = append(audited, id7)
 	// A valid request addressed to another host.
 	other, _ := bcrypto.GenerateIdentity(nil)
 	ob, _ := other.SignBundle(bcrypto.Bundle{Role: "host", Name: "other", ID: other.SignKid()})
@@ -498,7 +500,10 @@ func TestInvariant7NothingTrustedBeforeVerification(t *testing.T) {
 	for _, id := range audited {
 		found := false
 		for _, line := range strings.Split(string(audit), "\n") {
-			if strings.Contains(line, id) && strings.Contains(line, `"event":"refused"`) && strings.Contains(line, `"reason":`) {
+			// Refused for good, or (a truncated manifest, a payload of
+			// the wrong size) waiting with its reason until the host's
+			// pending timeout turns it into a signed rejection.
+			if strings.Contains(line, id) && (strings.Contains(line, `"event":"refused"`) || strings.Contains(line, `"event":"waiting"`)) && strings.Contains(line, `"reason":`) {
 				found = true
 			}
 		}
@@ -560,4 +565,28 @@ func TestInvariant10PollingIsPureRead(t *testing.T) {
 	}
 	p.stop(t)
 	sameTree(t, "polling", before, snapshot(t, p.folder))
+}
+
+// A payload that never arrives complete ends, after the host's pending
+// timeout, as a signed rejection the agent can read, not as silence.
+func TestPendingTimeoutRejectsIncomplete(t *testing.T) {
+	p := newPair(t, testPolicy)
+	id, manifest, payload := p.sealManual(t, "count", nil, nil)
+	os.WriteFile(filepath.Join(p.toHost(), id+".manifest"), manifest, 0o644)
+	os.WriteFile(filepath.Join(p.toHost(), id+".payload"), payload[:len(payload)/2], 0o644)
+	d, err := NewDaemon(p.host, DaemonOptions{Rescan: 200 * time.Millisecond, PendingTimeout: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Open(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	defer func() { cancel(); <-done; d.Close(context.Background()) }()
+	out := p.wait(t, id)
+	if out.Receipt.Status != StatusRejected || out.Receipt.Reason != "incomplete" {
+		t.Fatalf("status %s reason %s", out.Receipt.Status, out.Receipt.Reason)
+	}
 }

@@ -150,7 +150,9 @@ func (d *Daemon) evaluate(agent, id string) bool {
 	j := &job{agent: agent, keys: keys, manifest: data, sha: SHA256Hex(data), key: key}
 	req, verr := OpenRequest(data, id, d.check(agent, keys))
 	if verr != nil && req == nil {
-		if !errors.Is(verr, bcrypto.ErrTruncated) { // truncated: still arriving
+		if errors.Is(verr, bcrypto.ErrTruncated) {
+			d.waiting(mpath, len(data), verr) // may still be arriving
+		} else {
 			d.refuseFile(mpath, verr)
 		}
 		return false
@@ -203,7 +205,7 @@ func (d *Daemon) evaluate(agent, id string) bool {
 		if d.opt.Now().Sub(ent.FirstSeen) > d.opt.PendingTimeout {
 			d.finish(j, Receipt{Status: StatusRejected, Reason: "incomplete", Detail: fmt.Sprintf("payload not complete after %s: %v", d.opt.PendingTimeout, err)})
 		} else {
-			d.log.Debug("payload pending", "key", key, "err", err)
+			d.waiting(RequestPath(d.me, agent, id, ExtPayload), -1, err)
 		}
 		return false
 	}
@@ -630,6 +632,17 @@ func (d *Daemon) refuseFile(p string, err error) {
 	}
 	d.log.Warn("refused", "file", p, "reason", Reason(err), "err", err)
 	d.audit.log(AuditEvent{Event: "refused", File: p, Reason: Reason(err), Detail: err.Error()})
+}
+
+// waiting records, once per file and state, that a file is not complete
+// yet: not an error (it may still be arriving), but visible in the audit log
+// with its reason, and turned into a signed rejection after PendingTimeout.
+func (d *Daemon) waiting(p string, size int, err error) {
+	if !d.firstTime(fmt.Sprintf("waiting:%s:%d:%s", p, size, Reason(err))) {
+		return
+	}
+	d.log.Debug("waiting for a file to complete", "file", p, "reason", Reason(err), "err", err)
+	d.audit.log(AuditEvent{Event: "waiting", File: p, Reason: Reason(err), Detail: err.Error()})
 }
 
 // cancelled reports whether a verified cancel file exists for the request.

@@ -122,9 +122,11 @@ func (c *KeysTrustCmd) Run(g *Globals) error {
 
 // ServeCmd runs the host daemon.
 type ServeCmd struct {
-	Rescan    time.Duration `default:"30s" help:"Interval of full folder rescans."`
-	LogFormat string        `name:"log-format" enum:"text,json" default:"text" help:"Log format: text or json."`
-	Verbose   bool          `short:"v" help:"Log debug detail."`
+	Rescan         time.Duration `default:"30s" help:"Interval of full folder rescans."`
+	PendingTimeout time.Duration `name:"pending-timeout" default:"1h" help:"How long a request may wait for its payload to arrive complete before it is rejected as incomplete."`
+	MaxQueueAge    time.Duration `name:"max-queue-age" default:"24h" help:"How long a request may wait on this host, whatever its own expiry says."`
+	LogFormat      string        `name:"log-format" enum:"text,json" default:"text" help:"Log format: text or json."`
+	Verbose        bool          `short:"v" help:"Log debug detail."`
 }
 
 func (c *ServeCmd) Run(g *Globals) error {
@@ -136,7 +138,8 @@ func (c *ServeCmd) Run(g *Globals) error {
 	if c.Verbose {
 		level = bridge.LogDebug
 	}
-	d, err := bridge.NewDaemon(h, bridge.DaemonOptions{Rescan: c.Rescan, Logger: bridge.NewLogger(g.stderr, c.LogFormat, level)})
+	d, err := bridge.NewDaemon(h, bridge.DaemonOptions{Rescan: c.Rescan, PendingTimeout: c.PendingTimeout, MaxQueueAge: c.MaxQueueAge,
+		Logger: bridge.NewLogger(g.stderr, c.LogFormat, level)})
 	if err != nil {
 		return err
 	}
