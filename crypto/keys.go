@@ -248,14 +248,20 @@ func ParseBundleText(s string) (*Bundle, []byte, error) {
 }
 
 // Fingerprint is the short form users compare when pairing: 80 bits of
-// SHA-256(label ‖ sign_pub ‖ box_pub) in lower-case base32, as four groups of
-// four characters.
-func (b *Bundle) Fingerprint() string { return Fingerprint(b.SignPub, b.BoxPub) }
+// SHA-256(label ‖ role ‖ 0x00 ‖ id ‖ 0x00 ‖ sign_pub ‖ box_pub) in lower-case
+// base32, as four groups of four characters. It covers the party id and role
+// as well as the keys, so a bundle claiming someone else's id never shows
+// that someone's fingerprint.
+func (b *Bundle) Fingerprint() string { return Fingerprint(b.Role, b.ID, b.SignPub, b.BoxPub) }
 
-// Fingerprint of a pair of public keys; see [Bundle.Fingerprint].
-func Fingerprint(signPub, boxPub []byte) string {
+// Fingerprint of a party's role, id and public keys; see [Bundle.Fingerprint].
+func Fingerprint(role, id string, signPub, boxPub []byte) string {
 	h := sha256.New()
 	h.Write([]byte(labelFingerprint))
+	h.Write([]byte(role))
+	h.Write([]byte{0})
+	h.Write([]byte(id))
+	h.Write([]byte{0})
 	h.Write(signPub)
 	h.Write(boxPub)
 	s := strings.ToLower(base32.StdEncoding.EncodeToString(h.Sum(nil)[:10]))
