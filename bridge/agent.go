@@ -24,6 +24,8 @@ import (
 type Client struct {
 	home   *Home
 	folder *syncsafe.Folder
+	// Rotations are the hosts' key rotations this client followed on open.
+	Rotations []RotationEvent
 }
 
 // OpenClient opens an agent home's folder.
@@ -35,7 +37,48 @@ func OpenClient(home *Home) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Client{home: home, folder: f}, nil
+	c := &Client{home: home, folder: f}
+	// Follow the hosts' key rotations (this writes only the agent's home).
+	peers, err := home.Peers()
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	for _, p := range peers {
+		if p.Role != "host" {
+			continue
+		}
+		events, err := home.FollowRotations(f, p.ID, HostDir(p.ID))
+		if err != nil {
+			f.Close()
+			return nil, err
+		}
+		c.Rotations = append(c.Rotations, events...)
+	}
+	return c, nil
+}
+
+// resultCheck is what verifies results from host h for request s: the host's
+// signing keys valid now, the agent's own encryption keys still kept.
+func (c *Client) resultCheck(s *Sent) (ResultCheck, []OwnKey, error) {
+	p, _, err := c.home.Peer(s.Host)
+	if err != nil {
+		return ResultCheck{}, nil, err
+	}
+	var hostKeys [][]byte
+	for _, k := range p.keysIn(KeyValid, time.Now()) {
+		hostKeys = append(hostKeys, k.SignPub)
+	}
+	own, err := c.home.OwnKeys()
+	if err != nil {
+		return ResultCheck{}, nil, err
+	}
+	var boxKids []string
+	for _, k := range own {
+		boxKids = append(boxKids, k.Identity.BoxKid())
+	}
+	return ResultCheck{Host: s.Host, HostKeys: hostKeys, Agent: c.home.Config.ID, AgentBoxKids: boxKids,
+		RequestSHA256: s.ManifestSHA256}, own, nil
 }
 
 // Close releases the folder.
@@ -247,29 +290,22 @@ func (c *Client) Result(id string) (*Outcome, error) {
 	if err != nil {
 		return nil, err
 	}
-	_, hb, err := c.home.Peer(s.Host)
+	check, own, err := c.resultCheck(s)
 	if err != nil {
 		return nil, err
-	}
-	check := ResultCheck{
-		Host: s.Host, HostKeys: [][]byte{hb.SignPub}, Agent: c.home.Config.ID,
-		AgentBoxKids: []string{c.home.Identity().BoxKid()}, RequestSHA256: s.ManifestSHA256,
 	}
 	data, err := c.folder.ReadFile(ResultPath(s.Host, c.home.Config.ID, id, ExtResult), bcrypto.KindResult.MaxSize())
 	if errors.Is(err, fs.ErrNotExist) {
 		// Acked results are kept in the home: the host may have collected
 		// its copy since.
-		if out, err := c.keptResult(s, check); err == nil {
+		if out, err := c.keptResult(s, check, own); err == nil {
 			return out, nil
 		}
 		return nil, ErrNoResult
 	} else if err != nil {
 		return nil, err
 	}
-	res, err := OpenResult(data, id, ResultCheck{
-		Host: s.Host, HostKeys: [][]byte{hb.SignPub}, Agent: c.home.Config.ID,
-		AgentBoxKids: []string{c.home.Identity().BoxKid()}, RequestSHA256: s.ManifestSHA256,
-	})
+	res, err := OpenResult(data, id, check)
 	if errors.Is(err, bcrypto.ErrTruncated) {
 		return nil, ErrNoResult // still arriving
 	} else if err != nil {
@@ -282,12 +318,21 @@ func (c *Client) Result(id string) (*Outcome, error) {
 	} else if err != nil {
 		return nil, err
 	}
-	return c.openOutcome(s, res, data, spool.Bytes())
+	return c.openOutcome(s, res, data, spool.Bytes(), own)
 }
 
-func (c *Client) openOutcome(s *Sent, res *Result, manifest, output []byte) (*Outcome, error) {
+func (c *Client) openOutcome(s *Sent, res *Result, manifest, output []byte, own []OwnKey) (*Outcome, error) {
+	var me *bcrypto.Identity
+	for _, k := range own {
+		if k.Identity.BoxKid() == res.AgentBoxKid {
+			me = k.Identity
+		}
+	}
+	if me == nil {
+		return nil, fmt.Errorf("result %s: %w: sealed to a key this agent no longer keeps", s.ID, bcrypto.ErrUnknownKey)
+	}
 	var stdout, stderr bytes.Buffer
-	rc, err := OpenOutput(bytes.NewReader(output), res, c.home.Identity(), &stdout, &stderr)
+	rc, err := OpenOutput(bytes.NewReader(output), res, me, &stdout, &stderr)
 	if err != nil {
 		return nil, fmt.Errorf("result %s: %w", s.ID, err)
 	}
@@ -295,10 +340,20 @@ func (c *Client) openOutcome(s *Sent, res *Result, manifest, output []byte) (*Ou
 }
 
 // keptResult reads the copy of an acked result from the home.
-func (c *Client) keptResult(s *Sent, check ResultCheck) (*Outcome, error) {
+func (c *Client) keptResult(s *Sent, check ResultCheck, own []OwnKey) (*Outcome, error) {
 	data, err := os.ReadFile(c.home.Path("requests", s.ID+"."+ExtResult))
 	if err != nil {
 		return nil, err
+	}
+	// It was verified when it was acked; any of the host's keys that is not
+	// revoked still vouches for it after a rotation's overlap ended.
+	if p, _, err := c.home.Peer(s.Host); err == nil {
+		check.HostKeys = nil
+		for _, k := range p.Keys {
+			if p.State(k, time.Now()) != KeyRevoked {
+				check.HostKeys = append(check.HostKeys, k.SignPub)
+			}
+		}
 	}
 	res, err := OpenResult(data, s.ID, check)
 	if err != nil {
@@ -311,7 +366,7 @@ func (c *Client) keptResult(s *Sent, check ResultCheck) (*Outcome, error) {
 	if err := CheckPayloadBytes(output, res.Payload); err != nil {
 		return nil, err
 	}
-	return c.openOutcome(s, res, data, output)
+	return c.openOutcome(s, res, data, output, own)
 }
 
 // State is what the agent can tell about a request from the folder.
@@ -473,8 +528,16 @@ func (c *Client) Ops(host string) (*Catalog, error) {
 	} else if err != nil {
 		return nil, err
 	}
+	p, _, err := c.home.Peer(hb.ID)
+	if err != nil {
+		return nil, err
+	}
+	var hostKeys [][]byte
+	for _, k := range p.keysIn(KeyValid, time.Now()) {
+		hostKeys = append(hostKeys, k.SignPub)
+	}
 	var cat Catalog
-	if err := openBody(bcrypto.KindCatalog, data, [][]byte{hb.SignPub}, &cat); err != nil {
+	if err := openBody(bcrypto.KindCatalog, data, hostKeys, &cat); err != nil {
 		return nil, fmt.Errorf("host catalog: %w", err)
 	}
 	if cat.Host != hb.ID || cat.Agent != c.home.Config.ID {

@@ -2,6 +2,8 @@ package bridge
 
 import (
 	"bytes"
+	"sort"
+	"sync/atomic"
 	"context"
 	"errors"
 	"fmt"
@@ -52,7 +54,6 @@ type Daemon struct {
 	home    *Home
 	opt     DaemonOptions
 	log     *slog.Logger
-	id      *bcrypto.Identity
 	me      string
 	folder  *syncsafe.Folder
 	ledger  *ledger.Ledger
@@ -60,7 +61,8 @@ type Daemon struct {
 	lock    *syncsafe.Lockfile
 	audit   *auditLog
 	watcher *syncsafe.Watcher
-	agents  map[string]*agentKeys // by agent id
+	agentsP atomic.Pointer[map[string]*agentKeys] // by agent id; replaced whole when keys change
+	ownP    atomic.Pointer[ownKeys]
 
 	// The work queue: keys ("agent/id") wait in queue until one of a fixed
 	// number of evaluation workers takes them, so hostile volume costs queue
@@ -85,12 +87,99 @@ type Daemon struct {
 	stopCtl  chan struct{} // stops the control loop
 }
 
-// agentKeys is what the host trusts for one agent.
+// agentKeys is what the host trusts for one agent: a snapshot of its peer
+// record, whose keys are judged at the time of use.
 type agentKeys struct {
-	name   string
-	sign   [][]byte
-	boxPub map[string][]byte // box kid → public key
+	name string
+	peer Peer
 }
+
+// sign returns the signing keys valid now.
+func (k *agentKeys) sign(now time.Time) [][]byte {
+	var out [][]byte
+	for _, pk := range k.peer.keysIn(KeyValid, now) {
+		out = append(out, pk.SignPub)
+	}
+	return out
+}
+
+// invalidSign returns the agent's revoked and expired signing keys with the
+// reason each stands for: a request signed by one is answered with that
+// reason instead of being dropped as forged.
+func (k *agentKeys) invalidSign(now time.Time) (keys [][]byte, reasons []string) {
+	for _, pk := range k.peer.Keys {
+		switch k.peer.State(pk, now) {
+		case KeyRevoked:
+			keys, reasons = append(keys, pk.SignPub), append(reasons, "revoked")
+		case KeyExpired:
+			keys, reasons = append(keys, pk.SignPub), append(reasons, "key-expired")
+		}
+	}
+	return keys, reasons
+}
+
+// boxPub returns the agent's encryption key with this kid, of any generation.
+func (k *agentKeys) boxPub(kid string) ([]byte, bool) {
+	for _, pk := range k.peer.Keys {
+		if pk.BoxKid() == kid {
+			return pk.BoxPub, true
+		}
+	}
+	return nil, false
+}
+
+// boxValid reports whether kid names a box key of the agent valid now.
+func (k *agentKeys) boxValid(kid string, now time.Time) bool {
+	for _, pk := range k.peer.keysIn(KeyValid, now) {
+		if pk.BoxKid() == kid {
+			return true
+		}
+	}
+	return false
+}
+
+// ownKeys are the host's own identities: the current one and the retired
+// ones still kept to open requests sealed to them.
+type ownKeys struct {
+	current *bcrypto.Identity
+	all     []OwnKey
+	stamp   time.Time // mtime of the home's bundle when loaded
+}
+
+func (o *ownKeys) boxKids() []string {
+	var out []string
+	for _, k := range o.all {
+		out = append(out, k.Identity.BoxKid())
+	}
+	return out
+}
+
+func (o *ownKeys) byBoxKid(kid string) *bcrypto.Identity {
+	for _, k := range o.all {
+		if k.Identity.BoxKid() == kid {
+			return k.Identity
+		}
+	}
+	return nil
+}
+
+func (o *ownKeys) signPubs() [][]byte {
+	var out [][]byte
+	for _, k := range o.all {
+		out = append(out, k.Identity.SignPublic())
+	}
+	return out
+}
+
+func (d *Daemon) agents() map[string]*agentKeys {
+	if m := d.agentsP.Load(); m != nil {
+		return *m
+	}
+	return nil
+}
+
+func (d *Daemon) own() *ownKeys { return d.ownP.Load() }
+
 
 // NewDaemon prepares a daemon for a host home. Nothing is opened yet.
 func NewDaemon(home *Home, opt DaemonOptions) (*Daemon, error) {
@@ -119,7 +208,7 @@ func NewDaemon(home *Home, opt DaemonOptions) (*Daemon, error) {
 		opt.Now = time.Now
 	}
 	d := &Daemon{
-		home: home, opt: opt, log: opt.Logger, id: home.Identity(), me: home.Config.ID,
+		home: home, opt: opt, log: opt.Logger, me: home.Config.ID,
 		queued: map[string]bool{}, active: map[string]bool{}, dirty: map[string]bool{}, finished: map[string]stamp{},
 		cancels: map[string]context.CancelFunc{}, noted: map[string]bool{}, sems: map[string]chan struct{}{},
 	}
@@ -150,8 +239,9 @@ func (d *Daemon) Open() (err error) {
 		}
 	}
 	d.folder.SweepStaging(0)
-	for id := range d.agents {
+	for id := range d.agents() {
 		d.folder.SweepTemps(ToAgentDir(d.me, id), 0)
+		d.followRotations(id)
 	}
 	if err := d.publishCatalog(); err != nil {
 		d.log.Warn("publish catalog", "err", err)
@@ -175,7 +265,7 @@ func (d *Daemon) Open() (err error) {
 			return false
 		}
 		agent, rest, deeper := strings.Cut(rel, "/")
-		return deeper || rest != "" || d.agents[agent] == nil
+		return deeper || rest != "" || d.agents()[agent] == nil
 	}
 	d.watcher, err = syncsafe.NewWatcher(root, syncsafe.WatchOptions{Rescan: d.opt.Rescan, Skip: skip})
 	if err != nil {
@@ -186,7 +276,7 @@ func (d *Daemon) Open() (err error) {
 	d.wg.Add(1)
 	go func() { defer d.wg.Done(); d.controlLoop(stop) }()
 	d.audit.log(AuditEvent{Event: "start", Detail: "policy " + d.policy.SHA256})
-	d.log.Info("serving", "host", d.me, "folder", d.home.Config.Folder, "agents", len(d.agents), "policy", d.policy.SHA256[:12])
+	d.log.Info("serving", "host", d.me, "folder", d.home.Config.Folder, "agents", len(d.agents()), "policy", d.policy.SHA256[:12])
 	return nil
 }
 
@@ -228,6 +318,9 @@ func (d *Daemon) openCore() (err error) {
 	if err := d.loadAgents(); err != nil {
 		return err
 	}
+	if err := d.loadOwnKeys(); err != nil {
+		return err
+	}
 	d.runCtx, d.abortRun = context.WithCancel(context.Background())
 	return nil
 }
@@ -237,23 +330,67 @@ func (d *Daemon) loadAgents() error {
 	if err != nil {
 		return err
 	}
-	d.agents = map[string]*agentKeys{}
+	agents := map[string]*agentKeys{}
 	for _, p := range peers {
 		if p.Role != "agent" {
 			continue
 		}
-		// The bundle of this very record, checked against it: never a lookup
-		// by name, which another record could shadow.
-		b, _, err := bcrypto.ParseBundleText(p.Bundle)
-		if err != nil {
-			return fmt.Errorf("trusted agent %s: %w", p.Name, err)
+		// The record is checked against the bundle it was made from: never a
+		// lookup by name, which another record could shadow.
+		if err := p.check(); err != nil {
+			return fmt.Errorf("trusted agent: %w", err)
 		}
-		if b.ID != p.ID || b.Role != "agent" {
-			return fmt.Errorf("trusted agent %s: the record does not match its bundle", p.Name)
-		}
-		d.agents[p.ID] = &agentKeys{name: p.Name, sign: [][]byte{b.SignPub}, boxPub: map[string][]byte{b.BoxKid(): b.BoxPub}}
+		agents[p.ID] = &agentKeys{name: p.Name, peer: p}
+	}
+	d.agentsP.Store(&agents)
+	return nil
+}
+
+// loadOwnKeys reads the host's own identities, if the home's bundle changed
+// since they were last read (a `bridge keys rotate` while serving).
+func (d *Daemon) loadOwnKeys() error {
+	fi, err := os.Stat(d.home.Path(bundleName))
+	if err != nil {
+		return err
+	}
+	if o := d.own(); o != nil && o.stamp.Equal(fi.ModTime()) {
+		return nil
+	}
+	h, err := OpenHome(d.home.Dir)
+	if err != nil {
+		return err
+	}
+	all, err := h.OwnKeys()
+	if err != nil {
+		return err
+	}
+	d.ownP.Store(&ownKeys{current: h.Identity(), all: all, stamp: fi.ModTime()})
+	if len(all) > 1 {
+		d.log.Info("own keys", "current", h.Identity().SignKid(), "kept", len(all)-1)
 	}
 	return nil
+}
+
+// followRotations applies the rotation statements an agent published.
+func (d *Daemon) followRotations(agent string) {
+	events, err := d.home.FollowRotations(d.folder, agent, ToHostDir(d.me, agent))
+	if err != nil {
+		d.log.Warn("follow rotations", "agent", agent, "err", err)
+	}
+	changed := false
+	for _, ev := range events {
+		changed = changed || ev.Result == "accepted"
+		d.audit.log(AuditEvent{Event: "rotation", Agent: agent, Detail: fmt.Sprintf("seq %d: %s", ev.Seq, ev.Result)})
+		d.log.Info("agent key rotation", "agent", ev.Peer, "seq", ev.Seq, "result", ev.Result)
+	}
+	if changed {
+		if err := d.loadAgents(); err != nil {
+			d.log.Error("reload agents", "err", err)
+		}
+		if err := d.publishCatalog(); err != nil {
+			d.log.Warn("publish catalog", "err", err)
+		}
+	}
 }
 
 // publishCatalog publishes, for each trusted agent, the signed list of the
@@ -261,7 +398,7 @@ func (d *Daemon) loadAgents() error {
 func (d *Daemon) publishCatalog() error {
 	all := d.policy.Catalog()
 	var errs []error
-	for agentID, keys := range d.agents {
+	for agentID, keys := range d.agents() {
 		allowed := d.policy.AgentOps(keys.name)
 		ops := []policy.OpInfo{}
 		for _, op := range all {
@@ -273,7 +410,7 @@ func (d *Daemon) publishCatalog() error {
 		if err != nil {
 			return err
 		}
-		signed, err := bcrypto.Sign(bcrypto.KindCatalog, body, d.id)
+		signed, err := bcrypto.Sign(bcrypto.KindCatalog, body, d.own().current)
 		if err != nil {
 			return err
 		}
@@ -293,6 +430,16 @@ func (d *Daemon) Run(ctx context.Context) error {
 			}
 			return err
 		}
+		if batch.Full {
+			if err := d.loadOwnKeys(); err != nil {
+				d.log.Error("reload own keys", "err", err)
+			}
+		}
+		// Rotation statements first: a request signed by an agent's new key
+		// may arrive in the same batch as the statement that introduces it.
+		sort.SliceStable(batch.Paths, func(i, j int) bool {
+			return strings.HasSuffix(batch.Paths[i], ".rotation") && !strings.HasSuffix(batch.Paths[j], ".rotation")
+		})
 		for _, p := range batch.Paths {
 			d.dispatch(p, batch.Full)
 		}
@@ -306,7 +453,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 // (symlinks, FIFOs, directories, devices): the watcher reports regular files
 // only, so without this they would be ignored without a reason.
 func (d *Daemon) refuseIrregular() {
-	for agent := range d.agents {
+	for agent := range d.agents() {
 		dir := ToHostDir(d.me, agent)
 		entries, err := d.folder.List(dir)
 		if err != nil {
@@ -379,18 +526,18 @@ func (d *Daemon) dispatch(p string, full bool) {
 	if !ok || strings.Contains(name, "/") {
 		return
 	}
-	keys := d.agents[agent]
+	keys := d.agents()[agent]
 	if keys == nil {
 		d.noteOnce("agent:"+agent, "ignoring a directory of an agent nobody trusted", "agent", agent)
 		return
 	}
 	id, ext, ok := ParseToHostName(name)
 	if !ok {
-		if name != agentBundleName {
-			if _, isRot := ParseRotationName(name); !isRot {
-				c := syncsafe.Classify(name)
-				d.noteOnce("file:"+p, "ignoring a file that is not ours", "file", p, "kind", c.Kind.String(), "client", c.Client)
-			}
+		if _, isRot := ParseRotationName(name); isRot {
+			d.followRotations(agent)
+		} else if name != agentBundleName {
+			c := syncsafe.Classify(name)
+			d.noteOnce("file:"+p, "ignoring a file that is not ours", "file", p, "kind", c.Kind.String(), "client", c.Client)
 		}
 		return
 	}

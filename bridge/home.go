@@ -68,14 +68,17 @@ type Config struct {
 	Created int64  `json:"created"`
 }
 
-// Peer is a trusted party, recorded by `bridge keys trust`.
+// Peer is a trusted party, recorded by `bridge keys trust` and updated by
+// the rotation statements it publishes.
 type Peer struct {
-	V       int    `json:"v"`
-	Name    string `json:"name"` // local name; a host's policy refers to agents by it
-	Role    string `json:"role"`
-	ID      string `json:"id"`
-	Bundle  string `json:"bundle"` // text form of its current bundle
-	Trusted int64  `json:"trusted"`
+	V       int       `json:"v"`
+	Name    string    `json:"name"` // local name; a host's policy refers to agents by it
+	Role    string    `json:"role"`
+	ID      string    `json:"id"`
+	Bundle  string    `json:"bundle"` // text form of the bundle that was trusted
+	Trusted int64     `json:"trusted"`
+	Keys    []PeerKey `json:"keys"`              // key generations, oldest first; the last is current
+	Revoked []string  `json:"revoked,omitempty"` // signing and box kids revoked here (`bridge keys revoke`)
 }
 
 // Home is an opened state directory.
@@ -305,13 +308,6 @@ func (h *Home) Trust(text, name string) (*Peer, error) {
 	if b.Role == h.Config.Role {
 		return nil, fmt.Errorf("trust: that is a %s bundle; a %s trusts %ss", b.Role, h.Config.Role, otherRole(h.Config.Role))
 	}
-	if b.Seq != 0 {
-		// A later key generation claims an id it cannot prove by itself: it
-		// is accepted only through a rotation statement signed by the key it
-		// replaces, never pasted in.
-		return nil, withHint(fmt.Errorf("trust: that bundle is key generation %d of %s", b.Seq, b.ID),
-			"trust the peer's first bundle; later keys arrive as signed rotations")
-	}
 	if b.ID == h.Config.ID {
 		return nil, errors.New("trust: that is this party's own bundle")
 	}
@@ -327,35 +323,53 @@ func (h *Home) Trust(text, name string) (*Peer, error) {
 	}
 	for _, p := range peers {
 		switch {
-		case p.ID == b.ID && p.Bundle != strings.TrimSpace(text):
+		case p.ID == b.ID && p.Bundle == strings.TrimSpace(text) && p.Name == name:
+			// Trusted already: keep the record (and the rotations it has
+			// followed since); just make sure the directories exist.
+			return &p, h.trustDirs(b.ID)
+		case p.ID == b.ID:
 			return nil, withHint(fmt.Errorf("trust: %s is already trusted as %q with other keys", b.ID, p.Name),
 				"if its keys really changed, remove %s and trust it again after comparing fingerprints", h.Path(peersDir, p.ID+".json"))
 		case p.Name == name && p.ID != b.ID:
 			return nil, withHint(fmt.Errorf("trust: the name %q is already used for %s", name, p.ID), "choose another --name")
 		}
 	}
-	p := &Peer{V: 1, Name: name, Role: b.Role, ID: b.ID, Bundle: strings.TrimSpace(text), Trusted: time.Now().Unix()}
+	p := &Peer{V: 1, Name: name, Role: b.Role, ID: b.ID, Bundle: strings.TrimSpace(text), Trusted: time.Now().Unix(),
+		Keys: []PeerKey{{Seq: b.Seq, SignPub: b.SignPub, BoxPub: b.BoxPub}}}
+	if err := h.savePeer(p); err != nil {
+		return nil, err
+	}
+	return p, h.trustDirs(b.ID)
+}
+
+func (h *Home) savePeer(p *Peer) error {
 	data, _ := json.MarshalIndent(p, "", "  ")
 	if err := os.MkdirAll(h.Path(peersDir), 0o700); err != nil {
-		return nil, err
+		return err
 	}
-	if err := writeFileAtomic(h.Path(peersDir, b.ID+".json"), append(data, '\n')); err != nil {
-		return nil, err
-	}
+	return writeFileAtomic(h.Path(peersDir, p.ID+".json"), append(data, '\n'))
+}
+
+// trustDirs creates the directories this side writes for a peer: the host
+// the agent's result directory; the agent its request directory for that
+// host, where it also publishes its bundle.
+func (h *Home) trustDirs(peer string) error {
 	f, err := h.OpenFolder()
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer f.Close()
 	if h.Config.Role == "host" {
-		err = f.MkdirAll(ToAgentDir(h.Config.ID, b.ID))
-	} else {
-		if err = f.MkdirAll(ToHostDir(b.ID, h.Config.ID)); err == nil {
-			signed, _ := os.ReadFile(h.Path(bundleName))
-			err = f.PublishReplace(AgentBundlePath(b.ID, h.Config.ID), writeBytes(signed), syncsafe.WithMode(0o644))
-		}
+		return f.MkdirAll(ToAgentDir(h.Config.ID, peer))
 	}
-	return p, err
+	if err := f.MkdirAll(ToHostDir(peer, h.Config.ID)); err != nil {
+		return err
+	}
+	signed, err := os.ReadFile(h.Path(bundleName))
+	if err != nil {
+		return err
+	}
+	return f.PublishReplace(AgentBundlePath(peer, h.Config.ID), writeBytes(signed), syncsafe.WithMode(0o644))
 }
 
 func otherRole(r string) string {
@@ -418,14 +432,33 @@ func (h *Home) Peer(nameOrID string) (*Peer, *bcrypto.Bundle, error) {
 		return nil, nil, fmt.Errorf("%w: %q", ErrUnknownPeer, nameOrID)
 	}
 	p := peers[found]
+	if err := p.check(); err != nil {
+		return nil, nil, err
+	}
+	cur, ok := p.Current()
+	if !ok {
+		return nil, nil, withHint(fmt.Errorf("peer %s: every key of it is revoked", p.Name),
+			"pair with it again: remove %s, then `bridge pair` or `bridge keys trust` its new bundle", h.Path(peersDir, p.ID+".json"))
+	}
+	return &p, &bcrypto.Bundle{V: 1, Role: p.Role, Name: p.Name, ID: p.ID, Seq: cur.Seq, SignPub: cur.SignPub, BoxPub: cur.BoxPub}, nil
+}
+
+// check verifies a peer record against the bundle it was created from: a
+// record edited to point elsewhere is refused.
+func (p *Peer) check() error {
 	b, _, err := bcrypto.ParseBundleText(p.Bundle)
 	if err != nil {
-		return nil, nil, fmt.Errorf("peer %s: %w", p.Name, err)
+		return fmt.Errorf("peer %s: %w", p.Name, err)
 	}
-	if b.ID != p.ID || b.Role != p.Role {
-		return nil, nil, fmt.Errorf("peer %s: the record does not match its bundle", p.Name)
+	if b.ID != p.ID || b.Role != p.Role || len(p.Keys) == 0 || !bytes.Equal(p.Keys[0].SignPub, b.SignPub) || !bytes.Equal(p.Keys[0].BoxPub, b.BoxPub) {
+		return fmt.Errorf("peer %s: the record does not match its bundle", p.Name)
 	}
-	return &p, b, nil
+	for _, k := range p.Keys {
+		if bcrypto.CheckSignKey(k.SignPub) != nil || bcrypto.CheckBoxKey(k.BoxPub) != nil {
+			return fmt.Errorf("peer %s: a key of the record is malformed", p.Name)
+		}
+	}
+	return nil
 }
 
 // writeFileAtomic writes a private file (0600) by temp, fsync, rename and

@@ -18,8 +18,13 @@ func TestTrustRefusesTakeover(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := p.host.Trust(bcrypto.BundleText(signed), "other"); err == nil || !strings.Contains(err.Error(), "generation") {
+	if _, err := p.host.Trust(bcrypto.BundleText(signed), "other"); err == nil || !strings.Contains(err.Error(), "already trusted") {
 		t.Fatalf("a seq 1 bundle claiming another id was trusted: %v", err)
+	}
+	// Its fingerprint is not the agent's: the user comparing would notice.
+	mb, _ := bcrypto.ParseBundle(signed)
+	if mb.Fingerprint() == p.agent.Bundle().Fingerprint() {
+		t.Fatal("a bundle claiming the agent's id shows the agent's fingerprint")
 	}
 	// A first-generation bundle whose name is the agent's id.
 	own, _ := mallory.SignBundle(bcrypto.Bundle{Role: "agent", Name: "m", ID: mallory.SignKid()})

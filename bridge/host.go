@@ -196,7 +196,7 @@ func (d *Daemon) reconcile(id, as string) (*LedgerEntry, error) {
 	if e.State != ledger.StateUncertain {
 		return nil, fmt.Errorf("reconcile %s: it is %s, not uncertain", id, e.State)
 	}
-	keys := d.agents[e.Agent]
+	keys := d.agents()[e.Agent]
 	if keys == nil {
 		return nil, fmt.Errorf("reconcile %s: agent %s is no longer trusted", id, e.Agent)
 	}

@@ -77,6 +77,8 @@ var reasons = []struct {
 	{ErrNotAllowed, "not-allowed"},
 	{ErrReplay, "replay"},
 	{ErrTooLarge, "too-large"},
+	{ErrKeyRevoked, "revoked"},
+	{ErrKeyExpired, "key-expired"},
 	{syncsafe.ErrTooLarge, "too-large"},
 	{syncsafe.ErrNotRegular, "not-regular"},
 	{syncsafe.ErrUnsettled, "pending"},

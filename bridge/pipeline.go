@@ -89,8 +89,8 @@ type job struct {
 
 func (d *Daemon) check(agent string, keys *agentKeys) RequestCheck {
 	return RequestCheck{
-		Host: d.me, HostBoxKids: []string{d.id.BoxKid()}, Agent: agent, AgentKeys: keys.sign,
-		AgentBoxKid: func(kid string) bool { _, ok := keys.boxPub[kid]; return ok },
+		Host: d.me, HostBoxKids: d.own().boxKids(), Agent: agent, AgentKeys: keys.sign(d.opt.Now()),
+		AgentBoxKid: func(kid string) bool { return keys.boxValid(kid, d.opt.Now()) },
 		Now:         d.opt.Now(), Skew: d.opt.Skew,
 	}
 }
@@ -100,7 +100,10 @@ func (d *Daemon) check(agent string, keys *agentKeys) RequestCheck {
 // reports whether it handed the key to a run goroutine, which then owns the
 // key's release.
 func (d *Daemon) evaluate(agent, id string) bool {
-	keys := d.agents[agent]
+	keys := d.agents()[agent]
+	if keys == nil {
+		return false // trust was withdrawn
+	}
 	key := agent + "/" + id
 	mpath := RequestPath(d.me, agent, id, ExtManifest)
 	ent, err := d.ledger.Get(key)
@@ -149,6 +152,9 @@ func (d *Daemon) evaluate(agent, id string) bool {
 	}
 	j := &job{agent: agent, keys: keys, manifest: data, sha: SHA256Hex(data), key: key}
 	req, verr := OpenRequest(data, id, d.check(agent, keys))
+	if errors.Is(verr, bcrypto.ErrBadSignature) {
+		req, verr = d.invalidKey(data, id, agent, keys, verr)
+	}
 	if verr != nil && req == nil {
 		if errors.Is(verr, bcrypto.ErrTruncated) {
 			d.waiting(mpath, len(data), verr) // may still be arriving
@@ -210,6 +216,26 @@ func (d *Daemon) evaluate(agent, id string) bool {
 		return false
 	}
 	return d.admit(j, spool, false)
+}
+
+// invalidKey checks whether a manifest that no valid key verifies was
+// signed by one of the agent's revoked or expired keys. If so, the request is
+// authentic but refused, and is answered with that reason (the agent sees it
+// in `bridge status`); otherwise the original error stands.
+func (d *Daemon) invalidKey(data []byte, id, agent string, keys *agentKeys, verr error) (*Request, error) {
+	bad, reasons := keys.invalidSign(d.opt.Now())
+	for i, k := range bad {
+		c := d.check(agent, keys)
+		c.AgentKeys = [][]byte{k}
+		c.AgentBoxKid = func(kid string) bool { _, ok := keys.boxPub(kid); return ok }
+		if req, _ := OpenRequest(data, id, c); req != nil {
+			if reasons[i] == "revoked" {
+				return req, fmt.Errorf("request %s: %w", id, ErrKeyRevoked)
+			}
+			return req, fmt.Errorf("request %s: %w", id, ErrKeyExpired)
+		}
+	}
+	return nil, verr
 }
 
 // expired finishes a request that is past its signed expiry or waited on
@@ -293,7 +319,12 @@ func (d *Daemon) admit(j *job, spool string, resume bool) bool {
 			os.Remove(stdin.Name())
 		}
 	}()
-	call, err := OpenCall(in, j.req, d.id, stdin)
+	me := d.own().byBoxKid(j.req.HostBoxKid)
+	if me == nil {
+		in.Close()
+		return refuse(Receipt{Status: StatusRejected, Reason: "unknown-key", Detail: "sealed to a host key this host no longer keeps"})
+	}
+	call, err := OpenCall(in, j.req, me, stdin)
 	in.Close()
 	if err != nil {
 		return refuse(Receipt{Status: StatusRejected, Reason: Reason(err), Detail: err.Error()})
@@ -496,9 +527,13 @@ func (d *Daemon) publishResult(j *job, rc Receipt, stdout, stderr []byte) (strin
 	resCopy := filepath.Join(dir, j.req.ID+"."+ExtResult)
 	manifest, err := os.ReadFile(resCopy)
 	if errors.Is(err, fs.ErrNotExist) {
+		replyKey, ok := j.keys.boxPub(j.req.ReplyBoxKid)
+		if !ok {
+			return "", "", fmt.Errorf("result %s: the reply key is not the agent's", j.req.ID)
+		}
 		var buf bytes.Buffer
 		manifest, err = SealResult(&buf, NewResult{
-			Host: d.id, HostID: d.me, AgentBoxPub: j.keys.boxPub[j.req.ReplyBoxKid], Request: j.req, RequestSHA: j.sha,
+			Host: d.own().current, HostID: d.me, AgentBoxPub: replyKey, Request: j.req, RequestSHA: j.sha,
 			Receipt: rc, Stdout: stdout, Stderr: stderr, Created: d.opt.Now(),
 		})
 		if err != nil {
@@ -521,7 +556,7 @@ func (d *Daemon) publishResult(j *job, rc Receipt, stdout, stderr []byte) (strin
 // and id, and returns its status.
 func (d *Daemon) ownResult(data []byte, agent, id string) (string, error) {
 	var res Result
-	if err := openBody(bcrypto.KindResult, data, [][]byte{d.id.SignPublic()}, &res); err != nil {
+	if err := openBody(bcrypto.KindResult, data, d.own().signPubs(), &res); err != nil {
 		return "", err
 	}
 	if res.ID != id || res.Agent != agent || res.Host != d.me {
@@ -655,7 +690,11 @@ func (d *Daemon) cancelled(agent, id string) bool {
 		}
 		return false
 	}
-	if _, err = OpenCancel(data, id, d.me, agent, d.agents[agent].sign); err != nil {
+	keys := d.agents()[agent]
+	if keys == nil {
+		return false
+	}
+	if _, err = OpenCancel(data, id, d.me, agent, keys.sign(d.opt.Now())); err != nil {
 		if !errors.Is(err, bcrypto.ErrTruncated) {
 			d.refuseFile(p, err)
 		}
@@ -692,7 +731,7 @@ func (d *Daemon) recover() error {
 		return err
 	}
 	for _, ent := range inflight {
-		keys := d.agents[ent.Agent]
+		keys := d.agents()[ent.Agent]
 		if keys == nil {
 			d.log.Warn("in-flight request of an agent no longer trusted", "key", ent.Key)
 			continue

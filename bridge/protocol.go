@@ -41,6 +41,8 @@ var (
 	ErrNotAllowed     = errors.New("not allowed")
 	ErrReplay         = errors.New("id already used with other content")
 	ErrTooLarge       = errors.New("too large")
+	ErrKeyRevoked     = errors.New("signed by a revoked key")
+	ErrKeyExpired     = errors.New("signed by a key whose overlap after a rotation has ended")
 )
 
 // Payload pins a sealed payload file from inside a signed manifest: its exact

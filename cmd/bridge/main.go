@@ -64,7 +64,8 @@ type CLI struct {
 	Globals
 
 	Init      InitCmd      `cmd:"" help:"Create a host or agent home bound to a synced folder."`
-	Keys      KeysCmd      `cmd:"" help:"Show, export and trust keys."`
+	Keys      KeysCmd      `cmd:"" help:"Show, export, trust, rotate and revoke keys."`
+	Pair      PairCmd      `cmd:"" help:"Trust the peer whose bundle is in the folder, after checking its fingerprint."`
 	Serve     ServeCmd     `cmd:"" help:"Run the host daemon in the foreground."`
 	Run       RunCmd       `cmd:"" help:"Agent: submit an op, wait, print its output and exit with its exit code."`
 	Submit    SubmitCmd    `cmd:"" help:"Agent: submit an op and print the request id."`
