@@ -2,8 +2,6 @@ package bridge
 
 import (
 	"bytes"
-	"sort"
-	"sync/atomic"
 	"context"
 	"errors"
 	"fmt"
@@ -13,8 +11,10 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/syncbridge/bridge/bridge/ledger"
@@ -179,7 +179,6 @@ func (d *Daemon) agents() map[string]*agentKeys {
 }
 
 func (d *Daemon) own() *ownKeys { return d.ownP.Load() }
-
 
 // NewDaemon prepares a daemon for a host home. Nothing is opened yet.
 func NewDaemon(home *Home, opt DaemonOptions) (*Daemon, error) {
