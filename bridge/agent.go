@@ -58,6 +58,18 @@ func OpenClient(home *Home) (*Client, error) {
 	return c, nil
 }
 
+// followHost applies the rotation statements the host published, and
+// reports whether any was accepted.
+func (c *Client) followHost(host string) bool {
+	events, err := c.home.FollowRotations(c.folder, host, HostDir(host))
+	accepted := false
+	for _, ev := range events {
+		accepted = accepted || ev.Result == "accepted"
+	}
+	c.Rotations = append(c.Rotations, events...)
+	return err == nil && accepted
+}
+
 // resultCheck is what verifies results from host h for request s: the host's
 // signing keys valid now, the agent's own encryption keys still kept.
 func (c *Client) resultCheck(s *Sent) (ResultCheck, []OwnKey, error) {
@@ -306,6 +318,14 @@ func (c *Client) Result(id string) (*Outcome, error) {
 		return nil, err
 	}
 	res, err := OpenResult(data, id, check)
+	if errors.Is(err, bcrypto.ErrBadSignature) && c.followHost(s.Host) {
+		// The host may have rotated since this client opened: follow its
+		// statements and try once more.
+		if check, own, err = c.resultCheck(s); err != nil {
+			return nil, err
+		}
+		res, err = OpenResult(data, id, check)
+	}
 	if errors.Is(err, bcrypto.ErrTruncated) {
 		return nil, ErrNoResult // still arriving
 	} else if err != nil {

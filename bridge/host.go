@@ -235,14 +235,33 @@ func (d *Daemon) reconcile(id, as string) (*LedgerEntry, error) {
 }
 
 // controlLoop applies reconcile orders the CLI left while the daemon runs.
+// It also notices, within a second, what other bridge commands changed in
+// the home: trusted peers (keys trust, pair, revoke) and its own keys
+// (keys rotate).
 func (d *Daemon) controlLoop(stop <-chan struct{}) {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
+	var peersStamp time.Time
+	if fi, err := os.Stat(d.home.Path(peersDir)); err == nil {
+		peersStamp = fi.ModTime()
+	}
 	for {
 		select {
 		case <-stop:
 			return
 		case <-t.C:
+		}
+		if fi, err := os.Stat(d.home.Path(peersDir)); err == nil && !fi.ModTime().Equal(peersStamp) {
+			peersStamp = fi.ModTime()
+			if err := d.loadAgents(); err != nil {
+				d.log.Error("reload trusted agents", "err", err)
+			} else {
+				d.log.Info("trusted agents reloaded", "agents", len(d.agents()))
+				d.publishCatalog()
+			}
+		}
+		if err := d.loadOwnKeys(); err != nil {
+			d.log.Error("reload own keys", "err", err)
 		}
 		files, _ := filepath.Glob(d.home.Path("control", "*.json"))
 		for _, f := range files {

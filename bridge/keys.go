@@ -289,7 +289,7 @@ func (h *Home) FollowRotations(f *syncsafe.Folder, peerID, dir string) ([]Rotati
 	sort.Slice(stmts, func(i, j int) bool { return stmts[i].seq < stmts[j].seq })
 	var events []RotationEvent
 	for _, s := range stmts {
-		p, _, err := h.Peer(peerID)
+		p, err := h.peerRecord(peerID)
 		if err != nil {
 			return events, err
 		}
@@ -323,6 +323,24 @@ func (h *Home) FollowRotations(f *syncsafe.Folder, peerID, dir string) ([]Rotati
 		events = append(events, ev)
 	}
 	return events, nil
+}
+
+// peerRecord reads and checks a peer's record by id, whatever the state of
+// its keys.
+func (h *Home) peerRecord(id string) (*Peer, error) {
+	peers, err := h.Peers()
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range peers {
+		if p.ID == id {
+			if err := p.check(); err != nil {
+				return nil, err
+			}
+			return &p, nil
+		}
+	}
+	return nil, fmt.Errorf("%w: %q", ErrUnknownPeer, id)
 }
 
 // Revoke marks a key id (signing or box) of a trusted peer as revoked: from

@@ -1,0 +1,140 @@
+package bridge
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The host rotates its key while requests sealed to the old one are queued:
+// every one completes, the agent follows the rotation and verifies results
+// signed with the new key.
+func TestRotateHostWhileQueued(t *testing.T) {
+	p := newPair(t, testPolicy)
+	var ids []string
+	for i := 0; i < 10; i++ {
+		s, err := p.client.Submit(SubmitOptions{Op: "echo", Args: map[string]string{"msg": "q"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, s.ID)
+	}
+	info, err := p.host.Rotate(time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.start(t, nil)
+	for _, id := range ids {
+		out := p.wait(t, id)
+		if out.Receipt.Status != StatusDone || out.Result.HostKid != info.NewSignKid {
+			t.Fatalf("%s: %s, signed by %s (want the new key %s)", id, out.Receipt.Status, out.Result.HostKid, info.NewSignKid)
+		}
+	}
+	// New requests are sealed to the new host key.
+	out := p.run(t, SubmitOptions{Op: "echo", Args: map[string]string{"msg": "after"}})
+	if string(out.Stdout) != "after\n" {
+		t.Fatalf("after rotation: %q", out.Stdout)
+	}
+	peer, hb, _ := p.agent.Peer(p.host.Config.ID)
+	if hb.Seq != 1 || len(peer.Keys) != 2 || peer.Keys[0].ValidUntil == 0 {
+		t.Fatalf("agent's record of the host: %+v", peer.Keys)
+	}
+}
+
+// The agent rotates: a request signed with the old key is accepted during
+// the overlap, and refused (key-expired, visible in status) after it.
+func TestRotateAgentOverlap(t *testing.T) {
+	p := newPair(t, testPolicy)
+	early, err := p.client.Submit(SubmitOptions{Op: "echo", Args: map[string]string{"msg": "early"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.agent.Rotate(time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	p.start(t, nil)
+	if out := p.wait(t, early.ID); out.Receipt.Status != StatusDone {
+		t.Fatalf("old-key request within the overlap: %s (%s)", out.Receipt.Status, out.Receipt.Reason)
+	}
+	p.stop(t)
+	// Signed with key 1, then the agent rotates to key 2 with a short overlap.
+	late, err := p.client.Submit(SubmitOptions{Op: "echo", Args: map[string]string{"msg": "late"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.agent.Rotate(300 * time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1200 * time.Millisecond)
+	p.start(t, nil)
+	out := p.wait(t, late.ID)
+	if out.Receipt.Status != StatusRejected || out.Receipt.Reason != "key-expired" {
+		t.Fatalf("old-key request after the overlap: %s (%s)", out.Receipt.Status, out.Receipt.Reason)
+	}
+	st, err := p.client.Status(late.ID)
+	if err != nil || st.State != StatusRejected || st.Reason != "key-expired" {
+		t.Fatalf("status: %+v %v", st, err)
+	}
+	// The current key works.
+	if out := p.run(t, SubmitOptions{Op: "echo", Args: map[string]string{"msg": "now"}}); out.Receipt.Status != StatusDone {
+		t.Fatalf("new-key request: %s (%s)", out.Receipt.Status, out.Receipt.Reason)
+	}
+}
+
+// A replayed old statement is ignored; a statement signed by a rotated-out
+// key (a fork of the chain) or by a revoked key is refused.
+func TestRotationReplayAndRevocation(t *testing.T) {
+	p := newPair(t, testPolicy)
+	p.start(t, nil)
+	dir := p.toHost()
+	if _, err := p.agent.Rotate(time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	first, _ := os.ReadFile(filepath.Join(dir, RotationName(1)))
+	if _, err := p.agent.Rotate(time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "the host to follow two rotations", func() bool {
+		peer, _, _ := p.host.Peer(p.agent.Config.ID)
+		return len(peer.Keys) == 3
+	})
+	// Replay: statement 1 arrives again (as a resurrected file would).
+	os.Remove(filepath.Join(dir, RotationName(1)))
+	os.WriteFile(filepath.Join(dir, RotationName(1)), first, 0o644)
+	settleFor()
+	if peer, _, _ := p.host.Peer(p.agent.Config.ID); len(peer.Keys) != 3 || peer.Keys[2].Seq != 2 {
+		t.Fatalf("a replayed statement changed the record: %+v", peer.Keys)
+	}
+	if out := p.run(t, SubmitOptions{Op: "echo", Args: map[string]string{"msg": "ok"}}); out.Receipt.Status != StatusDone {
+		t.Fatalf("after the replay: %s", out.Receipt.Status)
+	}
+	// Revoke the current key: its requests are refused with the reason.
+	peer, _, _ := p.host.Peer(p.agent.Config.ID)
+	cur := peer.Keys[2]
+	if _, err := p.host.Revoke(cur.SignKid()); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1500 * time.Millisecond) // the running daemon notices within a second
+	out := p.run(t, SubmitOptions{Op: "echo", Args: map[string]string{"msg": "stolen"}})
+	if out.Receipt.Status != StatusRejected || out.Receipt.Reason != "revoked" {
+		t.Fatalf("request signed by a revoked key: %s (%s)", out.Receipt.Status, out.Receipt.Reason)
+	}
+	// The thief rotates the revoked key away: refused.
+	if _, err := p.agent.Rotate(time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	settleFor()
+	rec, err := p.host.peerRecord(p.agent.Config.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rec.Keys) != 3 {
+		t.Fatalf("a rotation signed by a revoked key was accepted: %+v", rec.Keys)
+	}
+	audit, _ := os.ReadFile(p.host.Path("audit.log"))
+	if !strings.Contains(string(audit), "seq 3: refused: signed by a revoked key") {
+		t.Fatalf("the refused rotation is not in the audit log:\n%s", audit)
+	}
+}
