@@ -152,7 +152,7 @@ func (d *Daemon) evaluate(agent, id string) bool {
 	}
 	j := &job{agent: agent, keys: keys, manifest: data, sha: SHA256Hex(data), key: key}
 	req, verr := OpenRequest(data, id, d.check(agent, keys))
-	if errors.Is(verr, bcrypto.ErrBadSignature) {
+	if errors.Is(verr, bcrypto.ErrBadSignature) || errors.Is(verr, bcrypto.ErrUnknownKey) {
 		req, verr = d.invalidKey(data, id, agent, keys, verr)
 	}
 	if verr != nil && req == nil {
@@ -280,9 +280,18 @@ func (d *Daemon) settle(j *job) (string, error) {
 	}
 	spool := f.Name()
 	defer f.Close()
-	err = syncsafe.Settle(d.folder, RequestPath(d.me, j.agent, j.req.ID, ExtPayload), j.req.Payload.Len, j.req.Payload.Digest(), f)
+	rel := RequestPath(d.me, j.agent, j.req.ID, ExtPayload)
+	err = syncsafe.Settle(d.folder, rel, j.req.Payload.Len, j.req.Payload.Digest(), f)
 	if err != nil {
 		os.Remove(spool)
+		// Say which "not yet" it is (SPEC §8.5): absent or shorter is still
+		// arriving; other bytes are another version, or not this payload.
+		switch fi, serr := d.folder.Lstat(rel); {
+		case errors.Is(err, fs.ErrNotExist), serr == nil && fi.Size() < j.req.Payload.Len:
+			return "", fmt.Errorf("%w: %v", ErrPending, err)
+		case errors.Is(err, syncsafe.ErrUnsettled):
+			return "", fmt.Errorf("%w: %v", ErrHashMismatch, err)
+		}
 		return "", err
 	}
 	return spool, nil

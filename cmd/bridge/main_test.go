@@ -73,6 +73,7 @@ func TestScripts(t *testing.T) {
 			"exitcode": cmdExitcode,
 			"capture":  cmdCapture,
 			"waitfile": cmdWaitfile,
+			"sleep":    cmdSleep,
 		},
 	})
 }
@@ -124,4 +125,15 @@ func cmdWaitfile(ts *testscript.TestScript, neg bool, args []string) {
 		}
 	}
 	ts.Fatalf("waitfile: %s still missing or empty after 30s", args[0])
+}
+
+// cmdSleep pauses the script: `sleep DURATION`, for waiting out a key's
+// overlap or a daemon's reload tick.
+func cmdSleep(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 1 {
+		ts.Fatalf("usage: sleep DURATION")
+	}
+	d, err := time.ParseDuration(args[0])
+	ts.Check(err)
+	time.Sleep(d)
 }
