@@ -1,6 +1,7 @@
 package bridge
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -136,5 +137,59 @@ func TestRotationReplayAndRevocation(t *testing.T) {
 	audit, _ := os.ReadFile(p.host.Path("audit.log"))
 	if !strings.Contains(string(audit), "seq 3: refused: signed by a revoked key") {
 		t.Fatalf("the refused rotation is not in the audit log:\n%s", audit)
+	}
+}
+
+// A catalog changed in the folder is refused; the real one lists only the
+// ops this agent may run.
+func TestTamperedCatalogRejected(t *testing.T) {
+	p := newPair(t, testPolicy)
+	p.start(t, nil)
+	cat, err := p.client.Ops("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, op := range cat.Ops {
+		names = append(names, op.Name)
+	}
+	if strings.Join(names, ",") != "count,echo,env,slow,slowidem" {
+		t.Fatalf("catalog lists %v", names)
+	}
+	path := filepath.Join(p.toAgent(), "ops.catalog")
+	data, _ := os.ReadFile(path)
+	tampered := strings.Replace(string(data), `"name":"echo"`, `"name":"ecko"`, 1)
+	if err := os.WriteFile(path, []byte(tampered), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.client.Ops(""); err == nil || !strings.Contains(err.Error(), "bad signature") {
+		t.Fatalf("a tampered catalog was accepted: %v", err)
+	}
+}
+
+// Retired private keys are destroyed once nothing can need them.
+func TestRetiredKeysDestroyed(t *testing.T) {
+	p := newPair(t, testPolicy)
+	if _, err := p.host.Rotate(0); err != nil {
+		t.Fatal(err)
+	}
+	keys, err := p.host.OwnKeys()
+	if err != nil || len(keys) != 2 {
+		t.Fatalf("after rotation: %d keys, %v", len(keys), err)
+	}
+	// Move the keep time into the past, as time passing would.
+	meta := p.host.Path(ownKeysDir, "0.json")
+	data, _ := os.ReadFile(meta)
+	var r retiredKey
+	json.Unmarshal(data, &r)
+	r.KeepUntil = time.Now().Add(-time.Second).Unix()
+	data, _ = json.Marshal(r)
+	os.WriteFile(meta, data, 0o600)
+	keys, err = p.host.OwnKeys()
+	if err != nil || len(keys) != 1 {
+		t.Fatalf("after the keep time: %d keys, %v", len(keys), err)
+	}
+	if _, err := os.Stat(p.host.Path(ownKeysDir, "0.secret")); !os.IsNotExist(err) {
+		t.Fatalf("the retired secret key is still there: %v", err)
 	}
 }
