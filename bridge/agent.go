@@ -565,3 +565,41 @@ func (c *Client) Ops(host string) (*Catalog, error) {
 	}
 	return &cat, nil
 }
+
+// GC removes this agent's own files the host no longer needs: acks of
+// results the host has collected, and cancels and request files of requests
+// whose result this agent holds. It never touches the host's files.
+func (c *Client) GC(dryRun bool) ([]string, error) {
+	sent, err := c.List()
+	if err != nil {
+		return nil, err
+	}
+	var removed []string
+	for _, s := range sent {
+		kept := false
+		if _, err := os.Stat(c.home.Path("requests", s.ID+"."+ExtResult)); err == nil {
+			kept = true
+		}
+		_, resErr := c.folder.Lstat(ResultPath(s.Host, c.home.Config.ID, s.ID, ExtResult))
+		var exts []string
+		if kept {
+			exts = append(exts, ExtManifest, ExtPayload, ExtCancel)
+			if errors.Is(resErr, fs.ErrNotExist) {
+				exts = append(exts, ExtAck) // the host collected the result after the ack
+			}
+		}
+		for _, ext := range exts {
+			rel := RequestPath(s.Host, c.home.Config.ID, s.ID, ext)
+			if _, err := c.folder.Lstat(rel); err != nil {
+				continue
+			}
+			removed = append(removed, rel)
+			if !dryRun {
+				if err := c.folder.Remove(rel); err != nil && !errors.Is(err, fs.ErrNotExist) {
+					return removed, err
+				}
+			}
+		}
+	}
+	return removed, nil
+}

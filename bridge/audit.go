@@ -38,6 +38,9 @@ func openAudit(path string) (*auditLog, error) {
 }
 
 func (a *auditLog) log(e AuditEvent) {
+	if a == nil {
+		return // read-only uses (a dry-run gc beside a running daemon)
+	}
 	if e.Time.IsZero() {
 		e.Time = time.Now().UTC()
 	}

@@ -85,6 +85,33 @@ type Daemon struct {
 	runCtx   context.Context // parent of every running op; cancelled on abort
 	abortRun context.CancelFunc
 	stopCtl  chan struct{} // stops the control loop
+
+	// crashAt names a durable step at which the daemon exits abruptly, as
+	// a power cut would stop it. Only the crash-injection tests set it,
+	// through BRIDGE_TEST_CRASH_AT ("step" or "step#n" for the n-th time).
+	crashAt    string
+	crashCount atomic.Int64
+}
+
+// Crash-injection steps, in pipeline order (DESIGN §4).
+var crashSteps = []string{"claimed", "running", "mid-run", "staged", "published-output", "published", "gc"}
+
+// crashExit is the exit status of an injected crash.
+const crashExit = 86
+
+// crashPoint exits at once if the tests asked for a crash at this step.
+func (d *Daemon) crashPoint(step string) {
+	if d.crashAt == "" {
+		return
+	}
+	name, nth, _ := strings.Cut(d.crashAt, "#")
+	if name != step {
+		return
+	}
+	if nth != "" && fmt.Sprint(d.crashCount.Add(1)) != nth {
+		return
+	}
+	os.Exit(crashExit)
 }
 
 // agentKeys is what the host trusts for one agent: a snapshot of its peer
@@ -212,6 +239,7 @@ func NewDaemon(home *Home, opt DaemonOptions) (*Daemon, error) {
 		cancels: map[string]context.CancelFunc{}, noted: map[string]bool{}, sems: map[string]chan struct{}{},
 	}
 	d.cond = sync.NewCond(&d.mu)
+	d.crashAt = os.Getenv("BRIDGE_TEST_CRASH_AT")
 	return d, nil
 }
 

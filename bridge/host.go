@@ -119,10 +119,27 @@ func ExplainPolicy(file, agent, op string, args map[string]string) (*Explanation
 	return &Explanation{Op: op, Agent: agent, Argv: inv.Argv, Dir: inv.Dir, Env: names, Text: text}, nil
 }
 
-// reconcileOrder is a control file the CLI leaves for a running daemon.
-type reconcileOrder struct {
-	ID string `json:"id"`
-	As string `json:"as"`
+// controlOrder is a control file the CLI leaves for a running daemon: a
+// reconcile (ID, As) or a garbage collection (GC).
+type controlOrder struct {
+	ID        string        `json:"id,omitempty"`
+	As        string        `json:"as,omitempty"`
+	GC        bool          `json:"gc,omitempty"`
+	Grace     time.Duration `json:"grace,omitempty"`
+	Retention time.Duration `json:"retention,omitempty"`
+}
+
+// writeOrder leaves an order in the home's control directory.
+func writeOrder(h *Home, o controlOrder) error {
+	data, _ := json.Marshal(o)
+	if err := os.MkdirAll(h.Path("control"), 0o700); err != nil {
+		return err
+	}
+	name := o.ID
+	if o.GC {
+		name = "gc"
+	}
+	return writeFileAtomic(h.Path("control", name+".json"), data)
 }
 
 // ErrQueued: the daemon is running; the order was handed to it.
@@ -155,11 +172,7 @@ func Reconcile(h *Home, id, as string) (*LedgerEntry, error) {
 		if e.State != ledger.StateUncertain {
 			return nil, fmt.Errorf("reconcile %s: it is %s, not uncertain", id, e.State)
 		}
-		data, _ := json.Marshal(reconcileOrder{ID: id, As: as})
-		if err := os.MkdirAll(h.Path("control"), 0o700); err != nil {
-			return nil, err
-		}
-		if err := writeFileAtomic(h.Path("control", id+".json"), data); err != nil {
+		if err := writeOrder(h, controlOrder{ID: id, As: as}); err != nil {
 			return nil, err
 		}
 		return e, nil
@@ -245,11 +258,15 @@ func (d *Daemon) controlLoop(stop <-chan struct{}) {
 	if fi, err := os.Stat(d.home.Path(peersDir)); err == nil {
 		peersStamp = fi.ModTime()
 	}
-	for {
+	d.runGC(GCOptions{})
+	for tick := 1; ; tick++ {
 		select {
 		case <-stop:
 			return
 		case <-t.C:
+		}
+		if tick%600 == 0 { // every ten minutes
+			d.runGC(GCOptions{})
 		}
 		if fi, err := os.Stat(d.home.Path(peersDir)); err == nil && !fi.ModTime().Equal(peersStamp) {
 			peersStamp = fi.ModTime()
@@ -270,8 +287,12 @@ func (d *Daemon) controlLoop(stop <-chan struct{}) {
 			if err != nil {
 				continue
 			}
-			var o reconcileOrder
+			var o controlOrder
 			if json.Unmarshal(data, &o) != nil {
+				continue
+			}
+			if o.GC {
+				d.runGC(GCOptions{Grace: o.Grace, Retention: o.Retention})
 				continue
 			}
 			if _, err := d.reconcile(o.ID, o.As); err != nil {

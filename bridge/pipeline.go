@@ -168,6 +168,13 @@ func (d *Daemon) evaluate(agent, id string) bool {
 		d.refuseFile(mpath, fmt.Errorf("%w: %s was recorded with another manifest", ErrReplay, id))
 		return false
 	}
+	if !exists && errors.Is(verr, ErrExpired) && d.opt.Now().After(time.Unix(req.Expires, 0).Add(d.opt.Skew)) {
+		// Expired beyond the skew: its agent stopped waiting long ago, and
+		// the ledger may have forgotten the id after it ran (GC). Refuse it
+		// without an entry or a result, so it can never get a second one.
+		d.refuseFile(mpath, verr)
+		return false
+	}
 	if !exists {
 		// Keep the admitted manifest: recovery and reconcile must not depend
 		// on the agent's file still being in the folder.
@@ -367,6 +374,7 @@ func (d *Daemon) admit(j *job, spool string, resume bool) bool {
 			return false
 		}
 		d.audit.log(AuditEvent{Event: "claimed", Agent: j.agent, ID: j.req.ID, Op: inv.Op})
+		d.crashPoint("claimed")
 	}
 	handed = true
 	d.wg.Add(1)
@@ -419,6 +427,10 @@ func (d *Daemon) run(j *job, inv *policy.Invocation, stdin *os.File, resume bool
 	if _, err := d.ledger.Transition(j.key, []ledger.State{from}, ledger.StateRunning, nil); err != nil {
 		d.log.Error("ledger", "key", j.key, "err", err)
 		return
+	}
+	d.crashPoint("running")
+	if d.crashAt == "mid-run" {
+		go func() { time.Sleep(300 * time.Millisecond); d.crashPoint("mid-run") }()
 	}
 	if _, err := stdin.Seek(0, io.SeekStart); err != nil {
 		d.log.Error("spool stdin", "err", err)
@@ -554,6 +566,7 @@ func (d *Daemon) publishResult(j *job, rc Receipt, stdout, stderr []byte) (strin
 		if err := writeFileAtomic(resCopy, manifest); err != nil {
 			return "", "", err
 		}
+		d.crashPoint("staged")
 	} else if err != nil {
 		return "", "", err
 	}
@@ -617,7 +630,12 @@ func (d *Daemon) publishCopies(agent, id string) (string, error) {
 	if err := d.publishFile(outPath, filepath.Join(dir, id+"."+ExtOutput), true); err != nil {
 		return "", err
 	}
-	return status, d.publishFile(resPath, filepath.Join(dir, id+"."+ExtResult), replace)
+	d.crashPoint("published-output")
+	if err := d.publishFile(resPath, filepath.Join(dir, id+"."+ExtResult), replace); err != nil {
+		return "", err
+	}
+	d.crashPoint("published")
+	return status, nil
 }
 
 // ensureOutput re-publishes the output if what the folder holds differs

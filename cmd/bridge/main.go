@@ -77,6 +77,7 @@ type CLI struct {
 	Ops       OpsCmd       `cmd:"" help:"Agent: list the ops the host offers (its signed catalog)."`
 	Ping      PingCmd      `cmd:"" help:"Agent: a round trip through the sync with a built-in no-op."`
 	Reconcile ReconcileCmd `cmd:"" help:"Host: settle an uncertain request."`
+	GC        GCCmd        `cmd:"" name:"gc" help:"Remove this side's files the other side no longer needs."`
 	Policy    PolicyCmd    `cmd:"" help:"Host: check the policy or explain an op."`
 	Demo      DemoCmd      `cmd:"" help:"Run the whole loop on temporary folders, no set-up needed."`
 }

@@ -1,0 +1,187 @@
+package bridge
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"time"
+
+	"github.com/syncbridge/bridge/bridge/ledger"
+	bcrypto "github.com/syncbridge/bridge/crypto"
+	"github.com/syncbridge/bridge/syncsafe"
+)
+
+// Garbage collection (SPEC §10): each side removes only its own files. The
+// host removes a result once its agent acked it and a grace period passed,
+// or once a retention period passed without an ack; it forgets ledger
+// entries (and their private copies) past the request's expiry plus skew,
+// after which a replay is refused as expired.
+
+// GCOptions tunes a collection. Zero fields take the defaults.
+type GCOptions struct {
+	Grace     time.Duration // after the request finished, for acked results (default 1h)
+	Retention time.Duration // after the request finished, for results never acked (default 30 days)
+	DryRun    bool
+}
+
+// GCItem is one thing a collection removes (or would remove).
+type GCItem struct {
+	Agent string `json:"agent"`
+	ID    string `json:"id"`
+	What  string `json:"what"` // "result" or "ledger entry"
+	Why   string `json:"why"`
+}
+
+// GCReport is what a collection did.
+type GCReport struct {
+	DryRun bool     `json:"dry_run"`
+	Items  []GCItem `json:"items"`
+}
+
+func (o *GCOptions) defaults() {
+	if o.Grace <= 0 {
+		o.Grace = time.Hour
+	}
+	if o.Retention <= 0 {
+		o.Retention = 30 * 24 * time.Hour
+	}
+}
+
+// collect runs one garbage collection over the ledger entries given (all
+// of them; a dry run may pass a read-only snapshot).
+func (d *Daemon) collect(o GCOptions, all []ledger.Entry) (*GCReport, error) {
+	o.defaults()
+	now := d.opt.Now()
+	rep := &GCReport{DryRun: o.DryRun}
+	var old []ledger.Entry
+	for _, e := range all {
+		if e.State.Terminal() && e.Expires.Add(d.opt.Skew).Before(now) {
+			old = append(old, e)
+		}
+	}
+	for _, e := range all {
+		if !e.State.Terminal() {
+			continue
+		}
+		if _, err := d.folder.Lstat(ResultPath(d.me, e.Agent, e.ID, ExtResult)); err != nil {
+			continue // nothing published, or collected already
+		}
+		why := ""
+		age := now.Sub(e.Updated)
+		switch {
+		case age > o.Grace && d.acked(e):
+			why = "acked"
+		case age > o.Retention:
+			why = "retention"
+		default:
+			continue
+		}
+		rep.Items = append(rep.Items, GCItem{Agent: e.Agent, ID: e.ID, What: "result", Why: why})
+		if o.DryRun {
+			continue
+		}
+		// Manifest first: an agent never sees a result manifest whose
+		// output is gone.
+		for _, ext := range []string{ExtResult, ExtOutput} {
+			if err := d.folder.Remove(ResultPath(d.me, e.Agent, e.ID, ext)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return rep, err
+			}
+			d.crashPoint("gc")
+		}
+		d.markFinished(e.Agent, e.ID)
+		d.audit.log(AuditEvent{Event: "collected", Agent: e.Agent, ID: e.ID, Reason: why})
+	}
+	for _, e := range old {
+		rep.Items = append(rep.Items, GCItem{Agent: e.Agent, ID: e.ID, What: "ledger entry", Why: "expired"})
+	}
+	if o.DryRun || len(old) == 0 {
+		return rep, nil
+	}
+	// The ledger entry goes last: while it exists the id cannot run again,
+	// and once it is gone the request is past its expiry plus skew.
+	for _, e := range old {
+		for _, p := range []string{d.home.Path("results", e.Agent, e.ID+"."+ExtResult), d.home.Path("results", e.Agent, e.ID+"."+ExtOutput),
+			d.home.Path("manifests", e.Agent, e.ID+"."+ExtManifest)} {
+			os.Remove(p)
+		}
+	}
+	if _, err := d.ledger.GC(now, d.opt.Skew); err != nil {
+		return rep, err
+	}
+	return rep, nil
+}
+
+// acked reports whether the agent published a valid ack naming the result
+// the host published for e.
+func (d *Daemon) acked(e ledger.Entry) bool {
+	keys := d.agents()[e.Agent]
+	if keys == nil {
+		return false
+	}
+	p := RequestPath(d.me, e.Agent, e.ID, ExtAck)
+	data, err := d.folder.ReadFile(p, bcrypto.KindAck.MaxSize())
+	if err != nil {
+		return false
+	}
+	a, err := OpenAck(data, e.ID, d.me, e.Agent, keys.sign(d.opt.Now()))
+	if err != nil {
+		d.refuseFile(p, err)
+		return false
+	}
+	return a.ResultSHA256 == e.ResultSHA256
+}
+
+// runGC is the daemon's periodic (and ordered) collection.
+func (d *Daemon) runGC(o GCOptions) {
+	all, err := d.ledger.List(nil)
+	if err == nil {
+		var rep *GCReport
+		if rep, err = d.collect(o, all); err == nil && len(rep.Items) > 0 {
+			d.log.Info("collected", "items", len(rep.Items))
+		}
+	}
+	if err != nil {
+		d.log.Warn("gc", "err", err)
+	}
+}
+
+// GC runs one collection on a host home. With the daemon running, a real
+// collection is left as an order the daemon carries out within a second
+// (ErrQueued), and a dry run reads a snapshot of the ledger.
+func GC(h *Home, o GCOptions) (*GCReport, error) {
+	d, err := NewDaemon(h, DaemonOptions{})
+	if err != nil {
+		return nil, err
+	}
+	err = d.openCore()
+	if errors.Is(err, syncsafe.ErrLocked) {
+		if !o.DryRun {
+			if err := writeOrder(h, controlOrder{GC: true, Grace: o.Grace, Retention: o.Retention}); err != nil {
+				return nil, err
+			}
+			return nil, fmt.Errorf("%w: `bridge serve` runs on this home and collects within a second (see its log)", ErrQueued)
+		}
+		// Read-only: the folder, the trusted agents and a ledger snapshot.
+		if d.folder, err = h.OpenFolder(); err != nil {
+			return nil, err
+		}
+		defer d.folder.Close()
+		if err := d.loadAgents(); err != nil {
+			return nil, err
+		}
+		all, err := LedgerEntries(h)
+		if err != nil {
+			return nil, err
+		}
+		return d.collect(o, all)
+	} else if err != nil {
+		return nil, err
+	}
+	defer d.closeResources()
+	all, err := d.ledger.List(nil)
+	if err != nil {
+		return nil, err
+	}
+	return d.collect(o, all)
+}

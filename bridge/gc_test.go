@@ -1,0 +1,89 @@
+package bridge
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// GC removes an acked result after the grace period, forgets the ledger
+// entry after expiry plus skew, and a late redelivery of the request is then
+// refused as expired: collected ids never run again.
+func TestGCCollectsAndForgets(t *testing.T) {
+	p := newPair(t, testPolicy)
+	countFile := filepath.Join(t.TempDir(), "count")
+	p.start(t, map[string]string{"COUNT_FILE": countFile})
+	id, manifest, payload := p.sealManual(t, "count", nil, func(n *NewRequest) { n.Expires = n.Created.Add(2 * time.Second) })
+	os.WriteFile(filepath.Join(p.toHost(), id+".payload"), payload, 0o644)
+	os.WriteFile(filepath.Join(p.toHost(), id+".manifest"), manifest, 0o644)
+	out := p.wait(t, id)
+	if err := p.client.Ack(out); err != nil {
+		t.Fatal(err)
+	}
+	// A dry run lists, and removes nothing.
+	rep, err := GC(p.host, GCOptions{Grace: time.Nanosecond, DryRun: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Items) != 1 || rep.Items[0].Why != "acked" {
+		t.Fatalf("dry run: %+v", rep.Items)
+	}
+	if _, err := os.Stat(filepath.Join(p.toAgent(), id+".result")); err != nil {
+		t.Fatal("a dry run removed the result")
+	}
+	p.stop(t)
+	rep, err = GC(p.host, GCOptions{Grace: time.Nanosecond})
+	if err != nil || len(rep.Items) != 1 {
+		t.Fatalf("gc: %+v %v", rep, err)
+	}
+	for _, ext := range []string{".result", ".output"} {
+		if _, err := os.Stat(filepath.Join(p.toAgent(), id+ext)); !os.IsNotExist(err) {
+			t.Fatalf("%s still there after gc", ext)
+		}
+	}
+	// The agent keeps its copy: result and status still work.
+	if out, err := p.client.Result(id); err != nil || out.Receipt.Status != StatusDone {
+		t.Fatalf("the agent lost its result: %v", err)
+	}
+	// An hour later the ledger entry goes too.
+	later := func() time.Time { return time.Now().Add(time.Hour) }
+	d, err := NewDaemon(p.host, DaemonOptions{Now: later, Rescan: 200 * time.Millisecond, Env: func(k string) (string, bool) {
+		if k == "COUNT_FILE" {
+			return countFile, true
+		}
+		return os.LookupEnv(k)
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Open(); err != nil { // collects at start
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	defer func() { cancel(); <-done; d.Close(context.Background()) }()
+	waitFor(t, 5*time.Second, "the ledger entry to be collected", func() bool { return p.entry(t, id).ID == "" })
+	// The request is delivered again: refused as expired, never run again.
+	os.WriteFile(filepath.Join(p.toHost(), id+".payload"), payload, 0o644)
+	os.WriteFile(filepath.Join(p.toHost(), id+".manifest"), manifest, 0o644)
+	settleFor()
+	if n := count(t, countFile, "run"); n != 1 {
+		t.Fatalf("ran %d times", n)
+	}
+	if p.entry(t, id).ID != "" {
+		t.Fatal("the late redelivery was admitted again")
+	}
+	audit, _ := os.ReadFile(p.host.Path("audit.log"))
+	if !strings.Contains(string(audit), `"reason":"expired"`) || !strings.Contains(string(audit), `"event":"collected"`) {
+		t.Fatalf("audit log:\n%s", audit)
+	}
+	// The agent's gc removes its ack once the host collected the result.
+	files, err := p.client.GC(false)
+	if err != nil || len(files) == 0 {
+		t.Fatalf("agent gc: %v %v", files, err)
+	}
+}
