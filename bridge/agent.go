@@ -413,6 +413,14 @@ func (c *Client) Status(id string) (*State, error) {
 		if time.Now().Unix() >= s.Expires {
 			st.State = "submitted, past its expiry"
 		}
+		// The host tells, in the inbox, when a request waits for a human.
+		if items, err := c.Inbox(); err == nil {
+			for _, it := range items {
+				if it.Note.Request == id && it.Note.Event == "approval-pending" {
+					st.State = "awaiting-approval"
+				}
+			}
+		}
 		return st, nil
 	} else if err != nil {
 		return nil, err

@@ -45,6 +45,11 @@ type DaemonOptions struct {
 	Grace time.Duration
 	// Now is the host clock (default time.Now).
 	Now func() time.Time
+	// ApprovalTTL is how long a request may wait for a human's approval
+	// (default 1h).
+	ApprovalTTL time.Duration
+	// AllowRoot lets the daemon run as root (refused by default).
+	AllowRoot bool
 }
 
 // Daemon is the host side: it watches the agents' request trees, admits
@@ -255,6 +260,9 @@ func (d *Daemon) Open() (err error) {
 			d.closeResources()
 		}
 	}()
+	if err := d.checkPrivilege(); err != nil {
+		return err
+	}
 	if err := d.openCore(); err != nil {
 		return err
 	}
@@ -303,6 +311,10 @@ func (d *Daemon) Open() (err error) {
 	d.wg.Add(1)
 	go func() { defer d.wg.Done(); d.controlLoop(stop) }()
 	d.audit.log(AuditEvent{Event: "start", Detail: "policy " + d.policy.SHA256})
+	if d.policyChanged() {
+		d.notify("", Note{Event: "policy-changed", Text: "the host's policy changed; `bridge ops` shows what you may run now"})
+	}
+	d.notify("", Note{Event: "started", Text: "the host is serving requests again"})
 	d.log.Info("serving", "host", d.me, "folder", d.home.Config.Folder, "agents", len(d.agents()), "policy", d.policy.SHA256[:12])
 	return nil
 }
@@ -391,7 +403,14 @@ func (d *Daemon) loadOwnKeys() error {
 	if err != nil {
 		return err
 	}
+	prev := d.own()
 	d.ownP.Store(&ownKeys{current: h.Identity(), all: all, stamp: fi.ModTime()})
+	if prev != nil && prev.current.SignKid() != h.Identity().SignKid() && d.folder != nil {
+		d.notify("", Note{Event: "key-rotated", Text: "the host rotated its keys; agents follow the rotation statement by themselves"})
+		if err := d.publishCatalog(); err != nil {
+			d.log.Warn("publish catalog", "err", err)
+		}
+	}
 	if len(all) > 1 {
 		d.log.Info("own keys", "current", h.Identity().SignKid(), "kept", len(all)-1)
 	}
@@ -522,6 +541,9 @@ func (d *Daemon) Close(ctx context.Context) error {
 	}
 	if d.audit != nil {
 		d.audit.log(AuditEvent{Event: "stop"})
+	}
+	if d.folder != nil && d.watcher != nil {
+		d.notify("", Note{Event: "stopping", Text: "the host daemon stopped; requests wait in the folder until it is back"})
 	}
 	return d.closeResources()
 }

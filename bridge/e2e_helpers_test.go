@@ -85,7 +85,7 @@ func newPair(t *testing.T, policyText string) *pair {
 
 func (p *pair) start(t *testing.T, env map[string]string) {
 	t.Helper()
-	d, err := NewDaemon(p.host, DaemonOptions{Rescan: 500 * time.Millisecond, Grace: 200 * time.Millisecond,
+	d, err := NewDaemon(p.host, DaemonOptions{AllowRoot: true, Rescan: 500 * time.Millisecond, Grace: 200 * time.Millisecond,
 		Env: func(k string) (string, bool) {
 			if v, ok := env[k]; ok {
 				return v, true

@@ -92,6 +92,7 @@ func (d *Daemon) collect(o GCOptions, all []ledger.Entry) (*GCReport, error) {
 		d.markFinished(e.Agent, e.ID)
 		d.audit.log(AuditEvent{Event: "collected", Agent: e.Agent, ID: e.ID, Reason: why})
 	}
+	d.collectMessages(o, rep)
 	for _, e := range old {
 		rep.Items = append(rep.Items, GCItem{Agent: e.Agent, ID: e.ID, What: "ledger entry", Why: "expired"})
 	}

@@ -50,7 +50,7 @@ func TestGCCollectsAndForgets(t *testing.T) {
 	}
 	// An hour later the ledger entry goes too.
 	later := func() time.Time { return time.Now().Add(time.Hour) }
-	d, err := NewDaemon(p.host, DaemonOptions{Now: later, Rescan: 200 * time.Millisecond, Env: func(k string) (string, bool) {
+	d, err := NewDaemon(p.host, DaemonOptions{AllowRoot: true, Now: later, Rescan: 200 * time.Millisecond, Env: func(k string) (string, bool) {
 		if k == "COUNT_FILE" {
 			return countFile, true
 		}

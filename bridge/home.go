@@ -197,6 +197,19 @@ func sanitizeName(s, fallback string) string {
 	return out
 }
 
+// insideDir reports whether p is dir or inside it, after resolving symlinks
+// of the parts that exist.
+func insideDir(p, dir string) bool {
+	real := func(x string) string {
+		if r, err := filepath.EvalSymlinks(x); err == nil {
+			return r
+		}
+		return filepath.Clean(x)
+	}
+	a, b := real(p), real(dir)
+	return a == b || strings.HasPrefix(a, b+string(filepath.Separator))
+}
+
 // checkOutside refuses a state directory inside the synced folder: keys,
 // ledger and policy would then be synced, conflicted and resurrected.
 func checkOutside(home, folder string) error {

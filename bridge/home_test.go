@@ -59,7 +59,7 @@ func TestTrustRefusesTakeover(t *testing.T) {
 	if err := os.WriteFile(peerFile, []byte(forged), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	d, _ := NewDaemon(p.host, DaemonOptions{})
+	d, _ := NewDaemon(p.host, DaemonOptions{AllowRoot: true})
 	if err := d.openCore(); err == nil || !strings.Contains(err.Error(), "does not match") {
 		d.closeResources()
 		t.Fatalf("a forged peer record was loaded: %v", err)

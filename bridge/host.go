@@ -123,7 +123,8 @@ func ExplainPolicy(file, agent, op string, args map[string]string) (*Explanation
 // reconcile (ID, As) or a garbage collection (GC).
 type controlOrder struct {
 	ID        string        `json:"id,omitempty"`
-	As        string        `json:"as,omitempty"`
+	As        string        `json:"as,omitempty"` // done|failed|rerun (reconcile), approve|deny
+	Why       string        `json:"why,omitempty"`
 	GC        bool          `json:"gc,omitempty"`
 	Grace     time.Duration `json:"grace,omitempty"`
 	Retention time.Duration `json:"retention,omitempty"`
@@ -268,6 +269,9 @@ func (d *Daemon) controlLoop(stop <-chan struct{}) {
 		if tick%600 == 0 { // every ten minutes
 			d.runGC(GCOptions{})
 		}
+		if tick%5 == 0 {
+			d.expireApprovals()
+		}
 		if fi, err := os.Stat(d.home.Path(peersDir)); err == nil && !fi.ModTime().Equal(peersStamp) {
 			peersStamp = fi.ModTime()
 			if err := d.loadAgents(); err != nil {
@@ -293,6 +297,12 @@ func (d *Daemon) controlLoop(stop <-chan struct{}) {
 			}
 			if o.GC {
 				d.runGC(GCOptions{Grace: o.Grace, Retention: o.Retention})
+				continue
+			}
+			if o.As == "approve" || o.As == "deny" {
+				if err := d.decide(o.ID, o.As == "approve", o.Why); err != nil {
+					d.log.Warn(o.As, "id", o.ID, "err", err)
+				}
 				continue
 			}
 			if _, err := d.reconcile(o.ID, o.As); err != nil {

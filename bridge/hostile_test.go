@@ -473,8 +473,15 @@ func hostileCases() []hostileCase {
 
 		// Times.
 		{"time/expired", func(t *testing.T, h *hostileEnv) hostileWant {
+			// Within the skew the agent may still wait: a signed answer.
 			now := time.Now()
-			return h.request(t, spec{op: "ok", created: now.Add(-2 * time.Hour), expires: now.Add(-time.Hour)}, StatusExpired, "expired")
+			return h.request(t, spec{op: "ok", created: now.Add(-2 * time.Hour), expires: now.Add(-time.Minute)}, StatusExpired, "expired")
+		}},
+		{"time/expired-long-ago", func(t *testing.T, h *hostileEnv) hostileWant {
+			// Beyond the skew (the ledger may have forgotten the id): refused
+			// without an entry or a result, so it can never be answered twice.
+			now := time.Now()
+			return h.refused(t, spec{op: "ok", created: now.Add(-2 * time.Hour), expires: now.Add(-time.Hour)}, "expired")
 		}},
 		{"time/created-beyond-skew", func(t *testing.T, h *hostileEnv) hostileWant {
 			now := time.Now()
@@ -782,7 +789,10 @@ func hostileCases() []hostileCase {
 			return h.badArg(t, "lit", map[string]string{"v": "a", "ld_preload": "/tmp/x.so"})
 		}},
 		{"policy/needs-approval", func(t *testing.T, h *hostileEnv) hostileWant {
-			return h.rejected(t, spec{op: "gate"}, "needs-approval")
+			// It waits for a human (nothing runs until `bridge approve`).
+			id, m, pl := h.seal(t, spec{op: "gate"})
+			h.deliver(t, id, m, pl)
+			return hostileWant{kind: wantAudit, id: id, marker: id, events: []string{"awaiting-approval"}}
 		}},
 
 		// Argument values.
@@ -864,7 +874,8 @@ func hostileCases() []hostileCase {
 				}
 				// The policy passes PATH and COUNT_FILE; sh itself exports
 				// PWD (and some shells SHLVL, OLDPWD, _). Nothing else.
-				allowed := map[string]bool{"PATH": true, "COUNT_FILE": true, "PWD": true, "OLDPWD": true, "SHLVL": true, "_": true}
+				allowed := map[string]bool{"PATH": true, "COUNT_FILE": true, "PWD": true, "OLDPWD": true, "SHLVL": true, "_": true,
+					"BRIDGE_REQUEST_ID": true, "BRIDGE_IDEMPOTENCY_KEY": true}
 				var names []string
 				for _, l := range lines[1:] {
 					k, _, _ := strings.Cut(l, "=")
@@ -1234,7 +1245,7 @@ func (h *hostileEnv) startDaemon(t *testing.T) {
 	t.Helper()
 	p := h.p
 	env := map[string]string{"COUNT_FILE": h.countFile}
-	d, err := NewDaemon(p.host, DaemonOptions{Rescan: 500 * time.Millisecond, Grace: 200 * time.Millisecond,
+	d, err := NewDaemon(p.host, DaemonOptions{AllowRoot: true, Rescan: 500 * time.Millisecond, Grace: 200 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(h.log, &slog.HandlerOptions{Level: slog.LevelInfo})),
 		Env: func(k string) (string, bool) {
 			if v, ok := env[k]; ok {

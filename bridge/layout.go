@@ -16,6 +16,7 @@ import (
 //	hosts/<host>/to-host/<agent>/rotate-<seq>.rotation                 (agent writes)
 //	hosts/<host>/to-host/<agent>/<id>.manifest|.payload|.cancel|.ack   (agent writes)
 //	hosts/<host>/to-agent/<agent>/<id>.result|.output                  (host writes)
+//	hosts/<host>/to-agent/<agent>/<id>.message  inbox messages         (host writes)
 //	hosts/<host>/to-agent/<agent>/ops.catalog   the ops this agent may run (host writes)
 const (
 	hostsDir        = "hosts"
@@ -34,11 +35,12 @@ const (
 	ExtAck      = "ack"
 	ExtResult   = "result"
 	ExtOutput   = "output"
+	ExtMessage  = "message"
 )
 
 var (
 	toHostName   = regexp.MustCompile(`^([0-9a-f]{32})\.(manifest|payload|cancel|ack)$`)
-	toAgentName  = regexp.MustCompile(`^([0-9a-f]{32})\.(result|output)$`)
+	toAgentName  = regexp.MustCompile(`^([0-9a-f]{32})\.(result|output|message)$`)
 	rotationName = regexp.MustCompile(`^rotate-(0|[1-9][0-9]{0,18})\.rotation$`)
 	idPattern    = regexp.MustCompile(`^[0-9a-f]{32}$`)
 )

@@ -28,7 +28,7 @@ func serveForTest(home string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	d, err := NewDaemon(h, DaemonOptions{Rescan: 200 * time.Millisecond, Grace: 200 * time.Millisecond,
+	d, err := NewDaemon(h, DaemonOptions{AllowRoot: true, Rescan: 200 * time.Millisecond, Grace: 200 * time.Millisecond,
 		Logger: NewLogger(os.Stderr, "text", LogDebug)})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

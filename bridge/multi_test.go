@@ -54,7 +54,7 @@ func TestManyHostsManyAgents(t *testing.T) {
 		if err := os.WriteFile(h.Path(PolicyName), []byte(pol.String()), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		d, err := NewDaemon(h, DaemonOptions{Rescan: 300 * time.Millisecond, Env: func(k string) (string, bool) {
+		d, err := NewDaemon(h, DaemonOptions{AllowRoot: true, Rescan: 300 * time.Millisecond, Env: func(k string) (string, bool) {
 			if k == "RUNS" {
 				return logFile, true
 			}

@@ -222,7 +222,7 @@ func (d *Daemon) evaluate(agent, id string) bool {
 		}
 		return false
 	}
-	return d.admit(j, spool, false)
+	return d.admit(j, spool, admitNew)
 }
 
 // invalidKey checks whether a manifest that no valid key verifies was
@@ -304,15 +304,29 @@ func (d *Daemon) settle(j *job) (string, error) {
 	return spool, nil
 }
 
+// admitMode says why a request is admitted.
+type admitMode int
+
+const (
+	admitNew       admitMode = iota // first evaluation
+	admitResume                     // crash recovery re-runs an idempotent op that was running
+	admitReconcile                  // crash recovery asks the op's reconcile command what happened
+	admitApproved                   // a human approved a request that waited for approval
+)
+
 // admit decrypts the spooled payload, applies the policy, claims the id and
-// hands it to a run goroutine (it reports whether it did). resume is set
-// when crash recovery re-runs an idempotent op that was already running:
-// refusals then end as failed, the only way out of running.
-func (d *Daemon) admit(j *job, spool string, resume bool) bool {
+// hands it to a run goroutine (it reports whether it did). After a crash
+// (admitResume, admitReconcile) the entry is running, and a refusal can
+// only end it as failed or uncertain.
+func (d *Daemon) admit(j *job, spool string, mode admitMode) bool {
 	defer os.Remove(spool)
 	refuse := func(rc Receipt) bool {
-		if resume {
+		switch mode {
+		case admitResume:
 			rc.Status = StatusFailed
+		case admitReconcile:
+			rc.Status, rc.Reason = StatusUncertain, "crashed"
+			rc.Detail = "the host stopped while the op ran, and its reconcile check could not be run: " + rc.Detail
 		}
 		d.finish(j, rc)
 		return false
@@ -361,14 +375,30 @@ func (d *Daemon) admit(j *job, spool string, resume bool) bool {
 		}
 		return refuse(rc)
 	}
-	if inv.Approve && !resume {
-		// Human approval (`bridge approve`) is not in this version: refusing
-		// is the safe answer, and the agent is told why.
-		return refuse(Receipt{Status: StatusRejected, Reason: "needs-approval", Op: inv.Op,
-			Detail: "this op needs a human's approval, which this bridge version cannot collect yet"})
+	// The synced folder is never a source of code or a working directory:
+	// anything in it may have been written by anyone who can write the folder.
+	for _, p := range []string{inv.Argv[0], inv.Dir} {
+		if insideDir(p, d.home.Config.Folder) {
+			return refuse(Receipt{Status: StatusFailed, Reason: "host-error", Op: inv.Op,
+				Detail: "the op would run code or work inside the synced folder (" + p + "); the host refuses"})
+		}
 	}
-	if !resume {
-		if _, err := d.ledger.Transition(j.key, []ledger.State{ledger.StateSeen, ledger.StatePending}, ledger.StateClaimed,
+	d.withRequestEnv(inv, j.req.ID)
+	if inv.Approve && mode == admitNew {
+		return d.awaitApproval(j, inv)
+	}
+	if mode == admitReconcile {
+		handed = true
+		d.wg.Add(1)
+		go d.reconcileCheck(j, inv, stdin)
+		return true
+	}
+	if mode == admitNew || mode == admitApproved {
+		from := []ledger.State{ledger.StateSeen, ledger.StatePending}
+		if mode == admitApproved {
+			from = []ledger.State{ledger.StateAwaitingApproval}
+		}
+		if _, err := d.ledger.Transition(j.key, from, ledger.StateClaimed,
 			func(e *ledger.Entry) { e.Op, e.Idempotent = inv.Op, inv.Idempotent }); err != nil {
 			d.log.Debug("claim lost", "key", j.key, "err", err)
 			return false
@@ -378,8 +408,64 @@ func (d *Daemon) admit(j *job, spool string, resume bool) bool {
 	}
 	handed = true
 	d.wg.Add(1)
-	go d.run(j, inv, stdin, resume)
+	go d.run(j, inv, stdin, mode == admitResume)
 	return true
+}
+
+// withRequestEnv hands the request id to the op (SPEC §7.2): as
+// BRIDGE_REQUEST_ID and BRIDGE_IDEMPOTENCY_KEY, so a downstream system can
+// deduplicate on it. A keyed request keeps its id across retries.
+func (d *Daemon) withRequestEnv(inv *policy.Invocation, id string) {
+	env := inv.Env[:0:0]
+	for _, kv := range inv.Env {
+		if !strings.HasPrefix(kv, "BRIDGE_REQUEST_ID=") && !strings.HasPrefix(kv, "BRIDGE_IDEMPOTENCY_KEY=") {
+			env = append(env, kv)
+		}
+	}
+	inv.Env = append(env, "BRIDGE_REQUEST_ID="+id, "BRIDGE_IDEMPOTENCY_KEY="+id)
+}
+
+// reconcileCheck runs an op's reconcile command after a crash left the op
+// running (invariant 5, DESIGN §5): exit 0 means the effect happened (done,
+// with the check's output); exit 3 means it did not (run the op now, once);
+// anything else leaves the request uncertain for a human.
+func (d *Daemon) reconcileCheck(j *job, inv *policy.Invocation, stdin *os.File) {
+	handed := false
+	defer func() {
+		if !handed {
+			stdin.Close()
+			os.Remove(stdin.Name())
+			d.release(j.key)
+			d.wg.Done()
+		}
+	}()
+	if len(inv.Reconcile) == 0 {
+		d.finish(j, Receipt{Status: StatusUncertain, Reason: "crashed", Op: inv.Op,
+			Detail: "the host stopped while the op ran; it may or may not have had its effect. Resolve with `bridge reconcile`"})
+		return
+	}
+	d.audit.log(AuditEvent{Event: "reconcile-check", Agent: j.agent, ID: j.req.ID, Op: inv.Op, Detail: strings.Join(inv.Reconcile, " ")})
+	out := runner.Run(d.runCtx, runner.Spec{Argv: inv.Reconcile, Dir: inv.Dir, Env: inv.Env, Timeout: inv.Timeout,
+		MaxOutput: inv.MaxOutput, Grace: d.opt.Grace})
+	switch {
+	case out.StartErr == nil && !out.TimedOut && !out.Cancelled && out.ExitCode == 0:
+		d.finishWithOutput(j, Receipt{Status: StatusDone, Reason: "reconciled", Op: inv.Op, Argv: inv.Reconcile,
+			PolicySHA256: d.policy.SHA256, Started: out.Started.UnixMilli(), Finished: out.Finished.UnixMilli(),
+			StdoutTotal: out.Stdout.Total, StdoutTruncated: out.Stdout.Truncated, StderrTotal: out.Stderr.Total, StderrTruncated: out.Stderr.Truncated,
+			Detail: "the host stopped while the op ran; its reconcile command reports the effect happened, so it was not run again"},
+			out.Stdout.Data, out.Stderr.Data)
+	case out.StartErr == nil && !out.TimedOut && !out.Cancelled && out.ExitCode == 3:
+		d.log.Info("reconcile: the op had no effect; running it now", "key", j.key, "op", inv.Op)
+		handed = true
+		d.run(j, inv, stdin, true) // owns the key, stdin and the WaitGroup slot from here
+	default:
+		detail := fmt.Sprintf("exit %d", out.ExitCode)
+		if out.StartErr != nil {
+			detail = out.StartErr.Error()
+		}
+		d.finish(j, Receipt{Status: StatusUncertain, Reason: "crashed", Op: inv.Op,
+			Detail: "the host stopped while the op ran, and its reconcile command could not tell (" + detail + "). Resolve with `bridge reconcile`"})
+	}
 }
 
 // run waits for a slot of the op's concurrency, then runs it and finishes.
@@ -791,13 +877,25 @@ func (d *Daemon) recover() error {
 			d.mu.Lock()
 			d.active[ent.Key] = true
 			d.mu.Unlock()
-			if !d.admit(j, spool, true) {
+			if !d.admit(j, spool, admitResume) {
 				d.release(ent.Key)
 			}
 		default:
-			d.log.Warn("recover: op was running when the host stopped; marking it uncertain", "key", ent.Key, "op", ent.Op)
-			d.finish(j, Receipt{Status: StatusUncertain, Reason: "crashed", Op: ent.Op,
-				Detail: "the host stopped while the op ran; it may or may not have had its effect. Resolve with `bridge reconcile`"})
+			// Not idempotent: ask the op's reconcile command, if it has one;
+			// otherwise (or if the payload is gone) it is uncertain.
+			spool, err := d.settle(j)
+			if err != nil {
+				d.log.Warn("recover: op was running when the host stopped; marking it uncertain", "key", ent.Key, "op", ent.Op)
+				d.finish(j, Receipt{Status: StatusUncertain, Reason: "crashed", Op: ent.Op,
+					Detail: "the host stopped while the op ran; it may or may not have had its effect. Resolve with `bridge reconcile`"})
+				continue
+			}
+			d.mu.Lock()
+			d.active[ent.Key] = true
+			d.mu.Unlock()
+			if !d.admit(j, spool, admitReconcile) {
+				d.release(ent.Key)
+			}
 		}
 	}
 	return nil

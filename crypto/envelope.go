@@ -26,6 +26,7 @@ var (
 	KindCancel   = Kind{"cancel", "BRC1", "bridge/v1/cancel\x00", 4 << 10, 1}
 	KindAck      = Kind{"ack", "BRA1", "bridge/v1/ack\x00", 4 << 10, 1}
 	KindCatalog  = Kind{"catalog", "BRO1", "bridge/v1/catalog\x00", 256 << 10, 1}
+	KindMessage  = Kind{"message", "BRM1", "bridge/v1/message\x00", 96 << 10, 1}
 )
 
 const (

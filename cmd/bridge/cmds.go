@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -305,6 +306,8 @@ type ServeCmd struct {
 	Rescan         time.Duration `default:"30s" help:"Interval of full folder rescans."`
 	PendingTimeout time.Duration `name:"pending-timeout" default:"1h" help:"How long a request may wait for its payload to arrive complete before it is rejected as incomplete."`
 	MaxQueueAge    time.Duration `name:"max-queue-age" default:"24h" help:"How long a request may wait on this host, whatever its own expiry says."`
+	ApprovalTTL    time.Duration `name:"approval-ttl" default:"1h" help:"How long a request may wait for a human's approval."`
+	AllowRoot      bool          `name:"allow-root" env:"BRIDGE_ALLOW_ROOT" help:"Allow serving as root (refused by default)."`
 	LogFormat      string        `name:"log-format" enum:"text,json" default:"text" help:"Log format: text or json."`
 	Verbose        bool          `short:"v" help:"Log debug detail."`
 }
@@ -319,6 +322,7 @@ func (c *ServeCmd) Run(g *Globals) error {
 		level = bridge.LogDebug
 	}
 	d, err := bridge.NewDaemon(h, bridge.DaemonOptions{Rescan: c.Rescan, PendingTimeout: c.PendingTimeout, MaxQueueAge: c.MaxQueueAge,
+		AllowRoot: c.AllowRoot, ApprovalTTL: c.ApprovalTTL,
 		Logger: bridge.NewLogger(g.stderr, c.LogFormat, level)})
 	if err != nil {
 		return err
@@ -951,4 +955,170 @@ func (c *GCCmd) Run(g *Globals) error {
 		g.note("nothing to collect")
 	}
 	return nil
+}
+
+// PendingCmd lists requests awaiting approval.
+type PendingCmd struct{}
+
+func (c *PendingCmd) Run(g *Globals) error {
+	h, err := g.openHome()
+	if err != nil {
+		return err
+	}
+	list, err := bridge.Pending(h)
+	if err != nil {
+		return err
+	}
+	if g.JSON {
+		return g.printJSON(list)
+	}
+	if len(list) == 0 {
+		g.note("no request waits for approval")
+	}
+	for _, e := range list {
+		g.printf("%s  %s  agent %s  waiting since %s\n    %s\n", e.ID, e.Op, e.Agent, e.Updated.Local().Format(time.DateTime), strings.ReplaceAll(e.Reason, "\n", "\n    "))
+	}
+	return nil
+}
+
+// ApproveCmd approves a waiting request.
+type ApproveCmd struct {
+	ID string `arg:"" help:"Request id (see 'bridge pending')."`
+}
+
+func (c *ApproveCmd) Run(g *Globals) error {
+	if err := checkID(c.ID); err != nil {
+		return err
+	}
+	h, err := g.openHome()
+	if err != nil {
+		return err
+	}
+	e, err := bridge.Approve(h, c.ID)
+	if err != nil {
+		return err
+	}
+	if g.JSON {
+		return g.printJSON(map[string]any{"id": e.ID, "op": e.Op, "decision": "approved"})
+	}
+	g.printf("approved %s (%s); the daemon runs it within a second\n", e.ID, e.Op)
+	return nil
+}
+
+// DenyCmd denies a waiting request.
+type DenyCmd struct {
+	ID     string `arg:"" help:"Request id (see 'bridge pending')."`
+	Reason string `placeholder:"TEXT" help:"Why, for the agent."`
+}
+
+func (c *DenyCmd) Run(g *Globals) error {
+	if err := checkID(c.ID); err != nil {
+		return err
+	}
+	h, err := g.openHome()
+	if err != nil {
+		return err
+	}
+	e, err := bridge.Deny(h, c.ID, c.Reason)
+	if err != nil {
+		return err
+	}
+	if g.JSON {
+		return g.printJSON(map[string]any{"id": e.ID, "op": e.Op, "decision": "denied"})
+	}
+	g.printf("denied %s (%s)\n", e.ID, e.Op)
+	return nil
+}
+
+// SendCmd sends a message to an agent.
+type SendCmd struct {
+	To   string `required:"" placeholder:"AGENT" help:"The agent (its local name or id)."`
+	File string `placeholder:"FILE" help:"Send the text of FILE (or - for standard input)."`
+	Text string `arg:"" optional:"" help:"The message."`
+}
+
+func (c *SendCmd) Run(g *Globals) error {
+	text := c.Text
+	switch {
+	case c.File == "-":
+		b, err := io.ReadAll(io.LimitReader(g.stdin, bridge.MaxMessageText+1))
+		if err != nil {
+			return err
+		}
+		text = string(b)
+	case c.File != "":
+		b, err := os.ReadFile(c.File)
+		if err != nil {
+			return err
+		}
+		text = string(b)
+	}
+	if text == "" {
+		return &codeError{code: exitUsage, err: withHintf(errors.New("send: no message"), "bridge send --to AGENT \"text\", or --file FILE")}
+	}
+	h, err := g.openHome()
+	if err != nil {
+		return err
+	}
+	m, err := bridge.Send(h, c.To, text)
+	if err != nil {
+		return err
+	}
+	if g.JSON {
+		return g.printJSON(map[string]any{"id": m.ID, "seq": m.Seq, "to": c.To})
+	}
+	g.printf("sent message %d to %s (%s)\n", m.Seq, c.To, m.ID)
+	return nil
+}
+
+// InboxCmd reads messages.
+type InboxCmd struct {
+	All    bool `help:"Show messages seen before too."`
+	Follow bool `short:"f" help:"Keep watching and show messages as they arrive."`
+	NoAck  bool `name:"no-ack" help:"Do not ack what is shown (the host then keeps it until its retention)."`
+}
+
+func (c *InboxCmd) Run(g *Globals) error {
+	cl, err := openClient(g)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	ctx, stop := signalContext()
+	defer stop()
+	for {
+		items, err := cl.Inbox()
+		if err != nil {
+			return err
+		}
+		var show []bridge.InboxItem
+		for _, it := range items {
+			if c.All || it.New {
+				show = append(show, it)
+			}
+		}
+		for _, it := range show {
+			if g.JSON {
+				enc := json.NewEncoder(g.stdout)
+				enc.Encode(it)
+				continue
+			}
+			from := it.HostName
+			if it.Note.Kind == "notice" {
+				from += " (" + it.Note.Event + ")"
+			}
+			g.printf("%s  %s  %s\n", it.Created.Local().Format(time.DateTime), from, it.Note.Text)
+		}
+		if err := cl.MarkSeen(show, !c.NoAck); err != nil {
+			return err
+		}
+		if !c.Follow {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
 }

@@ -89,7 +89,7 @@ func (c *DemoCmd) Run(g *Globals) error {
 	say("policy: cloud-1 may run echo and count; deploy exists but is not allowed")
 
 	var logBuf lockedBuffer // the daemon logs from its goroutines while we read
-	d, err := bridge.NewDaemon(host, bridge.DaemonOptions{
+	d, err := bridge.NewDaemon(host, bridge.DaemonOptions{AllowRoot: true,
 		Rescan: 300 * time.Millisecond, Logger: bridge.NewLogger(&logBuf, "text", bridge.LogInfo),
 		Env: func(k string) (string, bool) {
 			if k == "DEMO_COUNT" {

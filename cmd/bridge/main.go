@@ -78,6 +78,11 @@ type CLI struct {
 	Ping      PingCmd      `cmd:"" help:"Agent: a round trip through the sync with a built-in no-op."`
 	Reconcile ReconcileCmd `cmd:"" help:"Host: settle an uncertain request."`
 	GC        GCCmd        `cmd:"" name:"gc" help:"Remove this side's files the other side no longer needs."`
+	Pending   PendingCmd   `cmd:"" help:"Host: list requests waiting for a human's approval."`
+	Approve   ApproveCmd   `cmd:"" help:"Host: approve a request waiting for approval."`
+	Deny      DenyCmd      `cmd:"" help:"Host: deny a request waiting for approval."`
+	Send      SendCmd      `cmd:"" help:"Host: send a signed, sealed message to an agent's inbox."`
+	Inbox     InboxCmd     `cmd:"" help:"Agent: read the hosts' messages and notices."`
 	Policy    PolicyCmd    `cmd:"" help:"Host: check the policy or explain an op."`
 	Demo      DemoCmd      `cmd:"" help:"Run the whole loop on temporary folders, no set-up needed."`
 }

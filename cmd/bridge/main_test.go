@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -51,6 +52,12 @@ func TestScripts(t *testing.T) {
 	testscript.Run(t, testscript.Params{
 		Dir:                 "testdata",
 		RequireExplicitExec: true,
+		Condition: func(cond string) (bool, error) {
+			if cond == "root" {
+				return os.Geteuid() == 0, nil
+			}
+			return false, fmt.Errorf("unknown condition %q", cond)
+		},
 		Setup: func(env *testscript.Env) error {
 			// testscript builds the environment from scratch, so a
 			// BRIDGE_HOME of the developer never leaks in. HOME (an op's
@@ -63,6 +70,9 @@ func TestScripts(t *testing.T) {
 			}
 			env.Setenv("HOME", home)
 			env.Setenv("XDG_CONFIG_HOME", filepath.Join(home, ".config"))
+			// Tests (and CI) run as root; `serve` refuses that unless
+			// allowed. errors.txt unsets it to check the refusal.
+			env.Setenv("BRIDGE_ALLOW_ROOT", "1")
 			// Under -race every exec'd bridge would sleep 1 s at exit.
 			if os.Getenv("GORACE") == "" {
 				env.Setenv("GORACE", "atexit_sleep_ms=0")
