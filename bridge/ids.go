@@ -50,7 +50,7 @@ func KeyedRequestID(agent, host, op string, args map[string]string, key string) 
 }
 
 // Reason turns an error from this package or crypto into the short code used
-// in audit lines, rejected results and test vectors (SPEC §9).
+// in audit lines, rejected results and test vectors (SPEC §12).
 func Reason(err error) string {
 	if err == nil {
 		return "ok"

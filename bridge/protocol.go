@@ -76,7 +76,7 @@ type Call struct {
 	Args map[string]string `json:"args"`
 }
 
-// Result is the signed body of <id>.result (SPEC §7.3).
+// Result is the signed body of <id>.result (SPEC §9.1).
 type Result struct {
 	V             int     `json:"v"`
 	ID            string  `json:"id"`

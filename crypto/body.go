@@ -6,7 +6,7 @@ import (
 	"fmt"
 )
 
-// EncodeBody returns the canonical JSON encoding of v (SPEC §2): the output of
+// EncodeBody returns the canonical JSON encoding of v (SPEC §2.3): the output of
 // encoding/json for v's Go type, with HTML escaping off and no trailing newline.
 // Struct field order is the declaration order, map keys are sorted, []byte is
 // standard padded base64.

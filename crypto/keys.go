@@ -72,7 +72,7 @@ func identityFromSeed(signSeed, boxPriv []byte) (*Identity, error) {
 	return id, nil
 }
 
-// MarshalText returns the private file form (SPEC §2.3): one line,
+// MarshalText returns the private file form (SPEC §2.5): one line,
 // "bridge-secret-v1:" and the unpadded base64url of the 32-byte Ed25519 seed
 // followed by the 32-byte X25519 private key. Store it with mode 0600.
 func (id *Identity) MarshalText() ([]byte, error) {
@@ -137,7 +137,7 @@ func CheckSignKey(pub []byte) error {
 	return nil
 }
 
-// Bundle is a party's public identity (SPEC §2.4): both public keys, bound by
+// Bundle is a party's public identity (SPEC §2.6): both public keys, bound by
 // a signature of the signing key over the whole body.
 type Bundle struct {
 	V       int    `json:"v"`

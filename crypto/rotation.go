@@ -4,7 +4,7 @@ import (
 	"fmt"
 )
 
-// Rotation is a rotation statement (SPEC §2.5): a party replaces its keys. It
+// Rotation is a rotation statement (SPEC §11): a party replaces its keys. It
 // is signed by the old signing key (continuity: only the holder of the old key
 // can name a successor) and by the new one (proof of possession).
 type Rotation struct {
