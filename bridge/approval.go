@@ -67,12 +67,9 @@ func (d *Daemon) decide(id string, approve bool, why string) error {
 	if err != nil {
 		return err
 	}
-	e, err := findEntry(all, id)
+	e, err := entryIn(all, id, ledger.StateAwaitingApproval)
 	if err != nil {
 		return err
-	}
-	if e.State != ledger.StateAwaitingApproval {
-		return fmt.Errorf("request %s is %s, not awaiting approval", id, e.State)
 	}
 	keys := d.agents()[e.Agent]
 	if keys == nil {
@@ -141,16 +138,9 @@ func decideOrder(h *Home, id, as, why string) (*LedgerEntry, error) {
 	if h.Config.Role != "host" {
 		return nil, errors.New("approvals are decided on the host")
 	}
-	entries, err := LedgerEntries(h)
+	e, err := snapshotEntry(h, id, ledger.StateAwaitingApproval)
 	if err != nil {
 		return nil, err
-	}
-	e, err := findEntry(entries, id)
-	if err != nil {
-		return nil, err
-	}
-	if e.State != ledger.StateAwaitingApproval {
-		return nil, fmt.Errorf("request %s is %s, not awaiting approval", id, e.State)
 	}
 	return e, writeOrder(h, controlOrder{ID: id, As: as, Why: why})
 }

@@ -83,15 +83,45 @@ func newPair(t *testing.T, policyText string) *pair {
 	return p
 }
 
+// runDaemon opens a daemon for home and runs it until the test ends. It is
+// the in-process `bridge serve` of tests that need their own options.
+func runDaemon(t *testing.T, home *Home, opt DaemonOptions) *Daemon {
+	t.Helper()
+	opt.AllowRoot = true // tests run as root
+	d, err := NewDaemon(home, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Open(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("daemon run: %v", err)
+		}
+		d.Close(context.Background())
+	})
+	return d
+}
+
+// envWith is a daemon environment: the process's, with extra overrides.
+func envWith(extra map[string]string) func(string) (string, bool) {
+	return func(k string) (string, bool) {
+		if v, ok := extra[k]; ok {
+			return v, true
+		}
+		return os.LookupEnv(k)
+	}
+}
+
 func (p *pair) start(t *testing.T, env map[string]string) {
 	t.Helper()
 	d, err := NewDaemon(p.host, DaemonOptions{AllowRoot: true, Rescan: 500 * time.Millisecond, Grace: 200 * time.Millisecond,
-		Env: func(k string) (string, bool) {
-			if v, ok := env[k]; ok {
-				return v, true
-			}
-			return os.LookupEnv(k)
-		}})
+		Env: envWith(env)})
 	if err != nil {
 		t.Fatal(err)
 	}

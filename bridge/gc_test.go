@@ -1,7 +1,6 @@
 package bridge
 
 import (
-	"context"
 	"os"
 	"path/filepath"
 	"strings"
@@ -50,22 +49,7 @@ func TestGCCollectsAndForgets(t *testing.T) {
 	}
 	// An hour later the ledger entry goes too.
 	later := func() time.Time { return time.Now().Add(time.Hour) }
-	d, err := NewDaemon(p.host, DaemonOptions{AllowRoot: true, Now: later, Rescan: 200 * time.Millisecond, Env: func(k string) (string, bool) {
-		if k == "COUNT_FILE" {
-			return countFile, true
-		}
-		return os.LookupEnv(k)
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := d.Open(); err != nil { // collects at start
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- d.Run(ctx) }()
-	defer func() { cancel(); <-done; d.Close(context.Background()) }()
+	runDaemon(t, p.host, DaemonOptions{Now: later, Rescan: 200 * time.Millisecond, Env: envWith(map[string]string{"COUNT_FILE": countFile})}) // collects at start
 	waitFor(t, 5*time.Second, "the ledger entry to be collected", func() bool { return p.entry(t, id).ID == "" })
 	// The request is delivered again: refused as expired, never run again.
 	os.WriteFile(filepath.Join(p.toHost(), id+".payload"), payload, 0o644)

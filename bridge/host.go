@@ -162,16 +162,9 @@ func Reconcile(h *Home, id, as string) (*LedgerEntry, error) {
 		if !errors.Is(err, syncsafe.ErrLocked) {
 			return nil, err
 		}
-		entries, err := LedgerEntries(h)
+		e, err := snapshotEntry(h, id, ledger.StateUncertain)
 		if err != nil {
 			return nil, err
-		}
-		e, err := findEntry(entries, id)
-		if err != nil {
-			return nil, err
-		}
-		if e.State != ledger.StateUncertain {
-			return nil, fmt.Errorf("reconcile %s: it is %s, not uncertain", id, e.State)
 		}
 		if err := writeOrder(h, controlOrder{ID: id, As: as}); err != nil {
 			return nil, err
@@ -180,6 +173,28 @@ func Reconcile(h *Home, id, as string) (*LedgerEntry, error) {
 	}
 	defer d.closeResources()
 	return d.reconcile(id, as)
+}
+
+// snapshotEntry reads request id from a snapshot of the ledger (beside a
+// running daemon) and checks it is in state want.
+func snapshotEntry(h *Home, id string, want ledger.State) (*LedgerEntry, error) {
+	entries, err := LedgerEntries(h)
+	if err != nil {
+		return nil, err
+	}
+	return entryIn(entries, id, want)
+}
+
+// entryIn finds request id among entries and checks it is in state want.
+func entryIn(entries []LedgerEntry, id string, want ledger.State) (*LedgerEntry, error) {
+	e, err := findEntry(entries, id)
+	if err != nil {
+		return nil, err
+	}
+	if e.State != want {
+		return nil, fmt.Errorf("request %s is %s, not %s", id, e.State, want)
+	}
+	return e, nil
 }
 
 func findEntry(entries []LedgerEntry, id string) (*LedgerEntry, error) {
@@ -203,12 +218,9 @@ func (d *Daemon) reconcile(id, as string) (*LedgerEntry, error) {
 	if err != nil {
 		return nil, err
 	}
-	e, err := findEntry(all, id)
+	e, err := entryIn(all, id, ledger.StateUncertain)
 	if err != nil {
 		return nil, err
-	}
-	if e.State != ledger.StateUncertain {
-		return nil, fmt.Errorf("reconcile %s: it is %s, not uncertain", id, e.State)
 	}
 	keys := d.agents()[e.Agent]
 	if keys == nil {

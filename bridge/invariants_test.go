@@ -576,17 +576,7 @@ func TestPendingTimeoutRejectsIncomplete(t *testing.T) {
 	id, manifest, payload := p.sealManual(t, "count", nil, nil)
 	os.WriteFile(filepath.Join(p.toHost(), id+".manifest"), manifest, 0o644)
 	os.WriteFile(filepath.Join(p.toHost(), id+".payload"), payload[:len(payload)/2], 0o644)
-	d, err := NewDaemon(p.host, DaemonOptions{AllowRoot: true, Rescan: 200 * time.Millisecond, PendingTimeout: 500 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := d.Open(); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- d.Run(ctx) }()
-	defer func() { cancel(); <-done; d.Close(context.Background()) }()
+	runDaemon(t, p.host, DaemonOptions{Rescan: 200 * time.Millisecond, PendingTimeout: 500 * time.Millisecond})
 	out := p.wait(t, id)
 	if out.Receipt.Status != StatusRejected || out.Receipt.Reason != "incomplete" {
 		t.Fatalf("status %s reason %s", out.Receipt.Status, out.Receipt.Reason)

@@ -54,22 +54,7 @@ func TestManyHostsManyAgents(t *testing.T) {
 		if err := os.WriteFile(h.Path(PolicyName), []byte(pol.String()), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		d, err := NewDaemon(h, DaemonOptions{AllowRoot: true, Rescan: 300 * time.Millisecond, Env: func(k string) (string, bool) {
-			if k == "RUNS" {
-				return logFile, true
-			}
-			return os.LookupEnv(k)
-		}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := d.Open(); err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() { done <- d.Run(ctx) }()
-		t.Cleanup(func() { cancel(); <-done; d.Close(context.Background()) })
+		runDaemon(t, h, DaemonOptions{Rescan: 300 * time.Millisecond, Env: envWith(map[string]string{"RUNS": logFile})})
 	}
 	type sent struct {
 		client         *Client

@@ -412,7 +412,7 @@ func (d *Daemon) admit(j *job, spool string, mode admitMode) bool {
 	return true
 }
 
-// withRequestEnv hands the request id to the op (SPEC §7.2): as
+// withRequestEnv hands the request id to the op (SPEC §7.3): as
 // BRIDGE_REQUEST_ID and BRIDGE_IDEMPOTENCY_KEY, so a downstream system can
 // deduplicate on it. A keyed request keeps its id across retries.
 func (d *Daemon) withRequestEnv(inv *policy.Invocation, id string) {
