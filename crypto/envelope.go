@@ -27,6 +27,7 @@ var (
 	KindAck      = Kind{"ack", "BRA1", "bridge/v1/ack\x00", 4 << 10, 1}
 	KindCatalog  = Kind{"catalog", "BRO1", "bridge/v1/catalog\x00", 256 << 10, 1}
 	KindMessage  = Kind{"message", "BRM1", "bridge/v1/message\x00", 96 << 10, 1}
+	KindProgress = Kind{"progress", "BRP1", "bridge/v1/progress\x00", 96 << 10, 1}
 )
 
 const (
