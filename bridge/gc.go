@@ -65,7 +65,12 @@ func (d *Daemon) collect(o GCOptions, all []ledger.Entry) (*GCReport, error) {
 			continue
 		}
 		if _, err := d.folder.Lstat(ResultPath(d.me, e.Agent, e.ID, ExtResult)); err != nil {
-			continue // nothing published, or collected already
+			// Nothing published, or collected already; a lone output is
+			// what a crash between the two removals leaves: finish it.
+			if _, oerr := d.folder.Lstat(ResultPath(d.me, e.Agent, e.ID, ExtOutput)); oerr == nil && !o.DryRun && d.acked(e) {
+				d.folder.Remove(ResultPath(d.me, e.Agent, e.ID, ExtOutput))
+			}
+			continue
 		}
 		why := ""
 		age := now.Sub(e.Updated)
@@ -81,9 +86,9 @@ func (d *Daemon) collect(o GCOptions, all []ledger.Entry) (*GCReport, error) {
 		if o.DryRun {
 			continue
 		}
-		// Manifest first: an agent never sees a result manifest whose
-		// output is gone.
-		for _, ext := range []string{ExtResult, ExtOutput} {
+		// Output first, the manifest last: a crash in between leaves the
+		// manifest, which the next collection finds and finishes.
+		for _, ext := range []string{ExtOutput, ExtResult} {
 			if err := d.folder.Remove(ResultPath(d.me, e.Agent, e.ID, ext)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 				return rep, err
 			}
@@ -94,21 +99,34 @@ func (d *Daemon) collect(o GCOptions, all []ledger.Entry) (*GCReport, error) {
 	}
 	d.collectMessages(o, rep)
 	for _, e := range old {
+		// An entry is forgotten only once its result is gone from the
+		// folder, or the retention passed: an agent that never acked may
+		// still come back for it.
+		_, resErr := d.folder.Lstat(ResultPath(d.me, e.Agent, e.ID, ExtResult))
+		_, outErr := d.folder.Lstat(ResultPath(d.me, e.Agent, e.ID, ExtOutput))
+		published := resErr == nil || outErr == nil
+		if published && now.Sub(e.Updated) <= o.Retention {
+			continue
+		}
 		rep.Items = append(rep.Items, GCItem{Agent: e.Agent, ID: e.ID, What: "ledger entry", Why: "expired"})
-	}
-	if o.DryRun || len(old) == 0 {
-		return rep, nil
-	}
-	// The ledger entry goes last: while it exists the id cannot run again,
-	// and once it is gone the request is past its expiry plus skew.
-	for _, e := range old {
+		if o.DryRun {
+			continue
+		}
+		for _, ext := range []string{ExtOutput, ExtResult} {
+			if err := d.folder.Remove(ResultPath(d.me, e.Agent, e.ID, ext)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return rep, err
+			}
+		}
 		for _, p := range []string{d.home.Path("results", e.Agent, e.ID+"."+ExtResult), d.home.Path("results", e.Agent, e.ID+"."+ExtOutput),
 			d.home.Path("manifests", e.Agent, e.ID+"."+ExtManifest)} {
 			os.Remove(p)
 		}
-	}
-	if _, err := d.ledger.GC(now, d.opt.Skew); err != nil {
-		return rep, err
+		// The ledger entry goes last: while it exists the id cannot run
+		// again, and once it is gone the request is past its expiry plus
+		// skew and is refused as expired.
+		if _, err := d.ledger.Forget(e.Key, now, d.opt.Skew); err != nil {
+			return rep, err
+		}
 	}
 	return rep, nil
 }

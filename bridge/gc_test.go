@@ -71,3 +71,48 @@ func TestGCCollectsAndForgets(t *testing.T) {
 		t.Fatalf("agent gc: %v %v", files, err)
 	}
 }
+
+// A result nobody acked stays (and so does its ledger entry) until the
+// retention passes, even after the request expired: an agent may still come
+// back for it. Then both go.
+func TestGCRetentionOfUnackedResults(t *testing.T) {
+	p := newPair(t, testPolicy)
+	p.start(t, nil)
+	s, err := p.client.Submit(SubmitOptions{Op: "echo", Args: map[string]string{"msg": "keep"}, TTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.wait(t, s.ID)
+	p.stop(t)
+	collectAt := func(later time.Duration) {
+		t.Helper()
+		d, err := NewDaemon(p.host, DaemonOptions{Now: func() time.Time { return time.Now().Add(later) }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := d.openCore(); err != nil {
+			t.Fatal(err)
+		}
+		defer d.closeResources()
+		all, _ := d.ledger.List(nil)
+		if _, err := d.collect(GCOptions{}, all); err != nil {
+			t.Fatal(err)
+		}
+	}
+	collectAt(25 * time.Hour) // expired, but within the retention
+	if _, err := os.Stat(filepath.Join(p.toAgent(), s.ID+".result")); err != nil {
+		t.Fatal("an unacked result was collected before the retention")
+	}
+	if p.entry(t, s.ID).ID == "" {
+		t.Fatal("the ledger forgot a request whose result is still in the folder")
+	}
+	collectAt(31 * 24 * time.Hour)
+	for _, ext := range []string{".result", ".output"} {
+		if _, err := os.Stat(filepath.Join(p.toAgent(), s.ID+ext)); !os.IsNotExist(err) {
+			t.Fatalf("%s still there after the retention", ext)
+		}
+	}
+	if p.entry(t, s.ID).ID != "" {
+		t.Fatal("the ledger entry was kept after the retention")
+	}
+}

@@ -730,3 +730,36 @@ func (l *Ledger) Stats() (Stats, error) {
 	st.FileSize = fi.Size()
 	return st, nil
 }
+
+// Forget deletes one entry, only if GC could delete it: terminal and past
+// Expires+skew (re-checked under the write lock). It reports whether it did.
+// Callers that keep some collectable entries longer (the daemon keeps them
+// while their result is still in the folder) use it instead of GC.
+func (l *Ledger) Forget(key string, now time.Time, skew time.Duration) (bool, error) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if err := l.usable(); err != nil {
+		return false, fmt.Errorf("forget: %w", err)
+	}
+	done := false
+	err := l.update(func(tx *buntdb.Tx) (bool, error) {
+		e, err := getEntry(tx, key)
+		if errors.Is(err, ErrNotFound) {
+			return false, nil
+		} else if err != nil {
+			return false, err
+		}
+		if !collectable(e, now, skew) {
+			return false, nil
+		}
+		if _, err := tx.Delete(entryPrefix + key); err != nil {
+			return false, err
+		}
+		done = true
+		return true, nil
+	})
+	if err != nil {
+		return false, fmt.Errorf("forget %s: %w", key, err)
+	}
+	return done, nil
+}
