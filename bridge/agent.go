@@ -26,6 +26,9 @@ type Client struct {
 	folder *syncsafe.Folder
 	// Rotations are the hosts' key rotations this client followed on open.
 	Rotations []RotationEvent
+	// Nudger, if set, asks the local Syncthing to scan each file the
+	// client publishes (see NewNudger).
+	Nudger *Nudger
 }
 
 // OpenClient opens an agent home's folder.
@@ -212,6 +215,7 @@ func (c *Client) Submit(o SubmitOptions) (*Sent, error) {
 	if err := c.folder.Publish(RequestPath(hb.ID, c.home.Config.ID, id, ExtManifest), writeBytes(manifest)); err != nil {
 		return nil, fmt.Errorf("submit %s: %w", id, err)
 	}
+	c.Nudger.Nudge(RequestPath(hb.ID, c.home.Config.ID, id, ExtPayload), RequestPath(hb.ID, c.home.Config.ID, id, ExtManifest))
 	return s, nil
 }
 
@@ -444,7 +448,7 @@ func (c *Client) Wait(ctx context.Context, id string, tick func(elapsed time.Dur
 	start := time.Now()
 	dir := filepath.Join(c.home.Config.Folder, ToAgentDir(s.Host, c.home.Config.ID))
 	var events <-chan struct{}
-	if w, err := syncsafe.NewWatcher(dir, syncsafe.WatchOptions{Rescan: time.Hour, Debounce: 5 * time.Millisecond}); err == nil {
+	if w, err := syncsafe.NewWatcher(dir, syncsafe.WatchOptions{Rescan: time.Hour, Debounce: 5 * time.Millisecond, EventsFirst: true}); err == nil {
 		defer w.Close()
 		ch := make(chan struct{}, 1)
 		events = ch
@@ -519,6 +523,8 @@ func (c *Client) Ack(out *Outcome) error {
 	if err := c.folder.Publish(RequestPath(s.Host, c.home.Config.ID, s.ID, ExtAck), writeBytes(ack)); err != nil && !errors.Is(err, syncsafe.ErrExists) {
 		return err
 	}
+	defer c.Nudger.Nudge(RequestPath(s.Host, c.home.Config.ID, s.ID, ExtAck), // and the removals below
+		RequestPath(s.Host, c.home.Config.ID, s.ID, ExtManifest), RequestPath(s.Host, c.home.Config.ID, s.ID, ExtPayload))
 	for _, ext := range []string{ExtManifest, ExtPayload} {
 		if err := c.folder.Remove(RequestPath(s.Host, c.home.Config.ID, s.ID, ext)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return err
@@ -538,6 +544,7 @@ func (c *Client) Cancel(id string) error {
 		return err
 	}
 	err = c.folder.Publish(RequestPath(s.Host, c.home.Config.ID, id, ExtCancel), writeBytes(data))
+	c.Nudger.Nudge(RequestPath(s.Host, c.home.Config.ID, id, ExtCancel))
 	if errors.Is(err, syncsafe.ErrExists) {
 		return nil
 	}

@@ -50,6 +50,9 @@ type DaemonOptions struct {
 	ApprovalTTL time.Duration
 	// AllowRoot lets the daemon run as root (refused by default).
 	AllowRoot bool
+	// Nudger, if set, asks the local Syncthing to scan each file the
+	// daemon publishes (see NewNudger).
+	Nudger *Nudger
 }
 
 // Daemon is the host side: it watches the agents' request trees, admits
@@ -96,6 +99,9 @@ type Daemon struct {
 	// through BRIDGE_TEST_CRASH_AT ("step" or "step#n" for the n-th time).
 	crashAt    string
 	crashCount atomic.Int64
+
+	redactor *redactor    // nil: redaction off (redact.go)
+	ceil     ceilingState // per-agent ceilings (ceilings.go)
 }
 
 // Crash-injection steps, in pipeline order (DESIGN §4).
@@ -302,7 +308,9 @@ func (d *Daemon) Open() (err error) {
 		agent, rest, deeper := strings.Cut(rel, "/")
 		return deeper || rest != "" || d.agents()[agent] == nil
 	}
-	d.watcher, err = syncsafe.NewWatcher(root, syncsafe.WatchOptions{Rescan: d.opt.Rescan, Skip: skip})
+	// A short debounce: a request is two files published back to back, and
+	// every millisecond of quiet waited for is a millisecond of round trip.
+	d.watcher, err = syncsafe.NewWatcher(root, syncsafe.WatchOptions{Rescan: d.opt.Rescan, Skip: skip, Debounce: 5 * time.Millisecond})
 	if err != nil {
 		return fmt.Errorf("serve: watch %s: %w", root, err)
 	}
@@ -346,6 +354,8 @@ func (d *Daemon) openCore() (err error) {
 	if d.audit, err = openAudit(d.home.Path("audit.log")); err != nil {
 		return err
 	}
+	d.redactor = newRedactor(d.policy.Redaction())
+	d.audit.redact = d.redactor.string
 	for _, dir := range []string{"spool", "results"} {
 		if err := os.MkdirAll(d.home.Path(dir), 0o700); err != nil {
 			return err
@@ -636,16 +646,21 @@ func (d *Daemon) firstTime(key string) bool {
 // stamp identifies a published result file cheaply: a rescan compares it
 // instead of reading and verifying the file again.
 type stamp struct {
-	size  int64
-	mtime time.Time
+	size, outSize   int64
+	mtime, outMtime time.Time
 }
 
+// resultStamp covers both files of a published result: losing or changing
+// either makes a rescan look at the request again.
 func (d *Daemon) resultStamp(agent, id string) stamp {
-	fi, err := d.folder.Lstat(ResultPath(d.me, agent, id, ExtResult))
-	if err != nil {
-		return stamp{size: -1}
+	st := stamp{size: -1, outSize: -1}
+	if fi, err := d.folder.Lstat(ResultPath(d.me, agent, id, ExtResult)); err == nil {
+		st.size, st.mtime = fi.Size(), fi.ModTime()
 	}
-	return stamp{fi.Size(), fi.ModTime()}
+	if fi, err := d.folder.Lstat(ResultPath(d.me, agent, id, ExtOutput)); err == nil {
+		st.outSize, st.outMtime = fi.Size(), fi.ModTime()
+	}
+	return st
 }
 
 // markFinished records that key is terminal and its result is in place:

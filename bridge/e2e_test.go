@@ -42,3 +42,22 @@ func TestResultSquatIsReplaced(t *testing.T) {
 		return err == nil && string(out.Stdout) == "mine\n"
 	})
 }
+
+// A lost output (the manifest still there) is re-published, not left for
+// the agent to wait on forever (found by the sync simulator: rclone 1.60
+// conflict handling renames a file away on both sides).
+func TestLostOutputIsRepublished(t *testing.T) {
+	p := newPair(t, testPolicy)
+	p.start(t, nil)
+	s, err := p.client.Submit(SubmitOptions{Op: "echo", Args: map[string]string{"msg": "again"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.wait(t, s.ID)
+	settleFor()
+	os.Remove(filepath.Join(p.toAgent(), s.ID+".output"))
+	waitFor(t, 5*time.Second, "the output to be re-published", func() bool {
+		out, err := p.client.Result(s.ID)
+		return err == nil && string(out.Stdout) == "again\n"
+	})
+}

@@ -88,6 +88,7 @@ func (d *Daemon) collect(o GCOptions, all []ledger.Entry) (*GCReport, error) {
 		}
 		// Output first, the manifest last: a crash in between leaves the
 		// manifest, which the next collection finds and finishes.
+		d.removeProgress(e.Agent, e.ID)
 		for _, ext := range []string{ExtOutput, ExtResult} {
 			if err := d.folder.Remove(ResultPath(d.me, e.Agent, e.ID, ext)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 				return rep, err
@@ -112,6 +113,7 @@ func (d *Daemon) collect(o GCOptions, all []ledger.Entry) (*GCReport, error) {
 		if o.DryRun {
 			continue
 		}
+		d.removeProgress(e.Agent, e.ID)
 		for _, ext := range []string{ExtOutput, ExtResult} {
 			if err := d.folder.Remove(ResultPath(d.me, e.Agent, e.ID, ext)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 				return rep, err
@@ -203,4 +205,17 @@ func GC(h *Home, o GCOptions) (*GCReport, error) {
 		return nil, err
 	}
 	return d.collect(o, all)
+}
+
+// removeProgress removes the progress chunks of a finished request.
+func (d *Daemon) removeProgress(agent, id string) {
+	entries, err := d.folder.List(ToAgentDir(d.me, agent))
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		if cid, _, ok := ParseProgressName(e.Name); ok && cid == id {
+			d.folder.Remove(ToAgentDir(d.me, agent) + "/" + e.Name)
+		}
+	}
 }

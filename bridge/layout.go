@@ -17,6 +17,7 @@ import (
 //	hosts/<host>/to-host/<agent>/<id>.manifest|.payload|.cancel|.ack   (agent writes)
 //	hosts/<host>/to-agent/<agent>/<id>.result|.output                  (host writes)
 //	hosts/<host>/to-agent/<agent>/<id>.message  inbox messages         (host writes)
+//	hosts/<host>/to-agent/<agent>/<id>.progress-<n>  output while it runs (host writes)
 //	hosts/<host>/to-agent/<agent>/ops.catalog   the ops this agent may run (host writes)
 const (
 	hostsDir        = "hosts"

@@ -393,13 +393,19 @@ func (d *Daemon) admit(j *job, spool string, mode admitMode) bool {
 		go d.reconcileCheck(j, inv, stdin)
 		return true
 	}
+	ceilingDone := func() {}
 	if mode == admitNew || mode == admitApproved {
+		var over *Receipt
+		if ceilingDone, over = d.reserveCeiling(j.keys.name, inv); over != nil {
+			return refuse(*over)
+		}
 		from := []ledger.State{ledger.StateSeen, ledger.StatePending}
 		if mode == admitApproved {
 			from = []ledger.State{ledger.StateAwaitingApproval}
 		}
 		if _, err := d.ledger.Transition(j.key, from, ledger.StateClaimed,
 			func(e *ledger.Entry) { e.Op, e.Idempotent = inv.Op, inv.Idempotent }); err != nil {
+			ceilingDone()
 			d.log.Debug("claim lost", "key", j.key, "err", err)
 			return false
 		}
@@ -408,7 +414,7 @@ func (d *Daemon) admit(j *job, spool string, mode admitMode) bool {
 	}
 	handed = true
 	d.wg.Add(1)
-	go d.run(j, inv, stdin, mode == admitResume)
+	go func() { defer ceilingDone(); d.run(j, inv, stdin, mode == admitResume) }()
 	return true
 }
 
@@ -523,10 +529,17 @@ func (d *Daemon) run(j *job, inv *policy.Invocation, stdin *os.File, resume bool
 		return
 	}
 	d.audit.log(AuditEvent{Event: "run", Agent: j.agent, ID: j.req.ID, Op: inv.Op, Detail: strings.Join(inv.Argv, " ")})
+	prog := newProgress(d, j)
+	progStop, progDone := make(chan struct{}), make(chan struct{})
+	go func() { defer close(progDone); prog.loop(progStop) }()
 	out := runner.Run(ctx, runner.Spec{
 		Argv: inv.Argv, Dir: inv.Dir, Env: inv.Env, Stdin: stdin, Timeout: inv.Timeout,
-		MaxOutput: inv.MaxOutput, Grace: d.opt.Grace,
+		MaxOutput: inv.MaxOutput, Grace: d.opt.Grace, Limits: runnerLimits(inv.Limits),
+		OnOutput: prog.write,
 	})
+	close(progStop)
+	<-progDone
+	d.chargeCPU(j.keys.name, out.CPU)
 	rc := Receipt{
 		Status: StatusDone, Op: inv.Op, Argv: inv.Argv, PolicySHA256: d.policy.SHA256,
 		ExitCode: out.ExitCode, Signal: out.Signal, TimedOut: out.TimedOut,
@@ -534,6 +547,8 @@ func (d *Daemon) run(j *job, inv *policy.Invocation, stdin *os.File, resume bool
 		StdoutTotal: out.Stdout.Total, StdoutTruncated: out.Stdout.Truncated,
 		StderrTotal: out.Stderr.Total, StderrTruncated: out.Stderr.Truncated,
 	}
+	// The signed result commits to the progress chunks published meanwhile.
+	rc.ProgressCount, rc.ProgressHead = prog.head()
 	switch {
 	case out.Cancelled && d.runCtx.Err() != nil:
 		rc.Status, rc.Reason, rc.Detail = StatusFailed, "host-shutdown", "the host daemon was stopped while the op ran"
@@ -587,6 +602,7 @@ func (d *Daemon) finishWithOutput(j *job, rc Receipt, stdout, stderr []byte) {
 	if rc.PolicySHA256 == "" && d.policy != nil {
 		rc.PolicySHA256 = d.policy.SHA256
 	}
+	stdout, stderr = d.redactor.redactResult(&rc, stdout, stderr)
 	resSHA, status, err := d.publishResult(j, rc, stdout, stderr)
 	if err != nil {
 		// The entry stays where it is; the next rescan retries the publish
@@ -695,7 +711,10 @@ func (d *Daemon) publishCopies(agent, id string) (string, error) {
 	case errors.Is(err, fs.ErrNotExist):
 	case err == nil && bytes.Equal(existing, manifest):
 		// Published already; make sure the output is intact too.
-		return status, d.ensureOutput(outPath, filepath.Join(dir, id+"."+ExtOutput))
+		if d.outputIntact(manifest, outPath) {
+			return status, nil
+		}
+		return status, d.publishFile(outPath, filepath.Join(dir, id+"."+ExtOutput), true)
 	case err == nil:
 		old, verr := d.ownResult(existing, agent, id)
 		switch {
@@ -724,18 +743,18 @@ func (d *Daemon) publishCopies(agent, id string) (string, error) {
 	return status, nil
 }
 
-// ensureOutput re-publishes the output if what the folder holds differs
-// from the private copy.
-func (d *Daemon) ensureOutput(rel, src string) error {
-	want, err := os.ReadFile(src)
+// outputIntact reports whether the folder's output file matches the pin in
+// the result manifest (streamed: outputs can be large).
+func (d *Daemon) outputIntact(manifest []byte, rel string) bool {
+	env, err := bcrypto.Parse(bcrypto.KindResult, manifest)
 	if err != nil {
-		return err
+		return false
 	}
-	have, err := d.folder.ReadFile(rel, int64(len(want)))
-	if err == nil && bytes.Equal(have, want) {
-		return nil
+	var res Result
+	if bcrypto.DecodeBody(env.Body(), &res) != nil {
+		return false
 	}
-	return d.publishFile(rel, src, true)
+	return syncsafe.Settle(d.folder, rel, res.Payload.Len, res.Payload.Digest(), io.Discard) == nil
 }
 
 func (d *Daemon) publishFile(rel, src string, replace bool) error {
@@ -748,6 +767,7 @@ func (d *Daemon) publishFile(rel, src string, replace bool) error {
 		_, err := io.Copy(w, f)
 		return err
 	}
+	defer d.opt.Nudger.Nudge(rel)
 	if replace {
 		return d.folder.PublishReplace(rel, write, syncsafe.WithMode(0o644))
 	}
@@ -761,7 +781,7 @@ func (d *Daemon) duplicate(ent ledger.Entry) {
 	copyPath := d.home.Path("results", ent.Agent, ent.ID+"."+ExtResult)
 	if want, err := os.ReadFile(copyPath); err == nil {
 		have, err := d.folder.ReadFile(ResultPath(d.me, ent.Agent, ent.ID, ExtResult), bcrypto.KindResult.MaxSize())
-		if err != nil || !bytes.Equal(have, want) {
+		if err != nil || !bytes.Equal(have, want) || !d.outputIntact(want, ResultPath(d.me, ent.Agent, ent.ID, ExtOutput)) {
 			if _, err := d.publishCopies(ent.Agent, ent.ID); err != nil {
 				d.log.Warn("re-publish result", "key", ent.Key, "err", err)
 				return

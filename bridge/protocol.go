@@ -124,6 +124,8 @@ type Receipt struct {
 	StderrLen       int64    `json:"stderr_len"`
 	StderrTotal     int64    `json:"stderr_total"`
 	StderrTruncated bool     `json:"stderr_truncated"`
+	ProgressCount   int      `json:"progress_count"` // progress chunks published while it ran (SPEC §9.3)
+	ProgressHead    string   `json:"progress_head"`  // hex SHA-256 of the last chunk's file, "" if none
 }
 
 // Cancel is the signed body of <id>.cancel.

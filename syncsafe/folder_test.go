@@ -121,8 +121,11 @@ func TestReadFileSwapRace(t *testing.T) {
 	close(stop)
 	wg.Wait()
 	t.Logf("reads: %d ok, %d refused", ok, refused)
-	if ok == 0 {
-		t.Error("no read succeeded")
+	// Under heavy load every racing read may meet a swap; once the swapping
+	// stops, a regular file at the name must read normally again.
+	writeFile(t, name, "regular")
+	if b, err := f.ReadFile("x", 100); err != nil || string(b) != "regular" {
+		t.Errorf("after the race: %q, %v", b, err)
 	}
 }
 

@@ -32,6 +32,11 @@ type WatchOptions struct {
 	// Skip, if set, leaves out a path (dirs are not descended) from walks and
 	// event batches.
 	Skip func(rel string, isDir bool) bool
+	// EventsFirst skips the Full batch the first Next would return: the
+	// first batch is of events (or the first Rescan's walk). For a caller
+	// that has just looked for what it wants itself, and for whom a walk
+	// of a large tree would only add latency.
+	EventsFirst bool
 
 	// drainGate, for tests: the drain goroutine waits for a receive on it
 	// before it starts, so the channel fills and notify really drops.
@@ -197,7 +202,9 @@ func (w *Watcher) Next(ctx context.Context) (Batch, error) {
 	if !w.started {
 		w.started = true
 		w.rescan = time.NewTimer(w.opt.Rescan)
-		return w.fullWalk()
+		if !w.opt.EventsFirst {
+			return w.fullWalk()
+		}
 	}
 	for {
 		if w.closed.Load() {

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -204,6 +205,21 @@ func TestWatcherRenameIntoPlace(t *testing.T) {
 			}
 			delete(want, p)
 		}
+	}
+}
+
+// TestWatcherEventsFirst: with EventsFirst the first batch reports only
+// what changed after NewWatcher, not the files already there.
+func TestWatcherEventsFirst(t *testing.T) {
+	root := t.TempDir()
+	writeFile(t, filepath.Join(root, "old"), "a")
+	w := newWatcher(t, root, WatchOptions{Rescan: time.Hour, Debounce: 10 * time.Millisecond, EventsFirst: true})
+	writeFile(t, filepath.Join(root, "new"), "b")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	b, err := w.Next(ctx)
+	if err != nil || b.Full || !slices.Equal(b.Paths, []string{"new"}) {
+		t.Fatalf("first batch = %+v, %v; want the event for new only", b, err)
 	}
 }
 

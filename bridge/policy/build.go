@@ -52,8 +52,10 @@ type Policy struct {
 	SHA256  string // hex SHA-256 of the exact file bytes; receipts name it
 	Version int    // 1
 
-	ops    map[string]*op
-	agents map[string][]string // sorted op names
+	ops      map[string]*op
+	agents   map[string][]string // sorted op names
+	ceilings map[string]Ceilings // by agent (safety.go)
+	redact   *Redaction
 }
 
 type op struct {
@@ -70,6 +72,7 @@ type op struct {
 	approve     bool
 	concurrency int
 	scope       string
+	limits      Limits
 	args        map[string]*arg
 }
 
@@ -90,7 +93,8 @@ type arg struct {
 }
 
 func (b *builder) build(d *fileDoc) *Policy {
-	p := &Policy{Version: 1, ops: map[string]*op{}, agents: map[string][]string{}}
+	p := &Policy{Version: 1, ops: map[string]*op{}, agents: map[string][]string{}, ceilings: map[string]Ceilings{}}
+	p.redact = b.redaction(d.Redact)
 	if d.Version != nil && *d.Version != 1 {
 		b.errAt([]string{"version"}, "this bridge reads version = 1", "unsupported version %d", *d.Version)
 	}
@@ -153,6 +157,7 @@ func (b *builder) build(d *fileDoc) *Policy {
 		}
 		sort.Strings(list)
 		p.agents[name] = list
+		p.ceilings[name] = b.ceilings(name, ad)
 	}
 	return p
 }
@@ -261,6 +266,7 @@ func (b *builder) op(name string, d *opDoc, defTimeout time.Duration, defMaxOutp
 			b.errAt(at("scope"), `"read" or "write"`, "unknown scope %q", *d.Scope)
 		}
 	}
+	o.limits = b.limits(name, d)
 	return o
 }
 

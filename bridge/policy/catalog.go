@@ -124,6 +124,9 @@ func (p *Policy) Explain(opName string) (string, error) {
 	line("idempotent", strconv.FormatBool(o.idempotent))
 	line("approve", strconv.FormatBool(o.approve))
 	line("concurrency", concurrencyString(o.concurrency))
+	if o.limits != (Limits{}) {
+		line("limits", o.limits.String())
+	}
 	var agents []string
 	for _, a := range sortedKeys(p.agents) {
 		for _, n := range p.agents[a] {

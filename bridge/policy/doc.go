@@ -27,6 +27,7 @@
 //	[ops.NAME]                      NAME: [a-z0-9][a-z0-9._-]{0,63}
 //	[ops.NAME.args.ARG]             ARG: [a-z][a-z0-9_]{0,31}, not request_id, agent, op
 //	[agents.NAME]                   NAME as for ops
+//	[redact]                        optional; output redaction (see below)
 //
 // Op keys:
 //
@@ -57,6 +58,27 @@
 //	reconcile    optional argv with the same rules, for `bridge reconcile`.
 //	args         the argument tables below. Every argument must be used in
 //	             argv or reconcile.
+//	cpu          CPU-time limit: whole seconds (60) or a Go duration ("1m"),
+//	             at most 24h (RLIMIT_CPU; SIGXCPU, then SIGKILL a second later).
+//	memory       address-space limit, a size as for max_output, at least 1MiB
+//	             (RLIMIT_AS).
+//	open_files   8..1048576 (RLIMIT_NOFILE).
+//	processes    1..1048576 (RLIMIT_NPROC, which counts every process of the
+//	             daemon's user, not only the op's).
+//
+// Agent keys:
+//
+//	ops                      array of op names, required; "*" is refused.
+//	max_concurrent           runs of this agent at once (1..1048576).
+//	max_runs_per_hour        runs started in any sliding hour.
+//	max_cpu_seconds_per_day  CPU seconds of its ops per UTC day.
+//
+// A request over a ceiling is rejected (it is not queued). Absent: no ceiling.
+//
+// The [redact] table: enabled (bool, default true) turns the host's secret
+// redaction of op output on or off; patterns (array of Go RE2 strings, at
+// most 64, none matching the empty string) adds the host's own secrets to the
+// built-in patterns.
 //
 // Environment names must match [A-Z_][A-Z0-9_]* and may not be LD_*, DYLD_*,
 // BASH_FUNC_*, BASH_ENV, ENV, PROMPT_COMMAND, SHELLOPTS, BASHOPTS, PS4, IFS,

@@ -33,6 +33,7 @@ type fileDoc struct {
 	Defaults *defaultsDoc         `toml:"defaults"`
 	Ops      map[string]*opDoc    `toml:"ops"`
 	Agents   map[string]*agentDoc `toml:"agents"`
+	Redact   *redactDoc           `toml:"redact"`
 }
 
 type defaultsDoc struct {
@@ -55,6 +56,11 @@ type opDoc struct {
 	Scope       *string            `toml:"scope"`
 	Reconcile   *[]string          `toml:"reconcile"`
 	Args        map[string]*argDoc `toml:"args"`
+	// Resource limits (safety.go).
+	CPU       any    `toml:"cpu"`
+	Memory    any    `toml:"memory"`
+	OpenFiles *int64 `toml:"open_files"`
+	Processes *int64 `toml:"processes"`
 }
 
 type argDoc struct {
@@ -74,15 +80,19 @@ type argDoc struct {
 
 type agentDoc struct {
 	Ops *[]string `toml:"ops"`
+	// Ceilings (safety.go).
+	MaxConcurrent       *int64 `toml:"max_concurrent"`
+	MaxRunsPerHour      *int64 `toml:"max_runs_per_hour"`
+	MaxCPUSecondsPerDay *int64 `toml:"max_cpu_seconds_per_day"`
 }
 
 // Known keys per table, for "did you mean" hints on unknown keys.
 var (
-	topKeys      = []string{"version", "defaults", "ops", "agents"}
+	topKeys      = []string{"version", "defaults", "ops", "agents", "redact"}
 	defaultsKeys = []string{"timeout", "max_output", "env"}
-	opKeys       = []string{"argv", "dir", "timeout", "max_output", "env", "set_env", "idempotent", "approve", "concurrency", "description", "scope", "reconcile", "args"}
+	opKeys       = []string{"argv", "dir", "timeout", "max_output", "env", "set_env", "idempotent", "approve", "concurrency", "description", "scope", "reconcile", "args", "cpu", "memory", "open_files", "processes"}
 	argKeys      = []string{"type", "description", "required", "default", "pattern", "max_len", "allow_dash", "min", "max", "values", "root", "must_exist"}
-	agentKeys    = []string{"ops"}
+	agentKeys    = []string{"ops", "max_concurrent", "max_runs_per_hour", "max_cpu_seconds_per_day"}
 )
 
 // Load reads and parses the policy file at path. The file must be a regular
@@ -219,9 +229,9 @@ func typeHint(key []string) string {
 		return "define each agent as a table [agents.NAME]"
 	case "values":
 		return `an array of strings such as ["debug", "release"]`
-	case "concurrency", "max_len", "min", "max", "version":
+	case "concurrency", "max_len", "min", "max", "version", "open_files", "processes", "max_concurrent", "max_runs_per_hour", "max_cpu_seconds_per_day":
 		return "a whole number without quotes"
-	case "idempotent", "approve", "required", "must_exist", "allow_dash":
+	case "idempotent", "approve", "required", "must_exist", "allow_dash", "enabled":
 		return "true or false without quotes"
 	case "dir", "root":
 		return `an absolute path or "~/..." in quotes`
@@ -252,6 +262,8 @@ func unknownKeyHint(key []string) string {
 		valid, last = opKeys, key[2]
 	case len(key) >= 3 && key[0] == "agents":
 		valid, last = agentKeys, key[2]
+	case len(key) >= 2 && key[0] == "redact":
+		valid, last = redactKeys, key[1]
 	case len(key) >= 2 && key[0] == "defaults":
 		valid, last = defaultsKeys, key[1]
 	case len(key) >= 1:

@@ -285,7 +285,9 @@ func TestExampleFile(t *testing.T) {
 	// them all.
 	for _, k := range []string{"version", "[defaults]", "timeout", "max_output", "env", "argv", "dir", "set_env",
 		"idempotent", "approve", "concurrency", "description", "scope", "reconcile", "type", "required", "default",
-		"pattern", "max_len", "allow_dash", "min", "max", "values", "root", "must_exist", "[agents.", "ops"} {
+		"pattern", "max_len", "allow_dash", "min", "max", "values", "root", "must_exist", "[agents.", "ops",
+		"cpu", "memory", "open_files", "processes", "max_concurrent", "max_runs_per_hour", "max_cpu_seconds_per_day",
+		"[redact]", "enabled", "patterns"} {
 		if !strings.Contains(string(data), "\n"+k) && !strings.Contains(string(data), "\n"+k+" ") {
 			t.Errorf("example.toml does not show key %q", k)
 		}

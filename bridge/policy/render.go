@@ -45,6 +45,7 @@ type Invocation struct {
 	Concurrency int               // 0 means unlimited
 	Reconcile   []string          // nil when the op has none
 	Args        map[string]string // validated, defaults applied, omitted optionals absent
+	Limits      Limits            // resource limits for the child
 }
 
 // Allowed reports whether agent may run op: nil, or an error wrapping
@@ -151,6 +152,7 @@ func (p *Policy) Render(agent, opName string, args map[string]string, ctx Render
 		Scope:       o.scope,
 		Concurrency: o.concurrency,
 		Args:        validated,
+		Limits:      o.limits,
 	}
 	var err error
 	if inv.Argv, err = renderArgv(opName, o.argv, vals, pathEnv); err != nil {

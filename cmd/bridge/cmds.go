@@ -310,6 +310,7 @@ type ServeCmd struct {
 	AllowRoot      bool          `name:"allow-root" env:"BRIDGE_ALLOW_ROOT" help:"Allow serving as root (refused by default)."`
 	LogFormat      string        `name:"log-format" enum:"text,json" default:"text" help:"Log format: text or json."`
 	Verbose        bool          `short:"v" help:"Log debug detail."`
+	SyncthingFlags `embed:""`
 }
 
 func (c *ServeCmd) Run(g *Globals) error {
@@ -321,9 +322,13 @@ func (c *ServeCmd) Run(g *Globals) error {
 	if c.Verbose {
 		level = bridge.LogDebug
 	}
+	logger := bridge.NewLogger(g.stderr, c.LogFormat, level)
+	nudger, err := c.nudger(logger)
+	if err != nil {
+		return err
+	}
 	d, err := bridge.NewDaemon(h, bridge.DaemonOptions{Rescan: c.Rescan, PendingTimeout: c.PendingTimeout, MaxQueueAge: c.MaxQueueAge,
-		AllowRoot: c.AllowRoot, ApprovalTTL: c.ApprovalTTL,
-		Logger: bridge.NewLogger(g.stderr, c.LogFormat, level)})
+		AllowRoot: c.AllowRoot, ApprovalTTL: c.ApprovalTTL, Nudger: nudger, Logger: logger})
 	if err != nil {
 		return err
 	}
@@ -342,18 +347,19 @@ func (c *ServeCmd) Run(g *Globals) error {
 
 // RunCmd submits, waits and prints.
 type RunCmd struct {
-	Op      string        `arg:"" help:"The op to run (see 'bridge ops')."`
-	Args    []string      `arg:"" optional:"" help:"Arguments as NAME=VALUE."`
-	Key     string        `placeholder:"K" help:"Idempotency key: running the same command with the same key again returns the first result."`
-	Host    string        `placeholder:"NAME" help:"The host to ask (default: the only trusted host)."`
-	Timeout time.Duration `default:"10m" help:"How long to wait for the result (the request stays valid; use 'bridge wait ID')."`
-	TTL     time.Duration `default:"24h" help:"How long the request stays valid on the host."`
-	Stdin   string        `placeholder:"FILE" help:"Send FILE (or - for standard input) as the op's standard input."`
-	Detach  bool          `help:"Submit and print the id without waiting."`
+	Op             string        `arg:"" help:"The op to run (see 'bridge ops')."`
+	Args           []string      `arg:"" optional:"" help:"Arguments as NAME=VALUE."`
+	Key            string        `placeholder:"K" help:"Idempotency key: running the same command with the same key again returns the first result."`
+	Host           string        `placeholder:"NAME" help:"The host to ask (default: the only trusted host)."`
+	Timeout        time.Duration `default:"10m" help:"How long to wait for the result (the request stays valid; use 'bridge wait ID')."`
+	TTL            time.Duration `default:"24h" help:"How long the request stays valid on the host."`
+	Stdin          string        `placeholder:"FILE" help:"Send FILE (or - for standard input) as the op's standard input."`
+	Detach         bool          `help:"Submit and print the id without waiting."`
+	SyncthingFlags `embed:""`
 }
 
 func (c *RunCmd) Run(g *Globals) error {
-	cl, s, err := submit(g, c.Op, c.Args, c.Key, c.Host, c.Stdin, c.TTL)
+	cl, s, err := submit(g, c.Op, c.Args, c.Key, c.Host, c.Stdin, c.TTL, c.SyncthingFlags)
 	if err != nil {
 		return err
 	}
@@ -366,16 +372,17 @@ func (c *RunCmd) Run(g *Globals) error {
 
 // SubmitCmd submits only.
 type SubmitCmd struct {
-	Op    string        `arg:"" help:"The op to run."`
-	Args  []string      `arg:"" optional:"" help:"Arguments as NAME=VALUE."`
-	Key   string        `placeholder:"K" help:"Idempotency key."`
-	Host  string        `placeholder:"NAME" help:"The host to ask."`
-	TTL   time.Duration `default:"24h" help:"How long the request stays valid."`
-	Stdin string        `placeholder:"FILE" help:"Send FILE (or -) as the op's standard input."`
+	Op             string        `arg:"" help:"The op to run."`
+	Args           []string      `arg:"" optional:"" help:"Arguments as NAME=VALUE."`
+	Key            string        `placeholder:"K" help:"Idempotency key."`
+	Host           string        `placeholder:"NAME" help:"The host to ask."`
+	TTL            time.Duration `default:"24h" help:"How long the request stays valid."`
+	Stdin          string        `placeholder:"FILE" help:"Send FILE (or -) as the op's standard input."`
+	SyncthingFlags `embed:""`
 }
 
 func (c *SubmitCmd) Run(g *Globals) error {
-	cl, s, err := submit(g, c.Op, c.Args, c.Key, c.Host, c.Stdin, c.TTL)
+	cl, s, err := submit(g, c.Op, c.Args, c.Key, c.Host, c.Stdin, c.TTL, c.SyncthingFlags)
 	if err != nil {
 		return err
 	}
@@ -415,8 +422,12 @@ func openClient(g *Globals) (*bridge.Client, error) {
 	return bridge.OpenClient(h)
 }
 
-func submit(g *Globals, op string, args []string, key, host, stdin string, ttl time.Duration) (*bridge.Client, *bridge.Sent, error) {
+func submit(g *Globals, op string, args []string, key, host, stdin string, ttl time.Duration, st SyncthingFlags) (*bridge.Client, *bridge.Sent, error) {
 	m, err := parseArgs(args)
+	if err != nil {
+		return nil, nil, err
+	}
+	nudger, err := st.nudger(bridge.NewLogger(g.stderr, "text", bridge.LogInfo))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -424,6 +435,7 @@ func submit(g *Globals, op string, args []string, key, host, stdin string, ttl t
 	if err != nil {
 		return nil, nil, err
 	}
+	cl.Nudger = nudger
 	var in io.Reader
 	switch stdin {
 	case "":
@@ -561,6 +573,8 @@ func hintFor(rc *bridge.Receipt) string {
 		return "on the host, check whether the op had its effect, then run `bridge reconcile ID --as done|failed|rerun`"
 	case "incomplete":
 		return "the payload never arrived complete; check the sync client, then run the command again"
+	case bridge.ReasonCeiling:
+		return "the host's policy caps this agent's runs; try again later (the detail names the ceiling)"
 	}
 	return ""
 }
@@ -762,16 +776,22 @@ func (c *OpsCmd) Run(g *Globals) error {
 
 // PingCmd is a round trip through the sync.
 type PingCmd struct {
-	Host    string        `placeholder:"NAME" help:"The host (default: the only trusted host)."`
-	Timeout time.Duration `default:"2m" help:"How long to wait."`
+	Host           string        `placeholder:"NAME" help:"The host (default: the only trusted host)."`
+	Timeout        time.Duration `default:"2m" help:"How long to wait."`
+	SyncthingFlags `embed:""`
 }
 
 func (c *PingCmd) Run(g *Globals) error {
+	nudger, err := c.nudger(bridge.NewLogger(g.stderr, "text", bridge.LogInfo))
+	if err != nil {
+		return err
+	}
 	cl, err := openClient(g)
 	if err != nil {
 		return err
 	}
 	defer cl.Close()
+	cl.Nudger = nudger
 	start := time.Now()
 	s, err := cl.Submit(bridge.SubmitOptions{Host: c.Host, Op: bridge.PingOp, TTL: time.Hour})
 	if err != nil {

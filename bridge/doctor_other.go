@@ -1,0 +1,9 @@
+//go:build !unix
+
+package bridge
+
+import "errors"
+
+func freeBytes(string) (uint64, error) { return 0, errors.New("not supported") }
+
+func processAlive(int) bool { return false }

@@ -1,0 +1,75 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/syncbridge/bridge/bridge"
+)
+
+// LogsCmd prints an op's output as the host streams it (progress chunks),
+// and with --follow keeps going until the result arrives.
+type LogsCmd struct {
+	ID      string        `arg:"" help:"Request id."`
+	Follow  bool          `short:"f" help:"Keep following until the result arrives, then exit with the op's exit code."`
+	Timeout time.Duration `default:"10m" help:"With --follow: how long to wait for the result."`
+}
+
+func (c *LogsCmd) Run(g *Globals) error {
+	if err := checkID(c.ID); err != nil {
+		return err
+	}
+	cl, err := openClient(g)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	ctx, stop := signalContext()
+	defer stop()
+	deadline := time.Now().Add(c.Timeout)
+	next, prev := 1, ""
+	for {
+		chunks, err := cl.Progress(c.ID, next, prev)
+		for _, ch := range chunks {
+			g.stdout.Write(ch.Stdout)
+			g.stderr.Write(ch.Stderr)
+			if ch.Dropped > 0 {
+				g.note("%d bytes of output were not streamed (the result has them)", ch.Dropped)
+			}
+			next, prev = ch.Seq+1, ch.ChunkHash()
+		}
+		if err != nil {
+			return err
+		}
+		out, rerr := cl.Result(c.ID)
+		if rerr == nil {
+			rc := out.Receipt
+			if rc.ProgressCount != next-1 || rc.ProgressHead != prev {
+				// Chunks still arriving, or not those the host committed to:
+				// the result is what counts.
+				g.note("warning: the streamed output is not what the result commits to (%d of %d chunks); the result follows", next-1, rc.ProgressCount)
+				return printOutcome(g, out)
+			}
+			if code := exitFor(rc); code != 0 {
+				g.note("%s ended: %s %s, exit %d", c.ID, rc.Status, rc.Reason, rc.ExitCode)
+				return &codeError{code: code}
+			}
+			return nil
+		}
+		if !errors.Is(rerr, bridge.ErrNoResult) {
+			return rerr
+		}
+		if !c.Follow {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return &codeError{code: exitWaitTime, err: withHintf(fmt.Errorf("no result for %s after %s", c.ID, c.Timeout), "run `bridge logs -f %s` again", c.ID)}
+		}
+		select {
+		case <-ctx.Done():
+			return &codeError{code: exitInterrupt}
+		case <-time.After(300 * time.Millisecond):
+		}
+	}
+}

@@ -1,0 +1,276 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/syncbridge/bridge/bridge"
+)
+
+// Operator tools: the audit log, doctor and the user service.
+
+// AuditCmd prints or verifies the host's audit log.
+type AuditCmd struct {
+	Show   AuditShowCmd   `cmd:"" default:"withargs" help:"Print the audit log (the default)."`
+	Verify AuditVerifyCmd `cmd:"" help:"Check the audit log's hash chain and tail checkpoint."`
+}
+
+// AuditShowCmd prints audit events.
+type AuditShowCmd struct {
+	Lines int `name:"lines" short:"n" placeholder:"N" help:"Only the last N events (default: all)."`
+}
+
+func (c *AuditShowCmd) Run(g *Globals) error {
+	h, err := g.openHome()
+	if err != nil {
+		return err
+	}
+	evs, err := bridge.ReadAudit(h, c.Lines)
+	if err != nil {
+		return err
+	}
+	if g.JSON {
+		if evs == nil {
+			evs = []bridge.AuditEvent{}
+		}
+		return g.printJSON(evs)
+	}
+	for _, e := range evs {
+		var b strings.Builder
+		fmt.Fprintf(&b, "%d  %s  %s", e.Seq, e.Time.Local().Format(time.DateTime), e.Event)
+		for _, kv := range [][2]string{{"agent", e.Agent}, {"id", e.ID}, {"op", e.Op}, {"status", e.Status}, {"reason", e.Reason}, {"file", e.File}} {
+			if kv[1] != "" {
+				fmt.Fprintf(&b, " %s=%s", kv[0], kv[1])
+			}
+		}
+		if e.Exit != nil {
+			fmt.Fprintf(&b, " exit=%d", *e.Exit)
+		}
+		if e.Detail != "" {
+			fmt.Fprintf(&b, " — %s", e.Detail)
+		}
+		g.printf("%s\n", b.String())
+	}
+	return nil
+}
+
+// AuditVerifyCmd checks the audit log.
+type AuditVerifyCmd struct{}
+
+func (c *AuditVerifyCmd) Run(g *Globals) error {
+	h, err := g.openHome()
+	if err != nil {
+		return err
+	}
+	res, err := bridge.VerifyAudit(h)
+	if err != nil {
+		return err
+	}
+	if g.JSON {
+		if err := g.printJSON(res); err != nil {
+			return err
+		}
+	} else if res.OK {
+		g.printf("audit log intact: %d lines\n", res.Lines)
+	} else {
+		for _, p := range res.Problems {
+			g.printf("%s\n", p)
+		}
+	}
+	if !res.OK {
+		return &codeError{code: exitError, err: bridge.ErrAuditBroken}
+	}
+	return nil
+}
+
+// DoctorCmd checks the set-up.
+type DoctorCmd struct{}
+
+func (c *DoctorCmd) Run(g *Globals) error {
+	h, err := g.openHome()
+	if err != nil {
+		return err
+	}
+	found := bridge.Doctor(h, bridge.DoctorOptions{})
+	problems := 0
+	for _, f := range found {
+		if f.Severity == bridge.SeverityProblem {
+			problems++
+		}
+	}
+	if g.JSON {
+		if err := g.printJSON(map[string]any{"ok": problems == 0, "findings": found}); err != nil {
+			return err
+		}
+	} else {
+		for _, f := range found {
+			g.printf("%-7s %-13s %s\n", f.Severity, f.Check, f.Message)
+			if f.Fix != "" && f.Severity != bridge.SeverityOK {
+				g.printf("        %-13s fix: %s\n", "", f.Fix)
+			}
+		}
+	}
+	if problems > 0 {
+		return &codeError{code: exitError, err: fmt.Errorf("doctor: %d problem(s) found", problems)}
+	}
+	return nil
+}
+
+// ServiceCmd installs `bridge serve` as a user service.
+type ServiceCmd struct {
+	Install   ServiceInstallCmd   `cmd:"" help:"Write and start a user service running bridge serve for this home."`
+	Uninstall ServiceUninstallCmd `cmd:"" help:"Stop and remove the user service."`
+	Status    ServiceStatusCmd    `cmd:"" help:"Show whether the service is installed and the daemon runs."`
+}
+
+// serviceFlags are shared by the service commands.
+type serviceFlags struct {
+	Dir       string `name:"dir" placeholder:"DIR" help:"Install the unit here instead of the user's service directory."`
+	FilesOnly bool   `name:"files-only" help:"Only write or remove the unit file; do not call systemctl or launchctl."`
+}
+
+func (f *serviceFlags) unit(g *Globals) (*bridge.Home, *bridge.ServiceUnit, error) {
+	h, err := g.openHome()
+	if err != nil {
+		return nil, nil, err
+	}
+	if h.Config.Role != "host" {
+		return nil, nil, withHintf(errors.New("service: this home belongs to an agent"), "the service runs `bridge serve`, on the host")
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, nil, err
+	}
+	if r, err := filepath.EvalSymlinks(exe); err == nil {
+		exe = r
+	}
+	home, err := filepath.Abs(h.Dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	u, err := bridge.NewServiceUnit(runtime.GOOS, exe, home, h.Config.Name, f.Dir)
+	return h, u, err
+}
+
+func (g *Globals) runAll(cmds [][]string) error {
+	for _, c := range cmds {
+		out, err := exec.Command(c[0], c[1:]...).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("%s: %w: %s", strings.Join(c, " "), err, strings.TrimSpace(string(out)))
+		}
+	}
+	return nil
+}
+
+func joinCmds(cmds [][]string) string {
+	var s []string
+	for _, c := range cmds {
+		s = append(s, strings.Join(c, " "))
+	}
+	return strings.Join(s, "; ")
+}
+
+// ServiceInstallCmd writes the unit.
+type ServiceInstallCmd struct {
+	serviceFlags
+	DryRun bool `name:"dry-run" help:"Print the unit and the commands; change nothing."`
+}
+
+func (c *ServiceInstallCmd) Run(g *Globals) error {
+	_, u, err := c.unit(g)
+	if err != nil {
+		return err
+	}
+	if c.DryRun {
+		g.printf("# %s\n%s", u.Path(), u.Text)
+		g.note("would run: %s", joinCmds(u.Enable))
+		return nil
+	}
+	if err := os.MkdirAll(u.Dir, 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(u.Path(), []byte(u.Text), 0o644); err != nil {
+		return err
+	}
+	g.printf("wrote %s\n", u.Path())
+	if c.FilesOnly {
+		g.note("start it with: %s", joinCmds(u.Enable))
+		return nil
+	}
+	if err := g.runAll(u.Enable); err != nil {
+		return withHintf(err, "the unit is written; start it by hand: %s", joinCmds(u.Enable))
+	}
+	g.printf("started %s (%s)\n", u.Name, u.System)
+	return nil
+}
+
+// ServiceUninstallCmd removes the unit.
+type ServiceUninstallCmd struct {
+	serviceFlags
+	DryRun bool `name:"dry-run" help:"Print what would be done; change nothing."`
+}
+
+func (c *ServiceUninstallCmd) Run(g *Globals) error {
+	_, u, err := c.unit(g)
+	if err != nil {
+		return err
+	}
+	if c.DryRun {
+		g.note("would run: %s", joinCmds(u.Disable))
+		g.printf("would remove %s\n", u.Path())
+		return nil
+	}
+	if _, err := os.Stat(u.Path()); errors.Is(err, fs.ErrNotExist) {
+		g.note("%s is not installed", u.Path())
+		return nil
+	}
+	if !c.FilesOnly {
+		if err := g.runAll(u.Disable); err != nil {
+			g.note("%v", err) // removed anyway: a unit that failed to stop is still not wanted
+		}
+	}
+	if err := os.Remove(u.Path()); err != nil {
+		return err
+	}
+	g.printf("removed %s\n", u.Path())
+	return nil
+}
+
+// ServiceStatusCmd reports on the unit and the daemon.
+type ServiceStatusCmd struct {
+	Dir string `name:"dir" placeholder:"DIR" help:"Look for the unit here instead of the user's service directory."`
+}
+
+func (c *ServiceStatusCmd) Run(g *Globals) error {
+	h, u, err := (&serviceFlags{Dir: c.Dir}).unit(g)
+	if err != nil {
+		return err
+	}
+	_, serr := os.Stat(u.Path())
+	pid, running := bridge.DaemonRunning(h)
+	if g.JSON {
+		v := map[string]any{"system": u.System, "unit": u.Path(), "installed": serr == nil, "running": running}
+		if running {
+			v["pid"] = pid
+		}
+		return g.printJSON(v)
+	}
+	if serr == nil {
+		g.printf("installed %s (%s)\n", u.Path(), u.System)
+	} else {
+		g.printf("not installed (%s)\n", u.Path())
+	}
+	if running {
+		g.printf("bridge serve is running (pid %d)\n", pid)
+	} else {
+		g.printf("bridge serve is not running\n")
+	}
+	return nil
+}
