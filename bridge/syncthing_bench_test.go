@@ -1,0 +1,139 @@
+package bridge
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/syncbridge/bridge/syncsafe"
+)
+
+// TestSyncthingRoundTripBench measures ping round trips through two real
+// Syncthings on loopback (the harness of syncthing_harness_test.go, without
+// its background nudger): with Syncthing's default watcher delay (10 s),
+// with a 1 s watcher, and with the default delay plus the bridge's own
+// nudge (Nudger on both sides). It is a measurement, not a check, so it
+// runs only when BRIDGE_BENCH_SYNCTHING=1 (cmd/bridge-bench documents it);
+// BRIDGE_BENCH_SYNCTHING_N multiplies the sample counts.
+//
+//	BRIDGE_BENCH_SYNCTHING=1 go test -run TestSyncthingRoundTripBench -v ./bridge
+func TestSyncthingRoundTripBench(t *testing.T) {
+	if os.Getenv("BRIDGE_BENCH_SYNCTHING") != "1" {
+		t.Skip("a benchmark: set BRIDGE_BENCH_SYNCTHING=1 to run it")
+	}
+	k := 1
+	if s := os.Getenv("BRIDGE_BENCH_SYNCTHING_N"); s != "" {
+		var err error
+		if k, err = strconv.Atoi(s); err != nil || k < 1 {
+			t.Fatalf("BRIDGE_BENCH_SYNCTHING_N=%q: want a positive integer", s)
+		}
+	}
+	st := startSyncthingPair(t)
+	// Stop the harness's nudger: each mode sets its own conditions.
+	st.cancel()
+	st.nudged.Wait()
+
+	base := t.TempDir()
+	p := &pair{folder: st.A.data, hostHome: filepath.Join(base, "host"), agentHome: filepath.Join(base, "agent")}
+	var err error
+	if p.host, err = InitHome(p.hostHome, "host", "laptop", st.A.data); err != nil {
+		t.Fatal(err)
+	}
+	st.WaitInSync(60 * time.Second)
+	waitFor(t, 30*time.Second, "the marker on B", func() bool {
+		_, err := os.Stat(filepath.Join(st.B.data, syncsafe.MarkerName))
+		return err == nil
+	})
+	if p.agent, err = InitHome(p.agentHome, "agent", "cloud-1", st.B.data); err != nil {
+		t.Fatalf("init agent on B: %v", err)
+	}
+	if _, err := p.agent.Trust(p.host.BundleText(), "laptop"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.host.Trust(p.agent.BundleText(), "cloud-1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p.host.Path(PolicyName), []byte(syncthingPolicy), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	st.WaitInSync(60 * time.Second)
+	if p.client, err = OpenClient(p.agent); err != nil {
+		t.Fatal(err)
+	}
+	defer p.client.Close()
+
+	modes := []struct {
+		name           string
+		delayS, rescan int
+		nudge          bool
+		n              int
+	}{
+		{"nudge (default 10 s watcher + bridge nudge)", 10, 3600, true, 30 * k},
+		{"1 s watcher", 1, 3600, false, 10 * k},
+		{"default 10 s watcher", 10, 3600, false, 4 * k},
+	}
+	for _, m := range modes {
+		for _, in := range st.sides() {
+			patch := map[string]any{"fsWatcherDelayS": m.delayS, "rescanIntervalS": m.rescan}
+			if err := st.api(in, "PATCH", "/rest/config/folders/"+stFolderID, patch, nil); err != nil {
+				t.Fatalf("configure %s: %v", in.name, err)
+			}
+		}
+		st.WaitInSync(60 * time.Second)
+		var hostN, agentN *Nudger
+		if m.nudge {
+			if hostN, err = NewNudger(fmt.Sprintf("http://127.0.0.1:%d", st.A.gui), st.A.key, stFolderID, nil); err != nil {
+				t.Fatal(err)
+			}
+			if agentN, err = NewNudger(fmt.Sprintf("http://127.0.0.1:%d", st.B.gui), st.B.key, stFolderID, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		p.client.Nudger = agentN
+		d, err := NewDaemon(p.host, DaemonOptions{AllowRoot: true, Nudger: hostN})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := d.Open(); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- d.Run(ctx) }()
+		// The daemon's start publishes its catalog and notices: let them
+		// settle before timing.
+		st.WaitInSync(60 * time.Second)
+		var ds []time.Duration
+		for range m.n {
+			start := time.Now()
+			s, err := p.client.Submit(SubmitOptions{Op: PingOp, TTL: time.Hour})
+			if err != nil {
+				t.Fatal(err)
+			}
+			wctx, wcancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			out, err := p.client.Wait(wctx, s.ID, nil)
+			wcancel()
+			if err != nil {
+				t.Fatalf("%s: wait %s: %v", m.name, s.ID, err)
+			}
+			ds = append(ds, time.Since(start))
+			if out.Receipt.Status != StatusDone {
+				t.Fatalf("%s: ping %s: %s", m.name, s.ID, out.Receipt.Status)
+			}
+		}
+		cancel()
+		<-done
+		cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Second)
+		d.Close(cctx)
+		ccancel()
+		slices.Sort(ds)
+		at := func(p float64) time.Duration { return ds[max(0, min(len(ds)-1, int(float64(len(ds))*p/100+0.5)-1))] }
+		t.Logf("syncthing ping round trip, %s: n=%d p50 %s p90 %s p99 %s max %s", m.name, len(ds),
+			at(50).Round(time.Millisecond), at(90).Round(time.Millisecond), at(99).Round(time.Millisecond), ds[len(ds)-1].Round(time.Millisecond))
+	}
+}

@@ -1,0 +1,212 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/syncbridge/bridge/bridge"
+	bcrypto "github.com/syncbridge/bridge/crypto"
+)
+
+// The scale and seal measurements run in a fresh child process (this binary
+// again, selected by an environment variable) so their RSS is theirs alone,
+// not the harness's.
+const (
+	childEnv    = "BRIDGE_BENCH_CHILD" // "scale" or "seal"
+	childArgEnv = "BRIDGE_BENCH_ARG"   // the host home, or the payload size
+)
+
+// childMain runs a child measurement if this process is one, printing
+// "key value" lines, and reports whether it was.
+func childMain() bool {
+	var err error
+	switch os.Getenv(childEnv) {
+	case "scale":
+		err = scaleChild(os.Getenv(childArgEnv))
+	case "seal":
+		err = sealChild(os.Getenv(childArgEnv))
+	default:
+		return false
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bridge-bench child:", err)
+		os.Exit(1)
+	}
+	return true
+}
+
+// child is a running child measurement.
+type child struct {
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	lines chan [2]string // its "key value" lines; closed when it ends
+}
+
+func startChild(kind, arg string) (*child, error) {
+	cmd := exec.Command("/proc/self/exe")
+	cmd.Env = append(os.Environ(), childEnv+"="+kind, childArgEnv+"="+arg)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	c := &child{cmd: cmd, stdin: in, lines: make(chan [2]string, 16)}
+	go func() {
+		defer close(c.lines)
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if k, v, ok := strings.Cut(sc.Text(), " "); ok {
+				c.lines <- [2]string{k, v}
+			}
+		}
+	}()
+	return c, nil
+}
+
+// rest collects the child's remaining lines and waits for it to end.
+func (c *child) rest() (map[string]string, error) {
+	kv := map[string]string{}
+	for l := range c.lines {
+		kv[l[0]] = l[1]
+	}
+	c.stdin.Close()
+	if err := c.cmd.Wait(); err != nil {
+		return kv, fmt.Errorf("child: %w", err)
+	}
+	return kv, nil
+}
+
+// procStatus returns a field of /proc/self/status in KiB.
+func procStatus(field string) int64 {
+	data, _ := os.ReadFile("/proc/self/status")
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
+			n, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return n
+		}
+	}
+	return 0
+}
+
+// scaleRescan is the scale child's rescan interval, and scaleRescans how
+// many rescans its CPU is averaged over.
+const (
+	scaleRescan  = time.Second
+	scaleRescans = 5
+)
+
+// scaleChild opens a daemon on a home whose folder holds many finished
+// requests. It prints when Open started and ended (the parent times the
+// answer to a ping it published before), then the CPU of idle rescans and
+// the resident set.
+func scaleChild(home string) error {
+	h, err := bridge.OpenHome(home)
+	if err != nil {
+		return err
+	}
+	d, err := bridge.NewDaemon(h, bridge.DaemonOptions{AllowRoot: true, Rescan: scaleRescan})
+	if err != nil {
+		return err
+	}
+	fmt.Printf("open-start %d\n", time.Now().UnixNano())
+	if err := d.Open(); err != nil {
+		return err
+	}
+	fmt.Printf("open-end %d\n", time.Now().UnixNano())
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	// Wait for the parent to say its ping was answered (one line on stdin),
+	// then let the first scan's work drain before timing idle rescans.
+	bufio.NewReader(os.Stdin).ReadString('\n')
+	fmt.Printf("rss-ready-kb %d\n", procStatus("VmRSS"))
+	time.Sleep(2 * scaleRescan)
+	cpu0 := cpuTime()
+	time.Sleep(scaleRescans * scaleRescan)
+	fmt.Printf("rescan-cpu-ns %d\n", int64((cpuTime()-cpu0)/scaleRescans))
+	fmt.Printf("rss-kb %d\n", procStatus("VmRSS"))
+	fmt.Printf("hwm-kb %d\n", procStatus("VmHWM"))
+	cancel()
+	<-done
+	cctx, ccancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer ccancel()
+	return d.Close(cctx)
+}
+
+// sealChild streams size bytes through a Sealer into an Opener over a
+// pipe, as the payload of a request is sealed and opened, and prints the
+// time and the peak resident set.
+func sealChild(arg string) error {
+	size, err := strconv.ParseInt(arg, 10, 64)
+	if err != nil {
+		return err
+	}
+	id, err := bcrypto.GenerateIdentity(nil)
+	if err != nil {
+		return err
+	}
+	pr, pw := io.Pipe()
+	wrappedc := make(chan []byte, 1)
+	inSum := make(chan []byte, 1)
+	start := time.Now()
+	go func() {
+		s, wrapped, err := bcrypto.NewSealer(pw, id.BoxPublic(), nil)
+		if err != nil {
+			pw.CloseWithError(err)
+			close(wrappedc)
+			return
+		}
+		wrappedc <- wrapped
+		h := sha256.New()
+		if _, err := io.Copy(s, io.TeeReader(io.LimitReader(pattern{}, size), h)); err != nil {
+			pw.CloseWithError(err)
+			return
+		}
+		pw.CloseWithError(s.Close())
+		inSum <- h.Sum(nil)
+	}()
+	wrapped, ok := <-wrappedc
+	if !ok {
+		return fmt.Errorf("sealer did not start")
+	}
+	o, err := bcrypto.NewOpener(pr, wrapped, id)
+	if err != nil {
+		return err
+	}
+	h := sha256.New()
+	n, err := io.Copy(h, o)
+	if err != nil || n != size {
+		return fmt.Errorf("opened %d of %d bytes: %v", n, size, err)
+	}
+	if string(h.Sum(nil)) != string(<-inSum) {
+		return fmt.Errorf("the opened payload differs from the sealed one")
+	}
+	fmt.Printf("seal-open-ns %d\n", time.Since(start).Nanoseconds())
+	fmt.Printf("hwm-kb %d\n", procStatus("VmHWM"))
+	return nil
+}
+
+// pattern is an endless, cheap, non-constant byte source.
+type pattern struct{}
+
+func (pattern) Read(p []byte) (int, error) {
+	for i := range p {
+		p[i] = byte(i)
+	}
+	return len(p), nil
+}

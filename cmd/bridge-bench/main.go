@@ -1,0 +1,303 @@
+// Command bridge-bench measures the bridge on this machine, side by side
+// with the physical floor and a polling baseline, and prints one Markdown
+// table (docs/BENCHMARKS.md explains every row):
+//
+//	go run ./cmd/bridge-bench            # the full run, a few minutes on 2 cores
+//	go run ./cmd/bridge-bench -quick     # seconds; what CI runs
+//
+// Everything runs on a local folder (host and agent homes sharing one
+// directory, the daemon in this process), as `bridge demo` does. The
+// figures through two real Syncthings come from
+// `go test -run '^$' -bench SyncthingRoundTrip ./bridge`.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/pprof"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/syncbridge/bridge/bridge"
+)
+
+func main() {
+	// The daemon re-executes this binary as the runner's resource-limit
+	// shim; then this call never returns.
+	bridge.RunnerMain()
+	if childMain() {
+		return
+	}
+	if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "bridge-bench:", err)
+		os.Exit(1)
+	}
+}
+
+type config struct {
+	n, baselineN, baselineInflight, tputN, inflight, scaleN, floorN int
+	payloadMiB                                                      int64
+	poll                                                            time.Duration
+	cpuProfile, dir                                                 string
+	skip                                                            map[string]bool
+}
+
+func parse(args []string, stderr io.Writer) (config, error) {
+	fs := flag.NewFlagSet("bridge-bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var c config
+	quick := fs.Bool("quick", false, "tiny counts: checks the harness runs (CI), figures mean little")
+	fs.IntVar(&c.n, "n", 1000, "round trips per op for the latency percentiles")
+	fs.IntVar(&c.baselineN, "baseline-n", 20, "round trips per op through the polling baseline (about 0.5-1 s each)")
+	fs.IntVar(&c.baselineInflight, "baseline-inflight", 5, "requests in flight for the baseline's throughput (about 1 s each)")
+	fs.IntVar(&c.tputN, "tput-n", 1000, "requests per op for the throughput run")
+	fs.IntVar(&c.inflight, "inflight", 32, "requests in flight in the throughput run")
+	fs.IntVar(&c.scaleN, "scale-n", 10000, "finished requests in the folder for the scale figures (the issue asks 100,000: filling takes long here, see BENCHMARKS.md)")
+	fs.IntVar(&c.floorN, "floor-n", 200, "repetitions of each floor primitive")
+	fs.Int64Var(&c.payloadMiB, "payload-mib", 1024, "payload size for seal+open, MiB")
+	fs.DurationVar(&c.poll, "poll", time.Second, "the baseline's poll interval")
+	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the local latency runs to this file")
+	fs.StringVar(&c.dir, "dir", "", "work in this directory (default: a new temporary one, removed after)")
+	skip := fs.String("skip", "", "comma-separated sections to leave out: floor, baseline, tput, scale, seal")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	c.skip = map[string]bool{}
+	for _, s := range strings.Split(*skip, ",") {
+		switch s {
+		case "":
+		case "floor", "baseline", "tput", "scale", "seal":
+			c.skip[s] = true
+		default:
+			return c, fmt.Errorf("-skip: unknown section %q", s)
+		}
+	}
+	if *quick {
+		set := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		def := func(name string, p *int, v int) {
+			if !set[name] {
+				*p = v
+			}
+		}
+		def("n", &c.n, 30)
+		def("baseline-n", &c.baselineN, 1)
+		def("baseline-inflight", &c.baselineInflight, 2)
+		def("tput-n", &c.tputN, 60)
+		def("inflight", &c.inflight, 8)
+		def("scale-n", &c.scaleN, 300)
+		def("floor-n", &c.floorN, 20)
+		if !set["payload-mib"] {
+			c.payloadMiB = 16
+		}
+		if !set["poll"] {
+			c.poll = 200 * time.Millisecond
+		}
+	}
+	if c.n < 1 || c.baselineN < 1 || c.baselineInflight < 1 || c.tputN < 1 || c.inflight < 1 || c.floorN < 1 || c.payloadMiB < 1 || c.poll <= 0 {
+		return c, errors.New("counts, sizes and the poll interval must be positive")
+	}
+	return c, nil
+}
+
+// report collects the table.
+type report struct {
+	w    io.Writer
+	rows [][5]string
+}
+
+func (r *report) add(what, ours, compare, target string) {
+	r.rows = append(r.rows, [5]string{what, ours, compare, target})
+}
+
+func (r *report) print() {
+	fmt.Fprintln(r.w, "| measurement | this machine | beside it | issue target |")
+	fmt.Fprintln(r.w, "|---|---|---|---|")
+	for _, row := range r.rows {
+		fmt.Fprintf(r.w, "| %s | %s | %s | %s |\n", row[0], row[1], row[2], row[3])
+	}
+}
+
+func ms(d time.Duration) string { return strconv.FormatFloat(float64(d)/1e6, 'f', 2, 64) + " ms" }
+
+func ratio(a, b time.Duration) string {
+	if b == 0 {
+		return "-"
+	}
+	return strconv.FormatFloat(float64(a)/float64(b), 'f', 1, 64) + "×"
+}
+
+func run(args []string, stdout, stderr io.Writer) error {
+	c, err := parse(args, stderr)
+	if err != nil {
+		return err
+	}
+	progress := func(format string, a ...any) { fmt.Fprintf(stderr, "bridge-bench: "+format+"\n", a...) }
+	base := c.dir
+	if base == "" {
+		if base, err = os.MkdirTemp("", "bridge-bench-"); err != nil {
+			return err
+		}
+		defer os.RemoveAll(base)
+	}
+	r := &report{w: stdout}
+	fmt.Fprintf(stdout, "bridge-bench on %s/%s, %d CPUs, %s; n=%d baseline-n=%d tput-n=%d inflight=%d scale-n=%d payload=%d MiB\n\n",
+		runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.Version(), c.n, c.baselineN, c.tputN, c.inflight, c.scaleN, c.payloadMiB)
+
+	// 1. The floor.
+	progress("floor: fsync, publish, fork/exec, inotify, ed25519 (%d each)", c.floorN)
+	floorDir := filepath.Join(base, "floor")
+	if err := os.Mkdir(floorDir, 0o755); err != nil {
+		return err
+	}
+	var fl floor
+	if !c.skip["floor"] {
+		if fl, err = measureFloor(floorDir, c.floorN); err != nil {
+			return err
+		}
+	}
+	// A round trip publishes two files each way, is seen by inotify once
+	// each way and verifies one signature each way; the exec'd op adds one
+	// fork/exec. The ledger's own fsyncs are not counted: this is the
+	// floor of any signed, atomic, event-driven design.
+	pingFloor := 4*fl.publish + 2*fl.inotify + 2*fl.verify
+	execFloor := pingFloor + fl.forkExec
+	r.add("floor: fsync of a 600 B file (p50)", ms(fl.fsync), "", "")
+	r.add("floor: atomic publish, syncsafe.Folder.Publish (p50)", ms(fl.publish), "", "")
+	r.add("floor: fork/exec of `true` (p50)", ms(fl.forkExec), "", "")
+	r.add("floor: inotify, rename into a watched dir → event (p50)", ms(fl.inotify), "", "")
+	r.add("floor: Ed25519 verify", ms(fl.verify), "", "")
+	r.add("floor: ping round trip (4 publish + 2 inotify + 2 verify)", ms(pingFloor), "", "")
+	r.add("floor: exec'd no-op round trip (ping floor + 1 fork/exec)", ms(execFloor), "", "")
+
+	// 2. Local round trips.
+	l, err := setupLocal(filepath.Join(base, "local"))
+	if err != nil {
+		return err
+	}
+	defer l.close()
+	if err := l.start(); err != nil {
+		return err
+	}
+	finished := 0
+	if _, err := latency(l.client, bridge.PingOp, 5); err != nil { // warm up
+		return err
+	}
+	finished += 5
+	var prof *os.File
+	if c.cpuProfile != "" {
+		if prof, err = os.Create(c.cpuProfile); err != nil {
+			return err
+		}
+		if err := pprof.StartCPUProfile(prof); err != nil {
+			return err
+		}
+	}
+	lat := map[string][]time.Duration{}
+	for _, op := range []string{bridge.PingOp, noopOp} {
+		progress("local round trips: %d × %s, one at a time", c.n, op)
+		if lat[op], err = latency(l.client, op, c.n); err != nil {
+			return err
+		}
+		finished += c.n
+	}
+	if prof != nil {
+		pprof.StopCPUProfile()
+		prof.Close()
+	}
+
+	// 3. The polling baseline.
+	bl, err := startBaseline(filepath.Join(base, "baseline"), c.poll)
+	if err != nil {
+		return err
+	}
+	blLat := map[string][]time.Duration{}
+	blTput := map[string]tput{}
+	argvs := map[string][]string{bridge.PingOp: nil, noopOp: {"true"}}
+	for _, op := range []string{bridge.PingOp, noopOp} {
+		if c.skip["baseline"] {
+			break
+		}
+		progress("baseline round trips: %d × %s (poll %s)", c.baselineN, op, c.poll)
+		if blLat[op], err = bl.latency(argvs[op], c.baselineN, c.poll); err != nil {
+			bl.stop()
+			return err
+		}
+		progress("baseline throughput: %d × %s in flight", c.baselineInflight, op)
+		argv := argvs[op]
+		if blTput[op], err = throughput(c.baselineInflight, c.baselineInflight, func() error { _, err := bl.roundTrip(argv); return err }); err != nil {
+			bl.stop()
+			return err
+		}
+	}
+	bl.stop()
+
+	targets := map[string][3]string{
+		bridge.PingOp: {"p50 ≤ 4 ms", "", ""},
+		noopOp:        {"p50 ≤ 6 ms", "", "p99 ≤ 20 ms"},
+	}
+	names := map[string]string{bridge.PingOp: "ping", noopOp: "exec'd no-op"}
+	floors := map[string]time.Duration{bridge.PingOp: pingFloor, noopOp: execFloor}
+	for _, op := range []string{bridge.PingOp, noopOp} {
+		for i, p := range []float64{50, 90, 99} {
+			ours, bp := pct(lat[op], p), pct(blLat[op], p)
+			r.add(fmt.Sprintf("local %s round trip p%.0f (n=%d)", names[op], p, len(lat[op])), ms(ours),
+				fmt.Sprintf("baseline %s (n=%d): %s lower; floor %s: %s of it", ms(bp), len(blLat[op]), ratio(bp, ours), ms(floors[op]), ratio(ours, floors[op])),
+				targets[op][i]+" ≥100× lower than baseline")
+		}
+	}
+
+	// 4. Throughput.
+	tp := map[string]tput{}
+	for _, op := range []string{bridge.PingOp, noopOp} {
+		if c.skip["tput"] {
+			break
+		}
+		progress("throughput: %d × %s, %d in flight", c.tputN, op, c.inflight)
+		if tp[op], err = throughput(c.tputN, c.inflight, func() error { _, err := roundTrip(l.client, op); return err }); err != nil {
+			return err
+		}
+		finished += c.tputN
+	}
+	tTarget := map[string]string{bridge.PingOp: "≥ 1,000/s", noopOp: "≥ 500/s"}
+	for _, op := range []string{bridge.PingOp, noopOp} {
+		t, b := tp[op], blTput[op]
+		r.add(fmt.Sprintf("throughput %s, %d in flight (n=%d)", names[op], c.inflight, t.n),
+			fmt.Sprintf("%.0f req/s, %s CPU/req", t.perSec, ms(t.cpuPerR)),
+			fmt.Sprintf("baseline %.2f req/s (n=%d, %d in flight): %.0f×", b.perSec, b.n, c.baselineInflight, t.perSec/b.perSec),
+			tTarget[op]+", ≥500× baseline")
+	}
+
+	// 5. Scale.
+	if !c.skip["scale"] {
+		if err := scale(c, l, finished, r, progress); err != nil {
+			return err
+		}
+	}
+
+	// 6. Seal and open a large payload, in a child for a clean peak RSS.
+	if !c.skip["seal"] {
+		progress("seal+open of %d MiB", c.payloadMiB)
+		ch, err := startChild("seal", strconv.FormatInt(c.payloadMiB<<20, 10))
+		if err != nil {
+			return err
+		}
+		kv, err := ch.rest()
+		if err != nil {
+			return err
+		}
+		ns, _ := strconv.ParseInt(kv["seal-open-ns"], 10, 64)
+		hwm, _ := strconv.ParseInt(kv["hwm-kb"], 10, 64)
+		r.add(fmt.Sprintf("seal + open of %d MiB, streamed through a pipe", c.payloadMiB),
+			fmt.Sprintf("%.0f MB/s, peak RSS %.1f MiB", float64(c.payloadMiB<<20)/1e6/(float64(ns)/1e9), float64(hwm)/1024), "", "≥ 300 MB/s, RSS ≤ 64 MiB")
+	}
+
+	r.print()
+	return nil
+}
