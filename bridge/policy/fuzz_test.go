@@ -13,10 +13,20 @@ import (
 // and every op an agent may run renders from its own defaults (failing only
 // where a required argument has no default, or on the host: a program or path
 // root that does not exist on this machine).
-// Seeds: testdata/example.toml plus testdata/fuzz/FuzzParse.
+// Seeds: testdata/example.toml plus the committed corpus in
+// fixtures/fuzz/FuzzParse (raw policies, one per file).
 func FuzzParse(f *testing.F) {
 	if data, err := os.ReadFile(filepath.Join("testdata", "example.toml")); err == nil {
 		f.Add(data)
+	}
+	corpus, _ := filepath.Glob(filepath.Join("..", "..", "fixtures", "fuzz", "FuzzParse", "*"))
+	if len(corpus) == 0 {
+		f.Fatal("no committed corpus in fixtures/fuzz/FuzzParse")
+	}
+	for _, p := range corpus {
+		if data, err := os.ReadFile(p); err == nil {
+			f.Add(data)
+		}
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		p, err := Parse("fuzz.toml", data)
