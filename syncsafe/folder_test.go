@@ -122,7 +122,10 @@ func TestReadFileSwapRace(t *testing.T) {
 	wg.Wait()
 	t.Logf("reads: %d ok, %d refused", ok, refused)
 	// Under heavy load every racing read may meet a swap; once the swapping
-	// stops, a regular file at the name must read normally again.
+	// stops, a regular file at the name must read normally again. (Remove
+	// first: the swapper may have left a FIFO there, and writing to a FIFO
+	// would block.)
+	must(t, os.Remove(name))
 	writeFile(t, name, "regular")
 	if b, err := f.ReadFile("x", 100); err != nil || string(b) != "regular" {
 		t.Errorf("after the race: %q, %v", b, err)
