@@ -414,6 +414,14 @@ func parseArgs(args []string) (map[string]string, error) {
 	return m, nil
 }
 
+// clientFor checks a request id, then opens the agent's client.
+func clientFor(g *Globals, id string) (*bridge.Client, error) {
+	if err := checkID(id); err != nil {
+		return nil, err
+	}
+	return openClient(g)
+}
+
 func openClient(g *Globals) (*bridge.Client, error) {
 	h, err := g.openHome()
 	if err != nil {
@@ -585,10 +593,7 @@ type StatusCmd struct {
 }
 
 func (c *StatusCmd) Run(g *Globals) error {
-	if err := checkID(c.ID); err != nil {
-		return err
-	}
-	cl, err := openClient(g)
+	cl, err := clientFor(g, c.ID)
 	if err != nil {
 		return err
 	}
@@ -618,10 +623,7 @@ type WaitCmd struct {
 }
 
 func (c *WaitCmd) Run(g *Globals) error {
-	if err := checkID(c.ID); err != nil {
-		return err
-	}
-	cl, err := openClient(g)
+	cl, err := clientFor(g, c.ID)
 	if err != nil {
 		return err
 	}
@@ -636,10 +638,7 @@ type ResultCmd struct {
 }
 
 func (c *ResultCmd) Run(g *Globals) error {
-	if err := checkID(c.ID); err != nil {
-		return err
-	}
-	cl, err := openClient(g)
+	cl, err := clientFor(g, c.ID)
 	if err != nil {
 		return err
 	}
@@ -664,10 +663,7 @@ type CancelCmd struct {
 }
 
 func (c *CancelCmd) Run(g *Globals) error {
-	if err := checkID(c.ID); err != nil {
-		return err
-	}
-	cl, err := openClient(g)
+	cl, err := clientFor(g, c.ID)
 	if err != nil {
 		return err
 	}

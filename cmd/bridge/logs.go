@@ -17,10 +17,7 @@ type LogsCmd struct {
 }
 
 func (c *LogsCmd) Run(g *Globals) error {
-	if err := checkID(c.ID); err != nil {
-		return err
-	}
-	cl, err := openClient(g)
+	cl, err := clientFor(g, c.ID)
 	if err != nil {
 		return err
 	}
