@@ -323,3 +323,19 @@ func (d *Daemon) controlLoop(stop <-chan struct{}) {
 		}
 	}
 }
+
+// LedgerRepairReport is what RepairLedger did.
+type LedgerRepairReport = ledger.RepairReport
+
+// RepairLedger makes a damaged ledger loadable again (the daemon must be
+// stopped): it keeps a copy of the damaged file and truncates at the last
+// complete record.
+func RepairLedger(h *Home) (LedgerRepairReport, error) {
+	if h.Config.Role != "host" {
+		return LedgerRepairReport{}, errors.New("ledger repair: only a host has a ledger")
+	}
+	if _, err := os.Stat(h.Path("ledger", "ledger.db")); errors.Is(err, fs.ErrNotExist) {
+		return LedgerRepairReport{}, withHint(errors.New("ledger repair: there is no ledger yet"), "`bridge serve` creates it")
+	}
+	return ledger.Repair(h.Path("ledger"))
+}

@@ -1138,3 +1138,32 @@ func (c *InboxCmd) Run(g *Globals) error {
 		}
 	}
 }
+
+// LedgerCmd groups ledger maintenance.
+type LedgerCmd struct {
+	Repair LedgerRepairCmd `cmd:"" help:"Host: make a damaged ledger loadable again (stop serve first)."`
+}
+
+// LedgerRepairCmd repairs a damaged ledger.
+type LedgerRepairCmd struct{}
+
+func (c *LedgerRepairCmd) Run(g *Globals) error {
+	h, err := g.openHome()
+	if err != nil {
+		return err
+	}
+	rep, err := bridge.RepairLedger(h)
+	if err != nil {
+		return err
+	}
+	if g.JSON {
+		return g.printJSON(rep)
+	}
+	if !rep.Damaged {
+		g.printf("%s is intact; nothing to repair\n", rep.Path)
+		return nil
+	}
+	g.printf("repaired %s: %s\nkept %d bytes (%d entries), dropped %d; the damaged file is kept as %s\n",
+		rep.Path, rep.Problem, rep.BytesKept, rep.Entries, rep.BytesDropped, rep.Backup)
+	return nil
+}

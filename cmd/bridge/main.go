@@ -84,6 +84,7 @@ type CLI struct {
 	Send      SendCmd      `cmd:"" help:"Host: send a signed, sealed message to an agent's inbox."`
 	Inbox     InboxCmd     `cmd:"" help:"Agent: read the hosts' messages and notices."`
 	Logs      LogsCmd      `cmd:"" help:"Agent: print an op's output as the host streams it; -f follows it to the end."`
+	Ledger    LedgerCmd    `cmd:"" help:"Host: ledger maintenance."`
 	Policy    PolicyCmd    `cmd:"" help:"Host: check the policy or explain an op."`
 	Audit     AuditCmd     `cmd:"" help:"Host: print or verify the hash-chained audit log."`
 	Doctor    DoctorCmd    `cmd:"" help:"Check the set-up: folder, permissions, clocks, disk, sync litter, keys, daemon."`
