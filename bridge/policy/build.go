@@ -113,6 +113,7 @@ func (b *builder) build(d *fileDoc) *Policy {
 			defEnv = b.envNames([]string{"defaults", "env"}, *d.Defaults.Env)
 		}
 	}
+	approveWrites := d.Defaults != nil && d.Defaults.ApproveWrites != nil && *d.Defaults.ApproveWrites
 
 	for _, name := range sortedKeys(d.Ops) {
 		od := d.Ops[name]
@@ -125,6 +126,9 @@ func (b *builder) build(d *fileDoc) *Policy {
 			continue
 		}
 		o := b.op(name, od, defTimeout, defMaxOutput, defEnv)
+		if approveWrites && od.Approve == nil && o.scope == "write" {
+			o.approve = true // a mutating op waits for a human unless it says otherwise
+		}
 		p.ops[name] = o
 	}
 

@@ -24,6 +24,8 @@
 //	version = 1                     optional; no other version exists
 //	[defaults]                      optional; applies to ops that do not set the key
 //	  timeout, max_output, env      as for ops
+//	  approve_writes                bool, default false: every op of scope "write"
+//	                                waits for `bridge approve` unless it sets approve
 //	[ops.NAME]                      NAME: [a-z0-9][a-z0-9._-]{0,63}
 //	[ops.NAME.args.ARG]             ARG: [a-z][a-z0-9_]{0,31}, not request_id, agent, op
 //	[agents.NAME]                   NAME as for ops

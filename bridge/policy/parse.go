@@ -40,6 +40,9 @@ type defaultsDoc struct {
 	Timeout   *string   `toml:"timeout"`
 	MaxOutput any       `toml:"max_output"`
 	Env       *[]string `toml:"env"`
+	// ApproveWrites makes every op of scope "write" wait for a human's
+	// approval unless the op sets approve itself.
+	ApproveWrites *bool `toml:"approve_writes"`
 }
 
 type opDoc struct {
@@ -89,7 +92,7 @@ type agentDoc struct {
 // Known keys per table, for "did you mean" hints on unknown keys.
 var (
 	topKeys      = []string{"version", "defaults", "ops", "agents", "redact"}
-	defaultsKeys = []string{"timeout", "max_output", "env"}
+	defaultsKeys = []string{"timeout", "max_output", "env", "approve_writes"}
 	opKeys       = []string{"argv", "dir", "timeout", "max_output", "env", "set_env", "idempotent", "approve", "concurrency", "description", "scope", "reconcile", "args", "cpu", "memory", "open_files", "processes"}
 	argKeys      = []string{"type", "description", "required", "default", "pattern", "max_len", "allow_dash", "min", "max", "values", "root", "must_exist"}
 	agentKeys    = []string{"ops", "max_concurrent", "max_runs_per_hour", "max_cpu_seconds_per_day"}

@@ -98,3 +98,35 @@ func TestSafetyKeyErrors(t *testing.T) {
 		})
 	}
 }
+
+// defaults.approve_writes makes mutating ops wait for a human, unless an op
+// says otherwise; read-only ops are not affected.
+func TestApproveWrites(t *testing.T) {
+	p, err := policy.Parse("p.toml", []byte(`
+[defaults]
+approve_writes = true
+[ops.build]
+argv = ["/bin/true"]
+[ops.status]
+argv = ["/bin/true"]
+scope = "read"
+[ops.lint]
+argv = ["/bin/true"]
+approve = false
+[agents.a]
+ops = ["build", "status", "lint"]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]bool{"build": true, "status": false, "lint": false}
+	for op, approve := range want {
+		inv, err := p.Render("a", op, nil, policy.RenderContext{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if inv.Approve != approve {
+			t.Errorf("%s: approve %v, want %v", op, inv.Approve, approve)
+		}
+	}
+}
