@@ -23,7 +23,7 @@ import (
 )
 
 // Two real Syncthing instances on loopback sharing one folder: the Go
-// counterpart of /work/shared/tools/two-syncthing.sh (sync-clients.md §6).
+// counterpart of the shared tools' two-syncthing.sh (notes/sync-clients.md §6).
 // A is the host's side, B the agent's. Nothing listens beyond 127.0.0.1:
 // discovery, relays, NAT, STUN, upgrades, usage and crash reporting are off
 // in config.xml before the first start.

@@ -414,6 +414,14 @@ func parseArgs(args []string) (map[string]string, error) {
 	return m, nil
 }
 
+// homeFor checks a request id, then opens the home.
+func homeFor(g *Globals, id string) (*bridge.Home, error) {
+	if err := checkID(id); err != nil {
+		return nil, err
+	}
+	return g.openHome()
+}
+
 // clientFor checks a request id, then opens the agent's client.
 func clientFor(g *Globals, id string) (*bridge.Client, error) {
 	if err := checkID(id); err != nil {
@@ -820,10 +828,7 @@ type ReconcileCmd struct {
 }
 
 func (c *ReconcileCmd) Run(g *Globals) error {
-	if err := checkID(c.ID); err != nil {
-		return err
-	}
-	h, err := g.openHome()
+	h, err := homeFor(g, c.ID)
 	if err != nil {
 		return err
 	}
@@ -1003,10 +1008,7 @@ type ApproveCmd struct {
 }
 
 func (c *ApproveCmd) Run(g *Globals) error {
-	if err := checkID(c.ID); err != nil {
-		return err
-	}
-	h, err := g.openHome()
+	h, err := homeFor(g, c.ID)
 	if err != nil {
 		return err
 	}
@@ -1028,10 +1030,7 @@ type DenyCmd struct {
 }
 
 func (c *DenyCmd) Run(g *Globals) error {
-	if err := checkID(c.ID); err != nil {
-		return err
-	}
-	h, err := g.openHome()
+	h, err := homeFor(g, c.ID)
 	if err != nil {
 		return err
 	}
