@@ -4,13 +4,10 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"testing"
 	"time"
-
-	"github.com/syncbridge/bridge/syncsafe"
 )
 
 // TestSyncthingRoundTripBench measures ping round trips through two real
@@ -38,34 +35,8 @@ func TestSyncthingRoundTripBench(t *testing.T) {
 	st.cancel()
 	st.nudged.Wait()
 
-	base := t.TempDir()
-	p := &pair{folder: st.A.data, hostHome: filepath.Join(base, "host"), agentHome: filepath.Join(base, "agent")}
+	p := syncthingHomes(t, st)
 	var err error
-	if p.host, err = InitHome(p.hostHome, "host", "laptop", st.A.data); err != nil {
-		t.Fatal(err)
-	}
-	st.WaitInSync(60 * time.Second)
-	waitFor(t, 30*time.Second, "the marker on B", func() bool {
-		_, err := os.Stat(filepath.Join(st.B.data, syncsafe.MarkerName))
-		return err == nil
-	})
-	if p.agent, err = InitHome(p.agentHome, "agent", "cloud-1", st.B.data); err != nil {
-		t.Fatalf("init agent on B: %v", err)
-	}
-	if _, err := p.agent.Trust(p.host.BundleText(), "laptop"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := p.host.Trust(p.agent.BundleText(), "cloud-1"); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(p.host.Path(PolicyName), []byte(syncthingPolicy), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	st.WaitInSync(60 * time.Second)
-	if p.client, err = OpenClient(p.agent); err != nil {
-		t.Fatal(err)
-	}
-	defer p.client.Close()
 
 	modes := []struct {
 		name           string

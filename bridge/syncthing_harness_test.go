@@ -20,6 +20,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/syncbridge/bridge/syncsafe"
 )
 
 // Two real Syncthing instances on loopback sharing one folder: the Go
@@ -526,4 +528,47 @@ func childPIDs(pid int) []int {
 // folderPath is the absolute path of rel (slash-separated) in in's folder.
 func (in *stInstance) folderPath(rel string) string {
 	return filepath.Join(in.data, filepath.FromSlash(rel))
+}
+
+// syncthingHomes pairs a host home bound to A's folder with an agent home
+// bound to B's, through the sync: the agent can only be initialised once the
+// host's marker has arrived on B. The host gets syncthingPolicy; the agent's
+// client is open until the test ends.
+func syncthingHomes(t *testing.T, st *stPair) *pair {
+	t.Helper()
+	base := t.TempDir()
+	p := &pair{folder: st.A.data, hostHome: filepath.Join(base, "host"), agentHome: filepath.Join(base, "agent")}
+	var err error
+	if p.host, err = InitHome(p.hostHome, "host", "laptop", st.A.data); err != nil {
+		t.Fatal(err)
+	}
+	st.WaitInSync(60 * time.Second)
+	// WaitInSync should imply the marker is on B; if the harness's notion
+	// of "in sync" ever falls short, say so rather than fail the product.
+	if _, err := os.Stat(filepath.Join(st.B.data, syncsafe.MarkerName)); err != nil {
+		_, why := st.inSync()
+		t.Logf("harness: the marker was not on B right after WaitInSync (%s)", why)
+		waitFor(t, 30*time.Second, "the marker on B", func() bool {
+			_, err := os.Stat(filepath.Join(st.B.data, syncsafe.MarkerName))
+			return err == nil
+		})
+	}
+	if p.agent, err = InitHome(p.agentHome, "agent", "cloud-1", st.B.data); err != nil {
+		t.Fatalf("init agent on B after the sync: %v", err)
+	}
+	if _, err := p.agent.Trust(p.host.BundleText(), "laptop"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.host.Trust(p.agent.BundleText(), "cloud-1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p.host.Path(PolicyName), []byte(syncthingPolicy), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	st.WaitInSync(60 * time.Second)
+	if p.client, err = OpenClient(p.agent); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.client.Close() })
+	return p
 }

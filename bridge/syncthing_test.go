@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/syncbridge/bridge/bridge/ledger"
-	"github.com/syncbridge/bridge/syncsafe"
 )
 
 // syncthingPolicy's op appends the request id to a file outside the folder:
@@ -68,40 +67,9 @@ func TestSyncthingEndToEnd(t *testing.T) {
 
 	// Homes: the host's bound to A's folder, the agent's to B's. The agent
 	// can only be initialised once the host's marker has arrived.
+	p := syncthingHomes(t, st)
 	base := t.TempDir()
-	p := &pair{folder: st.A.data, hostHome: filepath.Join(base, "host"), agentHome: filepath.Join(base, "agent")}
 	var err error
-	if p.host, err = InitHome(p.hostHome, "host", "laptop", st.A.data); err != nil {
-		t.Fatal(err)
-	}
-	st.WaitInSync(60 * time.Second)
-	// WaitInSync should imply the marker is on B; if the harness's notion
-	// of "in sync" ever falls short, say so rather than fail the product.
-	if _, err := os.Stat(filepath.Join(st.B.data, syncsafe.MarkerName)); err != nil {
-		_, why := st.inSync()
-		t.Logf("harness: the marker was not on B right after WaitInSync (%s)", why)
-		waitFor(t, 30*time.Second, "the marker on B", func() bool {
-			_, err := os.Stat(filepath.Join(st.B.data, syncsafe.MarkerName))
-			return err == nil
-		})
-	}
-	if p.agent, err = InitHome(p.agentHome, "agent", "cloud-1", st.B.data); err != nil {
-		t.Fatalf("init agent on B after the sync: %v", err)
-	}
-	if _, err := p.agent.Trust(p.host.BundleText(), "laptop"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := p.host.Trust(p.agent.BundleText(), "cloud-1"); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(p.host.Path(PolicyName), []byte(syncthingPolicy), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	st.WaitInSync(60 * time.Second)
-	if p.client, err = OpenClient(p.agent); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { p.client.Close() })
 	hostID, agentID := p.host.Config.ID, p.agent.Config.ID
 	toHostA := st.A.folderPath(ToHostDir(hostID, agentID))
 	toHostB := st.B.folderPath(ToHostDir(hostID, agentID))
