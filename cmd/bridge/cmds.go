@@ -332,11 +332,13 @@ func (c *ServeCmd) Run(g *Globals) error {
 	if err != nil {
 		return err
 	}
+	// Signals are caught before Open: a SIGINT while the daemon starts up
+	// stops it cleanly once Open is done, instead of killing it midway.
+	ctx, stop := signalContext()
+	defer stop()
 	if err := d.Open(); err != nil {
 		return err
 	}
-	ctx, stop := signalContext()
-	defer stop()
 	runErr := d.Run(ctx)
 	// First signal: drain, giving running ops time to finish; a second
 	// signal exits at once (signalContext).
