@@ -46,8 +46,11 @@
 // thread that stays locked until the leader exits: one OS thread per running
 // program. Only the leader gets the signal; its descendants need a live
 // daemon's group kill. The leader is learned to have exited with
-// waitid(WNOWAIT) and reaped only at the end, so its pid, the group id, cannot
-// be reused while the runner still signals the group.
+// waitid(WNOWAIT) and reaped only after the last signal to the group, so its
+// pid, the group id, cannot be reused while the runner still signals the
+// group. The wait for the group to empty comes after the reap: kill(-pgid, 0)
+// then answers ESRCH at once in the common case, and /proc is read only when
+// a straggler is left (it may be a zombie that init is slow to reap).
 //
 // # Output
 //

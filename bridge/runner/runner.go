@@ -340,6 +340,13 @@ func execute(ctx context.Context, s Spec, path string, o *Outcome) {
 	case <-t.C:
 	}
 	_ = signalGroup(l, syscall.SIGKILL)
+	// Reap the leader only now: until this point its zombie kept the group
+	// id from being reused while the group was signalled. Reaping it first
+	// also lets the wait below see an empty group with one kill(-pgid, 0)
+	// in the common case, instead of scanning /proc past the leader's
+	// zombie after every op.
+	st, werr := l.reap()
+	o.Finished = time.Now()
 	// SIGKILL cannot be caught, but dying takes a scheduler slot; on a loaded
 	// machine that can exceed a short Grace.
 	if !awaitGroupGone(l, max(grace, time.Second)) {
@@ -360,10 +367,8 @@ func execute(ctx context.Context, s Spec, path string, o *Outcome) {
 		}
 	}
 
-	st, err := l.reap()
-	o.Finished = time.Now()
-	if err != nil {
-		o.Notes = append(o.Notes, fmt.Sprintf("wait: %v", err))
+	if werr != nil {
+		o.Notes = append(o.Notes, fmt.Sprintf("wait: %v", werr))
 	} else {
 		o.ExitCode, o.Signal = exitInfo(st)
 		o.CPU = st.UserTime() + st.SystemTime()
