@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"syscall"
 )
 
 // checkPrivilege refuses to serve with more rights than needed, or with
@@ -26,8 +25,8 @@ func (d *Daemon) checkPrivilege() error {
 		if err != nil {
 			return err
 		}
-		if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Geteuid() {
-			return withHint(fmt.Errorf("serve: %s belongs to uid %d, not to this user (%d)", p, st.Uid, os.Geteuid()), "chown it to this user")
+		if uid, ok := fileOwner(fi); ok && uid != os.Geteuid() {
+			return withHint(fmt.Errorf("serve: %s belongs to uid %d, not to this user (%d)", p, uid, os.Geteuid()), "chown it to this user")
 		}
 		if fi.Mode().Perm()&^maxPerm != 0 {
 			return withHint(fmt.Errorf("serve: %s is open to others (mode %o)", p, fi.Mode().Perm()), fix, p)

@@ -1,3 +1,5 @@
+//go:build linux
+
 // Command bridge-bench measures the bridge on this machine, side by side
 // with the physical floor and a polling baseline, and prints one Markdown
 // table (docs/BENCHMARKS.md explains every row):

@@ -5,7 +5,6 @@ import (
 	"io"
 	"os"
 	"sync"
-	"syscall"
 	"time"
 )
 
@@ -59,13 +58,6 @@ func (p *progress) done() {
 	if p.tty && p.shown {
 		fmt.Fprint(p.w, "\r\033[K")
 	}
-}
-
-var signals = map[string]syscall.Signal{
-	"SIGHUP": syscall.SIGHUP, "SIGINT": syscall.SIGINT, "SIGQUIT": syscall.SIGQUIT, "SIGILL": syscall.SIGILL,
-	"SIGABRT": syscall.SIGABRT, "SIGBUS": syscall.SIGBUS, "SIGFPE": syscall.SIGFPE, "SIGKILL": syscall.SIGKILL,
-	"SIGSEGV": syscall.SIGSEGV, "SIGPIPE": syscall.SIGPIPE, "SIGALRM": syscall.SIGALRM, "SIGTERM": syscall.SIGTERM,
-	"SIGXCPU": syscall.SIGXCPU, "SIGXFSZ": syscall.SIGXFSZ, "SIGUSR1": syscall.SIGUSR1, "SIGUSR2": syscall.SIGUSR2,
 }
 
 func signalNumber(name string) int {
