@@ -8,8 +8,10 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	bcrypto "github.com/syncbridge/bridge/crypto"
@@ -79,6 +81,10 @@ type Peer struct {
 	Trusted int64     `json:"trusted"`
 	Keys    []PeerKey `json:"keys"`              // key generations, oldest first; the last is current
 	Revoked []string  `json:"revoked,omitempty"` // signing and box kids revoked here (`bridge keys revoke`)
+
+	// bad is the result of check, done once per version of the file (see
+	// peerCache); it is not part of the record.
+	bad error
 }
 
 // Home is an opened state directory.
@@ -87,6 +93,7 @@ type Home struct {
 	Config Config
 	id     *bcrypto.Identity
 	bundle *bcrypto.Bundle
+	peers  *peerCache // nil: no cache (a Home built by hand)
 }
 
 // InitHome creates a new home for role ("host" or "agent") bound to folder.
@@ -144,7 +151,7 @@ func InitHome(dir, role, name, folder string) (*Home, error) {
 	if err != nil {
 		return nil, err
 	}
-	h := &Home{Dir: absDir, id: id, Config: Config{V: 1, Role: role, Name: name, ID: id.SignKid(), Folder: absFolder, Created: time.Now().Unix()}}
+	h := &Home{Dir: absDir, id: id, peers: &peerCache{}, Config: Config{V: 1, Role: role, Name: name, ID: id.SignKid(), Folder: absFolder, Created: time.Now().Unix()}}
 	secret, _ := id.MarshalText()
 	if err := writeFileAtomic(filepath.Join(absDir, identityName), secret); err != nil {
 		return nil, err
@@ -249,7 +256,7 @@ func OpenHome(dir string) (*Home, error) {
 	} else if err != nil {
 		return nil, err
 	}
-	h := &Home{Dir: absDir}
+	h := &Home{Dir: absDir, peers: &peerCache{}}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&h.Config); err != nil {
@@ -405,13 +412,9 @@ func (h *Home) Peers() ([]Peer, error) {
 		if !strings.HasSuffix(e.Name(), ".json") {
 			continue
 		}
-		data, err := os.ReadFile(h.Path(peersDir, e.Name()))
+		p, err := h.readPeer(e.Name())
 		if err != nil {
 			return nil, err
-		}
-		var p Peer
-		if err := json.Unmarshal(data, &p); err != nil {
-			return nil, fmt.Errorf("read peer %s: %w", e.Name(), err)
 		}
 		out = append(out, p)
 	}
@@ -445,8 +448,8 @@ func (h *Home) Peer(nameOrID string) (*Peer, *bcrypto.Bundle, error) {
 		return nil, nil, fmt.Errorf("%w: %q", ErrUnknownPeer, nameOrID)
 	}
 	p := peers[found]
-	if err := p.check(); err != nil {
-		return nil, nil, err
+	if p.bad != nil {
+		return nil, nil, p.bad
 	}
 	cur, ok := p.Current()
 	if !ok {
@@ -454,6 +457,67 @@ func (h *Home) Peer(nameOrID string) (*Peer, *bcrypto.Bundle, error) {
 			"pair with it again: remove %s, then `bridge pair` or `bridge keys trust` its new bundle", h.Path(peersDir, p.ID+".json"))
 	}
 	return &p, &bcrypto.Bundle{V: 1, Role: p.Role, Name: p.Name, ID: p.ID, Seq: cur.Seq, SignPub: cur.SignPub, BoxPub: cur.BoxPub}, nil
+}
+
+// peerCache keeps parsed and checked peer records between reads. Both sides
+// look a peer up for every request, and checking a record means a curve
+// operation per key: a file is read, parsed and checked again only when its
+// inode, size or modification time changed (records are replaced by rename,
+// so an edit makes a new inode).
+type peerCache struct {
+	mu sync.Mutex
+	m  map[string]cachedPeer // file name → record
+}
+
+type cachedPeer struct {
+	ino   [2]int64 // fileIdentity
+	size  int64
+	mtime time.Time
+	peer  Peer
+}
+
+// readPeer reads, parses and checks one file of peers/.
+func (h *Home) readPeer(name string) (Peer, error) {
+	path := h.Path(peersDir, name)
+	fi, err := os.Stat(path)
+	if err != nil {
+		return Peer{}, err
+	}
+	ino := fileIdentity(fi)
+	if c := h.peers; c != nil {
+		c.mu.Lock()
+		e, ok := c.m[name]
+		c.mu.Unlock()
+		if ok && e.ino == ino && e.size == fi.Size() && e.mtime.Equal(fi.ModTime()) {
+			return clonePeer(e.peer), nil
+		}
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return Peer{}, err
+	}
+	var p Peer
+	if err := json.Unmarshal(data, &p); err != nil {
+		return Peer{}, fmt.Errorf("read peer %s: %w", name, err)
+	}
+	p.bad = p.check()
+	if c := h.peers; c != nil && int64(len(data)) == fi.Size() {
+		c.mu.Lock()
+		if c.m == nil {
+			c.m = map[string]cachedPeer{}
+		}
+		c.m[name] = cachedPeer{ino: ino, size: fi.Size(), mtime: fi.ModTime(), peer: clonePeer(p)}
+		c.mu.Unlock()
+	}
+	return p, nil
+}
+
+// clonePeer copies the slices too: callers change records they got (trust,
+// revoke) and must not change the cache's.
+func clonePeer(p Peer) Peer {
+	p.Keys = slices.Clone(p.Keys)
+	p.Revoked = slices.Clone(p.Revoked)
+	return p
 }
 
 // check verifies a peer record against the bundle it was created from: a

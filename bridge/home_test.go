@@ -53,11 +53,18 @@ func TestTrustRefusesTakeover(t *testing.T) {
 	if _, err := p.host.Trust(p.host.BundleText(), "me"); err == nil {
 		t.Fatal("a host trusted a host bundle")
 	}
-	// A record edited to point at other keys is refused when loaded.
+	// A record edited to point at other keys is refused when loaded, even
+	// by a home that has the good record cached.
+	if _, _, err := p.host.Peer(p.agent.Config.ID); err != nil {
+		t.Fatal(err)
+	}
 	rec, _ := os.ReadFile(peerFile)
 	forged := strings.Replace(string(rec), p.agent.BundleText(), bcrypto.BundleText(own), 1)
 	if err := os.WriteFile(peerFile, []byte(forged), 0o600); err != nil {
 		t.Fatal(err)
+	}
+	if _, _, err := p.host.Peer(p.agent.Config.ID); err == nil || !strings.Contains(err.Error(), "does not match") {
+		t.Fatalf("a forged peer record was served from the cache: %v", err)
 	}
 	d, _ := NewDaemon(p.host, DaemonOptions{AllowRoot: true})
 	if err := d.openCore(); err == nil || !strings.Contains(err.Error(), "does not match") {
