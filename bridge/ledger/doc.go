@@ -79,10 +79,16 @@
 // running. No record ever carries an expiry; [Ledger.GC] deletes explicitly,
 // and a file holding an expiring record is refused as damaged.
 //
-// Durability: SyncPolicy Always (fsync inside every commit, before other
-// goroutines can see the change). BuntDB ignores that fsync's error (#122),
-// so the ledger fsyncs once more through its own descriptor; on failure the
-// call fails and the Ledger refuses all further work until reopened.
+// Durability: group commit. Writers that arrive together share one buntdb
+// transaction (one write(2)) and one fsync, which the ledger does itself
+// through its own descriptor, because buntdb ignores its fsync's error
+// (#122); buntdb's SyncPolicy is Never. A write returns only after that
+// fsync, and readers wait while a batch is between its write and its fsync,
+// so nobody sees a state that is not on disk. On a failed fsync the calls
+// of the batch fail and the Ledger refuses all further work until reopened.
+// Within a batch the writes apply in order, each seeing the ones before it,
+// so the compare-and-set holds; a crash may keep part of a batch, which is
+// safe because each record stands alone and no caller was answered yet.
 // Auto-shrink is off (it renames an un-fsynced file over the database and
 // panics on Windows, #119). Instead Open rewrites the file when it exceeds
 // 16 MiB and four times its live size: new file, fsync, rename, fsync the

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -32,21 +33,39 @@ func child(mode, dir string) int {
 			return 1
 		}
 		start, _ := strconv.Atoi(os.Getenv("LEDGER_START"))
-		for i := start; ; i++ {
-			key := fmt.Sprintf("agent/%08d", i)
-			if _, _, err := l.Admit(testEntry(key, time.Now().Add(time.Hour))); err != nil {
-				fmt.Println("error", err)
-				return 1
-			}
-			fmt.Println(StateSeen, key)
-			for _, s := range []State{StateClaimed, StateRunning, StateDone} {
-				if _, err := l.Transition(key, []State{prev(s)}, s, nil); err != nil {
-					fmt.Println("error", err)
-					return 1
-				}
-				fmt.Println(s, key)
-			}
+		// Four writers at once, so that the kill also lands inside group
+		// commits of several changes.
+		var mu sync.Mutex
+		say := func(a ...any) {
+			mu.Lock()
+			defer mu.Unlock()
+			fmt.Println(a...)
 		}
+		fail := make(chan struct{})
+		var once sync.Once
+		for w := range 4 {
+			go func() {
+				for i := start + w*100_000; ; i++ {
+					key := fmt.Sprintf("agent/%08d", i)
+					if _, _, err := l.Admit(testEntry(key, time.Now().Add(time.Hour))); err != nil {
+						say("error", err)
+						once.Do(func() { close(fail) })
+						return
+					}
+					say(StateSeen, key)
+					for _, s := range []State{StateClaimed, StateRunning, StateDone} {
+						if _, err := l.Transition(key, []State{prev(s)}, s, nil); err != nil {
+							say("error", err)
+							once.Do(func() { close(fail) })
+							return
+						}
+						say(s, key)
+					}
+				}
+			}()
+		}
+		<-fail
+		return 1
 	case "hold":
 		if _, err := Open(dir); err != nil {
 			fmt.Println("error", err)

@@ -69,6 +69,25 @@ type Ledger struct {
 
 	bmu    sync.Mutex
 	broken error // set when an fsync failed; every later operation fails
+
+	// Group commit (see update): writers queue their changes; one of them
+	// commits the queue as one buntdb transaction and one fsync.
+	cmu        sync.Mutex
+	queue      []*change
+	committing bool
+
+	// dur is held for writing from a commit until its fsync returned, and
+	// for reading by every read: no reader sees a state that is not on
+	// disk yet. (buntdb's SyncPolicy Always gave that by fsyncing under its
+	// own lock; the ledger fsyncs itself, once per batch, see update.)
+	dur sync.RWMutex
+}
+
+// change is one writer's part of a group commit.
+type change struct {
+	fn   func(tx *buntdb.Tx) (bool, error)
+	err  error
+	done chan struct{}
 }
 
 // Open opens (creating if needed) the ledger in dir. It creates dir with
@@ -112,7 +131,10 @@ func (l *Ledger) open() error {
 		return fmt.Errorf("open ledger %s: %w", path, err)
 	}
 	err = db.SetConfig(buntdb.Config{
-		SyncPolicy: buntdb.Always,
+		// The ledger fsyncs itself after each group commit (see update):
+		// buntdb's own fsync would come on top of it, per transaction, with
+		// its error ignored (#122).
+		SyncPolicy: buntdb.Never,
 		// buntdb's shrink renames an un-fsynced temp file over the database
 		// (power loss can leave it empty) and panics on Windows (#119).
 		AutoShrinkDisabled:   true,
@@ -313,22 +335,80 @@ func (l *Ledger) usable() error {
 	return l.broken
 }
 
-// update runs fn in one buntdb write transaction. fn reports whether it
-// wrote; if so, after the commit the file is fsynced once more through the
-// ledger's own descriptor, because buntdb ignores the result of its fsync
-// (#122). buntdb's own fsync (SyncPolicy Always) happens before it releases
-// its lock, so no reader sees a state that is not on disk; this second one
-// only makes a failure visible. After a failed fsync the in-memory state
-// may be ahead of the disk, so the ledger refuses all further work.
+// update runs fn in a buntdb write transaction and returns once its change
+// is on disk. fn reports whether it wrote. It shares the transaction with
+// others, so what it wrote before returning an error is committed with
+// them: Admit, Transition and Forget fail before they write; GC's
+// deletions each stand alone.
+//
+// Group commit: concurrent callers queue their fn; the first becomes the
+// committer and, until the queue is empty, takes everything queued, runs
+// the fns one after another in one transaction (so each sees the writes of
+// the ones before it: the compare-and-set of Transition holds within a
+// batch), commits it with one write(2), fsyncs once through the ledger's own
+// descriptor and releases the batch. A batch that a crash cuts short is
+// harmless: each key is one record, and no caller was told its change was
+// durable. After a failed fsync the in-memory state may be ahead of the
+// disk, so the ledger refuses all further work.
 func (l *Ledger) update(fn func(tx *buntdb.Tx) (bool, error)) error {
-	wrote := false
+	c := &change{fn: fn, done: make(chan struct{})}
+	l.cmu.Lock()
+	l.queue = append(l.queue, c)
+	if l.committing {
+		l.cmu.Unlock()
+		<-c.done
+		return c.err
+	}
+	l.committing = true
+	for len(l.queue) > 0 {
+		batch := l.queue
+		l.queue = nil
+		l.cmu.Unlock()
+		l.commit(batch)
+		l.cmu.Lock()
+	}
+	l.committing = false
+	l.cmu.Unlock()
+	<-c.done
+	return c.err
+}
+
+// commit writes one batch of changes and releases their callers.
+func (l *Ledger) commit(batch []*change) {
+	defer func() {
+		for _, c := range batch {
+			close(c.done)
+		}
+	}()
+	l.dur.Lock()
+	defer l.dur.Unlock()
+	if err := l.usable(); err != nil {
+		for _, c := range batch {
+			c.err = err
+		}
+		return
+	}
+	var wrote []*change
 	err := l.db.Update(func(tx *buntdb.Tx) error {
-		var err error
-		wrote, err = fn(tx)
-		return err
+		for _, c := range batch {
+			w, err := c.fn(tx)
+			c.err = err
+			if err == nil && w {
+				wrote = append(wrote, c)
+			}
+		}
+		return nil
 	})
-	if err != nil || !wrote {
-		return err
+	if err != nil {
+		for _, c := range batch {
+			if c.err == nil {
+				c.err = err
+			}
+		}
+		return
+	}
+	if len(wrote) == 0 {
+		return
 	}
 	if err := syncFile(l.dbf); err != nil {
 		err = fmt.Errorf("ledger %s unusable after a failed fsync, restart the daemon: %w", l.dir, err)
@@ -337,9 +417,17 @@ func (l *Ledger) update(fn func(tx *buntdb.Tx) (bool, error)) error {
 			l.broken = err
 		}
 		l.bmu.Unlock()
-		return err
+		for _, c := range wrote {
+			c.err = err
+		}
 	}
-	return nil
+}
+
+// view runs fn in a buntdb read transaction that sees only durable state.
+func (l *Ledger) view(fn func(tx *buntdb.Tx) error) error {
+	l.dur.RLock()
+	defer l.dur.RUnlock()
+	return l.db.View(fn)
 }
 
 // getEntry reads and decodes one entry inside a transaction.
@@ -505,7 +593,7 @@ func (l *Ledger) Get(key string) (Entry, error) {
 		return Entry{}, fmt.Errorf("get %s: %w", key, err)
 	}
 	var e Entry
-	err := l.db.View(func(tx *buntdb.Tx) error {
+	err := l.view(func(tx *buntdb.Tx) error {
 		var err error
 		e, err = getEntry(tx, key)
 		return err
@@ -526,7 +614,7 @@ func (l *Ledger) List(filter func(Entry) bool) ([]Entry, error) {
 	}
 	var out []Entry
 	var derr error
-	err := l.db.View(func(tx *buntdb.Tx) error {
+	err := l.view(func(tx *buntdb.Tx) error {
 		return tx.AscendKeys(entryPrefix+"*", func(k, v string) bool {
 			e, err := decodeEntry([]byte(v))
 			if err != nil {
@@ -552,7 +640,7 @@ func (l *Ledger) List(filter func(Entry) bool) ([]Entry, error) {
 func (l *Ledger) byState(want ...State) ([]Entry, error) {
 	var out []Entry
 	var derr error
-	err := l.db.View(func(tx *buntdb.Tx) error {
+	err := l.view(func(tx *buntdb.Tx) error {
 		for _, s := range want {
 			err := tx.AscendEqual("state", `{"state":"`+string(s)+`"}`, func(k, v string) bool {
 				e, err := decodeEntry([]byte(v))
@@ -623,7 +711,7 @@ func (l *Ledger) gcCandidates(now time.Time, skew time.Duration) ([]Entry, error
 	pivot := `{"expires":"` + formatTime(now.Add(-skew)) + `"}`
 	var out []Entry
 	var derr error
-	err := l.db.View(func(tx *buntdb.Tx) error {
+	err := l.view(func(tx *buntdb.Tx) error {
 		return tx.AscendLessThan("expires", pivot, func(k, v string) bool {
 			e, err := decodeEntry([]byte(v))
 			if err != nil {
@@ -707,7 +795,7 @@ func (l *Ledger) Stats() (Stats, error) {
 		return Stats{}, fmt.Errorf("stats: %w", err)
 	}
 	st := Stats{States: map[State]int{}, TailDropped: l.tailDropped}
-	err := l.db.View(func(tx *buntdb.Tx) error {
+	err := l.view(func(tx *buntdb.Tx) error {
 		for _, s := range states {
 			err := tx.AscendEqual("state", `{"state":"`+string(s)+`"}`, func(k, v string) bool {
 				st.States[s]++
