@@ -448,7 +448,7 @@ func (c *Client) Wait(ctx context.Context, id string, tick func(elapsed time.Dur
 	start := time.Now()
 	dir := filepath.Join(c.home.Config.Folder, ToAgentDir(s.Host, c.home.Config.ID))
 	var events <-chan struct{}
-	if w, err := syncsafe.NewWatcher(dir, syncsafe.WatchOptions{Rescan: time.Hour, Debounce: 5 * time.Millisecond, EventsFirst: true}); err == nil {
+	if w, err := syncsafe.NewWatcher(dir, syncsafe.WatchOptions{Rescan: time.Hour, Debounce: -1, EventsFirst: true}); err == nil {
 		defer w.Close()
 		ch := make(chan struct{}, 1)
 		events = ch

@@ -308,9 +308,11 @@ func (d *Daemon) Open() (err error) {
 		agent, rest, deeper := strings.Cut(rel, "/")
 		return deeper || rest != "" || d.agents()[agent] == nil
 	}
-	// A short debounce: a request is two files published back to back, and
-	// every millisecond of quiet waited for is a millisecond of round trip.
-	d.watcher, err = syncsafe.NewWatcher(root, syncsafe.WatchOptions{Rescan: d.opt.Rescan, Skip: skip, Debounce: 5 * time.Millisecond})
+	// No debounce: every millisecond of quiet waited for is a millisecond of
+	// round trip. A request is two files published back to back; the
+	// payload's event alone starts nothing (no manifest yet), and whatever
+	// arrives while the loop is busy comes in its next batch.
+	d.watcher, err = syncsafe.NewWatcher(root, syncsafe.WatchOptions{Rescan: d.opt.Rescan, Skip: skip, Debounce: -1})
 	if err != nil {
 		return fmt.Errorf("serve: watch %s: %w", root, err)
 	}

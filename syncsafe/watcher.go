@@ -24,6 +24,10 @@ type WatchOptions struct {
 	Rescan time.Duration
 	// Debounce is the quiet time collected before an event batch is
 	// emitted (default 50ms); a steady stream is cut at 10 × Debounce.
+	// Negative: no wait, a batch is emitted as soon as an event is there.
+	// A caller that works between calls of Next still gets batches: what
+	// arrived meanwhile comes in one. The bridge uses that, because every
+	// millisecond of quiet waited for is a millisecond of round trip.
 	Debounce time.Duration
 	// Buffer is the capacity of the event channel (default 16384). notify
 	// drops events when it is full; more than half full when read makes the
@@ -99,7 +103,7 @@ func NewWatcher(root string, opt WatchOptions) (*Watcher, error) {
 	if opt.Rescan <= 0 {
 		opt.Rescan = 30 * time.Second
 	}
-	if opt.Debounce <= 0 {
+	if opt.Debounce == 0 {
 		opt.Debounce = 50 * time.Millisecond
 	}
 	if opt.Buffer <= 0 {
@@ -262,6 +266,9 @@ func (w *Watcher) hasWork() bool {
 
 // debounce waits until no event arrived for Debounce, at most 10 × Debounce.
 func (w *Watcher) debounce(ctx context.Context) error {
+	if w.opt.Debounce < 0 {
+		return nil
+	}
 	deadline := time.Now().Add(10 * w.opt.Debounce)
 	t := time.NewTimer(w.opt.Debounce)
 	defer t.Stop()
