@@ -89,14 +89,14 @@ func (d *Daemon) decide(id string, approve bool, why string) error {
 		return nil
 	}
 	d.audit.log(AuditEvent{Event: "approved", Agent: e.Agent, ID: id, Op: e.Op})
-	spool, err := d.settle(j)
+	in, err := d.settle(j)
 	if err != nil {
 		return fmt.Errorf("approve %s: the payload is no longer there: %w", id, err)
 	}
 	d.mu.Lock()
 	d.active[e.Key] = true
 	d.mu.Unlock()
-	if !d.admit(j, spool, admitApproved) {
+	if !d.admit(j, in, admitApproved) {
 		d.release(e.Key)
 	}
 	return nil

@@ -1,6 +1,8 @@
 package bridge
 
 import (
+	"bytes"
+	"crypto/rand"
 	"os"
 	"path/filepath"
 	"testing"
@@ -60,4 +62,33 @@ func TestLostOutputIsRepublished(t *testing.T) {
 		out, err := p.client.Result(s.ID)
 		return err == nil && string(out.Stdout) == "again\n"
 	})
+}
+
+// An op's stdin arrives whole both ways the host spools it: in memory for a
+// small payload, in a file of the home's spool/ for a large one, which is
+// gone afterwards.
+func TestStdinSpools(t *testing.T) {
+	p := newPair(t, testPolicy+`
+[ops.cat]
+argv = ["cat"]
+max_output = "4MiB"
+`)
+	policy, _ := os.ReadFile(p.host.Path(PolicyName))
+	policy = bytes.Replace(policy, []byte(`ops = ["echo", "count"`), []byte(`ops = ["cat", "echo", "count"`), 1)
+	if err := os.WriteFile(p.host.Path(PolicyName), policy, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p.start(t, nil)
+	for _, n := range []int{0, 10 << 10, memSpoolMax, memSpoolMax + 1, 3 << 20} {
+		in := make([]byte, n)
+		rand.Read(in)
+		out := p.run(t, SubmitOptions{Op: "cat", Stdin: bytes.NewReader(in)})
+		if out.Receipt.Status != StatusDone || !bytes.Equal(out.Stdout, in) {
+			t.Fatalf("%d bytes: status %s (%s), %d bytes back, equal %v", n, out.Receipt.Status, out.Receipt.Detail, len(out.Stdout), bytes.Equal(out.Stdout, in))
+		}
+	}
+	left, err := os.ReadDir(p.host.Path("spool"))
+	if err != nil || len(left) != 0 {
+		t.Fatalf("spool/ after the runs: %v, %v", left, err)
+	}
 }

@@ -208,7 +208,7 @@ func (d *Daemon) evaluate(agent, id string) bool {
 	if d.expired(j, ent) || d.cancelledBefore(j) {
 		return false
 	}
-	spool, err := d.settle(j)
+	in, err := d.settle(j)
 	if err != nil {
 		if ent.State == ledger.StateSeen {
 			if _, err := d.ledger.Transition(key, []ledger.State{ledger.StateSeen}, ledger.StatePending, nil); err != nil {
@@ -222,7 +222,7 @@ func (d *Daemon) evaluate(agent, id string) bool {
 		}
 		return false
 	}
-	return d.admit(j, spool, admitNew)
+	return d.admit(j, in, admitNew)
 }
 
 // invalidKey checks whether a manifest that no valid key verifies was
@@ -277,31 +277,29 @@ func (d *Daemon) keepManifest(j *job) error {
 	return writeFileAtomic(filepath.Join(dir, j.req.ID+"."+ExtManifest), j.manifest)
 }
 
-// settle copies the payload into a private spool file if it matches the pin.
-func (d *Daemon) settle(j *job) (string, error) {
-	// A spool file of its own per evaluation: two evaluations of one id
+// settle copies the payload into a private spool if it matches the pin.
+func (d *Daemon) settle(j *job) (spool, error) {
+	// A spool of its own per evaluation: two evaluations of one id
 	// (harmless by design, invariant 6) must not share a copy.
-	f, err := os.CreateTemp(d.home.Path("spool"), j.req.ID+"-*.payload")
+	f, err := d.newSpool(j.req.ID, ExtPayload, j.req.Payload.Len)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
-	spool := f.Name()
-	defer f.Close()
 	rel := RequestPath(d.me, j.agent, j.req.ID, ExtPayload)
 	err = syncsafe.Settle(d.folder, rel, j.req.Payload.Len, j.req.Payload.Digest(), f)
 	if err != nil {
-		os.Remove(spool)
+		f.Close()
 		// Say which "not yet" it is (SPEC §8.5): absent or shorter is still
 		// arriving; other bytes are another version, or not this payload.
 		switch fi, serr := d.folder.Lstat(rel); {
 		case errors.Is(err, fs.ErrNotExist), serr == nil && fi.Size() < j.req.Payload.Len:
-			return "", fmt.Errorf("%w: %v", ErrPending, err)
+			return nil, fmt.Errorf("%w: %v", ErrPending, err)
 		case errors.Is(err, syncsafe.ErrUnsettled):
-			return "", fmt.Errorf("%w: %v", ErrHashMismatch, err)
+			return nil, fmt.Errorf("%w: %v", ErrHashMismatch, err)
 		}
-		return "", err
+		return nil, err
 	}
-	return spool, nil
+	return f, nil
 }
 
 // admitMode says why a request is admitted.
@@ -318,8 +316,8 @@ const (
 // hands it to a run goroutine (it reports whether it did). After a crash
 // (admitResume, admitReconcile) the entry is running, and a refusal can
 // only end it as failed or uncertain.
-func (d *Daemon) admit(j *job, spool string, mode admitMode) bool {
-	defer os.Remove(spool)
+func (d *Daemon) admit(j *job, in spool, mode admitMode) bool {
+	defer in.Close()
 	refuse := func(rc Receipt) bool {
 		switch mode {
 		case admitResume:
@@ -331,14 +329,12 @@ func (d *Daemon) admit(j *job, spool string, mode admitMode) bool {
 		d.finish(j, rc)
 		return false
 	}
-	in, err := os.Open(spool)
-	if err != nil {
-		d.log.Error("open spool", "err", err)
+	if _, err := in.Seek(0, io.SeekStart); err != nil {
+		d.log.Error("read spool", "err", err)
 		return false
 	}
-	stdin, err := os.CreateTemp(d.home.Path("spool"), j.req.ID+"-*.stdin")
+	stdin, err := d.newSpool(j.req.ID, "stdin", j.req.Payload.Len)
 	if err != nil {
-		in.Close()
 		d.log.Error("spool stdin", "err", err)
 		return false
 	}
@@ -346,16 +342,13 @@ func (d *Daemon) admit(j *job, spool string, mode admitMode) bool {
 	defer func() {
 		if !handed {
 			stdin.Close()
-			os.Remove(stdin.Name())
 		}
 	}()
 	me := d.own().byBoxKid(j.req.HostBoxKid)
 	if me == nil {
-		in.Close()
 		return refuse(Receipt{Status: StatusRejected, Reason: "unknown-key", Detail: "sealed to a host key this host no longer keeps"})
 	}
 	call, err := OpenCall(in, j.req, me, stdin)
-	in.Close()
 	if err != nil {
 		return refuse(Receipt{Status: StatusRejected, Reason: Reason(err), Detail: err.Error()})
 	}
@@ -435,12 +428,11 @@ func (d *Daemon) withRequestEnv(inv *policy.Invocation, id string) {
 // running (invariant 5, DESIGN §5): exit 0 means the effect happened (done,
 // with the check's output); exit 3 means it did not (run the op now, once);
 // anything else leaves the request uncertain for a human.
-func (d *Daemon) reconcileCheck(j *job, inv *policy.Invocation, stdin *os.File) {
+func (d *Daemon) reconcileCheck(j *job, inv *policy.Invocation, stdin spool) {
 	handed := false
 	defer func() {
 		if !handed {
 			stdin.Close()
-			os.Remove(stdin.Name())
 			d.release(j.key)
 			d.wg.Done()
 		}
@@ -476,10 +468,10 @@ func (d *Daemon) reconcileCheck(j *job, inv *policy.Invocation, stdin *os.File) 
 
 // run waits for a slot of the op's concurrency, then runs it and finishes.
 // It owns the key (releases it) and the stdin spool file.
-func (d *Daemon) run(j *job, inv *policy.Invocation, stdin *os.File, resume bool) {
+func (d *Daemon) run(j *job, inv *policy.Invocation, stdin spool, resume bool) {
 	defer d.wg.Done()
 	defer d.release(j.key)
-	defer func() { stdin.Close(); os.Remove(stdin.Name()) }()
+	defer stdin.Close()
 	// The cancel function is registered before the last cancel check, so a
 	// cancel arriving at any moment from here on reaches the run.
 	ctx, cancel := context.WithCancel(d.runCtx)
@@ -887,7 +879,7 @@ func (d *Daemon) recover() error {
 			d.log.Info("recover: claimed but never started; evaluating again", "key", ent.Key)
 			d.schedule(ent.Agent, ent.ID)
 		case ent.Idempotent:
-			spool, err := d.settle(j)
+			in, err := d.settle(j)
 			if err != nil {
 				d.finish(j, Receipt{Status: StatusUncertain, Reason: "crashed", Op: ent.Op,
 					Detail: "the host stopped while the op ran, and its payload is no longer there to run it again"})
@@ -897,13 +889,13 @@ func (d *Daemon) recover() error {
 			d.mu.Lock()
 			d.active[ent.Key] = true
 			d.mu.Unlock()
-			if !d.admit(j, spool, admitResume) {
+			if !d.admit(j, in, admitResume) {
 				d.release(ent.Key)
 			}
 		default:
 			// Not idempotent: ask the op's reconcile command, if it has one;
 			// otherwise (or if the payload is gone) it is uncertain.
-			spool, err := d.settle(j)
+			in, err := d.settle(j)
 			if err != nil {
 				d.log.Warn("recover: op was running when the host stopped; marking it uncertain", "key", ent.Key, "op", ent.Op)
 				d.finish(j, Receipt{Status: StatusUncertain, Reason: "crashed", Op: ent.Op,
@@ -913,7 +905,7 @@ func (d *Daemon) recover() error {
 			d.mu.Lock()
 			d.active[ent.Key] = true
 			d.mu.Unlock()
-			if !d.admit(j, spool, admitReconcile) {
+			if !d.admit(j, in, admitReconcile) {
 				d.release(ent.Key)
 			}
 		}

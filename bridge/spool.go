@@ -1,0 +1,91 @@
+package bridge
+
+import (
+	"errors"
+	"io"
+	"os"
+)
+
+// spool is the host's private scratch copy of a payload, or of the stdin an
+// op gets from it: in memory when small, else a file in the home's spool/
+// directory. Close releases it (and removes the file).
+//
+// Why memory for small ones: creating a file is the single most expensive
+// step of a small request on a busy file system (ext4 scans for a free inode
+// past the recently deleted ones), and a request whose payload is only its
+// arguments would pay it twice.
+type spool interface {
+	io.ReadWriteSeeker
+	Close() error
+}
+
+// memSpoolMax is the largest payload kept in memory: the evaluation queue
+// and the runs in flight bound how many exist at once.
+const memSpoolMax = 256 << 10
+
+func (d *Daemon) newSpool(id, ext string, size int64) (spool, error) {
+	if size >= 0 && size <= memSpoolMax {
+		return &memSpool{}, nil
+	}
+	f, err := os.CreateTemp(d.home.Path("spool"), id+"-*."+ext)
+	if err != nil {
+		return nil, err
+	}
+	return fileSpool{f}, nil
+}
+
+type fileSpool struct{ *os.File }
+
+func (f fileSpool) Close() error {
+	err := f.File.Close()
+	if rerr := os.Remove(f.Name()); err == nil {
+		err = rerr
+	}
+	return err
+}
+
+// memSpool is a growable byte slice with a file's read, write and seek.
+type memSpool struct {
+	b   []byte
+	off int64
+}
+
+func (m *memSpool) Read(p []byte) (int, error) {
+	if m.off >= int64(len(m.b)) {
+		return 0, io.EOF
+	}
+	n := copy(p, m.b[m.off:])
+	m.off += int64(n)
+	return n, nil
+}
+
+func (m *memSpool) Write(p []byte) (int, error) {
+	if end := m.off + int64(len(p)); end > int64(len(m.b)) {
+		m.b = append(m.b, make([]byte, end-int64(len(m.b)))...)
+	}
+	n := copy(m.b[m.off:], p)
+	m.off += int64(n)
+	return n, nil
+}
+
+func (m *memSpool) Seek(offset int64, whence int) (int64, error) {
+	switch whence {
+	case io.SeekStart:
+	case io.SeekCurrent:
+		offset += m.off
+	case io.SeekEnd:
+		offset += int64(len(m.b))
+	default:
+		return 0, errors.New("spool: bad whence")
+	}
+	if offset < 0 {
+		return 0, errors.New("spool: negative position")
+	}
+	m.off = offset
+	return offset, nil
+}
+
+func (m *memSpool) Close() error {
+	m.b, m.off = nil, 0
+	return nil
+}
