@@ -36,6 +36,7 @@ const (
 // slash-separated paths. A Folder is safe for concurrent use.
 type Folder struct {
 	root    *os.Root
+	rootDir *os.File // the same directory, for openat2 (resolve_linux.go); nil elsewhere
 	path    string
 	staging *stagingDir // nil: stage in the target directory
 
@@ -80,6 +81,16 @@ func OpenFolder(dir string, opts ...FolderOption) (*Folder, error) {
 		return nil, fmt.Errorf("open folder: %w", err)
 	}
 	f := &Folder{root: root, path: dir}
+	if d, err := os.Open(dir); err == nil {
+		// Only if it is the very directory the root holds.
+		rfi, rerr := root.Stat(".")
+		dfi, derr := d.Stat()
+		if rerr == nil && derr == nil && os.SameFile(rfi, dfi) {
+			f.rootDir = d
+		} else {
+			d.Close()
+		}
+	}
 	if cfg.staging != "" {
 		st, err := openStaging(cfg.staging)
 		if err != nil {
@@ -97,6 +108,9 @@ func (f *Folder) Path() string { return f.path }
 // Close releases the folder's handles.
 func (f *Folder) Close() error {
 	err := f.root.Close()
+	if f.rootDir != nil {
+		f.rootDir.Close()
+	}
 	if f.staging != nil {
 		if err2 := f.staging.close(); err == nil {
 			err = err2
@@ -154,6 +168,12 @@ func (f *Folder) Lstat(rel string) (fs.FileInfo, error) {
 	if err := cleanRel(rel); err != nil {
 		return nil, fmt.Errorf("lstat: %w", err)
 	}
+	if fi, ok, err := f.fastLstat(rel); ok {
+		if err != nil {
+			return nil, fmt.Errorf("lstat %s: %w", rel, err)
+		}
+		return fi, nil
+	}
 	if err := f.checkParents(rel); err != nil {
 		return nil, fmt.Errorf("lstat %s: %w", rel, err)
 	}
@@ -179,7 +199,7 @@ func (f *Folder) openRegular(rel string, max int64) (*os.File, int64, error) {
 	if fi.Size() > max {
 		return nil, 0, fmt.Errorf("open %s: %d bytes, cap %d: %w", rel, fi.Size(), max, ErrTooLarge)
 	}
-	file, err := f.root.OpenFile(rel, os.O_RDONLY|openReadFlags, 0)
+	file, err := f.openFile(rel, os.O_RDONLY|openReadFlags)
 	if err != nil {
 		return nil, 0, fmt.Errorf("open %s: %w", rel, err)
 	}
@@ -203,6 +223,16 @@ func (f *Folder) openRegular(rel string, max int64) (*os.File, int64, error) {
 		return nil, 0, err
 	}
 	return file, st.Size(), nil
+}
+
+// openFile opens rel after its parents were checked (by Lstat): by openat2
+// where it can, else through the root. Callers compare the result with what
+// Lstat saw.
+func (f *Folder) openFile(rel string, flags int) (*os.File, error) {
+	if file, ok, err := f.fastOpen(rel, flags); ok {
+		return file, err
+	}
+	return f.root.OpenFile(rel, flags, 0)
 }
 
 // ReadFile reads the regular file rel if it holds at most max bytes. The size

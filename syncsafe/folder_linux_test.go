@@ -2,6 +2,7 @@ package syncsafe
 
 import (
 	"errors"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -22,4 +23,49 @@ func TestReadFileDevice(t *testing.T) {
 	if _, err := f.ReadFile("null", 10); !errors.Is(err, ErrNotRegular) {
 		t.Errorf("ReadFile(device) = %v, want ErrNotRegular", err)
 	}
+}
+
+// The folder tests again on the portable path that kernels without openat2
+// (or seccomp filters that forbid it) take: the answers must be the same.
+func TestPortablePathWithoutOpenat2(t *testing.T) {
+	noOpenat2.Store(true)
+	defer noOpenat2.Store(false)
+	for name, test := range map[string]func(*testing.T){
+		"ReadFile": TestReadFile, "ReadFileSwapRace": TestReadFileSwapRace, "Open": TestOpen, "List": TestList,
+		"MkdirAllRemove": TestMkdirAllRemove, "PublishRefusesOverwrite": TestPublishRefusesOverwrite,
+		"PublishBadNames": TestPublishBadNames, "ReadFileDevice": TestReadFileDevice,
+	} {
+		t.Run(name, test)
+	}
+}
+
+// Parents that are symlinks or files are refused by the openat2 path as by
+// the portable one, for reading and for publishing.
+func TestSymlinkedParentsRefused(t *testing.T) {
+	for _, portable := range []bool{false, true} {
+		noOpenat2.Store(portable)
+		f, dir := newFolder(t)
+		writeFile(t, filepath.Join(dir, "real", "sub", "file"), "x")
+		must(t, os.Symlink("real", filepath.Join(dir, "alias")))
+		must(t, os.Symlink("real/sub", filepath.Join(dir, "real", "sublink")))
+		writeFile(t, filepath.Join(dir, "plain"), "y")
+		for _, rel := range []string{"alias/sub/file", "real/sublink/file", "plain/file"} {
+			if _, err := f.Lstat(rel); err == nil || errors.Is(err, fs.ErrNotExist) {
+				t.Errorf("portable=%v: Lstat(%s) = %v, want a refusal", portable, rel, err)
+			}
+			if _, err := f.ReadFile(rel, 10); err == nil {
+				t.Errorf("portable=%v: ReadFile(%s) succeeded", portable, rel)
+			}
+			if err := f.Publish(filepath.Dir(rel)+"/new", func(w io.Writer) error { return nil }); err == nil {
+				t.Errorf("portable=%v: Publish under %s succeeded", portable, filepath.Dir(rel))
+			}
+		}
+		if fi, err := f.Lstat("alias"); err != nil || fi.Mode()&fs.ModeSymlink == 0 {
+			t.Errorf("portable=%v: Lstat(alias) = %v, %v: want the link itself", portable, fi, err)
+		}
+		if _, err := f.Lstat("real/sub/missing"); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("portable=%v: Lstat(missing) = %v", portable, err)
+		}
+	}
+	noOpenat2.Store(false)
 }

@@ -68,22 +68,20 @@ func (f *Folder) publish(op, rel string, write func(io.Writer) error, replace bo
 	if dir == "" {
 		dir = "."
 	}
-	if err := f.checkParents(rel); err != nil {
-		return fmt.Errorf("%s %s: %w", op, rel, err)
-	}
-	if !replace {
-		// Cheap early refusal; the no-replace move below is the real check.
-		if _, err := f.root.Lstat(rel); err == nil {
-			return fmt.Errorf("%s %s: %w", op, rel, ErrExists)
-		} else if !errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("%s %s: %w", op, rel, err)
-		}
-	}
+	// openDirH refuses a parent that is not a plain directory.
 	dst, err := f.openDirH(dir)
 	if err != nil {
 		return fmt.Errorf("%s %s: %w", op, rel, err)
 	}
 	defer dst.close()
+	if !replace {
+		// Cheap early refusal; the no-replace move below is the real check.
+		if err := dst.lstat(name); err == nil {
+			return fmt.Errorf("%s %s: %w", op, rel, ErrExists)
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("%s %s: %w", op, rel, err)
+		}
+	}
 
 	src, tmp, staged := dst, folderTempName(name), false
 	if f.staging != nil && !f.crossDev.Load() {

@@ -31,7 +31,7 @@ func (s *stagingDir) close() error { return nil }
 
 func (f *Folder) openDirH(dir string) (dirH, error) {
 	if dir != "." {
-		fi, err := f.root.Lstat(dir)
+		fi, err := f.Lstat(dir)
 		if err != nil {
 			return dirH{}, err
 		}
@@ -56,6 +56,12 @@ func (h dirH) create(name string) (*os.File, error) {
 func (h dirH) open(name string) (*os.File, error) { return h.root.Open(path.Join(h.dir, name)) }
 
 func (h dirH) remove(name string) error { return h.root.Remove(path.Join(h.dir, name)) }
+
+// lstat reports whether name exists in the directory (a symlink counts).
+func (h dirH) lstat(name string) error {
+	_, err := h.root.Lstat(path.Join(h.dir, name))
+	return err
+}
 
 func place(src dirH, srcName string, dst dirH, dstName string, replace bool) error {
 	from, to := path.Join(src.dir, srcName), path.Join(dst.dir, dstName)

@@ -48,14 +48,14 @@ func (f *Folder) openDirH(dir string) (dirH, error) {
 	var fi os.FileInfo
 	if dir != "." {
 		var err error
-		if fi, err = f.root.Lstat(dir); err != nil {
+		if fi, err = f.Lstat(dir); err != nil {
 			return dirH{}, err
 		}
 		if !fi.IsDir() {
 			return dirH{}, fmt.Errorf("%s: not a directory", dir)
 		}
 	}
-	d, err := f.root.OpenFile(dir, os.O_RDONLY|syscall.O_DIRECTORY, 0)
+	d, err := f.openFile(dir, os.O_RDONLY|syscall.O_DIRECTORY)
 	if err != nil {
 		return dirH{}, err
 	}
@@ -89,6 +89,15 @@ func (h dirH) open(name string) (*os.File, error) {
 		return nil, &os.PathError{Op: "openat", Path: name, Err: err}
 	}
 	return os.NewFile(uintptr(fd), name), nil
+}
+
+// lstat reports whether name exists in the directory (a symlink counts).
+func (h dirH) lstat(name string) error {
+	var st unix.Stat_t
+	if err := unix.Fstatat(h.fd(), name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return &os.PathError{Op: "fstatat", Path: name, Err: err}
+	}
+	return nil
 }
 
 func (h dirH) remove(name string) error {

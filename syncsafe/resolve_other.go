@@ -1,0 +1,14 @@
+//go:build !linux
+
+package syncsafe
+
+import (
+	"io/fs"
+	"os"
+)
+
+// Only Linux has openat2; elsewhere every path takes the portable route.
+
+func (f *Folder) fastLstat(string) (fs.FileInfo, bool, error) { return nil, false, nil }
+
+func (f *Folder) fastOpen(string, int) (*os.File, bool, error) { return nil, false, nil }
