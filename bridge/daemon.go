@@ -84,7 +84,8 @@ type Daemon struct {
 	active   map[string]bool
 	dirty    map[string]bool
 	closing  bool
-	finished map[string]stamp              // keys known terminal, with their published result's stamp
+	finished map[string]stamp              // keys known terminal, with their published result's stamp (finished.go)
+	rescans  int                           // full batches seen, for dispatchFull's rotation
 	cancels  map[string]context.CancelFunc // keys past claim, until their run ends
 	noted    map[string]bool               // log-once set (bounded)
 	sems     map[string]chan struct{}      // per-op concurrency
@@ -272,6 +273,7 @@ func (d *Daemon) Open() (err error) {
 	if err := d.openCore(); err != nil {
 		return err
 	}
+	d.loadFinished()
 	// Private copies a crash left in the spool are of no use: payloads are
 	// settled again from the folder.
 	if old, err := filepath.Glob(d.home.Path("spool", "*")); err == nil {
@@ -498,11 +500,13 @@ func (d *Daemon) Run(ctx context.Context) error {
 		sort.SliceStable(batch.Paths, func(i, j int) bool {
 			return strings.HasSuffix(batch.Paths[i], ".rotation") && !strings.HasSuffix(batch.Paths[j], ".rotation")
 		})
-		for _, p := range batch.Paths {
-			d.dispatch(p, batch.Full)
-		}
 		if batch.Full {
+			d.dispatchFull(batch.Paths)
 			d.refuseIrregular()
+			continue
+		}
+		for _, p := range batch.Paths {
+			d.dispatch(p, false)
 		}
 	}
 }
@@ -550,6 +554,11 @@ func (d *Daemon) Close(ctx context.Context) error {
 			d.abortRun()
 		}
 		<-done
+	}
+	if d.ledger != nil {
+		if err := d.saveFinished(); err != nil {
+			d.log.Warn("save the finished-requests cache", "err", err)
+		}
 	}
 	if d.audit != nil {
 		d.audit.log(AuditEvent{Event: "stop"})

@@ -92,3 +92,64 @@ max_output = "4MiB"
 		t.Fatalf("spool/ after the runs: %v, %v", left, err)
 	}
 }
+
+// The finished-requests cache survives a restart, and a result lost while
+// the daemon was down is still re-published: the cache skips verification
+// only while the result files are as they were recorded. A damaged cache is
+// ignored.
+func TestFinishedCacheAcrossRestart(t *testing.T) {
+	p := newPair(t, testPolicy)
+	p.start(t, nil)
+	var ids []string
+	for _, msg := range []string{"one", "two"} {
+		s, err := p.client.Submit(SubmitOptions{Op: "echo", Args: map[string]string{"msg": msg}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.wait(t, s.ID)
+		ids = append(ids, s.ID)
+	}
+	settleFor()
+	p.stop(t)
+	cache, err := os.ReadFile(p.host.Path(finishedName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range ids {
+		if !bytes.Contains(cache, []byte("/"+id+" ")) {
+			t.Fatalf("cache lacks %s:\n%s", id, cache)
+		}
+	}
+	os.Remove(filepath.Join(p.toAgent(), ids[0]+".result"))
+	os.Remove(filepath.Join(p.toAgent(), ids[0]+".output"))
+	p.start(t, nil)
+	if got := p.finishedCount(); got < 1 {
+		t.Fatalf("the restarted daemon loaded %d finished entries", got)
+	}
+	waitFor(t, 5*time.Second, "the lost result to be re-published", func() bool {
+		out, err := p.client.Result(ids[0])
+		return err == nil && string(out.Stdout) == "one\n"
+	})
+	p.stop(t)
+
+	if err := os.WriteFile(p.host.Path(finishedName), []byte(finishedHeader+"\nnot a line\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := NewDaemon(p.host, DaemonOptions{AllowRoot: true}); err != nil {
+		t.Fatal(err)
+	} else if d.loadFinished(); len(d.finished) != 0 {
+		t.Fatalf("a damaged cache gave %d entries", len(d.finished))
+	}
+	os.Remove(filepath.Join(p.toAgent(), ids[1]+".result"))
+	p.start(t, nil)
+	waitFor(t, 5*time.Second, "the lost result to be re-published", func() bool {
+		out, err := p.client.Result(ids[1])
+		return err == nil && string(out.Stdout) == "two\n"
+	})
+}
+
+func (p *pair) finishedCount() int {
+	p.daemon.mu.Lock()
+	defer p.daemon.mu.Unlock()
+	return len(p.daemon.finished)
+}

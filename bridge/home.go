@@ -28,6 +28,7 @@ import (
 //	ledger/            host: the ledger
 //	spool/, staging/   private copies and temp files
 //	results/           host: copies of published results, for re-publishing
+//	finished           host: cache of finished requests (finished.go)
 //	requests/          agent: what it sent
 //	audit.log          host: one JSON line per event
 //

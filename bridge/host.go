@@ -280,6 +280,9 @@ func (d *Daemon) controlLoop(stop <-chan struct{}) {
 		}
 		if tick%600 == 0 { // every ten minutes
 			d.runGC(GCOptions{})
+			if err := d.saveFinished(); err != nil {
+				d.log.Warn("save the finished-requests cache", "err", err)
+			}
 		}
 		if tick%5 == 0 {
 			d.expireApprovals()

@@ -706,6 +706,7 @@ func (d *Daemon) publishCopies(agent, id string) (string, error) {
 		if d.outputIntact(manifest, outPath) {
 			return status, nil
 		}
+		defer d.opt.Nudger.Nudge(outPath)
 		return status, d.publishFile(outPath, filepath.Join(dir, id+"."+ExtOutput), true)
 	case err == nil:
 		old, verr := d.ownResult(existing, agent, id)
@@ -722,6 +723,10 @@ func (d *Daemon) publishCopies(agent, id string) (string, error) {
 			return "", rerr
 		}
 	}
+	// One nudge for both files: Syncthing sends an index update at most
+	// every 250 ms, so a second scan right after the first would wait that
+	// long (docs/CLI.md, Syncthing nudge).
+	defer d.opt.Nudger.Nudge(outPath, resPath)
 	// An output without its manifest is ours and referenced by nothing, so
 	// it may be replaced.
 	if err := d.publishFile(outPath, filepath.Join(dir, id+"."+ExtOutput), true); err != nil {
@@ -759,7 +764,6 @@ func (d *Daemon) publishFile(rel, src string, replace bool) error {
 		_, err := io.Copy(w, f)
 		return err
 	}
-	defer d.opt.Nudger.Nudge(rel)
 	if replace {
 		return d.folder.PublishReplace(rel, write, syncsafe.WithMode(0o644))
 	}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"sync"
 )
 
 // spool is the host's private scratch copy of a payload, or of the stdin an
@@ -45,12 +46,21 @@ func (f fileSpool) Close() error {
 }
 
 // memSpool is a growable byte slice with a file's read, write and seek.
+// Like a file it may be closed while another goroutine still reads it (the
+// runner's stdin copy can outlive the op): hence the lock.
 type memSpool struct {
-	b   []byte
-	off int64
+	mu     sync.Mutex
+	b      []byte
+	off    int64
+	closed bool
 }
 
 func (m *memSpool) Read(p []byte) (int, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return 0, os.ErrClosed
+	}
 	if m.off >= int64(len(m.b)) {
 		return 0, io.EOF
 	}
@@ -60,6 +70,11 @@ func (m *memSpool) Read(p []byte) (int, error) {
 }
 
 func (m *memSpool) Write(p []byte) (int, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return 0, os.ErrClosed
+	}
 	if end := m.off + int64(len(p)); end > int64(len(m.b)) {
 		m.b = append(m.b, make([]byte, end-int64(len(m.b)))...)
 	}
@@ -69,6 +84,11 @@ func (m *memSpool) Write(p []byte) (int, error) {
 }
 
 func (m *memSpool) Seek(offset int64, whence int) (int64, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return 0, os.ErrClosed
+	}
 	switch whence {
 	case io.SeekStart:
 	case io.SeekCurrent:
@@ -86,6 +106,8 @@ func (m *memSpool) Seek(offset int64, whence int) (int64, error) {
 }
 
 func (m *memSpool) Close() error {
-	m.b, m.off = nil, 0
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.b, m.off, m.closed = nil, 0, true
 	return nil
 }
