@@ -187,6 +187,8 @@ func (c *Client) Submit(o SubmitOptions) (*Sent, error) {
 	now := time.Now()
 	var manifest []byte
 	var req *Request
+	// The payload's directory entry becomes durable with the manifest's
+	// publish into the same directory: without the manifest it is nothing.
 	err = c.folder.Publish(RequestPath(hb.ID, c.home.Config.ID, id, ExtPayload), func(w io.Writer) error {
 		var err error
 		manifest, req, err = SealRequest(w, NewRequest{
@@ -194,7 +196,7 @@ func (c *Client) Submit(o SubmitOptions) (*Sent, error) {
 			Call: Call{Op: o.Op, Args: o.Args}, Stdin: o.Stdin, Created: now, Expires: now.Add(o.TTL),
 		})
 		return err
-	})
+	}, syncsafe.WithoutDirSync())
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil, withHint(fmt.Errorf("submit: %w", err), "the host's directory is missing: run `bridge keys trust` for the host again, and check the folder is synced")

@@ -729,7 +729,10 @@ func (d *Daemon) publishCopies(agent, id string) (string, error) {
 	defer d.opt.Nudger.Nudge(outPath, resPath)
 	// An output without its manifest is ours and referenced by nothing, so
 	// it may be replaced.
-	if err := d.publishFile(outPath, filepath.Join(dir, id+"."+ExtOutput), true); err != nil {
+	// The output's directory entry becomes durable with the manifest's
+	// publish into the same directory; until then the ledger is not done,
+	// and a crash publishes both again from the private copies.
+	if err := d.publishFile(outPath, filepath.Join(dir, id+"."+ExtOutput), true, syncsafe.WithoutDirSync()); err != nil {
 		return "", err
 	}
 	d.crashPoint("published-output")
@@ -754,7 +757,7 @@ func (d *Daemon) outputIntact(manifest []byte, rel string) bool {
 	return syncsafe.Settle(d.folder, rel, res.Payload.Len, res.Payload.Digest(), io.Discard) == nil
 }
 
-func (d *Daemon) publishFile(rel, src string, replace bool) error {
+func (d *Daemon) publishFile(rel, src string, replace bool, opts ...syncsafe.PublishOption) error {
 	f, err := os.Open(src)
 	if err != nil {
 		return err
@@ -764,10 +767,11 @@ func (d *Daemon) publishFile(rel, src string, replace bool) error {
 		_, err := io.Copy(w, f)
 		return err
 	}
+	opts = append(opts, syncsafe.WithMode(0o644))
 	if replace {
-		return d.folder.PublishReplace(rel, write, syncsafe.WithMode(0o644))
+		return d.folder.PublishReplace(rel, write, opts...)
 	}
-	return d.folder.Publish(rel, write, syncsafe.WithMode(0o644))
+	return d.folder.Publish(rel, write, opts...)
 }
 
 // duplicate handles a request id the ledger already finished: it never runs

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path"
 	"strings"
+	"sync"
 	"sync/atomic"
 )
 
@@ -43,6 +44,8 @@ type Folder struct {
 	// crossDev is set once a rename from the staging directory failed with
 	// EXDEV; later publishes stage in the folder directly.
 	crossDev atomic.Bool
+
+	dirSyncs sync.Map // directory id → *dirSync (dirsync.go)
 }
 
 // Entry is one directory entry as List reports it. Type is the Lstat type

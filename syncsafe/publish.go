@@ -24,7 +24,17 @@ var ErrExists = errors.New("file already exists")
 type PublishOption func(*publishConfig)
 
 type publishConfig struct {
-	mode fs.FileMode
+	mode      fs.FileMode
+	noDirSync bool
+}
+
+// WithoutDirSync leaves out the final fsync of the directory, for a file
+// that is only needed together with one published right after it into the
+// same directory: that publish's directory fsync makes both entries
+// durable. The file's content is fsynced as always. A request's payload
+// before its manifest, a result's output before its manifest.
+func WithoutDirSync() PublishOption {
+	return func(c *publishConfig) { c.noDirSync = true }
 }
 
 // WithMode sets the permission bits of the published file (default 0600).
@@ -115,7 +125,10 @@ func (f *Folder) publish(op, rel string, write func(io.Writer) error, replace bo
 	if err != nil {
 		return fmt.Errorf("%s %s: %w", op, rel, err)
 	}
-	if err := dst.sync(); err != nil {
+	if cfg.noDirSync {
+		return nil
+	}
+	if err := f.syncDir(dst); err != nil {
 		return fmt.Errorf("%s %s: sync directory: %w", op, rel, err)
 	}
 	return nil

@@ -44,6 +44,9 @@ func (f *Folder) openDirH(dir string) (dirH, error) {
 
 func (h dirH) close() error { return nil }
 
+// syncID names the directory for sharing fsyncs: its path in the root.
+func (h dirH) syncID() (any, bool) { return h.dir, true }
+
 func (h dirH) sync() error {
 	syncDirRel(h.root, h.dir)
 	return nil

@@ -123,6 +123,15 @@ func TestPublishNoTempLeft(t *testing.T) {
 			if fi, _ := os.Lstat(filepath.Join(dir, "sub", "ok")); fi.Mode() != 0o644 {
 				t.Errorf("WithMode: mode %v", fi.Mode())
 			}
+			// Without its directory fsync (a later publish makes it durable)
+			// the file is placed the same way, and refuses an overwrite.
+			must(t, f.Publish("sub/first", writeString("first"), WithoutDirSync()))
+			if b, _ := os.ReadFile(filepath.Join(dir, "sub", "first")); string(b) != "first" {
+				t.Errorf("WithoutDirSync: published %q", b)
+			}
+			if err := f.Publish("sub/first", writeString("again"), WithoutDirSync()); !errors.Is(err, ErrExists) {
+				t.Errorf("WithoutDirSync over an existing file: %v", err)
+			}
 			if l := append(tempsIn(t, filepath.Join(dir, "sub")), tempsIn(t, staging)...); len(l) != 0 {
 				t.Errorf("temps left: %v", l)
 			}

@@ -17,7 +17,10 @@ const openReadFlags = syscall.O_NONBLOCK
 
 // dirH is an open directory; files are created, opened, removed and moved
 // relative to its descriptor, so no path is resolved twice.
-type dirH struct{ f *os.File }
+type dirH struct {
+	f  *os.File
+	id [2]uint64 // device and inode: which directory a shared fsync covers (dirsync.go)
+}
 
 type stagingDir struct {
 	h    dirH
@@ -37,7 +40,7 @@ func openStaging(dir string) (*stagingDir, error) {
 		d.Close()
 		return nil, err
 	}
-	return &stagingDir{h: dirH{d}, path: dir}, nil
+	return &stagingDir{h: dirH{f: d}, path: dir}, nil
 }
 
 func (s *stagingDir) close() error { return s.h.f.Close() }
@@ -59,14 +62,16 @@ func (f *Folder) openDirH(dir string) (dirH, error) {
 	if err != nil {
 		return dirH{}, err
 	}
-	if fi != nil {
-		st, err := d.Stat()
-		if err != nil || !os.SameFile(fi, st) {
-			d.Close()
-			return dirH{}, fmt.Errorf("%s: directory replaced while opening", dir)
-		}
+	st, err := d.Stat()
+	if err != nil || (fi != nil && !os.SameFile(fi, st)) {
+		d.Close()
+		return dirH{}, fmt.Errorf("%s: directory replaced while opening", dir)
 	}
-	return dirH{d}, nil
+	h := dirH{f: d}
+	if sys, ok := st.Sys().(*syscall.Stat_t); ok {
+		h.id = [2]uint64{uint64(sys.Dev), uint64(sys.Ino)}
+	}
+	return h, nil
 }
 
 func (h dirH) fd() int { return int(h.f.Fd()) }
@@ -74,6 +79,9 @@ func (h dirH) fd() int { return int(h.f.Fd()) }
 func (h dirH) close() error { return h.f.Close() }
 
 func (h dirH) sync() error { return h.f.Sync() }
+
+// syncID names the directory for sharing fsyncs; ok is false when unknown.
+func (h dirH) syncID() (any, bool) { return h.id, h.id != [2]uint64{} }
 
 func (h dirH) create(name string) (*os.File, error) {
 	fd, err := unix.Openat(h.fd(), name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
