@@ -15,7 +15,7 @@ import (
 // its background nudger): with Syncthing's default watcher delay (10 s),
 // with a 1 s watcher, and with the default delay plus the bridge's own
 // nudge (Nudger on both sides). It is a measurement, not a check, so it
-// runs only when BRIDGE_BENCH_SYNCTHING=1 (cmd/bridge-bench documents it);
+// runs only when BRIDGE_BENCH_SYNCTHING=1 (cmd/bridge-bench runs it);
 // BRIDGE_BENCH_SYNCTHING_N multiplies the sample counts.
 //
 //	BRIDGE_BENCH_SYNCTHING=1 go test -run TestSyncthingRoundTripBench -v ./bridge
@@ -106,5 +106,7 @@ func TestSyncthingRoundTripBench(t *testing.T) {
 		at := func(p float64) time.Duration { return ds[max(0, min(len(ds)-1, int(float64(len(ds))*p/100+0.5)-1))] }
 		t.Logf("syncthing ping round trip, %s: n=%d p50 %s p90 %s p99 %s max %s", m.name, len(ds),
 			at(50).Round(time.Millisecond), at(90).Round(time.Millisecond), at(99).Round(time.Millisecond), ds[len(ds)-1].Round(time.Millisecond))
+		// For cmd/bridge-bench, which runs this test and reads these lines.
+		fmt.Printf("BENCH-SYNCTHING\t%s\t%d\t%d\t%d\t%d\n", m.name, len(ds), at(50), at(90), at(99))
 	}
 }

@@ -8,9 +8,9 @@
 //	go run ./cmd/bridge-bench -quick     # seconds; what CI runs
 //
 // Everything runs on a local folder (host and agent homes sharing one
-// directory, the daemon in this process), as `bridge demo` does. The
-// figures through two real Syncthings come from
-// `go test -run '^$' -bench SyncthingRoundTrip ./bridge`.
+// directory, the daemon in this process), as `bridge demo` does, except the
+// rows through two real Syncthings, which run the integration harness with
+// `go test` (syncthing.go).
 package main
 
 import (
@@ -44,6 +44,7 @@ func main() {
 
 type config struct {
 	n, baselineN, baselineInflight, tputN, inflight, scaleN, floorN int
+	syncthingK                                                      int
 	payloadMiB                                                      int64
 	poll                                                            time.Duration
 	cpuProfile, dir                                                 string
@@ -66,7 +67,8 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.poll, "poll", time.Second, "the baseline's poll interval")
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the local latency runs to this file")
 	fs.StringVar(&c.dir, "dir", "", "work in this directory (default: a new temporary one, removed after)")
-	skip := fs.String("skip", "", "comma-separated sections to leave out: floor, baseline, tput, scale, seal")
+	fs.IntVar(&c.syncthingK, "syncthing-n", 1, "multiplies the Syncthing sample counts (30, 10 and 4 round trips per watcher setting)")
+	skip := fs.String("skip", "", "comma-separated sections to leave out: floor, baseline, tput, scale, seal, syncthing")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -74,7 +76,7 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	for _, s := range strings.Split(*skip, ",") {
 		switch s {
 		case "":
-		case "floor", "baseline", "tput", "scale", "seal":
+		case "floor", "baseline", "tput", "scale", "seal", "syncthing":
 			c.skip[s] = true
 		default:
 			return c, fmt.Errorf("-skip: unknown section %q", s)
@@ -95,6 +97,11 @@ func parse(args []string, stderr io.Writer) (config, error) {
 		def("inflight", &c.inflight, 8)
 		def("scale-n", &c.scaleN, 300)
 		def("floor-n", &c.floorN, 20)
+		// Two minutes of Syncthing's own watcher delays at the least: a
+		// quick run leaves them out unless asked.
+		if !set["syncthing-n"] {
+			c.skip["syncthing"] = true
+		}
 		if !set["payload-mib"] {
 			c.payloadMiB = 16
 		}
@@ -102,7 +109,7 @@ func parse(args []string, stderr io.Writer) (config, error) {
 			c.poll = 200 * time.Millisecond
 		}
 	}
-	if c.n < 1 || c.baselineN < 1 || c.baselineInflight < 1 || c.tputN < 1 || c.inflight < 1 || c.floorN < 1 || c.payloadMiB < 1 || c.poll <= 0 {
+	if c.n < 1 || c.syncthingK < 1 || c.baselineN < 1 || c.baselineInflight < 1 || c.tputN < 1 || c.inflight < 1 || c.floorN < 1 || c.payloadMiB < 1 || c.poll <= 0 {
 		return c, errors.New("counts, sizes and the poll interval must be positive")
 	}
 	return c, nil
@@ -298,6 +305,13 @@ func run(args []string, stdout, stderr io.Writer) error {
 		hwm, _ := strconv.ParseInt(kv["hwm-kb"], 10, 64)
 		r.add(fmt.Sprintf("seal + open of %d MiB, streamed through a pipe", c.payloadMiB),
 			fmt.Sprintf("%.0f MB/s, peak RSS %.1f MiB", float64(c.payloadMiB<<20)/1e6/(float64(ns)/1e9), float64(hwm)/1024), "", "≥ 300 MB/s, RSS ≤ 64 MiB")
+	}
+
+	// 7. Through two real Syncthings.
+	if !c.skip["syncthing"] {
+		if err := syncthingRows(c, r, progress); err != nil {
+			return err
+		}
 	}
 
 	r.print()
