@@ -517,7 +517,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 func (d *Daemon) refuseIrregular() {
 	for agent := range d.agents() {
 		dir := ToHostDir(d.me, agent)
-		entries, err := d.folder.List(dir)
+		entries, err := d.folder.ListTypes(dir)
 		if err != nil {
 			continue
 		}

@@ -106,7 +106,7 @@ func (d *Daemon) loadFinished() {
 // a rotating share, so that every result is looked at within
 // ceil(finished/maxFinishedChecks) rescans and an idle rescan stays cheap
 // however many requests the folder keeps.
-const maxFinishedChecks = 10_000
+const maxFinishedChecks = 5_000
 
 // dispatchFull handles a Full batch: first every path that is not of a
 // known finished request (new work must not wait behind the checks), then

@@ -39,12 +39,7 @@ const (
 	ExtMessage  = "message"
 )
 
-var (
-	toHostName   = regexp.MustCompile(`^([0-9a-f]{32})\.(manifest|payload|cancel|ack)$`)
-	toAgentName  = regexp.MustCompile(`^([0-9a-f]{32})\.(result|output|message)$`)
-	rotationName = regexp.MustCompile(`^rotate-(0|[1-9][0-9]{0,18})\.rotation$`)
-	idPattern    = regexp.MustCompile(`^[0-9a-f]{32}$`)
-)
+var rotationName = regexp.MustCompile(`^rotate-(0|[1-9][0-9]{0,18})\.rotation$`)
 
 // HostDir is the tree of one host.
 func HostDir(host string) string { return path.Join(hostsDir, host) }
@@ -84,20 +79,27 @@ func RotationName(seq uint64) string { return "rotate-" + strconv.FormatUint(seq
 // ParseToHostName splits a file name found under to-host into request id and
 // kind. Anything else (sync-client temps, conflict copies, litter) is not ours.
 func ParseToHostName(name string) (id, ext string, ok bool) {
-	m := toHostName.FindStringSubmatch(name)
-	if m == nil {
-		return "", "", false
-	}
-	return m[1], m[2], true
+	return parseIDName(name, ExtManifest, ExtPayload, ExtCancel, ExtAck)
 }
 
 // ParseToAgentName is ParseToHostName for to-agent.
 func ParseToAgentName(name string) (id, ext string, ok bool) {
-	m := toAgentName.FindStringSubmatch(name)
-	if m == nil {
+	return parseIDName(name, ExtResult, ExtOutput, ExtMessage)
+}
+
+// parseIDName splits "<32 lower-case hex>.<ext>" for one of exts. By hand,
+// not by regular expression: a rescan parses every name in the folder
+// (SPEC §5 gives the patterns; TestLayoutNames checks both agree).
+func parseIDName(name string, exts ...string) (id, ext string, ok bool) {
+	if len(name) < 34 || name[32] != '.' || !ValidID(name[:32]) {
 		return "", "", false
 	}
-	return m[1], m[2], true
+	for _, e := range exts {
+		if name[33:] == e {
+			return name[:32], e, true
+		}
+	}
+	return "", "", false
 }
 
 // ParseRotationName returns the sequence number of a rotation file name.
@@ -111,4 +113,14 @@ func ParseRotationName(name string) (uint64, bool) {
 }
 
 // ValidID reports whether s has the form of a request id.
-func ValidID(s string) bool { return idPattern.MatchString(s) }
+func ValidID(s string) bool {
+	if len(s) != 32 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}

@@ -168,6 +168,15 @@ func TestList(t *testing.T) {
 			t.Errorf("List[%d] = %+v, want %+v", i, got[i], want[i])
 		}
 	}
+	types, err := f.ListTypes("d")
+	if err != nil || len(types) != len(want) {
+		t.Fatalf("ListTypes = %+v, %v", types, err)
+	}
+	for i := range want {
+		if w := (Entry{want[i].Name, want[i].Type, -1}); types[i] != w {
+			t.Errorf("ListTypes[%d] = %+v, want %+v", i, types[i], w)
+		}
+	}
 	if _, err := f.List("d/link"); err == nil {
 		t.Error("List through a symlink succeeded")
 	}

@@ -27,10 +27,15 @@ const resolveFlags = unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESO
 // must take the portable path instead; a missing file is an answer
 // (fs.ErrNotExist), every other failure is not.
 func (f *Folder) resolve(rel string, flags int) (file *os.File, ok bool, err error) {
-	if f.rootDir == nil || noOpenat2.Load() {
+	return openBeneath(f.rootDir, rel, flags)
+}
+
+// openBeneath is resolve for any holder of a root directory handle.
+func openBeneath(root *os.File, rel string, flags int) (file *os.File, ok bool, err error) {
+	if root == nil || noOpenat2.Load() {
 		return nil, false, nil
 	}
-	fd, err := unix.Openat2(int(f.rootDir.Fd()), rel, &unix.OpenHow{Flags: uint64(flags | unix.O_CLOEXEC), Resolve: resolveFlags})
+	fd, err := unix.Openat2(int(root.Fd()), rel, &unix.OpenHow{Flags: uint64(flags | unix.O_CLOEXEC), Resolve: resolveFlags})
 	switch err {
 	case nil:
 		return os.NewFile(uintptr(fd), path.Base(rel)), true, nil
@@ -40,6 +45,16 @@ func (f *Folder) resolve(rel string, flags int) (file *os.File, ok bool, err err
 		noOpenat2.Store(true)
 	}
 	return nil, false, nil
+}
+
+// openDirFast opens the directory rel below root for listing its names and
+// types. Unlike a directory opened through an os.Root, whose ReadDir lstats
+// every entry, its entries take their type from getdents (and fstatat
+// relative to it where the file system does not say): a walk of n files
+// costs no n lstats. Their Info must not be used (it would lstat by a name
+// relative to the process).
+func openDirFast(root *os.File, rel string) (*os.File, bool, error) {
+	return openBeneath(root, rel, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW)
 }
 
 // fastLstat is Lstat by openat2: an O_PATH descriptor of rel itself (a final

@@ -12,3 +12,5 @@ import (
 func (f *Folder) fastLstat(string) (fs.FileInfo, bool, error) { return nil, false, nil }
 
 func (f *Folder) fastOpen(string, int) (*os.File, bool, error) { return nil, false, nil }
+
+func openDirFast(*os.File, string) (*os.File, bool, error) { return nil, false, nil }

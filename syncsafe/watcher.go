@@ -60,7 +60,8 @@ type Batch struct {
 // See NewWatcher.
 type Watcher struct {
 	root   *os.Root
-	dir    string // canonical absolute root, as notify reports paths
+	rootD  *os.File // the same directory, for openDirFast; nil if not the same
+	dir    string   // canonical absolute root, as notify reports paths
 	opt    WatchOptions
 	c      chan notify.EventInfo
 	poke   chan struct{} // cap 1: "the set has something"
@@ -121,8 +122,10 @@ func NewWatcher(root string, opt WatchOptions) (*Watcher, error) {
 	if err != nil {
 		return nil, fmt.Errorf("watch %s: %w", root, err)
 	}
+	rootD := sameDir(abs, r)
 	w := &Watcher{
 		root:    r,
+		rootD:   rootD,
 		dir:     abs,
 		opt:     opt,
 		c:       make(chan notify.EventInfo, opt.Buffer),
@@ -133,6 +136,9 @@ func NewWatcher(root string, opt WatchOptions) (*Watcher, error) {
 	}
 	if err := notify.Watch(filepath.Join(abs, "..."), w.c, watchEvents...); err != nil {
 		r.Close()
+		if rootD != nil {
+			rootD.Close()
+		}
 		return nil, fmt.Errorf("watch %s: %w", root, err)
 	}
 	w.wg.Add(1)
@@ -312,7 +318,11 @@ func (w *Watcher) fullWalk() (Batch, error) {
 // cannot be read below the root is skipped (the next rescan retries); the
 // root itself failing is an error: an unmounted folder must not look empty.
 func (w *Watcher) walk(dir string, dropForeign bool, out *[]string) error {
-	d, err := w.root.Open(dir)
+	// Names and types only: a root-opened directory would lstat every entry.
+	d, ok, err := openDirFast(w.rootD, dir)
+	if !ok {
+		d, err = w.root.Open(dir)
+	}
 	if err != nil {
 		if dir == "." {
 			return fmt.Errorf("walk %s: %w", w.dir, err)
@@ -427,6 +437,9 @@ func (w *Watcher) Close() error {
 		// The rescan timer belongs to Next's goroutine and is not touched
 		// here: since Go 1.23 an unreferenced timer needs no Stop.
 		err = w.root.Close()
+		if w.rootD != nil {
+			w.rootD.Close()
+		}
 	})
 	if err != nil {
 		return fmt.Errorf("close watcher: %w", err)

@@ -91,8 +91,9 @@
 // safe because each record stands alone and no caller was answered yet.
 // Auto-shrink is off (it renames an un-fsynced file over the database and
 // panics on Windows, #119). Instead Open rewrites the file when it exceeds
-// 16 MiB and four times its live size: new file, fsync, rename, fsync the
-// directory.
+// 16 MiB and four times its live size, and a clean Close when it exceeds
+// 1 MiB and twice its live size (so the next start reads live records
+// only): new file, fsync, rename, fsync the directory.
 //
 // Open reads every byte first, stricter than BuntDB's loader:
 //

@@ -223,7 +223,7 @@ func prepareFile(path string) (f *os.File, dropped int64, err error) {
 		if err := f.Close(); err != nil {
 			return nil, 0, fmt.Errorf("open ledger %s: %w", path, err)
 		}
-		if err := compact(path, s, live); err != nil {
+		if err := compact(path, s); err != nil {
 			return nil, 0, fmt.Errorf("open ledger %s: compact: %w", path, err)
 		}
 		if f, err = os.OpenFile(path, os.O_RDWR, 0); err != nil {
@@ -259,20 +259,12 @@ func respSet(key, val string) string {
 // fsynced before it is renamed over the old one, and the rename is fsynced.
 // A crash at any point leaves either the old or the new file, both whole.
 // The caller holds the lock.
-func compact(path string, s *logScan, live int64) error {
-	keys := make([]string, 0, len(s.live))
-	for k := range s.live {
-		keys = append(keys, k)
+func compact(path string, s *logScan) error {
+	live := make(map[string]string, len(s.live))
+	for k, v := range s.live {
+		live[k] = string(v)
 	}
-	slices.Sort(keys)
-	buf := make([]byte, 0, live)
-	for _, k := range keys {
-		buf = append(buf, respSet(k, string(s.live[k]))...)
-	}
-	if err := replaceFile(path, buf); err != nil {
-		return err
-	}
-	return syncDir(filepath.Dir(path))
+	return compactLive(path, live)
 }
 
 func damagedError(path, problem string) error {
@@ -311,10 +303,17 @@ func (l *Ledger) Close() error {
 	if l.closed {
 		return nil
 	}
+	var keep map[string]string
+	if l.usable() == nil {
+		keep = l.compactable()
+	}
 	l.closed = true
 	err := l.db.Close()
 	if cerr := l.dbf.Close(); err == nil {
 		err = cerr
+	}
+	if err == nil && keep != nil {
+		err = compactLive(filepath.Join(l.dir, dbFile), keep)
 	}
 	if cerr := l.lock.release(); err == nil {
 		err = cerr
@@ -323,6 +322,56 @@ func (l *Ledger) Close() error {
 		return fmt.Errorf("close ledger %s: %w", l.dir, err)
 	}
 	return nil
+}
+
+// closeCompactMin and closeCompactRatio: a clean Close rewrites a file
+// over 1 MiB that is more than twice its live records. Every transition
+// appends a whole record, so a busy ledger is mostly superseded records,
+// and Open reads and checks every one of them: compacting when the daemon
+// stops keeps the next start fast (100,000 finished requests are about
+// 65 MB live, five times that before).
+var (
+	closeCompactMin   int64 = 1 << 20
+	closeCompactRatio int64 = 2
+)
+
+// compactable returns the live records if the file is worth compacting,
+// else nil. The caller holds l.mu for writing: nothing changes meanwhile.
+func (l *Ledger) compactable() map[string]string {
+	fi, err := l.dbf.Stat()
+	if err != nil || fi.Size() < closeCompactMin {
+		return nil
+	}
+	live := map[string]string{}
+	var n int64
+	err = l.db.View(func(tx *buntdb.Tx) error {
+		return tx.AscendKeys("*", func(k, v string) bool {
+			live[k] = v
+			n += int64(len(respSet(k, v)))
+			return true
+		})
+	})
+	if err != nil || fi.Size() <= closeCompactRatio*n {
+		return nil
+	}
+	return live
+}
+
+// compactLive rewrites the file with the given records, as compact does.
+func compactLive(path string, live map[string]string) error {
+	keys := make([]string, 0, len(live))
+	for k := range live {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	var buf []byte
+	for _, k := range keys {
+		buf = append(buf, respSet(k, live[k])...)
+	}
+	if err := replaceFile(path, buf); err != nil {
+		return fmt.Errorf("compact: %w", err)
+	}
+	return syncDir(filepath.Dir(path))
 }
 
 // usable must be called with l.mu held for reading.

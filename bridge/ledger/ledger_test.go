@@ -568,6 +568,40 @@ func TestCompactOnOpen(t *testing.T) {
 	}
 }
 
+// A clean Close leaves a file of live records only when most of it was
+// superseded; the next Open reads the same entries.
+func TestCompactOnClose(t *testing.T) {
+	dir := t.TempDir()
+	defer func(size int64) { closeCompactMin = size }(closeCompactMin)
+	closeCompactMin = 0
+	l := mustOpen(t, dir)
+	for _, k := range []string{"a/1", "a/2", "a/3"} {
+		mustAdmit(t, l, testEntry(k, time.Now().Add(time.Hour)))
+		mustTransition(t, l, k, StateSeen, StateClaimed)
+		mustTransition(t, l, k, StateClaimed, StateRunning)
+		mustTransition(t, l, k, StateRunning, StateDone)
+	}
+	want, _ := l.List(nil)
+	before, _ := os.Stat(dbPath(dir))
+	mustClose(t, l)
+	after := readFile(t, dbPath(dir))
+	s := scanLog(after)
+	if !s.clean() || len(s.cmds) != 4 || int64(len(after)) != liveSize(s) || int64(len(after)) >= before.Size() {
+		t.Fatalf("closed file: %d → %d bytes, %d commands, %s", before.Size(), len(after), len(s.cmds), s.problem())
+	}
+	l = mustOpen(t, dir)
+	got, _ := l.List(nil)
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("after compaction on close:\n got %+v\nwant %+v", got, want)
+	}
+	// Mostly live already: left alone.
+	mustClose(t, l)
+	again := readFile(t, dbPath(dir))
+	if !bytes.Equal(again, after) {
+		t.Fatal("a compact file was rewritten")
+	}
+}
+
 // TestSnapshotBesideOpenLedger reads a ledger that another handle holds open
 // and is writing: the snapshot sees every entry written before it.
 func TestSnapshotBesideOpenLedger(t *testing.T) {

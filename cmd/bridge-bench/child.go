@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"time"
@@ -117,6 +118,18 @@ const (
 // answer to a ping it published before), then the CPU of idle rescans and
 // the resident set.
 func scaleChild(home string) error {
+	// BRIDGE_BENCH_CHILD_CPUPROFILE=FILE profiles the restarted daemon
+	// (start-up, the first scan and the idle rescans).
+	if p := os.Getenv("BRIDGE_BENCH_CHILD_CPUPROFILE"); p != "" {
+		f, err := os.Create(p)
+		if err != nil {
+			return err
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer func() { pprof.StopCPUProfile(); f.Close() }()
+	}
 	h, err := bridge.OpenHome(home)
 	if err != nil {
 		return err
