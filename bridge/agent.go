@@ -208,10 +208,7 @@ func (c *Client) Submit(o SubmitOptions) (*Sent, error) {
 	// Remember before publishing the manifest: a result can only be verified
 	// against a request the agent knows it sent, and a keyed retry re-sends
 	// these very bytes.
-	if err := c.remember(s); err != nil {
-		return nil, err
-	}
-	if err := writeFileAtomic(c.home.Path("requests", id+"."+ExtManifest), manifest); err != nil {
+	if err := c.remember(s, manifest); err != nil {
 		return nil, err
 	}
 	if err := c.folder.Publish(RequestPath(hb.ID, c.home.Config.ID, id, ExtManifest), writeBytes(manifest)); err != nil {
@@ -228,18 +225,38 @@ func (c *Client) redeliver(s *Sent) {
 	if _, err := c.folder.Lstat(rel); err == nil {
 		return
 	}
-	if m, err := os.ReadFile(c.home.Path("requests", s.ID+"."+ExtManifest)); err == nil && SHA256Hex(m) == s.ManifestSHA256 {
+	if m := c.sentManifest(s.ID); m != nil && SHA256Hex(m) == s.ManifestSHA256 {
 		c.folder.Publish(rel, writeBytes(m))
 	}
 }
 
-func (c *Client) remember(s *Sent) error {
+// sentRecord is requests/<id>.json: what Sent shows, plus the manifest's
+// bytes for a re-delivery. One file, so a submit makes one private write
+// (homes from before kept the manifest in requests/<id>.manifest).
+type sentRecord struct {
+	Sent
+	Manifest []byte `json:"manifest,omitempty"`
+}
+
+func (c *Client) remember(s *Sent, manifest []byte) error {
 	dir := c.home.Path("requests")
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
-	data, _ := json.MarshalIndent(s, "", "  ")
+	data, _ := json.MarshalIndent(sentRecord{Sent: *s, Manifest: manifest}, "", "  ")
 	return writeFileAtomic(filepath.Join(dir, s.ID+".json"), append(data, '\n'))
+}
+
+// sentManifest returns the manifest bytes this agent sent as id, or nil.
+func (c *Client) sentManifest(id string) []byte {
+	if rec, err := c.readSent(id); err == nil && rec.Manifest != nil {
+		return rec.Manifest
+	}
+	m, err := os.ReadFile(c.home.Path("requests", id+"."+ExtManifest))
+	if err != nil {
+		return nil
+	}
+	return m
 }
 
 // Sent returns what the agent remembers of request id.
@@ -247,17 +264,25 @@ func (c *Client) Sent(id string) (*Sent, error) {
 	if !ValidID(id) {
 		return nil, fmt.Errorf("%q is not a request id", id)
 	}
+	rec, err := c.readSent(id)
+	if err != nil {
+		return nil, err
+	}
+	return &rec.Sent, nil
+}
+
+func (c *Client) readSent(id string) (*sentRecord, error) {
 	data, err := os.ReadFile(c.home.Path("requests", id+".json"))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, withHint(fmt.Errorf("request %s: not sent from this home", id), "`bridge ls` lists the requests this agent sent")
 	} else if err != nil {
 		return nil, err
 	}
-	var s Sent
-	if err := json.Unmarshal(data, &s); err != nil {
+	var rec sentRecord
+	if err := json.Unmarshal(data, &rec); err != nil {
 		return nil, fmt.Errorf("read request %s: %w", id, err)
 	}
-	return &s, nil
+	return &rec, nil
 }
 
 // List returns every request this agent remembers, newest first.

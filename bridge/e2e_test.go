@@ -153,3 +153,33 @@ func (p *pair) finishedCount() int {
 	defer p.daemon.mu.Unlock()
 	return len(p.daemon.finished)
 }
+
+// A keyed retry re-delivers the very manifest first sent when the folder
+// lost it, from the agent's one private record of the request.
+func TestKeyedRetryRedeliversManifest(t *testing.T) {
+	p := newPair(t, testPolicy)
+	first, err := p.client.Submit(SubmitOptions{Op: "echo", Args: map[string]string{"msg": "k"}, Key: "retry"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mpath := filepath.Join(p.toHost(), first.ID+".manifest")
+	sent, err := os.ReadFile(mpath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(p.agent.Path("requests", first.ID+".manifest")); err == nil {
+		t.Fatal("a second private file for the manifest was written")
+	}
+	os.Remove(mpath)
+	again, err := p.client.Submit(SubmitOptions{Op: "echo", Args: map[string]string{"msg": "k"}, Key: "retry"})
+	if err != nil || again.ID != first.ID {
+		t.Fatalf("keyed retry: %v, id %s vs %s", err, again.ID, first.ID)
+	}
+	if back, err := os.ReadFile(mpath); err != nil || !bytes.Equal(back, sent) {
+		t.Fatalf("re-delivered manifest: equal %v, %v", bytes.Equal(back, sent), err)
+	}
+	p.start(t, nil)
+	if out := p.wait(t, first.ID); out.Receipt.Status != StatusDone || string(out.Stdout) != "k\n" {
+		t.Fatalf("after re-delivery: %s %q", out.Receipt.Status, out.Stdout)
+	}
+}

@@ -295,7 +295,7 @@ func (h *hostileEnv) seal(t *testing.T, s spec) (string, []byte, []byte) {
 	if ValidID(s.id) && !s.noRecall {
 		op := s.op
 		if err := h.p.client.remember(&Sent{V: 1, ID: s.id, Host: h.hostBundle.ID, HostName: "laptop", Op: op, Args: s.args,
-			ManifestSHA256: SHA256Hex(m), Created: r.Created, Expires: r.Expires}); err != nil {
+			ManifestSHA256: SHA256Hex(m), Created: r.Created, Expires: r.Expires}, m); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -136,7 +136,7 @@ func (p *pair) sealManual(t *testing.T, op string, args map[string]string, tweak
 		t.Fatal(err)
 	}
 	if err := p.client.remember(&Sent{V: 1, ID: r.ID, Host: hb.ID, HostName: "laptop", Op: op, Args: args,
-		ManifestSHA256: SHA256Hex(m), Created: r.Created, Expires: r.Expires}); err != nil {
+		ManifestSHA256: SHA256Hex(m), Created: r.Created, Expires: r.Expires}, m); err != nil {
 		t.Fatal(err)
 	}
 	return r.ID, m, buf.Bytes()
