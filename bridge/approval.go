@@ -108,7 +108,7 @@ func (d *Daemon) expireApprovals() {
 	if ttl <= 0 {
 		ttl = DefaultApprovalTTL
 	}
-	waiting, err := d.ledger.List(func(e ledger.Entry) bool { return e.State == ledger.StateAwaitingApproval })
+	waiting, err := d.ledger.InState(ledger.StateAwaitingApproval)
 	if err != nil {
 		return
 	}

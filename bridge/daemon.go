@@ -85,7 +85,7 @@ type Daemon struct {
 	dirty    map[string]bool
 	closing  bool
 	finished map[string]stamp              // keys known terminal, with their published result's stamp (finished.go)
-	rescans  int                           // full batches seen, for dispatchFull's rotation
+	rescans  int                           // full batches seen, for dispatchFull's rotation (0: the start-up scan is not dispatched yet)
 	cancels  map[string]context.CancelFunc // keys past claim, until their run ends
 	noted    map[string]bool               // log-once set (bounded)
 	sems     map[string]chan struct{}      // per-op concurrency
@@ -502,7 +502,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		})
 		if batch.Full {
 			d.dispatchFull(batch.Paths)
-			d.refuseIrregular()
+			d.refuseIrregular(batch.Irregular)
 			continue
 		}
 		for _, p := range batch.Paths {
@@ -511,20 +511,30 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 }
 
+// startScanDone reports whether the start-up scan was dispatched and the
+// evaluations it queued were taken (long runs may go on).
+func (d *Daemon) startScanDone() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.rescans > 0 && len(d.queue) == 0
+}
+
 // refuseIrregular audits entries at request names that are not regular files
-// (symlinks, FIFOs, directories, devices): the watcher reports regular files
-// only, so without this they would be ignored without a reason.
-func (d *Daemon) refuseIrregular() {
-	for agent := range d.agents() {
-		dir := ToHostDir(d.me, agent)
-		entries, err := d.folder.ListTypes(dir)
-		if err != nil {
+// (symlinks, FIFOs, directories, devices), from a full walk's list of them:
+// the watcher reports regular files only, so without this they would be
+// ignored without a reason.
+func (d *Daemon) refuseIrregular(paths []string) {
+	for _, p := range paths {
+		agent, name, ok := strings.Cut(p, "/")
+		if !ok || strings.Contains(name, "/") || d.agents()[agent] == nil {
 			continue
 		}
-		for _, e := range entries {
-			if _, _, ok := ParseToHostName(e.Name); ok && e.Type != 0 {
-				d.refuseFile(dir+"/"+e.Name, fmt.Errorf("%w: %v", syncsafe.ErrNotRegular, e.Type))
-			}
+		if _, _, ok := ParseToHostName(name); !ok {
+			continue
+		}
+		rel := ToHostDir(d.me, agent) + "/" + name
+		if fi, err := d.folder.Lstat(rel); err == nil && !fi.Mode().IsRegular() {
+			d.refuseFile(rel, fmt.Errorf("%w: %v", syncsafe.ErrNotRegular, fi.Mode().Type()))
 		}
 	}
 }

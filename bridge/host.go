@@ -271,12 +271,19 @@ func (d *Daemon) controlLoop(stop <-chan struct{}) {
 	if fi, err := os.Stat(d.home.Path(peersDir)); err == nil {
 		peersStamp = fi.ModTime()
 	}
-	d.runGC(GCOptions{})
+	// The first collection waits until the start-up scan has been
+	// evaluated: on a folder of 100,000 finished requests it reads every
+	// ledger entry, which must not delay the first answers.
+	collected := false
 	for tick := 1; ; tick++ {
 		select {
 		case <-stop:
 			return
 		case <-t.C:
+		}
+		if !collected && d.startScanDone() {
+			collected = true
+			d.runGC(GCOptions{})
 		}
 		if tick%600 == 0 { // every ten minutes
 			d.runGC(GCOptions{})

@@ -1,6 +1,9 @@
 package syncsafe
 
-import "sync"
+import (
+	"os"
+	"sync"
+)
 
 // Directory fsyncs are shared: when several publishes into one directory
 // want its fsync at once (many requests in flight), one fsync that starts
@@ -56,4 +59,23 @@ func (s *dirSync) do(fsync func() error) error {
 		}
 	}
 	return nil
+}
+
+// pathSyncs shares the fsyncs of directories named by path (SyncDir).
+var pathSyncs sync.Map // cleaned path → *dirSync
+
+// SyncDir fsyncs the directory dir so that renames into it are durable,
+// sharing one fsync among concurrent callers as Publish does. It is for
+// private directories (a home's), which nobody replaces while in use: the
+// directory is known by its path.
+func SyncDir(dir string) error {
+	v, _ := pathSyncs.LoadOrStore(dir, &dirSync{})
+	return v.(*dirSync).do(func() error {
+		d, err := os.Open(dir)
+		if err != nil {
+			return err
+		}
+		defer d.Close()
+		return d.Sync()
+	})
 }

@@ -54,6 +54,11 @@ type WatchOptions struct {
 type Batch struct {
 	Paths []string
 	Full  bool
+	// Irregular, in a Full batch, lists what the walk met that is neither a
+	// regular file nor a directory it walked: symlinks, FIFOs, sockets,
+	// devices, and directories that Skip left out. A caller that must
+	// refuse such entries by name need not list the tree again.
+	Irregular []string
 }
 
 // Watcher turns notify events plus periodic full walks into batches.
@@ -305,19 +310,20 @@ func (w *Watcher) fullWalk() (Batch, error) {
 	clear(w.pending)
 	w.mu.Unlock()
 	w.stats.fullWalks.Add(1)
-	var paths []string
-	if err := w.walk(".", false, &paths); err != nil {
+	var paths, irregular []string
+	if err := w.walk(".", false, &paths, &irregular); err != nil {
 		return Batch{}, err
 	}
 	w.rescan.Reset(w.opt.Rescan)
 	sort.Strings(paths)
-	return Batch{Paths: paths, Full: true}, nil
+	sort.Strings(irregular)
+	return Batch{Paths: paths, Full: true, Irregular: irregular}, nil
 }
 
 // walk appends the regular files under dir. A directory that vanishes or
 // cannot be read below the root is skipped (the next rescan retries); the
 // root itself failing is an error: an unmounted folder must not look empty.
-func (w *Watcher) walk(dir string, dropForeign bool, out *[]string) error {
+func (w *Watcher) walk(dir string, dropForeign bool, out, irregular *[]string) error {
 	// Names and types only: a root-opened directory would lstat every entry.
 	d, ok, err := openDirFast(w.rootD, dir)
 	if !ok {
@@ -342,9 +348,12 @@ func (w *Watcher) walk(dir string, dropForeign bool, out *[]string) error {
 		switch t := de.Type(); {
 		case t.IsDir():
 			if w.opt.Skip != nil && w.opt.Skip(rel, true) {
+				if irregular != nil {
+					*irregular = append(*irregular, rel)
+				}
 				continue
 			}
-			if err := w.walk(rel, dropForeign, out); err != nil {
+			if err := w.walk(rel, dropForeign, out, irregular); err != nil {
 				return err
 			}
 		case t.IsRegular():
@@ -355,6 +364,10 @@ func (w *Watcher) walk(dir string, dropForeign bool, out *[]string) error {
 				continue
 			}
 			*out = append(*out, rel)
+		default:
+			if irregular != nil && (w.opt.Skip == nil || !w.opt.Skip(rel, false)) {
+				*irregular = append(*irregular, rel)
+			}
 		}
 	}
 	return nil
@@ -392,7 +405,7 @@ func (w *Watcher) eventBatch(pend map[string]bool) (Batch, error) {
 			}
 			w.stats.subdirWalks.Add(1)
 			var sub []string
-			if err := w.walk(rel, true, &sub); err != nil {
+			if err := w.walk(rel, true, &sub, nil); err != nil {
 				return Batch{}, err
 			}
 			for _, p := range sub {

@@ -274,6 +274,10 @@ func TestWatcherSkipAndClose(t *testing.T) {
 	if got := fmt.Sprint(b.Paths); !b.Full || got != "[pub/.DS_Store pub/a]" {
 		t.Fatalf("first batch = %v (Full=%v)", got, b.Full)
 	}
+	// What is neither: the link, and the directory Skip left out.
+	if got := fmt.Sprint(b.Irregular); got != "[link private]" {
+		t.Fatalf("first batch's irregular entries = %v", got)
+	}
 	writeFile(t, filepath.Join(root, "private", "new"), "x")
 	writeFile(t, filepath.Join(root, "pub", "b"), "x")
 	b, err = w.Next(ctx)

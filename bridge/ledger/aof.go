@@ -9,6 +9,8 @@ import (
 	"runtime"
 	"sort"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -35,6 +37,16 @@ type logScan struct {
 	bad   error             // first invalid command (complete but wrong, or not a valid prefix)
 	badAt int64             // its offset
 	live  map[string][]byte // key → value after replaying cmds
+
+	// deferred, when the scan leaves record checks for later (scanLog
+	// checks them in parallel), holds every request record set.
+	deferred    []keyVal
+	deferChecks bool
+}
+
+type keyVal struct {
+	key string
+	val []byte
 }
 
 // clean reports whether Open can hand the file to buntdb unchanged.
@@ -68,8 +80,52 @@ func (s *logScan) problem() string {
 // bulk strings `$len\r\nbytes\r\n`, exactly as buntdb writes them, and
 // replays them. It stops at the first byte that is neither NUL, nor the start
 // of a valid command.
+//
+// Checking a record (decode, re-encode, compare) is most of the cost, so it
+// first scans with the checks left out and runs them on every core; only if
+// one fails does it scan again in order, which finds the first bad record
+// exactly as a sequential scan would.
 func scanLog(data []byte) *logScan {
-	s := &logScan{size: int64(len(data)), gapAt: -1, badAt: -1, live: map[string][]byte{}}
+	s := scanLogWith(data, true)
+	if recordsValid(s.deferred) {
+		s.deferred = nil
+		return s
+	}
+	return scanLogWith(data, false)
+}
+
+// recordsValid checks request records on all cores.
+func recordsValid(recs []keyVal) bool {
+	workers := min(runtime.NumCPU(), 1+len(recs)/1024)
+	var bad atomic.Bool
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for i := w; i < len(recs) && !bad.Load(); i += workers {
+				if checkRecord(recs[i].key, recs[i].val) != nil {
+					bad.Store(true)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return !bad.Load()
+}
+
+// checkRecord is the check of one request record under its key.
+func checkRecord(key string, val []byte) error {
+	e, err := decodeEntry(val)
+	if err != nil {
+		return fmt.Errorf("record %q: %w", key, err)
+	}
+	if entryPrefix+e.Key != key {
+		return fmt.Errorf("record %q holds key %q", key, e.Key)
+	}
+	return nil
+}
+
+func scanLogWith(data []byte, deferChecks bool) *logScan {
+	s := &logScan{size: int64(len(data)), gapAt: -1, badAt: -1, live: map[string][]byte{}, deferChecks: deferChecks}
 	off, nulStart := 0, -1
 	for off < len(data) {
 		if data[off] == 0 {
@@ -202,12 +258,10 @@ func (s *logScan) apply(args [][]byte) error {
 				return fmt.Errorf("unsupported ledger format %q", val)
 			}
 		case strings.HasPrefix(key, entryPrefix):
-			e, err := decodeEntry(val)
-			if err != nil {
-				return fmt.Errorf("record %q: %w", key, err)
-			}
-			if entryPrefix+e.Key != key {
-				return fmt.Errorf("record %q holds key %q", key, e.Key)
+			if s.deferChecks {
+				s.deferred = append(s.deferred, keyVal{key, val})
+			} else if err := checkRecord(key, val); err != nil {
+				return err
 			}
 		default:
 			return fmt.Errorf("unknown key %q", key)

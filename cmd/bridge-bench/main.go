@@ -61,7 +61,7 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.baselineInflight, "baseline-inflight", 5, "requests in flight for the baseline's throughput (about 1 s each)")
 	fs.IntVar(&c.tputN, "tput-n", 1000, "requests per op for the throughput run")
 	fs.IntVar(&c.inflight, "inflight", 32, "requests in flight in the throughput run")
-	fs.IntVar(&c.scaleN, "scale-n", 10000, "finished requests in the folder for the scale figures (the issue asks 100,000: filling takes long here, see BENCHMARKS.md)")
+	fs.IntVar(&c.scaleN, "scale-n", 100000, "finished requests in the folder for the scale figures (filling takes minutes, see BENCHMARKS.md)")
 	fs.IntVar(&c.floorN, "floor-n", 200, "repetitions of each floor primitive")
 	fs.Int64Var(&c.payloadMiB, "payload-mib", 1024, "payload size for seal+open, MiB")
 	fs.DurationVar(&c.poll, "poll", time.Second, "the baseline's poll interval")
