@@ -112,17 +112,24 @@ const maxFinishedChecks = 5_000
 // known finished request (new work must not wait behind the checks), then
 // this rescan's share of the finished ones, once per request.
 func (d *Daemon) dispatchFull(paths []string) {
-	var later []string
+	var now, later []string
+	lastKey, lastKnown := "", false // a request's two files are adjacent in the sorted batch
+	d.mu.Lock()
 	for _, p := range paths {
 		if key, ok := requestKeyOf(p); ok {
-			d.mu.Lock()
-			_, known := d.finished[key]
-			d.mu.Unlock()
-			if known {
+			if key != lastKey {
+				_, lastKnown = d.finished[key]
+				lastKey = key
+			}
+			if lastKnown {
 				later = append(later, p)
 				continue
 			}
 		}
+		now = append(now, p)
+	}
+	d.mu.Unlock()
+	for _, p := range now {
 		d.dispatch(p, true)
 	}
 	d.mu.Lock()
@@ -149,15 +156,15 @@ func (d *Daemon) dispatchFull(paths []string) {
 }
 
 // requestKeyOf is the ledger key of a manifest or payload path (relative to
-// to-host/), if it is one.
+// to-host/), if it is one: "agent/id", a prefix of the path (a rescan calls
+// it for every file in the folder, so it allocates nothing).
 func requestKeyOf(p string) (string, bool) {
-	agent, name, ok := strings.Cut(p, "/")
-	if !ok {
+	slash := strings.IndexByte(p, '/')
+	if slash <= 0 {
 		return "", false
 	}
-	id, ext, ok := ParseToHostName(name)
-	if !ok || (ext != ExtManifest && ext != ExtPayload) {
+	if _, ext, ok := ParseToHostName(p[slash+1:]); !ok || (ext != ExtManifest && ext != ExtPayload) {
 		return "", false
 	}
-	return agent + "/" + id, true
+	return p[:slash+1+32], true
 }

@@ -129,6 +129,11 @@ func (d *Daemon) collect(o GCOptions, all []ledger.Entry) (*GCReport, error) {
 		if _, err := d.ledger.Forget(e.Key, now, d.opt.Skew); err != nil {
 			return rep, err
 		}
+		// The finished set (kept across restarts) forgets it too, so it
+		// holds no more than the ledger.
+		d.mu.Lock()
+		delete(d.finished, e.Key)
+		d.mu.Unlock()
 	}
 	return rep, nil
 }
@@ -155,7 +160,13 @@ func (d *Daemon) acked(e ledger.Entry) bool {
 
 // runGC is the daemon's periodic (and ordered) collection.
 func (d *Daemon) runGC(o GCOptions) {
-	all, err := d.ledger.List(nil)
+	// Only entries old enough for collect to act on: it collects nothing
+	// younger than both the grace and the retention unless it expired (a
+	// lone output that a crash left behind is removed once its entry is
+	// that old).
+	o.defaults()
+	now := d.opt.Now()
+	all, err := d.ledger.Settled(now.Add(-min(o.Grace, o.Retention)), now.Add(-d.opt.Skew))
 	if err == nil {
 		var rep *GCReport
 		if rep, err = d.collect(o, all); err == nil && len(rep.Items) > 0 {

@@ -49,8 +49,14 @@ func TestGCCollectsAndForgets(t *testing.T) {
 	}
 	// An hour later the ledger entry goes too.
 	later := func() time.Time { return time.Now().Add(time.Hour) }
-	runDaemon(t, p.host, DaemonOptions{Now: later, Rescan: 200 * time.Millisecond, Env: envWith(map[string]string{"COUNT_FILE": countFile})}) // collects at start
+	d := runDaemon(t, p.host, DaemonOptions{Now: later, Rescan: 200 * time.Millisecond, Env: envWith(map[string]string{"COUNT_FILE": countFile})}) // collects at start
 	waitFor(t, 5*time.Second, "the ledger entry to be collected", func() bool { return p.entry(t, id).ID == "" })
+	d.mu.Lock()
+	_, kept := d.finished[p.agent.Config.ID+"/"+id]
+	d.mu.Unlock()
+	if kept {
+		t.Fatal("the finished set still holds a forgotten request")
+	}
 	// The request is delivered again: refused as expired, never run again.
 	os.WriteFile(filepath.Join(p.toHost(), id+".payload"), payload, 0o644)
 	os.WriteFile(filepath.Join(p.toHost(), id+".manifest"), manifest, 0o644)

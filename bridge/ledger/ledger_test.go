@@ -627,3 +627,33 @@ func TestSnapshotBesideOpenLedger(t *testing.T) {
 		t.Fatalf("snapshot: %+v", got)
 	}
 }
+
+// Settled returns the terminal entries updated or expiring before the
+// given times, and nothing else.
+func TestSettled(t *testing.T) {
+	l := mustOpen(t, t.TempDir())
+	defer mustClose(t, l)
+	now := time.Now()
+	mustAdmit(t, l, testEntry("a/soon", now.Add(time.Minute)))
+	mustTransition(t, l, "a/soon", StateSeen, StateRejected)
+	mustAdmit(t, l, testEntry("a/later", now.Add(48*time.Hour)))
+	mustTransition(t, l, "a/later", StateSeen, StateRejected)
+	mustAdmit(t, l, testEntry("a/open", now.Add(-time.Hour)))
+	for _, c := range []struct {
+		updated, expires time.Time
+		want             string
+	}{
+		{now.Add(-time.Hour), now.Add(time.Hour), "[a/soon]"},         // expiring within the hour
+		{now.Add(time.Hour), now.Add(-time.Hour), "[a/later a/soon]"}, // updated before the hour to come
+		{now.Add(-time.Hour), now.Add(-time.Hour), "[]"},              // neither; a/open is not terminal
+	} {
+		got, err := l.Settled(c.updated, c.expires)
+		var keys []string
+		for _, e := range got {
+			keys = append(keys, e.Key)
+		}
+		if err != nil || fmt.Sprint(keys) != c.want {
+			t.Errorf("Settled(%v, %v) = %v, %v; want %s", c.updated.Sub(now), c.expires.Sub(now), keys, err, c.want)
+		}
+	}
+}
