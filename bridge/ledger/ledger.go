@@ -660,24 +660,7 @@ func (l *Ledger) List(filter func(Entry) bool) ([]Entry, error) {
 	if err := l.usable(); err != nil {
 		return nil, fmt.Errorf("list: %w", err)
 	}
-	var out []Entry
-	var derr error
-	err := l.view(func(tx *buntdb.Tx) error {
-		return tx.AscendKeys(entryPrefix+"*", func(k, v string) bool {
-			e, err := decodeEntry([]byte(v))
-			if err != nil {
-				derr = fmt.Errorf("decode entry %q: %w", k, err)
-				return false
-			}
-			if filter == nil || filter(e) {
-				out = append(out, e)
-			}
-			return true
-		})
-	})
-	if err == nil {
-		err = derr
-	}
+	out, err := l.scan(func(string) bool { return true }, filter)
 	if err != nil {
 		return nil, fmt.Errorf("list: %w", err)
 	}
