@@ -49,7 +49,7 @@ func TestGCCollectsAndForgets(t *testing.T) {
 	}
 	// An hour later the ledger entry goes too.
 	later := func() time.Time { return time.Now().Add(time.Hour) }
-	d := runDaemon(t, p.host, DaemonOptions{Now: later, Rescan: 200 * time.Millisecond, Env: envWith(map[string]string{"COUNT_FILE": countFile})}) // collects at start
+	d := runDaemon(t, p.host, DaemonOptions{Now: later, Rescan: 200 * time.Millisecond, Env: envWith(map[string]string{"COUNT_FILE": countFile})}) // collects once its start-up scan is through
 	waitFor(t, 5*time.Second, "the ledger entry to be collected", func() bool { return p.entry(t, id).ID == "" })
 	d.mu.Lock()
 	_, kept := d.finished[p.agent.Config.ID+"/"+id]
