@@ -81,26 +81,23 @@ type Watcher struct {
 	maxSet   int
 
 	// Only Next touches these.
-	started  bool
-	rescan   *time.Timer
-	listings map[string]listing // by directory, from the last walk (readDir)
-	visited  map[string]bool    // directories a full walk read, during it
+	started bool
+	rescan  *time.Timer
 
 	stats watchStats
 }
 
 // watchStats are counters for tests and diagnostics.
 type watchStats struct {
-	events         atomic.Int64 // events received
-	nearFull       atomic.Int64 // reads that found the channel more than half full
-	setOverflow    atomic.Int64 // pending set outgrew its bound
-	fullWalks      atomic.Int64 // full walks done
-	listingsReused atomic.Int64 // directory listings a walk took from the previous one
-	timerWalks     atomic.Int64 // of which for the Rescan timer
-	lossWalks      atomic.Int64 // of which for suspected loss
-	subdirWalks    atomic.Int64 // walks of a directory seen in an event
-	eventBatches   atomic.Int64
-	eventPathsOut  atomic.Int64
+	events        atomic.Int64 // events received
+	nearFull      atomic.Int64 // reads that found the channel more than half full
+	setOverflow   atomic.Int64 // pending set outgrew its bound
+	fullWalks     atomic.Int64 // full walks done
+	timerWalks    atomic.Int64 // of which for the Rescan timer
+	lossWalks     atomic.Int64 // of which for suspected loss
+	subdirWalks   atomic.Int64 // walks of a directory seen in an event
+	eventBatches  atomic.Int64
+	eventPathsOut atomic.Int64
 }
 
 // NewWatcher watches the tree at root recursively. The first Next returns a
@@ -314,15 +311,7 @@ func (w *Watcher) fullWalk() (Batch, error) {
 	w.mu.Unlock()
 	w.stats.fullWalks.Add(1)
 	var paths, irregular []string
-	w.visited = map[string]bool{}
-	err := w.walk(".", false, &paths, &irregular)
-	for dir := range w.listings {
-		if !w.visited[dir] {
-			delete(w.listings, dir) // gone, or no longer walked
-		}
-	}
-	w.visited = nil
-	if err != nil {
+	if err := w.walk(".", false, &paths, &irregular); err != nil {
 		return Batch{}, err
 	}
 	w.rescan.Reset(w.opt.Rescan)
@@ -346,7 +335,7 @@ func (w *Watcher) walk(dir string, dropForeign bool, out, irregular *[]string) e
 		}
 		return nil
 	}
-	des, err := w.readDir(dir, d)
+	des, err := d.ReadDir(-1)
 	d.Close()
 	if err != nil {
 		if dir == "." {
@@ -382,62 +371,6 @@ func (w *Watcher) walk(dir string, dropForeign bool, out, irregular *[]string) e
 		}
 	}
 	return nil
-}
-
-// listing is a directory's entries as one walk read them.
-type listing struct {
-	dir    os.FileInfo // the directory when listed: identity and modification time
-	at     time.Time   // when the listing began
-	ents   []os.DirEntry
-	reused int // times taken since
-}
-
-// maxListingReuse bounds how many walks in a row may reuse one listing: a
-// file system that does not keep directory modification times (some FUSE
-// and network mounts) still has every directory read for real every tenth
-// walk.
-const maxListingReuse = 9
-
-// listingTrust is how long after a directory's last change a listing of it
-// must have begun to be reused. A change made later gives the directory a
-// new modification time; one in the same clock tick as the previous change
-// might not, which a second rules out.
-const listingTrust = time.Second
-
-// readDir lists the open directory d, or reuses the previous walk's listing
-// of it if the directory has not changed since (same inode, same
-// modification time, and that time well before the listing began). Adding,
-// removing or renaming an entry changes a directory's modification time; a
-// file written in place does not, but it stays a regular file of that name,
-// which is all a walk reports. On a folder of 400,000 files this is most of
-// a rescan's cost when nothing changed. Every tenth walk reads anyway
-// (maxListingReuse).
-func (w *Watcher) readDir(dir string, d *os.File) ([]os.DirEntry, error) {
-	fi, err := d.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if w.listings == nil {
-		w.listings = map[string]listing{}
-	}
-	if w.visited != nil {
-		w.visited[dir] = true
-	}
-	if l, ok := w.listings[dir]; ok && os.SameFile(l.dir, fi) && l.dir.ModTime().Equal(fi.ModTime()) &&
-		l.at.Sub(fi.ModTime()) > listingTrust && l.reused < maxListingReuse {
-		l.reused++
-		w.listings[dir] = l
-		w.stats.listingsReused.Add(1)
-		return l.ents, nil
-	}
-	at := time.Now()
-	ents, err := d.ReadDir(-1)
-	if err != nil {
-		delete(w.listings, dir)
-		return nil, err
-	}
-	w.listings[dir] = listing{dir: fi, at: at, ents: ents}
-	return ents, nil
 }
 
 // foreignNoise: names dropped from event batches.
