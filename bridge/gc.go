@@ -220,7 +220,7 @@ func GC(h *Home, o GCOptions) (*GCReport, error) {
 
 // removeProgress removes the progress chunks of a finished request.
 func (d *Daemon) removeProgress(agent, id string) {
-	entries, err := d.folder.ListTypes(ToAgentDir(d.me, agent))
+	entries, err := d.folder.List(ToAgentDir(d.me, agent))
 	if err != nil {
 		return
 	}

@@ -184,7 +184,7 @@ func (c *Client) Inbox() ([]InboxItem, error) {
 			continue
 		}
 		dir := ToAgentDir(p.ID, c.home.Config.ID)
-		entries, err := c.folder.ListTypes(dir)
+		entries, err := c.folder.List(dir)
 		if errors.Is(err, fs.ErrNotExist) {
 			continue
 		} else if err != nil {
@@ -280,7 +280,7 @@ func (d *Daemon) collectMessages(o GCOptions, rep *GCReport) {
 	now := d.opt.Now()
 	for agent, keys := range d.agents() {
 		dir := ToAgentDir(d.me, agent)
-		entries, err := d.folder.ListTypes(dir)
+		entries, err := d.folder.List(dir)
 		if err != nil {
 			continue
 		}

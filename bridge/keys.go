@@ -270,7 +270,7 @@ type RotationEvent struct {
 // statements are ignored; anything else is refused. Only the home is
 // written, never the folder.
 func (h *Home) FollowRotations(f *syncsafe.Folder, peerID, dir string) ([]RotationEvent, error) {
-	entries, err := f.ListTypes(dir)
+	entries, err := f.List(dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	} else if err != nil {
@@ -391,7 +391,7 @@ func (h *Home) Candidates() ([]Candidate, error) {
 	defer f.Close()
 	var paths []string
 	if h.Config.Role == "agent" {
-		hosts, err := f.ListTypes(hostsDir)
+		hosts, err := f.List(hostsDir)
 		if err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return nil, err
 		}
@@ -401,7 +401,7 @@ func (h *Home) Candidates() ([]Candidate, error) {
 			}
 		}
 	} else {
-		agents, err := f.ListTypes(HostDir(h.Config.ID) + "/" + toHostDir)
+		agents, err := f.List(HostDir(h.Config.ID) + "/" + toHostDir)
 		if err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return nil, err
 		}

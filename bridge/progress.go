@@ -207,7 +207,7 @@ func (c *Client) Progress(id string, from int, prev string) ([]Chunk, error) {
 	if err != nil {
 		return nil, err
 	}
-	entries, err := c.folder.ListTypes(ToAgentDir(s.Host, c.home.Config.ID))
+	entries, err := c.folder.List(ToAgentDir(s.Host, c.home.Config.ID))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	} else if err != nil {

@@ -55,7 +55,6 @@ type Folder struct {
 type Entry struct {
 	Name string
 	Type fs.FileMode
-	Size int64
 }
 
 // FolderOption configures OpenFolder.
@@ -272,16 +271,11 @@ func (f *Folder) Open(rel string, max int64) (*os.File, int64, error) {
 	return f.openRegular(rel, max)
 }
 
-// List returns the entries of dir sorted by name, described by Lstat; links
-// are reported as links, never followed. Entries that vanish while listing
-// are left out.
-func (f *Folder) List(dir string) ([]Entry, error) { return f.list(dir, true) }
-
-// ListTypes is List without sizes (Size is -1): the types come from the
-// directory listing itself, so a directory of n entries costs no n lstats.
-func (f *Folder) ListTypes(dir string) ([]Entry, error) { return f.list(dir, false) }
-
-func (f *Folder) list(dir string, sizes bool) ([]Entry, error) {
+// List returns the names and types of the entries of dir, sorted by name;
+// links are reported as links, never followed. The types come from the
+// directory listing itself (getdents), so a directory of n entries costs no
+// n lstats; where the file system does not say, ReadDir lstats the entry.
+func (f *Folder) List(dir string) ([]Entry, error) {
 	if err := cleanRel(dir); err != nil {
 		return nil, fmt.Errorf("list: %w", err)
 	}
@@ -294,14 +288,9 @@ func (f *Folder) list(dir string, sizes bool) ([]Entry, error) {
 			return nil, fmt.Errorf("list %s: not a directory", dir)
 		}
 	}
-	// With sizes, through the root: its ReadDir lstats every entry anyway.
-	// Without, openat2's directory gives types from getdents alone.
-	var d *os.File
-	var err error
-	ok := false
-	if !sizes {
-		d, ok, err = openDirFast(f.rootDir, dir)
-	}
+	// openat2's directory gives types from getdents alone; one opened
+	// through the root would lstat every entry.
+	d, ok, err := openDirFast(f.rootDir, dir)
 	if !ok {
 		d, err = f.root.Open(dir)
 	}
@@ -315,20 +304,7 @@ func (f *Folder) list(dir string, sizes bool) ([]Entry, error) {
 	}
 	out := make([]Entry, 0, len(des))
 	for _, de := range des {
-		if !sizes {
-			// Type is what getdents said; a file system that does not say
-			// makes ReadDir lstat the entry itself.
-			out = append(out, Entry{Name: de.Name(), Type: de.Type(), Size: -1})
-			continue
-		}
-		info, err := de.Info() // lstat, relative to the root's directory
-		if errors.Is(err, fs.ErrNotExist) {
-			continue
-		}
-		if err != nil {
-			return nil, fmt.Errorf("list %s: %w", dir, err)
-		}
-		out = append(out, Entry{Name: de.Name(), Type: info.Mode().Type(), Size: info.Size()})
+		out = append(out, Entry{Name: de.Name(), Type: de.Type()})
 	}
 	slices.SortFunc(out, func(a, b Entry) int { return strings.Compare(a.Name, b.Name) })
 	return out, nil
