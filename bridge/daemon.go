@@ -85,6 +85,7 @@ type Daemon struct {
 	dirty    map[string]bool
 	closing  bool
 	finished map[string]stamp              // keys known terminal, with their published result's stamp (finished.go)
+	acks     map[string]bool               // finished keys whose ack file the watcher saw (gc.go)
 	rescans  int                           // full batches seen, for dispatchFull's rotation (0: the start-up scan is not dispatched yet)
 	cancels  map[string]context.CancelFunc // keys past claim, until their run ends
 	noted    map[string]bool               // log-once set (bounded)
@@ -247,7 +248,7 @@ func NewDaemon(home *Home, opt DaemonOptions) (*Daemon, error) {
 	}
 	d := &Daemon{
 		home: home, opt: opt, log: opt.Logger, me: home.Config.ID,
-		queued: map[string]bool{}, active: map[string]bool{}, dirty: map[string]bool{}, finished: map[string]stamp{},
+		queued: map[string]bool{}, active: map[string]bool{}, dirty: map[string]bool{}, finished: map[string]stamp{}, acks: map[string]bool{},
 		cancels: map[string]context.CancelFunc{}, noted: map[string]bool{}, sems: map[string]chan struct{}{},
 	}
 	d.cond = sync.NewCond(&d.mu)
@@ -638,7 +639,17 @@ func (d *Daemon) dispatch(p string, full bool) {
 	case ExtCancel:
 		d.handleCancel(agent, id)
 	case ExtAck:
-		// Acks let the host collect results; collection lands with `bridge gc`.
+		// The periodic collection looks at a finished request only if it
+		// has an ack (or is past its retention or expiry, gc.go). Only
+		// finished keys are remembered, so the set is no larger than the
+		// finished one; an ack seen before its request finished is seen
+		// again by the next full walk.
+		key := agent + "/" + id
+		d.mu.Lock()
+		if _, ok := d.finished[key]; ok {
+			d.acks[key] = true
+		}
+		d.mu.Unlock()
 	}
 }
 

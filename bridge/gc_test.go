@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -120,5 +121,82 @@ func TestGCRetentionOfUnackedResults(t *testing.T) {
 	}
 	if p.entry(t, s.ID).ID != "" {
 		t.Fatal("the ledger entry was kept after the retention")
+	}
+}
+
+// The periodic collection reads only the settled entries it may act on: a
+// finished request whose result is published and not acked is skipped (not
+// decoded) until its retention, an acked one is collected after the grace,
+// and one collected is skipped again until it expires, then forgotten.
+func TestPeriodicGCReadsOnlyWhatItCanAct(t *testing.T) {
+	p := newPair(t, testPolicy)
+	var offset atomic.Int64
+	now := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
+	d := runDaemon(t, p.host, DaemonOptions{Now: now, Rescan: 100 * time.Millisecond})
+	var ids [2]string
+	var outs [2]*Outcome
+	for i := range ids {
+		s, err := p.client.Submit(SubmitOptions{Op: "echo", Args: map[string]string{"msg": "gc"}, TTL: 3 * time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[i] = s.ID
+		outs[i] = p.wait(t, s.ID)
+	}
+	acked, unacked := p.agent.Config.ID+"/"+ids[0], p.agent.Config.ID+"/"+ids[1]
+	if err := p.client.Ack(outs[0]); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "a walk to see the ack", func() bool {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		return d.acks[acked]
+	})
+	wants := func(o GCOptions) map[string]bool {
+		t.Helper()
+		o.defaults()
+		got := map[string]bool{}
+		all, err := d.ledger.Settled(now().Add(-o.Grace), now().Add(-d.opt.Skew), d.gcWants(o, now()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range all {
+			got[e.Key] = true
+		}
+		return got
+	}
+	offset.Store(int64(90 * time.Minute)) // past the grace, before the expiry
+	if got := wants(GCOptions{}); !got[acked] || got[unacked] || len(got) != 1 {
+		t.Fatalf("past the grace, the collection reads %v; want only the acked %s", got, acked)
+	}
+	if got := wants(GCOptions{Retention: time.Hour}); !got[acked] || !got[unacked] {
+		t.Fatalf("past the retention, the collection reads %v; want both", got)
+	}
+	d.runGC(GCOptions{})
+	if _, err := os.Stat(filepath.Join(p.toAgent(), ids[0]+".result")); !os.IsNotExist(err) {
+		t.Fatalf("the acked result was not collected: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(p.toAgent(), ids[1]+".result")); err != nil {
+		t.Fatalf("the unacked result was collected before its retention: %v", err)
+	}
+	if got := wants(GCOptions{}); len(got) != 0 {
+		t.Fatalf("after collecting, before the expiry, the collection reads %v; want nothing", got)
+	}
+	offset.Store(int64(4 * time.Hour)) // past the expiry and skew
+	if got := wants(GCOptions{}); !got[acked] || got[unacked] {
+		t.Fatalf("past the expiry, the collection reads %v; want only the collected %s", got, acked)
+	}
+	d.runGC(GCOptions{})
+	if p.entry(t, ids[0]).ID != "" {
+		t.Fatal("the collected request's entry was kept past its expiry")
+	}
+	if p.entry(t, ids[1]).ID == "" {
+		t.Fatal("the unacked request's entry was forgotten while its result is in the folder")
+	}
+	d.mu.Lock()
+	_, inAcks := d.acks[acked]
+	d.mu.Unlock()
+	if inAcks {
+		t.Fatal("the ack set still holds a forgotten request")
 	}
 }

@@ -660,7 +660,7 @@ func (l *Ledger) List(filter func(Entry) bool) ([]Entry, error) {
 	if err := l.usable(); err != nil {
 		return nil, fmt.Errorf("list: %w", err)
 	}
-	out, err := l.scan(func(string) bool { return true }, filter)
+	out, err := l.scan(func(_, _ string) bool { return true }, filter)
 	if err != nil {
 		return nil, fmt.Errorf("list: %w", err)
 	}
@@ -669,20 +669,20 @@ func (l *Ledger) List(filter func(Entry) bool) ([]Entry, error) {
 
 // byState returns the entries in the given states, in key order.
 func (l *Ledger) byState(want ...State) ([]Entry, error) {
-	return l.scan(func(v string) bool {
+	return l.scan(func(_, v string) bool {
 		st, _ := topField(v, "state")
 		return slices.Contains(want, State(st))
 	}, nil)
 }
 
-// scan decodes, in key order, the records that pre (on the raw record)
-// and then keep (on the entry, if not nil) accept.
-func (l *Ledger) scan(pre func(v string) bool, keep func(Entry) bool) ([]Entry, error) {
+// scan decodes, in key order, the records that pre (on the raw key and
+// record) and then keep (on the entry, if not nil) accept.
+func (l *Ledger) scan(pre func(k, v string) bool, keep func(Entry) bool) ([]Entry, error) {
 	var out []Entry
 	var derr error
 	err := l.view(func(tx *buntdb.Tx) error {
 		return tx.AscendKeys(entryPrefix+"*", func(k, v string) bool {
-			if !pre(v) {
+			if !pre(k, v) {
 				return true
 			}
 			e, err := decodeEntry([]byte(v))
@@ -738,7 +738,11 @@ func (l *Ledger) InState(states ...State) ([]Entry, error) {
 // updatedBefore or expiring before expiresBefore: what a collection can
 // act on. Younger ones are passed over without being decoded, so a ledger
 // of 100,000 recent entries costs a collection a scan of raw records only.
-func (l *Ledger) Settled(updatedBefore, expiresBefore time.Time) ([]Entry, error) {
+// If want is not nil, an entry is decoded and returned only if want accepts
+// its key and times: a caller that knows most settled entries need nothing
+// (the daemon knows which results are published and which are acked) skips
+// them undecoded too.
+func (l *Ledger) Settled(updatedBefore, expiresBefore time.Time, want func(key string, updated, expires time.Time) bool) ([]Entry, error) {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
 	if err := l.usable(); err != nil {
@@ -746,13 +750,22 @@ func (l *Ledger) Settled(updatedBefore, expiresBefore time.Time) ([]Entry, error
 	}
 	// Times are fixed-width UTC, so string order is time order.
 	up, exp := formatTime(updatedBefore), formatTime(expiresBefore)
-	out, err := l.scan(func(v string) bool {
+	out, err := l.scan(func(k, v string) bool {
 		if st, _ := topField(v, "state"); !State(st).Terminal() {
 			return false
 		}
 		u, _ := topField(v, "updated")
 		e, _ := topField(v, "expires")
-		return u < up || e < exp
+		if u >= up && e >= exp {
+			return false
+		}
+		if want == nil {
+			return true
+		}
+		// A time that does not parse is left to the decoder to report.
+		ut, uerr := parseTime(u)
+		et, eerr := parseTime(e)
+		return uerr != nil || eerr != nil || want(strings.TrimPrefix(k, entryPrefix), ut, et)
 	}, nil)
 	if err != nil {
 		return nil, fmt.Errorf("settled entries: %w", err)
@@ -799,7 +812,7 @@ func (l *Ledger) GCCandidates(now time.Time, skew time.Duration) ([]Entry, error
 func (l *Ledger) gcCandidates(now time.Time, skew time.Duration) ([]Entry, error) {
 	// Times are fixed-width UTC, so string order is time order.
 	pivot := formatTime(now.Add(-skew))
-	out, err := l.scan(func(v string) bool {
+	out, err := l.scan(func(_, v string) bool {
 		exp, ok := topField(v, "expires")
 		return !ok || exp < pivot
 	}, func(e Entry) bool { return collectable(e, now, skew) })

@@ -647,7 +647,7 @@ func TestSettled(t *testing.T) {
 		{now.Add(time.Hour), now.Add(-time.Hour), "[a/later a/soon]"}, // updated before the hour to come
 		{now.Add(-time.Hour), now.Add(-time.Hour), "[]"},              // neither; a/open is not terminal
 	} {
-		got, err := l.Settled(c.updated, c.expires)
+		got, err := l.Settled(c.updated, c.expires, nil)
 		var keys []string
 		for _, e := range got {
 			keys = append(keys, e.Key)
@@ -655,5 +655,21 @@ func TestSettled(t *testing.T) {
 		if err != nil || fmt.Sprint(keys) != c.want {
 			t.Errorf("Settled(%v, %v) = %v, %v; want %s", c.updated.Sub(now), c.expires.Sub(now), keys, err, c.want)
 		}
+	}
+	// want sees each settled entry's key and times, and only what it
+	// accepts is returned.
+	var asked []string
+	got, err := l.Settled(now.Add(time.Hour), now.Add(-time.Hour), func(key string, updated, expires time.Time) bool {
+		asked = append(asked, key)
+		if key == "a/soon" && expires.Sub(now.Add(time.Minute)).Abs() > time.Second {
+			t.Errorf("want got expires %v for a/soon; want %v", expires, now.Add(time.Minute))
+		}
+		if updated.After(time.Now()) || now.Sub(updated) > time.Minute {
+			t.Errorf("want got updated %v for %s", updated, key)
+		}
+		return key == "a/later"
+	})
+	if err != nil || len(got) != 1 || got[0].Key != "a/later" || fmt.Sprint(asked) != "[a/later a/soon]" {
+		t.Errorf("Settled with want = %+v, %v after asking %v; want only a/later, after asking about a/later and a/soon", got, err, asked)
 	}
 }

@@ -6,10 +6,12 @@ import (
 	"bufio"
 	"context"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
+	"runtime"
 	"runtime/pprof"
 	"strconv"
 	"strings"
@@ -156,11 +158,32 @@ func scaleChild(home string) error {
 	fmt.Printf("rescan-cpu-ns %d\n", int64((cpuTime()-cpu0)/scaleRescans))
 	fmt.Printf("rss-kb %d\n", procStatus("VmRSS"))
 	fmt.Printf("hwm-kb %d\n", procStatus("VmHWM"))
+	// BRIDGE_BENCH_CHILD_MEMPROFILE=FILE writes the heap profile of the
+	// idle daemon, taken where its resident set was read.
+	perr := writeHeapProfile(os.Getenv("BRIDGE_BENCH_CHILD_MEMPROFILE"))
 	cancel()
 	<-done
 	cctx, ccancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer ccancel()
-	return d.Close(cctx)
+	return errors.Join(perr, d.Close(cctx))
+}
+
+// writeHeapProfile writes the heap profile after a collection to file, if
+// it is not empty.
+func writeHeapProfile(file string) error {
+	if file == "" {
+		return nil
+	}
+	f, err := os.Create(file)
+	if err != nil {
+		return err
+	}
+	runtime.GC()
+	if err := pprof.WriteHeapProfile(f); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // sealChild streams size bytes through a Sealer into an Opener over a
