@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 )
@@ -19,21 +20,35 @@ import (
 //
 // A nil *Nudger does nothing, so callers hook it in unconditionally.
 type Nudger struct {
-	api    string // base URL, e.g. http://127.0.0.1:8384
-	key    string
-	folder string
-	log    *slog.Logger
-	http   *http.Client
+	api     string // base URL, e.g. http://127.0.0.1:8384
+	key     string
+	folders []stFolder // longest path first
+	log     *slog.Logger
+	http    *http.Client
 }
+
+// stFolder is a Syncthing folder and where it is rooted in the bridge
+// folder ("" for the bridge folder's root).
+type stFolder struct{ path, id string }
 
 // nudgeTimeout bounds one scan request: a Syncthing that does not answer
 // must not pile up goroutines.
 const nudgeTimeout = 10 * time.Second
 
 // NewNudger returns a Nudger for the Syncthing REST API at api (a URL such
-// as http://127.0.0.1:8384) with API key key and folder id folder. It
-// returns nil, nil when api is empty: nudging is off. log may be nil.
-func NewNudger(api, key, folder string, log *slog.Logger) (*Nudger, error) {
+// as http://127.0.0.1:8384) with API key key. folders names the Syncthing
+// folders: the id of the one rooted at the bridge folder, or a
+// comma-separated list of such an id and PATH=ID entries, each a Syncthing
+// folder rooted at PATH (slash-separated, inside the bridge folder). A file
+// is scanned in the folder with the longest path holding it.
+//
+// Why more than one: Syncthing sends at most one index update per folder
+// and peer every 250 ms, and each side has just sent one (for the files it
+// pulled) when the bridge answers. A host's results directory shared as a
+// folder of its own sends the answer at once (docs/OPERATIONS.md).
+//
+// It returns nil, nil when api is empty: nudging is off. log may be nil.
+func NewNudger(api, key, folders string, log *slog.Logger) (*Nudger, error) {
 	if api == "" {
 		return nil, nil
 	}
@@ -41,31 +56,88 @@ func NewNudger(api, key, folder string, log *slog.Logger) (*Nudger, error) {
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, fmt.Errorf("syncthing api %q: want a URL such as http://127.0.0.1:8384", api)
 	}
-	if folder == "" {
-		return nil, fmt.Errorf("syncthing api %s: a folder id is needed too (--syncthing-folder)", api)
+	fs, err := parseSTFolders(folders)
+	if err != nil {
+		return nil, fmt.Errorf("syncthing api %s: %w", api, err)
 	}
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	return &Nudger{api: strings.TrimRight(api, "/"), key: key, folder: folder, log: log,
+	return &Nudger{api: strings.TrimRight(api, "/"), key: key, folders: fs, log: log,
 		http: &http.Client{Timeout: nudgeTimeout}}, nil
 }
 
+// parseSTFolders reads NewNudger's folders, longest path first.
+func parseSTFolders(spec string) ([]stFolder, error) {
+	if strings.TrimSpace(spec) == "" {
+		return nil, fmt.Errorf("a folder id is needed too (--syncthing-folder)")
+	}
+	var out []stFolder
+	for _, item := range strings.Split(spec, ",") {
+		path, id, hasPath := strings.Cut(strings.TrimSpace(item), "=")
+		if !hasPath {
+			path, id = "", path
+		}
+		path = strings.Trim(path, "/")
+		switch {
+		case id == "":
+			return nil, fmt.Errorf("folder %q: want ID or PATH=ID", item)
+		case hasPath && (path == "" || path == "." || strings.Contains(path, "..") || strings.Contains(path, "\\")):
+			return nil, fmt.Errorf("folder %q: want a path inside the bridge folder, such as hosts/<host>/to-agent", item)
+		}
+		for _, f := range out {
+			if f.path == path {
+				return nil, fmt.Errorf("folder %q: two folders at %q", item, "/"+path)
+			}
+		}
+		out = append(out, stFolder{path: path, id: id})
+	}
+	slices.SortFunc(out, func(a, b stFolder) int { return len(b.path) - len(a.path) })
+	return out, nil
+}
+
+// folderOf returns the folder holding rel and rel's path inside it.
+func (n *Nudger) folderOf(rel string) (id, sub string, ok bool) {
+	for _, f := range n.folders {
+		if f.path == "" {
+			return f.id, rel, true
+		}
+		if rest, found := strings.CutPrefix(rel, f.path); found && (rest == "" || rest[0] == '/') {
+			return f.id, strings.TrimPrefix(rest, "/"), true
+		}
+	}
+	return "", "", false
+}
+
 // Nudge asks Syncthing, in the background, to scan rels (slash-separated
-// paths relative to the bridge folder, which must be the root of the
-// Syncthing folder; a removed file's path makes the removal known). It
-// returns at once.
+// paths relative to the bridge folder; a removed file's path makes the
+// removal known): one request per Syncthing folder. A path in none of the
+// folders is left to Syncthing's own watcher. It returns at once.
 func (n *Nudger) Nudge(rels ...string) {
 	if n == nil || len(rels) == 0 {
 		return
 	}
-	go n.scan(rels)
+	var order []string
+	subs := map[string][]string{}
+	for _, rel := range rels {
+		id, sub, ok := n.folderOf(rel)
+		if !ok {
+			continue
+		}
+		if _, seen := subs[id]; !seen {
+			order = append(order, id)
+		}
+		subs[id] = append(subs[id], sub)
+	}
+	for _, id := range order {
+		go n.scan(id, subs[id])
+	}
 }
 
 // scan makes one POST /rest/db/scan?folder=ID&sub=PATH[&sub=PATH...] and
 // logs a failure.
-func (n *Nudger) scan(rels []string) {
-	q := url.Values{"folder": {n.folder}, "sub": rels}
+func (n *Nudger) scan(folder string, rels []string) {
+	q := url.Values{"folder": {folder}, "sub": rels}
 	ctx, cancel := context.WithTimeout(context.Background(), nudgeTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, n.api+"/rest/db/scan?"+q.Encode(), nil)

@@ -32,10 +32,14 @@ func newScanRecorder(t *testing.T, key string) *scanRecorder {
 			r.bad = append(r.bad, req.Method+" "+req.URL.Path)
 		case req.Header.Get("X-API-Key") != key:
 			r.bad = append(r.bad, "key "+req.Header.Get("X-API-Key"))
-		case q.Get("folder") != "fid":
-			r.bad = append(r.bad, "folder "+q.Get("folder"))
-		default:
+		case q.Get("folder") == "fid":
 			r.subs = append(r.subs, q["sub"]...)
+		case q.Get("folder") == "res": // TestNudgerFolders' second folder
+			for _, sub := range q["sub"] {
+				r.subs = append(r.subs, "res:"+sub)
+			}
+		default:
+			r.bad = append(r.bad, "folder "+q.Get("folder"))
 		}
 		if r.fail {
 			http.Error(w, "boom", http.StatusInternalServerError)
@@ -83,8 +87,37 @@ func TestNewNudger(t *testing.T) {
 			t.Errorf("NewNudger(%q) accepted a bad URL", bad)
 		}
 	}
-	if _, err := NewNudger("http://127.0.0.1:8384", "k", "", nil); err == nil {
-		t.Error("NewNudger accepted an empty folder id")
+	for _, bad := range []string{"", " ", "fid,", "=fid", "a/../b=fid", "fid,x=res,x/=res2", "fid,=res"} {
+		if _, err := NewNudger("http://127.0.0.1:8384", "k", bad, nil); err == nil {
+			t.Errorf("NewNudger accepted folders %q", bad)
+		}
+	}
+}
+
+// TestNudgerFolders: with a results directory shared as a Syncthing folder
+// of its own, a file there is scanned in that folder, by its path inside
+// it, and anything else in the folder rooted at the bridge folder; one
+// nudge makes one request per folder.
+func TestNudgerFolders(t *testing.T) {
+	r := newScanRecorder(t, "k")
+	n, err := NewNudger(r.srv.URL, "k", " hosts/h1/to-agent=res , fid", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.Nudge("hosts/h1/to-agent/a1/x.output", "hosts/h1/to-agent/a1/x.result", "hosts/h1/to-host/a1/x.ack", "hosts/h1/to-agentx/y")
+	r.waitSubs(t, "res:a1/x.output", "res:a1/x.result", "hosts/h1/to-host/a1/x.ack", "hosts/h1/to-agentx/y")
+	// Without a folder at the root, a path outside the others is left alone.
+	only, err := NewNudger(r.srv.URL, "k", "hosts/h1/to-agent=res", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	only.Nudge("hosts/h1/to-host/a1/z.ack", "hosts/h1/to-agent/a1/z.result")
+	r.waitSubs(t, "res:a1/z.result")
+	time.Sleep(100 * time.Millisecond)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if slices.Contains(r.subs, "hosts/h1/to-host/a1/z.ack") || len(r.bad) > 0 {
+		t.Fatalf("a path in no folder was nudged: %v %v", r.subs, r.bad)
 	}
 }
 
