@@ -48,8 +48,11 @@
 // # Storage format
 //
 // The directory holds ledger.lock (the lock, with the holder's pid),
-// ledger.db (the database), ledger.db.damaged-<unix seconds> (copies kept by
-// Repair) and, briefly, ledger.db.tmp (a rewrite before its rename).
+// ledger.db (the database), ledger.db.checked (written after each
+// compaction: "bridge-ledger-checked v1 <bytes> <sha256 hex>", the prefix of
+// ledger.db whose records Open need not check again while it hashes the
+// same), ledger.db.damaged-<unix seconds> (copies kept by Repair) and,
+// briefly, ledger.db.tmp (a rewrite before its rename).
 //
 // ledger.db is a BuntDB v1.3.0 append-only file: RESP commands
 // `*N\r\n` followed by N bulk strings `$len\r\nbytes\r\n`, one `set` per

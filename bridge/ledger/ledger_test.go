@@ -56,7 +56,7 @@ func TestDurableAcrossReopen(t *testing.T) {
 			t.Errorf("ledger file contains an expiring record (%q)", ttl)
 		}
 	}
-	if s := scanLog(raw); !s.clean() || s.entries() != 3 {
+	if s := scanLog(raw, 0); !s.clean() || s.entries() != 3 {
 		t.Errorf("file scan: clean %v, entries %d, %s", s.clean(), s.entries(), s.problem())
 	}
 	if runtime.GOOS != "windows" {
@@ -551,7 +551,7 @@ func TestCompactOnOpen(t *testing.T) {
 		t.Fatalf("after compaction:\n got %+v\nwant %+v", got, want)
 	}
 	after := readFile(t, dbPath(dir))
-	s := scanLog(after)
+	s := scanLog(after, 0)
 	if !s.clean() || len(s.cmds) != 3 || int64(len(after)) != liveSize(s) || len(after) >= len(before) {
 		t.Fatalf("compacted file: %d → %d bytes, %d commands, %s", len(before), len(after), len(s.cmds), s.problem())
 	}
@@ -585,7 +585,7 @@ func TestCompactOnClose(t *testing.T) {
 	before, _ := os.Stat(dbPath(dir))
 	mustClose(t, l)
 	after := readFile(t, dbPath(dir))
-	s := scanLog(after)
+	s := scanLog(after, 0)
 	if !s.clean() || len(s.cmds) != 4 || int64(len(after)) != liveSize(s) || int64(len(after)) >= before.Size() {
 		t.Fatalf("closed file: %d → %d bytes, %d commands, %s", before.Size(), len(after), len(s.cmds), s.problem())
 	}
@@ -671,5 +671,68 @@ func TestSettled(t *testing.T) {
 	})
 	if err != nil || len(got) != 1 || got[0].Key != "a/later" || fmt.Sprint(asked) != "[a/later a/soon]" {
 		t.Errorf("Settled with want = %+v, %v after asking %v; want only a/later, after asking about a/later and a/soon", got, err, asked)
+	}
+}
+
+// A compaction vouches for the file it wrote (ledger.db.checked), and the
+// next Open checks only the records after that prefix. Damage inside the
+// prefix changes its hash, so it is found as before; a damaged or stale
+// checked file only costs the checks it would have saved.
+func TestCheckedPrefix(t *testing.T) {
+	dir := t.TempDir()
+	defer func(size int64) { closeCompactMin = size }(closeCompactMin)
+	closeCompactMin = 0
+	l := mustOpen(t, dir)
+	for _, k := range []string{"a/1", "a/2", "a/3"} {
+		mustAdmit(t, l, testEntry(k, time.Now().Add(time.Hour)))
+		mustTransition(t, l, k, StateSeen, StateClaimed)
+		mustTransition(t, l, k, StateClaimed, StateRunning)
+		mustTransition(t, l, k, StateRunning, StateDone)
+	}
+	mustClose(t, l)
+	compacted := readFile(t, dbPath(dir))
+	if n := checkedPrefix(dbPath(dir), compacted); n != int64(len(compacted)) {
+		t.Fatalf("after compaction the checked file vouches for %d of %d bytes", n, len(compacted))
+	}
+	opened := func() (int64, error) {
+		t.Helper()
+		before := recordChecks.Load()
+		l, err := Open(dir)
+		if err == nil {
+			mustClose(t, l)
+		}
+		return recordChecks.Load() - before, err
+	}
+	if n, err := opened(); err != nil || n != 0 {
+		t.Fatalf("Open of a vouched-for file: %d records checked, %v; want none", n, err)
+	}
+	// A record appended after the prefix is checked; the prefix is not.
+	l = mustOpen(t, dir)
+	mustAdmit(t, l, testEntry("a/4", time.Now().Add(time.Hour)))
+	mustClose(t, l)
+	if n, err := opened(); err != nil || n != 1 {
+		t.Fatalf("Open after one more record: %d records checked, %v; want 1", n, err)
+	}
+	// A checked file that does not match (stale, damaged, foreign) vouches
+	// for nothing: every record is checked.
+	for _, bad := range []string{"", "bridge-ledger-checked v1 12 00\n", "garbage", checkedHeader + " 99999999 " + strings.Repeat("0", 64) + "\n"} {
+		if err := os.WriteFile(dbPath(dir)+checkedSuffix, []byte(bad), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := opened(); err != nil || n != 4 {
+			t.Fatalf("checked file %q: %d records checked, %v; want all 4", bad, n, err)
+		}
+	}
+	// Damage inside the vouched-for prefix: the hash no longer matches, the
+	// record is checked and the ledger refused as before.
+	writeChecked(dbPath(dir), compacted)
+	data := readFile(t, dbPath(dir))
+	i := bytes.Index(data, []byte(`"state":"done"`))
+	copy(data[i:], `"state":"dune"`)
+	if err := os.WriteFile(dbPath(dir), data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := opened(); !errors.Is(err, ErrDamaged) {
+		t.Fatalf("damage inside the vouched-for prefix: %v; want ErrDamaged", err)
 	}
 }

@@ -168,7 +168,7 @@ func TestRepairCleanAndMidFile(t *testing.T) {
 	}
 
 	// Break the second record: its '*' becomes '#'.
-	s := scanLog(base)
+	s := scanLog(base, 0)
 	if len(s.cmds) < 3 {
 		t.Fatalf("%d commands", len(s.cmds))
 	}
