@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"strconv"
@@ -81,31 +80,64 @@ func openAudit(path string) (*auditLog, error) {
 }
 
 // resume finds where the chain ends. A last line without its newline is a
-// write a crash cut short: it was never complete, and is dropped.
+// write a crash cut short: it was never complete, and is dropped. It reads
+// the file from its end, as little as holds the last line: a host's audit
+// log grows by every request, and a start must not read all of it.
 func (a *auditLog) resume() error {
-	data, err := io.ReadAll(a.f)
+	fi, err := a.f.Stat()
 	if err != nil {
 		return err
 	}
-	if i := bytes.LastIndexByte(data, '\n'); i != len(data)-1 {
-		if err := a.f.Truncate(int64(i + 1)); err != nil {
+	last, end, err := lastLine(a.f, fi.Size())
+	if err != nil {
+		return err
+	}
+	if end < fi.Size() {
+		if err := a.f.Truncate(end); err != nil {
 			return err
 		}
-		data = data[:i+1]
 	}
-	lines := bytes.Split(bytes.TrimSuffix(data, []byte("\n")), []byte("\n"))
-	if len(data) == 0 {
+	if end == 0 {
 		return nil
 	}
-	last := lines[len(lines)-1]
 	var e AuditEvent
 	_ = json.Unmarshal(last, &e)
 	a.seq = e.Seq
 	if a.seq == 0 { // a log from before the chain: go on counting lines
-		a.seq = uint64(len(lines))
+		data := make([]byte, end)
+		if _, err := a.f.ReadAt(data, 0); err != nil {
+			return err
+		}
+		a.seq = uint64(bytes.Count(data, []byte("\n")))
 	}
 	a.prev = lineHash(last)
 	return nil
+}
+
+// lastLine returns the last newline-terminated line of the first size
+// bytes of f (without its newline) and the offset just past that newline:
+// 0 and no line if there is no newline. It reads backwards in growing
+// windows until one holds the whole line.
+func lastLine(f *os.File, size int64) (line []byte, end int64, err error) {
+	for win := int64(64 << 10); ; win *= 2 {
+		off := max(0, size-win)
+		buf := make([]byte, size-off)
+		if _, err := f.ReadAt(buf, off); err != nil {
+			return nil, 0, err
+		}
+		k := bytes.LastIndexByte(buf, '\n')
+		if k < 0 {
+			if off == 0 {
+				return nil, 0, nil
+			}
+			continue
+		}
+		j := bytes.LastIndexByte(buf[:k], '\n')
+		if j < 0 && off > 0 {
+			continue
+		}
+		return buf[j+1 : k], off + int64(k) + 1, nil
+	}
 }
 
 func (a *auditLog) log(e AuditEvent) {

@@ -120,3 +120,42 @@ func TestAuditCrashLeftovers(t *testing.T) {
 		t.Fatalf("after reopening a torn log: %+v", c)
 	}
 }
+
+// Reopening reads the log from its end: lines longer than its first read
+// window, and a torn line longer than that, still resume the chain where it
+// ends; a log that is all torn line starts over.
+func TestAuditResumeLongLines(t *testing.T) {
+	h := &Home{Dir: t.TempDir()}
+	a, err := openAudit(h.Path(auditName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		a.log(AuditEvent{Event: "refused", Detail: strings.Repeat(string(rune('a'+i)), 100<<10)})
+	}
+	a.close()
+	f, _ := os.OpenFile(h.Path(auditName), os.O_APPEND|os.O_WRONLY, 0)
+	f.WriteString(`{"seq":4,"prev":"` + strings.Repeat("x", 150<<10))
+	f.Close()
+	if a, err = openAudit(h.Path(auditName)); err != nil {
+		t.Fatal(err)
+	}
+	a.log(AuditEvent{Event: "start"})
+	a.close()
+	if c := verifyAudit(t, h); !c.OK || c.Lines != 4 {
+		t.Fatalf("after reopening a log of long lines with a long torn one: %+v", c)
+	}
+
+	h = &Home{Dir: t.TempDir()}
+	if err := os.WriteFile(h.Path(auditName), []byte(strings.Repeat("y", 200<<10)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if a, err = openAudit(h.Path(auditName)); err != nil {
+		t.Fatal(err)
+	}
+	a.log(AuditEvent{Event: "start"})
+	a.close()
+	if c := verifyAudit(t, h); !c.OK || c.Lines != 1 {
+		t.Fatalf("after reopening a log that is one torn line: %+v", c)
+	}
+}

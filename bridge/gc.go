@@ -54,6 +54,7 @@ func (d *Daemon) collect(o GCOptions, all []ledger.Entry) (*GCReport, error) {
 	o.defaults()
 	now := d.opt.Now()
 	rep := &GCReport{DryRun: o.DryRun}
+	progress := &progressFiles{d: d}
 	var old []ledger.Entry
 	for _, e := range all {
 		if e.State.Terminal() && e.Expires.Add(d.opt.Skew).Before(now) {
@@ -88,7 +89,7 @@ func (d *Daemon) collect(o GCOptions, all []ledger.Entry) (*GCReport, error) {
 		}
 		// Output first, the manifest last: a crash in between leaves the
 		// manifest, which the next collection finds and finishes.
-		d.removeProgress(e.Agent, e.ID)
+		progress.remove(e.Agent, e.ID)
 		for _, ext := range []string{ExtOutput, ExtResult} {
 			if err := d.folder.Remove(ResultPath(d.me, e.Agent, e.ID, ext)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 				return rep, err
@@ -118,7 +119,7 @@ func (d *Daemon) collect(o GCOptions, all []ledger.Entry) (*GCReport, error) {
 		if o.DryRun {
 			continue
 		}
-		d.removeProgress(e.Agent, e.ID)
+		progress.remove(e.Agent, e.ID)
 		for _, ext := range []string{ExtOutput, ExtResult} {
 			if err := d.folder.Remove(ResultPath(d.me, e.Agent, e.ID, ext)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 				return rep, err
@@ -258,15 +259,35 @@ func GC(h *Home, o GCOptions) (*GCReport, error) {
 	return d.collect(o, all)
 }
 
-// removeProgress removes the progress chunks of a finished request.
-func (d *Daemon) removeProgress(agent, id string) {
-	entries, err := d.folder.List(ToAgentDir(d.me, agent))
-	if err != nil {
-		return
+// progressFiles finds the progress chunks of finished requests for one
+// collection: each agent's directory is listed once, when the first of its
+// requests is collected, not once per request (it holds two files for
+// every result kept).
+type progressFiles struct {
+	d     *Daemon
+	names map[string]map[string][]string // agent → request id → chunk names
+}
+
+// remove removes the progress chunks of a finished request.
+func (p *progressFiles) remove(agent, id string) {
+	if p.names == nil {
+		p.names = map[string]map[string][]string{}
 	}
-	for _, e := range entries {
-		if cid, _, ok := ParseProgressName(e.Name); ok && cid == id {
-			d.folder.Remove(ToAgentDir(d.me, agent) + "/" + e.Name)
+	byID, ok := p.names[agent]
+	if !ok {
+		byID = map[string][]string{}
+		p.names[agent] = byID
+		entries, _ := p.d.folder.ListFunc(ToAgentDir(p.d.me, agent), func(name string) bool {
+			_, _, ok := ParseProgressName(name)
+			return ok
+		})
+		for _, e := range entries {
+			cid, _, _ := ParseProgressName(e.Name)
+			byID[cid] = append(byID[cid], e.Name)
 		}
 	}
+	for _, name := range byID[id] {
+		p.d.folder.Remove(ToAgentDir(p.d.me, agent) + "/" + name)
+	}
+	delete(byID, id)
 }

@@ -270,7 +270,7 @@ type RotationEvent struct {
 // statements are ignored; anything else is refused. Only the home is
 // written, never the folder.
 func (h *Home) FollowRotations(f *syncsafe.Folder, peerID, dir string) ([]RotationEvent, error) {
-	entries, err := f.List(dir)
+	entries, err := f.ListFunc(dir, func(name string) bool { _, ok := ParseRotationName(name); return ok })
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	} else if err != nil {

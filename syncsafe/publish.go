@@ -251,7 +251,7 @@ func retryTransient(op func() error) error {
 // process publishing right now (0 removes all). Only regular files are
 // touched.
 func (f *Folder) SweepTemps(dir string, olderThan time.Duration) (int, error) {
-	ents, err := f.List(dir)
+	ents, err := f.ListFunc(dir, isOurTemp)
 	if err != nil {
 		return 0, fmt.Errorf("sweep temps: %w", err)
 	}

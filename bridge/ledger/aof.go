@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -335,7 +336,7 @@ func Repair(dir string) (rep RepairReport, err error) {
 			}
 		}
 	}()
-	data, err := io.ReadAll(f)
+	data, err := readAll(f)
 	if err != nil {
 		return rep, fmt.Errorf("repair ledger %s: %w", path, err)
 	}
@@ -431,6 +432,22 @@ func replaceFile(path string, data []byte) error {
 	return err
 }
 
+// readAll reads the rest of f into a buffer sized from its length: growing
+// one by doubling, as io.ReadAll does, zeroed and copied about 200 MB for a
+// ledger of 100,000 requests, a quarter of Open.
+func readAll(f *os.File) ([]byte, error) {
+	var size int64
+	if fi, err := f.Stat(); err == nil {
+		size = fi.Size()
+	}
+	if off, err := f.Seek(0, io.SeekCurrent); err == nil && off <= size {
+		size -= off
+	}
+	b := bytes.NewBuffer(make([]byte, 0, size+bytes.MinRead))
+	_, err := b.ReadFrom(f)
+	return b.Bytes(), err
+}
+
 // syncFile is a variable so that tests can make fsync fail.
 var syncFile = (*os.File).Sync
 
@@ -484,8 +501,9 @@ func Snapshot(dir string) ([]Entry, error) {
 //
 //	bridge-ledger-checked v1 <bytes> <SHA-256 of those bytes, hex>
 //
-// A compaction writes it after the file it describes. Open then checks
-// only the records after that prefix, if the prefix still hashes the same:
+// A compaction writes it after the file it describes, and Open after it
+// checked records beyond the prefix vouched for. Open then checks only the
+// records after that prefix, if the prefix still hashes the same:
 // at 100,000 requests the record checks are most of Open (1.5 s of CPU),
 // the hash about 60 ms. A missing, stale or damaged checked file costs
 // time, never a check: every record it does not vouch for is checked.

@@ -49,9 +49,9 @@
 //
 // The directory holds ledger.lock (the lock, with the holder's pid),
 // ledger.db (the database), ledger.db.checked (written after each
-// compaction: "bridge-ledger-checked v1 <bytes> <sha256 hex>", the prefix of
-// ledger.db whose records Open need not check again while it hashes the
-// same), ledger.db.damaged-<unix seconds> (copies kept by Repair) and,
+// compaction, and by Open once it checked more records: "bridge-ledger-checked
+// v1 <bytes> <sha256 hex>", the prefix of ledger.db whose records Open need
+// not check again while it hashes the same), ledger.db.damaged-<unix seconds> (copies kept by Repair) and,
 // briefly, ledger.db.tmp (a rewrite before its rename).
 //
 // ledger.db is a BuntDB v1.3.0 append-only file: RESP commands

@@ -3,12 +3,12 @@ package ledger
 import (
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -198,11 +198,12 @@ func prepareFile(path string) (f *os.File, dropped int64, err error) {
 			}
 		}
 	}
-	data, err := io.ReadAll(f)
+	data, err := readAll(f)
 	if err != nil {
 		return nil, 0, fmt.Errorf("open ledger %s: %w", path, err)
 	}
-	s := scanLog(data, checkedPrefix(path, data))
+	checked := checkedPrefix(path, data)
+	s := scanLog(data, checked)
 	if s.bad != nil || s.gapAt >= 0 {
 		return nil, 0, damagedError(path, s.problem())
 	}
@@ -228,6 +229,10 @@ func prepareFile(path string) (f *os.File, dropped int64, err error) {
 		if f, err = os.OpenFile(path, os.O_RDWR, 0); err != nil {
 			return nil, 0, fmt.Errorf("open ledger %s: %w", path, err)
 		}
+	} else if s.end > checked {
+		// Every record up to s.end was just checked (or vouched for):
+		// the next Open need only check what is appended after it.
+		writeChecked(path, data[:s.end])
 	}
 	return f, dropped, nil
 }
@@ -244,9 +249,16 @@ var (
 func liveSize(s *logScan) int64 {
 	var n int64
 	for k, v := range s.live {
-		n += int64(len(respSet(k, string(v))))
+		n += respSetLen(len(k), len(v))
 	}
 	return n
+}
+
+// respSetLen is len(respSet(key, val)) for a key and value of those
+// lengths, without building it.
+func respSetLen(key, val int) int64 {
+	digits := func(n int) int { return len(strconv.Itoa(n)) }
+	return int64(len("*3\r\n$3\r\nset\r\n$") + digits(key) + 2 + key + 2 + 1 + digits(val) + 2 + val + 2)
 }
 
 func respSet(key, val string) string {
@@ -346,7 +358,7 @@ func (l *Ledger) compactable() map[string]string {
 	err = l.db.View(func(tx *buntdb.Tx) error {
 		return tx.AscendKeys("*", func(k, v string) bool {
 			live[k] = v
-			n += int64(len(respSet(k, v)))
+			n += respSetLen(len(k), len(v))
 			return true
 		})
 	})

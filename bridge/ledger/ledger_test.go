@@ -674,8 +674,9 @@ func TestSettled(t *testing.T) {
 	}
 }
 
-// A compaction vouches for the file it wrote (ledger.db.checked), and the
-// next Open checks only the records after that prefix. Damage inside the
+// A compaction vouches for the file it wrote (ledger.db.checked), as does
+// an Open for what it checked, and the next Open checks only the records
+// after that prefix. Damage inside the
 // prefix changes its hash, so it is found as before; a damaged or stale
 // checked file only costs the checks it would have saved.
 func TestCheckedPrefix(t *testing.T) {
@@ -713,6 +714,10 @@ func TestCheckedPrefix(t *testing.T) {
 	if n, err := opened(); err != nil || n != 1 {
 		t.Fatalf("Open after one more record: %d records checked, %v; want 1", n, err)
 	}
+	// That Open vouched for what it checked: the next one checks nothing.
+	if n, err := opened(); err != nil || n != 0 {
+		t.Fatalf("Open after an Open that checked the new record: %d records checked, %v; want none", n, err)
+	}
 	// A checked file that does not match (stale, damaged, foreign) vouches
 	// for nothing: every record is checked.
 	for _, bad := range []string{"", "bridge-ledger-checked v1 12 00\n", "garbage", checkedHeader + " 99999999 " + strings.Repeat("0", 64) + "\n"} {
@@ -734,5 +739,17 @@ func TestCheckedPrefix(t *testing.T) {
 	}
 	if _, err := opened(); !errors.Is(err, ErrDamaged) {
 		t.Fatalf("damage inside the vouched-for prefix: %v; want ErrDamaged", err)
+	}
+}
+
+// respSetLen counts what respSet writes, across the lengths where the
+// length prefixes gain a digit.
+func TestRespSetLen(t *testing.T) {
+	for _, k := range []int{0, 1, 9, 10, 67, 99, 100} {
+		for _, v := range []int{0, 9, 10, 99, 100, 775, 999, 1000, 10000} {
+			if got, want := respSetLen(k, v), int64(len(respSet(strings.Repeat("k", k), strings.Repeat("v", v)))); got != want {
+				t.Errorf("respSetLen(%d, %d) = %d; want %d", k, v, got, want)
+			}
+		}
 	}
 }
