@@ -685,14 +685,37 @@ type stamp struct {
 // resultStamp covers both files of a published result: losing or changing
 // either makes a rescan look at the request again.
 func (d *Daemon) resultStamp(agent, id string) stamp {
-	st := stamp{size: -1, outSize: -1}
-	if fi, err := d.folder.Lstat(ResultPath(d.me, agent, id, ExtResult)); err == nil {
-		st.size, st.mtime = fi.Size(), fi.ModTime()
+	return d.resultStamps([]string{agent + "/" + id})[0]
+}
+
+// resultStamps is resultStamp of many "agent/id" keys, each agent's result
+// directory opened once for a run of its keys.
+func (d *Daemon) resultStamps(keys []string) []stamp {
+	out := make([]stamp, len(keys))
+	for i := 0; i < len(keys); {
+		agent, _, _ := strings.Cut(keys[i], "/")
+		j := i
+		var names []string
+		for ; j < len(keys) && strings.HasPrefix(keys[j], agent+"/"); j++ {
+			id := keys[j][len(agent)+1:]
+			names = append(names, id+"."+ExtResult, id+"."+ExtOutput)
+		}
+		fis, err := d.folder.LstatIn(ToAgentDir(d.me, agent), names)
+		for k := i; k < j; k++ {
+			st := stamp{size: -1, outSize: -1}
+			if err == nil {
+				if fi := fis[2*(k-i)]; fi != nil {
+					st.size, st.mtime = fi.Size(), fi.ModTime()
+				}
+				if fi := fis[2*(k-i)+1]; fi != nil {
+					st.outSize, st.outMtime = fi.Size(), fi.ModTime()
+				}
+			}
+			out[k] = st
+		}
+		i = j
 	}
-	if fi, err := d.folder.Lstat(ResultPath(d.me, agent, id, ExtOutput)); err == nil {
-		st.outSize, st.outMtime = fi.Size(), fi.ModTime()
-	}
-	return st
+	return out
 }
 
 // markFinished records that key is terminal and its result is in place:

@@ -137,13 +137,12 @@ func (d *Daemon) dispatchFull(paths []string) {
 	turn := d.rescans % shares
 	d.rescans++
 	d.mu.Unlock()
-	seen := map[string]bool{}
+	var check []string // this rescan's share, in key order
 	for _, p := range later {
 		key, _ := requestKeyOf(p)
-		if seen[key] {
-			continue
+		if len(check) > 0 && check[len(check)-1] == key {
+			continue // the request's other file
 		}
-		seen[key] = true
 		if shares > 1 {
 			h := fnv.New32a()
 			h.Write([]byte(key))
@@ -151,7 +150,25 @@ func (d *Daemon) dispatchFull(paths []string) {
 				continue
 			}
 		}
-		d.dispatch(p, true)
+		check = append(check, key)
+	}
+	// As dispatch would for each, with the stamps taken together: a
+	// request whose result is no longer what was recorded is looked at
+	// again (a lost result is re-published).
+	stamps := d.resultStamps(check)
+	agents := d.agents()
+	for i, key := range check {
+		agent, id, _ := strings.Cut(key, "/")
+		if agents[agent] == nil {
+			continue // no longer trusted: dispatch ignores its files too
+		}
+		d.mu.Lock()
+		st, known := d.finished[key]
+		d.mu.Unlock()
+		if known && st == stamps[i] {
+			continue
+		}
+		d.schedule(agent, id)
 	}
 }
 

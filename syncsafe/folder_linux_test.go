@@ -33,7 +33,7 @@ func TestPortablePathWithoutOpenat2(t *testing.T) {
 	for name, test := range map[string]func(*testing.T){
 		"ReadFile": TestReadFile, "ReadFileSwapRace": TestReadFileSwapRace, "Open": TestOpen, "List": TestList,
 		"MkdirAllRemove": TestMkdirAllRemove, "PublishRefusesOverwrite": TestPublishRefusesOverwrite,
-		"PublishBadNames": TestPublishBadNames, "ReadFileDevice": TestReadFileDevice,
+		"PublishBadNames": TestPublishBadNames, "ReadFileDevice": TestReadFileDevice, "LstatIn": TestLstatIn,
 	} {
 		t.Run(name, test)
 	}

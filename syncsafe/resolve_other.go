@@ -14,3 +14,5 @@ func (f *Folder) fastLstat(string) (fs.FileInfo, bool, error) { return nil, fals
 func (f *Folder) fastOpen(string, int) (*os.File, bool, error) { return nil, false, nil }
 
 func openDirFast(*os.File, string) (*os.File, bool, error) { return nil, false, nil }
+
+func (f *Folder) fastLstatIn(string, []string, []fs.FileInfo) (bool, error) { return false, nil }

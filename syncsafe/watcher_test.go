@@ -344,3 +344,78 @@ func TestWatcherRescanUnderSteadyStream(t *testing.T) {
 		time.Sleep(20 * time.Millisecond) // events pile up meanwhile
 	}
 }
+
+// A full walk reuses the previous walk's listing of a directory that has not
+// changed since well before it was listed, and lists again one that changed:
+// a file added later is in the next full batch, events or not.
+func TestWatcherReusesUnchangedListings(t *testing.T) {
+	// Longer than any stall of a loaded machine between a change and the
+	// walk after it; the directories made "old" below are an hour old.
+	defer func(d time.Duration) { listingTrust = d }(listingTrust)
+	listingTrust = time.Minute
+	root := t.TempDir()
+	writeFile(t, filepath.Join(root, "a", "one"), "x")
+	old := time.Now().Add(-time.Hour)
+	must(t, os.Chtimes(filepath.Join(root, "a"), old, old))
+	must(t, os.Chtimes(root, old, old))
+	w := newWatcher(t, root, WatchOptions{Rescan: 50 * time.Millisecond, Debounce: -1, EventsFirst: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	full := func() Batch {
+		t.Helper()
+		for {
+			b, err := w.Next(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if b.Full {
+				return b
+			}
+		}
+	}
+	if b := full(); fmt.Sprint(b.Paths) != "[a/one]" {
+		t.Fatalf("first walk: %v", b.Paths)
+	}
+	if b := full(); fmt.Sprint(b.Paths) != "[a/one]" || w.stats.reusedLists.Load() != 2 {
+		t.Fatalf("second walk: %v, %d listings reused, want both", b.Paths, w.stats.reusedLists.Load())
+	}
+	writeFile(t, filepath.Join(root, "a", "two"), "x") // a's modification time moves
+	reused := w.stats.reusedLists.Load()
+	if b := full(); fmt.Sprint(b.Paths) != "[a/one a/two]" {
+		t.Fatalf("walk after a change: %v", b.Paths)
+	}
+	if got := w.stats.reusedLists.Load() - reused; got != 1 {
+		t.Fatalf("walk after a change reused %d listings, want 1 (the root's)", got)
+	}
+	// Changed within the trust window: listed again every time until its
+	// last change is a second older than the listing.
+	reused = w.stats.reusedLists.Load()
+	if b := full(); fmt.Sprint(b.Paths) != "[a/one a/two]" {
+		t.Fatalf("next walk: %v", b.Paths)
+	}
+	if got := w.stats.reusedLists.Load() - reused; got != 1 {
+		t.Fatalf("a directory changed just now was reused (%d listings reused, want 1)", got)
+	}
+	// However old, a listing is read again at least every tenth walk.
+	must(t, os.Chtimes(filepath.Join(root, "a"), old, old))
+	reused = w.stats.reusedLists.Load()
+	for range 20 {
+		full()
+	}
+	if reads := 2*20 - (w.stats.reusedLists.Load() - reused); reads < 4 {
+		t.Fatalf("20 walks of 2 unchanged directories read them %d times, want at least 4", reads)
+	}
+	// A file added behind a modification time put back (what a file system
+	// that keeps none looks like) is still found, by the walk that reads
+	// the directory again.
+	writeFile(t, filepath.Join(root, "a", "three"), "x")
+	must(t, os.Chtimes(filepath.Join(root, "a"), old, old))
+	found := false
+	for i := 0; i <= maxListingReuse && !found; i++ {
+		found = fmt.Sprint(full().Paths) == "[a/one a/three a/two]"
+	}
+	if !found {
+		t.Fatalf("a file added behind a reset modification time was not found in %d walks", maxListingReuse+1)
+	}
+	logStats(t, w)
+}

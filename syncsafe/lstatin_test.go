@@ -1,0 +1,49 @@
+package syncsafe
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// LstatIn answers as Lstat of each path does: a file's size and time, a
+// link as a link, nil for a missing name; a parent that is a link is
+// refused, and so is a name that is not one component.
+func TestLstatIn(t *testing.T) {
+	f, dir := newFolder(t)
+	writeFile(t, filepath.Join(dir, "d", "a.result"), "hello")
+	must(t, os.Mkdir(filepath.Join(dir, "d", "sub"), 0o755))
+	must(t, os.Symlink("a.result", filepath.Join(dir, "d", "link")))
+	must(t, os.Symlink("d", filepath.Join(dir, "alias")))
+	names := []string{"a.result", "missing", "sub", "link"}
+	got, err := f.LstatIn("d", names)
+	if err != nil || len(got) != len(names) {
+		t.Fatalf("LstatIn = %v, %v", got, err)
+	}
+	for i, n := range names {
+		want, werr := f.Lstat("d/" + n)
+		switch {
+		case errors.Is(werr, fs.ErrNotExist):
+			if got[i] != nil {
+				t.Errorf("%s: got %v for a missing name", n, got[i])
+			}
+		case got[i] == nil:
+			t.Errorf("%s: got nil, want %v", n, want)
+		case got[i].Name() != n || got[i].Size() != want.Size() || !got[i].ModTime().Equal(want.ModTime()) || got[i].Mode() != want.Mode():
+			t.Errorf("%s: got %s %d %v %v, want %d %v %v", n, got[i].Name(), got[i].Size(), got[i].ModTime(), got[i].Mode(), want.Size(), want.ModTime(), want.Mode())
+		}
+	}
+	if _, err := f.LstatIn("alias", names); err == nil {
+		t.Error("LstatIn through a linked directory succeeded")
+	}
+	for _, bad := range []string{"", "..", "a/b", "."} {
+		if _, err := f.LstatIn("d", []string{bad}); err == nil {
+			t.Errorf("LstatIn(%q) accepted a name that is not one component", bad)
+		}
+	}
+	if got, err := f.LstatIn("nodir", []string{"x"}); err == nil && got[0] != nil {
+		t.Errorf("LstatIn in a missing directory = %v, %v", got, err)
+	}
+}
