@@ -132,6 +132,7 @@ func scaleChild(home string) error {
 		}
 		defer func() { pprof.StopCPUProfile(); f.Close() }()
 	}
+	bridge.TuneDaemonGC() // as `bridge serve` does
 	h, err := bridge.OpenHome(home)
 	if err != nil {
 		return err

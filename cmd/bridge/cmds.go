@@ -318,6 +318,7 @@ func (c *ServeCmd) Run(g *Globals) error {
 	if err != nil {
 		return err
 	}
+	bridge.TuneDaemonGC()
 	level := bridge.LogInfo
 	if c.Verbose {
 		level = bridge.LogDebug
