@@ -491,6 +491,12 @@ func hostileCases() []hostileCase {
 			now := time.Now()
 			return h.rejected(t, spec{op: "ok", created: now, expires: now.Add(MaxValidity + time.Hour)}, "malformed")
 		}},
+		{"time/expires-beyond-year-9999", func(t *testing.T, h *hostileEnv) hostileWant {
+			// Rejected and recorded (the id stays taken) with an expiry the
+			// ledger can write; the battery reopens the ledger at its end.
+			now := time.Now()
+			return h.rejected(t, spec{op: "ok", created: now, expires: time.Unix(1<<40, 0)}, "malformed")
+		}},
 		{"time/expires-equals-created", func(t *testing.T, h *hostileEnv) hostileWant {
 			now := time.Now()
 			return h.refused(t, spec{op: "ok", created: now, expires: now}, "malformed")
@@ -1125,6 +1131,14 @@ func TestHostileBattery(t *testing.T) {
 	}
 	for id, n := range runs {
 		t.Errorf("an execution no case accounts for: %s ran %d times", id, n)
+	}
+	// Whatever the cases recorded, the ledger opens again: no hostile input
+	// may leave a record that makes the next start refuse it as damaged.
+	p.stop(t)
+	if l, err := ledger.Open(p.host.Path("ledger")); err != nil {
+		t.Errorf("the ledger after the hostile cases: %v", err)
+	} else {
+		l.Close()
 	}
 
 	var sb strings.Builder

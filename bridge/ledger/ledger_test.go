@@ -753,3 +753,37 @@ func TestRespSetLen(t *testing.T) {
 		}
 	}
 }
+
+// A time the record format cannot write (an agent signs its request's
+// expiry, and a rejected request is recorded whatever it says) is recorded
+// as the nearest one it can, and a record that would not read back (an op
+// name that is not UTF-8) is refused before it is written: either would
+// otherwise make the next Open refuse the whole ledger.
+func TestRecordsAlwaysReadBack(t *testing.T) {
+	dir := t.TempDir()
+	l := mustOpen(t, dir)
+	far := testEntry("a/far", time.Unix(1<<40, 0)) // year 36812
+	far.State = StateRejected
+	got := mustAdmit(t, l, far)
+	if got.Expires.Year() != 9999 {
+		t.Fatalf("a far expiry was recorded as %v", got.Expires)
+	}
+	early := testEntry("a/early", time.Date(-5, 1, 1, 0, 0, 0, 0, time.UTC))
+	early.State = StateRejected
+	if got := mustAdmit(t, l, early); got.Expires.Year() != 0 {
+		t.Fatalf("an expiry before year 0 was recorded as %v", got.Expires)
+	}
+	mustAdmit(t, l, testEntry("a/bad-op", time.Now().Add(time.Hour)))
+	if _, err := l.Transition("a/bad-op", []State{StateSeen}, StateClaimed, func(e *Entry) { e.Op = "op\xff" }); err == nil {
+		t.Fatal("a record with an op that is not UTF-8 was written")
+	}
+	if _, err := l.Transition("a/bad-op", []State{StateSeen}, StateClaimed, func(e *Entry) { e.Op = "op" }); err != nil {
+		t.Fatalf("the ledger is not usable after a refused record: %v", err)
+	}
+	mustClose(t, l)
+	l = mustOpen(t, dir)
+	defer mustClose(t, l)
+	if e, err := l.Get("a/far"); err != nil || !e.Expires.Equal(time.Date(9999, 12, 31, 23, 59, 59, 999999999, time.UTC)) {
+		t.Fatalf("after reopening: %+v, %v", e, err)
+	}
+}

@@ -91,17 +91,38 @@ func parseTime(s string) (time.Time, error) {
 }
 
 // normalize gives the in-memory form that round-trips through the encoding:
-// UTC, no monotonic reading, non-nil History.
+// UTC, no monotonic reading, within years 0000-9999, non-nil History.
 func normalize(e Entry) Entry {
-	e.FirstSeen = e.FirstSeen.UTC().Round(0)
-	e.Expires = e.Expires.UTC().Round(0)
-	e.Updated = e.Updated.UTC().Round(0)
+	e.FirstSeen = clampTime(e.FirstSeen)
+	e.Expires = clampTime(e.Expires)
+	e.Updated = clampTime(e.Updated)
 	h := make([]Transition, len(e.History))
 	for i, t := range e.History {
-		h[i] = Transition{State: t.State, At: t.At.UTC().Round(0)}
+		h[i] = Transition{State: t.State, At: clampTime(t.At)}
 	}
 	e.History = h
 	return e
+}
+
+// The times timeLayout can write: a year of four digits.
+var (
+	minTime = time.Date(0, 1, 1, 0, 0, 0, 0, time.UTC)
+	maxTime = time.Date(9999, 12, 31, 23, 59, 59, 999999999, time.UTC)
+)
+
+// clampTime is t in UTC without a monotonic reading, moved into the years
+// the encoding can write. An agent signs its request's expiry, so a
+// rejected request can carry any time; the ledger records it (the id must
+// stay taken) with the nearest one it can write, rather than a record that
+// would not read back.
+func clampTime(t time.Time) time.Time {
+	switch t = t.UTC().Round(0); {
+	case t.Before(minTime):
+		return minTime
+	case t.After(maxTime):
+		return maxTime
+	}
+	return t
 }
 
 func encodeEntry(e Entry) ([]byte, error) {
