@@ -168,6 +168,19 @@ func (d *Daemon) dispatchFull(paths []string) {
 		if known && st == stamps[i] {
 			continue
 		}
+		// The stamps were taken a moment ago: a collection may have
+		// removed the result and recorded that since. Look again before
+		// treating the request as changed, or a collected result would be
+		// published again.
+		if known {
+			now := d.resultStamp(agent, id)
+			d.mu.Lock()
+			st = d.finished[key]
+			d.mu.Unlock()
+			if st == now {
+				continue
+			}
+		}
 		d.schedule(agent, id)
 	}
 }

@@ -99,8 +99,9 @@ func (d *Daemon) collect(o GCOptions, all []ledger.Entry) (*GCReport, error) {
 		// Recorded as finished with no result: a rescan then leaves it be
 		// (the agent holds the result it acked), and the next periodic
 		// collection passes over it until it expires.
+		st := d.resultStamp(e.Agent, e.ID)
 		d.mu.Lock()
-		d.finished[e.Key] = d.resultStamp(e.Agent, e.ID)
+		d.finished[e.Key] = st
 		d.mu.Unlock()
 		d.audit.log(AuditEvent{Event: "collected", Agent: e.Agent, ID: e.ID, Reason: why})
 	}

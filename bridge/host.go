@@ -272,8 +272,8 @@ func (d *Daemon) controlLoop(stop <-chan struct{}) {
 		peersStamp = fi.ModTime()
 	}
 	// The first collection waits until the start-up scan has been
-	// evaluated: on a folder of 100,000 finished requests it reads every
-	// ledger entry, which must not delay the first answers.
+	// evaluated: on a folder of 100,000 finished requests it scans every
+	// ledger record, which must not delay the first answers.
 	collected := false
 	for tick := 1; ; tick++ {
 		select {

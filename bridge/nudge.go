@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"path"
 	"slices"
 	"strings"
 	"time"
@@ -74,23 +75,24 @@ func parseSTFolders(spec string) ([]stFolder, error) {
 	}
 	var out []stFolder
 	for _, item := range strings.Split(spec, ",") {
-		path, id, hasPath := strings.Cut(strings.TrimSpace(item), "=")
+		dir, id, hasPath := strings.Cut(item, "=")
 		if !hasPath {
-			path, id = "", path
+			dir, id = "", dir
 		}
-		path = strings.Trim(path, "/")
+		dir, id = strings.TrimSpace(dir), strings.TrimSpace(id)
+		clean := path.Clean("/" + dir)[1:]
 		switch {
 		case id == "":
 			return nil, fmt.Errorf("folder %q: want ID or PATH=ID", item)
-		case hasPath && (path == "" || path == "." || strings.Contains(path, "..") || strings.Contains(path, "\\")):
-			return nil, fmt.Errorf("folder %q: want a path inside the bridge folder, such as hosts/<host>/to-agent", item)
+		case hasPath && (clean == "" || clean != strings.Trim(dir, "/") || strings.Contains(dir, "\\")):
+			return nil, fmt.Errorf("folder %q: want a clean path inside the bridge folder, such as hosts/<host>/to-agent", item)
 		}
 		for _, f := range out {
-			if f.path == path {
-				return nil, fmt.Errorf("folder %q: two folders at %q", item, "/"+path)
+			if f.path == clean {
+				return nil, fmt.Errorf("folder %q: two folders at %q", item, "/"+clean)
 			}
 		}
-		out = append(out, stFolder{path: path, id: id})
+		out = append(out, stFolder{path: clean, id: id})
 	}
 	slices.SortFunc(out, func(a, b stFolder) int { return len(b.path) - len(a.path) })
 	return out, nil

@@ -87,7 +87,7 @@ func TestNewNudger(t *testing.T) {
 			t.Errorf("NewNudger(%q) accepted a bad URL", bad)
 		}
 	}
-	for _, bad := range []string{"", " ", "fid,", "=fid", "a/../b=fid", "fid,x=res,x/=res2", "fid,=res"} {
+	for _, bad := range []string{"", " ", "fid,", "=fid", "a/../b=fid", "../b=fid", "a//b=fid", "a/./b=fid", "fid,x=res,x/=res2", "fid,=res"} {
 		if _, err := NewNudger("http://127.0.0.1:8384", "k", bad, nil); err == nil {
 			t.Errorf("NewNudger accepted folders %q", bad)
 		}
@@ -100,7 +100,7 @@ func TestNewNudger(t *testing.T) {
 // nudge makes one request per folder.
 func TestNudgerFolders(t *testing.T) {
 	r := newScanRecorder(t, "k")
-	n, err := NewNudger(r.srv.URL, "k", " hosts/h1/to-agent=res , fid", nil)
+	n, err := NewNudger(r.srv.URL, "k", " hosts/h1/to-agent = res , fid", nil)
 	if err != nil {
 		t.Fatal(err)
 	}

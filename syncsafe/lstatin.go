@@ -25,6 +25,11 @@ func (f *Folder) LstatIn(dir string, names []string) ([]fs.FileInfo, error) {
 	if ok, err := f.fastLstatIn(dir, names, out); ok {
 		return out, err
 	}
+	if fi, err := f.Lstat(dir); err != nil {
+		return nil, fmt.Errorf("lstat in: %w", err)
+	} else if !fi.IsDir() {
+		return nil, fmt.Errorf("lstat in %s: not a directory", dir)
+	}
 	for i, n := range names {
 		fi, err := f.Lstat(dir + "/" + n)
 		if errors.Is(err, fs.ErrNotExist) {

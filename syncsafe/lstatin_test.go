@@ -43,7 +43,7 @@ func TestLstatIn(t *testing.T) {
 			t.Errorf("LstatIn(%q) accepted a name that is not one component", bad)
 		}
 	}
-	if got, err := f.LstatIn("nodir", []string{"x"}); err == nil && got[0] != nil {
-		t.Errorf("LstatIn in a missing directory = %v, %v", got, err)
+	if got, err := f.LstatIn("nodir", []string{"x"}); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("LstatIn in a missing directory = %v, %v; want ErrNotExist", got, err)
 	}
 }

@@ -259,6 +259,8 @@ func (w *Watcher) Next(ctx context.Context) (Batch, error) {
 		w.mu.Unlock()
 		if full {
 			w.stats.lossWalks.Add(1)
+			// Events were lost: read every directory, trusting no listing.
+			clear(w.listings)
 			return w.fullWalk()
 		}
 		b, err := w.eventBatch(pend)
@@ -390,9 +392,12 @@ const maxListingReuse = 9
 
 // listingTrust is how long after a directory's last change a listing of it
 // must have begun to be reused. A change made later gives the directory a
-// new modification time; one within the same clock tick as the change
-// before it might not, which a second rules out. (A variable for tests.)
-var listingTrust = time.Second
+// new modification time; one within the same timestamp tick as the change
+// before it might not, which two seconds rule out on every local file
+// system (FAT's tick is 2 s). A network file system whose server clock is
+// further off than that can hide a new file from reused listings, for at
+// most maxListingReuse walks. (A variable for tests.)
+var listingTrust = 2 * time.Second
 
 // list lists dir. During a full walk it reuses the previous full walk's
 // listing if the directory has not changed since (same inode, same

@@ -98,7 +98,13 @@
 // 1 MiB and twice its live size (so the next start reads live records
 // only): new file, fsync, rename, fsync the directory.
 //
-// Open reads every byte first, stricter than BuntDB's loader:
+// Open reads every byte first, stricter than BuntDB's loader. Records in
+// the prefix ledger.db.checked vouches for (by its SHA-256) were checked
+// when they were written or last opened, and are not decoded again; every
+// other record is. The ledger never writes a record that would not read
+// back (putEntry decodes each before it writes it; times are clamped into
+// the years the format can write), so what a compaction vouches for was
+// checked too.
 //
 //	end of file inside a record, NUL bytes after the last   cut back to the last complete record, fsynced
 //	record (a crash), or a record prefix followed by NULs   (Stats.TailDropped); that write never returned

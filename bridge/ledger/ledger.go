@@ -175,8 +175,10 @@ func (l *Ledger) open() error {
 func prepareFile(path string) (f *os.File, dropped int64, err error) {
 	// A compaction or repair that crashed before its rename; with the lock
 	// held nobody else can be writing it.
-	if err := os.Remove(path + ".tmp"); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return nil, 0, fmt.Errorf("open ledger %s: %w", path, err)
+	for _, tmp := range []string{path + ".tmp", path + checkedSuffix + ".tmp"} {
+		if err := os.Remove(tmp); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return nil, 0, fmt.Errorf("open ledger %s: %w", path, err)
+		}
 	}
 	f, err = os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
@@ -517,6 +519,12 @@ func putEntry(tx *buntdb.Tx, e Entry) error {
 	val, err := encodeEntry(e)
 	if err != nil {
 		return err
+	}
+	// Only a record that reads back goes in: one that did not would make
+	// the next Open refuse the whole ledger as damaged, and a compaction
+	// vouches for every record it rewrites (ledger.db.checked).
+	if back, err := decodeEntry(val); err != nil || back.Key != e.Key {
+		return fmt.Errorf("record %q would not read back: %v", e.Key, err)
 	}
 	_, _, err = tx.Set(entryPrefix+e.Key, string(val), nil) // nil options: never a TTL
 	return err
