@@ -487,6 +487,12 @@ func hostileCases() []hostileCase {
 			now := time.Now()
 			return h.rejected(t, spec{op: "ok", created: now.Add(time.Hour), expires: now.Add(2 * time.Hour)}, "not-yet-valid")
 		}},
+		{"time/created-beyond-a-validity", func(t *testing.T, h *hostileEnv) hostileWant {
+			// Refused without an entry: one would have to be kept until long
+			// after any retention.
+			created := time.Now().Add(MaxValidity + 2*time.Hour)
+			return h.refused(t, spec{op: "ok", created: created, expires: created.Add(time.Hour)}, "not-yet-valid")
+		}},
 		{"time/validity-over-7-days", func(t *testing.T, h *hostileEnv) hostileWant {
 			now := time.Now()
 			return h.rejected(t, spec{op: "ok", created: now, expires: now.Add(MaxValidity + time.Hour)}, "malformed")

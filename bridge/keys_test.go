@@ -1,6 +1,7 @@
 package bridge
 
 import (
+	"bytes"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -122,6 +123,24 @@ func TestRotationReplayAndRevocation(t *testing.T) {
 	if out.Receipt.Status != StatusRejected || out.Receipt.Reason != "revoked" {
 		t.Fatalf("request signed by a revoked key: %s (%s)", out.Receipt.Status, out.Receipt.Reason)
 	}
+	// One that also expired beyond the skew gets no entry and no result,
+	// as any expired request: after GC forgot an earlier entry, it would
+	// otherwise be answered a second time.
+	old, m, pl := p.sealManual(t, "echo", map[string]string{"msg": "old"}, func(n *NewRequest) {
+		n.Created, n.Expires = time.Now().Add(-3*time.Hour), time.Now().Add(-2*time.Hour)
+	})
+	os.WriteFile(filepath.Join(dir, old+".payload"), pl, 0o644)
+	os.WriteFile(filepath.Join(dir, old+".manifest"), m, 0o644)
+	waitFor(t, 5*time.Second, "the expired request signed by a revoked key to be refused", func() bool {
+		audit, _ := os.ReadFile(p.host.Path("audit.log"))
+		return bytes.Contains(audit, []byte(`"event":"refused"`)) && bytes.Contains(audit, []byte(old+".manifest"))
+	})
+	if p.entry(t, old).ID != "" {
+		t.Fatal("an expired request signed by a revoked key was recorded")
+	}
+	if _, err := os.Stat(filepath.Join(p.toAgent(), old+".result")); !os.IsNotExist(err) {
+		t.Fatalf("an expired request signed by a revoked key was answered: %v", err)
+	}
 	// The thief rotates the revoked key away: refused.
 	if _, err := p.agent.Rotate(time.Hour); err != nil {
 		t.Fatal(err)
@@ -191,5 +210,32 @@ func TestRetiredKeysDestroyed(t *testing.T) {
 	}
 	if _, err := os.Stat(p.host.Path(ownKeysDir, "0.secret")); !os.IsNotExist(err) {
 		t.Fatalf("the retired secret key is still there: %v", err)
+	}
+}
+
+// Junk rotation statements left in the folder are read once per batch and
+// agent, and each refusal is logged once: not once per statement per
+// statement, again at every rescan (30 files once gave 900 audit lines per
+// rescan).
+func TestJunkRotationsLoggedOnce(t *testing.T) {
+	p := newPair(t, testPolicy)
+	p.start(t, nil)
+	const n = 30
+	for i := 1; i <= n; i++ {
+		if err := os.WriteFile(filepath.Join(p.toHost(), RotationName(uint64(i))), []byte("junk"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	count := func() int {
+		audit, _ := os.ReadFile(p.host.Path("audit.log"))
+		return bytes.Count(audit, []byte(`"event":"rotation"`))
+	}
+	waitFor(t, 5*time.Second, "the junk statements to be refused", func() bool { return count() >= n })
+	settleFor() // three rescans
+	if got := count(); got != n {
+		t.Fatalf("%d junk statements gave %d rotation lines in the audit log, want %d", n, got, n)
+	}
+	if out := p.run(t, SubmitOptions{Op: "echo", Args: map[string]string{"msg": "still"}}); out.Receipt.Status != StatusDone {
+		t.Fatalf("a request beside junk statements: %s", out.Receipt.Status)
 	}
 }

@@ -168,10 +168,17 @@ func (d *Daemon) evaluate(agent, id string) bool {
 		d.refuseFile(mpath, fmt.Errorf("%w: %s was recorded with another manifest", ErrReplay, id))
 		return false
 	}
-	if !exists && errors.Is(verr, ErrExpired) && d.opt.Now().After(time.Unix(req.Expires, 0).Add(d.opt.Skew)) {
-		// Expired beyond the skew: its agent stopped waiting long ago, and
-		// the ledger may have forgotten the id after it ran (GC). Refuse it
-		// without an entry or a result, so it can never get a second one.
+	expires := recordedExpiry(req)
+	if !exists && verr != nil && outsideRecordWindow(req, expires, d.opt.Now(), d.opt.Skew) {
+		// Refused, and either past its (effective) expiry beyond the skew
+		// or created absurdly far ahead: the ledger may have forgotten the
+		// id after it was answered (GC), or would have to keep it for
+		// ever. Refuse it without an entry or a result, so it never gets a
+		// second one. Whatever the reason it is refused for (a revoked or
+		// expired key too), the times decide this.
+		if !errors.Is(verr, ErrExpired) && d.opt.Now().After(expires.Add(d.opt.Skew)) {
+			verr = fmt.Errorf("%w (and at %s: %w)", verr, expires.UTC().Format(time.RFC3339), ErrExpired)
+		}
 		d.refuseFile(mpath, verr)
 		return false
 	}
@@ -183,7 +190,7 @@ func (d *Daemon) evaluate(agent, id string) bool {
 			return false
 		}
 		ent, _, err = d.ledger.Admit(ledger.Entry{Key: key, Agent: agent, ID: id, State: ledger.StateSeen, ManifestSHA256: j.sha,
-			FirstSeen: d.opt.Now(), Expires: time.Unix(req.Expires, 0)})
+			FirstSeen: d.opt.Now(), Expires: expires})
 		if errors.Is(err, ledger.ErrConflict) {
 			d.refuseFile(mpath, fmt.Errorf("%w: %s", ErrReplay, id))
 			return false
@@ -223,6 +230,27 @@ func (d *Daemon) evaluate(agent, id string) bool {
 		return false
 	}
 	return d.admit(j, in, admitNew)
+}
+
+// recordedExpiry is the expiry the ledger keeps a request's id for: the
+// signed one, or, for a manifest that claims a longer validity than any
+// request may have (refused for it), its creation plus MaxValidity. Past it
+// (and the skew) no version of the request can be valid.
+func recordedExpiry(req *Request) time.Time {
+	created, expires := time.Unix(req.Created, 0), time.Unix(req.Expires, 0)
+	if expires.Sub(created) > MaxValidity {
+		return created.Add(MaxValidity)
+	}
+	return expires
+}
+
+// outsideRecordWindow reports whether a refused request is past its
+// recorded expiry beyond the skew, or created further ahead than the skew
+// and a whole validity: either way it gets no ledger entry (the first
+// because GC may have forgotten an earlier one, the second because its
+// entry would outlive any sensible retention).
+func outsideRecordWindow(req *Request, expires, now time.Time, skew time.Duration) bool {
+	return now.After(expires.Add(skew)) || time.Unix(req.Created, 0).After(now.Add(skew+MaxValidity))
 }
 
 // invalidKey checks whether a manifest that no valid key verifies was
