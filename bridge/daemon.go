@@ -11,7 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -441,6 +440,11 @@ func (d *Daemon) followRotations(agent string) {
 	changed := false
 	for _, ev := range events {
 		changed = changed || ev.Result == "accepted"
+		// A statement that stays in the folder is read again by every
+		// rescan: say why it is refused or ignored once, not every time.
+		if ev.Result != "accepted" && !d.firstTime(fmt.Sprintf("rotation:%s:%d:%s", agent, ev.Seq, ev.Result)) {
+			continue
+		}
 		d.audit.log(AuditEvent{Event: "rotation", Agent: agent, Detail: fmt.Sprintf("seq %d: %s", ev.Seq, ev.Result)})
 		d.log.Info("agent key rotation", "agent", ev.Peer, "seq", ev.Seq, "result", ev.Result)
 	}
@@ -452,6 +456,30 @@ func (d *Daemon) followRotations(agent string) {
 			d.log.Warn("publish catalog", "err", err)
 		}
 	}
+}
+
+// followBatchRotations follows the rotation statements of every trusted
+// agent with one in paths, once per agent however many it has (each
+// following reads all of them), and returns the other paths in order.
+func (d *Daemon) followBatchRotations(paths []string) []string {
+	var agents []string
+	rest := paths[:0:0]
+	for _, p := range paths {
+		if strings.HasSuffix(p, ".rotation") {
+			agent, name, ok := strings.Cut(p, "/")
+			if _, isRot := ParseRotationName(name); ok && isRot && !strings.Contains(name, "/") && d.agents()[agent] != nil {
+				if !slices.Contains(agents, agent) {
+					agents = append(agents, agent)
+				}
+				continue
+			}
+		}
+		rest = append(rest, p)
+	}
+	for _, agent := range agents {
+		d.followRotations(agent)
+	}
+	return rest
 }
 
 // publishCatalog publishes, for each trusted agent, the signed list of the
@@ -498,15 +526,13 @@ func (d *Daemon) Run(ctx context.Context) error {
 		}
 		// Rotation statements first: a request signed by an agent's new key
 		// may arrive in the same batch as the statement that introduces it.
-		sort.SliceStable(batch.Paths, func(i, j int) bool {
-			return strings.HasSuffix(batch.Paths[i], ".rotation") && !strings.HasSuffix(batch.Paths[j], ".rotation")
-		})
+		paths := d.followBatchRotations(batch.Paths)
 		if batch.Full {
-			d.dispatchFull(batch.Paths)
+			d.dispatchFull(paths)
 			d.refuseIrregular(batch.Irregular)
 			continue
 		}
-		for _, p := range batch.Paths {
+		for _, p := range paths {
 			d.dispatch(p, false)
 		}
 	}
@@ -659,17 +685,27 @@ func (d *Daemon) noteOnce(key, msg string, args ...any) {
 	}
 }
 
-// firstTime reports whether key was not noted before. The set is bounded:
-// names come from the folder, so a writer could otherwise grow it forever;
-// when full it starts over, and some lines are logged twice.
+// maxNoted bounds the log-once set: names come from the folder, so a
+// writer could otherwise grow it forever.
+const maxNoted = 100_000
+
+// firstTime reports whether key was not noted before. When the set is full
+// it forgets a random half (map order), not all of it: a folder with more
+// refused files than the bound has some of them logged again by a rescan,
+// not every one by every rescan.
 func (d *Daemon) firstTime(key string) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.noted[key] {
 		return false
 	}
-	if len(d.noted) >= 10000 {
-		clear(d.noted)
+	if len(d.noted) >= maxNoted {
+		for k := range d.noted {
+			if len(d.noted) <= maxNoted/2 {
+				break
+			}
+			delete(d.noted, k)
+		}
 	}
 	d.noted[key] = true
 	return true

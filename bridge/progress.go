@@ -268,7 +268,9 @@ func (c *Client) openChunk(p *Progress, own []OwnKey) (*Chunk, error) {
 	if err := readHeader(o, &h); err != nil {
 		return nil, err
 	}
-	if h.StdoutLen < 0 || h.StderrLen < 0 || h.StdoutLen+h.StderrLen > maxProgressData {
+	// Each length alone first: their sum could overflow.
+	if h.StdoutLen < 0 || h.StderrLen < 0 || h.StdoutLen > maxProgressData || h.StderrLen > maxProgressData ||
+		h.StdoutLen+h.StderrLen > maxProgressData {
 		return nil, bcrypto.ErrMalformed
 	}
 	ch := &Chunk{Seq: p.Seq, ElapsedMS: p.ElapsedMS, StdoutTotal: p.StdoutTotal, StderrTotal: p.StderrTotal, Dropped: p.Dropped,
