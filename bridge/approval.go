@@ -75,7 +75,7 @@ func (d *Daemon) decide(id string, approve bool, why string) error {
 	if keys == nil {
 		return fmt.Errorf("request %s: agent %s is no longer trusted", id, e.Agent)
 	}
-	j, err := d.reload(*e, keys)
+	j, err := d.reload(*e, keys, !approve)
 	if err != nil {
 		return err
 	}
@@ -120,7 +120,7 @@ func (d *Daemon) expireApprovals() {
 		if keys == nil {
 			continue
 		}
-		if j, err := d.reload(e, keys); err == nil {
+		if j, err := d.reload(e, keys, true); err == nil {
 			d.finish(j, Receipt{Status: StatusExpired, Reason: "approval-expired", Op: e.Op,
 				Detail: fmt.Sprintf("nobody approved it within %s", ttl)})
 		}

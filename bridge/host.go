@@ -226,7 +226,7 @@ func (d *Daemon) reconcile(id, as string) (*LedgerEntry, error) {
 	if keys == nil {
 		return nil, fmt.Errorf("reconcile %s: agent %s is no longer trusted", id, e.Agent)
 	}
-	j, err := d.reload(*e, keys)
+	j, err := d.reload(*e, keys, as != "rerun")
 	if err != nil {
 		return nil, fmt.Errorf("reconcile %s: %w", id, err)
 	}

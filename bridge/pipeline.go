@@ -133,7 +133,7 @@ func (d *Daemon) evaluate(agent, id string) bool {
 		// on it: it was left in flight by a publish that failed. If its
 		// result was sealed, publish it now.
 		if _, err := os.Stat(d.home.Path("results", agent, id+"."+ExtResult)); err == nil {
-			if j, err := d.reload(ent, keys); err == nil {
+			if j, err := d.reload(ent, keys, true); err == nil {
 				d.finish(j, Receipt{})
 			}
 		}
@@ -897,7 +897,7 @@ func (d *Daemon) recover() error {
 			d.log.Warn("in-flight request of an agent no longer trusted", "key", ent.Key)
 			continue
 		}
-		j, err := d.reload(ent, keys)
+		j, err := d.reload(ent, keys, false)
 		if err != nil {
 			d.log.Error("recover: cannot reload the admitted manifest", "key", ent.Key, "err", err)
 			continue
@@ -951,8 +951,13 @@ func (d *Daemon) recover() error {
 
 // reload re-reads and re-verifies the manifest a ledger entry admitted,
 // from the host's private copy. The signature is checked again; the times
-// are not (the request was admitted).
-func (d *Daemon) reload(ent ledger.Entry, keys *agentKeys) (*job, error) {
+// are not (the request was admitted). Any generation of the agent's keys
+// that is not revoked verifies it, as one did at admission: a rotation
+// since must not strand an entry awaiting approval or interrupted by a
+// crash. A revoked one does too when finishing: the request then only gets
+// its final answer (denied, expired, a result already sealed), and never
+// runs.
+func (d *Daemon) reload(ent ledger.Entry, keys *agentKeys, finishing bool) (*job, error) {
 	data, err := os.ReadFile(d.home.Path("manifests", ent.Agent, ent.ID+"."+ExtManifest))
 	if err != nil {
 		return nil, err
@@ -960,7 +965,24 @@ func (d *Daemon) reload(ent ledger.Entry, keys *agentKeys) (*job, error) {
 	if SHA256Hex(data) != ent.ManifestSHA256 {
 		return nil, fmt.Errorf("%w: the kept manifest changed", ErrReplay)
 	}
-	req, err := OpenRequest(data, ent.ID, d.check(ent.Agent, keys))
+	c := d.check(ent.Agent, keys)
+	now := d.opt.Now()
+	usable := func(pk PeerKey) bool { return finishing || keys.peer.State(pk, now) != KeyRevoked }
+	c.AgentKeys = nil
+	for _, pk := range keys.peer.Keys {
+		if usable(pk) {
+			c.AgentKeys = append(c.AgentKeys, pk.SignPub)
+		}
+	}
+	c.AgentBoxKid = func(kid string) bool {
+		for _, pk := range keys.peer.Keys {
+			if pk.BoxKid() == kid && usable(pk) {
+				return true
+			}
+		}
+		return false
+	}
+	req, err := OpenRequest(data, ent.ID, c)
 	if req == nil {
 		return nil, err
 	}
