@@ -221,8 +221,15 @@ func TestJunkRotationsLoggedOnce(t *testing.T) {
 	p := newPair(t, testPolicy)
 	p.start(t, nil)
 	const n = 30
+	scratch := t.TempDir()
 	for i := 1; i <= n; i++ {
-		if err := os.WriteFile(filepath.Join(p.toHost(), RotationName(uint64(i))), []byte("junk"), 0o644); err != nil {
+		// Renamed into place whole: a statement seen half-written is
+		// refused for that, and again, rightly, once it changes.
+		tmp := filepath.Join(scratch, RotationName(uint64(i)))
+		if err := os.WriteFile(tmp, []byte("junk"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, filepath.Join(p.toHost(), RotationName(uint64(i)))); err != nil {
 			t.Fatal(err)
 		}
 	}
