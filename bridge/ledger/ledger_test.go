@@ -568,12 +568,14 @@ func TestCompactOnOpen(t *testing.T) {
 	}
 }
 
-// A clean Close leaves a file of live records only when most of it was
-// superseded; the next Open reads the same entries.
-func TestCompactOnClose(t *testing.T) {
+// compactableLedger opens a ledger in a new directory that a clean Close
+// compacts: three requests taken to done, four records each.
+func compactableLedger(t *testing.T) (string, *Ledger) {
+	t.Helper()
 	dir := t.TempDir()
-	defer func(size int64) { closeCompactMin = size }(closeCompactMin)
+	old := closeCompactMin
 	closeCompactMin = 0
+	t.Cleanup(func() { closeCompactMin = old })
 	l := mustOpen(t, dir)
 	for _, k := range []string{"a/1", "a/2", "a/3"} {
 		mustAdmit(t, l, testEntry(k, time.Now().Add(time.Hour)))
@@ -581,6 +583,13 @@ func TestCompactOnClose(t *testing.T) {
 		mustTransition(t, l, k, StateClaimed, StateRunning)
 		mustTransition(t, l, k, StateRunning, StateDone)
 	}
+	return dir, l
+}
+
+// A clean Close leaves a file of live records only when most of it was
+// superseded; the next Open reads the same entries.
+func TestCompactOnClose(t *testing.T) {
+	dir, l := compactableLedger(t)
 	want, _ := l.List(nil)
 	before, _ := os.Stat(dbPath(dir))
 	mustClose(t, l)
@@ -680,16 +689,7 @@ func TestSettled(t *testing.T) {
 // prefix changes its hash, so it is found as before; a damaged or stale
 // checked file only costs the checks it would have saved.
 func TestCheckedPrefix(t *testing.T) {
-	dir := t.TempDir()
-	defer func(size int64) { closeCompactMin = size }(closeCompactMin)
-	closeCompactMin = 0
-	l := mustOpen(t, dir)
-	for _, k := range []string{"a/1", "a/2", "a/3"} {
-		mustAdmit(t, l, testEntry(k, time.Now().Add(time.Hour)))
-		mustTransition(t, l, k, StateSeen, StateClaimed)
-		mustTransition(t, l, k, StateClaimed, StateRunning)
-		mustTransition(t, l, k, StateRunning, StateDone)
-	}
+	dir, l := compactableLedger(t)
 	mustClose(t, l)
 	compacted := readFile(t, dbPath(dir))
 	if n := checkedPrefix(dbPath(dir), compacted); n != int64(len(compacted)) {
