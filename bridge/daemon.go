@@ -89,6 +89,8 @@ type Daemon struct {
 	cancels  map[string]context.CancelFunc // keys past claim, until their run ends
 	noted    map[string]bool               // log-once set (bounded)
 	sems     map[string]chan struct{}      // per-op concurrency
+	opQueued map[string]int                // per op with a concurrency: requests claimed and not yet ended (queue.go)
+	deferred map[string]*keyQueue          // per op: keys left unclaimed while it was full (queue.go)
 	wg       sync.WaitGroup
 
 	runCtx   context.Context // parent of every running op; cancelled on abort
@@ -249,6 +251,7 @@ func NewDaemon(home *Home, opt DaemonOptions) (*Daemon, error) {
 		home: home, opt: opt, log: opt.Logger, me: home.Config.ID,
 		queued: map[string]bool{}, active: map[string]bool{}, dirty: map[string]bool{}, finished: map[string]stamp{}, acks: map[string]bool{},
 		cancels: map[string]context.CancelFunc{}, noted: map[string]bool{}, sems: map[string]chan struct{}{},
+		opQueued: map[string]int{}, deferred: map[string]*keyQueue{},
 	}
 	d.cond = sync.NewCond(&d.mu)
 	d.crashAt = os.Getenv("BRIDGE_TEST_CRASH_AT")

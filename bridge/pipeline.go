@@ -414,10 +414,20 @@ func (d *Daemon) admit(j *job, in spool, mode admitMode) bool {
 		go d.reconcileCheck(j, inv, stdin)
 		return true
 	}
-	ceilingDone := func() {}
+	ceilingDone, queueDone := func() {}, func() {}
+	if mode == admitNew {
+		// Not for an approved request: a human's decision must not wait
+		// for a rescan.
+		var ok bool
+		if queueDone, ok = d.reserveQueue(inv.Op, inv.Concurrency, j.key); !ok {
+			d.log.Debug("op full: evaluated again when a run of it ends", "key", j.key, "op", inv.Op)
+			return false
+		}
+	}
 	if mode == admitNew || mode == admitApproved {
 		var over *Receipt
 		if ceilingDone, over = d.reserveCeiling(j.keys.name, inv); over != nil {
+			queueDone()
 			return refuse(*over)
 		}
 		from := []ledger.State{ledger.StateSeen, ledger.StatePending}
@@ -427,6 +437,7 @@ func (d *Daemon) admit(j *job, in spool, mode admitMode) bool {
 		if _, err := d.ledger.Transition(j.key, from, ledger.StateClaimed,
 			func(e *ledger.Entry) { e.Op, e.Idempotent = inv.Op, inv.Idempotent }); err != nil {
 			ceilingDone()
+			queueDone()
 			d.log.Debug("claim lost", "key", j.key, "err", err)
 			return false
 		}
@@ -435,7 +446,9 @@ func (d *Daemon) admit(j *job, in spool, mode admitMode) bool {
 	}
 	handed = true
 	d.wg.Add(1)
-	go func() { defer ceilingDone(); d.run(j, inv, stdin, mode == admitResume) }()
+	// The ceiling first: the deferred request queueDone schedules must
+	// find this run's place in max_concurrent free.
+	go func() { defer queueDone(); defer ceilingDone(); d.run(j, inv, stdin, mode == admitResume) }()
 	return true
 }
 
