@@ -447,8 +447,10 @@ func (d *Daemon) admit(j *job, in spool, mode admitMode) bool {
 	handed = true
 	d.wg.Add(1)
 	// The ceiling first: the deferred request queueDone schedules must
-	// find this run's place in max_concurrent free.
-	go func() { defer queueDone(); defer ceilingDone(); d.run(j, inv, stdin, mode == admitResume) }()
+	// find this run's place in max_concurrent free. Both before the run's
+	// WaitGroup slot is given back: whoever waits for the daemon to be idle
+	// must also wait for the evaluation queueDone starts.
+	go d.run(j, inv, stdin, mode == admitResume, func() { ceilingDone(); queueDone() })
 	return true
 }
 
@@ -496,7 +498,7 @@ func (d *Daemon) reconcileCheck(j *job, inv *policy.Invocation, stdin spool) {
 	case out.StartErr == nil && !out.TimedOut && !out.Cancelled && out.ExitCode == 3:
 		d.log.Info("reconcile: the op had no effect; running it now", "key", j.key, "op", inv.Op)
 		handed = true
-		d.run(j, inv, stdin, true) // owns the key, stdin and the WaitGroup slot from here
+		d.run(j, inv, stdin, true, nil) // owns the key, stdin and the WaitGroup slot from here
 	default:
 		detail := fmt.Sprintf("exit %d", out.ExitCode)
 		if out.StartErr != nil {
@@ -509,8 +511,11 @@ func (d *Daemon) reconcileCheck(j *job, inv *policy.Invocation, stdin spool) {
 
 // run waits for a slot of the op's concurrency, then runs it and finishes.
 // It owns the key (releases it) and the stdin spool file.
-func (d *Daemon) run(j *job, inv *policy.Invocation, stdin spool, resume bool) {
+func (d *Daemon) run(j *job, inv *policy.Invocation, stdin spool, resume bool, after func()) {
 	defer d.wg.Done()
+	if after != nil {
+		defer after() // once the key is released, before the slot
+	}
 	defer d.release(j.key)
 	defer stdin.Close()
 	// The cancel function is registered before the last cancel check, so a

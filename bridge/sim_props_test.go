@@ -507,6 +507,18 @@ func (w *simWorld) ledgerEntries() []ledger.Entry {
 	return entries
 }
 
+// ledgerFileAgrees reports whether the records read from the ledger's file
+// so far show every entry as the ledger holds it.
+func (w *simWorld) ledgerFileAgrees() bool {
+	entries := w.ledgerEntries()
+	for _, e := range entries {
+		if r := w.ledger.last[e.ID]; r.State != string(e.State) || r.Runs != e.Runs {
+			return false
+		}
+	}
+	return len(entries) == len(w.ledger.last)
+}
+
 // check runs the per-step properties.
 func (w *simWorld) check() {
 	if len(w.sim.violations) > 0 {
@@ -651,6 +663,14 @@ func (w *simWorld) finish() simSeedStats {
 	w.sim.fullScan(simH)
 	w.sim.fullScan(simA)
 	w.check()
+	// The agent can hold a result before the host records the final state
+	// (the result is published first, invariant 3), so the ledger may still
+	// be writing it: wait until the file shows what the ledger holds (the
+	// checks below fail if it never does).
+	for deadline := time.Now().Add(5 * time.Second); !w.ledgerFileAgrees() && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+		w.check()
+	}
 	execs, err := checkExecutions(w.countFile, w.byID)
 	if err != nil {
 		w.fail("%v", err)
