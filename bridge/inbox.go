@@ -157,6 +157,12 @@ type inboxState struct {
 	Seen []string `json:"seen"`
 }
 
+// maxInboxSeen bounds the seen ids the agent keeps, newest last: a message
+// is acked when seen and collected by its host after a grace, so an id
+// older than this many seen since is long gone from the folder. (A
+// variable for tests.)
+var maxInboxSeen = 10_000
+
 func (c *Client) inboxState() inboxState {
 	var st inboxState
 	if b, err := os.ReadFile(c.home.Path("inbox.json")); err == nil {
@@ -269,6 +275,9 @@ func (c *Client) MarkSeen(items []InboxItem, ack bool) error {
 				return err
 			}
 		}
+	}
+	if n := len(st.Seen); n > maxInboxSeen {
+		st.Seen = st.Seen[n-maxInboxSeen:]
 	}
 	data, _ := json.Marshal(st)
 	return writeFileAtomic(c.home.Path("inbox.json"), data)

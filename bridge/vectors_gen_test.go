@@ -294,6 +294,9 @@ func generateVectors(t *testing.T, k testKeys) {
 	zero := encode(&bcrypto.Rotation{V: 1, Role: "agent", ID: agent.ID, Seq: 0, OldSignKid: k.agent.SignKid(),
 		NewSignPub: next.SignPublic(), NewBoxPub: next.BoxPublic(), Created: rot.Created, OldValidUntil: rot.OldValidUntil})
 	rotVector("seq-zero", "malformed", "sequence 0 is the first key, never a rotation", sign(bcrypto.KindRotation, zero, k.agent, next))
+	endless := encode(&bcrypto.Rotation{V: 1, Role: "agent", ID: agent.ID, Seq: 1, OldSignKid: k.agent.SignKid(),
+		NewSignPub: next.SignPublic(), NewBoxPub: next.BoxPublic(), Created: 0, OldValidUntil: 0})
+	rotVector("created-zero", "malformed", "created and old_valid_until 0: an overlap that would never end", sign(bcrypto.KindRotation, endless, k.agent, next))
 
 	// Cancels and acks.
 	id := r.ID

@@ -29,6 +29,10 @@ func (r *Rotation) check() error {
 		return fmt.Errorf("rotation: %w: bad id or kid", ErrMalformed)
 	case r.Seq == 0:
 		return fmt.Errorf("rotation: %w: seq 0 is the first key, never a rotation", ErrMalformed)
+	case r.Created <= 0:
+		// 0 would also let old_valid_until be 0, which readers take for a
+		// key with no end.
+		return fmt.Errorf("rotation: %w: created %d", ErrMalformed, r.Created)
 	case r.OldValidUntil < r.Created:
 		return fmt.Errorf("rotation: %w: overlap ends before it starts", ErrMalformed)
 	}
