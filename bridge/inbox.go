@@ -289,15 +289,17 @@ func (d *Daemon) collectMessages(o GCOptions, rep *GCReport) {
 	now := d.opt.Now()
 	for agent, keys := range d.agents() {
 		dir := ToAgentDir(d.me, agent)
-		entries, err := d.folder.List(dir)
+		// The directory holds two files per result kept: only the
+		// messages are kept from the listing, unsorted until then.
+		entries, err := d.folder.ListFunc(dir, func(name string) bool {
+			_, ext, ok := ParseToAgentName(name)
+			return ok && ext == ExtMessage
+		})
 		if err != nil {
 			continue
 		}
 		for _, e := range entries {
-			id, ext, ok := ParseToAgentName(e.Name)
-			if !ok || ext != ExtMessage {
-				continue
-			}
+			id, _, _ := ParseToAgentName(e.Name)
 			fi, err := d.folder.Lstat(dir + "/" + e.Name)
 			if err != nil {
 				continue

@@ -2,8 +2,11 @@ package bridge
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"testing"
+	"time"
 )
 
 // The agent's record of seen messages keeps the newest maxInboxSeen ids,
@@ -27,5 +30,52 @@ func TestInboxSeenIsBounded(t *testing.T) {
 	}
 	if got := p.client.inboxState().Seen; !slices.Equal(got, want) {
 		t.Fatalf("seen = %v, want the newest five %v", got, want)
+	}
+}
+
+// A message the agent acked is collected after the grace; one it did not
+// ack stays until the retention.
+func TestMessagesCollectedOnceAcked(t *testing.T) {
+	p := newPair(t, testPolicy)
+	acked, err := Send(p.host, p.agent.Config.ID, "read me")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept, err := Send(p.host, p.agent.Config.ID, "not yet")
+	if err != nil {
+		t.Fatal(err)
+	}
+	items, err := p.client.Inbox()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var read []InboxItem
+	for _, it := range items {
+		if it.ID == acked.ID {
+			read = append(read, it)
+		}
+	}
+	if len(read) != 1 {
+		t.Fatalf("inbox: %+v", items)
+	}
+	if err := p.client.MarkSeen(read, true); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(10 * time.Millisecond)
+	rep, err := GC(p.host, GCOptions{Grace: time.Nanosecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var collected []string
+	for _, it := range rep.Items {
+		if it.What == "message" {
+			collected = append(collected, it.ID+"/"+it.Why)
+		}
+	}
+	if !slices.Equal(collected, []string{acked.ID + "/acked"}) {
+		t.Fatalf("collected %v; want only %s, acked", collected, acked.ID)
+	}
+	if _, err := os.Stat(filepath.Join(p.toAgent(), kept.ID+"."+ExtMessage)); err != nil {
+		t.Fatalf("the unacked message was removed: %v", err)
 	}
 }
