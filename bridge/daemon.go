@@ -536,7 +536,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 			continue
 		}
 		for _, p := range paths {
-			d.dispatch(p, false)
+			d.dispatch(p)
 		}
 	}
 }
@@ -631,7 +631,10 @@ func (d *Daemon) closeResources() error {
 }
 
 // dispatch routes one path (relative to to-host/) from the watcher.
-func (d *Daemon) dispatch(p string, full bool) {
+// Rotation statements were taken out of the batch before
+// (followBatchRotations), and a full batch's finished requests are checked
+// by dispatchFull.
+func (d *Daemon) dispatch(p string) {
 	agent, name, ok := strings.Cut(p, "/")
 	if !ok || strings.Contains(name, "/") {
 		return
@@ -643,9 +646,7 @@ func (d *Daemon) dispatch(p string, full bool) {
 	}
 	id, ext, ok := ParseToHostName(name)
 	if !ok {
-		if _, isRot := ParseRotationName(name); isRot {
-			d.followRotations(agent)
-		} else if name != agentBundleName {
+		if name != agentBundleName {
 			c := syncsafe.Classify(name)
 			d.noteOnce("file:"+p, "ignoring a file that is not ours", "file", p, "kind", c.Kind.String(), "client", c.Client)
 		}
@@ -653,17 +654,6 @@ func (d *Daemon) dispatch(p string, full bool) {
 	}
 	switch ext {
 	case ExtManifest, ExtPayload:
-		key := agent + "/" + id
-		if full {
-			// A rescan need not re-verify finished requests; it only checks
-			// that their result is still there (a lost result is re-published).
-			d.mu.Lock()
-			st, known := d.finished[key]
-			d.mu.Unlock()
-			if known && st == d.resultStamp(agent, id) {
-				return
-			}
-		}
 		d.schedule(agent, id)
 	case ExtCancel:
 		d.handleCancel(agent, id)

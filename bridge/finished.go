@@ -130,7 +130,7 @@ func (d *Daemon) dispatchFull(paths []string) {
 	}
 	d.mu.Unlock()
 	for _, p := range now {
-		d.dispatch(p, true)
+		d.dispatch(p)
 	}
 	d.mu.Lock()
 	shares := max(1, (len(d.finished)+maxFinishedChecks-1)/maxFinishedChecks)
@@ -152,15 +152,15 @@ func (d *Daemon) dispatchFull(paths []string) {
 		}
 		check = append(check, key)
 	}
-	// As dispatch would for each, with the stamps taken together: a
-	// request whose result is no longer what was recorded is looked at
-	// again (a lost result is re-published).
+	// A rescan need not verify finished requests again; it checks that
+	// their result is still what was recorded, the stamps taken together.
+	// One that is not is evaluated again (a lost result is re-published).
 	stamps := d.resultStamps(check)
 	agents := d.agents()
 	for i, key := range check {
 		agent, id, _ := strings.Cut(key, "/")
 		if agents[agent] == nil {
-			continue // no longer trusted: dispatch ignores its files too
+			continue // no longer trusted: dispatch ignores its files too (no evaluation)
 		}
 		d.mu.Lock()
 		st, known := d.finished[key]
