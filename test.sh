@@ -31,7 +31,7 @@ step "go test -race"
 go test -race -count=1 -timeout 20m -skip '^TestSimProperties$' ./...
 
 step "sync simulator (${SIM_SEEDS:-60} seeds)"
-go test -count=1 -timeout 20m -run '^TestSimProperties$' ./bridge/ -sim.n="${SIM_SEEDS:-60}"
+go test -count=1 -timeout 20m -run '^TestSimProperties$' ./bridge/host/ -sim.n="${SIM_SEEDS:-60}"
 
 # Budgets are counts, not durations: with a duration, Go 1.26's fuzz
 # coordinator can fail a target with a bare "context deadline exceeded" when

@@ -5,12 +5,10 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
 
-	bcrypto "github.com/syncbridge/bridge/crypto"
 	"github.com/syncbridge/bridge/syncsafe"
 )
 
@@ -39,9 +37,8 @@ type DoctorOptions struct {
 	MaxSkew     time.Duration    // clock difference worth a warning; default 1m
 }
 
-// Doctor checks a home and its folder for the mistakes that make a bridge
-// misbehave quietly. It only reads.
-func Doctor(h *Home, opt DoctorOptions) []Finding {
+// defaults fills in the zero fields.
+func (opt *DoctorOptions) Defaults() {
 	if opt.Now == nil {
 		opt.Now = time.Now
 	}
@@ -57,6 +54,14 @@ func Doctor(h *Home, opt DoctorOptions) []Finding {
 	if opt.MaxSkew == 0 {
 		opt.MaxSkew = time.Minute
 	}
+}
+
+// CheckHome checks a home and its folder, of either role, for the mistakes
+// that make a bridge misbehave quietly. It only reads. A host's own checks
+// (the daemon, the ledger, the agents' clocks) are added by the host's
+// Doctor.
+func CheckHome(h *Home, opt DoctorOptions) []Finding {
+	opt.Defaults()
 	var out []Finding
 	add := func(check, sev, fix, format string, args ...any) {
 		out = append(out, Finding{Check: check, Severity: sev, Message: fmt.Sprintf(format, args...), Fix: fix})
@@ -170,108 +175,6 @@ func Doctor(h *Home, opt DoctorOptions) []Finding {
 		}
 	}
 
-	if h.Config.Role == "host" {
-		out = append(out, doctorHost(h, opt)...)
-	}
-	return out
-}
-
-// doctorHost adds the host-only checks: the daemon and the agents' clocks.
-func doctorHost(h *Home, opt DoctorOptions) []Finding {
-	var out []Finding
-	if pid, ok := DaemonRunning(h); ok {
-		out = append(out, Finding{Check: "daemon", Severity: SeverityOK, Message: fmt.Sprintf("bridge serve is running (pid %d)", pid)})
-	} else {
-		out = append(out, Finding{Check: "daemon", Severity: SeverityWarn, Message: "bridge serve is not running: requests wait",
-			Fix: "bridge service install (or run `bridge serve` yourself)"})
-	}
-	if _, err := os.Stat(h.Path(PolicyName)); err != nil {
-		out = append(out, Finding{Check: "policy", Severity: SeverityProblem, Message: "no policy: nothing may run", Fix: "write " + h.Path(PolicyName) + " and check it with `bridge policy check`"})
-	}
-
-	// Clock skew: an agent's created time against the host's first sight.
-	// The sync delay adds to it, so only the smallest difference of recent
-	// requests says something about the clocks.
-	entries, err := LedgerEntries(h)
-	if err != nil {
-		return out
-	}
-	sort.Slice(entries, func(i, j int) bool { return entries[i].FirstSeen.After(entries[j].FirstSeen) })
-	peers, _ := h.Peers()
-	keys := map[string][][]byte{}
-	for _, p := range peers {
-		for _, k := range p.Keys {
-			keys[p.ID] = append(keys[p.ID], k.SignPub)
-		}
-	}
-	best := map[string]time.Duration{}
-	seen := 0
-	for _, e := range entries {
-		if seen == 50 {
-			break
-		}
-		data, err := os.ReadFile(h.Path("manifests", e.Agent, e.ID+"."+ExtManifest))
-		if err != nil {
-			continue
-		}
-		var req Request
-		if openBody(bcrypto.KindRequest, data, keys[e.Agent], &req) != nil {
-			continue
-		}
-		seen++
-		diff := time.Unix(req.Created, 0).Sub(e.FirstSeen.Truncate(time.Second))
-		if b, ok := best[e.Agent]; !ok || absDur(diff) < absDur(b) {
-			best[e.Agent] = diff
-		}
-	}
-	names := map[string]string{}
-	for _, p := range peers {
-		names[p.ID] = p.Name
-	}
-	for _, agent := range sortedKeysOf(best) {
-		diff := best[agent]
-		who := names[agent]
-		if who == "" {
-			who = agent
-		}
-		switch {
-		case diff > opt.MaxSkew:
-			out = append(out, Finding{Check: "clock-skew", Severity: SeverityWarn,
-				Message: fmt.Sprintf("agent %s's clock runs %s ahead of the host's", who, diff.Round(time.Second)),
-				Fix:     "enable NTP on both machines (timedatectl set-ntp true); requests from too far ahead are refused"})
-		case -diff > opt.MaxSkew+10*time.Minute:
-			out = append(out, Finding{Check: "clock-skew", Severity: SeverityWarn,
-				Message: fmt.Sprintf("agent %s's requests reach the host %s after they were made", who, (-diff).Round(time.Second)),
-				Fix:     "a slow sync or a host clock ahead: check the sync client and NTP (timedatectl)"})
-		default:
-			out = append(out, Finding{Check: "clock-skew", Severity: SeverityOK, Message: fmt.Sprintf("agent %s's clock agrees with the host's", who)})
-		}
-	}
-	return out
-}
-
-// DaemonRunning reports whether `bridge serve` runs on h, by the pid it
-// wrote into its lock file; a stale file after a crash names a dead process
-// (or, rarely, a reused pid).
-func DaemonRunning(h *Home) (int, bool) {
-	data, _ := os.ReadFile(h.Path("serve.lock"))
-	pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
-	return pid, err == nil && pid > 0 && processAlive(pid)
-}
-
-func absDur(d time.Duration) time.Duration {
-	if d < 0 {
-		return -d
-	}
-	return d
-}
-
-func sortedKeysOf[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
 	return out
 }
 

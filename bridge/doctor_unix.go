@@ -12,9 +12,3 @@ func freeBytes(dir string) (uint64, error) {
 	}
 	return uint64(st.Bavail) * uint64(st.Bsize), nil
 }
-
-// processAlive reports whether a process with this pid exists.
-func processAlive(pid int) bool {
-	err := unix.Kill(pid, 0)
-	return err == nil || err == unix.EPERM
-}

@@ -16,12 +16,3 @@ func fileIdentity(fi fs.FileInfo) [2]int64 {
 	}
 	return [2]int64{int64(st.Dev), int64(st.Ino)}
 }
-
-// fileOwner is the uid that owns a file.
-func fileOwner(fi fs.FileInfo) (int, bool) {
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	if !ok {
-		return 0, false
-	}
-	return int(st.Uid), true
-}

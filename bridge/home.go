@@ -35,9 +35,9 @@ import (
 // It never lives inside the synced folder.
 const (
 	configName   = "config.json"
-	identityName = "identity.secret"
-	bundleName   = "bundle"
-	peersDir     = "peers"
+	IdentityName = "identity.secret"
+	BundleName   = "bundle"
+	PeersDir     = "peers"
 	PolicyName   = "policy.toml"
 )
 
@@ -57,7 +57,7 @@ type HintError struct {
 func (e *HintError) Error() string { return e.Err.Error() }
 func (e *HintError) Unwrap() error { return e.Err }
 
-func withHint(err error, hint string, args ...any) error {
+func WithHint(err error, hint string, args ...any) error {
 	return &HintError{Err: err, Hint: fmt.Sprintf(hint, args...)}
 }
 
@@ -106,10 +106,10 @@ func InitHome(dir, role, name, folder string) (*Home, error) {
 	}
 	if name == "" {
 		name, _ = os.Hostname()
-		name = sanitizeName(name, role)
+		name = SanitizeName(name, role)
 	}
 	if !syncsafe.ValidName(name) {
-		return nil, withHint(fmt.Errorf("init: name %q is not a valid name", name), "use lower-case letters, digits, '.', '_' or '-', at most 64")
+		return nil, WithHint(fmt.Errorf("init: name %q is not a valid name", name), "use lower-case letters, digits, '.', '_' or '-', at most 64")
 	}
 	absFolder, err := filepath.Abs(folder)
 	if err != nil {
@@ -123,10 +123,10 @@ func InitHome(dir, role, name, folder string) (*Home, error) {
 		return nil, err
 	}
 	if _, err := os.Stat(filepath.Join(absDir, configName)); err == nil {
-		return nil, withHint(fmt.Errorf("init %s: %w", absDir, ErrHomeExists), "use another --home, or remove %s to start over", absDir)
+		return nil, WithHint(fmt.Errorf("init %s: %w", absDir, ErrHomeExists), "use another --home, or remove %s to start over", absDir)
 	}
 	if fi, err := os.Stat(absFolder); err != nil || !fi.IsDir() {
-		return nil, withHint(fmt.Errorf("init: folder %s is not a directory", absFolder), "create it and share it with your sync client first")
+		return nil, WithHint(fmt.Errorf("init: folder %s is not a directory", absFolder), "create it and share it with your sync client first")
 	}
 	if err := os.MkdirAll(absDir, 0o700); err != nil {
 		return nil, fmt.Errorf("init: %w", err)
@@ -146,7 +146,7 @@ func InitHome(dir, role, name, folder string) (*Home, error) {
 			return nil, err
 		}
 	} else if err := syncsafe.CheckMarker(f); err != nil {
-		return nil, withHint(fmt.Errorf("init agent: %w", err), "run `bridge init host --folder ...` on the host first and wait until the sync client has copied %s", syncsafe.MarkerName)
+		return nil, WithHint(fmt.Errorf("init agent: %w", err), "run `bridge init host --folder ...` on the host first and wait until the sync client has copied %s", syncsafe.MarkerName)
 	}
 	id, err := bcrypto.GenerateIdentity(nil)
 	if err != nil {
@@ -154,31 +154,31 @@ func InitHome(dir, role, name, folder string) (*Home, error) {
 	}
 	h := &Home{Dir: absDir, id: id, peers: &peerCache{}, Config: Config{V: 1, Role: role, Name: name, ID: id.SignKid(), Folder: absFolder, Created: time.Now().Unix()}}
 	secret, _ := id.MarshalText()
-	if err := writeFileAtomic(filepath.Join(absDir, identityName), secret); err != nil {
+	if err := syncsafe.WriteFileAtomic(filepath.Join(absDir, IdentityName), secret); err != nil {
 		return nil, err
 	}
 	signed, err := id.SignBundle(bcrypto.Bundle{Role: role, Name: name, ID: h.Config.ID, Created: h.Config.Created})
 	if err != nil {
 		return nil, err
 	}
-	if err := writeFileAtomic(filepath.Join(absDir, bundleName), signed); err != nil {
+	if err := syncsafe.WriteFileAtomic(filepath.Join(absDir, BundleName), signed); err != nil {
 		return nil, err
 	}
 	if h.bundle, err = bcrypto.ParseBundle(signed); err != nil {
 		return nil, err
 	}
 	if role == "host" {
-		for _, d := range []string{HostDir(h.Config.ID), path2(HostDir(h.Config.ID), toHostDir), path2(HostDir(h.Config.ID), toAgentDir)} {
+		for _, d := range []string{HostDir(h.Config.ID), ToHostRoot(h.Config.ID), path2(HostDir(h.Config.ID), toAgentDir)} {
 			if err := f.MkdirAll(d); err != nil {
 				return nil, err
 			}
 		}
-		if err := f.PublishReplace(HostBundlePath(h.Config.ID), writeBytes(signed), syncsafe.WithMode(0o644)); err != nil {
+		if err := f.PublishReplace(HostBundlePath(h.Config.ID), WriteBytes(signed), syncsafe.WithMode(0o644)); err != nil {
 			return nil, err
 		}
 	}
 	cfg, _ := json.MarshalIndent(h.Config, "", "  ")
-	if err := writeFileAtomic(filepath.Join(absDir, configName), append(cfg, '\n')); err != nil {
+	if err := syncsafe.WriteFileAtomic(filepath.Join(absDir, configName), append(cfg, '\n')); err != nil {
 		return nil, err
 	}
 	return h, nil
@@ -186,7 +186,7 @@ func InitHome(dir, role, name, folder string) (*Home, error) {
 
 func path2(a, b string) string { return a + "/" + b }
 
-func sanitizeName(s, fallback string) string {
+func SanitizeName(s, fallback string) string {
 	s = strings.ToLower(s)
 	var b strings.Builder
 	for _, r := range s {
@@ -207,7 +207,7 @@ func sanitizeName(s, fallback string) string {
 
 // insideDir reports whether p is dir or inside it, after resolving symlinks
 // of the parts that exist.
-func insideDir(p, dir string) bool {
+func InsideDir(p, dir string) bool {
 	real := func(x string) string {
 		if r, err := filepath.EvalSymlinks(x); err == nil {
 			return r
@@ -239,7 +239,7 @@ func checkOutside(home, folder string) error {
 	}
 	h, f := real(home), real(folder)
 	if h == f || strings.HasPrefix(h, f+string(filepath.Separator)) {
-		return withHint(fmt.Errorf("state directory %s is inside the synced folder %s", home, folder),
+		return WithHint(fmt.Errorf("state directory %s is inside the synced folder %s", home, folder),
 			"keys, ledger and policy must never be synced: use a --home outside the folder (the default is fine)")
 	}
 	return nil
@@ -253,7 +253,7 @@ func OpenHome(dir string) (*Home, error) {
 	}
 	data, err := os.ReadFile(filepath.Join(absDir, configName))
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, withHint(fmt.Errorf("open %s: %w", absDir, ErrNoHome), "run `bridge init host --folder DIR` or `bridge init agent --folder DIR` first, or pass --home")
+		return nil, WithHint(fmt.Errorf("open %s: %w", absDir, ErrNoHome), "run `bridge init host --folder DIR` or `bridge init agent --folder DIR` first, or pass --home")
 	} else if err != nil {
 		return nil, err
 	}
@@ -269,14 +269,14 @@ func OpenHome(dir string) (*Home, error) {
 	if err := checkOutside(absDir, h.Config.Folder); err != nil {
 		return nil, err
 	}
-	secret, err := os.ReadFile(filepath.Join(absDir, identityName))
+	secret, err := os.ReadFile(filepath.Join(absDir, IdentityName))
 	if err != nil {
 		return nil, fmt.Errorf("read identity: %w", err)
 	}
 	if h.id, err = bcrypto.ParseIdentity(secret); err != nil {
-		return nil, fmt.Errorf("read identity %s: %w", filepath.Join(absDir, identityName), err)
+		return nil, fmt.Errorf("read identity %s: %w", filepath.Join(absDir, IdentityName), err)
 	}
-	signed, err := os.ReadFile(filepath.Join(absDir, bundleName))
+	signed, err := os.ReadFile(filepath.Join(absDir, BundleName))
 	if err != nil {
 		return nil, fmt.Errorf("read bundle: %w", err)
 	}
@@ -294,7 +294,7 @@ func (h *Home) Bundle() *bcrypto.Bundle { return h.bundle }
 
 // BundleText is the one-line form of the home's own bundle.
 func (h *Home) BundleText() string {
-	signed, _ := os.ReadFile(filepath.Join(h.Dir, bundleName))
+	signed, _ := os.ReadFile(filepath.Join(h.Dir, BundleName))
 	return bcrypto.BundleText(signed)
 }
 
@@ -309,11 +309,11 @@ func (h *Home) OpenFolder() (*syncsafe.Folder, error) {
 	}
 	f, err := syncsafe.OpenFolder(h.Config.Folder, syncsafe.WithStaging(staging))
 	if err != nil {
-		return nil, withHint(err, "is the synced folder %s mounted and shared?", h.Config.Folder)
+		return nil, WithHint(err, "is the synced folder %s mounted and shared?", h.Config.Folder)
 	}
 	if err := syncsafe.CheckMarker(f); err != nil {
 		f.Close()
-		return nil, withHint(err, "refusing to act on %s: without %s it may be unmounted or not synced yet", h.Config.Folder, syncsafe.MarkerName)
+		return nil, WithHint(err, "refusing to act on %s: without %s it may be unmounted or not synced yet", h.Config.Folder, syncsafe.MarkerName)
 	}
 	return f, nil
 }
@@ -324,7 +324,7 @@ func (h *Home) OpenFolder() (*syncsafe.Folder, error) {
 func (h *Home) Trust(text, name string) (*Peer, error) {
 	b, _, err := bcrypto.ParseBundleText(text)
 	if err != nil {
-		return nil, withHint(fmt.Errorf("trust: %w", err), "paste the whole line printed by `bridge keys export` on the other side")
+		return nil, WithHint(fmt.Errorf("trust: %w", err), "paste the whole line printed by `bridge keys export` on the other side")
 	}
 	if b.Role == h.Config.Role {
 		return nil, fmt.Errorf("trust: that is a %s bundle; a %s trusts %ss", b.Role, h.Config.Role, otherRole(h.Config.Role))
@@ -336,7 +336,7 @@ func (h *Home) Trust(text, name string) (*Peer, error) {
 		name = b.Name
 	}
 	if !syncsafe.ValidName(name) || bcrypto.ValidKid(name) {
-		return nil, withHint(fmt.Errorf("trust: %q cannot be a peer name", name), "pass --name with lower-case letters, digits, '.', '_' or '-', not 32 hex digits")
+		return nil, WithHint(fmt.Errorf("trust: %q cannot be a peer name", name), "pass --name with lower-case letters, digits, '.', '_' or '-', not 32 hex digits")
 	}
 	peers, err := h.Peers()
 	if err != nil {
@@ -349,10 +349,10 @@ func (h *Home) Trust(text, name string) (*Peer, error) {
 			// followed since); just make sure the directories exist.
 			return &p, h.trustDirs(b.ID)
 		case p.ID == b.ID:
-			return nil, withHint(fmt.Errorf("trust: %s is already trusted as %q with other keys", b.ID, p.Name),
-				"if its keys really changed, remove %s and trust it again after comparing fingerprints", h.Path(peersDir, p.ID+".json"))
+			return nil, WithHint(fmt.Errorf("trust: %s is already trusted as %q with other keys", b.ID, p.Name),
+				"if its keys really changed, remove %s and trust it again after comparing fingerprints", h.Path(PeersDir, p.ID+".json"))
 		case p.Name == name && p.ID != b.ID:
-			return nil, withHint(fmt.Errorf("trust: the name %q is already used for %s", name, p.ID), "choose another --name")
+			return nil, WithHint(fmt.Errorf("trust: the name %q is already used for %s", name, p.ID), "choose another --name")
 		}
 	}
 	p := &Peer{V: 1, Name: name, Role: b.Role, ID: b.ID, Bundle: strings.TrimSpace(text), Trusted: time.Now().Unix(),
@@ -365,10 +365,10 @@ func (h *Home) Trust(text, name string) (*Peer, error) {
 
 func (h *Home) savePeer(p *Peer) error {
 	data, _ := json.MarshalIndent(p, "", "  ")
-	if err := os.MkdirAll(h.Path(peersDir), 0o700); err != nil {
+	if err := os.MkdirAll(h.Path(PeersDir), 0o700); err != nil {
 		return err
 	}
-	return writeFileAtomic(h.Path(peersDir, p.ID+".json"), append(data, '\n'))
+	return syncsafe.WriteFileAtomic(h.Path(PeersDir, p.ID+".json"), append(data, '\n'))
 }
 
 // trustDirs creates the directories this side writes for a peer: the host
@@ -386,11 +386,11 @@ func (h *Home) trustDirs(peer string) error {
 	if err := f.MkdirAll(ToHostDir(peer, h.Config.ID)); err != nil {
 		return err
 	}
-	signed, err := os.ReadFile(h.Path(bundleName))
+	signed, err := os.ReadFile(h.Path(BundleName))
 	if err != nil {
 		return err
 	}
-	return f.PublishReplace(AgentBundlePath(peer, h.Config.ID), writeBytes(signed), syncsafe.WithMode(0o644))
+	return f.PublishReplace(AgentBundlePath(peer, h.Config.ID), WriteBytes(signed), syncsafe.WithMode(0o644))
 }
 
 func otherRole(r string) string {
@@ -402,7 +402,7 @@ func otherRole(r string) string {
 
 // Peers lists the trusted peers, by name.
 func (h *Home) Peers() ([]Peer, error) {
-	entries, err := os.ReadDir(h.Path(peersDir))
+	entries, err := os.ReadDir(h.Path(PeersDir))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	} else if err != nil {
@@ -454,8 +454,8 @@ func (h *Home) Peer(nameOrID string) (*Peer, *bcrypto.Bundle, error) {
 	}
 	cur, ok := p.Current()
 	if !ok {
-		return nil, nil, withHint(fmt.Errorf("peer %s: every key of it is revoked", p.Name),
-			"pair with it again: remove %s, then `bridge pair` or `bridge keys trust` its new bundle", h.Path(peersDir, p.ID+".json"))
+		return nil, nil, WithHint(fmt.Errorf("peer %s: every key of it is revoked", p.Name),
+			"pair with it again: remove %s, then `bridge pair` or `bridge keys trust` its new bundle", h.Path(PeersDir, p.ID+".json"))
 	}
 	return &p, &bcrypto.Bundle{V: 1, Role: p.Role, Name: p.Name, ID: p.ID, Seq: cur.Seq, SignPub: cur.SignPub, BoxPub: cur.BoxPub}, nil
 }
@@ -479,7 +479,7 @@ type cachedPeer struct {
 
 // readPeer reads, parses and checks one file of peers/.
 func (h *Home) readPeer(name string) (Peer, error) {
-	path := h.Path(peersDir, name)
+	path := h.Path(PeersDir, name)
 	fi, err := os.Stat(path)
 	if err != nil {
 		return Peer{}, err
@@ -501,7 +501,7 @@ func (h *Home) readPeer(name string) (Peer, error) {
 	if err := json.Unmarshal(data, &p); err != nil {
 		return Peer{}, fmt.Errorf("read peer %s: %w", name, err)
 	}
-	p.bad = p.check()
+	p.bad = p.Check()
 	if c := h.peers; c != nil && int64(len(data)) == fi.Size() {
 		c.mu.Lock()
 		if c.m == nil {
@@ -523,7 +523,7 @@ func clonePeer(p Peer) Peer {
 
 // check verifies a peer record against the bundle it was created from: a
 // record edited to point elsewhere is refused.
-func (p *Peer) check() error {
+func (p *Peer) Check() error {
 	b, _, err := bcrypto.ParseBundleText(p.Bundle)
 	if err != nil {
 		return fmt.Errorf("peer %s: %w", p.Name, err)
@@ -537,37 +537,4 @@ func (p *Peer) check() error {
 		}
 	}
 	return nil
-}
-
-// writeFileAtomic writes a private file (0600) by temp, fsync, rename and
-// directory fsync, so a crash leaves the old or the new content.
-func writeFileAtomic(p string, data []byte) error {
-	dir := filepath.Dir(p)
-	tmp, err := os.CreateTemp(dir, ".tmp-*")
-	if err != nil {
-		return err
-	}
-	// CreateTemp makes the file 0600.
-	renamed := false
-	defer func() {
-		if !renamed {
-			os.Remove(tmp.Name())
-		}
-	}()
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp.Name(), p); err != nil {
-		return err
-	}
-	renamed = true
-	return syncsafe.SyncDir(dir)
 }

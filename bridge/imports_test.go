@@ -15,8 +15,10 @@ const modulePath = "github.com/syncbridge/bridge"
 
 // importRules are the one-way arrows of design.md §8: for each package of the
 // module, the packages of the module it may import. crypto and syncsafe are
-// leaves; a bridge subpackage may import a leaf but never bridge or a sibling;
-// cmd reaches everything through bridge. A new package must be added here on
+// leaves; the bridge wire package may import a leaf and the ledger, policy
+// and runner packages below it, never the host or agent side; host and
+// agent are separate rooms: each imports the wire, and neither the other.
+// cmd reaches everything through them. A new package must be added here on
 // purpose, or the test fails.
 var importRules = map[string][]string{
 	"crypto":           {},
@@ -24,15 +26,25 @@ var importRules = map[string][]string{
 	"bridge/ledger":    {"crypto", "syncsafe"},
 	"bridge/policy":    {"crypto", "syncsafe"},
 	"bridge/runner":    {"crypto", "syncsafe"},
-	"bridge":           {"crypto", "syncsafe", "bridge/ledger", "bridge/policy", "bridge/runner"},
-	"cmd/bridge":       {"bridge", "crypto"},
-	"cmd/bridge-bench": {"bridge", "crypto", "syncsafe"},
+	"bridge":           {"crypto", "syncsafe", "bridge/policy"},
+	"bridge/host":      {"bridge", "crypto", "syncsafe", "bridge/ledger", "bridge/policy", "bridge/runner"},
+	"bridge/agent":     {"bridge", "crypto", "syncsafe"},
+	"cmd/bridge":       {"bridge", "bridge/host", "bridge/agent", "crypto"},
+	"cmd/bridge-bench": {"bridge", "bridge/host", "bridge/agent", "crypto", "syncsafe"},
+}
+
+// testImportRules are what a package's test files may import beyond its
+// own rules. The host's tests drive the daemon end to end with the real
+// agent client (no mock of the other side); the agent's tests never need
+// the daemon.
+var testImportRules = map[string][]string{
+	"bridge/host": {"bridge/agent"},
 }
 
 // checkArrows walks the module rooted at root and returns every import that
 // breaks rules. Test files are included: a test of a leaf that needs bridge
 // belongs in bridge.
-func checkArrows(root string, rules map[string][]string) (problems []string, checked int, err error) {
+func checkArrows(root string, rules, testRules map[string][]string) (problems []string, checked int, err error) {
 	err = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil || !d.IsDir() {
 			return err
@@ -54,17 +66,22 @@ func checkArrows(root string, rules map[string][]string) (problems []string, che
 			return nil
 		}
 		checked++
-		imports := slices.Concat(pkg.Imports, pkg.TestImports)
-		for _, imp := range imports {
-			ours, ok := strings.CutPrefix(imp, modulePath+"/")
-			if !ok || ours == rel {
-				continue
+		for i, imports := range [][]string{pkg.Imports, slices.Concat(pkg.TestImports, pkg.XTestImports)} {
+			may := allowed
+			if i == 1 {
+				may = slices.Concat(allowed, testRules[rel])
 			}
-			switch {
-			case ours == "cmd" || strings.HasPrefix(ours, "cmd/"):
-				problems = append(problems, fmt.Sprintf("%s imports %s: nothing may import cmd", rel, ours))
-			case !slices.Contains(allowed, ours):
-				problems = append(problems, fmt.Sprintf("%s imports %s: allowed are %v", rel, ours, allowed))
+			for _, imp := range imports {
+				ours, ok := strings.CutPrefix(imp, modulePath+"/")
+				if !ok || ours == rel {
+					continue
+				}
+				switch {
+				case ours == "cmd" || strings.HasPrefix(ours, "cmd/"):
+					problems = append(problems, fmt.Sprintf("%s imports %s: nothing may import cmd", rel, ours))
+				case !slices.Contains(may, ours):
+					problems = append(problems, fmt.Sprintf("%s imports %s: allowed are %v", rel, ours, may))
+				}
 			}
 		}
 		return nil
@@ -74,7 +91,7 @@ func checkArrows(root string, rules map[string][]string) (problems []string, che
 
 // TestImportArrows enforces the arrows on this module.
 func TestImportArrows(t *testing.T) {
-	problems, checked, err := checkArrows("..", importRules)
+	problems, checked, err := checkArrows("..", importRules, testImportRules)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,9 +107,13 @@ func TestImportArrows(t *testing.T) {
 // breaks each rule.
 func TestImportArrowsCatchViolations(t *testing.T) {
 	root := t.TempDir()
-	write := func(dir, src string) {
+	write := func(dir, src string, name ...string) {
+		file := "x.go"
+		if len(name) > 0 {
+			file = name[0]
+		}
 		os.MkdirAll(filepath.Join(root, dir), 0o755)
-		if err := os.WriteFile(filepath.Join(root, dir, "x.go"), []byte(src), 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(root, dir, file), []byte(src), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -102,13 +123,17 @@ func TestImportArrowsCatchViolations(t *testing.T) {
 	write("bridge/policy", "package policy\nimport _ \""+modulePath+"/bridge\"\n")
 	write("bridge", "package bridge\nimport _ \""+modulePath+"/cmd/bridge\"\n")
 	write("cmd/bridge", "package main\nimport _ \""+modulePath+"/bridge/runner\"\n")
+	write("bridge/host", "package host\nimport _ \""+modulePath+"/bridge/agent\"\n")
+	write("bridge/agent", "package agent\n")
+	write("bridge/agent", "package agent\nimport _ \""+modulePath+"/bridge/host\"\n", "x_test.go")
 	write("newpkg", "package newpkg\n")
-	problems, _, err := checkArrows(root, importRules)
+	problems, _, err := checkArrows(root, importRules, testImportRules)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := []string{"crypto imports syncsafe", "bridge/ledger imports bridge/policy", "bridge/policy imports bridge",
-		"bridge imports cmd/bridge", "cmd/bridge imports bridge/runner", "package newpkg has no import rule"}
+		"bridge imports cmd/bridge", "cmd/bridge imports bridge/runner", "package newpkg has no import rule",
+		"bridge/host imports bridge/agent", "bridge/agent imports bridge/host"}
 	for _, w := range want {
 		if !slices.ContainsFunc(problems, func(p string) bool { return strings.HasPrefix(p, w) }) {
 			t.Errorf("checker missed %q; found %q", w, problems)

@@ -68,7 +68,7 @@ func (p *Peer) Current() (PeerKey, bool) {
 }
 
 // keysIn returns the peer's keys whose standing at now is st.
-func (p *Peer) keysIn(st KeyState, now time.Time) []PeerKey {
+func (p *Peer) KeysIn(st KeyState, now time.Time) []PeerKey {
 	var out []PeerKey
 	for _, k := range p.Keys {
 		if p.State(k, now) == st {
@@ -80,10 +80,10 @@ func (p *Peer) keysIn(st KeyState, now time.Time) []PeerKey {
 
 // ownKeysDir holds retired private keys, kept while something may still need
 // them: requests sealed to an old box key, results for requests sent under it.
-const ownKeysDir = "keys"
+const OwnKeysDir = "keys"
 
 // retiredKey is the metadata beside a retired private key.
-type retiredKey struct {
+type RetiredKey struct {
 	V         int    `json:"v"`
 	Seq       uint64 `json:"seq"`
 	SignKid   string `json:"sign_kid"`
@@ -105,14 +105,14 @@ type OwnKey struct {
 // newest first. Retired keys past their keep time are destroyed here.
 func (h *Home) OwnKeys() ([]OwnKey, error) {
 	keys := []OwnKey{{Seq: h.bundle.Seq, Identity: h.id}}
-	metas, _ := filepath.Glob(h.Path(ownKeysDir, "*.json"))
+	metas, _ := filepath.Glob(h.Path(OwnKeysDir, "*.json"))
 	now := time.Now().Unix()
 	for _, m := range metas {
 		data, err := os.ReadFile(m)
 		if err != nil {
 			return nil, err
 		}
-		var r retiredKey
+		var r RetiredKey
 		if err := json.Unmarshal(data, &r); err != nil {
 			return nil, fmt.Errorf("read %s: %w", m, err)
 		}
@@ -175,27 +175,27 @@ func (h *Home) Rotate(overlap time.Duration) (*RotationInfo, error) {
 	}
 	// Order for crashes: keep the old key first, then the statement, then
 	// switch to the new key. Each step is an atomic file write.
-	if err := os.MkdirAll(h.Path(ownKeysDir), 0o700); err != nil {
+	if err := os.MkdirAll(h.Path(OwnKeysDir), 0o700); err != nil {
 		return nil, err
 	}
 	oldText, _ := old.MarshalText()
 	name := strconv.FormatUint(oldBundle.Seq, 10)
-	if err := writeFileAtomic(h.Path(ownKeysDir, name+".secret"), oldText); err != nil {
+	if err := syncsafe.WriteFileAtomic(h.Path(OwnKeysDir, name+".secret"), oldText); err != nil {
 		return nil, err
 	}
-	meta, _ := json.Marshal(retiredKey{V: 1, Seq: oldBundle.Seq, SignKid: old.SignKid(), BoxKid: old.BoxKid(), Retired: now.Unix(),
+	meta, _ := json.Marshal(RetiredKey{V: 1, Seq: oldBundle.Seq, SignKid: old.SignKid(), BoxKid: old.BoxKid(), Retired: now.Unix(),
 		ValidTill: validUntil.Unix(), KeepUntil: validUntil.Add(MaxValidity + DefaultSkew).Unix()})
-	if err := writeFileAtomic(h.Path(ownKeysDir, name+".json"), meta); err != nil {
+	if err := syncsafe.WriteFileAtomic(h.Path(OwnKeysDir, name+".json"), meta); err != nil {
 		return nil, err
 	}
-	if err := writeFileAtomic(h.Path(ownKeysDir, RotationName(seq)), statement); err != nil {
+	if err := syncsafe.WriteFileAtomic(h.Path(OwnKeysDir, RotationName(seq)), statement); err != nil {
 		return nil, err
 	}
 	nextText, _ := next.MarshalText()
-	if err := writeFileAtomic(h.Path(identityName), nextText); err != nil {
+	if err := syncsafe.WriteFileAtomic(h.Path(IdentityName), nextText); err != nil {
 		return nil, err
 	}
-	if err := writeFileAtomic(h.Path(bundleName), signed); err != nil {
+	if err := syncsafe.WriteFileAtomic(h.Path(BundleName), signed); err != nil {
 		return nil, err
 	}
 	h.id = next
@@ -217,11 +217,11 @@ func (h *Home) publishKeys() (int, error) {
 		return 0, err
 	}
 	defer f.Close()
-	signed, err := os.ReadFile(h.Path(bundleName))
+	signed, err := os.ReadFile(h.Path(BundleName))
 	if err != nil {
 		return 0, err
 	}
-	statements, _ := filepath.Glob(h.Path(ownKeysDir, "rotate-*.rotation"))
+	statements, _ := filepath.Glob(h.Path(OwnKeysDir, "rotate-*.rotation"))
 	var dirs []string
 	var bundlePath func(dir string) string
 	if h.Config.Role == "host" {
@@ -237,7 +237,7 @@ func (h *Home) publishKeys() (int, error) {
 				dirs = append(dirs, ToHostDir(p.ID, h.Config.ID))
 			}
 		}
-		bundlePath = func(dir string) string { return dir + "/" + agentBundleName }
+		bundlePath = func(dir string) string { return dir + "/" + AgentBundleName }
 	}
 	var errs []error
 	for _, dir := range dirs {
@@ -247,11 +247,11 @@ func (h *Home) publishKeys() (int, error) {
 				errs = append(errs, err)
 				continue
 			}
-			if err := f.Publish(dir+"/"+filepath.Base(s), writeBytes(data), syncsafe.WithMode(0o644)); err != nil && !errors.Is(err, syncsafe.ErrExists) {
+			if err := f.Publish(dir+"/"+filepath.Base(s), WriteBytes(data), syncsafe.WithMode(0o644)); err != nil && !errors.Is(err, syncsafe.ErrExists) {
 				errs = append(errs, err)
 			}
 		}
-		errs = append(errs, f.PublishReplace(bundlePath(dir), writeBytes(signed), syncsafe.WithMode(0o644)))
+		errs = append(errs, f.PublishReplace(bundlePath(dir), WriteBytes(signed), syncsafe.WithMode(0o644)))
 	}
 	return len(dirs), errors.Join(errs...)
 }
@@ -289,7 +289,7 @@ func (h *Home) FollowRotations(f *syncsafe.Folder, peerID, dir string) ([]Rotati
 	sort.Slice(stmts, func(i, j int) bool { return stmts[i].seq < stmts[j].seq })
 	var events []RotationEvent
 	for _, s := range stmts {
-		p, err := h.peerRecord(peerID)
+		p, err := h.PeerRecord(peerID)
 		if err != nil {
 			return events, err
 		}
@@ -327,14 +327,14 @@ func (h *Home) FollowRotations(f *syncsafe.Folder, peerID, dir string) ([]Rotati
 
 // peerRecord reads and checks a peer's record by id, whatever the state of
 // its keys.
-func (h *Home) peerRecord(id string) (*Peer, error) {
+func (h *Home) PeerRecord(id string) (*Peer, error) {
 	peers, err := h.Peers()
 	if err != nil {
 		return nil, err
 	}
 	for _, p := range peers {
 		if p.ID == id {
-			if err := p.check(); err != nil {
+			if err := p.Check(); err != nil {
 				return nil, err
 			}
 			return &p, nil
@@ -347,7 +347,7 @@ func (h *Home) peerRecord(id string) (*Peer, error) {
 // now on nothing signed by it is accepted, and no rotation it signs.
 func (h *Home) Revoke(kid string) (*Peer, error) {
 	if !bcrypto.ValidKid(kid) {
-		return nil, withHint(fmt.Errorf("revoke: %q is not a key id", kid), "`bridge keys show` lists the key ids of every peer")
+		return nil, WithHint(fmt.Errorf("revoke: %q is not a key id", kid), "`bridge keys show` lists the key ids of every peer")
 	}
 	peers, err := h.Peers()
 	if err != nil {
@@ -366,7 +366,7 @@ func (h *Home) Revoke(kid string) (*Peer, error) {
 			}
 		}
 	}
-	return nil, withHint(fmt.Errorf("revoke: no trusted peer has key %s", kid), "`bridge keys show` lists the key ids of every peer")
+	return nil, WithHint(fmt.Errorf("revoke: no trusted peer has key %s", kid), "`bridge keys show` lists the key ids of every peer")
 }
 
 // Candidate is a peer bundle found in the folder, for `bridge pair`.
@@ -401,7 +401,7 @@ func (h *Home) Candidates() ([]Candidate, error) {
 			}
 		}
 	} else {
-		agents, err := f.List(HostDir(h.Config.ID) + "/" + toHostDir)
+		agents, err := f.List(ToHostRoot(h.Config.ID))
 		if err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return nil, err
 		}

@@ -25,7 +25,7 @@ const (
 	toAgentDir      = "to-agent"
 	hostBundleName  = "host.bundle"
 	catalogName     = "ops.catalog"
-	agentBundleName = "agent.bundle"
+	AgentBundleName = "agent.bundle"
 )
 
 // File kinds under to-host (agent writes) and to-agent (host writes).
@@ -51,6 +51,9 @@ func HostBundlePath(host string) string { return path.Join(hostsDir, host, hostB
 // of the ops that agent may run.
 func CatalogPath(host, agent string) string { return path.Join(ToAgentDir(host, agent), catalogName) }
 
+// ToHostRoot is the directory that holds one host's agent directories.
+func ToHostRoot(host string) string { return path.Join(hostsDir, host, toHostDir) }
+
 // ToHostDir is the directory one agent writes for one host.
 func ToHostDir(host, agent string) string { return path.Join(hostsDir, host, toHostDir, agent) }
 
@@ -59,7 +62,7 @@ func ToAgentDir(host, agent string) string { return path.Join(hostsDir, host, to
 
 // AgentBundlePath is where an agent publishes its bundle for a host.
 func AgentBundlePath(host, agent string) string {
-	return path.Join(ToHostDir(host, agent), agentBundleName)
+	return path.Join(ToHostDir(host, agent), AgentBundleName)
 }
 
 // RequestPath names a file of a request under to-host (ext: manifest,

@@ -28,6 +28,10 @@ const (
 	DefaultSkew = 10 * time.Minute
 )
 
+// PingOp is the built-in no-op every trusted agent may call: a round trip
+// through the sync that runs no process.
+const PingOp = "bridge.ping"
+
 // Errors a request or result is refused with. Reason turns any error into the
 // short code that goes into audit lines and rejected results.
 var (
@@ -209,7 +213,7 @@ type RequestCheck struct {
 // error are returned.
 func OpenRequest(data []byte, stem string, c RequestCheck) (*Request, error) {
 	var r Request
-	if err := openBody(bcrypto.KindRequest, data, c.AgentKeys, &r); err != nil {
+	if err := OpenBody(bcrypto.KindRequest, data, c.AgentKeys, &r); err != nil {
 		return nil, err
 	}
 	if err := r.check(); err != nil {
@@ -502,7 +506,7 @@ type ResultCheck struct {
 // OpenResult verifies a result manifest file found as <stem>.result.
 func OpenResult(data []byte, stem string, c ResultCheck) (*Result, error) {
 	var r Result
-	if err := openBody(bcrypto.KindResult, data, c.HostKeys, &r); err != nil {
+	if err := OpenBody(bcrypto.KindResult, data, c.HostKeys, &r); err != nil {
 		return nil, err
 	}
 	if err := r.check(); err != nil {
@@ -564,7 +568,7 @@ func SHA256Hex(b []byte) string {
 }
 
 // writeBytes adapts a byte slice to syncsafe's Publish callback.
-func writeBytes(b []byte) func(w io.Writer) error {
+func WriteBytes(b []byte) func(w io.Writer) error {
 	return func(w io.Writer) error {
 		_, err := w.Write(b)
 		return err

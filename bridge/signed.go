@@ -15,7 +15,7 @@ func SignCancel(agent *bcrypto.Identity, c Cancel) ([]byte, error) {
 // OpenCancel verifies a cancel file found as <stem>.cancel in agent's directory.
 func OpenCancel(data []byte, stem, host, agent string, agentKeys [][]byte) (*Cancel, error) {
 	var c Cancel
-	if err := openBody(bcrypto.KindCancel, data, agentKeys, &c); err != nil {
+	if err := OpenBody(bcrypto.KindCancel, data, agentKeys, &c); err != nil {
 		return nil, err
 	}
 	if err := c.check(); err != nil {
@@ -49,7 +49,7 @@ func SignAck(agent *bcrypto.Identity, a Ack) ([]byte, error) {
 // OpenAck verifies an ack file found as <stem>.ack in agent's directory.
 func OpenAck(data []byte, stem, host, agent string, agentKeys [][]byte) (*Ack, error) {
 	var a Ack
-	if err := openBody(bcrypto.KindAck, data, agentKeys, &a); err != nil {
+	if err := OpenBody(bcrypto.KindAck, data, agentKeys, &a); err != nil {
 		return nil, err
 	}
 	if err := a.check(); err != nil {
@@ -87,7 +87,7 @@ func signBody(k bcrypto.Kind, id *bcrypto.Identity, body any, check func() error
 
 // openBody verifies a one-signature envelope under any of keys, then decodes
 // its body strictly. Nothing is decoded before a signature verified.
-func openBody(k bcrypto.Kind, data []byte, keys [][]byte, body any) error {
+func OpenBody(k bcrypto.Kind, data []byte, keys [][]byte, body any) error {
 	env, err := bcrypto.Parse(k, data)
 	if err != nil {
 		return err

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/syncbridge/bridge/bridge"
+	"github.com/syncbridge/bridge/bridge/host"
 	bcrypto "github.com/syncbridge/bridge/crypto"
 )
 
@@ -132,12 +133,12 @@ func scaleChild(home string) error {
 		}
 		defer func() { pprof.StopCPUProfile(); f.Close() }()
 	}
-	bridge.TuneDaemonGC() // as `bridge serve` does
+	host.TuneDaemonGC() // as `bridge serve` does
 	h, err := bridge.OpenHome(home)
 	if err != nil {
 		return err
 	}
-	d, err := bridge.NewDaemon(h, bridge.DaemonOptions{AllowRoot: true, Rescan: scaleRescan})
+	d, err := host.NewDaemon(h, host.DaemonOptions{AllowRoot: true, Rescan: scaleRescan})
 	if err != nil {
 		return err
 	}

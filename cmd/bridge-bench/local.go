@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/syncbridge/bridge/bridge"
+	"github.com/syncbridge/bridge/bridge/agent"
+	"github.com/syncbridge/bridge/bridge/host"
 )
 
 // benchPolicy allows the exec'd no-op. Its concurrency is raised from the
@@ -35,8 +37,8 @@ const noopOp = "noop"
 type local struct {
 	base, folder string
 	host, agent  *bridge.Home
-	client       *bridge.Client
-	daemon       *bridge.Daemon
+	client       *agent.Client
+	daemon       *host.Daemon
 	cancel       context.CancelFunc
 	done         chan error
 }
@@ -62,7 +64,7 @@ func setupLocal(base string) (*local, error) {
 	if err := os.WriteFile(l.host.Path(bridge.PolicyName), []byte(benchPolicy), 0o600); err != nil {
 		return nil, err
 	}
-	if l.client, err = bridge.OpenClient(l.agent); err != nil {
+	if l.client, err = agent.OpenClient(l.agent); err != nil {
 		return nil, err
 	}
 	return l, nil
@@ -71,7 +73,7 @@ func setupLocal(base string) (*local, error) {
 // start runs the daemon in this process, as `bridge serve` would with the
 // default rescan interval.
 func (l *local) start() error {
-	d, err := bridge.NewDaemon(l.host, bridge.DaemonOptions{AllowRoot: true})
+	d, err := host.NewDaemon(l.host, host.DaemonOptions{AllowRoot: true})
 	if err != nil {
 		return err
 	}
@@ -106,9 +108,9 @@ func (l *local) close() {
 
 // roundTrip submits op and waits until the agent holds the verified
 // result: what `bridge run` does, minus printing.
-func roundTrip(c *bridge.Client, op string) (time.Duration, error) {
+func roundTrip(c *agent.Client, op string) (time.Duration, error) {
 	start := time.Now()
-	s, err := c.Submit(bridge.SubmitOptions{Op: op, TTL: time.Hour})
+	s, err := c.Submit(agent.SubmitOptions{Op: op, TTL: time.Hour})
 	if err != nil {
 		return 0, err
 	}
@@ -126,7 +128,7 @@ func roundTrip(c *bridge.Client, op string) (time.Duration, error) {
 }
 
 // latency runs n round trips one after the other.
-func latency(c *bridge.Client, op string, n int) ([]time.Duration, error) {
+func latency(c *agent.Client, op string, n int) ([]time.Duration, error) {
 	ds := make([]time.Duration, 0, n)
 	for range n {
 		d, err := roundTrip(c, op)

@@ -27,12 +27,13 @@ import (
 	"time"
 
 	"github.com/syncbridge/bridge/bridge"
+	"github.com/syncbridge/bridge/bridge/host"
 )
 
 func main() {
 	// The daemon re-executes this binary as the runner's resource-limit
 	// shim; then this call never returns.
-	bridge.RunnerMain()
+	host.RunnerMain()
 	if childMain() {
 		return
 	}

@@ -8,13 +8,13 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/syncbridge/bridge/bridge"
+	"github.com/syncbridge/bridge/bridge/host"
 )
 
 func TestMain(m *testing.M) {
 	// The harness re-executes its own binary (the daemon's runner shim,
 	// the scale and seal children): here that is this test binary.
-	bridge.RunnerMain()
+	host.RunnerMain()
 	if childMain() {
 		os.Exit(0)
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/syncbridge/bridge/bridge"
+	"github.com/syncbridge/bridge/bridge/agent"
 )
 
 // fillBatch is how many pings the fill submits before it waits for their
@@ -36,7 +37,7 @@ func scale(c config, l *local, finished int, r *report, progress func(string, ..
 	if err := l.stop(); err != nil {
 		return err
 	}
-	s, err := l.client.Submit(bridge.SubmitOptions{Op: bridge.PingOp, TTL: time.Hour})
+	s, err := l.client.Submit(agent.SubmitOptions{Op: bridge.PingOp, TTL: time.Hour})
 	if err != nil {
 		return err
 	}
@@ -97,7 +98,7 @@ func fill(l *local, n, inflight int) error {
 			go func(lo, hi int) {
 				defer wg.Done()
 				for i := lo; i < hi; i++ {
-					s, err := l.client.Submit(bridge.SubmitOptions{Op: bridge.PingOp, TTL: time.Hour})
+					s, err := l.client.Submit(agent.SubmitOptions{Op: bridge.PingOp, TTL: time.Hour})
 					if err != nil {
 						errs <- err
 						return

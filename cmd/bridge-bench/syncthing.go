@@ -30,7 +30,7 @@ func syncthingRows(c config, r *report, progress func(string, ...any)) error {
 		return fmt.Errorf("syncthing: find the module's source tree (run from it): %w", err)
 	}
 	progress("through two real Syncthings: about %d minutes (six settings, 10 s delays in one of them)", 3*c.syncthingK)
-	cmd := exec.Command("go", "test", "-count=1", "-timeout", "60m", "-run", "^TestSyncthingRoundTripBench$", "-v", "./bridge")
+	cmd := exec.Command("go", "test", "-count=1", "-timeout", "60m", "-run", "^TestSyncthingRoundTripBench$", "-v", "./bridge/host")
 	cmd.Dir = strings.TrimSpace(string(out))
 	cmd.Env = append(os.Environ(), "BRIDGE_BENCH_SYNCTHING=1", "BRIDGE_BENCH_SYNCTHING_N="+strconv.Itoa(c.syncthingK))
 	cmd.Stderr = os.Stderr

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/syncbridge/bridge/bridge"
+	"github.com/syncbridge/bridge/bridge/agent"
+	"github.com/syncbridge/bridge/bridge/host"
 )
 
 // DemoCmd runs the whole loop on temporary folders: a host and an agent
@@ -66,30 +68,30 @@ func (c *DemoCmd) Run(g *Globals) error {
 		return err
 	}
 	step("set up: a host and an agent share %s", folder)
-	host, err := bridge.InitHome(filepath.Join(base, "host-home"), "host", "laptop", folder)
+	hh, err := bridge.InitHome(filepath.Join(base, "host-home"), "host", "laptop", folder)
 	if err != nil {
 		return err
 	}
-	agent, err := bridge.InitHome(filepath.Join(base, "agent-home"), "agent", "cloud-1", folder)
+	ah, err := bridge.InitHome(filepath.Join(base, "agent-home"), "agent", "cloud-1", folder)
 	if err != nil {
 		return err
 	}
-	if _, err := host.Trust(agent.BundleText(), "cloud-1"); err != nil {
+	if _, err := hh.Trust(ah.BundleText(), "cloud-1"); err != nil {
 		return err
 	}
-	if _, err := agent.Trust(host.BundleText(), "laptop"); err != nil {
+	if _, err := ah.Trust(hh.BundleText(), "laptop"); err != nil {
 		return err
 	}
-	say("host  laptop   fingerprint %s", host.Bundle().Fingerprint())
-	say("agent cloud-1  fingerprint %s", agent.Bundle().Fingerprint())
+	say("host  laptop   fingerprint %s", hh.Bundle().Fingerprint())
+	say("agent cloud-1  fingerprint %s", ah.Bundle().Fingerprint())
 	say("each side trusts the other's bundle (`bridge keys export` / `bridge keys trust`)")
-	if err := os.WriteFile(host.Path(bridge.PolicyName), []byte(demoPolicy), 0o600); err != nil {
+	if err := os.WriteFile(hh.Path(bridge.PolicyName), []byte(demoPolicy), 0o600); err != nil {
 		return err
 	}
 	say("policy: cloud-1 may run echo and count; deploy exists but is not allowed")
 
 	var logBuf lockedBuffer // the daemon logs from its goroutines while we read
-	d, err := bridge.NewDaemon(host, bridge.DaemonOptions{AllowRoot: true,
+	d, err := host.NewDaemon(hh, host.DaemonOptions{AllowRoot: true,
 		Rescan: 300 * time.Millisecond, Logger: bridge.NewLogger(&logBuf, "text", bridge.LogInfo),
 		Env: func(k string) (string, bool) {
 			if k == "DEMO_COUNT" {
@@ -116,12 +118,12 @@ func (c *DemoCmd) Run(g *Globals) error {
 	}()
 	say("host daemon started (`bridge serve`)")
 
-	cl, err := bridge.OpenClient(agent)
+	cl, err := agent.OpenClient(ah)
 	if err != nil {
 		return err
 	}
 	defer cl.Close()
-	run := func(o bridge.SubmitOptions) (*bridge.Outcome, error) {
+	run := func(o agent.SubmitOptions) (*agent.Outcome, error) {
 		s, err := cl.Submit(o)
 		if err != nil {
 			return nil, err
@@ -137,7 +139,7 @@ func (c *DemoCmd) Run(g *Globals) error {
 
 	step("1. an allowed op runs")
 	say("$ bridge run echo msg='hello from the agent'")
-	res, err := run(bridge.SubmitOptions{Op: "echo", Args: map[string]string{"msg": "hello from the agent"}})
+	res, err := run(agent.SubmitOptions{Op: "echo", Args: map[string]string{"msg": "hello from the agent"}})
 	if err != nil {
 		return err
 	}
@@ -150,7 +152,7 @@ func (c *DemoCmd) Run(g *Globals) error {
 
 	step("2. an op the policy does not allow is rejected")
 	say("$ bridge run deploy")
-	res, err = run(bridge.SubmitOptions{Op: "deploy"})
+	res, err = run(agent.SubmitOptions{Op: "deploy"})
 	if err != nil {
 		return err
 	}
@@ -162,11 +164,11 @@ func (c *DemoCmd) Run(g *Globals) error {
 
 	step("3. the same --key twice: answered from the ledger, run once")
 	say("$ bridge run --key build-42 count   (twice)")
-	first, err := run(bridge.SubmitOptions{Op: "count", Key: "build-42"})
+	first, err := run(agent.SubmitOptions{Op: "count", Key: "build-42"})
 	if err != nil {
 		return err
 	}
-	second, err := run(bridge.SubmitOptions{Op: "count", Key: "build-42"})
+	second, err := run(agent.SubmitOptions{Op: "count", Key: "build-42"})
 	if err != nil {
 		return err
 	}
@@ -180,7 +182,7 @@ func (c *DemoCmd) Run(g *Globals) error {
 
 	step("4. a duplicate delivery is ignored")
 	say("the sync client delivers the request again, plus a conflict copy of its manifest")
-	manifest := filepath.Join(folder, bridge.RequestPath(host.Config.ID, agent.Config.ID, first.Receipt.ID, bridge.ExtManifest))
+	manifest := filepath.Join(folder, bridge.RequestPath(hh.Config.ID, ah.Config.ID, first.Receipt.ID, bridge.ExtManifest))
 	data, err := os.ReadFile(manifest)
 	if err != nil {
 		return err
@@ -195,7 +197,7 @@ func (c *DemoCmd) Run(g *Globals) error {
 		return err
 	}
 	time.Sleep(time.Second) // a few rescans
-	entries, err := bridge.LedgerEntries(host)
+	entries, err := host.LedgerEntries(hh)
 	if err != nil {
 		return err
 	}

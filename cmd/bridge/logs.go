@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/syncbridge/bridge/bridge"
+	"github.com/syncbridge/bridge/bridge/agent"
 )
 
 // LogsCmd prints an op's output as the host streams it (progress chunks),
@@ -54,7 +54,7 @@ func (c *LogsCmd) Run(g *Globals) error {
 			}
 			return nil
 		}
-		if !errors.Is(rerr, bridge.ErrNoResult) {
+		if !errors.Is(rerr, agent.ErrNoResult) {
 			return rerr
 		}
 		if !c.Follow {

@@ -17,6 +17,7 @@ import (
 	"github.com/alecthomas/kong"
 
 	"github.com/syncbridge/bridge/bridge"
+	"github.com/syncbridge/bridge/bridge/host"
 )
 
 // Exit codes (docs/CLI.md, "Exit status"). `bridge run` and `bridge result`
@@ -100,7 +101,7 @@ func version() string {
 }
 
 func main() {
-	bridge.RunnerMain()
+	host.RunnerMain()
 	os.Exit(realMain(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 }
 

@@ -12,8 +12,7 @@ import (
 	"time"
 
 	"github.com/rogpeppe/go-internal/testscript"
-
-	"github.com/syncbridge/bridge/bridge"
+	"github.com/syncbridge/bridge/bridge/host"
 )
 
 // TestMain makes this test binary double as the bridge binary: testscript
@@ -24,7 +23,7 @@ import (
 func TestMain(m *testing.M) {
 	// First, as in main: the daemon runs every op through the runner's
 	// resource-limit shim, which re-executes this very binary.
-	bridge.RunnerMain()
+	host.RunnerMain()
 	// testscript.Main rather than the deprecated RunMain: it is the same
 	// thing with the os.Exit moved into the command.
 	testscript.Main(m, map[string]func(){

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/syncbridge/bridge/bridge"
+	"github.com/syncbridge/bridge/bridge/host"
 )
 
 // Operator tools: the audit log, doctor and the user service.
@@ -32,13 +33,13 @@ func (c *AuditShowCmd) Run(g *Globals) error {
 	if err != nil {
 		return err
 	}
-	evs, err := bridge.ReadAudit(h, c.Lines)
+	evs, err := host.ReadAudit(h, c.Lines)
 	if err != nil {
 		return err
 	}
 	if g.JSON {
 		if evs == nil {
-			evs = []bridge.AuditEvent{}
+			evs = []host.AuditEvent{}
 		}
 		return g.printJSON(evs)
 	}
@@ -69,7 +70,7 @@ func (c *AuditVerifyCmd) Run(g *Globals) error {
 	if err != nil {
 		return err
 	}
-	res, err := bridge.VerifyAudit(h)
+	res, err := host.VerifyAudit(h)
 	if err != nil {
 		return err
 	}
@@ -85,7 +86,7 @@ func (c *AuditVerifyCmd) Run(g *Globals) error {
 		}
 	}
 	if !res.OK {
-		return &codeError{code: exitError, err: bridge.ErrAuditBroken}
+		return &codeError{code: exitError, err: host.ErrAuditBroken}
 	}
 	return nil
 }
@@ -98,7 +99,7 @@ func (c *DoctorCmd) Run(g *Globals) error {
 	if err != nil {
 		return err
 	}
-	found := bridge.Doctor(h, bridge.DoctorOptions{})
+	found := host.Doctor(h, bridge.DoctorOptions{})
 	problems := 0
 	for _, f := range found {
 		if f.Severity == bridge.SeverityProblem {
@@ -136,7 +137,7 @@ type serviceFlags struct {
 	FilesOnly bool   `name:"files-only" help:"Only write or remove the unit file; do not call systemctl or launchctl."`
 }
 
-func (f *serviceFlags) unit(g *Globals) (*bridge.Home, *bridge.ServiceUnit, error) {
+func (f *serviceFlags) unit(g *Globals) (*bridge.Home, *host.ServiceUnit, error) {
 	h, err := g.openHome()
 	if err != nil {
 		return nil, nil, err
@@ -155,7 +156,7 @@ func (f *serviceFlags) unit(g *Globals) (*bridge.Home, *bridge.ServiceUnit, erro
 	if err != nil {
 		return nil, nil, err
 	}
-	u, err := bridge.NewServiceUnit(runtime.GOOS, exe, home, h.Config.Name, f.Dir)
+	u, err := host.NewServiceUnit(runtime.GOOS, exe, home, h.Config.Name, f.Dir)
 	return h, u, err
 }
 
@@ -254,7 +255,7 @@ func (c *ServiceStatusCmd) Run(g *Globals) error {
 		return err
 	}
 	_, serr := os.Stat(u.Path())
-	pid, running := bridge.DaemonRunning(h)
+	pid, running := host.DaemonRunning(h)
 	if g.JSON {
 		v := map[string]any{"system": u.System, "unit": u.Path(), "installed": serr == nil, "running": running}
 		if running {

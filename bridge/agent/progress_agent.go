@@ -1,0 +1,66 @@
+package agent
+
+import (
+	"errors"
+	"io/fs"
+	"sort"
+
+	"github.com/syncbridge/bridge/bridge"
+
+	bcrypto "github.com/syncbridge/bridge/crypto"
+)
+
+// Progress reads the verified progress chunks of a request from seq from
+// on, in order, stopping at the first missing or unverifiable one. prev is
+// the hash of chunk from-1 ("" when from is 1). It reads only.
+func (c *Client) Progress(id string, from int, prev string) ([]bridge.Chunk, error) {
+	s, err := c.Sent(id)
+	if err != nil {
+		return nil, err
+	}
+	check, own, err := c.resultCheck(s)
+	if err != nil {
+		return nil, err
+	}
+	entries, err := c.folder.List(bridge.ToAgentDir(s.Host, c.home.Config.ID))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	} else if err != nil {
+		return nil, err
+	}
+	var seqs []int
+	for _, e := range entries {
+		if cid, seq, ok := bridge.ParseProgressName(e.Name); ok && cid == id && seq >= from {
+			seqs = append(seqs, seq)
+		}
+	}
+	sort.Ints(seqs)
+	var out []bridge.Chunk
+	for i, seq := range seqs {
+		if seq != from+i {
+			break // a gap: the next one has not arrived yet
+		}
+		data, err := c.folder.ReadFile(bridge.ProgressPath(s.Host, c.home.Config.ID, id, seq), bcrypto.KindProgress.MaxSize())
+		if err != nil {
+			break
+		}
+		p, err := bridge.OpenProgress(data, bridge.ProgressCheck{ID: id, Host: s.Host, Agent: c.home.Config.ID, Seq: seq, Prev: prev, HostKeys: check.HostKeys})
+		if errors.Is(err, bridge.ErrBrokenChain) {
+			return out, err
+		} else if err != nil {
+			break // not (yet) a valid chunk from the host
+		}
+		var ch *bridge.Chunk
+		for _, k := range own {
+			if k.Identity.BoxKid() == p.AgentBoxKid {
+				ch, err = bridge.OpenChunk(p, data, k.Identity)
+			}
+		}
+		if ch == nil || err != nil {
+			break
+		}
+		prev = ch.ChunkHash()
+		out = append(out, *ch)
+	}
+	return out, nil
+}

@@ -1,0 +1,30 @@
+// Package bridge is the wire format both sides of a bridge speak, and the
+// private home each side keeps: request and result bodies, sealing and
+// opening them, the folder layout, request ids, and the trust store of
+// peers and keys. It runs nothing and watches nothing: the host daemon is
+// in package host, the agent's client in package agent, and neither
+// imports the other.
+//
+// Entry points:
+//
+//   - [SealRequest] and [OpenRequest], [OpenCall]: a request manifest and its
+//     sealed payload (docs/SPEC.md §7, §8).
+//   - [SealResult] and [OpenResult], [OpenOutput]: a result and its sealed
+//     output with the receipt (§9).
+//   - [InitHome] and [OpenHome]: a party's state directory, its keys and
+//     trusted peers; [Home.Trust], [Home.Rotate], [Home.Revoke].
+//   - [RequestPath], [ResultPath] and the other path functions: every name
+//     in the synced folder comes from them.
+//
+// # Security
+//
+// Nothing read from the folder is decoded before a signature verified it
+// ([OpenBody]); lengths are checked before signatures and AEAD; bodies have
+// one canonical encoding. Results are bound to the exact request manifest
+// they answer. A home must never be inside the synced folder.
+//
+// # Compatibility
+//
+// The format is version 1 (docs/SPEC.md §13): every envelope's magic and
+// every body's "v". A reader refuses any other version.
+package bridge

@@ -1,0 +1,5 @@
+//go:build !unix
+
+package host
+
+func processAlive(int) bool { return false }

@@ -1,0 +1,56 @@
+package host
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/syncbridge/bridge/bridge"
+	"github.com/syncbridge/bridge/bridge/agent"
+
+	"github.com/syncbridge/bridge/bridge/ledger"
+)
+
+// A request waiting for approval stays manageable after its agent rotated
+// its keys with no overlap (the key that signed it is expired now): it can
+// be denied and approved, and is answered. Re-verifying the kept manifest
+// with only the keys valid now stranded it in awaiting-approval.
+func TestApprovalSurvivesAgentRotation(t *testing.T) {
+	policy := strings.Replace(testPolicy, `ops = ["echo", "count"`, `ops = ["gated", "echo", "count"`, 1) + `
+[ops.gated]
+argv = ["echo", "gated"]
+approve = true
+`
+	p := newPair(t, policy)
+	p.start(t, nil)
+	var ids []string
+	for range 2 {
+		s, err := p.client.Submit(agent.SubmitOptions{Op: "gated", TTL: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, s.ID)
+		waitFor(t, 5*time.Second, "the request to wait for approval", func() bool {
+			return p.entry(t, s.ID).State == ledger.StateAwaitingApproval
+		})
+	}
+	if _, err := p.agent.Rotate(0); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "the host to follow the rotation", func() bool {
+		peer, _, _ := p.host.Peer(p.agent.Config.ID)
+		return len(peer.Keys) == 2
+	})
+	if err := p.daemon.decide(ids[0], false, "not now"); err != nil {
+		t.Fatalf("deny after the rotation: %v", err)
+	}
+	if out := p.wait(t, ids[0]); out.Receipt.Status != bridge.StatusRejected || out.Receipt.Reason != "denied" {
+		t.Fatalf("denied: %s (%s)", out.Receipt.Status, out.Receipt.Reason)
+	}
+	if err := p.daemon.decide(ids[1], true, ""); err != nil {
+		t.Fatalf("approve after the rotation: %v", err)
+	}
+	if out := p.wait(t, ids[1]); out.Receipt.Status != bridge.StatusDone || string(out.Stdout) != "gated\n" {
+		t.Fatalf("approved: %s (%s) %q", out.Receipt.Status, out.Receipt.Reason, out.Stdout)
+	}
+}

@@ -1,0 +1,163 @@
+package host
+
+import (
+	"bytes"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/syncbridge/bridge/bridge"
+)
+
+// writeAudit logs n events to a fresh audit log in a home of its own.
+func writeAudit(t *testing.T, n int) *bridge.Home {
+	t.Helper()
+	h := &bridge.Home{Dir: t.TempDir()}
+	a, err := openAudit(h.Path(auditName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < n; i++ {
+		a.log(AuditEvent{Event: "seen", Agent: "a", ID: strings.Repeat("0", 31) + string(rune('0'+i%10))})
+	}
+	if err := a.close(); err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+func verifyAudit(t *testing.T, h *bridge.Home) *AuditCheck {
+	t.Helper()
+	c, err := VerifyAudit(h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func auditLines(t *testing.T, h *bridge.Home) [][]byte {
+	data, err := os.ReadFile(h.Path(auditName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bytes.SplitAfter(bytes.TrimSuffix(data, []byte("\n")), []byte("\n"))
+}
+
+func TestAuditChainVerifies(t *testing.T) {
+	h := writeAudit(t, 5)
+	// Reopening continues the chain.
+	a, err := openAudit(h.Path(auditName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.log(AuditEvent{Event: "start"})
+	a.close()
+	if c := verifyAudit(t, h); !c.OK || c.Lines != 6 {
+		t.Fatalf("intact log: %+v", c)
+	}
+	evs, err := ReadAudit(h, 2)
+	if err != nil || len(evs) != 2 || evs[1].Seq != 6 || evs[1].Event != "start" {
+		t.Fatalf("ReadAudit last 2: %+v %v", evs, err)
+	}
+}
+
+func TestAuditVerifyDetectsTampering(t *testing.T) {
+	cases := []struct {
+		name   string
+		tamper func(lines [][]byte) []byte
+		want   string
+	}{
+		{"edit a middle line", func(l [][]byte) []byte {
+			l[2] = bytes.Replace(l[2], []byte(`"agent":"a"`), []byte(`"agent":"b"`), 1)
+			return bytes.Join(l, nil)
+		}, "line 4: prev does not match"},
+		{"edit the last line", func(l [][]byte) []byte {
+			l[4] = bytes.Replace(l[4], []byte(`"seen"`), []byte(`"SEEN"`), 1)
+			return bytes.Join(l, nil)
+		}, "line 5 differs from the tail checkpoint"},
+		{"remove a middle line", func(l [][]byte) []byte {
+			return bytes.Join(append(l[:1:1], l[2:]...), nil)
+		}, "line 2: seq 3, want 2"},
+		{"cut the tail", func(l [][]byte) []byte { return bytes.Join(l[:3], nil) }, "its tail was cut"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			h := writeAudit(t, 5)
+			if err := os.WriteFile(h.Path(auditName), c.tamper(auditLines(t, h)), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			got := verifyAudit(t, h)
+			if got.OK || !strings.Contains(strings.Join(got.Problems, "\n"), c.want) {
+				t.Fatalf("verify = %+v, want a problem %q", got, c.want)
+			}
+		})
+	}
+}
+
+// A crash between the append and the checkpoint leaves one line more than
+// the checkpoint names; a torn last line is dropped when the log reopens.
+func TestAuditCrashLeftovers(t *testing.T) {
+	h := writeAudit(t, 3)
+	tail, _ := os.ReadFile(h.Path(auditTailName))
+	a, _ := openAudit(h.Path(auditName))
+	a.log(AuditEvent{Event: "x"})
+	a.close()
+	os.WriteFile(h.Path(auditTailName), tail, 0o600) // checkpoint one behind
+	if c := verifyAudit(t, h); !c.OK {
+		t.Fatalf("a line past the checkpoint: %+v", c)
+	}
+	f, _ := os.OpenFile(h.Path(auditName), os.O_APPEND|os.O_WRONLY, 0)
+	f.WriteString(`{"seq":5,"prev":"ab`)
+	f.Close()
+	if c := verifyAudit(t, h); c.OK {
+		t.Fatal("a torn last line passed verification")
+	}
+	a, err := openAudit(h.Path(auditName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.log(AuditEvent{Event: "start"})
+	a.close()
+	if c := verifyAudit(t, h); !c.OK || c.Lines != 5 {
+		t.Fatalf("after reopening a torn log: %+v", c)
+	}
+}
+
+// Reopening reads the log from its end: lines longer than its first read
+// window, and a torn line longer than that, still resume the chain where it
+// ends; a log that is all torn line starts over.
+func TestAuditResumeLongLines(t *testing.T) {
+	h := &bridge.Home{Dir: t.TempDir()}
+	a, err := openAudit(h.Path(auditName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		a.log(AuditEvent{Event: "refused", Detail: strings.Repeat(string(rune('a'+i)), 100<<10)})
+	}
+	a.close()
+	f, _ := os.OpenFile(h.Path(auditName), os.O_APPEND|os.O_WRONLY, 0)
+	f.WriteString(`{"seq":4,"prev":"` + strings.Repeat("x", 150<<10))
+	f.Close()
+	if a, err = openAudit(h.Path(auditName)); err != nil {
+		t.Fatal(err)
+	}
+	a.log(AuditEvent{Event: "start"})
+	a.close()
+	if c := verifyAudit(t, h); !c.OK || c.Lines != 4 {
+		t.Fatalf("after reopening a log of long lines with a long torn one: %+v", c)
+	}
+
+	h = &bridge.Home{Dir: t.TempDir()}
+	if err := os.WriteFile(h.Path(auditName), []byte(strings.Repeat("y", 200<<10)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if a, err = openAudit(h.Path(auditName)); err != nil {
+		t.Fatal(err)
+	}
+	a.log(AuditEvent{Event: "start"})
+	a.close()
+	if c := verifyAudit(t, h); !c.OK || c.Lines != 1 {
+		t.Fatalf("after reopening a log that is one torn line: %+v", c)
+	}
+}

@@ -1,0 +1,156 @@
+package host
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/syncbridge/bridge/bridge"
+
+	"github.com/syncbridge/bridge/bridge/policy"
+	"github.com/syncbridge/bridge/bridge/runner"
+	"github.com/syncbridge/bridge/syncsafe"
+)
+
+// Per-agent ceilings (policy [agents.X] max_concurrent, max_runs_per_hour,
+// max_cpu_seconds_per_day). A request that would go over one is rejected
+// with reason "ceiling" when it would be claimed: it is answered, not
+// queued, so the agent learns at once and can try later.
+//
+// Runs in the last hour and CPU seconds of the current UTC day survive a
+// restart in ceilings.json in the home; it is written only for agents that
+// have one of those two ceilings, so a policy without ceilings costs nothing.
+// Runs at once are counted in memory: after a restart nothing runs.
+
+const ceilingsName = "ceilings.json"
+
+type ceilingState struct {
+	mu      sync.Mutex
+	loaded  bool
+	running map[string]int // by agent name
+	usage   ceilingUsage
+}
+
+type ceilingUsage struct {
+	Runs map[string][]int64  `json:"runs"` // agent -> unix seconds of the runs of the last hour
+	CPU  map[string]cpuUsage `json:"cpu"`  // agent -> CPU of its ops today
+}
+
+type cpuUsage struct {
+	Day string `json:"day"` // UTC, 2006-01-02
+	MS  int64  `json:"ms"`
+}
+
+// ReasonCeiling is the reason of a request rejected for an agent's ceiling.
+const ReasonCeiling = "ceiling"
+
+func (d *Daemon) loadCeilings() {
+	s := &d.ceil
+	if s.loaded {
+		return
+	}
+	s.loaded = true
+	s.running = map[string]int{}
+	if data, err := os.ReadFile(d.home.Path(ceilingsName)); err == nil {
+		if err := json.Unmarshal(data, &s.usage); err != nil {
+			d.log.Warn("ceilings: unreadable usage file; counting from zero", "err", err)
+		}
+	}
+	if s.usage.Runs == nil {
+		s.usage.Runs = map[string][]int64{}
+	}
+	if s.usage.CPU == nil {
+		s.usage.CPU = map[string]cpuUsage{}
+	}
+}
+
+func (d *Daemon) saveCeilings() {
+	data, _ := json.Marshal(d.ceil.usage)
+	if err := syncsafe.WriteFileAtomic(d.home.Path(ceilingsName), data); err != nil {
+		d.log.Warn("ceilings: save usage", "err", err)
+	}
+}
+
+// reserveCeiling takes a place under agent's ceilings for a run of inv, or
+// returns the rejection to answer with. The release function ends the run's
+// place in max_concurrent. The op's CPU limit is lowered to what is left of
+// the agent's CPU for the day, so one run cannot overdraw it by much.
+func (d *Daemon) reserveCeiling(agent string, inv *policy.Invocation) (release func(), over *bridge.Receipt) {
+	c := d.policy.Ceilings(agent)
+	if c == (policy.Ceilings{}) {
+		return func() {}, nil
+	}
+	s := &d.ceil
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	d.loadCeilings()
+	now := d.opt.Now()
+	reject := func(name string, limit int64, format string, args ...any) (func(), *bridge.Receipt) {
+		return nil, &bridge.Receipt{Status: bridge.StatusRejected, Reason: ReasonCeiling, Op: inv.Op,
+			Detail: fmt.Sprintf("agent %s is at its ceiling %s = %d (%s); try again later", agent, name, limit, fmt.Sprintf(format, args...))}
+	}
+	if c.MaxConcurrent > 0 && s.running[agent] >= c.MaxConcurrent {
+		return reject("max_concurrent", int64(c.MaxConcurrent), "%d runs now", s.running[agent])
+	}
+	runs := s.usage.Runs[agent][:0:0]
+	for _, t := range s.usage.Runs[agent] {
+		if now.Sub(time.Unix(t, 0)) < time.Hour {
+			runs = append(runs, t)
+		}
+	}
+	if c.MaxRunsPerHour > 0 && len(runs) >= c.MaxRunsPerHour {
+		return reject("max_runs_per_hour", int64(c.MaxRunsPerHour), "%d runs in the last hour", len(runs))
+	}
+	if c.MaxCPUSecondsPerDay > 0 {
+		used := s.usage.CPU[agent]
+		if used.Day != now.UTC().Format(time.DateOnly) {
+			used = cpuUsage{}
+		}
+		left := c.MaxCPUSecondsPerDay - used.MS/1000
+		if left <= 0 {
+			return reject("max_cpu_seconds_per_day", c.MaxCPUSecondsPerDay, "%.1f CPU seconds used today (UTC)", float64(used.MS)/1000)
+		}
+		if inv.Limits.CPUSeconds == 0 || inv.Limits.CPUSeconds > uint64(left) {
+			inv.Limits.CPUSeconds = uint64(left)
+		}
+	}
+	s.running[agent]++
+	if c.MaxRunsPerHour > 0 {
+		s.usage.Runs[agent] = append(runs, now.Unix())
+		d.saveCeilings()
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			s.mu.Lock()
+			s.running[agent]--
+			s.mu.Unlock()
+		})
+	}, nil
+}
+
+// chargeCPU adds a finished run's CPU time to its agent's day.
+func (d *Daemon) chargeCPU(agent string, cpu time.Duration) {
+	if d.policy.Ceilings(agent).MaxCPUSecondsPerDay == 0 || cpu <= 0 {
+		return
+	}
+	s := &d.ceil
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	d.loadCeilings()
+	day := d.opt.Now().UTC().Format(time.DateOnly)
+	u := s.usage.CPU[agent]
+	if u.Day != day {
+		u = cpuUsage{Day: day}
+	}
+	u.MS += cpu.Milliseconds()
+	s.usage.CPU[agent] = u
+	d.saveCeilings()
+}
+
+// runnerLimits converts the policy's limits for the runner.
+func runnerLimits(l policy.Limits) runner.Limits {
+	return runner.Limits{CPUSeconds: l.CPUSeconds, AddressSpace: l.AddressSpace, OpenFiles: l.OpenFiles, Processes: l.Processes}
+}

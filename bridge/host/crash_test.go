@@ -1,0 +1,148 @@
+package host
+
+import (
+	"bufio"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/syncbridge/bridge/bridge"
+	"github.com/syncbridge/bridge/bridge/agent"
+
+	"github.com/syncbridge/bridge/bridge/ledger"
+)
+
+const crashPolicy = `
+[ops.once]
+argv = ["sh", "-c", "echo once-started >> \"$COUNT_FILE\"; while [ -f \"$COUNT_FILE.block\" ]; do sleep 0.05; done; echo once-finished >> \"$COUNT_FILE\""]
+env = ["PATH", "COUNT_FILE"]
+idempotent = false
+
+[ops.again]
+argv = ["sh", "-c", "echo again-started >> \"$COUNT_FILE\"; while [ -f \"$COUNT_FILE.block\" ]; do sleep 0.05; done; echo again-finished >> \"$COUNT_FILE\""]
+env = ["PATH", "COUNT_FILE"]
+idempotent = true
+
+[agents.cloud-1]
+ops = ["once", "again"]
+`
+
+// daemonProcess runs the test binary as `bridge serve` for the pair's host.
+type daemonProcess struct {
+	cmd *exec.Cmd
+	log *os.File
+}
+
+func startDaemonProcess(t *testing.T, p *pair, env ...string) *daemonProcess {
+	t.Helper()
+	logf, err := os.OpenFile(filepath.Join(t.TempDir(), "serve.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(append(os.Environ(), serveEnv+"="+p.hostHome), env...)
+	cmd.Stderr = logf
+	out, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ready := make(chan bool, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if sc.Text() == "ready" {
+				ready <- true
+			}
+		}
+		ready <- false
+	}()
+	select {
+	case ok := <-ready:
+		if !ok {
+			b, _ := os.ReadFile(logf.Name())
+			t.Fatalf("daemon process did not start:\n%s", b)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("daemon process did not get ready")
+	}
+	d := &daemonProcess{cmd: cmd, log: logf}
+	t.Cleanup(func() { d.kill() })
+	return d
+}
+
+func (d *daemonProcess) kill() {
+	if d.cmd.ProcessState == nil {
+		d.cmd.Process.Signal(syscall.SIGKILL)
+		d.cmd.Wait()
+	}
+}
+
+// TestInvariant5CrashLeavesNoSilentDoubleRun kills a real daemon process
+// with SIGKILL while ops run, restarts it, and checks: the non-idempotent op
+// is not run again and ends uncertain (the agent is told); the idempotent op
+// is run again and completes once; nothing finished twice.
+func TestInvariant5CrashLeavesNoSilentDoubleRun(t *testing.T) {
+	p := newPair(t, crashPolicy)
+	countFile := filepath.Join(t.TempDir(), "count")
+	os.WriteFile(countFile+".block", nil, 0o644)
+	env := "COUNT_FILE=" + countFile
+	// 1. The non-idempotent op starts; the daemon is killed.
+	once, err := p.client.Submit(agent.SubmitOptions{Op: "once", Key: "k"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := startDaemonProcess(t, p, env)
+	waitFor(t, 15*time.Second, "the non-idempotent op to start", func() bool { return count(t, countFile, "once-started") == 1 })
+	d.kill()
+	// 2. The restarted daemon marks it uncertain; the idempotent op starts;
+	// the daemon is killed again.
+	again, err := p.client.Submit(agent.SubmitOptions{Op: "again"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d = startDaemonProcess(t, p, env)
+	waitFor(t, 15*time.Second, "the idempotent op to start", func() bool { return count(t, countFile, "again-started") == 1 })
+	d.kill()
+	// 3. Unblocked and restarted: the idempotent op runs again and finishes.
+	os.Remove(countFile + ".block")
+	startDaemonProcess(t, p, env)
+	outOnce := p.wait(t, once.ID)
+	outAgain := p.wait(t, again.ID)
+	if outOnce.Receipt.Status != bridge.StatusUncertain || outOnce.Receipt.Reason != "crashed" {
+		t.Fatalf("non-idempotent op after a crash: %s (%s); want uncertain", outOnce.Receipt.Status, outOnce.Receipt.Reason)
+	}
+	if n := count(t, countFile, "once-started"); n != 1 {
+		t.Fatalf("non-idempotent op started %d times", n)
+	}
+	if outAgain.Receipt.Status != bridge.StatusDone {
+		t.Fatalf("idempotent op after a crash: %s (%s)", outAgain.Receipt.Status, outAgain.Receipt.Detail)
+	}
+	if s, f := count(t, countFile, "again-started"), count(t, countFile, "again-finished"); s != 2 || f != 1 {
+		t.Fatalf("idempotent op started %d and finished %d times; want 2 and 1", s, f)
+	}
+	waitFor(t, 5*time.Second, "the ledger to settle", func() bool { return p.entry(t, again.ID).State == ledger.StateDone })
+	if e := p.entry(t, once.ID); e.State != ledger.StateUncertain || e.Runs != 1 {
+		t.Fatalf("ledger for the non-idempotent op: %s runs %d", e.State, e.Runs)
+	}
+	if e := p.entry(t, again.ID); e.Runs != 2 {
+		t.Fatalf("ledger for the idempotent op: runs %d, want 2", e.Runs)
+	}
+	// A human settles the uncertain run while the daemon runs: the agent sees
+	// the new result, and the op is not run again.
+	if _, err := Reconcile(p.host, once.ID, "done"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the reconciled result", func() bool {
+		out, err := p.client.Result(once.ID)
+		return err == nil && out.Receipt.Status == bridge.StatusDone && out.Receipt.Reason == "reconciled"
+	})
+	if n := count(t, countFile, "once-started"); n != 1 || count(t, countFile, "once-finished") != 0 {
+		t.Fatalf("reconcile ran the op: started %d times", n)
+	}
+	if e := p.entry(t, once.ID); e.State != ledger.StateDone {
+		t.Fatalf("ledger after reconcile: %s", e.State)
+	}
+}

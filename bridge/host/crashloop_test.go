@@ -1,0 +1,525 @@
+package host
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/syncbridge/bridge/bridge"
+	"github.com/syncbridge/bridge/bridge/agent"
+
+	"github.com/syncbridge/bridge/bridge/ledger"
+)
+
+// crashLoopPolicy's ops append "start-<id>" and "end-<id>" to COUNT_FILE,
+// so the test counts how often each request's op started and finished.
+// They sleep between the two lines so that the "mid-run" crash (300 ms after
+// the op started) falls inside the run.
+const crashLoopPolicy = `
+[ops.once]
+argv = ["sh", "-c", "echo start-$1 >> \"$COUNT_FILE\"; sleep 0.8; echo end-$1 >> \"$COUNT_FILE\"; echo out-$1", "once", "{request_id}"]
+env = ["PATH", "COUNT_FILE"]
+idempotent = false
+
+[ops.again]
+argv = ["sh", "-c", "echo start-$1 >> \"$COUNT_FILE\"; sleep 0.8; echo end-$1 >> \"$COUNT_FILE\"; echo out-$1", "again", "{request_id}"]
+env = ["PATH", "COUNT_FILE"]
+idempotent = true
+
+[ops.fails]
+argv = ["sh", "-c", "echo start-$1 >> \"$COUNT_FILE\"; sleep 0.8; echo end-$1 >> \"$COUNT_FILE\"; echo out-$1; echo err-$1 >&2; exit 3", "fails", "{request_id}"]
+env = ["PATH", "COUNT_FILE"]
+idempotent = true
+
+# Not idempotent, but its reconcile command can tell whether the op
+# started: after a crash while it ran, it is run once more only if not.
+[ops.checked]
+argv = ["sh", "-c", "echo start-$1 >> \"$COUNT_FILE\"; sleep 0.8; echo end-$1 >> \"$COUNT_FILE\"; echo out-$1", "checked", "{request_id}"]
+reconcile = ["sh", "-c", "if grep -qx start-$1 \"$COUNT_FILE\"; then echo seen-$1; exit 0; fi; exit 3", "checked", "{request_id}"]
+env = ["PATH", "COUNT_FILE"]
+idempotent = false
+
+[ops.denied]
+argv = ["true"]
+
+[agents.cloud-1]
+ops = ["once", "again", "fails", "checked"]
+`
+
+// crashOp is one kind of request of the crash loop.
+type crashOp struct {
+	name       string
+	idempotent bool
+	reconcile  bool // has a reconcile command that tells whether it started
+	runs       bool // false: refused by the policy, never claimed or run
+	exit       int
+}
+
+var crashOps = []crashOp{
+	{name: "once", runs: true},
+	{name: "again", idempotent: true, runs: true},
+	{name: "fails", idempotent: true, runs: true, exit: 3},
+	{name: "checked", reconcile: true, runs: true},
+	{name: "denied"}, // reaches only the steps of publishing a result
+}
+
+// reaches reports whether a request for op passes the crash step.
+func (op crashOp) reaches(step string) bool {
+	switch step {
+	case "claimed", "running", "mid-run":
+		return op.runs
+	}
+	return true
+}
+
+// crashWant is what a request must end as after a crash at a step and one
+// clean restart (DESIGN invariant 5 and Daemon.recover): a claimed request
+// never started and is evaluated again; a running one is re-run if its op is
+// idempotent, else its reconcile command decides (exit 0: it happened, done
+// as "reconciled"; exit 3: run once more), and without one it is uncertain;
+// a sealed result is adopted and nothing runs again.
+type crashWant struct {
+	status       string
+	reason       string
+	startsMin    int
+	startsMax    int
+	ends         int
+	runs         int          // ledger Runs: entries into running
+	crashedState ledger.State // the ledger state the crash left
+}
+
+func wantAfterCrash(step string, op crashOp) crashWant {
+	if !op.runs {
+		return crashWant{status: bridge.StatusRejected, reason: "not-allowed", crashedState: ledger.StateSeen}
+	}
+	w := crashWant{status: bridge.StatusDone, startsMin: 1, startsMax: 1, ends: 1, runs: 1, crashedState: ledger.StateRunning}
+	switch step {
+	case "claimed":
+		w.crashedState = ledger.StateClaimed
+	case "running": // running is durable, the process was not started yet
+		switch {
+		case op.idempotent, op.reconcile: // re-run; the reconcile check finds no start
+			w.runs = 2
+		default:
+			w = crashWant{status: bridge.StatusUncertain, reason: "crashed", runs: 1, crashedState: ledger.StateRunning}
+		}
+	case "mid-run": // the op started (almost surely) and was killed with the daemon
+		switch {
+		case op.idempotent:
+			w.startsMax, w.runs = 2, 2
+		case op.reconcile: // the check finds the start: done, not run again
+			w = crashWant{status: bridge.StatusDone, reason: "reconciled", startsMin: 1, startsMax: 1, runs: 1, crashedState: ledger.StateRunning}
+		default:
+			w = crashWant{status: bridge.StatusUncertain, reason: "crashed", startsMax: 1, runs: 1, crashedState: ledger.StateRunning}
+		}
+	case "gc":
+		w.crashedState = ledger.StateDone
+	}
+	return w
+}
+
+// crashProc is the test binary run as `bridge serve` with a crash step set.
+type crashProc struct {
+	cmd    *exec.Cmd
+	log    string
+	ready  chan struct{}
+	exited chan struct{}
+}
+
+func startCrashProc(t *testing.T, p *pair, at, countFile string) *crashProc {
+	t.Helper()
+	c := &crashProc{log: filepath.Join(t.TempDir(), "serve.log"), ready: make(chan struct{}), exited: make(chan struct{})}
+	logf, err := os.Create(c.log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logf.Close()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.cmd = exec.Command(os.Args[0], "-test.run=^$")
+	c.cmd.Env = append(os.Environ(), serveEnv+"="+p.hostHome, "BRIDGE_TEST_CRASH_AT="+at, "COUNT_FILE="+countFile)
+	c.cmd.Stdout, c.cmd.Stderr = w, logf
+	err = c.cmd.Start()
+	w.Close()
+	if err != nil {
+		r.Close()
+		t.Fatal(err)
+	}
+	go func() {
+		defer r.Close()
+		sc := bufio.NewScanner(r)
+		for sc.Scan() {
+			if sc.Text() == "ready" {
+				close(c.ready)
+				break
+			}
+		}
+		io.Copy(io.Discard, r)
+	}()
+	go func() { c.cmd.Wait(); close(c.exited) }()
+	t.Cleanup(func() {
+		select {
+		case <-c.exited:
+		default:
+			c.cmd.Process.Kill()
+			<-c.exited
+		}
+	})
+	return c
+}
+
+// waitReady waits until the daemon holds its lock and serves.
+func (c *crashProc) waitReady(t *testing.T) {
+	t.Helper()
+	select {
+	case <-c.ready:
+	case <-c.exited:
+		t.Fatalf("the daemon exited before it was ready (%v):\n%s", c.cmd.ProcessState, c.logText())
+	case <-time.After(20 * time.Second):
+		t.Fatalf("the daemon did not get ready:\n%s", c.logText())
+	}
+}
+
+// waitCrash waits for the injected crash: exit status 86.
+func (c *crashProc) waitCrash(t *testing.T, at string) {
+	t.Helper()
+	select {
+	case <-c.exited:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("the daemon did not crash at %q within 20s (step not reached?):\n%s", at, c.logText())
+	}
+	if code := c.cmd.ProcessState.ExitCode(); code != crashExit {
+		t.Fatalf("the daemon exited with %d, want %d (crash at %q):\n%s", code, crashExit, at, c.logText())
+	}
+	// os.Exit skips the race detector's exit report; its warnings are in
+	// the log as they happen.
+	if log := c.logText(); strings.Contains(log, "DATA RACE") {
+		t.Fatalf("the daemon process reported a data race:\n%s", log)
+	}
+}
+
+func (c *crashProc) logText() string {
+	b, _ := os.ReadFile(c.log)
+	return string(b)
+}
+
+// crashAuditEvents returns the host audit log's events of one request.
+func crashAuditEvents(t *testing.T, p *pair, id, event string) []AuditEvent {
+	t.Helper()
+	data, err := os.ReadFile(p.host.Path("audit.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []AuditEvent
+	for _, line := range bytes.Split(data, []byte("\n")) {
+		var e AuditEvent
+		if len(line) == 0 || json.Unmarshal(line, &e) != nil {
+			continue
+		}
+		if e.ID == id && e.Event == event {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// crashFolderFiles lists the names in the agent's result directory that belong
+// to request id (results, outputs, and any temp or junk carrying the id).
+func crashFolderFiles(t *testing.T, p *pair, id string) []string {
+	t.Helper()
+	entries, err := os.ReadDir(p.toAgent())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		if strings.Contains(e.Name(), id) {
+			names = append(names, e.Name())
+		}
+	}
+	sort.Strings(names)
+	return names
+}
+
+// TestCrashAtEveryDurableStep crashes a real daemon process (os.Exit, as a
+// power cut would stop it) at each durable step of the pipeline in turn, for
+// a non-idempotent op, two idempotent ops (one exiting 3), a non-idempotent
+// op with a reconcile command and a request the policy refuses, then
+// restarts a clean daemon and checks: every request gets exactly one result,
+// which the agent verifies; the result the crash left sealed or published is
+// the one adopted; a non-idempotent op never starts twice, and ends
+// uncertain only if it was running and has no reconcile command; the ledger ends
+// in the state the result names, with the right count of runs; the folder
+// holds exactly the request's result pair; and a collection a crash
+// interrupted completes after the restart.
+func TestCrashAtEveryDurableStep(t *testing.T) {
+	var (
+		mu    sync.Mutex
+		table = map[string]map[string]string{}
+	)
+	record := func(step, op, outcome string) {
+		mu.Lock()
+		defer mu.Unlock()
+		if table[step] == nil {
+			table[step] = map[string]string{}
+		}
+		table[step][op] = outcome
+	}
+	t.Run("steps", func(t *testing.T) {
+		for _, step := range crashSteps {
+			t.Run(step, func(t *testing.T) {
+				t.Parallel()
+				p := newPair(t, crashLoopPolicy)
+				countFile := filepath.Join(t.TempDir(), "count")
+				for i, op := range crashOps {
+					if !op.reaches(step) {
+						record(step, op.name, "(not reached)")
+						continue
+					}
+					at := step
+					if step == "gc" && i%2 == 1 {
+						at = "gc#2" // after both files are gone, before the collection is recorded
+					}
+					completed := false
+					t.Run(op.name, func(t *testing.T) {
+						record(step, op.name, "FAILED")
+						var outcome string
+						if step == "gc" {
+							outcome = crashInGC(t, p, at, op, countFile)
+						} else {
+							outcome = crashInPipeline(t, p, at, op, countFile)
+						}
+						if t.Failed() {
+							outcome = "FAILED: " + outcome
+						}
+						record(step, op.name, outcome)
+						completed = true
+					})
+					if !completed {
+						break // stopped half way: the pair's state is unknown
+					}
+				}
+			})
+		}
+	})
+	var b strings.Builder
+	fmt.Fprintf(&b, "crash step × op → outcome after one clean restart\n%-17s", "step")
+	for _, op := range crashOps {
+		fmt.Fprintf(&b, " | %-44s", op.name)
+	}
+	for _, step := range crashSteps {
+		fmt.Fprintf(&b, "\n%-17s", step)
+		for _, op := range crashOps {
+			fmt.Fprintf(&b, " | %-44s", table[step][op.name])
+		}
+	}
+	t.Logf("%s", b.String())
+}
+
+// crashInPipeline submits one request, lets a daemon process crash at the
+// step, restarts a clean daemon and checks the invariants. It returns the
+// outcome for the table.
+func crashInPipeline(t *testing.T, p *pair, at string, op crashOp, countFile string) string {
+	s, err := p.client.Submit(agent.SubmitOptions{Op: op.name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := s.ID
+	c := startCrashProc(t, p, at, countFile)
+	c.waitCrash(t, at)
+	want := wantAfterCrash(at, op)
+
+	// What the crash left.
+	crashed := p.entry(t, id)
+	if crashed.State != want.crashedState {
+		t.Fatalf("after the crash the ledger holds %s, want %s:\n%s", crashed.State, want.crashedState, c.logText())
+	}
+	staged, _ := os.ReadFile(p.host.Path("results", p.agent.Config.ID, id+"."+bridge.ExtResult))
+	left := crashFolderFiles(t, p, id)
+	var wantLeft []string
+	switch at {
+	case "published-output":
+		wantLeft = []string{id + "." + bridge.ExtOutput}
+	case "published":
+		wantLeft = []string{id + "." + bridge.ExtOutput, id + "." + bridge.ExtResult}
+	}
+	if strings.Join(left, " ") != strings.Join(wantLeft, " ") {
+		t.Fatalf("after a crash at %s the folder holds %q, want %q", at, left, wantLeft)
+	}
+	switch at {
+	case "staged", "published-output", "published":
+		if staged == nil {
+			t.Fatalf("a crash at %s left no sealed result", at)
+		}
+	default:
+		if staged != nil {
+			t.Fatalf("a crash at %s left a sealed result", at)
+		}
+	}
+	if at == "published" {
+		// The agent already has its answer, though the ledger is not final.
+		if _, err := p.client.Result(id); err != nil {
+			t.Fatalf("the published result before recovery: %v", err)
+		}
+	}
+
+	// One clean restart.
+	p.start(t, map[string]string{"COUNT_FILE": countFile})
+	out := p.wait(t, id)
+	waitFor(t, 10*time.Second, "the ledger to record the result", func() bool {
+		e := p.entry(t, id)
+		return e.ResultSHA256 != "" && (e.State.Terminal() || e.State == ledger.StateUncertain)
+	})
+	p.stop(t)
+
+	if out.Receipt.Status != want.status {
+		t.Fatalf("status %s (%s: %s), want %s", out.Receipt.Status, out.Receipt.Reason, out.Receipt.Detail, want.status)
+	}
+	if out.Receipt.Reason != want.reason {
+		t.Errorf("%s with reason %q (%s), want %q", out.Receipt.Status, out.Receipt.Reason, out.Receipt.Detail, want.reason)
+	}
+	switch {
+	case want.reason == "reconciled":
+		if out.Receipt.ExitCode != 0 || string(out.Stdout) != "seen-"+id+"\n" {
+			t.Errorf("reconciled with exit %d and stdout %q, want the reconcile command's seen-%s", out.Receipt.ExitCode, out.Stdout, id)
+		}
+	case want.status == bridge.StatusDone:
+		wantErr := ""
+		if op.exit != 0 {
+			wantErr = "err-" + id + "\n"
+		}
+		if out.Receipt.ExitCode != op.exit || string(out.Stdout) != "out-"+id+"\n" || string(out.Stderr) != wantErr {
+			t.Errorf("done with exit %d, stdout %q and stderr %q; want %d, out-%s and %q", out.Receipt.ExitCode, out.Stdout, out.Stderr, op.exit, id, wantErr)
+		}
+	}
+	if staged != nil && !bytes.Equal(out.Manifest, staged) {
+		t.Error("the result sealed before the crash was not the one published")
+	}
+	starts, ends := count(t, countFile, "start-"+id), count(t, countFile, "end-"+id)
+	if starts < want.startsMin || starts > want.startsMax || ends != want.ends {
+		t.Errorf("the op started %d and finished %d times; want %d..%d and %d", starts, ends, want.startsMin, want.startsMax, want.ends)
+	}
+	e := p.entry(t, id)
+	if e.State != statusState[want.status] || e.ResultSHA256 != bridge.SHA256Hex(out.Manifest) || e.Runs != want.runs {
+		t.Errorf("ledger: %s result %.12s runs %d; want %s result %.12s runs %d", e.State, e.ResultSHA256, e.Runs,
+			statusState[want.status], bridge.SHA256Hex(out.Manifest), want.runs)
+	}
+	if files := crashFolderFiles(t, p, id); strings.Join(files, " ") != id+"."+bridge.ExtOutput+" "+id+"."+bridge.ExtResult {
+		t.Errorf("the folder holds %q for the request, want its one result pair", files)
+	}
+	private, err := os.ReadFile(p.host.Path("results", p.agent.Config.ID, id+"."+bridge.ExtResult))
+	if err != nil || !bytes.Equal(private, out.Manifest) {
+		t.Errorf("the host's private copy differs from the published result (%v)", err)
+	}
+	if ev := crashAuditEvents(t, p, id, "result"); len(ev) != 1 || ev[0].Status != want.status {
+		t.Errorf("audit: %d result events (%+v), want one %s", len(ev), ev, want.status)
+	}
+	// Acked, the request's files leave the folder: the next case starts
+	// with nothing of this one left to evaluate.
+	if err := p.client.Ack(out); err != nil {
+		t.Fatal(err)
+	}
+	result := out.Receipt.Status
+	if out.Receipt.Reason != "" {
+		result += "/" + out.Receipt.Reason
+	}
+	outcome := fmt.Sprintf("%s→%s runs=%d starts=%d", crashed.State, result, e.Runs, starts)
+	if staged != nil {
+		outcome += " adopted"
+	}
+	return outcome
+}
+
+// crashInGC runs and acks one request with a clean daemon, then lets a
+// daemon process crash while collecting its result (the collection is
+// ordered with a grace of 1 ns, as `bridge gc --grace 1ns` would), restarts
+// a clean daemon, orders the collection again and checks it completes.
+func crashInGC(t *testing.T, p *pair, at string, op crashOp, countFile string) string {
+	s, err := p.client.Submit(agent.SubmitOptions{Op: op.name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := s.ID
+	p.start(t, map[string]string{"COUNT_FILE": countFile})
+	out := p.wait(t, id)
+	if err := p.client.Ack(out); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the ledger to record the result", func() bool { return p.entry(t, id).ResultSHA256 != "" })
+	p.stop(t)
+	want := wantAfterCrash(at, op)
+	if out.Receipt.Status != want.status {
+		t.Fatalf("status %s (%s), want %s", out.Receipt.Status, out.Receipt.Reason, want.status)
+	}
+
+	c := startCrashProc(t, p, at, countFile)
+	c.waitReady(t)
+	if _, err := GC(p.host, GCOptions{Grace: time.Nanosecond}); !errors.Is(err, ErrQueued) {
+		t.Fatalf("gc beside a running daemon: %v, want ErrQueued", err)
+	}
+	c.waitCrash(t, at)
+	left := crashFolderFiles(t, p, id)
+	wantLeft := []string{id + "." + bridge.ExtResult} // the output goes first, the manifest last
+	if at == "gc#2" {
+		wantLeft = nil
+	}
+	if strings.Join(left, " ") != strings.Join(wantLeft, " ") {
+		t.Fatalf("after a crash at %s the folder holds %q, want %q", at, left, wantLeft)
+	}
+
+	p.start(t, map[string]string{"COUNT_FILE": countFile})
+	if _, err := GC(p.host, GCOptions{Grace: time.Nanosecond}); !errors.Is(err, ErrQueued) {
+		t.Fatalf("gc beside a running daemon: %v, want ErrQueued", err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for len(crashFolderFiles(t, p, id)) > 0 && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	p.stop(t)
+	after := crashFolderFiles(t, p, id)
+	if len(after) > 0 {
+		t.Errorf("after a crash at %s and a second collection the folder still holds %q", at, after)
+	}
+	if ev := crashAuditEvents(t, p, id, "collected"); len(ev) > 1 {
+		t.Errorf("audit: the result was collected %d times", len(ev))
+	}
+	// The agent kept its verified copy; nothing ran again.
+	if res, err := p.client.Result(id); err != nil || res.Receipt.Status != want.status {
+		t.Errorf("the agent's kept result after gc: %v", err)
+	}
+	starts, ends := count(t, countFile, "start-"+id), count(t, countFile, "end-"+id)
+	if starts != want.startsMin || ends != want.ends {
+		t.Errorf("the op started %d and finished %d times; want %d and %d", starts, ends, want.startsMin, want.ends)
+	}
+	e := p.entry(t, id)
+	if e.State != statusState[want.status] || e.ResultSHA256 != bridge.SHA256Hex(out.Manifest) {
+		t.Errorf("ledger after gc: %s result %.12s", e.State, e.ResultSHA256)
+	}
+	return fmt.Sprintf("%s: left %s; next gc: %s", at, crashLeft(left), crashLeft(after))
+}
+
+// crashLeft names what is left of a result pair: "output", "output+result" or
+// "none".
+func crashLeft(names []string) string {
+	var out []string
+	for _, n := range names {
+		out = append(out, filepath.Ext(n)[1:])
+	}
+	if len(out) == 0 {
+		return "none"
+	}
+	return strings.Join(out, "+")
+}

@@ -1,0 +1,101 @@
+package host
+
+import (
+	"fmt"
+	"maps"
+	"os"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/syncbridge/bridge/bridge"
+
+	bcrypto "github.com/syncbridge/bridge/crypto"
+)
+
+// Doctor checks a host's home: the checks of CheckHome, then the daemon,
+// the policy and the agents' clocks. It only reads.
+func Doctor(h *bridge.Home, opt bridge.DoctorOptions) []bridge.Finding {
+	opt.Defaults()
+	out := bridge.CheckHome(h, opt)
+	if pid, ok := DaemonRunning(h); ok {
+		out = append(out, bridge.Finding{Check: "daemon", Severity: bridge.SeverityOK, Message: fmt.Sprintf("bridge serve is running (pid %d)", pid)})
+	} else {
+		out = append(out, bridge.Finding{Check: "daemon", Severity: bridge.SeverityWarn, Message: "bridge serve is not running: requests wait",
+			Fix: "bridge service install (or run `bridge serve` yourself)"})
+	}
+	if _, err := os.Stat(h.Path(bridge.PolicyName)); err != nil {
+		out = append(out, bridge.Finding{Check: "policy", Severity: bridge.SeverityProblem, Message: "no policy: nothing may run", Fix: "write " + h.Path(bridge.PolicyName) + " and check it with `bridge policy check`"})
+	}
+
+	// Clock skew: an agent's created time against the host's first sight.
+	// The sync delay adds to it, so only the smallest difference of recent
+	// requests says something about the clocks.
+	entries, err := LedgerEntries(h)
+	if err != nil {
+		return out
+	}
+	sort.Slice(entries, func(i, j int) bool { return entries[i].FirstSeen.After(entries[j].FirstSeen) })
+	peers, _ := h.Peers()
+	keys := map[string][][]byte{}
+	for _, p := range peers {
+		for _, k := range p.Keys {
+			keys[p.ID] = append(keys[p.ID], k.SignPub)
+		}
+	}
+	best := map[string]time.Duration{}
+	seen := 0
+	for _, e := range entries {
+		if seen == 50 {
+			break
+		}
+		data, err := os.ReadFile(h.Path("manifests", e.Agent, e.ID+"."+bridge.ExtManifest))
+		if err != nil {
+			continue
+		}
+		var req bridge.Request
+		if bridge.OpenBody(bcrypto.KindRequest, data, keys[e.Agent], &req) != nil {
+			continue
+		}
+		seen++
+		diff := time.Unix(req.Created, 0).Sub(e.FirstSeen.Truncate(time.Second))
+		if b, ok := best[e.Agent]; !ok || diff.Abs() < b.Abs() {
+			best[e.Agent] = diff
+		}
+	}
+	names := map[string]string{}
+	for _, p := range peers {
+		names[p.ID] = p.Name
+	}
+	for _, agent := range slices.Sorted(maps.Keys(best)) {
+		diff := best[agent]
+		who := names[agent]
+		if who == "" {
+			who = agent
+		}
+		switch {
+		case diff > opt.MaxSkew:
+			out = append(out, bridge.Finding{Check: "clock-skew", Severity: bridge.SeverityWarn,
+				Message: fmt.Sprintf("agent %s's clock runs %s ahead of the host's", who, diff.Round(time.Second)),
+				Fix:     "enable NTP on both machines (timedatectl set-ntp true); requests from too far ahead are refused"})
+		case -diff > opt.MaxSkew+10*time.Minute:
+			out = append(out, bridge.Finding{Check: "clock-skew", Severity: bridge.SeverityWarn,
+				Message: fmt.Sprintf("agent %s's requests reach the host %s after they were made", who, (-diff).Round(time.Second)),
+				Fix:     "a slow sync or a host clock ahead: check the sync client and NTP (timedatectl)"})
+		default:
+			out = append(out, bridge.Finding{Check: "clock-skew", Severity: bridge.SeverityOK, Message: fmt.Sprintf("agent %s's clock agrees with the host's", who)})
+		}
+	}
+	return out
+}
+
+// DaemonRunning reports whether `bridge serve` runs on h, by the pid it
+// wrote into its lock file; a stale file after a crash names a dead process
+// (or, rarely, a reused pid).
+func DaemonRunning(h *bridge.Home) (int, bool) {
+	data, _ := os.ReadFile(h.Path("serve.lock"))
+	pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	return pid, err == nil && pid > 0 && processAlive(pid)
+}

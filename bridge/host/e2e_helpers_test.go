@@ -1,0 +1,169 @@
+package host
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/syncbridge/bridge/bridge"
+	"github.com/syncbridge/bridge/bridge/agent"
+)
+
+// pair is a host and an agent sharing one folder, with the host daemon
+// running in this process.
+type pair struct {
+	folder, hostHome, agentHome string
+	host, agent                 *bridge.Home
+	daemon                      *Daemon
+	cancel                      context.CancelFunc
+	done                        chan error
+	client                      *agent.Client
+}
+
+const testPolicy = `
+[ops.echo]
+argv = ["echo", "{msg}"]
+env = ["PATH"]
+timeout = "30s"
+[ops.echo.args.msg]
+type = "string"
+pattern = "[a-zA-Z0-9 ]{0,64}"
+
+[ops.count]
+argv = ["sh", "-c", "echo run >> \"$COUNT_FILE\"; echo counted", "count"]
+env = ["PATH", "COUNT_FILE"]
+
+[ops.slow]
+argv = ["sh", "-c", "echo started >> \"$COUNT_FILE\"; sleep 30"]
+env = ["PATH", "COUNT_FILE"]
+idempotent = false
+
+[ops.slowidem]
+argv = ["sh", "-c", "echo started >> \"$COUNT_FILE\"; sleep 30"]
+env = ["PATH", "COUNT_FILE"]
+idempotent = true
+
+[ops.env]
+argv = ["env"]
+env = ["PATH"]
+
+[ops.secret]
+argv = ["true"]
+
+[agents.cloud-1]
+ops = ["echo", "count", "slow", "slowidem", "env"]
+`
+
+func newPair(t *testing.T, policyText string) *pair {
+	t.Helper()
+	base := t.TempDir()
+	p := &pair{folder: filepath.Join(base, "folder"), hostHome: filepath.Join(base, "host"), agentHome: filepath.Join(base, "agent")}
+	if err := os.Mkdir(p.folder, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var err error
+	if p.host, err = bridge.InitHome(p.hostHome, "host", "laptop", p.folder); err != nil {
+		t.Fatal(err)
+	}
+	if p.agent, err = bridge.InitHome(p.agentHome, "agent", "cloud-1", p.folder); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.host.Trust(p.agent.BundleText(), "cloud-1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.agent.Trust(p.host.BundleText(), "laptop"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p.host.Path(bridge.PolicyName), []byte(policyText), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if p.client, err = agent.OpenClient(p.agent); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.client.Close() })
+	return p
+}
+
+// runDaemon opens a daemon for home and runs it until the test ends. It is
+// the in-process `bridge serve` of tests that need their own options.
+func runDaemon(t *testing.T, home *bridge.Home, opt DaemonOptions) *Daemon {
+	t.Helper()
+	opt.AllowRoot = true // tests run as root
+	d, err := NewDaemon(home, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Open(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("daemon run: %v", err)
+		}
+		d.Close(context.Background())
+	})
+	return d
+}
+
+// envWith is a daemon environment: the process's, with extra overrides.
+func envWith(extra map[string]string) func(string) (string, bool) {
+	return func(k string) (string, bool) {
+		if v, ok := extra[k]; ok {
+			return v, true
+		}
+		return os.LookupEnv(k)
+	}
+}
+
+func (p *pair) start(t *testing.T, env map[string]string) {
+	t.Helper()
+	d, err := NewDaemon(p.host, DaemonOptions{AllowRoot: true, Rescan: 500 * time.Millisecond, Grace: 200 * time.Millisecond,
+		Env: envWith(env)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Open(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	p.daemon, p.cancel, p.done = d, cancel, make(chan error, 1)
+	go func() { p.done <- d.Run(ctx) }()
+	t.Cleanup(func() { p.stop(t) })
+}
+
+func (p *pair) stop(t *testing.T) {
+	if p.cancel == nil {
+		return
+	}
+	p.cancel()
+	if err := <-p.done; err != nil {
+		t.Errorf("daemon run: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := p.daemon.Close(ctx); err != nil {
+		t.Errorf("daemon close: %v", err)
+	}
+	p.cancel = nil
+}
+
+func (p *pair) run(t *testing.T, o agent.SubmitOptions) *agent.Outcome {
+	t.Helper()
+	s, err := p.client.Submit(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	out, err := p.client.Wait(ctx, s.ID, nil)
+	if err != nil {
+		t.Fatalf("wait %s: %v", s.ID, err)
+	}
+	return out
+}

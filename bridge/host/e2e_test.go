@@ -1,0 +1,188 @@
+package host
+
+import (
+	"bytes"
+	"crypto/rand"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/syncbridge/bridge/bridge"
+	"github.com/syncbridge/bridge/bridge/agent"
+)
+
+func TestEndToEndEcho(t *testing.T) {
+	p := newPair(t, testPolicy)
+	p.start(t, nil)
+	out := p.run(t, agent.SubmitOptions{Op: "echo", Args: map[string]string{"msg": "hi"}})
+	if out.Receipt.Status != bridge.StatusDone || string(out.Stdout) != "hi\n" || out.Receipt.ExitCode != 0 {
+		t.Fatalf("status %s reason %s stdout %q exit %d detail %s", out.Receipt.Status, out.Receipt.Reason, out.Stdout, out.Receipt.ExitCode, out.Receipt.Detail)
+	}
+	out = p.run(t, agent.SubmitOptions{Op: "secret"})
+	if out.Receipt.Status != bridge.StatusRejected || out.Receipt.Reason != "not-allowed" {
+		t.Fatalf("disallowed op: status %s reason %s", out.Receipt.Status, out.Receipt.Reason)
+	}
+}
+
+// A folder writer without keys puts junk where a result will go: the host
+// replaces what it did not sign, and the agent keeps waiting for the real
+// result instead of giving up on the junk.
+func TestResultSquatIsReplaced(t *testing.T) {
+	p := newPair(t, testPolicy)
+	id, manifest, payload := p.sealManual(t, "echo", map[string]string{"msg": "mine"}, nil)
+	os.WriteFile(filepath.Join(p.toAgent(), id+".result"), []byte("BRR1junk"), 0o644)
+	os.WriteFile(filepath.Join(p.toAgent(), id+".output"), []byte("junk"), 0o644)
+	os.WriteFile(filepath.Join(p.toHost(), id+".payload"), payload, 0o644)
+	os.WriteFile(filepath.Join(p.toHost(), id+".manifest"), manifest, 0o644)
+	p.start(t, nil)
+	out := p.wait(t, id)
+	if out.Receipt.Status != bridge.StatusDone || string(out.Stdout) != "mine\n" {
+		t.Fatalf("status %s stdout %q", out.Receipt.Status, out.Stdout)
+	}
+	// And a squat after publication is repaired on the next rescan.
+	os.WriteFile(filepath.Join(p.toAgent(), id+".result"), []byte("BRR1junk again"), 0o644)
+	waitFor(t, 5*time.Second, "the result to be repaired", func() bool {
+		out, err := p.client.Result(id)
+		return err == nil && string(out.Stdout) == "mine\n"
+	})
+}
+
+// A lost output (the manifest still there) is re-published, not left for
+// the agent to wait on forever (found by the sync simulator: rclone 1.60
+// conflict handling renames a file away on both sides).
+func TestLostOutputIsRepublished(t *testing.T) {
+	p := newPair(t, testPolicy)
+	p.start(t, nil)
+	s, err := p.client.Submit(agent.SubmitOptions{Op: "echo", Args: map[string]string{"msg": "again"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.wait(t, s.ID)
+	settleFor()
+	os.Remove(filepath.Join(p.toAgent(), s.ID+".output"))
+	waitFor(t, 5*time.Second, "the output to be re-published", func() bool {
+		out, err := p.client.Result(s.ID)
+		return err == nil && string(out.Stdout) == "again\n"
+	})
+}
+
+// An op's stdin arrives whole both ways the host spools it: in memory for a
+// small payload, in a file of the home's spool/ for a large one, which is
+// gone afterwards.
+func TestStdinSpools(t *testing.T) {
+	p := newPair(t, testPolicy+`
+[ops.cat]
+argv = ["cat"]
+max_output = "4MiB"
+`)
+	policy, _ := os.ReadFile(p.host.Path(bridge.PolicyName))
+	policy = bytes.Replace(policy, []byte(`ops = ["echo", "count"`), []byte(`ops = ["cat", "echo", "count"`), 1)
+	if err := os.WriteFile(p.host.Path(bridge.PolicyName), policy, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p.start(t, nil)
+	for _, n := range []int{0, 10 << 10, memSpoolMax, memSpoolMax + 1, 3 << 20} {
+		in := make([]byte, n)
+		rand.Read(in)
+		out := p.run(t, agent.SubmitOptions{Op: "cat", Stdin: bytes.NewReader(in)})
+		if out.Receipt.Status != bridge.StatusDone || !bytes.Equal(out.Stdout, in) {
+			t.Fatalf("%d bytes: status %s (%s), %d bytes back, equal %v", n, out.Receipt.Status, out.Receipt.Detail, len(out.Stdout), bytes.Equal(out.Stdout, in))
+		}
+	}
+	left, err := os.ReadDir(p.host.Path("spool"))
+	if err != nil || len(left) != 0 {
+		t.Fatalf("spool/ after the runs: %v, %v", left, err)
+	}
+}
+
+// The finished-requests cache survives a restart, and a result lost while
+// the daemon was down is still re-published: the cache skips verification
+// only while the result files are as they were recorded. A damaged cache is
+// ignored.
+func TestFinishedCacheAcrossRestart(t *testing.T) {
+	p := newPair(t, testPolicy)
+	p.start(t, nil)
+	var ids []string
+	for _, msg := range []string{"one", "two"} {
+		s, err := p.client.Submit(agent.SubmitOptions{Op: "echo", Args: map[string]string{"msg": msg}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.wait(t, s.ID)
+		ids = append(ids, s.ID)
+	}
+	settleFor()
+	p.stop(t)
+	cache, err := os.ReadFile(p.host.Path(finishedName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range ids {
+		if !bytes.Contains(cache, []byte("/"+id+" ")) {
+			t.Fatalf("cache lacks %s:\n%s", id, cache)
+		}
+	}
+	os.Remove(filepath.Join(p.toAgent(), ids[0]+".result"))
+	os.Remove(filepath.Join(p.toAgent(), ids[0]+".output"))
+	p.start(t, nil)
+	if got := p.finishedCount(); got < 1 {
+		t.Fatalf("the restarted daemon loaded %d finished entries", got)
+	}
+	waitFor(t, 5*time.Second, "the lost result to be re-published", func() bool {
+		out, err := p.client.Result(ids[0])
+		return err == nil && string(out.Stdout) == "one\n"
+	})
+	p.stop(t)
+
+	if err := os.WriteFile(p.host.Path(finishedName), []byte(finishedHeader+"\nnot a line\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := NewDaemon(p.host, DaemonOptions{AllowRoot: true}); err != nil {
+		t.Fatal(err)
+	} else if d.loadFinished(); len(d.finished) != 0 {
+		t.Fatalf("a damaged cache gave %d entries", len(d.finished))
+	}
+	os.Remove(filepath.Join(p.toAgent(), ids[1]+".result"))
+	p.start(t, nil)
+	waitFor(t, 5*time.Second, "the lost result to be re-published", func() bool {
+		out, err := p.client.Result(ids[1])
+		return err == nil && string(out.Stdout) == "two\n"
+	})
+}
+
+func (p *pair) finishedCount() int {
+	p.daemon.mu.Lock()
+	defer p.daemon.mu.Unlock()
+	return len(p.daemon.finished)
+}
+
+// A keyed retry re-delivers the very manifest first sent when the folder
+// lost it, from the agent's one private record of the request.
+func TestKeyedRetryRedeliversManifest(t *testing.T) {
+	p := newPair(t, testPolicy)
+	first, err := p.client.Submit(agent.SubmitOptions{Op: "echo", Args: map[string]string{"msg": "k"}, Key: "retry"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mpath := filepath.Join(p.toHost(), first.ID+".manifest")
+	sent, err := os.ReadFile(mpath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(p.agent.Path("requests", first.ID+".manifest")); err == nil {
+		t.Fatal("a second private file for the manifest was written")
+	}
+	os.Remove(mpath)
+	again, err := p.client.Submit(agent.SubmitOptions{Op: "echo", Args: map[string]string{"msg": "k"}, Key: "retry"})
+	if err != nil || again.ID != first.ID {
+		t.Fatalf("keyed retry: %v, id %s vs %s", err, again.ID, first.ID)
+	}
+	if back, err := os.ReadFile(mpath); err != nil || !bytes.Equal(back, sent) {
+		t.Fatalf("re-delivered manifest: equal %v, %v", bytes.Equal(back, sent), err)
+	}
+	p.start(t, nil)
+	if out := p.wait(t, first.ID); out.Receipt.Status != bridge.StatusDone || string(out.Stdout) != "k\n" {
+		t.Fatalf("after re-delivery: %s %q", out.Receipt.Status, out.Stdout)
+	}
+}

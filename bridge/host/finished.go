@@ -1,0 +1,204 @@
+package host
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"hash/fnv"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/syncbridge/bridge/bridge"
+
+	"github.com/syncbridge/bridge/syncsafe"
+)
+
+// The finished set (Daemon.finished) lets a rescan skip requests whose
+// result is published and unchanged. It is kept across restarts in the
+// home's "finished" file, so a daemon starting beside 100,000 finished
+// requests does not verify each of them again before it serves new ones.
+//
+// The file is a cache, never a source of truth: an entry was only ever
+// recorded after the folder's result bytes were seen to equal the private
+// copy (markFinished), and it is used only while the result files still have
+// the recorded size and modification time. A missing, stale or damaged file
+// costs time, not correctness: what it lacks is verified again.
+//
+// Format (text, one line per request, after a header line):
+//
+//	bridge-finished v1
+//	<agent>/<id> <size> <mtime ns> <output size> <output mtime ns>
+//
+// Sizes are -1 for a file that was absent when recorded.
+const finishedName = "finished"
+
+const finishedHeader = "bridge-finished v1"
+
+// saveFinished writes the finished set (atomically; a crash keeps the old
+// file). Called on Close and after each periodic collection.
+func (d *Daemon) saveFinished() error {
+	d.mu.Lock()
+	var b bytes.Buffer
+	b.Grow(len(d.finished)*100 + 32)
+	b.WriteString(finishedHeader + "\n")
+	for k, st := range d.finished {
+		fmt.Fprintf(&b, "%s %d %d %d %d\n", k, st.size, nanos(st.mtime, st.size), st.outSize, nanos(st.outMtime, st.outSize))
+	}
+	d.mu.Unlock()
+	return syncsafe.WriteFileAtomic(d.home.Path(finishedName), b.Bytes())
+}
+
+func nanos(t time.Time, size int64) int64 {
+	if size < 0 {
+		return 0
+	}
+	return t.UnixNano()
+}
+
+// loadFinished reads the file saveFinished wrote. Anything malformed
+// discards the whole file: it is only a cache.
+func (d *Daemon) loadFinished() {
+	f, err := os.Open(d.home.Path(finishedName))
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	if !sc.Scan() || sc.Text() != finishedHeader {
+		d.log.Warn("ignoring the finished-requests cache: unknown format", "file", f.Name())
+		return
+	}
+	m := map[string]stamp{}
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		var n [4]int64
+		ok := len(fields) == 5
+		for i := 0; ok && i < 4; i++ {
+			n[i], err = strconv.ParseInt(fields[i+1], 10, 64)
+			ok = err == nil
+		}
+		agent, id, cut := strings.Cut(fields[0], "/")
+		if !ok || !cut || !bridge.ValidID(id) || agent == "" {
+			d.log.Warn("ignoring the finished-requests cache: damaged", "file", f.Name())
+			return
+		}
+		st := stamp{size: n[0], outSize: n[2]}
+		if st.size >= 0 {
+			st.mtime = time.Unix(0, n[1])
+		}
+		if st.outSize >= 0 {
+			st.outMtime = time.Unix(0, n[3])
+		}
+		m[fields[0]] = st
+	}
+	if sc.Err() != nil {
+		return
+	}
+	d.mu.Lock()
+	for k, st := range m {
+		if _, ok := d.finished[k]; !ok {
+			d.finished[k] = st
+		}
+	}
+	d.mu.Unlock()
+}
+
+// maxFinishedChecks bounds how many finished requests one rescan checks for
+// a lost or changed result (two lstats each). Beyond it, each rescan checks
+// a rotating share, so that every result is looked at within
+// ceil(finished/maxFinishedChecks) rescans and an idle rescan stays cheap
+// however many requests the folder keeps.
+const maxFinishedChecks = 5_000
+
+// dispatchFull handles a Full batch: first every path that is not of a
+// known finished request (new work must not wait behind the checks), then
+// this rescan's share of the finished ones, once per request.
+func (d *Daemon) dispatchFull(paths []string) {
+	var now, later []string
+	lastKey, lastKnown := "", false // a request's two files are adjacent in the sorted batch
+	d.mu.Lock()
+	for _, p := range paths {
+		if key, ok := requestKeyOf(p); ok {
+			if key != lastKey {
+				_, lastKnown = d.finished[key]
+				lastKey = key
+			}
+			if lastKnown {
+				later = append(later, p)
+				continue
+			}
+		}
+		now = append(now, p)
+	}
+	d.mu.Unlock()
+	for _, p := range now {
+		d.dispatch(p)
+	}
+	d.mu.Lock()
+	shares := max(1, (len(d.finished)+maxFinishedChecks-1)/maxFinishedChecks)
+	turn := d.rescans % shares
+	d.rescans++
+	d.mu.Unlock()
+	var check []string // this rescan's share, in key order
+	for _, p := range later {
+		key, _ := requestKeyOf(p)
+		if len(check) > 0 && check[len(check)-1] == key {
+			continue // the request's other file
+		}
+		if shares > 1 {
+			h := fnv.New32a()
+			h.Write([]byte(key))
+			if int(h.Sum32())%shares != turn {
+				continue
+			}
+		}
+		check = append(check, key)
+	}
+	// A rescan need not verify finished requests again; it checks that
+	// their result is still what was recorded, the stamps taken together.
+	// One that is not is evaluated again (a lost result is re-published).
+	stamps := d.resultStamps(check)
+	agents := d.agents()
+	for i, key := range check {
+		agent, id, _ := strings.Cut(key, "/")
+		if agents[agent] == nil {
+			continue // no longer trusted: dispatch ignores its files too (no evaluation)
+		}
+		d.mu.Lock()
+		st, known := d.finished[key]
+		d.mu.Unlock()
+		if known && st == stamps[i] {
+			continue
+		}
+		// The stamps were taken a moment ago: a collection may have
+		// removed the result and recorded that since. Look again before
+		// treating the request as changed, or a collected result would be
+		// published again.
+		if known {
+			now := d.resultStamp(agent, id)
+			d.mu.Lock()
+			st = d.finished[key]
+			d.mu.Unlock()
+			if st == now {
+				continue
+			}
+		}
+		d.schedule(agent, id)
+	}
+}
+
+// requestKeyOf is the ledger key of a manifest or payload path (relative to
+// to-host/), if it is one: "agent/id", a prefix of the path (a rescan calls
+// it for every file in the folder, so it allocates nothing).
+func requestKeyOf(p string) (string, bool) {
+	slash := strings.IndexByte(p, '/')
+	if slash <= 0 {
+		return "", false
+	}
+	if _, ext, ok := bridge.ParseToHostName(p[slash+1:]); !ok || (ext != bridge.ExtManifest && ext != bridge.ExtPayload) {
+		return "", false
+	}
+	return p[:slash+1+32], true
+}

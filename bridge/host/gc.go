@@ -1,0 +1,296 @@
+package host
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"time"
+
+	"github.com/syncbridge/bridge/bridge"
+
+	"github.com/syncbridge/bridge/bridge/ledger"
+	bcrypto "github.com/syncbridge/bridge/crypto"
+	"github.com/syncbridge/bridge/syncsafe"
+)
+
+// Garbage collection (SPEC §10): each side removes only its own files. The
+// host removes a result once its agent acked it and a grace period passed,
+// or once a retention period passed without an ack; it forgets ledger
+// entries (and their private copies) past the request's expiry plus skew,
+// after which a replay is refused as expired.
+
+// GCOptions tunes a collection. Zero fields take the defaults.
+type GCOptions struct {
+	Grace     time.Duration // after the request finished, for acked results (default 1h)
+	Retention time.Duration // after the request finished, for results never acked (default 30 days)
+	DryRun    bool
+}
+
+// GCItem is one thing a collection removes (or would remove).
+type GCItem struct {
+	Agent string `json:"agent"`
+	ID    string `json:"id"`
+	What  string `json:"what"` // "result" or "ledger entry"
+	Why   string `json:"why"`
+}
+
+// GCReport is what a collection did.
+type GCReport struct {
+	DryRun bool     `json:"dry_run"`
+	Items  []GCItem `json:"items"`
+}
+
+func (o *GCOptions) defaults() {
+	if o.Grace <= 0 {
+		o.Grace = time.Hour
+	}
+	if o.Retention <= 0 {
+		o.Retention = 30 * 24 * time.Hour
+	}
+}
+
+// collect runs one garbage collection over the ledger entries given (all
+// of them; a dry run may pass a read-only snapshot).
+func (d *Daemon) collect(o GCOptions, all []ledger.Entry) (*GCReport, error) {
+	o.defaults()
+	now := d.opt.Now()
+	rep := &GCReport{DryRun: o.DryRun}
+	progress := &progressFiles{d: d}
+	var old []ledger.Entry
+	for _, e := range all {
+		if e.State.Terminal() && e.Expires.Add(d.opt.Skew).Before(now) {
+			old = append(old, e)
+		}
+	}
+	for _, e := range all {
+		if !e.State.Terminal() {
+			continue
+		}
+		if _, err := d.folder.Lstat(bridge.ResultPath(d.me, e.Agent, e.ID, bridge.ExtResult)); err != nil {
+			// Nothing published, or collected already; a lone output is
+			// what a crash between the two removals leaves: finish it.
+			if _, oerr := d.folder.Lstat(bridge.ResultPath(d.me, e.Agent, e.ID, bridge.ExtOutput)); oerr == nil && !o.DryRun && d.acked(e) {
+				d.folder.Remove(bridge.ResultPath(d.me, e.Agent, e.ID, bridge.ExtOutput))
+			}
+			continue
+		}
+		why := ""
+		age := now.Sub(e.Updated)
+		switch {
+		case age > o.Grace && d.acked(e):
+			why = "acked"
+		case age > o.Retention:
+			why = "retention"
+		default:
+			continue
+		}
+		rep.Items = append(rep.Items, GCItem{Agent: e.Agent, ID: e.ID, What: "result", Why: why})
+		if o.DryRun {
+			continue
+		}
+		// Output first, the manifest last: a crash in between leaves the
+		// manifest, which the next collection finds and finishes.
+		progress.remove(e.Agent, e.ID)
+		for _, ext := range []string{bridge.ExtOutput, bridge.ExtResult} {
+			if err := d.folder.Remove(bridge.ResultPath(d.me, e.Agent, e.ID, ext)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return rep, err
+			}
+			d.crashPoint("gc")
+		}
+		// Recorded as finished with no result: a rescan then leaves it be
+		// (the agent holds the result it acked), and the next periodic
+		// collection passes over it until it expires.
+		st := d.resultStamp(e.Agent, e.ID)
+		d.mu.Lock()
+		d.finished[e.Key] = st
+		d.mu.Unlock()
+		d.audit.log(AuditEvent{Event: "collected", Agent: e.Agent, ID: e.ID, Reason: why})
+	}
+	d.collectMessages(o, rep)
+	for _, e := range old {
+		// An entry is forgotten only once its result is gone from the
+		// folder, or the retention passed: an agent that never acked may
+		// still come back for it.
+		_, resErr := d.folder.Lstat(bridge.ResultPath(d.me, e.Agent, e.ID, bridge.ExtResult))
+		_, outErr := d.folder.Lstat(bridge.ResultPath(d.me, e.Agent, e.ID, bridge.ExtOutput))
+		published := resErr == nil || outErr == nil
+		if published && now.Sub(e.Updated) <= o.Retention {
+			continue
+		}
+		rep.Items = append(rep.Items, GCItem{Agent: e.Agent, ID: e.ID, What: "ledger entry", Why: "expired"})
+		if o.DryRun {
+			continue
+		}
+		progress.remove(e.Agent, e.ID)
+		for _, ext := range []string{bridge.ExtOutput, bridge.ExtResult} {
+			if err := d.folder.Remove(bridge.ResultPath(d.me, e.Agent, e.ID, ext)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return rep, err
+			}
+		}
+		for _, p := range []string{d.home.Path("results", e.Agent, e.ID+"."+bridge.ExtResult), d.home.Path("results", e.Agent, e.ID+"."+bridge.ExtOutput),
+			d.home.Path("manifests", e.Agent, e.ID+"."+bridge.ExtManifest)} {
+			os.Remove(p)
+		}
+		// The ledger entry goes last: while it exists the id cannot run
+		// again, and once it is gone the request is past its expiry plus
+		// skew and is refused as expired.
+		if _, err := d.ledger.Forget(e.Key, now, d.opt.Skew); err != nil {
+			return rep, err
+		}
+		// The finished set (kept across restarts) forgets it too, so it
+		// holds no more than the ledger.
+		d.mu.Lock()
+		delete(d.finished, e.Key)
+		delete(d.acks, e.Key)
+		d.mu.Unlock()
+	}
+	return rep, nil
+}
+
+// gcWants is the daemon's filter on the settled entries a collection reads
+// (the ledger skips the others without decoding them). A finished request
+// whose result stamp says what is published needs nothing until one of
+// these: its agent acks (the watcher sees every ack file, each full walk
+// again), its retention passes, or it expires with nothing published.
+// Anything the daemon has no stamp for is read, as are entries an order
+// (`bridge gc`) collects. Skipping only delays a collection: a request is
+// never run again for it, and every skipped entry is read once one of
+// those conditions holds. At 100,000 unacked finished requests this is the
+// difference between decoding them all and 400,000 file lookups every ten
+// minutes, and a scan of raw records.
+func (d *Daemon) gcWants(o GCOptions, now time.Time) func(key string, updated, expires time.Time) bool {
+	retained := now.Add(-o.Retention)
+	expired := now.Add(-d.opt.Skew)
+	return func(key string, updated, expires time.Time) bool {
+		if updated.Before(retained) {
+			return true
+		}
+		d.mu.Lock()
+		st, known := d.finished[key]
+		acked := d.acks[key]
+		d.mu.Unlock()
+		published := st.size >= 0 || st.outSize >= 0
+		switch {
+		case !known:
+			return true
+		case published:
+			return acked
+		default:
+			return expires.Before(expired)
+		}
+	}
+}
+
+// acked reports whether the agent published a valid ack naming the result
+// the host published for e.
+func (d *Daemon) acked(e ledger.Entry) bool {
+	keys := d.agents()[e.Agent]
+	if keys == nil {
+		return false
+	}
+	p := bridge.RequestPath(d.me, e.Agent, e.ID, bridge.ExtAck)
+	data, err := d.folder.ReadFile(p, bcrypto.KindAck.MaxSize())
+	if err != nil {
+		return false
+	}
+	a, err := bridge.OpenAck(data, e.ID, d.me, e.Agent, keys.sign(d.opt.Now()))
+	if err != nil {
+		d.refuseFile(p, err)
+		return false
+	}
+	return a.ResultSHA256 == e.ResultSHA256
+}
+
+// runGC is the daemon's periodic (and ordered) collection.
+func (d *Daemon) runGC(o GCOptions) {
+	// Only entries old enough for collect to act on: it collects nothing
+	// younger than both the grace and the retention unless it expired (a
+	// lone output that a crash left behind is removed once its entry is
+	// that old).
+	o.defaults()
+	now := d.opt.Now()
+	all, err := d.ledger.Settled(now.Add(-min(o.Grace, o.Retention)), now.Add(-d.opt.Skew), d.gcWants(o, now))
+	if err == nil {
+		var rep *GCReport
+		if rep, err = d.collect(o, all); err == nil && len(rep.Items) > 0 {
+			d.log.Info("collected", "items", len(rep.Items))
+		}
+	}
+	if err != nil {
+		d.log.Warn("gc", "err", err)
+	}
+}
+
+// GC runs one collection on a host home. With the daemon running, a real
+// collection is left as an order the daemon carries out within a second
+// (ErrQueued), and a dry run reads a snapshot of the ledger.
+func GC(h *bridge.Home, o GCOptions) (*GCReport, error) {
+	d, err := NewDaemon(h, DaemonOptions{})
+	if err != nil {
+		return nil, err
+	}
+	err = d.openCore()
+	if errors.Is(err, syncsafe.ErrLocked) {
+		if !o.DryRun {
+			if err := writeOrder(h, controlOrder{GC: true, Grace: o.Grace, Retention: o.Retention}); err != nil {
+				return nil, err
+			}
+			return nil, fmt.Errorf("%w: `bridge serve` runs on this home and collects within a second (see its log)", ErrQueued)
+		}
+		// Read-only: the folder, the trusted agents and a ledger snapshot.
+		if d.folder, err = h.OpenFolder(); err != nil {
+			return nil, err
+		}
+		defer d.folder.Close()
+		if err := d.loadAgents(); err != nil {
+			return nil, err
+		}
+		all, err := LedgerEntries(h)
+		if err != nil {
+			return nil, err
+		}
+		return d.collect(o, all)
+	} else if err != nil {
+		return nil, err
+	}
+	defer d.closeResources()
+	all, err := d.ledger.List(nil)
+	if err != nil {
+		return nil, err
+	}
+	return d.collect(o, all)
+}
+
+// progressFiles finds the progress chunks of finished requests for one
+// collection: each agent's directory is listed once, when the first of its
+// requests is collected, not once per request (it holds two files for
+// every result kept).
+type progressFiles struct {
+	d     *Daemon
+	names map[string]map[string][]string // agent → request id → chunk names
+}
+
+// remove removes the progress chunks of a finished request.
+func (p *progressFiles) remove(agent, id string) {
+	if p.names == nil {
+		p.names = map[string]map[string][]string{}
+	}
+	byID, ok := p.names[agent]
+	if !ok {
+		byID = map[string][]string{}
+		p.names[agent] = byID
+		entries, _ := p.d.folder.ListFunc(bridge.ToAgentDir(p.d.me, agent), func(name string) bool {
+			_, _, ok := bridge.ParseProgressName(name)
+			return ok
+		})
+		for _, e := range entries {
+			cid, _, _ := bridge.ParseProgressName(e.Name)
+			byID[cid] = append(byID[cid], e.Name)
+		}
+	}
+	for _, name := range byID[id] {
+		p.d.folder.Remove(bridge.ToAgentDir(p.d.me, agent) + "/" + name)
+	}
+	delete(byID, id)
+}

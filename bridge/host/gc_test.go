@@ -1,0 +1,205 @@
+package host
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/syncbridge/bridge/bridge"
+	"github.com/syncbridge/bridge/bridge/agent"
+)
+
+// GC removes an acked result after the grace period, forgets the ledger
+// entry after expiry plus skew, and a late redelivery of the request is then
+// refused as expired: collected ids never run again.
+func TestGCCollectsAndForgets(t *testing.T) {
+	p := newPair(t, testPolicy)
+	countFile := filepath.Join(t.TempDir(), "count")
+	p.start(t, map[string]string{"COUNT_FILE": countFile})
+	id, manifest, payload := p.sealManual(t, "count", nil, func(n *bridge.NewRequest) { n.Expires = n.Created.Add(2 * time.Second) })
+	os.WriteFile(filepath.Join(p.toHost(), id+".payload"), payload, 0o644)
+	os.WriteFile(filepath.Join(p.toHost(), id+".manifest"), manifest, 0o644)
+	out := p.wait(t, id)
+	if err := p.client.Ack(out); err != nil {
+		t.Fatal(err)
+	}
+	// A dry run lists, and removes nothing.
+	rep, err := GC(p.host, GCOptions{Grace: time.Nanosecond, DryRun: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Items) != 1 || rep.Items[0].Why != "acked" {
+		t.Fatalf("dry run: %+v", rep.Items)
+	}
+	if _, err := os.Stat(filepath.Join(p.toAgent(), id+".result")); err != nil {
+		t.Fatal("a dry run removed the result")
+	}
+	p.stop(t)
+	rep, err = GC(p.host, GCOptions{Grace: time.Nanosecond})
+	if err != nil || len(rep.Items) != 1 {
+		t.Fatalf("gc: %+v %v", rep, err)
+	}
+	for _, ext := range []string{".result", ".output"} {
+		if _, err := os.Stat(filepath.Join(p.toAgent(), id+ext)); !os.IsNotExist(err) {
+			t.Fatalf("%s still there after gc", ext)
+		}
+	}
+	// The agent keeps its copy: result and status still work.
+	if out, err := p.client.Result(id); err != nil || out.Receipt.Status != bridge.StatusDone {
+		t.Fatalf("the agent lost its result: %v", err)
+	}
+	// An hour later the ledger entry goes too.
+	later := func() time.Time { return time.Now().Add(time.Hour) }
+	d := runDaemon(t, p.host, DaemonOptions{Now: later, Rescan: 200 * time.Millisecond, Env: envWith(map[string]string{"COUNT_FILE": countFile})}) // collects once its start-up scan is through
+	waitFor(t, 5*time.Second, "the ledger entry to be collected", func() bool { return p.entry(t, id).ID == "" })
+	d.mu.Lock()
+	_, kept := d.finished[p.agent.Config.ID+"/"+id]
+	d.mu.Unlock()
+	if kept {
+		t.Fatal("the finished set still holds a forgotten request")
+	}
+	// The request is delivered again: refused as expired, never run again.
+	os.WriteFile(filepath.Join(p.toHost(), id+".payload"), payload, 0o644)
+	os.WriteFile(filepath.Join(p.toHost(), id+".manifest"), manifest, 0o644)
+	settleFor()
+	if n := count(t, countFile, "run"); n != 1 {
+		t.Fatalf("ran %d times", n)
+	}
+	if p.entry(t, id).ID != "" {
+		t.Fatal("the late redelivery was admitted again")
+	}
+	audit, _ := os.ReadFile(p.host.Path("audit.log"))
+	if !strings.Contains(string(audit), `"reason":"expired"`) || !strings.Contains(string(audit), `"event":"collected"`) {
+		t.Fatalf("audit log:\n%s", audit)
+	}
+	// The agent's gc removes its ack once the host collected the result.
+	files, err := p.client.GC(false)
+	if err != nil || len(files) == 0 {
+		t.Fatalf("agent gc: %v %v", files, err)
+	}
+}
+
+// A result nobody acked stays (and so does its ledger entry) until the
+// retention passes, even after the request expired: an agent may still come
+// back for it. Then both go.
+func TestGCRetentionOfUnackedResults(t *testing.T) {
+	p := newPair(t, testPolicy)
+	p.start(t, nil)
+	s, err := p.client.Submit(agent.SubmitOptions{Op: "echo", Args: map[string]string{"msg": "keep"}, TTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.wait(t, s.ID)
+	p.stop(t)
+	collectAt := func(later time.Duration) {
+		t.Helper()
+		d, err := NewDaemon(p.host, DaemonOptions{Now: func() time.Time { return time.Now().Add(later) }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := d.openCore(); err != nil {
+			t.Fatal(err)
+		}
+		defer d.closeResources()
+		all, _ := d.ledger.List(nil)
+		if _, err := d.collect(GCOptions{}, all); err != nil {
+			t.Fatal(err)
+		}
+	}
+	collectAt(25 * time.Hour) // expired, but within the retention
+	if _, err := os.Stat(filepath.Join(p.toAgent(), s.ID+".result")); err != nil {
+		t.Fatal("an unacked result was collected before the retention")
+	}
+	if p.entry(t, s.ID).ID == "" {
+		t.Fatal("the ledger forgot a request whose result is still in the folder")
+	}
+	collectAt(31 * 24 * time.Hour)
+	for _, ext := range []string{".result", ".output"} {
+		if _, err := os.Stat(filepath.Join(p.toAgent(), s.ID+ext)); !os.IsNotExist(err) {
+			t.Fatalf("%s still there after the retention", ext)
+		}
+	}
+	if p.entry(t, s.ID).ID != "" {
+		t.Fatal("the ledger entry was kept after the retention")
+	}
+}
+
+// The periodic collection reads only the settled entries it may act on: a
+// finished request whose result is published and not acked is skipped (not
+// decoded) until its retention, an acked one is collected after the grace,
+// and one collected is skipped again until it expires, then forgotten.
+func TestPeriodicGCReadsOnlyWhatItCanAct(t *testing.T) {
+	p := newPair(t, testPolicy)
+	var offset atomic.Int64
+	now := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
+	d := runDaemon(t, p.host, DaemonOptions{Now: now, Rescan: 100 * time.Millisecond})
+	var ids [2]string
+	var outs [2]*agent.Outcome
+	for i := range ids {
+		s, err := p.client.Submit(agent.SubmitOptions{Op: "echo", Args: map[string]string{"msg": "gc"}, TTL: 3 * time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[i] = s.ID
+		outs[i] = p.wait(t, s.ID)
+	}
+	acked, unacked := p.agent.Config.ID+"/"+ids[0], p.agent.Config.ID+"/"+ids[1]
+	if err := p.client.Ack(outs[0]); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "a walk to see the ack", func() bool {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		return d.acks[acked]
+	})
+	wants := func(o GCOptions) map[string]bool {
+		t.Helper()
+		o.defaults()
+		got := map[string]bool{}
+		all, err := d.ledger.Settled(now().Add(-o.Grace), now().Add(-d.opt.Skew), d.gcWants(o, now()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range all {
+			got[e.Key] = true
+		}
+		return got
+	}
+	offset.Store(int64(90 * time.Minute)) // past the grace, before the expiry
+	if got := wants(GCOptions{}); !got[acked] || got[unacked] || len(got) != 1 {
+		t.Fatalf("past the grace, the collection reads %v; want only the acked %s", got, acked)
+	}
+	if got := wants(GCOptions{Retention: time.Hour}); !got[acked] || !got[unacked] {
+		t.Fatalf("past the retention, the collection reads %v; want both", got)
+	}
+	d.runGC(GCOptions{})
+	if _, err := os.Stat(filepath.Join(p.toAgent(), ids[0]+".result")); !os.IsNotExist(err) {
+		t.Fatalf("the acked result was not collected: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(p.toAgent(), ids[1]+".result")); err != nil {
+		t.Fatalf("the unacked result was collected before its retention: %v", err)
+	}
+	if got := wants(GCOptions{}); len(got) != 0 {
+		t.Fatalf("after collecting, before the expiry, the collection reads %v; want nothing", got)
+	}
+	offset.Store(int64(4 * time.Hour)) // past the expiry and skew
+	if got := wants(GCOptions{}); !got[acked] || got[unacked] {
+		t.Fatalf("past the expiry, the collection reads %v; want only the collected %s", got, acked)
+	}
+	d.runGC(GCOptions{})
+	if p.entry(t, ids[0]).ID != "" {
+		t.Fatal("the collected request's entry was kept past its expiry")
+	}
+	if p.entry(t, ids[1]).ID == "" {
+		t.Fatal("the unacked request's entry was forgotten while its result is in the folder")
+	}
+	d.mu.Lock()
+	_, inAcks := d.acks[acked]
+	d.mu.Unlock()
+	if inAcks {
+		t.Fatal("the ack set still holds a forgotten request")
+	}
+}

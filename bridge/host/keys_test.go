@@ -1,0 +1,251 @@
+package host
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/syncbridge/bridge/bridge"
+	"github.com/syncbridge/bridge/bridge/agent"
+)
+
+// The host rotates its key while requests sealed to the old one are queued:
+// every one completes, the agent follows the rotation and verifies results
+// signed with the new key.
+func TestRotateHostWhileQueued(t *testing.T) {
+	p := newPair(t, testPolicy)
+	var ids []string
+	for i := 0; i < 10; i++ {
+		s, err := p.client.Submit(agent.SubmitOptions{Op: "echo", Args: map[string]string{"msg": "q"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, s.ID)
+	}
+	info, err := p.host.Rotate(time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.start(t, nil)
+	for _, id := range ids {
+		out := p.wait(t, id)
+		if out.Receipt.Status != bridge.StatusDone || out.Result.HostKid != info.NewSignKid {
+			t.Fatalf("%s: %s, signed by %s (want the new key %s)", id, out.Receipt.Status, out.Result.HostKid, info.NewSignKid)
+		}
+	}
+	// New requests are sealed to the new host key.
+	out := p.run(t, agent.SubmitOptions{Op: "echo", Args: map[string]string{"msg": "after"}})
+	if string(out.Stdout) != "after\n" {
+		t.Fatalf("after rotation: %q", out.Stdout)
+	}
+	peer, hb, _ := p.agent.Peer(p.host.Config.ID)
+	if hb.Seq != 1 || len(peer.Keys) != 2 || peer.Keys[0].ValidUntil == 0 {
+		t.Fatalf("agent's record of the host: %+v", peer.Keys)
+	}
+}
+
+// The agent rotates: a request signed with the old key is accepted during
+// the overlap, and refused (key-expired, visible in status) after it.
+func TestRotateAgentOverlap(t *testing.T) {
+	p := newPair(t, testPolicy)
+	early, err := p.client.Submit(agent.SubmitOptions{Op: "echo", Args: map[string]string{"msg": "early"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.agent.Rotate(time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	p.start(t, nil)
+	if out := p.wait(t, early.ID); out.Receipt.Status != bridge.StatusDone {
+		t.Fatalf("old-key request within the overlap: %s (%s)", out.Receipt.Status, out.Receipt.Reason)
+	}
+	p.stop(t)
+	// Signed with key 1, then the agent rotates to key 2 with a short overlap.
+	late, err := p.client.Submit(agent.SubmitOptions{Op: "echo", Args: map[string]string{"msg": "late"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.agent.Rotate(300 * time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1200 * time.Millisecond)
+	p.start(t, nil)
+	out := p.wait(t, late.ID)
+	if out.Receipt.Status != bridge.StatusRejected || out.Receipt.Reason != "key-expired" {
+		t.Fatalf("old-key request after the overlap: %s (%s)", out.Receipt.Status, out.Receipt.Reason)
+	}
+	st, err := p.client.Status(late.ID)
+	if err != nil || st.State != bridge.StatusRejected || st.Reason != "key-expired" {
+		t.Fatalf("status: %+v %v", st, err)
+	}
+	// The current key works.
+	if out := p.run(t, agent.SubmitOptions{Op: "echo", Args: map[string]string{"msg": "now"}}); out.Receipt.Status != bridge.StatusDone {
+		t.Fatalf("new-key request: %s (%s)", out.Receipt.Status, out.Receipt.Reason)
+	}
+}
+
+// A replayed old statement is ignored; a statement signed by a rotated-out
+// key (a fork of the chain) or by a revoked key is refused.
+func TestRotationReplayAndRevocation(t *testing.T) {
+	p := newPair(t, testPolicy)
+	p.start(t, nil)
+	dir := p.toHost()
+	if _, err := p.agent.Rotate(time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	first, _ := os.ReadFile(filepath.Join(dir, bridge.RotationName(1)))
+	if _, err := p.agent.Rotate(time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "the host to follow two rotations", func() bool {
+		peer, _, _ := p.host.Peer(p.agent.Config.ID)
+		return len(peer.Keys) == 3
+	})
+	// Replay: statement 1 arrives again (as a resurrected file would).
+	os.Remove(filepath.Join(dir, bridge.RotationName(1)))
+	os.WriteFile(filepath.Join(dir, bridge.RotationName(1)), first, 0o644)
+	settleFor()
+	if peer, _, _ := p.host.Peer(p.agent.Config.ID); len(peer.Keys) != 3 || peer.Keys[2].Seq != 2 {
+		t.Fatalf("a replayed statement changed the record: %+v", peer.Keys)
+	}
+	if out := p.run(t, agent.SubmitOptions{Op: "echo", Args: map[string]string{"msg": "ok"}}); out.Receipt.Status != bridge.StatusDone {
+		t.Fatalf("after the replay: %s", out.Receipt.Status)
+	}
+	// Revoke the current key: its requests are refused with the reason.
+	peer, _, _ := p.host.Peer(p.agent.Config.ID)
+	cur := peer.Keys[2]
+	if _, err := p.host.Revoke(cur.SignKid()); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1500 * time.Millisecond) // the running daemon notices within a second
+	out := p.run(t, agent.SubmitOptions{Op: "echo", Args: map[string]string{"msg": "stolen"}})
+	if out.Receipt.Status != bridge.StatusRejected || out.Receipt.Reason != "revoked" {
+		t.Fatalf("request signed by a revoked key: %s (%s)", out.Receipt.Status, out.Receipt.Reason)
+	}
+	// One that also expired beyond the skew gets no entry and no result,
+	// as any expired request: after GC forgot an earlier entry, it would
+	// otherwise be answered a second time.
+	old, m, pl := p.sealManual(t, "echo", map[string]string{"msg": "old"}, func(n *bridge.NewRequest) {
+		n.Created, n.Expires = time.Now().Add(-3*time.Hour), time.Now().Add(-2*time.Hour)
+	})
+	os.WriteFile(filepath.Join(dir, old+".payload"), pl, 0o644)
+	os.WriteFile(filepath.Join(dir, old+".manifest"), m, 0o644)
+	waitFor(t, 5*time.Second, "the expired request signed by a revoked key to be refused", func() bool {
+		audit, _ := os.ReadFile(p.host.Path("audit.log"))
+		return bytes.Contains(audit, []byte(`"event":"refused"`)) && bytes.Contains(audit, []byte(old+".manifest"))
+	})
+	if p.entry(t, old).ID != "" {
+		t.Fatal("an expired request signed by a revoked key was recorded")
+	}
+	if _, err := os.Stat(filepath.Join(p.toAgent(), old+".result")); !os.IsNotExist(err) {
+		t.Fatalf("an expired request signed by a revoked key was answered: %v", err)
+	}
+	// The thief rotates the revoked key away: refused.
+	if _, err := p.agent.Rotate(time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	settleFor()
+	rec, err := p.host.PeerRecord(p.agent.Config.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rec.Keys) != 3 {
+		t.Fatalf("a rotation signed by a revoked key was accepted: %+v", rec.Keys)
+	}
+	audit, _ := os.ReadFile(p.host.Path("audit.log"))
+	if !strings.Contains(string(audit), "seq 3: refused: signed by a revoked key") {
+		t.Fatalf("the refused rotation is not in the audit log:\n%s", audit)
+	}
+}
+
+// A catalog changed in the folder is refused; the real one lists only the
+// ops this agent may run.
+func TestTamperedCatalogRejected(t *testing.T) {
+	p := newPair(t, testPolicy)
+	p.start(t, nil)
+	cat, err := p.client.Ops("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, op := range cat.Ops {
+		names = append(names, op.Name)
+	}
+	if strings.Join(names, ",") != "count,echo,env,slow,slowidem" {
+		t.Fatalf("catalog lists %v", names)
+	}
+	path := filepath.Join(p.toAgent(), "ops.catalog")
+	data, _ := os.ReadFile(path)
+	tampered := strings.Replace(string(data), `"name":"echo"`, `"name":"ecko"`, 1)
+	if err := os.WriteFile(path, []byte(tampered), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.client.Ops(""); err == nil || !strings.Contains(err.Error(), "bad signature") {
+		t.Fatalf("a tampered catalog was accepted: %v", err)
+	}
+}
+
+// Retired private keys are destroyed once nothing can need them.
+func TestRetiredKeysDestroyed(t *testing.T) {
+	p := newPair(t, testPolicy)
+	if _, err := p.host.Rotate(0); err != nil {
+		t.Fatal(err)
+	}
+	keys, err := p.host.OwnKeys()
+	if err != nil || len(keys) != 2 {
+		t.Fatalf("after rotation: %d keys, %v", len(keys), err)
+	}
+	// Move the keep time into the past, as time passing would.
+	meta := p.host.Path(bridge.OwnKeysDir, "0.json")
+	data, _ := os.ReadFile(meta)
+	var r bridge.RetiredKey
+	json.Unmarshal(data, &r)
+	r.KeepUntil = time.Now().Add(-time.Second).Unix()
+	data, _ = json.Marshal(r)
+	os.WriteFile(meta, data, 0o600)
+	keys, err = p.host.OwnKeys()
+	if err != nil || len(keys) != 1 {
+		t.Fatalf("after the keep time: %d keys, %v", len(keys), err)
+	}
+	if _, err := os.Stat(p.host.Path(bridge.OwnKeysDir, "0.secret")); !os.IsNotExist(err) {
+		t.Fatalf("the retired secret key is still there: %v", err)
+	}
+}
+
+// Junk rotation statements left in the folder are read once per batch and
+// agent, and each refusal is logged once: not once per statement per
+// statement, again at every rescan (30 files once gave 900 audit lines per
+// rescan).
+func TestJunkRotationsLoggedOnce(t *testing.T) {
+	p := newPair(t, testPolicy)
+	p.start(t, nil)
+	const n = 30
+	scratch := t.TempDir()
+	for i := 1; i <= n; i++ {
+		// Renamed into place whole: a statement seen half-written is
+		// refused for that, and again, rightly, once it changes.
+		tmp := filepath.Join(scratch, bridge.RotationName(uint64(i)))
+		if err := os.WriteFile(tmp, []byte("junk"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, filepath.Join(p.toHost(), bridge.RotationName(uint64(i)))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	count := func() int {
+		audit, _ := os.ReadFile(p.host.Path("audit.log"))
+		return bytes.Count(audit, []byte(`"event":"rotation"`))
+	}
+	waitFor(t, 5*time.Second, "the junk statements to be refused", func() bool { return count() >= n })
+	settleFor() // three rescans
+	if got := count(); got != n {
+		t.Fatalf("%d junk statements gave %d rotation lines in the audit log, want %d", n, got, n)
+	}
+	if out := p.run(t, agent.SubmitOptions{Op: "echo", Args: map[string]string{"msg": "still"}}); out.Receipt.Status != bridge.StatusDone {
+		t.Fatalf("a request beside junk statements: %s", out.Receipt.Status)
+	}
+}

@@ -1,0 +1,182 @@
+package host
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/syncbridge/bridge/bridge"
+	"github.com/syncbridge/bridge/bridge/agent"
+)
+
+// scanRecorder is a real HTTP server standing in for Syncthing's REST API:
+// it records every scan request it is sent.
+type scanRecorder struct {
+	mu    sync.Mutex
+	subs  []string
+	bad   []string
+	srv   *httptest.Server
+	fail  bool
+	posts chan struct{}
+}
+
+func newScanRecorder(t *testing.T, key string) *scanRecorder {
+	r := &scanRecorder{posts: make(chan struct{}, 100)}
+	r.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		q := req.URL.Query()
+		switch {
+		case req.Method != http.MethodPost || req.URL.Path != "/rest/db/scan":
+			r.bad = append(r.bad, req.Method+" "+req.URL.Path)
+		case req.Header.Get("X-API-Key") != key:
+			r.bad = append(r.bad, "key "+req.Header.Get("X-API-Key"))
+		case q.Get("folder") == "fid":
+			r.subs = append(r.subs, q["sub"]...)
+		case q.Get("folder") == "res": // TestNudgerFolders' second folder
+			for _, sub := range q["sub"] {
+				r.subs = append(r.subs, "res:"+sub)
+			}
+		default:
+			r.bad = append(r.bad, "folder "+q.Get("folder"))
+		}
+		if r.fail {
+			http.Error(w, "boom", http.StatusInternalServerError)
+		}
+		select {
+		case r.posts <- struct{}{}:
+		default:
+		}
+	}))
+	t.Cleanup(r.srv.Close)
+	return r
+}
+
+// waitSubs waits until every path in want was asked to be scanned.
+func (r *scanRecorder) waitSubs(t *testing.T, want ...string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		r.mu.Lock()
+		missing := slices.DeleteFunc(slices.Clone(want), func(w string) bool { return slices.Contains(r.subs, w) })
+		bad := slices.Clone(r.bad)
+		seen := slices.Clone(r.subs)
+		r.mu.Unlock()
+		if len(bad) > 0 {
+			t.Fatalf("malformed scan requests: %v", bad)
+		}
+		if len(missing) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no scan asked for %v; asked: %v", missing, seen)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestNewNudger(t *testing.T) {
+	n, err := bridge.NewNudger("", "k", "fid", nil)
+	if n != nil || err != nil {
+		t.Fatalf("no URL: got %v, %v; want nudging off", n, err)
+	}
+	n.Nudge("a/b") // a nil Nudger does nothing
+	for _, bad := range []string{"localhost:8384", "ftp://x/", "http://"} {
+		if _, err := bridge.NewNudger(bad, "k", "fid", nil); err == nil {
+			t.Errorf("NewNudger(%q) accepted a bad URL", bad)
+		}
+	}
+	for _, bad := range []string{"", " ", "fid,", "=fid", "a/../b=fid", "../b=fid", "a//b=fid", "a/./b=fid", "fid,x=res,x/=res2", "fid,=res"} {
+		if _, err := bridge.NewNudger("http://127.0.0.1:8384", "k", bad, nil); err == nil {
+			t.Errorf("NewNudger accepted folders %q", bad)
+		}
+	}
+}
+
+// TestNudgerFolders: with a results directory shared as a Syncthing folder
+// of its own, a file there is scanned in that folder, by its path inside
+// it, and anything else in the folder rooted at the bridge folder; one
+// nudge makes one request per folder.
+func TestNudgerFolders(t *testing.T) {
+	r := newScanRecorder(t, "k")
+	n, err := bridge.NewNudger(r.srv.URL, "k", " hosts/h1/to-agent = res , fid", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.Nudge("hosts/h1/to-agent/a1/x.output", "hosts/h1/to-agent/a1/x.result", "hosts/h1/to-host/a1/x.ack", "hosts/h1/to-agentx/y")
+	r.waitSubs(t, "res:a1/x.output", "res:a1/x.result", "hosts/h1/to-host/a1/x.ack", "hosts/h1/to-agentx/y")
+	// Without a folder at the root, a path outside the others is left alone.
+	only, err := bridge.NewNudger(r.srv.URL, "k", "hosts/h1/to-agent=res", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	only.Nudge("hosts/h1/to-host/a1/z.ack", "hosts/h1/to-agent/a1/z.result")
+	r.waitSubs(t, "res:a1/z.result")
+	time.Sleep(100 * time.Millisecond)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if slices.Contains(r.subs, "hosts/h1/to-host/a1/z.ack") || len(r.bad) > 0 {
+		t.Fatalf("a path in no folder was nudged: %v %v", r.subs, r.bad)
+	}
+}
+
+// TestNudgerPosts: a nudge is a POST /rest/db/scan with the key, the folder
+// id and every path; a failing Syncthing costs a log line, nothing else.
+func TestNudgerPosts(t *testing.T) {
+	r := newScanRecorder(t, "secret")
+	n, err := bridge.NewNudger(r.srv.URL+"/", "secret", "fid", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.Nudge("x/one.manifest", "x/one.payload")
+	r.waitSubs(t, "x/one.manifest", "x/one.payload")
+	r.mu.Lock()
+	r.fail = true
+	r.mu.Unlock()
+	n.Nudge("x/two.ack")
+	r.waitSubs(t, "x/two.ack")
+}
+
+// TestNudgeHooks: with nudgers on both sides, a round trip asks for a scan
+// of the request the agent published, of the result the daemon published,
+// and of the ack.
+func TestNudgeHooks(t *testing.T) {
+	r := newScanRecorder(t, "k")
+	p := newPair(t, testPolicy)
+	var err error
+	if p.client.Nudger, err = bridge.NewNudger(r.srv.URL, "k", "fid", nil); err != nil {
+		t.Fatal(err)
+	}
+	dn, err := bridge.NewNudger(r.srv.URL, "k", "fid", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := NewDaemon(p.host, DaemonOptions{AllowRoot: true, Rescan: 500 * time.Millisecond, Nudger: dn})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Open(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	defer func() {
+		cancel()
+		<-done
+		cctx, ccancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer ccancel()
+		d.Close(cctx)
+	}()
+	out := p.run(t, agent.SubmitOptions{Op: bridge.PingOp})
+	if err := p.client.Ack(out); err != nil {
+		t.Fatal(err)
+	}
+	h, a, id := p.host.Config.ID, p.agent.Config.ID, out.Receipt.ID
+	r.waitSubs(t, bridge.RequestPath(h, a, id, bridge.ExtPayload), bridge.RequestPath(h, a, id, bridge.ExtManifest),
+		bridge.ResultPath(h, a, id, bridge.ExtOutput), bridge.ResultPath(h, a, id, bridge.ExtResult), bridge.RequestPath(h, a, id, bridge.ExtAck))
+}

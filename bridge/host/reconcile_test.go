@@ -1,0 +1,83 @@
+package host
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/syncbridge/bridge/bridge"
+	"github.com/syncbridge/bridge/bridge/agent"
+
+	"github.com/syncbridge/bridge/bridge/ledger"
+)
+
+// The op's reconcile command decides after a crash (SIGKILL of a real daemon
+// process while the op runs): exit 0 → done without running again; exit 3 →
+// run exactly once more; no reconcile command → uncertain.
+func TestReconcileCommandAfterCrash(t *testing.T) {
+	policy := `
+[ops.happened]
+argv = ["sh", "-c", "echo happened-$0 >> \"$COUNT_FILE\"; while [ -f \"$COUNT_FILE.block\" ]; do sleep 0.05; done", "{request_id}"]
+reconcile = ["sh", "-c", "echo checked; exit 0"]
+env = ["PATH", "COUNT_FILE"]
+
+[ops.nothappened]
+argv = ["sh", "-c", "echo nothappened-$0 >> \"$COUNT_FILE\"; while [ -f \"$COUNT_FILE.block\" ]; do sleep 0.05; done", "{request_id}"]
+reconcile = ["sh", "-c", "echo not there; exit 3"]
+env = ["PATH", "COUNT_FILE"]
+
+[ops.unknown]
+argv = ["sh", "-c", "echo unknown-$0 >> \"$COUNT_FILE\"; while [ -f \"$COUNT_FILE.block\" ]; do sleep 0.05; done", "{request_id}"]
+env = ["PATH", "COUNT_FILE"]
+
+[agents.cloud-1]
+ops = ["happened", "nothappened", "unknown"]
+`
+	p := newPair(t, policy)
+	countFile := filepath.Join(t.TempDir(), "count")
+	os.WriteFile(countFile+".block", nil, 0o644)
+	env := "COUNT_FILE=" + countFile
+	ids := map[string]string{}
+	for _, op := range []string{"happened", "nothappened", "unknown"} {
+		s, err := p.client.Submit(agent.SubmitOptions{Op: op})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[op] = s.ID
+	}
+	d := startDaemonProcess(t, p, env)
+	waitFor(t, 15*time.Second, "all three ops to start", func() bool { return len(lines(t, countFile)) == 3 })
+	d.kill()
+	os.Remove(countFile + ".block")
+	startDaemonProcess(t, p, env)
+	outs := map[string]*agent.Outcome{}
+	for op, id := range ids {
+		outs[op] = p.wait(t, id)
+	}
+	if o := outs["happened"]; o.Receipt.Status != bridge.StatusDone || o.Receipt.Reason != "reconciled" || string(o.Stdout) != "checked\n" {
+		t.Errorf("reconcile exit 0: %s (%s) %q", o.Receipt.Status, o.Receipt.Reason, o.Stdout)
+	}
+	if o := outs["nothappened"]; o.Receipt.Status != bridge.StatusDone || o.Receipt.Reason != "" {
+		t.Errorf("reconcile exit 3: %s (%s): %s", o.Receipt.Status, o.Receipt.Reason, o.Receipt.Detail)
+	}
+	if o := outs["unknown"]; o.Receipt.Status != bridge.StatusUncertain {
+		t.Errorf("no reconcile command: %s (%s)", o.Receipt.Status, o.Receipt.Reason)
+	}
+	if n := count(t, countFile, "happened-"+ids["happened"]); n != 1 {
+		t.Errorf("the op whose reconcile said it happened ran %d times", n)
+	}
+	if n := count(t, countFile, "nothappened-"+ids["nothappened"]); n != 2 {
+		t.Errorf("the op whose reconcile said it did not happen ran %d times, want 2 (once more)", n)
+	}
+	if n := count(t, countFile, "unknown-"+ids["unknown"]); n != 1 {
+		t.Errorf("the op without reconcile ran %d times", n)
+	}
+	waitFor(t, 5*time.Second, "the ledger to settle", func() bool { return p.entry(t, ids["nothappened"]).State == ledger.StateDone })
+	if e := p.entry(t, ids["nothappened"]); e.Runs != 2 {
+		t.Errorf("ledger runs for the re-run op: %d", e.Runs)
+	}
+	if e := p.entry(t, ids["unknown"]); e.State != ledger.StateUncertain {
+		t.Errorf("ledger for the op without reconcile: %s", e.State)
+	}
+}

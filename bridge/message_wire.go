@@ -1,0 +1,115 @@
+package bridge
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"time"
+
+	bcrypto "github.com/syncbridge/bridge/crypto"
+)
+
+// The inbox (SPEC §10b): host → agent messages, signed by the host and
+// sealed to the agent, as write-once files `<id>.message` in the agent's
+// to-agent directory. The agent acks a message with `<id>.ack` so the host
+// can collect it; ordering is by the per-agent sequence number inside.
+
+// Message is the signed body of a `.message` file.
+type Message struct {
+	V           int    `json:"v"`
+	ID          string `json:"id"`
+	Host        string `json:"host"`
+	HostKid     string `json:"host_kid"`
+	Agent       string `json:"agent"`
+	AgentBoxKid string `json:"agent_box_kid"`
+	Seq         uint64 `json:"seq"`
+	Created     int64  `json:"created"`
+	Key         []byte `json:"key"`  // the payload key, wrapped for the agent
+	Data        []byte `json:"data"` // the sealed Note
+}
+
+// Note is the sealed content of a message.
+type Note struct {
+	V       int    `json:"v"`
+	Kind    string `json:"kind"`    // "text" (from `bridge send`) or "notice" (from the daemon)
+	Event   string `json:"event"`   // notices: started, stopping, approval-pending, key-rotated, policy-changed
+	Request string `json:"request"` // the request a notice is about, if any
+	Text    string `json:"text"`
+}
+
+// MaxMessageText caps a message's text.
+const MaxMessageText = 32 << 10
+
+// NewMessage describes a message a host is about to publish.
+type NewMessage struct {
+	Host        *bcrypto.Identity
+	HostID      string
+	Agent       string
+	AgentBoxPub []byte
+	Seq         uint64
+	Note        Note
+	Created     time.Time
+}
+
+// SealMessage seals a note to the agent and returns the signed message file
+// and its body; the message id is fresh.
+func SealMessage(n NewMessage) ([]byte, *Message, error) {
+	if len(n.Note.Text) > MaxMessageText {
+		return nil, nil, fmt.Errorf("message: %w: %d bytes of text, cap %d", ErrTooLarge, len(n.Note.Text), MaxMessageText)
+	}
+	n.Note.V = 1
+	var ct bytes.Buffer
+	s, wrapped, err := bcrypto.NewSealer(&ct, n.AgentBoxPub, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	body, err := bcrypto.EncodeBody(n.Note)
+	if err != nil {
+		return nil, nil, err
+	}
+	s.Write(body)
+	if err := s.Close(); err != nil {
+		return nil, nil, err
+	}
+	m := &Message{V: 1, ID: NewRequestID(), Host: n.HostID, HostKid: n.Host.SignKid(), Agent: n.Agent,
+		AgentBoxKid: bcrypto.Kid(bcrypto.AlgX25519, n.AgentBoxPub), Seq: n.Seq, Created: n.Created.Unix(), Key: wrapped, Data: ct.Bytes()}
+	enc, err := bcrypto.EncodeBody(m)
+	if err != nil {
+		return nil, nil, err
+	}
+	signed, err := bcrypto.Sign(bcrypto.KindMessage, enc, n.Host)
+	return signed, m, err
+}
+
+// OpenMessage verifies a message file found as <stem>.message from host to
+// agent under any of hostKeys; it does not decrypt (see OpenNote).
+func OpenMessage(data []byte, stem, host, agent string, hostKeys [][]byte) (*Message, error) {
+	var m Message
+	if err := OpenBody(bcrypto.KindMessage, data, hostKeys, &m); err != nil {
+		return nil, err
+	}
+	if m.V != 1 || m.ID != stem || m.Host != host || m.Agent != agent {
+		return nil, ErrWrongRecipient
+	}
+	return &m, nil
+}
+
+// OpenNote decrypts a verified message with the agent's key.
+func OpenNote(m *Message, me *bcrypto.Identity) (*Note, error) {
+	if me.BoxKid() != m.AgentBoxKid {
+		return nil, bcrypto.ErrUnknownKey
+	}
+	o, err := bcrypto.NewOpener(bytes.NewReader(m.Data), m.Key, me)
+	if err != nil {
+		return nil, err
+	}
+	plain, err := io.ReadAll(io.LimitReader(o, 2*MaxMessageText))
+	if err != nil {
+		return nil, err
+	}
+	var n Note
+	if err := bcrypto.DecodeBody(plain, &n); err != nil {
+		return nil, err
+	}
+	return &n, nil
+}

@@ -1,0 +1,295 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/syncbridge/bridge/bridge"
+	"github.com/syncbridge/bridge/bridge/agent"
+	"github.com/syncbridge/bridge/bridge/host"
+)
+
+// Agent commands that read what the host answered: status, wait, result,
+// cancel, ls, ops, ping and inbox.
+
+// StatusCmd shows a request's state.
+type StatusCmd struct {
+	ID string `arg:"" help:"Request id."`
+}
+
+func (c *StatusCmd) Run(g *Globals) error {
+	cl, err := clientFor(g, c.ID)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	st, err := cl.Status(c.ID)
+	if err != nil {
+		return err
+	}
+	if g.JSON {
+		return g.printJSON(st)
+	}
+	g.printf("%s  %s  %s", st.ID, st.Op, st.State)
+	if st.Reason != "" {
+		g.printf(" (%s)", st.Reason)
+	}
+	if st.ExitCode != nil {
+		g.printf(" exit %d", *st.ExitCode)
+	}
+	g.printf("\n")
+	return nil
+}
+
+// WaitCmd waits for a result without acking it.
+type WaitCmd struct {
+	ID      string        `arg:"" help:"Request id."`
+	Timeout time.Duration `default:"10m" help:"How long to wait."`
+}
+
+func (c *WaitCmd) Run(g *Globals) error {
+	cl, err := clientFor(g, c.ID)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	return waitAndPrint(g, cl, c.ID, c.Timeout, false)
+}
+
+// ResultCmd prints a result that is already there.
+type ResultCmd struct {
+	ID  string `arg:"" help:"Request id."`
+	Ack bool   `help:"Also ack the result and remove this agent's request files."`
+}
+
+func (c *ResultCmd) Run(g *Globals) error {
+	cl, err := clientFor(g, c.ID)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	out, err := cl.Result(c.ID)
+	if errors.Is(err, agent.ErrNoResult) {
+		return &codeError{code: exitWaitTime, id: c.ID, err: withHintf(fmt.Errorf("request %s has no result yet", c.ID), "run `bridge wait %s`", c.ID)}
+	} else if err != nil {
+		return err
+	}
+	if c.Ack {
+		if err := cl.Ack(out); err != nil {
+			return err
+		}
+	}
+	return printOutcome(g, out)
+}
+
+// CancelCmd asks the host to cancel.
+type CancelCmd struct {
+	ID string `arg:"" help:"Request id."`
+}
+
+func (c *CancelCmd) Run(g *Globals) error {
+	cl, err := clientFor(g, c.ID)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	if err := cl.Cancel(c.ID); err != nil {
+		return err
+	}
+	if g.JSON {
+		return g.printJSON(map[string]any{"id": c.ID, "cancel": "sent"})
+	}
+	g.note("cancel for %s published; the host stops it when the file arrives", c.ID)
+	return nil
+}
+
+// LsCmd lists requests.
+type LsCmd struct{}
+
+func (c *LsCmd) Run(g *Globals) error {
+	h, err := g.openHome()
+	if err != nil {
+		return err
+	}
+	if h.Config.Role == "host" {
+		entries, err := host.LedgerEntries(h)
+		if err != nil {
+			return err
+		}
+		if g.JSON {
+			return g.printJSON(entries)
+		}
+		for _, e := range entries {
+			g.printf("%s  %-10s %-12s %s %s\n", e.ID, e.Op, e.State, e.Agent, e.Reason)
+		}
+		return nil
+	}
+	cl, err := agent.OpenClient(h)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	sent, err := cl.List()
+	if err != nil {
+		return err
+	}
+	var states []*agent.State
+	for _, s := range sent {
+		st, err := cl.Status(s.ID)
+		if err != nil {
+			st = &agent.State{ID: s.ID, Op: s.Op, Host: s.HostName, State: "error: " + err.Error(), Created: s.Created}
+		}
+		states = append(states, st)
+	}
+	if g.JSON {
+		return g.printJSON(states)
+	}
+	for _, st := range states {
+		g.printf("%s  %s  %-10s %s\n", time.Unix(st.Created, 0).Format("2006-01-02 15:04:05"), st.ID, st.Op, st.State)
+	}
+	return nil
+}
+
+// OpsCmd shows the host's catalog.
+type OpsCmd struct {
+	Host string `placeholder:"NAME" help:"The host (default: the only trusted host)."`
+}
+
+func (c *OpsCmd) Run(g *Globals) error {
+	cl, err := openClient(g)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	cat, err := cl.Ops(c.Host)
+	if err != nil {
+		return err
+	}
+	if g.JSON {
+		return g.printJSON(cat)
+	}
+	for _, op := range cat.Ops {
+		g.printf("%s", op.Name)
+		if op.Description != "" {
+			g.printf(" — %s", op.Description)
+		}
+		g.printf("\n")
+		for _, a := range op.Args {
+			req := "optional"
+			if a.Required {
+				req = "required"
+			}
+			g.printf("    %s (%s, %s)", a.Name, a.Type, req)
+			if a.Pattern != "" {
+				g.printf(" pattern %s", a.Pattern)
+			}
+			if len(a.Values) > 0 {
+				g.printf(" one of %s", strings.Join(a.Values, ", "))
+			}
+			if a.Default != nil {
+				g.printf(" default %q", *a.Default)
+			}
+			g.printf("\n")
+		}
+	}
+	return nil
+}
+
+// PingCmd is a round trip through the sync.
+type PingCmd struct {
+	Host           string        `placeholder:"NAME" help:"The host (default: the only trusted host)."`
+	Timeout        time.Duration `default:"2m" help:"How long to wait."`
+	SyncthingFlags `embed:""`
+}
+
+func (c *PingCmd) Run(g *Globals) error {
+	nudger, err := c.nudger(bridge.NewLogger(g.stderr, "text", bridge.LogInfo))
+	if err != nil {
+		return err
+	}
+	cl, err := openClient(g)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	cl.Nudger = nudger
+	start := time.Now()
+	s, err := cl.Submit(agent.SubmitOptions{Host: c.Host, Op: bridge.PingOp, TTL: time.Hour})
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), c.Timeout)
+	defer cancel()
+	out, err := cl.Wait(ctx, s.ID, nil)
+	if errors.Is(err, context.DeadlineExceeded) {
+		return &codeError{code: exitWaitTime, id: s.ID, err: withHintf(fmt.Errorf("no answer from %s after %s", s.HostName, c.Timeout), "is `bridge serve` running on the host, and is the folder syncing?")}
+	} else if err != nil {
+		return err
+	}
+	rtt := time.Since(start)
+	cl.Ack(out)
+	if g.JSON {
+		return g.printJSON(map[string]any{"host": s.HostName, "id": s.ID, "round_trip_ms": rtt.Milliseconds(), "status": out.Receipt.Status})
+	}
+	if out.Receipt.Status != bridge.StatusDone {
+		return printOutcome(g, out)
+	}
+	g.printf("pong from %s in %s\n", s.HostName, rtt.Round(time.Millisecond))
+	return nil
+}
+
+// InboxCmd reads messages.
+type InboxCmd struct {
+	All    bool `help:"Show messages seen before too."`
+	Follow bool `short:"f" help:"Keep watching and show messages as they arrive."`
+	NoAck  bool `name:"no-ack" help:"Do not ack what is shown (the host then keeps it until its retention)."`
+}
+
+func (c *InboxCmd) Run(g *Globals) error {
+	cl, err := openClient(g)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	ctx, stop := signalContext()
+	defer stop()
+	for {
+		items, err := cl.Inbox()
+		if err != nil {
+			return err
+		}
+		var show []agent.InboxItem
+		for _, it := range items {
+			if c.All || it.New {
+				show = append(show, it)
+			}
+		}
+		for _, it := range show {
+			if g.JSON {
+				enc := json.NewEncoder(g.stdout)
+				enc.Encode(it)
+				continue
+			}
+			from := it.HostName
+			if it.Note.Kind == "notice" {
+				from += " (" + it.Note.Event + ")"
+			}
+			g.printf("%s  %s  %s\n", it.Created.Local().Format(time.DateTime), from, it.Note.Text)
+		}
+		if err := cl.MarkSeen(show, !c.NoAck); err != nil {
+			return err
+		}
+		if !c.Follow {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}

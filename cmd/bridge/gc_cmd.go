@@ -1,0 +1,67 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/syncbridge/bridge/bridge/agent"
+	"github.com/syncbridge/bridge/bridge/host"
+)
+
+// bridge gc, on either side: each removes only its own files.
+
+// GCCmd collects this side's own files.
+type GCCmd struct {
+	DryRun    bool          `name:"dry-run" help:"Only list what would be removed."`
+	Grace     time.Duration `default:"1h" help:"Host: keep an acked result this long after its request finished."`
+	Retention time.Duration `default:"720h" help:"Host: keep a result nobody acked this long after its request finished."`
+}
+
+func (c *GCCmd) Run(g *Globals) error {
+	h, err := g.openHome()
+	if err != nil {
+		return err
+	}
+	var items []string
+	if h.Config.Role == "host" {
+		rep, err := host.GC(h, host.GCOptions{Grace: c.Grace, Retention: c.Retention, DryRun: c.DryRun})
+		if errors.Is(err, host.ErrQueued) {
+			g.note("%v", err)
+			return nil
+		} else if err != nil {
+			return err
+		}
+		if g.JSON {
+			return g.printJSON(rep)
+		}
+		for _, it := range rep.Items {
+			items = append(items, fmt.Sprintf("%s %s/%s (%s)", it.What, it.Agent, it.ID, it.Why))
+		}
+	} else {
+		cl, err := agent.OpenClient(h)
+		if err != nil {
+			return err
+		}
+		defer cl.Close()
+		files, err := cl.GC(c.DryRun)
+		if err != nil {
+			return err
+		}
+		if g.JSON {
+			return g.printJSON(map[string]any{"dry_run": c.DryRun, "files": files})
+		}
+		items = files
+	}
+	verb := "removed"
+	if c.DryRun {
+		verb = "would remove"
+	}
+	for _, it := range items {
+		g.printf("%s %s\n", verb, it)
+	}
+	if len(items) == 0 {
+		g.note("nothing to collect")
+	}
+	return nil
+}

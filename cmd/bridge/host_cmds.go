@@ -1,0 +1,222 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/syncbridge/bridge/bridge"
+	"github.com/syncbridge/bridge/bridge/host"
+)
+
+// Host commands: serve, and the operator's decisions on requests
+// (reconcile, pending, approve, deny), messages to agents, ledger repair.
+
+// ServeCmd runs the host daemon.
+type ServeCmd struct {
+	Rescan         time.Duration `default:"30s" help:"Interval of full folder rescans."`
+	PendingTimeout time.Duration `name:"pending-timeout" default:"1h" help:"How long a request may wait for its payload to arrive complete before it is rejected as incomplete."`
+	MaxQueueAge    time.Duration `name:"max-queue-age" default:"24h" help:"How long a request may wait on this host, whatever its own expiry says."`
+	ApprovalTTL    time.Duration `name:"approval-ttl" default:"1h" help:"How long a request may wait for a human's approval."`
+	AllowRoot      bool          `name:"allow-root" env:"BRIDGE_ALLOW_ROOT" help:"Allow serving as root (refused by default)."`
+	LogFormat      string        `name:"log-format" enum:"text,json" default:"text" help:"Log format: text or json."`
+	Verbose        bool          `short:"v" help:"Log debug detail."`
+	SyncthingFlags `embed:""`
+}
+
+func (c *ServeCmd) Run(g *Globals) error {
+	h, err := g.openHome()
+	if err != nil {
+		return err
+	}
+	host.TuneDaemonGC()
+	level := bridge.LogInfo
+	if c.Verbose {
+		level = bridge.LogDebug
+	}
+	logger := bridge.NewLogger(g.stderr, c.LogFormat, level)
+	nudger, err := c.nudger(logger)
+	if err != nil {
+		return err
+	}
+	d, err := host.NewDaemon(h, host.DaemonOptions{Rescan: c.Rescan, PendingTimeout: c.PendingTimeout, MaxQueueAge: c.MaxQueueAge,
+		AllowRoot: c.AllowRoot, ApprovalTTL: c.ApprovalTTL, Nudger: nudger, Logger: logger})
+	if err != nil {
+		return err
+	}
+	// Signals are caught before Open: a SIGINT while the daemon starts up
+	// stops it cleanly once Open is done, instead of killing it midway.
+	ctx, stop := signalContext()
+	defer stop()
+	if err := d.Open(); err != nil {
+		return err
+	}
+	runErr := d.Run(ctx)
+	// First signal: drain, giving running ops time to finish; a second
+	// signal exits at once (signalContext).
+	closeCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return errors.Join(runErr, d.Close(closeCtx))
+}
+
+// ReconcileCmd settles an uncertain request on the host.
+type ReconcileCmd struct {
+	ID string `arg:"" help:"Request id."`
+	As string `required:"" enum:"done,failed,rerun" placeholder:"done|failed|rerun" help:"done: it had its effect; failed: it did not; rerun: run it again."`
+}
+
+func (c *ReconcileCmd) Run(g *Globals) error {
+	h, err := homeFor(g, c.ID)
+	if err != nil {
+		return err
+	}
+	e, err := host.Reconcile(h, c.ID, c.As)
+	if err != nil {
+		return err
+	}
+	if g.JSON {
+		return g.printJSON(e)
+	}
+	g.printf("%s: %s\n", e.ID, e.State)
+	return nil
+}
+
+// PendingCmd lists requests awaiting approval.
+type PendingCmd struct{}
+
+func (c *PendingCmd) Run(g *Globals) error {
+	h, err := g.openHome()
+	if err != nil {
+		return err
+	}
+	list, err := host.Pending(h)
+	if err != nil {
+		return err
+	}
+	if g.JSON {
+		return g.printJSON(list)
+	}
+	if len(list) == 0 {
+		g.note("no request waits for approval")
+	}
+	for _, e := range list {
+		g.printf("%s  %s  agent %s  waiting since %s\n    %s\n", e.ID, e.Op, e.Agent, e.Updated.Local().Format(time.DateTime), strings.ReplaceAll(e.Reason, "\n", "\n    "))
+	}
+	return nil
+}
+
+// ApproveCmd approves a waiting request.
+type ApproveCmd struct {
+	ID string `arg:"" help:"Request id (see 'bridge pending')."`
+}
+
+func (c *ApproveCmd) Run(g *Globals) error {
+	h, err := homeFor(g, c.ID)
+	if err != nil {
+		return err
+	}
+	e, err := host.Approve(h, c.ID)
+	if err != nil {
+		return err
+	}
+	if g.JSON {
+		return g.printJSON(map[string]any{"id": e.ID, "op": e.Op, "decision": "approved"})
+	}
+	g.printf("approved %s (%s); the daemon runs it within a second\n", e.ID, e.Op)
+	return nil
+}
+
+// DenyCmd denies a waiting request.
+type DenyCmd struct {
+	ID     string `arg:"" help:"Request id (see 'bridge pending')."`
+	Reason string `placeholder:"TEXT" help:"Why, for the agent."`
+}
+
+func (c *DenyCmd) Run(g *Globals) error {
+	h, err := homeFor(g, c.ID)
+	if err != nil {
+		return err
+	}
+	e, err := host.Deny(h, c.ID, c.Reason)
+	if err != nil {
+		return err
+	}
+	if g.JSON {
+		return g.printJSON(map[string]any{"id": e.ID, "op": e.Op, "decision": "denied"})
+	}
+	g.printf("denied %s (%s)\n", e.ID, e.Op)
+	return nil
+}
+
+// SendCmd sends a message to an agent.
+type SendCmd struct {
+	To   string `required:"" placeholder:"AGENT" help:"The agent (its local name or id)."`
+	File string `placeholder:"FILE" help:"Send the text of FILE (or - for standard input)."`
+	Text string `arg:"" optional:"" help:"The message."`
+}
+
+func (c *SendCmd) Run(g *Globals) error {
+	text := c.Text
+	switch {
+	case c.File == "-":
+		b, err := io.ReadAll(io.LimitReader(g.stdin, bridge.MaxMessageText+1))
+		if err != nil {
+			return err
+		}
+		text = string(b)
+	case c.File != "":
+		b, err := os.ReadFile(c.File)
+		if err != nil {
+			return err
+		}
+		text = string(b)
+	}
+	if text == "" {
+		return &codeError{code: exitUsage, err: withHintf(errors.New("send: no message"), "bridge send --to AGENT \"text\", or --file FILE")}
+	}
+	h, err := g.openHome()
+	if err != nil {
+		return err
+	}
+	m, err := host.Send(h, c.To, text)
+	if err != nil {
+		return err
+	}
+	if g.JSON {
+		return g.printJSON(map[string]any{"id": m.ID, "seq": m.Seq, "to": c.To})
+	}
+	g.printf("sent message %d to %s (%s)\n", m.Seq, c.To, m.ID)
+	return nil
+}
+
+// LedgerCmd groups ledger maintenance.
+type LedgerCmd struct {
+	Repair LedgerRepairCmd `cmd:"" help:"Host: make a damaged ledger loadable again (stop serve first)."`
+}
+
+// LedgerRepairCmd repairs a damaged ledger.
+type LedgerRepairCmd struct{}
+
+func (c *LedgerRepairCmd) Run(g *Globals) error {
+	h, err := g.openHome()
+	if err != nil {
+		return err
+	}
+	rep, err := host.RepairLedger(h)
+	if err != nil {
+		return err
+	}
+	if g.JSON {
+		return g.printJSON(rep)
+	}
+	if !rep.Damaged {
+		g.printf("%s is intact; nothing to repair\n", rep.Path)
+		return nil
+	}
+	g.printf("repaired %s: %s\nkept %d bytes (%d entries), dropped %d; the damaged file is kept as %s\n",
+		rep.Path, rep.Problem, rep.BytesKept, rep.Entries, rep.BytesDropped, rep.Backup)
+	return nil
+}

@@ -1,0 +1,268 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/syncbridge/bridge/bridge"
+	"github.com/syncbridge/bridge/bridge/agent"
+	"github.com/syncbridge/bridge/bridge/host"
+)
+
+// bridge run and bridge submit, and what every command that shows a result
+// shares: argument parsing, waiting, printing an outcome, the exit code.
+
+// RunCmd submits, waits and prints.
+type RunCmd struct {
+	Op             string        `arg:"" help:"The op to run (see 'bridge ops')."`
+	Args           []string      `arg:"" optional:"" help:"Arguments as NAME=VALUE."`
+	Key            string        `placeholder:"K" help:"Idempotency key: running the same command with the same key again returns the first result."`
+	Host           string        `placeholder:"NAME" help:"The host to ask (default: the only trusted host)."`
+	Timeout        time.Duration `default:"10m" help:"How long to wait for the result (the request stays valid; use 'bridge wait ID')."`
+	TTL            time.Duration `default:"24h" help:"How long the request stays valid on the host."`
+	Stdin          string        `placeholder:"FILE" help:"Send FILE (or - for standard input) as the op's standard input."`
+	Detach         bool          `help:"Submit and print the id without waiting."`
+	SyncthingFlags `embed:""`
+}
+
+func (c *RunCmd) Run(g *Globals) error {
+	cl, s, err := submit(g, c.Op, c.Args, c.Key, c.Host, c.Stdin, c.TTL, c.SyncthingFlags)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	if c.Detach {
+		return printSubmitted(g, s)
+	}
+	return waitAndPrint(g, cl, s.ID, c.Timeout, true)
+}
+
+// SubmitCmd submits only.
+type SubmitCmd struct {
+	Op             string        `arg:"" help:"The op to run."`
+	Args           []string      `arg:"" optional:"" help:"Arguments as NAME=VALUE."`
+	Key            string        `placeholder:"K" help:"Idempotency key."`
+	Host           string        `placeholder:"NAME" help:"The host to ask."`
+	TTL            time.Duration `default:"24h" help:"How long the request stays valid."`
+	Stdin          string        `placeholder:"FILE" help:"Send FILE (or -) as the op's standard input."`
+	SyncthingFlags `embed:""`
+}
+
+func (c *SubmitCmd) Run(g *Globals) error {
+	cl, s, err := submit(g, c.Op, c.Args, c.Key, c.Host, c.Stdin, c.TTL, c.SyncthingFlags)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	return printSubmitted(g, s)
+}
+
+func printSubmitted(g *Globals, s *agent.Sent) error {
+	if g.JSON {
+		return g.printJSON(map[string]any{"id": s.ID, "host": s.HostName, "op": s.Op})
+	}
+	g.printf("%s\n", s.ID)
+	return nil
+}
+
+func parseArgs(args []string) (map[string]string, error) {
+	m := map[string]string{}
+	for _, a := range args {
+		k, v, ok := strings.Cut(a, "=")
+		if !ok || k == "" {
+			return nil, &codeError{code: exitUsage, err: withHintf(fmt.Errorf("argument %q is not NAME=VALUE", a),
+				"give arguments as NAME=VALUE (e.g. msg=hi); `bridge ops` lists each op's arguments")}
+		}
+		if _, dup := m[k]; dup {
+			return nil, &codeError{code: exitUsage, err: fmt.Errorf("argument %q given twice", k)}
+		}
+		m[k] = v
+	}
+	return m, nil
+}
+
+// homeFor checks a request id, then opens the home.
+func homeFor(g *Globals, id string) (*bridge.Home, error) {
+	if err := checkID(id); err != nil {
+		return nil, err
+	}
+	return g.openHome()
+}
+
+// clientFor checks a request id, then opens the agent's client.
+func clientFor(g *Globals, id string) (*agent.Client, error) {
+	if err := checkID(id); err != nil {
+		return nil, err
+	}
+	return openClient(g)
+}
+
+func openClient(g *Globals) (*agent.Client, error) {
+	h, err := g.openHome()
+	if err != nil {
+		return nil, err
+	}
+	return agent.OpenClient(h)
+}
+
+func submit(g *Globals, op string, args []string, key, hostName, stdin string, ttl time.Duration, st SyncthingFlags) (*agent.Client, *agent.Sent, error) {
+	m, err := parseArgs(args)
+	if err != nil {
+		return nil, nil, err
+	}
+	nudger, err := st.nudger(bridge.NewLogger(g.stderr, "text", bridge.LogInfo))
+	if err != nil {
+		return nil, nil, err
+	}
+	cl, err := openClient(g)
+	if err != nil {
+		return nil, nil, err
+	}
+	cl.Nudger = nudger
+	var in io.Reader
+	switch stdin {
+	case "":
+	case "-":
+		in = g.stdin
+	default:
+		f, err := os.Open(stdin)
+		if err != nil {
+			cl.Close()
+			return nil, nil, err
+		}
+		defer f.Close()
+		in = f
+	}
+	s, err := cl.Submit(agent.SubmitOptions{Host: hostName, Op: op, Args: m, Key: key, Stdin: in, TTL: ttl})
+	if err != nil {
+		cl.Close()
+		return nil, nil, err
+	}
+	return cl, s, nil
+}
+
+// waitAndPrint waits for a result, prints the op's output and returns the
+// error that carries the right exit code. ack: also ack and clean up.
+func waitAndPrint(g *Globals, cl *agent.Client, id string, timeout time.Duration, ack bool) error {
+	ctx, stop := signalContext()
+	defer stop()
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	prog := newProgress(g.stderr, id)
+	out, err := cl.Wait(ctx, id, prog.tick)
+	prog.done()
+	if errors.Is(err, context.DeadlineExceeded) {
+		return &codeError{code: exitWaitTime, id: id, err: withHintf(fmt.Errorf("no result for %s after %s", id, timeout),
+			"the request stays queued; run `bridge wait %s` later, or `bridge status %s`", id, id)}
+	}
+	if errors.Is(err, context.Canceled) {
+		// Interrupting the wait does not withdraw the request.
+		return &codeError{code: exitInterrupt, id: id, err: withHintf(fmt.Errorf("interrupted while waiting for %s", id),
+			"the request stays queued; run `bridge wait %s` later, or `bridge cancel %s`", id, id)}
+	}
+	if err != nil {
+		return err
+	}
+	if ack {
+		if err := cl.Ack(out); err != nil {
+			g.note("warning: could not ack %s: %v", id, err)
+		}
+	}
+	return printOutcome(g, out)
+}
+
+// checkID refuses what cannot be a request id before anything is opened.
+func checkID(id string) error {
+	if bridge.ValidID(id) {
+		return nil
+	}
+	return &codeError{code: exitUsage, err: withHintf(fmt.Errorf("%q is not a request id (32 hex digits)", id),
+		"`bridge ls` lists the request ids")}
+}
+
+func withHintf(err error, hint string, args ...any) error {
+	return &bridge.HintError{Err: err, Hint: fmt.Sprintf(hint, args...)}
+}
+
+// printOutcome prints an op's output and returns the exit code as an error.
+func printOutcome(g *Globals, out *agent.Outcome) error {
+	rc := out.Receipt
+	code := exitFor(rc)
+	if g.JSON {
+		g.printJSON(map[string]any{"id": rc.ID, "op": rc.Op, "status": rc.Status, "reason": rc.Reason, "detail": rc.Detail,
+			"exit_code": rc.ExitCode, "signal": rc.Signal, "timed_out": rc.TimedOut, "argv": rc.Argv,
+			"stdout": string(out.Stdout), "stderr": string(out.Stderr), "stdout_truncated": rc.StdoutTruncated,
+			"stderr_truncated": rc.StderrTruncated, "policy_sha256": rc.PolicySHA256, "bridge_exit_code": code})
+	} else {
+		g.stdout.Write(out.Stdout)
+		g.stderr.Write(out.Stderr)
+		switch rc.Status {
+		case bridge.StatusDone:
+			if rc.TimedOut {
+				g.note("error: %s timed out on the host: %s", rc.Op, rc.Detail)
+			} else if rc.Signal != "" {
+				g.note("%s was killed by %s", rc.Op, rc.Signal)
+			}
+		default:
+			g.note("error: request %s %s (%s): %s", rc.ID, rc.Status, rc.Reason, rc.Detail)
+			if h := hintFor(rc); h != "" {
+				g.note("hint: %s", h)
+			}
+		}
+		if rc.StdoutTruncated || rc.StderrTruncated {
+			g.note("warning: output was over the op's cap; the middle was dropped")
+		}
+	}
+	if code == 0 {
+		return nil
+	}
+	return &codeError{code: code}
+}
+
+func exitFor(rc *bridge.Receipt) int {
+	switch rc.Status {
+	case bridge.StatusDone:
+		switch {
+		case rc.TimedOut:
+			return exitOpTimeout
+		case rc.Signal != "" && rc.ExitCode < 0:
+			if n := signalNumber(rc.Signal); n > 0 {
+				return 128 + n
+			}
+			return exitError
+		}
+		return rc.ExitCode
+	case bridge.StatusRejected:
+		return exitRejected
+	case bridge.StatusExpired:
+		return exitExpired
+	case bridge.StatusUncertain:
+		return exitUncertain
+	case bridge.StatusCancelled:
+		return exitCancelled
+	case bridge.StatusFailed:
+		return exitStartFail
+	}
+	return exitError
+}
+
+func hintFor(rc *bridge.Receipt) string {
+	switch rc.Reason {
+	case "not-allowed":
+		return "run `bridge ops` to see what this agent may run; the host's policy decides"
+	case "bad-argument":
+		return "run `bridge ops` to see each argument's type and pattern"
+	case "crashed":
+		return "on the host, check whether the op had its effect, then run `bridge reconcile ID --as done|failed|rerun`"
+	case "incomplete":
+		return "the payload never arrived complete; check the sync client, then run the command again"
+	case host.ReasonCeiling:
+		return "the host's policy caps this agent's runs; try again later (the detail names the ceiling)"
+	}
+	return ""
+}

@@ -1,0 +1,33 @@
+package syncsafe
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// WriteFileAtomic leaves the new content, mode 0600, and no temp file.
+func TestWriteFileAtomic(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "f")
+	for _, content := range []string{"one", "two"} {
+		if err := WriteFileAtomic(p, []byte(content)); err != nil {
+			t.Fatal(err)
+		}
+		got, err := os.ReadFile(p)
+		if err != nil || string(got) != content {
+			t.Fatalf("read %q, %v; want %q", got, err, content)
+		}
+	}
+	fi, _ := os.Stat(p)
+	if fi.Mode().Perm() != 0o600 {
+		t.Errorf("mode %o, want 600", fi.Mode().Perm())
+	}
+	entries, _ := os.ReadDir(dir)
+	if len(entries) != 1 {
+		t.Errorf("%d entries in the directory, want the file alone", len(entries))
+	}
+	if err := WriteFileAtomic(filepath.Join(dir, "missing", "f"), nil); err == nil {
+		t.Error("a write into a missing directory succeeded")
+	}
+}
