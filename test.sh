@@ -30,6 +30,12 @@ step "go test -race"
 # out to keep the race run short (its regression seeds still run here).
 go test -race -count=1 -timeout 20m -skip '^TestSimProperties$' ./...
 
+step "lifecycle model (${MODEL_SEEDS:-60} seeds)"
+# Random sequences of everything that happens to requests, against real
+# daemon processes; over this many seeds every row of DESIGN.md §6 is taken
+# (the test checks it from 20). The daemons mostly wait: 8 seeds at a time.
+go test -count=1 -timeout 20m -parallel 8 -run '^TestLifecycleModel$' ./bridge/host/ -model.n="${MODEL_SEEDS:-60}"
+
 step "sync simulator (${SIM_SEEDS:-60} seeds)"
 go test -count=1 -timeout 20m -run '^TestSimProperties$' ./bridge/host/ -sim.n="${SIM_SEEDS:-60}"
 

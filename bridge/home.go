@@ -460,6 +460,26 @@ func (h *Home) Peer(nameOrID string) (*Peer, *bcrypto.Bundle, error) {
 	return &p, &bcrypto.Bundle{V: 1, Role: p.Role, Name: p.Name, ID: p.ID, Seq: cur.Seq, SignPub: cur.SignPub, BoxPub: cur.BoxPub}, nil
 }
 
+// PeerByID reads one trusted peer's record by its id, checked against the
+// bundle it was made from. It reads that one file (a stat, when the file did
+// not change since the last read): cheap enough to ask before every start,
+// so that a revocation counts from the moment it was written.
+func (h *Home) PeerByID(id string) (*Peer, error) {
+	if !bcrypto.ValidKid(id) {
+		return nil, fmt.Errorf("%w: %q", ErrUnknownPeer, id)
+	}
+	p, err := h.readPeer(id + ".json")
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("%w: %q", ErrUnknownPeer, id)
+	} else if err != nil {
+		return nil, err
+	}
+	if p.bad != nil {
+		return nil, p.bad
+	}
+	return &p, nil
+}
+
 // peerCache keeps parsed and checked peer records between reads. Both sides
 // look a peer up for every request, and checking a record means a curve
 // operation per key: a file is read, parsed and checked again only when its

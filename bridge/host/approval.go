@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
 	"runtime"
+	"sort"
 	"strings"
 	"time"
 
 	"github.com/syncbridge/bridge/bridge"
+	bcrypto "github.com/syncbridge/bridge/crypto"
 
 	"github.com/syncbridge/bridge/bridge/ledger"
 	"github.com/syncbridge/bridge/bridge/policy"
@@ -27,16 +30,16 @@ const DefaultApprovalTTL = time.Hour
 // would run (shown by `bridge pending`), the agent gets a notice.
 func (d *Daemon) awaitApproval(j *job, inv *policy.Invocation) bool {
 	what := "would run: " + inv.String()
-	if _, err := d.ledger.Transition(j.key, []ledger.State{ledger.StateSeen, ledger.StatePending}, ledger.StateAwaitingApproval,
-		func(e *ledger.Entry) { e.Op, e.Reason = inv.Op, what }); err != nil {
-		d.log.Debug("await approval", "key", j.key, "err", err)
+	if _, err := d.step(j.key, evAwaitApproval, func(e *ledger.Entry) { e.Op, e.Reason = inv.Op, what }); err != nil {
+		d.log.Warn("await approval", "key", j.key, "err", err)
 		return false
 	}
+	ref := j.keys.name + "/" + j.req.ID
 	d.audit.log(AuditEvent{Event: "awaiting-approval", Agent: j.agent, ID: j.req.ID, Op: inv.Op, Detail: strings.Join(inv.Argv, " ")})
-	d.log.Info("waiting for approval", "agent", j.keys.name, "id", j.req.ID, "op", inv.Op, "hint", "bridge approve "+j.req.ID)
+	d.log.Info("waiting for approval", "agent", j.keys.name, "id", j.req.ID, "op", inv.Op, "hint", "bridge approve "+ref)
 	d.notify(j.agent, bridge.Note{Event: "approval-pending", Request: j.req.ID,
 		Text: fmt.Sprintf("request %s (%s) waits for a human on the host to approve it", j.req.ID, inv.Op)})
-	desktopNotify("bridge: approval needed", fmt.Sprintf("%s asks to run %s (bridge approve %s)", j.keys.name, inv.Op, j.req.ID[:8]))
+	desktopNotify("bridge: approval needed", fmt.Sprintf("%s asks to run %s (bridge approve %s)", j.keys.name, inv.Op, ref))
 	return false
 }
 
@@ -63,105 +66,169 @@ func desktopNotify(title, body string) {
 	}()
 }
 
-// decide applies a human's decision on a request awaiting approval.
-func (d *Daemon) decide(id string, approve bool, why string) error {
-	all, err := d.ledger.List(func(e ledger.Entry) bool { return e.ID == id })
+// errBusy: the request's key is in use (being evaluated); the order is
+// applied at the next tick.
+var errBusy = errors.New("the request is busy; trying again")
+
+// decide applies a human's decision on a request awaiting approval. The
+// key is taken first, so nothing else answers it meanwhile.
+func (d *Daemon) decide(key string, approve bool, why string) error {
+	if !d.take(key) {
+		return errBusy
+	}
+	handed := false
+	defer func() {
+		if !handed {
+			d.release(key)
+		}
+	}()
+	e, err := d.ledger.Get(key)
 	if err != nil {
 		return err
 	}
-	e, err := entryIn(all, id, ledger.StateAwaitingApproval)
-	if err != nil {
-		return err
+	if e.State != ledger.StateAwaitingApproval {
+		return fmt.Errorf("request %s is %s, not %s", key, e.State, ledger.StateAwaitingApproval)
 	}
 	keys := d.agents()[e.Agent]
 	if keys == nil {
-		return fmt.Errorf("request %s: agent %s is no longer trusted", id, e.Agent)
+		return fmt.Errorf("request %s: agent %s is no longer trusted", key, e.Agent)
 	}
-	j, err := d.reload(*e, keys, !approve)
+	j, err := d.reload(e, keys)
 	if err != nil {
 		return err
 	}
 	if !approve {
-		d.audit.log(AuditEvent{Event: "denied", Agent: e.Agent, ID: id, Op: e.Op, Detail: why})
+		d.audit.log(AuditEvent{Event: "denied", Agent: e.Agent, ID: e.ID, Op: e.Op, Detail: why})
 		detail := "a human on the host denied it"
 		if why != "" {
 			detail += ": " + why
 		}
-		d.finish(j, bridge.Receipt{Status: bridge.StatusRejected, Reason: "denied", Op: e.Op, Detail: detail})
-		return nil
+		return d.answer(j, evDeny, bridge.Receipt{Status: bridge.StatusRejected, Reason: "denied", Op: e.Op, Detail: detail}, nil, nil)
 	}
-	d.audit.log(AuditEvent{Event: "approved", Agent: e.Agent, ID: id, Op: e.Op})
+	// What may have happened since it was parked answers it instead.
+	if d.decideWaiting(j, e) {
+		return fmt.Errorf("request %s was answered before the approval: %s", key, d.stateOf(key))
+	}
+	d.audit.log(AuditEvent{Event: "approved", Agent: e.Agent, ID: e.ID, Op: e.Op})
 	in, err := d.settle(j)
 	if err != nil {
-		return fmt.Errorf("approve %s: the payload is no longer there: %w", id, err)
+		return fmt.Errorf("approve %s: the payload is no longer there: %w", key, err)
 	}
-	d.mu.Lock()
-	d.active[e.Key] = true
-	d.mu.Unlock()
-	if !d.admit(j, in, admitApproved) {
-		d.release(e.Key)
-	}
+	handed = d.admit(j, in, admitApproved)
 	return nil
 }
 
-// expireApprovals ends requests that waited for approval longer than the TTL.
-func (d *Daemon) expireApprovals() {
+// decideWaiting answers a request awaiting approval that can no longer be
+// approved: its agent cancelled it, its key was revoked, or nobody
+// approved it within the TTL. It reports whether it answered.
+func (d *Daemon) decideWaiting(j *job, e ledger.Entry) bool {
 	ttl := d.opt.ApprovalTTL
 	if ttl <= 0 {
 		ttl = DefaultApprovalTTL
 	}
+	switch err := d.standing(j); {
+	case d.cancelled(j.agent, j.req.ID):
+		d.answer(j, evCancelEarly, bridge.Receipt{Status: bridge.StatusCancelled, Reason: "cancelled", Op: e.Op, Detail: "cancelled while it waited for approval"}, nil, nil)
+	case err != nil:
+		d.answer(j, evRevoke, bridge.Receipt{Status: bridge.StatusRejected, Reason: bridge.Reason(err), Op: e.Op, Detail: err.Error()}, nil, nil)
+	case d.opt.Now().Sub(e.Updated) >= ttl:
+		d.answer(j, evApprovalTTL, bridge.Receipt{Status: bridge.StatusExpired, Reason: "approval-expired", Op: e.Op,
+			Detail: fmt.Sprintf("nobody approved it within %s", ttl)}, nil, nil)
+	default:
+		return false
+	}
+	return true
+}
+
+// sweepWaiting looks at every request awaiting approval (every few
+// seconds, and at once when the trusted peers change): one whose key was
+// revoked, whose agent cancelled it or whose time ran out is answered.
+func (d *Daemon) sweepWaiting() {
 	waiting, err := d.ledger.InState(ledger.StateAwaitingApproval)
 	if err != nil {
 		return
 	}
 	for _, e := range waiting {
-		if d.opt.Now().Sub(e.Updated) < ttl {
-			continue
-		}
 		keys := d.agents()[e.Agent]
-		if keys == nil {
+		if keys == nil || !d.take(e.Key) {
 			continue
 		}
-		if j, err := d.reload(e, keys, true); err == nil {
-			d.finish(j, bridge.Receipt{Status: bridge.StatusExpired, Reason: "approval-expired", Op: e.Op,
-				Detail: fmt.Sprintf("nobody approved it within %s", ttl)})
+		if j, err := d.reload(e, keys); err == nil {
+			d.decideWaiting(j, e)
 		}
+		d.release(e.Key)
 	}
+}
+
+// stateOf is the ledger state of key, for messages.
+func (d *Daemon) stateOf(key string) ledger.State {
+	e, _ := d.ledger.Get(key)
+	return e.State
 }
 
 // Approve and Deny hand a human's decision to the daemon (it applies it
-// within a second, or at its next start).
-func Approve(h *bridge.Home, id string) (*LedgerEntry, error) {
-	return decideOrder(h, id, "approve", "")
+// within a second, or at its next start). ref names the request: its id,
+// or AGENT/ID (see resolveRef). Approving a request whose signing key has
+// been revoked is refused at once: the daemon answers it rejected.
+func Approve(h *bridge.Home, ref string) (*LedgerEntry, error) {
+	return decideOrder(h, ref, "approve", "")
 }
 
 // Deny refuses a request awaiting approval; why is passed to the agent.
-func Deny(h *bridge.Home, id, why string) (*LedgerEntry, error) {
-	return decideOrder(h, id, "deny", why)
+func Deny(h *bridge.Home, ref, why string) (*LedgerEntry, error) {
+	return decideOrder(h, ref, "deny", why)
 }
 
-func decideOrder(h *bridge.Home, id, as, why string) (*LedgerEntry, error) {
+func decideOrder(h *bridge.Home, ref, as, why string) (*LedgerEntry, error) {
 	if h.Config.Role != "host" {
-		return nil, errors.New("approvals are decided on the host")
+		return nil, bridge.WithHint(errors.New(as+": approvals are decided on the host"), "run it with the host's --home")
 	}
-	e, err := snapshotEntry(h, id, ledger.StateAwaitingApproval)
+	e, err := snapshotEntry(h, ref, ledger.StateAwaitingApproval)
 	if err != nil {
 		return nil, err
 	}
-	return e, writeOrder(h, controlOrder{ID: id, As: as, Why: why})
+	if as == "approve" {
+		if err := revokedSigner(h, *e); err != nil {
+			return nil, bridge.WithHint(fmt.Errorf("approve %s: %w", refOf(h, *e), err),
+				"nothing signed by a revoked key runs; the daemon answers it rejected (revoked)")
+		}
+	}
+	return e, writeOrder(h, controlOrder{Key: e.Key, As: as, Why: why})
+}
+
+// revokedSigner reports, from the home alone (the daemon may not run), that
+// the key that signed an entry's request is revoked or its agent no longer
+// trusted.
+func revokedSigner(h *bridge.Home, e LedgerEntry) error {
+	p, err := h.PeerByID(e.Agent)
+	if err != nil {
+		return fmt.Errorf("%w: its agent is no longer trusted", bridge.ErrKeyRevoked)
+	}
+	data, err := os.ReadFile(h.Path("manifests", e.Agent, e.ID+"."+bridge.ExtManifest))
+	if err != nil {
+		return nil // the daemon cannot approve it either; it says why
+	}
+	for _, k := range p.Keys {
+		var req bridge.Request
+		if bridge.OpenBody(bcrypto.KindRequest, data, [][]byte{k.SignPub}, &req) == nil && p.State(k, time.Now()) == bridge.KeyRevoked {
+			return fmt.Errorf("it was signed by key %s of %s, which is revoked on this host", k.SignKid(), p.Name)
+		}
+	}
+	return nil
 }
 
 // Pending lists the requests awaiting approval, oldest first.
-func Pending(h *bridge.Home) ([]LedgerEntry, error) {
-	entries, err := LedgerEntries(h)
+func Pending(h *bridge.Home) ([]Listed, error) {
+	all, err := List(h)
 	if err != nil {
 		return nil, err
 	}
-	var out []LedgerEntry
-	for _, e := range entries {
+	var out []Listed
+	for _, e := range all {
 		if e.State == ledger.StateAwaitingApproval {
 			out = append(out, e)
 		}
 	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Updated.Before(out[j].Updated) })
 	return out, nil
 }

@@ -41,13 +41,13 @@ approve = true
 		peer, _, _ := p.host.Peer(p.agent.Config.ID)
 		return len(peer.Keys) == 2
 	})
-	if err := p.daemon.decide(ids[0], false, "not now"); err != nil {
+	if err := p.daemon.decide(p.agent.Config.ID+"/"+ids[0], false, "not now"); err != nil {
 		t.Fatalf("deny after the rotation: %v", err)
 	}
 	if out := p.wait(t, ids[0]); out.Receipt.Status != bridge.StatusRejected || out.Receipt.Reason != "denied" {
 		t.Fatalf("denied: %s (%s)", out.Receipt.Status, out.Receipt.Reason)
 	}
-	if err := p.daemon.decide(ids[1], true, ""); err != nil {
+	if err := p.daemon.decide(p.agent.Config.ID+"/"+ids[1], true, ""); err != nil {
 		t.Fatalf("approve after the rotation: %v", err)
 	}
 	if out := p.wait(t, ids[1]); out.Receipt.Status != bridge.StatusDone || string(out.Stdout) != "gated\n" {

@@ -2,6 +2,8 @@ package host
 
 import (
 	"bufio"
+	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -32,22 +34,33 @@ ops = ["once", "again"]
 
 // daemonProcess runs the test binary as `bridge serve` for the pair's host.
 type daemonProcess struct {
-	cmd *exec.Cmd
-	log *os.File
+	cmd  *exec.Cmd
+	log  *os.File
+	done chan struct{} // closed once the process exited (and was reaped)
 }
 
 func startDaemonProcess(t *testing.T, p *pair, env ...string) *daemonProcess {
 	t.Helper()
-	logf, err := os.OpenFile(filepath.Join(t.TempDir(), "serve.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	d, err := tryDaemonProcess(t, p, env...)
 	if err != nil {
 		t.Fatal(err)
+	}
+	return d
+}
+
+// tryDaemonProcess starts the daemon process, or says why it did not get
+// ready.
+func tryDaemonProcess(t *testing.T, p *pair, env ...string) (*daemonProcess, error) {
+	logf, err := os.OpenFile(filepath.Join(t.TempDir(), "serve.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, err
 	}
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(append(os.Environ(), serveEnv+"="+p.hostHome), env...)
 	cmd.Stderr = logf
 	out, _ := cmd.StdoutPipe()
 	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	ready := make(chan bool, 1)
 	go func() {
@@ -59,25 +72,38 @@ func startDaemonProcess(t *testing.T, p *pair, env ...string) *daemonProcess {
 		}
 		ready <- false
 	}()
+	d := &daemonProcess{cmd: cmd, log: logf, done: make(chan struct{})}
+	go func() { cmd.Wait(); close(d.done) }()
 	select {
 	case ok := <-ready:
 		if !ok {
+			<-d.done
 			b, _ := os.ReadFile(logf.Name())
-			t.Fatalf("daemon process did not start:\n%s", b)
+			return nil, fmt.Errorf("daemon process did not start (%v):\n%s", cmd.ProcessState, b)
 		}
 	case <-time.After(15 * time.Second):
-		t.Fatal("daemon process did not get ready")
+		d.kill()
+		return nil, errors.New("daemon process did not get ready")
 	}
-	d := &daemonProcess{cmd: cmd, log: logf}
 	t.Cleanup(func() { d.kill() })
-	return d
+	return d, nil
+}
+
+// exited reports whether the process ended by itself.
+func (d *daemonProcess) exited() bool {
+	select {
+	case <-d.done:
+		return true
+	default:
+		return false
+	}
 }
 
 func (d *daemonProcess) kill() {
-	if d.cmd.ProcessState == nil {
+	if !d.exited() {
 		d.cmd.Process.Signal(syscall.SIGKILL)
-		d.cmd.Wait()
 	}
+	<-d.done
 }
 
 // TestInvariant5CrashLeavesNoSilentDoubleRun kills a real daemon process

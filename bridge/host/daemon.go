@@ -1,7 +1,6 @@
 package host
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -10,7 +9,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -20,7 +18,7 @@ import (
 
 	"github.com/syncbridge/bridge/bridge/ledger"
 	"github.com/syncbridge/bridge/bridge/policy"
-	bcrypto "github.com/syncbridge/bridge/crypto"
+	"github.com/syncbridge/bridge/bridge/runner"
 	"github.com/syncbridge/bridge/syncsafe"
 )
 
@@ -107,6 +105,34 @@ type Daemon struct {
 
 	redactor *redactor    // nil: redaction off (redact.go)
 	ceil     ceilingState // per-agent ceilings (ceilings.go)
+
+	lost    map[string]bool // keys a ledger repair found lost (evidence.go)
+	events  map[event]int   // lifecycle events taken, for the model test's coverage
+	onEvent func(event)     // tests only: sees every event as it is taken
+
+	// life ends when the daemon must stop by itself (a broken invariant,
+	// fatal): Run returns its cause.
+	life     context.Context
+	stopLife context.CancelCauseFunc
+}
+
+// fatal stops the daemon: Run returns err (the first one given).
+func (d *Daemon) fatal(err error) { d.stopLife(err) }
+
+// stopped reports whether the daemon is stopping for good: aborting its
+// runs, or stopped by a fatal error.
+func (d *Daemon) stopped() bool {
+	return d.life.Err() != nil || (d.runCtx != nil && d.runCtx.Err() != nil)
+}
+
+// Abort stops every running op at once (SIGKILL to its process group),
+// for a second signal: the caller exits right after. The ledger keeps them
+// running, and the next start recovers them as after a crash.
+func (d *Daemon) Abort() int {
+	if d.abortRun != nil {
+		d.abortRun()
+	}
+	return runner.KillAll()
 }
 
 // Crash-injection steps, in pipeline order (DESIGN §4).
@@ -129,99 +155,6 @@ func (d *Daemon) crashPoint(step string) {
 	}
 	os.Exit(crashExit)
 }
-
-// agentKeys is what the host trusts for one agent: a snapshot of its peer
-// record, whose keys are judged at the time of use.
-type agentKeys struct {
-	name string
-	peer bridge.Peer
-}
-
-// sign returns the signing keys valid now.
-func (k *agentKeys) sign(now time.Time) [][]byte {
-	var out [][]byte
-	for _, pk := range k.peer.KeysIn(bridge.KeyValid, now) {
-		out = append(out, pk.SignPub)
-	}
-	return out
-}
-
-// invalidSign returns the agent's revoked and expired signing keys with the
-// reason each stands for: a request signed by one is answered with that
-// reason instead of being dropped as forged.
-func (k *agentKeys) invalidSign(now time.Time) (keys [][]byte, reasons []string) {
-	for _, pk := range k.peer.Keys {
-		switch k.peer.State(pk, now) {
-		case bridge.KeyRevoked:
-			keys, reasons = append(keys, pk.SignPub), append(reasons, "revoked")
-		case bridge.KeyExpired:
-			keys, reasons = append(keys, pk.SignPub), append(reasons, "key-expired")
-		}
-	}
-	return keys, reasons
-}
-
-// boxPub returns the agent's encryption key with this kid, of any generation.
-func (k *agentKeys) boxPub(kid string) ([]byte, bool) {
-	for _, pk := range k.peer.Keys {
-		if pk.BoxKid() == kid {
-			return pk.BoxPub, true
-		}
-	}
-	return nil, false
-}
-
-// boxValid reports whether kid names a box key of the agent valid now.
-func (k *agentKeys) boxValid(kid string, now time.Time) bool {
-	for _, pk := range k.peer.KeysIn(bridge.KeyValid, now) {
-		if pk.BoxKid() == kid {
-			return true
-		}
-	}
-	return false
-}
-
-// ownKeys are the host's own identities: the current one and the retired
-// ones still kept to open requests sealed to them.
-type ownKeys struct {
-	current *bcrypto.Identity
-	all     []bridge.OwnKey
-	stamp   time.Time // mtime of the home's bundle when loaded
-}
-
-func (o *ownKeys) boxKids() []string {
-	var out []string
-	for _, k := range o.all {
-		out = append(out, k.Identity.BoxKid())
-	}
-	return out
-}
-
-func (o *ownKeys) byBoxKid(kid string) *bcrypto.Identity {
-	for _, k := range o.all {
-		if k.Identity.BoxKid() == kid {
-			return k.Identity
-		}
-	}
-	return nil
-}
-
-func (o *ownKeys) signPubs() [][]byte {
-	var out [][]byte
-	for _, k := range o.all {
-		out = append(out, k.Identity.SignPublic())
-	}
-	return out
-}
-
-func (d *Daemon) agents() map[string]*agentKeys {
-	if m := d.agentsP.Load(); m != nil {
-		return *m
-	}
-	return nil
-}
-
-func (d *Daemon) own() *ownKeys { return d.ownP.Load() }
 
 // NewDaemon prepares a daemon for a host home. Nothing is opened yet.
 func NewDaemon(home *bridge.Home, opt DaemonOptions) (*Daemon, error) {
@@ -253,8 +186,9 @@ func NewDaemon(home *bridge.Home, opt DaemonOptions) (*Daemon, error) {
 		home: home, opt: opt, log: opt.Logger, me: home.Config.ID,
 		queued: map[string]bool{}, active: map[string]bool{}, dirty: map[string]bool{}, finished: map[string]stamp{}, acks: map[string]bool{},
 		cancels: map[string]context.CancelFunc{}, noted: map[string]bool{}, sems: map[string]chan struct{}{},
-		opQueued: map[string]int{}, deferred: map[string]*keyQueue{},
+		opQueued: map[string]int{}, deferred: map[string]*keyQueue{}, events: map[event]int{},
 	}
+	d.life, d.stopLife = context.WithCancelCause(context.Background())
 	d.cond = sync.NewCond(&d.mu)
 	d.crashAt = os.Getenv("BRIDGE_TEST_CRASH_AT")
 	return d, nil
@@ -279,6 +213,7 @@ func (d *Daemon) Open() (err error) {
 		return err
 	}
 	d.loadFinished()
+	d.loadLost()
 	// Private copies a crash left in the spool are of no use: payloads are
 	// settled again from the folder.
 	if old, err := filepath.Glob(d.home.Path("spool", "*")); err == nil {
@@ -383,138 +318,18 @@ func (d *Daemon) openCore() (err error) {
 	return nil
 }
 
-func (d *Daemon) loadAgents() error {
-	peers, err := d.home.Peers()
-	if err != nil {
-		return err
-	}
-	agents := map[string]*agentKeys{}
-	for _, p := range peers {
-		if p.Role != "agent" {
-			continue
-		}
-		// The record is checked against the bundle it was made from: never a
-		// lookup by name, which another record could shadow.
-		if err := p.Check(); err != nil {
-			return fmt.Errorf("trusted agent: %w", err)
-		}
-		agents[p.ID] = &agentKeys{name: p.Name, peer: p}
-	}
-	d.agentsP.Store(&agents)
-	return nil
-}
-
-// loadOwnKeys reads the host's own identities, if the home's bundle changed
-// since they were last read (a `bridge keys rotate` while serving).
-func (d *Daemon) loadOwnKeys() error {
-	fi, err := os.Stat(d.home.Path(bridge.BundleName))
-	if err != nil {
-		return err
-	}
-	if o := d.own(); o != nil && o.stamp.Equal(fi.ModTime()) {
-		return nil
-	}
-	h, err := bridge.OpenHome(d.home.Dir)
-	if err != nil {
-		return err
-	}
-	all, err := h.OwnKeys()
-	if err != nil {
-		return err
-	}
-	prev := d.own()
-	d.ownP.Store(&ownKeys{current: h.Identity(), all: all, stamp: fi.ModTime()})
-	if prev != nil && prev.current.SignKid() != h.Identity().SignKid() && d.folder != nil {
-		d.notify("", bridge.Note{Event: "key-rotated", Text: "the host rotated its keys; agents follow the rotation statement by themselves"})
-		if err := d.publishCatalog(); err != nil {
-			d.log.Warn("publish catalog", "err", err)
-		}
-	}
-	if len(all) > 1 {
-		d.log.Info("own keys", "current", h.Identity().SignKid(), "kept", len(all)-1)
-	}
-	return nil
-}
-
-// followRotations applies the rotation statements an agent published.
-func (d *Daemon) followRotations(agent string) {
-	events, err := d.home.FollowRotations(d.folder, agent, bridge.ToHostDir(d.me, agent))
-	if err != nil {
-		d.log.Warn("follow rotations", "agent", agent, "err", err)
-	}
-	changed := false
-	for _, ev := range events {
-		changed = changed || ev.Result == "accepted"
-		// A statement that stays in the folder is read again by every
-		// rescan: say why it is refused or ignored once, not every time.
-		if ev.Result != "accepted" && !d.firstTime(fmt.Sprintf("rotation:%s:%d:%s", agent, ev.Seq, ev.Result)) {
-			continue
-		}
-		d.audit.log(AuditEvent{Event: "rotation", Agent: agent, Detail: fmt.Sprintf("seq %d: %s", ev.Seq, ev.Result)})
-		d.log.Info("agent key rotation", "agent", ev.Peer, "seq", ev.Seq, "result", ev.Result)
-	}
-	if changed {
-		if err := d.loadAgents(); err != nil {
-			d.log.Error("reload agents", "err", err)
-		}
-		if err := d.publishCatalog(); err != nil {
-			d.log.Warn("publish catalog", "err", err)
-		}
-	}
-}
-
-// followBatchRotations follows the rotation statements of every trusted
-// agent with one in paths, once per agent however many it has (each
-// following reads all of them), and returns the other paths in order.
-func (d *Daemon) followBatchRotations(paths []string) []string {
-	var agents []string
-	rest := paths[:0:0]
-	for _, p := range paths {
-		if strings.HasSuffix(p, ".rotation") {
-			agent, name, ok := strings.Cut(p, "/")
-			if _, isRot := bridge.ParseRotationName(name); ok && isRot && !strings.Contains(name, "/") && d.agents()[agent] != nil {
-				if !slices.Contains(agents, agent) {
-					agents = append(agents, agent)
-				}
-				continue
-			}
-		}
-		rest = append(rest, p)
-	}
-	for _, agent := range agents {
-		d.followRotations(agent)
-	}
-	return rest
-}
-
-// publishCatalog publishes, for each trusted agent, the signed list of the
-// ops that agent may run, so it can discover what to ask before it asks.
-func (d *Daemon) publishCatalog() error {
-	all := d.policy.Catalog()
-	var errs []error
-	for agentID, keys := range d.agents() {
-		allowed := d.policy.AgentOps(keys.name)
-		ops := []policy.OpInfo{}
-		for _, op := range all {
-			if slices.Contains(allowed, op.Name) {
-				ops = append(ops, op)
-			}
-		}
-		signed, err := bridge.SignCatalog(bridge.Catalog{Host: d.me, Agent: agentID, Policy: d.policy.SHA256, Ops: ops}, d.own().current)
-		if err != nil {
-			return err
-		}
-		errs = append(errs, d.folder.PublishReplace(bridge.CatalogPath(d.me, agentID), bridge.WriteBytes(signed), syncsafe.WithMode(0o644)))
-	}
-	return errors.Join(errs...)
-}
-
 // Run serves until ctx is cancelled: it turns watcher batches into
 // evaluations. It returns after in-flight work drained (see Close).
 func (d *Daemon) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(d.life, cancel)()
 	for {
 		batch, err := d.watcher.Next(ctx)
 		if err != nil {
+			if d.life.Err() != nil {
+				return context.Cause(d.life)
+			}
 			if ctx.Err() != nil {
 				return nil
 			}
@@ -535,34 +350,6 @@ func (d *Daemon) Run(ctx context.Context) error {
 		}
 		for _, p := range paths {
 			d.dispatch(p)
-		}
-	}
-}
-
-// startScanDone reports whether the start-up scan was dispatched and the
-// evaluations it queued were taken (long runs may go on).
-func (d *Daemon) startScanDone() bool {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.rescans > 0 && len(d.queue) == 0
-}
-
-// refuseIrregular audits entries at request names that are not regular files
-// (symlinks, FIFOs, directories, devices), from a full walk's list of them:
-// the watcher reports regular files only, so without this they would be
-// ignored without a reason.
-func (d *Daemon) refuseIrregular(paths []string) {
-	for _, p := range paths {
-		agent, name, ok := strings.Cut(p, "/")
-		if !ok || strings.Contains(name, "/") || d.agents()[agent] == nil {
-			continue
-		}
-		if _, _, ok := bridge.ParseToHostName(name); !ok {
-			continue
-		}
-		rel := bridge.ToHostDir(d.me, agent) + "/" + name
-		if fi, err := d.folder.Lstat(rel); err == nil && !fi.Mode().IsRegular() {
-			d.refuseFile(rel, fmt.Errorf("%w: %v", syncsafe.ErrNotRegular, fi.Mode().Type()))
 		}
 	}
 }
@@ -626,138 +413,4 @@ func (d *Daemon) closeResources() error {
 		d.lock = nil
 	}
 	return errors.Join(errs...)
-}
-
-// dispatch routes one path (relative to to-host/) from the watcher.
-// Rotation statements were taken out of the batch before
-// (followBatchRotations), and a full batch's finished requests are checked
-// by dispatchFull.
-func (d *Daemon) dispatch(p string) {
-	agent, name, ok := strings.Cut(p, "/")
-	if !ok || strings.Contains(name, "/") {
-		return
-	}
-	keys := d.agents()[agent]
-	if keys == nil {
-		d.noteOnce("agent:"+agent, "ignoring a directory of an agent nobody trusted", "agent", agent)
-		return
-	}
-	id, ext, ok := bridge.ParseToHostName(name)
-	if !ok {
-		if name != bridge.AgentBundleName {
-			c := syncsafe.Classify(name)
-			d.noteOnce("file:"+p, "ignoring a file that is not ours", "file", p, "kind", c.Kind.String(), "client", c.Client)
-		}
-		return
-	}
-	switch ext {
-	case bridge.ExtManifest, bridge.ExtPayload:
-		d.schedule(agent, id)
-	case bridge.ExtCancel:
-		d.handleCancel(agent, id)
-	case bridge.ExtAck:
-		// The periodic collection looks at a finished request only if it
-		// has an ack (or is past its retention or expiry, gc.go). Only
-		// finished keys are remembered, so the set is no larger than the
-		// finished one; an ack seen before its request finished is seen
-		// again by the next full walk.
-		key := agent + "/" + id
-		d.mu.Lock()
-		if _, ok := d.finished[key]; ok {
-			d.acks[key] = true
-		}
-		d.mu.Unlock()
-	}
-}
-
-func (d *Daemon) noteOnce(key, msg string, args ...any) {
-	if d.firstTime(key) {
-		d.log.Info(msg, args...)
-	}
-}
-
-// maxNoted bounds the log-once set: names come from the folder, so a
-// writer could otherwise grow it forever.
-const maxNoted = 100_000
-
-// firstTime reports whether key was not noted before. When the set is full
-// it forgets a random half (map order), not all of it: a folder with more
-// refused files than the bound has some of them logged again by a rescan,
-// not every one by every rescan.
-func (d *Daemon) firstTime(key string) bool {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.noted[key] {
-		return false
-	}
-	if len(d.noted) >= maxNoted {
-		for k := range d.noted {
-			if len(d.noted) <= maxNoted/2 {
-				break
-			}
-			delete(d.noted, k)
-		}
-	}
-	d.noted[key] = true
-	return true
-}
-
-// stamp identifies a published result file cheaply: a rescan compares it
-// instead of reading and verifying the file again.
-type stamp struct {
-	size, outSize   int64
-	mtime, outMtime time.Time
-}
-
-// resultStamp covers both files of a published result: losing or changing
-// either makes a rescan look at the request again.
-func (d *Daemon) resultStamp(agent, id string) stamp {
-	return d.resultStamps([]string{agent + "/" + id})[0]
-}
-
-// resultStamps is resultStamp of many "agent/id" keys, each agent's result
-// directory opened once for a run of its keys.
-func (d *Daemon) resultStamps(keys []string) []stamp {
-	out := make([]stamp, len(keys))
-	for i := 0; i < len(keys); {
-		agent, _, _ := strings.Cut(keys[i], "/")
-		j := i
-		var names []string
-		for ; j < len(keys) && strings.HasPrefix(keys[j], agent+"/"); j++ {
-			id := keys[j][len(agent)+1:]
-			names = append(names, id+"."+bridge.ExtResult, id+"."+bridge.ExtOutput)
-		}
-		fis, err := d.folder.LstatIn(bridge.ToAgentDir(d.me, agent), names)
-		for k := i; k < j; k++ {
-			st := stamp{size: -1, outSize: -1}
-			if err == nil {
-				if fi := fis[2*(k-i)]; fi != nil {
-					st.size, st.mtime = fi.Size(), fi.ModTime()
-				}
-				if fi := fis[2*(k-i)+1]; fi != nil {
-					st.outSize, st.outMtime = fi.Size(), fi.ModTime()
-				}
-			}
-			out[k] = st
-		}
-		i = j
-	}
-	return out
-}
-
-// markFinished records that key is terminal and its result is in place:
-// the stamp is taken only after the folder's bytes were seen to equal the
-// private copy, so a file swapped in meanwhile is never taken for ours.
-func (d *Daemon) markFinished(agent, id string) {
-	st := d.resultStamp(agent, id)
-	want, err := os.ReadFile(d.home.Path("results", agent, id+"."+bridge.ExtResult))
-	if err == nil {
-		have, err := d.folder.ReadFile(bridge.ResultPath(d.me, agent, id, bridge.ExtResult), bcrypto.KindResult.MaxSize())
-		if err != nil || !bytes.Equal(have, want) || d.resultStamp(agent, id) != st {
-			return
-		}
-	}
-	d.mu.Lock()
-	d.finished[agent+"/"+id] = st
-	d.mu.Unlock()
 }

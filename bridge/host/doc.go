@@ -7,9 +7,23 @@
 // Entry points: [NewDaemon], then [Daemon.Open], [Daemon.Run] and
 // [Daemon.Close].
 //
+// # The request lifecycle
+//
+// Every change of a request's state goes through one table (lifecycle.go;
+// the same table is in docs/DESIGN.md §6): each event (delivery, refusal,
+// approval, cancel, start, exit, drain, crash, repair, revocation, expiry)
+// names the states it may leave and the one it enters. An answer is
+// published before its ledger step, and never unless the ledger can take
+// that step; a step the ledger refuses after an answer is out stops the
+// daemon instead of being logged and forgotten. Whatever answers or moves
+// a request owns its key first (queue.go), so no two paths act on one
+// request at once.
+//
 // # Security
 //
 // The ledger and every private file live in the host's home, outside the
-// synced folder. An id runs at most once (the ledger decides), and nothing
-// from the folder is trusted before its signature verified.
+// synced folder. An id runs at most once (the ledger decides, and when its
+// record is lost, what else remembers the id holds it for a human); an op
+// that started is answered done, failed only if its process never started,
+// cancelled or uncertain; nothing signed by a revoked key starts.
 package host

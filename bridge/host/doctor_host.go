@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/syncbridge/bridge/bridge"
+	"github.com/syncbridge/bridge/bridge/ledger"
 
 	bcrypto "github.com/syncbridge/bridge/crypto"
 )
@@ -30,13 +31,18 @@ func Doctor(h *bridge.Home, opt bridge.DoctorOptions) []bridge.Finding {
 		out = append(out, bridge.Finding{Check: "policy", Severity: bridge.SeverityProblem, Message: "no policy: nothing may run", Fix: "write " + h.Path(bridge.PolicyName) + " and check it with `bridge policy check`"})
 	}
 
+	// Requests a human must settle, and ids a repair found without a record.
+	entries, err := LedgerEntries(h)
+	if err != nil {
+		out = append(out, bridge.Finding{Check: "ledger", Severity: bridge.SeverityProblem, Message: fmt.Sprintf("the ledger cannot be read: %v", err),
+			Fix: "stop `bridge serve`, then run `bridge ledger repair`"})
+		return out
+	}
+	out = append(out, uncertainFindings(h, entries)...)
+
 	// Clock skew: an agent's created time against the host's first sight.
 	// The sync delay adds to it, so only the smallest difference of recent
 	// requests says something about the clocks.
-	entries, err := LedgerEntries(h)
-	if err != nil {
-		return out
-	}
 	sort.Slice(entries, func(i, j int) bool { return entries[i].FirstSeen.After(entries[j].FirstSeen) })
 	peers, _ := h.Peers()
 	keys := map[string][][]byte{}
@@ -98,4 +104,51 @@ func DaemonRunning(h *bridge.Home) (int, bool) {
 	data, _ := os.ReadFile(h.Path("serve.lock"))
 	pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
 	return pid, err == nil && pid > 0 && processAlive(pid)
+}
+
+// uncertainFindings lists the requests held uncertain for a human (a run a
+// crash or a stop interrupted, a request whose ledger record was lost), and
+// the ids a ledger repair found without a record.
+func uncertainFindings(h *bridge.Home, entries []LedgerEntry) []bridge.Finding {
+	names := agentNames(h)
+	var crashed, lost []string
+	for _, e := range entries {
+		if e.State != ledger.StateUncertain {
+			continue
+		}
+		if e.Reason == "record-lost" {
+			lost = append(lost, refName(names, e))
+		} else {
+			crashed = append(crashed, refName(names, e))
+		}
+	}
+	var out []bridge.Finding
+	if len(crashed) > 0 {
+		out = append(out, bridge.Finding{Check: "uncertain", Severity: bridge.SeverityWarn,
+			Message: fmt.Sprintf("%d requests were interrupted while they ran and may or may not have had their effect: %s", len(crashed), fewOf(crashed)),
+			Fix:     "check each on this machine, then `bridge reconcile AGENT/ID --as done|failed|rerun`"})
+	}
+	if len(lost) > 0 {
+		out = append(out, bridge.Finding{Check: "record-lost", Severity: bridge.SeverityWarn,
+			Message: fmt.Sprintf("%d requests came back after the ledger lost their records (a repair or a restored backup), and are held, not run: %s", len(lost), fewOf(lost)),
+			Fix:     "the host admitted each before: check whether it ran, then `bridge reconcile AGENT/ID --as done|failed|rerun`"})
+	}
+	if data, err := os.ReadFile(h.Path(lostName)); err == nil {
+		if n := len(strings.Fields(string(data))); n > 0 {
+			out = append(out, bridge.Finding{Check: "record-lost", Severity: bridge.SeverityOK,
+				Message: fmt.Sprintf("a ledger repair found %d requests without a record (listed in %s); if one comes back it is held uncertain, not run", n, h.Path(lostName))})
+		}
+	}
+	if len(out) == 0 {
+		out = append(out, bridge.Finding{Check: "uncertain", Severity: bridge.SeverityOK, Message: "no request waits for a human to settle it"})
+	}
+	return out
+}
+
+// fewOf names the first few of a list, and how many more there are.
+func fewOf(refs []string) string {
+	if len(refs) <= 5 {
+		return strings.Join(refs, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(refs[:5], ", "), len(refs)-5)
 }

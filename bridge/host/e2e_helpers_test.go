@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -86,8 +87,9 @@ func newPair(t *testing.T, policyText string) *pair {
 	return p
 }
 
-// runDaemon opens a daemon for home and runs it until the test ends. It is
-// the in-process `bridge serve` of tests that need their own options.
+// runDaemon opens a daemon for home and runs it until the test ends (or
+// stopDaemon). It is the in-process `bridge serve` of tests that need their
+// own options.
 func runDaemon(t *testing.T, home *bridge.Home, opt DaemonOptions) *Daemon {
 	t.Helper()
 	opt.AllowRoot = true // tests run as root
@@ -101,14 +103,30 @@ func runDaemon(t *testing.T, home *bridge.Home, opt DaemonOptions) *Daemon {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- d.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("daemon run: %v", err)
-		}
-		d.Close(context.Background())
-	})
+	var once sync.Once
+	stop := func(closeCtx context.Context) {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("daemon run: %v", err)
+			}
+			d.Close(closeCtx)
+		})
+	}
+	stoppers.Store(d, stop)
+	t.Cleanup(func() { stop(context.Background()) })
 	return d
+}
+
+// stoppers holds each runDaemon's stop function.
+var stoppers sync.Map
+
+// stopDaemon stops a daemon runDaemon started, as `bridge serve` does on a
+// signal: Run returns, then Close drains until closeCtx is done.
+func stopDaemon(d *Daemon, closeCtx context.Context) {
+	if stop, ok := stoppers.Load(d); ok {
+		stop.(func(context.Context))(closeCtx)
+	}
 }
 
 // envWith is a daemon environment: the process's, with extra overrides.

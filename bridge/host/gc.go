@@ -138,6 +138,9 @@ func (d *Daemon) collect(o GCOptions, all []ledger.Entry) (*GCReport, error) {
 		if _, err := d.ledger.Forget(e.Key, now, d.opt.Skew); err != nil {
 			return rep, err
 		}
+		// A repair reading the audit log later must not take the id for
+		// one whose record was lost (evidence.go).
+		d.audit.log(AuditEvent{Event: "forgotten", Agent: e.Agent, ID: e.ID})
 		// The finished set (kept across restarts) forgets it too, so it
 		// holds no more than the ledger.
 		d.mu.Lock()

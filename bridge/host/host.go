@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -25,15 +24,6 @@ func RunnerMain() { runner.Main() }
 
 // LedgerEntry is one request in the host's ledger.
 type LedgerEntry = ledger.Entry
-
-// LedgerEntries reads the host's ledger without disturbing a running daemon.
-func LedgerEntries(h *bridge.Home) ([]LedgerEntry, error) {
-	entries, err := ledger.Snapshot(h.Path("ledger"))
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
-	return entries, err
-}
 
 // PolicySummary is what `bridge policy check` reports.
 type PolicySummary struct {
@@ -101,10 +91,10 @@ func ExplainPolicy(file, agent, op string, args map[string]string) (*Explanation
 }
 
 // controlOrder is a control file the CLI leaves for a running daemon: a
-// reconcile (ID, As) or a garbage collection (GC).
+// decision on a request (Key, As) or a garbage collection (GC).
 type controlOrder struct {
-	ID        string        `json:"id,omitempty"`
-	As        string        `json:"as,omitempty"` // done|failed|rerun (reconcile), approve|deny
+	Key       string        `json:"key,omitempty"` // the ledger key, agent/id
+	As        string        `json:"as,omitempty"`  // done|failed|rerun (reconcile), approve|deny
 	Why       string        `json:"why,omitempty"`
 	GC        bool          `json:"gc,omitempty"`
 	Grace     time.Duration `json:"grace,omitempty"`
@@ -117,7 +107,7 @@ func writeOrder(h *bridge.Home, o controlOrder) error {
 	if err := os.MkdirAll(h.Path("control"), 0o700); err != nil {
 		return err
 	}
-	name := o.ID
+	name := strings.ReplaceAll(o.Key, "/", "-")
 	if o.GC {
 		name = "gc"
 	}
@@ -128,10 +118,11 @@ func writeOrder(h *bridge.Home, o controlOrder) error {
 var ErrQueued = errors.New("queued for the running daemon")
 
 // Reconcile settles an uncertain request: as "done" (the op had its effect),
-// "failed" (it did not) or "rerun" (run it again). With the daemon stopped it
-// acts at once; with the daemon running it leaves an order the daemon picks
-// up within a second, and returns the entry as it stands.
-func Reconcile(h *bridge.Home, id, as string) (*LedgerEntry, error) {
+// "failed" (it did not) or "rerun" (run it again). ref names the request
+// (its id, or AGENT/ID). With the daemon stopped it acts at once; with the
+// daemon running it leaves an order the daemon picks up within a second,
+// and returns the entry as it stands.
+func Reconcile(h *bridge.Home, ref, as string) (*LedgerEntry, error) {
 	if as != "done" && as != "failed" && as != "rerun" {
 		return nil, fmt.Errorf("reconcile: --as must be done, failed or rerun")
 	}
@@ -143,102 +134,75 @@ func Reconcile(h *bridge.Home, id, as string) (*LedgerEntry, error) {
 		if !errors.Is(err, syncsafe.ErrLocked) {
 			return nil, err
 		}
-		e, err := snapshotEntry(h, id, ledger.StateUncertain)
+		e, err := snapshotEntry(h, ref, ledger.StateUncertain)
 		if err != nil {
 			return nil, err
 		}
-		if err := writeOrder(h, controlOrder{ID: id, As: as}); err != nil {
+		if err := writeOrder(h, controlOrder{Key: e.Key, As: as}); err != nil {
 			return nil, err
 		}
 		return e, nil
 	}
 	defer d.closeResources()
-	return d.reconcile(id, as)
-}
-
-// snapshotEntry reads request id from a snapshot of the ledger (beside a
-// running daemon) and checks it is in state want.
-func snapshotEntry(h *bridge.Home, id string, want ledger.State) (*LedgerEntry, error) {
-	entries, err := LedgerEntries(h)
+	all, err := d.ledger.List(nil)
 	if err != nil {
 		return nil, err
 	}
-	return entryIn(entries, id, want)
-}
-
-// entryIn finds request id among entries and checks it is in state want.
-func entryIn(entries []LedgerEntry, id string, want ledger.State) (*LedgerEntry, error) {
-	e, err := findEntry(entries, id)
+	e, err := resolveRef(h, all, ref, ledger.StateUncertain)
 	if err != nil {
 		return nil, err
 	}
-	if e.State != want {
-		return nil, fmt.Errorf("request %s is %s, not %s", id, e.State, want)
-	}
-	return e, nil
+	return d.reconcile(e.Key, as)
 }
 
-func findEntry(entries []LedgerEntry, id string) (*LedgerEntry, error) {
-	var found []LedgerEntry
-	for _, e := range entries {
-		if e.ID == id {
-			found = append(found, e)
-		}
+// reconcile applies a human's settlement of an uncertain request.
+func (d *Daemon) reconcile(key, as string) (*LedgerEntry, error) {
+	if !d.take(key) {
+		return nil, errBusy
 	}
-	switch len(found) {
-	case 0:
-		return nil, fmt.Errorf("no request %s in the ledger", id)
-	case 1:
-		return &found[0], nil
-	}
-	return nil, fmt.Errorf("request id %s is in the ledger for %d agents", id, len(found))
-}
-
-func (d *Daemon) reconcile(id, as string) (*LedgerEntry, error) {
-	all, err := d.ledger.List(func(e ledger.Entry) bool { return e.ID == id })
+	defer d.release(key)
+	e, err := d.ledger.Get(key)
 	if err != nil {
 		return nil, err
 	}
-	e, err := entryIn(all, id, ledger.StateUncertain)
-	if err != nil {
-		return nil, err
+	if e.State != ledger.StateUncertain {
+		return nil, fmt.Errorf("request %s is %s, not %s", key, e.State, ledger.StateUncertain)
 	}
 	keys := d.agents()[e.Agent]
 	if keys == nil {
-		return nil, fmt.Errorf("reconcile %s: agent %s is no longer trusted", id, e.Agent)
+		return nil, fmt.Errorf("reconcile %s: agent %s is no longer trusted", key, e.Agent)
 	}
-	j, err := d.reload(*e, keys, as != "rerun")
+	j, err := d.reload(e, keys)
 	if err != nil {
-		return nil, fmt.Errorf("reconcile %s: %w", id, err)
+		return nil, fmt.Errorf("reconcile %s: %w", key, err)
 	}
 	// The uncertain result is replaced by a new one.
 	for _, ext := range []string{bridge.ExtResult, bridge.ExtOutput} {
-		os.Remove(d.home.Path("results", e.Agent, id+"."+ext))
+		os.Remove(d.home.Path("results", e.Agent, e.ID+"."+ext))
 	}
-	d.audit.log(AuditEvent{Event: "reconcile", Agent: e.Agent, ID: id, Op: e.Op, Detail: "as " + as})
-	switch as {
-	case "rerun":
-		ent, err := d.ledger.Transition(e.Key, []ledger.State{ledger.StateUncertain}, ledger.StateClaimed,
-			func(x *ledger.Entry) { x.Reason = "rerun by operator" })
+	d.audit.log(AuditEvent{Event: "reconcile", Agent: e.Agent, ID: e.ID, Op: e.Op, Detail: "as " + as})
+	if as == "rerun" {
+		ent, err := d.step(key, evRerun, func(x *ledger.Entry) { x.Reason = "rerun by operator" })
 		if err != nil {
 			return nil, err
 		}
 		if d.watcher != nil { // serving: run it now
-			if _, err := d.ledger.Transition(e.Key, []ledger.State{ledger.StateClaimed}, ledger.StatePending, nil); err == nil {
-				d.schedule(e.Agent, id)
+			if ent, err = d.step(key, evUnclaim, nil); err == nil {
+				d.schedule(e.Agent, e.ID) // queued once the key is released
 			}
 		}
-		return &ent, nil
-	default:
-		status := bridge.StatusDone
-		if as == "failed" {
-			status = bridge.StatusFailed
-		}
-		d.finishWithOutput(j, bridge.Receipt{Status: status, Reason: "reconciled", Op: e.Op,
-			Detail: "an operator settled the uncertain run as " + as}, nil, nil)
-		ent, err := d.ledger.Get(e.Key)
 		return &ent, err
 	}
+	status := bridge.StatusDone
+	if as == "failed" {
+		status = bridge.StatusFailed
+	}
+	if err := d.answer(j, evSettle, bridge.Receipt{Status: status, Reason: "reconciled", Op: e.Op,
+		Detail: "an operator settled the uncertain run as " + as}, nil, nil); err != nil {
+		return nil, err
+	}
+	ent, err := d.ledger.Get(key)
+	return &ent, err
 }
 
 // controlLoop applies reconcile orders the CLI left while the daemon runs.
@@ -272,9 +236,7 @@ func (d *Daemon) controlLoop(stop <-chan struct{}) {
 				d.log.Warn("save the finished-requests cache", "err", err)
 			}
 		}
-		if tick%5 == 0 {
-			d.expireApprovals()
-		}
+		sweep := tick%5 == 0
 		if fi, err := os.Stat(d.home.Path(bridge.PeersDir)); err == nil && !fi.ModTime().Equal(peersStamp) {
 			peersStamp = fi.ModTime()
 			if err := d.loadAgents(); err != nil {
@@ -283,50 +245,43 @@ func (d *Daemon) controlLoop(stop <-chan struct{}) {
 				d.log.Info("trusted agents reloaded", "agents", len(d.agents()))
 				d.publishCatalog()
 			}
+			sweep = true // a revocation answers what waits for approval at once
+		}
+		if sweep {
+			d.sweepWaiting()
 		}
 		if err := d.loadOwnKeys(); err != nil {
 			d.log.Error("reload own keys", "err", err)
 		}
-		files, _ := filepath.Glob(d.home.Path("control", "*.json"))
-		for _, f := range files {
-			data, err := os.ReadFile(f)
-			os.Remove(f)
-			if err != nil {
-				continue
-			}
-			var o controlOrder
-			if json.Unmarshal(data, &o) != nil {
-				continue
-			}
-			if o.GC {
-				d.runGC(GCOptions{Grace: o.Grace, Retention: o.Retention})
-				continue
-			}
-			if o.As == "approve" || o.As == "deny" {
-				if err := d.decide(o.ID, o.As == "approve", o.Why); err != nil {
-					d.log.Warn(o.As, "id", o.ID, "err", err)
-				}
-				continue
-			}
-			if _, err := d.reconcile(o.ID, o.As); err != nil {
-				d.log.Warn("reconcile", "id", o.ID, "err", err)
-			}
-		}
+		d.applyOrders()
 	}
 }
 
-// LedgerRepairReport is what RepairLedger did.
-type LedgerRepairReport = ledger.RepairReport
-
-// RepairLedger makes a damaged ledger loadable again (the daemon must be
-// stopped): it keeps a copy of the damaged file and truncates at the last
-// complete record.
-func RepairLedger(h *bridge.Home) (LedgerRepairReport, error) {
-	if h.Config.Role != "host" {
-		return LedgerRepairReport{}, errors.New("ledger repair: only a host has a ledger")
+// applyOrders carries out the orders the CLI left in the control directory.
+// An order whose request is busy at the moment stays for the next tick.
+func (d *Daemon) applyOrders() {
+	files, _ := filepath.Glob(d.home.Path("control", "*.json"))
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		var o controlOrder
+		if err != nil || json.Unmarshal(data, &o) != nil {
+			os.Remove(f)
+			continue
+		}
+		switch {
+		case o.GC:
+			d.runGC(GCOptions{Grace: o.Grace, Retention: o.Retention})
+		case o.As == "approve" || o.As == "deny":
+			err = d.decide(o.Key, o.As == "approve", o.Why)
+		default:
+			_, err = d.reconcile(o.Key, o.As)
+		}
+		if errors.Is(err, errBusy) {
+			continue
+		}
+		os.Remove(f)
+		if err != nil {
+			d.log.Warn(o.As, "request", o.Key, "err", err)
+		}
 	}
-	if _, err := os.Stat(h.Path("ledger", "ledger.db")); errors.Is(err, fs.ErrNotExist) {
-		return LedgerRepairReport{}, bridge.WithHint(errors.New("ledger repair: there is no ledger yet"), "`bridge serve` creates it")
-	}
-	return ledger.Repair(h.Path("ledger"))
 }

@@ -24,30 +24,59 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
+// serveForTest is `bridge serve` for the crash and model tests, tuned by
+// the environment: BRIDGE_TEST_DRAIN (how long the first signal drains,
+// default 5s), BRIDGE_TEST_APPROVAL_TTL, BRIDGE_TEST_PENDING_TIMEOUT, and BRIDGE_TEST_EVENTS (a file
+// that gets one line per lifecycle event taken, for coverage). As the real
+// serve, a second signal kills the running ops and exits 130.
 func serveForTest(home string) int {
 	h, err := bridge.OpenHome(home)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
+	drain := envDuration("BRIDGE_TEST_DRAIN", 5*time.Second)
 	d, err := NewDaemon(h, DaemonOptions{AllowRoot: true, Rescan: 200 * time.Millisecond, Grace: 200 * time.Millisecond,
-		Logger: bridge.NewLogger(os.Stderr, "text", bridge.LogDebug)})
+		ApprovalTTL: envDuration("BRIDGE_TEST_APPROVAL_TTL", 0), PendingTimeout: envDuration("BRIDGE_TEST_PENDING_TIMEOUT", 0), Logger: bridge.NewLogger(os.Stderr, "text", bridge.LogDebug)})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
+	}
+	if p := os.Getenv("BRIDGE_TEST_EVENTS"); p != "" {
+		f, err := os.OpenFile(p, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		d.onEvent = func(ev event) { f.Write([]byte(string(ev) + "\n")) }
 	}
 	if err := d.Open(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
-	defer stop()
+	ctx, cancel := context.WithCancel(context.Background())
+	sig := make(chan os.Signal, 2)
+	signal.Notify(sig, syscall.SIGTERM, os.Interrupt)
+	go func() {
+		<-sig
+		cancel()
+		<-sig
+		d.Abort()
+		os.Exit(130)
+	}()
 	fmt.Println("ready")
 	d.Run(ctx)
-	cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
+	cctx, stop := context.WithTimeout(context.Background(), drain)
+	defer stop()
 	d.Close(cctx)
 	return 0
+}
+
+func envDuration(name string, def time.Duration) time.Duration {
+	if v, err := time.ParseDuration(os.Getenv(name)); err == nil {
+		return v
+	}
+	return def
 }
 
 // waitFor polls cond until it holds or the timeout passes.

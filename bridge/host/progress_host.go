@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/syncbridge/bridge/bridge"
+	bcrypto "github.com/syncbridge/bridge/crypto"
 
 	"github.com/syncbridge/bridge/syncsafe"
 )
@@ -27,8 +28,30 @@ type progress struct {
 	last time.Time
 }
 
-func newProgress(d *Daemon, j *job) *progress {
-	return &progress{d: d, j: j, start: time.Now()}
+// newProgress starts the publisher of a run's output. A run after a crash
+// (an idempotent re-run, a human's rerun) continues the chain the earlier
+// run left in the folder, so that the agent reads one verified stream and
+// the result commits to its head: it follows the chunks this host signed,
+// in order, from the first. Anything after them at a chunk name is not part
+// of the chain and is replaced (the host owns those names).
+func (d *Daemon) newProgress(j *job) *progress {
+	p := &progress{d: d, j: j, start: time.Now()}
+	keys := d.own().signPubs()
+	for seq := 1; ; seq++ {
+		data, err := d.folder.ReadFile(bridge.ProgressPath(d.me, j.agent, j.req.ID, seq), bcrypto.KindProgress.MaxSize())
+		if err != nil {
+			break
+		}
+		c := bridge.ProgressCheck{ID: j.req.ID, Host: d.me, Agent: j.agent, Seq: seq, Prev: p.prev, HostKeys: keys}
+		if _, err := bridge.OpenProgress(data, c); err != nil {
+			break
+		}
+		p.seq, p.prev = seq, bridge.SHA256Hex(data)
+	}
+	if p.seq > 0 {
+		d.log.Info("progress: continuing the chain of an earlier run", "key", j.key, "chunks", p.seq)
+	}
+	return p
 }
 
 // write is the runner's OnOutput tap: it only buffers.
@@ -90,7 +113,7 @@ func (p *progress) flush() {
 		p.d.log.Warn("progress", "err", err)
 		return
 	}
-	if err := p.d.folder.Publish(bridge.ProgressPath(p.d.me, p.j.agent, p.j.req.ID, body.Seq), bridge.WriteBytes(signed), syncsafe.WithMode(0o644)); err != nil {
+	if err := p.d.folder.PublishReplace(bridge.ProgressPath(p.d.me, p.j.agent, p.j.req.ID, body.Seq), bridge.WriteBytes(signed), syncsafe.WithMode(0o644)); err != nil {
 		p.d.log.Warn("publish progress", "err", err)
 		return
 	}

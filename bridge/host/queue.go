@@ -2,6 +2,80 @@ package host
 
 import "strings"
 
+// schedule queues a request for evaluation. A request that changes while it
+// is being evaluated or run is evaluated once more afterwards.
+func (d *Daemon) schedule(agent, id string) {
+	key := agent + "/" + id
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	switch {
+	case d.closing:
+	case d.active[key]:
+		d.dirty[key] = true
+	case !d.queued[key]:
+		d.queued[key] = true
+		d.queue = append(d.queue, key)
+		d.cond.Signal()
+	}
+}
+
+// worker evaluates queued keys until the daemon closes. A key someone else
+// owns meanwhile (an operator's decision, recovery) is evaluated again once
+// it is released.
+func (d *Daemon) worker() {
+	defer d.wg.Done()
+	for {
+		d.mu.Lock()
+		for len(d.queue) == 0 && !d.closing {
+			d.cond.Wait()
+		}
+		if d.closing {
+			d.mu.Unlock()
+			return
+		}
+		key := d.queue[0]
+		d.queue = d.queue[1:]
+		delete(d.queued, key)
+		if d.active[key] {
+			d.dirty[key] = true
+			d.mu.Unlock()
+			continue
+		}
+		d.active[key] = true
+		d.mu.Unlock()
+		agent, id, _ := strings.Cut(key, "/")
+		if !d.evaluate(agent, id) {
+			d.release(key)
+		}
+	}
+}
+
+// take takes a request's key for work outside the queue (an operator's
+// decision, an expiry sweep, recovery): nothing else evaluates, runs or
+// answers it until release. It reports false if the key is busy.
+func (d *Daemon) take(key string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.active[key] || d.closing {
+		return false
+	}
+	d.active[key] = true
+	return true
+}
+
+// release ends a key's activity and queues it again if it changed meanwhile.
+func (d *Daemon) release(key string) {
+	d.mu.Lock()
+	delete(d.active, key)
+	again := d.dirty[key]
+	delete(d.dirty, key)
+	d.mu.Unlock()
+	if again {
+		agent, id, _ := strings.Cut(key, "/")
+		d.schedule(agent, id)
+	}
+}
+
 // An op with a concurrency runs that many at a time; the requests for it
 // beyond that are claimed and wait for a slot, each holding its decrypted
 // stdin (in memory up to 256 KiB, else a file in the home) and a

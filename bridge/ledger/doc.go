@@ -26,9 +26,9 @@
 // non-idempotent run that a human must resolve. Allowed transitions
 // ([CanTransition]):
 //
-//	seen              → pending, awaiting-approval, claimed, rejected, expired, cancelled
-//	pending           → awaiting-approval, claimed, rejected, expired, cancelled
-//	awaiting-approval → claimed, rejected, expired, cancelled
+//	seen              → pending, awaiting-approval, claimed, rejected, expired, cancelled, failed, uncertain
+//	pending           → awaiting-approval, claimed, rejected, expired, cancelled, failed, uncertain
+//	awaiting-approval → claimed, rejected, expired, cancelled, failed, uncertain
 //	claimed           → running, pending, failed, rejected, expired, cancelled, uncertain
 //	running           → running, done, failed, cancelled, uncertain
 //	uncertain         → claimed, done, failed, cancelled
@@ -42,8 +42,12 @@
 // running → running is an idempotent re-run after a crash; every entry into
 // running increments Runs, so Runs counts execution starts. uncertain →
 // claimed is an operator's decision to run again. [Ledger.Admit] may create
-// an entry in seen, pending, awaiting-approval, rejected, expired or
-// cancelled, never in flight: claims go through the compare-and-set only.
+// an entry in seen, pending, awaiting-approval, rejected, expired,
+// cancelled or uncertain, never in flight: claims go through the
+// compare-and-set only. A request that never started may still end failed
+// (the host could not prepare it) or uncertain (the ledger was found behind
+// what the host did); which event takes which step is the host's request
+// lifecycle (package host, docs/DESIGN.md §6).
 //
 // # Storage format
 //

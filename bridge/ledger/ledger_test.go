@@ -144,18 +144,17 @@ func TestAdmit(t *testing.T) {
 	}
 
 	for name, e := range map[string]Entry{
-		"no key":          {ManifestSHA256: "h", Expires: exp},
-		"control char":    {Key: "a/\n", ManifestSHA256: "h", Expires: exp},
-		"no hash":         {Key: "a/b", Expires: exp},
-		"no expiry":       {Key: "a/b", ManifestSHA256: "h"},
-		"claimed":         {Key: "a/b", ManifestSHA256: "h", Expires: exp, State: StateClaimed},
-		"running":         {Key: "a/b", ManifestSHA256: "h", Expires: exp, State: StateRunning},
-		"done":            {Key: "a/b", ManifestSHA256: "h", Expires: exp, State: StateDone},
-		"unknown state":   {Key: "a/b", ManifestSHA256: "h", Expires: exp, State: "odd"},
-		"key too long":    {Key: strings.Repeat("k", maxKeyLen+1), ManifestSHA256: "h", Expires: exp},
-		"invalid utf8":    {Key: "a/\xff", ManifestSHA256: "h", Expires: exp},
-		"agent only":      {Agent: "a", ManifestSHA256: "h", Expires: exp},
-		"uncertain start": {Key: "a/b", ManifestSHA256: "h", Expires: exp, State: StateUncertain},
+		"no key":        {ManifestSHA256: "h", Expires: exp},
+		"control char":  {Key: "a/\n", ManifestSHA256: "h", Expires: exp},
+		"no hash":       {Key: "a/b", Expires: exp},
+		"no expiry":     {Key: "a/b", ManifestSHA256: "h"},
+		"claimed":       {Key: "a/b", ManifestSHA256: "h", Expires: exp, State: StateClaimed},
+		"running":       {Key: "a/b", ManifestSHA256: "h", Expires: exp, State: StateRunning},
+		"done":          {Key: "a/b", ManifestSHA256: "h", Expires: exp, State: StateDone},
+		"unknown state": {Key: "a/b", ManifestSHA256: "h", Expires: exp, State: "odd"},
+		"key too long":  {Key: strings.Repeat("k", maxKeyLen+1), ManifestSHA256: "h", Expires: exp},
+		"invalid utf8":  {Key: "a/\xff", ManifestSHA256: "h", Expires: exp},
+		"agent only":    {Agent: "a", ManifestSHA256: "h", Expires: exp},
 	} {
 		if _, _, err := l.Admit(e); err == nil {
 			t.Errorf("%s: Admit accepted %+v", name, e)
@@ -180,7 +179,7 @@ func TestTransition(t *testing.T) {
 	}
 	for _, c := range []struct{ from, to State }{
 		{StateSeen, StateRunning}, {StateSeen, StateDone}, {StateDone, StateClaimed},
-		{StateFailed, StateRunning}, {StatePending, StateUncertain}, {StateSeen, "odd"},
+		{StateFailed, StateRunning}, {StatePending, StateRunning}, {StateUncertain, StateRunning}, {StateSeen, "odd"},
 	} {
 		if _, err := l.Transition("a/1", []State{c.from}, c.to, nil); err == nil || errors.Is(err, ErrWrongState) {
 			t.Errorf("%s → %s: %v, want an illegal-transition error", c.from, c.to, err)
@@ -239,9 +238,14 @@ func TestStateMachine(t *testing.T) {
 		}
 	}
 	for _, s := range admitStates {
-		if s.InFlight() || s == StateUncertain || s == StateDone {
+		// uncertain is a lost record held for a human: never in flight,
+		// never a state a run could start from without an operator.
+		if s.InFlight() || s == StateDone {
 			t.Errorf("Admit may start in %s", s)
 		}
+	}
+	if !CanAdmit(StateUncertain) || CanAdmit(StateRunning) || CanAdmit(StateClaimed) {
+		t.Error("CanAdmit disagrees with admitStates")
 	}
 }
 

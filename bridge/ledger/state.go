@@ -40,10 +40,14 @@ var states = []State{
 // transitions is the whole state machine. Terminal states have no way out:
 // a request id that reached one is never executed again (design invariant 4).
 // uncertain → claimed exists only for an operator who decided to re-run.
+// failed before a start is a request the host could not prepare (its
+// program is missing); uncertain before a start is a ledger found behind a
+// result the host sealed (a restored backup): both answer a request that
+// was recorded and never started by this ledger.
 var transitions = map[State][]State{
-	StateSeen:             {StatePending, StateAwaitingApproval, StateClaimed, StateRejected, StateExpired, StateCancelled},
-	StatePending:          {StateAwaitingApproval, StateClaimed, StateRejected, StateExpired, StateCancelled},
-	StateAwaitingApproval: {StateClaimed, StateRejected, StateExpired, StateCancelled},
+	StateSeen:             {StatePending, StateAwaitingApproval, StateClaimed, StateRejected, StateExpired, StateCancelled, StateFailed, StateUncertain},
+	StatePending:          {StateAwaitingApproval, StateClaimed, StateRejected, StateExpired, StateCancelled, StateFailed, StateUncertain},
+	StateAwaitingApproval: {StateClaimed, StateRejected, StateExpired, StateCancelled, StateFailed, StateUncertain},
 	StateClaimed:          {StateRunning, StatePending, StateFailed, StateRejected, StateExpired, StateCancelled, StateUncertain},
 	StateRunning:          {StateRunning, StateDone, StateFailed, StateCancelled, StateUncertain},
 	StateUncertain:        {StateClaimed, StateDone, StateFailed, StateCancelled},
@@ -51,10 +55,15 @@ var transitions = map[State][]State{
 
 // admitStates are the states Admit accepts for a new entry. claimed and
 // running are excluded on purpose: the only way to own an id is the
-// compare-and-set in Transition.
+// compare-and-set in Transition. uncertain is a request new to this ledger
+// that the host admitted before (its record was lost to a repair or a
+// restored backup): it is held for a human, never run.
 var admitStates = []State{
-	StateSeen, StatePending, StateAwaitingApproval, StateRejected, StateExpired, StateCancelled,
+	StateSeen, StatePending, StateAwaitingApproval, StateRejected, StateExpired, StateCancelled, StateUncertain,
 }
+
+// CanAdmit reports whether Admit may create an entry in state s.
+func CanAdmit(s State) bool { return contains(admitStates, s) }
 
 // Valid reports whether s is one of the states defined above.
 func (s State) Valid() bool {

@@ -284,6 +284,8 @@ func execute(ctx context.Context, s Spec, path string, o *Outcome) {
 		o.StartErr = fmt.Errorf("start %s: %w", path, err)
 		return
 	}
+	live.add(l)
+	defer live.remove(l)
 	if statusR != nil {
 		// The shim is our own code: it either execs (status "R", then EOF
 		// from close-on-exec) or reports why not and exits, promptly.
@@ -443,4 +445,39 @@ func closeAll(fs []*os.File) {
 	for _, f := range fs {
 		_ = f.Close()
 	}
+}
+
+// live are the leaders of the process groups Run supervises now, for
+// KillAll.
+var live = &leaders{m: map[*leader]bool{}}
+
+type leaders struct {
+	mu sync.Mutex
+	m  map[*leader]bool
+}
+
+func (ls *leaders) add(l *leader) {
+	ls.mu.Lock()
+	ls.m[l] = true
+	ls.mu.Unlock()
+}
+
+func (ls *leaders) remove(l *leader) {
+	ls.mu.Lock()
+	delete(ls.m, l)
+	ls.mu.Unlock()
+}
+
+// KillAll sends SIGKILL to the process group of every program Run is
+// running now, and returns how many. It is for a process about to exit at
+// once (a daemon's second signal): without it the programs, in process
+// groups of their own, would go on running after it. The Run calls return
+// as their programs die.
+func KillAll() int {
+	live.mu.Lock()
+	defer live.mu.Unlock()
+	for l := range live.m {
+		_ = signalGroup(l, syscall.SIGKILL)
+	}
+	return len(live.m)
 }

@@ -592,3 +592,28 @@ func TestDaemonDeathKillsChild(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// KillAll kills the whole group of a running program at once, with no
+// ladder (a daemon's second signal): a child that traps every catchable
+// signal, and its background grandchild, are gone.
+func TestKillAll(t *testing.T) {
+	s := shSpec(t, `trap '' INT TERM; sleep 60 & echo ready; while :; do sleep 0.05; done`)
+	s.Grace = 10 * time.Second // a ladder would take this long per step
+	started := make(chan struct{})
+	var once sync.Once
+	s.OnOutput = func(int, []byte) { once.Do(func() { close(started) }) }
+	done := make(chan *Outcome, 1)
+	go func() { done <- Run(context.Background(), s) }()
+	<-started
+	if n := KillAll(); n < 1 {
+		t.Fatalf("KillAll killed %d groups", n)
+	}
+	select {
+	case o := <-done:
+		if o.Signal != "SIGKILL" || o.Cancelled || o.TimedOut {
+			t.Fatalf("got Signal %q Cancelled %v TimedOut %v", o.Signal, o.Cancelled, o.TimedOut)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the program outlived KillAll")
+	}
+}

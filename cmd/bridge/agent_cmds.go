@@ -116,7 +116,7 @@ func (c *LsCmd) Run(g *Globals) error {
 		return err
 	}
 	if h.Config.Role == "host" {
-		entries, err := host.LedgerEntries(h)
+		entries, err := host.List(h)
 		if err != nil {
 			return err
 		}
@@ -124,7 +124,7 @@ func (c *LsCmd) Run(g *Globals) error {
 			return g.printJSON(entries)
 		}
 		for _, e := range entries {
-			g.printf("%s  %-10s %-12s %s %s\n", e.ID, e.Op, e.State, e.Agent, e.Reason)
+			g.printf("%s  %-10s %-12s %s\n", e.Ref, e.Op, e.State, e.Reason)
 		}
 		return nil
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"strings"
@@ -21,6 +22,7 @@ type ServeCmd struct {
 	PendingTimeout time.Duration `name:"pending-timeout" default:"1h" help:"How long a request may wait for its payload to arrive complete before it is rejected as incomplete."`
 	MaxQueueAge    time.Duration `name:"max-queue-age" default:"24h" help:"How long a request may wait on this host, whatever its own expiry says."`
 	ApprovalTTL    time.Duration `name:"approval-ttl" default:"1h" help:"How long a request may wait for a human's approval."`
+	Drain          time.Duration `default:"30s" help:"On SIGTERM or SIGINT, how long running ops may go on before they are stopped (a second signal stops them at once)."`
 	AllowRoot      bool          `name:"allow-root" env:"BRIDGE_ALLOW_ROOT" help:"Allow serving as root (refused by default)."`
 	LogFormat      string        `name:"log-format" enum:"text,json" default:"text" help:"Log format: text or json."`
 	Verbose        bool          `short:"v" help:"Log debug detail."`
@@ -48,28 +50,35 @@ func (c *ServeCmd) Run(g *Globals) error {
 		return err
 	}
 	// Signals are caught before Open: a SIGINT while the daemon starts up
-	// stops it cleanly once Open is done, instead of killing it midway.
-	ctx, stop := signalContext()
+	// stops it cleanly once Open is done, instead of killing it midway. A
+	// second signal kills the running ops' process groups and exits 130
+	// at once: the ledger keeps them running, and the next start recovers
+	// them as after a crash (docs/OPERATIONS.md, "Stopping the daemon").
+	ctx, stop := signalContext(func() {
+		if n := d.Abort(); n > 0 {
+			fmt.Fprintf(g.stderr, "bridge: killed %d running op(s); the next `bridge serve` recovers them\n", n)
+		}
+	})
 	defer stop()
 	if err := d.Open(); err != nil {
 		return err
 	}
 	runErr := d.Run(ctx)
-	// First signal: drain, giving running ops time to finish; a second
-	// signal exits at once (signalContext).
-	closeCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	// First signal: drain, giving running ops time to finish, then stop
+	// them with the signal ladder.
+	closeCtx, cancel := context.WithTimeout(context.Background(), c.Drain)
 	defer cancel()
 	return errors.Join(runErr, d.Close(closeCtx))
 }
 
 // ReconcileCmd settles an uncertain request on the host.
 type ReconcileCmd struct {
-	ID string `arg:"" help:"Request id."`
+	ID string `arg:"" name:"ref" help:"The request: its id, or AGENT/ID as 'bridge ls' shows it."`
 	As string `required:"" enum:"done,failed,rerun" placeholder:"done|failed|rerun" help:"done: it had its effect; failed: it did not; rerun: run it again."`
 }
 
 func (c *ReconcileCmd) Run(g *Globals) error {
-	h, err := homeFor(g, c.ID)
+	h, err := g.openHome()
 	if err != nil {
 		return err
 	}
@@ -80,7 +89,7 @@ func (c *ReconcileCmd) Run(g *Globals) error {
 	if g.JSON {
 		return g.printJSON(e)
 	}
-	g.printf("%s: %s\n", e.ID, e.State)
+	g.printf("%s: %s\n", c.ID, e.State)
 	return nil
 }
 
@@ -103,18 +112,18 @@ func (c *PendingCmd) Run(g *Globals) error {
 		g.note("no request waits for approval")
 	}
 	for _, e := range list {
-		g.printf("%s  %s  agent %s  waiting since %s\n    %s\n", e.ID, e.Op, e.Agent, e.Updated.Local().Format(time.DateTime), strings.ReplaceAll(e.Reason, "\n", "\n    "))
+		g.printf("%s  %s  waiting since %s\n    %s\n", e.Ref, e.Op, e.Updated.Local().Format(time.DateTime), strings.ReplaceAll(e.Reason, "\n", "\n    "))
 	}
 	return nil
 }
 
 // ApproveCmd approves a waiting request.
 type ApproveCmd struct {
-	ID string `arg:"" help:"Request id (see 'bridge pending')."`
+	ID string `arg:"" name:"ref" help:"The request: its id, or AGENT/ID as 'bridge pending' shows it."`
 }
 
 func (c *ApproveCmd) Run(g *Globals) error {
-	h, err := homeFor(g, c.ID)
+	h, err := g.openHome()
 	if err != nil {
 		return err
 	}
@@ -125,7 +134,7 @@ func (c *ApproveCmd) Run(g *Globals) error {
 	if g.JSON {
 		return g.printJSON(map[string]any{"id": e.ID, "op": e.Op, "decision": "approved"})
 	}
-	g.printf("approved %s (%s); the daemon runs it within a second\n", e.ID, e.Op)
+	g.printf("approved %s (%s); the daemon runs it within a second\n", c.ID, e.Op)
 	return nil
 }
 
@@ -136,7 +145,7 @@ type DenyCmd struct {
 }
 
 func (c *DenyCmd) Run(g *Globals) error {
-	h, err := homeFor(g, c.ID)
+	h, err := g.openHome()
 	if err != nil {
 		return err
 	}
@@ -147,7 +156,7 @@ func (c *DenyCmd) Run(g *Globals) error {
 	if g.JSON {
 		return g.printJSON(map[string]any{"id": e.ID, "op": e.Op, "decision": "denied"})
 	}
-	g.printf("denied %s (%s)\n", e.ID, e.Op)
+	g.printf("denied %s (%s)\n", c.ID, e.Op)
 	return nil
 }
 
@@ -214,9 +223,16 @@ func (c *LedgerRepairCmd) Run(g *Globals) error {
 	}
 	if !rep.Damaged {
 		g.printf("%s is intact; nothing to repair\n", rep.Path)
-		return nil
+	} else {
+		g.printf("repaired %s: %s\nkept %d bytes (%d entries), dropped %d; the damaged file is kept as %s\n",
+			rep.Path, rep.Problem, rep.BytesKept, rep.Entries, rep.BytesDropped, rep.Backup)
 	}
-	g.printf("repaired %s: %s\nkept %d bytes (%d entries), dropped %d; the damaged file is kept as %s\n",
-		rep.Path, rep.Problem, rep.BytesKept, rep.Entries, rep.BytesDropped, rep.Backup)
+	if len(rep.Lost) > 0 {
+		g.printf("%d requests this host admitted have no record in the ledger now (the audit log or the home knows them):\n", len(rep.Lost))
+		for _, k := range rep.Lost {
+			g.printf("    %s\n", k)
+		}
+		g.note("if one of them comes back, `bridge serve` holds it uncertain instead of running it again; settle it with `bridge reconcile`")
+	}
 	return nil
 }

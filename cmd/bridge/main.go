@@ -205,9 +205,9 @@ func report(stderr io.Writer, err error, asJSON bool, stdout io.Writer) int {
 	return code
 }
 
-// signalContext is cancelled on the first SIGINT/SIGTERM; a second one exits
-// at once.
-func signalContext() (context.Context, func()) {
+// signalContext is cancelled on the first SIGINT/SIGTERM; a second one runs
+// beforeExit (if any) and exits at once with 130.
+func signalContext(beforeExit ...func()) (context.Context, func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	ch := make(chan os.Signal, 2)
 	signal.Notify(ch, os.Interrupt, syscall.SIGTERM)
@@ -218,6 +218,9 @@ func signalContext() (context.Context, func()) {
 			if n == 1 {
 				cancel()
 				continue
+			}
+			for _, f := range beforeExit {
+				f()
 			}
 			os.Exit(exitInterrupt)
 		}

@@ -86,14 +86,6 @@ func parseArgs(args []string) (map[string]string, error) {
 	return m, nil
 }
 
-// homeFor checks a request id, then opens the home.
-func homeFor(g *Globals, id string) (*bridge.Home, error) {
-	if err := checkID(id); err != nil {
-		return nil, err
-	}
-	return g.openHome()
-}
-
 // clientFor checks a request id, then opens the agent's client.
 func clientFor(g *Globals, id string) (*agent.Client, error) {
 	if err := checkID(id); err != nil {

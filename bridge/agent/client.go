@@ -1,0 +1,311 @@
+package agent
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"time"
+
+	"github.com/syncbridge/bridge/bridge"
+
+	bcrypto "github.com/syncbridge/bridge/crypto"
+	"github.com/syncbridge/bridge/syncsafe"
+)
+
+// Client is the agent side: it submits requests, reads results and acks
+// them. Status and Wait are pure reads of the folder (invariant 10).
+type Client struct {
+	home   *bridge.Home
+	folder *syncsafe.Folder
+	// Rotations are the hosts' key rotations this client followed on open.
+	Rotations []bridge.RotationEvent
+	// Nudger, if set, asks the local Syncthing to scan each file the
+	// client publishes (see NewNudger).
+	Nudger *bridge.Nudger
+}
+
+// OpenClient opens an agent home's folder.
+func OpenClient(home *bridge.Home) (*Client, error) {
+	if home.Config.Role != "agent" {
+		return nil, bridge.WithHint(errors.New("this home belongs to a host"), "run agent commands with an agent's --home")
+	}
+	f, err := home.OpenFolder()
+	if err != nil {
+		return nil, err
+	}
+	c := &Client{home: home, folder: f}
+	// Follow the hosts' key rotations (this writes only the agent's home).
+	peers, err := home.Peers()
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	for _, p := range peers {
+		if p.Role != "host" {
+			continue
+		}
+		events, err := home.FollowRotations(f, p.ID, bridge.HostDir(p.ID))
+		if err != nil {
+			f.Close()
+			return nil, err
+		}
+		c.Rotations = append(c.Rotations, events...)
+	}
+	return c, nil
+}
+
+// followHost applies the rotation statements the host published, and
+// reports whether any was accepted.
+func (c *Client) followHost(host string) bool {
+	events, err := c.home.FollowRotations(c.folder, host, bridge.HostDir(host))
+	accepted := false
+	for _, ev := range events {
+		accepted = accepted || ev.Result == "accepted"
+	}
+	c.Rotations = append(c.Rotations, events...)
+	return err == nil && accepted
+}
+
+// resultCheck is what verifies results from host h for request s: the host's
+// signing keys valid now, the agent's own encryption keys still kept.
+func (c *Client) resultCheck(s *Sent) (bridge.ResultCheck, []bridge.OwnKey, error) {
+	p, _, err := c.home.Peer(s.Host)
+	if err != nil {
+		return bridge.ResultCheck{}, nil, err
+	}
+	var hostKeys [][]byte
+	for _, k := range p.KeysIn(bridge.KeyValid, time.Now()) {
+		hostKeys = append(hostKeys, k.SignPub)
+	}
+	own, err := c.home.OwnKeys()
+	if err != nil {
+		return bridge.ResultCheck{}, nil, err
+	}
+	var boxKids []string
+	for _, k := range own {
+		boxKids = append(boxKids, k.Identity.BoxKid())
+	}
+	return bridge.ResultCheck{Host: s.Host, HostKeys: hostKeys, Agent: c.home.Config.ID, AgentBoxKids: boxKids,
+		RequestSHA256: s.ManifestSHA256}, own, nil
+}
+
+// Close releases the folder.
+func (c *Client) Close() error { return c.folder.Close() }
+
+// Sent is what the agent remembers of a request it submitted, in its home
+// (requests/<id>.json): enough to verify the result bound to it.
+type Sent struct {
+	V              int               `json:"v"`
+	ID             string            `json:"id"`
+	Host           string            `json:"host"`
+	HostName       string            `json:"host_name"`
+	Op             string            `json:"op"`
+	Args           map[string]string `json:"args"`
+	Key            string            `json:"key,omitempty"`
+	ManifestSHA256 string            `json:"manifest_sha256"`
+	Created        int64             `json:"created"`
+	Expires        int64             `json:"expires"`
+}
+
+// SubmitOptions describe a request.
+type SubmitOptions struct {
+	Host  string // local name or id of the host; "" = the only trusted host
+	Op    string
+	Args  map[string]string
+	Key   string        // idempotency key: the id becomes a function of it
+	Stdin io.Reader     // optional standard input for the op
+	TTL   time.Duration // validity (default 24h)
+}
+
+// ErrAmbiguousHost: the agent trusts several hosts and none was named.
+var ErrAmbiguousHost = errors.New("several hosts are trusted")
+
+// host finds the trusted host by name or id, or the only one.
+func (c *Client) host(name string) (*bridge.Peer, *bcrypto.Bundle, error) {
+	if name != "" {
+		return c.home.Peer(name)
+	}
+	peers, err := c.home.Peers()
+	if err != nil {
+		return nil, nil, err
+	}
+	var hosts []bridge.Peer
+	for _, p := range peers {
+		if p.Role == "host" {
+			hosts = append(hosts, p)
+		}
+	}
+	switch len(hosts) {
+	case 0:
+		return nil, nil, bridge.WithHint(fmt.Errorf("%w: no host is trusted", bridge.ErrUnknownPeer), "run `bridge keys trust BUNDLE` with the line `bridge keys export` printed on the host")
+	case 1:
+		return c.home.Peer(hosts[0].ID)
+	}
+	return nil, nil, bridge.WithHint(ErrAmbiguousHost, "pass --host NAME")
+}
+
+// Submit publishes a request: the payload first, then the manifest, both
+// atomically. With a Key, submitting the same thing again returns the first
+// submission and publishes nothing new.
+func (c *Client) Submit(o SubmitOptions) (*Sent, error) {
+	peer, hb, err := c.host(o.Host)
+	if err != nil {
+		return nil, err
+	}
+	if o.Args == nil {
+		o.Args = map[string]string{}
+	}
+	id := bridge.NewRequestID()
+	if o.Key != "" {
+		id = bridge.KeyedRequestID(c.home.Config.ID, hb.ID, o.Op, o.Args, o.Key)
+		if s, err := c.Sent(id); err == nil {
+			// Sent before: deliver the very same manifest again if it is
+			// not in the folder (a crash before it was published, or a
+			// lost file); the host answers a duplicate from its ledger.
+			if _, err := c.Result(id); errors.Is(err, ErrNoResult) {
+				c.redeliver(s)
+			}
+			return s, nil
+		}
+		// A payload from a submission that crashed before it was
+		// remembered is this agent's own file: replace it.
+		c.folder.Remove(bridge.RequestPath(hb.ID, c.home.Config.ID, id, bridge.ExtPayload))
+	}
+	if o.TTL <= 0 {
+		o.TTL = 24 * time.Hour
+	}
+	if o.TTL > bridge.MaxValidity {
+		return nil, fmt.Errorf("submit: validity %s is over the maximum of %s", o.TTL, bridge.MaxValidity)
+	}
+	now := time.Now()
+	var manifest []byte
+	var req *bridge.Request
+	// The payload's directory entry becomes durable with the manifest's
+	// publish into the same directory: without the manifest it is nothing.
+	err = c.folder.Publish(bridge.RequestPath(hb.ID, c.home.Config.ID, id, bridge.ExtPayload), func(w io.Writer) error {
+		var err error
+		manifest, req, err = bridge.SealRequest(w, bridge.NewRequest{
+			ID: id, Agent: c.home.Identity(), AgentID: c.home.Config.ID, Host: hb,
+			Call: bridge.Call{Op: o.Op, Args: o.Args}, Stdin: o.Stdin, Created: now, Expires: now.Add(o.TTL),
+		})
+		return err
+	}, syncsafe.WithoutDirSync())
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, bridge.WithHint(fmt.Errorf("submit: %w", err), "the host's directory is missing: run `bridge keys trust` for the host again, and check the folder is synced")
+		}
+		return nil, fmt.Errorf("submit %s: %w", id, err)
+	}
+	s := &Sent{V: 1, ID: id, Host: hb.ID, HostName: peer.Name, Op: o.Op, Args: o.Args, Key: o.Key,
+		ManifestSHA256: bridge.SHA256Hex(manifest), Created: req.Created, Expires: req.Expires}
+	// Remember before publishing the manifest: a result can only be verified
+	// against a request the agent knows it sent, and a keyed retry re-sends
+	// these very bytes.
+	if err := c.Remember(s, manifest); err != nil {
+		return nil, err
+	}
+	if err := c.folder.Publish(bridge.RequestPath(hb.ID, c.home.Config.ID, id, bridge.ExtManifest), bridge.WriteBytes(manifest)); err != nil {
+		return nil, fmt.Errorf("submit %s: %w", id, err)
+	}
+	c.Nudger.Nudge(bridge.RequestPath(hb.ID, c.home.Config.ID, id, bridge.ExtPayload), bridge.RequestPath(hb.ID, c.home.Config.ID, id, bridge.ExtManifest))
+	return s, nil
+}
+
+// redeliver publishes the remembered manifest of a request again if the
+// folder does not hold it.
+func (c *Client) redeliver(s *Sent) {
+	rel := bridge.RequestPath(s.Host, c.home.Config.ID, s.ID, bridge.ExtManifest)
+	if _, err := c.folder.Lstat(rel); err == nil {
+		return
+	}
+	if m := c.sentManifest(s.ID); m != nil && bridge.SHA256Hex(m) == s.ManifestSHA256 {
+		c.folder.Publish(rel, bridge.WriteBytes(m))
+	}
+}
+
+// sentRecord is requests/<id>.json: what Sent shows, plus the manifest's
+// bytes for a re-delivery. One file, so a submit makes one private write
+// (homes from before kept the manifest in requests/<id>.manifest).
+type sentRecord struct {
+	Sent
+	Manifest []byte `json:"manifest,omitempty"`
+}
+
+func (c *Client) Remember(s *Sent, manifest []byte) error {
+	dir := c.home.Path("requests")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	data, _ := json.MarshalIndent(sentRecord{Sent: *s, Manifest: manifest}, "", "  ")
+	return syncsafe.WriteFileAtomic(filepath.Join(dir, s.ID+".json"), append(data, '\n'))
+}
+
+// sentManifest returns the manifest bytes this agent sent as id, or nil.
+func (c *Client) sentManifest(id string) []byte {
+	if rec, err := c.readSent(id); err == nil && rec.Manifest != nil {
+		return rec.Manifest
+	}
+	m, err := os.ReadFile(c.home.Path("requests", id+"."+bridge.ExtManifest))
+	if err != nil {
+		return nil
+	}
+	return m
+}
+
+// Sent returns what the agent remembers of request id.
+func (c *Client) Sent(id string) (*Sent, error) {
+	if !bridge.ValidID(id) {
+		return nil, fmt.Errorf("%q is not a request id", id)
+	}
+	rec, err := c.readSent(id)
+	if err != nil {
+		return nil, err
+	}
+	return &rec.Sent, nil
+}
+
+func (c *Client) readSent(id string) (*sentRecord, error) {
+	data, err := os.ReadFile(c.home.Path("requests", id+".json"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, bridge.WithHint(fmt.Errorf("request %s: not sent from this home", id), "`bridge ls` lists the requests this agent sent")
+	} else if err != nil {
+		return nil, err
+	}
+	var rec sentRecord
+	if err := json.Unmarshal(data, &rec); err != nil {
+		return nil, fmt.Errorf("read request %s: %w", id, err)
+	}
+	return &rec, nil
+}
+
+// List returns every request this agent remembers, newest first.
+func (c *Client) List() ([]Sent, error) {
+	entries, err := os.ReadDir(c.home.Path("requests"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	} else if err != nil {
+		return nil, err
+	}
+	var out []Sent
+	for _, e := range entries {
+		if id, ok := cutSuffix(e.Name(), ".json"); ok && bridge.ValidID(id) {
+			if s, err := c.Sent(id); err == nil {
+				out = append(out, *s)
+			}
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Created > out[j].Created })
+	return out, nil
+}
+
+func cutSuffix(s, suffix string) (string, bool) {
+	if len(s) >= len(suffix) && s[len(s)-len(suffix):] == suffix {
+		return s[:len(s)-len(suffix)], true
+	}
+	return s, false
+}

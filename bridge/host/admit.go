@@ -1,0 +1,410 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+
+	"github.com/syncbridge/bridge/bridge"
+	"github.com/syncbridge/bridge/bridge/ledger"
+	"github.com/syncbridge/bridge/bridge/policy"
+	"github.com/syncbridge/bridge/bridge/runner"
+)
+
+// The back of the host pipeline: admit decrypts a settled request and
+// applies the policy, claims it and hands it to run, which starts the op
+// and answers how it ended. Each state change is a lifecycle event
+// (lifecycle.go).
+
+// admitMode says why a request is admitted.
+type admitMode int
+
+const (
+	admitNew       admitMode = iota // first evaluation
+	admitResume                     // crash recovery re-runs an idempotent op that was running
+	admitReconcile                  // crash recovery asks the op's reconcile command what happened
+	admitApproved                   // a human approved a request that waited for approval
+)
+
+// crashed reports whether the mode is a recovery of an op that was running:
+// the op may have had its effect, so a refusal now cannot say it did not.
+func (m admitMode) crashed() bool { return m == admitResume || m == admitReconcile }
+
+// admit decrypts the spooled payload, applies the policy, claims the id and
+// hands it to a run goroutine (it reports whether it did).
+func (d *Daemon) admit(j *job, in spool, mode admitMode) bool {
+	defer in.Close()
+	// refuse answers a request that will not run. Before it started that
+	// is the event given; after a crash interrupted it, the op may have had
+	// its effect, so whatever keeps it from running again leaves it
+	// uncertain.
+	refuse := func(ev event, rc bridge.Receipt) bool {
+		if mode.crashed() {
+			ev = evCrashUnsure
+			rc.Status, rc.Reason = bridge.StatusUncertain, "crashed"
+			rc.Detail = "the host stopped while the op ran, and it cannot be run or checked again now (" + rc.Detail +
+				"); it may or may not have had its effect. Resolve with `bridge reconcile`"
+		}
+		d.answer(j, ev, rc, nil, nil)
+		return false
+	}
+	if _, err := in.Seek(0, io.SeekStart); err != nil {
+		d.log.Error("read spool", "err", err)
+		return false
+	}
+	stdin, err := d.newSpool(j.req.ID, "stdin", j.req.Payload.Len)
+	if err != nil {
+		d.log.Error("spool stdin", "err", err)
+		return false
+	}
+	handed := false
+	defer func() {
+		if !handed {
+			stdin.Close()
+		}
+	}()
+	me := d.own().byBoxKid(j.req.HostBoxKid)
+	if me == nil {
+		return refuse(evRefuse, bridge.Receipt{Status: bridge.StatusRejected, Reason: "unknown-key", Detail: "sealed to a host key this host no longer keeps"})
+	}
+	call, err := bridge.OpenCall(in, j.req, me, stdin)
+	if err != nil {
+		return refuse(evRefuse, bridge.Receipt{Status: bridge.StatusRejected, Reason: bridge.Reason(err), Detail: err.Error()})
+	}
+	if err := d.standing(j); err != nil {
+		return refuse(evRevoke, bridge.Receipt{Status: bridge.StatusRejected, Reason: bridge.Reason(err), Op: call.Op, Detail: err.Error()})
+	}
+	if call.Op == bridge.PingOp && mode == admitNew {
+		return d.ping(j)
+	}
+	inv, err := d.policy.Render(j.keys.name, call.Op, call.Args, policy.RenderContext{Env: d.opt.Env, Vars: map[string]string{"request_id": j.req.ID}})
+	if err != nil {
+		rc := bridge.Receipt{Status: bridge.StatusRejected, Op: call.Op, Detail: err.Error(), PolicySHA256: d.policy.SHA256}
+		ev := evRefuse
+		switch {
+		case errors.Is(err, policy.ErrNotAllowed), errors.Is(err, policy.ErrUnknownOp):
+			rc.Reason = "not-allowed"
+		case errors.Is(err, policy.ErrInvalidArg):
+			rc.Reason = "bad-argument"
+		default:
+			ev, rc.Status, rc.Reason = evHostError, bridge.StatusFailed, "host-error"
+		}
+		return refuse(ev, rc)
+	}
+	// The synced folder is never a source of code or a working directory:
+	// anything in it may have been written by anyone who can write the folder.
+	for _, p := range []string{inv.Argv[0], inv.Dir} {
+		if bridge.InsideDir(p, d.home.Config.Folder) {
+			return refuse(evHostError, bridge.Receipt{Status: bridge.StatusFailed, Reason: "host-error", Op: inv.Op,
+				Detail: "the op would run code or work inside the synced folder (" + p + "); the host refuses"})
+		}
+	}
+	d.withRequestEnv(inv, j.req.ID)
+	if inv.Approve && mode == admitNew {
+		return d.awaitApproval(j, inv)
+	}
+	if mode == admitReconcile {
+		handed = true
+		d.wg.Add(1)
+		go d.reconcileCheck(j, inv, stdin)
+		return true
+	}
+	ceilingDone, queueDone := func() {}, func() {}
+	if mode == admitNew {
+		// Not for an approved request: a human's decision must not wait
+		// for a rescan.
+		var ok bool
+		if queueDone, ok = d.reserveQueue(inv.Op, inv.Concurrency, j.key); !ok {
+			d.log.Debug("op full: evaluated again when a run of it ends", "key", j.key, "op", inv.Op)
+			return false
+		}
+	}
+	if mode == admitNew || mode == admitApproved {
+		var over *bridge.Receipt
+		if ceilingDone, over = d.reserveCeiling(j.keys.name, inv); over != nil {
+			queueDone()
+			return refuse(evRefuse, *over)
+		}
+		ev := evClaim
+		if mode == admitApproved {
+			ev = evApprove
+		}
+		if _, err := d.step(j.key, ev, func(e *ledger.Entry) { e.Op, e.Idempotent = inv.Op, inv.Idempotent }); err != nil {
+			ceilingDone()
+			queueDone()
+			d.log.Warn("claim", "key", j.key, "err", err)
+			return false
+		}
+		d.audit.log(AuditEvent{Event: "claimed", Agent: j.agent, ID: j.req.ID, Op: inv.Op})
+		d.crashPoint("claimed")
+	}
+	handed = true
+	d.wg.Add(1)
+	// The ceiling first: the deferred request queueDone schedules must
+	// find this run's place in max_concurrent free. Both before the run's
+	// WaitGroup slot is given back: whoever waits for the daemon to be idle
+	// must also wait for the evaluation queueDone starts.
+	go d.run(j, inv, stdin, mode == admitResume, func() { ceilingDone(); queueDone() })
+	return true
+}
+
+// standing reports why a request's signing key may no longer start
+// anything: it is read fresh from the home, so a revocation counts from the
+// moment `bridge keys revoke` returned, not from the daemon's next reload
+// of its peers (a stat of one file when nothing changed).
+func (d *Daemon) standing(j *job) error {
+	p, err := d.home.PeerByID(j.agent)
+	if err != nil {
+		return fmt.Errorf("request %s: %w: the agent is no longer trusted (%v)", j.req.ID, bridge.ErrKeyRevoked, err)
+	}
+	for _, k := range p.Keys {
+		if k.SignKid() == j.req.AgentKid && p.State(k, d.opt.Now()) == bridge.KeyRevoked {
+			return fmt.Errorf("request %s: %w: key %s of %s was revoked on this host", j.req.ID, bridge.ErrKeyRevoked, k.SignKid(), p.Name)
+		}
+	}
+	return nil
+}
+
+// withRequestEnv hands the request id to the op (SPEC §7.3): as
+// BRIDGE_REQUEST_ID and BRIDGE_IDEMPOTENCY_KEY, so a downstream system can
+// deduplicate on it. A keyed request keeps its id across retries.
+func (d *Daemon) withRequestEnv(inv *policy.Invocation, id string) {
+	env := inv.Env[:0:0]
+	for _, kv := range inv.Env {
+		if !strings.HasPrefix(kv, "BRIDGE_REQUEST_ID=") && !strings.HasPrefix(kv, "BRIDGE_IDEMPOTENCY_KEY=") {
+			env = append(env, kv)
+		}
+	}
+	inv.Env = append(env, "BRIDGE_REQUEST_ID="+id, "BRIDGE_IDEMPOTENCY_KEY="+id)
+}
+
+// reconcileCheck runs an op's reconcile command after a crash left the op
+// running (invariant 5, DESIGN §5): exit 0 means the effect happened (done,
+// with the check's output); exit 3 means it did not (run the op now, once);
+// anything else leaves the request uncertain for a human.
+func (d *Daemon) reconcileCheck(j *job, inv *policy.Invocation, stdin spool) {
+	handed := false
+	defer func() {
+		if !handed {
+			stdin.Close()
+			d.release(j.key)
+			d.wg.Done()
+		}
+	}()
+	unsure := func(detail string) {
+		d.answerOrRetry(j, evCrashUnsure, bridge.Receipt{Status: bridge.StatusUncertain, Reason: "crashed", Op: inv.Op, Detail: detail}, nil, nil)
+	}
+	if len(inv.Reconcile) == 0 {
+		unsure("the host stopped while the op ran; it may or may not have had its effect. Resolve with `bridge reconcile`")
+		return
+	}
+	d.audit.log(AuditEvent{Event: "reconcile-check", Agent: j.agent, ID: j.req.ID, Op: inv.Op, Detail: strings.Join(inv.Reconcile, " ")})
+	out := runner.Run(d.runCtx, runner.Spec{Argv: inv.Reconcile, Dir: inv.Dir, Env: inv.Env, Timeout: inv.Timeout,
+		MaxOutput: inv.MaxOutput, Grace: d.opt.Grace})
+	clean := out.StartErr == nil && !out.TimedOut && !out.Cancelled
+	switch {
+	case d.runCtx.Err() != nil:
+		// The daemon is stopping: the next start asks again.
+		d.log.Info("reconcile check stopped by the shutdown: left for the next start", "key", j.key)
+	case clean && out.ExitCode == 0:
+		d.answerOrRetry(j, evCrashDone, bridge.Receipt{Status: bridge.StatusDone, Reason: "reconciled", Op: inv.Op, Argv: inv.Reconcile,
+			PolicySHA256: d.policy.SHA256, Started: out.Started.UnixMilli(), Finished: out.Finished.UnixMilli(),
+			StdoutTotal: out.Stdout.Total, StdoutTruncated: out.Stdout.Truncated, StderrTotal: out.Stderr.Total, StderrTruncated: out.Stderr.Truncated,
+			Detail: "the host stopped while the op ran; its reconcile command reports the effect happened, so it was not run again"},
+			out.Stdout.Data, out.Stderr.Data)
+	case clean && out.ExitCode == 3:
+		d.log.Info("reconcile: the op had no effect; running it now", "key", j.key, "op", inv.Op)
+		handed = true
+		d.run(j, inv, stdin, true, nil) // owns the key, stdin and the WaitGroup slot from here
+	default:
+		detail := fmt.Sprintf("exit %d", out.ExitCode)
+		if out.StartErr != nil {
+			detail = out.StartErr.Error()
+		}
+		unsure("the host stopped while the op ran, and its reconcile command could not tell (" + detail + "). Resolve with `bridge reconcile`")
+	}
+}
+
+// run waits for a slot of the op's concurrency, then runs it and answers.
+// It owns the key (releases it) and the stdin spool file. resume: a crash
+// left the entry running, and the op is run again (it is retry-safe, or
+// its reconcile command said it had no effect).
+func (d *Daemon) run(j *job, inv *policy.Invocation, stdin spool, resume bool, after func()) {
+	defer d.wg.Done()
+	if after != nil {
+		defer after() // once the key is released, before the slot
+	}
+	defer d.release(j.key)
+	defer stdin.Close()
+	// The cancel function is registered before the last cancel check, so a
+	// cancel arriving at any moment from here on reaches the run.
+	ctx, cancel := context.WithCancel(d.runCtx)
+	defer cancel()
+	d.mu.Lock()
+	d.cancels[j.key] = cancel
+	d.mu.Unlock()
+	defer func() {
+		d.mu.Lock()
+		delete(d.cancels, j.key)
+		d.mu.Unlock()
+	}()
+	slot := d.acquire(ctx, inv.Op, inv.Concurrency)
+	if slot == nil {
+		if d.runCtx.Err() != nil {
+			return // shutting down while still queued: claimed, never started; the next start evaluates it again
+		}
+		if !resume {
+			d.answer(j, evCancelEarly, bridge.Receipt{Status: bridge.StatusCancelled, Reason: "cancelled", Op: inv.Op, Detail: "cancelled before it ran"}, nil, nil)
+			return
+		}
+		d.answerOrRetry(j, evCrashUnsure, bridge.Receipt{Status: bridge.StatusUncertain, Reason: "crashed", Op: inv.Op,
+			Detail: "the host stopped while the op ran, and it was cancelled before it could run again; it may or may not have had its effect"}, nil, nil)
+		return
+	}
+	defer slot()
+	// Right before the start: what may have changed while it waited.
+	if err := d.standing(j); err != nil {
+		if resume {
+			d.answerOrRetry(j, evCrashUnsure, bridge.Receipt{Status: bridge.StatusUncertain, Reason: "crashed", Op: inv.Op,
+				Detail: "the host stopped while the op ran, and its key was revoked since, so it is not run again: " + err.Error()}, nil, nil)
+		} else {
+			d.answer(j, evRevoke, bridge.Receipt{Status: bridge.StatusRejected, Reason: bridge.Reason(err), Op: inv.Op, Detail: err.Error()}, nil, nil)
+		}
+		return
+	}
+	if !resume {
+		if ent, err := d.ledger.Get(j.key); err == nil && d.expired(j, ent) {
+			return
+		}
+		if d.cancelled(j.agent, j.req.ID) {
+			d.answer(j, evCancelEarly, bridge.Receipt{Status: bridge.StatusCancelled, Reason: "cancelled", Op: inv.Op, Detail: "cancelled before it ran"}, nil, nil)
+			return
+		}
+	}
+	ev := evStart
+	if resume {
+		ev = evCrashRerun
+	}
+	// Ledger before effect (invariant 3): running is durable before the
+	// process exists.
+	if _, err := d.step(j.key, ev, nil); err != nil {
+		d.log.Error("ledger", "key", j.key, "err", err)
+		return
+	}
+	d.crashPoint("running")
+	if d.crashAt == "mid-run" {
+		go func() { time.Sleep(300 * time.Millisecond); d.crashPoint("mid-run") }()
+	}
+	if _, err := stdin.Seek(0, io.SeekStart); err != nil {
+		d.log.Error("spool stdin", "err", err)
+		return
+	}
+	d.audit.log(AuditEvent{Event: "run", Agent: j.agent, ID: j.req.ID, Op: inv.Op, Detail: strings.Join(inv.Argv, " ")})
+	prog := d.newProgress(j)
+	progStop, progDone := make(chan struct{}), make(chan struct{})
+	go func() { defer close(progDone); prog.loop(progStop) }()
+	out := runner.Run(ctx, runner.Spec{
+		Argv: inv.Argv, Dir: inv.Dir, Env: inv.Env, Stdin: stdin, Timeout: inv.Timeout,
+		MaxOutput: inv.MaxOutput, Grace: d.opt.Grace, Limits: runnerLimits(inv.Limits),
+		OnOutput: prog.write,
+	})
+	close(progStop)
+	<-progDone
+	d.chargeCPU(j.keys.name, out.CPU)
+	rc := bridge.Receipt{
+		Status: bridge.StatusDone, Op: inv.Op, Argv: inv.Argv, PolicySHA256: d.policy.SHA256,
+		ExitCode: out.ExitCode, Signal: out.Signal, TimedOut: out.TimedOut,
+		Started: out.Started.UnixMilli(), Finished: out.Finished.UnixMilli(),
+		StdoutTotal: out.Stdout.Total, StdoutTruncated: out.Stdout.Truncated,
+		StderrTotal: out.Stderr.Total, StderrTruncated: out.Stderr.Truncated,
+	}
+	// The signed result commits to the progress chunks published meanwhile.
+	rc.ProgressCount, rc.ProgressHead = prog.head()
+	ev = evExit
+	switch shutdown := d.runCtx.Err() != nil; {
+	case out.StartErr != nil:
+		// The process never started: "failed" is true, and a retry safe.
+		ev, rc.Status, rc.Reason, rc.Detail = evStartFailed, bridge.StatusFailed, "start-failed", out.StartErr.Error()
+		if shutdown {
+			rc.Reason, rc.Detail = "host-shutdown", "the host daemon stopped before the op started"
+		}
+	case out.Cancelled && shutdown:
+		// Stopped by the signal ladder after the drain deadline: it ran,
+		// so it did not "fail to start". A retry-safe op, or one that can
+		// check itself, is left running for the next start's recovery.
+		if inv.Idempotent || len(inv.Reconcile) > 0 {
+			d.log.Warn("op stopped by the shutdown: the next start runs it again or checks it", "key", j.key, "op", inv.Op)
+			d.audit.log(AuditEvent{Event: "interrupted", Agent: j.agent, ID: j.req.ID, Op: inv.Op, Detail: "stopped by the shutdown; left for the next start"})
+			return
+		}
+		ev, rc.Status, rc.Reason = evDrainAbort, bridge.StatusUncertain, "host-shutdown"
+		rc.Detail = "the host daemon was stopped while the op ran, and it was killed after the drain; it may or may not have had its effect. Resolve with `bridge reconcile`"
+	case out.Cancelled:
+		ev, rc.Status, rc.Reason = evCancelRun, bridge.StatusCancelled, "cancelled"
+	case out.TimedOut:
+		rc.Reason, rc.Detail = "timeout", fmt.Sprintf("timed out after %s", inv.Timeout)
+	}
+	if len(out.Notes) > 0 && rc.Detail == "" {
+		rc.Detail = strings.Join(out.Notes, "; ")
+	}
+	d.answerOrRetry(j, ev, rc, out.Stdout.Data, out.Stderr.Data)
+}
+
+// answerOrRetry answers an op that ran (or was checked), trying again with
+// a backoff while the publish fails (a full disk, a folder being
+// remounted): the outcome is known only here, and a restart would have to
+// call it uncertain. It gives up when the daemon aborts; the entry then
+// stays running, for the next start's recovery.
+func (d *Daemon) answerOrRetry(j *job, ev event, rc bridge.Receipt, stdout, stderr []byte) {
+	b := backoff.WithContext(backoff.NewExponentialBackOff(backoff.WithInitialInterval(200*time.Millisecond),
+		backoff.WithMaxInterval(30*time.Second), backoff.WithMaxElapsedTime(0)), d.runCtx)
+	_ = backoff.RetryNotify(func() error {
+		err := d.answer(j, ev, rc, stdout, stderr)
+		if err == nil || errors.Is(err, errLifecycle) || errors.Is(err, errViolation) || d.stopped() {
+			return backoff.Permanent(err)
+		}
+		return err
+	}, b, func(err error, wait time.Duration) {
+		d.log.Warn("answer: trying again", "key", j.key, "event", ev, "in", wait.Round(time.Millisecond), "err", err)
+	})
+}
+
+// acquire takes a slot of op's concurrency limit (0 = unlimited); nil if
+// ctx ended first.
+func (d *Daemon) acquire(ctx context.Context, op string, limit int) func() {
+	if limit <= 0 {
+		return func() {}
+	}
+	d.mu.Lock()
+	sem := d.sems[op]
+	if sem == nil || cap(sem) != limit {
+		sem = make(chan struct{}, limit)
+		d.sems[op] = sem
+	}
+	d.mu.Unlock()
+	select {
+	case sem <- struct{}{}:
+		return func() { <-sem }
+	case <-ctx.Done():
+		return nil
+	}
+}
+
+// ping answers the built-in no-op: claimed, running and done like any op, so
+// it measures the whole pipeline except the process start.
+func (d *Daemon) ping(j *job) bool {
+	if _, err := d.step(j.key, evClaim, func(e *ledger.Entry) { e.Op, e.Idempotent = bridge.PingOp, true }); err != nil {
+		return false
+	}
+	if _, err := d.step(j.key, evStart, nil); err != nil {
+		return false
+	}
+	now := d.opt.Now().UnixMilli()
+	d.answer(j, evExit, bridge.Receipt{Status: bridge.StatusDone, Op: bridge.PingOp, Started: now, Finished: now, StdoutTotal: 5}, []byte("pong\n"), nil)
+	return false
+}

@@ -1,0 +1,179 @@
+package host
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/syncbridge/bridge/bridge"
+
+	bcrypto "github.com/syncbridge/bridge/crypto"
+	"github.com/syncbridge/bridge/syncsafe"
+)
+
+// From watcher batches to evaluations: which file means what, the log-once
+// set, and the stamps a rescan compares instead of reading results again.
+
+// startScanDone reports whether the start-up scan was dispatched and the
+// evaluations it queued were taken (long runs may go on).
+func (d *Daemon) startScanDone() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.rescans > 0 && len(d.queue) == 0
+}
+
+// refuseIrregular audits entries at request names that are not regular files
+// (symlinks, FIFOs, directories, devices), from a full walk's list of them:
+// the watcher reports regular files only, so without this they would be
+// ignored without a reason.
+func (d *Daemon) refuseIrregular(paths []string) {
+	for _, p := range paths {
+		agent, name, ok := strings.Cut(p, "/")
+		if !ok || strings.Contains(name, "/") || d.agents()[agent] == nil {
+			continue
+		}
+		if _, _, ok := bridge.ParseToHostName(name); !ok {
+			continue
+		}
+		rel := bridge.ToHostDir(d.me, agent) + "/" + name
+		if fi, err := d.folder.Lstat(rel); err == nil && !fi.Mode().IsRegular() {
+			d.refuseFile(rel, fmt.Errorf("%w: %v", syncsafe.ErrNotRegular, fi.Mode().Type()))
+		}
+	}
+}
+
+// dispatch routes one path (relative to to-host/) from the watcher.
+// Rotation statements were taken out of the batch before
+// (followBatchRotations), and a full batch's finished requests are checked
+// by dispatchFull.
+func (d *Daemon) dispatch(p string) {
+	agent, name, ok := strings.Cut(p, "/")
+	if !ok || strings.Contains(name, "/") {
+		return
+	}
+	keys := d.agents()[agent]
+	if keys == nil {
+		d.noteOnce("agent:"+agent, "ignoring a directory of an agent nobody trusted", "agent", agent)
+		return
+	}
+	id, ext, ok := bridge.ParseToHostName(name)
+	if !ok {
+		if name != bridge.AgentBundleName {
+			c := syncsafe.Classify(name)
+			d.noteOnce("file:"+p, "ignoring a file that is not ours", "file", p, "kind", c.Kind.String(), "client", c.Client)
+		}
+		return
+	}
+	switch ext {
+	case bridge.ExtManifest, bridge.ExtPayload:
+		d.schedule(agent, id)
+	case bridge.ExtCancel:
+		d.handleCancel(agent, id)
+	case bridge.ExtAck:
+		// The periodic collection looks at a finished request only if it
+		// has an ack (or is past its retention or expiry, gc.go). Only
+		// finished keys are remembered, so the set is no larger than the
+		// finished one; an ack seen before its request finished is seen
+		// again by the next full walk.
+		key := agent + "/" + id
+		d.mu.Lock()
+		if _, ok := d.finished[key]; ok {
+			d.acks[key] = true
+		}
+		d.mu.Unlock()
+	}
+}
+
+func (d *Daemon) noteOnce(key, msg string, args ...any) {
+	if d.firstTime(key) {
+		d.log.Info(msg, args...)
+	}
+}
+
+// maxNoted bounds the log-once set: names come from the folder, so a
+// writer could otherwise grow it forever.
+const maxNoted = 100_000
+
+// firstTime reports whether key was not noted before. When the set is full
+// it forgets a random half (map order), not all of it: a folder with more
+// refused files than the bound has some of them logged again by a rescan,
+// not every one by every rescan.
+func (d *Daemon) firstTime(key string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.noted[key] {
+		return false
+	}
+	if len(d.noted) >= maxNoted {
+		for k := range d.noted {
+			if len(d.noted) <= maxNoted/2 {
+				break
+			}
+			delete(d.noted, k)
+		}
+	}
+	d.noted[key] = true
+	return true
+}
+
+// stamp identifies a published result file cheaply: a rescan compares it
+// instead of reading and verifying the file again.
+type stamp struct {
+	size, outSize   int64
+	mtime, outMtime time.Time
+}
+
+// resultStamp covers both files of a published result: losing or changing
+// either makes a rescan look at the request again.
+func (d *Daemon) resultStamp(agent, id string) stamp {
+	return d.resultStamps([]string{agent + "/" + id})[0]
+}
+
+// resultStamps is resultStamp of many "agent/id" keys, each agent's result
+// directory opened once for a run of its keys.
+func (d *Daemon) resultStamps(keys []string) []stamp {
+	out := make([]stamp, len(keys))
+	for i := 0; i < len(keys); {
+		agent, _, _ := strings.Cut(keys[i], "/")
+		j := i
+		var names []string
+		for ; j < len(keys) && strings.HasPrefix(keys[j], agent+"/"); j++ {
+			id := keys[j][len(agent)+1:]
+			names = append(names, id+"."+bridge.ExtResult, id+"."+bridge.ExtOutput)
+		}
+		fis, err := d.folder.LstatIn(bridge.ToAgentDir(d.me, agent), names)
+		for k := i; k < j; k++ {
+			st := stamp{size: -1, outSize: -1}
+			if err == nil {
+				if fi := fis[2*(k-i)]; fi != nil {
+					st.size, st.mtime = fi.Size(), fi.ModTime()
+				}
+				if fi := fis[2*(k-i)+1]; fi != nil {
+					st.outSize, st.outMtime = fi.Size(), fi.ModTime()
+				}
+			}
+			out[k] = st
+		}
+		i = j
+	}
+	return out
+}
+
+// markFinished records that key is terminal and its result is in place:
+// the stamp is taken only after the folder's bytes were seen to equal the
+// private copy, so a file swapped in meanwhile is never taken for ours.
+func (d *Daemon) markFinished(agent, id string) {
+	st := d.resultStamp(agent, id)
+	want, err := os.ReadFile(d.home.Path("results", agent, id+"."+bridge.ExtResult))
+	if err == nil {
+		have, err := d.folder.ReadFile(bridge.ResultPath(d.me, agent, id, bridge.ExtResult), bcrypto.KindResult.MaxSize())
+		if err != nil || !bytes.Equal(have, want) || d.resultStamp(agent, id) != st {
+			return
+		}
+	}
+	d.mu.Lock()
+	d.finished[agent+"/"+id] = st
+	d.mu.Unlock()
+}

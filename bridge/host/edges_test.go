@@ -1,0 +1,501 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/syncbridge/bridge/bridge"
+	"github.com/syncbridge/bridge/bridge/agent"
+	"github.com/syncbridge/bridge/bridge/ledger"
+)
+
+// The edges of a request's life where "at most once, else uncertain" broke
+// when probed from outside (issue: one request lifecycle): refusal paths,
+// shutdown, repair, revocation, approval, cancel. Each test names the
+// lifecycle row of docs/DESIGN.md §6 it covers.
+
+// edgePolicy has ops whose runs leave a line "<op>-<request id>" in
+// $RUNS, so a test counts starts per request.
+const edgePolicy = `
+[ops.missing]
+argv = ["bridge-test-missing-prog", "{request_id}"]
+env = ["PATH", "RUNS"]
+
+[ops.block]
+argv = ["sh", "-c", "echo block-$0 >> \"$RUNS\"; while [ -f \"$RUNS.block\" ]; do sleep 0.05; done; echo out", "{request_id}"]
+env = ["PATH", "RUNS"]
+concurrency = 1
+
+[ops.blockidem]
+argv = ["sh", "-c", "echo blockidem-$0 >> \"$RUNS\"; while [ -f \"$RUNS.block\" ]; do sleep 0.05; done; echo out", "{request_id}"]
+env = ["PATH", "RUNS"]
+idempotent = true
+
+[ops.chatty]
+argv = ["sh", "-c", "echo chatty-$0 >> \"$RUNS\"; i=0; while [ $i -lt 30 ]; do echo line $i; i=$((i+1)); sleep 0.1; [ -f \"$RUNS.block\" ] && i=0; done", "{request_id}"]
+env = ["PATH", "RUNS"]
+idempotent = true
+
+[ops.gated]
+argv = ["sh", "-c", "echo gated-$0 >> \"$RUNS\"", "{request_id}"]
+env = ["PATH", "RUNS"]
+approve = true
+
+[agents.cloud-1]
+ops = ["missing", "block", "blockidem", "chatty", "gated"]
+
+[agents.other]
+ops = ["gated"]
+`
+
+// edge is a pair serving edgePolicy, with $RUNS and a bin directory on the
+// daemon's PATH the test can put programs into.
+type edge struct {
+	*pair
+	runs, bin string
+	env       map[string]string
+}
+
+func newEdge(t *testing.T) *edge {
+	t.Helper()
+	e := &edge{pair: newPair(t, edgePolicy)}
+	dir := t.TempDir()
+	e.runs, e.bin = filepath.Join(dir, "runs"), filepath.Join(dir, "bin")
+	os.Mkdir(e.bin, 0o755)
+	e.env = map[string]string{"RUNS": e.runs, "PATH": e.bin + ":" + os.Getenv("PATH")}
+	return e
+}
+
+// block makes the block ops wait until unblock.
+func (e *edge) block()   { os.WriteFile(e.runs+".block", nil, 0o644) }
+func (e *edge) unblock() { os.Remove(e.runs + ".block") }
+
+func (e *edge) starts(t *testing.T, op, id string) int { return count(t, e.runs, op+"-"+id) }
+
+func (e *edge) submit(t *testing.T, op string) string {
+	t.Helper()
+	s, err := e.client.Submit(agent.SubmitOptions{Op: op, TTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s.ID
+}
+
+// daemon starts an in-process daemon with the edge's environment.
+func (e *edge) daemon(t *testing.T) *Daemon {
+	t.Helper()
+	return runDaemon(t, e.host, DaemonOptions{Rescan: 300 * time.Millisecond, Grace: 100 * time.Millisecond, Env: envWith(e.env)})
+}
+
+// Row "host-error": an op the host cannot prepare (its program is missing)
+// is answered failed and recorded failed; once the program exists, rescans
+// and a restart never run it.
+func TestHostErrorIsFinal(t *testing.T) {
+	e := newEdge(t)
+	d := e.daemon(t)
+	id := e.submit(t, "missing")
+	out := e.wait(t, id)
+	if out.Receipt.Status != bridge.StatusFailed || out.Receipt.Reason != "host-error" {
+		t.Fatalf("missing program: %s (%s)", out.Receipt.Status, out.Receipt.Reason)
+	}
+	waitFor(t, 5*time.Second, "the ledger to record failed", func() bool { return e.entry(t, id).State == ledger.StateFailed })
+	prog := filepath.Join(e.bin, "bridge-test-missing-prog")
+	if err := os.WriteFile(prog, []byte("#!/bin/sh\necho missing-$1 >> \"$RUNS\"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	settleFor()
+	stopDaemon(d, context.Background())
+	e.daemon(t)
+	settleFor()
+	if n := e.starts(t, "missing", id); n != 0 {
+		t.Fatalf("a request answered failed (host-error) ran %d times once its program existed", n)
+	}
+	if st := e.entry(t, id).State; st != ledger.StateFailed {
+		t.Fatalf("ledger: %s, want failed", st)
+	}
+}
+
+// Row "drain-abort": a daemon stopped with running ops drains for its
+// deadline, then stops them. An op that started is never answered "failed"
+// (could not start), which an agent may retry: a non-idempotent one is
+// uncertain, an idempotent one is run again by the next start.
+func TestDrainAbortNeverFailed(t *testing.T) {
+	e := newEdge(t)
+	e.block()
+	d := e.daemon(t)
+	once, idem := e.submit(t, "block"), e.submit(t, "blockidem")
+	waitFor(t, 10*time.Second, "both ops to start", func() bool {
+		return e.starts(t, "block", once) == 1 && e.starts(t, "blockidem", idem) == 1
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	stopDaemon(d, ctx) // the drain deadline passes: both are stopped
+	if res, err := e.client.Result(once); err == nil && res.Receipt.Status == bridge.StatusFailed {
+		t.Fatalf("a started op was answered failed (%s) by a drained stop", res.Receipt.Reason)
+	}
+	e.unblock()
+	e.daemon(t)
+	out := e.wait(t, once)
+	if out.Receipt.Status != bridge.StatusUncertain {
+		t.Errorf("non-idempotent op stopped by a drain: %s (%s); want uncertain", out.Receipt.Status, out.Receipt.Reason)
+	}
+	if n := e.starts(t, "block", once); n != 1 {
+		t.Errorf("non-idempotent op started %d times", n)
+	}
+	out = e.wait(t, idem)
+	if out.Receipt.Status != bridge.StatusDone {
+		t.Errorf("idempotent op stopped by a drain: %s (%s); want done after a re-run", out.Receipt.Status, out.Receipt.Reason)
+	}
+	if n := e.starts(t, "blockidem", idem); n != 2 {
+		t.Errorf("idempotent op started %d times, want 2 (once more after the restart)", n)
+	}
+}
+
+// Rows "record-lost": a ledger repaired after damage, or restored from a
+// backup, has lost the record of a request that ran. Its files are still in
+// the folder; the evidence in the home and the folder stops a second run,
+// and the request is left uncertain for a human.
+func TestLostRecordNeverRunsAgain(t *testing.T) {
+	for _, how := range []string{"repair", "restore"} {
+		t.Run(how, func(t *testing.T) {
+			e := newEdge(t)
+			d := e.daemon(t)
+			warm := e.submit(t, "blockidem") // something for the ledger to keep
+			e.wait(t, warm)
+			stopDaemon(d, context.Background())
+			db := e.host.Path("ledger", "ledger.db")
+			before, err := os.ReadFile(db)
+			if err != nil {
+				t.Fatal(err)
+			}
+			d = e.daemon(t)
+			id := e.submit(t, "blockidem")
+			if out := e.wait(t, id); out.Receipt.Status != bridge.StatusDone {
+				t.Fatalf("first run: %s", out.Receipt.Status)
+			}
+			stopDaemon(d, context.Background())
+			if how == "repair" {
+				// Damage right after the records that were there before:
+				// repair keeps those and drops the request's.
+				f, err := os.OpenFile(db, os.O_WRONLY, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				f.WriteAt([]byte("garbage!"), int64(len(before)))
+				f.Close()
+				os.Remove(db + ".checked")
+				if _, err := RepairLedger(e.host); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				os.Remove(db + ".checked")
+				if err := os.WriteFile(db, before, 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// As after a SIGKILL: the finished-requests cache, which would
+			// keep the daemon from looking at the request at all, is gone.
+			os.Remove(e.host.Path(finishedName))
+			if got := e.entry(t, id); got.State != "" {
+				t.Fatalf("the test did not lose the record: %s", got.State)
+			}
+			e.daemon(t)
+			waitFor(t, 10*time.Second, "the request to be recorded again", func() bool { return e.entry(t, id).State != "" })
+			settleFor()
+			if n := e.starts(t, "blockidem", id); n != 1 {
+				t.Fatalf("a request whose record was lost ran %d times", n)
+			}
+			got := e.entry(t, id)
+			if got.State != ledger.StateUncertain || !strings.Contains(got.Reason, "record-lost") {
+				t.Fatalf("ledger: %s (%s); want uncertain, record-lost", got.State, got.Reason)
+			}
+			// doctor names it, with what to do.
+			found := false
+			for _, f := range Doctor(e.host, bridge.DoctorOptions{}) {
+				found = found || f.Check == "record-lost" && f.Severity == bridge.SeverityWarn && strings.Contains(f.Message, "cloud-1/"+id)
+			}
+			if !found {
+				t.Fatalf("doctor does not name the request held for its lost record")
+			}
+			// A human settles it; it is not run either way but rerun.
+			if _, err := Reconcile(e.host, "cloud-1/"+id, "done"); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, 10*time.Second, "the settled result", func() bool {
+				out, err := e.client.Result(id)
+				return err == nil && out.Receipt.Reason == "reconciled" && e.entry(t, id).State == ledger.StateDone
+			})
+			if n := e.starts(t, "blockidem", id); n != 1 {
+				t.Fatalf("ran %d times after the settlement", n)
+			}
+		})
+	}
+}
+
+// Row "revoke" before admission: after `bridge keys revoke` returns,
+// nothing signed by that key starts, even within the second the daemon
+// takes to reload its peers.
+func TestRevokeIsImmediate(t *testing.T) {
+	e := newEdge(t)
+	e.daemon(t)
+	warm := e.submit(t, "blockidem")
+	e.wait(t, warm)
+	if _, err := e.host.Revoke(e.agent.Identity().SignKid()); err != nil {
+		t.Fatal(err)
+	}
+	id := e.submit(t, "blockidem")
+	out := e.wait(t, id)
+	if out.Receipt.Status != bridge.StatusRejected || out.Receipt.Reason != "revoked" {
+		t.Fatalf("a request sent after the revocation: %s (%s)", out.Receipt.Status, out.Receipt.Reason)
+	}
+	if n := e.starts(t, "blockidem", id); n != 0 {
+		t.Fatalf("a request signed by a revoked key ran %d times", n)
+	}
+}
+
+// Row "revoke" while claimed: a request admitted before the revocation and
+// waiting for its op's slot never starts after it.
+func TestRevokedWhileQueuedNeverStarts(t *testing.T) {
+	e := newEdge(t)
+	e.block()
+	e.daemon(t)
+	first, queued := e.submit(t, "block"), e.submit(t, "block")
+	waitFor(t, 10*time.Second, "the first to run and the second to wait for the slot", func() bool {
+		return e.starts(t, "block", first) == 1 && e.entry(t, queued).State == ledger.StateClaimed
+	})
+	if _, err := e.host.Revoke(e.agent.Identity().SignKid()); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1500 * time.Millisecond) // the daemon has reloaded its peers
+	e.unblock()
+	out := e.wait(t, queued)
+	if n := e.starts(t, "block", queued); n != 0 {
+		t.Fatalf("a request queued before its key was revoked started %d times after", n)
+	}
+	if out.Receipt.Status != bridge.StatusRejected || out.Receipt.Reason != "revoked" {
+		t.Fatalf("queued request after the revocation: %s (%s)", out.Receipt.Status, out.Receipt.Reason)
+	}
+	if out := e.wait(t, first); out.Receipt.Status != bridge.StatusDone {
+		t.Fatalf("the run that started before the revocation: %s", out.Receipt.Status)
+	}
+}
+
+// Row "revoke" while awaiting approval: approving a request signed by a
+// revoked key is refused at once, naming the revocation, and the daemon
+// answers the request rejected (revoked) instead of leaving it pending.
+func TestApproveOfRevokedRefused(t *testing.T) {
+	e := newEdge(t)
+	e.daemon(t)
+	id := e.submit(t, "gated")
+	waitFor(t, 10*time.Second, "the request to await approval", func() bool {
+		return e.entry(t, id).State == ledger.StateAwaitingApproval
+	})
+	if _, err := e.host.Revoke(e.agent.Identity().SignKid()); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Approve(e.host, id)
+	if err == nil || !strings.Contains(err.Error(), "revoked") {
+		t.Fatalf("approve of a request signed by a revoked key: %v", err)
+	}
+	out := e.wait(t, id)
+	if out.Receipt.Status != bridge.StatusRejected || out.Receipt.Reason != "revoked" {
+		t.Fatalf("answer: %s (%s)", out.Receipt.Status, out.Receipt.Reason)
+	}
+	waitFor(t, 5*time.Second, "pending to list nothing", func() bool { list, _ := Pending(e.host); return len(list) == 0 })
+	if n := e.starts(t, "gated", id); n != 0 {
+		t.Fatalf("ran %d times", n)
+	}
+}
+
+// Row "cancel" while awaiting approval: the request is answered cancelled
+// at once, without anyone approving it.
+func TestCancelAwaitingApproval(t *testing.T) {
+	e := newEdge(t)
+	e.daemon(t)
+	id := e.submit(t, "gated")
+	waitFor(t, 10*time.Second, "the request to await approval", func() bool {
+		return e.entry(t, id).State == ledger.StateAwaitingApproval
+	})
+	if err := e.client.Cancel(id); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	out, err := e.client.Wait(ctx, id, nil)
+	if err != nil {
+		t.Fatalf("no answer to a cancel of a request awaiting approval: %v", err)
+	}
+	if out.Receipt.Status != bridge.StatusCancelled {
+		t.Fatalf("answer: %s (%s)", out.Receipt.Status, out.Receipt.Reason)
+	}
+	if st := e.entry(t, id).State; st != ledger.StateCancelled {
+		t.Fatalf("ledger: %s", st)
+	}
+	if _, err := Approve(e.host, id); err == nil {
+		t.Fatal("a cancelled request could be approved")
+	}
+}
+
+// Row "crash-rerun": an idempotent op re-run after a crash continues the
+// progress chain its first run started, so the live output reads as one
+// verified stream and the result commits to its head.
+func TestProgressChainSurvivesRerun(t *testing.T) {
+	e := newEdge(t)
+	e.block() // chatty prints until unblocked
+	id := e.submit(t, "chatty")
+	env := []string{"RUNS=" + e.runs, "PATH=" + e.env["PATH"]}
+	d := startDaemonProcess(t, e.pair, env...)
+	waitFor(t, 15*time.Second, "two progress chunks", func() bool {
+		chunks, _ := e.client.Progress(id, 1, "")
+		return len(chunks) >= 2
+	})
+	d.kill()
+	e.unblock()
+	startDaemonProcess(t, e.pair, env...)
+	out := e.wait(t, id)
+	if n := e.starts(t, "chatty", id); n != 2 {
+		t.Fatalf("started %d times, want 2", n)
+	}
+	chunks, err := e.client.Progress(id, 1, "")
+	if err != nil {
+		t.Fatalf("the progress stream after a re-run: %v", err)
+	}
+	if len(chunks) == 0 || out.Receipt.ProgressCount != len(chunks) || out.Receipt.ProgressHead != chunks[len(chunks)-1].ChunkHash() {
+		t.Fatalf("the result names %d chunks ending %.8s; the folder holds a chain of %d", out.Receipt.ProgressCount, out.Receipt.ProgressHead, len(chunks))
+	}
+}
+
+// Row "approve"/"deny" by reference: agents choose their ids, so another
+// agent publishing the same id must not block a decision. A decision takes
+// AGENT/ID, and an id alone when one request of that id awaits approval.
+func TestDecisionsByAgentAndID(t *testing.T) {
+	e := newEdge(t)
+	other, err := bridge.InitHome(filepath.Join(t.TempDir(), "other"), "agent", "other", e.folder)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.host.Trust(other.BundleText(), "other"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.Trust(e.host.BundleText(), "laptop"); err != nil {
+		t.Fatal(err)
+	}
+	oc, err := agent.OpenClient(other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer oc.Close()
+	e.daemon(t)
+	mine := e.submit(t, "gated")
+	waitFor(t, 10*time.Second, "the request to await approval", func() bool {
+		return e.entry(t, mine).State == ledger.StateAwaitingApproval
+	})
+	// The other agent copies the id: its own request, under its own name.
+	_, hb, _ := other.Peer(e.host.Config.ID)
+	var payload strings.Builder
+	now := time.Now()
+	m, _, err := bridge.SealRequest(&payload, bridge.NewRequest{ID: mine, Agent: other.Identity(), AgentID: other.Config.ID, Host: hb,
+		Call: bridge.Call{Op: "gated"}, Created: now, Expires: now.Add(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(e.folder, bridge.ToHostDir(e.host.Config.ID, other.Config.ID))
+	os.WriteFile(filepath.Join(dir, mine+".payload"), []byte(payload.String()), 0o644)
+	os.WriteFile(filepath.Join(dir, mine+".manifest"), m, 0o644)
+	waitFor(t, 10*time.Second, "both requests to await approval", func() bool {
+		list, _ := Pending(e.host)
+		return len(list) == 2
+	})
+	if _, err := Approve(e.host, mine); err == nil || !strings.Contains(err.Error(), "cloud-1/"+mine) {
+		t.Fatalf("approve by a shared id: %v; want a refusal naming cloud-1/%s", err, mine)
+	}
+	if _, err := Deny(e.host, "other/"+mine, "copied id"); err != nil {
+		t.Fatalf("deny other/ID: %v", err)
+	}
+	if _, err := Approve(e.host, "cloud-1/"+mine); err != nil {
+		t.Fatalf("approve cloud-1/ID: %v", err)
+	}
+	if out := e.wait(t, mine); out.Receipt.Status != bridge.StatusDone {
+		t.Fatalf("approved request: %s (%s)", out.Receipt.Status, out.Receipt.Reason)
+	}
+	if n := e.starts(t, "gated", mine); n != 1 {
+		t.Fatalf("ran %d times", n)
+	}
+	waitFor(t, 5*time.Second, "the copy to be denied", func() bool {
+		for _, en := range mustEntries(t, e.host) {
+			if en.Agent == other.Config.ID && en.ID == mine {
+				return en.State == ledger.StateRejected && en.Reason == "denied"
+			}
+		}
+		return false
+	})
+}
+
+func mustEntries(t *testing.T, h *bridge.Home) []ledger.Entry {
+	t.Helper()
+	entries, err := LedgerEntries(h)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		t.Fatal(err)
+	}
+	return entries
+}
+
+// Row "adopt": a crash between publishing an answer and recording it,
+// after which the agent acks the answer and takes its files away. No
+// evaluation would come back to the request: the next start adopts the
+// sealed result, so the ledger does not stay non-terminal behind an answer
+// (found by TestLifecycleModel).
+func TestAnsweredBeforeCrashIsRecorded(t *testing.T) {
+	e := newEdge(t)
+	id := e.submit(t, "missing") // answered failed (host-error): no run needed
+	d := startDaemonProcess(t, e.pair, "RUNS="+e.runs, "PATH="+e.env["PATH"], "BRIDGE_TEST_CRASH_AT=published")
+	out := e.wait(t, id)
+	<-d.done
+	if code := d.cmd.ProcessState.ExitCode(); code != crashExit {
+		t.Fatalf("the daemon exited %d, not at the injected crash", code)
+	}
+	if st := e.entry(t, id).State; answered(st) {
+		t.Fatalf("the crash came after the record (%s): the test did not test anything", st)
+	}
+	if err := e.client.Ack(out); err != nil {
+		t.Fatal(err)
+	}
+	startDaemonProcess(t, e.pair, "RUNS="+e.runs, "PATH="+e.env["PATH"])
+	waitFor(t, 10*time.Second, "the ledger to record the answer", func() bool { return e.entry(t, id).State == ledger.StateFailed })
+}
+
+// Rows "crash-unsure" and "rerun": a non-idempotent op interrupted by a
+// crash is uncertain; a human's rerun runs it exactly once more, and its
+// answer replaces the uncertain one.
+func TestReconcileRerunRunsOnce(t *testing.T) {
+	e := newEdge(t)
+	e.block()
+	id := e.submit(t, "block")
+	env := []string{"RUNS=" + e.runs, "PATH=" + e.env["PATH"]}
+	d := startDaemonProcess(t, e.pair, env...)
+	waitFor(t, 10*time.Second, "the op to start", func() bool { return e.starts(t, "block", id) == 1 })
+	d.kill()
+	e.unblock()
+	startDaemonProcess(t, e.pair, env...)
+	if out := e.wait(t, id); out.Receipt.Status != bridge.StatusUncertain || out.Receipt.Reason != "crashed" {
+		t.Fatalf("after the crash: %s (%s)", out.Receipt.Status, out.Receipt.Reason)
+	}
+	if _, err := Reconcile(e.host, "cloud-1/"+id, "rerun"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the rerun's answer", func() bool {
+		out, err := e.client.Result(id)
+		return err == nil && out.Receipt.Status == bridge.StatusDone && e.entry(t, id).State == ledger.StateDone
+	})
+	if n := e.starts(t, "block", id); n != 2 {
+		t.Fatalf("started %d times, want 2 (once more for the rerun)", n)
+	}
+	if en := e.entry(t, id); en.Runs != 2 {
+		t.Fatalf("ledger runs %d, want 2", en.Runs)
+	}
+}

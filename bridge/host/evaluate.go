@@ -1,0 +1,428 @@
+package host
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/syncbridge/bridge/bridge"
+	"github.com/syncbridge/bridge/bridge/ledger"
+	bcrypto "github.com/syncbridge/bridge/crypto"
+	"github.com/syncbridge/bridge/syncsafe"
+)
+
+// This file is the front of the host pipeline (SPEC §8): a request's files
+// are verified and the id recorded (deliver), its payload settled into a
+// private spool, and then admit (admit.go) decides what runs. Every state
+// change goes through the lifecycle table (lifecycle.go).
+
+// job is one authentic request on its way through the pipeline.
+type job struct {
+	agent    string
+	keys     *agentKeys
+	req      *bridge.Request
+	manifest []byte
+	sha      string // of the manifest file
+	key      string
+}
+
+func (d *Daemon) check(agent string, keys *agentKeys) bridge.RequestCheck {
+	return bridge.RequestCheck{
+		Host: d.me, HostBoxKids: d.own().boxKids(), Agent: agent, AgentKeys: keys.sign(d.opt.Now()),
+		AgentBoxKid: func(kid string) bool { return keys.boxValid(kid, d.opt.Now()) },
+		Now:         d.opt.Now(), Skew: d.opt.Skew,
+	}
+}
+
+// answered reports whether an entry has its answer: a final state, or
+// uncertain (which only a human moves on).
+func answered(s ledger.State) bool { return s.Terminal() || s == ledger.StateUncertain }
+
+// evaluate runs the pipeline for one request id. It is safe to call any
+// number of times (invariant 6): the ledger decides what happens. The
+// caller owns the key; evaluate reports whether it handed it to a run
+// goroutine, which then releases it.
+func (d *Daemon) evaluate(agent, id string) bool {
+	keys := d.agents()[agent]
+	if keys == nil {
+		return false // trust was withdrawn
+	}
+	key := agent + "/" + id
+	mpath := bridge.RequestPath(d.me, agent, id, bridge.ExtManifest)
+	ent, err := d.ledger.Get(key)
+	exists := err == nil
+	if err != nil && !errors.Is(err, ledger.ErrNotFound) {
+		d.log.Error("ledger read", "key", key, "err", err)
+		return false
+	}
+	if exists && answered(ent.State) {
+		// Never run again (invariant 4). An authentic manifest under this id
+		// with other content is a forgery or a bug, and is reported.
+		if data, err := d.folder.ReadFile(mpath, bcrypto.KindRequest.MaxSize()); err == nil && bridge.SHA256Hex(data) != ent.ManifestSHA256 {
+			if req, err := bridge.OpenRequest(data, id, d.check(agent, keys)); req != nil || err == nil {
+				d.refuseFile(mpath, fmt.Errorf("%w: %s was recorded with another manifest", bridge.ErrReplay, id))
+			} else if !errors.Is(err, bcrypto.ErrTruncated) {
+				d.refuseFile(mpath, err)
+			}
+		}
+		d.duplicate(ent)
+		return false
+	}
+	if exists && ent.State != ledger.StateSeen && ent.State != ledger.StatePending {
+		d.evaluateKept(ent, keys)
+		return false
+	}
+	data, err := d.folder.ReadFile(mpath, bcrypto.KindRequest.MaxSize())
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		if exists && d.hasSealedResult(agent, id) {
+			d.evaluateKept(ent, keys) // answered before the agent's files went
+		}
+		return false // the payload came first; the manifest will follow
+	case errors.Is(err, syncsafe.ErrTooLarge), errors.Is(err, syncsafe.ErrNotRegular):
+		d.refuseFile(mpath, err)
+		return false
+	case err != nil:
+		d.log.Warn("read manifest", "file", mpath, "err", err)
+		return false
+	}
+	j := &job{agent: agent, keys: keys, manifest: data, sha: bridge.SHA256Hex(data), key: key}
+	req, verr := bridge.OpenRequest(data, id, d.check(agent, keys))
+	if errors.Is(verr, bcrypto.ErrBadSignature) || errors.Is(verr, bcrypto.ErrUnknownKey) {
+		req, verr = d.invalidKey(data, id, agent, keys, verr)
+	}
+	if verr != nil && req == nil {
+		if errors.Is(verr, bcrypto.ErrTruncated) {
+			d.waiting(mpath, len(data), verr) // may still be arriving
+		} else {
+			d.refuseFile(mpath, verr)
+		}
+		return false
+	}
+	j.req = req
+	if exists && ent.ManifestSHA256 != j.sha {
+		d.refuseFile(mpath, fmt.Errorf("%w: %s was recorded with another manifest", bridge.ErrReplay, id))
+		return false
+	}
+	expires := recordedExpiry(req)
+	if !exists && verr != nil && outsideRecordWindow(req, expires, d.opt.Now(), d.opt.Skew) {
+		// Refused, and either past its (effective) expiry beyond the skew
+		// or created absurdly far ahead: the ledger may have forgotten the
+		// id after it was answered (GC), or would have to keep it for
+		// ever. Refuse it without an entry or a result, so it never gets a
+		// second one. Whatever the reason it is refused for (a revoked or
+		// expired key too), the times decide this.
+		if !errors.Is(verr, bridge.ErrExpired) && d.opt.Now().After(expires.Add(d.opt.Skew)) {
+			verr = fmt.Errorf("%w (and at %s: %w)", verr, expires.UTC().Format(time.RFC3339), bridge.ErrExpired)
+		}
+		d.refuseFile(mpath, verr)
+		return false
+	}
+	if !exists {
+		var ok bool
+		if ent, ok = d.deliver(j, expires); !ok || answered(ent.State) {
+			return false // not recorded, or record-lost: held for a human
+		}
+	} else {
+		if err := d.keepManifest(j); err != nil {
+			d.log.Error("keep manifest", "key", key, "err", err)
+			return false
+		}
+		if d.adopt(j, ent) {
+			return false
+		}
+	}
+	if verr != nil { // authentic but refused for its times or key
+		if errors.Is(verr, bridge.ErrExpired) {
+			d.answer(j, evExpire, bridge.Receipt{Status: bridge.StatusExpired, Reason: "expired", Detail: verr.Error()}, nil, nil)
+		} else {
+			d.answer(j, evRefuse, bridge.Receipt{Status: bridge.StatusRejected, Reason: bridge.Reason(verr), Detail: verr.Error()}, nil, nil)
+		}
+		return false
+	}
+	if d.expired(j, ent) || d.cancelledBefore(j) {
+		return false
+	}
+	in, err := d.settle(j)
+	if err != nil {
+		if ent.State == ledger.StateSeen {
+			if _, err := d.step(key, evWaitPayload, nil); err != nil {
+				d.log.Warn("ledger", "key", key, "err", err)
+			}
+		}
+		if d.opt.Now().Sub(ent.FirstSeen) > d.opt.PendingTimeout {
+			d.answer(j, evIncomplete, bridge.Receipt{Status: bridge.StatusRejected, Reason: "incomplete",
+				Detail: fmt.Sprintf("payload not complete after %s: %v", d.opt.PendingTimeout, err)}, nil, nil)
+		} else {
+			d.waiting(bridge.RequestPath(d.me, agent, id, bridge.ExtPayload), -1, err)
+		}
+		return false
+	}
+	return d.admit(j, in, admitNew)
+}
+
+// deliver records an authentic request new to the ledger (event deliver),
+// then keeps its manifest. If the home or the folder shows that this host
+// admitted the id before (a repaired or restored ledger lost its record),
+// it is recorded uncertain instead (record-lost), and never runs again.
+func (d *Daemon) deliver(j *job, expires time.Time) (ledger.Entry, bool) {
+	e := ledger.Entry{Key: j.key, Agent: j.agent, ID: j.req.ID, State: ledger.StateSeen, ManifestSHA256: j.sha,
+		FirstSeen: d.opt.Now(), Expires: expires}
+	why := d.evidence(j.agent, j.req.ID)
+	if why != "" {
+		// An answer before its record, as always: a crash in between
+		// leaves the sealed copy, which is evidence itself.
+		d.count(evRecordLost)
+		e.State, e.Reason = ledger.StateUncertain, "record-lost"
+		e.ResultSHA256 = d.answerLost(j, why)
+	} else {
+		d.count(evDeliver)
+	}
+	ent, created, err := d.ledger.Admit(e)
+	if errors.Is(err, ledger.ErrConflict) {
+		d.refuseFile(bridge.RequestPath(d.me, j.agent, j.req.ID, bridge.ExtManifest), fmt.Errorf("%w: %s", bridge.ErrReplay, j.req.ID))
+		return ent, false
+	} else if err != nil {
+		d.log.Error("ledger admit", "key", j.key, "err", err)
+		return ent, false
+	}
+	// Kept after the record (so a kept manifest means the id was
+	// recorded), before anything else happens to the request: recovery
+	// and reconcile must not depend on the agent's file in the folder.
+	if err := d.keepManifest(j); err != nil {
+		d.log.Error("keep manifest", "key", j.key, "err", err)
+		return ent, false
+	}
+	switch {
+	case !created:
+	case why == "":
+		d.audit.log(AuditEvent{Event: "seen", Agent: j.agent, ID: j.req.ID})
+	default:
+		d.markFinished(j.agent, j.req.ID)
+		d.log.Error("a request this host admitted before came back, and the ledger had no record of it: held uncertain, never run again",
+			"key", j.key, "evidence", why, "hint", "bridge reconcile "+j.keys.name+"/"+j.req.ID+" --as done|failed|rerun")
+		d.audit.log(AuditEvent{Event: "record-lost", Agent: j.agent, ID: j.req.ID, Detail: why})
+	}
+	return ent, true
+}
+
+// answerLost tells the agent about a request held uncertain because its
+// record was lost, unless it holds an answer already: a result of this
+// host in the folder (re-published from the private copy if there is one)
+// or an ack of one. It returns the hash of the result published, if any.
+func (d *Daemon) answerLost(j *job, why string) string {
+	if d.hasSealedResult(j.agent, j.req.ID) {
+		resSHA, _, err := d.publishResult(j, bridge.Receipt{}, nil, nil)
+		if err != nil {
+			d.log.Warn("re-publish result", "key", j.key, "err", err)
+		}
+		return resSHA
+	}
+	if data, err := d.folder.ReadFile(bridge.ResultPath(d.me, j.agent, j.req.ID, bridge.ExtResult), bcrypto.KindResult.MaxSize()); err == nil {
+		if _, err := d.ownResult(data, j.agent, j.req.ID); err == nil {
+			return bridge.SHA256Hex(data)
+		}
+	}
+	if _, err := d.folder.Lstat(bridge.RequestPath(d.me, j.agent, j.req.ID, bridge.ExtAck)); err == nil {
+		return ""
+	}
+	rc := bridge.Receipt{Status: bridge.StatusUncertain, Reason: "record-lost", PolicySHA256: d.policy.SHA256,
+		Detail: "the host's ledger lost this request's record (a repaired or restored ledger), and the host admitted it before (" +
+			why + "): it may have run. A human on the host settles it with `bridge reconcile`"}
+	resSHA, _, err := d.publishResult(j, rc, nil, nil)
+	if err != nil {
+		d.log.Error("publish result", "key", j.key, "err", err)
+	}
+	return resSHA
+}
+
+// evaluateKept looks at a request the ledger holds past its delivery
+// (awaiting approval, claimed, running) when its key is free: nothing in
+// this process works on it. A result sealed for it is published and
+// recorded (a crash or a failed publish between the two); a cancel of a
+// request awaiting approval answers it.
+func (d *Daemon) evaluateKept(ent ledger.Entry, keys *agentKeys) {
+	j, err := d.reload(ent, keys)
+	if err != nil {
+		d.noteOnce("reload:"+ent.Key, "cannot reload the admitted manifest", "key", ent.Key, "err", err)
+		return
+	}
+	if d.adopt(j, ent) {
+		return
+	}
+	if ent.State == ledger.StateAwaitingApproval {
+		d.decideWaiting(j, ent)
+	}
+}
+
+// recordedExpiry is the expiry the ledger keeps a request's id for: the
+// signed one, or, for a manifest that claims a longer validity than any
+// request may have (refused for it), its creation plus MaxValidity. Past it
+// (and the skew) no version of the request can be valid.
+func recordedExpiry(req *bridge.Request) time.Time {
+	created, expires := time.Unix(req.Created, 0), time.Unix(req.Expires, 0)
+	if expires.Sub(created) > bridge.MaxValidity {
+		return created.Add(bridge.MaxValidity)
+	}
+	return expires
+}
+
+// outsideRecordWindow reports whether a refused request is past its
+// recorded expiry beyond the skew, or created further ahead than the skew
+// and a whole validity: either way it gets no ledger entry (the first
+// because GC may have forgotten an earlier one, the second because its
+// entry would outlive any sensible retention).
+func outsideRecordWindow(req *bridge.Request, expires, now time.Time, skew time.Duration) bool {
+	return now.After(expires.Add(skew)) || time.Unix(req.Created, 0).After(now.Add(skew+bridge.MaxValidity))
+}
+
+// invalidKey checks whether a manifest that no valid key verifies was
+// signed by one of the agent's revoked or expired keys. If so, the request is
+// authentic but refused, and is answered with that reason (the agent sees it
+// in `bridge status`); otherwise the original error stands.
+func (d *Daemon) invalidKey(data []byte, id, agent string, keys *agentKeys, verr error) (*bridge.Request, error) {
+	bad, reasons := keys.invalidSign(d.opt.Now())
+	for i, k := range bad {
+		c := d.check(agent, keys)
+		c.AgentKeys = [][]byte{k}
+		c.AgentBoxKid = func(kid string) bool { _, ok := keys.boxPub(kid); return ok }
+		if req, _ := bridge.OpenRequest(data, id, c); req != nil {
+			if reasons[i] == "revoked" {
+				return req, fmt.Errorf("request %s: %w", id, bridge.ErrKeyRevoked)
+			}
+			return req, fmt.Errorf("request %s: %w", id, bridge.ErrKeyExpired)
+		}
+	}
+	return nil, verr
+}
+
+// expired answers a request that is past its signed expiry or waited on
+// the host longer than MaxQueueAge, and reports whether it did.
+func (d *Daemon) expired(j *job, ent ledger.Entry) bool {
+	now := d.opt.Now()
+	rc := bridge.Receipt{Status: bridge.StatusExpired, Reason: "expired"}
+	switch {
+	case !now.Before(time.Unix(j.req.Expires, 0)):
+		rc.Detail = "expired before it could run"
+	case now.Sub(ent.FirstSeen) > d.opt.MaxQueueAge:
+		rc.Detail = fmt.Sprintf("waited on the host for more than %s", d.opt.MaxQueueAge)
+	default:
+		return false
+	}
+	d.answer(j, evExpire, rc, nil, nil)
+	return true
+}
+
+// cancelledBefore answers a request whose agent cancelled it before it ran.
+func (d *Daemon) cancelledBefore(j *job) bool {
+	if !d.cancelled(j.agent, j.req.ID) {
+		return false
+	}
+	d.answer(j, evCancelEarly, bridge.Receipt{Status: bridge.StatusCancelled, Reason: "cancelled", Detail: "cancelled before it ran"}, nil, nil)
+	return true
+}
+
+// keepManifest keeps the admitted manifest in the home, once.
+func (d *Daemon) keepManifest(j *job) error {
+	dir := d.home.Path("manifests", j.agent)
+	p := filepath.Join(dir, j.req.ID+"."+bridge.ExtManifest)
+	if _, err := os.Stat(p); err == nil {
+		return nil
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	return syncsafe.WriteFileAtomic(p, j.manifest)
+}
+
+// settle copies the payload into a private spool if it matches the pin.
+func (d *Daemon) settle(j *job) (spool, error) {
+	// A spool of its own per evaluation: two evaluations of one id
+	// (harmless by design, invariant 6) must not share a copy.
+	f, err := d.newSpool(j.req.ID, bridge.ExtPayload, j.req.Payload.Len)
+	if err != nil {
+		return nil, err
+	}
+	rel := bridge.RequestPath(d.me, j.agent, j.req.ID, bridge.ExtPayload)
+	err = syncsafe.Settle(d.folder, rel, j.req.Payload.Len, j.req.Payload.Digest(), f)
+	if err != nil {
+		f.Close()
+		// Say which "not yet" it is (SPEC §8.5): absent or shorter is still
+		// arriving; other bytes are another version, or not this payload.
+		switch fi, serr := d.folder.Lstat(rel); {
+		case errors.Is(err, fs.ErrNotExist), serr == nil && fi.Size() < j.req.Payload.Len:
+			return nil, fmt.Errorf("%w: %v", bridge.ErrPending, err)
+		case errors.Is(err, syncsafe.ErrUnsettled):
+			return nil, fmt.Errorf("%w: %v", bridge.ErrHashMismatch, err)
+		}
+		return nil, err
+	}
+	return f, nil
+}
+
+// cancelled reports whether a verified cancel file exists for the request.
+func (d *Daemon) cancelled(agent, id string) bool {
+	p := bridge.RequestPath(d.me, agent, id, bridge.ExtCancel)
+	data, err := d.folder.ReadFile(p, bcrypto.KindCancel.MaxSize())
+	if err != nil {
+		if !errors.Is(err, fs.ErrNotExist) {
+			d.refuseFile(p, err)
+		}
+		return false
+	}
+	keys := d.agents()[agent]
+	if keys == nil {
+		return false
+	}
+	if _, err = bridge.OpenCancel(data, id, d.me, agent, keys.sign(d.opt.Now())); err != nil {
+		if !errors.Is(err, bcrypto.ErrTruncated) {
+			d.refuseFile(p, err)
+		}
+		return false
+	}
+	return true
+}
+
+// handleCancel stops a running op whose agent cancelled it, or evaluates
+// the request again so a cancel before it started is answered.
+func (d *Daemon) handleCancel(agent, id string) {
+	if !d.cancelled(agent, id) {
+		return
+	}
+	key := agent + "/" + id
+	d.mu.Lock()
+	cancel := d.cancels[key]
+	d.mu.Unlock()
+	if cancel != nil {
+		d.log.Info("cancelling", "key", key)
+		cancel()
+		return
+	}
+	d.schedule(agent, id)
+}
+
+// reload re-reads and re-verifies the manifest a ledger entry admitted,
+// from the host's private copy. The signature is checked again, under any
+// generation of the agent's keys, revoked ones too: the request was
+// authentic when admitted, and reload only rebuilds it. Whether it may
+// still start is standing's to say; the times are not checked again.
+func (d *Daemon) reload(ent ledger.Entry, keys *agentKeys) (*job, error) {
+	data, err := os.ReadFile(d.home.Path("manifests", ent.Agent, ent.ID+"."+bridge.ExtManifest))
+	if err != nil {
+		return nil, err
+	}
+	if bridge.SHA256Hex(data) != ent.ManifestSHA256 {
+		return nil, fmt.Errorf("%w: the kept manifest changed", bridge.ErrReplay)
+	}
+	c := d.check(ent.Agent, keys)
+	c.AgentKeys = keys.allSign()
+	c.AgentBoxKid = func(kid string) bool { _, ok := keys.boxPub(kid); return ok }
+	req, err := bridge.OpenRequest(data, ent.ID, c)
+	if req == nil {
+		return nil, err
+	}
+	return &job{agent: ent.Agent, keys: keys, req: req, manifest: data, sha: ent.ManifestSHA256, key: ent.Key}, nil
+}

@@ -1,0 +1,269 @@
+package host
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/syncbridge/bridge/bridge"
+	"github.com/syncbridge/bridge/bridge/ledger"
+)
+
+// The request lifecycle, written down once (docs/DESIGN.md §6 has the same
+// table, with the test that covers each row). Every change of a request's
+// ledger state is one of these events, taken by Daemon.step (no answer) or
+// Daemon.answer (a signed result first, then the step). An event names the
+// states it may leave and the one it enters; the ledger's own state machine
+// must allow each of them (TestLifecycleTableMatchesLedger).
+//
+// Rules the table keeps:
+//   - An op that started (running) ends done, failed only if its process
+//     never started, cancelled, or uncertain; never rejected or expired.
+//   - An answer is published only if its step is allowed from where the
+//     entry stands, and the entry is then moved: a step the ledger refuses
+//     after the answer is out is a broken invariant, and stops the daemon.
+//   - uncertain is answered but not final: only a human (reconcile) moves it.
+
+// event is something that happens to a request.
+type event string
+
+const (
+	evDeliver       event = "deliver"        // an authentic request is recorded for the first time
+	evRecordLost    event = "record-lost"    // new to the ledger, but the host admitted it before (repair, restore)
+	evWaitPayload   event = "wait-payload"   // the payload is not complete yet
+	evIncomplete    event = "incomplete"     // the payload never completed within the pending timeout
+	evRefuse        event = "refuse"         // authentic but refused: its times, key, policy, arguments, ceiling
+	evHostError     event = "host-error"     // allowed, but the host cannot prepare it (missing program, bad dir)
+	evExpire        event = "expire"         // past its signed expiry or the host's queue age, before it started
+	evCancelEarly   event = "cancel-early"   // the agent cancelled it before it started
+	evAwaitApproval event = "await-approval" // the op needs a human's approval
+	evApprove       event = "approve"        // a human approved it
+	evDeny          event = "deny"           // a human denied it
+	evApprovalTTL   event = "approval-ttl"   // nobody approved it in time
+	evRevoke        event = "revoke"         // its signing key was revoked before it started
+	evClaim         event = "claim"          // it takes a place of its op
+	evUnclaim       event = "unclaim"        // a claim that never started is given back (restart)
+	evStart         event = "start"          // the process is about to start (ledger before effect)
+	evExit          event = "exit"           // the op ended (its own exit, a signal, or its timeout)
+	evStartFailed   event = "start-failed"   // the process could not be started
+	evCancelRun     event = "cancel-run"     // the agent cancelled it while it ran
+	evDrainAbort    event = "drain-abort"    // the daemon stopped it after the drain deadline (not retry-safe)
+	evCrashRerun    event = "crash-rerun"    // a crash interrupted it; it is retry-safe and runs again
+	evCrashUnsure   event = "crash-unsure"   // a crash interrupted it; whether it had its effect is unknown
+	evCrashDone     event = "crash-done"     // a crash interrupted it; its reconcile command says it happened
+	evSettle        event = "settle"         // a human settled an uncertain run as done or failed
+	evRerun         event = "rerun"          // a human asked to run an uncertain request again
+	evAdopt         event = "adopt"          // a result sealed but not recorded (a crash, a failed publish) is published and recorded
+)
+
+// transition is one row of the table: the states an event may leave, the
+// one it enters, and whether it answers the agent (a result is published).
+type transition struct {
+	from   []ledger.State
+	to     []ledger.State // one state, or for settle the two a human may choose
+	answer bool
+}
+
+// stateNone stands for "no entry": an event from it creates the entry
+// (ledger.Admit).
+const stateNone ledger.State = ""
+
+var (
+	none      = []ledger.State{stateNone}
+	waiting   = []ledger.State{ledger.StateSeen, ledger.StatePending}
+	unstarted = []ledger.State{ledger.StateSeen, ledger.StatePending, ledger.StateAwaitingApproval, ledger.StateClaimed}
+	one       = func(s ...ledger.State) []ledger.State { return s }
+	inFlux    = []ledger.State{ledger.StateSeen, ledger.StatePending, ledger.StateAwaitingApproval, ledger.StateClaimed, ledger.StateRunning}
+	// sealed stands for the state of whatever result was sealed (adopt):
+	// where the ledger cannot go there, the entry becomes uncertain.
+	sealed = []ledger.State{ledger.StateDone, ledger.StateFailed, ledger.StateRejected, ledger.StateExpired, ledger.StateCancelled, ledger.StateUncertain}
+)
+
+var lifecycle = map[event]transition{
+	evDeliver:       {none, one(ledger.StateSeen), false},
+	evRecordLost:    {one(stateNone, ledger.StateSeen, ledger.StatePending, ledger.StateAwaitingApproval, ledger.StateClaimed), one(ledger.StateUncertain), true},
+	evWaitPayload:   {one(ledger.StateSeen), one(ledger.StatePending), false},
+	evIncomplete:    {waiting, one(ledger.StateRejected), true},
+	evRefuse:        {one(ledger.StateSeen, ledger.StatePending, ledger.StateAwaitingApproval), one(ledger.StateRejected), true},
+	evHostError:     {one(ledger.StateSeen, ledger.StatePending, ledger.StateAwaitingApproval), one(ledger.StateFailed), true},
+	evExpire:        {one(ledger.StateSeen, ledger.StatePending, ledger.StateClaimed), one(ledger.StateExpired), true},
+	evCancelEarly:   {unstarted, one(ledger.StateCancelled), true},
+	evAwaitApproval: {waiting, one(ledger.StateAwaitingApproval), false},
+	evApprove:       {one(ledger.StateAwaitingApproval), one(ledger.StateClaimed), false},
+	evDeny:          {one(ledger.StateAwaitingApproval), one(ledger.StateRejected), true},
+	evApprovalTTL:   {one(ledger.StateAwaitingApproval), one(ledger.StateExpired), true},
+	evRevoke:        {unstarted, one(ledger.StateRejected), true},
+	evClaim:         {waiting, one(ledger.StateClaimed), false},
+	evUnclaim:       {one(ledger.StateClaimed), one(ledger.StatePending), false},
+	evStart:         {one(ledger.StateClaimed), one(ledger.StateRunning), false},
+	evExit:          {one(ledger.StateRunning), one(ledger.StateDone), true},
+	evStartFailed:   {one(ledger.StateRunning), one(ledger.StateFailed), true},
+	evCancelRun:     {one(ledger.StateRunning), one(ledger.StateCancelled), true},
+	evDrainAbort:    {one(ledger.StateRunning), one(ledger.StateUncertain), true},
+	evCrashRerun:    {one(ledger.StateRunning), one(ledger.StateRunning), false},
+	evCrashUnsure:   {one(ledger.StateRunning), one(ledger.StateUncertain), true},
+	evCrashDone:     {one(ledger.StateRunning), one(ledger.StateDone), true},
+	evSettle:        {one(ledger.StateUncertain), one(ledger.StateDone, ledger.StateFailed), true},
+	evRerun:         {one(ledger.StateUncertain), one(ledger.StateClaimed), false},
+	evAdopt:         {inFlux, sealed, true},
+}
+
+// statusState is the ledger state that records a result of each status.
+var statusState = map[string]ledger.State{
+	bridge.StatusDone: ledger.StateDone, bridge.StatusFailed: ledger.StateFailed, bridge.StatusRejected: ledger.StateRejected,
+	bridge.StatusExpired: ledger.StateExpired, bridge.StatusCancelled: ledger.StateCancelled, bridge.StatusUncertain: ledger.StateUncertain,
+}
+
+// errLifecycle marks a step the table does not allow from where the entry
+// stands: nothing was done. errViolation marks a step the ledger refused
+// after its answer was published: the daemon stops.
+var (
+	errLifecycle = errors.New("not allowed by the request lifecycle")
+	errViolation = errors.New("lifecycle violation")
+)
+
+// step takes an event that does not answer the agent: a compare-and-set of
+// the entry of the job's key from one of the event's states. The caller
+// owns the key. mutate, if not nil, may set the entry's op fields.
+func (d *Daemon) step(key string, ev event, mutate func(*ledger.Entry)) (ledger.Entry, error) {
+	t, ok := lifecycle[ev]
+	if !ok || t.answer || len(t.to) != 1 || slices.Contains(t.from, stateNone) {
+		panic(fmt.Sprintf("bridge: internal error: %s is not a step without an answer", ev))
+	}
+	d.count(ev)
+	e, err := d.ledger.Transition(key, t.from, t.to[0], mutate)
+	if errors.Is(err, ledger.ErrWrongState) {
+		return e, fmt.Errorf("%s: %w: %w", ev, errLifecycle, err)
+	}
+	return e, err
+}
+
+// answer publishes the job's result, then takes the event that records it
+// (invariant 3: the result is out before the ledger says so). Nothing is
+// published unless the event may leave the entry's current state
+// (errLifecycle); a refusal after the result is out is a broken invariant
+// (errViolation, and the daemon stops). Any other error is a failed
+// publish: nothing changed, and trying again is safe.
+//
+// A result sealed by an earlier attempt (a crash or a failed publish after
+// sealing) is published instead of rc: one id has one result, and the
+// entry then records that result's status.
+func (d *Daemon) answer(j *job, ev event, rc bridge.Receipt, stdout, stderr []byte) error {
+	t, ok := lifecycle[ev]
+	if !ok || !t.answer {
+		panic(fmt.Sprintf("bridge: internal error: %s does not answer", ev))
+	}
+	if !slices.Contains(t.to, statusState[rc.Status]) {
+		panic(fmt.Sprintf("bridge: internal error: %s cannot answer %s", ev, rc.Status))
+	}
+	cur, err := d.ledger.Get(j.key)
+	if err != nil {
+		d.log.Error("ledger read", "key", j.key, "err", err)
+		return err
+	}
+	if !slices.Contains(t.from, cur.State) {
+		// Nothing was published: the request stays as the ledger has it.
+		d.refusedStep(j.key, ev, cur.State)
+		return fmt.Errorf("%s from %s: %w", ev, cur.State, errLifecycle)
+	}
+	d.count(ev)
+	if rc.PolicySHA256 == "" && d.policy != nil {
+		rc.PolicySHA256 = d.policy.SHA256
+	}
+	stdout, stderr = d.redactor.redactResult(&rc, stdout, stderr)
+	resSHA, status, err := d.publishResult(j, rc, stdout, stderr)
+	if err != nil {
+		// The entry stays where it is; the next evaluation publishes the
+		// sealed copies (adopt) or tries again.
+		d.log.Error("publish result", "key", j.key, "err", err)
+		return err
+	}
+	adopted := status != rc.Status
+	rc.Status = status
+	return d.record(j, ev, cur.State, resSHA, rc, adopted)
+}
+
+// record moves the entry to the state of a result that is published, from
+// the state the caller saw (it owns the key). A result an earlier attempt
+// sealed (adopted) that the ledger cannot reach from there means the ledger
+// is behind what the host did (restored from a backup): the request is
+// held uncertain (record-lost). Any other refusal now is a broken invariant.
+func (d *Daemon) record(j *job, ev event, from ledger.State, resSHA string, rc bridge.Receipt, adopted bool) error {
+	to := statusState[rc.Status]
+	if adopted && !ledger.CanTransition(from, to) && ledger.CanTransition(from, ledger.StateUncertain) {
+		d.log.Error("the ledger is behind a result this host sealed: held uncertain", "key", j.key, "state", from, "result", rc.Status)
+		d.audit.log(AuditEvent{Event: "record-lost", Agent: j.agent, ID: j.req.ID, Detail: fmt.Sprintf("ledger %s, sealed result %s", from, rc.Status)})
+		ev, to, rc.Reason = evRecordLost, ledger.StateUncertain, "record-lost"
+		d.count(ev)
+	}
+	if !ledger.CanTransition(from, to) {
+		return d.violation(j.key, ev, fmt.Errorf("a %s result is published, and the ledger cannot go from %s to %s", rc.Status, from, to))
+	}
+	if _, err := d.ledger.Transition(j.key, []ledger.State{from}, to, func(e *ledger.Entry) {
+		e.ResultSHA256, e.Reason = resSHA, rc.Reason
+		if rc.Op != "" {
+			e.Op = rc.Op
+		}
+	}); err != nil {
+		return d.violation(j.key, ev, fmt.Errorf("a %s result is published, and the ledger refused to record it: %w", rc.Status, err))
+	}
+	d.markFinished(j.agent, j.req.ID)
+	line := AuditEvent{Event: "result", Agent: j.agent, ID: j.req.ID, Op: rc.Op, Status: rc.Status, Reason: rc.Reason, Detail: rc.Detail}
+	if rc.Status == bridge.StatusDone {
+		code := rc.ExitCode
+		line.Exit = &code
+	}
+	d.audit.log(line)
+	d.log.Info("result", "agent", j.keys.name, "id", j.req.ID, "op", rc.Op, "status", rc.Status, "reason", rc.Reason, "exit", rc.ExitCode)
+	return nil
+}
+
+// adopt publishes a result an earlier attempt sealed but did not record (a
+// crash or a failed publish between the two), and records it. It reports
+// whether there was one.
+func (d *Daemon) adopt(j *job, cur ledger.Entry) bool {
+	if !d.hasSealedResult(j.agent, j.req.ID) {
+		return false
+	}
+	resSHA, status, err := d.publishResult(j, bridge.Receipt{}, nil, nil)
+	if err != nil {
+		d.log.Error("publish the sealed result", "key", j.key, "err", err)
+		return true // it is there; the next evaluation tries again
+	}
+	d.log.Info("adopting the sealed result", "key", j.key, "status", status)
+	d.count(evAdopt)
+	d.record(j, evAdopt, cur.State, resSHA, bridge.Receipt{Status: status, Op: cur.Op, Reason: cur.Reason}, true)
+	return true
+}
+
+// refusedStep reports an event the table does not allow from the entry's
+// state. Nothing was published or changed; the next evaluation looks again.
+func (d *Daemon) refusedStep(key string, ev event, st ledger.State) {
+	if d.firstTime(fmt.Sprintf("step:%s:%s:%s", key, ev, st)) {
+		d.log.Error("lifecycle: step refused before any effect", "key", key, "event", ev, "state", st)
+		d.audit.log(AuditEvent{Event: "step-refused", Detail: fmt.Sprintf("%s: %s from %s", key, ev, st)})
+	}
+}
+
+// violation stops the daemon: a result is out and the ledger does not say
+// so. Going on would leave an answered request that a restart could run
+// again; stopping leaves recovery (which adopts the published result) to
+// the next start, and the operator a clear line in the log and audit log.
+func (d *Daemon) violation(key string, ev event, err error) error {
+	d.log.Error("lifecycle violation: stopping", "key", key, "event", ev, "err", err)
+	d.audit.log(AuditEvent{Event: "violation", Detail: fmt.Sprintf("%s: %s: %v", key, ev, err)})
+	err = fmt.Errorf("serve: request %s: %s: %w: %w", key, ev, errViolation, err)
+	d.fatal(bridge.WithHint(err, "start `bridge serve` again: it adopts the published result; if this repeats, run `bridge doctor` and keep the audit log"))
+	return err
+}
+
+// count records that an event was taken (for the lifecycle coverage of
+// the model test; a map bump under the daemon's lock).
+func (d *Daemon) count(ev event) {
+	d.mu.Lock()
+	d.events[ev]++
+	d.mu.Unlock()
+	if d.onEvent != nil {
+		d.onEvent(ev)
+	}
+}

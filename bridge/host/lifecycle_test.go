@@ -1,0 +1,121 @@
+package host
+
+import (
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/syncbridge/bridge/bridge/ledger"
+)
+
+// Every row of the lifecycle table is a step the ledger's own state machine
+// allows: an entry created by the event is one Admit may create, and every
+// other from → to is a ledger transition. An answer that the ledger could
+// not record is therefore refused before anything is published.
+func TestLifecycleTableMatchesLedger(t *testing.T) {
+	for ev, tr := range lifecycle {
+		if len(tr.from) == 0 || len(tr.to) == 0 {
+			t.Errorf("%s: empty row", ev)
+		}
+		if ev == evAdopt {
+			// Whatever was sealed is recorded where the ledger can go, and
+			// as uncertain (the ledger is behind) where it cannot.
+			for _, from := range tr.from {
+				if !ledger.CanTransition(from, ledger.StateUncertain) {
+					t.Errorf("adopt: no way from %s to uncertain for a sealed result the ledger cannot reach", from)
+				}
+			}
+			continue
+		}
+		for _, from := range tr.from {
+			for _, to := range tr.to {
+				switch {
+				case from == stateNone && !ledger.CanAdmit(to):
+					t.Errorf("%s: creates an entry in %s, which Admit refuses", ev, to)
+				case from != stateNone && !ledger.CanTransition(from, to):
+					t.Errorf("%s: %s → %s, which the ledger refuses", ev, from, to)
+				}
+			}
+		}
+		// An op that started ends done, failed (its process never
+		// started), cancelled or uncertain: never rejected or expired.
+		if slices.Contains(tr.from, ledger.StateRunning) {
+			for _, to := range tr.to {
+				if to == ledger.StateRejected || to == ledger.StateExpired {
+					t.Errorf("%s: an op that started may end %s", ev, to)
+				}
+			}
+		}
+		// Only an answer may enter a state that is answered.
+		if !tr.answer {
+			for _, to := range tr.to {
+				if answered(to) {
+					t.Errorf("%s enters %s without an answer", ev, to)
+				}
+			}
+		}
+	}
+}
+
+// DESIGN.md §6 holds the same table as the code: one row per event, with
+// the same states, and a test named for each row.
+func TestDesignLifecycleTable(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/DESIGN.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rowRE := regexp.MustCompile("(?m)^\\| `([a-z-]+)` \\| ([^|]+) \\| ([^|]+) \\| ([^|]+) \\| (.+) \\|$")
+	rows := map[event]bool{}
+	for _, m := range rowRE.FindAllStringSubmatch(string(doc), -1) {
+		ev := event(m[1])
+		tr, ok := lifecycle[ev]
+		if !ok {
+			t.Errorf("DESIGN.md has a lifecycle row %q that the code does not", ev)
+			continue
+		}
+		rows[ev] = true
+		if got, want := states(m[2]), names(tr.from); !slices.Equal(got, want) {
+			t.Errorf("DESIGN.md row %s: from %v, the code says %v", ev, got, want)
+		}
+		if ev == evAdopt {
+			if !strings.Contains(m[3], "sealed") {
+				t.Errorf("DESIGN.md row adopt: to %q, want the sealed result's state", m[3])
+			}
+		} else if got, want := states(m[3]), names(tr.to); !slices.Equal(got, want) {
+			t.Errorf("DESIGN.md row %s: to %v, the code says %v", ev, got, want)
+		}
+		if !strings.Contains(m[5], "`Test") && !strings.Contains(m[5], "`cmd/bridge/testdata/") {
+			t.Errorf("DESIGN.md row %s names no test", ev)
+		}
+	}
+	for ev := range lifecycle {
+		if !rows[ev] {
+			t.Errorf("event %s has no row in DESIGN.md §6", ev)
+		}
+	}
+}
+
+// states reads a table cell like "seen, pending" or "—" (no entry).
+func states(cell string) []string {
+	var out []string
+	for _, s := range strings.Split(cell, ",") {
+		s = strings.Trim(strings.TrimSpace(s), "`")
+		if s == "—" {
+			s = ""
+		}
+		out = append(out, s)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func names(ss []ledger.State) []string {
+	var out []string
+	for _, s := range ss {
+		out = append(out, string(s))
+	}
+	slices.Sort(out)
+	return out
+}

@@ -1,0 +1,94 @@
+package host
+
+import (
+	"github.com/syncbridge/bridge/bridge"
+	"github.com/syncbridge/bridge/bridge/ledger"
+)
+
+// recover looks at what a crash (or a stop that had to kill ops) left in
+// flight (invariant 5), before the daemon serves anything new:
+//
+//   - a result sealed for it is published and recorded (adopt);
+//   - claimed never started: it is evaluated again (unclaim);
+//   - running may have had its effect: an idempotent op runs again
+//     (crash-rerun), an op with a reconcile command asks it (crash-done,
+//     or a re-run), any other becomes uncertain and the agent is told
+//     (crash-unsure).
+//
+// A result sealed for a request not yet in flight (refused, expired,
+// cancelled: a crash between its publish and its record) is adopted too:
+// its agent may already have acked it and taken its files away, so no
+// evaluation would ever come back to it.
+func (d *Daemon) recover() error {
+	unanswered, err := d.ledger.InState(ledger.StateSeen, ledger.StatePending, ledger.StateAwaitingApproval,
+		ledger.StateClaimed, ledger.StateRunning)
+	if err != nil {
+		return err
+	}
+	for _, ent := range unanswered {
+		if !ent.State.InFlight() {
+			if d.hasSealedResult(ent.Agent, ent.ID) && d.take(ent.Key) {
+				if keys := d.agents()[ent.Agent]; keys != nil {
+					if j, err := d.reload(ent, keys); err == nil {
+						d.adopt(j, ent)
+					}
+				}
+				d.release(ent.Key)
+			}
+			continue
+		}
+		if !d.take(ent.Key) {
+			continue // cannot happen before the first evaluation: nothing else runs yet
+		}
+		if !d.recoverOne(ent) {
+			d.release(ent.Key)
+		}
+	}
+	return nil
+}
+
+// recoverOne recovers one in-flight entry whose key the caller owns, and
+// reports whether it handed the key to a run.
+func (d *Daemon) recoverOne(ent ledger.Entry) bool {
+	keys := d.agents()[ent.Agent]
+	if keys == nil {
+		d.log.Warn("in-flight request of an agent no longer trusted: left as it is", "key", ent.Key, "state", ent.State)
+		return false
+	}
+	j, err := d.reload(ent, keys)
+	if err != nil {
+		d.log.Error("recover: cannot reload the admitted manifest", "key", ent.Key, "err", err)
+		return false
+	}
+	if d.adopt(j, ent) {
+		return false
+	}
+	if ent.State == ledger.StateClaimed {
+		if _, err := d.step(ent.Key, evUnclaim, nil); err != nil {
+			d.log.Error("recover", "key", ent.Key, "err", err)
+			return false
+		}
+		d.log.Info("recover: claimed but never started; evaluating again", "key", ent.Key)
+		d.schedule(ent.Agent, ent.ID) // queued once the key is released
+		return false
+	}
+	unsure := func(detail string) {
+		d.answerOrRetry(j, evCrashUnsure, bridge.Receipt{Status: bridge.StatusUncertain, Reason: "crashed", Op: ent.Op, Detail: detail}, nil, nil)
+	}
+	in, err := d.settle(j)
+	if err != nil {
+		if ent.Idempotent {
+			unsure("the host stopped while the op ran, and its payload is no longer there to run it again")
+		} else {
+			d.log.Warn("recover: op was running when the host stopped; marking it uncertain", "key", ent.Key, "op", ent.Op)
+			unsure("the host stopped while the op ran; it may or may not have had its effect. Resolve with `bridge reconcile`")
+		}
+		return false
+	}
+	mode := admitReconcile // not idempotent: its reconcile command, if any, decides
+	if ent.Idempotent {
+		d.log.Info("recover: re-running an idempotent op", "key", ent.Key, "op", ent.Op)
+		mode = admitResume
+	}
+	return d.admit(j, in, mode)
+}

@@ -1,0 +1,135 @@
+package host
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"strings"
+
+	"github.com/syncbridge/bridge/bridge"
+	"github.com/syncbridge/bridge/bridge/ledger"
+)
+
+// Request references. Agents choose their request ids, so two agents can
+// use one id (a bug, or one agent copying another's to get in the way of a
+// decision). The ledger keys requests by agent and id; an operator names one
+// as AGENT/ID, where AGENT is the agent's local name (as in the policy) or
+// its id, and ID the request id or a unique prefix of at least 8 of its
+// digits. An id alone is enough when it names one request, or one in the
+// state the command acts on.
+
+// minRefDigits is the shortest id prefix a reference may use.
+const minRefDigits = 8
+
+// Listed is a ledger entry with the reference an operator gives for it.
+type Listed struct {
+	Ref string `json:"ref"` // AGENT/ID, AGENT the agent's local name
+	LedgerEntry
+}
+
+// List reads the host's ledger (a snapshot: a running daemon is not
+// disturbed) with each entry's reference.
+func List(h *bridge.Home) ([]Listed, error) {
+	entries, err := LedgerEntries(h)
+	if err != nil {
+		return nil, err
+	}
+	names := agentNames(h)
+	out := make([]Listed, len(entries))
+	for i, e := range entries {
+		out[i] = Listed{Ref: refName(names, e), LedgerEntry: e}
+	}
+	return out, nil
+}
+
+// LedgerEntries reads the host's ledger without disturbing a running daemon.
+func LedgerEntries(h *bridge.Home) ([]LedgerEntry, error) {
+	entries, err := ledger.Snapshot(h.Path("ledger"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	return entries, err
+}
+
+// agentNames maps agent ids to their local names.
+func agentNames(h *bridge.Home) map[string]string {
+	names := map[string]string{}
+	peers, _ := h.Peers()
+	for _, p := range peers {
+		if p.Role == "agent" {
+			names[p.ID] = p.Name
+		}
+	}
+	return names
+}
+
+func refName(names map[string]string, e LedgerEntry) string {
+	if n := names[e.Agent]; n != "" {
+		return n + "/" + e.ID
+	}
+	return e.Agent + "/" + e.ID
+}
+
+// refOf is the reference of one entry.
+func refOf(h *bridge.Home, e LedgerEntry) string { return refName(agentNames(h), e) }
+
+// snapshotEntry resolves ref in a snapshot of the ledger (beside a running
+// daemon) and checks the entry is in state want.
+func snapshotEntry(h *bridge.Home, ref string, want ledger.State) (*LedgerEntry, error) {
+	entries, err := LedgerEntries(h)
+	if err != nil {
+		return nil, err
+	}
+	return resolveRef(h, entries, ref, want)
+}
+
+// resolveRef finds the entry ref names among entries, and checks that it
+// is in state want.
+func resolveRef(h *bridge.Home, entries []LedgerEntry, ref string, want ledger.State) (*LedgerEntry, error) {
+	agentPart, idPart, scoped := strings.Cut(ref, "/")
+	if !scoped {
+		agentPart, idPart = "", ref
+	}
+	if len(idPart) < minRefDigits || len(idPart) > 32 || strings.Trim(idPart, "0123456789abcdef") != "" || (scoped && agentPart == "") {
+		return nil, bridge.WithHint(fmt.Errorf("%q is not a request reference", ref),
+			"give the request id (32 hex digits, or a unique prefix of at least %d), or AGENT/ID as `bridge pending` and `bridge ls` show it", minRefDigits)
+	}
+	names := agentNames(h)
+	var found []LedgerEntry
+	for _, e := range entries {
+		if !strings.HasPrefix(e.ID, idPart) {
+			continue
+		}
+		if scoped && names[e.Agent] != agentPart && !(len(agentPart) >= minRefDigits && strings.HasPrefix(e.Agent, agentPart)) {
+			continue
+		}
+		found = append(found, e)
+	}
+	if len(found) > 1 {
+		var inState []LedgerEntry
+		for _, e := range found {
+			if e.State == want {
+				inState = append(inState, e)
+			}
+		}
+		if len(inState) == 1 {
+			found = inState
+		}
+	}
+	switch len(found) {
+	case 0:
+		return nil, bridge.WithHint(fmt.Errorf("no request %s in the ledger", ref), "`bridge ls` on the host lists the ledger")
+	case 1:
+		e := &found[0]
+		if e.State != want {
+			return nil, fmt.Errorf("request %s is %s, not %s", refName(names, *e), e.State, want)
+		}
+		return e, nil
+	}
+	var refs []string
+	for _, e := range found {
+		refs = append(refs, fmt.Sprintf("%s (%s)", refName(names, e), e.State))
+	}
+	return nil, bridge.WithHint(fmt.Errorf("%s names %d requests: %s", ref, len(found), strings.Join(refs, ", ")),
+		"name one as AGENT/ID")
+}

@@ -1,0 +1,203 @@
+package host
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"github.com/syncbridge/bridge/bridge"
+	"github.com/syncbridge/bridge/bridge/ledger"
+	bcrypto "github.com/syncbridge/bridge/crypto"
+	"github.com/syncbridge/bridge/syncsafe"
+)
+
+// Results: sealed into private copies in the home first, then published
+// into the folder, re-published when lost or replaced, never two for one id.
+
+// publishResult seals the result into private copies under results/ (the
+// output first, the manifest last, so a manifest copy implies a complete
+// pair), then publishes both into the folder. If copies exist from an
+// earlier attempt, they are published instead of new ones: one id has one
+// result. It returns the result manifest's SHA-256 and its status.
+func (d *Daemon) publishResult(j *job, rc bridge.Receipt, stdout, stderr []byte) (string, string, error) {
+	dir := d.home.Path("results", j.agent)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", "", err
+	}
+	outCopy := filepath.Join(dir, j.req.ID+"."+bridge.ExtOutput)
+	resCopy := filepath.Join(dir, j.req.ID+"."+bridge.ExtResult)
+	manifest, err := os.ReadFile(resCopy)
+	if errors.Is(err, fs.ErrNotExist) {
+		replyKey, ok := j.keys.boxPub(j.req.ReplyBoxKid)
+		if !ok {
+			return "", "", fmt.Errorf("result %s: the reply key is not the agent's", j.req.ID)
+		}
+		var buf bytes.Buffer
+		manifest, err = bridge.SealResult(&buf, bridge.NewResult{
+			Host: d.own().current, HostID: d.me, AgentBoxPub: replyKey, Request: j.req, RequestSHA: j.sha,
+			Receipt: rc, Stdout: stdout, Stderr: stderr, Created: d.opt.Now(),
+		})
+		if err != nil {
+			return "", "", err
+		}
+		if err := syncsafe.WriteFileAtomic(outCopy, buf.Bytes()); err != nil {
+			return "", "", err
+		}
+		if err := syncsafe.WriteFileAtomic(resCopy, manifest); err != nil {
+			return "", "", err
+		}
+		d.crashPoint("staged")
+	} else if err != nil {
+		return "", "", err
+	}
+	status, err := d.publishCopies(j.agent, j.req.ID)
+	return bridge.SHA256Hex(manifest), status, err
+}
+
+// ownResult verifies a result manifest as one this host signed for agent
+// and id, and returns its status.
+func (d *Daemon) ownResult(data []byte, agent, id string) (string, error) {
+	var res bridge.Result
+	if err := bridge.OpenBody(bcrypto.KindResult, data, d.own().signPubs(), &res); err != nil {
+		return "", err
+	}
+	if res.ID != id || res.Agent != agent || res.Host != d.me {
+		return "", fmt.Errorf("result %s: %w", id, bridge.ErrNameMismatch)
+	}
+	return res.Status, nil
+}
+
+// publishCopies publishes the private copies of a result (output, then
+// manifest) where the folder does not already hold them. The host owns
+// these names (SPEC §5), and the private copy is the one result of the id:
+// what stands there otherwise is replaced, whether a folder writer's junk,
+// a damaged copy, or an earlier result of this host that a human has since
+// settled (an uncertain run, a request whose record was lost).
+func (d *Daemon) publishCopies(agent, id string) (string, error) {
+	dir := d.home.Path("results", agent)
+	manifest, err := os.ReadFile(filepath.Join(dir, id+"."+bridge.ExtResult))
+	if err != nil {
+		return "", err
+	}
+	status, err := d.ownResult(manifest, agent, id)
+	if err != nil {
+		return "", fmt.Errorf("private result copy: %w", err)
+	}
+	resPath, outPath := bridge.ResultPath(d.me, agent, id, bridge.ExtResult), bridge.ResultPath(d.me, agent, id, bridge.ExtOutput)
+	replace := false
+	existing, err := d.folder.ReadFile(resPath, bcrypto.KindResult.MaxSize())
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+	case err == nil && bytes.Equal(existing, manifest):
+		// Published already; make sure the output is intact too.
+		if d.outputIntact(manifest, outPath) {
+			return status, nil
+		}
+		defer d.opt.Nudger.Nudge(outPath)
+		return status, d.publishFile(outPath, filepath.Join(dir, id+"."+bridge.ExtOutput), true)
+	case err == nil:
+		if old, verr := d.ownResult(existing, agent, id); verr != nil {
+			d.refuseFile(resPath, fmt.Errorf("replacing a file at a result name that this host did not sign: %w", verr))
+		} else {
+			d.audit.log(AuditEvent{Event: "replaced", Agent: agent, ID: id, Status: status, Detail: "an earlier " + old + " result of this host, since settled"})
+		}
+		replace = true
+	default: // not a regular file, too large: not ours either
+		d.refuseFile(resPath, fmt.Errorf("replacing what stands at a result name: %w", err))
+		if rerr := d.folder.Remove(resPath); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
+			return "", rerr
+		}
+	}
+	// One nudge for both files: Syncthing sends an index update at most
+	// every 250 ms, so a second scan right after the first would wait that
+	// long (docs/CLI.md, Syncthing nudge).
+	defer d.opt.Nudger.Nudge(outPath, resPath)
+	// An output without its manifest is ours and referenced by nothing, so
+	// it may be replaced.
+	// The output's directory entry becomes durable with the manifest's
+	// publish into the same directory; until then the ledger is not done,
+	// and a crash publishes both again from the private copies.
+	if err := d.publishFile(outPath, filepath.Join(dir, id+"."+bridge.ExtOutput), true, syncsafe.WithoutDirSync()); err != nil {
+		return "", err
+	}
+	d.crashPoint("published-output")
+	if err := d.publishFile(resPath, filepath.Join(dir, id+"."+bridge.ExtResult), replace); err != nil {
+		return "", err
+	}
+	d.crashPoint("published")
+	return status, nil
+}
+
+// outputIntact reports whether the folder's output file matches the pin in
+// the result manifest (streamed: outputs can be large).
+func (d *Daemon) outputIntact(manifest []byte, rel string) bool {
+	env, err := bcrypto.Parse(bcrypto.KindResult, manifest)
+	if err != nil {
+		return false
+	}
+	var res bridge.Result
+	if bcrypto.DecodeBody(env.Body(), &res) != nil {
+		return false
+	}
+	return syncsafe.Settle(d.folder, rel, res.Payload.Len, res.Payload.Digest(), io.Discard) == nil
+}
+
+func (d *Daemon) publishFile(rel, src string, replace bool, opts ...syncsafe.PublishOption) error {
+	f, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	write := func(w io.Writer) error {
+		_, err := io.Copy(w, f)
+		return err
+	}
+	opts = append(opts, syncsafe.WithMode(0o644))
+	if replace {
+		return d.folder.PublishReplace(rel, write, opts...)
+	}
+	return d.folder.Publish(rel, write, opts...)
+}
+
+// duplicate handles a request id the ledger already finished: it never runs
+// again (invariant 4); its stored result is re-published if it is missing
+// or was replaced.
+func (d *Daemon) duplicate(ent ledger.Entry) {
+	copyPath := d.home.Path("results", ent.Agent, ent.ID+"."+bridge.ExtResult)
+	if want, err := os.ReadFile(copyPath); err == nil {
+		have, err := d.folder.ReadFile(bridge.ResultPath(d.me, ent.Agent, ent.ID, bridge.ExtResult), bcrypto.KindResult.MaxSize())
+		if err != nil || !bytes.Equal(have, want) || !d.outputIntact(want, bridge.ResultPath(d.me, ent.Agent, ent.ID, bridge.ExtOutput)) {
+			if _, err := d.publishCopies(ent.Agent, ent.ID); err != nil {
+				d.log.Warn("re-publish result", "key", ent.Key, "err", err)
+				return
+			}
+			d.audit.log(AuditEvent{Event: "republished", Agent: ent.Agent, ID: ent.ID})
+		}
+	}
+	d.markFinished(ent.Agent, ent.ID)
+}
+
+// refuseFile records a file that will never be admitted as it is, once per
+// file and reason.
+func (d *Daemon) refuseFile(p string, err error) {
+	if !d.firstTime("refused:" + p + ":" + err.Error()) {
+		return
+	}
+	d.log.Warn("refused", "file", p, "reason", bridge.Reason(err), "err", err)
+	d.audit.log(AuditEvent{Event: "refused", File: p, Reason: bridge.Reason(err), Detail: err.Error()})
+}
+
+// waiting records, once per file and state, that a file is not complete
+// yet: not an error (it may still be arriving), but visible in the audit log
+// with its reason, and turned into a signed rejection after PendingTimeout.
+func (d *Daemon) waiting(p string, size int, err error) {
+	if !d.firstTime(fmt.Sprintf("waiting:%s:%d:%s", p, size, bridge.Reason(err))) {
+		return
+	}
+	d.log.Debug("waiting for a file to complete", "file", p, "reason", bridge.Reason(err), "err", err)
+	d.audit.log(AuditEvent{Event: "waiting", File: p, Reason: bridge.Reason(err), Detail: err.Error()})
+}

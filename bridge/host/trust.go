@@ -1,0 +1,248 @@
+package host
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/syncbridge/bridge/bridge"
+
+	"github.com/syncbridge/bridge/bridge/policy"
+	bcrypto "github.com/syncbridge/bridge/crypto"
+	"github.com/syncbridge/bridge/syncsafe"
+)
+
+// What the daemon trusts: each agent's keys, read from the home, and its
+// own, followed across rotations; the catalog each agent is shown.
+
+// agentKeys is what the host trusts for one agent: a snapshot of its peer
+// record, whose keys are judged at the time of use.
+type agentKeys struct {
+	name string
+	peer bridge.Peer
+}
+
+// allSign returns the signing keys of every generation, revoked ones too:
+// to recognise what the agent signed, not to accept it.
+func (k *agentKeys) allSign() [][]byte {
+	var out [][]byte
+	for _, pk := range k.peer.Keys {
+		out = append(out, pk.SignPub)
+	}
+	return out
+}
+
+// sign returns the signing keys valid now.
+func (k *agentKeys) sign(now time.Time) [][]byte {
+	var out [][]byte
+	for _, pk := range k.peer.KeysIn(bridge.KeyValid, now) {
+		out = append(out, pk.SignPub)
+	}
+	return out
+}
+
+// invalidSign returns the agent's revoked and expired signing keys with the
+// reason each stands for: a request signed by one is answered with that
+// reason instead of being dropped as forged.
+func (k *agentKeys) invalidSign(now time.Time) (keys [][]byte, reasons []string) {
+	for _, pk := range k.peer.Keys {
+		switch k.peer.State(pk, now) {
+		case bridge.KeyRevoked:
+			keys, reasons = append(keys, pk.SignPub), append(reasons, "revoked")
+		case bridge.KeyExpired:
+			keys, reasons = append(keys, pk.SignPub), append(reasons, "key-expired")
+		}
+	}
+	return keys, reasons
+}
+
+// boxPub returns the agent's encryption key with this kid, of any generation.
+func (k *agentKeys) boxPub(kid string) ([]byte, bool) {
+	for _, pk := range k.peer.Keys {
+		if pk.BoxKid() == kid {
+			return pk.BoxPub, true
+		}
+	}
+	return nil, false
+}
+
+// boxValid reports whether kid names a box key of the agent valid now.
+func (k *agentKeys) boxValid(kid string, now time.Time) bool {
+	for _, pk := range k.peer.KeysIn(bridge.KeyValid, now) {
+		if pk.BoxKid() == kid {
+			return true
+		}
+	}
+	return false
+}
+
+// ownKeys are the host's own identities: the current one and the retired
+// ones still kept to open requests sealed to them.
+type ownKeys struct {
+	current *bcrypto.Identity
+	all     []bridge.OwnKey
+	stamp   time.Time // mtime of the home's bundle when loaded
+}
+
+func (o *ownKeys) boxKids() []string {
+	var out []string
+	for _, k := range o.all {
+		out = append(out, k.Identity.BoxKid())
+	}
+	return out
+}
+
+func (o *ownKeys) byBoxKid(kid string) *bcrypto.Identity {
+	for _, k := range o.all {
+		if k.Identity.BoxKid() == kid {
+			return k.Identity
+		}
+	}
+	return nil
+}
+
+func (o *ownKeys) signPubs() [][]byte {
+	var out [][]byte
+	for _, k := range o.all {
+		out = append(out, k.Identity.SignPublic())
+	}
+	return out
+}
+
+func (d *Daemon) agents() map[string]*agentKeys {
+	if m := d.agentsP.Load(); m != nil {
+		return *m
+	}
+	return nil
+}
+
+func (d *Daemon) own() *ownKeys { return d.ownP.Load() }
+
+func (d *Daemon) loadAgents() error {
+	peers, err := d.home.Peers()
+	if err != nil {
+		return err
+	}
+	agents := map[string]*agentKeys{}
+	for _, p := range peers {
+		if p.Role != "agent" {
+			continue
+		}
+		// The record is checked against the bundle it was made from: never a
+		// lookup by name, which another record could shadow.
+		if err := p.Check(); err != nil {
+			return fmt.Errorf("trusted agent: %w", err)
+		}
+		agents[p.ID] = &agentKeys{name: p.Name, peer: p}
+	}
+	d.agentsP.Store(&agents)
+	return nil
+}
+
+// loadOwnKeys reads the host's own identities, if the home's bundle changed
+// since they were last read (a `bridge keys rotate` while serving).
+func (d *Daemon) loadOwnKeys() error {
+	fi, err := os.Stat(d.home.Path(bridge.BundleName))
+	if err != nil {
+		return err
+	}
+	if o := d.own(); o != nil && o.stamp.Equal(fi.ModTime()) {
+		return nil
+	}
+	h, err := bridge.OpenHome(d.home.Dir)
+	if err != nil {
+		return err
+	}
+	all, err := h.OwnKeys()
+	if err != nil {
+		return err
+	}
+	prev := d.own()
+	d.ownP.Store(&ownKeys{current: h.Identity(), all: all, stamp: fi.ModTime()})
+	if prev != nil && prev.current.SignKid() != h.Identity().SignKid() && d.folder != nil {
+		d.notify("", bridge.Note{Event: "key-rotated", Text: "the host rotated its keys; agents follow the rotation statement by themselves"})
+		if err := d.publishCatalog(); err != nil {
+			d.log.Warn("publish catalog", "err", err)
+		}
+	}
+	if len(all) > 1 {
+		d.log.Info("own keys", "current", h.Identity().SignKid(), "kept", len(all)-1)
+	}
+	return nil
+}
+
+// followRotations applies the rotation statements an agent published.
+func (d *Daemon) followRotations(agent string) {
+	events, err := d.home.FollowRotations(d.folder, agent, bridge.ToHostDir(d.me, agent))
+	if err != nil {
+		d.log.Warn("follow rotations", "agent", agent, "err", err)
+	}
+	changed := false
+	for _, ev := range events {
+		changed = changed || ev.Result == "accepted"
+		// A statement that stays in the folder is read again by every
+		// rescan: say why it is refused or ignored once, not every time.
+		if ev.Result != "accepted" && !d.firstTime(fmt.Sprintf("rotation:%s:%d:%s", agent, ev.Seq, ev.Result)) {
+			continue
+		}
+		d.audit.log(AuditEvent{Event: "rotation", Agent: agent, Detail: fmt.Sprintf("seq %d: %s", ev.Seq, ev.Result)})
+		d.log.Info("agent key rotation", "agent", ev.Peer, "seq", ev.Seq, "result", ev.Result)
+	}
+	if changed {
+		if err := d.loadAgents(); err != nil {
+			d.log.Error("reload agents", "err", err)
+		}
+		if err := d.publishCatalog(); err != nil {
+			d.log.Warn("publish catalog", "err", err)
+		}
+	}
+}
+
+// followBatchRotations follows the rotation statements of every trusted
+// agent with one in paths, once per agent however many it has (each
+// following reads all of them), and returns the other paths in order.
+func (d *Daemon) followBatchRotations(paths []string) []string {
+	var agents []string
+	rest := paths[:0:0]
+	for _, p := range paths {
+		if strings.HasSuffix(p, ".rotation") {
+			agent, name, ok := strings.Cut(p, "/")
+			if _, isRot := bridge.ParseRotationName(name); ok && isRot && !strings.Contains(name, "/") && d.agents()[agent] != nil {
+				if !slices.Contains(agents, agent) {
+					agents = append(agents, agent)
+				}
+				continue
+			}
+		}
+		rest = append(rest, p)
+	}
+	for _, agent := range agents {
+		d.followRotations(agent)
+	}
+	return rest
+}
+
+// publishCatalog publishes, for each trusted agent, the signed list of the
+// ops that agent may run, so it can discover what to ask before it asks.
+func (d *Daemon) publishCatalog() error {
+	all := d.policy.Catalog()
+	var errs []error
+	for agentID, keys := range d.agents() {
+		allowed := d.policy.AgentOps(keys.name)
+		ops := []policy.OpInfo{}
+		for _, op := range all {
+			if slices.Contains(allowed, op.Name) {
+				ops = append(ops, op)
+			}
+		}
+		signed, err := bridge.SignCatalog(bridge.Catalog{Host: d.me, Agent: agentID, Policy: d.policy.SHA256, Ops: ops}, d.own().current)
+		if err != nil {
+			return err
+		}
+		errs = append(errs, d.folder.PublishReplace(bridge.CatalogPath(d.me, agentID), bridge.WriteBytes(signed), syncsafe.WithMode(0o644)))
+	}
+	return errors.Join(errs...)
+}

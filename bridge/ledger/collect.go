@@ -1,0 +1,157 @@
+package ledger
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/tidwall/buntdb"
+)
+
+// gcBatch bounds how many deletions share one transaction. A crash can
+// apply part of a batch; each deletion stands on its own, so that is fine.
+const gcBatch = 256
+
+// GCCandidates returns, in expiry order, the entries GC would delete: those
+// in a terminal state whose Expires+skew is before now.
+func (l *Ledger) GCCandidates(now time.Time, skew time.Duration) ([]Entry, error) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if err := l.usable(); err != nil {
+		return nil, fmt.Errorf("gc: %w", err)
+	}
+	out, err := l.gcCandidates(now, skew)
+	if err != nil {
+		return nil, fmt.Errorf("gc: %w", err)
+	}
+	return out, nil
+}
+
+func (l *Ledger) gcCandidates(now time.Time, skew time.Duration) ([]Entry, error) {
+	// Times are fixed-width UTC, so string order is time order.
+	pivot := formatTime(now.Add(-skew))
+	out, err := l.scan(func(_, v string) bool {
+		exp, ok := topField(v, "expires")
+		return !ok || exp < pivot
+	}, func(e Entry) bool { return collectable(e, now, skew) })
+	slices.SortStableFunc(out, func(a, b Entry) int { return a.Expires.Compare(b.Expires) })
+	return out, err
+}
+
+func collectable(e Entry, now time.Time, skew time.Duration) bool {
+	return e.State.Terminal() && e.Expires.Add(skew).Before(now)
+}
+
+// GC deletes the entries GCCandidates returns and reports how many it
+// deleted. Entries in any other state, in flight and uncertain included,
+// are kept however old: forgetting them would let a replay run again.
+// The daemon calls it periodically with skew ≥ the allowed clock skew.
+func (l *Ledger) GC(now time.Time, skew time.Duration) (int, error) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if err := l.usable(); err != nil {
+		return 0, fmt.Errorf("gc: %w", err)
+	}
+	cands, err := l.gcCandidates(now, skew)
+	if err != nil {
+		return 0, fmt.Errorf("gc: %w", err)
+	}
+	n := 0
+	for batch := range slices.Chunk(cands, gcBatch) {
+		err := l.update(func(tx *buntdb.Tx) (bool, error) {
+			wrote := false
+			for _, c := range batch {
+				// Re-check under the write lock: the entry may have changed.
+				e, err := getEntry(tx, c.Key)
+				if errors.Is(err, ErrNotFound) {
+					continue
+				}
+				if err != nil {
+					return wrote, err
+				}
+				if !collectable(e, now, skew) {
+					continue
+				}
+				if _, err := tx.Delete(entryPrefix + c.Key); err != nil {
+					return wrote, err
+				}
+				wrote = true
+				n++
+			}
+			return wrote, nil
+		})
+		if err != nil {
+			return 0, fmt.Errorf("gc: %w", err)
+		}
+	}
+	return n, nil
+}
+
+// Stats summarises the ledger for `bridge status` and `bridge doctor`.
+type Stats struct {
+	Total       int
+	States      map[State]int // entries per state; absent states count 0
+	FileSize    int64         // bytes of ledger.db; it only grows until Open compacts it
+	TailDropped int64         // bytes of a torn tail that Open cut off (a crash happened)
+}
+
+// Stats counts the entries per state.
+func (l *Ledger) Stats() (Stats, error) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if err := l.usable(); err != nil {
+		return Stats{}, fmt.Errorf("stats: %w", err)
+	}
+	st := Stats{States: map[State]int{}, TailDropped: l.tailDropped}
+	err := l.view(func(tx *buntdb.Tx) error {
+		return tx.AscendKeys(entryPrefix+"*", func(k, v string) bool {
+			s, _ := topField(v, "state")
+			st.States[State(s)]++
+			st.Total++
+			return true
+		})
+	})
+	if err != nil {
+		return Stats{}, fmt.Errorf("stats: %w", err)
+	}
+	fi, err := l.dbf.Stat()
+	if err != nil {
+		return Stats{}, fmt.Errorf("stats: %w", err)
+	}
+	st.FileSize = fi.Size()
+	return st, nil
+}
+
+// Forget deletes one entry, only if GC could delete it: terminal and past
+// Expires+skew (re-checked under the write lock). It reports whether it did.
+// Callers that keep some collectable entries longer (the daemon keeps them
+// while their result is still in the folder) use it instead of GC.
+func (l *Ledger) Forget(key string, now time.Time, skew time.Duration) (bool, error) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if err := l.usable(); err != nil {
+		return false, fmt.Errorf("forget: %w", err)
+	}
+	done := false
+	err := l.update(func(tx *buntdb.Tx) (bool, error) {
+		e, err := getEntry(tx, key)
+		if errors.Is(err, ErrNotFound) {
+			return false, nil
+		} else if err != nil {
+			return false, err
+		}
+		if !collectable(e, now, skew) {
+			return false, nil
+		}
+		if _, err := tx.Delete(entryPrefix + key); err != nil {
+			return false, err
+		}
+		done = true
+		return true, nil
+	})
+	if err != nil {
+		return false, fmt.Errorf("forget %s: %w", key, err)
+	}
+	return done, nil
+}
