@@ -335,8 +335,8 @@ func (h *Home) Trust(text, name string) (*Peer, error) {
 	if name == "" {
 		name = b.Name
 	}
-	if !syncsafe.ValidName(name) || bcrypto.ValidKid(name) {
-		return nil, WithHint(fmt.Errorf("trust: %q cannot be a peer name", name), "pass --name with lower-case letters, digits, '.', '_' or '-', not 32 hex digits")
+	if !syncsafe.ValidName(name) || looksLikeID(name) {
+		return nil, WithHint(fmt.Errorf("trust: %q cannot be a peer name", name), "pass --name with lower-case letters, digits, '.', '_' or '-', not 8 or more hex digits alone (they read as an id)")
 	}
 	peers, err := h.Peers()
 	if err != nil {
@@ -557,4 +557,13 @@ func (p *Peer) Check() error {
 		}
 	}
 	return nil
+}
+
+// looksLikeID reports whether a name could be read as a party or request
+// id, or a prefix of one: 8 or more lower-case hex digits and nothing else.
+// The host's operator names requests AGENT/ID with AGENT a local name or an
+// id, so a peer must not be able to pick a name that reads as someone
+// else's id.
+func looksLikeID(name string) bool {
+	return len(name) >= 8 && strings.Trim(name, "0123456789abcdef") == ""
 }

@@ -361,6 +361,23 @@ func (f *Folder) Remove(rel string) error {
 	return nil
 }
 
+// RemoveAll removes rel and, if it is a directory, everything in it,
+// without following a link (the root refuses to leave the folder). It is
+// for the names one side owns, when someone else planted a directory
+// there: every component must pass ValidName.
+func (f *Folder) RemoveAll(rel string) error {
+	if err := checkOurPath(rel); err != nil {
+		return fmt.Errorf("remove: %w", err)
+	}
+	if err := f.checkParents(rel); err != nil {
+		return fmt.Errorf("remove %s: %w", rel, err)
+	}
+	if err := f.root.RemoveAll(rel); err != nil {
+		return fmt.Errorf("remove %s: %w", rel, err)
+	}
+	return nil
+}
+
 // syncDirRel fsyncs a directory of the root, best effort: some platforms
 // (Windows) cannot fsync a directory, and the entry is in place either way.
 func syncDirRel(root *os.Root, dir string) {

@@ -236,3 +236,28 @@ func TestMarker(t *testing.T) {
 		t.Errorf("CheckMarker(symlink) = %v, want a refusal", err)
 	}
 }
+
+// RemoveAll clears a directory planted at one of our names, links inside it
+// removed, not followed; it refuses foreign names and paths through links.
+func TestRemoveAll(t *testing.T) {
+	f, dir := newFolder(t)
+	outside := t.TempDir()
+	writeFile(t, filepath.Join(outside, "keep"), "x")
+	must(t, os.MkdirAll(filepath.Join(dir, "hosts/abc/id.result/deep"), 0o755))
+	writeFile(t, filepath.Join(dir, "hosts/abc/id.result/deep/f"), "x")
+	must(t, os.Symlink(outside, filepath.Join(dir, "hosts/abc/id.result/link")))
+	must(t, f.RemoveAll("hosts/abc/id.result"))
+	if _, err := os.Lstat(filepath.Join(dir, "hosts/abc/id.result")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("RemoveAll left the directory: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(outside, "keep")); err != nil {
+		t.Fatalf("RemoveAll followed a link out of the folder: %v", err)
+	}
+	must(t, os.Symlink(outside, filepath.Join(dir, "hosts/esc")))
+	if err := f.RemoveAll("hosts/esc/keep"); err == nil {
+		t.Error("RemoveAll through a link succeeded")
+	}
+	if err := f.RemoveAll("Foreign"); err == nil {
+		t.Error("RemoveAll of a foreign name succeeded")
+	}
+}

@@ -243,7 +243,8 @@ func (c *Client) Wait(ctx context.Context, id string, tick func(elapsed time.Dur
 }
 
 // Ack tells the host the result is held, then removes this agent's own
-// request files (never the host's).
+// request files (never the host's), unless the result is uncertain: a
+// human may then run the request again on the host, from those files.
 func (c *Client) Ack(out *Outcome) error {
 	s := out.Sent
 	// Keep the verified result: the host may collect its copy after the ack.
@@ -259,6 +260,12 @@ func (c *Client) Ack(out *Outcome) error {
 	}
 	if err := c.folder.Publish(bridge.RequestPath(s.Host, c.home.Config.ID, s.ID, bridge.ExtAck), bridge.WriteBytes(ack)); err != nil && !errors.Is(err, syncsafe.ErrExists) {
 		return err
+	}
+	if out.Result.Status == bridge.StatusUncertain {
+		// Not settled: a human on the host may run it again (`reconcile
+		// --as rerun`), which needs the request's files.
+		c.Nudger.Nudge(bridge.RequestPath(s.Host, c.home.Config.ID, s.ID, bridge.ExtAck))
+		return nil
 	}
 	defer c.Nudger.Nudge(bridge.RequestPath(s.Host, c.home.Config.ID, s.ID, bridge.ExtAck), // and the removals below
 		bridge.RequestPath(s.Host, c.home.Config.ID, s.ID, bridge.ExtManifest), bridge.RequestPath(s.Host, c.home.Config.ID, s.ID, bridge.ExtPayload))
@@ -321,13 +328,15 @@ func (c *Client) GC(dryRun bool) ([]string, error) {
 	}
 	var removed []string
 	for _, s := range sent {
-		kept := false
-		if _, err := os.Stat(c.home.Path("requests", s.ID+"."+bridge.ExtResult)); err == nil {
-			kept = true
+		// A kept uncertain result is not settled: its request's files
+		// stay, for a human's rerun on the host.
+		kept := c.keptStatus(s.ID)
+		if kept == bridge.StatusUncertain {
+			continue
 		}
 		_, resErr := c.folder.Lstat(bridge.ResultPath(s.Host, c.home.Config.ID, s.ID, bridge.ExtResult))
 		var exts []string
-		if kept {
+		if kept != "" {
 			exts = append(exts, bridge.ExtManifest, bridge.ExtPayload, bridge.ExtCancel)
 			if errors.Is(resErr, fs.ErrNotExist) {
 				exts = append(exts, bridge.ExtAck) // the host collected the result after the ack
@@ -347,4 +356,22 @@ func (c *Client) GC(dryRun bool) ([]string, error) {
 		}
 	}
 	return removed, nil
+}
+
+// keptStatus is the status of the result this agent keeps for request id
+// ("" if it keeps none). The copy was verified when it was kept.
+func (c *Client) keptStatus(id string) string {
+	data, err := os.ReadFile(c.home.Path("requests", id+"."+bridge.ExtResult))
+	if err != nil {
+		return ""
+	}
+	env, err := bcrypto.Parse(bcrypto.KindResult, data)
+	if err != nil {
+		return ""
+	}
+	var res bridge.Result
+	if bcrypto.DecodeBody(env.Body(), &res) != nil {
+		return ""
+	}
+	return res.Status
 }

@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -253,10 +256,20 @@ func (d *Daemon) run(j *job, inv *policy.Invocation, stdin spool, resume bool, a
 		delete(d.cancels, j.key)
 		d.mu.Unlock()
 	}()
+	d.mu.Lock()
+	d.slotWait[j.key] = j // a revocation stops the wait at once (revokeWaiting)
+	d.mu.Unlock()
 	slot := d.acquire(ctx, inv.Op, inv.Concurrency)
+	d.mu.Lock()
+	delete(d.slotWait, j.key)
+	d.mu.Unlock()
 	if slot == nil {
 		if d.runCtx.Err() != nil {
 			return // shutting down while still queued: claimed, never started; the next start evaluates it again
+		}
+		if err := d.standing(j); err != nil && !resume {
+			d.answer(j, evRevoke, bridge.Receipt{Status: bridge.StatusRejected, Reason: bridge.Reason(err), Op: inv.Op, Detail: err.Error()}, nil, nil)
+			return
 		}
 		if !resume {
 			d.answer(j, evCancelEarly, bridge.Receipt{Status: bridge.StatusCancelled, Reason: "cancelled", Op: inv.Op, Detail: "cancelled before it ran"}, nil, nil)
@@ -266,7 +279,16 @@ func (d *Daemon) run(j *job, inv *policy.Invocation, stdin spool, resume bool, a
 			Detail: "the host stopped while the op ran, and it was cancelled before it could run again; it may or may not have had its effect"}, nil, nil)
 		return
 	}
-	defer slot()
+	freeSlot := sync.OnceFunc(slot)
+	defer freeSlot()
+	if d.isClosing() {
+		// The daemon is stopping: nothing starts any more. A request that
+		// waited for its slot never started (claimed: the next start
+		// evaluates it again); a crash re-run stays running for the next
+		// start's recovery, as it was.
+		d.log.Info("stopping: a request that waited for its slot is left for the next start", "key", j.key)
+		return
+	}
 	// Right before the start: what may have changed while it waited.
 	if err := d.standing(j); err != nil {
 		if resume {
@@ -352,7 +374,10 @@ func (d *Daemon) run(j *job, inv *policy.Invocation, stdin spool, resume bool, a
 	if len(out.Notes) > 0 && rc.Detail == "" {
 		rc.Detail = strings.Join(out.Notes, "; ")
 	}
-	d.answerOrRetry(j, ev, rc, out.Stdout.Data, out.Stderr.Data)
+	// The op's slot is held until its answer is recorded (so no more
+	// entries than its concurrency are ever running), unless publishing
+	// fails: then the next request for the op must not wait on it.
+	d.answerOrRetry(j, ev, rc, out.Stdout.Data, out.Stderr.Data, freeSlot)
 }
 
 // answerOrRetry answers an op that ran (or was checked), trying again with
@@ -360,7 +385,7 @@ func (d *Daemon) run(j *job, inv *policy.Invocation, stdin spool, resume bool, a
 // remounted): the outcome is known only here, and a restart would have to
 // call it uncertain. It gives up when the daemon aborts; the entry then
 // stays running, for the next start's recovery.
-func (d *Daemon) answerOrRetry(j *job, ev event, rc bridge.Receipt, stdout, stderr []byte) {
+func (d *Daemon) answerOrRetry(j *job, ev event, rc bridge.Receipt, stdout, stderr []byte, onRetry ...func()) {
 	b := backoff.WithContext(backoff.NewExponentialBackOff(backoff.WithInitialInterval(200*time.Millisecond),
 		backoff.WithMaxInterval(30*time.Second), backoff.WithMaxElapsedTime(0)), d.runCtx)
 	_ = backoff.RetryNotify(func() error {
@@ -371,6 +396,9 @@ func (d *Daemon) answerOrRetry(j *job, ev event, rc bridge.Receipt, stdout, stde
 		return err
 	}, b, func(err error, wait time.Duration) {
 		d.log.Warn("answer: trying again", "key", j.key, "event", ev, "in", wait.Round(time.Millisecond), "err", err)
+		for _, f := range onRetry {
+			f()
+		}
 	})
 }
 
@@ -407,4 +435,24 @@ func (d *Daemon) ping(j *job) bool {
 	now := d.opt.Now().UnixMilli()
 	d.answer(j, evExit, bridge.Receipt{Status: bridge.StatusDone, Op: bridge.PingOp, Started: now, Finished: now, StdoutTotal: 5}, []byte("pong\n"), nil)
 	return false
+}
+
+// revokeWaiting stops the wait of every request waiting for its op's slot
+// whose signing key is no longer in standing (the trusted peers changed):
+// it is answered rejected (revoked) now, not when the slot frees.
+func (d *Daemon) revokeWaiting() {
+	d.mu.Lock()
+	waiting := slices.Collect(maps.Values(d.slotWait))
+	d.mu.Unlock()
+	for _, j := range waiting {
+		if d.standing(j) == nil {
+			continue
+		}
+		d.mu.Lock()
+		cancel := d.cancels[j.key]
+		d.mu.Unlock()
+		if cancel != nil {
+			cancel()
+		}
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"runtime"
@@ -106,7 +107,7 @@ func (d *Daemon) decide(key string, approve bool, why string) error {
 		return d.answer(j, evDeny, bridge.Receipt{Status: bridge.StatusRejected, Reason: "denied", Op: e.Op, Detail: detail}, nil, nil)
 	}
 	// What may have happened since it was parked answers it instead.
-	if d.decideWaiting(j, e) {
+	if d.holdBehind(j, e) || d.decideWaiting(j, e) {
 		return fmt.Errorf("request %s was answered before the approval: %s", key, d.stateOf(key))
 	}
 	d.audit.log(AuditEvent{Event: "approved", Agent: e.Agent, ID: e.ID, Op: e.Op})
@@ -140,26 +141,6 @@ func (d *Daemon) decideWaiting(j *job, e ledger.Entry) bool {
 	return true
 }
 
-// sweepWaiting looks at every request awaiting approval (every few
-// seconds, and at once when the trusted peers change): one whose key was
-// revoked, whose agent cancelled it or whose time ran out is answered.
-func (d *Daemon) sweepWaiting() {
-	waiting, err := d.ledger.InState(ledger.StateAwaitingApproval)
-	if err != nil {
-		return
-	}
-	for _, e := range waiting {
-		keys := d.agents()[e.Agent]
-		if keys == nil || !d.take(e.Key) {
-			continue
-		}
-		if j, err := d.reload(e, keys); err == nil {
-			d.decideWaiting(j, e)
-		}
-		d.release(e.Key)
-	}
-}
-
 // stateOf is the ledger state of key, for messages.
 func (d *Daemon) stateOf(key string) ledger.State {
 	e, _ := d.ledger.Get(key)
@@ -170,18 +151,24 @@ func (d *Daemon) stateOf(key string) ledger.State {
 // within a second, or at its next start). ref names the request: its id,
 // or AGENT/ID (see resolveRef). Approving a request whose signing key has
 // been revoked is refused at once: the daemon answers it rejected.
-func Approve(h *bridge.Home, ref string) (*LedgerEntry, error) {
+func Approve(h *bridge.Home, ref string) (*Decision, error) {
 	return decideOrder(h, ref, "approve", "")
 }
 
 // Deny refuses a request awaiting approval; why is passed to the agent.
-func Deny(h *bridge.Home, ref, why string) (*LedgerEntry, error) {
+func Deny(h *bridge.Home, ref, why string) (*Decision, error) {
 	return decideOrder(h, ref, "deny", why)
 }
 
-func decideOrder(h *bridge.Home, ref, as, why string) (*LedgerEntry, error) {
-	if h.Config.Role != "host" {
-		return nil, bridge.WithHint(errors.New(as+": approvals are decided on the host"), "run it with the host's --home")
+// Decision is what approve, deny or reconcile did with a request.
+type Decision struct {
+	Listed      // the request, as the ledger had it
+	Queued bool `json:"queued"` // handed to the running daemon (or its next start), which applies it within a second
+}
+
+func decideOrder(h *bridge.Home, ref, as, why string) (*Decision, error) {
+	if err := hostOnly(h, as); err != nil {
+		return nil, err
 	}
 	e, err := snapshotEntry(h, ref, ledger.StateAwaitingApproval)
 	if err != nil {
@@ -193,7 +180,19 @@ func decideOrder(h *bridge.Home, ref, as, why string) (*LedgerEntry, error) {
 				"nothing signed by a revoked key runs; the daemon answers it rejected (revoked)")
 		}
 	}
-	return e, writeOrder(h, controlOrder{Key: e.Key, As: as, Why: why})
+	if err := writeOrder(h, controlOrder{Key: e.Key, As: as, Why: why}); err != nil {
+		return nil, err
+	}
+	return &Decision{Listed: Listed{Ref: refOf(h, *e), LedgerEntry: *e}, Queued: true}, nil
+}
+
+// hostOnly refuses a command that acts on a host's requests in another home.
+func hostOnly(h *bridge.Home, what string) error {
+	if h.Config.Role != "host" {
+		return bridge.WithHint(fmt.Errorf("%s: this home belongs to an agent; requests are decided on the host", what),
+			"run it with the host's --home")
+	}
+	return nil
 }
 
 // revokedSigner reports, from the home alone (the daemon may not run), that
@@ -205,6 +204,9 @@ func revokedSigner(h *bridge.Home, e LedgerEntry) error {
 		return fmt.Errorf("%w: its agent is no longer trusted", bridge.ErrKeyRevoked)
 	}
 	data, err := os.ReadFile(h.Path("manifests", e.Agent, e.ID+"."+bridge.ExtManifest))
+	if errors.Is(err, fs.ErrNotExist) {
+		data, err = os.ReadFile(h.Path("manifests", e.Agent, e.ID+"."+extUnrecorded))
+	}
 	if err != nil {
 		return nil // the daemon cannot approve it either; it says why
 	}
@@ -219,11 +221,14 @@ func revokedSigner(h *bridge.Home, e LedgerEntry) error {
 
 // Pending lists the requests awaiting approval, oldest first.
 func Pending(h *bridge.Home) ([]Listed, error) {
+	if err := hostOnly(h, "pending"); err != nil {
+		return nil, err
+	}
 	all, err := List(h)
 	if err != nil {
 		return nil, err
 	}
-	var out []Listed
+	out := []Listed{}
 	for _, e := range all {
 		if e.State == ledger.StateAwaitingApproval {
 			out = append(out, e)

@@ -87,6 +87,7 @@ type Daemon struct {
 	acks     map[string]bool               // finished keys whose ack file the watcher saw (gc.go)
 	rescans  int                           // full batches seen, for dispatchFull's rotation (0: the start-up scan is not dispatched yet)
 	cancels  map[string]context.CancelFunc // keys past claim, until their run ends
+	slotWait map[string]*job               // keys whose run waits for a slot of its op (revokeWaiting)
 	noted    map[string]bool               // log-once set (bounded)
 	sems     map[string]chan struct{}      // per-op concurrency
 	opQueued map[string]int                // per op with a concurrency: requests claimed and not yet ended (queue.go)
@@ -118,6 +119,13 @@ type Daemon struct {
 
 // fatal stops the daemon: Run returns err (the first one given).
 func (d *Daemon) fatal(err error) { d.stopLife(err) }
+
+// isClosing reports whether Close was called: no new run may start.
+func (d *Daemon) isClosing() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.closing
+}
 
 // stopped reports whether the daemon is stopping for good: aborting its
 // runs, or stopped by a fatal error.
@@ -185,7 +193,7 @@ func NewDaemon(home *bridge.Home, opt DaemonOptions) (*Daemon, error) {
 	d := &Daemon{
 		home: home, opt: opt, log: opt.Logger, me: home.Config.ID,
 		queued: map[string]bool{}, active: map[string]bool{}, dirty: map[string]bool{}, finished: map[string]stamp{}, acks: map[string]bool{},
-		cancels: map[string]context.CancelFunc{}, noted: map[string]bool{}, sems: map[string]chan struct{}{},
+		cancels: map[string]context.CancelFunc{}, slotWait: map[string]*job{}, noted: map[string]bool{}, sems: map[string]chan struct{}{},
 		opQueued: map[string]int{}, deferred: map[string]*keyQueue{}, events: map[event]int{},
 	}
 	d.life, d.stopLife = context.WithCancelCause(context.Background())
@@ -368,13 +376,22 @@ func (d *Daemon) Close(ctx context.Context) error {
 	d.mu.Lock()
 	d.closing = true
 	d.cond.Broadcast()
+	running := len(d.cancels) - len(d.slotWait)
 	d.mu.Unlock()
+	if running > 0 {
+		until := "until they end"
+		if dl, ok := ctx.Deadline(); ok {
+			until = "for up to " + time.Until(dl).Round(time.Second).String()
+		}
+		d.log.Info("stopping: no new work; running ops may finish "+until+", then they are stopped (a second signal stops them at once)",
+			"running", running)
+	}
 	done := make(chan struct{})
 	go func() { d.wg.Wait(); close(done) }()
 	select {
 	case <-done:
 	case <-ctx.Done():
-		d.log.Warn("aborting running operations")
+		d.log.Warn("aborting running operations: the drain is over", "hint", "each is answered uncertain, or left for the next start if it is idempotent or has a reconcile command")
 		if d.abortRun != nil {
 			d.abortRun()
 		}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/ledger"
+	"github.com/syncbridge/bridge/bridge/policy"
 
 	bcrypto "github.com/syncbridge/bridge/crypto"
 )
@@ -29,6 +30,11 @@ func Doctor(h *bridge.Home, opt bridge.DoctorOptions) []bridge.Finding {
 	}
 	if _, err := os.Stat(h.Path(bridge.PolicyName)); err != nil {
 		out = append(out, bridge.Finding{Check: "policy", Severity: bridge.SeverityProblem, Message: "no policy: nothing may run", Fix: "write " + h.Path(bridge.PolicyName) + " and check it with `bridge policy check`"})
+	} else if p, err := policy.Load(h.Path(bridge.PolicyName)); err != nil {
+		out = append(out, bridge.Finding{Check: "policy", Severity: bridge.SeverityProblem, Message: fmt.Sprintf("the policy does not load: %v", err),
+			Fix: "bridge policy check (it names the file and line); `bridge serve` refuses to start until it loads"})
+	} else {
+		out = append(out, bridge.Finding{Check: "policy", Severity: bridge.SeverityOK, Message: fmt.Sprintf("the policy loads (sha256 %.12s)", p.SHA256)})
 	}
 
 	// Requests a human must settle, and ids a repair found without a record.
@@ -38,6 +44,7 @@ func Doctor(h *bridge.Home, opt bridge.DoctorOptions) []bridge.Finding {
 			Fix: "stop `bridge serve`, then run `bridge ledger repair`"})
 		return out
 	}
+	out = append(out, bridge.Finding{Check: "ledger", Severity: bridge.SeverityOK, Message: fmt.Sprintf("the ledger reads back: %d requests", len(entries))})
 	out = append(out, uncertainFindings(h, entries)...)
 
 	// Clock skew: an agent's created time against the host's first sight.

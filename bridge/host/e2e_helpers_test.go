@@ -114,7 +114,12 @@ func runDaemon(t *testing.T, home *bridge.Home, opt DaemonOptions) *Daemon {
 		})
 	}
 	stoppers.Store(d, stop)
-	t.Cleanup(func() { stop(context.Background()) })
+	t.Cleanup(func() {
+		// Bounded: a test that failed while an op blocks must not hang.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		stop(ctx)
+	})
 	return d
 }
 

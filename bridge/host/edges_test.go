@@ -1,9 +1,11 @@
 package host
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -197,10 +199,14 @@ func TestLostRecordNeverRunsAgain(t *testing.T) {
 				if err := os.WriteFile(db, before, 0o600); err != nil {
 					t.Fatal(err)
 				}
+				// As OPERATIONS.md says to after a restore.
+				if _, err := RepairLedger(e.host); err != nil {
+					t.Fatal(err)
+				}
 			}
-			// As after a SIGKILL: the finished-requests cache, which would
-			// keep the daemon from looking at the request at all, is gone.
-			os.Remove(e.host.Path(finishedName))
+			// The finished-requests cache still lists the request (its
+			// result is in place): the repair's lost list must make the
+			// daemon look at it all the same, to record it.
 			if got := e.entry(t, id); got.State != "" {
 				t.Fatalf("the test did not lose the record: %s", got.State)
 			}
@@ -264,16 +270,21 @@ func TestRevokedWhileQueuedNeverStarts(t *testing.T) {
 	e := newEdge(t)
 	e.block()
 	e.daemon(t)
-	first, queued := e.submit(t, "block"), e.submit(t, "block")
-	waitFor(t, 10*time.Second, "the first to run and the second to wait for the slot", func() bool {
-		return e.starts(t, "block", first) == 1 && e.entry(t, queued).State == ledger.StateClaimed
-	})
+	first := e.submit(t, "block")
+	waitFor(t, 10*time.Second, "the first to run", func() bool { return e.starts(t, "block", first) == 1 })
+	queued := e.submit(t, "block")
+	waitFor(t, 10*time.Second, "the second to wait for the slot", func() bool { return e.entry(t, queued).State == ledger.StateClaimed })
 	if _, err := e.host.Revoke(e.agent.Identity().SignKid()); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(1500 * time.Millisecond) // the daemon has reloaded its peers
+	// Answered at once, not when the slot frees (the first still runs).
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	out, err := e.client.Wait(ctx, queued, nil)
+	if err != nil {
+		t.Fatalf("a request waiting for its slot was not answered at the revocation: %v", err)
+	}
 	e.unblock()
-	out := e.wait(t, queued)
 	if n := e.starts(t, "block", queued); n != 0 {
 		t.Fatalf("a request queued before its key was revoked started %d times after", n)
 	}
@@ -414,11 +425,23 @@ func TestDecisionsByAgentAndID(t *testing.T) {
 	if _, err := Approve(e.host, mine); err == nil || !strings.Contains(err.Error(), "cloud-1/"+mine) {
 		t.Fatalf("approve by a shared id: %v; want a refusal naming cloud-1/%s", err, mine)
 	}
+	// The agent half is a local name or a whole id, never an id's prefix:
+	// a peer could otherwise pick a name that reads as another's id (and
+	// a name of hex digits alone is refused at trust for that reason).
+	if _, err := Approve(e.host, e.agent.Config.ID[:8]+"/"+mine); err == nil {
+		t.Fatal("approve by an agent id's prefix was accepted")
+	}
+	if _, err := e.host.Trust(other.BundleText(), other.Config.ID[:8]); err == nil {
+		t.Fatal("trust accepted a peer name that reads as an id")
+	}
+	if dec, err := Approve(e.host, e.agent.Config.ID+"/"+mine); err != nil || dec.Ref != "cloud-1/"+mine {
+		t.Fatalf("approve by the whole agent id: %+v, %v", dec, err)
+	}
 	if _, err := Deny(e.host, "other/"+mine, "copied id"); err != nil {
 		t.Fatalf("deny other/ID: %v", err)
 	}
-	if _, err := Approve(e.host, "cloud-1/"+mine); err != nil {
-		t.Fatalf("approve cloud-1/ID: %v", err)
+	if dec, err := Approve(e.host, "cloud-1/"+mine); err != nil || dec.Ref != "cloud-1/"+mine || !dec.Queued {
+		t.Fatalf("approve cloud-1/ID: %+v, %v", dec, err)
 	}
 	if out := e.wait(t, mine); out.Receipt.Status != bridge.StatusDone {
 		t.Fatalf("approved request: %s (%s)", out.Receipt.Status, out.Receipt.Reason)
@@ -481,10 +504,12 @@ func TestReconcileRerunRunsOnce(t *testing.T) {
 	waitFor(t, 10*time.Second, "the op to start", func() bool { return e.starts(t, "block", id) == 1 })
 	d.kill()
 	e.unblock()
-	startDaemonProcess(t, e.pair, env...)
+	d = startDaemonProcess(t, e.pair, env...)
 	if out := e.wait(t, id); out.Receipt.Status != bridge.StatusUncertain || out.Receipt.Reason != "crashed" {
 		t.Fatalf("after the crash: %s (%s)", out.Receipt.Status, out.Receipt.Reason)
 	}
+	// (The answer is out a moment before the ledger records it.)
+	waitFor(t, 5*time.Second, "the ledger to record it", func() bool { return e.entry(t, id).State == ledger.StateUncertain })
 	if _, err := Reconcile(e.host, "cloud-1/"+id, "rerun"); err != nil {
 		t.Fatal(err)
 	}
@@ -497,5 +522,214 @@ func TestReconcileRerunRunsOnce(t *testing.T) {
 	}
 	if en := e.entry(t, id); en.Runs != 2 {
 		t.Fatalf("ledger runs %d, want 2", en.Runs)
+	}
+
+	// An agent that took its files away (acking an uncertain answer does
+	// not: TestAckKeepsFilesOfUncertain): a rerun is refused with what to
+	// do, instead of waiting for ever.
+	e.block()
+	gone := e.submit(t, "block")
+	waitFor(t, 10*time.Second, "the op to start", func() bool { return e.starts(t, "block", gone) == 1 })
+	d.kill()
+	e.unblock()
+	d = startDaemonProcess(t, e.pair, env...)
+	e.wait(t, gone)
+	waitFor(t, 5*time.Second, "the ledger to record it", func() bool { return e.entry(t, gone).State == ledger.StateUncertain })
+	for _, ext := range []string{"manifest", "payload"} {
+		os.Remove(filepath.Join(e.toHost(), gone+"."+ext))
+	}
+	d.kill() // Reconcile acts at once on a stopped daemon
+	_, err := Reconcile(e.host, "cloud-1/"+gone, "rerun")
+	var he *bridge.HintError
+	if err == nil || !strings.Contains(err.Error(), "payload is not in the folder") || !errors.As(err, &he) {
+		t.Fatalf("rerun without the payload: %v", err)
+	}
+	if st := e.entry(t, gone).State; st != ledger.StateUncertain {
+		t.Fatalf("a refused rerun left the request %s", st)
+	}
+}
+
+// Row "unclaim": a stop takes no new work. A request waiting for its op's
+// slot when the daemon is told to stop does not start when the slot frees
+// during the drain: it never started, so the next start runs it, and it is
+// never answered uncertain (found by the red team).
+func TestDrainStartsNothingNew(t *testing.T) {
+	e := newEdge(t)
+	e.block()
+	d := e.daemon(t)
+	first := e.submit(t, "block") // concurrency 1
+	waitFor(t, 10*time.Second, "the first to run", func() bool { return e.starts(t, "block", first) == 1 })
+	queued := e.submit(t, "block")
+	waitFor(t, 10*time.Second, "the second to wait", func() bool { return e.entry(t, queued).State == ledger.StateClaimed })
+	go func() { time.Sleep(300 * time.Millisecond); e.unblock() }() // the first ends during the drain
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	stopDaemon(d, ctx)
+	if n := e.starts(t, "block", queued); n != 0 {
+		t.Fatalf("a request waiting for its slot started %d times after the stop began", n)
+	}
+	if out := e.wait(t, first); out.Receipt.Status != bridge.StatusDone {
+		t.Fatalf("the op that ran through the drain: %s (%s)", out.Receipt.Status, out.Receipt.Reason)
+	}
+	e.daemon(t)
+	if out := e.wait(t, queued); out.Receipt.Status != bridge.StatusDone {
+		t.Fatalf("the waiting request after the restart: %s (%s)", out.Receipt.Status, out.Receipt.Reason)
+	}
+	if n := e.starts(t, "block", queued); n != 1 {
+		t.Fatalf("started %d times", n)
+	}
+}
+
+// A folder writer plants directories at a running request's result names:
+// they are cleared and the answer is published, the entry ends done, and
+// the next request for the op (concurrency 1) is not held up (found by the
+// red team: the answer was retried for ever while the op's slot was held).
+func TestSquattedResultNamesAreCleared(t *testing.T) {
+	e := newEdge(t)
+	e.block()
+	e.daemon(t)
+	first := e.submit(t, "block")
+	waitFor(t, 10*time.Second, "the first to run", func() bool { return e.starts(t, "block", first) == 1 })
+	next := e.submit(t, "block")
+	for _, ext := range []string{"result", "output"} {
+		if err := os.MkdirAll(filepath.Join(e.toAgent(), first+"."+ext, "x"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.unblock()
+	if out := e.wait(t, first); out.Receipt.Status != bridge.StatusDone {
+		t.Fatalf("the squatted request: %s (%s)", out.Receipt.Status, out.Receipt.Reason)
+	}
+	if out := e.wait(t, next); out.Receipt.Status != bridge.StatusDone {
+		t.Fatalf("the request after it: %s (%s)", out.Receipt.Status, out.Receipt.Reason)
+	}
+	waitFor(t, 5*time.Second, "the ledger to record both", func() bool {
+		return e.entry(t, first).State == ledger.StateDone && e.entry(t, next).State == ledger.StateDone
+	})
+}
+
+// Rows "record-lost" for an entry that exists but is behind what the host
+// did (found by the red team): a whole home restored from a backup taken
+// while the request waited for its payload, and a repair that drops the
+// record of a run. Neither runs the request again.
+func TestLedgerBehindNeverRunsAgain(t *testing.T) {
+	t.Run("home restored", func(t *testing.T) {
+		e := newEdge(t)
+		id, manifest, payload := e.sealManual(t, "blockidem", map[string]string{}, nil)
+		os.WriteFile(filepath.Join(e.toHost(), id+".manifest"), manifest, 0o644) // the payload is still syncing
+		d := e.daemon(t)
+		waitFor(t, 10*time.Second, "the request to wait for its payload", func() bool { return e.entry(t, id).State == ledger.StatePending })
+		stopDaemon(d, context.Background())
+		backup := filepath.Join(t.TempDir(), "home")
+		if err := exec.Command("cp", "-a", e.hostHome, backup).Run(); err != nil {
+			t.Fatal(err)
+		}
+		os.WriteFile(filepath.Join(e.toHost(), id+".payload"), payload, 0o644)
+		d = e.daemon(t)
+		if out := e.wait(t, id); out.Receipt.Status != bridge.StatusDone {
+			t.Fatalf("first run: %s", out.Receipt.Status)
+		}
+		stopDaemon(d, context.Background())
+		os.RemoveAll(e.hostHome)
+		if err := exec.Command("cp", "-a", backup, e.hostHome).Run(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := RepairLedger(e.host); err != nil {
+			t.Fatal(err)
+		}
+		e.daemon(t)
+		waitFor(t, 10*time.Second, "the request to be held", func() bool { return e.entry(t, id).State == ledger.StateUncertain })
+		settleFor()
+		if n := e.starts(t, "blockidem", id); n != 1 {
+			t.Fatalf("ran %d times after the home was restored", n)
+		}
+		if out := e.wait(t, id); out.Receipt.Status != bridge.StatusDone {
+			t.Fatalf("the agent's answer changed to %s", out.Receipt.Status)
+		}
+	})
+	t.Run("run record repaired away", func(t *testing.T) {
+		e := newEdge(t)
+		e.block()
+		id := e.submit(t, "block")
+		env := []string{"RUNS=" + e.runs, "PATH=" + e.env["PATH"]}
+		d := startDaemonProcess(t, e.pair, env...)
+		waitFor(t, 10*time.Second, "the op to start", func() bool { return e.starts(t, "block", id) == 1 })
+		d.kill()
+		e.unblock()
+		db := e.host.Path("ledger", "ledger.db")
+		data, err := os.ReadFile(db)
+		if err != nil {
+			t.Fatal(err)
+		}
+		at := bytes.LastIndex(data, []byte(`"state":"running"`))
+		if at < 0 {
+			t.Fatal("no running record in the ledger")
+		}
+		data[at+1] = 'X' // the last record, the run's, is damaged
+		os.WriteFile(db, data, 0o600)
+		os.Remove(db + ".checked")
+		rep, err := RepairLedger(e.host)
+		if err != nil || !rep.Damaged {
+			t.Fatalf("repair: %+v, %v", rep, err)
+		}
+		if st := e.entry(t, id).State; st != ledger.StateClaimed {
+			t.Fatalf("the repair left %s; the test wants the run's record dropped (claimed)", st)
+		}
+		startDaemonProcess(t, e.pair, env...)
+		out := e.wait(t, id)
+		if out.Receipt.Status != bridge.StatusUncertain || out.Receipt.Reason != "record-lost" {
+			t.Fatalf("after the repair: %s (%s)", out.Receipt.Status, out.Receipt.Reason)
+		}
+		if n := e.starts(t, "block", id); n != 1 {
+			t.Fatalf("ran %d times after the repair", n)
+		}
+	})
+}
+
+// Rows "incomplete" and "rerun-refused": a request whose files leave the
+// folder while it waits (its agent gave up; for a human's rerun, its agent
+// took them away) is answered once the pending timeout passed, instead of
+// waiting for ever where no file event brings the daemon back to it
+// (found by the red team and a new user: a rerun stayed pending).
+func TestStalledRequestsAreAnswered(t *testing.T) {
+	e := newEdge(t)
+	// Never complete: the payload never comes, then the manifest goes.
+	id, manifest, _ := e.sealManual(t, "blockidem", map[string]string{}, nil)
+	os.WriteFile(filepath.Join(e.toHost(), id+".manifest"), manifest, 0o644)
+	// Run once, interrupted: uncertain.
+	e.block()
+	ran := e.submit(t, "block")
+	env := []string{"RUNS=" + e.runs, "PATH=" + e.env["PATH"]}
+	d := startDaemonProcess(t, e.pair, env...)
+	waitFor(t, 10*time.Second, "the op to start and the other to wait", func() bool {
+		return e.starts(t, "block", ran) == 1 && e.entry(t, id).State == ledger.StatePending
+	})
+	d.kill()
+	e.unblock()
+	d = startDaemonProcess(t, e.pair, env...)
+	if out := e.wait(t, ran); out.Receipt.Status != bridge.StatusUncertain {
+		t.Fatalf("after the crash: %s", out.Receipt.Status)
+	}
+	waitFor(t, 5*time.Second, "the ledger to record it", func() bool { return e.entry(t, ran).State == ledger.StateUncertain })
+	d.kill()
+	if _, err := Reconcile(e.host, "cloud-1/"+ran, "rerun"); err != nil {
+		t.Fatal(err)
+	}
+	// Both requests' files leave the folder.
+	for _, rid := range []string{id, ran} {
+		for _, ext := range []string{"manifest", "payload"} {
+			os.Remove(filepath.Join(e.toHost(), rid+"."+ext))
+		}
+	}
+	runDaemon(t, e.host, DaemonOptions{Rescan: 300 * time.Millisecond, PendingTimeout: time.Second, Env: envWith(e.env)})
+	if out := e.wait(t, id); out.Receipt.Status != bridge.StatusRejected || out.Receipt.Reason != "incomplete" {
+		t.Fatalf("a request whose files left before it was complete: %s (%s)", out.Receipt.Status, out.Receipt.Reason)
+	}
+	waitFor(t, 10*time.Second, "the rerun to be answered", func() bool {
+		out, err := e.client.Result(ran)
+		return err == nil && out.Receipt.Reason == "rerun-refused" && e.entry(t, ran).State == ledger.StateUncertain
+	})
+	if n := e.starts(t, "block", ran); n != 1 {
+		t.Fatalf("ran %d times", n)
 	}
 }

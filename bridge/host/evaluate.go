@@ -131,7 +131,7 @@ func (d *Daemon) evaluate(agent, id string) bool {
 			d.log.Error("keep manifest", "key", key, "err", err)
 			return false
 		}
-		if d.adopt(j, ent) {
+		if d.adopt(j, ent) || d.holdBehind(j, ent) {
 			return false
 		}
 	}
@@ -165,13 +165,23 @@ func (d *Daemon) evaluate(agent, id string) bool {
 }
 
 // deliver records an authentic request new to the ledger (event deliver),
-// then keeps its manifest. If the home or the folder shows that this host
+// its manifest kept first. If the home or the folder shows that this host
 // admitted the id before (a repaired or restored ledger lost its record),
 // it is recorded uncertain instead (record-lost), and never runs again.
 func (d *Daemon) deliver(j *job, expires time.Time) (ledger.Entry, bool) {
 	e := ledger.Entry{Key: j.key, Agent: j.agent, ID: j.req.ID, State: ledger.StateSeen, ManifestSHA256: j.sha,
 		FirstSeen: d.opt.Now(), Expires: expires}
 	why := d.evidence(j.agent, j.req.ID)
+	// Kept before the record, under a name that is not evidence of
+	// admission (unrecorded), and renamed once the record is in: recovery,
+	// reconcile and the sweeps rebuild a request from it whether or not
+	// its files are still in the folder, and a crash between the two
+	// neither strands a record without its manifest nor makes a request
+	// that never ran look admitted.
+	if err := d.keepUnrecorded(j); err != nil {
+		d.log.Error("keep manifest", "key", j.key, "err", err)
+		return ledger.Entry{}, false
+	}
 	if why != "" {
 		// An answer before its record, as always: a crash in between
 		// leaves the sealed copy, which is evidence itself.
@@ -189,12 +199,8 @@ func (d *Daemon) deliver(j *job, expires time.Time) (ledger.Entry, bool) {
 		d.log.Error("ledger admit", "key", j.key, "err", err)
 		return ent, false
 	}
-	// Kept after the record (so a kept manifest means the id was
-	// recorded), before anything else happens to the request: recovery
-	// and reconcile must not depend on the agent's file in the folder.
 	if err := d.keepManifest(j); err != nil {
-		d.log.Error("keep manifest", "key", j.key, "err", err)
-		return ent, false
+		d.log.Warn("keep manifest", "key", j.key, "err", err) // its unrecorded copy serves
 	}
 	switch {
 	case !created:
@@ -202,6 +208,7 @@ func (d *Daemon) deliver(j *job, expires time.Time) (ledger.Entry, bool) {
 		d.audit.log(AuditEvent{Event: "seen", Agent: j.agent, ID: j.req.ID})
 	default:
 		d.markFinished(j.agent, j.req.ID)
+		d.forgetLost(j.key)
 		d.log.Error("a request this host admitted before came back, and the ledger had no record of it: held uncertain, never run again",
 			"key", j.key, "evidence", why, "hint", "bridge reconcile "+j.keys.name+"/"+j.req.ID+" --as done|failed|rerun")
 		d.audit.log(AuditEvent{Event: "record-lost", Agent: j.agent, ID: j.req.ID, Detail: why})
@@ -250,7 +257,7 @@ func (d *Daemon) evaluateKept(ent ledger.Entry, keys *agentKeys) {
 		d.noteOnce("reload:"+ent.Key, "cannot reload the admitted manifest", "key", ent.Key, "err", err)
 		return
 	}
-	if d.adopt(j, ent) {
+	if d.adopt(j, ent) || ent.State == ledger.StateRunning || d.holdBehind(j, ent) {
 		return
 	}
 	if ent.State == ledger.StateAwaitingApproval {
@@ -325,14 +332,36 @@ func (d *Daemon) cancelledBefore(j *job) bool {
 	return true
 }
 
-// keepManifest keeps the admitted manifest in the home, once.
+// The kept manifest of a request: manifests/<agent>/<id>.manifest once the
+// ledger recorded the id (evidence of admission, evidence.go), and
+// <id>.unrecorded just before.
+func (d *Daemon) keptPath(agent, id, ext string) string {
+	return d.home.Path("manifests", agent, id+"."+ext)
+}
+
+const extUnrecorded = "unrecorded"
+
+// keepUnrecorded keeps a manifest about to be recorded.
+func (d *Daemon) keepUnrecorded(j *job) error {
+	if err := os.MkdirAll(d.home.Path("manifests", j.agent), 0o700); err != nil {
+		return err
+	}
+	return syncsafe.WriteFileAtomic(d.keptPath(j.agent, j.req.ID, extUnrecorded), j.manifest)
+}
+
+// keepManifest keeps the admitted manifest of a recorded request in the
+// home, once: its unrecorded copy renamed, or written anew. (The rename
+// needs no directory fsync: lost to a crash, the copy is found under its
+// first name.)
 func (d *Daemon) keepManifest(j *job) error {
-	dir := d.home.Path("manifests", j.agent)
-	p := filepath.Join(dir, j.req.ID+"."+bridge.ExtManifest)
+	p := d.keptPath(j.agent, j.req.ID, bridge.ExtManifest)
 	if _, err := os.Stat(p); err == nil {
 		return nil
 	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := os.Rename(d.keptPath(j.agent, j.req.ID, extUnrecorded), p); err == nil {
+		return nil
+	}
+	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
 		return err
 	}
 	return syncsafe.WriteFileAtomic(p, j.manifest)
@@ -378,7 +407,13 @@ func (d *Daemon) cancelled(agent, id string) bool {
 		return false
 	}
 	if _, err = bridge.OpenCancel(data, id, d.me, agent, keys.sign(d.opt.Now())); err != nil {
-		if !errors.Is(err, bcrypto.ErrTruncated) {
+		switch _, aerr := bridge.OpenCancel(data, id, d.me, agent, keys.allSign()); {
+		case errors.Is(err, bcrypto.ErrTruncated):
+		case aerr == nil:
+			// The agent's own, signed by a key revoked or rotated out since
+			// (often an old cancel, long answered): not a forgery.
+			d.noteOnce("old-key:"+p, "ignoring a cancel signed by a key of the agent that is no longer valid", "file", p)
+		default:
 			d.refuseFile(p, err)
 		}
 		return false
@@ -410,7 +445,10 @@ func (d *Daemon) handleCancel(agent, id string) {
 // authentic when admitted, and reload only rebuilds it. Whether it may
 // still start is standing's to say; the times are not checked again.
 func (d *Daemon) reload(ent ledger.Entry, keys *agentKeys) (*job, error) {
-	data, err := os.ReadFile(d.home.Path("manifests", ent.Agent, ent.ID+"."+bridge.ExtManifest))
+	data, err := os.ReadFile(d.keptPath(ent.Agent, ent.ID, bridge.ExtManifest))
+	if errors.Is(err, fs.ErrNotExist) {
+		data, err = os.ReadFile(d.keptPath(ent.Agent, ent.ID, extUnrecorded)) // a crash before the rename
+	}
 	if err != nil {
 		return nil, err
 	}

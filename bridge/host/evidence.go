@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -47,7 +48,7 @@ func (d *Daemon) evidence(agent, id string) string {
 	case finished:
 		return "the finished-requests cache lists it"
 	}
-	if _, err := os.Stat(d.home.Path("manifests", agent, id+"."+bridge.ExtManifest)); err == nil {
+	if _, err := os.Stat(d.keptPath(agent, id, bridge.ExtManifest)); err == nil {
 		return "its manifest was kept in the home"
 	}
 	if d.hasSealedResult(agent, id) {
@@ -74,6 +75,85 @@ func (d *Daemon) evidence(agent, id string) string {
 	return ""
 }
 
+// behind reports what shows that the host took a request further than its
+// ledger entry says (a ledger restored from a backup, or repaired after the
+// records of a run were lost): an entry not yet answered, and not yet
+// started by this ledger, whose request this host answered or ran before.
+// "" if nothing does. Only what the ledger entry does not already account
+// for counts: the result it recorded (a human's rerun keeps it until the
+// new answer), the runs it counted.
+func (d *Daemon) behind(ent ledger.Entry) string {
+	d.mu.Lock()
+	lost := d.lost[ent.Key]
+	d.mu.Unlock()
+	if lost {
+		return "the audit log shows it went further than the ledger before the ledger was repaired"
+	}
+	if data, err := d.folder.ReadFile(bridge.ResultPath(d.me, ent.Agent, ent.ID, bridge.ExtResult), bcrypto.KindResult.MaxSize()); err == nil &&
+		bridge.SHA256Hex(data) != ent.ResultSHA256 {
+		if _, err := d.ownResult(data, ent.Agent, ent.ID); err == nil {
+			return "a result of it, signed by this host, is in the folder"
+		}
+	}
+	if ent.Runs == 0 {
+		if data, err := d.folder.ReadFile(bridge.ProgressPath(d.me, ent.Agent, ent.ID, 1), bcrypto.KindProgress.MaxSize()); err == nil {
+			c := bridge.ProgressCheck{ID: ent.ID, Host: d.me, Agent: ent.Agent, Seq: 1, HostKeys: d.own().signPubs()}
+			if _, err := bridge.OpenProgress(data, c); err == nil {
+				return "its output, signed by this host, is in the folder"
+			}
+		}
+	}
+	if keys := d.agents()[ent.Agent]; keys != nil {
+		if data, err := d.folder.ReadFile(bridge.RequestPath(d.me, ent.Agent, ent.ID, bridge.ExtAck), bcrypto.KindAck.MaxSize()); err == nil {
+			if a, err := bridge.OpenAck(data, ent.ID, d.me, ent.Agent, keys.allSign()); err == nil && a.ResultSHA256 != ent.ResultSHA256 {
+				return "the agent acked a result of it"
+			}
+		}
+	}
+	return ""
+}
+
+// holdBehind records an unanswered entry that behind found evidence for as
+// uncertain (record-lost), telling the agent unless it holds an answer
+// already, and reports whether it did (the caller owns the key).
+func (d *Daemon) holdBehind(j *job, ent ledger.Entry) bool {
+	why := d.behind(ent)
+	if why == "" {
+		return false
+	}
+	d.count(evRecordLost)
+	resSHA := d.answerLost(j, why)
+	rc := bridge.Receipt{Status: bridge.StatusUncertain, Reason: "record-lost", Op: ent.Op}
+	if err := d.record(j, evRecordLost, ent.State, resSHA, rc, false); err != nil {
+		return true // violation: the daemon stops
+	}
+	d.forgetLost(ent.Key)
+	d.log.Error("the ledger is behind what this host did with a request: held uncertain, never run again",
+		"key", ent.Key, "state", ent.State, "evidence", why, "hint", "bridge reconcile "+j.keys.name+"/"+ent.ID+" --as done|failed|rerun")
+	d.audit.log(AuditEvent{Event: "record-lost", Agent: ent.Agent, ID: ent.ID, Detail: fmt.Sprintf("ledger %s: %s", ent.State, why)})
+	return true
+}
+
+// forgetLost drops a key from the repair's lost list once it is recorded
+// (held uncertain): a human's rerun of it later must not be held again.
+func (d *Daemon) forgetLost(key string) {
+	d.mu.Lock()
+	if !d.lost[key] {
+		d.mu.Unlock()
+		return
+	}
+	delete(d.lost, key)
+	keys := slices.Sorted(maps.Keys(d.lost))
+	d.mu.Unlock()
+	var b bytes.Buffer
+	for _, k := range keys {
+		fmt.Fprintln(&b, k)
+	}
+	if err := syncsafe.WriteFileAtomic(d.home.Path(lostName), b.Bytes()); err != nil {
+		d.log.Warn("rewrite the lost list", "err", err)
+	}
+}
+
 // hasSealedResult reports whether a result for agent/id was sealed into the
 // home (the manifest copy is written last: it implies a complete pair).
 func (d *Daemon) hasSealedResult(agent, id string) bool {
@@ -93,6 +173,11 @@ func (d *Daemon) loadLost() {
 	}
 	d.mu.Lock()
 	d.lost = m
+	// The finished-requests cache vouches for what a ledger once recorded;
+	// for a key the repair found lost, the request must be looked at again.
+	for k := range m {
+		delete(d.finished, k)
+	}
 	d.mu.Unlock()
 }
 
@@ -100,9 +185,10 @@ func (d *Daemon) loadLost() {
 // requests whose records it lost.
 type RepairReport struct {
 	ledger.RepairReport
-	// Lost are the ledger keys ("agent/id") that the audit log or the home
-	// knew and the repaired ledger does not. If one of them comes back, the
-	// daemon holds it uncertain instead of running it.
+	// Lost are the requests (AGENT/ID, AGENT the agent's local name) that
+	// the audit log or the home knew further than the repaired ledger does.
+	// If one of them comes back, the daemon holds it uncertain instead of
+	// running it.
 	Lost []string `json:"lost"`
 }
 
@@ -119,35 +205,47 @@ func RepairLedger(h *bridge.Home) (RepairReport, error) {
 		return RepairReport{}, bridge.WithHint(errors.New("ledger repair: there is no ledger yet"), "`bridge serve` creates it")
 	}
 	rep, err := ledger.Repair(h.Path("ledger"))
-	out := RepairReport{RepairReport: rep}
+	out := RepairReport{RepairReport: rep, Lost: []string{}}
 	if err != nil {
 		return out, err
 	}
-	out.Lost, err = findLost(h)
+	keys, err := findLost(h)
+	names := agentNames(h)
+	for _, k := range keys {
+		agent, id, _ := strings.Cut(k, "/")
+		out.Lost = append(out.Lost, refName(names, LedgerEntry{Agent: agent, ID: id}))
+	}
 	return out, err
 }
 
-// findLost lists the keys known to the home's other records and missing
-// from the ledger, adds them to the lost file, and returns the new ones.
+// findLost lists the keys the home's other records know further than the
+// ledger does: missing from it, or (by the audit log) run or answered while
+// the ledger entry is not yet running. It adds them to the lost file and
+// returns the new ones.
 func findLost(h *bridge.Home) ([]string, error) {
 	entries, err := ledger.Snapshot(h.Path("ledger"))
 	if err != nil {
 		return nil, err
 	}
-	inLedger := map[string]bool{}
+	inLedger := map[string]ledger.State{}
 	for _, e := range entries {
-		inLedger[e.Key] = true
+		inLedger[e.Key] = e.State
 	}
 	known, err := auditKeys(h)
 	if err != nil {
 		return nil, err
 	}
-	for _, dir := range []string{"manifests", "results"} {
-		files, _ := filepath.Glob(h.Path(dir, "*", "*"))
+	for _, pattern := range []string{"*." + bridge.ExtManifest, "*." + bridge.ExtResult} {
+		dir := "manifests"
+		if pattern == "*."+bridge.ExtResult {
+			dir = "results"
+		}
+		files, _ := filepath.Glob(h.Path(dir, "*", pattern))
 		for _, f := range files {
 			id, _, _ := strings.Cut(filepath.Base(f), ".")
 			if bridge.ValidID(id) {
-				known[filepath.Base(filepath.Dir(f))+"/"+id] = true
+				k := filepath.Base(filepath.Dir(f)) + "/" + id
+				known[k] = max(known[k], auditSeen)
 			}
 		}
 	}
@@ -157,8 +255,11 @@ func findLost(h *bridge.Home) ([]string, error) {
 		have[k] = true
 	}
 	var lost []string
-	for k := range known {
-		if !inLedger[k] && !have[k] {
+	for k, rank := range known {
+		st, ok := inLedger[k]
+		behind := !ok || rank >= auditRun && (st == ledger.StateSeen || st == ledger.StatePending ||
+			st == ledger.StateAwaitingApproval || st == ledger.StateClaimed)
+		if behind && !have[k] {
 			lost = append(lost, k)
 		}
 	}
@@ -174,18 +275,27 @@ func findLost(h *bridge.Home) ([]string, error) {
 	return lost, syncsafe.WriteFileAtomic(h.Path(lostName), b.Bytes())
 }
 
-// auditKeys returns the ledger keys the audit log names in an event of a
-// request's life, except those collected for good afterwards (forgotten,
-// past their expiry: a copy of them is refused as expired anyway).
-func auditKeys(h *bridge.Home) (map[string]bool, error) {
+// How far the audit log says a request went.
+const (
+	auditSeen     = 1 + iota // recorded
+	auditClaimed             // claimed, awaiting approval, decided
+	auditRun                 // its op started
+	auditAnswered            // a result was recorded
+)
+
+// auditKeys returns, per ledger key the audit log names, how far its
+// request went, except keys collected for good afterwards (forgotten, past
+// their expiry: a copy of them is refused as expired anyway). A human's
+// rerun starts a request's way again from claimed.
+func auditKeys(h *bridge.Home) (map[string]int, error) {
 	f, err := os.Open(h.Path(auditName))
 	if errors.Is(err, fs.ErrNotExist) {
-		return map[string]bool{}, nil
+		return map[string]int{}, nil
 	} else if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	keys := map[string]bool{}
+	keys := map[string]int{}
 	sc := bufio.NewScanner(f)
 	sc.Buffer(nil, 16<<20)
 	for sc.Scan() {
@@ -193,15 +303,23 @@ func auditKeys(h *bridge.Home) (map[string]bool, error) {
 		if json.Unmarshal(sc.Bytes(), &e) != nil || e.Agent == "" || !bridge.ValidID(e.ID) {
 			continue
 		}
-		switch {
-		case e.Event == "forgotten":
-			delete(keys, e.Agent+"/"+e.ID)
-		case slices.Contains(requestEvents, e.Event):
-			keys[e.Agent+"/"+e.ID] = true
+		k := e.Agent + "/" + e.ID
+		switch e.Event {
+		case "forgotten":
+			delete(keys, k)
+		case "seen":
+			keys[k] = max(keys[k], auditSeen)
+		case "awaiting-approval", "claimed", "approved", "denied":
+			keys[k] = max(keys[k], auditClaimed)
+		case "run":
+			keys[k] = max(keys[k], auditRun)
+		case "result", "record-lost":
+			keys[k] = max(keys[k], auditAnswered)
+		case "reconcile":
+			if e.Detail == "as rerun" {
+				keys[k] = auditClaimed
+			}
 		}
 	}
 	return keys, sc.Err()
 }
-
-// requestEvents are the audit events that show a request was recorded.
-var requestEvents = []string{"seen", "awaiting-approval", "claimed", "run", "result", "record-lost", "reconcile", "approved", "denied"}

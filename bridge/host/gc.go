@@ -129,7 +129,7 @@ func (d *Daemon) collect(o GCOptions, all []ledger.Entry) (*GCReport, error) {
 			}
 		}
 		for _, p := range []string{d.home.Path("results", e.Agent, e.ID+"."+bridge.ExtResult), d.home.Path("results", e.Agent, e.ID+"."+bridge.ExtOutput),
-			d.home.Path("manifests", e.Agent, e.ID+"."+bridge.ExtManifest)} {
+			d.keptPath(e.Agent, e.ID, bridge.ExtManifest), d.keptPath(e.Agent, e.ID, extUnrecorded)} {
 			os.Remove(p)
 		}
 		// The ledger entry goes last: while it exists the id cannot run
@@ -138,15 +138,15 @@ func (d *Daemon) collect(o GCOptions, all []ledger.Entry) (*GCReport, error) {
 		if _, err := d.ledger.Forget(e.Key, now, d.opt.Skew); err != nil {
 			return rep, err
 		}
-		// A repair reading the audit log later must not take the id for
-		// one whose record was lost (evidence.go).
-		d.audit.log(AuditEvent{Event: "forgotten", Agent: e.Agent, ID: e.ID})
 		// The finished set (kept across restarts) forgets it too, so it
 		// holds no more than the ledger.
 		d.mu.Lock()
 		delete(d.finished, e.Key)
 		delete(d.acks, e.Key)
 		d.mu.Unlock()
+		// A repair reading the audit log later must not take the id for
+		// one whose record was lost (evidence.go).
+		d.audit.log(AuditEvent{Event: "forgotten", Agent: e.Agent, ID: e.ID})
 	}
 	return rep, nil
 }

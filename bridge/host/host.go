@@ -120,9 +120,12 @@ var ErrQueued = errors.New("queued for the running daemon")
 // Reconcile settles an uncertain request: as "done" (the op had its effect),
 // "failed" (it did not) or "rerun" (run it again). ref names the request
 // (its id, or AGENT/ID). With the daemon stopped it acts at once; with the
-// daemon running it leaves an order the daemon picks up within a second,
-// and returns the entry as it stands.
-func Reconcile(h *bridge.Home, ref, as string) (*LedgerEntry, error) {
+// daemon running it leaves an order the daemon picks up within a second
+// (Queued), and returns the request as it stands.
+func Reconcile(h *bridge.Home, ref, as string) (*Decision, error) {
+	if err := hostOnly(h, "reconcile"); err != nil {
+		return nil, err
+	}
 	if as != "done" && as != "failed" && as != "rerun" {
 		return nil, fmt.Errorf("reconcile: --as must be done, failed or rerun")
 	}
@@ -138,10 +141,16 @@ func Reconcile(h *bridge.Home, ref, as string) (*LedgerEntry, error) {
 		if err != nil {
 			return nil, err
 		}
+		if as == "rerun" {
+			// The daemon checks the payload itself; this says so now.
+			if _, err := os.Lstat(filepath.Join(h.Config.Folder, bridge.RequestPath(h.Config.ID, e.Agent, e.ID, bridge.ExtPayload))); err != nil {
+				return nil, rerunRefused(e.Key, err)
+			}
+		}
 		if err := writeOrder(h, controlOrder{Key: e.Key, As: as}); err != nil {
 			return nil, err
 		}
-		return e, nil
+		return &Decision{Listed: Listed{Ref: refOf(h, *e), LedgerEntry: *e}, Queued: true}, nil
 	}
 	defer d.closeResources()
 	all, err := d.ledger.List(nil)
@@ -152,7 +161,11 @@ func Reconcile(h *bridge.Home, ref, as string) (*LedgerEntry, error) {
 	if err != nil {
 		return nil, err
 	}
-	return d.reconcile(e.Key, as)
+	got, err := d.reconcile(e.Key, as)
+	if err != nil {
+		return nil, err
+	}
+	return &Decision{Listed: Listed{Ref: refOf(h, *got), LedgerEntry: *got}}, nil
 }
 
 // reconcile applies a human's settlement of an uncertain request.
@@ -175,6 +188,15 @@ func (d *Daemon) reconcile(key, as string) (*LedgerEntry, error) {
 	j, err := d.reload(e, keys)
 	if err != nil {
 		return nil, fmt.Errorf("reconcile %s: %w", key, err)
+	}
+	if as == "rerun" {
+		// A rerun needs the request's payload, from the folder: its agent
+		// may have taken its files away once it read the uncertain answer.
+		in, err := d.settle(j)
+		if err != nil {
+			return nil, rerunRefused(key, err)
+		}
+		in.Close()
 	}
 	// The uncertain result is replaced by a new one.
 	for _, ext := range []string{bridge.ExtResult, bridge.ExtOutput} {
@@ -245,10 +267,14 @@ func (d *Daemon) controlLoop(stop <-chan struct{}) {
 				d.log.Info("trusted agents reloaded", "agents", len(d.agents()))
 				d.publishCatalog()
 			}
-			sweep = true // a revocation answers what waits for approval at once
+			sweep = true      // a revocation answers what waits for approval at once,
+			d.revokeWaiting() // and what waits for a slot of its op
 		}
 		if sweep {
 			d.sweepWaiting()
+		}
+		if tick%d.stalledEvery() == 0 {
+			d.sweepStalled()
 		}
 		if err := d.loadOwnKeys(); err != nil {
 			d.log.Error("reload own keys", "err", err)
@@ -284,4 +310,9 @@ func (d *Daemon) applyOrders() {
 			d.log.Warn(o.As, "request", o.Key, "err", err)
 		}
 	}
+}
+
+func rerunRefused(key string, err error) error {
+	return bridge.WithHint(fmt.Errorf("reconcile %s --as rerun: the request's payload is not in the folder: %w", key, err),
+		"settle it as done or failed; if it must run again, the agent sends it again as a new request")
 }

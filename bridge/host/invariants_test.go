@@ -358,14 +358,24 @@ func TestInvariant6ListingIsTheTruth(t *testing.T) {
 	for _, id := range ids {
 		p.wait(t, id)
 	}
-	// Hammer one new id with concurrent evaluations.
+	// Hammer one new id with evaluations asked for at once, every way the
+	// daemon has: the queue (which folds repeats), and what a worker, a
+	// sweep or an operator's decision does, taking the request's key first
+	// (one of them works on it at a time; the others pass).
 	id, manifest, payload := p.sealManual(t, "count", nil, nil)
 	os.WriteFile(filepath.Join(p.toHost(), id+".payload"), payload, 0o644)
 	os.WriteFile(filepath.Join(p.toHost(), id+".manifest"), manifest, 0o644)
+	key := p.agent.Config.ID + "/" + id
 	var wg sync.WaitGroup
 	for i := 0; i < 16; i++ {
-		wg.Add(1)
-		go func() { defer wg.Done(); p.daemon.evaluate(p.agent.Config.ID, id) }()
+		wg.Add(2)
+		go func() { defer wg.Done(); p.daemon.schedule(p.agent.Config.ID, id) }()
+		go func() {
+			defer wg.Done()
+			if p.daemon.take(key) && !p.daemon.evaluate(p.agent.Config.ID, id) {
+				p.daemon.release(key)
+			}
+		}()
 	}
 	wg.Wait()
 	p.wait(t, id)

@@ -53,6 +53,7 @@ const (
 	evCrashDone     event = "crash-done"     // a crash interrupted it; its reconcile command says it happened
 	evSettle        event = "settle"         // a human settled an uncertain run as done or failed
 	evRerun         event = "rerun"          // a human asked to run an uncertain request again
+	evRerunRefused  event = "rerun-refused"  // a human's rerun cannot start (expired, revoked, cancelled, its files gone, ...)
 	evAdopt         event = "adopt"          // a result sealed but not recorded (a crash, a failed publish) is published and recorded
 )
 
@@ -105,6 +106,7 @@ var lifecycle = map[event]transition{
 	evCrashDone:     {one(ledger.StateRunning), one(ledger.StateDone), true},
 	evSettle:        {one(ledger.StateUncertain), one(ledger.StateDone, ledger.StateFailed), true},
 	evRerun:         {one(ledger.StateUncertain), one(ledger.StateClaimed), false},
+	evRerunRefused:  {unstarted, one(ledger.StateUncertain), true},
 	evAdopt:         {inFlux, sealed, true},
 }
 
@@ -161,6 +163,15 @@ func (d *Daemon) answer(j *job, ev event, rc bridge.Receipt, stdout, stderr []by
 		d.log.Error("ledger read", "key", j.key, "err", err)
 		return err
 	}
+	if st := statusState[rc.Status]; ranBefore(cur) && slices.Contains(unstarted, cur.State) && st != ledger.StateUncertain {
+		// A human's rerun of a request that ran before, refused before it
+		// started again (expired, revoked, cancelled, its files gone): the
+		// answer cannot say it never ran.
+		ev, t = evRerunRefused, lifecycle[evRerunRefused]
+		rc.Detail = fmt.Sprintf("a human asked to run it again, and it could not start (%s: %s); it ran before and may or may not have had its effect",
+			rc.Reason, rc.Detail)
+		rc.Status, rc.Reason = bridge.StatusUncertain, "rerun-refused"
+	}
 	if !slices.Contains(t.from, cur.State) {
 		// Nothing was published: the request stays as the ledger has it.
 		d.refusedStep(j.key, ev, cur.State)
@@ -199,12 +210,14 @@ func (d *Daemon) record(j *job, ev event, from ledger.State, resSHA string, rc b
 	if !ledger.CanTransition(from, to) {
 		return d.violation(j.key, ev, fmt.Errorf("a %s result is published, and the ledger cannot go from %s to %s", rc.Status, from, to))
 	}
-	if _, err := d.ledger.Transition(j.key, []ledger.State{from}, to, func(e *ledger.Entry) {
+	if cur, err := d.ledger.Transition(j.key, []ledger.State{from}, to, func(e *ledger.Entry) {
 		e.ResultSHA256, e.Reason = resSHA, rc.Reason
 		if rc.Op != "" {
 			e.Op = rc.Op
 		}
-	}); err != nil {
+	}); errors.Is(err, ledger.ErrWrongState) && answered(cur.State) && cur.ResultSHA256 == resSHA {
+		return nil // this very result was recorded meanwhile (one id has one result)
+	} else if err != nil {
 		return d.violation(j.key, ev, fmt.Errorf("a %s result is published, and the ledger refused to record it: %w", rc.Status, err))
 	}
 	d.markFinished(j.agent, j.req.ID)
@@ -266,4 +279,11 @@ func (d *Daemon) count(ev event) {
 	if d.onEvent != nil {
 		d.onEvent(ev)
 	}
+}
+
+// ranBefore reports whether an entry that has not started (again) may have
+// run before: it counted a run, or it was uncertain (a human asked to run
+// it again; a request whose record was lost counts no runs).
+func ranBefore(e ledger.Entry) bool {
+	return e.Runs > 0 || slices.ContainsFunc(e.History, func(t ledger.Transition) bool { return t.State == ledger.StateUncertain })
 }

@@ -110,7 +110,7 @@ idempotent = true
 
 [ops.checked]
 argv = ["sh", "-c", "echo start-$0-$(date +%s%N) >> \"$RUNS\"; while [ -f \"$GATE\" ]; do sleep 0.05; done; echo end-$0 >> \"$RUNS\"", "{request_id}"]
-reconcile = ["sh", "-c", "case $0 in *[02468ace]) grep -q \"^start-$0-\" \"$RUNS\" && exit 0;; esac; exit 3", "{request_id}"]
+reconcile = ["sh", "-c", "grep -q \"^start-$0-\" \"$RUNS\" && [ -f \"$GATE.happened\" ] && exit 0; exit 3", "{request_id}"]
 env = ["PATH", "RUNS", "GATE"]
 
 [ops.slot]
@@ -157,6 +157,7 @@ type modelReq struct {
 	lostSafe  bool // submitted before a repair or restore: its record may be gone
 	acked     bool
 	withheld  bool   // its payload was taken out of the folder
+	abandoned bool   // its files were taken out of the folder (maybe before the host saw them)
 	manifest  []byte // as sent, for a resurrection
 	payload   []byte
 }
@@ -169,20 +170,21 @@ type modelAgent struct {
 }
 
 type model struct {
-	t       *testing.T
-	rnd     *rand.Rand
-	p       *pair
-	agents  []*modelAgent
-	reqs    []*modelReq
-	runs    string
-	gate    string
-	bin     string
-	env     []string
-	d       *daemonProcess
-	step    int
-	backup  []byte // an earlier ledger.db, for a restore
-	fixedAt time.Time
-	trace   []string
+	t        *testing.T
+	rnd      *rand.Rand
+	p        *pair
+	agents   []*modelAgent
+	reqs     []*modelReq
+	runs     string
+	gate     string
+	bin      string
+	env      []string
+	d        *daemonProcess
+	step     int
+	backup   []byte // an earlier ledger.db, for a restore
+	fixedAt  time.Time
+	trace    []string
+	scripted bool // in a scenario
 }
 
 func runModel(t *testing.T, seed uint64, events string) {
@@ -226,6 +228,13 @@ func runModel(t *testing.T, seed uint64, events string) {
 			}
 		}
 	}()
+	if seed <= uint64(len(modelScenarios)) {
+		sc := modelScenarios[seed-1]
+		m.logf("scenario %s", sc.name)
+		m.scripted = true // no daemon that crashes by itself in a script
+		sc.run(m)
+		m.scripted = false
+	}
 	steps := 18 + m.rnd.IntN(10)
 	for m.step = 1; m.step <= steps; m.step++ {
 		m.act()
@@ -243,7 +252,7 @@ func (m *model) logf(format string, args ...any) {
 // result and recording it, say), which the next step notices.
 func (m *model) start() {
 	env := m.env
-	if m.rnd.IntN(5) == 0 {
+	if !m.scripted && m.rnd.IntN(5) == 0 {
 		at := fmt.Sprintf("%s#%d", []string{"staged", "published-output", "published"}[m.rnd.IntN(3)], 1+m.rnd.IntN(3))
 		env = append(slices.Clone(env), "BRIDGE_TEST_CRASH_AT="+at)
 		m.logf("start, to crash at %s", at)
@@ -291,7 +300,7 @@ func (m *model) act() {
 		m.ack()
 	case k < 62:
 		m.redeliver()
-	case k < 65:
+	case k < 66:
 		m.reconcile()
 	case k < 70:
 		m.logf("crash")
@@ -318,6 +327,8 @@ func (m *model) act() {
 		m.collect()
 	case k < 91:
 		m.fixMissing()
+	case k < 94:
+		m.abandon()
 	default:
 		m.logf("pause")
 		time.Sleep(time.Duration(100+m.rnd.IntN(500)) * time.Millisecond)
@@ -331,6 +342,18 @@ func (m *model) submit() {
 	if m.rnd.IntN(4) == 0 {
 		ttl = 2 * time.Second // may expire before it runs
 	}
+	r := m.send(a, op, ttl)
+	dir := filepath.Join(m.p.folder, bridge.ToHostDir(m.p.host.Config.ID, a.home.Config.ID))
+	switch m.rnd.IntN(8) {
+	case 0: // a conflict copy of the manifest: never run
+		os.WriteFile(filepath.Join(dir, r.id+".sync-conflict-20260101-000000-ABCDEFG.manifest"), r.manifest, 0o644)
+	case 1:
+		m.withhold(r)
+	}
+}
+
+// send submits one request of agent a.
+func (m *model) send(a *modelAgent, op string, ttl time.Duration) *modelReq {
 	s, err := a.client.Submit(agent.SubmitOptions{Op: op, TTL: ttl})
 	if err != nil {
 		m.t.Fatalf("submit: %v", err)
@@ -341,14 +364,16 @@ func (m *model) submit() {
 	r.payload, _ = os.ReadFile(filepath.Join(dir, s.ID+".payload"))
 	m.reqs = append(m.reqs, r)
 	m.logf("submit %s/%s %s ttl %s", a.name, short(s.ID), op, ttl)
-	switch m.rnd.IntN(8) {
-	case 0: // a conflict copy of the manifest: never run
-		os.WriteFile(filepath.Join(dir, s.ID+".sync-conflict-20260101-000000-ABCDEFG.manifest"), r.manifest, 0o644)
-	case 1: // the sync client has not delivered the payload yet
-		os.Remove(filepath.Join(dir, s.ID+".payload"))
-		r.withheld = true
-		m.logf("  its payload is withheld")
-	}
+	return r
+}
+
+// withhold takes a request's payload out of the folder: the sync client
+// has not delivered it yet.
+func (m *model) withhold(r *modelReq) {
+	dir := filepath.Join(m.p.folder, bridge.ToHostDir(m.p.host.Config.ID, r.agent.home.Config.ID))
+	os.Remove(filepath.Join(dir, r.id+".payload"))
+	r.withheld = true
+	m.logf("  its payload is withheld")
 }
 
 func (m *model) pick(keep func(*modelReq) bool) *modelReq {
@@ -365,6 +390,13 @@ func (m *model) pick(keep func(*modelReq) bool) *modelReq {
 }
 
 func (m *model) toggleGate() {
+	if m.rnd.IntN(3) == 0 { // what the checked op's reconcile command finds
+		if _, err := os.Stat(m.gate + ".happened"); err == nil {
+			os.Remove(m.gate + ".happened")
+		} else {
+			os.WriteFile(m.gate+".happened", nil, 0o644)
+		}
+	}
 	if _, err := os.Stat(m.gate); err == nil {
 		os.Remove(m.gate)
 		m.logf("gate open")
@@ -384,10 +416,13 @@ func (m *model) cancel() {
 }
 
 func (m *model) decide() {
-	r := m.pick(func(r *modelReq) bool { return r.op == "gated" && !r.decided })
-	if r == nil {
-		return
+	if r := m.pick(func(r *modelReq) bool { return r.op == "gated" && !r.decided }); r != nil {
+		m.decideOn(r)
 	}
+}
+
+// decideOn approves or denies a request for approval, as a human would.
+func (m *model) decideOn(r *modelReq) {
 	ref := r.agent.name + "/" + r.id
 	r.decided = true
 	if m.rnd.IntN(3) == 0 {
@@ -428,7 +463,7 @@ func (m *model) redeliver() {
 	os.WriteFile(filepath.Join(dir, r.id+".payload"), r.payload, 0o644)
 	os.WriteFile(filepath.Join(dir, r.id+".manifest"), r.manifest, 0o644)
 	m.logf("deliver %s again (acked %v, withheld %v)", short(r.id), r.acked, r.withheld)
-	r.withheld = false
+	r.withheld, r.abandoned = false, false
 }
 
 func (m *model) reconcile() {
@@ -439,18 +474,31 @@ func (m *model) reconcile() {
 			unsure = append(unsure, e)
 		}
 	}
-	if len(unsure) == 0 {
-		return
+	if len(unsure) > 0 {
+		m.reconcileEntry(unsure[m.rnd.IntN(len(unsure))])
 	}
-	e := unsure[m.rnd.IntN(len(unsure))]
-	as := []string{"done", "failed", "rerun"}[m.rnd.IntN(3)]
+}
+
+// reconcileEntry settles an uncertain request as a human would, or asks to
+// run it again (after which its agent may give up on it).
+func (m *model) reconcileEntry(e ledger.Entry) {
+	as := []string{"done", "failed", "rerun", "rerun"}[m.rnd.IntN(4)]
 	_, err := Reconcile(m.p.host, e.Agent+"/"+e.ID, as)
 	m.logf("reconcile %s as %s: %v", short(e.ID), as, err)
-	if err == nil && as == "rerun" {
-		for _, r := range m.reqs {
-			if r.id == e.ID {
-				r.allowed++
-			}
+	if err != nil || as != "rerun" {
+		return
+	}
+	for _, r := range m.reqs {
+		if r.id != e.ID {
+			continue
+		}
+		r.allowed++
+		if m.rnd.IntN(2) == 0 { // its agent gives up on it now
+			dir := filepath.Join(m.p.folder, bridge.ToHostDir(m.p.host.Config.ID, r.agent.home.Config.ID))
+			os.Remove(filepath.Join(dir, r.id+".manifest"))
+			os.Remove(filepath.Join(dir, r.id+".payload"))
+			r.withheld = true
+			m.logf("  and its files leave the folder")
 		}
 	}
 }
@@ -500,6 +548,20 @@ func (m *model) lostAll() {
 	}
 }
 
+// requestDir is the folder directory of r's files.
+func (m *model) requestDir(r *modelReq) string {
+	return filepath.Join(m.p.folder, bridge.ToHostDir(m.p.host.Config.ID, r.agent.home.Config.ID))
+}
+
+// abandon removes a request's files from the folder (its agent gave up on
+// it, or its sync client lost them): it is answered once the pending
+// timeout passed, never run from then on.
+func (m *model) abandon() {
+	if r := m.pick(func(r *modelReq) bool { return !r.acked }); r != nil {
+		m.abandonOn(r)
+	}
+}
+
 // revoke revokes agent b's key, once: nothing it signed may start after.
 func (m *model) revoke() {
 	b := m.agents[1]
@@ -542,6 +604,7 @@ func (m *model) settle() {
 		m.interrupted()
 		m.d = startDaemonProcess(m.t, m.p, m.env...)
 	}
+	m.operatorRound()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		if m.d.exited() {
@@ -551,8 +614,16 @@ func (m *model) settle() {
 		}
 		var missing []string
 		for _, r := range m.reqs {
-			if _, err := r.agent.client.Result(r.id); err != nil {
+			if _, err := r.agent.client.Result(r.id); err != nil && !r.abandoned {
+				// (An abandoned request may never have reached the host.)
 				missing = append(missing, short(r.id)+" "+r.op)
+			}
+		}
+		// And the ledger has settled too: a human's rerun answers anew.
+		entries, _ := LedgerEntries(m.p.host)
+		for _, e := range entries {
+			if !answered(e.State) {
+				missing = append(missing, short(e.ID)+" "+e.Op+" ("+string(e.State)+" in the ledger)")
 			}
 		}
 		if len(missing) == 0 && !m.d.exited() {
@@ -563,6 +634,24 @@ func (m *model) settle() {
 			return
 		}
 		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// operatorRound is the human catching up once the daemon recovered: every
+// request held uncertain is settled or rerun, every request awaiting
+// approval approved or denied.
+func (m *model) operatorRound() {
+	time.Sleep(time.Second) // recovery answers what the stop interrupted
+	entries, _ := LedgerEntries(m.p.host)
+	for _, e := range entries {
+		if e.State == ledger.StateUncertain {
+			m.reconcileEntry(e)
+		}
+	}
+	for _, r := range m.reqs {
+		if r.op == "gated" && !r.decided {
+			m.decideOn(r)
+		}
 	}
 }
 

@@ -64,6 +64,9 @@ func (d *Daemon) recoverOne(ent ledger.Entry) bool {
 		return false
 	}
 	if ent.State == ledger.StateClaimed {
+		if d.holdBehind(j, ent) {
+			return false
+		}
 		if _, err := d.step(ent.Key, evUnclaim, nil); err != nil {
 			d.log.Error("recover", "key", ent.Key, "err", err)
 			return false

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"sort"
 	"strings"
 
 	"github.com/syncbridge/bridge/bridge"
@@ -14,9 +15,13 @@ import (
 // use one id (a bug, or one agent copying another's to get in the way of a
 // decision). The ledger keys requests by agent and id; an operator names one
 // as AGENT/ID, where AGENT is the agent's local name (as in the policy) or
-// its id, and ID the request id or a unique prefix of at least 8 of its
+// its whole id (never a prefix of it: a peer's name could be made to read
+// as one), and ID the request id or a unique prefix of at least 8 of its
 // digits. An id alone is enough when it names one request, or one in the
 // state the command acts on.
+
+// ErrBadRef: what was given cannot name a request (a usage error).
+var ErrBadRef = errors.New("not a request reference")
 
 // minRefDigits is the shortest id prefix a reference may use.
 const minRefDigits = 8
@@ -28,7 +33,7 @@ type Listed struct {
 }
 
 // List reads the host's ledger (a snapshot: a running daemon is not
-// disturbed) with each entry's reference.
+// disturbed) with each entry's reference, oldest first.
 func List(h *bridge.Home) ([]Listed, error) {
 	entries, err := LedgerEntries(h)
 	if err != nil {
@@ -39,14 +44,20 @@ func List(h *bridge.Home) ([]Listed, error) {
 	for i, e := range entries {
 		out[i] = Listed{Ref: refName(names, e), LedgerEntry: e}
 	}
+	// Oldest first, as they arrived.
+	sort.SliceStable(out, func(i, j int) bool { return out[i].FirstSeen.Before(out[j].FirstSeen) })
 	return out, nil
 }
 
 // LedgerEntries reads the host's ledger without disturbing a running daemon.
 func LedgerEntries(h *bridge.Home) ([]LedgerEntry, error) {
 	entries, err := ledger.Snapshot(h.Path("ledger"))
-	if errors.Is(err, fs.ErrNotExist) {
+	var le *ledger.Error
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
 		return nil, nil
+	case errors.As(err, &le) && le.Hint != "":
+		return nil, bridge.WithHint(err, "%s", le.Hint)
 	}
 	return entries, err
 }
@@ -91,7 +102,7 @@ func resolveRef(h *bridge.Home, entries []LedgerEntry, ref string, want ledger.S
 		agentPart, idPart = "", ref
 	}
 	if len(idPart) < minRefDigits || len(idPart) > 32 || strings.Trim(idPart, "0123456789abcdef") != "" || (scoped && agentPart == "") {
-		return nil, bridge.WithHint(fmt.Errorf("%q is not a request reference", ref),
+		return nil, bridge.WithHint(fmt.Errorf("%w: %q", ErrBadRef, ref),
 			"give the request id (32 hex digits, or a unique prefix of at least %d), or AGENT/ID as `bridge pending` and `bridge ls` show it", minRefDigits)
 	}
 	names := agentNames(h)
@@ -100,7 +111,7 @@ func resolveRef(h *bridge.Home, entries []LedgerEntry, ref string, want ledger.S
 		if !strings.HasPrefix(e.ID, idPart) {
 			continue
 		}
-		if scoped && names[e.Agent] != agentPart && !(len(agentPart) >= minRefDigits && strings.HasPrefix(e.Agent, agentPart)) {
+		if scoped && names[e.Agent] != agentPart && e.Agent != agentPart {
 			continue
 		}
 		found = append(found, e)

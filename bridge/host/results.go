@@ -107,9 +107,15 @@ func (d *Daemon) publishCopies(agent, id string) (string, error) {
 		}
 		replace = true
 	default: // not a regular file, too large: not ours either
-		d.refuseFile(resPath, fmt.Errorf("replacing what stands at a result name: %w", err))
-		if rerr := d.folder.Remove(resPath); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
-			return "", rerr
+		if err := d.clearName(resPath, err); err != nil {
+			return "", err
+		}
+	}
+	// The output's name too may hold what a folder writer planted there
+	// (a directory cannot be renamed over).
+	if fi, err := d.folder.Lstat(outPath); err == nil && !fi.Mode().IsRegular() {
+		if err := d.clearName(outPath, fmt.Errorf("%w: %v", syncsafe.ErrNotRegular, fi.Mode().Type())); err != nil {
+			return "", err
 		}
 	}
 	// One nudge for both files: Syncthing sends an index update at most
@@ -200,4 +206,15 @@ func (d *Daemon) waiting(p string, size int, err error) {
 	}
 	d.log.Debug("waiting for a file to complete", "file", p, "reason", bridge.Reason(err), "err", err)
 	d.audit.log(AuditEvent{Event: "waiting", File: p, Reason: bridge.Reason(err), Detail: err.Error()})
+}
+
+// clearName removes what stands at one of the host's own names in the
+// folder and is not a file it wrote (a directory, a link, a huge file a
+// folder writer planted), so that a result can be published there.
+func (d *Daemon) clearName(rel string, why error) error {
+	d.refuseFile(rel, fmt.Errorf("replacing what stands at a result name: %w", why))
+	if err := d.folder.RemoveAll(rel); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return nil
 }

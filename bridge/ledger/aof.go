@@ -300,13 +300,13 @@ func (s *logScan) apply(args [][]byte) error {
 
 // RepairReport says what Repair did.
 type RepairReport struct {
-	Path         string // the ledger file
-	Damaged      bool   // false: the file was clean and left untouched
-	Problem      string // what was wrong, with the offset
-	Backup       string // copy of the file as it was before the repair
-	BytesKept    int64  // size of the repaired file
-	BytesDropped int64  // bytes removed: the damaged tail, NUL runs
-	Entries      int    // request records in the repaired file
+	Path         string `json:"path"`          // the ledger file
+	Damaged      bool   `json:"damaged"`       // false: the file was clean and left untouched
+	Problem      string `json:"problem"`       // what was wrong, with the offset
+	Backup       string `json:"backup"`        // copy of the file as it was before the repair
+	BytesKept    int64  `json:"bytes_kept"`    // size of the repaired file
+	BytesDropped int64  `json:"bytes_dropped"` // bytes removed: the damaged tail, NUL runs
+	Entries      int    `json:"entries"`       // request records in the repaired file
 }
 
 // Repair makes a damaged ledger file in dir loadable again. It takes the

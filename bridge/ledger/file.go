@@ -124,7 +124,7 @@ func damagedError(path, problem string) error {
 		Op:   "open",
 		Path: path,
 		Err:  fmt.Errorf("%w: %s", ErrDamaged, problem),
-		Hint: "stop the daemon and run `bridge ledger repair`; it keeps a copy of the damaged file",
+		Hint: "with `bridge serve` stopped, run `bridge ledger repair`; it keeps a copy of the damaged file",
 	}
 }
 

@@ -12,26 +12,26 @@ import (
 
 // Entry is the ledger's record of one request id.
 type Entry struct {
-	Key            string    // the caller's id, e.g. "<agent-id>/<request-id>"; Agent+"/"+ID if empty at Admit
-	Agent          string    // sender (agent) id
-	ID             string    // request id
-	State          State     // current state
-	ManifestSHA256 string    // SHA-256 of the exact manifest bytes; a second manifest for the key must match
-	FirstSeen      time.Time // host clock at Admit
-	Expires        time.Time // signed expiry from the manifest; GC keeps the entry until Expires+skew
-	Op             string    // operation name, once the payload is decrypted
-	Idempotent     bool      // the policy marks Op safe to re-run after a crash
-	ResultSHA256   string    // SHA-256 of the published result manifest
-	Reason         string    // why the entry is failed, rejected, uncertain, ...
-	Updated        time.Time // host clock of the last write
-	Runs           int       // how many times execution was started (entries into running)
-	History        []Transition
+	Key            string       `json:"key"`             // the caller's id, e.g. "<agent-id>/<request-id>"; Agent+"/"+ID if empty at Admit
+	Agent          string       `json:"agent"`           // sender (agent) id
+	ID             string       `json:"id"`              // request id
+	State          State        `json:"state"`           // current state
+	ManifestSHA256 string       `json:"manifest_sha256"` // SHA-256 of the exact manifest bytes; a second manifest for the key must match
+	FirstSeen      time.Time    `json:"first_seen"`      // host clock at Admit
+	Expires        time.Time    `json:"expires"`         // signed expiry from the manifest; GC keeps the entry until Expires+skew
+	Op             string       `json:"op"`              // operation name, once the payload is decrypted
+	Idempotent     bool         `json:"idempotent"`      // the policy marks Op safe to re-run after a crash
+	ResultSHA256   string       `json:"result_sha256"`   // SHA-256 of the published result manifest
+	Reason         string       `json:"reason"`          // why the entry is failed, rejected, uncertain, ...
+	Updated        time.Time    `json:"updated"`         // host clock of the last write
+	Runs           int          `json:"runs"`            // how many times execution was started (entries into running)
+	History        []Transition `json:"history"`
 }
 
 // Transition is one step of an entry's History.
 type Transition struct {
-	State State
-	At    time.Time
+	State State     `json:"state"`
+	At    time.Time `json:"at"`
 }
 
 // maxHistory bounds Entry.History; older steps are dropped first.

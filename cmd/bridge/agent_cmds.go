@@ -124,7 +124,8 @@ func (c *LsCmd) Run(g *Globals) error {
 			return g.printJSON(entries)
 		}
 		for _, e := range entries {
-			g.printf("%s  %-10s %-12s %s\n", e.Ref, e.Op, e.State, e.Reason)
+			reason, _, _ := strings.Cut(e.Reason, "\n") // `bridge pending` shows what an approval would run
+			g.printf("%s  %-10s %-12s %s\n", e.Ref, e.Op, e.State, reason)
 		}
 		return nil
 	}

@@ -82,14 +82,18 @@ func (c *ReconcileCmd) Run(g *Globals) error {
 	if err != nil {
 		return err
 	}
-	e, err := host.Reconcile(h, c.ID, c.As)
+	dec, err := host.Reconcile(h, c.ID, c.As)
 	if err != nil {
-		return err
+		return refError(err)
 	}
 	if g.JSON {
-		return g.printJSON(e)
+		return g.printJSON(dec)
 	}
-	g.printf("%s: %s\n", c.ID, e.State)
+	if dec.Queued {
+		g.printf("%s: settling as %s; `bridge serve` applies it within a second\n", dec.Ref, c.As)
+		return nil
+	}
+	g.printf("%s: %s\n", dec.Ref, dec.State)
 	return nil
 }
 
@@ -127,20 +131,20 @@ func (c *ApproveCmd) Run(g *Globals) error {
 	if err != nil {
 		return err
 	}
-	e, err := host.Approve(h, c.ID)
+	dec, err := host.Approve(h, c.ID)
 	if err != nil {
-		return err
+		return refError(err)
 	}
 	if g.JSON {
-		return g.printJSON(map[string]any{"id": e.ID, "op": e.Op, "decision": "approved"})
+		return g.printJSON(map[string]any{"ref": dec.Ref, "id": dec.ID, "op": dec.Op, "decision": "approved"})
 	}
-	g.printf("approved %s (%s); the daemon runs it within a second\n", c.ID, e.Op)
+	g.printf("approved %s (%s); `bridge serve` runs it within a second\n", dec.Ref, dec.Op)
 	return nil
 }
 
 // DenyCmd denies a waiting request.
 type DenyCmd struct {
-	ID     string `arg:"" help:"Request id (see 'bridge pending')."`
+	ID     string `arg:"" name:"ref" help:"The request: its id, or AGENT/ID as 'bridge pending' shows it."`
 	Reason string `placeholder:"TEXT" help:"Why, for the agent."`
 }
 
@@ -149,14 +153,14 @@ func (c *DenyCmd) Run(g *Globals) error {
 	if err != nil {
 		return err
 	}
-	e, err := host.Deny(h, c.ID, c.Reason)
+	dec, err := host.Deny(h, c.ID, c.Reason)
 	if err != nil {
-		return err
+		return refError(err)
 	}
 	if g.JSON {
-		return g.printJSON(map[string]any{"id": e.ID, "op": e.Op, "decision": "denied"})
+		return g.printJSON(map[string]any{"ref": dec.Ref, "id": dec.ID, "op": dec.Op, "decision": "denied"})
 	}
-	g.printf("denied %s (%s)\n", c.ID, e.Op)
+	g.printf("denied %s (%s); `bridge serve` answers it within a second\n", dec.Ref, dec.Op)
 	return nil
 }
 
@@ -224,15 +228,27 @@ func (c *LedgerRepairCmd) Run(g *Globals) error {
 	if !rep.Damaged {
 		g.printf("%s is intact; nothing to repair\n", rep.Path)
 	} else {
-		g.printf("repaired %s: %s\nkept %d bytes (%d entries), dropped %d; the damaged file is kept as %s\n",
+		g.printf("repaired %s: %s\nkept %d bytes (%d entries), dropped %d bytes; the damaged file is kept as %s\n",
 			rep.Path, rep.Problem, rep.BytesKept, rep.Entries, rep.BytesDropped, rep.Backup)
 	}
-	if len(rep.Lost) > 0 {
-		g.printf("%d requests this host admitted have no record in the ledger now (the audit log or the home knows them):\n", len(rep.Lost))
+	if n := len(rep.Lost); n > 0 {
+		what := fmt.Sprintf("%d requests", n)
+		if n == 1 {
+			what = "1 request"
+		}
+		g.printf("%s this host took further than the ledger now records (the audit log or the home knows them):\n", what)
 		for _, k := range rep.Lost {
 			g.printf("    %s\n", k)
 		}
 		g.note("if one of them comes back, `bridge serve` holds it uncertain instead of running it again; settle it with `bridge reconcile`")
 	}
 	return nil
+}
+
+// refError gives a reference that cannot name a request the usage exit code.
+func refError(err error) error {
+	if errors.Is(err, host.ErrBadRef) {
+		return &codeError{code: exitUsage, err: err}
+	}
+	return err
 }

@@ -19,6 +19,13 @@ type progress struct {
 	frame    int
 	shown    bool
 	lastLine time.Duration
+
+	// state, if set, tells what the request waits for (a pure read of the
+	// folder); looked at every few seconds, and said once when it waits
+	// for a human's approval.
+	state     func() string
+	lastState time.Duration
+	awaiting  bool
 }
 
 func newProgress(w io.Writer, id string) *progress {
@@ -36,6 +43,16 @@ var spinner = []string{"|", "/", "-", `\`}
 func (p *progress) tick(elapsed time.Duration) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.state != nil && !p.awaiting && elapsed >= time.Second && (p.lastState == 0 || elapsed-p.lastState >= 5*time.Second) {
+		p.lastState = elapsed
+		if p.state() == "awaiting-approval" {
+			p.awaiting = true
+			if p.tty && p.shown {
+				fmt.Fprint(p.w, "\r\033[K")
+			}
+			fmt.Fprintf(p.w, "bridge: %s waits for a human on the host to approve it (`bridge pending` there)\n", p.id)
+		}
+	}
 	if p.tty {
 		if time.Since(p.last) < 100*time.Millisecond {
 			return

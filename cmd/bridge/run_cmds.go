@@ -146,9 +146,19 @@ func waitAndPrint(g *Globals, cl *agent.Client, id string, timeout time.Duration
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	prog := newProgress(g.stderr, id)
+	prog.state = func() string {
+		if st, err := cl.Status(id); err == nil {
+			return st.State
+		}
+		return ""
+	}
 	out, err := cl.Wait(ctx, id, prog.tick)
 	prog.done()
 	if errors.Is(err, context.DeadlineExceeded) {
+		if prog.awaiting {
+			return &codeError{code: exitWaitTime, id: id, err: withHintf(fmt.Errorf("no result for %s after %s: it waits for a human's approval on the host", id, timeout),
+				"the request stays queued until it is approved, denied or its approval times out; run `bridge wait %s` later", id)}
+		}
 		return &codeError{code: exitWaitTime, id: id, err: withHintf(fmt.Errorf("no result for %s after %s", id, timeout),
 			"the request stays queued; run `bridge wait %s` later, or `bridge status %s`", id, id)}
 	}
@@ -202,7 +212,7 @@ func printOutcome(g *Globals, out *agent.Outcome) error {
 			}
 		default:
 			g.note("error: request %s %s (%s): %s", rc.ID, rc.Status, rc.Reason, rc.Detail)
-			if h := hintFor(rc); h != "" {
+			if h := hintFor(rc, out.Result.Agent); h != "" {
 				g.note("hint: %s", h)
 			}
 		}
@@ -243,14 +253,16 @@ func exitFor(rc *bridge.Receipt) int {
 	return exitError
 }
 
-func hintFor(rc *bridge.Receipt) string {
+func hintFor(rc *bridge.Receipt, agent string) string {
+	if rc.Status == bridge.StatusUncertain {
+		return fmt.Sprintf("do not retry: it may have had its effect. A human on the host checks, then runs `bridge reconcile %s/%s --as done|failed|rerun`; `bridge wait %s` then shows the settled answer",
+			agent, rc.ID, rc.ID)
+	}
 	switch rc.Reason {
 	case "not-allowed":
 		return "run `bridge ops` to see what this agent may run; the host's policy decides"
 	case "bad-argument":
 		return "run `bridge ops` to see each argument's type and pattern"
-	case "crashed":
-		return "on the host, check whether the op had its effect, then run `bridge reconcile ID --as done|failed|rerun`"
 	case "incomplete":
 		return "the payload never arrived complete; check the sync client, then run the command again"
 	case host.ReasonCeiling:

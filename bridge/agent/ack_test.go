@@ -1,0 +1,78 @@
+package agent
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/syncbridge/bridge/bridge"
+)
+
+// publishResult writes a result of the host for request s, as the daemon
+// would, with the given status.
+func (h *homes) publishResult(t *testing.T, s *Sent, status string) {
+	t.Helper()
+	m, err := os.ReadFile(filepath.Join(h.folder, bridge.RequestPath(s.Host, h.agent.Config.ID, s.ID, bridge.ExtManifest)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := h.client.readSent(s.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := bridge.RequestCheck{Host: s.Host, HostBoxKids: []string{h.host.Identity().BoxKid()}, Agent: h.agent.Config.ID,
+		AgentKeys: [][]byte{h.agent.Identity().SignPublic()}, Now: time.Now()}
+	r, err := bridge.OpenRequest(rec.Manifest, s.ID, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	res, err := bridge.SealResult(&out, bridge.NewResult{Host: h.host.Identity(), HostID: h.host.Config.ID,
+		AgentBoxPub: h.agent.Identity().BoxPublic(), Request: r, RequestSHA: bridge.SHA256Hex(m),
+		Receipt: bridge.Receipt{Status: status, Reason: "crashed"}, Created: time.Now()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(h.folder, bridge.ToAgentDir(s.Host, h.agent.Config.ID))
+	os.WriteFile(filepath.Join(dir, s.ID+".output"), out.Bytes(), 0o644)
+	os.WriteFile(filepath.Join(dir, s.ID+".result"), res, 0o644)
+}
+
+// An uncertain answer is not settled: acking it keeps the request's files
+// (a human's rerun on the host needs them), and so does the agent's gc;
+// once a settled answer is acked, they go.
+func TestAckKeepsFilesOfUncertain(t *testing.T) {
+	h := newHomes(t)
+	s, err := h.client.Submit(SubmitOptions{Op: "echo"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	manifest := filepath.Join(h.folder, bridge.RequestPath(s.Host, h.agent.Config.ID, s.ID, bridge.ExtManifest))
+	h.publishResult(t, s, bridge.StatusUncertain)
+	out, err := h.client.Result(s.ID)
+	if err != nil || out.Receipt.Status != bridge.StatusUncertain {
+		t.Fatalf("result: %+v, %v", out, err)
+	}
+	if err := h.client.Ack(out); err != nil {
+		t.Fatal(err)
+	}
+	if removed, err := h.client.GC(false); err != nil || len(removed) != 0 {
+		t.Fatalf("gc removed %v, %v", removed, err)
+	}
+	if _, err := os.Stat(manifest); err != nil {
+		t.Fatalf("the request's files went with an uncertain answer: %v", err)
+	}
+	h.publishResult(t, s, bridge.StatusDone) // a human settled it
+	out, err = h.client.Result(s.ID)
+	if err != nil || out.Receipt.Status != bridge.StatusDone {
+		t.Fatalf("settled result: %+v, %v", out, err)
+	}
+	if err := h.client.Ack(out); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(manifest); err == nil {
+		t.Fatal("the request's files stayed after a settled answer was acked")
+	}
+}

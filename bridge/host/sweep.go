@@ -1,0 +1,71 @@
+package host
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/syncbridge/bridge/bridge"
+	"github.com/syncbridge/bridge/bridge/ledger"
+)
+
+// Sweeps: the requests no file event brings back to the daemon, looked at
+// by the control loop. Whatever they answer, they own the request's key
+// first, like every other path.
+
+// sweepWaiting looks at every request awaiting approval (every few
+// seconds, and at once when the trusted peers change): one whose key was
+// revoked, whose agent cancelled it or whose time ran out is answered.
+func (d *Daemon) sweepWaiting() {
+	waiting, err := d.ledger.InState(ledger.StateAwaitingApproval)
+	if err != nil {
+		return
+	}
+	for _, e := range waiting {
+		keys := d.agents()[e.Agent]
+		if keys == nil || !d.take(e.Key) {
+			continue
+		}
+		if j, err := d.reload(e, keys); err == nil {
+			d.decideWaiting(j, e)
+		}
+		d.release(e.Key)
+	}
+}
+
+// sweepStalled answers the requests that wait for files no longer in the
+// folder (its agent gave up and removed them, a sync client lost them): no
+// evaluation would ever come back to them. Once the pending timeout has
+// passed since the entry last moved, one that never ran is rejected
+// incomplete; one a human asked to run again is uncertain, as it was
+// (rerun-refused, by answer).
+func (d *Daemon) sweepStalled() {
+	stalled, err := d.ledger.InState(ledger.StateSeen, ledger.StatePending)
+	if err != nil {
+		return
+	}
+	now := d.opt.Now()
+	for _, e := range stalled {
+		if now.Sub(e.Updated) <= d.opt.PendingTimeout {
+			continue
+		}
+		if _, err := d.folder.Lstat(bridge.RequestPath(d.me, e.Agent, e.ID, bridge.ExtManifest)); err == nil {
+			continue // there: evaluations (events, rescans) take care of it
+		}
+		keys := d.agents()[e.Agent]
+		if keys == nil || !d.take(e.Key) {
+			continue
+		}
+		if j, err := d.reload(e, keys); err == nil && !d.adopt(j, e) && !d.holdBehind(j, e) {
+			d.answer(j, evIncomplete, bridge.Receipt{Status: bridge.StatusRejected, Reason: "incomplete", Op: e.Op,
+				Detail: fmt.Sprintf("its files left the folder, and %s passed", d.opt.PendingTimeout)}, nil, nil)
+		}
+		d.release(e.Key)
+	}
+}
+
+// stalledEvery is how many control-loop ticks (seconds) apart the stalled
+// sweep runs: a minute, or the pending timeout if that is shorter (it
+// reads the ledger's waiting entries, a scan of raw records).
+func (d *Daemon) stalledEvery() int {
+	return int(max(time.Second, min(time.Minute, d.opt.PendingTimeout)) / time.Second)
+}
