@@ -132,14 +132,14 @@ func (c *Client) keptResult(s *Sent, check bridge.ResultCheck, own []bridge.OwnK
 
 // State is what the agent can tell about a request from the folder.
 type State struct {
-	ID       string `json:"id"`
-	Op       string `json:"op"`
-	Host     string `json:"host"`
-	State    string `json:"state"` // submitted | <result status>
-	Reason   string `json:"reason,omitempty"`
-	ExitCode *int   `json:"exit_code,omitempty"`
-	Created  int64  `json:"created"`
-	Expires  int64  `json:"expires"`
+	ID       string    `json:"id"`
+	Op       string    `json:"op"`
+	Host     string    `json:"host"`
+	State    string    `json:"state"` // submitted | <result status>
+	Reason   string    `json:"reason,omitempty"`
+	ExitCode *int      `json:"exit_code,omitempty"`
+	Created  time.Time `json:"created"` // RFC 3339 in JSON, as the host's ledger
+	Expires  time.Time `json:"expires"`
 }
 
 // Status reports a request's state. It is a pure read.
@@ -148,7 +148,8 @@ func (c *Client) Status(id string) (*State, error) {
 	if err != nil {
 		return nil, err
 	}
-	st := &State{ID: id, Op: s.Op, Host: s.HostName, State: "submitted", Created: s.Created, Expires: s.Expires}
+	st := &State{ID: id, Op: s.Op, Host: s.HostName, State: "submitted",
+		Created: time.Unix(s.Created, 0), Expires: time.Unix(s.Expires, 0)}
 	out, err := c.Result(id)
 	if errors.Is(err, ErrNoResult) {
 		if time.Now().Unix() >= s.Expires {
@@ -254,11 +255,25 @@ func (c *Client) Ack(out *Outcome) error {
 	if err := syncsafe.WriteFileAtomic(c.home.Path("requests", s.ID+"."+bridge.ExtResult), out.Manifest); err != nil {
 		return err
 	}
-	ack, err := bridge.SignAck(c.home.Identity(), bridge.Ack{ID: s.ID, Agent: c.home.Config.ID, Host: s.Host, ResultSHA256: bridge.SHA256Hex(out.Manifest), Created: time.Now().Unix()})
+	resSHA := bridge.SHA256Hex(out.Manifest)
+	ack, err := bridge.SignAck(c.home.Identity(), bridge.Ack{ID: s.ID, Agent: c.home.Config.ID, Host: s.Host, ResultSHA256: resSHA, Created: time.Now().Unix()})
 	if err != nil {
 		return err
 	}
-	if err := c.folder.Publish(bridge.RequestPath(s.Host, c.home.Config.ID, s.ID, bridge.ExtAck), bridge.WriteBytes(ack)); err != nil && !errors.Is(err, syncsafe.ErrExists) {
+	ackPath := bridge.RequestPath(s.Host, c.home.Config.ID, s.ID, bridge.ExtAck)
+	err = c.folder.Publish(ackPath, bridge.WriteBytes(ack))
+	if errors.Is(err, syncsafe.ErrExists) {
+		// An ack of an earlier answer (an uncertain one, settled or run
+		// again since) names another result: this one replaces it, or the
+		// host would never collect the new result.
+		old, rerr := c.folder.ReadFile(ackPath, bcrypto.KindAck.MaxSize())
+		if a, oerr := bridge.OpenAck(old, s.ID, s.Host, c.home.Config.ID, [][]byte{c.home.Identity().SignPublic()}); rerr == nil && oerr == nil && a.ResultSHA256 == resSHA {
+			err = nil
+		} else {
+			err = c.folder.PublishReplace(ackPath, bridge.WriteBytes(ack))
+		}
+	}
+	if err != nil {
 		return err
 	}
 	if out.Result.Status == bridge.StatusUncertain {
@@ -326,7 +341,7 @@ func (c *Client) GC(dryRun bool) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	var removed []string
+	removed := []string{}
 	for _, s := range sent {
 		// A kept uncertain result is not settled: its request's files
 		// stay, for a human's rerun on the host.

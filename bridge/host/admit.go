@@ -107,7 +107,7 @@ func (d *Daemon) admit(j *job, in spool, mode admitMode) bool {
 				Detail: "the op would run code or work inside the synced folder (" + p + "); the host refuses"})
 		}
 	}
-	d.withRequestEnv(inv, j.req.ID)
+	withRequestEnv(inv, j.req.ID)
 	if inv.Approve && mode == admitNew {
 		return d.awaitApproval(j, inv)
 	}
@@ -157,17 +157,18 @@ func (d *Daemon) admit(j *job, in spool, mode admitMode) bool {
 }
 
 // standing reports why a request's signing key may no longer start
-// anything: it is read fresh from the home, so a revocation counts from the
+// anything (an error that names neither the request nor, in the agent's
+// answer, repeats its id): it is read fresh from the home, so a revocation counts from the
 // moment `bridge keys revoke` returned, not from the daemon's next reload
 // of its peers (a stat of one file when nothing changed).
 func (d *Daemon) standing(j *job) error {
 	p, err := d.home.PeerByID(j.agent)
 	if err != nil {
-		return fmt.Errorf("request %s: %w: the agent is no longer trusted (%v)", j.req.ID, bridge.ErrKeyRevoked, err)
+		return fmt.Errorf("%w: the agent is no longer trusted (%v)", bridge.ErrKeyRevoked, err)
 	}
 	for _, k := range p.Keys {
 		if k.SignKid() == j.req.AgentKid && p.State(k, d.opt.Now()) == bridge.KeyRevoked {
-			return fmt.Errorf("request %s: %w: key %s of %s was revoked on this host", j.req.ID, bridge.ErrKeyRevoked, k.SignKid(), p.Name)
+			return fmt.Errorf("%w: key %s of %s was revoked on this host", bridge.ErrKeyRevoked, k.SignKid(), p.Name)
 		}
 	}
 	return nil
@@ -176,7 +177,7 @@ func (d *Daemon) standing(j *job) error {
 // withRequestEnv hands the request id to the op (SPEC §7.3): as
 // BRIDGE_REQUEST_ID and BRIDGE_IDEMPOTENCY_KEY, so a downstream system can
 // deduplicate on it. A keyed request keeps its id across retries.
-func (d *Daemon) withRequestEnv(inv *policy.Invocation, id string) {
+func withRequestEnv(inv *policy.Invocation, id string) {
 	env := inv.Env[:0:0]
 	for _, kv := range inv.Env {
 		if !strings.HasPrefix(kv, "BRIDGE_REQUEST_ID=") && !strings.HasPrefix(kv, "BRIDGE_IDEMPOTENCY_KEY=") {
@@ -337,6 +338,7 @@ func (d *Daemon) run(j *job, inv *policy.Invocation, stdin spool, resume bool, a
 	})
 	close(progStop)
 	<-progDone
+	prog.final()
 	d.chargeCPU(j.keys.name, out.CPU)
 	rc := bridge.Receipt{
 		Status: bridge.StatusDone, Op: inv.Op, Argv: inv.Argv, PolicySHA256: d.policy.SHA256,
@@ -368,6 +370,7 @@ func (d *Daemon) run(j *job, inv *policy.Invocation, stdin spool, resume bool, a
 		rc.Detail = "the host daemon was stopped while the op ran, and it was killed after the drain; it may or may not have had its effect. Resolve with `bridge reconcile`"
 	case out.Cancelled:
 		ev, rc.Status, rc.Reason = evCancelRun, bridge.StatusCancelled, "cancelled"
+		rc.Detail = "the agent cancelled it while it ran; it was stopped (it may have had part of its effect)"
 	case out.TimedOut:
 		rc.Reason, rc.Detail = "timeout", fmt.Sprintf("timed out after %s", inv.Timeout)
 	}
@@ -390,7 +393,7 @@ func (d *Daemon) answerOrRetry(j *job, ev event, rc bridge.Receipt, stdout, stde
 		backoff.WithMaxInterval(30*time.Second), backoff.WithMaxElapsedTime(0)), d.runCtx)
 	_ = backoff.RetryNotify(func() error {
 		err := d.answer(j, ev, rc, stdout, stderr)
-		if err == nil || errors.Is(err, errLifecycle) || errors.Is(err, errViolation) || d.stopped() {
+		if err == nil || errors.Is(err, errLifecycle) || errors.Is(err, errBehind) || errors.Is(err, errViolation) || d.stopped() {
 			return backoff.Permanent(err)
 		}
 		return err

@@ -30,7 +30,7 @@ const DefaultApprovalTTL = time.Hour
 // awaitApproval parks a request for a human: the ledger records what it
 // would run (shown by `bridge pending`), the agent gets a notice.
 func (d *Daemon) awaitApproval(j *job, inv *policy.Invocation) bool {
-	what := "would run: " + inv.String()
+	what := "awaits a human's approval; it would run:\n" + strings.TrimSuffix(inv.String(), "\n")
 	if _, err := d.step(j.key, evAwaitApproval, func(e *ledger.Entry) { e.Op, e.Reason = inv.Op, what }); err != nil {
 		d.log.Warn("await approval", "key", j.key, "err", err)
 		return false
@@ -189,7 +189,7 @@ func decideOrder(h *bridge.Home, ref, as, why string) (*Decision, error) {
 // hostOnly refuses a command that acts on a host's requests in another home.
 func hostOnly(h *bridge.Home, what string) error {
 	if h.Config.Role != "host" {
-		return bridge.WithHint(fmt.Errorf("%s: this home belongs to an agent; requests are decided on the host", what),
+		return bridge.WithHint(fmt.Errorf("%s: this home belongs to an agent; it is a command of the host", what),
 			"run it with the host's --home")
 	}
 	return nil

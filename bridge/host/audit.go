@@ -172,6 +172,9 @@ func (a *auditLog) close() error {
 // ReadAudit returns the events of a host's audit log, oldest first; n > 0
 // keeps only the last n.
 func ReadAudit(h *bridge.Home, n int) ([]AuditEvent, error) {
+	if err := hostOnly(h, "audit"); err != nil {
+		return nil, err
+	}
 	f, err := os.Open(h.Path(auditName))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
@@ -209,6 +212,9 @@ type AuditCheck struct {
 // an edited, inserted or removed line, and a cut tail, are each reported
 // with the line where the chain breaks.
 func VerifyAudit(h *bridge.Home) (*AuditCheck, error) {
+	if err := hostOnly(h, "audit verify"); err != nil {
+		return nil, err
+	}
 	data, err := os.ReadFile(h.Path(auditName))
 	if errors.Is(err, fs.ErrNotExist) {
 		data = nil

@@ -140,7 +140,14 @@ func (d *Daemon) Abort() int {
 	if d.abortRun != nil {
 		d.abortRun()
 	}
-	return runner.KillAll()
+	n := runner.KillAll()
+	if n > 0 {
+		d.log.Warn("stopped at once: killed the running ops' process groups", "killed", n,
+			"hint", "the next `bridge serve` settles them: an idempotent op runs again, any other is held uncertain")
+	} else {
+		d.log.Info("stopped at once: nothing was running")
+	}
+	return n
 }
 
 // Crash-injection steps, in pipeline order (DESIGN §4).
@@ -385,11 +392,16 @@ func (d *Daemon) Close(ctx context.Context) error {
 		}
 		d.log.Info("stopping: no new work; running ops may finish "+until+", then they are stopped (a second signal stops them at once)",
 			"running", running)
+	} else if d.watcher != nil {
+		d.log.Info("stopping: nothing runs")
 	}
 	done := make(chan struct{})
 	go func() { d.wg.Wait(); close(done) }()
 	select {
 	case <-done:
+		if running > 0 {
+			d.log.Info("drained: every running op ended in time")
+		}
 	case <-ctx.Done():
 		d.log.Warn("aborting running operations: the drain is over", "hint", "each is answered uncertain, or left for the next start if it is idempotent or has a reconcile command")
 		if d.abortRun != nil {

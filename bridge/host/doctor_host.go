@@ -46,6 +46,9 @@ func Doctor(h *bridge.Home, opt bridge.DoctorOptions) []bridge.Finding {
 	}
 	out = append(out, bridge.Finding{Check: "ledger", Severity: bridge.SeverityOK, Message: fmt.Sprintf("the ledger reads back: %d requests", len(entries))})
 	out = append(out, uncertainFindings(h, entries)...)
+	if _, ok := DaemonRunning(h); !ok {
+		out = append(out, cutOffFindings(h, entries)...)
+	}
 
 	// Clock skew: an agent's created time against the host's first sight.
 	// The sync delay adds to it, so only the smallest difference of recent
@@ -132,24 +135,52 @@ func uncertainFindings(h *bridge.Home, entries []LedgerEntry) []bridge.Finding {
 	var out []bridge.Finding
 	if len(crashed) > 0 {
 		out = append(out, bridge.Finding{Check: "uncertain", Severity: bridge.SeverityWarn,
-			Message: fmt.Sprintf("%d requests were interrupted while they ran and may or may not have had their effect: %s", len(crashed), fewOf(crashed)),
+			Message: fmt.Sprintf("%s interrupted while running, and may or may not have had its effect: %s", plural(len(crashed), "request"), fewOf(crashed)),
 			Fix:     "check each on this machine, then `bridge reconcile AGENT/ID --as done|failed|rerun`"})
 	}
 	if len(lost) > 0 {
 		out = append(out, bridge.Finding{Check: "record-lost", Severity: bridge.SeverityWarn,
-			Message: fmt.Sprintf("%d requests came back after the ledger lost their records (a repair or a restored backup), and are held, not run: %s", len(lost), fewOf(lost)),
+			Message: fmt.Sprintf("%s lost to the ledger (a repair or a restored backup) and came back: held, not run: %s", plural(len(lost), "request"), fewOf(lost)),
 			Fix:     "the host admitted each before: check whether it ran, then `bridge reconcile AGENT/ID --as done|failed|rerun`"})
 	}
 	if data, err := os.ReadFile(h.Path(lostName)); err == nil {
 		if n := len(strings.Fields(string(data))); n > 0 {
 			out = append(out, bridge.Finding{Check: "record-lost", Severity: bridge.SeverityOK,
-				Message: fmt.Sprintf("a ledger repair found %d requests without a record (listed in %s); if one comes back it is held uncertain, not run", n, h.Path(lostName))})
+				Message: fmt.Sprintf("a ledger repair found requests without a record (%d, listed in %s); none of them runs if it comes back", n, h.Path(lostName))})
 		}
 	}
 	if len(out) == 0 {
 		out = append(out, bridge.Finding{Check: "uncertain", Severity: bridge.SeverityOK, Message: "no request waits for a human to settle it"})
 	}
 	return out
+}
+
+// cutOffFindings names the requests the ledger has as running while no
+// daemon runs: a daemon stopped hard (a second signal, a crash, a power
+// cut) in their midst, and its next start settles them.
+func cutOffFindings(h *bridge.Home, entries []LedgerEntry) []bridge.Finding {
+	names := agentNames(h)
+	var cut []string
+	for _, e := range entries {
+		if e.State == ledger.StateClaimed || e.State == ledger.StateRunning {
+			cut = append(cut, refName(names, e))
+		}
+	}
+	if len(cut) == 0 {
+		return nil
+	}
+	return []bridge.Finding{{Check: "cut-off", Severity: bridge.SeverityWarn,
+		Message: fmt.Sprintf("%s running when bridge serve stopped: %s", plural(len(cut), "request"), fewOf(cut)),
+		Fix:     "start `bridge serve`: it settles them (an idempotent op runs again, any other is held uncertain for `bridge reconcile`)"}}
+}
+
+// plural counts requests in English, with the verb of a sentence that
+// begins with them: "1 request was", "2 requests were".
+func plural(n int, thing string) string {
+	if n == 1 {
+		return "1 " + thing + " was"
+	}
+	return fmt.Sprintf("%d %ss were", n, thing)
 }
 
 // fewOf names the first few of a list, and how many more there are.

@@ -21,6 +21,7 @@ type pair struct {
 	cancel                      context.CancelFunc
 	done                        chan error
 	client                      *agent.Client
+	skew                        time.Duration // for the daemons of start and startCrashProc; 0: the default
 }
 
 const testPolicy = `
@@ -147,7 +148,7 @@ func envWith(extra map[string]string) func(string) (string, bool) {
 func (p *pair) start(t *testing.T, env map[string]string) {
 	t.Helper()
 	d, err := NewDaemon(p.host, DaemonOptions{AllowRoot: true, Rescan: 500 * time.Millisecond, Grace: 200 * time.Millisecond,
-		Env: envWith(env)})
+		Skew: p.skew, Env: envWith(env)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -158,12 +159,16 @@ func TestDrainAbortNeverFailed(t *testing.T) {
 	}
 }
 
-// Rows "record-lost": a ledger repaired after damage, or restored from a
-// backup, has lost the record of a request that ran. Its files are still in
-// the folder; the evidence in the home and the folder stops a second run,
-// and the request is left uncertain for a human.
+// Rows "record-lost" and "catch-up": a ledger repaired after damage, or
+// restored from a backup, has lost the record of a request that ran. Its
+// files are still in the folder; the evidence in the home and the folder
+// stops a second run. Where the result this host signed is found, the
+// ledger records it (the agent's answer stands, nothing is left to
+// settle); where only other evidence is (the result was collected, the
+// agent's ack remains), the request is held uncertain for a human. A second
+// repair still lists what the first found and has not come back.
 func TestLostRecordNeverRunsAgain(t *testing.T) {
-	for _, how := range []string{"repair", "restore"} {
+	for _, how := range []string{"repair", "restore", "restore, result collected"} {
 		t.Run(how, func(t *testing.T) {
 			e := newEdge(t)
 			d := e.daemon(t)
@@ -177,10 +182,30 @@ func TestLostRecordNeverRunsAgain(t *testing.T) {
 			}
 			d = e.daemon(t)
 			id := e.submit(t, "blockidem")
-			if out := e.wait(t, id); out.Receipt.Status != bridge.StatusDone {
-				t.Fatalf("first run: %s", out.Receipt.Status)
+			first := e.wait(t, id)
+			if first.Receipt.Status != bridge.StatusDone {
+				t.Fatalf("first run: %s", first.Receipt.Status)
 			}
 			stopDaemon(d, context.Background())
+			collected := how == "restore, result collected"
+			if collected {
+				// The agent acked; the result left the folder and the home
+				// (its grace and expiry passed, or a hand removed it). A
+				// folder writer kept copies of the request's files.
+				manifest, _ := os.ReadFile(filepath.Join(e.toHost(), id+".manifest"))
+				payload, _ := os.ReadFile(filepath.Join(e.toHost(), id+".payload"))
+				if err := e.client.Ack(first); err != nil {
+					t.Fatal(err)
+				}
+				for _, p := range []string{filepath.Join(e.toAgent(), id+".result"), filepath.Join(e.toAgent(), id+".output"),
+					e.host.Path("results", e.agent.Config.ID, id+".result"), e.host.Path("results", e.agent.Config.ID, id+".output")} {
+					if err := os.Remove(p); err != nil {
+						t.Fatal(err)
+					}
+				}
+				os.WriteFile(filepath.Join(e.toHost(), id+".payload"), payload, 0o644)
+				os.WriteFile(filepath.Join(e.toHost(), id+".manifest"), manifest, 0o644)
+			}
 			if how == "repair" {
 				// Damage right after the records that were there before:
 				// repair keeps those and drops the request's.
@@ -191,17 +216,21 @@ func TestLostRecordNeverRunsAgain(t *testing.T) {
 				f.WriteAt([]byte("garbage!"), int64(len(before)))
 				f.Close()
 				os.Remove(db + ".checked")
-				if _, err := RepairLedger(e.host); err != nil {
-					t.Fatal(err)
-				}
 			} else {
 				os.Remove(db + ".checked")
 				if err := os.WriteFile(db, before, 0o600); err != nil {
 					t.Fatal(err)
 				}
-				// As OPERATIONS.md says to after a restore.
-				if _, err := RepairLedger(e.host); err != nil {
+			}
+			// As OPERATIONS.md says to after a restore; run twice, it
+			// lists the same.
+			for range 2 {
+				rep, err := RepairLedger(e.host)
+				if err != nil {
 					t.Fatal(err)
+				}
+				if !slices.Contains(rep.Lost, "cloud-1/"+id) {
+					t.Fatalf("the repair does not list the lost request: %v", rep.Lost)
 				}
 			}
 			// The finished-requests cache still lists the request (its
@@ -217,6 +246,25 @@ func TestLostRecordNeverRunsAgain(t *testing.T) {
 				t.Fatalf("a request whose record was lost ran %d times", n)
 			}
 			got := e.entry(t, id)
+			if lost, _ := os.ReadFile(e.host.Path(lostName)); strings.Contains(string(lost), id) {
+				t.Fatalf("the lost list still holds the request that came back:\n%s", lost)
+			}
+			if !collected {
+				// The result this host signed is what happened.
+				if got.State != ledger.StateDone || got.Reason != "record-lost" {
+					t.Fatalf("ledger: %s (%s); want done, record-lost", got.State, got.Reason)
+				}
+				out, err := e.client.Result(id)
+				if err != nil || !bytes.Equal(out.Manifest, first.Manifest) {
+					t.Fatalf("the agent's answer changed: %v", err)
+				}
+				for _, f := range Doctor(e.host, bridge.DoctorOptions{}) {
+					if f.Severity != bridge.SeverityOK && strings.Contains(f.Message, id) {
+						t.Fatalf("doctor asks a human about a request whose answer is known: %+v", f)
+					}
+				}
+				return
+			}
 			if got.State != ledger.StateUncertain || !strings.Contains(got.Reason, "record-lost") {
 				t.Fatalf("ledger: %s (%s); want uncertain, record-lost", got.State, got.Reason)
 			}
@@ -233,8 +281,7 @@ func TestLostRecordNeverRunsAgain(t *testing.T) {
 				t.Fatal(err)
 			}
 			waitFor(t, 10*time.Second, "the settled result", func() bool {
-				out, err := e.client.Result(id)
-				return err == nil && out.Receipt.Reason == "reconciled" && e.entry(t, id).State == ledger.StateDone
+				return e.entry(t, id).State == ledger.StateDone
 			})
 			if n := e.starts(t, "blockidem", id); n != 1 {
 				t.Fatalf("ran %d times after the settlement", n)
@@ -608,10 +655,11 @@ func TestSquattedResultNamesAreCleared(t *testing.T) {
 	})
 }
 
-// Rows "record-lost" for an entry that exists but is behind what the host
-// did (found by the red team): a whole home restored from a backup taken
-// while the request waited for its payload, and a repair that drops the
-// record of a run. Neither runs the request again.
+// Rows "record-lost" and "catch-up" for an entry that exists but is behind
+// what the host did (found by the red team): a whole home restored from a
+// backup taken while the request waited for its payload (the ledger then
+// records the result found in the folder), and a repair that drops the
+// record of a run (held uncertain). Neither runs the request again.
 func TestLedgerBehindNeverRunsAgain(t *testing.T) {
 	t.Run("home restored", func(t *testing.T) {
 		e := newEdge(t)
@@ -638,7 +686,10 @@ func TestLedgerBehindNeverRunsAgain(t *testing.T) {
 			t.Fatal(err)
 		}
 		e.daemon(t)
-		waitFor(t, 10*time.Second, "the request to be held", func() bool { return e.entry(t, id).State == ledger.StateUncertain })
+		waitFor(t, 10*time.Second, "the ledger to record the result this host signed", func() bool {
+			got := e.entry(t, id)
+			return got.State == ledger.StateDone && got.Reason == "record-lost"
+		})
 		settleFor()
 		if n := e.starts(t, "blockidem", id); n != 1 {
 			t.Fatalf("ran %d times after the home was restored", n)

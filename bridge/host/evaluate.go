@@ -182,12 +182,18 @@ func (d *Daemon) deliver(j *job, expires time.Time) (ledger.Entry, bool) {
 		d.log.Error("keep manifest", "key", j.key, "err", err)
 		return ledger.Entry{}, false
 	}
+	var lostStatus string
 	if why != "" {
 		// An answer before its record, as always: a crash in between
-		// leaves the sealed copy, which is evidence itself.
+		// leaves the sealed copy, which is evidence itself. A result this
+		// host signed is what happened: the entry records it (an answer
+		// the ledger can only reach through uncertain, catch-up, below).
 		d.count(evRecordLost)
 		e.State, e.Reason = ledger.StateUncertain, "record-lost"
-		e.ResultSHA256 = d.answerLost(j, why)
+		e.ResultSHA256, lostStatus = d.answerLost(j, why)
+		if st, ok := statusState[lostStatus]; ok && st != ledger.StateUncertain && ledger.CanAdmit(st) {
+			e.State = st
+		}
 	} else {
 		d.count(evDeliver)
 	}
@@ -209,9 +215,22 @@ func (d *Daemon) deliver(j *job, expires time.Time) (ledger.Entry, bool) {
 	default:
 		d.markFinished(j.agent, j.req.ID)
 		d.forgetLost(j.key)
+		d.audit.log(AuditEvent{Event: "record-lost", Agent: j.agent, ID: j.req.ID, Detail: why})
+		if st := statusState[lostStatus]; ent.State == ledger.StateUncertain && ledger.CanTransition(ledger.StateUncertain, st) {
+			d.log.Warn("a request this host answered came back, and the ledger had no record of it: recording the answer it signed",
+				"key", j.key, "result", lostStatus)
+			d.count(evCatchUp)
+			d.record(j, evCatchUp, ent.State, ent.ResultSHA256, bridge.Receipt{Status: lostStatus, Reason: "record-lost"}, false)
+			ent, _ = d.ledger.Get(j.key)
+			return ent, true
+		}
+		if ent.State != ledger.StateUncertain {
+			d.log.Warn("a request this host answered came back, and the ledger had no record of it: recorded the answer it signed",
+				"key", j.key, "result", lostStatus)
+			return ent, true
+		}
 		d.log.Error("a request this host admitted before came back, and the ledger had no record of it: held uncertain, never run again",
 			"key", j.key, "evidence", why, "hint", "bridge reconcile "+j.keys.name+"/"+j.req.ID+" --as done|failed|rerun")
-		d.audit.log(AuditEvent{Event: "record-lost", Agent: j.agent, ID: j.req.ID, Detail: why})
 	}
 	return ent, true
 }
@@ -219,31 +238,33 @@ func (d *Daemon) deliver(j *job, expires time.Time) (ledger.Entry, bool) {
 // answerLost tells the agent about a request held uncertain because its
 // record was lost, unless it holds an answer already: a result of this
 // host in the folder (re-published from the private copy if there is one)
-// or an ack of one. It returns the hash of the result published, if any.
-func (d *Daemon) answerLost(j *job, why string) string {
+// or an ack of one. It returns the hash and status of the result the agent
+// holds or was sent (none if it acked one and none is in the folder).
+func (d *Daemon) answerLost(j *job, why string) (resSHA, status string) {
 	if d.hasSealedResult(j.agent, j.req.ID) {
-		resSHA, _, err := d.publishResult(j, bridge.Receipt{}, nil, nil)
+		resSHA, status, err := d.publishResult(j, bridge.Receipt{}, nil, nil)
 		if err != nil {
 			d.log.Warn("re-publish result", "key", j.key, "err", err)
 		}
-		return resSHA
+		return resSHA, status
 	}
 	if data, err := d.folder.ReadFile(bridge.ResultPath(d.me, j.agent, j.req.ID, bridge.ExtResult), bcrypto.KindResult.MaxSize()); err == nil {
-		if _, err := d.ownResult(data, j.agent, j.req.ID); err == nil {
-			return bridge.SHA256Hex(data)
+		if status, err := d.ownResult(data, j.agent, j.req.ID); err == nil {
+			return bridge.SHA256Hex(data), status
 		}
 	}
-	if _, err := d.folder.Lstat(bridge.RequestPath(d.me, j.agent, j.req.ID, bridge.ExtAck)); err == nil {
-		return ""
+	if _, ok := d.agentAck(j.agent, j.req.ID); ok {
+		return "", "" // the agent holds an answer, and took its files away
 	}
 	rc := bridge.Receipt{Status: bridge.StatusUncertain, Reason: "record-lost", PolicySHA256: d.policy.SHA256,
 		Detail: "the host's ledger lost this request's record (a repaired or restored ledger), and the host admitted it before (" +
 			why + "): it may have run. A human on the host settles it with `bridge reconcile`"}
-	resSHA, _, err := d.publishResult(j, rc, nil, nil)
+	resSHA, status, err := d.publishResult(j, rc, nil, nil)
 	if err != nil {
 		d.log.Error("publish result", "key", j.key, "err", err)
+		return "", ""
 	}
-	return resSHA
+	return resSHA, status
 }
 
 // evaluateKept looks at a request the ledger holds past its delivery
@@ -432,7 +453,9 @@ func (d *Daemon) handleCancel(agent, id string) {
 	cancel := d.cancels[key]
 	d.mu.Unlock()
 	if cancel != nil {
-		d.log.Info("cancelling", "key", key)
+		if d.firstTime("cancelling:" + key) { // each rescan sees the cancel file again
+			d.log.Info("cancelling", "key", key)
+		}
 		cancel()
 		return
 	}

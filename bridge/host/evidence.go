@@ -65,14 +65,29 @@ func (d *Daemon) evidence(agent, id string) string {
 			return "its output, signed by this host, is in the folder"
 		}
 	}
-	if keys := d.agents()[agent]; keys != nil {
-		if data, err := d.folder.ReadFile(bridge.RequestPath(d.me, agent, id, bridge.ExtAck), bcrypto.KindAck.MaxSize()); err == nil {
-			if _, err := bridge.OpenAck(data, id, d.me, agent, keys.allSign()); err == nil {
-				return "the agent acked a result of it"
-			}
-		}
+	if _, ok := d.agentAck(agent, id); ok {
+		return "the agent acked a result of it"
 	}
 	return ""
+}
+
+// agentAck reads the agent's ack of request agent/id, if one it signed is
+// in the folder: by any of its keys but a revoked one (the thief of a
+// revoked key must not make evidence). The keys' standing is read fresh
+// from the home, as for a start: a revocation counts from the moment
+// `bridge keys revoke` returned.
+func (d *Daemon) agentAck(agent, id string) (*bridge.Ack, bool) {
+	data, err := d.folder.ReadFile(bridge.RequestPath(d.me, agent, id, bridge.ExtAck), bcrypto.KindAck.MaxSize())
+	if err != nil {
+		return nil, false
+	}
+	p, err := d.home.PeerByID(agent)
+	if err != nil {
+		return nil, false
+	}
+	keys := &agentKeys{name: p.Name, peer: *p}
+	a, err := bridge.OpenAck(data, id, d.me, agent, keys.unrevokedSign(d.opt.Now()))
+	return a, err == nil
 }
 
 // behind reports what shows that the host took a request further than its
@@ -81,7 +96,8 @@ func (d *Daemon) evidence(agent, id string) string {
 // started by this ledger, whose request this host answered or ran before.
 // "" if nothing does. Only what the ledger entry does not already account
 // for counts: the result it recorded (a human's rerun keeps it until the
-// new answer), the runs it counted.
+// new answer); for an entry the ledger knows ran or was answered before (a
+// human's rerun), the output and acks of those earlier runs.
 func (d *Daemon) behind(ent ledger.Entry) string {
 	d.mu.Lock()
 	lost := d.lost[ent.Key]
@@ -95,20 +111,17 @@ func (d *Daemon) behind(ent ledger.Entry) string {
 			return "a result of it, signed by this host, is in the folder"
 		}
 	}
-	if ent.Runs == 0 {
-		if data, err := d.folder.ReadFile(bridge.ProgressPath(d.me, ent.Agent, ent.ID, 1), bcrypto.KindProgress.MaxSize()); err == nil {
-			c := bridge.ProgressCheck{ID: ent.ID, Host: d.me, Agent: ent.Agent, Seq: 1, HostKeys: d.own().signPubs()}
-			if _, err := bridge.OpenProgress(data, c); err == nil {
-				return "its output, signed by this host, is in the folder"
-			}
+	if ranBefore(ent) || ent.ResultSHA256 != "" {
+		return "" // a rerun: the earlier runs' output and acks are accounted for
+	}
+	if data, err := d.folder.ReadFile(bridge.ProgressPath(d.me, ent.Agent, ent.ID, 1), bcrypto.KindProgress.MaxSize()); err == nil {
+		c := bridge.ProgressCheck{ID: ent.ID, Host: d.me, Agent: ent.Agent, Seq: 1, HostKeys: d.own().signPubs()}
+		if _, err := bridge.OpenProgress(data, c); err == nil {
+			return "its output, signed by this host, is in the folder"
 		}
 	}
-	if keys := d.agents()[ent.Agent]; keys != nil {
-		if data, err := d.folder.ReadFile(bridge.RequestPath(d.me, ent.Agent, ent.ID, bridge.ExtAck), bcrypto.KindAck.MaxSize()); err == nil {
-			if a, err := bridge.OpenAck(data, ent.ID, d.me, ent.Agent, keys.allSign()); err == nil && a.ResultSHA256 != ent.ResultSHA256 {
-				return "the agent acked a result of it"
-			}
-		}
+	if _, ok := d.agentAck(ent.Agent, ent.ID); ok {
+		return "the agent acked a result of it"
 	}
 	return ""
 }
@@ -116,21 +129,30 @@ func (d *Daemon) behind(ent ledger.Entry) string {
 // holdBehind records an unanswered entry that behind found evidence for as
 // uncertain (record-lost), telling the agent unless it holds an answer
 // already, and reports whether it did (the caller owns the key).
+//
+// When the evidence is a result this host signed, the ledger records that
+// result, which its agent holds or will: the host's own signed answer is
+// what happened, and a human has nothing to settle.
 func (d *Daemon) holdBehind(j *job, ent ledger.Entry) bool {
 	why := d.behind(ent)
 	if why == "" {
 		return false
 	}
+	resSHA, status := d.answerLost(j, why)
+	d.forgetLost(ent.Key)
+	d.audit.log(AuditEvent{Event: "record-lost", Agent: ent.Agent, ID: ent.ID, Detail: fmt.Sprintf("ledger %s: %s", ent.State, why)})
+	if status != "" && status != bridge.StatusUncertain {
+		d.log.Warn("the ledger is behind a result this host signed: recording that result", "key", ent.Key, "state", ent.State, "result", status)
+		d.record(j, evAdopt, ent.State, resSHA, bridge.Receipt{Status: status, Reason: "record-lost", Op: ent.Op}, true)
+		return true
+	}
 	d.count(evRecordLost)
-	resSHA := d.answerLost(j, why)
 	rc := bridge.Receipt{Status: bridge.StatusUncertain, Reason: "record-lost", Op: ent.Op}
 	if err := d.record(j, evRecordLost, ent.State, resSHA, rc, false); err != nil {
 		return true // violation: the daemon stops
 	}
-	d.forgetLost(ent.Key)
 	d.log.Error("the ledger is behind what this host did with a request: held uncertain, never run again",
 		"key", ent.Key, "state", ent.State, "evidence", why, "hint", "bridge reconcile "+j.keys.name+"/"+ent.ID+" --as done|failed|rerun")
-	d.audit.log(AuditEvent{Event: "record-lost", Agent: ent.Agent, ID: ent.ID, Detail: fmt.Sprintf("ledger %s: %s", ent.State, why)})
 	return true
 }
 
@@ -186,8 +208,9 @@ func (d *Daemon) loadLost() {
 type RepairReport struct {
 	ledger.RepairReport
 	// Lost are the requests (AGENT/ID, AGENT the agent's local name) that
-	// the audit log or the home knew further than the repaired ledger does.
-	// If one of them comes back, the daemon holds it uncertain instead of
+	// the audit log or the home knew further than the repaired ledger does,
+	// this repair's and an earlier one's that have not come back yet. If
+	// one of them comes back, the daemon holds it uncertain instead of
 	// running it.
 	Lost []string `json:"lost"`
 }
@@ -221,7 +244,8 @@ func RepairLedger(h *bridge.Home) (RepairReport, error) {
 // findLost lists the keys the home's other records know further than the
 // ledger does: missing from it, or (by the audit log) run or answered while
 // the ledger entry is not yet running. It adds them to the lost file and
-// returns the new ones.
+// returns every key the file holds: those of an earlier repair that have
+// not come back yet too, so that running it twice says the same.
 func findLost(h *bridge.Home) ([]string, error) {
 	entries, err := ledger.Snapshot(h.Path("ledger"))
 	if err != nil {
@@ -263,16 +287,17 @@ func findLost(h *bridge.Home) ([]string, error) {
 			lost = append(lost, k)
 		}
 	}
-	sort.Strings(lost)
+	all := append(slices.Sorted(maps.Keys(have)), lost...)
+	sort.Strings(all)
 	if len(lost) == 0 {
-		return nil, nil
+		return all, nil
 	}
 	var b bytes.Buffer
 	b.Write(old)
 	for _, k := range lost {
 		fmt.Fprintln(&b, k)
 	}
-	return lost, syncsafe.WriteFileAtomic(h.Path(lostName), b.Bytes())
+	return all, syncsafe.WriteFileAtomic(h.Path(lostName), b.Bytes())
 }
 
 // How far the audit log says a request went.

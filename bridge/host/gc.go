@@ -15,8 +15,8 @@ import (
 )
 
 // Garbage collection (SPEC §10): each side removes only its own files. The
-// host removes a result once its agent acked it and a grace period passed,
-// or once a retention period passed without an ack; it forgets ledger
+// host removes a result once its agent acked it, a grace period passed and
+// the request expired, or once a retention period passed without an ack; it forgets ledger
 // entries (and their private copies) past the request's expiry plus skew,
 // after which a replay is refused as expired.
 
@@ -55,7 +55,7 @@ func (o *GCOptions) defaults() {
 func (d *Daemon) collect(o GCOptions, all []ledger.Entry) (*GCReport, error) {
 	o.defaults()
 	now := d.opt.Now()
-	rep := &GCReport{DryRun: o.DryRun}
+	rep := &GCReport{DryRun: o.DryRun, Items: []GCItem{}}
 	progress := &progressFiles{d: d}
 	var old []ledger.Entry
 	for _, e := range all {
@@ -78,7 +78,11 @@ func (d *Daemon) collect(o GCOptions, all []ledger.Entry) (*GCReport, error) {
 		why := ""
 		age := now.Sub(e.Updated)
 		switch {
-		case age > o.Grace && d.acked(e):
+		// An acked result stays until its request expires too: until then
+		// a copy of the request may come back, and should the ledger have
+		// been restored from a backup meanwhile, this result is what shows
+		// that the host answered it (DESIGN §6, record-lost).
+		case age > o.Grace && e.Expires.Add(d.opt.Skew).Before(now) && d.acked(e):
 			why = "acked"
 		case age > o.Retention:
 			why = "retention"
@@ -178,7 +182,7 @@ func (d *Daemon) gcWants(o GCOptions, now time.Time) func(key string, updated, e
 		case !known:
 			return true
 		case published:
-			return acked
+			return acked && expires.Before(expired) // an acked result stays until its request expires
 		default:
 			return expires.Before(expired)
 		}
@@ -228,8 +232,11 @@ func (d *Daemon) runGC(o GCOptions) {
 // GC runs one collection on a host home. With the daemon running, a real
 // collection is left as an order the daemon carries out within a second
 // (ErrQueued), and a dry run reads a snapshot of the ledger.
-func GC(h *bridge.Home, o GCOptions) (*GCReport, error) {
-	d, err := NewDaemon(h, DaemonOptions{})
+func GC(h *bridge.Home, o GCOptions) (*GCReport, error) { return gcAt(h, o, nil) }
+
+// gcAt is GC with the daemon's clock (nil: the real one).
+func gcAt(h *bridge.Home, o GCOptions, now func() time.Time) (*GCReport, error) {
+	d, err := NewDaemon(h, DaemonOptions{Now: now})
 	if err != nil {
 		return nil, err
 	}
@@ -258,11 +265,20 @@ func GC(h *bridge.Home, o GCOptions) (*GCReport, error) {
 		return nil, err
 	}
 	defer d.closeResources()
+	// The finished-requests cache forgets what the ledger forgets, or the
+	// next start would take a forgotten id for one it knows.
+	d.loadFinished()
 	all, err := d.ledger.List(nil)
 	if err != nil {
 		return nil, err
 	}
-	return d.collect(o, all)
+	rep, err := d.collect(o, all)
+	if !o.DryRun {
+		if serr := d.saveFinished(); serr != nil && err == nil {
+			err = serr
+		}
+	}
+	return rep, err
 }
 
 // progressFiles finds the progress chunks of finished requests for one

@@ -12,9 +12,11 @@ import (
 	"github.com/syncbridge/bridge/bridge/agent"
 )
 
-// GC removes an acked result after the grace period, forgets the ledger
-// entry after expiry plus skew, and a late redelivery of the request is then
-// refused as expired: collected ids never run again.
+// GC removes an acked result once the grace passed and the request
+// expired (until then the result shows that the host answered it, should
+// the ledger be restored from a backup), forgets the ledger entry with it,
+// and a late redelivery of the request is then refused as expired:
+// collected ids never run again.
 func TestGCCollectsAndForgets(t *testing.T) {
 	p := newPair(t, testPolicy)
 	countFile := filepath.Join(t.TempDir(), "count")
@@ -26,42 +28,49 @@ func TestGCCollectsAndForgets(t *testing.T) {
 	if err := p.client.Ack(out); err != nil {
 		t.Fatal(err)
 	}
-	// A dry run lists, and removes nothing.
+	// Acked, past the grace, not yet expired: nothing to collect.
 	rep, err := GC(p.host, GCOptions{Grace: time.Nanosecond, DryRun: true})
 	if err != nil {
 		t.Fatal(err)
 	}
+	if len(rep.Items) != 0 {
+		t.Fatalf("before the request expired: %+v", rep.Items)
+	}
+	p.stop(t)
+	later := func() time.Time { return time.Now().Add(time.Hour) }
+	gcLater := func(o GCOptions) *GCReport {
+		t.Helper()
+		rep, err := gcAt(p.host, o, later)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rep
+	}
+	// An hour later: a dry run lists, and removes nothing.
+	rep = gcLater(GCOptions{DryRun: true})
 	if len(rep.Items) != 1 || rep.Items[0].Why != "acked" {
 		t.Fatalf("dry run: %+v", rep.Items)
 	}
 	if _, err := os.Stat(filepath.Join(p.toAgent(), id+".result")); err != nil {
 		t.Fatal("a dry run removed the result")
 	}
-	p.stop(t)
-	rep, err = GC(p.host, GCOptions{Grace: time.Nanosecond})
-	if err != nil || len(rep.Items) != 1 {
-		t.Fatalf("gc: %+v %v", rep, err)
+	if rep := gcLater(GCOptions{}); len(rep.Items) != 2 || rep.Items[1].What != "ledger entry" {
+		t.Fatalf("gc: %+v", rep)
 	}
 	for _, ext := range []string{".result", ".output"} {
 		if _, err := os.Stat(filepath.Join(p.toAgent(), id+ext)); !os.IsNotExist(err) {
 			t.Fatalf("%s still there after gc", ext)
 		}
 	}
+	if p.entry(t, id).ID != "" {
+		t.Fatal("the ledger entry was kept past its expiry")
+	}
 	// The agent keeps its copy: result and status still work.
 	if out, err := p.client.Result(id); err != nil || out.Receipt.Status != bridge.StatusDone {
 		t.Fatalf("the agent lost its result: %v", err)
 	}
-	// An hour later the ledger entry goes too.
-	later := func() time.Time { return time.Now().Add(time.Hour) }
-	d := runDaemon(t, p.host, DaemonOptions{Now: later, Rescan: 200 * time.Millisecond, Env: envWith(map[string]string{"COUNT_FILE": countFile})}) // collects once its start-up scan is through
-	waitFor(t, 5*time.Second, "the ledger entry to be collected", func() bool { return p.entry(t, id).ID == "" })
-	d.mu.Lock()
-	_, kept := d.finished[p.agent.Config.ID+"/"+id]
-	d.mu.Unlock()
-	if kept {
-		t.Fatal("the finished set still holds a forgotten request")
-	}
 	// The request is delivered again: refused as expired, never run again.
+	d := runDaemon(t, p.host, DaemonOptions{Now: later, Rescan: 200 * time.Millisecond, Env: envWith(map[string]string{"COUNT_FILE": countFile})})
 	os.WriteFile(filepath.Join(p.toHost(), id+".payload"), payload, 0o644)
 	os.WriteFile(filepath.Join(p.toHost(), id+".manifest"), manifest, 0o644)
 	settleFor()
@@ -70,6 +79,12 @@ func TestGCCollectsAndForgets(t *testing.T) {
 	}
 	if p.entry(t, id).ID != "" {
 		t.Fatal("the late redelivery was admitted again")
+	}
+	d.mu.Lock()
+	_, kept := d.finished[p.agent.Config.ID+"/"+id]
+	d.mu.Unlock()
+	if kept {
+		t.Fatal("the finished set holds a forgotten request")
 	}
 	audit, _ := os.ReadFile(p.host.Path("audit.log"))
 	if !strings.Contains(string(audit), `"reason":"expired"`) || !strings.Contains(string(audit), `"event":"collected"`) {
@@ -129,8 +144,8 @@ func TestGCRetentionOfUnackedResults(t *testing.T) {
 
 // The periodic collection reads only the settled entries it may act on: a
 // finished request whose result is published and not acked is skipped (not
-// decoded) until its retention, an acked one is collected after the grace,
-// and one collected is skipped again until it expires, then forgotten.
+// decoded) until its retention, and an acked one until the grace passed
+// and it expired; then its result is collected and it is forgotten.
 func TestPeriodicGCReadsOnlyWhatItCanAct(t *testing.T) {
 	p := newPair(t, testPolicy)
 	var offset atomic.Int64
@@ -169,32 +184,37 @@ func TestPeriodicGCReadsOnlyWhatItCanAct(t *testing.T) {
 		return got
 	}
 	offset.Store(int64(90 * time.Minute)) // past the grace, before the expiry
-	if got := wants(GCOptions{}); !got[acked] || got[unacked] || len(got) != 1 {
-		t.Fatalf("past the grace, the collection reads %v; want only the acked %s", got, acked)
+	if got := wants(GCOptions{}); len(got) != 0 {
+		t.Fatalf("past the grace, before the expiry, the collection reads %v; want nothing (an acked result stays until its request expires)", got)
 	}
 	if got := wants(GCOptions{Retention: time.Hour}); !got[acked] || !got[unacked] {
 		t.Fatalf("past the retention, the collection reads %v; want both", got)
 	}
 	d.runGC(GCOptions{})
+	for _, id := range ids {
+		if _, err := os.Stat(filepath.Join(p.toAgent(), id+".result")); err != nil {
+			t.Fatalf("a result was collected before its request expired: %v", err)
+		}
+	}
+	offset.Store(int64(4 * time.Hour)) // past the expiry and skew
+	if got := wants(GCOptions{}); !got[acked] || got[unacked] {
+		t.Fatalf("past the expiry, the collection reads %v; want only the acked %s", got, acked)
+	}
+	d.runGC(GCOptions{})
 	if _, err := os.Stat(filepath.Join(p.toAgent(), ids[0]+".result")); !os.IsNotExist(err) {
 		t.Fatalf("the acked result was not collected: %v", err)
+	}
+	if p.entry(t, ids[0]).ID != "" {
+		t.Fatal("the collected request's entry was kept past its expiry")
 	}
 	if _, err := os.Stat(filepath.Join(p.toAgent(), ids[1]+".result")); err != nil {
 		t.Fatalf("the unacked result was collected before its retention: %v", err)
 	}
-	if got := wants(GCOptions{}); len(got) != 0 {
-		t.Fatalf("after collecting, before the expiry, the collection reads %v; want nothing", got)
-	}
-	offset.Store(int64(4 * time.Hour)) // past the expiry and skew
-	if got := wants(GCOptions{}); !got[acked] || got[unacked] {
-		t.Fatalf("past the expiry, the collection reads %v; want only the collected %s", got, acked)
-	}
-	d.runGC(GCOptions{})
-	if p.entry(t, ids[0]).ID != "" {
-		t.Fatal("the collected request's entry was kept past its expiry")
-	}
 	if p.entry(t, ids[1]).ID == "" {
 		t.Fatal("the unacked request's entry was forgotten while its result is in the folder")
+	}
+	if got := wants(GCOptions{}); len(got) != 0 {
+		t.Fatalf("after collecting, the collection reads %v; want nothing", got)
 	}
 	d.mu.Lock()
 	_, inAcks := d.acks[acked]

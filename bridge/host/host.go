@@ -73,10 +73,12 @@ func ExplainPolicy(file, agent, op string, args map[string]string) (*Explanation
 			return nil, fmt.Errorf("explain: %w: no agent may run %q", policy.ErrNotAllowed, op)
 		}
 	}
-	inv, err := p.Render(agent, op, args, policy.RenderContext{Env: os.LookupEnv, Vars: map[string]string{"request_id": strings.Repeat("0", 32)}})
+	zero := strings.Repeat("0", 32)
+	inv, err := p.Render(agent, op, args, policy.RenderContext{Env: os.LookupEnv, Vars: map[string]string{"request_id": zero}})
 	if err != nil {
 		return nil, err
 	}
+	withRequestEnv(inv, zero) // as serve adds them
 	desc, err := p.Explain(op)
 	if err != nil {
 		return nil, err
@@ -86,7 +88,7 @@ func ExplainPolicy(file, agent, op string, args map[string]string) (*Explanation
 		k, _, _ := strings.Cut(kv, "=")
 		names = append(names, k)
 	}
-	text := desc + "\nas agent " + agent + " it would run:\n  " + inv.String() + "\n"
+	text := desc + "\nas agent " + agent + " it would run:\n" + indent(inv.String(), "  ")
 	return &Explanation{Op: op, Agent: agent, Argv: inv.Argv, Dir: inv.Dir, Env: names, Text: text}, nil
 }
 
@@ -315,4 +317,10 @@ func (d *Daemon) applyOrders() {
 func rerunRefused(key string, err error) error {
 	return bridge.WithHint(fmt.Errorf("reconcile %s --as rerun: the request's payload is not in the folder: %w", key, err),
 		"settle it as done or failed; if it must run again, the agent sends it again as a new request")
+}
+
+// indent puts prefix before every line of text.
+func indent(text, prefix string) string {
+	lines := strings.SplitAfter(strings.TrimSuffix(text, "\n"), "\n")
+	return prefix + strings.Join(lines, prefix) + "\n"
 }

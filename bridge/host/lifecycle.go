@@ -22,7 +22,9 @@ import (
 //   - An answer is published only if its step is allowed from where the
 //     entry stands, and the entry is then moved: a step the ledger refuses
 //     after the answer is out is a broken invariant, and stops the daemon.
-//   - uncertain is answered but not final: only a human (reconcile) moves it.
+//   - uncertain is answered but not final: only a human (reconcile) moves
+//     it, or a result this host signed, found when its ledger was behind
+//     (catch-up): the host's own answer is what happened.
 
 // event is something that happens to a request.
 type event string
@@ -55,6 +57,7 @@ const (
 	evRerun         event = "rerun"          // a human asked to run an uncertain request again
 	evRerunRefused  event = "rerun-refused"  // a human's rerun cannot start (expired, revoked, cancelled, its files gone, ...)
 	evAdopt         event = "adopt"          // a result sealed but not recorded (a crash, a failed publish) is published and recorded
+	evCatchUp       event = "catch-up"       // a ledger found behind a result this host signed records that result (after record-lost)
 )
 
 // transition is one row of the table: the states an event may leave, the
@@ -106,8 +109,9 @@ var lifecycle = map[event]transition{
 	evCrashDone:     {one(ledger.StateRunning), one(ledger.StateDone), true},
 	evSettle:        {one(ledger.StateUncertain), one(ledger.StateDone, ledger.StateFailed), true},
 	evRerun:         {one(ledger.StateUncertain), one(ledger.StateClaimed), false},
-	evRerunRefused:  {unstarted, one(ledger.StateUncertain), true},
+	evRerunRefused:  {append(slices.Clone(unstarted), ledger.StateRunning), one(ledger.StateUncertain), true},
 	evAdopt:         {inFlux, sealed, true},
+	evCatchUp:       {one(ledger.StateUncertain), one(ledger.StateDone, ledger.StateFailed, ledger.StateCancelled), true},
 }
 
 // statusState is the ledger state that records a result of each status.
@@ -121,6 +125,7 @@ var statusState = map[string]ledger.State{
 // after its answer was published: the daemon stops.
 var (
 	errLifecycle = errors.New("not allowed by the request lifecycle")
+	errBehind    = errors.New("the ledger was behind what this host did with it; recorded that instead")
 	errViolation = errors.New("lifecycle violation")
 )
 
@@ -163,9 +168,16 @@ func (d *Daemon) answer(j *job, ev event, rc bridge.Receipt, stdout, stderr []by
 		d.log.Error("ledger read", "key", j.key, "err", err)
 		return err
 	}
-	if st := statusState[rc.Status]; ranBefore(cur) && slices.Contains(unstarted, cur.State) && st != ledger.StateUncertain {
-		// A human's rerun of a request that ran before, refused before it
-		// started again (expired, revoked, cancelled, its files gone): the
+	if slices.Contains(unstarted, cur.State) && d.holdBehind(j, cur) {
+		// The ledger is behind what this host did with the request (a
+		// restored backup): the result it signed then, or uncertain,
+		// stands; no answer of today's replaces it.
+		return fmt.Errorf("%s: %w", ev, errBehind)
+	}
+	if st := statusState[rc.Status]; ranBefore(cur) && (slices.Contains(unstarted, cur.State) || ev == evStartFailed) && st != ledger.StateUncertain {
+		// A human's rerun (or a crash's re-run) of a request that ran
+		// before, refused before it started again (expired, revoked,
+		// cancelled, its files gone, its program no longer starts): the
 		// answer cannot say it never ran.
 		ev, t = evRerunRefused, lifecycle[evRerunRefused]
 		rc.Detail = fmt.Sprintf("a human asked to run it again, and it could not start (%s: %s); it ran before and may or may not have had its effect",
@@ -197,15 +209,29 @@ func (d *Daemon) answer(j *job, ev event, rc bridge.Receipt, stdout, stderr []by
 // record moves the entry to the state of a result that is published, from
 // the state the caller saw (it owns the key). A result an earlier attempt
 // sealed (adopted) that the ledger cannot reach from there means the ledger
-// is behind what the host did (restored from a backup): the request is
-// held uncertain (record-lost). Any other refusal now is a broken invariant.
+// is behind what the host did (restored from a backup): the entry goes
+// through uncertain (record-lost) to the result's state (catch-up), or
+// stays uncertain where even that is not a way. Any other refusal now is a
+// broken invariant.
 func (d *Daemon) record(j *job, ev event, from ledger.State, resSHA string, rc bridge.Receipt, adopted bool) error {
 	to := statusState[rc.Status]
 	if adopted && !ledger.CanTransition(from, to) && ledger.CanTransition(from, ledger.StateUncertain) {
-		d.log.Error("the ledger is behind a result this host sealed: held uncertain", "key", j.key, "state", from, "result", rc.Status)
+		d.log.Warn("the ledger is behind a result this host signed: recording that result", "key", j.key, "state", from, "result", rc.Status)
 		d.audit.log(AuditEvent{Event: "record-lost", Agent: j.agent, ID: j.req.ID, Detail: fmt.Sprintf("ledger %s, sealed result %s", from, rc.Status)})
-		ev, to, rc.Reason = evRecordLost, ledger.StateUncertain, "record-lost"
-		d.count(ev)
+		d.count(evRecordLost)
+		if !ledger.CanTransition(ledger.StateUncertain, to) {
+			ev, to, rc.Reason = evRecordLost, ledger.StateUncertain, "record-lost"
+		} else {
+			// A crash between the two steps leaves it uncertain: held, as
+			// where no result says more.
+			if _, err := d.ledger.Transition(j.key, []ledger.State{from}, ledger.StateUncertain, func(e *ledger.Entry) {
+				e.ResultSHA256, e.Reason = resSHA, "record-lost"
+			}); err != nil {
+				return d.violation(j.key, evRecordLost, fmt.Errorf("a %s result is published, and the ledger refused to hold it: %w", rc.Status, err))
+			}
+			from, ev, rc.Reason = ledger.StateUncertain, evCatchUp, "record-lost"
+			d.count(ev)
+		}
 	}
 	if !ledger.CanTransition(from, to) {
 		return d.violation(j.key, ev, fmt.Errorf("a %s result is published, and the ledger cannot go from %s to %s", rc.Status, from, to))
@@ -281,9 +307,14 @@ func (d *Daemon) count(ev event) {
 	}
 }
 
-// ranBefore reports whether an entry that has not started (again) may have
-// run before: it counted a run, or it was uncertain (a human asked to run
-// it again; a request whose record was lost counts no runs).
+// ranBefore reports whether a request may have run before the attempt at
+// hand: it counted a run (a running entry counts its own start, which is
+// not "before"), or it was uncertain (a human asked to run it again; a
+// request whose record was lost counts no runs).
 func ranBefore(e ledger.Entry) bool {
-	return e.Runs > 0 || slices.ContainsFunc(e.History, func(t ledger.Transition) bool { return t.State == ledger.StateUncertain })
+	runs := e.Runs
+	if e.State == ledger.StateRunning {
+		runs--
+	}
+	return runs > 0 || slices.ContainsFunc(e.History, func(t ledger.Transition) bool { return t.State == ledger.StateUncertain })
 }

@@ -26,7 +26,8 @@ func TestMain(m *testing.M) {
 
 // serveForTest is `bridge serve` for the crash and model tests, tuned by
 // the environment: BRIDGE_TEST_DRAIN (how long the first signal drains,
-// default 5s), BRIDGE_TEST_APPROVAL_TTL, BRIDGE_TEST_PENDING_TIMEOUT, and BRIDGE_TEST_EVENTS (a file
+// default 5s), BRIDGE_TEST_APPROVAL_TTL, BRIDGE_TEST_PENDING_TIMEOUT,
+// BRIDGE_TEST_SKEW, and BRIDGE_TEST_EVENTS (a file
 // that gets one line per lifecycle event taken, for coverage). As the real
 // serve, a second signal kills the running ops and exits 130.
 func serveForTest(home string) int {
@@ -37,7 +38,8 @@ func serveForTest(home string) int {
 	}
 	drain := envDuration("BRIDGE_TEST_DRAIN", 5*time.Second)
 	d, err := NewDaemon(h, DaemonOptions{AllowRoot: true, Rescan: 200 * time.Millisecond, Grace: 200 * time.Millisecond,
-		ApprovalTTL: envDuration("BRIDGE_TEST_APPROVAL_TTL", 0), PendingTimeout: envDuration("BRIDGE_TEST_PENDING_TIMEOUT", 0), Logger: bridge.NewLogger(os.Stderr, "text", bridge.LogDebug)})
+		ApprovalTTL: envDuration("BRIDGE_TEST_APPROVAL_TTL", 0), PendingTimeout: envDuration("BRIDGE_TEST_PENDING_TIMEOUT", 0),
+		Skew: envDuration("BRIDGE_TEST_SKEW", 0), Logger: bridge.NewLogger(os.Stderr, "text", bridge.LogDebug)})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1

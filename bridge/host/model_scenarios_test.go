@@ -81,14 +81,17 @@ var modelScenarios = []struct {
 		m.withhold(r)
 		m.answered(r, 20*time.Second)
 	}},
-	{"record-lost", func(m *model) {
+	{"record-lost, catch-up", func(m *model) {
 		m.d.stop(m.t, 1)
 		m.backup, _ = os.ReadFile(m.p.host.Path("ledger", "ledger.db"))
 		m.start()
 		r := m.send(m.agents[0], "quick", time.Hour)
 		m.answered(r, 15*time.Second)
 		m.restoreBackup()
-		m.until("the request to be held", func() bool { return m.state(r) == ledger.StateUncertain })
+		// Its result, signed by the host, is what happened.
+		m.until("the ledger to record the result", func() bool {
+			return m.state(r) == ledger.StateDone && m.reason(r) == "record-lost"
+		})
 	}},
 	{"adopt", func(m *model) {
 		m.d.stop(m.t, 1)

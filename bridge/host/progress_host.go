@@ -122,6 +122,20 @@ func (p *progress) flush() {
 	p.mu.Unlock()
 }
 
+// final publishes what the op wrote after the last chunk, once it has
+// exited, so that a follower of a streamed run sees all of its output
+// before the result. A run too short to stream anything publishes no chunk
+// at all: its result carries the output, and the follower prints it from
+// there.
+func (p *progress) final() {
+	p.mu.Lock()
+	due := p.seq > 0 && p.out.Len()+p.err.Len()+int(p.dropped) > 0
+	p.mu.Unlock()
+	if due {
+		p.flush()
+	}
+}
+
 // head returns the chain's length and last hash, for the receipt.
 func (p *progress) head() (int, string) {
 	p.mu.Lock()

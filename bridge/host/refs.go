@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"sort"
 	"strings"
 
@@ -133,7 +134,11 @@ func resolveRef(h *bridge.Home, entries []LedgerEntry, ref string, want ledger.S
 	case 1:
 		e := &found[0]
 		if e.State != want {
-			return nil, fmt.Errorf("request %s is %s, not %s", refName(names, *e), e.State, want)
+			err := fmt.Errorf("request %s is %s, not %s", refName(names, *e), e.State, want)
+			if hint := stateHint(h, *e, want); hint != "" {
+				return nil, bridge.WithHint(err, "%s", hint)
+			}
+			return nil, err
 		}
 		return e, nil
 	}
@@ -143,4 +148,17 @@ func resolveRef(h *bridge.Home, entries []LedgerEntry, ref string, want ledger.S
 	}
 	return nil, bridge.WithHint(fmt.Errorf("%s names %d requests: %s", ref, len(found), strings.Join(refs, ", ")),
 		"name one as AGENT/ID")
+}
+
+// stateHint says what becomes of a request that is not yet in the state a
+// command wants, when that is not plain.
+func stateHint(h *bridge.Home, e LedgerEntry, want ledger.State) string {
+	if want != ledger.StateUncertain || (e.State != ledger.StateClaimed && e.State != ledger.StateRunning) {
+		return ""
+	}
+	if pid, ok := DaemonRunning(h); ok && pid != os.Getpid() { // this process holds the home for a command
+		return "it runs now: its result settles it, with no human needed"
+	}
+	return "bridge serve is not running, so this run was cut off; the next start of `bridge serve` settles it " +
+		"(an idempotent op runs again, any other is held uncertain for you to reconcile)"
 }

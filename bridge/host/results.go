@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/ledger"
@@ -88,6 +89,9 @@ func (d *Daemon) publishCopies(agent, id string) (string, error) {
 		return "", fmt.Errorf("private result copy: %w", err)
 	}
 	resPath, outPath := bridge.ResultPath(d.me, agent, id, bridge.ExtResult), bridge.ResultPath(d.me, agent, id, bridge.ExtOutput)
+	if err := d.resultDir(agent); err != nil {
+		return "", err
+	}
 	replace := false
 	existing, err := d.folder.ReadFile(resPath, bcrypto.KindResult.MaxSize())
 	switch {
@@ -206,6 +210,39 @@ func (d *Daemon) waiting(p string, size int, err error) {
 	}
 	d.log.Debug("waiting for a file to complete", "file", p, "reason", bridge.Reason(err), "err", err)
 	d.audit.log(AuditEvent{Event: "waiting", File: p, Reason: bridge.Reason(err), Detail: err.Error()})
+}
+
+// resultDir makes sure the agent's result directory, which this host
+// owns, is a directory: a folder writer may have removed it, or put a file
+// or a link at its name or at one of the host's own directories above it,
+// which would stop every answer to the agent.
+func (d *Daemon) resultDir(agent string) error {
+	dir := bridge.ToAgentDir(d.me, agent)
+	if fi, err := d.folder.Lstat(dir); err == nil && fi.IsDir() {
+		return nil
+	}
+	parts := strings.Split(dir, "/")
+	for i := 2; i <= len(parts); i++ { // from hosts/<host>: "hosts" is everyone's
+		p := strings.Join(parts[:i], "/")
+		fi, err := d.folder.Lstat(p)
+		if errors.Is(err, fs.ErrNotExist) {
+			break
+		}
+		if err == nil && !fi.IsDir() {
+			if err := d.clearName(p, fmt.Errorf("%w: %v where the host keeps a directory", syncsafe.ErrNotRegular, fi.Mode().Type())); err != nil {
+				return err
+			}
+			break
+		}
+	}
+	if err := d.folder.MkdirAll(dir); err != nil {
+		return err
+	}
+	// The op catalog lived there too.
+	if err := d.publishCatalog(); err != nil {
+		d.log.Warn("publish the op catalog", "err", err)
+	}
+	return nil
 }
 
 // clearName removes what stands at one of the host's own names in the

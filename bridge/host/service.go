@@ -27,7 +27,7 @@ func (u *ServiceUnit) Path() string { return filepath.Join(u.Dir, u.Name) }
 // NewServiceUnit renders the unit for goos ("linux", "darwin") that runs exe
 // with --home home; name (the host's) names the unit. dir overrides where
 // it is installed (default ~/.config/systemd/user or ~/Library/LaunchAgents).
-func NewServiceUnit(goos, exe, home, name, dir string) (*ServiceUnit, error) {
+func NewServiceUnit(goos, exe, home, name, dir string, allowRoot bool) (*ServiceUnit, error) {
 	hd, err := os.UserHomeDir()
 	if err != nil && dir == "" {
 		return nil, err
@@ -39,7 +39,7 @@ func NewServiceUnit(goos, exe, home, name, dir string) (*ServiceUnit, error) {
 			dir = filepath.Join(hd, ".config", "systemd", "user")
 		}
 		unit := "bridge-" + name + ".service"
-		return &ServiceUnit{System: "systemd", Name: unit, Dir: dir, Text: systemdUnit(exe, home),
+		return &ServiceUnit{System: "systemd", Name: unit, Dir: dir, Text: systemdUnit(exe, home, allowRoot),
 			Enable:  [][]string{{"systemctl", "--user", "daemon-reload"}, {"systemctl", "--user", "enable", "--now", unit}},
 			Disable: [][]string{{"systemctl", "--user", "disable", "--now", unit}},
 		}, nil
@@ -49,7 +49,7 @@ func NewServiceUnit(goos, exe, home, name, dir string) (*ServiceUnit, error) {
 		}
 		label := "dev.syncbridge." + name
 		p := filepath.Join(dir, label+".plist")
-		return &ServiceUnit{System: "launchd", Name: label + ".plist", Dir: dir, Text: launchdPlist(label, exe, home),
+		return &ServiceUnit{System: "launchd", Name: label + ".plist", Dir: dir, Text: launchdPlist(label, exe, home, allowRoot),
 			Enable:  [][]string{{"launchctl", "load", "-w", p}},
 			Disable: [][]string{{"launchctl", "unload", "-w", p}},
 		}, nil
@@ -66,7 +66,11 @@ func systemdQuote(s string) string {
 	return `"` + r.Replace(s) + `"`
 }
 
-func systemdUnit(exe, home string) string {
+func systemdUnit(exe, home string, allowRoot bool) string {
+	root := ""
+	if allowRoot {
+		root = " --allow-root"
+	}
 	return fmt.Sprintf(`[Unit]
 Description=syncbridge host daemon (%[2]s)
 Documentation=https://github.com/syncbridge/bridge/blob/main/docs/OPERATIONS.md
@@ -74,7 +78,7 @@ After=network-online.target
 
 [Service]
 Type=simple
-ExecStart=%[1]s serve --home %[3]s --log-format json
+ExecStart=%[1]s serve --home %[3]s%[4]s --log-format json
 Restart=on-failure
 RestartSec=5s
 # A drained stop: the first SIGTERM lets running ops finish their ladder.
@@ -84,15 +88,19 @@ NoNewPrivileges=yes
 
 [Install]
 WantedBy=default.target
-`, systemdQuote(exe), home, systemdQuote(home))
+`, systemdQuote(exe), home, systemdQuote(home), root)
 }
 
 func xmlEscape(s string) string {
 	return strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;", `"`, "&quot;").Replace(s)
 }
 
-func launchdPlist(label, exe, home string) string {
+func launchdPlist(label, exe, home string, allowRoot bool) string {
 	logs := filepath.Join(home, "serve.log")
+	root := ""
+	if allowRoot {
+		root = "\n\t\t<string>--allow-root</string>"
+	}
 	return fmt.Sprintf(`<?xml version="1.0" encoding="UTF-8"?>
 <!DOCTYPE plist PUBLIC "-//Apple//DTD PLIST 1.0//EN" "http://www.apple.com/DTDs/PropertyList-1.0.dtd">
 <plist version="1.0">
@@ -104,7 +112,7 @@ func launchdPlist(label, exe, home string) string {
 		<string>%s</string>
 		<string>serve</string>
 		<string>--home</string>
-		<string>%s</string>
+		<string>%s</string>%s
 		<string>--log-format</string>
 		<string>json</string>
 	</array>
@@ -121,5 +129,5 @@ func launchdPlist(label, exe, home string) string {
 	<string>%s</string>
 </dict>
 </plist>
-`, xmlEscape(label), xmlEscape(exe), xmlEscape(home), xmlEscape(logs))
+`, xmlEscape(label), xmlEscape(exe), xmlEscape(home), root, xmlEscape(logs))
 }

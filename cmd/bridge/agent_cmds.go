@@ -22,7 +22,7 @@ type StatusCmd struct {
 }
 
 func (c *StatusCmd) Run(g *Globals) error {
-	cl, err := clientFor(g, c.ID)
+	cl, err := clientFor(g, &c.ID)
 	if err != nil {
 		return err
 	}
@@ -52,7 +52,7 @@ type WaitCmd struct {
 }
 
 func (c *WaitCmd) Run(g *Globals) error {
-	cl, err := clientFor(g, c.ID)
+	cl, err := clientFor(g, &c.ID)
 	if err != nil {
 		return err
 	}
@@ -67,7 +67,7 @@ type ResultCmd struct {
 }
 
 func (c *ResultCmd) Run(g *Globals) error {
-	cl, err := clientFor(g, c.ID)
+	cl, err := clientFor(g, &c.ID)
 	if err != nil {
 		return err
 	}
@@ -92,11 +92,19 @@ type CancelCmd struct {
 }
 
 func (c *CancelCmd) Run(g *Globals) error {
-	cl, err := clientFor(g, c.ID)
+	cl, err := clientFor(g, &c.ID)
 	if err != nil {
 		return err
 	}
 	defer cl.Close()
+	if out, err := cl.Result(c.ID); err == nil {
+		// Answered already: a cancel would change nothing.
+		if g.JSON {
+			return g.printJSON(map[string]any{"id": c.ID, "cancel": "answered", "status": out.Receipt.Status})
+		}
+		g.note("%s is answered already (%s): nothing to cancel", c.ID, out.Receipt.Status)
+		return nil
+	}
 	if err := cl.Cancel(c.ID); err != nil {
 		return err
 	}
@@ -138,11 +146,12 @@ func (c *LsCmd) Run(g *Globals) error {
 	if err != nil {
 		return err
 	}
-	var states []*agent.State
+	states := []*agent.State{} // `[]`, not `null`, when nothing was sent
 	for _, s := range sent {
 		st, err := cl.Status(s.ID)
 		if err != nil {
-			st = &agent.State{ID: s.ID, Op: s.Op, Host: s.HostName, State: "error: " + err.Error(), Created: s.Created}
+			st = &agent.State{ID: s.ID, Op: s.Op, Host: s.HostName, State: "error: " + err.Error(),
+				Created: time.Unix(s.Created, 0), Expires: time.Unix(s.Expires, 0)}
 		}
 		states = append(states, st)
 	}
@@ -150,7 +159,7 @@ func (c *LsCmd) Run(g *Globals) error {
 		return g.printJSON(states)
 	}
 	for _, st := range states {
-		g.printf("%s  %s  %-10s %s\n", time.Unix(st.Created, 0).Format("2006-01-02 15:04:05"), st.ID, st.Op, st.State)
+		g.printf("%s  %s  %-10s %s\n", st.Created.Format("2006-01-02 15:04:05"), st.ID, st.Op, st.State)
 	}
 	return nil
 }

@@ -54,11 +54,7 @@ func (c *ServeCmd) Run(g *Globals) error {
 	// second signal kills the running ops' process groups and exits 130
 	// at once: the ledger keeps them running, and the next start recovers
 	// them as after a crash (docs/OPERATIONS.md, "Stopping the daemon").
-	ctx, stop := signalContext(func() {
-		if n := d.Abort(); n > 0 {
-			fmt.Fprintf(g.stderr, "bridge: killed %d running op(s); the next `bridge serve` recovers them\n", n)
-		}
-	})
+	ctx, stop := signalContext(func() { d.Abort() })
 	defer stop()
 	if err := d.Open(); err != nil {
 		return err
@@ -87,7 +83,12 @@ func (c *ReconcileCmd) Run(g *Globals) error {
 		return refError(err)
 	}
 	if g.JSON {
-		return g.printJSON(dec)
+		// The entry as it stood (queued: the daemon applies "as" within a
+		// second), or as it stands now.
+		return g.printJSON(struct {
+			*host.Decision
+			As string `json:"as"`
+		}{dec, c.As})
 	}
 	if dec.Queued {
 		g.printf("%s: settling as %s; `bridge serve` applies it within a second\n", dec.Ref, c.As)
@@ -138,8 +139,16 @@ func (c *ApproveCmd) Run(g *Globals) error {
 	if g.JSON {
 		return g.printJSON(map[string]any{"ref": dec.Ref, "id": dec.ID, "op": dec.Op, "decision": "approved"})
 	}
-	g.printf("approved %s (%s); `bridge serve` runs it within a second\n", dec.Ref, dec.Op)
+	g.printf("approved %s (%s); %s\n", dec.Ref, dec.Op, whenServed(h, "runs it"))
 	return nil
+}
+
+// whenServed says when the daemon acts on an order left for it.
+func whenServed(h *bridge.Home, what string) string {
+	if _, ok := host.DaemonRunning(h); ok {
+		return "`bridge serve` " + what + " within a second"
+	}
+	return "`bridge serve` is not running: it " + what + " when it starts"
 }
 
 // DenyCmd denies a waiting request.
@@ -160,7 +169,7 @@ func (c *DenyCmd) Run(g *Globals) error {
 	if g.JSON {
 		return g.printJSON(map[string]any{"ref": dec.Ref, "id": dec.ID, "op": dec.Op, "decision": "denied"})
 	}
-	g.printf("denied %s (%s); `bridge serve` answers it within a second\n", dec.Ref, dec.Op)
+	g.printf("denied %s (%s); %s\n", dec.Ref, dec.Op, whenServed(h, "answers it"))
 	return nil
 }
 

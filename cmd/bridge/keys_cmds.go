@@ -132,7 +132,11 @@ func (c *KeysShowCmd) Run(g *Globals) error {
 	}
 	printKeys(mine)
 	for _, pv := range views {
-		g.printf("trusted %s %q\n  id          %s\n  fingerprint %s\n", pv.Role, pv.Name, pv.ID, pv.Fingerprint)
+		fp := pv.Fingerprint
+		if fp == "" {
+			fp = "none: its current key is revoked (pair with it again once it has new keys)"
+		}
+		g.printf("trusted %s %q\n  id          %s\n  fingerprint %s\n", pv.Role, pv.Name, pv.ID, fp)
 		printKeys(pv.Keys)
 	}
 	return nil
@@ -171,6 +175,9 @@ func (c *KeysRevokeCmd) Run(g *Globals) error {
 	if err != nil {
 		return err
 	}
+	if !bcrypto.ValidKid(c.Kid) {
+		return &codeError{code: exitUsage, err: withHintf(fmt.Errorf("keys revoke: %q is not a key id", c.Kid), "`bridge keys show` lists the key ids of every peer")}
+	}
 	p, err := h.Revoke(c.Kid)
 	if err != nil {
 		return err
@@ -180,7 +187,7 @@ func (c *KeysRevokeCmd) Run(g *Globals) error {
 	}
 	g.printf("revoked %s of %s %q: nothing signed by it is accepted from now on\n", c.Kid, p.Role, p.Name)
 	if _, ok := p.Current(); !ok {
-		g.note("hint: that was %q's current key; pair with it again when it has new keys", p.Name)
+		g.note("hint: that was the current key of %s %q; pair with it again when it has new keys", p.Role, p.Name)
 	}
 	return nil
 }
@@ -208,6 +215,18 @@ func (c *PairCmd) Run(g *Globals) error {
 			pick = append(pick, cd)
 		}
 	}
+	if want := strings.ToLower(strings.TrimSpace(c.Fingerprint)); len(pick) > 1 && want != "" {
+		// The fingerprint the other side shows names one of them.
+		var byFP []bridge.Candidate
+		for _, cd := range pick {
+			if cd.Fingerprint == want {
+				byFP = append(byFP, cd)
+			}
+		}
+		if len(byFP) == 1 {
+			pick = byFP
+		}
+	}
 	switch {
 	case len(pick) == 0:
 		return withHintf(errors.New("pair: no new peer bundle in the folder"),
@@ -216,7 +235,7 @@ func (c *PairCmd) Run(g *Globals) error {
 		for _, cd := range pick {
 			g.printf("%s %q  id %s  fingerprint %s\n", cd.Role, cd.Name, cd.ID, cd.Fingerprint)
 		}
-		return &codeError{code: exitUsage, err: withHintf(errors.New("pair: several peers are in the folder"), "choose one with --peer ID")}
+		return &codeError{code: exitUsage, err: withHintf(errors.New("pair: several peers are in the folder"), "choose one with --peer ID, or pass the --fingerprint it shows")}
 	}
 	cd := pick[0]
 	g.note("%s %q (id %s) shows fingerprint %s", cd.Role, cd.Name, cd.ID, cd.Fingerprint)

@@ -17,7 +17,7 @@ type LogsCmd struct {
 }
 
 func (c *LogsCmd) Run(g *Globals) error {
-	cl, err := clientFor(g, c.ID)
+	cl, err := clientFor(g, &c.ID)
 	if err != nil {
 		return err
 	}
@@ -47,6 +47,11 @@ func (c *LogsCmd) Run(g *Globals) error {
 				// the result is what counts.
 				g.note("warning: the streamed output is not what the result commits to (%d of %d chunks); the result follows", next-1, rc.ProgressCount)
 				return printOutcome(g, out)
+			}
+			if rc.ProgressCount == 0 {
+				// Too short to stream: the result holds all the output.
+				g.stdout.Write(out.Stdout)
+				g.stderr.Write(out.Stderr)
 			}
 			if code := exitFor(rc); code != 0 {
 				g.note("%s ended: %s %s, exit %d", c.ID, rc.Status, rc.Reason, rc.ExitCode)

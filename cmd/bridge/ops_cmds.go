@@ -99,7 +99,14 @@ func (c *DoctorCmd) Run(g *Globals) error {
 	if err != nil {
 		return err
 	}
-	found := host.Doctor(h, bridge.DoctorOptions{})
+	// An agent's home has no daemon, policy or ledger: those checks are
+	// the host's alone.
+	var found []bridge.Finding
+	if h.Config.Role == "host" {
+		found = host.Doctor(h, bridge.DoctorOptions{})
+	} else {
+		found = bridge.CheckHome(h, bridge.DoctorOptions{})
+	}
 	problems := 0
 	for _, f := range found {
 		if f.Severity == bridge.SeverityProblem {
@@ -137,7 +144,7 @@ type serviceFlags struct {
 	FilesOnly bool   `name:"files-only" help:"Only write or remove the unit file; do not call systemctl or launchctl."`
 }
 
-func (f *serviceFlags) unit(g *Globals) (*bridge.Home, *host.ServiceUnit, error) {
+func (f *serviceFlags) unit(g *Globals, allowRoot bool) (*bridge.Home, *host.ServiceUnit, error) {
 	h, err := g.openHome()
 	if err != nil {
 		return nil, nil, err
@@ -156,7 +163,7 @@ func (f *serviceFlags) unit(g *Globals) (*bridge.Home, *host.ServiceUnit, error)
 	if err != nil {
 		return nil, nil, err
 	}
-	u, err := host.NewServiceUnit(runtime.GOOS, exe, home, h.Config.Name, f.Dir)
+	u, err := host.NewServiceUnit(runtime.GOOS, exe, home, h.Config.Name, f.Dir, allowRoot)
 	return h, u, err
 }
 
@@ -181,13 +188,21 @@ func joinCmds(cmds [][]string) string {
 // ServiceInstallCmd writes the unit.
 type ServiceInstallCmd struct {
 	serviceFlags
-	DryRun bool `name:"dry-run" help:"Print the unit and the commands; change nothing."`
+	DryRun    bool `name:"dry-run" help:"Print the unit and the commands; change nothing."`
+	AllowRoot bool `name:"allow-root" help:"As root: write a unit that serves as root (serve --allow-root); refused otherwise."`
 }
 
 func (c *ServiceInstallCmd) Run(g *Globals) error {
-	_, u, err := c.unit(g)
+	root := runtime.GOOS != "windows" && os.Geteuid() == 0
+	_, u, err := c.unit(g, root)
 	if err != nil {
 		return err
+	}
+	if root && !c.AllowRoot {
+		// serve refuses root without --allow-root: the unit would fail and
+		// restart every few seconds.
+		return &codeError{code: exitError, err: withHintf(errors.New("service install: refusing to install a service that runs as root"),
+			"install it as the user whose tools the ops use; if you really mean root, pass --allow-root")}
 	}
 	if c.DryRun {
 		g.printf("# %s\n%s", u.Path(), u.Text)
@@ -219,7 +234,7 @@ type ServiceUninstallCmd struct {
 }
 
 func (c *ServiceUninstallCmd) Run(g *Globals) error {
-	_, u, err := c.unit(g)
+	_, u, err := c.unit(g, false)
 	if err != nil {
 		return err
 	}
@@ -250,7 +265,7 @@ type ServiceStatusCmd struct {
 }
 
 func (c *ServiceStatusCmd) Run(g *Globals) error {
-	h, u, err := (&serviceFlags{Dir: c.Dir}).unit(g)
+	h, u, err := (&serviceFlags{Dir: c.Dir}).unit(g, false)
 	if err != nil {
 		return err
 	}

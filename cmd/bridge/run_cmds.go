@@ -87,11 +87,41 @@ func parseArgs(args []string) (map[string]string, error) {
 }
 
 // clientFor checks a request id, then opens the agent's client.
-func clientFor(g *Globals, id string) (*agent.Client, error) {
-	if err := checkID(id); err != nil {
+// clientFor opens the agent's client for a command on request *id: a
+// whole id, or the first 8 or more of its digits when they name one request
+// this home sent (as `bridge ls` shows it), which *id is then set to.
+func clientFor(g *Globals, id *string) (*agent.Client, error) {
+	prefix := len(*id) >= 8 && len(*id) < 32 && bridge.ValidID(*id+strings.Repeat("0", 32-len(*id)))
+	if !prefix {
+		if err := checkID(*id); err != nil {
+			return nil, err
+		}
+	}
+	cl, err := openClient(g)
+	if err != nil || !prefix {
+		return cl, err
+	}
+	sent, err := cl.List()
+	if err != nil {
+		cl.Close()
 		return nil, err
 	}
-	return openClient(g)
+	var found []string
+	for _, s := range sent {
+		if strings.HasPrefix(s.ID, *id) {
+			found = append(found, s.ID)
+		}
+	}
+	switch len(found) {
+	case 1:
+		*id = found[0]
+		return cl, nil
+	case 0:
+		cl.Close()
+		return nil, withHintf(fmt.Errorf("no request %s… was sent from this home", *id), "`bridge ls` lists the request ids")
+	}
+	cl.Close()
+	return nil, withHintf(fmt.Errorf("%s… names %d requests: %s", *id, len(found), strings.Join(found, ", ")), "give more of its digits")
 }
 
 func openClient(g *Globals) (*agent.Client, error) {
@@ -183,7 +213,7 @@ func checkID(id string) error {
 	if bridge.ValidID(id) {
 		return nil
 	}
-	return &codeError{code: exitUsage, err: withHintf(fmt.Errorf("%q is not a request id (32 hex digits)", id),
+	return &codeError{code: exitUsage, err: withHintf(fmt.Errorf("%q is not a request id (32 hex digits, or the first 8 or more)", id),
 		"`bridge ls` lists the request ids")}
 }
 
@@ -196,8 +226,12 @@ func printOutcome(g *Globals, out *agent.Outcome) error {
 	rc := out.Receipt
 	code := exitFor(rc)
 	if g.JSON {
+		argv := rc.Argv
+		if argv == nil {
+			argv = []string{} // a settled or refused request ran nothing
+		}
 		g.printJSON(map[string]any{"id": rc.ID, "op": rc.Op, "status": rc.Status, "reason": rc.Reason, "detail": rc.Detail,
-			"exit_code": rc.ExitCode, "signal": rc.Signal, "timed_out": rc.TimedOut, "argv": rc.Argv,
+			"exit_code": rc.ExitCode, "signal": rc.Signal, "timed_out": rc.TimedOut, "argv": argv,
 			"stdout": string(out.Stdout), "stderr": string(out.Stderr), "stdout_truncated": rc.StdoutTruncated,
 			"stderr_truncated": rc.StderrTruncated, "policy_sha256": rc.PolicySHA256, "bridge_exit_code": code})
 	} else {
@@ -211,7 +245,11 @@ func printOutcome(g *Globals, out *agent.Outcome) error {
 				g.note("%s was killed by %s", rc.Op, rc.Signal)
 			}
 		default:
-			g.note("error: request %s %s (%s): %s", rc.ID, rc.Status, rc.Reason, rc.Detail)
+			if rc.Detail != "" {
+				g.note("error: request %s %s (%s): %s", rc.ID, rc.Status, rc.Reason, rc.Detail)
+			} else {
+				g.note("error: request %s %s (%s)", rc.ID, rc.Status, rc.Reason)
+			}
 			if h := hintFor(rc, out.Result.Agent); h != "" {
 				g.note("hint: %s", h)
 			}
@@ -255,8 +293,8 @@ func exitFor(rc *bridge.Receipt) int {
 
 func hintFor(rc *bridge.Receipt, agent string) string {
 	if rc.Status == bridge.StatusUncertain {
-		return fmt.Sprintf("do not retry: it may have had its effect. A human on the host checks, then runs `bridge reconcile %s/%s --as done|failed|rerun`; `bridge wait %s` then shows the settled answer",
-			agent, rc.ID, rc.ID)
+		return fmt.Sprintf("do not retry: it may have had its effect. A human on the host checks, then runs `bridge reconcile %s/%s --as done|failed|rerun`; once that answer is back, `bridge status %s` and `bridge result %s` show it",
+			agent, rc.ID, rc.ID, rc.ID)
 	}
 	switch rc.Reason {
 	case "not-allowed":

@@ -1,0 +1,351 @@
+package host
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/syncbridge/bridge/bridge"
+	"github.com/syncbridge/bridge/bridge/agent"
+	"github.com/syncbridge/bridge/bridge/ledger"
+)
+
+// The evidence a host finds of what it did with a request, when its ledger
+// is behind (docs/DESIGN.md §6, rows record-lost and catch-up), and the
+// reruns a human orders: each test here is a hole a red team found.
+
+// waitAnswer waits for a result of id other than the one given (nil: any).
+func (e *edge) waitAnswer(t *testing.T, id string, not *agent.Outcome) *agent.Outcome {
+	t.Helper()
+	var out *agent.Outcome
+	waitFor(t, 20*time.Second, "a new answer to "+id, func() bool {
+		o, err := e.client.Result(id)
+		if err != nil || not != nil && string(o.Manifest) == string(not.Manifest) {
+			return false
+		}
+		out = o
+		return true
+	})
+	return out
+}
+
+// A human may ask for a rerun of the same request again and again; an ack
+// of an earlier uncertain answer is no evidence against a later rerun, and
+// the agent's ack of the final answer names it, so the host collects it.
+func TestEveryRerunRuns(t *testing.T) {
+	e := newEdge(t)
+	env := []string{"RUNS=" + e.runs, "PATH=" + e.env["PATH"]}
+	id := e.submit(t, "block")
+	var last *agent.Outcome
+	for round := 1; round <= 2; round++ {
+		e.block()
+		d := startDaemonProcess(t, e.pair, env...)
+		waitFor(t, 10*time.Second, "the op to start", func() bool { return e.starts(t, "block", id) == round })
+		d.kill()
+		e.unblock()
+		d = startDaemonProcess(t, e.pair, env...)
+		last = e.waitAnswer(t, id, last)
+		if last.Receipt.Status != bridge.StatusUncertain {
+			t.Fatalf("round %d, after the crash: %s (%s)", round, last.Receipt.Status, last.Receipt.Reason)
+		}
+		waitFor(t, 5*time.Second, "the ledger to record it", func() bool { return e.entry(t, id).State == ledger.StateUncertain })
+		if err := e.client.Ack(last); err != nil { // `bridge result --ack`
+			t.Fatal(err)
+		}
+		d.kill()
+		if _, err := Reconcile(e.host, "cloud-1/"+id, "rerun"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	startDaemonProcess(t, e.pair, env...)
+	last = e.waitAnswer(t, id, last)
+	if last.Receipt.Status != bridge.StatusDone {
+		t.Fatalf("the second rerun: %s (%s): %s", last.Receipt.Status, last.Receipt.Reason, last.Receipt.Detail)
+	}
+	if n := e.starts(t, "block", id); n != 3 {
+		t.Fatalf("started %d times, want 3", n)
+	}
+	if err := e.client.Ack(last); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(filepath.Join(e.toHost(), id+".ack"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := bridge.OpenAck(data, id, e.host.Config.ID, e.agent.Config.ID, [][]byte{e.agent.Identity().SignPublic()})
+	if err != nil || a.ResultSHA256 != bridge.SHA256Hex(last.Manifest) {
+		t.Fatalf("the ack does not name the final answer (%v): the host would never collect it", err)
+	}
+}
+
+// A request whose run record a repair dropped is held uncertain
+// (record-lost); a human's rerun of it runs, and is not held again for
+// the output of the run the ledger lost.
+func TestRerunOfRecordLostRuns(t *testing.T) {
+	e := newEdge(t)
+	e.block()
+	id := e.submit(t, "chatty") // its output streams: progress chunks in the folder
+	env := []string{"RUNS=" + e.runs, "PATH=" + e.env["PATH"]}
+	d := startDaemonProcess(t, e.pair, env...)
+	waitFor(t, 10*time.Second, "the op to stream", func() bool {
+		_, err := os.Stat(filepath.Join(e.toAgent(), id+".progress-1"))
+		return err == nil
+	})
+	d.kill()
+	e.unblock()
+	dropRunRecord(t, e)
+	// A folder writer without keys puts junk at the ack's name: it must
+	// not pass for the agent's ack and keep the agent from being told.
+	os.WriteFile(filepath.Join(e.toHost(), id+".ack"), []byte("BRA1 junk"), 0o644)
+	d = startDaemonProcess(t, e.pair, env...)
+	out := e.wait(t, id)
+	if out.Receipt.Status != bridge.StatusUncertain || out.Receipt.Reason != "record-lost" {
+		t.Fatalf("after the repair: %s (%s)", out.Receipt.Status, out.Receipt.Reason)
+	}
+	waitFor(t, 5*time.Second, "the ledger to hold it", func() bool { return e.entry(t, id).State == ledger.StateUncertain })
+	d.kill()
+	if _, err := Reconcile(e.host, "cloud-1/"+id, "rerun"); err != nil {
+		t.Fatal(err)
+	}
+	startDaemonProcess(t, e.pair, env...)
+	out = e.waitAnswer(t, id, out)
+	if out.Receipt.Status != bridge.StatusDone {
+		t.Fatalf("the rerun: %s (%s): %s", out.Receipt.Status, out.Receipt.Reason, out.Receipt.Detail)
+	}
+	if n := e.starts(t, "chatty", id); n != 2 {
+		t.Fatalf("started %d times, want 2", n)
+	}
+}
+
+// dropRunRecord damages the ledger's last record (the run's) and repairs
+// it, as a torn disk would: the entry is left claimed.
+func dropRunRecord(t *testing.T, e *edge) {
+	t.Helper()
+	db := e.host.Path("ledger", "ledger.db")
+	data, err := os.ReadFile(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := lastIndex(data, `"state":"running"`)
+	if at < 0 {
+		t.Fatal("no running record in the ledger")
+	}
+	data[at+1] = 'X'
+	os.WriteFile(db, data, 0o600)
+	os.Remove(db + ".checked")
+	if rep, err := RepairLedger(e.host); err != nil || !rep.Damaged {
+		t.Fatalf("repair: %+v, %v", rep, err)
+	}
+}
+
+func lastIndex(data []byte, s string) int {
+	for i := len(data) - len(s); i >= 0; i-- {
+		if string(data[i:i+len(s)]) == s {
+			return i
+		}
+	}
+	return -1
+}
+
+// A human's rerun whose process cannot start (its program broke since) is
+// not answered failed, which tells the agent a retry is safe: the request
+// ran before, so it stays uncertain (rerun-refused).
+func TestRerunThatCannotStartIsUncertain(t *testing.T) {
+	e := newEdge(t)
+	prog := filepath.Join(e.bin, "bridge-test-missing-prog")
+	if err := os.WriteFile(prog, []byte("#!/bin/sh\necho missing-$1 >> \"$RUNS\"\nwhile [ -f \"$RUNS.block\" ]; do sleep 0.05; done\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	e.block()
+	id := e.submit(t, "missing")
+	env := []string{"RUNS=" + e.runs, "PATH=" + e.env["PATH"]}
+	d := startDaemonProcess(t, e.pair, env...)
+	waitFor(t, 10*time.Second, "the op to start", func() bool { return e.starts(t, "missing", id) == 1 })
+	d.kill()
+	e.unblock()
+	d = startDaemonProcess(t, e.pair, env...)
+	out := e.wait(t, id)
+	if out.Receipt.Status != bridge.StatusUncertain {
+		t.Fatalf("after the crash: %s", out.Receipt.Status)
+	}
+	waitFor(t, 5*time.Second, "the ledger to record it", func() bool { return e.entry(t, id).State == ledger.StateUncertain })
+	d.kill()
+	// Found on PATH, but the kernel cannot execute it.
+	if err := os.WriteFile(prog, []byte("#!/nonexistent/interpreter\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Reconcile(e.host, "cloud-1/"+id, "rerun"); err != nil {
+		t.Fatal(err)
+	}
+	startDaemonProcess(t, e.pair, env...)
+	out = e.waitAnswer(t, id, out)
+	if out.Receipt.Status != bridge.StatusUncertain || out.Receipt.Reason != "rerun-refused" {
+		t.Fatalf("a rerun that could not start: %s (%s); want uncertain (rerun-refused)", out.Receipt.Status, out.Receipt.Reason)
+	}
+	waitFor(t, 5*time.Second, "the ledger to record it", func() bool { return e.entry(t, id).State == ledger.StateUncertain })
+}
+
+// backupHome copies the host's home, as a backup would.
+func backupHome(t *testing.T, e *edge) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "home")
+	if err := exec.Command("cp", "-a", e.hostHome, dir).Run(); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// restoreHome puts a backup in place of the host's home and repairs the
+// ledger, as docs/OPERATIONS.md says to.
+func restoreHome(t *testing.T, e *edge, backup string) {
+	t.Helper()
+	os.RemoveAll(e.hostHome)
+	if err := exec.Command("cp", "-a", backup, e.hostHome).Run(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := RepairLedger(e.host); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A home restored from a backup taken while a request waited for approval:
+// the request was approved and ran since, and its agent acked and took its
+// files away. No answer of the restored ledger's (approval expired, a
+// denial) replaces the result the host signed; the ledger records it.
+func TestRestoredApprovalKeepsItsAnswer(t *testing.T) {
+	e := newEdge(t)
+	d := e.daemon(t)
+	id := e.submit(t, "gated")
+	waitFor(t, 10*time.Second, "the request to await approval", func() bool { return e.entry(t, id).State == ledger.StateAwaitingApproval })
+	stopDaemon(d, context.Background())
+	backup := backupHome(t, e)
+	d = e.daemon(t)
+	if _, err := Approve(e.host, "cloud-1/"+id); err != nil {
+		t.Fatal(err)
+	}
+	done := e.wait(t, id)
+	if done.Receipt.Status != bridge.StatusDone {
+		t.Fatalf("approved: %s", done.Receipt.Status)
+	}
+	if err := e.client.Ack(done); err != nil {
+		t.Fatal(err)
+	}
+	stopDaemon(d, context.Background())
+	restoreHome(t, e, backup)
+	// The approval the backup waits for expired long ago.
+	runDaemon(t, e.host, DaemonOptions{Rescan: 300 * time.Millisecond, ApprovalTTL: time.Millisecond, Env: envWith(e.env)})
+	waitFor(t, 15*time.Second, "the ledger to record the signed result", func() bool {
+		got := e.entry(t, id)
+		return got.State == ledger.StateDone && got.Reason == "record-lost"
+	})
+	out, err := e.client.Result(id)
+	if err != nil || string(out.Manifest) != string(done.Manifest) {
+		t.Fatalf("the agent's answer was replaced: %v", err)
+	}
+	if n := e.starts(t, "gated", id); n != 1 {
+		t.Fatalf("ran %d times", n)
+	}
+}
+
+// A whole home restored from a backup taken before a request ran, which
+// then ran, was acked and collected: a copy of its files a folder writer
+// kept comes back before it expires. The result the host keeps until the
+// request expires shows it was answered: it never runs twice.
+func TestRestoredHomeAndReplayNeverRunsTwice(t *testing.T) {
+	e := newEdge(t)
+	id, manifest, payload := e.sealManual(t, "block", map[string]string{}, nil)
+	os.WriteFile(filepath.Join(e.toHost(), id+".manifest"), manifest, 0o644)
+	d := e.daemon(t)
+	waitFor(t, 10*time.Second, "the request to wait for its payload", func() bool { return e.entry(t, id).State == ledger.StatePending })
+	stopDaemon(d, context.Background())
+	backup := backupHome(t, e)
+	os.WriteFile(filepath.Join(e.toHost(), id+".payload"), payload, 0o644)
+	d = e.daemon(t)
+	out := e.wait(t, id)
+	if out.Receipt.Status != bridge.StatusDone {
+		t.Fatalf("first run: %s", out.Receipt.Status)
+	}
+	if err := e.client.Ack(out); err != nil {
+		t.Fatal(err)
+	}
+	stopDaemon(d, context.Background())
+	if _, err := GC(e.host, GCOptions{Grace: time.Nanosecond}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.client.GC(false); err != nil {
+		t.Fatal(err)
+	}
+	restoreHome(t, e, backup)
+	os.WriteFile(filepath.Join(e.toHost(), id+".payload"), payload, 0o644)
+	os.WriteFile(filepath.Join(e.toHost(), id+".manifest"), manifest, 0o644)
+	e.daemon(t)
+	waitFor(t, 10*time.Second, "the ledger to record the answer", func() bool { return e.entry(t, id).State.Terminal() })
+	settleFor()
+	if n := e.starts(t, "block", id); n != 1 {
+		t.Fatalf("ran %d times after the home was restored and the request replayed", n)
+	}
+}
+
+// After a rotation the host revokes the agent's old key (its thief may
+// write to the folder): an ack signed by it is no evidence, and does not
+// keep a request of the new key from running.
+func TestRevokedKeyMakesNoEvidence(t *testing.T) {
+	e := newEdge(t)
+	e.daemon(t)
+	stolen := e.agent.Identity()
+	if _, err := e.agent.Rotate(time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the host to follow the rotation", func() bool {
+		p, err := e.host.PeerByID(e.agent.Config.ID)
+		return err == nil && len(p.Keys) == 2
+	})
+	if _, err := e.host.Revoke(stolen.SignKid()); err != nil {
+		t.Fatal(err)
+	}
+	id := e.submit(t, "gated")
+	waitFor(t, 10*time.Second, "the request to await approval", func() bool { return e.entry(t, id).State == ledger.StateAwaitingApproval })
+	forged, err := bridge.SignAck(stolen, bridge.Ack{ID: id, Agent: e.agent.Config.ID, Host: e.host.Config.ID,
+		ResultSHA256: bridge.SHA256Hex([]byte("anything")), Created: time.Now().Unix()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(e.toHost(), id+".ack"), forged, 0o644)
+	if _, err := Approve(e.host, "cloud-1/"+id); err != nil {
+		t.Fatal(err)
+	}
+	if out := e.wait(t, id); out.Receipt.Status != bridge.StatusDone {
+		t.Fatalf("approved, with an ack forged by a revoked key in the folder: %s (%s)", out.Receipt.Status, out.Receipt.Reason)
+	}
+	if n := e.starts(t, "gated", id); n != 1 {
+		t.Fatalf("ran %d times", n)
+	}
+}
+
+// A folder writer without keys puts a file where the host keeps the
+// agent's result directory: it is cleared, and the answer goes out.
+func TestSquattedResultDirectoryIsCleared(t *testing.T) {
+	e := newEdge(t)
+	e.block()
+	e.daemon(t)
+	id := e.submit(t, "block")
+	waitFor(t, 10*time.Second, "the op to start", func() bool { return e.starts(t, "block", id) == 1 })
+	dir := e.toAgent()
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(dir, []byte("squat"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	e.unblock()
+	if out := e.wait(t, id); out.Receipt.Status != bridge.StatusDone {
+		t.Fatalf("answer: %s (%s)", out.Receipt.Status, out.Receipt.Reason)
+	}
+	waitFor(t, 5*time.Second, "the ledger to record it", func() bool { return e.entry(t, id).State == ledger.StateDone })
+	if _, err := e.client.Ops(""); err != nil {
+		t.Fatalf("the op catalog, which lived in the squatted directory: %v", err)
+	}
+}
