@@ -119,6 +119,15 @@ func CheckHome(h *Home, opt DoctorOptions) []Finding {
 		case syncsafe.KindConflict:
 			conflicts = append(conflicts, rel)
 		case syncsafe.KindLitter, syncsafe.KindPlaceholder:
+			if c.Kind == syncsafe.KindLitter && c.Client != "os" {
+				// The sync client's own files (.stfolder, .stignore,
+				// .dropbox, a journal): it needs them, and bridge ignores
+				// them anyway.
+				if d.IsDir() {
+					return filepath.SkipDir
+				}
+				return nil
+			}
 			litter = append(litter, rel)
 		default:
 			return nil

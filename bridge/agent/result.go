@@ -142,6 +142,26 @@ type State struct {
 	Expires  time.Time `json:"expires"`
 }
 
+// RerunOrdered reports whether out is an uncertain answer that a human on
+// the host has since ordered run again (a rerun-ordered notice naming this
+// very result): its answer is still to come.
+func (c *Client) RerunOrdered(out *Outcome) bool {
+	if out.Receipt.Status != bridge.StatusUncertain {
+		return false
+	}
+	items, err := c.Inbox()
+	if err != nil {
+		return false
+	}
+	sha := bridge.SHA256Hex(out.Manifest)
+	for _, it := range items {
+		if it.Note.Event == "rerun-ordered" && it.Note.Request == out.Receipt.ID && it.Note.Supersedes == sha && it.Host == out.Sent.Host {
+			return true
+		}
+	}
+	return false
+}
+
 // Status reports a request's state. It is a pure read.
 func (c *Client) Status(id string) (*State, error) {
 	s, err := c.Sent(id)
@@ -153,7 +173,7 @@ func (c *Client) Status(id string) (*State, error) {
 	out, err := c.Result(id)
 	if errors.Is(err, ErrNoResult) {
 		if time.Now().Unix() >= s.Expires {
-			st.State = "submitted, past its expiry"
+			st.Reason = "past-expiry" // the host answers it expired once it sees it
 		}
 		// The host tells, in the inbox, when a request waits for a human.
 		if items, err := c.Inbox(); err == nil {
@@ -168,6 +188,9 @@ func (c *Client) Status(id string) (*State, error) {
 		return nil, err
 	}
 	st.State, st.Reason = out.Receipt.Status, out.Receipt.Reason
+	if c.RerunOrdered(out) {
+		st.State, st.Reason = "rerun-ordered", "" // the uncertain answer's replacement is to come
+	}
 	if out.Receipt.Status == bridge.StatusDone {
 		code := out.Receipt.ExitCode
 		st.ExitCode = &code
@@ -214,8 +237,11 @@ func (c *Client) Wait(ctx context.Context, id string, tick func(elapsed time.Dur
 	var refused error
 	for {
 		out, err := c.Result(id)
-		if err == nil {
+		if err == nil && !c.RerunOrdered(out) {
 			return out, nil
+		}
+		if err == nil {
+			err = ErrNoResult // the uncertain answer a rerun will replace: wait for that one
 		}
 		if !errors.Is(err, ErrNoResult) {
 			// A result file that does not verify may be an intermediate

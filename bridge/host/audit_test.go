@@ -12,7 +12,7 @@ import (
 // writeAudit logs n events to a fresh audit log in a home of its own.
 func writeAudit(t *testing.T, n int) *bridge.Home {
 	t.Helper()
-	h := &bridge.Home{Dir: t.TempDir()}
+	h := &bridge.Home{Dir: t.TempDir(), Config: bridge.Config{Role: "host"}}
 	a, err := openAudit(h.Path(auditName))
 	if err != nil {
 		t.Fatal(err)
@@ -127,7 +127,7 @@ func TestAuditCrashLeftovers(t *testing.T) {
 // window, and a torn line longer than that, still resume the chain where it
 // ends; a log that is all torn line starts over.
 func TestAuditResumeLongLines(t *testing.T) {
-	h := &bridge.Home{Dir: t.TempDir()}
+	h := &bridge.Home{Dir: t.TempDir(), Config: bridge.Config{Role: "host"}}
 	a, err := openAudit(h.Path(auditName))
 	if err != nil {
 		t.Fatal(err)
@@ -148,7 +148,7 @@ func TestAuditResumeLongLines(t *testing.T) {
 		t.Fatalf("after reopening a log of long lines with a long torn one: %+v", c)
 	}
 
-	h = &bridge.Home{Dir: t.TempDir()}
+	h = &bridge.Home{Dir: t.TempDir(), Config: bridge.Config{Role: "host"}}
 	if err := os.WriteFile(h.Path(auditName), []byte(strings.Repeat("y", 200<<10)), 0o600); err != nil {
 		t.Fatal(err)
 	}

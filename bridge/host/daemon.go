@@ -278,10 +278,15 @@ func (d *Daemon) Open() (err error) {
 	d.wg.Add(1)
 	go func() { defer d.wg.Done(); d.controlLoop(stop) }()
 	d.audit.log(AuditEvent{Event: "start", Detail: "policy " + d.policy.SHA256})
-	if d.policyChanged() {
+	first, changed := d.policyChanged()
+	if changed {
 		d.notify("", bridge.Note{Event: "policy-changed", Text: "the host's policy changed; `bridge ops` shows what you may run now"})
 	}
-	d.notify("", bridge.Note{Event: "started", Text: "the host is serving requests again"})
+	started := "the host is serving requests again"
+	if first {
+		started = "the host is serving requests"
+	}
+	d.notify("", bridge.Note{Event: "started", Text: started})
 	d.log.Info("serving", "host", d.me, "folder", d.home.Config.Folder, "agents", len(d.agents()), "policy", d.policy.SHA256[:12])
 	return nil
 }

@@ -157,12 +157,14 @@ func uncertainFindings(h *bridge.Home, entries []LedgerEntry) []bridge.Finding {
 
 // cutOffFindings names the requests the ledger has as running while no
 // daemon runs: a daemon stopped hard (a second signal, a crash, a power
-// cut) in their midst, and its next start settles them.
+// cut) in their midst, or a drained stop that left an idempotent op (or
+// one with a reconcile command) for the next start, which settles them.
+// (A claimed request only waits to start.)
 func cutOffFindings(h *bridge.Home, entries []LedgerEntry) []bridge.Finding {
 	names := agentNames(h)
 	var cut []string
 	for _, e := range entries {
-		if e.State == ledger.StateClaimed || e.State == ledger.StateRunning {
+		if e.State == ledger.StateRunning {
 			cut = append(cut, refName(names, e))
 		}
 	}
@@ -171,7 +173,7 @@ func cutOffFindings(h *bridge.Home, entries []LedgerEntry) []bridge.Finding {
 	}
 	return []bridge.Finding{{Check: "cut-off", Severity: bridge.SeverityWarn,
 		Message: fmt.Sprintf("%s running when bridge serve stopped: %s", plural(len(cut), "request"), fewOf(cut)),
-		Fix:     "start `bridge serve`: it settles them (an idempotent op runs again, any other is held uncertain for `bridge reconcile`)"}}
+		Fix:     "start `bridge serve`: it settles them (an idempotent op runs again, an op with a reconcile command is checked, any other is held uncertain for `bridge reconcile`)"}}
 }
 
 // plural counts requests in English, with the verb of a sentence that

@@ -391,9 +391,8 @@ func TestCancelAwaitingApproval(t *testing.T) {
 	if out.Receipt.Status != bridge.StatusCancelled {
 		t.Fatalf("answer: %s (%s)", out.Receipt.Status, out.Receipt.Reason)
 	}
-	if st := e.entry(t, id).State; st != ledger.StateCancelled {
-		t.Fatalf("ledger: %s", st)
-	}
+	// (The answer is out a moment before the ledger records it.)
+	waitFor(t, 5*time.Second, "the ledger to record it", func() bool { return e.entry(t, id).State == ledger.StateCancelled })
 	if _, err := Approve(e.host, id); err == nil {
 		t.Fatal("a cancelled request could be approved")
 	}

@@ -59,6 +59,12 @@ func TestEveryRerunRuns(t *testing.T) {
 		if _, err := Reconcile(e.host, "cloud-1/"+id, "rerun"); err != nil {
 			t.Fatal(err)
 		}
+		// Claimed for the next start: it waits to start, it was not cut off.
+		for _, f := range Doctor(e.host, bridge.DoctorOptions{}) {
+			if f.Check == "cut-off" {
+				t.Fatalf("doctor: %s", f.Message)
+			}
+		}
 	}
 	startDaemonProcess(t, e.pair, env...)
 	last = e.waitAnswer(t, id, last)
@@ -347,5 +353,43 @@ func TestSquattedResultDirectoryIsCleared(t *testing.T) {
 	waitFor(t, 5*time.Second, "the ledger to record it", func() bool { return e.entry(t, id).State == ledger.StateDone })
 	if _, err := e.client.Ops(""); err != nil {
 		t.Fatalf("the op catalog, which lived in the squatted directory: %v", err)
+	}
+}
+
+// A human orders a rerun of an uncertain request: the agent is told
+// (rerun-ordered), its status says so, and waiting waits for the rerun's
+// answer instead of returning the uncertain one at once.
+func TestWaitFollowsAnOrderedRerun(t *testing.T) {
+	e := newEdge(t)
+	env := []string{"RUNS=" + e.runs, "PATH=" + e.env["PATH"]}
+	e.block()
+	id := e.submit(t, "block")
+	d := startDaemonProcess(t, e.pair, env...)
+	waitFor(t, 10*time.Second, "the op to start", func() bool { return e.starts(t, "block", id) == 1 })
+	d.kill()
+	startDaemonProcess(t, e.pair, env...)
+	uncertain := e.wait(t, id)
+	if uncertain.Receipt.Status != bridge.StatusUncertain {
+		t.Fatalf("after the crash: %s", uncertain.Receipt.Status)
+	}
+	waitFor(t, 5*time.Second, "the ledger to record it", func() bool { return e.entry(t, id).State == ledger.StateUncertain })
+	if _, err := Reconcile(e.host, "cloud-1/"+id, "rerun"); err != nil { // queued for the running daemon
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the agent to see the rerun ordered", func() bool {
+		st, err := e.client.Status(id)
+		return err == nil && st.State == "rerun-ordered"
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if out, err := e.client.Wait(ctx, id, nil); err == nil {
+		t.Fatalf("wait returned the answer a rerun replaces: %s (%s)", out.Receipt.Status, out.Receipt.Reason)
+	}
+	e.unblock()
+	if out := e.wait(t, id); out.Receipt.Status != bridge.StatusDone {
+		t.Fatalf("the rerun's answer: %s (%s)", out.Receipt.Status, out.Receipt.Reason)
+	}
+	if n := e.starts(t, "block", id); n != 2 {
+		t.Fatalf("started %d times, want 2", n)
 	}
 }

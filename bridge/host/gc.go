@@ -57,6 +57,7 @@ func (d *Daemon) collect(o GCOptions, all []ledger.Entry) (*GCReport, error) {
 	now := d.opt.Now()
 	rep := &GCReport{DryRun: o.DryRun, Items: []GCItem{}}
 	progress := &progressFiles{d: d}
+	listed := map[string]bool{} // a dry run's results listed for removal
 	var old []ledger.Entry
 	for _, e := range all {
 		if e.State.Terminal() && e.Expires.Add(d.opt.Skew).Before(now) {
@@ -91,6 +92,7 @@ func (d *Daemon) collect(o GCOptions, all []ledger.Entry) (*GCReport, error) {
 		}
 		rep.Items = append(rep.Items, GCItem{Agent: e.Agent, ID: e.ID, What: "result", Why: why})
 		if o.DryRun {
+			listed[e.Key] = true // as if removed, for the entries below
 			continue
 		}
 		// Output first, the manifest last: a crash in between leaves the
@@ -118,7 +120,7 @@ func (d *Daemon) collect(o GCOptions, all []ledger.Entry) (*GCReport, error) {
 		// still come back for it.
 		_, resErr := d.folder.Lstat(bridge.ResultPath(d.me, e.Agent, e.ID, bridge.ExtResult))
 		_, outErr := d.folder.Lstat(bridge.ResultPath(d.me, e.Agent, e.ID, bridge.ExtOutput))
-		published := resErr == nil || outErr == nil
+		published := (resErr == nil || outErr == nil) && !listed[e.Key]
 		if published && now.Sub(e.Updated) <= o.Retention {
 			continue
 		}

@@ -48,7 +48,7 @@ func TestGCCollectsAndForgets(t *testing.T) {
 	}
 	// An hour later: a dry run lists, and removes nothing.
 	rep = gcLater(GCOptions{DryRun: true})
-	if len(rep.Items) != 1 || rep.Items[0].Why != "acked" {
+	if len(rep.Items) != 2 || rep.Items[0].Why != "acked" || rep.Items[1].What != "ledger entry" {
 		t.Fatalf("dry run: %+v", rep.Items)
 	}
 	if _, err := os.Stat(filepath.Join(p.toAgent(), id+".result")); err != nil {

@@ -135,10 +135,10 @@ func (d *Daemon) collectMessages(o GCOptions, rep *GCReport) {
 
 // inboxStamp names the home file that records the policy a daemon last
 // served, to notice a change across restarts.
-func (d *Daemon) policyChanged() bool {
+func (d *Daemon) policyChanged() (first, changed bool) {
 	p := d.home.Path("inbox", "policy.sha256")
 	old, _ := os.ReadFile(p)
 	os.MkdirAll(filepath.Dir(p), 0o700)
 	syncsafe.WriteFileAtomic(p, []byte(d.policy.SHA256))
-	return len(old) > 0 && string(old) != d.policy.SHA256
+	return len(old) == 0, len(old) > 0 && string(old) != d.policy.SHA256
 }

@@ -157,8 +157,11 @@ func stateHint(h *bridge.Home, e LedgerEntry, want ledger.State) string {
 		return ""
 	}
 	if pid, ok := DaemonRunning(h); ok && pid != os.Getpid() { // this process holds the home for a command
-		return "it runs now: its result settles it, with no human needed"
+		return "it runs now (or waits for its op's slot): its result settles it, with no human needed"
+	}
+	if e.State == ledger.StateClaimed {
+		return "bridge serve is not running; it starts this request when it starts"
 	}
 	return "bridge serve is not running, so this run was cut off; the next start of `bridge serve` settles it " +
-		"(an idempotent op runs again, any other is held uncertain for you to reconcile)"
+		"(an idempotent op runs again, an op with a reconcile command is checked, any other is held uncertain for you to reconcile)"
 }

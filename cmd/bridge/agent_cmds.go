@@ -131,6 +131,9 @@ func (c *LsCmd) Run(g *Globals) error {
 		if g.JSON {
 			return g.printJSON(entries)
 		}
+		if len(entries) == 0 {
+			g.note("the ledger holds no request yet")
+		}
 		for _, e := range entries {
 			reason, _, _ := strings.Cut(e.Reason, "\n") // `bridge pending` shows what an approval would run
 			g.printf("%s  %-10s %-12s %s\n", e.Ref, e.Op, e.State, reason)
@@ -157,6 +160,9 @@ func (c *LsCmd) Run(g *Globals) error {
 	}
 	if g.JSON {
 		return g.printJSON(states)
+	}
+	if len(states) == 0 {
+		g.note("no request sent from this home yet")
 	}
 	for _, st := range states {
 		g.printf("%s  %s  %-10s %s\n", st.Created.Format("2006-01-02 15:04:05"), st.ID, st.Op, st.State)

@@ -14,14 +14,24 @@ import (
 // GCCmd collects this side's own files.
 type GCCmd struct {
 	DryRun    bool          `name:"dry-run" help:"Only list what would be removed."`
-	Grace     time.Duration `default:"1h" help:"Host: keep an acked result this long after its request finished."`
-	Retention time.Duration `default:"720h" help:"Host: keep a result nobody acked this long after its request finished."`
+	Grace     time.Duration `default:"1h" help:"Host: keep an acked result this long after its request finished (and until it expires); 0: no longer."`
+	Retention time.Duration `default:"720h" help:"Host: keep a result nobody acked this long after its request finished; 0: no longer."`
 }
 
 func (c *GCCmd) Run(g *Globals) error {
 	h, err := g.openHome()
 	if err != nil {
 		return err
+	}
+	if c.Grace < 0 || c.Retention < 0 {
+		return &codeError{code: exitUsage, err: errors.New("gc: --grace and --retention cannot be negative")}
+	}
+	// 0 means none: the collection's own zero means "the default".
+	if c.Grace == 0 {
+		c.Grace = time.Nanosecond
+	}
+	if c.Retention == 0 {
+		c.Retention = time.Nanosecond
 	}
 	var items []string
 	if h.Config.Role == "host" {

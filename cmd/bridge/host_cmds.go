@@ -236,6 +236,9 @@ func (c *LedgerRepairCmd) Run(g *Globals) error {
 	}
 	if !rep.Damaged {
 		g.printf("%s is intact; nothing to repair\n", rep.Path)
+		if len(rep.Lost) == 0 {
+			g.note("the audit log knows no request the ledger lacks; if the whole home came from a backup, `bridge serve` also checks the folder for what it did since (docs/OPERATIONS.md)")
+		}
 	} else {
 		g.printf("repaired %s: %s\nkept %d bytes (%d entries), dropped %d bytes; the damaged file is kept as %s\n",
 			rep.Path, rep.Problem, rep.BytesKept, rep.Entries, rep.BytesDropped, rep.Backup)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/agent"
 )
 
@@ -40,9 +41,12 @@ func (c *LogsCmd) Run(g *Globals) error {
 			return err
 		}
 		out, rerr := cl.Result(c.ID)
+		if rerr == nil && cl.RerunOrdered(out) {
+			rerr = agent.ErrNoResult // a rerun continues the stream: follow it
+		}
 		if rerr == nil {
 			rc := out.Receipt
-			if rc.ProgressCount != next-1 || rc.ProgressHead != prev {
+			if rc.Status != bridge.StatusUncertain && (rc.ProgressCount != next-1 || rc.ProgressHead != prev) {
 				// Chunks still arriving, or not those the host committed to:
 				// the result is what counts.
 				g.note("warning: the streamed output is not what the result commits to (%d of %d chunks); the result follows", next-1, rc.ProgressCount)
@@ -54,7 +58,14 @@ func (c *LogsCmd) Run(g *Globals) error {
 				g.stderr.Write(out.Stderr)
 			}
 			if code := exitFor(rc); code != 0 {
-				g.note("%s ended: %s %s, exit %d", c.ID, rc.Status, rc.Reason, rc.ExitCode)
+				how := rc.Status
+				if rc.Reason != "" {
+					how += " (" + rc.Reason + ")"
+				}
+				if rc.Status == bridge.StatusDone {
+					how += fmt.Sprintf(", exit %d", rc.ExitCode)
+				}
+				g.note("%s ended: %s", c.ID, how)
 				return &codeError{code: code}
 			}
 			return nil

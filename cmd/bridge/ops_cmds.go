@@ -194,20 +194,24 @@ type ServiceInstallCmd struct {
 
 func (c *ServiceInstallCmd) Run(g *Globals) error {
 	root := runtime.GOOS != "windows" && os.Geteuid() == 0
-	_, u, err := c.unit(g, root)
+	_, u, err := c.unit(g, root && c.AllowRoot)
 	if err != nil {
 		return err
+	}
+	refused := withHintf(errors.New("service install: refusing to install a service that runs as root"),
+		"install it as the user whose tools the ops use; if you really mean root, pass --allow-root")
+	if c.DryRun {
+		g.printf("# %s\n%s", u.Path(), u.Text)
+		g.note("would run: %s", joinCmds(u.Enable))
+		if root && !c.AllowRoot {
+			g.note("warning: %v (%s)", refused, refused.(*bridge.HintError).Hint)
+		}
+		return nil
 	}
 	if root && !c.AllowRoot {
 		// serve refuses root without --allow-root: the unit would fail and
 		// restart every few seconds.
-		return &codeError{code: exitError, err: withHintf(errors.New("service install: refusing to install a service that runs as root"),
-			"install it as the user whose tools the ops use; if you really mean root, pass --allow-root")}
-	}
-	if c.DryRun {
-		g.printf("# %s\n%s", u.Path(), u.Text)
-		g.note("would run: %s", joinCmds(u.Enable))
-		return nil
+		return &codeError{code: exitError, err: refused}
 	}
 	if err := os.MkdirAll(u.Dir, 0o755); err != nil {
 		return err

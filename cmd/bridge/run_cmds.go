@@ -137,6 +137,10 @@ func submit(g *Globals, op string, args []string, key, hostName, stdin string, t
 	if err != nil {
 		return nil, nil, err
 	}
+	if ttl <= 0 || ttl > bridge.MaxValidity {
+		return nil, nil, &codeError{code: exitUsage, err: withHintf(fmt.Errorf("--ttl %s: a request is valid for more than 0 and at most %s", ttl, bridge.MaxValidity),
+			"the host refuses a longer one; pass --ttl 24h (the default) or up to %s", bridge.MaxValidity)}
+	}
 	nudger, err := st.nudger(bridge.NewLogger(g.stderr, "text", bridge.LogInfo))
 	if err != nil {
 		return nil, nil, err
@@ -188,6 +192,16 @@ func waitAndPrint(g *Globals, cl *agent.Client, id string, timeout time.Duration
 		if prog.awaiting {
 			return &codeError{code: exitWaitTime, id: id, err: withHintf(fmt.Errorf("no result for %s after %s: it waits for a human's approval on the host", id, timeout),
 				"the request stays queued until it is approved, denied or its approval times out; run `bridge wait %s` later", id)}
+		}
+		if st, err := cl.Status(id); err == nil {
+			switch {
+			case st.Reason == "past-expiry":
+				return &codeError{code: exitWaitTime, id: id, err: withHintf(fmt.Errorf("no result for %s after %s, and it is past its expiry", id, timeout),
+					"it will not run: the host answers it expired once it sees it (if the host is up and the folder syncs); send it again if it is still needed")}
+			case st.State == "rerun-ordered":
+				return &codeError{code: exitWaitTime, id: id, err: withHintf(fmt.Errorf("no new answer for %s after %s: a human on the host ordered it run again", id, timeout),
+					"run `bridge wait %s` later for the rerun's answer", id)}
+			}
 		}
 		return &codeError{code: exitWaitTime, id: id, err: withHintf(fmt.Errorf("no result for %s after %s", id, timeout),
 			"the request stays queued; run `bridge wait %s` later, or `bridge status %s`", id, id)}
@@ -241,6 +255,7 @@ func printOutcome(g *Globals, out *agent.Outcome) error {
 		case bridge.StatusDone:
 			if rc.TimedOut {
 				g.note("error: %s timed out on the host: %s", rc.Op, rc.Detail)
+				g.note("hint: the policy's timeout for %s stopped it; it may have had part of its effect", rc.Op)
 			} else if rc.Signal != "" {
 				g.note("%s was killed by %s", rc.Op, rc.Signal)
 			}
@@ -293,8 +308,25 @@ func exitFor(rc *bridge.Receipt) int {
 
 func hintFor(rc *bridge.Receipt, agent string) string {
 	if rc.Status == bridge.StatusUncertain {
-		return fmt.Sprintf("do not retry: it may have had its effect. A human on the host checks, then runs `bridge reconcile %s/%s --as done|failed|rerun`; once that answer is back, `bridge status %s` and `bridge result %s` show it",
+		return fmt.Sprintf("do not retry: it may have had its effect. A human on the host checks, then runs `bridge reconcile %s/%s --as done|failed|rerun`; "+
+			"`bridge status %s` then shows the new answer, and `bridge wait %s` waits for a rerun's",
 			agent, rc.ID, rc.ID, rc.ID)
+	}
+	switch {
+	case rc.Status == bridge.StatusFailed && rc.Reason == "reconciled":
+		return "a human on the host found it had no effect: a retry is safe"
+	case rc.Status == bridge.StatusFailed:
+		return "it never started, so a retry is safe once the host is fixed (the detail says what is missing)"
+	case rc.Reason == "denied":
+		return "a human on the host refused it (the detail may say why); do not send it again unchanged"
+	case rc.Reason == "approval-expired":
+		return "nobody on the host approved it in time; send it again when someone can (`bridge pending` on the host lists what waits)"
+	case rc.Status == bridge.StatusExpired:
+		return "it waited past its expiry and never ran: send it again, with a longer --ttl if the host is often away"
+	case rc.Status == bridge.StatusCancelled:
+		return "cancelled as asked; an op stopped while running may have had part of its effect"
+	case rc.Reason == "revoked":
+		return "the key that signed it is revoked on the host: pair this agent with the host again (docs/KEYS.md)"
 	}
 	switch rc.Reason {
 	case "not-allowed":
