@@ -372,7 +372,26 @@ func (f *Folder) RemoveAll(rel string) error {
 	if err := f.checkParents(rel); err != nil {
 		return fmt.Errorf("remove %s: %w", rel, err)
 	}
-	if err := f.root.RemoveAll(rel); err != nil {
+	err := f.root.RemoveAll(rel)
+	if errors.Is(err, fs.ErrPermission) {
+		// A directory without write permission for us (a sync client
+		// copies mode bits from the device that made it): give the owner
+		// its rights back, then try again. Only real directories are
+		// changed, never what a link points to.
+		if dir := path.Dir(rel); dir != "." {
+			f.root.Chmod(dir, 0o700) // our own: checkParents found a directory
+		}
+		if fi, lerr := f.root.Lstat(rel); lerr == nil && fi.IsDir() {
+			fs.WalkDir(f.root.FS(), rel, func(p string, d fs.DirEntry, err error) error {
+				if d != nil && d.IsDir() {
+					f.root.Chmod(p, 0o700)
+				}
+				return nil
+			})
+		}
+		err = f.root.RemoveAll(rel)
+	}
+	if err != nil {
 		return fmt.Errorf("remove %s: %w", rel, err)
 	}
 	return nil

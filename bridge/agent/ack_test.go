@@ -14,10 +14,6 @@ import (
 // would, with the given status.
 func (h *homes) publishResult(t *testing.T, s *Sent, status string) {
 	t.Helper()
-	m, err := os.ReadFile(filepath.Join(h.folder, bridge.RequestPath(s.Host, h.agent.Config.ID, s.ID, bridge.ExtManifest)))
-	if err != nil {
-		t.Fatal(err)
-	}
 	rec, err := h.client.readSent(s.ID)
 	if err != nil {
 		t.Fatal(err)
@@ -30,7 +26,7 @@ func (h *homes) publishResult(t *testing.T, s *Sent, status string) {
 	}
 	var out bytes.Buffer
 	res, err := bridge.SealResult(&out, bridge.NewResult{Host: h.host.Identity(), HostID: h.host.Config.ID,
-		AgentBoxPub: h.agent.Identity().BoxPublic(), Request: r, RequestSHA: bridge.SHA256Hex(m),
+		AgentBoxPub: h.agent.Identity().BoxPublic(), Request: r, RequestSHA: bridge.SHA256Hex(rec.Manifest),
 		Receipt: bridge.Receipt{Status: status, Reason: "crashed"}, Created: time.Now()})
 	if err != nil {
 		t.Fatal(err)
@@ -74,5 +70,39 @@ func TestAckKeepsFilesOfUncertain(t *testing.T) {
 	}
 	if _, err := os.Stat(manifest); err == nil {
 		t.Fatal("the request's files stayed after a settled answer was acked")
+	}
+}
+
+// An acked answer that is not uncertain is final for the agent: a host
+// whose home was restored from a backup may answer the request again
+// (rejected, expired), and the agent keeps what it acked (found by the red
+// team: the agent's status flipped from done to rejected).
+func TestAckedAnswerIsFinal(t *testing.T) {
+	h := newHomes(t)
+	s, err := h.client.Submit(SubmitOptions{Op: "echo"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.publishResult(t, s, bridge.StatusDone)
+	out, err := h.client.Result(s.ID)
+	if err != nil || out.Receipt.Status != bridge.StatusDone {
+		t.Fatalf("result: %+v, %v", out, err)
+	}
+	if err := h.client.Ack(out); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1100 * time.Millisecond) // a later answer, to the second
+	h.publishResult(t, s, bridge.StatusRejected)
+	for _, read := range []func() (*Outcome, error){
+		func() (*Outcome, error) { return h.client.Result(s.ID) },
+		func() (*Outcome, error) { return h.client.Wait(t.Context(), s.ID, nil) },
+	} {
+		got, err := read()
+		if err != nil || got.Receipt.Status != bridge.StatusDone || !bytes.Equal(got.Manifest, out.Manifest) {
+			t.Fatalf("after a second answer: %+v, %v", got.Receipt, err)
+		}
+	}
+	if st, err := h.client.Status(s.ID); err != nil || st.State != bridge.StatusDone {
+		t.Fatalf("status: %+v, %v", st, err)
 	}
 }

@@ -47,12 +47,18 @@ func (c *Client) Result(id string) (*Outcome, error) {
 	if err != nil {
 		return nil, err
 	}
+	// An acked result is kept in the home, and one that is not uncertain
+	// is final: the host never replaces it (a host whose home was restored
+	// from a backup might answer the request again, wrongly).
+	kept, kerr := c.keptResult(s, check, own)
+	if kerr == nil && kept.Receipt.Status != bridge.StatusUncertain {
+		return kept, nil
+	}
 	data, err := c.folder.ReadFile(bridge.ResultPath(s.Host, c.home.Config.ID, id, bridge.ExtResult), bcrypto.KindResult.MaxSize())
 	if errors.Is(err, fs.ErrNotExist) {
-		// Acked results are kept in the home: the host may have collected
-		// its copy since.
-		if out, err := c.keptResult(s, check, own); err == nil {
-			return out, nil
+		// The host may have collected its copy since the ack.
+		if kerr == nil {
+			return kept, nil
 		}
 		return nil, ErrNoResult
 	} else if err != nil {

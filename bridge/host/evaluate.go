@@ -68,7 +68,7 @@ func (d *Daemon) evaluate(agent, id string) bool {
 				d.refuseFile(mpath, err)
 			}
 		}
-		d.duplicate(ent)
+		d.duplicate(ent, keys)
 		return false
 	}
 	if exists && ent.State != ledger.StateSeen && ent.State != ledger.StatePending {
@@ -190,7 +190,7 @@ func (d *Daemon) deliver(j *job, expires time.Time) (ledger.Entry, bool) {
 		// the ledger can only reach through uncertain, catch-up, below).
 		d.count(evRecordLost)
 		e.State, e.Reason = ledger.StateUncertain, "record-lost"
-		e.ResultSHA256, lostStatus = d.answerLost(j, why)
+		e.ResultSHA256, lostStatus = d.answerLost(j, why, time.Time{})
 		if st, ok := statusState[lostStatus]; ok && st != ledger.StateUncertain && ledger.CanAdmit(st) {
 			e.State = st
 		}
@@ -240,18 +240,16 @@ func (d *Daemon) deliver(j *job, expires time.Time) (ledger.Entry, bool) {
 // host in the folder (re-published from the private copy if there is one)
 // or an ack of one. It returns the hash and status of the result the agent
 // holds or was sent (none if it acked one and none is in the folder).
-func (d *Daemon) answerLost(j *job, why string) (resSHA, status string) {
-	if d.hasSealedResult(j.agent, j.req.ID) {
+func (d *Daemon) answerLost(j *job, why string, notBefore time.Time) (resSHA, status string) {
+	if sha, status, ok := d.folderResult(j.agent, j.req.ID, j.sha, notBefore); ok {
+		return sha, status
+	}
+	if d.sealedFor(j) {
 		resSHA, status, err := d.publishResult(j, bridge.Receipt{}, nil, nil)
 		if err != nil {
 			d.log.Warn("re-publish result", "key", j.key, "err", err)
 		}
 		return resSHA, status
-	}
-	if data, err := d.folder.ReadFile(bridge.ResultPath(d.me, j.agent, j.req.ID, bridge.ExtResult), bcrypto.KindResult.MaxSize()); err == nil {
-		if status, err := d.ownResult(data, j.agent, j.req.ID); err == nil {
-			return bridge.SHA256Hex(data), status
-		}
 	}
 	if _, ok := d.agentAck(j.agent, j.req.ID); ok {
 		return "", "" // the agent holds an answer, and took its files away

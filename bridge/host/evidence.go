@@ -13,6 +13,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/ledger"
@@ -72,10 +73,11 @@ func (d *Daemon) evidence(agent, id string) string {
 }
 
 // agentAck reads the agent's ack of request agent/id, if one it signed is
-// in the folder: by any of its keys but a revoked one (the thief of a
-// revoked key must not make evidence). The keys' standing is read fresh
-// from the home, as for a start: a revocation counts from the moment
-// `bridge keys revoke` returned.
+// in the folder with a key valid now (its current one, or the one before
+// within a rotation's overlap): never a revoked or rotated-out key, whose
+// thief must not make evidence that holds a fresh request (DESIGN §3). The
+// keys' standing is read fresh from the home, as for a start: a revocation
+// counts from the moment `bridge keys revoke` returned.
 func (d *Daemon) agentAck(agent, id string) (*bridge.Ack, bool) {
 	data, err := d.folder.ReadFile(bridge.RequestPath(d.me, agent, id, bridge.ExtAck), bcrypto.KindAck.MaxSize())
 	if err != nil {
@@ -86,8 +88,89 @@ func (d *Daemon) agentAck(agent, id string) (*bridge.Ack, bool) {
 		return nil, false
 	}
 	keys := &agentKeys{name: p.Name, peer: *p}
-	a, err := bridge.OpenAck(data, id, d.me, agent, keys.unrevokedSign(d.opt.Now()))
+	a, err := bridge.OpenAck(data, id, d.me, agent, keys.sign(d.opt.Now()))
 	return a, err == nil
+}
+
+// folderResult reads the result in the folder for agent/id if this host
+// signed it for the request whose manifest hashes to manifestSHA, and no
+// earlier than notBefore (zero: any time): the sha and status of a result
+// the agent can open. A result of another manifest of the id, or one older
+// than what the ledger recorded last (a folder writer putting back an
+// earlier answer), is not.
+func (d *Daemon) folderResult(agent, id, manifestSHA string, notBefore time.Time) (sha, status string, ok bool) {
+	data, err := d.folder.ReadFile(bridge.ResultPath(d.me, agent, id, bridge.ExtResult), bcrypto.KindResult.MaxSize())
+	if err != nil {
+		return "", "", false
+	}
+	res, err := d.openOwnResult(data, agent, id)
+	if err != nil || res.RequestSHA256 != manifestSHA || !notBefore.IsZero() && res.Created < notBefore.Unix() {
+		return "", "", false
+	}
+	return bridge.SHA256Hex(data), res.Status, true
+}
+
+// newerResult is folderResult for a ledger entry: a result of its request
+// made since the entry last moved (its time, in the result's whole
+// seconds), which the entry therefore does not account for if its hash is
+// not the one recorded.
+func (d *Daemon) newerResult(ent ledger.Entry) (sha, status string, ok bool) {
+	return d.folderResult(ent.Agent, ent.ID, ent.ManifestSHA256, ent.Updated)
+}
+
+// catchUp records a result this host signed that the folder holds and the
+// ledger entry is behind (found by newerResult): the ledger takes that
+// result's state (through uncertain where it cannot go there directly),
+// and the home keeps a copy of it in place of an older one, so that
+// nothing publishes the older again. The caller owns the key.
+func (d *Daemon) catchUp(j *job, ent ledger.Entry, sha, status string) {
+	if ent.State == ledger.StateUncertain && !ledger.CanTransition(ledger.StateUncertain, statusState[status]) {
+		// Uncertain either way (a rerun crashed again): the human decides;
+		// the home keeps the newer answer, so nothing publishes the older.
+		if d.firstTime("keep:" + ent.Key + ":" + sha) {
+			d.keepFolderResult(ent.Agent, ent.ID)
+		}
+		return
+	}
+	d.keepFolderResult(ent.Agent, ent.ID)
+	d.forgetLost(ent.Key)
+	d.audit.log(AuditEvent{Event: "record-lost", Agent: ent.Agent, ID: ent.ID,
+		Detail: fmt.Sprintf("ledger %s; the folder holds a newer %s result of this host", ent.State, status)})
+	d.log.Warn("the ledger is behind a result this host signed: recording that result", "key", ent.Key, "state", ent.State, "result", status)
+	rc := bridge.Receipt{Status: status, Reason: "record-lost", Op: ent.Op}
+	ev := evAdopt
+	if ent.State == ledger.StateUncertain {
+		ev = evCatchUp
+	}
+	d.count(ev)
+	d.record(j, ev, ent.State, sha, rc, true)
+}
+
+// keepFolderResult copies the result pair the folder holds for agent/id
+// into the home's private copies (best effort: the folder's stays in place
+// either way).
+func (d *Daemon) keepFolderResult(agent, id string) {
+	dir := d.home.Path("results", agent)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return
+	}
+	manifest, err := d.folder.ReadFile(bridge.ResultPath(d.me, agent, id, bridge.ExtResult), bcrypto.KindResult.MaxSize())
+	if err != nil {
+		return
+	}
+	res, err := d.openOwnResult(manifest, agent, id)
+	if err != nil {
+		return
+	}
+	var out bytes.Buffer
+	if syncsafe.Settle(d.folder, bridge.ResultPath(d.me, agent, id, bridge.ExtOutput), res.Payload.Len, res.Payload.Digest(), &out) != nil {
+		return
+	}
+	// Output first, the manifest last: the manifest copy says the pair is
+	// complete (hasSealedResult).
+	if syncsafe.WriteFileAtomic(filepath.Join(dir, id+"."+bridge.ExtOutput), out.Bytes()) == nil {
+		syncsafe.WriteFileAtomic(filepath.Join(dir, id+"."+bridge.ExtResult), manifest)
+	}
 }
 
 // behind reports what shows that the host took a request further than its
@@ -105,11 +188,8 @@ func (d *Daemon) behind(ent ledger.Entry) string {
 	if lost {
 		return "the audit log shows it went further than the ledger before the ledger was repaired"
 	}
-	if data, err := d.folder.ReadFile(bridge.ResultPath(d.me, ent.Agent, ent.ID, bridge.ExtResult), bcrypto.KindResult.MaxSize()); err == nil &&
-		bridge.SHA256Hex(data) != ent.ResultSHA256 {
-		if _, err := d.ownResult(data, ent.Agent, ent.ID); err == nil {
-			return "a result of it, signed by this host, is in the folder"
-		}
+	if sha, _, ok := d.newerResult(ent); ok && sha != ent.ResultSHA256 {
+		return "a result of it, signed by this host, is in the folder"
 	}
 	if ranBefore(ent) || ent.ResultSHA256 != "" {
 		return "" // a rerun: the earlier runs' output and acks are accounted for
@@ -134,11 +214,15 @@ func (d *Daemon) behind(ent ledger.Entry) string {
 // result, which its agent holds or will: the host's own signed answer is
 // what happened, and a human has nothing to settle.
 func (d *Daemon) holdBehind(j *job, ent ledger.Entry) bool {
+	if sha, status, ok := d.newerResult(ent); ok && sha != ent.ResultSHA256 {
+		d.catchUp(j, ent, sha, status)
+		return true
+	}
 	why := d.behind(ent)
 	if why == "" {
 		return false
 	}
-	resSHA, status := d.answerLost(j, why)
+	resSHA, status := d.answerLost(j, why, ent.Updated)
 	d.forgetLost(ent.Key)
 	d.audit.log(AuditEvent{Event: "record-lost", Agent: ent.Agent, ID: ent.ID, Detail: fmt.Sprintf("ledger %s: %s", ent.State, why)})
 	if status != "" && status != bridge.StatusUncertain {
@@ -174,6 +258,18 @@ func (d *Daemon) forgetLost(key string) {
 	if err := syncsafe.WriteFileAtomic(d.home.Path(lostName), b.Bytes()); err != nil {
 		d.log.Warn("rewrite the lost list", "err", err)
 	}
+}
+
+// sealedFor reports whether the home holds a result sealed for the job's
+// very request (a home restored from a backup may hold one for another
+// manifest of the id, which its agent could not open).
+func (d *Daemon) sealedFor(j *job) bool {
+	data, err := os.ReadFile(d.home.Path("results", j.agent, j.req.ID+"."+bridge.ExtResult))
+	if err != nil {
+		return false
+	}
+	res, err := d.openOwnResult(data, j.agent, j.req.ID)
+	return err == nil && res.RequestSHA256 == j.sha
 }
 
 // hasSealedResult reports whether a result for agent/id was sealed into the

@@ -295,38 +295,87 @@ func TestRestoredHomeAndReplayNeverRunsTwice(t *testing.T) {
 	}
 }
 
-// After a rotation the host revokes the agent's old key (its thief may
-// write to the folder): an ack signed by it is no evidence, and does not
-// keep a request of the new key from running.
-func TestRevokedKeyMakesNoEvidence(t *testing.T) {
+// After a rotation the agent's old key is revoked, or its overlap ends
+// (its thief may write to the folder): an ack signed by it is no evidence,
+// and does not keep a request of the new key from running.
+func TestOldKeyMakesNoEvidence(t *testing.T) {
+	for _, how := range []string{"revoked", "expired"} {
+		t.Run(how, func(t *testing.T) {
+			e := newEdge(t)
+			e.daemon(t)
+			stolen := e.agent.Identity()
+			overlap := time.Hour
+			if how == "expired" {
+				overlap = time.Second
+			}
+			if _, err := e.agent.Rotate(overlap); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, 10*time.Second, "the host to follow the rotation", func() bool {
+				p, err := e.host.PeerByID(e.agent.Config.ID)
+				return err == nil && len(p.Keys) == 2
+			})
+			if how == "revoked" {
+				if _, err := e.host.Revoke(stolen.SignKid()); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				time.Sleep(2 * time.Second)
+			}
+			id := e.submit(t, "gated")
+			waitFor(t, 10*time.Second, "the request to await approval", func() bool { return e.entry(t, id).State == ledger.StateAwaitingApproval })
+			forged, err := bridge.SignAck(stolen, bridge.Ack{ID: id, Agent: e.agent.Config.ID, Host: e.host.Config.ID,
+				ResultSHA256: bridge.SHA256Hex([]byte("anything")), Created: time.Now().Unix()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			os.WriteFile(filepath.Join(e.toHost(), id+".ack"), forged, 0o644)
+			if _, err := Approve(e.host, "cloud-1/"+id); err != nil {
+				t.Fatal(err)
+			}
+			if out := e.wait(t, id); out.Receipt.Status != bridge.StatusDone {
+				t.Fatalf("approved, with an ack forged by a %s key in the folder: %s (%s)", how, out.Receipt.Status, out.Receipt.Reason)
+			}
+			if n := e.starts(t, "gated", id); n != 1 {
+				t.Fatalf("ran %d times", n)
+			}
+		})
+	}
+}
+
+// A request id comes back with another manifest after a whole home was
+// restored (an agent that lost its own home retries with the same
+// idempotency key): the result of the first manifest shows the id was
+// answered, so it never runs, but it is not that request's answer (its
+// agent could not open it): the request is held uncertain and told so.
+func TestResultOfAnotherManifestIsHeld(t *testing.T) {
 	e := newEdge(t)
-	e.daemon(t)
-	stolen := e.agent.Identity()
-	if _, err := e.agent.Rotate(time.Hour); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, 10*time.Second, "the host to follow the rotation", func() bool {
-		p, err := e.host.PeerByID(e.agent.Config.ID)
-		return err == nil && len(p.Keys) == 2
-	})
-	if _, err := e.host.Revoke(stolen.SignKid()); err != nil {
-		t.Fatal(err)
-	}
-	id := e.submit(t, "gated")
-	waitFor(t, 10*time.Second, "the request to await approval", func() bool { return e.entry(t, id).State == ledger.StateAwaitingApproval })
-	forged, err := bridge.SignAck(stolen, bridge.Ack{ID: id, Agent: e.agent.Config.ID, Host: e.host.Config.ID,
-		ResultSHA256: bridge.SHA256Hex([]byte("anything")), Created: time.Now().Unix()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	os.WriteFile(filepath.Join(e.toHost(), id+".ack"), forged, 0o644)
-	if _, err := Approve(e.host, "cloud-1/"+id); err != nil {
-		t.Fatal(err)
-	}
+	d := e.daemon(t)
+	warm := e.submit(t, "blockidem")
+	e.wait(t, warm)
+	stopDaemon(d, context.Background())
+	backup := backupHome(t, e)
+	d = e.daemon(t)
+	id, m1, p1 := e.sealManual(t, "blockidem", map[string]string{}, nil)
+	os.WriteFile(filepath.Join(e.toHost(), id+".payload"), p1, 0o644)
+	os.WriteFile(filepath.Join(e.toHost(), id+".manifest"), m1, 0o644)
 	if out := e.wait(t, id); out.Receipt.Status != bridge.StatusDone {
-		t.Fatalf("approved, with an ack forged by a revoked key in the folder: %s (%s)", out.Receipt.Status, out.Receipt.Reason)
+		t.Fatalf("first: %s", out.Receipt.Status)
 	}
-	if n := e.starts(t, "gated", id); n != 1 {
+	stopDaemon(d, context.Background())
+	restoreHome(t, e, backup)
+	_, m2, p2 := e.sealManual(t, "blockidem", map[string]string{}, func(n *bridge.NewRequest) { n.ID = id })
+	os.WriteFile(filepath.Join(e.toHost(), id+".payload"), p2, 0o644)
+	os.WriteFile(filepath.Join(e.toHost(), id+".manifest"), m2, 0o644)
+	e.daemon(t)
+	waitFor(t, 10*time.Second, "the agent to get an answer it can open", func() bool {
+		out, err := e.client.Result(id)
+		return err == nil && out.Receipt.Status == bridge.StatusUncertain && out.Receipt.Reason == "record-lost"
+	})
+	if got := e.entry(t, id); got.State != ledger.StateUncertain {
+		t.Fatalf("ledger: %s (%s)", got.State, got.Reason)
+	}
+	if n := e.starts(t, "blockidem", id); n != 1 {
 		t.Fatalf("ran %d times", n)
 	}
 }
@@ -391,5 +440,120 @@ func TestWaitFollowsAnOrderedRerun(t *testing.T) {
 	}
 	if n := e.starts(t, "block", id); n != 2 {
 		t.Fatalf("started %d times, want 2", n)
+	}
+}
+
+// A home restored from a backup holds less than the folder: a request that
+// ran to its end after the backup (taken while it ran), or an uncertain
+// request that a human's rerun finished since. The host's newer signed
+// result in the folder is what happened: the ledger catches up to it, it
+// is never replaced by an older answer, and nothing runs again.
+func TestRestoredHomeKeepsNewerResult(t *testing.T) {
+	t.Run("backup while it ran", func(t *testing.T) {
+		e := newEdge(t)
+		e.block()
+		d := e.daemon(t)
+		id := e.submit(t, "block")
+		waitFor(t, 10*time.Second, "the op to start", func() bool { return e.starts(t, "block", id) == 1 })
+		waitFor(t, 5*time.Second, "the ledger to say running", func() bool { return e.entry(t, id).State == ledger.StateRunning })
+		backup := backupHome(t, e)
+		e.unblock()
+		done := e.wait(t, id)
+		if done.Receipt.Status != bridge.StatusDone {
+			t.Fatalf("the run: %s", done.Receipt.Status)
+		}
+		stopDaemon(d, context.Background())
+		restoreHome(t, e, backup)
+		e.daemon(t)
+		waitFor(t, 10*time.Second, "the ledger to catch up", func() bool {
+			got := e.entry(t, id)
+			return got.State == ledger.StateDone && got.Reason == "record-lost"
+		})
+		settleFor()
+		if out, err := e.client.Result(id); err != nil || string(out.Manifest) != string(done.Manifest) {
+			t.Fatalf("the agent's answer changed: %v", err)
+		}
+		if n := e.starts(t, "block", id); n != 1 {
+			t.Fatalf("ran %d times", n)
+		}
+	})
+	t.Run("backup while uncertain, rerun since", func(t *testing.T) {
+		e := newEdge(t)
+		env := []string{"RUNS=" + e.runs, "PATH=" + e.env["PATH"]}
+		e.block()
+		id := e.submit(t, "block")
+		d := startDaemonProcess(t, e.pair, env...)
+		waitFor(t, 10*time.Second, "the op to start", func() bool { return e.starts(t, "block", id) == 1 })
+		d.kill()
+		e.unblock()
+		d = startDaemonProcess(t, e.pair, env...)
+		uncertain := e.wait(t, id)
+		waitFor(t, 5*time.Second, "the ledger to record it", func() bool { return e.entry(t, id).State == ledger.StateUncertain })
+		d.kill()
+		backup := backupHome(t, e)
+		if _, err := Reconcile(e.host, "cloud-1/"+id, "rerun"); err != nil {
+			t.Fatal(err)
+		}
+		d = startDaemonProcess(t, e.pair, env...)
+		done := e.waitAnswer(t, id, uncertain)
+		if done.Receipt.Status != bridge.StatusDone {
+			t.Fatalf("the rerun: %s", done.Receipt.Status)
+		}
+		waitFor(t, 5*time.Second, "the ledger to record it", func() bool { return e.entry(t, id).State == ledger.StateDone })
+		d.kill()
+		restoreHome(t, e, backup)
+		startDaemonProcess(t, e.pair, env...)
+		waitFor(t, 10*time.Second, "the ledger to catch up", func() bool { return e.entry(t, id).State == ledger.StateDone })
+		settleFor()
+		if out, err := e.client.Result(id); err != nil || string(out.Manifest) != string(done.Manifest) {
+			t.Fatalf("the agent's answer changed: %v", err)
+		}
+		if _, err := Reconcile(e.host, "cloud-1/"+id, "rerun"); err == nil {
+			t.Fatal("a request whose rerun ended done could be run again")
+		}
+		if n := e.starts(t, "block", id); n != 2 {
+			t.Fatalf("ran %d times, want 2", n)
+		}
+	})
+}
+
+// A folder writer puts back an earlier uncertain answer while a human's
+// rerun waits: an answer older than the ledger's last move is no evidence
+// that the ledger is behind, and the rerun runs.
+func TestOlderResultIsNoEvidence(t *testing.T) {
+	e := newEdge(t)
+	env := []string{"RUNS=" + e.runs, "PATH=" + e.env["PATH"]}
+	id := e.submit(t, "block")
+	var first []byte
+	var firstOut []byte
+	var last *agent.Outcome
+	for round := 1; round <= 2; round++ {
+		e.block()
+		d := startDaemonProcess(t, e.pair, env...)
+		waitFor(t, 10*time.Second, "the op to start", func() bool { return e.starts(t, "block", id) == round })
+		d.kill()
+		d = startDaemonProcess(t, e.pair, env...)
+		last = e.waitAnswer(t, id, last)
+		waitFor(t, 5*time.Second, "the ledger to record it", func() bool { return e.entry(t, id).State == ledger.StateUncertain })
+		if round == 1 {
+			first, _ = os.ReadFile(filepath.Join(e.toAgent(), id+".result"))
+			firstOut, _ = os.ReadFile(filepath.Join(e.toAgent(), id+".output"))
+		}
+		d.kill()
+		time.Sleep(1100 * time.Millisecond) // the ledger moves a second after the answer
+		if _, err := Reconcile(e.host, "cloud-1/"+id, "rerun"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.unblock()
+	os.WriteFile(filepath.Join(e.toAgent(), id+".output"), firstOut, 0o644)
+	os.WriteFile(filepath.Join(e.toAgent(), id+".result"), first, 0o644)
+	startDaemonProcess(t, e.pair, env...)
+	waitFor(t, 20*time.Second, "the rerun's answer", func() bool {
+		out, err := e.client.Result(id)
+		return err == nil && out.Receipt.Status == bridge.StatusDone
+	})
+	if n := e.starts(t, "block", id); n != 3 {
+		t.Fatalf("started %d times, want 3", n)
 	}
 }

@@ -25,6 +25,22 @@ func (d *Daemon) recover() error {
 	if err != nil {
 		return err
 	}
+	// An uncertain entry of a home restored from a backup may have been
+	// settled or run again since: its newer result in the folder says so.
+	uncertain, err := d.ledger.InState(ledger.StateUncertain)
+	if err != nil {
+		return err
+	}
+	for _, ent := range uncertain {
+		if sha, status, ok := d.newerResult(ent); ok && sha != ent.ResultSHA256 && d.take(ent.Key) {
+			if keys := d.agents()[ent.Agent]; keys != nil {
+				if j, err := d.reload(ent, keys); err == nil {
+					d.catchUp(j, ent, sha, status)
+				}
+			}
+			d.release(ent.Key)
+		}
+	}
 	for _, ent := range unanswered {
 		if !ent.State.InFlight() {
 			if d.hasSealedResult(ent.Agent, ent.ID) && d.take(ent.Key) {
@@ -61,6 +77,12 @@ func (d *Daemon) recoverOne(ent ledger.Entry) bool {
 		return false
 	}
 	if d.adopt(j, ent) {
+		return false
+	}
+	if sha, status, ok := d.newerResult(ent); ok && sha != ent.ResultSHA256 {
+		// Answered since the ledger last moved (a home restored from a
+		// backup taken while it ran): that answer is what happened.
+		d.catchUp(j, ent, sha, status)
 		return false
 	}
 	if ent.State == ledger.StateClaimed {

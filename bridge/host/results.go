@@ -62,15 +62,29 @@ func (d *Daemon) publishResult(j *job, rc bridge.Receipt, stdout, stderr []byte)
 // ownResult verifies a result manifest as one this host signed for agent
 // and id, and returns its status.
 func (d *Daemon) ownResult(data []byte, agent, id string) (string, error) {
-	var res bridge.Result
-	if err := bridge.OpenBody(bcrypto.KindResult, data, d.own().signPubs(), &res); err != nil {
+	res, err := d.openOwnResult(data, agent, id)
+	if err != nil {
 		return "", err
-	}
-	if res.ID != id || res.Agent != agent || res.Host != d.me {
-		return "", fmt.Errorf("result %s: %w", id, bridge.ErrNameMismatch)
 	}
 	return res.Status, nil
 }
+
+// openOwnResult is ownResult returning the whole manifest body.
+func (d *Daemon) openOwnResult(data []byte, agent, id string) (*bridge.Result, error) {
+	var res bridge.Result
+	if err := bridge.OpenBody(bcrypto.KindResult, data, d.own().signPubs(), &res); err != nil {
+		return nil, err
+	}
+	if res.ID != id || res.Agent != agent || res.Host != d.me {
+		return nil, fmt.Errorf("result %s: %w", id, bridge.ErrNameMismatch)
+	}
+	return &res, nil
+}
+
+// errNewerResult: the folder holds a result this host signed for the same
+// request that is newer than the one about to be published (a home restored
+// from a backup holds the older): it is never replaced.
+var errNewerResult = errors.New("the folder holds a newer result of this host for the request")
 
 // publishCopies publishes the private copies of a result (output, then
 // manifest) where the folder does not already hold them. The host owns
@@ -104,10 +118,16 @@ func (d *Daemon) publishCopies(agent, id string) (string, error) {
 		defer d.opt.Nudger.Nudge(outPath)
 		return status, d.publishFile(outPath, filepath.Join(dir, id+"."+bridge.ExtOutput), true)
 	case err == nil:
-		if old, verr := d.ownResult(existing, agent, id); verr != nil {
+		if old, verr := d.openOwnResult(existing, agent, id); verr != nil {
 			d.refuseFile(resPath, fmt.Errorf("replacing a file at a result name that this host did not sign: %w", verr))
+		} else if mine, _ := d.openOwnResult(manifest, agent, id); mine != nil && old.RequestSHA256 == mine.RequestSHA256 && old.Created > mine.Created {
+			if d.firstTime("newer:" + resPath) {
+				d.log.Error("not replacing a newer result of this host with an older one (was this home restored from a backup?)", "agent", agent, "id", id,
+					"folder", old.Status, "home", mine.Status)
+			}
+			return "", fmt.Errorf("publish result %s: %w", id, errNewerResult)
 		} else {
-			d.audit.log(AuditEvent{Event: "replaced", Agent: agent, ID: id, Status: status, Detail: "an earlier " + old + " result of this host, since settled"})
+			d.audit.log(AuditEvent{Event: "replaced", Agent: agent, ID: id, Status: status, Detail: "an earlier " + old.Status + " result of this host, since settled"})
 		}
 		replace = true
 	default: // not a regular file, too large: not ours either
@@ -176,7 +196,17 @@ func (d *Daemon) publishFile(rel, src string, replace bool, opts ...syncsafe.Pub
 // duplicate handles a request id the ledger already finished: it never runs
 // again (invariant 4); its stored result is re-published if it is missing
 // or was replaced.
-func (d *Daemon) duplicate(ent ledger.Entry) {
+func (d *Daemon) duplicate(ent ledger.Entry, keys *agentKeys) {
+	if ent.State == ledger.StateUncertain {
+		// A home restored from a backup may hold the uncertain answer that a
+		// rerun has since replaced in the folder: the ledger catches up.
+		if sha, status, ok := d.newerResult(ent); ok && sha != ent.ResultSHA256 {
+			if j, err := d.reload(ent, keys); err == nil {
+				d.catchUp(j, ent, sha, status)
+			}
+			return
+		}
+	}
 	copyPath := d.home.Path("results", ent.Agent, ent.ID+"."+bridge.ExtResult)
 	if want, err := os.ReadFile(copyPath); err == nil {
 		have, err := d.folder.ReadFile(bridge.ResultPath(d.me, ent.Agent, ent.ID, bridge.ExtResult), bcrypto.KindResult.MaxSize())

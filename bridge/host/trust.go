@@ -35,19 +35,6 @@ func (k *agentKeys) allSign() [][]byte {
 	return out
 }
 
-// unrevokedSign returns the signing keys of every generation but the
-// revoked ones: what the agent signed and may still vouch for (an ack it
-// signed before a rotation), never what a thief of a revoked key made.
-func (k *agentKeys) unrevokedSign(now time.Time) [][]byte {
-	var out [][]byte
-	for _, pk := range k.peer.Keys {
-		if k.peer.State(pk, now) != bridge.KeyRevoked {
-			out = append(out, pk.SignPub)
-		}
-	}
-	return out
-}
-
 // sign returns the signing keys valid now.
 func (k *agentKeys) sign(now time.Time) [][]byte {
 	var out [][]byte

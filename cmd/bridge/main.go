@@ -231,6 +231,7 @@ func signalContext(beforeExit ...func()) (context.Context, func()) {
 func (g *Globals) printJSON(v any) error {
 	enc := json.NewEncoder(g.stdout)
 	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false) // an argv's "2>&1" stays readable
 	return enc.Encode(v)
 }
 
