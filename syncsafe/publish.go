@@ -98,6 +98,9 @@ func (f *Folder) publish(op, rel string, write func(io.Writer) error, replace bo
 		src, tmp, staged = f.staging.h, stagingTempName(name), true
 	}
 	file, err := src.create(tmp)
+	if !staged && errors.Is(err, fs.ErrExist) {
+		tmp, file, err = createSquatted(dst, name)
+	}
 	if err != nil {
 		return fmt.Errorf("%s %s: create temp: %w%s", op, rel, err, tempHint(err))
 	}
@@ -144,6 +147,9 @@ func (f *Folder) publishCopy(src dirH, staged string, dst dirH, name string, rep
 	defer in.Close()
 	tmp := folderTempName(name)
 	out, err := dst.create(tmp)
+	if errors.Is(err, fs.ErrExist) {
+		tmp, out, err = createSquatted(dst, name)
+	}
 	if err != nil {
 		return fmt.Errorf("create temp: %w%s", err, tempHint(err))
 	}
@@ -202,6 +208,17 @@ func writeTemp(file *os.File, write func(io.Writer) error, mode fs.FileMode) err
 // Classify name the original; O_EXCL makes a concurrent publisher of the
 // same name fail instead of sharing the temp.
 func folderTempName(name string) string { return "~$" + name + ".tmp" }
+
+// createSquatted creates an in-folder temp under a unique name, for when
+// something stands at the fixed one: another publisher of the same name
+// (O_EXCL is there to make it fail, not us wait) or a directory or file a
+// folder writer planted to block the publish. Either way the unique name
+// goes around it, and SweepTemps knows it as ours.
+func createSquatted(dst dirH, name string) (string, *os.File, error) {
+	tmp := stagingTempName(name)
+	file, err := dst.create(tmp)
+	return tmp, file, err
+}
 
 // stagingTempName is unique: one staging directory serves every target
 // directory and may be shared by several processes.

@@ -2,7 +2,7 @@ package syncsafe
 
 import (
 	"context"
-
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -60,14 +60,29 @@ type Batch struct {
 	// devices, and directories that Skip left out. A caller that must
 	// refuse such entries by name need not list the tree again.
 	Irregular []string
+	// Replaced, in a Full batch, says that the root directory was found
+	// replaced by another one since the batch before (a sync client
+	// applying a remote rename, or a restore): the watcher now watches,
+	// and this batch lists, the new one.
+	Replaced bool
 }
+
+// ErrRootGone is returned by Next when the watched directory is missing, or
+// is no longer a directory reached without a link. Nothing is lost: the
+// watcher looks again every few seconds (at most every Rescan) and goes on
+// with a Full batch of the directory it then finds.
+var ErrRootGone = errors.New("watched directory is gone")
 
 // Watcher turns notify events plus periodic full walks into batches.
 // See NewWatcher.
 type Watcher struct {
+	rootMu sync.Mutex // guards root and rootD against Close; Next's goroutine alone replaces them
 	root   *os.Root
-	rootD  *os.File // the same directory, for openDirFast; nil if not the same
-	dir    string   // canonical absolute root, as notify reports paths
+	rootD  *os.File    // the same directory, for openDirFast; nil if not the same
+	rootFI fs.FileInfo // the directory root holds, to notice it being replaced
+	dir    string      // canonical absolute root, as notify reports paths
+	base   *Folder     // if set, the root is base's baseRel, reached without a link
+	bRel   string
 	opt    WatchOptions
 	c      chan notify.EventInfo
 	poke   chan struct{} // cap 1: "the set has something"
@@ -78,14 +93,18 @@ type Watcher struct {
 
 	mu       sync.Mutex
 	pending  map[string]bool // rel path → known to be a directory
-	needFull bool
+	needFull bool            // events were lost: walk, reading every directory again
+	needWalk bool            // watches were re-armed: walk (listings of unchanged directories hold)
 	maxSet   int
 
 	// Only Next touches these.
 	started  bool
 	rescan   *time.Timer
-	listings map[string]*listing // by directory, from the last full walk
-	visited  map[string]bool     // directories the current full walk listed
+	listings map[string]*listing    // by directory, from the last full walk
+	visited  map[string]bool        // directories the current full walk listed
+	watched  map[string]fs.FileInfo // directories with a watch armed, as they were then
+	rearm    bool                   // a watched directory vanished or was replaced
+	gone     bool                   // the last look found the root gone
 
 	stats watchStats
 }
@@ -100,16 +119,49 @@ type watchStats struct {
 	timerWalks    atomic.Int64 // of which for the Rescan timer
 	lossWalks     atomic.Int64 // of which for suspected loss
 	subdirWalks   atomic.Int64 // walks of a directory seen in an event
+	arms          atomic.Int64 // directory watches armed
+	rearms        atomic.Int64 // times every watch was dropped and armed again
 	eventBatches  atomic.Int64
 	eventPathsOut atomic.Int64
 }
 
 // NewWatcher watches the tree at root recursively. The first Next returns a
-// Full batch. The tree should be shallow and stable (no per-item
-// directories): each directory costs an inotify watch on Linux, and files in
-// a brand-new directory are found by walking it, or at the latest by the next
-// rescan.
+// Full batch. Only the directories a walk descends into (see
+// WatchOptions.Skip) are watched, one kernel watch each (on Linux): a
+// directory Skip leaves out costs nothing however many are made. Files in
+// a brand-new directory are found by walking it, or at the latest by the
+// next rescan.
 func NewWatcher(root string, opt WatchOptions) (*Watcher, error) {
+	abs, err := filepath.Abs(root)
+	if err == nil {
+		// notify reports canonical paths (e.g. /private/var on macOS).
+		abs, err = filepath.EvalSymlinks(abs)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("watch %s: %w", root, err)
+	}
+	return openWatcher(abs, nil, "", opt)
+}
+
+// Watch watches the directory rel of the folder as NewWatcher does, except
+// that rel is reached without following a link, then and at every full
+// walk: a folder writer who replaces one of its components with a link gets
+// ErrRootGone from Next, not a watcher of the tree the link points to.
+func (f *Folder) Watch(rel string, opt WatchOptions) (*Watcher, error) {
+	if err := cleanRel(rel); err != nil {
+		return nil, fmt.Errorf("watch %s: %w", rel, err)
+	}
+	base, err := filepath.EvalSymlinks(f.path) // the folder itself is the user's choice
+	if err == nil {
+		base, err = filepath.Abs(base)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("watch %s: %w", rel, err)
+	}
+	return openWatcher(filepath.Join(base, filepath.FromSlash(rel)), f, rel, opt)
+}
+
+func openWatcher(abs string, base *Folder, bRel string, opt WatchOptions) (*Watcher, error) {
 	if opt.Rescan <= 0 {
 		opt.Rescan = 30 * time.Second
 	}
@@ -119,40 +171,145 @@ func NewWatcher(root string, opt WatchOptions) (*Watcher, error) {
 	if opt.Buffer <= 0 {
 		opt.Buffer = 16384
 	}
-	abs, err := filepath.Abs(root)
-	if err == nil {
-		// notify reports canonical paths (e.g. /private/var on macOS).
-		abs, err = filepath.EvalSymlinks(abs)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("watch %s: %w", root, err)
-	}
-	r, err := os.OpenRoot(abs)
-	if err != nil {
-		return nil, fmt.Errorf("watch %s: %w", root, err)
-	}
-	rootD := sameDir(abs, r)
 	w := &Watcher{
-		root:    r,
-		rootD:   rootD,
 		dir:     abs,
+		base:    base,
+		bRel:    bRel,
 		opt:     opt,
 		c:       make(chan notify.EventInfo, opt.Buffer),
 		poke:    make(chan struct{}, 1),
 		done:    make(chan struct{}),
 		pending: make(map[string]bool),
 		maxSet:  max(4*opt.Buffer, 4096),
+		watched: make(map[string]fs.FileInfo),
 	}
-	if err := notify.Watch(filepath.Join(abs, "..."), w.c, watchEvents...); err != nil {
-		r.Close()
-		if rootD != nil {
-			rootD.Close()
-		}
-		return nil, fmt.Errorf("watch %s: %w", root, err)
+	r, rootD, fi, err := w.openRoot()
+	if err != nil {
+		return nil, fmt.Errorf("watch %s: %w", abs, err)
+	}
+	w.root, w.rootD, w.rootFI = r, rootD, fi
+	// The root at once: an EventsFirst caller may never walk.
+	if err := w.arm(".", fi); err != nil {
+		w.closeRoot()
+		return nil, fmt.Errorf("watch %s: %w", abs, err)
 	}
 	w.wg.Add(1)
 	go w.drain()
 	return w, nil
+}
+
+// statRoot describes the root's path as it is now, without following a
+// link at its end (or, for Folder.Watch, anywhere below the folder).
+func (w *Watcher) statRoot() (fs.FileInfo, error) {
+	var fi fs.FileInfo
+	var err error
+	if w.base != nil {
+		fi, err = w.base.Lstat(w.bRel)
+	} else {
+		fi, err = os.Lstat(w.dir)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if !fi.IsDir() {
+		return nil, fmt.Errorf("%v where a directory should be: %w", fi.Mode().Type(), ErrNotRegular)
+	}
+	return fi, nil
+}
+
+// openRoot opens the directory at the root's path, checking that what it
+// opened is what statRoot saw (nothing swapped it in between).
+func (w *Watcher) openRoot() (*os.Root, *os.File, fs.FileInfo, error) {
+	fi, err := w.statRoot()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	var r *os.Root
+	if w.base != nil {
+		r, err = w.base.root.OpenRoot(w.bRel)
+	} else {
+		r, err = os.OpenRoot(w.dir)
+	}
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	rfi, err := r.Stat(".")
+	if err == nil && !os.SameFile(fi, rfi) {
+		err = errors.New("replaced while being opened")
+	}
+	if err != nil {
+		r.Close()
+		return nil, nil, nil, err
+	}
+	return r, sameDir(w.dir, r), rfi, nil
+}
+
+func (w *Watcher) closeRoot() error {
+	w.rootMu.Lock()
+	defer w.rootMu.Unlock()
+	err := w.root.Close()
+	if w.rootD != nil {
+		w.rootD.Close()
+	}
+	return err
+}
+
+// checkRoot makes sure the root handle is the directory now at the root's
+// path, and opens the new one if it was replaced: a watcher that held on to
+// a directory moved away would report nothing ever again. It reports
+// whether the root was replaced.
+func (w *Watcher) checkRoot() (bool, error) {
+	fi, err := w.statRoot()
+	if err != nil {
+		return false, fmt.Errorf("watch %s: %w: %v", w.dir, ErrRootGone, err)
+	}
+	if os.SameFile(fi, w.rootFI) {
+		return false, nil
+	}
+	r, rootD, rfi, err := w.openRoot()
+	if err != nil {
+		return false, fmt.Errorf("watch %s: %w: %v", w.dir, ErrRootGone, err)
+	}
+	w.rootMu.Lock()
+	oldR, oldD := w.root, w.rootD
+	w.root, w.rootD, w.rootFI = r, rootD, rfi
+	w.rootMu.Unlock()
+	oldR.Close()
+	if oldD != nil {
+		oldD.Close()
+	}
+	clear(w.listings)
+	w.unarmAll()
+	return true, nil
+}
+
+// arm watches one directory (not its subdirectories); fi is the directory
+// as it was when armed, for noticing a replacement later.
+func (w *Watcher) arm(rel string, fi fs.FileInfo) error {
+	w.rootMu.Lock()
+	defer w.rootMu.Unlock()
+	if w.closed.Load() {
+		return errWatcherClosed
+	}
+	if err := notify.Watch(filepath.Join(w.dir, filepath.FromSlash(rel)), w.c, watchEvents...); err != nil {
+		return err
+	}
+	w.stats.arms.Add(1)
+	w.watched[rel] = fi
+	return nil
+}
+
+// unarmAll drops every watch. notify removes watches by channel only, and a
+// watch of a directory that was replaced would not follow the path to its
+// successor, so one vanished or replaced directory costs arming them all
+// again; walks arm each directory before they list it.
+func (w *Watcher) unarmAll() {
+	w.rootMu.Lock()
+	notify.Stop(w.c)
+	w.rootMu.Unlock()
+	clear(w.watched)
+	w.stats.rearms.Add(1)
+	w.rearm = false
 }
 
 // drain only moves paths from the channel into the set and pokes Next: no
@@ -252,9 +409,9 @@ func (w *Watcher) Next(ctx context.Context) (Batch, error) {
 			return Batch{}, err
 		}
 		w.mu.Lock()
-		full := w.needFull
+		full, walk := w.needFull, w.needWalk
 		pend := w.pending
-		w.needFull = false
+		w.needFull, w.needWalk = false, false
 		w.pending = make(map[string]bool)
 		w.mu.Unlock()
 		if full {
@@ -263,9 +420,18 @@ func (w *Watcher) Next(ctx context.Context) (Batch, error) {
 			clear(w.listings)
 			return w.fullWalk()
 		}
+		if walk {
+			return w.fullWalk()
+		}
 		b, err := w.eventBatch(pend)
 		if err != nil {
 			return Batch{}, err
+		}
+		if w.rearm {
+			// A watched directory vanished or was replaced: its watch is
+			// of no use, and whatever replaced it is not watched yet.
+			w.unarmAll()
+			return w.fullWalk()
 		}
 		if len(b.Paths) > 0 {
 			w.stats.eventBatches.Add(1)
@@ -278,7 +444,7 @@ func (w *Watcher) Next(ctx context.Context) (Batch, error) {
 func (w *Watcher) hasWork() bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.needFull || len(w.pending) > 0
+	return w.needFull || w.needWalk || len(w.pending) > 0
 }
 
 // debounce waits until no event arrived for Debounce, at most 10 × Debounce.
@@ -309,36 +475,74 @@ func (w *Watcher) debounce(ctx context.Context) error {
 
 // fullWalk lists every regular file and restarts the rescan timer. Paths
 // queued by events so far are covered by it; events arriving during the walk
-// stay queued.
+// stay queued. It first makes sure the root is still the directory at its
+// path: one that is gone is ErrRootGone, looked for again soon.
 func (w *Watcher) fullWalk() (Batch, error) {
 	w.mu.Lock()
-	w.needFull = false
+	w.needFull, w.needWalk = false, false
 	clear(w.pending)
 	w.mu.Unlock()
 	w.stats.fullWalks.Add(1)
+	replaced, err := w.checkRoot()
+	if err != nil {
+		return Batch{}, w.lost(err)
+	}
+	replaced = replaced || w.gone
 	var paths, irregular []string
 	w.visited = map[string]bool{}
-	err := w.walk(".", false, &paths, &irregular)
+	err = w.walk(".", false, &paths, &irregular)
 	for dir := range w.listings {
 		if !w.visited[dir] {
 			delete(w.listings, dir) // gone, skipped, or unreadable
 		}
 	}
+	for dir := range w.watched {
+		if !w.visited[dir] {
+			w.rearm = true // gone, or skipped now
+		}
+	}
 	w.visited = nil
 	if err != nil {
-		return Batch{}, err
+		if _, cerr := w.checkRoot(); cerr != nil {
+			err = cerr
+		}
+		return Batch{}, w.lost(err)
+	}
+	w.gone = false
+	if w.rearm {
+		// Arm afresh by the next walk; this one's listing stands, and
+		// the next one reuses what did not change.
+		w.unarmAll()
+		w.mu.Lock()
+		w.needWalk = true
+		w.mu.Unlock()
+		select {
+		case w.poke <- struct{}{}:
+		default:
+		}
 	}
 	w.rescan.Reset(w.opt.Rescan)
 	sort.Strings(paths)
 	sort.Strings(irregular)
-	return Batch{Paths: paths, Full: true, Irregular: irregular}, nil
+	return Batch{Paths: paths, Full: true, Irregular: irregular, Replaced: replaced}, nil
 }
+
+// lost records that a full walk failed and sets the timer to look again
+// within a few seconds.
+func (w *Watcher) lost(err error) error {
+	w.gone = true
+	w.rescan.Reset(min(w.opt.Rescan, rootRetry))
+	return err
+}
+
+// rootRetry is how often a watcher whose root is gone looks for it again.
+const rootRetry = 2 * time.Second
 
 // walk appends the regular files under dir. A directory that vanishes or
 // cannot be read below the root is skipped (the next rescan retries); the
 // root itself failing is an error: an unmounted folder must not look empty.
 func (w *Watcher) walk(dir string, dropForeign bool, out, irregular *[]string) error {
-	l, err := w.list(dir)
+	l, err := w.listArmed(dir)
 	if err != nil {
 		if dir == "." {
 			return fmt.Errorf("walk %s: %w", w.dir, err)
@@ -355,6 +559,7 @@ func (w *Watcher) walk(dir string, dropForeign bool, out, irregular *[]string) e
 		if err := w.walk(rel, dropForeign, out, irregular); err != nil {
 			return err
 		}
+
 	}
 	for _, rel := range l.files {
 		if dropForeign && foreignNoise(path.Base(rel)) {
@@ -371,6 +576,34 @@ func (w *Watcher) walk(dir string, dropForeign bool, out, irregular *[]string) e
 		}
 	}
 	return nil
+}
+
+// listArmed lists dir with a watch armed on it first: whatever is made in
+// it after its listing began raises an event. It notes a watched directory
+// that was replaced (its watch went with the old one).
+func (w *Watcher) listArmed(dir string) (*listing, error) {
+	old, armed := w.watched[dir]
+	armedNow := false
+	if !armed {
+		// Out of watches, or gone: a walk still finds its files, and
+		// the next full walk tries again.
+		armedNow = w.arm(dir, nil) == nil
+		delete(w.watched, dir)
+		delete(w.listings, dir) // a listing from before the watch is stale
+	}
+	l, err := w.list(dir)
+	switch {
+	case err != nil:
+		if armed || armedNow {
+			w.rearm = true // a watch of something no longer there
+			delete(w.watched, dir)
+		}
+	case armedNow:
+		w.watched[dir] = l.dir
+	case armed && !os.SameFile(old, l.dir):
+		w.rearm = true
+	}
+	return l, err
 }
 
 // listing is what one directory held when listed: the paths (relative to
@@ -548,16 +781,15 @@ func (w *Watcher) skippedAncestor(rel string) bool {
 func (w *Watcher) Close() error {
 	var err error
 	w.once.Do(func() {
+		w.rootMu.Lock()
 		notify.Stop(w.c)
-		w.closed.Store(true)
+		w.closed.Store(true) // under rootMu: arm adds no watch after this
+		w.rootMu.Unlock()
 		close(w.done)
 		w.wg.Wait()
 		// The rescan timer belongs to Next's goroutine and is not touched
 		// here: since Go 1.23 an unreferenced timer needs no Stop.
-		err = w.root.Close()
-		if w.rootD != nil {
-			w.rootD.Close()
-		}
+		err = w.closeRoot()
 	})
 	if err != nil {
 		return fmt.Errorf("close watcher: %w", err)

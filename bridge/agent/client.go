@@ -182,6 +182,14 @@ func (c *Client) Submit(o SubmitOptions) (*Sent, error) {
 	if o.TTL > bridge.MaxValidity {
 		return nil, fmt.Errorf("submit: validity %s is over the maximum of %s", o.TTL, bridge.MaxValidity)
 	}
+	// This agent's directory for the host is its own: if a sync client
+	// or a cleanup removed it, make it again rather than fail.
+	ownDir := bridge.ToHostDir(hb.ID, c.home.Config.ID)
+	if _, err := c.folder.Lstat(ownDir); errors.Is(err, fs.ErrNotExist) {
+		if err := c.folder.MkdirAll(ownDir); err != nil {
+			return nil, fmt.Errorf("submit: %w", err)
+		}
+	}
 	now := time.Now()
 	var manifest []byte
 	var req *bridge.Request

@@ -215,7 +215,11 @@ func (c *Client) Wait(ctx context.Context, id string, tick func(elapsed time.Dur
 	start := time.Now()
 	dir := filepath.Join(c.home.Config.Folder, bridge.ToAgentDir(s.Host, c.home.Config.ID))
 	var events <-chan struct{}
-	if w, err := syncsafe.NewWatcher(dir, syncsafe.WatchOptions{Rescan: time.Hour, Debounce: -1, EventsFirst: true}); err == nil {
+	// Results are files of this directory: a directory there costs no
+	// watch.
+	wopt := syncsafe.WatchOptions{Rescan: time.Hour, Debounce: -1, EventsFirst: true,
+		Skip: func(_ string, isDir bool) bool { return isDir }}
+	if w, err := syncsafe.NewWatcher(dir, wopt); err == nil {
 		defer w.Close()
 		ch := make(chan struct{}, 1)
 		events = ch

@@ -89,10 +89,14 @@ type Daemon struct {
 	cancels  map[string]context.CancelFunc // keys past claim, until their run ends
 	slotWait map[string]*job               // keys whose run waits for a slot of its op (revokeWaiting)
 	noted    map[string]bool               // log-once set (bounded)
-	sems     map[string]chan struct{}      // per-op concurrency
-	opQueued map[string]int                // per op with a concurrency: requests claimed and not yet ended (queue.go)
-	deferred map[string]*keyQueue          // per op: keys left unclaimed while it was full (queue.go)
-	wg       sync.WaitGroup
+	budget   lineBudget                    // lines folder input may make us write (refused.go)
+
+	refusedMu sync.Mutex
+	refused   map[string]refusedMark   // refused manifests by path below to-host, not read again until they change
+	sems      map[string]chan struct{} // per-op concurrency
+	opQueued  map[string]int           // per op with a concurrency: requests claimed and not yet ended (queue.go)
+	deferred  map[string]*keyQueue     // per op: keys left unclaimed while it was full (queue.go)
+	wg        sync.WaitGroup
 
 	runCtx   context.Context // parent of every running op; cancelled on abort
 	abortRun context.CancelFunc
@@ -201,7 +205,7 @@ func NewDaemon(home *bridge.Home, opt DaemonOptions) (*Daemon, error) {
 		home: home, opt: opt, log: opt.Logger, me: home.Config.ID,
 		queued: map[string]bool{}, active: map[string]bool{}, dirty: map[string]bool{}, finished: map[string]stamp{}, acks: map[string]bool{},
 		cancels: map[string]context.CancelFunc{}, slotWait: map[string]*job{}, noted: map[string]bool{}, sems: map[string]chan struct{}{},
-		opQueued: map[string]int{}, deferred: map[string]*keyQueue{}, events: map[event]int{},
+		opQueued: map[string]int{}, deferred: map[string]*keyQueue{}, events: map[event]int{}, refused: map[string]refusedMark{},
 	}
 	d.life, d.stopLife = context.WithCancelCause(context.Background())
 	d.cond = sync.NewCond(&d.mu)
@@ -251,9 +255,12 @@ func (d *Daemon) Open() (err error) {
 	if err := d.recover(); err != nil {
 		return fmt.Errorf("serve: recover: %w", err)
 	}
-	root := filepath.Join(d.home.Config.Folder, bridge.ToHostRoot(d.me))
-	if err := os.MkdirAll(root, 0o755); err != nil {
-		return err
+	// Reached without a link, as every directory the daemon makes or
+	// watches: a link planted at hosts/<host> would have it create and
+	// watch a tree outside the folder.
+	root := bridge.ToHostRoot(d.me)
+	if err := d.ownDir(root); err != nil {
+		return fmt.Errorf("serve: %w", err)
 	}
 	// Only the trusted agents' directories are watched, one level deep: a
 	// folder writer creating subdirectories or untrusted agent directories
@@ -269,7 +276,7 @@ func (d *Daemon) Open() (err error) {
 	// round trip. A request is two files published back to back; the
 	// payload's event alone starts nothing (no manifest yet), and whatever
 	// arrives while the loop is busy comes in its next batch.
-	d.watcher, err = syncsafe.NewWatcher(root, syncsafe.WatchOptions{Rescan: d.opt.Rescan, Skip: skip, Debounce: -1})
+	d.watcher, err = d.folder.Watch(root, syncsafe.WatchOptions{Rescan: d.opt.Rescan, Skip: skip, Debounce: -1})
 	if err != nil {
 		return fmt.Errorf("serve: watch %s: %w", root, err)
 	}
@@ -344,16 +351,33 @@ func (d *Daemon) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer context.AfterFunc(d.life, cancel)()
+	var trouble string // what is wrong with the requests directory, said once
 	for {
 		batch, err := d.watcher.Next(ctx)
 		if err != nil {
 			if d.life.Err() != nil {
 				return context.Cause(d.life)
 			}
-			if ctx.Err() != nil {
+			if ctx.Err() != nil || errors.Is(err, fs.ErrClosed) {
 				return nil
 			}
-			return err
+			// Nothing the folder holds may end the daemon: a sync client
+			// applying a rename, a restore or a folder writer can take
+			// the directory away for a while. The watcher looks again
+			// every few seconds; requests wait in the folder meanwhile.
+			if msg := err.Error(); msg != trouble {
+				trouble = msg
+				d.log.Warn("cannot watch the requests directory: waiting for it to come back", "err", err,
+					"hint", "a sync client may be applying a rename or a restore; if this lasts, see `bridge doctor`")
+				d.audit.log(AuditEvent{Event: "folder", Reason: "watch", Detail: msg})
+			}
+			continue
+		}
+		if trouble != "" {
+			trouble = ""
+			d.log.Info("the requests directory is back: serving again")
+		} else if batch.Replaced {
+			d.log.Warn("the requests directory was replaced by another one: watching the new one")
 		}
 		if batch.Full {
 			if err := d.loadOwnKeys(); err != nil {

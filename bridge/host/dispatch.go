@@ -31,7 +31,11 @@ func (d *Daemon) startScanDone() bool {
 func (d *Daemon) refuseIrregular(paths []string) {
 	for _, p := range paths {
 		agent, name, ok := strings.Cut(p, "/")
-		if !ok || strings.Contains(name, "/") || d.agents()[agent] == nil {
+		if !ok {
+			d.untrustedDir(p)
+			continue
+		}
+		if strings.Contains(name, "/") || d.agents()[agent] == nil {
 			continue
 		}
 		if _, _, ok := bridge.ParseToHostName(name); !ok {
@@ -42,6 +46,21 @@ func (d *Daemon) refuseIrregular(paths []string) {
 			d.refuseFile(rel, fmt.Errorf("%w: %v", syncsafe.ErrNotRegular, fi.Mode().Type()))
 		}
 	}
+}
+
+// untrustedDir says, once per name, that a directory at the top of to-host
+// belongs to no agent this host trusts: requests there are never read, and
+// a user who forgot to pair (or revoked) an agent should learn why it gets
+// no answer.
+func (d *Daemon) untrustedDir(name string) {
+	if !bridge.ValidID(name) {
+		return // not an agent's id: folder litter, not worth a line
+	}
+	if fi, err := d.folder.Lstat(bridge.ToHostDir(d.me, name)); err != nil || !fi.IsDir() {
+		return
+	}
+	d.noteFolder(name, "agent:"+name, "ignoring the requests of an agent this host does not trust (not paired, or revoked)", "agent", name,
+		"hint", "pair it with `bridge pair` if you expect it; `bridge doctor` lists such directories")
 }
 
 // dispatch routes one path (relative to to-host/) from the watcher.
@@ -55,14 +74,14 @@ func (d *Daemon) dispatch(p string) {
 	}
 	keys := d.agents()[agent]
 	if keys == nil {
-		d.noteOnce("agent:"+agent, "ignoring a directory of an agent nobody trusted", "agent", agent)
+		d.noteFolder(agent, "agent:"+agent, "ignoring a directory of an agent nobody trusted", "agent", agent)
 		return
 	}
 	id, ext, ok := bridge.ParseToHostName(name)
 	if !ok {
 		if name != bridge.AgentBundleName {
 			c := syncsafe.Classify(name)
-			d.noteOnce("file:"+p, "ignoring a file that is not ours", "file", p, "kind", c.Kind.String(), "client", c.Client)
+			d.noteFolder(p, "file:"+p, "ignoring a file that is not ours", "file", p, "kind", c.Kind.String(), "client", c.Client)
 		}
 		return
 	}
@@ -86,15 +105,17 @@ func (d *Daemon) dispatch(p string) {
 	}
 }
 
-func (d *Daemon) noteOnce(key, msg string, args ...any) {
-	if d.firstTime(key) {
+// noteFolder logs a line about the folder entry p (relative to to-host),
+// once per key and within the budget of its agent directory.
+func (d *Daemon) noteFolder(p, key, msg string, args ...any) {
+	if d.firstTime(key) && d.folderLine(p) {
 		d.log.Info(msg, args...)
 	}
 }
 
 // maxNoted bounds the log-once set: names come from the folder, so a
-// writer could otherwise grow it forever.
-const maxNoted = 100_000
+// writer could otherwise grow it forever. (A variable for tests.)
+var maxNoted = 100_000
 
 // firstTime reports whether key was not noted before. When the set is full
 // it forgets a random half (map order), not all of it: a folder with more

@@ -2,6 +2,7 @@ package host
 
 import (
 	"context"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sync"
@@ -22,6 +23,7 @@ type pair struct {
 	done                        chan error
 	client                      *agent.Client
 	skew                        time.Duration // for the daemons of start and startCrashProc; 0: the default
+	log                         *slog.Logger  // for the daemon of start; nil: none
 }
 
 const testPolicy = `
@@ -148,7 +150,7 @@ func envWith(extra map[string]string) func(string) (string, bool) {
 func (p *pair) start(t *testing.T, env map[string]string) {
 	t.Helper()
 	d, err := NewDaemon(p.host, DaemonOptions{AllowRoot: true, Rescan: 500 * time.Millisecond, Grace: 200 * time.Millisecond,
-		Skew: p.skew, Env: envWith(env)})
+		Skew: p.skew, Env: envWith(env), Logger: p.log})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -84,6 +84,7 @@ func (d *Daemon) evaluate(agent, id string) bool {
 		return false // the payload came first; the manifest will follow
 	case errors.Is(err, syncsafe.ErrTooLarge), errors.Is(err, syncsafe.ErrNotRegular):
 		d.refuseFile(mpath, err)
+		d.markRefused(mpath)
 		return false
 	case err != nil:
 		d.log.Warn("read manifest", "file", mpath, "err", err)
@@ -99,6 +100,7 @@ func (d *Daemon) evaluate(agent, id string) bool {
 			d.waiting(mpath, len(data), verr) // may still be arriving
 		} else {
 			d.refuseFile(mpath, verr)
+			d.markRefused(mpath) // not authentic: no time makes it so
 		}
 		return false
 	}
@@ -273,7 +275,7 @@ func (d *Daemon) answerLost(j *job, why string, notBefore time.Time) (resSHA, st
 func (d *Daemon) evaluateKept(ent ledger.Entry, keys *agentKeys) {
 	j, err := d.reload(ent, keys)
 	if err != nil {
-		d.noteOnce("reload:"+ent.Key, "cannot reload the admitted manifest", "key", ent.Key, "err", err)
+		d.noteFolder(ent.Key, "reload:"+ent.Key, "cannot reload the admitted manifest", "key", ent.Key, "err", err)
 		return
 	}
 	if d.adopt(j, ent) || ent.State == ledger.StateRunning || d.holdBehind(j, ent) {
@@ -431,7 +433,7 @@ func (d *Daemon) cancelled(agent, id string) bool {
 		case aerr == nil:
 			// The agent's own, signed by a key revoked or rotated out since
 			// (often an old cancel, long answered): not a forgery.
-			d.noteOnce("old-key:"+p, "ignoring a cancel signed by a key of the agent that is no longer valid", "file", p)
+			d.noteFolder(p, "old-key:"+p, "ignoring a cancel signed by a key of the agent that is no longer valid", "file", p)
 		default:
 			d.refuseFile(p, err)
 		}

@@ -95,9 +95,10 @@ func (d *Daemon) agentAck(agent, id string) (*bridge.Ack, bool) {
 // folderResult reads the result in the folder for agent/id if this host
 // signed it for the request whose manifest hashes to manifestSHA, and no
 // earlier than notBefore (zero: any time): the sha and status of a result
-// the agent can open. A result of another manifest of the id, or one older
-// than what the ledger recorded last (a folder writer putting back an
-// earlier answer), is not.
+// the agent can open, output and all. A result of another manifest of the
+// id, one older than what the ledger recorded last (a folder writer putting
+// back an earlier answer), and one whose output is gone (nobody can use it,
+// and the home could not keep it) are not.
 func (d *Daemon) folderResult(agent, id, manifestSHA string, notBefore time.Time) (sha, status string, ok bool) {
 	data, err := d.folder.ReadFile(bridge.ResultPath(d.me, agent, id, bridge.ExtResult), bcrypto.KindResult.MaxSize())
 	if err != nil {
@@ -105,6 +106,9 @@ func (d *Daemon) folderResult(agent, id, manifestSHA string, notBefore time.Time
 	}
 	res, err := d.openOwnResult(data, agent, id)
 	if err != nil || res.RequestSHA256 != manifestSHA || !notBefore.IsZero() && res.Created < notBefore.Unix() {
+		return "", "", false
+	}
+	if !d.outputIntact(data, bridge.ResultPath(d.me, agent, id, bridge.ExtOutput)) {
 		return "", "", false
 	}
 	return bridge.SHA256Hex(data), res.Status, true
@@ -125,14 +129,22 @@ func (d *Daemon) newerResult(ent ledger.Entry) (sha, status string, ok bool) {
 // nothing publishes the older again. The caller owns the key.
 func (d *Daemon) catchUp(j *job, ent ledger.Entry, sha, status string) {
 	if ent.State == ledger.StateUncertain && !ledger.CanTransition(ledger.StateUncertain, statusState[status]) {
-		// Uncertain either way (a rerun crashed again): the human decides;
-		// the home keeps the newer answer, so nothing publishes the older.
+		// Uncertain either way (a rerun ran again after the backup and
+		// was interrupted too): the human decides, and must know that it
+		// ran again. The home keeps the newer answer, so nothing publishes
+		// the older.
 		if d.firstTime("keep:" + ent.Key + ":" + sha) {
 			d.keepFolderResult(ent.Agent, ent.ID)
+			d.audit.log(AuditEvent{Event: "record-lost", Agent: ent.Agent, ID: ent.ID, Status: status,
+				Detail: "ledger uncertain; the folder holds a newer uncertain result of this host: it was run again after the ledger's last record (a home restored from a backup?)"})
+			d.log.Error("the ledger is behind a rerun of an uncertain request, which was interrupted too: it may have run more often than the ledger's count says",
+				"key", ent.Key, "runs recorded", ent.Runs, "hint", "check its effect before `bridge reconcile "+ent.Key+" --as done|failed|rerun`")
 		}
 		return
 	}
-	d.keepFolderResult(ent.Agent, ent.ID)
+	if !d.keepFolderResult(ent.Agent, ent.ID) {
+		return // read again by the next look (newerResult found it whole a moment ago)
+	}
 	d.forgetLost(ent.Key)
 	d.audit.log(AuditEvent{Event: "record-lost", Agent: ent.Agent, ID: ent.ID,
 		Detail: fmt.Sprintf("ledger %s; the folder holds a newer %s result of this host", ent.State, status)})
@@ -147,30 +159,31 @@ func (d *Daemon) catchUp(j *job, ent ledger.Entry, sha, status string) {
 }
 
 // keepFolderResult copies the result pair the folder holds for agent/id
-// into the home's private copies (best effort: the folder's stays in place
-// either way).
-func (d *Daemon) keepFolderResult(agent, id string) {
+// into the home's private copies, and reports whether it did (the folder's
+// stays in place either way).
+func (d *Daemon) keepFolderResult(agent, id string) bool {
 	dir := d.home.Path("results", agent)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return
+		return false
 	}
 	manifest, err := d.folder.ReadFile(bridge.ResultPath(d.me, agent, id, bridge.ExtResult), bcrypto.KindResult.MaxSize())
 	if err != nil {
-		return
+		return false
 	}
 	res, err := d.openOwnResult(manifest, agent, id)
 	if err != nil {
-		return
+		return false
 	}
 	var out bytes.Buffer
 	if syncsafe.Settle(d.folder, bridge.ResultPath(d.me, agent, id, bridge.ExtOutput), res.Payload.Len, res.Payload.Digest(), &out) != nil {
-		return
+		return false
 	}
 	// Output first, the manifest last: the manifest copy says the pair is
 	// complete (hasSealedResult).
-	if syncsafe.WriteFileAtomic(filepath.Join(dir, id+"."+bridge.ExtOutput), out.Bytes()) == nil {
-		syncsafe.WriteFileAtomic(filepath.Join(dir, id+"."+bridge.ExtResult), manifest)
+	if syncsafe.WriteFileAtomic(filepath.Join(dir, id+"."+bridge.ExtOutput), out.Bytes()) != nil {
+		return false
 	}
+	return syncsafe.WriteFileAtomic(filepath.Join(dir, id+"."+bridge.ExtResult), manifest) == nil
 }
 
 // behind reports what shows that the host took a request further than its

@@ -477,6 +477,34 @@ func TestRestoredHomeKeepsNewerResult(t *testing.T) {
 			t.Fatalf("ran %d times", n)
 		}
 	})
+	// A red team: the same, but a folder writer deleted the answer's output
+	// before the restored daemon started. A result without its output is
+	// nobody's answer: the ledger must not record it done (with no copy
+	// anywhere to give the agent), and the agent must get an answer.
+	t.Run("backup while it ran, output deleted", func(t *testing.T) {
+		e := newEdge(t)
+		e.block()
+		d := e.daemon(t)
+		id := e.submit(t, "block")
+		waitFor(t, 10*time.Second, "the op to start", func() bool { return e.starts(t, "block", id) == 1 })
+		waitFor(t, 5*time.Second, "the ledger to say running", func() bool { return e.entry(t, id).State == ledger.StateRunning })
+		backup := backupHome(t, e)
+		e.unblock()
+		done := e.wait(t, id)
+		stopDaemon(d, context.Background())
+		must(t, os.Remove(filepath.Join(e.toAgent(), id+".output")))
+		restoreHome(t, e, backup)
+		e.daemon(t)
+		got := e.waitAnswer(t, id, done)
+		if got.Receipt.Status != bridge.StatusUncertain {
+			t.Fatalf("the agent got %s, want uncertain", got.Receipt.Status)
+		}
+		// The answer is published before the ledger records it.
+		waitFor(t, 5*time.Second, "the ledger to say uncertain", func() bool { return e.entry(t, id).State == ledger.StateUncertain })
+		if n := e.starts(t, "block", id); n != 1 {
+			t.Fatalf("ran %d times", n)
+		}
+	})
 	t.Run("backup while uncertain, rerun since", func(t *testing.T) {
 		e := newEdge(t)
 		env := []string{"RUNS=" + e.runs, "PATH=" + e.env["PATH"]}

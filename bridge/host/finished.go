@@ -116,6 +116,7 @@ const maxFinishedChecks = 5_000
 // known finished request (new work must not wait behind the checks), then
 // this rescan's share of the finished ones, once per request.
 func (d *Daemon) dispatchFull(paths []string) {
+	paths = d.skipRefused(paths)
 	var now, later []string
 	lastKey, lastKnown := "", false // a request's two files are adjacent in the sorted batch
 	d.mu.Lock()

@@ -120,7 +120,13 @@ func (d *Daemon) publishCopies(agent, id string) (string, error) {
 	case err == nil:
 		if old, verr := d.openOwnResult(existing, agent, id); verr != nil {
 			d.refuseFile(resPath, fmt.Errorf("replacing a file at a result name that this host did not sign: %w", verr))
-		} else if mine, _ := d.openOwnResult(manifest, agent, id); mine != nil && old.RequestSHA256 == mine.RequestSHA256 && old.Created > mine.Created {
+		} else if mine, _ := d.openOwnResult(manifest, agent, id); mine != nil && old.RequestSHA256 == mine.RequestSHA256 && old.Created > mine.Created &&
+			!d.recorded(agent, id, existing) && d.outputIntact(existing, outPath) {
+			// A newer answer of this host that the ledger does not know:
+			// the ledger is behind it (a home restored from a backup), and
+			// the catch-up records it. One the ledger recorded is replaced
+			// (a rerun's answer may carry an earlier time when the clock
+			// stepped back); one whose output is gone helps nobody.
 			if d.firstTime("newer:" + resPath) {
 				d.log.Error("not replacing a newer result of this host with an older one (was this home restored from a backup?)", "agent", agent, "id", id,
 					"folder", old.Status, "home", mine.Status)
@@ -221,10 +227,17 @@ func (d *Daemon) duplicate(ent ledger.Entry, keys *agentKeys) {
 	d.markFinished(ent.Agent, ent.ID)
 }
 
+// recorded reports whether the ledger's entry for agent/id recorded the
+// result manifest res as its answer.
+func (d *Daemon) recorded(agent, id string, res []byte) bool {
+	ent, err := d.ledger.Get(agent + "/" + id)
+	return err == nil && ent.ResultSHA256 == bridge.SHA256Hex(res)
+}
+
 // refuseFile records a file that will never be admitted as it is, once per
 // file and reason.
 func (d *Daemon) refuseFile(p string, err error) {
-	if !d.firstTime("refused:" + p + ":" + err.Error()) {
+	if !d.firstTime("refused:"+p+":"+err.Error()) || !d.folderLine(p) {
 		return
 	}
 	d.log.Warn("refused", "file", p, "reason", bridge.Reason(err), "err", err)
@@ -235,7 +248,7 @@ func (d *Daemon) refuseFile(p string, err error) {
 // yet: not an error (it may still be arriving), but visible in the audit log
 // with its reason, and turned into a signed rejection after PendingTimeout.
 func (d *Daemon) waiting(p string, size int, err error) {
-	if !d.firstTime(fmt.Sprintf("waiting:%s:%d:%s", p, size, bridge.Reason(err))) {
+	if !d.firstTime(fmt.Sprintf("waiting:%s:%d:%s", p, size, bridge.Reason(err))) || !d.folderLine(p) {
 		return
 	}
 	d.log.Debug("waiting for a file to complete", "file", p, "reason", bridge.Reason(err), "err", err)
@@ -248,6 +261,24 @@ func (d *Daemon) waiting(p string, size int, err error) {
 // which would stop every answer to the agent.
 func (d *Daemon) resultDir(agent string) error {
 	dir := bridge.ToAgentDir(d.me, agent)
+	if fi, err := d.folder.Lstat(dir); err == nil && fi.IsDir() {
+		return nil
+	}
+	if err := d.ownDir(dir); err != nil {
+		return err
+	}
+	// The op catalog lived there too.
+	if err := d.publishCatalog(); err != nil {
+		d.log.Warn("publish the op catalog", "err", err)
+	}
+	return nil
+}
+
+// ownDir makes sure dir, one of the host's own directories below
+// hosts/<host>, is a directory reached without a link: whatever a folder
+// writer put at its name or at one of the host's names above it (a file, a
+// link) is cleared first.
+func (d *Daemon) ownDir(dir string) error {
 	if fi, err := d.folder.Lstat(dir); err == nil && fi.IsDir() {
 		return nil
 	}
@@ -265,14 +296,7 @@ func (d *Daemon) resultDir(agent string) error {
 			break
 		}
 	}
-	if err := d.folder.MkdirAll(dir); err != nil {
-		return err
-	}
-	// The op catalog lived there too.
-	if err := d.publishCatalog(); err != nil {
-		d.log.Warn("publish the op catalog", "err", err)
-	}
-	return nil
+	return d.folder.MkdirAll(dir)
 }
 
 // clearName removes what stands at one of the host's own names in the

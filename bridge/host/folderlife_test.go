@@ -1,0 +1,246 @@
+package host
+
+import (
+	"bytes"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/syncbridge/bridge/bridge"
+	"github.com/syncbridge/bridge/bridge/agent"
+)
+
+// The daemon's life on a folder someone else controls (issue 13): no folder
+// state ends `serve`, and what it watches and creates is the layout's own.
+
+// alive fails the test if the daemon's Run returned.
+func (p *pair) alive(t *testing.T) {
+	t.Helper()
+	select {
+	case err := <-p.done:
+		p.cancel = nil
+		t.Fatalf("serve ended by itself: %v", err)
+	default:
+	}
+}
+
+func (p *pair) echo(t *testing.T, msg string) {
+	t.Helper()
+	out := p.run(t, agent.SubmitOptions{Host: "laptop", Op: "echo", Args: map[string]string{"msg": msg}})
+	if out.Receipt.Status != bridge.StatusDone || string(out.Stdout) != msg+"\n" {
+		t.Fatalf("echo %s: %s %q", msg, out.Receipt.Status, out.Stdout)
+	}
+}
+
+// TestServeFollowsReplacedRequestsDir: a sync client applies a remote
+// rename of to-host as a rename away and a copy back, or deletes it and
+// brings it back. The daemon must notice, say so, and go on serving.
+func TestServeFollowsReplacedRequestsDir(t *testing.T) {
+	p := newPair(t, testPolicy)
+	var logs lockedBuffer
+	p.log = slog.New(slog.NewTextHandler(&logs, nil))
+	p.start(t, nil)
+	p.echo(t, "before")
+	root := filepath.Join(p.folder, bridge.ToHostRoot(p.host.Config.ID))
+
+	// Moved away and copied back.
+	must(t, os.Rename(root, root+".away"))
+	time.Sleep(300 * time.Millisecond)
+	if out, err := exec.Command("cp", "-a", root+".away", root).CombinedOutput(); err != nil {
+		t.Fatalf("cp: %v %s", err, out)
+	}
+	must(t, os.RemoveAll(root+".away"))
+	p.echo(t, "after a rename")
+	p.alive(t)
+
+	// Deleted, past several rescans, and made again.
+	must(t, os.RemoveAll(root))
+	time.Sleep(1500 * time.Millisecond)
+	p.alive(t)
+	must(t, os.MkdirAll(root, 0o755))
+	p.echo(t, "after a delete")
+	p.alive(t)
+	// Each time it went, said once; each time it came back, too.
+	gone := bytes.Count([]byte(logs.String()), []byte("cannot watch the requests directory"))
+	back := bytes.Count([]byte(logs.String()), []byte("the requests directory is back"))
+	if gone != 2 || back != 2 {
+		t.Errorf("gone reported %d times and back %d times, want 2 and 2:\n%s", gone, back, logs.String())
+	}
+}
+
+// TestServeWatchesOnlyLayoutDirs: junk directories in a trusted agent's
+// directory and at the top of to-host cost no kernel watch.
+func TestServeWatchesOnlyLayoutDirs(t *testing.T) {
+	p := newPair(t, testPolicy)
+	p.start(t, nil)
+	p.echo(t, "warm")
+	base := inotifyWatches(t)
+	for i := range 200 {
+		must(t, os.MkdirAll(filepath.Join(p.toHost(), "junk", string(rune('a'+i%26))+string(rune('a'+i/26)), "deeper"), 0o755))
+		must(t, os.MkdirAll(filepath.Join(filepath.Dir(p.toHost()), "nobody"+string(rune('a'+i%26))+string(rune('a'+i/26))), 0o755))
+	}
+	settleFor() // a few rescans
+	p.echo(t, "after")
+	if got := inotifyWatches(t) - base; got > 0 {
+		t.Errorf("400 junk directories cost %d more kernel watches", got)
+	}
+}
+
+// TestServeNeverFollowsPlantedLink: hosts/<host> replaced by a link before
+// `serve` starts must not make the daemon create or watch anything where
+// the link points.
+func TestServeNeverFollowsPlantedLink(t *testing.T) {
+	p := newPair(t, testPolicy)
+	outside := t.TempDir()
+	hostDir := filepath.Join(p.folder, "hosts", p.host.Config.ID)
+	must(t, os.RemoveAll(hostDir))
+	must(t, os.MkdirAll(filepath.Dir(hostDir), 0o755))
+	must(t, os.Symlink(outside, hostDir))
+	before := inotifyWatches(t)
+	p.start(t, nil)
+	if ents, _ := os.ReadDir(outside); len(ents) != 0 {
+		t.Fatalf("the daemon created %d entries where the planted link points", len(ents))
+	}
+	if fi, err := os.Lstat(hostDir); err != nil || !fi.IsDir() {
+		t.Fatalf("hosts/<host> is not a directory of the folder: %v %v", fi, err)
+	}
+	if got := inotifyWatches(t) - before; got > 1 {
+		t.Errorf("%d kernel watches, want only the requests directory's", got)
+	}
+	p.echo(t, "served")
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// inotifyWatches counts the kernel watches this process holds.
+func inotifyWatches(t *testing.T) int {
+	t.Helper()
+	fds, err := os.ReadDir("/proc/self/fdinfo")
+	if err != nil {
+		t.Skipf("no /proc: %v", err)
+	}
+	n := 0
+	for _, fd := range fds {
+		b, err := os.ReadFile(filepath.Join("/proc/self/fdinfo", fd.Name()))
+		if err == nil {
+			n += bytes.Count(b, []byte("inotify wd:"))
+		}
+	}
+	return n
+}
+
+// TestUntrustedAgentSaidOnce: requests from an agent the host does not
+// trust are never read, and the log says so once, not never and not at
+// every rescan.
+func TestUntrustedAgentSaidOnce(t *testing.T) {
+	p := newPair(t, testPolicy)
+	var logs lockedBuffer
+	p.log = slog.New(slog.NewTextHandler(&logs, nil))
+	stranger := bridge.NewRequestID() // an id-shaped name nobody paired
+	dir := filepath.Join(filepath.Dir(p.toHost()), stranger)
+	must(t, os.MkdirAll(dir, 0o755))
+	must(t, os.WriteFile(filepath.Join(dir, bridge.NewRequestID()+"."+bridge.ExtManifest), []byte("x"), 0o644))
+	p.start(t, nil)
+	settleFor() // several rescans
+	p.echo(t, "still serving")
+	if n := bytes.Count([]byte(logs.String()), []byte("agent="+stranger)); n != 1 {
+		t.Errorf("the untrusted agent was mentioned %d times, want once:\n%s", n, logs.String())
+	}
+}
+
+// plantJunk writes n manifests of random bytes at request names of the
+// trusted agent's directory, as a folder writer without keys can.
+func (p *pair) plantJunk(t *testing.T, n int) []string {
+	t.Helper()
+	var names []string
+	for range n {
+		name := bridge.NewRequestID() + "." + bridge.ExtManifest
+		must(t, os.WriteFile(filepath.Join(p.toHost(), name), []byte(bridge.NewRequestID()+bridge.NewRequestID()+bridge.NewRequestID()), 0o644))
+		names = append(names, name)
+	}
+	return names
+}
+
+func (p *pair) auditCount(t *testing.T, event string) int {
+	t.Helper()
+	evs, err := ReadAudit(p.host, 0)
+	must(t, err)
+	n := 0
+	for _, e := range evs {
+		if e.Event == event {
+			n++
+		}
+	}
+	return n
+}
+
+// TestRefusedFileReadOnce: a refused manifest costs nothing until it
+// changes: no rescan reads it or logs it again, even when the log-once set
+// is far smaller than the junk (it forgets), and a changed one is looked
+// at again.
+func TestRefusedFileReadOnce(t *testing.T) {
+	old := maxNoted
+	maxNoted = 50
+	t.Cleanup(func() { maxNoted = old })
+	p := newPair(t, testPolicy)
+	names := p.plantJunk(t, 300)
+	p.start(t, nil)
+	p.echo(t, "first")
+	settleFor() // three rescans
+	p.echo(t, "second")
+	if n := p.auditCount(t, "refused"); n != 300 {
+		t.Fatalf("300 junk manifests made %d refused lines over several rescans, want 300", n)
+	}
+	must(t, os.WriteFile(filepath.Join(p.toHost(), names[0]), []byte("changed, and still junk"), 0o644))
+	settleFor()
+	if n := p.auditCount(t, "refused"); n != 301 {
+		t.Errorf("a changed junk manifest: %d refused lines, want 301", n)
+	}
+}
+
+// TestFolderLinesBounded: however much junk the folder holds, the lines it
+// makes the daemon write are bounded per agent directory and hour.
+func TestFolderLinesBounded(t *testing.T) {
+	old := budgetLines
+	budgetLines = 100
+	t.Cleanup(func() { budgetLines = old })
+	p := newPair(t, testPolicy)
+	p.plantJunk(t, 400)
+	p.start(t, nil)
+	settleFor()
+	p.echo(t, "served")
+	if n := p.auditCount(t, "refused"); n > 100 {
+		t.Errorf("400 junk manifests made %d refused lines, want at most the budget of 100", n)
+	}
+}
+
+// TestLineBudget: the budget refills steadily and says what it left out.
+func TestLineBudget(t *testing.T) {
+	var b lineBudget
+	now := time.Unix(1_700_000_000, 0)
+	for i := range budgetLines {
+		if ok, _ := b.take("a", now); !ok {
+			t.Fatalf("line %d refused within the budget", i)
+		}
+	}
+	for range 5 {
+		if ok, _ := b.take("a", now); ok {
+			t.Fatal("a line over the budget was allowed")
+		}
+	}
+	if ok, _ := b.take("b", now); !ok {
+		t.Error("another directory's budget was spent by the first")
+	}
+	later := now.Add(budgetEvery / time.Duration(budgetLines))
+	if ok, left := b.take("a", later); !ok || left != 5 {
+		t.Errorf("after a refill: ok=%v left out=%d, want true and 5", ok, left)
+	}
+}

@@ -1,0 +1,189 @@
+package host
+
+import (
+	"fmt"
+	"io/fs"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/syncbridge/bridge/bridge"
+)
+
+// What folder input may cost the host (issue 13, OPERATIONS.md "Disk use"):
+// a file the daemon refused is not read again until it changes, and the
+// lines folder input makes the daemon write (log and audit) are bounded per
+// agent directory and hour, whatever the folder holds.
+
+// version identifies one version of a file: a new write, a rename into
+// place or a touch changes it.
+type version struct {
+	size, mtime int64
+	ino         uint64
+}
+
+func versionOf(fi fs.FileInfo) version {
+	return version{size: fi.Size(), mtime: fi.ModTime().UnixNano(), ino: fileIno(fi)}
+}
+
+// refusedMark is a refused manifest's version and the keys it was checked
+// against: new keys (a pairing, a rotation) may make it acceptable.
+type refusedMark struct {
+	v      version
+	agents *map[string]*agentKeys
+	own    *ownKeys
+}
+
+// maxRefusedMarks bounds the marks' memory (about 150 bytes each). Past it,
+// more refused files are read again at each rescan (costing time, not disk:
+// the lines they make are bounded by the budget).
+const maxRefusedMarks = 1 << 18
+
+// markRefused remembers that the manifest at p (relative to the folder), as
+// it is now, will never be admitted against the keys of now. Only for
+// refusals that new time cannot lift (a bad signature, a damaged file, an
+// unknown key), never for a file that may still be arriving.
+func (d *Daemon) markRefused(p string) {
+	fi, err := d.folder.Lstat(p)
+	if err != nil || !fi.Mode().IsRegular() {
+		return
+	}
+	rel, ok := strings.CutPrefix(p, bridge.ToHostRoot(d.me)+"/")
+	if !ok {
+		return
+	}
+	d.refusedMu.Lock()
+	defer d.refusedMu.Unlock()
+	if len(d.refused) >= maxRefusedMarks {
+		return
+	}
+	d.refused[rel] = refusedMark{v: versionOf(fi), agents: d.agentsP.Load(), own: d.ownP.Load()}
+}
+
+// skipRefused takes out of a full batch's paths (relative to to-host) the
+// manifests refused before that have not changed since, looking at them all
+// with one batched lstat per agent directory; and forgets marks of files
+// that are gone. Event batches are not filtered: an event means a change.
+func (d *Daemon) skipRefused(paths []string) []string {
+	d.refusedMu.Lock()
+	defer d.refusedMu.Unlock()
+	if len(d.refused) == 0 {
+		return paths
+	}
+	agents, own := d.agentsP.Load(), d.ownP.Load()
+	present := make(map[string]bool, len(d.refused))
+	var marked []string
+	for _, p := range paths {
+		if _, ok := d.refused[p]; ok {
+			marked = append(marked, p)
+			present[p] = true
+		}
+	}
+	for p := range d.refused {
+		if !present[p] {
+			delete(d.refused, p)
+		}
+	}
+	skip := make(map[string]bool, len(marked))
+	for i := 0; i < len(marked); {
+		agent, _, _ := strings.Cut(marked[i], "/")
+		j := i
+		var names []string
+		for ; j < len(marked) && strings.HasPrefix(marked[j], agent+"/"); j++ {
+			names = append(names, marked[j][len(agent)+1:])
+		}
+		fis, err := d.folder.LstatIn(bridge.ToHostDir(d.me, agent), names)
+		for k := i; k < j; k++ {
+			m := d.refused[marked[k]]
+			if err == nil && fis[k-i] != nil && versionOf(fis[k-i]) == m.v && m.agents == agents && m.own == own {
+				skip[marked[k]] = true
+			} else {
+				delete(d.refused, marked[k])
+			}
+		}
+		i = j
+	}
+	if len(skip) == 0 {
+		return paths
+	}
+	out := make([]string, 0, len(paths)-len(skip))
+	for _, p := range paths {
+		if !skip[p] {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// lineBudget bounds the log and audit lines that folder input makes the
+// daemon write: per agent directory (or "" for the top of to-host), at most
+// budgetLines an hour, refilled steadily. What goes over is counted and
+// said in one line when the budget allows again.
+type lineBudget struct {
+	mu      sync.Mutex
+	buckets map[string]*bucket
+}
+
+type bucket struct {
+	tokens     float64
+	at         time.Time
+	suppressed int
+}
+
+// budgetLines per budgetEvery (variables for tests).
+var (
+	budgetLines = 1000
+	budgetEvery = time.Hour
+)
+
+// maxBuckets bounds the budget's own memory: top-level names come from the
+// folder too. Past it, every new directory shares the "" bucket.
+const maxBuckets = 4096
+
+// take reports whether one more line may be written for dir, and how many
+// lines were left out before it (to be said with it).
+func (b *lineBudget) take(dir string, now time.Time) (ok bool, suppressed int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.buckets == nil {
+		b.buckets = map[string]*bucket{}
+	}
+	k, found := b.buckets[dir]
+	if !found {
+		if len(b.buckets) >= maxBuckets {
+			dir = ""
+			k = b.buckets[dir]
+		}
+		if k == nil {
+			k = &bucket{tokens: float64(budgetLines), at: now}
+			b.buckets[dir] = k
+		}
+	}
+	k.tokens = min(float64(budgetLines), k.tokens+float64(now.Sub(k.at))/float64(budgetEvery)*float64(budgetLines))
+	k.at = now
+	if k.tokens < 1 {
+		k.suppressed++
+		return false, 0
+	}
+	k.tokens--
+	suppressed, k.suppressed = k.suppressed, 0
+	return true, suppressed
+}
+
+// folderLine asks the budget of the agent directory of p (relative to the
+// folder, or to to-host) for one line, and says how many were left out
+// since the last one.
+func (d *Daemon) folderLine(p string) bool {
+	dir := p
+	if rel, ok := strings.CutPrefix(p, bridge.ToHostRoot(d.me)+"/"); ok {
+		dir = rel
+	}
+	dir, _, _ = strings.Cut(dir, "/")
+	ok, left := d.budget.take(dir, time.Now())
+	if left > 0 {
+		d.log.Warn(fmt.Sprintf("left out %d lines about refused or ignored files (at most %d an hour per agent directory)", left, budgetLines),
+			"dir", dir, "hint", "a folder writer may be flooding the folder; see `bridge doctor`")
+		d.audit.log(AuditEvent{Event: "suppressed", File: dir, Detail: fmt.Sprintf("%d lines left out", left)})
+	}
+	return ok
+}

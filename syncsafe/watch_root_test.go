@@ -1,0 +1,143 @@
+package syncsafe
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+)
+
+// nextUntil calls Next until ok accepts a batch (errors are handed to ok
+// too), or fails the test after d.
+func nextUntil(t *testing.T, w *Watcher, d time.Duration, ok func(Batch, error) bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	for {
+		b, err := w.Next(ctx)
+		if ctx.Err() != nil {
+			logStats(t, w)
+			t.Fatalf("gave up after %v (last error %v)", d, err)
+		}
+		if ok(b, err) {
+			return
+		}
+	}
+}
+
+// TestWatcherFollowsReplacedRoot: a sync client applies a remote rename of
+// the watched directory as a rename away and a copy back. The watcher must
+// not hold on to the directory moved away: it reports the root gone while
+// it is, then watches the copy, whose new files raise events (the rescan is
+// an hour away, so nothing else would find them).
+func TestWatcherFollowsReplacedRoot(t *testing.T) {
+	parent := t.TempDir()
+	root := filepath.Join(parent, "to-host")
+	writeFile(t, filepath.Join(root, "a", "old"), "x")
+	w := newWatcher(t, root, WatchOptions{Rescan: time.Hour, Debounce: -1})
+	nextUntil(t, w, 10*time.Second, func(b Batch, err error) bool { return err == nil && b.Full })
+
+	must(t, os.Rename(root, filepath.Join(parent, "away")))
+	sawGone := false
+	nextUntil(t, w, 10*time.Second, func(b Batch, err error) bool {
+		sawGone = sawGone || errors.Is(err, ErrRootGone)
+		return sawGone
+	})
+	writeFile(t, filepath.Join(root, "a", "old"), "x") // the copy back
+	nextUntil(t, w, 10*time.Second, func(b Batch, err error) bool {
+		return err == nil && b.Full && b.Replaced && slices.Contains(b.Paths, "a/old")
+	})
+	timerWalks := w.stats.timerWalks.Load() // looking again for the gone root
+	writeFile(t, filepath.Join(root, "a", "new"), "x")
+	writeFile(t, filepath.Join(root, "top"), "x")
+	want := map[string]bool{"a/new": true, "top": true}
+	nextUntil(t, w, 10*time.Second, func(b Batch, err error) bool {
+		for _, p := range b.Paths {
+			delete(want, p)
+		}
+		return len(want) == 0
+	})
+	if w.stats.timerWalks.Load() != timerWalks {
+		t.Errorf("the rescan timer found them, not events")
+	}
+}
+
+// TestWatcherFollowsReplacedSubdir: the same for a directory below the
+// root: its watch went away with the old one.
+func TestWatcherFollowsReplacedSubdir(t *testing.T) {
+	root := t.TempDir()
+	writeFile(t, filepath.Join(root, "a", "old"), "x")
+	w := newWatcher(t, root, WatchOptions{Rescan: time.Hour, Debounce: -1})
+	nextUntil(t, w, 10*time.Second, func(b Batch, err error) bool { return err == nil && b.Full })
+	must(t, os.Rename(filepath.Join(root, "a"), filepath.Join(root, "b")))
+	writeFile(t, filepath.Join(root, "a", "old"), "x")
+	time.Sleep(50 * time.Millisecond)
+	writeFile(t, filepath.Join(root, "a", "new"), "x")
+	writeFile(t, filepath.Join(root, "b", "gone"), "x")
+	nextUntil(t, w, 10*time.Second, func(b Batch, err error) bool { return slices.Contains(b.Paths, "a/new") })
+	// And later files in it, by event.
+	for i := range 3 {
+		name := filepath.Join("a", "later"+string(rune('0'+i)))
+		time.Sleep(20 * time.Millisecond)
+		writeFile(t, filepath.Join(root, name), "x")
+		nextUntil(t, w, 10*time.Second, func(b Batch, err error) bool {
+			return slices.Contains(b.Paths, filepath.ToSlash(name))
+		})
+	}
+	if w.stats.timerWalks.Load() != 0 {
+		t.Errorf("the rescan timer found them, not events")
+	}
+}
+
+// TestWatcherRootDeletedAndBack: a deleted root is ErrRootGone (never an
+// empty listing, never the end of the watcher), and a new one is watched.
+func TestWatcherRootDeletedAndBack(t *testing.T) {
+	root := filepath.Join(t.TempDir(), "to-host")
+	writeFile(t, filepath.Join(root, "f"), "x")
+	w := newWatcher(t, root, WatchOptions{Rescan: 100 * time.Millisecond, Debounce: -1})
+	nextUntil(t, w, 10*time.Second, func(b Batch, err error) bool { return err == nil && b.Full })
+	must(t, os.RemoveAll(root))
+	for range 3 { // it stays gone, and says so each time it looks
+		nextUntil(t, w, 10*time.Second, func(b Batch, err error) bool {
+			if err == nil && b.Full {
+				t.Fatalf("a gone root listed as %v", b.Paths)
+			}
+			return errors.Is(err, ErrRootGone)
+		})
+	}
+	writeFile(t, filepath.Join(root, "g"), "x")
+	nextUntil(t, w, 10*time.Second, func(b Batch, err error) bool {
+		return err == nil && b.Full && b.Replaced && slices.Equal(b.Paths, []string{"g"})
+	})
+}
+
+// TestFolderWatchNeverFollowsALink: Folder.Watch reaches its directory
+// without a link, at the start and at every full walk.
+func TestFolderWatchNeverFollowsALink(t *testing.T) {
+	f, dir := newFolder(t)
+	outside := t.TempDir()
+	writeFile(t, filepath.Join(outside, "to-host", "secret"), "x")
+	must(t, os.Symlink(outside, filepath.Join(dir, "hosts")))
+	if w, err := f.Watch("hosts/to-host", WatchOptions{}); err == nil {
+		w.Close()
+		t.Fatal("Watch followed a link at a parent")
+	}
+	must(t, os.Remove(filepath.Join(dir, "hosts")))
+	writeFile(t, filepath.Join(dir, "hosts", "to-host", "f"), "x")
+	w, err := f.Watch("hosts/to-host", WatchOptions{Rescan: 100 * time.Millisecond, Debounce: -1})
+	must(t, err)
+	t.Cleanup(func() { w.Close() })
+	nextUntil(t, w, 10*time.Second, func(b Batch, err error) bool { return err == nil && b.Full })
+	// A link planted at a parent while it runs: gone, not followed.
+	must(t, os.Rename(filepath.Join(dir, "hosts"), filepath.Join(dir, "old")))
+	must(t, os.Symlink(outside, filepath.Join(dir, "hosts")))
+	nextUntil(t, w, 10*time.Second, func(b Batch, err error) bool {
+		if err == nil && slices.Contains(b.Paths, "secret") {
+			t.Fatal("listed the tree a link points to")
+		}
+		return errors.Is(err, ErrRootGone)
+	})
+}
