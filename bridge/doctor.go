@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/syncbridge/bridge/syncsafe"
 )
@@ -117,7 +119,7 @@ func CheckHome(h *Home, opt DoctorOptions) []Finding {
 		rel, _ := filepath.Rel(folder, p)
 		switch c := syncsafe.Classify(d.Name()); c.Kind {
 		case syncsafe.KindConflict:
-			conflicts = append(conflicts, rel)
+			conflicts = append(conflicts, quoteName(rel))
 		case syncsafe.KindLitter, syncsafe.KindPlaceholder:
 			if c.Kind == syncsafe.KindLitter && c.Client != "os" {
 				// The sync client's own files (.stfolder, .stignore,
@@ -128,7 +130,7 @@ func CheckHome(h *Home, opt DoctorOptions) []Finding {
 				}
 				return nil
 			}
-			litter = append(litter, rel)
+			litter = append(litter, quoteName(rel))
 		default:
 			return nil
 		}
@@ -185,6 +187,21 @@ func CheckHome(h *Home, opt DoctorOptions) []Finding {
 	}
 
 	return out
+}
+
+// quoteName shows a name from the folder to a person. Whoever can write the
+// folder chooses its names, and a name with terminal escape sequences would
+// otherwise act on the host user's terminal (retitle it, clear it, fake
+// lines): such a name, or one with quotes or backslashes that would make its
+// quoted form ambiguous, is shown Go-quoted ("~$\x1b]0;…"); any other name
+// stays as it is, readable.
+func quoteName(name string) string {
+	for _, r := range name {
+		if r == utf8.RuneError || r == '"' || r == '\\' || !unicode.IsPrint(r) {
+			return strconv.Quote(name)
+		}
+	}
+	return name
 }
 
 func listSome(names []string) string {

@@ -73,3 +73,21 @@ func FuzzOpenOutput(f *testing.F) {
 		}
 	})
 }
+
+// FuzzIdempotencySecret: a secret file is accepted only in its one text
+// form, and a rejected one yields no secret.
+func FuzzIdempotencySecret(f *testing.F) {
+	seedFromVectors(f, "secret.b64")
+	f.Fuzz(func(t *testing.T, data []byte) {
+		secret, err := parseIdempotencySecret(data)
+		if err != nil {
+			if secret != nil {
+				t.Fatal("a rejected secret file yielded a secret")
+			}
+			return
+		}
+		if !bytes.Equal(marshalIdempotencySecret(secret), data) {
+			t.Fatal("accepted secret file is not canonical")
+		}
+	})
+}

@@ -22,6 +22,8 @@ import (
 //
 //	config.json        role, name, id, folder
 //	identity.secret    private keys, 0600
+//	idempotency.secret agent: keys its keyed request ids (ids.go), 0600;
+//	                   kept across rotations
 //	bundle             own signed bundle
 //	peers/<id>.json    trusted peers
 //	policy.toml        host: the policy
@@ -156,6 +158,12 @@ func InitHome(dir, role, name, folder string) (*Home, error) {
 	secret, _ := id.MarshalText()
 	if err := syncsafe.WriteFileAtomic(filepath.Join(absDir, IdentityName), secret); err != nil {
 		return nil, err
+	}
+	if role == "agent" {
+		// Made now, so that a backup of a fresh home already holds it.
+		if _, err := h.idempotencySecret(); err != nil {
+			return nil, err
+		}
 	}
 	signed, err := id.SignBundle(bcrypto.Bundle{Role: role, Name: name, ID: h.Config.ID, Created: h.Config.Created})
 	if err != nil {

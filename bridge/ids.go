@@ -1,20 +1,36 @@
 package bridge
 
 import (
+	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
+	"io/fs"
 	"maps"
+	"os"
 	"slices"
+	"strconv"
+	"strings"
 
 	bcrypto "github.com/syncbridge/bridge/crypto"
 	"github.com/syncbridge/bridge/syncsafe"
 )
 
 const labelIdempotency = "bridge/v1/idempotency\x00"
+
+// An agent's idempotency secret (SPEC §2.7) keys the derivation of keyed
+// request ids. It is not a signing or box key, so a rotation leaves it alone
+// and ids stay stable across rotations; it never leaves the agent's home.
+const (
+	IdempotencySecretName = "idempotency.secret"
+	idempotencyPrefix     = "bridge-idempotency-v1:"
+	idempotencySecretSize = 32
+)
 
 // NewRequestID returns a random 128-bit request id.
 func NewRequestID() string {
@@ -25,28 +41,62 @@ func NewRequestID() string {
 	return hex.EncodeToString(b[:])
 }
 
-// KeyedRequestID derives the request id from an idempotency key (SPEC §7.2):
+// keyedRequestID derives the request id from an idempotency key (SPEC §7.2):
 // the same agent asking the same host for the same op with the same arguments
 // under the same key gets the same id, so a retry is answered from the host's
-// ledger instead of running again.
-func KeyedRequestID(agent, host, op string, args map[string]string, key string) string {
-	h := sha256.New()
-	h.Write([]byte(labelIdempotency))
+// ledger instead of running again. It is an HMAC under the agent's secret,
+// not a hash of the inputs alone: the op names and argument values are in the
+// catalog a folder writer can read, and a plain hash of them with a guessable
+// key would give the sealed call away.
+func keyedRequestID(secret []byte, agent, host, op string, args map[string]string, key string) string {
+	if len(secret) != idempotencySecretSize {
+		panic("bridge: internal error: idempotency secret of " + strconv.Itoa(len(secret)) + " bytes")
+	}
+	m := hmac.New(sha256.New, secret)
+	m.Write([]byte(labelIdempotency))
+	u32 := func(n int) {
+		var b [4]byte
+		binary.BigEndian.PutUint32(b[:], uint32(n))
+		m.Write(b[:])
+	}
 	field := func(s string) {
-		var n [4]byte
-		binary.BigEndian.PutUint32(n[:], uint32(len(s)))
-		h.Write(n[:])
-		h.Write([]byte(s))
+		u32(len(s))
+		m.Write([]byte(s))
 	}
 	field(agent)
 	field(host)
 	field(op)
+	u32(len(args))
 	for _, k := range slices.Sorted(maps.Keys(args)) {
 		field(k)
 		field(args[k])
 	}
 	field(key)
-	return hex.EncodeToString(h.Sum(nil)[:16])
+	return hex.EncodeToString(m.Sum(nil)[:16])
+}
+
+// marshalIdempotencySecret is the one text form of the secret file.
+func marshalIdempotencySecret(secret []byte) []byte {
+	return []byte(idempotencyPrefix + base64.RawURLEncoding.EncodeToString(secret) + "\n")
+}
+
+// parseIdempotencySecret reads the secret file strictly, like an identity
+// file (SPEC §2.5): one line, one encoding, exactly 32 bytes.
+func parseIdempotencySecret(text []byte) ([]byte, error) {
+	s := string(text)
+	if !strings.HasPrefix(s, idempotencyPrefix) || !strings.HasSuffix(s, "\n") || strings.Count(s, "\n") != 1 {
+		return nil, fmt.Errorf("parse idempotency secret: %w: not a bridge-idempotency-v1 line", bcrypto.ErrMalformed)
+	}
+	enc := strings.TrimSuffix(strings.TrimPrefix(s, idempotencyPrefix), "\n")
+	// The decoder skips CR even in strict mode; one form only.
+	if strings.ContainsAny(enc, "\r") {
+		return nil, fmt.Errorf("parse idempotency secret: %w: line break inside the secret", bcrypto.ErrMalformed)
+	}
+	raw, err := base64.RawURLEncoding.Strict().DecodeString(enc)
+	if err != nil || len(raw) != idempotencySecretSize {
+		return nil, fmt.Errorf("parse idempotency secret: %w: bad encoding", bcrypto.ErrMalformed)
+	}
+	return raw, nil
 }
 
 // Reason turns an error from this package or crypto into the short code used
@@ -90,4 +140,48 @@ var reasons = []struct {
 	{bcrypto.ErrBadKey, "bad-key"},
 	{bcrypto.ErrUnauthenticated, "unauthenticated"},
 	{bcrypto.ErrMalformed, "malformed"},
+}
+
+// KeyedRequestID is the id of a keyed request this home's agent sends to
+// host (SPEC §7.2). A home from before the idempotency secret existed gets
+// one on its first keyed request.
+func (h *Home) KeyedRequestID(host, op string, args map[string]string, key string) (string, error) {
+	secret, err := h.idempotencySecret()
+	if err != nil {
+		return "", err
+	}
+	return keyedRequestID(secret, h.Config.ID, host, op, args, key), nil
+}
+
+// idempotencySecret reads the home's idempotency secret, creating it if the
+// home has none. A file that is there but damaged is an error, never
+// replaced: a new secret would give every keyed request a new id, and a
+// retry of one sent before would run again.
+func (h *Home) idempotencySecret() ([]byte, error) {
+	p := h.Path(IdempotencySecretName)
+	text, err := os.ReadFile(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		fresh := make([]byte, idempotencySecretSize)
+		if _, err := io.ReadFull(rand.Reader, fresh); err != nil {
+			panic("bridge: internal error: no randomness: " + err.Error())
+		}
+		err = syncsafe.CreateFileAtomic(p, marshalIdempotencySecret(fresh))
+		if err == nil {
+			return fresh, nil
+		}
+		if !errors.Is(err, fs.ErrExist) {
+			return nil, fmt.Errorf("create idempotency secret: %w", err)
+		}
+		// Another command of this home created it first: use that one.
+		text, err = os.ReadFile(p)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read idempotency secret: %w", err)
+	}
+	secret, err := parseIdempotencySecret(text)
+	if err != nil {
+		return nil, WithHint(fmt.Errorf("read %s: %w", p, err),
+			"restore it from a backup of this home (docs/KEYS.md); a new secret would give keyed requests new ids, and a retry of an earlier one could run again")
+	}
+	return secret, nil
 }

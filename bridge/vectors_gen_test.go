@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"encoding/hex"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -53,7 +54,7 @@ func generateVectors(t *testing.T, k testKeys) {
 	// mkReq seals a request; tweak may change the inputs before sealing.
 	mkReq := func(name string, tweak func(*NewRequest)) ([]byte, []byte, *Request) {
 		n := NewRequest{
-			ID: KeyedRequestID(agent.ID, host.ID, "echo", nil, name), Agent: k.agent, AgentID: agent.ID, Host: host,
+			ID: keyedRequestID(k.agentIdempotency, agent.ID, host.ID, "echo", nil, name), Agent: k.agent, AgentID: agent.ID, Host: host,
 			Call:    Call{Op: "echo", Args: map[string]string{"msg": "hi"}},
 			Created: created, Expires: created.Add(time.Hour), Rand: detRand("vector:" + name),
 		}
@@ -310,5 +311,31 @@ func generateVectors(t *testing.T, k testKeys) {
 	write(&vector{name: "ack-wrong-host", expect: "wrong-recipient", kind: "ack", note: "an ack meant for another host", fields: map[string]string{"id": id}, files: map[string][]byte{"ack.b64": ackOther}})
 	ackAsCancel := append([]byte("BRC1"), ack[4:]...)
 	write(&vector{name: "ack-as-cancel", expect: "bad-signature", kind: "cancel", note: "an ack relabelled as a cancel: domain separation refuses it", fields: map[string]string{"id": id}, files: map[string][]byte{"cancel.b64": ackAsCancel}})
+	// Keyed request ids (SPEC §7.2) and the secret file they are keyed by
+	// (SPEC §2.7).
+	secretText := marshalIdempotencySecret(k.agentIdempotency)
+	keyedVector := func(name, expect, note, op string, args map[string]string, key string, secret []byte) {
+		if args == nil {
+			args = map[string]string{}
+		}
+		a, _ := json.Marshal(args)
+		f := map[string]string{"agent": agent.ID, "host": host.ID, "op": op, "args": string(a), "key": key, "id": ""}
+		if expect == "ok" {
+			f["id"] = keyedRequestID(k.agentIdempotency, agent.ID, host.ID, op, args, key)
+		}
+		write(&vector{name: "keyed-id-" + name, expect: expect, kind: "keyed-id", note: note, fields: f,
+			files: map[string][]byte{"secret.b64": secret}})
+	}
+	keyedVector("ok", "ok", "deploy env=production --key deploy-42", "deploy", map[string]string{"env": "production"}, "deploy-42", secretText)
+	keyedVector("no-args", "ok", "an op without arguments: the count of pairs is 0", "status", nil, "k", secretText)
+	keyedVector("args-in-byte-order", "ok", "two arguments, hashed in byte order of their names", "migrate",
+		map[string]string{"to": "42", "db": "main"}, "m-1", secretText)
+	keyedVector("empty-key-value", "ok", "an empty argument value is a field of length 0", "echo", map[string]string{"msg": ""}, "x", secretText)
+	keyedVector("secret-padding", "malformed", "the secret's base64 with padding", "echo", nil, "x",
+		[]byte(strings.TrimSuffix(string(secretText), "\n")+"=\n"))
+	keyedVector("secret-no-newline", "malformed", "the secret line without its newline", "echo", nil, "x", bytes.TrimSuffix(secretText, []byte("\n")))
+	keyedVector("secret-short", "malformed", "a secret of 31 bytes", "echo", nil, "x", marshalIdempotencySecret(k.agentIdempotency[:31]))
+	keyedVector("secret-identity-file", "malformed", "an identity file where the idempotency secret belongs", "echo", nil, "x",
+		func() []byte { b, _ := k.agent.MarshalText(); return b }())
 	t.Logf("wrote %d vectors", seq)
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/base64"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -44,6 +45,7 @@ func detRand(seed string) io.Reader { return rand.NewChaCha8(sha256.Sum256([]byt
 // testKeys are the obviously named, test-only identities in fixtures/keys.
 type testKeys struct {
 	host, agent, stranger, otherHost *bcrypto.Identity
+	agentIdempotency                 []byte // the agent's idempotency secret
 }
 
 func loadKeys(t testing.TB) testKeys {
@@ -70,7 +72,24 @@ func loadKeys(t testing.TB) testKeys {
 		}
 		return id
 	}
-	return testKeys{load("host"), load("agent"), load("stranger"), load("other-host")}
+	// The agent's idempotency secret (SPEC §2.7), also derived from a seed.
+	p := filepath.Join(keyDir, "TEST-ONLY-agent."+IdempotencySecretName)
+	if *update {
+		secret := make([]byte, idempotencySecretSize)
+		io.ReadFull(detRand("key:agent-idempotency"), secret)
+		if err := os.WriteFile(p, marshalIdempotencySecret(secret), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	text, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	idem, err := parseIdempotencySecret(text)
+	if err != nil {
+		t.Fatalf("%s: %v", p, err)
+	}
+	return testKeys{load("host"), load("agent"), load("stranger"), load("other-host"), idem}
 }
 
 func bundleOf(t testing.TB, id *bcrypto.Identity, role, name string) *bcrypto.Bundle {
@@ -278,6 +297,23 @@ func runVector(t *testing.T, k testKeys, v *vector) string {
 		env, _ := bcrypto.Parse(bcrypto.KindRotation, v.files["rotation.b64"])
 		if !bytes.Equal(body, env.Body()) {
 			t.Fatal("accepted rotation body is not canonical")
+		}
+		return "ok"
+	case "keyed-id":
+		secret, err := parseIdempotencySecret(v.files["secret.b64"])
+		if err != nil {
+			return Reason(err)
+		}
+		if !bytes.Equal(marshalIdempotencySecret(secret), v.files["secret.b64"]) {
+			t.Fatal("accepted secret does not re-encode to the same bytes")
+		}
+		var args map[string]string
+		if err := json.Unmarshal([]byte(v.fields["args"]), &args); err != nil {
+			t.Fatalf("args header: %v", err)
+		}
+		id := keyedRequestID(secret, v.fields["agent"], v.fields["host"], v.fields["op"], args, v.fields["key"])
+		if id != v.fields["id"] {
+			t.Fatalf("keyed id %s, header says %s", id, v.fields["id"])
 		}
 		return "ok"
 	case "cancel":

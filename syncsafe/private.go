@@ -38,3 +38,33 @@ func WriteFileAtomic(p string, data []byte) error {
 	renamed = true
 	return SyncDir(dir)
 }
+
+// CreateFileAtomic is WriteFileAtomic for a file that must never be
+// replaced once it exists (a secret other files were derived from): the
+// complete temp is hard-linked to p, which fails with fs.ErrExist if p is
+// there, so of two racing creators exactly one wins and the other reads the
+// winner's content.
+func CreateFileAtomic(p string, data []byte) error {
+	dir := filepath.Dir(p)
+	tmp, err := os.CreateTemp(dir, ".tmp-*")
+	if err != nil {
+		return err
+	}
+	// The temp goes either way: after the link p holds the data.
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	if err := os.Link(tmp.Name(), p); err != nil {
+		return err
+	}
+	return SyncDir(dir)
+}

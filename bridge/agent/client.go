@@ -1,13 +1,18 @@
 package agent
 
 import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"time"
 
@@ -162,12 +167,18 @@ func (c *Client) Submit(o SubmitOptions) (*Sent, error) {
 	}
 	id := bridge.NewRequestID()
 	if o.Key != "" {
-		id = bridge.KeyedRequestID(c.home.Config.ID, hb.ID, o.Op, o.Args, o.Key)
-		if s, err := c.Sent(id); err == nil {
+		if id, err = c.home.KeyedRequestID(hb.ID, o.Op, o.Args, o.Key); err != nil {
+			return nil, fmt.Errorf("submit: %w", err)
+		}
+		s, err := c.Sent(id)
+		if err != nil {
+			s, err = c.sentUnderPublicID(hb.ID, o)
+		}
+		if err == nil {
 			// Sent before: deliver the very same manifest again if it is
 			// not in the folder (a crash before it was published, or a
 			// lost file); the host answers a duplicate from its ledger.
-			if _, err := c.Result(id); errors.Is(err, ErrNoResult) {
+			if _, err := c.Result(s.ID); errors.Is(err, ErrNoResult) {
 				c.redeliver(s)
 			}
 			return s, nil
@@ -221,6 +232,38 @@ func (c *Client) Submit(o SubmitOptions) (*Sent, error) {
 		return nil, fmt.Errorf("submit %s: %w", id, err)
 	}
 	c.Nudger.Nudge(bridge.RequestPath(hb.ID, c.home.Config.ID, id, bridge.ExtPayload), bridge.RequestPath(hb.ID, c.home.Config.ID, id, bridge.ExtManifest))
+	return s, nil
+}
+
+// sentUnderPublicID finds a keyed request this home sent before keyed ids
+// were derived with its idempotency secret, under the id SPEC §7.2 gave it
+// then (a plain SHA-256 of the same inputs). A retry of it must keep that id,
+// or it would run again. It only looks up this home's own records; no new
+// request is ever given such an id.
+func (c *Client) sentUnderPublicID(host string, o SubmitOptions) (*Sent, error) {
+	h := sha256.New()
+	h.Write([]byte("bridge/v1/idempotency\x00"))
+	field := func(s string) {
+		var n [4]byte
+		binary.BigEndian.PutUint32(n[:], uint32(len(s)))
+		h.Write(n[:])
+		h.Write([]byte(s))
+	}
+	field(c.home.Config.ID)
+	field(host)
+	field(o.Op)
+	for _, k := range slices.Sorted(maps.Keys(o.Args)) {
+		field(k)
+		field(o.Args[k])
+	}
+	field(o.Key)
+	s, err := c.Sent(hex.EncodeToString(h.Sum(nil)[:16]))
+	if err != nil {
+		return nil, err
+	}
+	if s.Host != host || s.Op != o.Op || s.Key != o.Key || !maps.Equal(s.Args, o.Args) {
+		return nil, fmt.Errorf("request %s: not this command", s.ID)
+	}
 	return s, nil
 }
 

@@ -114,8 +114,14 @@ func TestSyncthingEndToEnd(t *testing.T) {
 	logf("partitioned")
 	junkManifest := []byte("not the agent's manifest\n")
 	junkPayload := []byte("not the agent's payload\n")
-	conflictM := bridge.KeyedRequestID(agentID, hostID, "count", map[string]string{}, "conflict-on-the-manifest")
-	conflictP := bridge.KeyedRequestID(agentID, hostID, "count", map[string]string{}, "conflict-on-the-payload")
+	conflictM, err := p.agent.KeyedRequestID(hostID, "count", map[string]string{}, "conflict-on-the-manifest")
+	if err != nil {
+		t.Fatal(err)
+	}
+	conflictP, err := p.agent.KeyedRequestID(hostID, "count", map[string]string{}, "conflict-on-the-payload")
+	if err != nil {
+		t.Fatal(err)
+	}
 	old := time.Now().Add(-time.Hour)
 	plantFile(t, base, filepath.Join(toHostA, conflictM+"."+bridge.ExtManifest), junkManifest, old)
 	plantFile(t, base, filepath.Join(toHostA, conflictP+"."+bridge.ExtPayload), junkPayload, old)

@@ -12,7 +12,11 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime/debug"
+	"strconv"
+	"strings"
 	"syscall"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/alecthomas/kong"
 
@@ -133,7 +137,7 @@ func realMain(args []string, stdin io.Reader, stdout, stderr io.Writer) (code in
 	}()
 	kctx, err := parser.Parse(args)
 	if err != nil {
-		fmt.Fprintf(stderr, "bridge: error: %v\n", err)
+		fmt.Fprintf(stderr, "bridge: error: %s\n", escapeControls(err.Error()))
 		fmt.Fprintf(stderr, "bridge: hint: run `%s --help`\n", helpPath(err))
 		return exitUsage
 	}
@@ -187,9 +191,10 @@ func report(stderr io.Writer, err error, asJSON bool, stdout io.Writer) int {
 	if asJSON {
 		// bridge_exit_code, as in the output of a finished op, so a script
 		// reads bridge's own code under one name whatever happened.
-		v := map[string]any{"error": err.Error(), "bridge_exit_code": code}
+		// JSON escapes C0 controls itself, not C1 ones or bidi overrides.
+		v := map[string]any{"error": escapeControls(err.Error()), "bridge_exit_code": code}
 		if hint != "" {
-			v["hint"] = hint
+			v["hint"] = escapeControls(hint)
 		}
 		if ce != nil && ce.id != "" {
 			v["id"] = ce.id
@@ -198,9 +203,9 @@ func report(stderr io.Writer, err error, asJSON bool, stdout io.Writer) int {
 		enc.SetIndent("", "  ")
 		enc.Encode(v)
 	}
-	fmt.Fprintf(stderr, "bridge: error: %v\n", err)
+	fmt.Fprintf(stderr, "bridge: error: %s\n", escapeControls(err.Error()))
 	if hint != "" {
-		fmt.Fprintf(stderr, "bridge: hint: %s\n", hint)
+		fmt.Fprintf(stderr, "bridge: hint: %s\n", escapeControls(hint))
 	}
 	return code
 }
@@ -235,9 +240,74 @@ func (g *Globals) printJSON(v any) error {
 	return enc.Encode(v)
 }
 
-func (g *Globals) printf(format string, args ...any) { fmt.Fprintf(g.stdout, format, args...) }
+// printf and note print lines for a person. Their values may carry text a
+// folder writer chose (a name, an error quoting one, a peer's message), so
+// every string and error among args is escaped (escapeControls); the format
+// is ours and keeps its line breaks. The op's own output is not printed
+// through these: it goes to stdout and stderr as it came.
+func (g *Globals) printf(format string, args ...any) {
+	fmt.Fprintf(g.stdout, format, escapeArgs(args)...)
+}
 func (g *Globals) note(format string, args ...any) {
-	fmt.Fprintf(g.stderr, "bridge: "+format+"\n", args...)
+	fmt.Fprintf(g.stderr, "bridge: "+format+"\n", escapeArgs(args)...)
+}
+
+// escapeControls returns s with every rune a terminal could act on written
+// as in a Go string literal (\x1b, \a, \u009b): C0 and C1 controls but
+// line feed and tab, DEL, invisible format characters such as bidi
+// overrides, and bytes that are not UTF-8. Text without them is returned as
+// it is, so ordinary messages and names stay readable.
+func escapeControls(s string) string {
+	clean := func(r rune) bool { return r == '\n' || r == '\t' || (r != utf8.RuneError && unicode.IsPrint(r)) }
+	i := 0
+	for i < len(s) {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if !clean(r) {
+			break
+		}
+		i += size
+	}
+	if i == len(s) {
+		return s
+	}
+	var b strings.Builder
+	b.WriteString(s[:i])
+	for i < len(s) {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && size == 1:
+			fmt.Fprintf(&b, `\x%02x`, s[i])
+		case clean(r):
+			b.WriteString(s[i : i+size])
+		default:
+			q := strconv.QuoteRune(r)
+			b.WriteString(q[1 : len(q)-1])
+		}
+		i += size
+	}
+	return b.String()
+}
+
+// escapeArgs applies escapeControls to the strings and errors among args.
+func escapeArgs(args []any) []any {
+	out := make([]any, len(args))
+	for i, a := range args {
+		switch v := a.(type) {
+		case string:
+			out[i] = escapeControls(v)
+		case error:
+			out[i] = escapeControls(v.Error())
+		case []string:
+			c := make([]string, len(v))
+			for j := range v {
+				c[j] = escapeControls(v[j])
+			}
+			out[i] = c
+		default:
+			out[i] = a
+		}
+	}
+	return out
 }
 
 func (g *Globals) openHome() (*bridge.Home, error) { return bridge.OpenHome(g.Home) }
