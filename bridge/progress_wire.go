@@ -145,7 +145,7 @@ func OpenChunk(p *Progress, data []byte, me *bcrypto.Identity) (*Chunk, error) {
 		return nil, err
 	}
 	var h chunkHeader
-	if err := readHeader(o, &h); err != nil {
+	if _, err := readHeader(o, &h); err != nil {
 		return nil, err
 	}
 	// Each length alone first: their sum could overflow.

@@ -283,20 +283,22 @@ func writeHeader(w io.Writer, v any) error {
 	return err
 }
 
-func readHeader(r io.Reader, v any) error {
+// readHeader reads the framed header into v and returns how many bytes of
+// the stream it took (4 + its length).
+func readHeader(r io.Reader, v any) (int64, error) {
 	var n [4]byte
 	if _, err := io.ReadFull(r, n[:]); err != nil {
-		return fmt.Errorf("header: %w", shortIsMalformed(err))
+		return 0, fmt.Errorf("header: %w", shortIsMalformed(err))
 	}
 	size := binary.BigEndian.Uint32(n[:])
 	if size > MaxHeader {
-		return fmt.Errorf("header: %w: %d bytes", ErrTooLarge, size)
+		return 0, fmt.Errorf("header: %w: %d bytes", ErrTooLarge, size)
 	}
 	body := make([]byte, size)
 	if _, err := io.ReadFull(r, body); err != nil {
-		return fmt.Errorf("header: %w", shortIsMalformed(err))
+		return 0, fmt.Errorf("header: %w", shortIsMalformed(err))
 	}
-	return bcrypto.DecodeBody(body, v)
+	return 4 + int64(size), bcrypto.DecodeBody(body, v)
 }
 
 // shortIsMalformed: a stream that authenticated to its end but is shorter
@@ -413,17 +415,30 @@ func SealRequest(payload io.Writer, n NewRequest) ([]byte, *Request, error) {
 // copy, never from the folder), writes the attached standard input to stdin and
 // returns the call. It returns the call only once the whole stream has
 // authenticated, so nothing acts on a partial payload.
-func OpenCall(ct io.Reader, r *Request, host *bcrypto.Identity, stdin io.Writer) (*Call, error) {
+//
+// maxStdin, if not nil, gives the most standard input the call's op may
+// carry; a longer one is refused (ErrTooLarge) right after the header, before
+// any of it is written to stdin. The length is exact before it is read: the
+// pinned payload length fixes the plaintext's (SPEC §4), and the header's
+// own length is the rest.
+func OpenCall(ct io.Reader, r *Request, host *bcrypto.Identity, stdin io.Writer, maxStdin func(op string) int64) (*Call, error) {
 	o, err := bcrypto.NewOpener(ct, r.Payload.Key, host)
 	if err != nil {
 		return nil, err
 	}
 	var c Call
-	if err := readHeader(o, &c); err != nil {
+	n, err := readHeader(o, &c)
+	if err != nil {
 		return nil, fmt.Errorf("open request %s: %w", r.ID, err)
 	}
 	if err := c.check(); err != nil {
 		return nil, fmt.Errorf("open request %s: %w", r.ID, err)
+	}
+	if maxStdin != nil {
+		size := bcrypto.OpenedSize(r.Payload.Len) - n
+		if most := maxStdin(c.Op); size > most {
+			return nil, fmt.Errorf("open request %s: %w: %d bytes of standard input, op %s takes at most %d (max_stdin)", r.ID, ErrTooLarge, size, c.Op, most)
+		}
 	}
 	if stdin == nil {
 		stdin = io.Discard
@@ -532,7 +547,7 @@ func OpenOutput(ct io.Reader, r *Result, agent *bcrypto.Identity, stdout, stderr
 		return nil, err
 	}
 	var rc Receipt
-	if err := readHeader(o, &rc); err != nil {
+	if _, err := readHeader(o, &rc); err != nil {
 		return nil, fmt.Errorf("open result %s: %w", r.ID, err)
 	}
 	if rc.V != 1 || rc.ID != r.ID || rc.RequestSHA256 != r.RequestSHA256 || rc.Status != r.Status || rc.StdoutLen < 0 || rc.StderrLen < 0 {

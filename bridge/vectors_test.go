@@ -234,7 +234,7 @@ func runVector(t *testing.T, k testKeys, v *vector) string {
 			return Reason(err)
 		}
 		var stdin bytes.Buffer
-		call, err := OpenCall(bytes.NewReader(v.files["payload.b64"]), req, k.host, &stdin)
+		call, err := OpenCall(bytes.NewReader(v.files["payload.b64"]), req, k.host, &stdin, nil)
 		if err != nil {
 			return Reason(err)
 		}

@@ -302,7 +302,7 @@ func TestBundle(t *testing.T) {
 	if err != nil || !bytes.Equal(raw, signed) || !b2.Equal(b) {
 		t.Fatalf("text round trip: %v", err)
 	}
-	if len(b.Fingerprint()) != 19 || b.Fingerprint() != Fingerprint("host", id.SignKid(), id.SignPublic(), id.BoxPublic()) {
+	if len(b.Fingerprint()) != 29 || b.Fingerprint() != Fingerprint("host", id.SignKid(), id.SignPublic(), id.BoxPublic()) {
 		t.Fatalf("fingerprint %q", b.Fingerprint())
 	}
 	for _, bad := range []string{text + "=", text[:len(text)-1], strings.ToUpper(text[:6]) + text[6:], "bridge-bundle-v2:" + text[17:], text + "A"} {

@@ -247,9 +247,16 @@ func ParseBundleText(s string) (*Bundle, []byte, error) {
 	return b, raw, nil
 }
 
-// Fingerprint is the short form users compare when pairing: 80 bits of
+// fingerprintBytes is how much of the hash a fingerprint shows: 120 bits.
+// Matching one is a second preimage, but a folder writer may work against
+// every bundle it can see at once: 2^120 / T for T targets stays far out of
+// reach for any T, where 80 bits fell to 2^60 SHA-256 (GPU-years) against
+// a million (DESIGN §2).
+const fingerprintBytes = 15
+
+// Fingerprint is the short form users compare when pairing: 120 bits of
 // SHA-256(label ‖ role ‖ 0x00 ‖ id ‖ 0x00 ‖ sign_pub ‖ box_pub) in lower-case
-// base32, as four groups of four characters. It covers the party id and role
+// base32, as six groups of four characters. It covers the party id and role
 // as well as the keys, so a bundle claiming someone else's id never shows
 // that someone's fingerprint.
 func (b *Bundle) Fingerprint() string { return Fingerprint(b.Role, b.ID, b.SignPub, b.BoxPub) }
@@ -264,8 +271,12 @@ func Fingerprint(role, id string, signPub, boxPub []byte) string {
 	h.Write([]byte{0})
 	h.Write(signPub)
 	h.Write(boxPub)
-	s := strings.ToLower(base32.StdEncoding.EncodeToString(h.Sum(nil)[:10]))
-	return s[0:4] + "-" + s[4:8] + "-" + s[8:12] + "-" + s[12:16]
+	s := strings.ToLower(base32.StdEncoding.EncodeToString(h.Sum(nil)[:fingerprintBytes]))
+	groups := make([]string, 0, len(s)/4)
+	for i := 0; i < len(s); i += 4 {
+		groups = append(groups, s[i:i+4])
+	}
+	return strings.Join(groups, "-")
 }
 
 // SignKid is the kid of the bundle's signing key.

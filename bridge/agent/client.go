@@ -201,6 +201,9 @@ func (c *Client) Submit(o SubmitOptions) (*Sent, error) {
 			return nil, fmt.Errorf("submit: %w", err)
 		}
 	}
+	if o.Stdin != nil {
+		o.Stdin = c.boundStdin(o.Host, o.Op, o.Stdin)
+	}
 	now := time.Now()
 	var manifest []byte
 	var req *bridge.Request
@@ -215,6 +218,10 @@ func (c *Client) Submit(o SubmitOptions) (*Sent, error) {
 		return err
 	}, syncsafe.WithoutDirSync())
 	if err != nil {
+		var over *stdinTooLarge
+		if errors.As(err, &over) {
+			return nil, bridge.WithHint(fmt.Errorf("submit: %w", err), "`bridge ops` shows each op's max_stdin; send less, or ask the host's owner to raise it")
+		}
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil, bridge.WithHint(fmt.Errorf("submit: %w", err), "the host's directory is missing: run `bridge keys trust` for the host again, and check the folder is synced")
 		}
@@ -265,6 +272,56 @@ func (c *Client) sentUnderPublicID(host string, o SubmitOptions) (*Sent, error) 
 		return nil, fmt.Errorf("request %s: not this command", s.ID)
 	}
 	return s, nil
+}
+
+// boundStdin holds the input of a request to its op's max_stdin from the
+// host's signed catalog, so an agent learns before it sends (and before it
+// fills the folder) what the host would refuse. Without a readable catalog,
+// or for an op it does not list, the input goes as it is: the host enforces
+// the bound either way, and the catalog may be older than its policy.
+func (c *Client) boundStdin(host, op string, in io.Reader) io.Reader {
+	most := int64(-1)
+	if cat, err := c.Ops(host); err == nil {
+		for _, info := range cat.Ops {
+			if info.Name == op {
+				most = info.MaxStdin
+			}
+		}
+	}
+	if most < 0 {
+		return in
+	}
+	return &boundedReader{r: in, op: op, left: most, most: most}
+}
+
+// stdinTooLarge: the input is longer than the op takes.
+type stdinTooLarge struct {
+	op   string
+	most int64
+}
+
+func (e *stdinTooLarge) Error() string {
+	return fmt.Sprintf("standard input is larger than the %d bytes op %s takes (max_stdin in the host's catalog)", e.most, e.op)
+}
+
+// boundedReader fails once more than left bytes were read: the seal is
+// abandoned and nothing is published.
+type boundedReader struct {
+	r          io.Reader
+	op         string
+	left, most int64
+}
+
+func (b *boundedReader) Read(p []byte) (int, error) {
+	if int64(len(p)) > b.left+1 {
+		p = p[:b.left+1]
+	}
+	n, err := b.r.Read(p)
+	if int64(n) > b.left {
+		return 0, &stdinTooLarge{op: b.op, most: b.most}
+	}
+	b.left -= int64(n)
+	return n, err
 }
 
 // redeliver publishes the remembered manifest of a request again if the

@@ -75,7 +75,15 @@ func (d *Daemon) admit(j *job, in spool, mode admitMode) bool {
 	if me == nil {
 		return refuse(evRefuse, bridge.Receipt{Status: bridge.StatusRejected, Reason: "unknown-key", Detail: "sealed to a host key this host no longer keeps"})
 	}
-	call, err := bridge.OpenCall(in, j.req, me, stdin)
+	// The op's own max_stdin, checked on the exact length before any of
+	// the input is copied; the built-in ping takes none.
+	maxStdin := func(op string) int64 {
+		if op == bridge.PingOp {
+			return 0
+		}
+		return d.policy.MaxStdin(j.keys.name, op)
+	}
+	call, err := bridge.OpenCall(in, j.req, me, stdin, maxStdin)
 	if err != nil {
 		return refuse(evRefuse, bridge.Receipt{Status: bridge.StatusRejected, Reason: bridge.Reason(err), Detail: err.Error()})
 	}
@@ -108,6 +116,10 @@ func (d *Daemon) admit(j *job, in spool, mode admitMode) bool {
 		}
 	}
 	withRequestEnv(inv, j.req.ID)
+	if mode == admitApproved && !d.approvedAsShown(j, inv) {
+		return refuse(evRefuse, bridge.Receipt{Status: bridge.StatusRejected, Reason: ReasonApprovalMismatch, Op: inv.Op, PolicySHA256: d.policy.SHA256,
+			Detail: "what it would run now differs from what the human approved (the policy, a path argument's target or the program's location changed since): nothing ran; send it again to ask again"})
+	}
 	if inv.Approve && mode == admitNew {
 		return d.awaitApproval(j, inv)
 	}
@@ -427,8 +439,17 @@ func (d *Daemon) acquire(ctx context.Context, op string, limit int) func() {
 }
 
 // ping answers the built-in no-op: claimed, running and done like any op, so
-// it measures the whole pipeline except the process start.
+// it measures the whole pipeline except the process start. It counts
+// against the agent's ceilings like any op: a ping is a request the host
+// verifies, decrypts, records and answers, and an agent at its ceiling must
+// not be able to make the host do that without bound.
 func (d *Daemon) ping(j *job) bool {
+	release, over := d.reserveCeiling(j.keys.name, &policy.Invocation{Op: bridge.PingOp})
+	if over != nil {
+		d.answer(j, evRefuse, *over, nil, nil)
+		return false
+	}
+	defer release()
 	if _, err := d.step(j.key, evClaim, func(e *ledger.Entry) { e.Op, e.Idempotent = bridge.PingOp, true }); err != nil {
 		return false
 	}

@@ -27,10 +27,44 @@ import (
 // DefaultApprovalTTL is how long a request waits for a human by default.
 const DefaultApprovalTTL = time.Hour
 
+// ReasonApprovalMismatch is the reason of an approved request that was not
+// run because what it would run changed since the human was shown it.
+const ReasonApprovalMismatch = "approval-mismatch"
+
+// approvalText is what `bridge pending` shows a human about a request that
+// waits for approval, and what the approval is bound to: the rendered argv,
+// reconcile, directory, environment names, timeout, output and input caps,
+// and arguments. Environment values are not in it (they may be secrets,
+// and the ledger must not hold them); they come from the daemon's own
+// environment, not from the request.
+func approvalText(inv *policy.Invocation) string {
+	return "awaits a human's approval; it would run:\n" + strings.TrimSuffix(inv.String(), "\n")
+}
+
+// approvedAsShown reports whether an approved request would run exactly
+// what the human was shown when it was parked. Approval is a decision about
+// that text, not about the id: path arguments are resolved again (a
+// symlink may point elsewhere now), the policy may have changed across a
+// restart, a program may resolve to another file in PATH. Anything else
+// must be asked again, never run.
+func (d *Daemon) approvedAsShown(j *job, inv *policy.Invocation) bool {
+	e, err := d.ledger.Get(j.key)
+	if err != nil {
+		return false
+	}
+	if e.Reason != approvalText(inv) {
+		d.log.Warn("approved request not run: what it would run changed since it was shown", "key", j.key, "op", inv.Op)
+		d.audit.log(AuditEvent{Event: "approval-mismatch", Agent: j.agent, ID: j.req.ID, Op: inv.Op, Detail: strings.Join(inv.Argv, " ")})
+		return false
+	}
+	return true
+}
+
 // awaitApproval parks a request for a human: the ledger records what it
-// would run (shown by `bridge pending`), the agent gets a notice.
+// would run (shown by `bridge pending`, and bound to the approval by
+// approvedAsShown), the agent gets a notice.
 func (d *Daemon) awaitApproval(j *job, inv *policy.Invocation) bool {
-	what := "awaits a human's approval; it would run:\n" + strings.TrimSuffix(inv.String(), "\n")
+	what := approvalText(inv)
 	if _, err := d.step(j.key, evAwaitApproval, func(e *ledger.Entry) { e.Op, e.Reason = inv.Op, what }); err != nil {
 		d.log.Warn("await approval", "key", j.key, "err", err)
 		return false

@@ -103,8 +103,10 @@ type Daemon struct {
 	stopCtl  chan struct{} // stops the control loop
 
 	// crashAt names a durable step at which the daemon exits abruptly, as
-	// a power cut would stop it. Only the crash-injection tests set it,
-	// through BRIDGE_TEST_CRASH_AT ("step" or "step#n" for the n-th time).
+	// a power cut would stop it ("step" or "step#n" for the n-th time).
+	// Only the test binary sets it (serveForTest, from its environment's
+	// BRIDGE_TEST_CRASH_AT): a production `serve` never reads that
+	// variable, so nothing in its environment can make it exit mid-step.
 	crashAt    string
 	crashCount atomic.Int64
 
@@ -209,7 +211,6 @@ func NewDaemon(home *bridge.Home, opt DaemonOptions) (*Daemon, error) {
 	}
 	d.life, d.stopLife = context.WithCancelCause(context.Background())
 	d.cond = sync.NewCond(&d.mu)
-	d.crashAt = os.Getenv("BRIDGE_TEST_CRASH_AT")
 	return d, nil
 }
 

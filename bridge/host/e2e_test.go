@@ -75,6 +75,7 @@ func TestStdinSpools(t *testing.T) {
 [ops.cat]
 argv = ["cat"]
 max_output = "4MiB"
+max_stdin = "4MiB"
 `)
 	policy, _ := os.ReadFile(p.host.Path(bridge.PolicyName))
 	policy = bytes.Replace(policy, []byte(`ops = ["echo", "count"`), []byte(`ops = ["cat", "echo", "count"`), 1)

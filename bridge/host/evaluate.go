@@ -148,6 +148,10 @@ func (d *Daemon) evaluate(agent, id string) bool {
 	if d.expired(j, ent) || d.cancelledBefore(j) {
 		return false
 	}
+	if err := d.payloadBound(j); err != nil {
+		d.answer(j, evRefuse, bridge.Receipt{Status: bridge.StatusRejected, Reason: bridge.Reason(err), Detail: err.Error(), PolicySHA256: d.policy.SHA256}, nil, nil)
+		return false
+	}
 	in, err := d.settle(j)
 	if err != nil {
 		if ent.State == ledger.StateSeen {

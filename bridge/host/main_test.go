@@ -27,7 +27,8 @@ func TestMain(m *testing.M) {
 // serveForTest is `bridge serve` for the crash and model tests, tuned by
 // the environment: BRIDGE_TEST_DRAIN (how long the first signal drains,
 // default 5s), BRIDGE_TEST_APPROVAL_TTL, BRIDGE_TEST_PENDING_TIMEOUT,
-// BRIDGE_TEST_SKEW, and BRIDGE_TEST_EVENTS (a file
+// BRIDGE_TEST_SKEW, BRIDGE_TEST_CRASH_AT (the crash-injection step, see
+// Daemon.crashAt), and BRIDGE_TEST_EVENTS (a file
 // that gets one line per lifecycle event taken, for coverage). As the real
 // serve, a second signal kills the running ops and exits 130.
 func serveForTest(home string) int {
@@ -44,6 +45,7 @@ func serveForTest(home string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
+	d.crashAt = os.Getenv("BRIDGE_TEST_CRASH_AT")
 	if p := os.Getenv("BRIDGE_TEST_EVENTS"); p != "" {
 		f, err := os.OpenFile(p, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 		if err != nil {

@@ -2,9 +2,13 @@ package host
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"sync"
+
+	"github.com/syncbridge/bridge/bridge"
+	bcrypto "github.com/syncbridge/bridge/crypto"
 )
 
 // spool is the host's private scratch copy of a payload, or of the stdin an
@@ -23,6 +27,20 @@ type spool interface {
 // memSpoolMax is the largest payload kept in memory: the evaluation queue
 // and the runs in flight bound how many exist at once.
 const memSpoolMax = 256 << 10
+
+// payloadBound refuses, before anything is copied into a spool, a payload
+// longer than any call this agent may make: a header at its largest and the
+// most standard input any of its ops takes (max_stdin). Which op a request
+// asks for is sealed inside it; admit holds the stdin to that op's own bound
+// once the header is open, still before copying it.
+func (d *Daemon) payloadBound(j *job) error {
+	most := 4 + bridge.MaxHeader + d.policy.MaxStdin(j.keys.name, "")
+	if size := bcrypto.OpenedSize(j.req.Payload.Len); size > most {
+		return fmt.Errorf("%w: the payload holds %d bytes; this agent may send at most %d (a call header and the largest max_stdin of its ops)",
+			bridge.ErrTooLarge, size, most)
+	}
+	return nil
+}
 
 func (d *Daemon) newSpool(id, ext string, size int64) (spool, error) {
 	if size >= 0 && size <= memSpoolMax {

@@ -14,6 +14,8 @@ const (
 	maxTimeout         = 24 * time.Hour
 	defaultMaxOutput   = 4 << 20
 	maxMaxOutput       = 256 << 20
+	defaultMaxStdin    = 1 << 20
+	maxMaxStdin        = 4 << 30 // the largest payload a request may pin
 	defaultMaxLen      = 256
 	maxMaxLen          = 4096
 	defaultConcurrency = 1
@@ -62,6 +64,7 @@ type op struct {
 	dir         string
 	timeout     time.Duration
 	maxOutput   int64
+	maxStdin    int64    // bytes of standard input a request may carry; 0: none
 	env         []string // names passed from the daemon's environment, sorted
 	setEnv      map[string]string
 	idempotent  bool
@@ -81,7 +84,9 @@ type arg struct {
 	patternSrc  string
 	pattern     *regexp.Regexp // anchored
 	maxLen      int
-	allowDash   bool
+	allowDash   bool // a leading '-' (an option) is allowed
+	allowAt     bool // a leading '@' (a response file to gcc, javac, ld) is allowed
+	allowPlus   bool // a leading '+' (a forced refspec to git push) is allowed
 	min, max    *int64
 	values      []string
 	root        string
@@ -97,6 +102,7 @@ func (b *builder) build(d *fileDoc) *Policy {
 
 	defTimeout := defaultTimeout
 	defMaxOutput := int64(defaultMaxOutput)
+	defMaxStdin := int64(defaultMaxStdin)
 	var defEnv []string
 	if d.Defaults != nil {
 		if d.Defaults.Timeout != nil {
@@ -104,6 +110,9 @@ func (b *builder) build(d *fileDoc) *Policy {
 		}
 		if d.Defaults.MaxOutput != nil {
 			defMaxOutput = b.size([]string{"defaults", "max_output"}, d.Defaults.MaxOutput)
+		}
+		if d.Defaults.MaxStdin != nil {
+			defMaxStdin = b.stdinSize([]string{"defaults", "max_stdin"}, d.Defaults.MaxStdin)
 		}
 		if d.Defaults.Env != nil {
 			defEnv = b.envNames([]string{"defaults", "env"}, *d.Defaults.Env)
@@ -122,6 +131,10 @@ func (b *builder) build(d *fileDoc) *Policy {
 			continue
 		}
 		o := b.op(name, od, defTimeout, defMaxOutput, defEnv)
+		o.maxStdin = defMaxStdin
+		if od.MaxStdin != nil {
+			o.maxStdin = b.stdinSize(append(at, "max_stdin"), od.MaxStdin)
+		}
 		if approveWrites && od.Approve == nil && o.scope == "write" {
 			o.approve = true // a mutating op waits for a human unless it says otherwise
 		}
@@ -306,6 +319,8 @@ func (b *builder) arg(at []string, name string, d *argDoc) *arg {
 	misplaced("pattern", d.Pattern != nil, typeString)
 	misplaced("max_len", d.MaxLen != nil, typeString)
 	misplaced("allow_dash", d.AllowDash != nil, typeString)
+	misplaced("allow_at", d.AllowAt != nil, typeString)
+	misplaced("allow_plus", d.AllowPlus != nil, typeString)
 	misplaced("min", d.Min != nil, typeInt)
 	misplaced("max", d.Max != nil, typeInt)
 	misplaced("values", d.Values != nil, typeEnum)
@@ -326,6 +341,12 @@ func (b *builder) arg(at []string, name string, d *argDoc) *arg {
 		}
 		if d.AllowDash != nil {
 			a.allowDash = *d.AllowDash
+		}
+		if d.AllowAt != nil {
+			a.allowAt = *d.AllowAt
+		}
+		if d.AllowPlus != nil {
+			a.allowPlus = *d.AllowPlus
 		}
 		if d.Pattern != nil {
 			a.patternSrc = *d.Pattern

@@ -18,6 +18,7 @@ type OpInfo struct {
 	Idempotent  bool      `json:"idempotent"`
 	Timeout     string    `json:"timeout"`
 	MaxOutput   int64     `json:"max_output"`
+	MaxStdin    int64     `json:"max_stdin"` // bytes of standard input a request may carry; 0: none
 	Args        []ArgInfo `json:"args"`
 }
 
@@ -31,6 +32,8 @@ type ArgInfo struct {
 	Pattern     string   `json:"pattern,omitempty"` // as written; matched against the whole value
 	MaxLen      int      `json:"max_len,omitempty"`
 	AllowDash   bool     `json:"allow_dash,omitempty"`
+	AllowAt     bool     `json:"allow_at,omitempty"`
+	AllowPlus   bool     `json:"allow_plus,omitempty"`
 	Min         *int64   `json:"min,omitempty"`
 	Max         *int64   `json:"max,omitempty"`
 	Values      []string `json:"values,omitempty"`
@@ -51,6 +54,7 @@ func (p *Policy) Catalog() []OpInfo {
 			Idempotent:  o.idempotent,
 			Timeout:     o.timeout.String(),
 			MaxOutput:   o.maxOutput,
+			MaxStdin:    o.maxStdin,
 			Args:        []ArgInfo{},
 		}
 		for _, an := range sortedKeys(o.args) {
@@ -63,6 +67,8 @@ func (p *Policy) Catalog() []OpInfo {
 				Pattern:     a.patternSrc,
 				MaxLen:      a.maxLen,
 				AllowDash:   a.allowDash,
+				AllowAt:     a.allowAt,
+				AllowPlus:   a.allowPlus,
 				Min:         a.min,
 				Max:         a.max,
 				Values:      append([]string(nil), a.values...),
@@ -120,6 +126,7 @@ func (p *Policy) Explain(opName string) (string, error) {
 	}
 	line("timeout", o.timeout.String())
 	line("max_output", strconv.FormatInt(o.maxOutput, 10))
+	line("max_stdin", strconv.FormatInt(o.maxStdin, 10))
 	line("scope", o.scope)
 	line("idempotent", strconv.FormatBool(o.idempotent))
 	line("approve", strconv.FormatBool(o.approve))
@@ -154,6 +161,12 @@ func (p *Policy) Explain(opName string) (string, error) {
 			d = append(d, "max_len="+strconv.Itoa(a.maxLen))
 			if a.allowDash {
 				d = append(d, "allow_dash")
+			}
+			if a.allowAt {
+				d = append(d, "allow_at")
+			}
+			if a.allowPlus {
+				d = append(d, "allow_plus")
 			}
 		case typeInt:
 			d = append(d, "min="+strconv.FormatInt(*a.min, 10))
@@ -192,6 +205,7 @@ func (inv *Invocation) String() string {
 	line("env", strings.Join(names, " "))
 	line("timeout", inv.Timeout.String())
 	line("max_output", strconv.FormatInt(inv.MaxOutput, 10))
+	line("max_stdin", strconv.FormatInt(inv.MaxStdin, 10))
 	line("scope", inv.Scope)
 	line("idempotent", strconv.FormatBool(inv.Idempotent))
 	line("approve", strconv.FormatBool(inv.Approve))

@@ -23,7 +23,8 @@
 //
 //	version = 1                     optional; no other version exists
 //	[defaults]                      optional; applies to ops that do not set the key
-//	  timeout, max_output, env      as for ops
+//	  timeout, max_output,          as for ops
+//	  max_stdin, env
 //	  approve_writes                bool, default false: every op of scope "write"
 //	                                waits for `bridge approve` unless it sets approve
 //	[ops.NAME]                      NAME: [a-z0-9][a-z0-9._-]{0,63}
@@ -42,12 +43,23 @@
 //	             are reserved variables; {{ and }} are literal braces; any other
 //	             brace, or a reference to an undeclared argument, is a load
 //	             error. An element naming an optional argument that the request
-//	             omitted (no default) is dropped whole.
+//	             omitted (no default) is dropped whole. Such an element may not
+//	             follow one that starts with "-" (other than "--" and forms
+//	             holding their value, "--name=value"): dropped, it would let
+//	             the next value slide into the option's slot (["curl", "-o",
+//	             "{out}", "{url}"] would run "curl -o URL"). Write the option
+//	             and its value as one element ("-o{out}", "--output={out}"),
+//	             give the argument a default, or make it required; the load
+//	             error says so.
 //	dir          working directory; "~" and "~/..." expand to the daemon's home
 //	             at load time; must be absolute; default "~".
 //	timeout      Go duration string, > 0, at most 24h; default 10m.
 //	max_output   size: "1000000", "512KiB", "4MiB", "1GiB", "10MB", "10KB" or an
 //	             integer; > 0, at most 256MiB; default 4MiB.
+//	max_stdin    size as for max_output: the most standard input a request
+//	             may carry; 0 means none; at most 4GiB; default 1MiB. The
+//	             host refuses a larger request (reason too-large) before it
+//	             copies its input, and the catalog shows the bound.
 //	env          array of variable names passed from the daemon's environment
 //	             (only those set there). Replaces defaults.env. Default: none.
 //	set_env      table NAME = "value" fixed by the policy author. A name may
@@ -97,7 +109,8 @@
 //	default      a value of the argument's own TOML type (integer for int,
 //	             boolean for bool, string otherwise) that passes its own checks
 //	string:      pattern (Go RE2, anchored as ^(?:pattern)$), max_len (bytes,
-//	             1..4096, default 256), allow_dash (bool, default false)
+//	             1..4096, default 256), allow_dash, allow_at, allow_plus
+//	             (bools, default false: see the leading-character rule)
 //	int:         min (default 0), max (default none)
 //	enum:        values (non-empty array of distinct printable strings)
 //	path:        root (absolute or ~, required), must_exist (bool)
@@ -107,8 +120,11 @@
 // Values arrive as strings and are checked at Render:
 //
 //   - string: valid UTF-8; no NUL, line break, other control character or
-//     bidirectional control; at most max_len bytes; no leading "-" unless
-//     allow_dash; full match of pattern.
+//     bidirectional control; at most max_len bytes; full match of pattern;
+//     and the leading-character rule: no leading "-" (an option) unless
+//     allow_dash, "@" (a file of more arguments to gcc, javac, ld, ...)
+//     unless allow_at, "+" (a forced ref to git push, an option to some
+//     tools) unless allow_plus.
 //   - int: canonical decimal -?(0|[1-9][0-9]*) ("-0", "+1", "007", "1e3",
 //     " 1" refused), fits int64, within min..max.
 //   - bool: exactly "true" or "false".
@@ -123,12 +139,15 @@
 //
 // The policy is the security boundary between the synced folder and the host.
 // It must live outside the folder; [Load] refuses a file that is not regular,
-// is writable by any user, or is larger than 1 MiB. The request supplies only
+// is larger than 1 MiB or, on Unix, that group or others may write, or that
+// sits in a directory they may write (the error names the chmod). The request supplies only
 // argument values: never the program, the working directory, the environment,
 // the timeout or the limits. No shell is involved anywhere: a value is placed
 // inside exactly one argv element, so $(...), backticks, ; and spaces are
-// plain bytes. Options smuggled as values ("--upload-pack=...") are refused by
-// the leading-dash rule, and int minimums default to 0 for the same reason.
+// plain bytes. Options smuggled as values ("--upload-pack=...", "@args",
+// "+main") are refused by the leading-character rule, int minimums default to
+// 0 for the same reason, and an omitted optional argument can never move
+// another value into an option's slot (see argv).
 // Agents list ops explicitly, so adding an op never widens an existing agent.
 // Path confinement checks the filesystem as it is at Render time; a process
 // that can change the tree under root between the check and the op's use can

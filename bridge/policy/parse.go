@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"regexp"
 	"runtime"
 	"sort"
@@ -39,6 +40,7 @@ type fileDoc struct {
 type defaultsDoc struct {
 	Timeout   *string   `toml:"timeout"`
 	MaxOutput any       `toml:"max_output"`
+	MaxStdin  any       `toml:"max_stdin"`
 	Env       *[]string `toml:"env"`
 	// ApproveWrites makes every op of scope "write" wait for a human's
 	// approval unless the op sets approve itself.
@@ -50,6 +52,7 @@ type opDoc struct {
 	Dir         *string            `toml:"dir"`
 	Timeout     *string            `toml:"timeout"`
 	MaxOutput   any                `toml:"max_output"`
+	MaxStdin    any                `toml:"max_stdin"`
 	Env         *[]string          `toml:"env"`
 	SetEnv      map[string]string  `toml:"set_env"`
 	Idempotent  *bool              `toml:"idempotent"`
@@ -74,6 +77,8 @@ type argDoc struct {
 	Pattern     *string   `toml:"pattern"`
 	MaxLen      *int64    `toml:"max_len"`
 	AllowDash   *bool     `toml:"allow_dash"`
+	AllowAt     *bool     `toml:"allow_at"`
+	AllowPlus   *bool     `toml:"allow_plus"`
 	Min         *int64    `toml:"min"`
 	Max         *int64    `toml:"max"`
 	Values      *[]string `toml:"values"`
@@ -92,15 +97,16 @@ type agentDoc struct {
 // Known keys per table, for "did you mean" hints on unknown keys.
 var (
 	topKeys      = []string{"version", "defaults", "ops", "agents", "redact"}
-	defaultsKeys = []string{"timeout", "max_output", "env", "approve_writes"}
-	opKeys       = []string{"argv", "dir", "timeout", "max_output", "env", "set_env", "idempotent", "approve", "concurrency", "description", "scope", "reconcile", "args", "cpu", "memory", "open_files", "processes"}
-	argKeys      = []string{"type", "description", "required", "default", "pattern", "max_len", "allow_dash", "min", "max", "values", "root", "must_exist"}
+	defaultsKeys = []string{"timeout", "max_output", "max_stdin", "env", "approve_writes"}
+	opKeys       = []string{"argv", "dir", "timeout", "max_output", "max_stdin", "env", "set_env", "idempotent", "approve", "concurrency", "description", "scope", "reconcile", "args", "cpu", "memory", "open_files", "processes"}
+	argKeys      = []string{"type", "description", "required", "default", "pattern", "max_len", "allow_dash", "allow_at", "allow_plus", "min", "max", "values", "root", "must_exist"}
 	agentKeys    = []string{"ops", "max_concurrent", "max_runs_per_hour", "max_cpu_seconds_per_day"}
 )
 
 // Load reads and parses the policy file at path. The file must be a regular
-// file of at most 1 MiB and, on Unix, not writable by others: whoever can write
-// the policy decides what agents may run.
+// file of at most 1 MiB and, on Unix, neither it nor its directory may be
+// writable by group or others: whoever can write the policy, or replace it
+// in its directory, decides what agents may run.
 func Load(path string) (*Policy, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -114,8 +120,8 @@ func Load(path string) (*Policy, error) {
 	if !fi.Mode().IsRegular() {
 		return nil, &PolicyError{File: path, Msg: "not a regular file", Hint: "point --policy at a plain TOML file"}
 	}
-	if runtime.GOOS != "windows" && fi.Mode().Perm()&0o002 != 0 {
-		return nil, &PolicyError{File: path, Msg: "writable by any user", Hint: "chmod o-w " + path + ": the policy decides what agents may run"}
+	if err := checkWritable(path, fi); err != nil {
+		return nil, err
 	}
 	data, err := io.ReadAll(io.LimitReader(f, maxPolicySize+1))
 	if err != nil {
@@ -125,6 +131,31 @@ func Load(path string) (*Policy, error) {
 		return nil, &PolicyError{File: path, Msg: "larger than 1 MiB", Hint: "a policy is a short hand-written file"}
 	}
 	return Parse(path, data)
+}
+
+// checkWritable refuses a policy file, or a directory holding it, that
+// group or others may write. Group counts too: a group is other people as
+// far as the policy is concerned, and a shared group is how a second
+// account usually gets write access by accident. Windows has no such mode
+// bits (ACLs decide), so the check is Unix only.
+func checkWritable(path string, fi os.FileInfo) error {
+	if runtime.GOOS == "windows" {
+		return nil
+	}
+	if m := fi.Mode().Perm(); m&0o022 != 0 {
+		return &PolicyError{File: path, Msg: fmt.Sprintf("writable by group or others (mode %o)", m),
+			Hint: "chmod 600 " + path + ": the policy decides what agents may run"}
+	}
+	dir := filepath.Dir(path)
+	di, err := os.Stat(dir)
+	if err != nil {
+		return fmt.Errorf("load policy: %w", err)
+	}
+	if m := di.Mode().Perm(); m&0o022 != 0 {
+		return &PolicyError{File: path, Msg: fmt.Sprintf("its directory %s is writable by group or others (mode %o)", dir, m),
+			Hint: "chmod 700 " + dir + ", or keep the policy in the home: whoever can write the directory can replace the policy"}
+	}
+	return nil
 }
 
 // Parse parses a policy from data; name is used in error messages. Errors are
@@ -234,7 +265,7 @@ func typeHint(key []string) string {
 		return `an array of strings such as ["debug", "release"]`
 	case "concurrency", "max_len", "min", "max", "version", "open_files", "processes", "max_concurrent", "max_runs_per_hour", "max_cpu_seconds_per_day":
 		return "a whole number without quotes"
-	case "idempotent", "approve", "required", "must_exist", "allow_dash", "enabled":
+	case "idempotent", "approve", "required", "must_exist", "allow_dash", "allow_at", "allow_plus", "enabled":
 		return "true or false without quotes"
 	case "dir", "root":
 		return `an absolute path or "~/..." in quotes`

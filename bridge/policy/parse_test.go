@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -27,7 +28,7 @@ func TestParseErrors(t *testing.T) {
 		{"unknown top key", "bogus = 1\n" + ok, 1, "bogus", "unknown key", "valid keys here: version, defaults, ops, agents"},
 		{"unknown op key typo", "[ops.t]\nargv = [\"/bin/true\"]\ntimout = \"1m\"\n", 3, "ops.t.timout", "unknown key", `did you mean "timeout"?`},
 		{"unknown arg key typo", "[ops.t]\nargv = [\"/bin/echo\", \"{a}\"]\n[ops.t.args.a]\ntype = \"string\"\npatern = \"x\"\n", 5, "ops.t.args.a.patern", "unknown key", `did you mean "pattern"?`},
-		{"unknown defaults key", "[defaults]\ncwd = \"/\"\n" + ok, 2, "defaults.cwd", "unknown key", "valid keys here: timeout, max_output, env"},
+		{"unknown defaults key", "[defaults]\ncwd = \"/\"\n" + ok, 2, "defaults.cwd", "unknown key", "valid keys here: timeout, max_output, max_stdin, env"},
 		{"unknown agent key", ok + "[agents.a]\nops = [\"t\"]\nop = [\"t\"]\n", 5, "agents.a.op", "unknown key", `did you mean "ops"?`},
 		{"timeout as integer", "[ops.t]\nargv = [\"/bin/true\"]\ntimeout = 600\n", 3, "ops.t.timeout", "wrong type: got an integer, want a string", "Go duration"},
 		{"argv as string", "[ops.t]\nargv = \"/bin/true\"\n", 2, "ops.t.argv", "wrong type: got a string, want an array of strings", "array of strings"},
@@ -285,7 +286,7 @@ func TestExampleFile(t *testing.T) {
 	// them all.
 	for _, k := range []string{"version", "[defaults]", "timeout", "max_output", "env", "argv", "dir", "set_env",
 		"idempotent", "approve", "concurrency", "description", "scope", "reconcile", "type", "required", "default",
-		"pattern", "max_len", "allow_dash", "min", "max", "values", "root", "must_exist", "[agents.", "ops",
+		"pattern", "max_len", "allow_dash", "allow_at", "allow_plus", "max_stdin", "min", "max", "values", "root", "must_exist", "[agents.", "ops",
 		"cpu", "memory", "open_files", "processes", "max_concurrent", "max_runs_per_hour", "max_cpu_seconds_per_day",
 		"[redact]", "enabled", "patterns"} {
 		if !strings.Contains(string(data), "\n"+k) && !strings.Contains(string(data), "\n"+k+" ") {
@@ -313,7 +314,8 @@ func TestLoadRefuses(t *testing.T) {
 	if err := os.Chmod(ww, 0o602); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := policy.Load(ww); err == nil || !strings.Contains(err.Error(), "writable by any user") {
+	if _, err := policy.Load(ww); err == nil || !strings.Contains(err.Error(), "writable by group or others (mode 602)") ||
+		!strings.Contains(err.Error(), "chmod 600 "+ww) {
 		t.Errorf("world-writable: %v", err)
 	}
 	if _, err := policy.Load(dir); err == nil || !strings.Contains(err.Error(), "not a regular file") {
@@ -335,6 +337,56 @@ func TestLoadRefuses(t *testing.T) {
 	}
 	if _, err := policy.Load(fine); err != nil {
 		t.Errorf("fine: %v", err)
+	}
+}
+
+// A policy that group members can write, or that sits in a directory they
+// (or anyone) can write, is refused with the chmod that fixes it: whoever
+// can change or replace the file decides what agents may run.
+func TestLoadRefusesGroupWritable(t *testing.T) {
+	if runtime.GOOS == "windows" {
+		t.Skip("Unix mode bits")
+	}
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "policy.toml")
+	if err := os.WriteFile(path, []byte(ok), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := policy.Load(path); err != nil {
+		t.Fatalf("0600 in a 0700 directory: %v", err)
+	}
+	if err := os.Chmod(path, 0o620); err != nil {
+		t.Fatal(err)
+	}
+	_, err := policy.Load(path)
+	var pe *policy.PolicyError
+	if !errors.As(err, &pe) || pe.Msg != "writable by group or others (mode 620)" || !strings.HasPrefix(pe.Hint, "chmod 600 "+path) {
+		t.Errorf("group-writable file: %v", err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, mode := range []os.FileMode{0o770, 0o777, 0o1777} {
+		if err := os.Chmod(dir, mode); err != nil {
+			t.Fatal(err)
+		}
+		_, err := policy.Load(path)
+		if !errors.As(err, &pe) || !strings.Contains(pe.Msg, "its directory "+dir+" is writable by group or others") || !strings.HasPrefix(pe.Hint, "chmod 700 "+dir) {
+			t.Errorf("directory mode %o: %v", mode, err)
+		}
+	}
+	// Readable by the group is fine: it cannot change what runs.
+	if err := os.Chmod(dir, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(path, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := policy.Load(path); err != nil {
+		t.Errorf("0640 in a 0750 directory: %v", err)
 	}
 }
 

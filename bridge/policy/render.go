@@ -39,6 +39,7 @@ type Invocation struct {
 	Env         []string // "K=V", sorted: named vars found via RenderContext.Env, plus set_env
 	Timeout     time.Duration
 	MaxOutput   int64
+	MaxStdin    int64 // bytes of standard input the request may carry; 0: none
 	Idempotent  bool
 	Approve     bool
 	Scope       string
@@ -65,6 +66,22 @@ func (p *Policy) Allowed(agent, op string) error {
 		}
 	}
 	return fmt.Errorf("%w: op %q not allowed for agent %q", ErrNotAllowed, op, agent)
+}
+
+// MaxStdin is the most standard input, in bytes, that agent may send with a
+// request for op: the op's max_stdin when agent may run it, otherwise the
+// largest max_stdin of any op agent may run (0 for an unknown agent). The
+// second form bounds a request before its op is known, or one for an op
+// the agent may not run, which the policy refuses anyway.
+func (p *Policy) MaxStdin(agent, op string) int64 {
+	if p.Allowed(agent, op) == nil {
+		return p.ops[op].maxStdin
+	}
+	var most int64
+	for _, name := range p.agents[agent] {
+		most = max(most, p.ops[name].maxStdin)
+	}
+	return most
 }
 
 // Render checks that agent may run op, validates args against the op's schema
@@ -147,6 +164,7 @@ func (p *Policy) Render(agent, opName string, args map[string]string, ctx Render
 		Dir:         o.dir,
 		Timeout:     o.timeout,
 		MaxOutput:   o.maxOutput,
+		MaxStdin:    o.maxStdin,
 		Idempotent:  o.idempotent,
 		Approve:     o.approve,
 		Scope:       o.scope,
@@ -254,8 +272,8 @@ func (a *arg) checkStatic(v string) (string, string) {
 		if r := badText(v); r != "" {
 			return "", r
 		}
-		if strings.HasPrefix(v, "-") && !a.allowDash {
-			return "", "starts with '-' and could be read as an option"
+		if r := a.leading(v); r != "" {
+			return "", r
 		}
 		if len(v) > a.maxLen {
 			return "", fmt.Sprintf("longer than %d bytes", a.maxLen)
@@ -312,6 +330,24 @@ func (a *arg) checkStatic(v string) (string, string) {
 		return c, ""
 	}
 	return "", "unknown type"
+}
+
+// leading explains why a string value may not start as it does: a program
+// reads a leading '-' as an option, '@' as a file of more arguments (gcc,
+// javac, ld and many others), '+' as a forced refspec (git push +main) or an
+// option of its own (sort +1, more). The value may stand anywhere in its
+// element, but is refused wherever it is used: one rule, the same in every
+// template. "" means fine.
+func (a *arg) leading(v string) string {
+	switch {
+	case strings.HasPrefix(v, "-") && !a.allowDash:
+		return "starts with '-' and could be read as an option (the policy's allow_dash permits it)"
+	case strings.HasPrefix(v, "@") && !a.allowAt:
+		return "starts with '@' and could be read as a file of more arguments (the policy's allow_at permits it)"
+	case strings.HasPrefix(v, "+") && !a.allowPlus:
+		return "starts with '+' and could be read as a forced ref or an option (the policy's allow_plus permits it)"
+	}
+	return ""
 }
 
 // check is checkStatic plus, for paths, confinement on the real filesystem.

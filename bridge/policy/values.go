@@ -100,7 +100,59 @@ func (b *builder) argv(at []string, elems []string, declared map[string]*argDoc,
 		}
 		out = append(out, t)
 	}
+	for i := 2; i < len(out); i++ {
+		b.checkSlide(at, out, i, declared)
+	}
 	return out
+}
+
+// checkSlide refuses an element that an omitted argument drops right after
+// an element that looks like an option. Render leaves out an element naming
+// an optional argument the request did not give (and that has no default),
+// so in ["curl", "-o", "{out}", "{url}"] the value after it would slide into
+// the option's slot: "curl -o URL", writing where the agent named the URL.
+// Which options take a value is the program's business, not the policy's,
+// so every element starting with '-' counts, except "--" (the end of
+// options) and "--name=value" / "-Dname=value" forms, which hold their
+// value already. The fix is an element that holds option and value both,
+// which is dropped whole.
+func (b *builder) checkSlide(at []string, ts []tmpl, i int, declared map[string]*argDoc) {
+	opt, ok := optionLike(ts[i-1])
+	if !ok {
+		return
+	}
+	for _, s := range ts[i] {
+		if s.ref == "" || !droppable(declared[s.ref]) {
+			continue
+		}
+		joined := opt + "{" + s.ref + "}"
+		if strings.HasPrefix(opt, "--") {
+			joined = opt + "={" + s.ref + "}"
+		}
+		b.errAt(at, fmt.Sprintf("write the option and its value as one element (%q), give %s a default, or make it required", joined, s.ref),
+			"element %d %q is left out when the optional argument %s is not given, and the next element would take its place as the value of %q",
+			i, ts[i].String(), s.ref, opt)
+		return
+	}
+}
+
+// optionLike reports whether a rendered element may be an option that takes
+// the next element as its value, and returns its literal start.
+func optionLike(t tmpl) (string, bool) {
+	if len(t) == 0 || t[0].ref != "" || !strings.HasPrefix(t[0].lit, "-") {
+		return "", false
+	}
+	s := t.String()
+	if s == "--" || strings.Contains(s, "=") {
+		return "", false
+	}
+	return s, true
+}
+
+// droppable reports whether an argument may be absent from a request with
+// no default to stand in for it: then Render drops the elements naming it.
+func droppable(d *argDoc) bool {
+	return d != nil && d.Required != nil && !*d.Required && d.Default == nil
 }
 
 // absPath expands ~ and requires an absolute, clean path.
@@ -168,6 +220,33 @@ func (b *builder) size(at []string, v any) int64 {
 		return n
 	}
 	return defaultMaxOutput
+}
+
+// stdinSize reads max_stdin: a size as for max_output, where 0 means the
+// op takes no standard input at all.
+func (b *builder) stdinSize(at []string, v any) int64 {
+	var n int64
+	var err error
+	switch x := v.(type) {
+	case int64:
+		n = x
+	case string:
+		n, err = parseSize(x)
+	default:
+		b.errAt(at, `a size such as "1MiB", "64KiB" or 0 for no input`, "want a size, got %s", tomlTypeOf(v))
+		return defaultMaxStdin
+	}
+	switch {
+	case err != nil:
+		b.errAt(at, `a size such as "1MiB", "64KiB", "10MB" or 0 for no input`, "%v", err)
+	case n < 0:
+		b.errAt(at, "0 (no input) or a positive size", "max_stdin must not be negative")
+	case n > maxMaxStdin:
+		b.errAt(at, "at most 4GiB, the largest payload a request may carry", "max_stdin %d is too large", n)
+	default:
+		return n
+	}
+	return defaultMaxStdin
 }
 
 var sizeUnits = map[string]int64{

@@ -194,6 +194,11 @@ func (c *OpsCmd) Run(g *Globals) error {
 			g.printf(" — %s", op.Description)
 		}
 		g.printf("\n")
+		if op.MaxStdin == 0 {
+			g.printf("    (no standard input)\n")
+		} else {
+			g.printf("    (standard input: at most %d bytes)\n", op.MaxStdin)
+		}
 		for _, a := range op.Args {
 			req := "optional"
 			if a.Required {

@@ -243,7 +243,7 @@ func (c *PairCmd) Run(g *Globals) error {
 	if fp == "" {
 		if !isTerminal(g.stdin) {
 			return &codeError{code: exitUsage, err: withHintf(errors.New("pair: no --fingerprint and no terminal to ask on"),
-				"run `bridge keys export` on the other side and pass what it shows: --fingerprint %s", "xxxx-xxxx-xxxx-xxxx")}
+				"run `bridge keys export` on the other side and pass what it shows: --fingerprint %s", "xxxx-xxxx-xxxx-xxxx-xxxx-xxxx")}
 		}
 		fmt.Fprintf(g.stderr, "Type the fingerprint the other side shows (bridge keys export): ")
 		line, _ := bufio.NewReader(g.stdin).ReadString('\n')

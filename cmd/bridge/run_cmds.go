@@ -319,6 +319,8 @@ func hintFor(rc *bridge.Receipt, agent string) string {
 		return "it never started, so a retry is safe once the host is fixed (the detail says what is missing)"
 	case rc.Reason == "denied":
 		return "a human on the host refused it (the detail may say why); do not send it again unchanged"
+	case rc.Reason == host.ReasonApprovalMismatch:
+		return "what it would run changed on the host after a human saw it, so it did not run; send it again to ask again"
 	case rc.Reason == "approval-expired":
 		return "nobody on the host approved it in time; send it again when someone can (`bridge pending` on the host lists what waits)"
 	case rc.Status == bridge.StatusExpired:
@@ -333,6 +335,8 @@ func hintFor(rc *bridge.Receipt, agent string) string {
 		return "run `bridge ops` to see what this agent may run; the host's policy decides"
 	case "bad-argument":
 		return "run `bridge ops` to see each argument's type and pattern"
+	case "too-large":
+		return "run `bridge ops` to see how much standard input each op takes (max_stdin)"
 	case "incomplete":
 		return "the payload never arrived complete; check the sync client, then run the command again"
 	case host.ReasonCeiling:

@@ -1,0 +1,245 @@
+package host
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/syncbridge/bridge/bridge"
+	"github.com/syncbridge/bridge/bridge/agent"
+	"github.com/syncbridge/bridge/bridge/ledger"
+)
+
+// Tests for the hardening of issue 13: bounds and bindings the policy sets,
+// enforced on the real pipeline (a daemon and an agent sharing a folder).
+
+// Each op bounds the standard input a request may carry (max_stdin): a
+// request over its op's bound is refused too-large before its input is
+// copied, one over every bound of its agent before its payload is even
+// spooled, and the built-in ping takes none. The catalog shows the bounds,
+// and the agent holds its input to them before it sends.
+func TestStdinBoundedByPolicy(t *testing.T) {
+	p := newPair(t, `
+[ops.cat]
+argv = ["cat"]
+env = ["PATH"]
+max_stdin = "1KiB"
+[ops.big]
+argv = ["cat"]
+env = ["PATH"]
+max_stdin = "64KiB"
+[ops.plain]
+argv = ["wc", "-c"]
+env = ["PATH"]
+[agents.cloud-1]
+ops = ["cat", "big", "plain"]
+`)
+	input := func(n int) *bytes.Reader { return bytes.NewReader(bytes.Repeat([]byte("x"), n)) }
+	// Sent before the host published its catalog: the agent cannot check,
+	// so the host's own checks decide.
+	sent := map[string]string{}
+	for _, c := range []struct {
+		name, op string
+		n        int
+	}{
+		{"cat 1 KiB", "cat", 1024},
+		{"cat 1 KiB + 1", "cat", 1025},
+		{"big 1 MiB + 128 KiB", "big", 1<<20 + 128<<10},
+		{"big 64 KiB", "big", 64 << 10},
+		{"plain 1 MiB", "plain", 1 << 20},
+		{"plain 1 MiB + 1", "plain", 1<<20 + 1},
+		{"ping 1", bridge.PingOp, 1},
+		{"ping 0", bridge.PingOp, 0},
+	} {
+		s, err := p.client.Submit(agent.SubmitOptions{Op: c.op, TTL: time.Hour, Stdin: input(c.n)})
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		sent[c.name] = s.ID
+	}
+	p.start(t, nil)
+	tooLarge := func(name, detail string) {
+		t.Helper()
+		out := p.wait(t, sent[name])
+		if rc := out.Receipt; rc.Status != bridge.StatusRejected || rc.Reason != "too-large" || !strings.Contains(rc.Detail, detail) {
+			t.Errorf("%s: %s (%s) %q, want rejected too-large naming %q", name, rc.Status, rc.Reason, rc.Detail, detail)
+		}
+		if len(out.Stdout) != 0 {
+			t.Errorf("%s: the op ran: %q", name, out.Stdout)
+		}
+	}
+	done := func(name, stdout string) {
+		t.Helper()
+		out := p.wait(t, sent[name])
+		if out.Receipt.Status != bridge.StatusDone || strings.TrimSpace(string(out.Stdout)) != stdout {
+			t.Errorf("%s: %s (%s) %.40q, want done %.40q", name, out.Receipt.Status, out.Receipt.Reason, out.Stdout, stdout)
+		}
+	}
+	done("cat 1 KiB", strings.Repeat("x", 1024))
+	// Within what the agent may send at all, over what this op takes: the
+	// header tells, and the input is not copied.
+	tooLarge("cat 1 KiB + 1", "1025 bytes of standard input, op cat takes at most 1024 (max_stdin)")
+	// Over every op of the agent (1 MiB, plain's default, is the most):
+	// refused from the manifest's pinned length, before the payload is
+	// spooled.
+	tooLarge("big 1 MiB + 128 KiB", "this agent may send at most 1114116")
+	done("big 64 KiB", strings.Repeat("x", 64<<10))
+	// The default is 1 MiB.
+	done("plain 1 MiB", "1048576")
+	tooLarge("plain 1 MiB + 1", "op plain takes at most 1048576")
+	// The no-op takes no input at all.
+	tooLarge("ping 1", "op bridge.ping takes at most 0")
+	done("ping 0", "pong")
+	if left, _ := filepath.Glob(p.host.Path("spool", "*")); len(left) != 0 {
+		t.Errorf("spool files left: %v", left)
+	}
+
+	cat, err := p.client.Ops("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int64{}
+	for _, op := range cat.Ops {
+		got[op.Name] = op.MaxStdin
+	}
+	if want := map[string]int64{"cat": 1 << 10, "big": 64 << 10, "plain": 1 << 20}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("catalog max_stdin %v, want %v", got, want)
+	}
+	// With the catalog in place the agent refuses by itself, and publishes
+	// nothing.
+	before, _ := filepath.Glob(filepath.Join(p.folder, bridge.ToHostDir(p.host.Config.ID, p.agent.Config.ID), "*.payload"))
+	for op, n := range map[string]int{"cat": 1025, "big": 64<<10 + 1} {
+		_, err := p.client.Submit(agent.SubmitOptions{Op: op, TTL: time.Hour, Stdin: input(n)})
+		if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("standard input is larger than the %d bytes op %s takes", n-1, op)) {
+			t.Errorf("agent side, %s with %d bytes: %v", op, n, err)
+		}
+	}
+	if after, _ := filepath.Glob(filepath.Join(p.folder, bridge.ToHostDir(p.host.Config.ID, p.agent.Config.ID), "*.payload")); len(after) != len(before) {
+		t.Errorf("a refused submit left a payload: %d before, %d after", len(before), len(after))
+	}
+	if out := p.run(t, agent.SubmitOptions{Op: "cat", TTL: time.Hour, Stdin: input(1024)}); out.Receipt.Status != bridge.StatusDone {
+		t.Errorf("1 KiB with the catalog: %s (%s)", out.Receipt.Status, out.Receipt.Reason)
+	}
+}
+
+// The built-in ping counts against the agent's ceilings like any op: an
+// agent at its ceiling cannot keep the host verifying, recording and
+// answering pings.
+func TestPingCountsAgainstCeilings(t *testing.T) {
+	p := newPair(t, `
+[ops.echo]
+argv = ["echo", "hi"]
+env = ["PATH"]
+[agents.cloud-1]
+ops = ["echo"]
+max_runs_per_hour = 2
+`)
+	p.start(t, nil)
+	for i := range 2 {
+		if out := p.run(t, agent.SubmitOptions{Op: bridge.PingOp, TTL: time.Hour}); out.Receipt.Status != bridge.StatusDone {
+			t.Fatalf("ping %d: %s (%s)", i+1, out.Receipt.Status, out.Receipt.Reason)
+		}
+	}
+	for _, op := range []string{bridge.PingOp, "echo"} {
+		out := p.run(t, agent.SubmitOptions{Op: op, TTL: time.Hour})
+		if rc := out.Receipt; rc.Status != bridge.StatusRejected || rc.Reason != ReasonCeiling || !strings.Contains(rc.Detail, "max_runs_per_hour = 2") {
+			t.Errorf("%s after two pings: %s (%s) %q, want rejected at max_runs_per_hour", op, rc.Status, rc.Reason, rc.Detail)
+		}
+	}
+}
+
+// An approval is bound to what the human was shown, not to the request
+// id: a path argument is resolved again when the request is approved, and
+// if it resolves elsewhere now (a symlink swapped), what runs would not be
+// what was approved. It is refused, and nothing runs.
+func TestApprovalBoundToWhatWasShown(t *testing.T) {
+	root := t.TempDir()
+	for name, text := range map[string]string{"a.txt": "approved file\n", "b.txt": "other file\n"} {
+		if err := os.WriteFile(filepath.Join(root, name), []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	link := filepath.Join(root, "link")
+	if err := os.Symlink("a.txt", link); err != nil {
+		t.Fatal(err)
+	}
+	p := newPair(t, fmt.Sprintf(`
+[ops.show]
+argv = ["cat", "{file}"]
+env = ["PATH"]
+approve = true
+[ops.show.args.file]
+type = "path"
+root = %q
+must_exist = true
+[agents.cloud-1]
+ops = ["show"]
+`, root))
+	p.start(t, nil)
+	park := func() string {
+		t.Helper()
+		s, err := p.client.Submit(agent.SubmitOptions{Op: "show", Args: map[string]string{"file": "link"}, TTL: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 5*time.Second, "the request to wait for approval", func() bool {
+			return p.entry(t, s.ID).State == ledger.StateAwaitingApproval
+		})
+		if e := p.entry(t, s.ID); !strings.Contains(e.Reason, filepath.Join(root, "a.txt")) {
+			t.Fatalf("pending shows %q, want the resolved a.txt", e.Reason)
+		}
+		return s.ID
+	}
+	approve := func(id string) {
+		t.Helper()
+		var err error
+		waitFor(t, 5*time.Second, "the approval to be taken", func() bool {
+			err = p.daemon.decide(p.agent.Config.ID+"/"+id, true, "")
+			return err != errBusy
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	// As shown: it runs.
+	id := park()
+	approve(id)
+	if out := p.wait(t, id); out.Receipt.Status != bridge.StatusDone || string(out.Stdout) != "approved file\n" {
+		t.Fatalf("approved as shown: %s (%s) %q", out.Receipt.Status, out.Receipt.Reason, out.Stdout)
+	}
+	// Shown a.txt, then the link is swapped before the approval.
+	id = park()
+	if err := os.Remove(link); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("b.txt", link); err != nil {
+		t.Fatal(err)
+	}
+	approve(id)
+	out := p.wait(t, id)
+	if rc := out.Receipt; rc.Status != bridge.StatusRejected || rc.Reason != ReasonApprovalMismatch || !strings.Contains(rc.Detail, "differs from what the human approved") {
+		t.Errorf("approved after the swap: %s (%s) %q %q, want rejected %s", rc.Status, rc.Reason, rc.Detail, out.Stdout, ReasonApprovalMismatch)
+	}
+	if bytes.Contains(out.Stdout, []byte("other file")) {
+		t.Errorf("ran what nobody approved: %q", out.Stdout)
+	}
+}
+
+// BRIDGE_TEST_CRASH_AT makes a daemon exit at a durable step; only the
+// crash-injection tests may set it (serveForTest). A production daemon
+// whose environment happens to carry it must ignore it.
+func TestCrashHookNotReadFromEnvironment(t *testing.T) {
+	t.Setenv("BRIDGE_TEST_CRASH_AT", "claimed")
+	p := newPair(t, testPolicy)
+	d, err := NewDaemon(p.host, DaemonOptions{AllowRoot: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.crashAt != "" {
+		t.Fatalf("NewDaemon read BRIDGE_TEST_CRASH_AT=%q from its environment", d.crashAt)
+	}
+}
