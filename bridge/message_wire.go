@@ -32,11 +32,12 @@ type Message struct {
 type Note struct {
 	V       int    `json:"v"`
 	Kind    string `json:"kind"`    // "text" (from `bridge send`) or "notice" (from the daemon)
-	Event   string `json:"event"`   // notices: started, stopping, approval-pending, rerun-ordered, key-rotated, policy-changed
+	Event   string `json:"event"`   // notices: started, stopping, approval-pending, rerun-ordered, rerun-lost, key-rotated, policy-changed
 	Request string `json:"request"` // the request a notice is about, if any
 	Text    string `json:"text"`
 	// Supersedes, for rerun-ordered: the SHA-256 of the result manifest
-	// (an uncertain one) that the rerun's answer will replace.
+	// (an uncertain one) that the rerun's answer will replace; for
+	// rerun-lost: of that same manifest, which stands after all.
 	Supersedes string `json:"supersedes,omitempty"`
 }
 

@@ -159,13 +159,30 @@ func (c *Client) RerunOrdered(out *Outcome) bool {
 	if err != nil {
 		return false
 	}
+	// The latest word on this answer counts: a rerun-lost notice after
+	// the rerun-ordered one says the rerun's answer is gone and this
+	// uncertain one stands (a host home restored from a backup).
 	sha := bridge.SHA256Hex(out.Manifest)
+	var ordered, lost time.Time
 	for _, it := range items {
-		if it.Note.Event == "rerun-ordered" && it.Note.Request == out.Receipt.ID && it.Note.Supersedes == sha && it.Host == out.Sent.Host {
-			return true
+		if it.Note.Request != out.Receipt.ID || it.Note.Supersedes != sha || it.Host != out.Sent.Host {
+			continue
+		}
+		switch it.Note.Event {
+		case "rerun-ordered":
+			ordered = later(ordered, it.Created)
+		case "rerun-lost":
+			lost = later(lost, it.Created)
 		}
 	}
-	return false
+	return !ordered.IsZero() && lost.Before(ordered)
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 // Status reports a request's state. It is a pure read.

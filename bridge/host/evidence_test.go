@@ -2,6 +2,7 @@ package host
 
 import (
 	"context"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -543,6 +544,79 @@ func TestRestoredHomeKeepsNewerResult(t *testing.T) {
 			t.Fatalf("ran %d times, want 2", n)
 		}
 	})
+}
+
+// A red team: a home backed up while a request was uncertain; a human's
+// rerun then ended done, but a folder writer deleted that answer's output
+// before the restored home's daemon started, and the agent had not taken
+// it. Nothing can deliver the rerun's answer any more: the ledger's
+// uncertain answer stands, and the agent, told a rerun's answer would
+// come, must be told it will not (not wait for ever).
+func TestLostRerunAnswerAfterRestore(t *testing.T) {
+	e := newEdge(t)
+	env := []string{"RUNS=" + e.runs, "PATH=" + e.env["PATH"]}
+	e.block()
+	id := e.submit(t, "block")
+	d := startDaemonProcess(t, e.pair, env...)
+	waitFor(t, 10*time.Second, "the op to start", func() bool { return e.starts(t, "block", id) == 1 })
+	d.kill()
+	e.unblock()
+	d = startDaemonProcess(t, e.pair, env...)
+	uncertain := e.waitAnswer(t, id, nil)
+	waitFor(t, 5*time.Second, "the ledger to record it", func() bool { return e.entry(t, id).State == ledger.StateUncertain })
+	d.kill()
+	backup := backupHome(t, e)
+	if _, err := Reconcile(e.host, "cloud-1/"+id, "rerun"); err != nil {
+		t.Fatal(err)
+	}
+	d = startDaemonProcess(t, e.pair, env...)
+	if done := e.waitAnswer(t, id, uncertain); done.Receipt.Status != bridge.StatusDone {
+		t.Fatalf("the rerun: %s", done.Receipt.Status)
+	}
+	waitFor(t, 5*time.Second, "the ledger to record it", func() bool { return e.entry(t, id).State == ledger.StateDone })
+	d.kill()
+	must(t, os.Remove(filepath.Join(e.toAgent(), id+".output")))
+	restoreHome(t, e, backup)
+	var logs lockedBuffer
+	runDaemon(t, e.host, DaemonOptions{Rescan: 300 * time.Millisecond, Grace: 100 * time.Millisecond, Env: envWith(e.env),
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	defer func() {
+		if t.Failed() {
+			t.Log(logs.String())
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	out, err := e.client.Wait(ctx, id, nil)
+	if err != nil {
+		cur, rerr := e.client.Result(id)
+		if rerr == nil {
+			t.Logf("the agent holds %s, rerun ordered %v", cur.Receipt.Status, e.client.RerunOrdered(cur))
+		}
+		ents, _ := os.ReadDir(e.toAgent())
+		for _, de := range ents {
+			fi, _ := de.Info()
+			t.Logf("folder: %s %d", de.Name(), fi.Size())
+		}
+		evs, _ := ReadAudit(e.host, 0)
+		for _, ev := range evs {
+			t.Logf("audit: %s %s %s %s", ev.Event, ev.ID, ev.Status, ev.Detail)
+		}
+		items, _ := e.client.Inbox()
+		for _, it := range items {
+			t.Logf("inbox: %s %s %s", it.Note.Event, it.Note.Request, it.Note.Supersedes)
+		}
+		t.Fatalf("the agent's wait: %v (result: %v)", err, rerr)
+	}
+	if out.Receipt.Status != bridge.StatusUncertain || e.client.RerunOrdered(out) {
+		t.Fatalf("the agent holds %s (rerun ordered: %v), want the uncertain answer standing", out.Receipt.Status, e.client.RerunOrdered(out))
+	}
+	if st := e.entry(t, id).State; st != ledger.StateUncertain {
+		t.Fatalf("the ledger says %s, want uncertain", st)
+	}
+	if n := e.starts(t, "block", id); n != 2 {
+		t.Fatalf("ran %d times, want 2", n)
+	}
 }
 
 // A folder writer puts back an earlier uncertain answer while a human's

@@ -120,18 +120,29 @@ func (d *Daemon) publishCopies(agent, id string) (string, error) {
 	case err == nil:
 		if old, verr := d.openOwnResult(existing, agent, id); verr != nil {
 			d.refuseFile(resPath, fmt.Errorf("replacing a file at a result name that this host did not sign: %w", verr))
-		} else if mine, _ := d.openOwnResult(manifest, agent, id); mine != nil && old.RequestSHA256 == mine.RequestSHA256 && old.Created > mine.Created &&
-			!d.recorded(agent, id, existing) && d.outputIntact(existing, outPath) {
-			// A newer answer of this host that the ledger does not know:
-			// the ledger is behind it (a home restored from a backup), and
-			// the catch-up records it. One the ledger recorded is replaced
-			// (a rerun's answer may carry an earlier time when the clock
-			// stepped back); one whose output is gone helps nobody.
-			if d.firstTime("newer:" + resPath) {
-				d.log.Error("not replacing a newer result of this host with an older one (was this home restored from a backup?)", "agent", agent, "id", id,
-					"folder", old.Status, "home", mine.Status)
+		} else if mine, _ := d.openOwnResult(manifest, agent, id); mine != nil && d.newerOwn(old, mine, existing) {
+			if d.outputIntact(existing, outPath) {
+				// A newer answer of this host that the ledger does not
+				// know: the ledger is behind it (a home restored from a
+				// backup), and the catch-up records it.
+				if d.firstTime("newer:" + resPath) {
+					d.log.Error("not replacing a newer result of this host with an older one (was this home restored from a backup?)", "agent", agent, "id", id,
+						"folder", old.Status, "home", mine.Status)
+				}
+				return "", fmt.Errorf("publish result %s: %w", id, errNewerResult)
 			}
-			return "", fmt.Errorf("publish result %s: %w", id, errNewerResult)
+			// One whose output is gone: nobody can use it, and the
+			// ledger's answer is what stands. The agent was told a
+			// rerun's answer would come: tell it that this one stands
+			// after all.
+			d.audit.log(AuditEvent{Event: "record-lost", Agent: agent, ID: id, Status: status,
+				Detail: "a newer " + old.Status + " result of this host lost its output; the ledger's answer is published again"})
+			d.log.Error("a newer result of this host lost its output, and the ledger does not know it (was this home restored from a backup?): publishing the ledger's answer again",
+				"agent", agent, "id", id, "lost", old.Status, "published", status)
+			if status == bridge.StatusUncertain {
+				d.notify(agent, bridge.Note{Event: "rerun-lost", Request: id, Supersedes: bridge.SHA256Hex(manifest),
+					Text: fmt.Sprintf("the answer of the rerun of request %s was lost on the host; the uncertain answer stands: ask the human", id)})
+			}
 		} else {
 			d.audit.log(AuditEvent{Event: "replaced", Agent: agent, ID: id, Status: status, Detail: "an earlier " + old.Status + " result of this host, since settled"})
 		}
@@ -227,11 +238,24 @@ func (d *Daemon) duplicate(ent ledger.Entry, keys *agentKeys) {
 	d.markFinished(ent.Agent, ent.ID)
 }
 
-// recorded reports whether the ledger's entry for agent/id recorded the
-// result manifest res as its answer.
-func (d *Daemon) recorded(agent, id string, res []byte) bool {
-	ent, err := d.ledger.Get(agent + "/" + id)
-	return err == nil && ent.ResultSHA256 == bridge.SHA256Hex(res)
+// newerOwn reports whether old, a result of this host in the folder (file
+// bytes oldFile), is a newer answer to the same request than mine that the
+// ledger does not know: the ledger is behind it (a home restored from a
+// backup taken before it). One the ledger recorded is not (a rerun's answer
+// carries an earlier time than the answer it replaces when the clock
+// stepped back). Times are whole seconds: within the same second, only an
+// uncertain entry can have been answered again since (a rerun, a
+// settlement); a settled entry's answer is final, and anything else is a
+// replay.
+func (d *Daemon) newerOwn(old, mine *bridge.Result, oldFile []byte) bool {
+	if old.RequestSHA256 != mine.RequestSHA256 || old.Created < mine.Created {
+		return false
+	}
+	ent, err := d.ledger.Get(mine.Agent + "/" + mine.ID)
+	if err != nil || ent.ResultSHA256 == bridge.SHA256Hex(oldFile) {
+		return false
+	}
+	return old.Created > mine.Created || ent.State == ledger.StateUncertain
 }
 
 // refuseFile records a file that will never be admitted as it is, once per
