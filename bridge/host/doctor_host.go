@@ -37,6 +37,8 @@ func Doctor(h *bridge.Home, opt bridge.DoctorOptions) []bridge.Finding {
 		out = append(out, bridge.Finding{Check: "policy", Severity: bridge.SeverityOK, Message: fmt.Sprintf("the policy loads (sha256 %.12s)", p.SHA256)})
 	}
 
+	out = append(out, folderFindings(h)...)
+
 	// Requests a human must settle, and ids a repair found without a record.
 	entries, err := LedgerEntries(h)
 	if err != nil {

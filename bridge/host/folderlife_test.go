@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -243,4 +244,41 @@ func TestLineBudget(t *testing.T) {
 	if ok, left := b.take("a", later); !ok || left != 5 {
 		t.Errorf("after a refill: ok=%v left out=%d, want true and 5", ok, left)
 	}
+}
+
+// TestDoctorShowsUntrustedAgents: doctor names the directories of agents
+// the host does not trust, whose requests are never read.
+func TestDoctorShowsUntrustedAgents(t *testing.T) {
+	p := newPair(t, testPolicy)
+	stranger := bridge.NewRequestID()
+	dir := filepath.Join(filepath.Dir(p.toHost()), stranger)
+	must(t, os.MkdirAll(dir, 0o755))
+	must(t, os.WriteFile(filepath.Join(dir, bridge.NewRequestID()+"."+bridge.ExtManifest), []byte("x"), 0o644))
+	var found bool
+	for _, f := range Doctor(p.host, bridge.DoctorOptions{}) {
+		if f.Check == "untrusted-agents" {
+			found = strings.Contains(f.Message, stranger) && strings.Contains(f.Message, "1 file")
+		}
+		if f.Check == "untrusted-agents" && strings.Contains(f.Message, p.agent.Config.ID) {
+			t.Errorf("the trusted agent listed: %s", f.Message)
+		}
+	}
+	if !found {
+		t.Error("doctor does not name the untrusted agent's directory")
+	}
+}
+
+// TestDoctorShowsLinkedRequestsDir: a link planted at hosts/<host> (the
+// daemon clears it at its start) is named by doctor meanwhile.
+func TestDoctorShowsLinkedRequestsDir(t *testing.T) {
+	p := newPair(t, testPolicy)
+	hostDir := filepath.Join(p.folder, "hosts", p.host.Config.ID)
+	must(t, os.RemoveAll(hostDir))
+	must(t, os.Symlink(t.TempDir(), hostDir))
+	for _, f := range Doctor(p.host, bridge.DoctorOptions{}) {
+		if f.Check == "folder" && strings.Contains(f.Message, "link") {
+			return
+		}
+	}
+	t.Error("doctor does not say the requests directory is behind a link")
 }
