@@ -9,34 +9,7 @@ import (
 // synced folder (a home's keys, records and copies), by temp, fsync, rename
 // and directory fsync, so a crash leaves the old or the new content.
 func WriteFileAtomic(p string, data []byte) error {
-	dir := filepath.Dir(p)
-	tmp, err := os.CreateTemp(dir, ".tmp-*")
-	if err != nil {
-		return err
-	}
-	// CreateTemp makes the file 0600.
-	renamed := false
-	defer func() {
-		if !renamed {
-			os.Remove(tmp.Name())
-		}
-	}()
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp.Name(), p); err != nil {
-		return err
-	}
-	renamed = true
-	return SyncDir(dir)
+	return placeTemp(p, data, os.Rename)
 }
 
 // CreateFileAtomic is WriteFileAtomic for a file that must never be
@@ -45,13 +18,19 @@ func WriteFileAtomic(p string, data []byte) error {
 // there, so of two racing creators exactly one wins and the other reads the
 // winner's content.
 func CreateFileAtomic(p string, data []byte) error {
+	return placeTemp(p, data, os.Link)
+}
+
+// placeTemp writes data to a complete, fsynced temp (0600, as CreateTemp
+// makes it) beside p, puts it at p with place, removes the temp if it is
+// still there, and fsyncs the directory.
+func placeTemp(p string, data []byte, place func(oldpath, newpath string) error) error {
 	dir := filepath.Dir(p)
 	tmp, err := os.CreateTemp(dir, ".tmp-*")
 	if err != nil {
 		return err
 	}
-	// The temp goes either way: after the link p holds the data.
-	defer os.Remove(tmp.Name())
+	defer os.Remove(tmp.Name()) // gone after a rename; a link leaves p
 	if _, err := tmp.Write(data); err != nil {
 		tmp.Close()
 		return err
@@ -63,7 +42,7 @@ func CreateFileAtomic(p string, data []byte) error {
 	if err := tmp.Close(); err != nil {
 		return err
 	}
-	if err := os.Link(tmp.Name(), p); err != nil {
+	if err := place(tmp.Name(), p); err != nil {
 		return err
 	}
 	return SyncDir(dir)

@@ -196,6 +196,34 @@ func TestRerunThatCannotStartIsUncertain(t *testing.T) {
 }
 
 // backupHome copies the host's home, as a backup would.
+// rerunAfterBackup makes a request uncertain (its daemon killed while it
+// ran), backs the host's home up, and has a human's rerun answered done by
+// a new daemon process, which it returns running.
+func rerunAfterBackup(t *testing.T) (e *edge, env []string, id, backup string, done *agent.Outcome, d *daemonProcess) {
+	t.Helper()
+	e = newEdge(t)
+	env = []string{"RUNS=" + e.runs, "PATH=" + e.env["PATH"]}
+	e.block()
+	id = e.submit(t, "block")
+	d = startDaemonProcess(t, e.pair, env...)
+	waitFor(t, 10*time.Second, "the op to start", func() bool { return e.starts(t, "block", id) == 1 })
+	d.kill()
+	e.unblock()
+	d = startDaemonProcess(t, e.pair, env...)
+	uncertain := e.waitAnswer(t, id, nil)
+	waitFor(t, 5*time.Second, "the ledger to record it", func() bool { return e.entry(t, id).State == ledger.StateUncertain })
+	d.kill()
+	backup = backupHome(t, e)
+	if _, err := Reconcile(e.host, "cloud-1/"+id, "rerun"); err != nil {
+		t.Fatal(err)
+	}
+	d = startDaemonProcess(t, e.pair, env...)
+	if done = e.waitAnswer(t, id, uncertain); done.Receipt.Status != bridge.StatusDone {
+		t.Fatalf("the rerun: %s", done.Receipt.Status)
+	}
+	return e, env, id, backup, done, d
+}
+
 func backupHome(t *testing.T, e *edge) string {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "home")
@@ -507,27 +535,7 @@ func TestRestoredHomeKeepsNewerResult(t *testing.T) {
 		}
 	})
 	t.Run("backup while uncertain, rerun since", func(t *testing.T) {
-		e := newEdge(t)
-		env := []string{"RUNS=" + e.runs, "PATH=" + e.env["PATH"]}
-		e.block()
-		id := e.submit(t, "block")
-		d := startDaemonProcess(t, e.pair, env...)
-		waitFor(t, 10*time.Second, "the op to start", func() bool { return e.starts(t, "block", id) == 1 })
-		d.kill()
-		e.unblock()
-		d = startDaemonProcess(t, e.pair, env...)
-		uncertain := e.wait(t, id)
-		waitFor(t, 5*time.Second, "the ledger to record it", func() bool { return e.entry(t, id).State == ledger.StateUncertain })
-		d.kill()
-		backup := backupHome(t, e)
-		if _, err := Reconcile(e.host, "cloud-1/"+id, "rerun"); err != nil {
-			t.Fatal(err)
-		}
-		d = startDaemonProcess(t, e.pair, env...)
-		done := e.waitAnswer(t, id, uncertain)
-		if done.Receipt.Status != bridge.StatusDone {
-			t.Fatalf("the rerun: %s", done.Receipt.Status)
-		}
+		e, env, id, backup, done, d := rerunAfterBackup(t)
 		waitFor(t, 5*time.Second, "the ledger to record it", func() bool { return e.entry(t, id).State == ledger.StateDone })
 		d.kill()
 		restoreHome(t, e, backup)
@@ -553,26 +561,7 @@ func TestRestoredHomeKeepsNewerResult(t *testing.T) {
 // uncertain answer stands, and the agent, told a rerun's answer would
 // come, must be told it will not (not wait for ever).
 func TestLostRerunAnswerAfterRestore(t *testing.T) {
-	e := newEdge(t)
-	env := []string{"RUNS=" + e.runs, "PATH=" + e.env["PATH"]}
-	e.block()
-	id := e.submit(t, "block")
-	d := startDaemonProcess(t, e.pair, env...)
-	waitFor(t, 10*time.Second, "the op to start", func() bool { return e.starts(t, "block", id) == 1 })
-	d.kill()
-	e.unblock()
-	d = startDaemonProcess(t, e.pair, env...)
-	uncertain := e.waitAnswer(t, id, nil)
-	waitFor(t, 5*time.Second, "the ledger to record it", func() bool { return e.entry(t, id).State == ledger.StateUncertain })
-	d.kill()
-	backup := backupHome(t, e)
-	if _, err := Reconcile(e.host, "cloud-1/"+id, "rerun"); err != nil {
-		t.Fatal(err)
-	}
-	d = startDaemonProcess(t, e.pair, env...)
-	if done := e.waitAnswer(t, id, uncertain); done.Receipt.Status != bridge.StatusDone {
-		t.Fatalf("the rerun: %s", done.Receipt.Status)
-	}
+	e, _, id, backup, _, d := rerunAfterBackup(t)
 	waitFor(t, 5*time.Second, "the ledger to record it", func() bool { return e.entry(t, id).State == ledger.StateDone })
 	d.kill()
 	must(t, os.Remove(filepath.Join(e.toAgent(), id+".output")))

@@ -197,15 +197,22 @@ func (b *builder) timeout(at []string, s string) time.Duration {
 	return defaultTimeout
 }
 
-func (b *builder) size(at []string, v any) int64 {
-	var n int64
-	var err error
+// sizeOf reads a size setting: an integer or a string parseSize reads.
+// ok is false (and nothing is said) when v is neither.
+func sizeOf(v any) (n int64, ok bool, err error) {
 	switch x := v.(type) {
 	case int64:
-		n = x
+		return x, true, nil
 	case string:
 		n, err = parseSize(x)
-	default:
+		return n, true, err
+	}
+	return 0, false, nil
+}
+
+func (b *builder) size(at []string, v any) int64 {
+	n, ok, err := sizeOf(v)
+	if !ok {
 		b.errAt(at, `a size such as "4MiB", "512KiB" or 1000000`, "want a size, got %s", tomlTypeOf(v))
 		return defaultMaxOutput
 	}
@@ -225,14 +232,8 @@ func (b *builder) size(at []string, v any) int64 {
 // stdinSize reads max_stdin: a size as for max_output, where 0 means the
 // op takes no standard input at all.
 func (b *builder) stdinSize(at []string, v any) int64 {
-	var n int64
-	var err error
-	switch x := v.(type) {
-	case int64:
-		n = x
-	case string:
-		n, err = parseSize(x)
-	default:
+	n, ok, err := sizeOf(v)
+	if !ok {
 		b.errAt(at, `a size such as "1MiB", "64KiB" or 0 for no input`, "want a size, got %s", tomlTypeOf(v))
 		return defaultMaxStdin
 	}
