@@ -133,6 +133,25 @@ func (w *Watcher) arm(rel string, fi fs.FileInfo) error {
 	return nil
 }
 
+// armParent watches the root's parent too (not its subdirectories), for
+// the events that name the root: its removal, a rename away and its coming
+// back are then seen at once, not at the next rescan. Best effort: the
+// rescan finds them anyway.
+func (w *Watcher) armParent() {
+	if w.parent {
+		return
+	}
+	w.rootMu.Lock()
+	defer w.rootMu.Unlock()
+	if w.closed.Load() {
+		return
+	}
+	if notify.Watch(filepath.Dir(w.dir), w.c, watchEvents...) == nil {
+		w.stats.arms.Add(1)
+		w.parent = true
+	}
+}
+
 // unarmAll drops every watch. notify removes watches by channel only, and a
 // watch of a directory that was replaced would not follow the path to its
 // successor, so one vanished or replaced directory costs arming them all
@@ -142,6 +161,7 @@ func (w *Watcher) unarmAll() {
 	notify.Stop(w.c)
 	w.rootMu.Unlock()
 	clear(w.watched)
+	w.parent = false
 	w.stats.rearms.Add(1)
 	w.rearm = false
 }

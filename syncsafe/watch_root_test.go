@@ -141,3 +141,24 @@ func TestFolderWatchNeverFollowsALink(t *testing.T) {
 		return errors.Is(err, ErrRootGone)
 	})
 }
+
+// TestWatcherSeesRootGoByEvent: the root's removal and its coming back are
+// seen by its parent's watch, not at the next rescan (an hour away here).
+func TestWatcherSeesRootGoByEvent(t *testing.T) {
+	old := rootRetry
+	rootRetry = time.Hour
+	t.Cleanup(func() { rootRetry = old })
+	root := filepath.Join(t.TempDir(), "to-host")
+	writeFile(t, filepath.Join(root, "f"), "x")
+	w := newWatcher(t, root, WatchOptions{Rescan: time.Hour, Debounce: -1})
+	nextUntil(t, w, 10*time.Second, func(b Batch, err error) bool { return err == nil && b.Full })
+	must(t, os.RemoveAll(root))
+	nextUntil(t, w, 10*time.Second, func(b Batch, err error) bool { return errors.Is(err, ErrRootGone) })
+	writeFile(t, filepath.Join(root, "g"), "x")
+	nextUntil(t, w, 10*time.Second, func(b Batch, err error) bool {
+		return err == nil && b.Full && b.Replaced && slices.Contains(b.Paths, "g")
+	})
+	if n := w.stats.timerWalks.Load(); n != 0 {
+		t.Errorf("%d walks by the timer: the parent's events should have said it", n)
+	}
+}

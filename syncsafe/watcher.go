@@ -103,6 +103,7 @@ type Watcher struct {
 	listings map[string]*listing    // by directory, from the last full walk
 	visited  map[string]bool        // directories the current full walk listed
 	watched  map[string]fs.FileInfo // directories with a watch armed, as they were then
+	parent   bool                   // the root's parent has a watch armed
 	rearm    bool                   // a watched directory vanished or was replaced
 	gone     bool                   // the last look found the root gone
 
@@ -175,6 +176,7 @@ func openWatcher(abs string, base *Folder, bRel string, opt WatchOptions) (*Watc
 		w.closeRoot()
 		return nil, fmt.Errorf("watch %s: %w", abs, err)
 	}
+	w.armParent()
 	w.wg.Add(1)
 	go w.drain()
 	return w, nil
@@ -205,9 +207,12 @@ func (w *Watcher) drain() {
 			case full:
 				w.stats.nearFull.Add(1)
 				w.needFull = true
-			case loss || !ok || rel == ".":
-				// The OS says it lost track, or the root itself changed.
+			case loss || rel == "." || !ok && ei.Path() == filepath.Dir(w.dir):
+				// The OS says it lost track, or the root itself (seen
+				// from its own watch or its parent's) changed.
 				w.needFull = true
+			case !ok:
+				// Another entry of the root's parent: not ours.
 			case len(w.pending) >= w.maxSet:
 				// Bound memory for a slow consumer: a walk finds it all.
 				w.stats.setOverflow.Add(1)
@@ -351,6 +356,7 @@ func (w *Watcher) fullWalk() (Batch, error) {
 	clear(w.pending)
 	w.mu.Unlock()
 	w.stats.fullWalks.Add(1)
+	w.armParent()
 	replaced, err := w.checkRoot()
 	if err != nil {
 		return Batch{}, w.lost(err)
@@ -403,8 +409,9 @@ func (w *Watcher) lost(err error) error {
 	return err
 }
 
-// rootRetry is how often a watcher whose root is gone looks for it again.
-const rootRetry = 2 * time.Second
+// rootRetry is how often a watcher whose root is gone looks for it again
+// (its parent's watch usually says sooner). A variable for tests.
+var rootRetry = 2 * time.Second
 
 // walk appends the regular files under dir. A directory that vanishes or
 // cannot be read below the root is skipped (the next rescan retries); the
