@@ -522,10 +522,10 @@ type ResultCheck struct {
 func OpenResult(data []byte, stem string, c ResultCheck) (*Result, error) {
 	var r Result
 	if err := OpenBody(bcrypto.KindResult, data, c.HostKeys, &r); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("result %s: %w", stem, err)
 	}
 	if err := r.check(); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("result %s: %w", stem, err)
 	}
 	switch {
 	case r.ID != stem:

@@ -31,6 +31,11 @@ type Outcome struct {
 	Stderr  []byte
 
 	Manifest, output []byte // the verified files
+
+	// Earlier: the result answers an earlier send of this keyed request
+	// (another manifest under the same id, from a home that lost its
+	// record of it); the host did not run it again.
+	Earlier bool
 }
 
 // ErrNoResult: no complete result is in the folder yet.
@@ -73,10 +78,23 @@ func (c *Client) Result(id string) (*Outcome, error) {
 		}
 		res, err = bridge.OpenResult(data, id, check)
 	}
+	earlier := false
+	if errors.Is(err, bridge.ErrWrongRequest) && s.Key != "" {
+		// A keyed id names one call of this agent's, under a secret only
+		// it holds (SPEC §7.2): a result under it for another manifest
+		// answers an earlier send of the same call, from a home that lost
+		// its record (restored from a backup, or a fresh sandbox). The
+		// host never runs the id again; that answer is the answer.
+		anyReq := check
+		anyReq.RequestSHA256 = ""
+		if r, aerr := bridge.OpenResult(data, id, anyReq); aerr == nil {
+			res, err, earlier = r, nil, true
+		}
+	}
 	if errors.Is(err, bcrypto.ErrTruncated) {
 		return nil, ErrNoResult // still arriving
 	} else if err != nil {
-		return nil, fmt.Errorf("result %s: %w", id, err)
+		return nil, err // OpenResult names the result
 	}
 	var spool bytes.Buffer
 	err = syncsafe.Settle(c.folder, bridge.ResultPath(s.Host, c.home.Config.ID, id, bridge.ExtOutput), res.Payload.Len, res.Payload.Digest(), &spool)
@@ -85,7 +103,14 @@ func (c *Client) Result(id string) (*Outcome, error) {
 	} else if err != nil {
 		return nil, err
 	}
-	return c.openOutcome(s, res, data, spool.Bytes(), own)
+	out, err := c.openOutcome(s, res, data, spool.Bytes(), own)
+	if err == nil && earlier {
+		if out.Receipt.Op != s.Op {
+			return nil, fmt.Errorf("result %s: %w: an answer for op %q, not %q", id, bridge.ErrWrongRequest, out.Receipt.Op, s.Op)
+		}
+		out.Earlier = true
+	}
+	return out, err
 }
 
 func (c *Client) openOutcome(s *Sent, res *bridge.Result, manifest, output []byte, own []bridge.OwnKey) (*Outcome, error) {

@@ -247,8 +247,11 @@ func printOutcome(g *Globals, out *agent.Outcome) error {
 		g.printJSON(map[string]any{"id": rc.ID, "op": rc.Op, "status": rc.Status, "reason": rc.Reason, "detail": rc.Detail,
 			"exit_code": rc.ExitCode, "signal": rc.Signal, "timed_out": rc.TimedOut, "argv": argv,
 			"stdout": string(out.Stdout), "stderr": string(out.Stderr), "stdout_truncated": rc.StdoutTruncated,
-			"stderr_truncated": rc.StderrTruncated, "policy_sha256": rc.PolicySHA256, "bridge_exit_code": code})
+			"stderr_truncated": rc.StderrTruncated, "policy_sha256": rc.PolicySHA256, "bridge_exit_code": code, "earlier_send": out.Earlier})
 	} else {
+		if out.Earlier {
+			g.note("note: request %s was sent before with this key (from a home that has no record of it); this is that send's answer, and it did not run again", rc.ID)
+		}
 		g.stdout.Write(out.Stdout)
 		g.stderr.Write(out.Stderr)
 		switch rc.Status {

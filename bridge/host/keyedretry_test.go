@@ -1,0 +1,65 @@
+package host
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/syncbridge/bridge/bridge"
+	"github.com/syncbridge/bridge/bridge/agent"
+)
+
+// TestKeyedRetryFromRestoredAgentHome: an agent home restored from the files
+// KEYS.md says to keep (no record of the requests it sent) retries a keyed
+// request that the host answered already. The host refuses the new send as
+// a replay and never runs it; the agent must take the earlier send's answer
+// at once, not wait for an answer that never comes (a new user waited ten
+// minutes).
+func TestKeyedRetryFromRestoredAgentHome(t *testing.T) {
+	p := newPair(t, testPolicy)
+	countFile := filepath.Join(t.TempDir(), "count")
+	p.start(t, map[string]string{"COUNT_FILE": countFile})
+	first := p.run(t, agent.SubmitOptions{Host: "laptop", Op: "count", Key: "k1"})
+	if err := p.client.Ack(first); err != nil {
+		t.Fatal(err)
+	}
+
+	dir := filepath.Join(t.TempDir(), "restored")
+	must(t, os.MkdirAll(filepath.Join(dir, bridge.PeersDir), 0o700))
+	files := []string{"config.json", bridge.IdentityName, bridge.BundleName, bridge.IdempotencySecretName}
+	peers, _ := filepath.Glob(p.agent.Path(bridge.PeersDir, "*.json"))
+	for _, f := range peers {
+		files = append(files, filepath.Join(bridge.PeersDir, filepath.Base(f)))
+	}
+	for _, f := range files {
+		data, err := os.ReadFile(p.agent.Path(f))
+		must(t, err)
+		must(t, os.WriteFile(filepath.Join(dir, f), data, 0o600))
+	}
+	home, err := bridge.OpenHome(dir)
+	must(t, err)
+	c, err := agent.OpenClient(home)
+	must(t, err)
+	defer c.Close()
+	s, err := c.Submit(agent.SubmitOptions{Host: "laptop", Op: "count", Key: "k1"})
+	must(t, err)
+	if s.ID != first.Receipt.ID {
+		t.Fatalf("the restored home's keyed id %s, the first %s", s.ID, first.Receipt.ID)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	out, err := c.Wait(ctx, s.ID, nil)
+	if err != nil {
+		t.Fatalf("the retry's wait: %v", err)
+	}
+	if !out.Earlier || out.Receipt.Status != bridge.StatusDone || string(out.Stdout) != string(first.Stdout) {
+		t.Fatalf("the retry got %s (earlier send %v) %q, want the first answer", out.Receipt.Status, out.Earlier, out.Stdout)
+	}
+	must(t, c.Ack(out))
+	settleFor()
+	if n := count(t, countFile, "run"); n != 1 {
+		t.Fatalf("the op ran %d times", n)
+	}
+}
