@@ -220,7 +220,8 @@ func (c *Client) Submit(o SubmitOptions) (*Sent, error) {
 	if err != nil {
 		var over *stdinTooLarge
 		if errors.As(err, &over) {
-			return nil, bridge.WithHint(fmt.Errorf("submit: %w", err), "`bridge ops` shows each op's max_stdin; send less, or ask the host's owner to raise it")
+			// Said as the host would say it, without the sealing's chain.
+			return nil, bridge.WithHint(fmt.Errorf("submit: %w", over), "`bridge ops` shows each op's max_stdin; send less, or ask the host's owner to raise it")
 		}
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil, bridge.WithHint(fmt.Errorf("submit: %w", err), "the host's directory is missing: run `bridge keys trust` for the host again, and check the folder is synced")
@@ -301,8 +302,11 @@ type stdinTooLarge struct {
 }
 
 func (e *stdinTooLarge) Error() string {
-	return fmt.Sprintf("standard input is larger than the %d bytes op %s takes (max_stdin in the host's catalog)", e.most, e.op)
+	return fmt.Sprintf("%v: standard input is larger than the %d bytes op %s takes (max_stdin in the host's catalog); nothing was sent", bridge.ErrTooLarge, e.most, e.op)
 }
+
+// Unwrap makes it bridge.ErrTooLarge, as the host's refusal would be.
+func (e *stdinTooLarge) Unwrap() error { return bridge.ErrTooLarge }
 
 // boundedReader fails once more than left bytes were read: the seal is
 // abandoned and nothing is published.

@@ -45,8 +45,9 @@
 //	             error. An element naming an optional argument that the request
 //	             omitted (no default) is dropped whole. Such an element may not
 //	             follow one that starts with "-" (other than "--" and forms
-//	             holding their value, "--name=value"): dropped, it would let
-//	             the next value slide into the option's slot (["curl", "-o",
+//	             holding their value, "--name=value") unless it is the last
+//	             element: dropped, it would let the next value slide into the
+//	             option's slot (["curl", "-o",
 //	             "{out}", "{url}"] would run "curl -o URL"). Write the option
 //	             and its value as one element ("-o{out}", "--output={out}"),
 //	             give the argument a default, or make it required; the load

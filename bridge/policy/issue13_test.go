@@ -29,7 +29,6 @@ ops = ["get"]
 		{"short option", `["curl", "-o", "{out}", "{url}"]`, `"-o"`, `"-o{out}"`},
 		{"long option", `["curl", "--output", "{out}", "{url}"]`, `"--output"`, `"--output={out}"`},
 		{"element with text", `["curl", "-o", "{out}.part", "{url}"]`, `"-o"`, `"-o{out}"`},
-		{"last element", `["curl", "{url}", "-o", "{out}"]`, `"-o"`, `"-o{out}"`},
 	}
 	for _, c := range refused {
 		t.Run(c.name, func(t *testing.T) {
@@ -45,7 +44,7 @@ ops = ["get"]
 		})
 	}
 	// The same in reconcile.
-	if _, err := policy.Parse("p.toml", []byte("[ops.get]\nargv = [\"curl\", \"{url}\", \"-o{out}\"]\nreconcile = [\"check\", \"-f\", \"{out}\"]\n"+args)); err == nil ||
+	if _, err := policy.Parse("p.toml", []byte("[ops.get]\nargv = [\"curl\", \"{url}\", \"-o{out}\"]\nreconcile = [\"check\", \"-f\", \"{out}\", \"{url}\"]\n"+args)); err == nil ||
 		!strings.Contains(err.Error(), "ops.get.reconcile: element 2") {
 		t.Errorf("reconcile: %v", err)
 	}
@@ -56,6 +55,9 @@ ops = ["get"]
 		{"after the end of options", `["curl", "--", "{out}", "{url}"]`, "curl -- https://x"},
 		{"after a positional", `["curl", "{url}", "{out}"]`, "curl https://x"},
 		{"after a complete option", `["curl", "-Dk=v", "{out}", "{url}"]`, "curl -Dk=v https://x"},
+		// Last: nothing follows that could take its place (a new user's
+		// ["ls", "-l", "{path}"] was refused for nothing).
+		{"last element", `["curl", "{url}", "-o", "{out}"]`, "curl https://x -o"},
 	}
 	for _, c := range fine {
 		t.Run(c.name, func(t *testing.T) {
@@ -117,9 +119,9 @@ ops = ["push", "cc"]
 		t.Fatal(err)
 	}
 	for _, c := range []struct{ value, reason string }{
-		{"+main", "starts with '+' and could be read as a forced ref or an option (the policy's allow_plus permits it)"},
-		{"@/etc/passwd", "starts with '@' and could be read as a file of more arguments (the policy's allow_at permits it)"},
-		{"-f", "starts with '-' and could be read as an option (the policy's allow_dash permits it)"},
+		{"+main", "starts with '+' and could be read as a forced ref or an option (an argument takes one only with allow_plus = true in the host's policy)"},
+		{"@/etc/passwd", "starts with '@' and could be read as a file of more arguments (an argument takes one only with allow_at = true in the host's policy)"},
+		{"-f", "starts with '-' and could be read as an option (an argument takes one only with allow_dash = true in the host's policy)"},
 	} {
 		inv, err := p.Render("a", "push", map[string]string{"branch": c.value}, policy.RenderContext{})
 		var ae *policy.ArgError

@@ -341,11 +341,11 @@ func (a *arg) checkStatic(v string) (string, string) {
 func (a *arg) leading(v string) string {
 	switch {
 	case strings.HasPrefix(v, "-") && !a.allowDash:
-		return "starts with '-' and could be read as an option (the policy's allow_dash permits it)"
+		return "starts with '-' and could be read as an option (an argument takes one only with allow_dash = true in the host's policy)"
 	case strings.HasPrefix(v, "@") && !a.allowAt:
-		return "starts with '@' and could be read as a file of more arguments (the policy's allow_at permits it)"
+		return "starts with '@' and could be read as a file of more arguments (an argument takes one only with allow_at = true in the host's policy)"
 	case strings.HasPrefix(v, "+") && !a.allowPlus:
-		return "starts with '+' and could be read as a forced ref or an option (the policy's allow_plus permits it)"
+		return "starts with '+' and could be read as a forced ref or an option (an argument takes one only with allow_plus = true in the host's policy)"
 	}
 	return ""
 }

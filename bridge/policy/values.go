@@ -114,12 +114,13 @@ func (b *builder) argv(at []string, elems []string, declared map[string]*argDoc,
 // Which options take a value is the program's business, not the policy's,
 // so every element starting with '-' counts, except "--" (the end of
 // options) and "--name=value" / "-Dname=value" forms, which hold their
-// value already. The fix is an element that holds option and value both,
-// which is dropped whole.
+// value already. The last element is fine: nothing follows to slide in.
+// The fix is an element that holds option and value both, which is dropped
+// whole.
 func (b *builder) checkSlide(at []string, ts []tmpl, i int, declared map[string]*argDoc) {
 	opt, ok := optionLike(ts[i-1])
-	if !ok {
-		return
+	if !ok || i == len(ts)-1 {
+		return // the last element: nothing can take its place
 	}
 	for _, s := range ts[i] {
 		if s.ref == "" || !droppable(declared[s.ref]) {

@@ -249,7 +249,15 @@ func (c *PairCmd) Run(g *Globals) error {
 		line, _ := bufio.NewReader(g.stdin).ReadString('\n')
 		fp = strings.TrimSpace(line)
 	}
-	if strings.ToLower(strings.TrimSpace(fp)) != cd.Fingerprint {
+	given := compactFingerprint(fp)
+	if want := compactFingerprint(cd.Fingerprint); len(given) != len(want) {
+		// Not a mismatch of keys but of formats: a typo, a cut-off copy,
+		// or a bridge of another version (fingerprints were 16
+		// characters before they became 24).
+		return &codeError{code: exitUsage, err: withHintf(fmt.Errorf("pair: the fingerprint given has %d characters, a fingerprint has %d (%s)", len(given), len(want), cd.Fingerprint),
+			"copy the whole line `bridge keys export` prints on the other side; if it has 4 groups, that side runs an older bridge: upgrade it")}
+	}
+	if given != compactFingerprint(cd.Fingerprint) {
 		return &codeError{code: exitRejected, err: withHintf(fmt.Errorf("pair: fingerprint mismatch: the bundle in the folder shows %s", cd.Fingerprint),
 			"do not trust it: someone else may have written it; check you are comparing with the right machine")}
 	}
@@ -316,4 +324,18 @@ func (c *KeysTrustCmd) Run(g *Globals) error {
 	}
 	g.printf("trusted %s %q (id %s)\nfingerprint %s — check it matches what the other side shows\n", p.Role, p.Name, p.ID, b.Fingerprint())
 	return nil
+}
+
+// compactFingerprint is a fingerprint as typed, without case, spaces or
+// dashes: the groups only help the eye.
+func compactFingerprint(s string) string {
+	return strings.Map(func(r rune) rune {
+		switch {
+		case r == '-' || r == ' ' || r == '\t':
+			return -1
+		case r >= 'A' && r <= 'Z':
+			return r + ('a' - 'A')
+		}
+		return r
+	}, s)
 }

@@ -183,6 +183,10 @@ func report(stderr io.Writer, err error, asJSON bool, stdout io.Writer) int {
 	if errors.Is(err, context.Canceled) {
 		code = exitInterrupt
 	}
+	if code == exitError && errors.Is(err, bridge.ErrTooLarge) {
+		// Refused before sending what the host would refuse: the same code.
+		code = exitRejected
+	}
 	hint := ""
 	var he *bridge.HintError
 	if errors.As(err, &he) {
