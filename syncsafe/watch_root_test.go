@@ -162,3 +162,20 @@ func TestWatcherSeesRootGoByEvent(t *testing.T) {
 		t.Errorf("%d walks by the timer: the parent's events should have said it", n)
 	}
 }
+
+// TestWatcherNextHonoursCancelUnderWork: with work always pending (a folder
+// writer's steady stream of events), a cancelled Next returns at once
+// instead of walking: a daemon's stop waited tens of seconds for a gap.
+func TestWatcherNextHonoursCancelUnderWork(t *testing.T) {
+	root := t.TempDir()
+	w := newWatcher(t, root, WatchOptions{Rescan: time.Hour, Debounce: -1})
+	nextUntil(t, w, 10*time.Second, func(b Batch, err error) bool { return err == nil && b.Full })
+	w.mu.Lock()
+	w.needFull = true
+	w.mu.Unlock()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if b, err := w.Next(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Next with work pending and a cancelled context = %v (full %v), want context.Canceled", err, b.Full)
+	}
+}

@@ -259,6 +259,11 @@ func (w *Watcher) Next(ctx context.Context) (Batch, error) {
 		if w.closed.Load() {
 			return Batch{}, errWatcherClosed
 		}
+		// With work always pending (a steady stream of events), nothing
+		// below would look at ctx: a stop must not wait for a quiet moment.
+		if err := ctx.Err(); err != nil {
+			return Batch{}, err
+		}
 		// A steady stream of events must not postpone the rescan forever.
 		select {
 		case <-w.rescan.C:

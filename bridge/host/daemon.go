@@ -91,12 +91,13 @@ type Daemon struct {
 	noted    map[string]bool               // log-once set (bounded)
 	budget   lineBudget                    // lines folder input may make us write (refused.go)
 
-	refusedMu sync.Mutex
-	refused   map[string]refusedMark   // refused manifests by path below to-host, not read again until they change
-	sems      map[string]chan struct{} // per-op concurrency
-	opQueued  map[string]int           // per op with a concurrency: requests claimed and not yet ended (queue.go)
-	deferred  map[string]*keyQueue     // per op: keys left unclaimed while it was full (queue.go)
-	wg        sync.WaitGroup
+	refusedMu     sync.Mutex
+	refused       map[string]refusedMark   // refused manifests by path below to-host, not read again until they change
+	manifestReads atomic.Int64             // manifests read for an evaluation, for tests
+	sems          map[string]chan struct{} // per-op concurrency
+	opQueued      map[string]int           // per op with a concurrency: requests claimed and not yet ended (queue.go)
+	deferred      map[string]*keyQueue     // per op: keys left unclaimed while it was full (queue.go)
+	wg            sync.WaitGroup
 
 	runCtx   context.Context // parent of every running op; cancelled on abort
 	abortRun context.CancelFunc
@@ -366,7 +367,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 			// applying a rename, a restore or a folder writer can take
 			// the directory away for a while. The watcher looks again
 			// every few seconds; requests wait in the folder meanwhile.
-			if msg := err.Error(); msg != trouble {
+			if msg := err.Error(); msg != trouble && d.folderLine("") {
 				trouble = msg
 				d.log.Warn("cannot watch the requests directory: waiting for it to come back", "err", err,
 					"hint", "a sync client may be applying a rename or a restore; if this lasts, see `bridge doctor`")
@@ -374,10 +375,14 @@ func (d *Daemon) Run(ctx context.Context) error {
 			}
 			continue
 		}
+		// Said within the budget of folder input: a writer can move the
+		// directory away and back as often as it likes.
 		if trouble != "" {
 			trouble = ""
-			d.log.Info("the requests directory is back: serving again")
-		} else if batch.Replaced {
+			if d.folderLine("") {
+				d.log.Info("the requests directory is back: serving again")
+			}
+		} else if batch.Replaced && d.folderLine("") {
 			d.log.Warn("the requests directory was replaced by another one: watching the new one")
 		}
 		if batch.Full {

@@ -75,6 +75,10 @@ func (d *Daemon) evaluate(agent, id string) bool {
 		d.evaluateKept(ent, keys)
 		return false
 	}
+	if !exists && d.stillRefused(mpath) {
+		return false // read once per version (refused.go)
+	}
+	d.manifestReads.Add(1)
 	data, err := d.folder.ReadFile(mpath, bcrypto.KindRequest.MaxSize())
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
@@ -98,6 +102,7 @@ func (d *Daemon) evaluate(agent, id string) bool {
 	if verr != nil && req == nil {
 		if errors.Is(verr, bcrypto.ErrTruncated) {
 			d.waiting(mpath, len(data), verr) // may still be arriving
+			d.markRefused(mpath)              // until it changes, as it does while it arrives
 		} else {
 			d.refuseFile(mpath, verr)
 			d.markRefused(mpath) // not authentic: no time makes it so

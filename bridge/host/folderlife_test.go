@@ -158,13 +158,25 @@ func TestUntrustedAgentSaidOnce(t *testing.T) {
 }
 
 // plantJunk writes n manifests of random bytes at request names of the
-// trusted agent's directory, as a folder writer without keys can.
-func (p *pair) plantJunk(t *testing.T, n int) []string {
+// trusted agent's directory, as a folder writer without keys can, last
+// changed an hour ago (a fresh file is marked refused only once it has
+// settled, refused.go).
+func (p *pair) plantJunk(t *testing.T, n int, payloads bool) []string {
 	t.Helper()
 	var names []string
+	old := time.Now().Add(-time.Hour)
 	for range n {
-		name := bridge.NewRequestID() + "." + bridge.ExtManifest
-		must(t, os.WriteFile(filepath.Join(p.toHost(), name), []byte(bridge.NewRequestID()+bridge.NewRequestID()+bridge.NewRequestID()), 0o644))
+		id := bridge.NewRequestID()
+		name := id + "." + bridge.ExtManifest
+		files := []string{name}
+		if payloads {
+			files = append(files, id+"."+bridge.ExtPayload)
+		}
+		for _, f := range files {
+			path := filepath.Join(p.toHost(), f)
+			must(t, os.WriteFile(path, []byte(bridge.NewRequestID()+bridge.NewRequestID()+bridge.NewRequestID()), 0o644))
+			must(t, os.Chtimes(path, old, old))
+		}
 		names = append(names, name)
 	}
 	return names
@@ -192,7 +204,7 @@ func TestRefusedFileReadOnce(t *testing.T) {
 	maxNoted = 50
 	t.Cleanup(func() { maxNoted = old })
 	p := newPair(t, testPolicy)
-	names := p.plantJunk(t, 300)
+	names := p.plantJunk(t, 300, false)
 	p.start(t, nil)
 	p.echo(t, "first")
 	settleFor() // three rescans
@@ -214,7 +226,7 @@ func TestFolderLinesBounded(t *testing.T) {
 	budgetLines = 100
 	t.Cleanup(func() { budgetLines = old })
 	p := newPair(t, testPolicy)
-	p.plantJunk(t, 400)
+	p.plantJunk(t, 400, false)
 	p.start(t, nil)
 	settleFor()
 	p.echo(t, "served")
@@ -281,4 +293,68 @@ func TestDoctorShowsLinkedRequestsDir(t *testing.T) {
 		}
 	}
 	t.Error("doctor does not say the requests directory is behind a link")
+}
+
+// TestRefusedManifestNotReadForItsPayload: a payload beside a refused
+// manifest must not have the manifest read again at every rescan (a red
+// team measured 2 GiB read every 30 s from 50,000 such pairs).
+func TestRefusedManifestNotReadForItsPayload(t *testing.T) {
+	p := newPair(t, testPolicy)
+	p.plantJunk(t, 50, true)
+	p.start(t, nil)
+	p.echo(t, "first")
+	before := p.daemon.manifestReads.Load()
+	settleFor() // three rescans
+	p.echo(t, "second")
+	if n := p.daemon.manifestReads.Load() - before; n > 5 {
+		t.Errorf("%d manifest reads over three rescans beside 50 refused manifests with payloads, want about 1 (the echo's)", n)
+	}
+}
+
+// TestUntrustedNamesShareOneBudget: id-shaped directories a folder writer
+// makes at the top of to-host share one line budget, not one each.
+func TestUntrustedNamesShareOneBudget(t *testing.T) {
+	old := budgetLines
+	budgetLines = 50
+	t.Cleanup(func() { budgetLines = old })
+	p := newPair(t, testPolicy)
+	top := filepath.Dir(p.toHost())
+	for range 200 {
+		must(t, os.Mkdir(filepath.Join(top, bridge.NewRequestID()), 0o755))
+	}
+	var logs lockedBuffer
+	p.log = slog.New(slog.NewTextHandler(&logs, nil))
+	p.start(t, nil)
+	settleFor()
+	if n := bytes.Count([]byte(logs.String()), []byte("does not trust")); n > 50 {
+		t.Errorf("200 untrusted directories made %d lines, want at most the budget of 50", n)
+	}
+}
+
+// TestRequestsDirFlapsWithinBudget: moving to-host away and back again and
+// again makes no more lines than the budget allows.
+func TestRequestsDirFlapsWithinBudget(t *testing.T) {
+	old := budgetLines
+	budgetLines = 10
+	t.Cleanup(func() { budgetLines = old })
+	p := newPair(t, testPolicy)
+	var logs lockedBuffer
+	p.log = slog.New(slog.NewTextHandler(&logs, nil))
+	p.start(t, nil)
+	root := filepath.Join(p.folder, bridge.ToHostRoot(p.host.Config.ID))
+	for range 40 {
+		must(t, os.Rename(root, root+".x"))
+		time.Sleep(20 * time.Millisecond)
+		must(t, os.Rename(root+".x", root))
+		time.Sleep(30 * time.Millisecond)
+	}
+	p.echo(t, "still serving")
+	text := logs.String()
+	n := bytes.Count([]byte(text), []byte("requests directory"))
+	if n > 10 {
+		t.Errorf("40 flaps made %d lines about the requests directory, want at most the budget of 10", n)
+	}
+	if n := p.auditCount(t, "folder"); n > 10 {
+		t.Errorf("40 flaps made %d audit lines, want at most 10", n)
+	}
 }

@@ -34,6 +34,10 @@ type refusedMark struct {
 	own    *ownKeys
 }
 
+// markSettle is how long ago a file must have last changed to be marked
+// (a variable for tests).
+var markSettle = 2 * time.Second
+
 // maxRefusedMarks bounds the marks' memory (about 150 bytes each). Past it,
 // more refused files are read again at each rescan (costing time, not disk:
 // the lines they make are bounded by the budget).
@@ -42,10 +46,14 @@ const maxRefusedMarks = 1 << 18
 // markRefused remembers that the manifest at p (relative to the folder), as
 // it is now, will never be admitted against the keys of now. Only for
 // refusals that new time cannot lift (a bad signature, a damaged file, an
-// unknown key), never for a file that may still be arriving.
+// unknown key, a file cut short: one still arriving changes its version as
+// the rest comes).
 func (d *Daemon) markRefused(p string) {
 	fi, err := d.folder.Lstat(p)
-	if err != nil || !fi.Mode().IsRegular() {
+	if err != nil || !fi.Mode().IsRegular() || time.Since(fi.ModTime()) < markSettle {
+		// A file changed within a timestamp tick of now might change
+		// again without a new modification time (FAT's tick is 2 s,
+		// some network file systems' 1 s): mark it at a later look.
 		return
 	}
 	rel, ok := strings.CutPrefix(p, bridge.ToHostRoot(d.me)+"/")
@@ -106,13 +114,39 @@ func (d *Daemon) skipRefused(paths []string) []string {
 	if len(skip) == 0 {
 		return paths
 	}
+	// The request's other file too: a payload beside a refused manifest
+	// would have it read again.
+	keys := make(map[string]bool, len(skip))
+	for p := range skip {
+		if k, ok := requestKeyOf(p); ok {
+			keys[k] = true
+		}
+	}
 	out := make([]string, 0, len(paths)-len(skip))
 	for _, p := range paths {
-		if !skip[p] {
+		if k, ok := requestKeyOf(p); !skip[p] && !(ok && keys[k]) {
 			out = append(out, p)
 		}
 	}
 	return out
+}
+
+// stillRefused reports whether the manifest at p (relative to the folder)
+// is the version refused before, against the same keys: an event about its
+// payload, or about nothing new, must not have it read again.
+func (d *Daemon) stillRefused(p string) bool {
+	rel, ok := strings.CutPrefix(p, bridge.ToHostRoot(d.me)+"/")
+	if !ok {
+		return false
+	}
+	d.refusedMu.Lock()
+	m, marked := d.refused[rel]
+	d.refusedMu.Unlock()
+	if !marked {
+		return false
+	}
+	fi, err := d.folder.Lstat(p)
+	return err == nil && versionOf(fi) == m.v && m.agents == d.agentsP.Load() && m.own == d.ownP.Load()
 }
 
 // lineBudget bounds the log and audit lines that folder input makes the
@@ -179,6 +213,11 @@ func (d *Daemon) folderLine(p string) bool {
 		dir = rel
 	}
 	dir, _, _ = strings.Cut(dir, "/")
+	if d.agents()[dir] == nil {
+		// Names a folder writer makes up share one budget: the top of
+		// to-host counts as one directory, however many are in it.
+		dir = ""
+	}
 	ok, left := d.budget.take(dir, time.Now())
 	if left > 0 {
 		d.log.Warn(fmt.Sprintf("left out %d lines about refused or ignored files (at most %d an hour per agent directory)", left, budgetLines),
