@@ -28,6 +28,7 @@ func Doctor(h *bridge.Home, opt bridge.DoctorOptions) []bridge.Finding {
 		out = append(out, bridge.Finding{Check: "daemon", Severity: bridge.SeverityWarn, Message: "bridge serve is not running: requests wait",
 			Fix: "bridge service install (or run `bridge serve` yourself)"})
 	}
+	out = append(out, containmentFinding(h))
 	if _, err := os.Stat(h.Path(bridge.PolicyName)); err != nil {
 		out = append(out, bridge.Finding{Check: "policy", Severity: bridge.SeverityProblem, Message: "no policy: nothing may run", Fix: "write " + h.Path(bridge.PolicyName) + " and check it with `bridge policy check`"})
 	} else if p, err := policy.Load(h.Path(bridge.PolicyName)); err != nil {

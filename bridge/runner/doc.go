@@ -11,6 +11,7 @@
 //     own; a program that could not start has [Outcome.StartErr].
 //   - [Main] must be the first statement of main() in the bridge binary (and
 //     of TestMain in tests that run with Limits): it is the resource-limit shim.
+//   - [Containment] says what holds every process of a run on this system.
 //
 // # Execution
 //
@@ -19,25 +20,69 @@
 // entries; without a PATH there, it must be absolute. The child's environment
 // is exactly Spec.Env, its working directory Spec.Dir (absolute, must exist),
 // its stdin Spec.Stdin or /dev/null. It leads a process group of its own, so
-// that the runner can signal the whole tree it spawns.
+// that the runner can signal the whole tree it spawns, and on Linux it is
+// also held by a containment that a process leaving the group cannot leave
+// (see Containment).
 //
 // # The signal ladder
 //
-// When Spec.Timeout expires or ctx is done, the process group receives SIGINT,
-// then SIGTERM after Spec.Grace, then SIGKILL after another Grace (the GitHub
-// Actions runner's ladder; Grace defaults to 5 s). SIGINT first lets tools
+// When Spec.Timeout expires or ctx is done, the process group, and every
+// other process of the run's containment, receives SIGINT, then SIGTERM after
+// Spec.Grace, then SIGKILL after another Grace (the GitHub Actions runner's
+// ladder; Grace defaults to 5 s). SIGINT first lets tools
 // clean up as they would at a terminal. The first cause is recorded as
 // TimedOut or Cancelled; Signal names the signal that ended the program, if
 // one did.
 //
 // When the program (the group leader) exits, on its own or not, the runner
 // waits up to Grace for its output pipes to close, then sends SIGKILL to the
-// group in any case and waits for the group to die: background children
-// ("sleep 1000 &") never outlive the run, and a child that keeps stdout open
-// cannot hang Run. A process that left the group (setsid) is out of reach; if
-// it still holds a pipe after another Grace, the runner stops reading and
-// says so in Outcome.Notes. So Run lasts at most Timeout + 2 Grace until the
-// leader dies, plus up to 2 Grace (and the time SIGKILL takes) for the rest.
+// group and the containment in any case and waits for them to die:
+// background children ("sleep 1000 &"), and on Linux also those that called
+// setsid or double-forked, never outlive the run, and a child that keeps
+// stdout open cannot hang Run. Without a containment a process that left the
+// group is out of reach; if it still holds a pipe after another Grace, the
+// runner stops reading and says so in Outcome.Notes. So Run lasts at most
+// Timeout + 2 Grace until the leader dies, plus up to 2 Grace (and the time
+// SIGKILL takes) for the rest.
+//
+// # Containment
+//
+// A process group does not hold a program that calls setsid, or forks twice
+// into a new session: a kill of the group misses it. On Linux one of two
+// mechanisms holds every process of a run, chosen at the first run for the
+// whole process; [Containment] says which (and `bridge doctor` prints it):
+//
+//   - cgroup v2: where the daemon's own cgroup is writable (a systemd unit
+//     with Delegate=yes, a container's root), each run gets a child cgroup
+//     bridge-op-<daemon pid>-<n>, the program is born in it (clone3 with
+//     CLONE_INTO_CGROUP: no fork escapes before a move), and the end of the
+//     run writes cgroup.kill (before Linux 5.14: SIGKILL to every pid of
+//     cgroup.procs until it is empty), then removes the cgroup. Membership is
+//     inherited whatever the session, group or parent. The ladder's SIGINT
+//     and SIGTERM reach every process of the cgroup outside the group too. A
+//     daemon killed outright leaves its runs' cgroups; the next one in the
+//     same cgroup kills what is left in them and removes them, at its first
+//     run.
+//   - process tree tracking, otherwise: the daemon makes itself a child
+//     subreaper (PR_SET_CHILD_SUBREAPER), so an orphan of a run is
+//     re-parented to the daemon instead of init and every process of every
+//     run stays in the daemon's subtree. While runs are in progress the
+//     runner walks /proc every 200 ms and ties each process of that subtree
+//     to its run: by descent from the leader, or, for an orphan, by having
+//     been seen in the run before, by a process group or session of the
+//     run, or by holding the run's output pipe. An orphan that nothing ties
+//     to a single run is counted in every run in progress, so it dies with
+//     the first of them to end. The end of a run sends SIGKILL to every
+//     process of it, again until none is left (a fork that raced a round is
+//     caught by the next), and reaps the orphans. Processes outside the
+//     daemon's subtree are never signalled, and the daemon's own children
+//     (in its process group and session) are left alone. A daemon killed
+//     outright gives its runs' orphans to init.
+//
+// A program that wants to outlive its op has no way to ask: an op never
+// leaves a process behind once its outcome is returned. (Neither mechanism
+// holds a program started on the op's behalf by another service, such as
+// systemd-run or at.)
 //
 // On Linux the leader is started with Pdeathsig SIGKILL, so it dies with a
 // daemon that is killed outright. Pdeathsig fires when the forking *thread*
@@ -101,17 +146,18 @@
 //     milliseconds before execve; nothing else of the shim survives execve.
 //   - File descriptors: the child gets 0, 1 and 2 only; every descriptor of
 //     the daemon is close-on-exec.
-//   - The process group, the ladder, the final group kill and Pdeathsig bound
-//     the run in time; MaxOutput bounds its memory in the daemon; Limits bound
-//     its resources. None of them is a sandbox: the program runs with the
-//     daemon's user, file system and network.
-//   - A program that calls setsid or setpgid escapes the group kill; Run
-//     still returns, and Outcome.Notes tells when it noticed.
+//   - The process group, the containment, the ladder, the final kill and
+//     Pdeathsig bound the run in time; MaxOutput bounds its memory in the
+//     daemon; Limits bound its resources. None of them is a sandbox: the
+//     program runs with the daemon's user, file system and network.
+//   - Without a containment (not Linux) a program that calls setsid or
+//     setpgid escapes the group kill; Run still returns, and Outcome.Notes
+//     tells when it noticed.
 //
 // # Platforms
 //
 // Linux has all of the above. macOS and the BSDs have process groups and the
-// ladder but no Pdeathsig, and reap the leader at once (a small window for pid
+// ladder but no containment and no Pdeathsig, and reap the leader at once (a small window for pid
 // reuse before the final group kill); the shim exists on macOS only. Windows
 // has no process groups or signals: the program alone is killed at once on
 // timeout or cancel, its descendants are not reached, limits are not applied,

@@ -22,7 +22,7 @@ type leader struct {
 // waitid(WNOWAIT) the leader is reaped as soon as it exits, so the group kill
 // that follows has a small window in which the pid could be reused; and there
 // is no Pdeathsig: a daemon killed outright leaves its children running.
-func launch(path string, argv []string, attr *os.ProcAttr) (*leader, error) {
+func launch(path string, argv []string, attr *os.ProcAttr, _ *hold) (*leader, error) {
 	attr.Sys = &syscall.SysProcAttr{Setpgid: true}
 	p, err := os.StartProcess(path, argv, attr)
 	if err != nil {

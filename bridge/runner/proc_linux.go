@@ -31,24 +31,32 @@ type leader struct {
 // process, and Go exits threads (a goroutine that ends while locked to its
 // thread takes the thread with it). So the fork happens on a goroutine locked
 // to its thread, which stays locked, and alive, until the leader has exited.
-func launch(path string, argv []string, attr *os.ProcAttr) (*leader, error) {
+//
+// h puts the program into the run's containment from its birth.
+func launch(path string, argv []string, attr *os.ProcAttr, h *hold) (*leader, error) {
 	attr.Sys = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	l := &leader{exited: make(chan struct{})}
 	started := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
 		defer runtime.UnlockOSThread()
-		p, err := os.StartProcess(path, argv, attr)
+		err := h.start(attr.Sys, func() (int, error) {
+			p, err := os.StartProcess(path, argv, attr)
+			if err != nil {
+				return 0, err
+			}
+			l.p = p
+			return p.Pid, nil
+		})
 		if err != nil {
 			started <- err
 			return
 		}
-		l.p = p
 		started <- nil
 		var info unix.Siginfo
 		for {
 			// WNOWAIT: learn of the exit without reaping; reap() reaps.
-			err := unix.Waitid(unix.P_PID, p.Pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
+			err := unix.Waitid(unix.P_PID, l.p.Pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
 			if err != unix.EINTR {
 				break
 			}

@@ -21,7 +21,7 @@ type leader struct {
 	err    error
 }
 
-func launch(path string, argv []string, attr *os.ProcAttr) (*leader, error) {
+func launch(path string, argv []string, attr *os.ProcAttr, _ *hold) (*leader, error) {
 	p, err := os.StartProcess(path, argv, attr)
 	if err != nil {
 		return nil, err

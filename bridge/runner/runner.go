@@ -278,13 +278,18 @@ func execute(ctx context.Context, s Spec, path string, o *Outcome) {
 		env = []string{} // nil would mean "inherit" to os.StartProcess
 	}
 
-	l, err := launch(exe, argv, &os.ProcAttr{Dir: s.Dir, Env: env, Files: files})
+	// The containment holds every process of the run, including those that
+	// leave the process group (setsid, double fork): see doc.go.
+	h, notes := newHold(outR, errR)
+	defer h.release()
+	o.Notes = append(o.Notes, notes...)
+	l, err := launch(exe, argv, &os.ProcAttr{Dir: s.Dir, Env: env, Files: files}, h)
 	closeAll(childEnds)
 	if err != nil {
 		o.StartErr = fmt.Errorf("start %s: %w", path, err)
 		return
 	}
-	live.add(l)
+	live.add(l, h)
 	defer live.remove(l)
 	if statusR != nil {
 		// The shim is our own code: it either execs (status "R", then EOF
@@ -297,12 +302,14 @@ func execute(ctx context.Context, s Spec, path string, o *Outcome) {
 			_ = signalGroup(l, syscall.SIGKILL)
 			<-l.exited
 			_, _ = l.reap()
+			h.await(time.Second)
 			o.StartErr = fmt.Errorf("start %s: %w", path, err)
 			return
 		}
 	}
 	o.Started = time.Now()
 	o.Notes = append(o.Notes, supervisionNotes()...)
+	o.Notes = append(o.Notes, h.notes()...)
 
 	var tapMu sync.Mutex
 	tap := func(stream int, p []byte) {
@@ -328,13 +335,14 @@ func execute(ctx context.Context, s Spec, path string, o *Outcome) {
 		}()
 	}
 
-	supervise(ctx, s.Timeout, grace, l, o)
+	supervise(ctx, s.Timeout, grace, l, h, o)
 
-	// The leader has exited. Whatever is left in its group is a straggler
-	// (say "sleep 1000 &"): give the pipes a grace period to close on their
-	// own, then kill the group and wait for it to die. If the pipes are still
-	// open then, a process that left the group (setsid) holds them: stop
-	// reading rather than wait for it.
+	// The leader has exited. Whatever is left in its group or its
+	// containment is a straggler (say "sleep 1000 &", or a daemon that
+	// called setsid): give the pipes a grace period to close on their own,
+	// then kill them all and wait for them to die. If the pipes are still
+	// open then, a process out of reach (setsid where there is no
+	// containment) holds them: stop reading rather than wait for it.
 	t := time.NewTimer(grace)
 	defer t.Stop()
 	select {
@@ -353,6 +361,10 @@ func execute(ctx context.Context, s Spec, path string, o *Outcome) {
 	// machine that can exceed a short Grace.
 	if !awaitGroupGone(l, max(grace, time.Second)) {
 		o.Notes = append(o.Notes, "process group still alive after SIGKILL")
+	}
+	// Then the rest of the containment (h.await kills it first).
+	if !h.await(max(grace, time.Second)) {
+		o.Notes = append(o.Notes, "processes of the op still alive after SIGKILL")
 	}
 	select {
 	case <-pumped:
@@ -379,8 +391,9 @@ func execute(ctx context.Context, s Spec, path string, o *Outcome) {
 }
 
 // supervise waits for the leader to exit, climbing the signal ladder on the
-// process group once the timeout expires or ctx is done.
-func supervise(ctx context.Context, timeout, grace time.Duration, l *leader, o *Outcome) {
+// process group and the rest of the containment once the timeout expires or
+// ctx is done.
+func supervise(ctx context.Context, timeout, grace time.Duration, l *leader, h *hold, o *Outcome) {
 	var timeoutC <-chan time.Time
 	if timeout > 0 {
 		t := time.NewTimer(timeout)
@@ -394,6 +407,7 @@ func supervise(ctx context.Context, timeout, grace time.Duration, l *leader, o *
 	next := 0
 	climb := func() {
 		_ = signalGroup(l, ladder[next])
+		h.signal(l.p.Pid, ladder[next])
 		next++
 		if next < len(ladder) {
 			step.Reset(grace)
@@ -447,18 +461,18 @@ func closeAll(fs []*os.File) {
 	}
 }
 
-// live are the leaders of the process groups Run supervises now, for
-// KillAll.
-var live = &leaders{m: map[*leader]bool{}}
+// live are the leaders of the process groups Run supervises now, and their
+// containments, for KillAll.
+var live = &leaders{m: map[*leader]*hold{}}
 
 type leaders struct {
 	mu sync.Mutex
-	m  map[*leader]bool
+	m  map[*leader]*hold
 }
 
-func (ls *leaders) add(l *leader) {
+func (ls *leaders) add(l *leader, h *hold) {
 	ls.mu.Lock()
-	ls.m[l] = true
+	ls.m[l] = h
 	ls.mu.Unlock()
 }
 
@@ -468,16 +482,17 @@ func (ls *leaders) remove(l *leader) {
 	ls.mu.Unlock()
 }
 
-// KillAll sends SIGKILL to the process group of every program Run is
-// running now, and returns how many. It is for a process about to exit at
-// once (a daemon's second signal): without it the programs, in process
-// groups of their own, would go on running after it. The Run calls return
-// as their programs die.
+// KillAll sends SIGKILL to the process group and the containment of every
+// program Run is running now, and returns how many. It is for a process
+// about to exit at once (a daemon's second signal): without it the
+// programs, in process groups of their own, would go on running after it.
+// The Run calls return as their programs die.
 func KillAll() int {
 	live.mu.Lock()
 	defer live.mu.Unlock()
-	for l := range live.m {
+	for l, h := range live.m {
 		_ = signalGroup(l, syscall.SIGKILL)
+		h.kill()
 	}
 	return len(live.m)
 }

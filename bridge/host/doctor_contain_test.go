@@ -1,0 +1,40 @@
+package host
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/syncbridge/bridge/bridge"
+	"github.com/syncbridge/bridge/bridge/agent"
+)
+
+// TestDoctorContainment: doctor names the mechanism that holds every
+// process of an op, the running daemon's once it has run one.
+func TestDoctorContainment(t *testing.T) {
+	p := newPair(t, testPolicy)
+	find := func() bridge.Finding {
+		t.Helper()
+		for _, f := range Doctor(p.host, bridge.DoctorOptions{}) {
+			if f.Check == "containment" {
+				return f
+			}
+		}
+		t.Fatal("no containment finding")
+		return bridge.Finding{}
+	}
+	f := find()
+	if !strings.HasPrefix(f.Message, "op containment: ") || !strings.Contains(f.Message, "bridge serve is not running") {
+		t.Errorf("without a daemon: %+v", f)
+	}
+	runDaemon(t, p.host, DaemonOptions{Rescan: 500 * time.Millisecond})
+	if out := p.run(t, agent.SubmitOptions{Op: "echo", Args: map[string]string{"msg": "hi"}}); out.Receipt.Status != bridge.StatusDone {
+		t.Fatalf("echo: %+v", out.Receipt)
+	}
+	f = find()
+	ok := strings.HasPrefix(f.Message, "op containment: cgroup v2 (delegated: ") || strings.HasPrefix(f.Message, "op containment: process tree tracking (")
+	if !ok || f.Severity != bridge.SeverityOK || strings.Contains(f.Message, "not running") {
+		t.Errorf("with the daemon (in this process) after an op: %+v", f)
+	}
+	t.Log(f.Message)
+}

@@ -1,0 +1,40 @@
+//go:build !linux
+
+package runner
+
+import (
+	"os"
+	"runtime"
+	"syscall"
+	"time"
+)
+
+// Without cgroups or a child subreaper, a run is held by its process group
+// alone (and on Windows by nothing beyond the program itself).
+
+type hold struct{}
+
+func newHold(...*os.File) (*hold, []string) { return &hold{}, nil }
+
+func (*hold) start(_ *syscall.SysProcAttr, launch func() (int, error)) error {
+	_, err := launch()
+	return err
+}
+
+func (*hold) notes() []string            { return nil }
+func (*hold) signal(int, syscall.Signal) {}
+func (*hold) kill()                      {}
+func (*hold) await(time.Duration) bool   { return true }
+func (*hold) release()                   {}
+
+// Containment says how [Run] holds every process of an op in process pid
+// (0: this one): here the process group alone, or on Windows the program
+// alone.
+func Containment(int) string { return containmentNow() }
+
+func containmentNow() string {
+	if runtime.GOOS == "windows" {
+		return "the program only (no process groups on windows)"
+	}
+	return "process group only (no cgroups or child subreaper on " + runtime.GOOS + ")"
+}
