@@ -3,6 +3,7 @@ package syncsafe
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -177,5 +178,34 @@ func TestWatcherNextHonoursCancelUnderWork(t *testing.T) {
 	cancel()
 	if b, err := w.Next(ctx); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Next with work pending and a cancelled context = %v (full %v), want context.Canceled", err, b.Full)
+	}
+}
+
+// TestWatcherCloseDuringWalk: Close while another goroutine's Next walks
+// must wait for the walk, not close the directory under it (the race
+// detector saw it in an agent's wait).
+func TestWatcherCloseDuringWalk(t *testing.T) {
+	root := t.TempDir()
+	for i := range 2000 {
+		writeFile(t, filepath.Join(root, "d", fmt.Sprintf("f%04d", i)), "x")
+	}
+	for range 20 {
+		w, err := NewWatcher(root, WatchOptions{Rescan: time.Hour, Debounce: -1})
+		must(t, err)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for {
+				w.mu.Lock()
+				w.needFull = true
+				w.mu.Unlock()
+				if _, err := w.Next(context.Background()); err != nil {
+					return
+				}
+			}
+		}()
+		time.Sleep(5 * time.Millisecond)
+		must(t, w.Close())
+		<-done
 	}
 }

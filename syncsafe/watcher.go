@@ -77,6 +77,7 @@ var ErrRootGone = errors.New("watched directory is gone")
 // See NewWatcher.
 type Watcher struct {
 	rootMu sync.Mutex // guards root and rootD against Close; Next's goroutine alone replaces them
+	nextMu sync.Mutex // held by Next: Close releases the root only once no walk uses it
 	root   *os.Root
 	rootD  *os.File    // the same directory, for openDirFast; nil if not the same
 	rootFI fs.FileInfo // the directory root holds, to notice it being replaced
@@ -248,6 +249,8 @@ var errWatcherClosed = fmt.Errorf("watcher closed: %w", fs.ErrClosed)
 // temp and litter names (Classify); a Full batch lists every regular file.
 // Cancelling ctx keeps everything pending for the next call.
 func (w *Watcher) Next(ctx context.Context) (Batch, error) {
+	w.nextMu.Lock()
+	defer w.nextMu.Unlock()
 	if !w.started {
 		w.started = true
 		w.rescan = time.NewTimer(w.opt.Rescan)
@@ -640,8 +643,11 @@ func (w *Watcher) Close() error {
 		close(w.done)
 		w.wg.Wait()
 		// The rescan timer belongs to Next's goroutine and is not touched
-		// here: since Go 1.23 an unreferenced timer needs no Stop.
+		// here: since Go 1.23 an unreferenced timer needs no Stop. A Next
+		// in a walk finishes it first (done makes any wait return).
+		w.nextMu.Lock()
 		err = w.closeRoot()
+		w.nextMu.Unlock()
 	})
 	if err != nil {
 		return fmt.Errorf("close watcher: %w", err)
