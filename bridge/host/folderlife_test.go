@@ -162,9 +162,13 @@ func TestUntrustedAgentSaidOnce(t *testing.T) {
 // changed an hour ago (a fresh file is marked refused only once it has
 // settled, refused.go).
 func (p *pair) plantJunk(t *testing.T, n int, payloads bool) []string {
+	return p.plantJunkAt(t, n, payloads, time.Now().Add(-time.Hour))
+}
+
+// plantJunkAt is plantJunk with the files' modification time.
+func (p *pair) plantJunkAt(t *testing.T, n int, payloads bool, old time.Time) []string {
 	t.Helper()
 	var names []string
-	old := time.Now().Add(-time.Hour)
 	for range n {
 		id := bridge.NewRequestID()
 		name := id + "." + bridge.ExtManifest
@@ -356,5 +360,21 @@ func TestRequestsDirFlapsWithinBudget(t *testing.T) {
 	}
 	if n := p.auditCount(t, "folder"); n > 10 {
 		t.Errorf("40 flaps made %d audit lines, want at most 10", n)
+	}
+}
+
+// TestRefusedFutureMtimeReadOnce: junk with a modification time in the
+// future (a folder writer sets it; sync clients copy it) is remembered like
+// any other: a red team had 20,000 such files read again at every rescan.
+func TestRefusedFutureMtimeReadOnce(t *testing.T) {
+	p := newPair(t, testPolicy)
+	p.plantJunkAt(t, 50, false, time.Now().Add(365*24*time.Hour))
+	p.start(t, nil)
+	p.echo(t, "first")
+	before := p.daemon.manifestReads.Load()
+	settleFor()
+	p.echo(t, "second")
+	if n := p.daemon.manifestReads.Load() - before; n > 5 {
+		t.Errorf("%d manifest reads over three rescans beside 50 refused manifests from the future, want about 1", n)
 	}
 }

@@ -50,10 +50,16 @@ const maxRefusedMarks = 1 << 18
 // the rest comes).
 func (d *Daemon) markRefused(p string) {
 	fi, err := d.folder.Lstat(p)
-	if err != nil || !fi.Mode().IsRegular() || time.Since(fi.ModTime()) < markSettle {
+	if err != nil || !fi.Mode().IsRegular() {
+		return
+	}
+	if age := time.Since(fi.ModTime()); age >= 0 && age < markSettle {
 		// A file changed within a timestamp tick of now might change
 		// again without a new modification time (FAT's tick is 2 s,
-		// some network file systems' 1 s): mark it at a later look.
+		// some network file systems' 1 s): mark it at a later look. A
+		// time in the future was set on purpose (a sync client copying
+		// the source's), after the content: a later write would set
+		// the time to now, a new version.
 		return
 	}
 	rel, ok := strings.CutPrefix(p, bridge.ToHostRoot(d.me)+"/")
