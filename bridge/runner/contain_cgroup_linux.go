@@ -3,6 +3,7 @@ package runner
 import (
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -13,15 +14,21 @@ import (
 )
 
 // The cgroup mechanism of containment (contain_linux.go): one child
-// cgroup per run, killed whole at its end.
+// cgroup per run, killed whole at its end, and a sweep of the daemon's
+// subtree for the processes of ops that moved out of their cgroup.
 
 // cgroupRun is the cgroup of one run.
 type cgroupRun struct {
 	dir string
-	fd  int // the directory, open for CLONE_INTO_CGROUP; -1 once closed
+	rel string // its path in the hierarchy; "" for one no sweep spares
+	fd  int    // the directory, open for CLONE_INTO_CGROUP; -1 once closed
 }
 
-func newCgroupRun(dir string) (*cgroupRun, error) {
+// newCgroupRun makes the cgroup name under parent, whose path in the
+// hierarchy is parentRel ("": the cgroup of a probe, not listed in
+// trees.cgroups).
+func newCgroupRun(parent, parentRel, name string) (*cgroupRun, error) {
+	dir := filepath.Join(parent, name)
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("create a cgroup: %w", err)
 	}
@@ -30,7 +37,24 @@ func newCgroupRun(dir string) (*cgroupRun, error) {
 		_ = os.Remove(dir)
 		return nil, fmt.Errorf("open a cgroup: %w", err)
 	}
-	return &cgroupRun{dir: dir, fd: fd}, nil
+	c := &cgroupRun{dir: dir, fd: fd}
+	if parentRel != "" {
+		c.rel = path.Join(parentRel, name)
+		trees.mu.Lock()
+		trees.cgroups[c.rel] = true
+		trees.mu.Unlock()
+	}
+	return c, nil
+}
+
+// unlist ends the run's cgroup's protection from sweepOrphans: what is left
+// in it is no longer of a running op. Idempotent.
+func (c *cgroupRun) unlist() {
+	if c.rel != "" {
+		trees.mu.Lock()
+		delete(trees.cgroups, c.rel)
+		trees.mu.Unlock()
+	}
 }
 
 func (c *cgroupRun) procs() []int {
@@ -94,12 +118,145 @@ func (c *cgroupRun) await(d time.Duration) bool {
 	return true
 }
 
-// release closes the directory and removes the cgroup, which fails (EBUSY)
-// only while a process lives in it: the run then reports one in its notes.
+// release closes the directory and removes the cgroup with any the op made
+// inside it, which fails (EBUSY) only while a process lives in one: the run
+// then reports one in its notes.
 func (c *cgroupRun) release() {
+	c.unlist()
 	if c.fd >= 0 {
 		_ = unix.Close(c.fd)
 		c.fd = -1
-		_ = os.Remove(c.dir)
+		removeCgroupTree(c.dir, time.Second)
 	}
+}
+
+// removeCgroupTree removes the cgroup dir and every cgroup below it, the
+// deepest first: an op may make cgroups inside its own and move into them,
+// and rmdir removes only an empty cgroup (no child, no live process). A
+// child that is still busy (a killed process not quite dead) is tried
+// again for at most d.
+func removeCgroupTree(dir string, d time.Duration) {
+	deadline := time.Now().Add(d)
+	var remove func(string) bool
+	remove = func(dir string) bool {
+		ents, _ := os.ReadDir(dir)
+		for _, e := range ents {
+			if e.IsDir() && !remove(filepath.Join(dir, e.Name())) {
+				return false
+			}
+		}
+		for {
+			err := unix.Rmdir(dir)
+			if err == nil || err == unix.ENOENT {
+				return true
+			}
+			if err != unix.EBUSY || time.Now().After(deadline) {
+				return false
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	remove(dir)
+}
+
+// sweepOrphans kills every process of an op that no running op's cgroup
+// holds, in rounds until none is left, for at most d; it reaps those that
+// died as the daemon's children. It reports whether none is left.
+//
+// The daemon is a child subreaper (setupContainment), so every process of
+// every op stays in its subtree, whatever cgroup it moved to. The daemon's
+// own children are those in its session, which no process of an op can
+// join (launch starts each op in a session of its own); the subtree of
+// such a child is left alone. Everything else in the subtree is a process
+// of an op: it is spared while it is the leader of a run in progress (Run
+// reaps it) or in the cgroup of a run in progress (or a cgroup below it),
+// and killed otherwise: it moved out of its run's cgroup (to the daemon's,
+// say) or its run has ended. A kill re-parents the victim's children to the
+// daemon; the next round finds them. Each round walks /proc; a run that
+// left nothing behind costs one walk.
+func sweepOrphans(d time.Duration) bool {
+	deadline := time.Now().Add(d)
+	for {
+		contain.mu.Lock()
+		kind := contain.kind
+		contain.mu.Unlock()
+		if kind != containCgroup {
+			// Tracking took over (a cgroup could not be made): it holds
+			// what is left, including the orphans of runs in cgroups.
+			return true
+		}
+		if sweepOnce() == 0 {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// sweepOnce is a round of sweepOrphans; it returns how many processes it
+// sent SIGKILL.
+func sweepOnce() int {
+	dirs, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0
+	}
+	trees.mu.Lock()
+	defer trees.mu.Unlock()
+	self := os.Getpid()
+	children := map[int][]procStat{}
+	for _, d := range dirs {
+		if d.Name()[0] < '0' || d.Name()[0] > '9' {
+			continue
+		}
+		st, err := readStat(d.Name())
+		if err != nil {
+			continue // exited meanwhile
+		}
+		children[st.ppid] = append(children[st.ppid], st)
+	}
+	n := 0
+	var queue []procStat
+	for _, c := range children[self] {
+		if c.sid != trees.selfSid {
+			queue = append(queue, c)
+		}
+	}
+	for len(queue) > 0 {
+		p := queue[0]
+		queue = queue[1:]
+		t, leader := trees.leaders[p.pid]
+		if leader && t != nil {
+			continue // a run tracked by its tree (after a fall back)
+		}
+		queue = append(queue, children[p.pid]...)
+		switch {
+		case leader:
+		case p.dead:
+			if p.ppid == self {
+				var ws unix.WaitStatus
+				_, _ = unix.Wait4(p.pid, &ws, unix.WNOHANG, nil)
+			}
+		case !inRunningCgroupLocked(p.pid):
+			_ = unix.Kill(p.pid, unix.SIGKILL)
+			n++
+		}
+	}
+	return n
+}
+
+// inRunningCgroupLocked reports whether pid is in the cgroup of a run in
+// progress, or below it; trees.mu is held.
+func inRunningCgroupLocked(pid int) bool {
+	rel, err := cgroupRelOf(strconv.Itoa(pid))
+	if err != nil {
+		return false // exited meanwhile
+	}
+	for r := range trees.cgroups {
+		if rel == r || strings.HasPrefix(rel, r+"/") {
+			return true
+		}
+	}
+	return false
 }

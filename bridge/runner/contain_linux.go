@@ -24,7 +24,12 @@ import (
 //     or root in a container): each run gets a child cgroup, the program is
 //     born in it (clone3 with CLONE_INTO_CGROUP, so no fork escapes before a
 //     move), and the end of the run writes cgroup.kill. Membership is
-//     inherited and cannot be left without write access to another cgroup.
+//     inherited, but a process of the op runs as the daemon's user, who can
+//     always write the daemon's own cgroup.procs, so it can move itself out
+//     of the run's cgroup into the daemon's. So the daemon is a child
+//     subreaper here too, and the end of every run sweeps its subtree
+//     (sweepOrphans): a process of an op that is in no running op's cgroup
+//     is killed.
 //   - tree: the daemon is a child subreaper, so every orphan of a run is
 //     re-parented to the daemon instead of init and stays in the daemon's
 //     subtree; a poller walks /proc and records which run each process of
@@ -48,11 +53,12 @@ const cgroupPrefix = "bridge-op-"
 var testOnlyContainment containKind
 
 var contain struct {
-	once   sync.Once
-	mu     sync.Mutex
-	kind   containKind
-	parent string // the daemon's cgroup directory, kind == containCgroup
-	why    string // why not a cgroup
+	once      sync.Once
+	mu        sync.Mutex
+	kind      containKind
+	parent    string // the daemon's cgroup directory, kind == containCgroup
+	parentRel string // its path in the hierarchy, as /proc/PID/cgroup shows it
+	why       string // why not a cgroup
 	// decided is set once setupContainment has chosen.
 	decided bool
 	seq     atomic.Uint64
@@ -60,7 +66,11 @@ var contain struct {
 
 func setupContainment() {
 	contain.once.Do(func() {
-		dir, err := cgroupDirOf("self")
+		trees.mu.Lock()
+		trees.selfPgid = unix.Getpgrp()
+		trees.selfSid, _ = unix.Getsid(0)
+		trees.mu.Unlock()
+		dir, rel, err := cgroupOf("self")
 		if testOnlyContainment == containTree {
 			err = errors.New("forced by a test")
 		}
@@ -71,7 +81,21 @@ func setupContainment() {
 		defer contain.mu.Unlock()
 		contain.decided = true
 		if err == nil {
-			contain.kind, contain.parent = containCgroup, dir
+			// A cgroup is a closed box only for a process that cannot write
+			// the cgroup.procs of a cgroup outside it, and the op's user can
+			// write the daemon's. A new cgroup namespace (CLONE_NEWCGROUP)
+			// would make the kernel refuse such a move only where cgroup2 is
+			// mounted with nsdelegate, which the daemon cannot choose, and
+			// only a daemon with CAP_SYS_ADMIN could make one, whose ops
+			// could setns out of it. Being the child subreaper works for
+			// every user: no process of an op can leave the daemon's
+			// subtree, so sweepOrphans finds those that left the cgroup.
+			if perr := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); perr != nil {
+				err = fmt.Errorf("no child subreaper to hold what leaves a cgroup: %w", perr)
+			}
+		}
+		if err == nil {
+			contain.kind, contain.parent, contain.parentRel = containCgroup, dir, rel
 			sweepCgroups(dir)
 			return
 		}
@@ -116,7 +140,7 @@ func Containment(pid int) string {
 		}
 		pid = os.Getpid()
 	}
-	dir, err := cgroupDirOf(strconv.Itoa(pid))
+	dir, _, err := cgroupOf(strconv.Itoa(pid))
 	if err == nil {
 		err = cgroupWritable(dir)
 	}
@@ -132,29 +156,35 @@ func containmentNow() string {
 	return Containment(0)
 }
 
-// cgroupDirOf finds the cgroup v2 directory of a process: its "0::" line in
-// /proc/PID/cgroup, under the cgroup2 mount of its mount namespace.
-func cgroupDirOf(pid string) (string, error) {
+// cgroupRelOf reads the cgroup v2 of a process: its "0::" line in
+// /proc/PID/cgroup, a path in the hierarchy (relative to the root of this
+// process's cgroup namespace).
+func cgroupRelOf(pid string) (string, error) {
 	data, err := os.ReadFile("/proc/" + pid + "/cgroup")
 	if err != nil {
 		return "", err
 	}
-	var rel string
-	found := false
 	for line := range strings.Lines(string(data)) {
 		if p, ok := strings.CutPrefix(strings.TrimSpace(line), "0::"); ok {
-			rel, found = p, true
+			return p, nil
 		}
 	}
-	if !found {
-		return "", errors.New("no cgroup v2 hierarchy")
+	return "", errors.New("no cgroup v2 hierarchy")
+}
+
+// cgroupOf finds the cgroup v2 directory of a process (its path in the
+// hierarchy under the cgroup2 mount of its mount namespace) and that path.
+func cgroupOf(pid string) (dir, rel string, err error) {
+	rel, err = cgroupRelOf(pid)
+	if err != nil {
+		return "", "", err
 	}
 	if strings.HasSuffix(rel, " (deleted)") {
-		return "", errors.New("the cgroup was deleted")
+		return "", "", errors.New("the cgroup was deleted")
 	}
 	mi, err := os.ReadFile("/proc/" + pid + "/mountinfo")
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	for line := range strings.Lines(string(mi)) {
 		// id parent major:minor root mountpoint options ... - fstype source superopts
@@ -168,9 +198,9 @@ func cgroupDirOf(pid string) (string, error) {
 		if !ok || (root != "/" && sub != "" && sub[0] != '/') {
 			continue
 		}
-		return filepath.Join(mnt, sub), nil
+		return filepath.Join(mnt, sub), rel, nil
 	}
-	return "", errors.New("no cgroup2 file system mounted")
+	return "", "", errors.New("no cgroup2 file system mounted")
 }
 
 // unescapeMount undoes mountinfo's octal escapes (\040 for a space).
@@ -209,7 +239,7 @@ func probeCgroup(dir string) error {
 	if err := cgroupWritable(dir); err != nil {
 		return err
 	}
-	c, err := newCgroupRun(filepath.Join(dir, fmt.Sprintf("%s%d-probe%d", cgroupPrefix, os.Getpid(), contain.seq.Add(1))))
+	c, err := newCgroupRun(dir, "", fmt.Sprintf("%s%d-probe%d", cgroupPrefix, os.Getpid(), contain.seq.Add(1)))
 	if err != nil {
 		return err
 	}
@@ -248,7 +278,7 @@ func sweepCgroups(dir string) {
 		c := &cgroupRun{dir: filepath.Join(dir, e.Name()), fd: -1}
 		c.kill()
 		c.await(time.Second)
-		_ = os.Remove(c.dir)
+		removeCgroupTree(c.dir, time.Second)
 	}
 }
 
@@ -271,7 +301,7 @@ func newHold(pipes ...*os.File) (*hold, []string) {
 	defer contain.mu.Unlock()
 	if contain.kind == containCgroup {
 		name := fmt.Sprintf("%s%d-%d", cgroupPrefix, os.Getpid(), contain.seq.Add(1))
-		cg, err := newCgroupRun(filepath.Join(contain.parent, name))
+		cg, err := newCgroupRun(contain.parent, contain.parentRel, name)
 		if err == nil {
 			return &hold{kind: containCgroup, cg: cg, pipes: pipes}, nil
 		}
@@ -297,7 +327,7 @@ func newHoldLocked(pipes []*os.File) *hold {
 func (h *hold) start(a *syscall.SysProcAttr, launch func() (int, error)) error {
 	if h.kind == containCgroup {
 		a.UseCgroupFD, a.CgroupFD = true, h.cg.fd
-		_, err := launch()
+		err := h.launch(launch)
 		if err == nil {
 			return nil
 		}
@@ -315,9 +345,14 @@ func (h *hold) start(a *syscall.SysProcAttr, launch func() (int, error)) error {
 		*h = *newHoldLocked(h.pipes)
 		contain.mu.Unlock()
 	}
-	// Every leader is known to the tracker, whatever the mechanism: after
-	// a fall back to tracking, the leaders of runs in cgroups are children
-	// of the daemon that no scan may take for orphans.
+	return h.launch(launch)
+}
+
+// launch starts the leader with trees.mu held and registers it. Every
+// leader is known, whatever the mechanism: no scan of the tracker (after a
+// fall back to tracking) or sweep may take a leader for an orphan, nor reap
+// it (Run does).
+func (h *hold) launch(launch func() (int, error)) error {
 	trees.mu.Lock()
 	defer trees.mu.Unlock()
 	pid, err := launch()
@@ -361,18 +396,22 @@ func (h *hold) kill() {
 	}
 }
 
-// await kills and waits until no process of the run is left, for at most d.
+// await kills and waits until no process of the run is left, for at most d;
+// with a cgroup, also those that left it (sweepOrphans).
 func (h *hold) await(d time.Duration) bool {
 	switch h.kind {
 	case containCgroup:
-		return h.cg.await(d)
+		ok := h.cg.await(d)
+		h.cg.unlist()
+		return sweepOrphans(d) && ok
 	case containTree:
 		return h.tr.await(d)
 	}
 	return true
 }
 
-// release frees what the run held: its cgroup, its tracker.
+// release frees what the run held: its cgroup (and any the op made in it),
+// its tracker.
 func (h *hold) release() {
 	switch h.kind {
 	case containCgroup:

@@ -28,7 +28,17 @@ var escapes = []struct{ name, script string }{
 	{"setsid without pipes", `setsid sh -c 'echo $$ > pid; exec sleep 60' </dev/null >/dev/null 2>&1 & ` + awaitPid},
 	{"double fork", `(setsid sh -c 'echo $$ > pid; exec sleep 60' &); ` + awaitPid},
 	{"double fork without pipes", `(setsid sh -c 'echo $$ > pid; exec sleep 60' </dev/null >/dev/null 2>&1 &); ` + awaitPid},
+	// An orphan that joins the daemon's process group, to be taken for
+	// one of the daemon's own children (tracking).
+	{"into the daemon's process group", `(BRIDGE_TEST_PGID=$BRIDGE_TEST_DAEMON_PGID ` + setpgidHelper + ` &); ` + awaitPid},
+	// A process that moves itself into the daemon's cgroup, out of the
+	// run's: the op's user can always write the daemon's cgroup.procs.
+	{"into the daemon's cgroup", `setsid sh -c 'echo $$ > "$BRIDGE_TEST_DAEMON_CGROUP/cgroup.procs"; echo $$ > pid; exec sleep 60' </dev/null >/dev/null 2>&1 & ` + awaitPid},
 }
+
+// setpgidHelper starts the test binary as an op's program that joins
+// process group BRIDGE_TEST_PGID, if it may (TestMain).
+const setpgidHelper = `RUNNER_TEST_HELPER=setpgid "$BRIDGE_TEST_EXE" </dev/null >/dev/null 2>&1`
 
 const awaitPid = `while [ ! -s pid ]; do sleep 0.01; done; echo ready`
 
@@ -40,7 +50,16 @@ func taggedSpec(t *testing.T, script string) (Spec, string) {
 	t.Helper()
 	tag := fmt.Sprintf("BRIDGE_TEST_TAG=%d-%d-%d", os.Getpid(), time.Now().UnixNano(), tagSeq.Add(1))
 	s := shSpec(t, script)
-	s.Env = append(s.Env, tag)
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cg, _, err := cgroupOf("self")
+	if err != nil {
+		cg = "/nonexistent"
+	}
+	s.Env = append(s.Env, tag, "BRIDGE_TEST_EXE="+exe, "BRIDGE_TEST_DAEMON_CGROUP="+cg,
+		fmt.Sprintf("BRIDGE_TEST_DAEMON_PGID=%d", syscall.Getpgrp()))
 	t.Cleanup(func() {
 		for _, pid := range tagged(tag) {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
@@ -155,6 +174,63 @@ func TestEscapeKillAll(t *testing.T) {
 	}
 }
 
+// An orphan of op A that joins op B's process group dies at the end of A,
+// not of B: each op has a session of its own, and setpgid cannot join a
+// group of another session.
+func TestEscapeIntoAnotherOpsGroup(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	b := shSpec(t, `echo $$ > pgid; exec sleep 60`)
+	done := make(chan *Outcome, 1)
+	go func() { done <- Run(ctx, b) }()
+	defer func() { cancel(); <-done }()
+	var pgid int
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		data, _ := os.ReadFile(filepath.Join(b.Dir, "pgid"))
+		if n, err := strconv.Atoi(strings.TrimSpace(string(data))); err == nil {
+			pgid = n
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("op B did not start")
+		}
+	}
+	a, tag := taggedSpec(t, fmt.Sprintf(`(BRIDGE_TEST_PGID=%d %s &); %s`, pgid, setpgidHelper, awaitPid))
+	o := mustRun(t, a)
+	if o.ExitCode != 0 || string(o.Stdout.Data) != "ready\n" {
+		t.Fatalf("exit %d, stdout %q, stderr %q", o.ExitCode, o.Stdout.Data, o.Stderr.Data)
+	}
+	checkNoneLeft(t, "A's orphan in B's group", tag, o)
+	select {
+	case <-done:
+		t.Fatal("op B ended with op A")
+	default:
+	}
+}
+
+// An op that makes a cgroup inside its run's cgroup and moves into it
+// leaves no cgroup behind.
+func TestCgroupNestedRemoved(t *testing.T) {
+	t.Parallel()
+	if c := containmentNow(); !strings.HasPrefix(c, "cgroup v2") {
+		t.Skipf("containment: %s", c)
+	}
+	s, tag := taggedSpec(t, `D="$BRIDGE_TEST_DAEMON_CGROUP/$(basename "$(sed -n 's/^0:://p' /proc/self/cgroup)")"
+mkdir "$D/nest" || exit 9
+setsid sh -c 'echo $$ > "$1/nest/cgroup.procs"; echo $$ > pid; exec sleep 60' sh "$D" </dev/null >/dev/null 2>&1 &
+`+awaitPid+` >/dev/null; echo "$D"`)
+	o := mustRun(t, s)
+	dir := strings.TrimSpace(string(o.Stdout.Data))
+	if o.ExitCode != 0 || !strings.Contains(dir, cgroupPrefix) {
+		t.Fatalf("exit %d, stdout %q, stderr %q", o.ExitCode, o.Stdout.Data, o.Stderr.Data)
+	}
+	checkNoneLeft(t, "nested cgroup", tag, o)
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("the run's cgroup %s is left (%v); notes %q", dir, err, o.Notes)
+	}
+}
+
 // A well-behaved op is unaffected: its status and output, no notes, and no
 // wait for the grace period.
 func TestContainedNormalOp(t *testing.T) {
@@ -189,7 +265,10 @@ func TestContainmentTreeTracking(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(exe, "-test.run", "^(TestEscape.*|TestContainedNormalOp|TestContainmentTreeTracking|TestBackgroundGrandchildKilled|TestEscapedGrandchildDoesNotHangRun|TestKillAll|TestCancel|TestTimeout)$", "-test.count=1", "-test.v")
+	cmd := exec.Command(exe, "-test.run", "^(TestEscape.*|TestContainedNormalOp|TestContainmentTreeTracking|TestBackgroundGrandchildKilled|TestEscapedGrandchildDoesNotHangRun|TestKillAll|TestCancel|TestTimeout)$", "-test.count=1", "-test.v",
+		// The tests mostly wait (the escape timeouts take a second each):
+		// run more of them at once than there are CPUs.
+		"-test.parallel=8")
 	cmd.Env = append(os.Environ(), "RUNNER_TEST_CONTAIN=tree")
 	out, err := cmd.CombinedOutput()
 	if err != nil || !bytes.Contains(out, []byte("containment: process tree tracking")) {

@@ -47,9 +47,12 @@ var trees = struct {
 	runs     map[*tracker]bool
 	leaders  map[int]*tracker // the leaders of all runs, by pid; nil for runs not tracked
 	polling  bool
-	selfPgid int
+	selfPgid int // the daemon's, set by setupContainment
 	selfSid  int
-}{runs: map[*tracker]bool{}, leaders: map[int]*tracker{}}
+	// cgroups are the cgroups of the runs in progress, by their path in the
+	// hierarchy (as /proc/PID/cgroup shows it): what sweepOrphans spares.
+	cgroups map[string]bool
+}{runs: map[*tracker]bool{}, leaders: map[int]*tracker{}, cgroups: map[string]bool{}}
 
 // pollEvery is how often the tracker walks /proc while runs are in
 // progress: what it learns there ties a process to its run once it has
@@ -83,10 +86,6 @@ func (t *tracker) registerLocked(pid int) {
 	trees.runs[t] = true
 	if !trees.polling {
 		trees.polling = true
-		trees.selfPgid, trees.selfSid = unix.Getpgrp(), 0
-		if sid, err := unix.Getsid(0); err == nil {
-			trees.selfSid = sid
-		}
 		go poll()
 	}
 }
@@ -160,10 +159,11 @@ func holdsPipe(pid int, pipes map[uint64]bool) bool {
 // Only the daemon's subtree is considered: as a subreaper the daemon keeps
 // every descendant in it, so nothing outside it is ever signalled. A child
 // of the daemon is a run's leader, or an orphan of a run re-parented to the
-// daemon, or a child the daemon started itself (in the daemon's own group
-// and session, left alone). An orphan belongs to the run that was seen to
+// daemon, or a child the daemon started itself (in the daemon's own
+// session, left alone). An orphan belongs to the run that was seen to
 // have it before, or whose process group or session it is in, or whose
-// output pipe it holds; one that nothing ties to a single run is counted in
+// output pipe it holds (the daemon's own children are those in its session,
+// which no process of an op can join: see launch); one that nothing ties to a single run is counted in
 // every run in progress, so it dies at the end of the first of them. The
 // rest of the subtree follows its ancestor.
 func scanLocked() {
@@ -241,8 +241,10 @@ func ownersLocked(c procStat) []*tracker {
 	if len(owners) > 0 {
 		return owners
 	}
-	if c.pgid == trees.selfPgid && c.sid == trees.selfSid {
-		return nil // started by the daemon itself
+	if c.sid == trees.selfSid {
+		// Started by the daemon itself: every op leader starts a session
+		// of its own, and no process can join another session.
+		return nil
 	}
 	for t := range trees.runs {
 		if holdsPipe(c.pid, t.pipes) {

@@ -22,7 +22,8 @@
 // its stdin Spec.Stdin or /dev/null. It leads a process group of its own, so
 // that the runner can signal the whole tree it spawns, and on Linux it is
 // also held by a containment that a process leaving the group cannot leave
-// (see Containment).
+// (see Containment). On Linux it leads a session of its own too, without a
+// controlling terminal.
 //
 // # The signal ladder
 //
@@ -59,10 +60,24 @@
 //     run writes cgroup.kill (before Linux 5.14: SIGKILL to every pid of
 //     cgroup.procs until it is empty), then removes the cgroup. Membership is
 //     inherited whatever the session, group or parent. The ladder's SIGINT
-//     and SIGTERM reach every process of the cgroup outside the group too. A
-//     daemon killed outright leaves its runs' cgroups; the next one in the
-//     same cgroup kills what is left in them and removes them, at its first
-//     run.
+//     and SIGTERM reach every process of the cgroup outside the group too.
+//     An op may make cgroups inside its own; they are removed with it, the
+//     deepest first. A cgroup does not hold a process that moves itself out,
+//     and an op's process can always move into the daemon's cgroup (it runs
+//     as the daemon's user, who can write that cgroup.procs). A new cgroup
+//     namespace would stop that only where cgroup2 is mounted with
+//     nsdelegate, only a daemon with CAP_SYS_ADMIN could make one, and its
+//     ops could leave it (setns); so the runner relies on the process tree
+//     instead: the daemon is a child subreaper here too, every process of
+//     every op stays in its subtree, and at the end of each run the runner
+//     sweeps that subtree, in rounds until none is left: a process of an op
+//     that is neither the leader of a run in progress nor in the cgroup of
+//     one (or below it) gets SIGKILL, and those that died as the daemon's
+//     children are reaped. An op's process that moved into another running
+//     op's cgroup dies with that op. A daemon killed outright leaves its
+//     runs' cgroups; the next one in the same cgroup kills what is left in
+//     them and removes them, at its first run (what had left them went to
+//     init with the daemon's death).
 //   - process tree tracking, otherwise: the daemon makes itself a child
 //     subreaper (PR_SET_CHILD_SUBREAPER), so an orphan of a run is
 //     re-parented to the daemon instead of init and every process of every
@@ -75,9 +90,17 @@
 //     the first of them to end. The end of a run sends SIGKILL to every
 //     process of it, again until none is left (a fork that raced a round is
 //     caught by the next), and reaps the orphans. Processes outside the
-//     daemon's subtree are never signalled, and the daemon's own children
-//     (in its process group and session) are left alone. A daemon killed
-//     outright gives its runs' orphans to init.
+//     daemon's subtree are never signalled. A daemon killed outright gives
+//     its runs' orphans to init.
+//
+// Both mechanisms tell the daemon's own children (and their subtrees: left
+// alone) from the processes of ops by the session: each op's leader starts
+// a session of its own (setsid), and a process can only make a new session,
+// never join one, nor join a process group of another session (setpgid). So
+// no process of an op can pass for one of the daemon's, or join another
+// op's group, the daemon's or another op's. A child that the daemon starts
+// itself outside [Run] and that leaves the daemon's session (a helper that
+// daemonizes) is taken for a process of an op and killed.
 //
 // A program that wants to outlive its op has no way to ask: an op never
 // leaves a process behind once its outcome is returned. (Neither mechanism

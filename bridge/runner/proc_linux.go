@@ -22,8 +22,8 @@ type leader struct {
 	exited chan struct{}
 }
 
-// launch starts the program in a process group of its own, with
-// Pdeathsig SIGKILL so that it does not outlive a daemon that dies without
+// launch starts the program in a session of its own (so also a process
+// group of its own, whose id is its pid), with Pdeathsig SIGKILL so that it does not outlive a daemon that dies without
 // cleaning up (only the leader: its descendants are reached by the group
 // kill, which needs a live daemon).
 //
@@ -32,9 +32,14 @@ type leader struct {
 // thread takes the thread with it). So the fork happens on a goroutine locked
 // to its thread, which stays locked, and alive, until the leader has exited.
 //
+// A session rather than only a group: setpgid can only join a group of the
+// caller's session, so no process of the op can join the daemon's group or
+// another op's, and the daemon's session holds only what the daemon started
+// itself (doc.go, "Containment"). The program has no controlling terminal.
+//
 // h puts the program into the run's containment from its birth.
 func launch(path string, argv []string, attr *os.ProcAttr, h *hold) (*leader, error) {
-	attr.Sys = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	attr.Sys = &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL}
 	l := &leader{exited: make(chan struct{})}
 	started := make(chan error, 1)
 	go func() {

@@ -44,6 +44,17 @@ func TestMain(m *testing.M) {
 			OnOutput: func(_ int, p []byte) { os.Stdout.Write(p) },
 		})
 		os.Exit(0)
+	case "setpgid":
+		// An op's orphan that tries to join process group
+		// BRIDGE_TEST_PGID (the daemon's, or another op's), then writes
+		// its pid to ./pid and sleeps: a process-group escape.
+		pg, _ := strconv.Atoi(os.Getenv("BRIDGE_TEST_PGID"))
+		_ = syscall.Setpgid(0, pg)
+		if err := os.WriteFile("pid", []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
+			os.Exit(1)
+		}
+		_ = syscall.Exec("/bin/sleep", []string{"sleep", "60"}, os.Environ())
+		os.Exit(1)
 	case "openfiles":
 		// Open up to 100 files and report how many opened and the error.
 		n := 0
