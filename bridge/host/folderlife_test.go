@@ -165,6 +165,14 @@ func (p *pair) plantJunk(t *testing.T, n int, payloads bool) []string {
 	return p.plantJunkAt(t, n, payloads, time.Now().Add(-time.Hour))
 }
 
+// noSettle lets the daemon remember a refused file at once, however fresh
+// its change time (a test cannot make one old).
+func noSettle(t *testing.T) {
+	old := markSettle
+	markSettle = 0
+	t.Cleanup(func() { markSettle = old })
+}
+
 // plantJunkAt is plantJunk with the files' modification time.
 func (p *pair) plantJunkAt(t *testing.T, n int, payloads bool, old time.Time) []string {
 	t.Helper()
@@ -204,6 +212,7 @@ func (p *pair) auditCount(t *testing.T, event string) int {
 // is far smaller than the junk (it forgets), and a changed one is looked
 // at again.
 func TestRefusedFileReadOnce(t *testing.T) {
+	noSettle(t)
 	old := maxNoted
 	maxNoted = 50
 	t.Cleanup(func() { maxNoted = old })
@@ -303,6 +312,7 @@ func TestDoctorShowsLinkedRequestsDir(t *testing.T) {
 // manifest must not have the manifest read again at every rescan (a red
 // team measured 2 GiB read every 30 s from 50,000 such pairs).
 func TestRefusedManifestNotReadForItsPayload(t *testing.T) {
+	noSettle(t)
 	p := newPair(t, testPolicy)
 	p.plantJunk(t, 50, true)
 	p.start(t, nil)
@@ -367,6 +377,7 @@ func TestRequestsDirFlapsWithinBudget(t *testing.T) {
 // future (a folder writer sets it; sync clients copy it) is remembered like
 // any other: a red team had 20,000 such files read again at every rescan.
 func TestRefusedFutureMtimeReadOnce(t *testing.T) {
+	noSettle(t)
 	p := newPair(t, testPolicy)
 	p.plantJunkAt(t, 50, false, time.Now().Add(365*24*time.Hour))
 	p.start(t, nil)
@@ -376,5 +387,31 @@ func TestRefusedFutureMtimeReadOnce(t *testing.T) {
 	p.echo(t, "second")
 	if n := p.daemon.manifestReads.Load() - before; n > 5 {
 		t.Errorf("%d manifest reads over three rescans beside 50 refused manifests from the future, want about 1", n)
+	}
+}
+
+// TestRefusedRewrittenInPlaceIsReadAgain: a refused manifest rewritten in
+// place, at the same size, with its modification time put back (a client
+// writing in place and copying the source's time) is a new version: the
+// change time says so, and the real request runs.
+func TestRefusedRewrittenInPlaceIsReadAgain(t *testing.T) {
+	noSettle(t)
+	p := newPair(t, testPolicy)
+	id, manifest, payload := p.sealManual(t, "echo", map[string]string{"msg": "inplace"}, nil)
+	mpath := filepath.Join(p.toHost(), id+"."+bridge.ExtManifest)
+	old := time.Now().Add(-time.Hour)
+	must(t, os.WriteFile(mpath, bytes.Repeat([]byte{'x'}, len(manifest)), 0o644))
+	must(t, os.Chtimes(mpath, old, old))
+	p.start(t, nil)
+	waitFor(t, 10*time.Second, "the junk to be refused", func() bool { return p.auditCount(t, "refused") == 1 })
+	f, err := os.OpenFile(mpath, os.O_WRONLY, 0)
+	must(t, err)
+	_, err = f.WriteAt(manifest, 0)
+	must(t, err)
+	must(t, f.Close())
+	must(t, os.Chtimes(mpath, old, old))
+	must(t, os.WriteFile(filepath.Join(p.toHost(), id+"."+bridge.ExtPayload), payload, 0o644))
+	if out := p.wait(t, id); out.Receipt.Status != bridge.StatusDone || string(out.Stdout) != "inplace\n" {
+		t.Fatalf("the request: %s %q", out.Receipt.Status, out.Stdout)
 	}
 }

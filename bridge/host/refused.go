@@ -16,14 +16,15 @@ import (
 // agent directory and hour, whatever the folder holds.
 
 // version identifies one version of a file: a new write, a rename into
-// place or a touch changes it.
+// place or a touch changes it (the change time too, which nobody can set
+// back).
 type version struct {
-	size, mtime int64
-	ino         uint64
+	size, mtime, ctime int64
+	ino                uint64
 }
 
 func versionOf(fi fs.FileInfo) version {
-	return version{size: fi.Size(), mtime: fi.ModTime().UnixNano(), ino: fileIno(fi)}
+	return version{size: fi.Size(), mtime: fi.ModTime().UnixNano(), ctime: fileCtime(fi).UnixNano(), ino: fileIno(fi)}
 }
 
 // refusedMark is a refused manifest's version and the keys it was checked
@@ -53,13 +54,13 @@ func (d *Daemon) markRefused(p string) {
 	if err != nil || !fi.Mode().IsRegular() {
 		return
 	}
-	if age := time.Since(fi.ModTime()); age >= 0 && age < markSettle {
+	if age := time.Since(fileCtime(fi)); age >= 0 && age < markSettle {
 		// A file changed within a timestamp tick of now might change
-		// again without a new modification time (FAT's tick is 2 s,
-		// some network file systems' 1 s): mark it at a later look. A
-		// time in the future was set on purpose (a sync client copying
-		// the source's), after the content: a later write would set
-		// the time to now, a new version.
+		// again without a new time (FAT's tick is 2 s, some network
+		// file systems' 1 s): mark it at a later look. The change time
+		// is the host's clock at the last write or touch, whatever
+		// modification time a sync client or a folder writer set; one
+		// ahead of now means the clock stepped back since.
 		return
 	}
 	rel, ok := strings.CutPrefix(p, bridge.ToHostRoot(d.me)+"/")
