@@ -112,7 +112,11 @@ func (c *cgroupRun) await(d time.Duration) bool {
 		if time.Now().After(deadline) {
 			return false
 		}
+		// cgroup.kill signals thread-group leaders; one that is a zombie
+		// (its main thread exited, other threads live on) is skipped
+		// by it, while kill(2) of its pid reaches the whole group.
 		c.kill()
+		c.signal(0, syscall.SIGKILL)
 		time.Sleep(5 * time.Millisecond)
 	}
 	return true
@@ -176,6 +180,7 @@ func removeCgroupTree(dir string, d time.Duration) {
 // left nothing behind costs one walk.
 func sweepOrphans(d time.Duration) bool {
 	deadline := time.Now().Add(d)
+	empty := 0
 	for {
 		contain.mu.Lock()
 		kind := contain.kind
@@ -185,8 +190,15 @@ func sweepOrphans(d time.Duration) bool {
 			// what is left, including the orphans of runs in cgroups.
 			return true
 		}
+		// Done after a few empty rounds in a row: a process that forks
+		// and exits at once may be between two of its generations when
+		// one round looks.
 		if sweepOnce() == 0 {
-			return true
+			if empty++; empty >= 3 {
+				return true
+			}
+		} else {
+			empty = 0
 		}
 		if time.Now().After(deadline) {
 			return false

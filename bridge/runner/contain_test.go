@@ -34,6 +34,9 @@ var escapes = []struct{ name, script string }{
 	// A process that moves itself into the daemon's cgroup, out of the
 	// run's: the op's user can always write the daemon's cgroup.procs.
 	{"into the daemon's cgroup", `setsid sh -c 'echo $$ > "$BRIDGE_TEST_DAEMON_CGROUP/cgroup.procs"; echo $$ > pid; exec sleep 60' </dev/null >/dev/null 2>&1 & ` + awaitPid},
+	// A process whose main thread exits while another lives on: its
+	// leader is a zombie, which a look at the leader alone takes for dead.
+	{"zombie leader", `(RUNNER_TEST_HELPER=zombieleader "$BRIDGE_TEST_EXE" </dev/null >/dev/null 2>&1 &); ` + awaitPid},
 }
 
 // setpgidHelper starts the test binary as an op's program that joins

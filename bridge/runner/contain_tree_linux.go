@@ -123,13 +123,22 @@ func readStat(pid string) (procStat, error) {
 	if len(f) < 20 {
 		return procStat{}, errors.New("bad stat")
 	}
-	st := procStat{dead: f[0][0] == 'Z' || f[0][0] == 'X'}
+	st := procStat{dead: (f[0][0] == 'Z' || f[0][0] == 'X') && !liveThreads(pid)}
 	st.pid, _ = strconv.Atoi(pid)
 	st.ppid, _ = strconv.Atoi(string(f[1]))
 	st.pgid, _ = strconv.Atoi(string(f[2]))
 	st.sid, _ = strconv.Atoi(string(f[3]))
 	st.start, _ = strconv.ParseUint(string(f[19]), 10, 64)
 	return st, nil
+}
+
+// liveThreads reports whether the thread group of pid, whose leader is a
+// zombie, still has other threads: a program whose main thread exits (the
+// exit system call, not exit_group) lives on in them, and must not be taken
+// for dead.
+func liveThreads(pid string) bool {
+	tasks, err := os.ReadDir("/proc/" + pid + "/task")
+	return err == nil && len(tasks) > 1
 }
 
 // holdsPipe reports whether pid has one of the pipes open.

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -55,6 +56,19 @@ func TestMain(m *testing.M) {
 		}
 		_ = syscall.Exec("/bin/sleep", []string{"sleep", "60"}, os.Environ())
 		os.Exit(1)
+	case "zombieleader":
+		// An op's orphan whose main thread exits while another thread
+		// lives on: the leader is a zombie, the process is not dead.
+		if err := os.WriteFile("pid", []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
+			os.Exit(1)
+		}
+		go func() {
+			for {
+				time.Sleep(time.Second)
+			}
+		}()
+		runtime.LockOSThread()
+		syscall.RawSyscall(syscall.SYS_EXIT, 0, 0, 0)
 	case "openfiles":
 		// Open up to 100 files and report how many opened and the error.
 		n := 0
@@ -371,7 +385,12 @@ func gone(pid int) bool {
 		return true
 	}
 	f := bytes.Fields(b[bytes.LastIndexByte(b, ')')+1:])
-	return len(f) > 0 && (f[0][0] == 'Z' || f[0][0] == 'X')
+	if len(f) == 0 || (f[0][0] != 'Z' && f[0][0] != 'X') {
+		return false
+	}
+	// A zombie leader whose other threads live on is not gone.
+	tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	return len(tasks) <= 1
 }
 
 func TestBackgroundGrandchildKilled(t *testing.T) {
