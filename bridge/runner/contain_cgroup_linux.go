@@ -210,24 +210,13 @@ func sweepOrphans(d time.Duration) bool {
 // sweepOnce is a round of sweepOrphans; it returns how many processes it
 // sent SIGKILL.
 func sweepOnce() int {
-	dirs, err := os.ReadDir("/proc")
-	if err != nil {
+	children, ok := childrenByParent()
+	if !ok {
 		return 0
 	}
 	trees.mu.Lock()
 	defer trees.mu.Unlock()
 	self := os.Getpid()
-	children := map[int][]procStat{}
-	for _, d := range dirs {
-		if d.Name()[0] < '0' || d.Name()[0] > '9' {
-			continue
-		}
-		st, err := readStat(d.Name())
-		if err != nil {
-			continue // exited meanwhile
-		}
-		children[st.ppid] = append(children[st.ppid], st)
-	}
 	n := 0
 	var queue []procStat
 	for _, c := range children[self] {

@@ -132,6 +132,27 @@ func readStat(pid string) (procStat, error) {
 	return st, nil
 }
 
+// childrenByParent reads every process in /proc, by parent pid; ok is
+// false if /proc cannot be listed.
+func childrenByParent() (map[int][]procStat, bool) {
+	dirs, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, false
+	}
+	children := map[int][]procStat{}
+	for _, d := range dirs {
+		if d.Name()[0] < '0' || d.Name()[0] > '9' {
+			continue
+		}
+		st, err := readStat(d.Name())
+		if err != nil {
+			continue // exited meanwhile
+		}
+		children[st.ppid] = append(children[st.ppid], st)
+	}
+	return children, true
+}
+
 // liveThreads reports whether the thread group of pid, whose leader is a
 // zombie, still has other threads: a program whose main thread exits (the
 // exit system call, not exit_group) lives on in them, and must not be taken
@@ -176,22 +197,11 @@ func holdsPipe(pid int, pipes map[uint64]bool) bool {
 // every run in progress, so it dies at the end of the first of them. The
 // rest of the subtree follows its ancestor.
 func scanLocked() {
-	dirs, err := os.ReadDir("/proc")
-	if err != nil {
+	children, ok := childrenByParent()
+	if !ok {
 		return
 	}
 	self := os.Getpid()
-	children := map[int][]procStat{}
-	for _, d := range dirs {
-		if d.Name()[0] < '0' || d.Name()[0] > '9' {
-			continue
-		}
-		st, err := readStat(d.Name())
-		if err != nil {
-			continue // exited meanwhile
-		}
-		children[st.ppid] = append(children[st.ppid], st)
-	}
 	for t := range trees.runs {
 		t.latest = t.latest[:0]
 	}
