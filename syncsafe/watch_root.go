@@ -46,7 +46,14 @@ func (w *Watcher) statRoot() (fs.FileInfo, error) {
 		return nil, err
 	}
 	if !fi.IsDir() {
-		return nil, fmt.Errorf("%v where a directory should be: %w", fi.Mode().Type(), ErrNotRegular)
+		what := "a file"
+		switch t := fi.Mode().Type(); {
+		case t&fs.ModeSymlink != 0:
+			what = "a link"
+		case t != 0:
+			what = "a special file"
+		}
+		return nil, fmt.Errorf("%s where a directory should be", what)
 	}
 	return fi, nil
 }
@@ -162,6 +169,7 @@ func (w *Watcher) unarmAll() {
 	w.rootMu.Unlock()
 	clear(w.watched)
 	w.parent = false
+	w.armParent() // at once: the root's going and coming back are what it is for
 	w.stats.rearms.Add(1)
 	w.rearm = false
 }

@@ -153,11 +153,19 @@ func TestWatcherSeesRootGoByEvent(t *testing.T) {
 	writeFile(t, filepath.Join(root, "f"), "x")
 	w := newWatcher(t, root, WatchOptions{Rescan: time.Hour, Debounce: -1})
 	nextUntil(t, w, 10*time.Second, func(b Batch, err error) bool { return err == nil && b.Full })
-	must(t, os.RemoveAll(root))
+	must(t, os.Rename(root, root+".away")) // moved away first, as a sync client applies a rename
 	nextUntil(t, w, 10*time.Second, func(b Batch, err error) bool { return errors.Is(err, ErrRootGone) })
 	writeFile(t, filepath.Join(root, "g"), "x")
 	nextUntil(t, w, 10*time.Second, func(b Batch, err error) bool {
 		return err == nil && b.Full && b.Replaced && slices.Contains(b.Paths, "g")
+	})
+	// Again, now that the watches were armed anew for the new root (a new
+	// user found the second time seen only at the rescan).
+	must(t, os.RemoveAll(root))
+	nextUntil(t, w, 10*time.Second, func(b Batch, err error) bool { return errors.Is(err, ErrRootGone) })
+	writeFile(t, filepath.Join(root, "h"), "x")
+	nextUntil(t, w, 10*time.Second, func(b Batch, err error) bool {
+		return err == nil && b.Full && b.Replaced && slices.Contains(b.Paths, "h")
 	})
 	if n := w.stats.timerWalks.Load(); n != 0 {
 		t.Errorf("%d walks by the timer: the parent's events should have said it", n)

@@ -367,11 +367,11 @@ func (d *Daemon) Run(ctx context.Context) error {
 			// applying a rename, a restore or a folder writer can take
 			// the directory away for a while. The watcher looks again
 			// every few seconds; requests wait in the folder meanwhile.
-			if msg := err.Error(); msg != trouble && d.folderLine("") {
-				trouble = msg
+			if trouble == "" && d.folderLine("") {
+				trouble = err.Error()
 				d.log.Warn("cannot watch the requests directory: waiting for it to come back", "err", err,
 					"hint", "a sync client may be applying a rename or a restore; if this lasts, see `bridge doctor`")
-				d.audit.log(AuditEvent{Event: "folder", Reason: "watch", Detail: msg})
+				d.audit.log(AuditEvent{Event: "folder", Reason: "watch", Detail: trouble})
 			}
 			continue
 		}

@@ -1,8 +1,9 @@
 package host
 
 import (
+	"errors"
 	"fmt"
-	"strings"
+	"io/fs"
 
 	"github.com/syncbridge/bridge/bridge"
 )
@@ -21,10 +22,13 @@ func folderFindings(h *bridge.Home) []bridge.Finding {
 	fi, err := f.Lstat(root)
 	if err != nil || !fi.IsDir() {
 		what := "missing"
-		if err == nil {
-			what = "a " + fi.Mode().Type().String() + ", not a directory"
-		} else if !strings.Contains(err.Error(), "no such file") {
-			what = "not reached without a link (" + err.Error() + ")"
+		switch {
+		case err == nil && fi.Mode().Type()&fs.ModeSymlink != 0:
+			what = "a link, not a directory"
+		case err == nil:
+			what = "a file, not a directory"
+		case !errors.Is(err, fs.ErrNotExist):
+			what = "behind a link (" + err.Error() + ")"
 		}
 		return []bridge.Finding{{Check: "folder", Severity: bridge.SeverityWarn,
 			Message: fmt.Sprintf("the requests directory %s is %s: no request can arrive", root, what),
@@ -45,13 +49,23 @@ func folderFindings(h *bridge.Home) []bridge.Finding {
 	for _, e := range ents {
 		if e.Type.IsDir() && bridge.ValidID(e.Name) && !trusted[e.Name] {
 			files, _ := f.List(root + "/" + e.Name)
-			strangers = append(strangers, fmt.Sprintf("%s (%s)", e.Name, plural(len(files), "file")))
+			strangers = append(strangers, fmt.Sprintf("%s (%s)", e.Name, nOf(len(files), "file")))
 		}
 	}
+	out := []bridge.Finding{{Check: "folder", Severity: bridge.SeverityOK, Message: "the requests directory " + root + " is in place"}}
 	if len(strangers) == 0 {
-		return nil
+		return append(out, bridge.Finding{Check: "untrusted-agents", Severity: bridge.SeverityOK,
+			Message: "every agent directory in the requests directory is a trusted agent's"})
 	}
-	return []bridge.Finding{{Check: "untrusted-agents", Severity: bridge.SeverityWarn,
-		Message: fmt.Sprintf("requests of %s this host does not trust are never read: %s", plural(len(strangers), "agent"), fewOf(strangers)),
-		Fix:     "pair the agent (`bridge pair`) if you expect it; otherwise its directory is litter a folder writer may have made"}}
+	return append(out, bridge.Finding{Check: "untrusted-agents", Severity: bridge.SeverityWarn,
+		Message: fmt.Sprintf("the requests of %s this host does not trust are never read: %s", nOf(len(strangers), "agent"), fewOf(strangers)),
+		Fix:     "pair the agent (`bridge pair`) if you expect it; otherwise its directory is litter a folder writer may have made"})
+}
+
+// nOf is "1 file", "3 files".
+func nOf(n int, thing string) string {
+	if n == 1 {
+		return "1 " + thing
+	}
+	return fmt.Sprintf("%d %ss", n, thing)
 }
