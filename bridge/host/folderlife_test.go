@@ -165,6 +165,13 @@ func (p *pair) plantJunk(t *testing.T, n int, payloads bool) []string {
 	return p.plantJunkAt(t, n, payloads, time.Now().Add(-time.Hour))
 }
 
+// withBudget sets the line budget for a test.
+func withBudget(t *testing.T, lines int) {
+	old := budgetLines
+	budgetLines = lines
+	t.Cleanup(func() { budgetLines = old })
+}
+
 // noSettle lets the daemon remember a refused file at once, however fresh
 // its change time (a test cannot make one old).
 func noSettle(t *testing.T) {
@@ -235,9 +242,7 @@ func TestRefusedFileReadOnce(t *testing.T) {
 // TestFolderLinesBounded: however much junk the folder holds, the lines it
 // makes the daemon write are bounded per agent directory and hour.
 func TestFolderLinesBounded(t *testing.T) {
-	old := budgetLines
-	budgetLines = 100
-	t.Cleanup(func() { budgetLines = old })
+	withBudget(t, 100)
 	p := newPair(t, testPolicy)
 	p.plantJunk(t, 400, false)
 	p.start(t, nil)
@@ -328,9 +333,7 @@ func TestRefusedManifestNotReadForItsPayload(t *testing.T) {
 // TestUntrustedNamesShareOneBudget: id-shaped directories a folder writer
 // makes at the top of to-host share one line budget, not one each.
 func TestUntrustedNamesShareOneBudget(t *testing.T) {
-	old := budgetLines
-	budgetLines = 50
-	t.Cleanup(func() { budgetLines = old })
+	withBudget(t, 50)
 	p := newPair(t, testPolicy)
 	top := filepath.Dir(p.toHost())
 	for range 200 {
@@ -348,9 +351,7 @@ func TestUntrustedNamesShareOneBudget(t *testing.T) {
 // TestRequestsDirFlapsWithinBudget: moving to-host away and back again and
 // again makes no more lines than the budget allows.
 func TestRequestsDirFlapsWithinBudget(t *testing.T) {
-	old := budgetLines
-	budgetLines = 10
-	t.Cleanup(func() { budgetLines = old })
+	withBudget(t, 10)
 	p := newPair(t, testPolicy)
 	var logs lockedBuffer
 	p.log = slog.New(slog.NewTextHandler(&logs, nil))
