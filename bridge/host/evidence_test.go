@@ -196,6 +196,25 @@ func TestRerunThatCannotStartIsUncertain(t *testing.T) {
 }
 
 // backupHome copies the host's home, as a backup would.
+// doneAfterBackup backs the host's home up while a request runs, lets it
+// end done and stops the daemon.
+func doneAfterBackup(t *testing.T) (e *edge, id, backup string, done *agent.Outcome) {
+	t.Helper()
+	e = newEdge(t)
+	e.block()
+	d := e.daemon(t)
+	id = e.submit(t, "block")
+	waitFor(t, 10*time.Second, "the op to start", func() bool { return e.starts(t, "block", id) == 1 })
+	waitFor(t, 5*time.Second, "the ledger to say running", func() bool { return e.entry(t, id).State == ledger.StateRunning })
+	backup = backupHome(t, e)
+	e.unblock()
+	if done = e.wait(t, id); done.Receipt.Status != bridge.StatusDone {
+		t.Fatalf("the run: %s", done.Receipt.Status)
+	}
+	stopDaemon(d, context.Background())
+	return e, id, backup, done
+}
+
 // rerunAfterBackup makes a request uncertain (its daemon killed while it
 // ran), backs the host's home up, and has a human's rerun answered done by
 // a new daemon process, which it returns running.
@@ -479,19 +498,7 @@ func TestWaitFollowsAnOrderedRerun(t *testing.T) {
 // is never replaced by an older answer, and nothing runs again.
 func TestRestoredHomeKeepsNewerResult(t *testing.T) {
 	t.Run("backup while it ran", func(t *testing.T) {
-		e := newEdge(t)
-		e.block()
-		d := e.daemon(t)
-		id := e.submit(t, "block")
-		waitFor(t, 10*time.Second, "the op to start", func() bool { return e.starts(t, "block", id) == 1 })
-		waitFor(t, 5*time.Second, "the ledger to say running", func() bool { return e.entry(t, id).State == ledger.StateRunning })
-		backup := backupHome(t, e)
-		e.unblock()
-		done := e.wait(t, id)
-		if done.Receipt.Status != bridge.StatusDone {
-			t.Fatalf("the run: %s", done.Receipt.Status)
-		}
-		stopDaemon(d, context.Background())
+		e, id, backup, done := doneAfterBackup(t)
 		restoreHome(t, e, backup)
 		e.daemon(t)
 		waitFor(t, 10*time.Second, "the ledger to catch up", func() bool {
@@ -511,16 +518,7 @@ func TestRestoredHomeKeepsNewerResult(t *testing.T) {
 	// nobody's answer: the ledger must not record it done (with no copy
 	// anywhere to give the agent), and the agent must get an answer.
 	t.Run("backup while it ran, output deleted", func(t *testing.T) {
-		e := newEdge(t)
-		e.block()
-		d := e.daemon(t)
-		id := e.submit(t, "block")
-		waitFor(t, 10*time.Second, "the op to start", func() bool { return e.starts(t, "block", id) == 1 })
-		waitFor(t, 5*time.Second, "the ledger to say running", func() bool { return e.entry(t, id).State == ledger.StateRunning })
-		backup := backupHome(t, e)
-		e.unblock()
-		done := e.wait(t, id)
-		stopDaemon(d, context.Background())
+		e, id, backup, done := doneAfterBackup(t)
 		must(t, os.Remove(filepath.Join(e.toAgent(), id+".output")))
 		restoreHome(t, e, backup)
 		e.daemon(t)
