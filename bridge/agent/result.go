@@ -236,6 +236,9 @@ func (c *Client) Status(id string) (*State, error) {
 		return nil, err
 	}
 	st.State, st.Reason = out.Receipt.Status, out.Receipt.Reason
+	if st.Op == "" {
+		st.Op = out.Receipt.Op // a request recovered from the folder: the receipt names it
+	}
 	if c.RerunOrdered(out) {
 		st.State, st.Reason = "rerun-ordered", "" // the uncertain answer's replacement is to come
 	}
