@@ -166,7 +166,7 @@ type State struct {
 	ID       string    `json:"id"`
 	Op       string    `json:"op"`
 	Host     string    `json:"host"`
-	State    string    `json:"state"` // submitted | <result status>
+	State    string    `json:"state"` // submitted | awaiting-approval | running | rerun-ordered | <result status>
 	Reason   string    `json:"reason,omitempty"`
 	ExitCode *int      `json:"exit_code,omitempty"`
 	Created  time.Time `json:"created"` // RFC 3339 in JSON, as the host's ledger
@@ -230,6 +230,9 @@ func (c *Client) Status(id string) (*State, error) {
 					st.State = "awaiting-approval"
 				}
 			}
+		}
+		if st.State == "submitted" && c.Started(id) {
+			st.State = "running"
 		}
 		return st, nil
 	} else if err != nil {
