@@ -178,9 +178,7 @@ func (c *Client) Submit(o SubmitOptions) (*Sent, error) {
 			// Recovered from the folder: the keyed id, made under this
 			// agent's secret, proves what was asked.
 			s.Op, s.Args, s.Key = o.Op, o.Args, o.Key
-			if m := c.sentManifest(s.ID); m != nil {
-				c.Remember(s, m)
-			}
+			c.Remember(s, c.sentManifest(s.ID))
 		}
 		if err == nil {
 			// Sent before: deliver the very same manifest again if it is

@@ -78,7 +78,9 @@ func (c *Client) Result(id string) (*Outcome, error) {
 		}
 		res, err = bridge.OpenResult(data, id, check)
 	}
-	earlier := false
+	// A keyed request found again from its result alone (its manifest
+	// collected after an earlier home's ack) is such an earlier send too.
+	earlier := err == nil && s.ManifestSHA256 == "" && s.Key != ""
 	if errors.Is(err, bridge.ErrWrongRequest) && s.Key != "" {
 		// A keyed id names one call of this agent's, under a secret only
 		// it holds (SPEC §7.2): a result under it for another manifest
