@@ -556,7 +556,14 @@ func (p *Peer) Check() error {
 	if err != nil {
 		return fmt.Errorf("peer %s: %w", p.Name, err)
 	}
-	if b.ID != p.ID || b.Role != p.Role || len(p.Keys) == 0 || !bytes.Equal(p.Keys[0].SignPub, b.SignPub) || !bytes.Equal(p.Keys[0].BoxPub, b.BoxPub) {
+	// The bundle is one generation of the record's chain: the first one for
+	// a peer trusted by pairing, a later one for a host an agent restored
+	// from its secret (agentsecret.go), whose chain starts at the pinned key.
+	match := false
+	for _, k := range p.Keys {
+		match = match || k.Seq == b.Seq && bytes.Equal(k.SignPub, b.SignPub) && bytes.Equal(k.BoxPub, b.BoxPub)
+	}
+	if b.ID != p.ID || b.Role != p.Role || !match {
 		return fmt.Errorf("peer %s: the record does not match its bundle", p.Name)
 	}
 	for _, k := range p.Keys {

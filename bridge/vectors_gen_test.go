@@ -2,6 +2,7 @@ package bridge
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
@@ -337,5 +338,31 @@ func generateVectors(t *testing.T, k testKeys) {
 	keyedVector("secret-short", "malformed", "a secret of 31 bytes", "echo", nil, "x", marshalIdempotencySecret(k.agentIdempotency[:31]))
 	keyedVector("secret-identity-file", "malformed", "an identity file where the idempotency secret belongs", "echo", nil, "x",
 		func() []byte { b, _ := k.agent.MarshalText(); return b }())
+	// Agent secrets (SPEC §2.8): the test agent trusting the test host.
+	secretVector := func(name, expect, note string, text string) {
+		write(&vector{name: "agent-secret-" + name, expect: expect, kind: "agent-secret", note: note,
+			fields: map[string]string{"agent": agent.ID, "host": host.ID},
+			files:  map[string][]byte{"secret.b64": []byte(text)}})
+	}
+	as := AgentSecret{ID: agent.ID, Name: "cloud-1", Identity: k.agent, Idempotency: k.agentIdempotency,
+		Hosts: []SecretHost{{ID: host.ID, Name: "laptop", SignPub: host.SignPub, BoxPub: host.BoxPub}}}
+	goodSecret, err := as.MarshalText()
+	if err != nil {
+		t.Fatal(err)
+	}
+	secretVector("ok", "ok", "the agent, seq 0, trusting one host", goodSecret)
+	secretVector("padding", "malformed", "base64 with padding", goodSecret+"=")
+	raw, _ := base64.RawURLEncoding.DecodeString(strings.TrimPrefix(goodSecret, agentSecretPrefix))
+	secretVector("trailing", "malformed", "a byte after the last host", agentSecretPrefix+base64.RawURLEncoding.EncodeToString(append(bytes.Clone(raw), 0)))
+	secretVector("short", "malformed", "cut inside the host's box key", agentSecretPrefix+base64.RawURLEncoding.EncodeToString(raw[:len(raw)-1]))
+	wrongID := bytes.Clone(raw)
+	wrongID[0] ^= 1
+	secretVector("wrong-id", "malformed", "at seq 0 the id must be the kid of the signing key", agentSecretPrefix+base64.RawURLEncoding.EncodeToString(wrongID))
+	swapped := as
+	swapped.Hosts = []SecretHost{{ID: host.ID, Name: "laptop", SignPub: otherHost.SignPub, BoxPub: otherHost.BoxPub}}
+	forgedSecret, _ := swapped.MarshalText()
+	secretVector("host-key-not-its-id", "malformed", "a host pinned at seq 0 with a key whose kid is not the host's id", forgedSecret)
+	secretVector("identity-file", "malformed", "an identity file where the agent secret belongs",
+		func() string { b, _ := k.agent.MarshalText(); return string(b) }())
 	t.Logf("wrote %d vectors", seq)
 }

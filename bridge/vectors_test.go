@@ -316,6 +316,20 @@ func runVector(t *testing.T, k testKeys, v *vector) string {
 			t.Fatalf("keyed id %s, header says %s", id, v.fields["id"])
 		}
 		return "ok"
+	case "agent-secret":
+		s, err := ParseAgentSecret(string(v.files["secret.b64"]))
+		if err != nil {
+			return Reason(err)
+		}
+		again, _ := s.MarshalText()
+		if again != strings.TrimSpace(string(v.files["secret.b64"])) {
+			t.Fatal("accepted agent secret does not re-encode to the same bytes")
+		}
+		if s.ID != v.fields["agent"] || len(s.Hosts) != 1 || s.Hosts[0].ID != v.fields["host"] ||
+			!bytes.Equal(s.Idempotency, k.agentIdempotency) || s.Identity.SignKid() != k.agent.SignKid() {
+			t.Fatalf("agent secret decodes to other values: %+v", s)
+		}
+		return "ok"
 	case "cancel":
 		_, err := OpenCancel(v.files["cancel.b64"], v.fields["id"], host.ID, agent.ID, [][]byte{agent.SignPub})
 		return Reason(err)

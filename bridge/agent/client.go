@@ -174,6 +174,12 @@ func (c *Client) Submit(o SubmitOptions) (*Sent, error) {
 		if err != nil {
 			s, err = c.sentUnderPublicID(hb.ID, o)
 		}
+		if err == nil && s.Op == "" {
+			// Recovered from the folder: the keyed id, made under this
+			// agent's secret, proves what was asked.
+			s.Op, s.Args, s.Key = o.Op, o.Args, o.Key
+			c.Remember(s, c.sentManifest(s.ID))
+		}
 		if err == nil {
 			// Sent before: deliver the very same manifest again if it is
 			// not in the folder (a crash before it was published, or a
@@ -375,10 +381,65 @@ func (c *Client) Sent(id string) (*Sent, error) {
 		return nil, fmt.Errorf("%q is not a request id", id)
 	}
 	rec, err := c.readSent(id)
+	if _, serr := os.Stat(c.home.Path("requests", id+".json")); err != nil && errors.Is(serr, fs.ErrNotExist) {
+		if s := c.recoverSent(id); s != nil {
+			return s, nil
+		}
+	}
 	if err != nil {
 		return nil, err
 	}
 	return &rec.Sent, nil
+}
+
+// recoverSent finds a request this agent sent without its private record
+// (a home rebuilt from the agent secret, or one that lost requests/): the
+// agent's own manifest in the folder, verified with its own keys, says which
+// host it went to and pins what the result is bound to. With the manifest
+// collected after an ack, the host's signed result in this agent's
+// directory stands for it, bound to no manifest (as an earlier send's is,
+// in Result). The op and arguments are sealed to the host: they stay
+// unknown until the result's receipt names the op. A recovered request is
+// remembered again, so losing the record costs a lookup, nothing more.
+func (c *Client) recoverSent(id string) *Sent {
+	if !bridge.ValidID(id) {
+		return nil
+	}
+	own, err := c.home.OwnKeys()
+	if err != nil {
+		return nil
+	}
+	var ownSign [][]byte
+	for _, k := range own {
+		ownSign = append(ownSign, k.Identity.SignPublic())
+	}
+	peers, err := c.home.Peers()
+	if err != nil {
+		return nil
+	}
+	me := c.home.Config.ID
+	for _, p := range peers {
+		if p.Role != "host" {
+			continue
+		}
+		data, err := c.folder.ReadFile(bridge.RequestPath(p.ID, me, id, bridge.ExtManifest), bcrypto.KindRequest.MaxSize())
+		if err == nil {
+			var r bridge.Request
+			if bridge.OpenBody(bcrypto.KindRequest, data, ownSign, &r) != nil || r.ID != id || r.Agent != me || r.Host != p.ID {
+				continue
+			}
+			s := &Sent{V: 1, ID: id, Host: p.ID, HostName: p.Name, Args: map[string]string{},
+				ManifestSHA256: bridge.SHA256Hex(data), Created: r.Created, Expires: r.Expires}
+			c.Remember(s, data)
+			return s
+		}
+		if _, err := c.folder.Lstat(bridge.ResultPath(p.ID, me, id, bridge.ExtResult)); err == nil {
+			// Not remembered: with no manifest to bind it to, every look
+			// checks the result file again.
+			return &Sent{V: 1, ID: id, Host: p.ID, HostName: p.Name, Args: map[string]string{}}
+		}
+	}
+	return nil
 }
 
 func (c *Client) readSent(id string) (*sentRecord, error) {
@@ -398,9 +459,7 @@ func (c *Client) readSent(id string) (*sentRecord, error) {
 // List returns every request this agent remembers, newest first.
 func (c *Client) List() ([]Sent, error) {
 	entries, err := os.ReadDir(c.home.Path("requests"))
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	} else if err != nil {
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return nil, err
 	}
 	var out []Sent
@@ -411,6 +470,7 @@ func (c *Client) List() ([]Sent, error) {
 			}
 		}
 	}
+	out = append(out, c.unremembered(out)...)
 	sort.Slice(out, func(i, j int) bool { return out[i].Created > out[j].Created })
 	return out, nil
 }
@@ -420,4 +480,37 @@ func cutSuffix(s, suffix string) (string, bool) {
 		return s[:len(s)-len(suffix)], true
 	}
 	return s, false
+}
+
+// unremembered lists the requests this agent has files of in the folder
+// (its manifests, the host's results to it) but no private record of.
+func (c *Client) unremembered(known []Sent) []Sent {
+	seen := map[string]bool{}
+	for _, s := range known {
+		seen[s.ID] = true
+	}
+	peers, _ := c.home.Peers()
+	var out []Sent
+	for _, p := range peers {
+		if p.Role != "host" {
+			continue
+		}
+		for _, dir := range []string{bridge.ToHostDir(p.ID, c.home.Config.ID), bridge.ToAgentDir(p.ID, c.home.Config.ID)} {
+			entries, _ := c.folder.List(dir)
+			for _, e := range entries {
+				id, ext, ok := bridge.ParseToHostName(e.Name)
+				if !ok {
+					id, ext, ok = bridge.ParseToAgentName(e.Name)
+				}
+				if !ok || seen[id] || (ext != bridge.ExtManifest && ext != bridge.ExtResult) {
+					continue
+				}
+				seen[id] = true
+				if s := c.recoverSent(id); s != nil {
+					out = append(out, *s)
+				}
+			}
+		}
+	}
+	return out
 }

@@ -64,3 +64,25 @@ func (c *Client) Progress(id string, from int, prev string) ([]bridge.Chunk, err
 	}
 	return out, nil
 }
+
+// Started reports whether the host has begun the op of request id: it
+// publishes a signed progress chunk within a second of output, and a
+// heartbeat within bridge.HeartbeatEvery of a silent start, so the first
+// chunk of the chain is the sign. Only that chunk's signature is checked
+// (its content is Progress's business). It reads only.
+func (c *Client) Started(id string) bool {
+	s, err := c.Sent(id)
+	if err != nil {
+		return false
+	}
+	check, _, err := c.resultCheck(s)
+	if err != nil {
+		return false
+	}
+	data, err := c.folder.ReadFile(bridge.ProgressPath(s.Host, c.home.Config.ID, id, 1), bcrypto.KindProgress.MaxSize())
+	if err != nil {
+		return false
+	}
+	_, err = bridge.OpenProgress(data, bridge.ProgressCheck{ID: id, Host: s.Host, Agent: c.home.Config.ID, Seq: 1, HostKeys: check.HostKeys})
+	return err == nil
+}

@@ -78,7 +78,9 @@ func (c *Client) Result(id string) (*Outcome, error) {
 		}
 		res, err = bridge.OpenResult(data, id, check)
 	}
-	earlier := false
+	// A keyed request found again from its result alone (its manifest
+	// collected after an earlier home's ack) is such an earlier send too.
+	earlier := err == nil && s.ManifestSHA256 == "" && s.Key != ""
 	if errors.Is(err, bridge.ErrWrongRequest) && s.Key != "" {
 		// A keyed id names one call of this agent's, under a secret only
 		// it holds (SPEC §7.2): a result under it for another manifest
@@ -166,7 +168,7 @@ type State struct {
 	ID       string    `json:"id"`
 	Op       string    `json:"op"`
 	Host     string    `json:"host"`
-	State    string    `json:"state"` // submitted | <result status>
+	State    string    `json:"state"` // submitted | awaiting-approval | running | rerun-ordered | <result status>
 	Reason   string    `json:"reason,omitempty"`
 	ExitCode *int      `json:"exit_code,omitempty"`
 	Created  time.Time `json:"created"` // RFC 3339 in JSON, as the host's ledger
@@ -231,11 +233,17 @@ func (c *Client) Status(id string) (*State, error) {
 				}
 			}
 		}
+		if st.State == "submitted" && c.Started(id) {
+			st.State = "running"
+		}
 		return st, nil
 	} else if err != nil {
 		return nil, err
 	}
 	st.State, st.Reason = out.Receipt.Status, out.Receipt.Reason
+	if st.Op == "" {
+		st.Op = out.Receipt.Op // a request recovered from the folder: the receipt names it
+	}
 	if c.RerunOrdered(out) {
 		st.State, st.Reason = "rerun-ordered", "" // the uncertain answer's replacement is to come
 	}

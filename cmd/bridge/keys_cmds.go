@@ -17,15 +17,48 @@ import (
 
 // InitCmd: bridge init host|agent --folder F.
 type InitCmd struct {
-	Role   string `arg:"" enum:"host,agent" help:"host or agent."`
-	Folder string `required:"" placeholder:"DIR" help:"The synced folder."`
-	Name   string `placeholder:"NAME" help:"A name for this party (default: the host name)."`
+	Role       string `arg:"" enum:"host,agent" help:"host or agent."`
+	Folder     string `required:"" placeholder:"DIR" help:"The synced folder."`
+	Name       string `placeholder:"NAME" help:"A name for this party (default: the host name)."`
+	FromSecret bool   `name:"from-secret" help:"Agent: rebuild this agent's home from its secret ('bridge keys export-secret') in $BRIDGE_AGENT_KEY or the file --secret-file; no pairing."`
+	SecretFile string `name:"secret-file" env:"BRIDGE_AGENT_KEY_FILE" placeholder:"FILE" help:"With --from-secret: read the secret from FILE (- for standard input)."`
 }
 
 func (c *InitCmd) Run(g *Globals) error {
-	h, err := bridge.InitHome(g.Home, c.Role, c.Name, c.Folder)
+	var h *bridge.Home
+	var err error
+	if c.FromSecret {
+		if c.Role != "agent" {
+			return &codeError{code: exitUsage, err: errors.New("--from-secret rebuilds an agent's home; a host's keys never leave it")}
+		}
+		secret, serr := agentSecret(g, c.SecretFile)
+		if serr != nil {
+			return serr
+		}
+		if secret == "" {
+			return &codeError{code: exitUsage, err: withHintf(errors.New("--from-secret: no secret given"),
+				"set BRIDGE_AGENT_KEY to the line `bridge keys export-secret` printed, or pass --secret-file FILE")}
+		}
+		h, err = bridge.RestoreAgentHome(g.Home, c.Folder, secret)
+	} else {
+		h, err = bridge.InitHome(g.Home, c.Role, c.Name, c.Folder)
+	}
 	if err != nil {
 		return err
+	}
+	if c.FromSecret {
+		peers, _ := h.Peers()
+		var names []string
+		for _, p := range peers {
+			names = append(names, p.Name)
+		}
+		if g.JSON {
+			return g.printJSON(map[string]any{"home": h.Dir, "role": h.Config.Role, "name": h.Config.Name, "id": h.Config.ID,
+				"folder": h.Config.Folder, "fingerprint": h.Bundle().Fingerprint(), "hosts": append([]string{}, names...)})
+		}
+		g.printf("restored agent %q in %s from its secret\nid          %s\nfingerprint %s\ntrusts      %s\n",
+			h.Config.Name, h.Dir, h.Config.ID, h.Bundle().Fingerprint(), strings.Join(names, ", "))
+		return nil
 	}
 	if g.JSON {
 		return g.printJSON(map[string]any{"home": h.Dir, "role": h.Config.Role, "name": h.Config.Name, "id": h.Config.ID,
@@ -42,11 +75,12 @@ func (c *InitCmd) Run(g *Globals) error {
 
 // KeysCmd groups key commands.
 type KeysCmd struct {
-	Show   KeysShowCmd   `cmd:"" help:"Show this party's keys and the trusted peers."`
-	Export KeysExportCmd `cmd:"" help:"Print this party's public bundle as one line."`
-	Trust  KeysTrustCmd  `cmd:"" help:"Trust a peer's bundle."`
-	Rotate KeysRotateCmd `cmd:"" help:"Replace this party's keys; peers follow by themselves."`
-	Revoke KeysRevokeCmd `cmd:"" help:"Revoke a peer's key (local, at once)."`
+	Show         KeysShowCmd         `cmd:"" help:"Show this party's keys and the trusted peers."`
+	Export       KeysExportCmd       `cmd:"" help:"Print this party's public bundle as one line."`
+	ExportSecret KeysExportSecretCmd `cmd:"" name:"export-secret" help:"Agent: print the secret a fresh sandbox rebuilds this agent's home from (keep it secret)."`
+	Trust        KeysTrustCmd        `cmd:"" help:"Trust a peer's bundle."`
+	Rotate       KeysRotateCmd       `cmd:"" help:"Replace this party's keys; peers follow by themselves."`
+	Revoke       KeysRevokeCmd       `cmd:"" help:"Revoke a peer's key (local, at once)."`
 }
 
 type KeysShowCmd struct{}
@@ -338,4 +372,47 @@ func compactFingerprint(s string) string {
 		}
 		return r
 	}, s)
+}
+
+// KeysExportSecretCmd prints the agent secret (SPEC §2.8): the private keys,
+// so it goes to standard output only, never to a terminal unasked.
+type KeysExportSecretCmd struct{}
+
+func (c *KeysExportSecretCmd) Run(g *Globals) error {
+	h, err := g.openHome()
+	if err != nil {
+		return err
+	}
+	secret, err := h.ExportAgentSecret()
+	if err != nil {
+		return err
+	}
+	if g.JSON {
+		return g.printJSON(map[string]any{"secret": secret, "id": h.Config.ID})
+	}
+	g.printf("%s\n", secret)
+	g.note("warning: whoever holds this line and the folder is this agent; store it as a secret (docs/KEYS.md), and export it again after `bridge keys rotate` or a new `bridge pair`")
+	return nil
+}
+
+// agentSecret reads the agent secret from file (- for standard input), or
+// from $BRIDGE_AGENT_KEY; "" if neither holds one.
+func agentSecret(g *Globals, file string) (string, error) {
+	if file == "" {
+		return os.Getenv("BRIDGE_AGENT_KEY"), nil
+	}
+	var r io.Reader = g.stdin
+	if file != "-" {
+		f, err := os.Open(file)
+		if err != nil {
+			return "", fmt.Errorf("read agent secret: %w", err)
+		}
+		defer f.Close()
+		r = f
+	}
+	b, err := io.ReadAll(io.LimitReader(r, 16<<10))
+	if err != nil {
+		return "", fmt.Errorf("read agent secret: %w", err)
+	}
+	return string(b), nil
 }

@@ -314,4 +314,22 @@ func escapeArgs(args []any) []any {
 	return out
 }
 
-func (g *Globals) openHome() (*bridge.Home, error) { return bridge.OpenHome(g.Home) }
+// openHome opens the home. An ephemeral sandbox has none: with the agent's
+// secret ($BRIDGE_AGENT_KEY or $BRIDGE_AGENT_KEY_FILE) and $BRIDGE_FOLDER
+// set, it is rebuilt from them first (KEYS.md "Ephemeral sandboxes").
+func (g *Globals) openHome() (*bridge.Home, error) {
+	h, err := bridge.OpenHome(g.Home)
+	folder := os.Getenv("BRIDGE_FOLDER")
+	if !errors.Is(err, bridge.ErrNoHome) || folder == "" {
+		return h, err
+	}
+	secret, serr := agentSecret(g, os.Getenv("BRIDGE_AGENT_KEY_FILE"))
+	if serr != nil || secret == "" {
+		return h, err
+	}
+	if _, rerr := bridge.RestoreAgentHome(g.Home, folder, secret); rerr != nil && !errors.Is(rerr, bridge.ErrHomeExists) {
+		return nil, rerr
+	}
+	g.note("restored the agent's home %s from its secret", g.Home)
+	return bridge.OpenHome(g.Home)
+}

@@ -26,6 +26,7 @@ type progress struct {
 	state     func() string
 	lastState time.Duration
 	awaiting  bool
+	silent    bool // the op's output streams: no spinner
 }
 
 func newProgress(w io.Writer, id string) *progress {
@@ -53,6 +54,9 @@ func (p *progress) tick(elapsed time.Duration) {
 			fmt.Fprintf(p.w, "bridge: %s waits for a human on the host to approve it (`bridge pending` there)\n", p.id)
 		}
 	}
+	if p.silent {
+		return
+	}
 	if p.tty {
 		if time.Since(p.last) < 100*time.Millisecond {
 			return
@@ -67,6 +71,14 @@ func (p *progress) tick(elapsed time.Duration) {
 		p.lastLine = elapsed
 		fmt.Fprintf(p.w, "bridge: still waiting for %s (%s)\n", p.id, elapsed.Round(time.Second))
 	}
+}
+
+// quiet stops the spinner for good: the op's own output now shows that
+// bridge is not stuck, and a spinner would cut into its lines.
+func (p *progress) quiet() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.silent = true
 }
 
 func (p *progress) done() {

@@ -186,7 +186,14 @@ func waitAndPrint(g *Globals, cl *agent.Client, id string, timeout time.Duration
 		}
 		return ""
 	}
-	out, err := cl.Wait(ctx, id, prog.tick)
+	tick := prog.tick
+	var st *streamer
+	if !g.JSON {
+		// The op's output as it arrives; the spinner gives way to it.
+		st = newStreamer(g, cl, id, func() { prog.done(); prog.quiet() })
+		tick = func(e time.Duration) { st.poll(); prog.tick(e) }
+	}
+	out, err := cl.Wait(ctx, id, tick)
 	prog.done()
 	if errors.Is(err, context.DeadlineExceeded) {
 		if prog.awaiting {
@@ -218,6 +225,9 @@ func waitAndPrint(g *Globals, cl *agent.Client, id string, timeout time.Duration
 		if err := cl.Ack(out); err != nil {
 			g.note("warning: could not ack %s: %v", id, err)
 		}
+	}
+	if st != nil {
+		out = st.rest(out)
 	}
 	return printOutcome(g, out)
 }
