@@ -185,14 +185,6 @@ concurrency = 1`, 1), bridge.StatusRejected},
 	}
 }
 
-func readFile(t *testing.T, p string) string {
-	t.Helper()
-	b, err := os.ReadFile(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
-}
 
 // A concurrency limit raised by a reload lets a request waiting for its
 // op's slot start at once, while the run ahead of it still runs.
