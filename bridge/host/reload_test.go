@@ -185,7 +185,6 @@ concurrency = 1`, 1), bridge.StatusRejected},
 	}
 }
 
-
 // A concurrency limit raised by a reload lets a request waiting for its
 // op's slot start at once, while the run ahead of it still runs.
 func TestRaisedConcurrencyFreesWaiters(t *testing.T) {
