@@ -346,6 +346,11 @@ func (h *Home) Trust(text, name string) (*Peer, error) {
 	if !syncsafe.ValidName(name) || looksLikeID(name) {
 		return nil, WithHint(fmt.Errorf("trust: %q cannot be a peer name", name), "pass --name with lower-case letters, digits, '.', '_' or '-', not 8 or more hex digits alone (they read as an id)")
 	}
+	if k, err := h.revokedForever(b.SignKid(), b.BoxKid()); err != nil {
+		return nil, err
+	} else if k != nil {
+		return nil, refuseRevokedForever("trust", k)
+	}
 	peers, err := h.Peers()
 	if err != nil {
 		return nil, err
@@ -358,7 +363,7 @@ func (h *Home) Trust(text, name string) (*Peer, error) {
 			return &p, h.trustDirs(b.ID)
 		case p.ID == b.ID:
 			return nil, WithHint(fmt.Errorf("trust: %s is already trusted as %q with other keys", b.ID, p.Name),
-				"if its keys really changed, remove %s and trust it again after comparing fingerprints", h.Path(PeersDir, p.ID+".json"))
+				"if its keys really changed, run `bridge keys remove %s` and trust it again after comparing fingerprints", p.Name)
 		case p.Name == name && p.ID != b.ID:
 			return nil, WithHint(fmt.Errorf("trust: the name %q is already used for %s", name, p.ID), "choose another --name")
 		}
@@ -463,7 +468,7 @@ func (h *Home) Peer(nameOrID string) (*Peer, *bcrypto.Bundle, error) {
 	cur, ok := p.Current()
 	if !ok {
 		return nil, nil, WithHint(fmt.Errorf("peer %s: every key of it is revoked", p.Name),
-			"pair with it again: remove %s, then `bridge pair` or `bridge keys trust` its new bundle", h.Path(PeersDir, p.ID+".json"))
+			"pair with it again: `bridge keys remove %s`, then `bridge pair` or `bridge keys trust` its new bundle", p.Name)
 	}
 	return &p, &bcrypto.Bundle{V: 1, Role: p.Role, Name: p.Name, ID: p.ID, Seq: cur.Seq, SignPub: cur.SignPub, BoxPub: cur.BoxPub}, nil
 }

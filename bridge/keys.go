@@ -312,6 +312,8 @@ func (h *Home) FollowRotations(f *syncsafe.Folder, peerID, dir string) ([]Rotati
 			ev.Result = "refused: signed by a revoked key"
 		case r.ID != p.ID || r.Role != p.Role || r.Seq != s.seq:
 			ev.Result = "refused: " + Reason(ErrNameMismatch)
+		case h.keptRevoked(r.NewSignPub, r.NewBoxPub):
+			ev.Result = "refused: its new key was revoked here with a removed peer"
 		default:
 			p.Keys[len(p.Keys)-1].ValidUntil = r.OldValidUntil
 			p.Keys = append(p.Keys, PeerKey{Seq: r.Seq, SignPub: r.NewSignPub, BoxPub: r.NewBoxPub})

@@ -81,21 +81,22 @@ func (d *Daemon) admit(j *job, in spool, mode admitMode) bool {
 		if op == bridge.PingOp {
 			return 0
 		}
-		return d.policy.MaxStdin(j.keys.name, op)
+		return j.rules.p.MaxStdin(j.keys.name, op)
 	}
 	call, err := bridge.OpenCall(in, j.req, me, stdin, maxStdin)
 	if err != nil {
 		return refuse(evRefuse, bridge.Receipt{Status: bridge.StatusRejected, Reason: bridge.Reason(err), Detail: err.Error()})
 	}
+	j.args = call.Args
 	if err := d.standing(j); err != nil {
 		return refuse(evRevoke, bridge.Receipt{Status: bridge.StatusRejected, Reason: bridge.Reason(err), Op: call.Op, Detail: err.Error()})
 	}
 	if call.Op == bridge.PingOp && mode == admitNew {
 		return d.ping(j)
 	}
-	inv, err := d.policy.Render(j.keys.name, call.Op, call.Args, policy.RenderContext{Env: d.opt.Env, Vars: map[string]string{"request_id": j.req.ID}})
+	inv, err := j.rules.p.Render(j.keys.name, call.Op, call.Args, policy.RenderContext{Env: d.opt.Env, Vars: map[string]string{"request_id": j.req.ID}})
 	if err != nil {
-		rc := bridge.Receipt{Status: bridge.StatusRejected, Op: call.Op, Detail: err.Error(), PolicySHA256: d.policy.SHA256}
+		rc := bridge.Receipt{Status: bridge.StatusRejected, Op: call.Op, Detail: err.Error(), PolicySHA256: j.rules.p.SHA256}
 		ev := evRefuse
 		switch {
 		case errors.Is(err, policy.ErrNotAllowed), errors.Is(err, policy.ErrUnknownOp):
@@ -117,7 +118,7 @@ func (d *Daemon) admit(j *job, in spool, mode admitMode) bool {
 	}
 	withRequestEnv(inv, j.req.ID)
 	if mode == admitApproved && !d.approvedAsShown(j, inv) {
-		return refuse(evRefuse, bridge.Receipt{Status: bridge.StatusRejected, Reason: ReasonApprovalMismatch, Op: inv.Op, PolicySHA256: d.policy.SHA256,
+		return refuse(evRefuse, bridge.Receipt{Status: bridge.StatusRejected, Reason: ReasonApprovalMismatch, Op: inv.Op, PolicySHA256: j.rules.p.SHA256,
 			Detail: "what it would run now differs from what the human approved (the policy, a path argument's target or the program's location changed since): nothing ran; send it again to ask again"})
 	}
 	if inv.Approve && mode == admitNew {
@@ -229,7 +230,7 @@ func (d *Daemon) reconcileCheck(j *job, inv *policy.Invocation, stdin spool) {
 		d.log.Info("reconcile check stopped by the shutdown: left for the next start", "key", j.key)
 	case clean && out.ExitCode == 0:
 		d.answerOrRetry(j, evCrashDone, bridge.Receipt{Status: bridge.StatusDone, Reason: "reconciled", Op: inv.Op, Argv: inv.Reconcile,
-			PolicySHA256: d.policy.SHA256, Started: out.Started.UnixMilli(), Finished: out.Finished.UnixMilli(),
+			PolicySHA256: j.rules.p.SHA256, Started: out.Started.UnixMilli(), Finished: out.Finished.UnixMilli(),
 			StdoutTotal: out.Stdout.Total, StdoutTruncated: out.Stdout.Truncated, StderrTotal: out.Stderr.Total, StderrTruncated: out.Stderr.Truncated,
 			Detail: "the host stopped while the op ran; its reconcile command reports the effect happened, so it was not run again"},
 			out.Stdout.Data, out.Stderr.Data)
@@ -320,6 +321,11 @@ func (d *Daemon) run(j *job, inv *policy.Invocation, stdin spool, resume bool, a
 			d.answer(j, evCancelEarly, bridge.Receipt{Status: bridge.StatusCancelled, Reason: "cancelled", Op: inv.Op, Detail: "cancelled before it ran"}, nil, nil)
 			return
 		}
+		if err := d.stillAsAdmitted(j, inv); err != nil {
+			d.answer(j, evRefuse, bridge.Receipt{Status: bridge.StatusRejected, Reason: ReasonPolicyChanged, Op: inv.Op, PolicySHA256: d.pol().SHA256,
+				Detail: err.Error() + "; nothing ran: send it again to have the new policy judge it"}, nil, nil)
+			return
+		}
 	}
 	ev := evStart
 	if resume {
@@ -353,7 +359,7 @@ func (d *Daemon) run(j *job, inv *policy.Invocation, stdin spool, resume bool, a
 	prog.final()
 	d.chargeCPU(j.keys.name, out.CPU)
 	rc := bridge.Receipt{
-		Status: bridge.StatusDone, Op: inv.Op, Argv: inv.Argv, PolicySHA256: d.policy.SHA256,
+		Status: bridge.StatusDone, Op: inv.Op, Argv: inv.Argv, PolicySHA256: j.rules.p.SHA256,
 		ExitCode: out.ExitCode, Signal: out.Signal, TimedOut: out.TimedOut,
 		Started: out.Started.UnixMilli(), Finished: out.Finished.UnixMilli(),
 		StdoutTotal: out.Stdout.Total, StdoutTruncated: out.Stdout.Truncated,
@@ -418,23 +424,69 @@ func (d *Daemon) answerOrRetry(j *job, ev event, rc bridge.Receipt, stdout, stde
 }
 
 // acquire takes a slot of op's concurrency limit (0 = unlimited); nil if
-// ctx ended first.
+// ctx ended first. The count of runs holding a slot is kept across policy
+// reloads: a limit lowered while runs hold their slots lets nothing more
+// start until enough of them end, and a limit raised frees the waiters
+// it allows at once.
 func (d *Daemon) acquire(ctx context.Context, op string, limit int) func() {
 	if limit <= 0 {
 		return func() {}
 	}
 	d.mu.Lock()
-	sem := d.sems[op]
-	if sem == nil || cap(sem) != limit {
-		sem = make(chan struct{}, limit)
-		d.sems[op] = sem
+	s := d.slots[op]
+	if s == nil {
+		s = &opSlots{}
+		d.slots[op] = s
 	}
+	s.limit = limit
+	if s.busy < s.limit && len(s.waiters) == 0 {
+		s.busy++
+		d.mu.Unlock()
+		return d.slotRelease(s)
+	}
+	ready := make(chan struct{})
+	s.waiters = append(s.waiters, ready)
+	d.grantSlots(s)
 	d.mu.Unlock()
 	select {
-	case sem <- struct{}{}:
-		return func() { <-sem }
+	case <-ready:
+		return d.slotRelease(s)
 	case <-ctx.Done():
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		select {
+		case <-ready: // granted as the context ended: give it back
+			s.busy--
+			d.grantSlots(s)
+		default:
+			s.waiters = slices.DeleteFunc(s.waiters, func(c chan struct{}) bool { return c == ready })
+		}
 		return nil
+	}
+}
+
+// opSlots counts an op's runs against its concurrency limit; waiters are
+// served first come, first served.
+type opSlots struct {
+	busy, limit int
+	waiters     []chan struct{}
+}
+
+// grantSlots hands free slots to waiters in order. d.mu is held.
+func (d *Daemon) grantSlots(s *opSlots) {
+	for s.busy < s.limit && len(s.waiters) > 0 {
+		s.busy++
+		close(s.waiters[0])
+		s.waiters = s.waiters[1:]
+	}
+}
+
+func (d *Daemon) slotRelease(s *opSlots) func() {
+	return func() {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		s.busy--
+		d.grantSlots(s)
 	}
 }
 

@@ -31,6 +31,11 @@ const DefaultApprovalTTL = time.Hour
 // run because what it would run changed since the human was shown it.
 const ReasonApprovalMismatch = "approval-mismatch"
 
+// ReasonPolicyChanged answers a request the host claimed and that waited for
+// a slot of its op while the policy changed so that it would no longer run
+// as admitted (reload.go).
+const ReasonPolicyChanged = "policy-changed"
+
 // approvalText is what `bridge pending` shows a human about a request that
 // waits for approval, and what the approval is bound to: the rendered argv,
 // reconcile, directory, environment names, timeout, output and input caps,

@@ -78,7 +78,7 @@ func (d *Daemon) saveCeilings() {
 // place in max_concurrent. The op's CPU limit is lowered to what is left of
 // the agent's CPU for the day, so one run cannot overdraw it by much.
 func (d *Daemon) reserveCeiling(agent string, inv *policy.Invocation) (release func(), over *bridge.Receipt) {
-	c := d.policy.Ceilings(agent)
+	c := d.pol().Ceilings(agent)
 	if c == (policy.Ceilings{}) {
 		return func() {}, nil
 	}
@@ -133,7 +133,7 @@ func (d *Daemon) reserveCeiling(agent string, inv *policy.Invocation) (release f
 
 // chargeCPU adds a finished run's CPU time to its agent's day.
 func (d *Daemon) chargeCPU(agent string, cpu time.Duration) {
-	if d.policy.Ceilings(agent).MaxCPUSecondsPerDay == 0 || cpu <= 0 {
+	if d.pol().Ceilings(agent).MaxCPUSecondsPerDay == 0 || cpu <= 0 {
 		return
 	}
 	s := &d.ceil

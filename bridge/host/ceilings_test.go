@@ -18,8 +18,10 @@ func ceilingDaemon(t *testing.T, dir string, now *time.Time, src string) *Daemon
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &Daemon{home: &bridge.Home{Dir: dir}, policy: p, log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	d := &Daemon{home: &bridge.Home{Dir: dir}, log: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		opt: DaemonOptions{Now: func() time.Time { return *now }}}
+	d.rulesP.Store(&rules{p: p})
+	return d
 }
 
 func TestCeilings(t *testing.T) {

@@ -17,7 +17,6 @@ import (
 	"github.com/syncbridge/bridge/bridge"
 
 	"github.com/syncbridge/bridge/bridge/ledger"
-	"github.com/syncbridge/bridge/bridge/policy"
 	"github.com/syncbridge/bridge/bridge/runner"
 	"github.com/syncbridge/bridge/syncsafe"
 )
@@ -64,7 +63,6 @@ type Daemon struct {
 	me      string
 	folder  *syncsafe.Folder
 	ledger  *ledger.Ledger
-	policy  *policy.Policy
 	lock    *syncsafe.Lockfile
 	audit   *auditLog
 	watcher *syncsafe.Watcher
@@ -92,11 +90,11 @@ type Daemon struct {
 	budget   lineBudget                    // lines folder input may make us write (refused.go)
 
 	refusedMu     sync.Mutex
-	refused       map[string]refusedMark   // refused manifests by path below to-host, not read again until they change
-	manifestReads atomic.Int64             // manifests read for an evaluation, for tests
-	sems          map[string]chan struct{} // per-op concurrency
-	opQueued      map[string]int           // per op with a concurrency: requests claimed and not yet ended (queue.go)
-	deferred      map[string]*keyQueue     // per op: keys left unclaimed while it was full (queue.go)
+	refused       map[string]refusedMark // refused manifests by path below to-host, not read again until they change
+	manifestReads atomic.Int64           // manifests read for an evaluation, for tests
+	slots         map[string]*opSlots    // per-op concurrency (admit.go)
+	opQueued      map[string]int         // per op with a concurrency: requests claimed and not yet ended (queue.go)
+	deferred      map[string]*keyQueue   // per op: keys left unclaimed while it was full (queue.go)
 	wg            sync.WaitGroup
 
 	runCtx   context.Context // parent of every running op; cancelled on abort
@@ -111,8 +109,12 @@ type Daemon struct {
 	crashAt    string
 	crashCount atomic.Int64
 
-	redactor *redactor    // nil: redaction off (redact.go)
-	ceil     ceilingState // per-agent ceilings (ceilings.go)
+	rulesP atomic.Pointer[rules] // the policy in force and its redactor (reload.go)
+	// The policy file's version last seen and last refused, for the
+	// control loop's reload (reload.go).
+	policySeen   settle
+	policyFailed version
+	ceil         ceilingState // per-agent ceilings (ceilings.go)
 
 	lost    map[string]bool // keys a ledger repair found lost (evidence.go)
 	events  map[event]int   // lifecycle events taken, for the model test's coverage
@@ -207,7 +209,7 @@ func NewDaemon(home *bridge.Home, opt DaemonOptions) (*Daemon, error) {
 	d := &Daemon{
 		home: home, opt: opt, log: opt.Logger, me: home.Config.ID,
 		queued: map[string]bool{}, active: map[string]bool{}, dirty: map[string]bool{}, finished: map[string]stamp{}, acks: map[string]bool{},
-		cancels: map[string]context.CancelFunc{}, slotWait: map[string]*job{}, noted: map[string]bool{}, sems: map[string]chan struct{}{},
+		cancels: map[string]context.CancelFunc{}, slotWait: map[string]*job{}, noted: map[string]bool{}, slots: map[string]*opSlots{},
 		opQueued: map[string]int{}, deferred: map[string]*keyQueue{}, events: map[event]int{}, refused: map[string]refusedMark{},
 	}
 	d.life, d.stopLife = context.WithCancelCause(context.Background())
@@ -286,7 +288,7 @@ func (d *Daemon) Open() (err error) {
 	d.stopCtl = stop
 	d.wg.Add(1)
 	go func() { defer d.wg.Done(); d.controlLoop(stop) }()
-	d.audit.log(AuditEvent{Event: "start", Detail: "policy " + d.policy.SHA256})
+	d.audit.log(AuditEvent{Event: "start", Detail: "policy " + d.pol().SHA256})
 	first, changed := d.policyChanged()
 	if changed {
 		d.notify("", bridge.Note{Event: "policy-changed", Text: "the host's policy changed; `bridge ops` shows what you may run now"})
@@ -296,7 +298,7 @@ func (d *Daemon) Open() (err error) {
 		started = "the host is serving requests"
 	}
 	d.notify("", bridge.Note{Event: "started", Text: started})
-	d.log.Info("serving", "host", d.me, "folder", d.home.Config.Folder, "agents", len(d.agents()), "policy", d.policy.SHA256[:12])
+	d.log.Info("serving", "host", d.me, "folder", d.home.Config.Folder, "agents", len(d.agents()), "policy", d.pol().SHA256[:12])
 	return nil
 }
 
@@ -311,7 +313,8 @@ func (d *Daemon) openCore() (err error) {
 	if d.lock, err = syncsafe.Lock(d.home.Path("serve.lock")); err != nil {
 		return bridge.WithHint(fmt.Errorf("serve: %w", err), "another `bridge serve` is running on %s; stop it first", d.home.Dir)
 	}
-	if d.policy, err = policy.Load(d.home.Path(bridge.PolicyName)); err != nil {
+	pol, stamp, err := loadPolicy(d.home.Path(bridge.PolicyName))
+	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return bridge.WithHint(fmt.Errorf("serve: no policy: %w", err), "write %s (see `bridge policy check` and docs/CLI.md); without a policy nothing may run", d.home.Path(bridge.PolicyName))
 		}
@@ -327,8 +330,8 @@ func (d *Daemon) openCore() (err error) {
 	if d.audit, err = openAudit(d.home.Path("audit.log")); err != nil {
 		return err
 	}
-	d.redactor = newRedactor(d.policy.Redaction())
-	d.audit.redact = d.redactor.string
+	d.rulesP.Store(&rules{p: pol, red: newRedactor(pol.Redaction()), stamp: stamp})
+	d.audit.redact = func(s string) string { return d.rules().red.string(s) }
 	for _, dir := range []string{"spool", "results"} {
 		if err := os.MkdirAll(d.home.Path(dir), 0o700); err != nil {
 			return err

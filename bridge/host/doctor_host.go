@@ -29,11 +29,26 @@ func Doctor(h *bridge.Home, opt bridge.DoctorOptions) []bridge.Finding {
 			Fix: "bridge service install (or run `bridge serve` yourself)"})
 	}
 	out = append(out, containmentFinding(h))
+	// What a running daemon serves when the file is gone or broken: the
+	// policy it loaded before (reload.go keeps it).
+	served := ""
+	if _, ok := DaemonRunning(h); ok {
+		if sha, err := os.ReadFile(h.Path("inbox", "policy.sha256")); err == nil && len(sha) >= 12 {
+			served = fmt.Sprintf("; the running `bridge serve` keeps serving the policy it loaded before (sha256 %.12s)", sha)
+		}
+	}
 	if _, err := os.Stat(h.Path(bridge.PolicyName)); err != nil {
-		out = append(out, bridge.Finding{Check: "policy", Severity: bridge.SeverityProblem, Message: "no policy: nothing may run", Fix: "write " + h.Path(bridge.PolicyName) + " and check it with `bridge policy check`"})
+		msg := "no policy: nothing may run"
+		if served != "" {
+			msg = "the policy file is gone" + served
+		}
+		out = append(out, bridge.Finding{Check: "policy", Severity: bridge.SeverityProblem, Message: msg, Fix: "write " + h.Path(bridge.PolicyName) + " and check it with `bridge policy check`"})
 	} else if p, err := policy.Load(h.Path(bridge.PolicyName)); err != nil {
-		out = append(out, bridge.Finding{Check: "policy", Severity: bridge.SeverityProblem, Message: fmt.Sprintf("the policy does not load: %v", err),
-			Fix: "bridge policy check (it names the file and line); `bridge serve` refuses to start until it loads"})
+		fix := "bridge policy check (it names the file and line); `bridge serve` refuses to start until it loads"
+		if served != "" {
+			fix = "bridge policy check (it names the file and line); the daemon takes the file once it loads"
+		}
+		out = append(out, bridge.Finding{Check: "policy", Severity: bridge.SeverityProblem, Message: fmt.Sprintf("the policy does not load: %v%s", err, served), Fix: fix})
 	} else {
 		out = append(out, bridge.Finding{Check: "policy", Severity: bridge.SeverityOK, Message: fmt.Sprintf("the policy loads (sha256 %.12s)", p.SHA256)})
 	}

@@ -27,6 +27,8 @@ type job struct {
 	manifest []byte
 	sha      string // of the manifest file
 	key      string
+	rules    *rules            // the policy this evaluation follows, taken once at its start (reload.go)
+	args     map[string]string // the request's arguments as sent, once opened
 }
 
 func (d *Daemon) check(agent string, keys *agentKeys) bridge.RequestCheck {
@@ -94,7 +96,7 @@ func (d *Daemon) evaluate(agent, id string) bool {
 		d.log.Warn("read manifest", "file", mpath, "err", err)
 		return false
 	}
-	j := &job{agent: agent, keys: keys, manifest: data, sha: bridge.SHA256Hex(data), key: key}
+	j := &job{agent: agent, keys: keys, manifest: data, sha: bridge.SHA256Hex(data), key: key, rules: d.rules()}
 	req, verr := bridge.OpenRequest(data, id, d.check(agent, keys))
 	if errors.Is(verr, bcrypto.ErrBadSignature) || errors.Is(verr, bcrypto.ErrUnknownKey) {
 		req, verr = d.invalidKey(data, id, agent, keys, verr)
@@ -154,7 +156,7 @@ func (d *Daemon) evaluate(agent, id string) bool {
 		return false
 	}
 	if err := d.payloadBound(j); err != nil {
-		d.answer(j, evRefuse, bridge.Receipt{Status: bridge.StatusRejected, Reason: bridge.Reason(err), Detail: err.Error(), PolicySHA256: d.policy.SHA256}, nil, nil)
+		d.answer(j, evRefuse, bridge.Receipt{Status: bridge.StatusRejected, Reason: bridge.Reason(err), Detail: err.Error(), PolicySHA256: d.pol().SHA256}, nil, nil)
 		return false
 	}
 	in, err := d.settle(j)
@@ -265,7 +267,7 @@ func (d *Daemon) answerLost(j *job, why string, notBefore time.Time) (resSHA, st
 	if _, ok := d.agentAck(j.agent, j.req.ID); ok {
 		return "", "" // the agent holds an answer, and took its files away
 	}
-	rc := bridge.Receipt{Status: bridge.StatusUncertain, Reason: "record-lost", PolicySHA256: d.policy.SHA256,
+	rc := bridge.Receipt{Status: bridge.StatusUncertain, Reason: "record-lost", PolicySHA256: d.pol().SHA256,
 		Detail: "the host's ledger lost this request's record (a repaired or restored ledger), and the host admitted it before (" +
 			why + "): it may have run. A human on the host settles it with `bridge reconcile`"}
 	resSHA, status, err := d.publishResult(j, rc, nil, nil)
@@ -494,5 +496,5 @@ func (d *Daemon) reload(ent ledger.Entry, keys *agentKeys) (*job, error) {
 	if req == nil {
 		return nil, err
 	}
-	return &job{agent: ent.Agent, keys: keys, req: req, manifest: data, sha: ent.ManifestSHA256, key: ent.Key}, nil
+	return &job{agent: ent.Agent, keys: keys, req: req, manifest: data, sha: ent.ManifestSHA256, key: ent.Key, rules: d.rules()}, nil
 }

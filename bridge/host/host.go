@@ -282,6 +282,7 @@ func (d *Daemon) controlLoop(stop <-chan struct{}) {
 		if tick%d.stalledEvery() == 0 {
 			d.sweepStalled()
 		}
+		d.checkPolicyFile()
 		if err := d.loadOwnKeys(); err != nil {
 			d.log.Error("reload own keys", "err", err)
 		}

@@ -139,6 +139,7 @@ func (d *Daemon) policyChanged() (first, changed bool) {
 	p := d.home.Path("inbox", "policy.sha256")
 	old, _ := os.ReadFile(p)
 	os.MkdirAll(filepath.Dir(p), 0o700)
-	syncsafe.WriteFileAtomic(p, []byte(d.policy.SHA256))
-	return len(old) == 0, len(old) > 0 && string(old) != d.policy.SHA256
+	sha := d.pol().SHA256
+	syncsafe.WriteFileAtomic(p, []byte(sha))
+	return len(old) == 0, len(old) > 0 && string(old) != sha
 }

@@ -88,7 +88,7 @@ var lifecycle = map[event]transition{
 	evRecordLost:    {one(stateNone, ledger.StateSeen, ledger.StatePending, ledger.StateAwaitingApproval, ledger.StateClaimed), one(ledger.StateUncertain), true},
 	evWaitPayload:   {one(ledger.StateSeen), one(ledger.StatePending), false},
 	evIncomplete:    {waiting, one(ledger.StateRejected), true},
-	evRefuse:        {one(ledger.StateSeen, ledger.StatePending, ledger.StateAwaitingApproval), one(ledger.StateRejected), true},
+	evRefuse:        {one(ledger.StateSeen, ledger.StatePending, ledger.StateAwaitingApproval, ledger.StateClaimed), one(ledger.StateRejected), true},
 	evHostError:     {one(ledger.StateSeen, ledger.StatePending, ledger.StateAwaitingApproval), one(ledger.StateFailed), true},
 	evExpire:        {one(ledger.StateSeen, ledger.StatePending, ledger.StateClaimed), one(ledger.StateExpired), true},
 	evCancelEarly:   {unstarted, one(ledger.StateCancelled), true},
@@ -190,10 +190,10 @@ func (d *Daemon) answer(j *job, ev event, rc bridge.Receipt, stdout, stderr []by
 		return fmt.Errorf("%s from %s: %w", ev, cur.State, errLifecycle)
 	}
 	d.count(ev)
-	if rc.PolicySHA256 == "" && d.policy != nil {
-		rc.PolicySHA256 = d.policy.SHA256
+	if rc.PolicySHA256 == "" && d.rules() != nil {
+		rc.PolicySHA256 = d.pol().SHA256
 	}
-	stdout, stderr = d.redactor.redactResult(&rc, stdout, stderr)
+	stdout, stderr = d.redactorFor(j).redactResult(&rc, stdout, stderr)
 	resSHA, status, err := d.publishResult(j, rc, stdout, stderr)
 	if err != nil {
 		// The entry stays where it is; the next evaluation publishes the

@@ -96,8 +96,9 @@ func (p *progress) flush() {
 	out, errb := append([]byte(nil), p.out.Bytes()...), append([]byte(nil), p.err.Bytes()...)
 	// Secrets are redacted before anything is sealed (a secret split across
 	// two chunks can escape the patterns; the final result is redacted whole).
-	out, _ = p.d.redactor.bytes(out)
-	errb, _ = p.d.redactor.bytes(errb)
+	red := p.d.redactorFor(p.j)
+	out, _ = red.bytes(out)
+	errb, _ = red.bytes(errb)
 	p.out.Reset()
 	p.err.Reset()
 	body := bridge.Progress{ID: p.j.req.ID, Host: p.d.me, Agent: p.j.agent, Seq: p.seq + 1, Prev: p.prev,

@@ -24,24 +24,50 @@ type ServiceUnit struct {
 // Path is where the unit file goes.
 func (u *ServiceUnit) Path() string { return filepath.Join(u.Dir, u.Name) }
 
-// NewServiceUnit renders the unit for goos ("linux", "darwin") that runs exe
-// with --home home; name (the host's) names the unit. dir overrides where
-// it is installed (default ~/.config/systemd/user or ~/Library/LaunchAgents).
-func NewServiceUnit(goos, exe, home, name, dir string, allowRoot bool) (*ServiceUnit, error) {
+// ServiceOptions say what unit NewServiceUnit renders.
+type ServiceOptions struct {
+	GOOS string // "linux" or "darwin"
+	Exe  string // the bridge binary
+	Home string // the host's home, absolute
+	Name string // the host's name, which names the unit
+	Dir  string // where the unit goes; "" for the default
+	// Root: the unit serves as root (serve --allow-root). On Linux it is
+	// then a system unit (/etc/systemd/system, `systemctl` without
+	// --user): root has no user manager to start a user unit on most
+	// systems.
+	Root bool
+	// Path is the PATH the daemon (and an op whose policy passes PATH)
+	// runs with: a service manager's own is minimal (no ~/go/bin, no
+	// /usr/local/go/bin), so the installing shell's is written in.
+	Path string
+}
+
+// NewServiceUnit renders the unit that runs `bridge serve` for o.Home: a
+// systemd unit on Linux (a user unit in ~/.config/systemd/user, or for
+// root a system unit), a launchd agent on macOS (~/Library/LaunchAgents).
+func NewServiceUnit(o ServiceOptions) (*ServiceUnit, error) {
 	hd, err := os.UserHomeDir()
-	if err != nil && dir == "" {
+	if err != nil && o.Dir == "" && !(o.Root && o.GOOS == "linux") {
 		return nil, err
 	}
-	name = bridge.SanitizeName(name, "host")
-	switch goos {
+	dir := o.Dir
+	name := bridge.SanitizeName(o.Name, "host")
+	switch o.GOOS {
 	case "linux":
-		if dir == "" {
+		unit := "bridge-" + name + ".service"
+		ctl := []string{"systemctl", "--user"}
+		if o.Root {
+			ctl = []string{"systemctl"}
+			if dir == "" {
+				dir = "/etc/systemd/system"
+			}
+		} else if dir == "" {
 			dir = filepath.Join(hd, ".config", "systemd", "user")
 		}
-		unit := "bridge-" + name + ".service"
-		return &ServiceUnit{System: "systemd", Name: unit, Dir: dir, Text: systemdUnit(exe, home, allowRoot),
-			Enable:  [][]string{{"systemctl", "--user", "daemon-reload"}, {"systemctl", "--user", "enable", "--now", unit}},
-			Disable: [][]string{{"systemctl", "--user", "disable", "--now", unit}},
+		with := func(args ...string) []string { return append(append([]string{}, ctl...), args...) }
+		return &ServiceUnit{System: "systemd", Name: unit, Dir: dir, Text: systemdUnit(o),
+			Enable:  [][]string{with("daemon-reload"), with("enable", "--now", unit)},
+			Disable: [][]string{with("disable", "--now", unit)},
 		}, nil
 	case "darwin":
 		if dir == "" {
@@ -49,12 +75,12 @@ func NewServiceUnit(goos, exe, home, name, dir string, allowRoot bool) (*Service
 		}
 		label := "dev.syncbridge." + name
 		p := filepath.Join(dir, label+".plist")
-		return &ServiceUnit{System: "launchd", Name: label + ".plist", Dir: dir, Text: launchdPlist(label, exe, home, allowRoot),
+		return &ServiceUnit{System: "launchd", Name: label + ".plist", Dir: dir, Text: launchdPlist(label, o),
 			Enable:  [][]string{{"launchctl", "load", "-w", p}},
 			Disable: [][]string{{"launchctl", "unload", "-w", p}},
 		}, nil
 	}
-	return nil, bridge.WithHint(fmt.Errorf("service: no user service manager known for %s", goos), "run `bridge serve --home %s` under your own supervisor", home)
+	return nil, bridge.WithHint(fmt.Errorf("service: no user service manager known for %s", o.GOOS), "run `bridge serve --home %s` under your own supervisor", o.Home)
 }
 
 // systemdQuote quotes one word for ExecStart (systemd.syntax(7)).
@@ -66,10 +92,13 @@ func systemdQuote(s string) string {
 	return `"` + r.Replace(s) + `"`
 }
 
-func systemdUnit(exe, home string, allowRoot bool) string {
-	root := ""
-	if allowRoot {
-		root = " --allow-root"
+func systemdUnit(o ServiceOptions) string {
+	root, target, env := "", "default.target", ""
+	if o.Root {
+		root, target = " --allow-root", "multi-user.target"
+	}
+	if o.Path != "" {
+		env = "Environment=" + systemdQuote("PATH="+o.Path) + "\n"
 	}
 	return fmt.Sprintf(`[Unit]
 Description=syncbridge host daemon (%[2]s)
@@ -78,7 +107,7 @@ After=network-online.target
 
 [Service]
 Type=simple
-ExecStart=%[1]s serve --home %[3]s%[4]s --log-format json
+%[5]sExecStart=%[1]s serve --home %[3]s%[4]s --log-format json
 Restart=on-failure
 RestartSec=5s
 # A drained stop: the first SIGTERM lets running ops finish their ladder.
@@ -87,19 +116,22 @@ TimeoutStopSec=2min
 NoNewPrivileges=yes
 
 [Install]
-WantedBy=default.target
-`, systemdQuote(exe), home, systemdQuote(home), root)
+WantedBy=%[6]s
+`, systemdQuote(o.Exe), o.Home, systemdQuote(o.Home), root, env, target)
 }
 
 func xmlEscape(s string) string {
 	return strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;", `"`, "&quot;").Replace(s)
 }
 
-func launchdPlist(label, exe, home string, allowRoot bool) string {
-	logs := filepath.Join(home, "serve.log")
-	root := ""
-	if allowRoot {
+func launchdPlist(label string, o ServiceOptions) string {
+	logs := filepath.Join(o.Home, "serve.log")
+	root, env := "", ""
+	if o.Root {
 		root = "\n\t\t<string>--allow-root</string>"
+	}
+	if o.Path != "" {
+		env = "\n\t<key>EnvironmentVariables</key>\n\t<dict>\n\t\t<key>PATH</key>\n\t\t<string>" + xmlEscape(o.Path) + "</string>\n\t</dict>"
 	}
 	return fmt.Sprintf(`<?xml version="1.0" encoding="UTF-8"?>
 <!DOCTYPE plist PUBLIC "-//Apple//DTD PLIST 1.0//EN" "http://www.apple.com/DTDs/PropertyList-1.0.dtd">
@@ -126,8 +158,8 @@ func launchdPlist(label, exe, home string, allowRoot bool) string {
 	<key>ThrottleInterval</key>
 	<integer>5</integer>
 	<key>StandardErrorPath</key>
-	<string>%s</string>
+	<string>%s</string>%s
 </dict>
 </plist>
-`, xmlEscape(label), xmlEscape(exe), xmlEscape(home), root, xmlEscape(logs))
+`, xmlEscape(label), xmlEscape(o.Exe), xmlEscape(o.Home), root, xmlEscape(logs), env)
 }

@@ -2,12 +2,13 @@ package host
 
 import (
 	"os"
+	"slices"
 	"strings"
 	"testing"
 )
 
 func TestServiceUnits(t *testing.T) {
-	u, err := NewServiceUnit("linux", "/usr/local/bin/bridge", "/home/me/bridge state", "Laptop", "/u", false)
+	u, err := NewServiceUnit(ServiceOptions{GOOS: "linux", Exe: "/usr/local/bin/bridge", Home: "/home/me/bridge state", Name: "Laptop", Dir: "/u"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -17,25 +18,35 @@ func TestServiceUnits(t *testing.T) {
 	if !strings.Contains(u.Text, "\nExecStart=/usr/local/bin/bridge serve --home \"/home/me/bridge state\" --log-format json\n") {
 		t.Errorf("ExecStart not quoted as systemd wants:\n%s", u.Text)
 	}
-	if r, err := NewServiceUnit("linux", "/b", "/h", "x", "/d", true); err != nil || !strings.Contains(r.Text, "ExecStart=/b serve --home /h --allow-root --log-format json\n") {
+	if r, err := NewServiceUnit(ServiceOptions{GOOS: "linux", Exe: "/b", Home: "/h", Name: "x", Dir: "/d", Root: true}); err != nil || !strings.Contains(r.Text, "ExecStart=/b serve --home /h --allow-root --log-format json\n") {
 		t.Errorf("linux unit for root: %v\n%v", err, r)
 	}
-	if r, err := NewServiceUnit("darwin", "/b", "/h", "x", "/d", true); err != nil || !strings.Contains(r.Text, "<string>/h</string>\n\t\t<string>--allow-root</string>\n\t\t<string>--log-format</string>") {
+	if r, err := NewServiceUnit(ServiceOptions{GOOS: "darwin", Exe: "/b", Home: "/h", Name: "x", Dir: "/d", Root: true}); err != nil || !strings.Contains(r.Text, "<string>/h</string>\n\t\t<string>--allow-root</string>\n\t\t<string>--log-format</string>") {
 		t.Errorf("launchd plist for root: %v\n%v", err, r)
 	}
-	m, err := NewServiceUnit("darwin", "/opt/bridge", "/Users/me/a&b", "laptop", "/la", false)
+	m, err := NewServiceUnit(ServiceOptions{GOOS: "darwin", Exe: "/opt/bridge", Home: "/Users/me/a&b", Name: "laptop", Dir: "/la", Path: "/opt/x&y/bin:/usr/bin"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if m.Path() != "/la/dev.syncbridge.laptop.plist" || m.Enable[0][0] != "launchctl" {
 		t.Errorf("launchd agent at %s, enable %v", m.Path(), m.Enable)
 	}
-	for _, want := range []string{"<string>/opt/bridge</string>", "<string>serve</string>", "<string>/Users/me/a&amp;b</string>", "<key>RunAtLoad</key>"} {
+	for _, want := range []string{"<string>/opt/bridge</string>", "<string>serve</string>", "<string>/Users/me/a&amp;b</string>", "<key>RunAtLoad</key>", "<key>PATH</key>\n\t\t<string>/opt/x&amp;y/bin:/usr/bin</string>"} {
 		if !strings.Contains(m.Text, want) {
 			t.Errorf("plist lacks %s:\n%s", want, m.Text)
 		}
 	}
-	if _, err := NewServiceUnit("plan9", "/bin/bridge", "/h", "x", "/d", false); err == nil {
+	// The installing shell's PATH reaches the daemon; as root, a system
+	// unit that systemctl without --user starts.
+	r, err := NewServiceUnit(ServiceOptions{GOOS: "linux", Exe: "/b", Home: "/h", Name: "x", Root: true, Path: "/root/go/bin:/usr/bin"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Dir != "/etc/systemd/system" || slices.Contains(r.Enable[1], "--user") || !strings.Contains(r.Text, "\nEnvironment=PATH=/root/go/bin:/usr/bin\n") ||
+		!strings.Contains(r.Text, "WantedBy=multi-user.target") {
+		t.Errorf("root unit in %s, enable %v:\n%s", r.Dir, r.Enable, r.Text)
+	}
+	if _, err := NewServiceUnit(ServiceOptions{GOOS: "plan9", Exe: "/bin/bridge", Home: "/h", Name: "x", Dir: "/d"}); err == nil {
 		t.Error("an unknown OS got a unit")
 	}
 }
@@ -48,8 +59,9 @@ func TestOperationsShowsUnits(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, unit := range []string{
-		systemdUnit("/usr/local/bin/bridge", "/home/me/.config/bridge", false),
-		launchdPlist("dev.syncbridge.laptop", "/usr/local/bin/bridge", "/Users/me/Library/Application Support/bridge", false),
+		systemdUnit(ServiceOptions{Exe: "/usr/local/bin/bridge", Home: "/home/me/.config/bridge", Path: "/home/me/go/bin:/usr/local/bin:/usr/bin:/bin"}),
+		launchdPlist("dev.syncbridge.laptop", ServiceOptions{Exe: "/usr/local/bin/bridge", Home: "/Users/me/Library/Application Support/bridge",
+			Path: "/Users/me/go/bin:/opt/homebrew/bin:/usr/bin:/bin"}),
 	} {
 		if !strings.Contains(string(doc), unit) {
 			t.Errorf("docs/OPERATIONS.md does not show this unit as written:\n%s", unit)

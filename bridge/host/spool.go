@@ -34,7 +34,7 @@ const memSpoolMax = 256 << 10
 // asks for is sealed inside it; admit holds the stdin to that op's own bound
 // once the header is open, still before copying it.
 func (d *Daemon) payloadBound(j *job) error {
-	most := 4 + bridge.MaxHeader + d.policy.MaxStdin(j.keys.name, "")
+	most := 4 + bridge.MaxHeader + j.rules.p.MaxStdin(j.keys.name, "")
 	if size := bcrypto.OpenedSize(j.req.Payload.Len); size > most {
 		return fmt.Errorf("%w: the payload holds %d bytes; this agent may send at most %d (a call header and the largest max_stdin of its ops)",
 			bridge.ErrTooLarge, size, most)

@@ -228,17 +228,18 @@ func (d *Daemon) followBatchRotations(paths []string) []string {
 // publishCatalog publishes, for each trusted agent, the signed list of the
 // ops that agent may run, so it can discover what to ask before it asks.
 func (d *Daemon) publishCatalog() error {
-	all := d.policy.Catalog()
+	pol := d.pol()
+	all := pol.Catalog()
 	var errs []error
 	for agentID, keys := range d.agents() {
-		allowed := d.policy.AgentOps(keys.name)
+		allowed := pol.AgentOps(keys.name)
 		ops := []policy.OpInfo{}
 		for _, op := range all {
 			if slices.Contains(allowed, op.Name) {
 				ops = append(ops, op)
 			}
 		}
-		signed, err := bridge.SignCatalog(bridge.Catalog{Host: d.me, Agent: agentID, Policy: d.policy.SHA256, Ops: ops}, d.own().current)
+		signed, err := bridge.SignCatalog(bridge.Catalog{Host: d.me, Agent: agentID, Policy: pol.SHA256, Ops: ops}, d.own().current)
 		if err != nil {
 			return err
 		}

@@ -65,6 +65,15 @@ var redactKeys = []string{"enabled", "patterns"}
 // Ceilings returns the agent's ceilings (zero for an unknown agent).
 func (p *Policy) Ceilings(agent string) Ceilings { return p.ceilings[agent] }
 
+// Concurrency returns how many runs of op may run at once (0: no limit),
+// and false for an op the policy does not have.
+func (p *Policy) Concurrency(op string) (int, bool) {
+	if o := p.ops[op]; o != nil {
+		return o.concurrency, true
+	}
+	return 0, false
+}
+
 // Redaction returns the [redact] settings.
 func (p *Policy) Redaction() Redaction {
 	if p.redact == nil {

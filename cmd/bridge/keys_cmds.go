@@ -81,6 +81,7 @@ type KeysCmd struct {
 	Trust        KeysTrustCmd        `cmd:"" help:"Trust a peer's bundle."`
 	Rotate       KeysRotateCmd       `cmd:"" help:"Replace this party's keys; peers follow by themselves."`
 	Revoke       KeysRevokeCmd       `cmd:"" help:"Revoke a peer's key (local, at once)."`
+	Remove       KeysRemoveCmd       `cmd:"" help:"Forget a trusted peer; its revoked keys stay revoked for ever."`
 }
 
 type KeysShowCmd struct{}
@@ -222,6 +223,32 @@ func (c *KeysRevokeCmd) Run(g *Globals) error {
 	g.printf("revoked %s of %s %q: nothing signed by it is accepted from now on\n", c.Kid, p.Role, p.Name)
 	if _, ok := p.Current(); !ok {
 		g.note("hint: that was the current key of %s %q; pair with it again when it has new keys", p.Role, p.Name)
+	}
+	return nil
+}
+
+type KeysRemoveCmd struct {
+	Peer string `arg:"" help:"The peer's local name or id (see 'bridge keys show')."`
+}
+
+func (c *KeysRemoveCmd) Run(g *Globals) error {
+	h, err := g.openHome()
+	if err != nil {
+		return err
+	}
+	p, err := h.Remove(c.Peer)
+	if err != nil {
+		return err
+	}
+	if g.JSON {
+		return g.printJSON(map[string]any{"peer": p.Name, "id": p.ID, "kept_revoked": append([]string{}, p.Revoked...)})
+	}
+	g.printf("removed %s %q (%s)\n", p.Role, p.Name, p.ID)
+	if len(p.Revoked) > 0 {
+		g.printf("its %d revoked key id(s) stay revoked in %s: they can never be trusted again\n", len(p.Revoked), h.Path(bridge.RevokedName))
+	}
+	if _, ok := p.Current(); ok {
+		g.note("hint: its current key was not revoked, so it can be paired again; `bridge keys revoke` it first if it was stolen")
 	}
 	return nil
 }

@@ -79,10 +79,11 @@ func TestScripts(t *testing.T) {
 			return nil
 		},
 		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
-			"exitcode": cmdExitcode,
-			"capture":  cmdCapture,
-			"waitfile": cmdWaitfile,
-			"sleep":    cmdSleep,
+			"exitcode":   cmdExitcode,
+			"capture":    cmdCapture,
+			"waitfile":   cmdWaitfile,
+			"sleep":      cmdSleep,
+			"eventually": cmdEventually,
 		},
 	})
 }
@@ -134,6 +135,24 @@ func cmdWaitfile(ts *testscript.TestScript, neg bool, args []string) {
 		}
 	}
 	ts.Fatalf("waitfile: %s still missing or empty after 30s", args[0])
+}
+
+// cmdEventually runs a command until its standard output matches a
+// pattern, for 30 s at most: `eventually REGEXP prog args...`, for what a
+// daemon does on its next tick (a policy reload, a catalog publish).
+func cmdEventually(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) < 2 {
+		ts.Fatalf("usage: eventually REGEXP prog args...")
+	}
+	re, err := regexp.Compile(args[0])
+	ts.Check(err)
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		ts.Exec(args[1], args[2:]...)
+		if re.MatchString(ts.ReadFile("stdout")) {
+			return
+		}
+	}
+	ts.Fatalf("eventually: the output of %s never matched %q in 30s; last:\n%s", args[1], args[0], ts.ReadFile("stdout"))
 }
 
 // cmdSleep pauses the script: `sleep DURATION`, for waiting out a key's

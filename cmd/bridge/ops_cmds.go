@@ -163,7 +163,8 @@ func (f *serviceFlags) unit(g *Globals, allowRoot bool) (*bridge.Home, *host.Ser
 	if err != nil {
 		return nil, nil, err
 	}
-	u, err := host.NewServiceUnit(runtime.GOOS, exe, home, h.Config.Name, f.Dir, allowRoot)
+	u, err := host.NewServiceUnit(host.ServiceOptions{GOOS: runtime.GOOS, Exe: exe, Home: home, Name: h.Config.Name, Dir: f.Dir,
+		Root: allowRoot, Path: os.Getenv("PATH")})
 	return h, u, err
 }
 
@@ -192,8 +193,11 @@ type ServiceInstallCmd struct {
 	AllowRoot bool `name:"allow-root" help:"As root: write a unit that serves as root (serve --allow-root); refused otherwise."`
 }
 
+// isRoot: root's service is a system unit (host.ServiceOptions.Root).
+func isRoot() bool { return runtime.GOOS != "windows" && os.Geteuid() == 0 }
+
 func (c *ServiceInstallCmd) Run(g *Globals) error {
-	root := runtime.GOOS != "windows" && os.Geteuid() == 0
+	root := isRoot()
 	_, u, err := c.unit(g, root && c.AllowRoot)
 	if err != nil {
 		return err
@@ -238,7 +242,7 @@ type ServiceUninstallCmd struct {
 }
 
 func (c *ServiceUninstallCmd) Run(g *Globals) error {
-	_, u, err := c.unit(g, false)
+	_, u, err := c.unit(g, isRoot())
 	if err != nil {
 		return err
 	}
@@ -269,7 +273,7 @@ type ServiceStatusCmd struct {
 }
 
 func (c *ServiceStatusCmd) Run(g *Globals) error {
-	h, u, err := (&serviceFlags{Dir: c.Dir}).unit(g, false)
+	h, u, err := (&serviceFlags{Dir: c.Dir}).unit(g, isRoot())
 	if err != nil {
 		return err
 	}

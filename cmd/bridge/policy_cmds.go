@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"sort"
 	"strings"
@@ -22,14 +23,12 @@ type PolicyCheckCmd struct {
 	File string `arg:"" optional:"" help:"Policy file (default: policy.toml in the home)."`
 }
 
-func (c *PolicyCheckCmd) Run(g *Globals) error {
+func (c *PolicyCheckCmd) Run(g *Globals) (err error) {
 	file := c.File
 	if file == "" {
-		h, err := g.openHome()
-		if err != nil {
+		if file, err = g.homePolicy("policy check"); err != nil {
 			return err
 		}
-		file = h.Path(bridge.PolicyName)
 	}
 	sum, err := host.CheckPolicy(file)
 	if err != nil {
@@ -48,6 +47,20 @@ func (c *PolicyCheckCmd) Run(g *Globals) error {
 		g.printf("  agent %s may run: %s\n", a, strings.Join(sum.Agents[a], ", "))
 	}
 	return nil
+}
+
+// homePolicy is the policy file of the host's home; an agent's home has
+// none, and is told so rather than that a file is missing.
+func (g *Globals) homePolicy(what string) (string, error) {
+	h, err := g.openHome()
+	if err != nil {
+		return "", err
+	}
+	if h.Config.Role != "host" {
+		return "", withHintf(fmt.Errorf("%s: this home belongs to an agent; the policy is the host's", what),
+			"run it with the host's --home, or name a policy file: bridge policy check FILE")
+	}
+	return h.Path(bridge.PolicyName), nil
 }
 
 // policyError: a policy that does not load or does not allow the call is
@@ -75,11 +88,9 @@ func (c *PolicyExplainCmd) Run(g *Globals) error {
 	}
 	file := c.File
 	if file == "" {
-		h, err := g.openHome()
-		if err != nil {
+		if file, err = g.homePolicy("policy explain"); err != nil {
 			return err
 		}
-		file = h.Path(bridge.PolicyName)
 	}
 	ex, err := host.ExplainPolicy(file, c.Agent, c.Op, m)
 	if err != nil {

@@ -334,6 +334,8 @@ func hintFor(rc *bridge.Receipt, agent string) string {
 		return "a human on the host refused it (the detail may say why); do not send it again unchanged"
 	case rc.Reason == host.ReasonApprovalMismatch:
 		return "what it would run changed on the host after a human saw it, so it did not run; send it again to ask again"
+	case rc.Reason == host.ReasonPolicyChanged:
+		return "the host's policy changed while it waited for its op, so it did not run; `bridge ops` shows the new catalog, then send it again"
 	case rc.Reason == "approval-expired":
 		return "nobody on the host approved it in time; send it again when someone can (`bridge pending` on the host lists what waits)"
 	case rc.Status == bridge.StatusExpired:

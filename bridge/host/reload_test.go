@@ -1,0 +1,252 @@
+package host
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/syncbridge/bridge/bridge"
+	"github.com/syncbridge/bridge/bridge/agent"
+	"github.com/syncbridge/bridge/bridge/ledger"
+)
+
+// newOpPolicy is edgePolicy with one more op for cloud-1.
+var newOpPolicy = strings.Replace(edgePolicy, `ops = ["missing", "block", "blockidem", "chatty", "gated"]`,
+	`ops = ["missing", "block", "blockidem", "chatty", "gated", "fresh"]`, 1) + `
+[ops.fresh]
+argv = ["sh", "-c", "echo fresh-$0 >> \"$RUNS\"", "{request_id}"]
+env = ["PATH", "RUNS"]
+`
+
+func (e *edge) writePolicy(t *testing.T, text string) {
+	t.Helper()
+	// Through a rename, as editors and `cp` to a temp then `mv` do; the
+	// reload also settles in-place writes, which TestPolicyEditInPlace
+	// covers.
+	tmp := e.host.Path(bridge.PolicyName) + ".new"
+	if err := os.WriteFile(tmp, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, e.host.Path(bridge.PolicyName)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (e *edge) catalogOps(t *testing.T) []string {
+	t.Helper()
+	cat, err := e.client.Ops("")
+	if err != nil {
+		return nil
+	}
+	var names []string
+	for _, op := range cat.Ops {
+		names = append(names, op.Name)
+	}
+	return names
+}
+
+// An edited policy is served without a restart: an op it adds runs, the
+// catalog names it, the agent gets a notice, and the audit log records it.
+func TestPolicyReloadsLive(t *testing.T) {
+	e := newEdge(t)
+	d := e.daemon(t)
+	before := d.pol().SHA256
+	if out := e.wait(t, e.submit(t, "fresh")); out.Receipt.Status != bridge.StatusRejected || out.Receipt.Reason != "not-allowed" {
+		t.Fatalf("an op not in the policy yet: %s (%s)", out.Receipt.Status, out.Receipt.Reason)
+	}
+	e.writePolicy(t, newOpPolicy)
+	waitFor(t, 10*time.Second, "the catalog to name the new op", func() bool { return slices.Contains(e.catalogOps(t), "fresh") })
+	id := e.submit(t, "fresh")
+	if out := e.wait(t, id); out.Receipt.Status != bridge.StatusDone {
+		t.Fatalf("the op the edited policy adds: %s (%s: %s)", out.Receipt.Status, out.Receipt.Reason, out.Receipt.Detail)
+	}
+	if n := e.starts(t, "fresh", id); n != 1 {
+		t.Fatalf("ran %d times", n)
+	}
+	if d.pol().SHA256 == before {
+		t.Fatal("the daemon still names the old policy")
+	}
+	items, err := e.client.Inbox()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(items, func(it agent.InboxItem) bool { return it.Note.Event == "policy-changed" }) {
+		t.Fatalf("no policy-changed notice in the agent's inbox: %+v", items)
+	}
+	log, _ := os.ReadFile(e.host.Path("audit.log"))
+	if !strings.Contains(string(log), `"policy-reload"`) {
+		t.Fatal("the audit log does not record the reload")
+	}
+}
+
+// A policy edit that does not load leaves the one in force serving, and a
+// later good edit is taken.
+func TestBrokenPolicyEditKeepsTheOld(t *testing.T) {
+	e := newEdge(t)
+	d := e.daemon(t)
+	before := d.pol().SHA256
+	e.writePolicy(t, edgePolicy+"\n[ops.broken\n")
+	settleFor()
+	if d.pol().SHA256 != before {
+		t.Fatal("a policy that does not load replaced the one in force")
+	}
+	if out := e.wait(t, e.submit(t, "blockidem")); out.Receipt.Status != bridge.StatusDone {
+		t.Fatalf("an op of the policy in force, after a broken edit: %s (%s)", out.Receipt.Status, out.Receipt.Reason)
+	}
+	e.writePolicy(t, newOpPolicy)
+	waitFor(t, 10*time.Second, "the good edit to be served", func() bool { return slices.Contains(e.catalogOps(t), "fresh") })
+}
+
+// A policy written in place in several steps is not read half-way: a
+// changed file is loaded once it kept its version for one control tick.
+func TestPolicyReloadWaitsForTheFileToSettle(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "policy.toml")
+	write := func(text string) version {
+		t.Helper()
+		if err := os.WriteFile(file, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		fi, err := os.Stat(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return versionOf(fi)
+	}
+	inForce := write(edgePolicy)
+	var s settle
+	if s.settled(inForce, inForce) {
+		t.Fatal("an unchanged file counts as changed")
+	}
+	half := write(newOpPolicy[:len(newOpPolicy)/2])
+	if s.settled(half, inForce) {
+		t.Fatal("a file changed since the last check was taken at once")
+	}
+	whole := write(newOpPolicy)
+	if s.settled(whole, inForce) {
+		t.Fatal("a file still changing was taken")
+	}
+	if !s.settled(whole, inForce) {
+		t.Fatal("a file that kept its version for a check was not taken")
+	}
+}
+
+// Row "refuse" from claimed: a request that waited for a slot of its op
+// while the policy changed what that op runs is answered rejected
+// (policy-changed) and never starts; one whose op the edit left as it was
+// runs.
+func TestQueuedRequestJudgedByTheNewPolicy(t *testing.T) {
+	for _, tc := range []struct {
+		name, policy string
+		want         string
+	}{
+		{"op changed", strings.Replace(edgePolicy, `echo out", "{request_id}"]
+env = ["PATH", "RUNS"]
+concurrency = 1`, `echo changed", "{request_id}"]
+env = ["PATH", "RUNS"]
+concurrency = 1`, 1), bridge.StatusRejected},
+		{"op removed", strings.Replace(edgePolicy, `"missing", "block", "blockidem"`, `"missing", "blockidem"`, 1), bridge.StatusRejected},
+		{"another op changed", newOpPolicy, bridge.StatusDone},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.policy == edgePolicy {
+				t.Fatal("the edit changes nothing")
+			}
+			e := newEdge(t)
+			e.block()
+			d := e.daemon(t)
+			before := d.pol().SHA256
+			first := e.submit(t, "block")
+			waitFor(t, 10*time.Second, "the first to run", func() bool { return e.starts(t, "block", first) == 1 })
+			queued := e.submit(t, "block")
+			waitFor(t, 10*time.Second, "the second to wait for the slot", func() bool { return e.entry(t, queued).State == ledger.StateClaimed })
+			e.writePolicy(t, tc.policy)
+			waitFor(t, 10*time.Second, "the reload", func() bool { return d.pol().SHA256 != before })
+			e.unblock()
+			out := e.wait(t, queued)
+			if out.Receipt.Status != tc.want {
+				t.Fatalf("queued request: %s (%s: %s), want %s", out.Receipt.Status, out.Receipt.Reason, out.Receipt.Detail, tc.want)
+			}
+			starts := e.starts(t, "block", queued)
+			if tc.want == bridge.StatusRejected {
+				if out.Receipt.Reason != ReasonPolicyChanged || starts != 0 {
+					t.Fatalf("reason %s, started %d times", out.Receipt.Reason, starts)
+				}
+			} else if starts != 1 {
+				t.Fatalf("started %d times", starts)
+			}
+			if out := e.wait(t, first); out.Receipt.Status != bridge.StatusDone {
+				t.Fatalf("the run that started before the edit: %s", out.Receipt.Status)
+			}
+		})
+	}
+}
+
+// A concurrency limit raised by a reload lets a request waiting for its
+// op's slot start at once, while the run ahead of it still runs.
+func TestRaisedConcurrencyFreesWaiters(t *testing.T) {
+	e := newEdge(t)
+	e.block()
+	d := e.daemon(t)
+	before := d.pol().SHA256
+	first := e.submit(t, "block")
+	waitFor(t, 10*time.Second, "the first to run", func() bool { return e.starts(t, "block", first) == 1 })
+	queued := e.submit(t, "block")
+	waitFor(t, 10*time.Second, "the second to wait for the slot", func() bool { return e.entry(t, queued).State == ledger.StateClaimed })
+	e.writePolicy(t, strings.Replace(edgePolicy, "concurrency = 1", "concurrency = 2", 1))
+	waitFor(t, 10*time.Second, "the reload", func() bool { return d.pol().SHA256 != before })
+	waitFor(t, 10*time.Second, "the waiter to start beside the first", func() bool { return e.starts(t, "block", queued) == 1 })
+	e.unblock()
+	for _, id := range []string{first, queued} {
+		if out := e.wait(t, id); out.Receipt.Status != bridge.StatusDone || e.starts(t, "block", id) != 1 {
+			t.Fatalf("%s: %s, started %d times", id, out.Receipt.Status, e.starts(t, "block", id))
+		}
+	}
+}
+
+// A lowered limit counts the runs that hold their slots already: nothing
+// more starts until enough of them end.
+func TestLoweredConcurrencyCountsRunningOnes(t *testing.T) {
+	d := &Daemon{slots: map[string]*opSlots{}}
+	ctx := context.Background()
+	r1, r2 := d.acquire(ctx, "op", 2), d.acquire(ctx, "op", 2)
+	got := make(chan func(), 1)
+	go func() { got <- d.acquire(ctx, "op", 1) }()
+	waitFor(t, 5*time.Second, "the third to wait", func() bool {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		return len(d.slots["op"].waiters) == 1
+	})
+	r1()
+	select {
+	case <-got:
+		t.Fatal("under a limit lowered to 1, a run started while another still held its slot")
+	case <-time.After(200 * time.Millisecond):
+	}
+	r2()
+	select {
+	case r3 := <-got:
+		r3()
+	case <-time.After(5 * time.Second):
+		t.Fatal("the waiter never got its slot")
+	}
+	ctx2, cancel := context.WithCancel(ctx)
+	hold := d.acquire(ctx, "op", 1)
+	go func() { got <- d.acquire(ctx2, "op", 1) }()
+	waitFor(t, 5*time.Second, "a waiter", func() bool {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		return len(d.slots["op"].waiters) == 1
+	})
+	cancel()
+	if r := <-got; r != nil {
+		t.Fatal("a cancelled wait got a slot")
+	}
+	hold()
+	if d.slots["op"].busy != 0 || len(d.slots["op"].waiters) != 0 {
+		t.Fatalf("slots leak: %+v", *d.slots["op"])
+	}
+}
