@@ -10,7 +10,6 @@ import (
 
 	"github.com/syncbridge/bridge/bridge"
 
-	"github.com/syncbridge/bridge/bridge/policy"
 	bcrypto "github.com/syncbridge/bridge/crypto"
 	"github.com/syncbridge/bridge/syncsafe"
 )
@@ -228,16 +227,9 @@ func (d *Daemon) followBatchRotations(paths []string) []string {
 // publishCatalog publishes, for each trusted agent, the signed list of the
 // ops that agent may run, so it can discover what to ask before it asks.
 func (d *Daemon) publishCatalog() error {
-	all := d.policy.Catalog()
 	var errs []error
 	for agentID, keys := range d.agents() {
-		allowed := d.policy.AgentOps(keys.name)
-		ops := []policy.OpInfo{}
-		for _, op := range all {
-			if slices.Contains(allowed, op.Name) {
-				ops = append(ops, op)
-			}
-		}
+		ops := d.policy.AgentCatalog(keys.name)
 		signed, err := bridge.SignCatalog(bridge.Catalog{Host: d.me, Agent: agentID, Policy: d.policy.SHA256, Ops: ops}, d.own().current)
 		if err != nil {
 			return err

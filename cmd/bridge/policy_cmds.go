@@ -35,6 +35,9 @@ func (c *PolicyCheckCmd) Run(g *Globals) error {
 	if err != nil {
 		return policyError(err)
 	}
+	for _, w := range sum.Warnings {
+		g.note("warning: %s", w)
+	}
 	if g.JSON {
 		return g.printJSON(sum)
 	}
