@@ -38,6 +38,13 @@ func OpenCatalog(data []byte, host, agent string, hostKeys [][]byte) (*Catalog, 
 	if cat.V != 1 || cat.Host != host || cat.Agent != agent {
 		return nil, fmt.Errorf("host catalog: %w", ErrWrongRecipient)
 	}
+	for _, op := range cat.Ops {
+		switch op.Stdin {
+		case "", policy.StdinNone, policy.StdinOptional, policy.StdinRequired:
+		default:
+			return nil, fmt.Errorf("host catalog: %w: op %q: unknown stdin mode", bcrypto.ErrMalformed, op.Name)
+		}
+	}
 	return &cat, nil
 }
 
