@@ -75,7 +75,11 @@ func (p *Policy) Warnings() []string {
 		}
 		msg := fmt.Sprintf("op %q has scope \"read\", but %s", name, why)
 		if len(writers) > 0 {
-			msg += fmt.Sprintf(", a tree that op %s can change", strings.Join(writers, ", "))
+			which := "op " + writers[0]
+			if len(writers) > 1 {
+				which = "ops " + strings.Join(writers, ", ")
+			}
+			msg += ", a tree that " + which + " can change"
 		}
 		msg += `: whoever changes that tree chooses what it runs; say scope = "execute" (and a risk note if more needs saying)`
 		out = append(out, msg)
