@@ -371,7 +371,9 @@ func generateVectors(t *testing.T, k testKeys) {
 	catVector("bad-stdin-mode", "malformed", "a stdin mode no version defines, correctly signed", full, "", k.host,
 		func(b []byte) []byte { return bytes.Replace(b, []byte(`"stdin":"none"`), []byte(`"stdin":"maybe"`), 1) })
 	catVector("unknown-field", "malformed", "an extra op field, correctly signed", oldCat, "", k.host,
-		func(b []byte) []byte { return bytes.Replace(b, []byte(`"name":"status",`), []byte(`"name":"status","shell":true,`), 1) })
+		func(b []byte) []byte {
+			return bytes.Replace(b, []byte(`"name":"status",`), []byte(`"name":"status","shell":true,`), 1)
+		})
 	catVector("signed-by-stranger", "bad-signature", "a catalog not signed by the host", full, "", k.stranger, nil)
 	otherCat := full
 	otherCat.Agent = stranger.ID
