@@ -2,6 +2,7 @@ package bridge
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/syncbridge/bridge/bridge/policy"
 	bcrypto "github.com/syncbridge/bridge/crypto"
@@ -37,5 +38,123 @@ func OpenCatalog(data []byte, host, agent string, hostKeys [][]byte) (*Catalog, 
 	if cat.V != 1 || cat.Host != host || cat.Agent != agent {
 		return nil, fmt.Errorf("host catalog: %w", ErrWrongRecipient)
 	}
+	for _, op := range cat.Ops {
+		switch op.Stdin {
+		case "", policy.StdinNone, policy.StdinOptional, policy.StdinRequired:
+		default:
+			return nil, fmt.Errorf("host catalog: %w: op %q: unknown stdin mode", bcrypto.ErrMalformed, op.Name)
+		}
+	}
 	return &cat, nil
 }
+
+// CallInput is what a sender knows of a call's standard input before it
+// reads it.
+type CallInput struct {
+	Given bool  // standard input goes with the call
+	Len   int64 // its length; -1: not known before it is read (a pipe)
+}
+
+// CallError is a call the catalog says the host would refuse. Reason is the
+// host's reason code for the same refusal (not-allowed, bad-argument,
+// too-large); Err carries a hint (a *HintError).
+type CallError struct {
+	Reason string
+	Err    error
+}
+
+func (e *CallError) Error() string { return e.Err.Error() }
+func (e *CallError) Unwrap() error { return e.Err }
+
+// CheckCall checks a call against the catalog before it is sent: the op is
+// listed, its arguments fit their schema (policy.OpInfo.CheckArgs), and its
+// standard input fits the op's stdin mode and max_stdin. A typo is refused
+// in milliseconds with a "did you mean" instead of after a round trip
+// through the sync. The catalog may lag the host's policy by one sync, so a
+// caller that knows the policy changed may send anyway; the host decides.
+// The built-in ping is always fine.
+func (c *Catalog) CheckCall(op string, args map[string]string, in CallInput) error {
+	if op == PingOp {
+		return nil
+	}
+	var info *policy.OpInfo
+	names := make([]string, len(c.Ops))
+	for i := range c.Ops {
+		names[i] = c.Ops[i].Name
+		if c.Ops[i].Name == op {
+			info = &c.Ops[i]
+		}
+	}
+	if info == nil {
+		hint := "`bridge ops` lists what this agent may run: " + strings.Join(names, ", ")
+		if s := policy.Suggest(op, names); s != "" {
+			hint = fmt.Sprintf("did you mean %q? %s", s, hint)
+		}
+		if len(names) == 0 {
+			hint = "the host's policy lets this agent run no op; ask the host's owner"
+		}
+		return &CallError{Reason: "not-allowed", Err: WithHint(fmt.Errorf("op %q is not in the host's catalog; nothing was sent", op), "%s", hint)}
+	}
+	if err := info.CheckArgs(args); err != nil {
+		return &CallError{Reason: "bad-argument", Err: WithHint(fmt.Errorf("%w; nothing was sent", err), "%s", usageHint(info))}
+	}
+	what := "standard input"
+	if info.StdinHint != "" {
+		what += " (" + info.StdinHint + ")"
+	}
+	switch mode := info.StdinMode(); {
+	case mode == policy.StdinNone && in.Given && in.Len != 0:
+		return &CallError{Reason: "too-large", Err: WithHint(fmt.Errorf("op %q takes no standard input; nothing was sent", op),
+			"drop --stdin (and any < redirection); %s", usageHint(info))}
+	case mode == policy.StdinRequired && (!in.Given || in.Len == 0):
+		return &CallError{Reason: "bad-argument", Err: WithHint(fmt.Errorf("op %q needs %s and none was given; nothing was sent", op, what),
+			"%s", usageHint(info))}
+	case in.Given && in.Len > info.MaxStdin:
+		return &CallError{Reason: "too-large", Err: WithHint(fmt.Errorf("%w: standard input is %d bytes; op %s takes at most %d (max_stdin in the host's catalog); nothing was sent", ErrTooLarge, in.Len, op, info.MaxStdin),
+			"send less, or ask the host's owner to raise max_stdin")}
+	}
+	return nil
+}
+
+// usageHint is "usage: " and the op's example line.
+func usageHint(info *policy.OpInfo) string {
+	return "usage: " + ExampleLine(info)
+}
+
+// ExampleLine is a ready command line for op, as an agent would type it:
+// each required argument as NAME=<type> (an enum's first value, a path as
+// <path>), and --stdin=FILE when the op needs input ([--stdin=FILE] when its
+// policy declares it optional).
+func ExampleLine(info *policy.OpInfo) string {
+	parts := []string{"bridge run", info.Name}
+	for _, a := range info.Args {
+		if !a.Required || a.Default != nil {
+			continue
+		}
+		v := "<" + a.Type + ">"
+		if len(a.Values) > 0 {
+			v = a.Values[0]
+		}
+		parts = append(parts, a.Name+"="+v)
+	}
+	switch {
+	case info.StdinMode() == policy.StdinRequired:
+		parts = append(parts, "--stdin=FILE")
+	case info.Stdin == policy.StdinOptional:
+		// Said only when the policy says it: every op takes input by
+		// default, and most want none.
+		parts = append(parts, "[--stdin=FILE]")
+	}
+	return strings.Join(parts, " ")
+}
+
+// OpInfo is one op of a catalog (policy.OpInfo), named here so the
+// command line and the MCP server need not import the policy package.
+type OpInfo = policy.OpInfo
+
+// Stdin modes of an op (policy.StdinNone, ...), for the same readers.
+const (
+	StdinNone     = policy.StdinNone
+	StdinOptional = policy.StdinOptional
+	StdinRequired = policy.StdinRequired
+)

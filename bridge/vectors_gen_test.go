@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/syncbridge/bridge/bridge/policy"
 	bcrypto "github.com/syncbridge/bridge/crypto"
 )
 
@@ -364,5 +365,45 @@ func generateVectors(t *testing.T, k testKeys) {
 	secretVector("host-key-not-its-id", "malformed", "a host pinned at seq 0 with a key whose kid is not the host's id", forgedSecret)
 	secretVector("identity-file", "malformed", "an identity file where the agent secret belongs",
 		func() string { b, _ := k.agent.MarshalText(); return string(b) }())
+	// Catalogs (SPEC §10a): one with every op field, one as a host wrote
+	// it before the stdin field (which must still read), and refusals.
+	catVector := func(name, expect, note string, c Catalog, stdin string, by *bcrypto.Identity, body func([]byte) []byte) {
+		c.V = 1
+		b := encode(c)
+		if body != nil {
+			b = body(b)
+		}
+		write(&vector{name: "catalog-" + name, expect: expect, kind: "catalog", note: note,
+			fields: map[string]string{"agent": c.Agent, "stdin": stdin}, files: map[string][]byte{"catalog.b64": sign(bcrypto.KindCatalog, b, by)}})
+	}
+	one, dflt := int64(1), "1"
+	full := Catalog{Host: host.ID, Agent: agent.ID, Policy: strings.Repeat("ab", 32), Ops: []policy.OpInfo{
+		{Name: "apply", Description: "apply a patch and print what it changed", Scope: "write", Timeout: "1m0s", MaxOutput: 4 << 20, MaxStdin: 1 << 20,
+			Stdin: "required", StdinHint: "unified diff", DryRun: "apply-check", Undo: "restore", Args: []policy.ArgInfo{}},
+		{Name: "apply-check", Scope: "read", Timeout: "1m0s", MaxOutput: 4 << 20, MaxStdin: 1 << 20, Stdin: "required", StdinHint: "unified diff", Args: []policy.ArgInfo{}},
+		{Name: "cat", Scope: "read", Idempotent: true, Timeout: "10s", MaxOutput: 1 << 20, MaxStdin: 0, Stdin: "none",
+			Args: []policy.ArgInfo{{Name: "file", Type: "path", Required: true, MustExist: true}}},
+		{Name: "test", Scope: "execute", Risk: "runs the repository's tests", Timeout: "20m0s", MaxOutput: 8 << 20, MaxStdin: 1 << 20,
+			Args: []policy.ArgInfo{{Name: "n", Type: "int", Default: &dflt, Min: &one}}},
+	}}
+	catVector("ok", "ok", "stdin modes, a hint, risk, scope execute, dry_run and undo", full,
+		"apply=required,apply-check=required,cat=none,test=optional", k.host, nil)
+	oldCat := Catalog{Host: host.ID, Agent: agent.ID, Policy: strings.Repeat("cd", 32), Ops: []policy.OpInfo{
+		{Name: "echo", Description: "print a message", Scope: "read", Timeout: "10m0s", MaxOutput: 4 << 20, MaxStdin: 1 << 20,
+			Args: []policy.ArgInfo{{Name: "msg", Type: "string", Required: true, Pattern: "[a-z]{1,20}", MaxLen: 256}}},
+		{Name: "status", Scope: "read", Timeout: "10m0s", MaxOutput: 4 << 20, MaxStdin: 0, Args: []policy.ArgInfo{}},
+	}}
+	catVector("old-no-stdin", "ok", "written before the stdin field: optional when max_stdin > 0, none when 0", oldCat,
+		"echo=optional,status=none", k.host, nil)
+	catVector("bad-stdin-mode", "malformed", "a stdin mode no version defines, correctly signed", full, "", k.host,
+		func(b []byte) []byte { return bytes.Replace(b, []byte(`"stdin":"none"`), []byte(`"stdin":"maybe"`), 1) })
+	catVector("unknown-field", "malformed", "an extra op field, correctly signed", oldCat, "", k.host,
+		func(b []byte) []byte {
+			return bytes.Replace(b, []byte(`"name":"status",`), []byte(`"name":"status","shell":true,`), 1)
+		})
+	catVector("signed-by-stranger", "bad-signature", "a catalog not signed by the host", full, "", k.stranger, nil)
+	otherCat := full
+	otherCat.Agent = stranger.ID
+	catVector("for-other-agent", "wrong-recipient", "another agent's catalog", otherCat, "", k.host, nil)
 	t.Logf("wrote %d vectors", seq)
 }

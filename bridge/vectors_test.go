@@ -330,6 +330,24 @@ func runVector(t *testing.T, k testKeys, v *vector) string {
 			t.Fatalf("agent secret decodes to other values: %+v", s)
 		}
 		return "ok"
+	case "catalog":
+		cat, err := OpenCatalog(v.files["catalog.b64"], host.ID, agent.ID, [][]byte{host.SignPub})
+		if err != nil {
+			return Reason(err)
+		}
+		var modes []string
+		for i := range cat.Ops {
+			modes = append(modes, cat.Ops[i].Name+"="+cat.Ops[i].StdinMode())
+		}
+		if got := strings.Join(modes, ","); got != v.fields["stdin"] {
+			t.Fatalf("stdin modes %s, header says %s", got, v.fields["stdin"])
+		}
+		body, _ := bcrypto.EncodeBody(cat)
+		again, _ := bcrypto.Sign(bcrypto.KindCatalog, body, k.host)
+		if !bytes.Equal(again, v.files["catalog.b64"]) {
+			t.Fatal("accepted catalog does not re-encode to the same bytes")
+		}
+		return "ok"
 	case "cancel":
 		_, err := OpenCancel(v.files["cancel.b64"], v.fields["id"], host.ID, agent.ID, [][]byte{agent.SignPub})
 		return Reason(err)

@@ -83,7 +83,8 @@ func (d *Daemon) admit(j *job, in spool, mode admitMode) bool {
 		}
 		return j.rules.p.MaxStdin(j.keys.name, op)
 	}
-	call, err := bridge.OpenCall(in, j.req, me, stdin, maxStdin)
+	counted := &countingWriter{w: stdin}
+	call, err := bridge.OpenCall(in, j.req, me, counted, maxStdin)
 	if err != nil {
 		return refuse(evRefuse, bridge.Receipt{Status: bridge.StatusRejected, Reason: bridge.Reason(err), Detail: err.Error()})
 	}
@@ -107,6 +108,10 @@ func (d *Daemon) admit(j *job, in spool, mode admitMode) bool {
 			ev, rc.Status, rc.Reason = evHostError, bridge.StatusFailed, "host-error"
 		}
 		return refuse(ev, rc)
+	}
+	if counted.n == 0 && j.rules.p.StdinMode(call.Op) == policy.StdinRequired {
+		return refuse(evRefuse, bridge.Receipt{Status: bridge.StatusRejected, Reason: "bad-argument", Op: call.Op, PolicySHA256: j.rules.p.SHA256,
+			Detail: "op " + call.Op + " needs standard input and the request carried none"})
 	}
 	// The synced folder is never a source of code or a working directory:
 	// anything in it may have been written by anyone who can write the folder.
@@ -531,4 +536,17 @@ func (d *Daemon) revokeWaiting() {
 			cancel()
 		}
 	}
+}
+
+// countingWriter counts what passes through it: the exact length of a
+// request's standard input.
+type countingWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
 }

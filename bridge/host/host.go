@@ -31,6 +31,9 @@ type PolicySummary struct {
 	SHA256 string              `json:"sha256"`
 	Agents map[string][]string `json:"agents"`
 	Ops    []policy.OpInfo     `json:"ops"`
+	// Warnings: the policy loads but may not say what its author means
+	// (policy.Policy.Warnings).
+	Warnings []string `json:"warnings"`
 }
 
 // CheckPolicy loads a policy file strictly and summarises it.
@@ -39,7 +42,7 @@ func CheckPolicy(file string) (*PolicySummary, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &PolicySummary{File: file, SHA256: p.SHA256, Agents: map[string][]string{}, Ops: p.Catalog()}
+	s := &PolicySummary{File: file, SHA256: p.SHA256, Agents: map[string][]string{}, Ops: p.Catalog(), Warnings: append([]string{}, p.Warnings()...)}
 	for _, a := range p.Agents() {
 		s.Agents[a] = p.AgentOps(a)
 	}

@@ -10,7 +10,6 @@ import (
 
 	"github.com/syncbridge/bridge/bridge"
 
-	"github.com/syncbridge/bridge/bridge/policy"
 	bcrypto "github.com/syncbridge/bridge/crypto"
 	"github.com/syncbridge/bridge/syncsafe"
 )
@@ -229,16 +228,9 @@ func (d *Daemon) followBatchRotations(paths []string) []string {
 // ops that agent may run, so it can discover what to ask before it asks.
 func (d *Daemon) publishCatalog() error {
 	pol := d.pol()
-	all := pol.Catalog()
 	var errs []error
 	for agentID, keys := range d.agents() {
-		allowed := pol.AgentOps(keys.name)
-		ops := []policy.OpInfo{}
-		for _, op := range all {
-			if slices.Contains(allowed, op.Name) {
-				ops = append(ops, op)
-			}
-		}
+		ops := pol.AgentCatalog(keys.name)
 		signed, err := bridge.SignCatalog(bridge.Catalog{Host: d.me, Agent: agentID, Policy: pol.SHA256, Ops: ops}, d.own().current)
 		if err != nil {
 			return err

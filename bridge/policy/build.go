@@ -71,6 +71,12 @@ type op struct {
 	approve     bool
 	concurrency int
 	scope       string
+	risk        string // a free note on what the op really does, for agents
+	stdin       string // none | optional | required
+	stdinSet    bool   // stdin was written in the policy (the catalog then carries it)
+	stdinHint   string // what the input is ("unified diff")
+	dryRun      string // the op that checks what this one would do, without doing it
+	undo        string // the op that undoes this one
 	limits      Limits
 	args        map[string]*arg
 }
@@ -135,10 +141,24 @@ func (b *builder) build(d *fileDoc) *Policy {
 		if od.MaxStdin != nil {
 			o.maxStdin = b.stdinSize(append(at, "max_stdin"), od.MaxStdin)
 		}
+		b.stdinMode(o, od, at)
 		if approveWrites && od.Approve == nil && o.scope == "write" {
 			o.approve = true // a mutating op waits for a human unless it says otherwise
 		}
 		p.ops[name] = o
+	}
+
+	for _, name := range sortedKeys(p.ops) {
+		o := p.ops[name]
+		for _, ref := range []struct{ key, op string }{{"dry_run", o.dryRun}, {"undo", o.undo}} {
+			switch {
+			case ref.op == "":
+			case ref.op == name:
+				b.errAt([]string{"ops", name, ref.key}, "name another op", "%s names the op itself", ref.key)
+			case d.Ops[ref.op] == nil:
+				b.errAt([]string{"ops", name, ref.key}, "define it as [ops."+ref.op+"] or remove the key; defined ops: "+strings.Join(sortedKeys(d.Ops), ", "), "op %q is not defined", ref.op)
+			}
+		}
 	}
 
 	for _, name := range sortedKeys(d.Agents) {
@@ -273,11 +293,28 @@ func (b *builder) op(name string, d *opDoc, defTimeout time.Duration, defMaxOutp
 	}
 	if d.Scope != nil {
 		switch *d.Scope {
-		case "read", "write":
+		case ScopeRead, ScopeWrite, ScopeExecute:
 			o.scope = *d.Scope
 		default:
-			b.errAt(at("scope"), `"read" or "write"`, "unknown scope %q", *d.Scope)
+			b.errAt(at("scope"), `"read", "write" or "execute"`, "unknown scope %q", *d.Scope)
 		}
+	}
+	if d.Risk != nil {
+		o.risk = b.text(at("risk"), *d.Risk)
+	}
+	for _, ref := range []struct {
+		key string
+		v   *string
+		to  *string
+	}{{"dry_run", d.DryRun, &o.dryRun}, {"undo", d.Undo, &o.undo}} {
+		if ref.v == nil {
+			continue
+		}
+		if !nameRE.MatchString(*ref.v) {
+			b.errAt(at(ref.key), "the name of another op of this policy", "invalid op name %q", *ref.v)
+			continue
+		}
+		*ref.to = *ref.v
 	}
 	o.limits = b.limits(name, d)
 	return o
@@ -433,4 +470,61 @@ func (b *builder) arg(at []string, name string, d *argDoc) *arg {
 		return nil
 	}
 	return a
+}
+
+// Scopes: what an op does to the host, as the policy's author declares it.
+const (
+	ScopeRead    = "read"    // reads only
+	ScopeWrite   = "write"   // changes files or state
+	ScopeExecute = "execute" // runs code it does not fix itself (tests, builds, scripts from a tree)
+)
+
+// Stdin modes: whether an op reads standard input.
+const (
+	StdinNone     = "none"     // takes none (max_stdin 0)
+	StdinOptional = "optional" // may be given
+	StdinRequired = "required" // must be given, at least one byte
+)
+
+// DefaultStdin is the mode of an op whose policy (or catalog) does not say:
+// optional when it takes any input, none when max_stdin is 0.
+func DefaultStdin(maxStdin int64) string {
+	if maxStdin > 0 {
+		return StdinOptional
+	}
+	return StdinNone
+}
+
+// stdinMode reads stdin and stdin_hint, and squares them with max_stdin.
+func (b *builder) stdinMode(o *op, d *opDoc, at []string) {
+	k := func(s string) []string { return append(append([]string{}, at...), s) }
+	o.stdin = DefaultStdin(o.maxStdin)
+	if d.Stdin != nil {
+		switch *d.Stdin {
+		case StdinNone:
+			if d.MaxStdin != nil && o.maxStdin > 0 {
+				b.errAt(k("stdin"), "drop max_stdin, or say stdin = \"optional\" or \"required\"", "stdin = \"none\" but max_stdin is %d", o.maxStdin)
+			}
+			o.maxStdin = 0
+		case StdinOptional, StdinRequired:
+			if o.maxStdin == 0 {
+				b.errAt(k("stdin"), "set max_stdin to the most input the op takes (e.g. \"1MiB\")", "stdin = %q but max_stdin is 0", *d.Stdin)
+			}
+		default:
+			hint := `"none", "optional" or "required"`
+			if s := closest(*d.Stdin, []string{StdinNone, StdinOptional, StdinRequired}); s != "" {
+				hint = fmt.Sprintf("did you mean %q? %s", s, hint)
+			}
+			b.errAt(k("stdin"), hint, "unknown stdin mode %q", *d.Stdin)
+			return
+		}
+		o.stdin, o.stdinSet = *d.Stdin, true
+	}
+	if d.StdinHint != nil {
+		if o.stdin == StdinNone {
+			b.errAt(k("stdin_hint"), "an op that takes no standard input needs no hint", "stdin_hint without standard input")
+			return
+		}
+		o.stdinHint = b.text(k("stdin_hint"), *d.StdinHint)
+	}
 }

@@ -11,15 +11,32 @@ import (
 // OpInfo is the public description of an op: what an agent may see. It
 // carries no argv, dir, env or path roots; those stay on the host.
 type OpInfo struct {
-	Name        string    `json:"name"`
-	Description string    `json:"description,omitempty"`
-	Scope       string    `json:"scope"`
-	Approve     bool      `json:"approve"`
-	Idempotent  bool      `json:"idempotent"`
-	Timeout     string    `json:"timeout"`
-	MaxOutput   int64     `json:"max_output"`
-	MaxStdin    int64     `json:"max_stdin"` // bytes of standard input a request may carry; 0: none
-	Args        []ArgInfo `json:"args"`
+	Name        string `json:"name"`
+	Description string `json:"description,omitempty"`
+	Scope       string `json:"scope"`
+	Approve     bool   `json:"approve"`
+	Idempotent  bool   `json:"idempotent"`
+	Timeout     string `json:"timeout"`
+	MaxOutput   int64  `json:"max_output"`
+	MaxStdin    int64  `json:"max_stdin"` // bytes of standard input a request may carry; 0: none
+	// Stdin is none, optional or required; absent (catalogs from before
+	// the field, and policies that do not set it) means DefaultStdin(MaxStdin):
+	// read it with StdinMode.
+	Stdin     string    `json:"stdin,omitempty"`
+	StdinHint string    `json:"stdin_hint,omitempty"` // what the input is: "unified diff"
+	Risk      string    `json:"risk,omitempty"`       // the policy author's note on what the op really does
+	DryRun    string    `json:"dry_run,omitempty"`    // an op that shows what this one would do, doing nothing
+	Undo      string    `json:"undo,omitempty"`       // an op that undoes this one
+	Args      []ArgInfo `json:"args"`
+}
+
+// StdinMode is the op's stdin mode, with the default for a catalog that
+// does not carry one.
+func (o *OpInfo) StdinMode() string {
+	if o.Stdin != "" {
+		return o.Stdin
+	}
+	return DefaultStdin(o.MaxStdin)
 }
 
 // ArgInfo is the public description of one argument.
@@ -55,7 +72,14 @@ func (p *Policy) Catalog() []OpInfo {
 			Timeout:     o.timeout.String(),
 			MaxOutput:   o.maxOutput,
 			MaxStdin:    o.maxStdin,
+			StdinHint:   o.stdinHint,
+			Risk:        o.risk,
+			DryRun:      o.dryRun,
+			Undo:        o.undo,
 			Args:        []ArgInfo{},
+		}
+		if o.stdinSet {
+			info.Stdin = o.stdin
 		}
 		for _, an := range sortedKeys(o.args) {
 			a := o.args[an]
@@ -84,6 +108,29 @@ func (p *Policy) Catalog() []OpInfo {
 				ai.Default = &d
 			}
 			info.Args = append(info.Args, ai)
+		}
+		out = append(out, info)
+	}
+	return out
+}
+
+// AgentCatalog is the part of Catalog agent may see: the ops it may run,
+// and of their dry_run and undo ops only those it may run too.
+func (p *Policy) AgentCatalog(agent string) []OpInfo {
+	allowed := map[string]bool{}
+	for _, n := range p.agents[agent] {
+		allowed[n] = true
+	}
+	out := []OpInfo{}
+	for _, info := range p.Catalog() {
+		if !allowed[info.Name] {
+			continue
+		}
+		if !allowed[info.DryRun] {
+			info.DryRun = ""
+		}
+		if !allowed[info.Undo] {
+			info.Undo = ""
 		}
 		out = append(out, info)
 	}
@@ -127,10 +174,21 @@ func (p *Policy) Explain(opName string) (string, error) {
 	line("timeout", o.timeout.String())
 	line("max_output", strconv.FormatInt(o.maxOutput, 10))
 	line("max_stdin", strconv.FormatInt(o.maxStdin, 10))
+	stdin := o.stdin
+	if o.stdinHint != "" {
+		stdin += " (" + o.stdinHint + ")"
+	}
+	line("stdin", stdin)
 	line("scope", o.scope)
+	if o.risk != "" {
+		line("risk", o.risk)
+	}
 	line("idempotent", strconv.FormatBool(o.idempotent))
 	line("approve", strconv.FormatBool(o.approve))
 	line("concurrency", concurrencyString(o.concurrency))
+	if o.scope != ScopeRead {
+		line("safety net", p.safetyNet(o))
+	}
 	if o.limits != (Limits{}) {
 		line("limits", o.limits.String())
 	}
@@ -258,4 +316,28 @@ func relToRoot(root, p string) string {
 		return r
 	}
 	return p
+}
+
+// safetyNet says what lets an agent look before a write op leaps and take
+// it back after: its dry_run twin and undo op, or which of them it lacks.
+func (p *Policy) safetyNet(o *op) string {
+	var parts []string
+	if o.dryRun != "" {
+		parts = append(parts, "dry run: "+o.dryRun)
+	}
+	if o.undo != "" {
+		parts = append(parts, "undo: "+o.undo)
+	}
+	for _, n := range sortedKeys(p.ops) {
+		// Ops that name this one as theirs, from either side.
+		if q := p.ops[n]; q.dryRun == o.name {
+			parts = append(parts, "dry run of "+n)
+		} else if q.undo == o.name {
+			parts = append(parts, "undoes "+n)
+		}
+	}
+	if len(parts) == 0 {
+		return "none declared (dry_run = \"OP\" names a checking twin, undo = \"OP\" an op that takes it back; docs/OPERATIONS.md)"
+	}
+	return strings.Join(parts, ", ")
 }

@@ -9,7 +9,10 @@
 //     argument against its type and renders the argv templates into an
 //     [*Invocation] for the runner. [Policy.Allowed] is the permission check
 //     alone.
-//   - [Policy.Catalog] is the public description of the ops an agent may see;
+//   - [Policy.Catalog] is the public description of the ops an agent may see
+//     ([Policy.AgentCatalog] for one agent); [OpInfo.CheckArgs] checks a
+//     call against it before it is sent; [Policy.Warnings] lists what a
+//     policy may understate;
 //     [Policy.AgentOps] and [Policy.Agents] list permissions;
 //     [Policy.Explain] and [Invocation.String] print for the operator.
 //
@@ -61,6 +64,16 @@
 //	             may carry; 0 means none; at most 4GiB; default 1MiB. The
 //	             host refuses a larger request (reason too-large) before it
 //	             copies its input, and the catalog shows the bound.
+//	stdin        "none", "optional" or "required": whether the op reads
+//	             standard input. Default: "optional", or "none" when
+//	             max_stdin is 0. "none" sets max_stdin to 0 (an explicit
+//	             max_stdin > 0 with it is an error); "optional" and
+//	             "required" need max_stdin > 0. A required input that is
+//	             missing is refused (bad-argument), by the agent before it
+//	             sends and by the host. The catalog carries stdin only when
+//	             the policy sets it.
+//	stdin_hint   string: what the input is ("unified diff"), shown to agents;
+//	             not with stdin = "none".
 //	env          array of variable names passed from the daemon's environment
 //	             (only those set there). Replaces defaults.env. Default: none.
 //	set_env      table NAME = "value" fixed by the policy author. A name may
@@ -69,7 +82,18 @@
 //	approve      bool, default false: each run waits for `bridge approve`.
 //	concurrency  int 0..65536, default 1; 0 means unlimited.
 //	description  string shown to agents.
-//	scope        "read" or "write"; default "write".
+//	scope        "read", "write" or "execute"; default "write". What the op
+//	             does to the host, for agents and humans: "execute" runs
+//	             code the op does not fix itself (a tree's tests, builds,
+//	             scripts). Policy.Warnings (`bridge policy check`) warns
+//	             about a "read" op whose program runs code from its tree.
+//	             approve_writes applies to "write" only.
+//	risk         string: a free note on what the op really does, for agents.
+//	dry_run      the name of another op that checks what this one would do
+//	             without doing it (`git apply --check` for `git apply`).
+//	undo         the name of another op that takes this one back (a
+//	             restore). dry_run and undo are shown by `policy explain`
+//	             and, when the agent may run them, in its catalog.
 //	reconcile    optional argv with the same rules, for `bridge reconcile`.
 //	args         the argument tables below. Every argument must be used in
 //	             argv or reconcile.

@@ -60,6 +60,11 @@ type opDoc struct {
 	Concurrency *int64             `toml:"concurrency"`
 	Description *string            `toml:"description"`
 	Scope       *string            `toml:"scope"`
+	Risk        *string            `toml:"risk"`
+	Stdin       *string            `toml:"stdin"`
+	StdinHint   *string            `toml:"stdin_hint"`
+	DryRun      *string            `toml:"dry_run"`
+	Undo        *string            `toml:"undo"`
 	Reconcile   *[]string          `toml:"reconcile"`
 	Args        map[string]*argDoc `toml:"args"`
 	// Resource limits (safety.go).
@@ -98,7 +103,7 @@ type agentDoc struct {
 var (
 	topKeys      = []string{"version", "defaults", "ops", "agents", "redact"}
 	defaultsKeys = []string{"timeout", "max_output", "max_stdin", "env", "approve_writes"}
-	opKeys       = []string{"argv", "dir", "timeout", "max_output", "max_stdin", "env", "set_env", "idempotent", "approve", "concurrency", "description", "scope", "reconcile", "args", "cpu", "memory", "open_files", "processes"}
+	opKeys       = []string{"argv", "dir", "timeout", "max_output", "max_stdin", "env", "set_env", "idempotent", "approve", "concurrency", "description", "scope", "risk", "stdin", "stdin_hint", "dry_run", "undo", "reconcile", "args", "cpu", "memory", "open_files", "processes"}
 	argKeys      = []string{"type", "description", "required", "default", "pattern", "max_len", "allow_dash", "allow_at", "allow_plus", "min", "max", "values", "root", "must_exist"}
 	agentKeys    = []string{"ops", "max_concurrent", "max_runs_per_hour", "max_cpu_seconds_per_day"}
 )
@@ -269,7 +274,7 @@ func typeHint(key []string) string {
 		return "true or false without quotes"
 	case "dir", "root":
 		return `an absolute path or "~/..." in quotes`
-	case "description", "pattern", "type", "scope":
+	case "description", "pattern", "type", "scope", "risk", "stdin", "stdin_hint", "dry_run", "undo":
 		return "a quoted string"
 	case "args":
 		return "define each argument as a table [ops.NAME.args.ARG]"

@@ -83,7 +83,7 @@ func TestParseErrors(t *testing.T) {
 		{"max_output too big", "[ops.t]\nargv = [\"/bin/true\"]\nmax_output = \"512MiB\"\n", 3, "ops.t.max_output", "too large", "256MiB"},
 		{"max_output zero", "[ops.t]\nargv = [\"/bin/true\"]\nmax_output = 0\n", 3, "ops.t.max_output", "must be positive", "positive"},
 		{"max_output float", "[ops.t]\nargv = [\"/bin/true\"]\nmax_output = 1.5\n", 3, "ops.t.max_output", "got a float", "4MiB"},
-		{"scope", "[ops.t]\nargv = [\"/bin/true\"]\nscope = \"admin\"\n", 3, "ops.t.scope", `unknown scope "admin"`, `"read" or "write"`},
+		{"scope", "[ops.t]\nargv = [\"/bin/true\"]\nscope = \"admin\"\n", 3, "ops.t.scope", `unknown scope "admin"`, `"read", "write" or "execute"`},
 		{"agent wildcard", ok + "[agents.a]\nops = [\"*\"]\n", 4, "agents.a.ops", `"*" is not allowed`, "by name"},
 		{"agent undefined op", ok + "[agents.a]\nops = [\"t\", \"rm\"]\n", 4, "agents.a.ops", `op "rm" is not defined`, "defined ops: t"},
 		{"agent duplicate op", ok + "[agents.a]\nops = [\"t\", \"t\"]\n", 4, "agents.a.ops", "listed twice", "once"},
@@ -288,7 +288,7 @@ func TestExampleFile(t *testing.T) {
 		"idempotent", "approve", "concurrency", "description", "scope", "reconcile", "type", "required", "default",
 		"pattern", "max_len", "allow_dash", "allow_at", "allow_plus", "max_stdin", "min", "max", "values", "root", "must_exist", "[agents.", "ops",
 		"cpu", "memory", "open_files", "processes", "max_concurrent", "max_runs_per_hour", "max_cpu_seconds_per_day",
-		"[redact]", "enabled", "patterns"} {
+		"[redact]", "enabled", "patterns", "stdin", "stdin_hint", "risk", "dry_run", "undo"} {
 		if !strings.Contains(string(data), "\n"+k) && !strings.Contains(string(data), "\n"+k+" ") {
 			t.Errorf("example.toml does not show key %q", k)
 		}

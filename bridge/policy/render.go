@@ -84,6 +84,15 @@ func (p *Policy) MaxStdin(agent, op string) int64 {
 	return most
 }
 
+// StdinMode is op's stdin mode (none, optional, required); "" for an op
+// the policy does not define.
+func (p *Policy) StdinMode(op string) string {
+	if o := p.ops[op]; o != nil {
+		return o.stdin
+	}
+	return ""
+}
+
 // Render checks that agent may run op, validates args against the op's schema
 // and renders the op into an Invocation. Errors wrap ErrNotAllowed,
 // ErrUnknownOp or ErrInvalidArg (as *ArgError) when the request is at fault;

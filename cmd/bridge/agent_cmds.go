@@ -165,7 +165,7 @@ func (c *LsCmd) Run(g *Globals) error {
 		g.note("no request sent from this home yet")
 	}
 	for _, st := range states {
-		g.printf("%s  %s  %-10s %s\n", st.Created.Format("2006-01-02 15:04:05"), st.ID, st.Op, st.State)
+		g.printf("%s  %s  %-10s %-10s %s\n", st.Created.Format("2006-01-02 15:04:05"), st.ID, st.Op, st.State, exitColumn(st))
 	}
 	return nil
 }
@@ -194,11 +194,9 @@ func (c *OpsCmd) Run(g *Globals) error {
 			g.printf(" — %s", op.Description)
 		}
 		g.printf("\n")
-		if op.MaxStdin == 0 {
-			g.printf("    (no standard input)\n")
-		} else {
-			g.printf("    (standard input: at most %d bytes)\n", op.MaxStdin)
-		}
+		g.printf("    example: %s\n", bridge.ExampleLine(&op))
+		g.printf("    stdin: %s\n", stdinSummary(&op))
+		g.printf("    scope: %s\n", scopeSummary(&op))
 		for _, a := range op.Args {
 			req := "optional"
 			if a.Required {

@@ -56,7 +56,7 @@ func (e *codeError) Unwrap() error { return e.err }
 // Globals are the flags every command takes.
 type Globals struct {
 	Home    string           `name:"home" env:"BRIDGE_HOME" placeholder:"DIR" help:"State directory (default: the user config dir + /bridge). Never inside the synced folder."`
-	JSON    bool             `name:"json" help:"Print machine-readable JSON."`
+	JSON    bool             `name:"json" env:"BRIDGE_JSON" help:"Print machine-readable JSON; set BRIDGE_JSON=1 to make it the default."`
 	Version kong.VersionFlag `name:"version" help:"Print the version and exit."`
 
 	stdout io.Writer
@@ -117,7 +117,7 @@ func realMain(args []string, stdin io.Reader, stdout, stderr io.Writer) (code in
 	exited := false
 	parser, err := kong.New(&cli,
 		kong.Name("bridge"),
-		kong.Description("Run allow-listed operations on a host through a synced folder."),
+		kong.Description(description),
 		kong.Vars{"version": "bridge " + version()},
 		kong.Writers(stdout, stderr),
 		kong.Exit(func(c int) { exited = true; code = c; panic(kongExit{}) }),
@@ -155,6 +155,17 @@ func realMain(args []string, stdin io.Reader, stdout, stderr io.Writer) (code in
 	}
 	return report(stderr, err, cli.JSON, stdout)
 }
+
+// description opens `bridge --help` with what an agent needs first.
+const description = `Run allow-listed operations on a host through a synced folder.
+
+An agent needs five commands:
+  bridge ops                        what the host offers, with a ready line per op
+  bridge run OP NAME=VALUE...       run an op: its output, then its exit code
+  bridge run OP --stdin=FILE        send FILE as the op's standard input
+  bridge --json run OP ...          "exit_code" (the op's) vs "bridge_exit_code"
+  bridge ls                         what was sent and how it ended
+BRIDGE_JSON=1 makes --json the default. Exit codes: bridge run --help.`
 
 type kongExit struct{}
 

@@ -34,6 +34,9 @@ func (c *PolicyCheckCmd) Run(g *Globals) (err error) {
 	if err != nil {
 		return policyError(err)
 	}
+	for _, w := range sum.Warnings {
+		g.note("warning: %s", w)
+	}
 	if g.JSON {
 		return g.printJSON(sum)
 	}

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"os"
 	"strings"
 	"time"
 
@@ -25,13 +23,14 @@ type RunCmd struct {
 	Host           string        `placeholder:"NAME" help:"The host to ask (default: the only trusted host)."`
 	Timeout        time.Duration `default:"10m" help:"How long to wait for the result (the request stays valid; use 'bridge wait ID')."`
 	TTL            time.Duration `default:"24h" help:"How long the request stays valid on the host."`
-	Stdin          string        `placeholder:"FILE" help:"Send FILE (or - for standard input) as the op's standard input."`
+	Stdin          string        `placeholder:"FILE" help:"Send FILE (or - for standard input) as the op's standard input. Without it, input redirected from a file goes to an op that takes input, a pipe only to an op that requires it (docs/CLI.md)."`
+	NoCheck        bool          `name:"no-check" help:"Send without checking the op and arguments against the host's catalog (when its policy changed since); the host decides."`
 	Detach         bool          `help:"Submit and print the id without waiting."`
 	SyncthingFlags `embed:""`
 }
 
 func (c *RunCmd) Run(g *Globals) error {
-	cl, s, err := submit(g, c.Op, c.Args, c.Key, c.Host, c.Stdin, c.TTL, c.SyncthingFlags)
+	cl, s, err := submit(g, c.Op, c.Args, c.Key, c.Host, c.Stdin, c.NoCheck, c.TTL, c.SyncthingFlags)
 	if err != nil {
 		return err
 	}
@@ -49,12 +48,13 @@ type SubmitCmd struct {
 	Key            string        `placeholder:"K" help:"Idempotency key."`
 	Host           string        `placeholder:"NAME" help:"The host to ask."`
 	TTL            time.Duration `default:"24h" help:"How long the request stays valid."`
-	Stdin          string        `placeholder:"FILE" help:"Send FILE (or -) as the op's standard input."`
+	Stdin          string        `placeholder:"FILE" help:"Send FILE (or -) as the op's standard input (as for run)."`
+	NoCheck        bool          `name:"no-check" help:"Send without checking against the host's catalog."`
 	SyncthingFlags `embed:""`
 }
 
 func (c *SubmitCmd) Run(g *Globals) error {
-	cl, s, err := submit(g, c.Op, c.Args, c.Key, c.Host, c.Stdin, c.TTL, c.SyncthingFlags)
+	cl, s, err := submit(g, c.Op, c.Args, c.Key, c.Host, c.Stdin, c.NoCheck, c.TTL, c.SyncthingFlags)
 	if err != nil {
 		return err
 	}
@@ -132,7 +132,7 @@ func openClient(g *Globals) (*agent.Client, error) {
 	return agent.OpenClient(h)
 }
 
-func submit(g *Globals, op string, args []string, key, hostName, stdin string, ttl time.Duration, st SyncthingFlags) (*agent.Client, *agent.Sent, error) {
+func submit(g *Globals, op string, args []string, key, hostName, stdin string, noCheck bool, ttl time.Duration, st SyncthingFlags) (*agent.Client, *agent.Sent, error) {
 	m, err := parseArgs(args)
 	if err != nil {
 		return nil, nil, err
@@ -150,20 +150,12 @@ func submit(g *Globals, op string, args []string, key, hostName, stdin string, t
 		return nil, nil, err
 	}
 	cl.Nudger = nudger
-	var in io.Reader
-	switch stdin {
-	case "":
-	case "-":
-		in = g.stdin
-	default:
-		f, err := os.Open(stdin)
-		if err != nil {
-			cl.Close()
-			return nil, nil, err
-		}
-		defer f.Close()
-		in = f
+	in, done, err := g.callInput(cl, hostName, op, m, stdin, noCheck)
+	if err != nil {
+		cl.Close()
+		return nil, nil, err
 	}
+	defer done()
 	s, err := cl.Submit(agent.SubmitOptions{Host: hostName, Op: op, Args: m, Key: key, Stdin: in, TTL: ttl})
 	if err != nil {
 		cl.Close()

@@ -1,0 +1,164 @@
+package policy_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/syncbridge/bridge/bridge/policy"
+)
+
+// The stdin, risk, dry_run and undo keys (issue 17): what they load to,
+// what the catalog says, and what they refuse.
+func TestStdinModes(t *testing.T) {
+	p, err := policy.Parse("p.toml", []byte(`
+[ops.apply]
+argv = ["/bin/true"]
+stdin = "required"
+stdin_hint = "unified diff"
+dry_run = "check"
+undo = "restore"
+[ops.check]
+argv = ["/bin/true"]
+scope = "read"
+[ops.restore]
+argv = ["/bin/true"]
+stdin = "none"
+[ops.quiet]
+argv = ["/bin/true"]
+max_stdin = 0
+[ops.plain]
+argv = ["/bin/true"]
+[agents.a]
+ops = ["apply", "restore", "quiet", "plain"]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][2]string{ // mode, the catalog's stdin field
+		"apply": {"required", "required"}, "check": {"optional", ""}, "restore": {"none", "none"},
+		"quiet": {"none", ""}, "plain": {"optional", ""},
+	}
+	for _, info := range p.Catalog() {
+		if got := [2]string{info.StdinMode(), info.Stdin}; got != want[info.Name] {
+			t.Errorf("%s: mode, field = %q, want %q", info.Name, got, want[info.Name])
+		}
+		if info.Name == "restore" && info.MaxStdin != 0 {
+			t.Errorf("restore: stdin none, max_stdin %d", info.MaxStdin)
+		}
+	}
+	// The agent's catalog names only the dry run and undo ops it may run.
+	for _, info := range p.AgentCatalog("a") {
+		if info.Name == "apply" && (info.DryRun != "" || info.Undo != "restore" || info.StdinHint != "unified diff") {
+			t.Errorf("apply in a's catalog: dry_run %q undo %q hint %q", info.DryRun, info.Undo, info.StdinHint)
+		}
+		if info.Name == "check" {
+			t.Error("a's catalog lists check, which a may not run")
+		}
+	}
+	ex, _ := p.Explain("apply")
+	if !strings.Contains(ex, "safety net:  dry run: check, undo: restore") {
+		t.Errorf("explain apply:\n%s", ex)
+	}
+	ex, _ = p.Explain("restore")
+	if !strings.Contains(ex, "safety net:  undoes apply") {
+		t.Errorf("explain restore:\n%s", ex)
+	}
+}
+
+func TestStdinKeyErrors(t *testing.T) {
+	for _, c := range []struct{ name, src, want string }{
+		{"unknown mode", `stdin = "requried"`, `unknown stdin mode "requried"`},
+		{"none with max_stdin", "stdin = \"none\"\nmax_stdin = 10", `stdin = "none" but max_stdin is 10`},
+		{"required without max_stdin", "stdin = \"required\"\nmax_stdin = 0", `stdin = "required" but max_stdin is 0`},
+		{"hint without input", "stdin = \"none\"\nstdin_hint = \"x\"", "stdin_hint without standard input"},
+		{"undefined undo", `undo = "restore"`, `op "restore" is not defined`},
+		{"dry run of itself", `dry_run = "t"`, "dry_run names the op itself"},
+		{"bad scope", `scope = "exec"`, `"read", "write" or "execute"`},
+	} {
+		_, err := policy.Parse("p.toml", []byte("[ops.t]\nargv = [\"/bin/true\"]\n"+c.src+"\n"))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: err = %v, want %q", c.name, err, c.want)
+		}
+	}
+	if s := "stdin = \"requried\""; true {
+		_, err := policy.Parse("p.toml", []byte("[ops.t]\nargv = [\"/bin/true\"]\n"+s+"\n"))
+		if err == nil || !strings.Contains(err.Error(), `did you mean "required"`) {
+			t.Errorf("no did-you-mean: %v", err)
+		}
+	}
+}
+
+// A read-only label on an op that runs a tree's code is warned about; an
+// honest label, or a program that runs nothing of the tree, is not.
+func TestWarnings(t *testing.T) {
+	p, err := policy.Parse("p.toml", []byte(`
+[ops.test]
+argv = ["go", "test", "./..."]
+dir = "/src/app"
+scope = "read"
+[ops.version]
+argv = ["go", "version"]
+dir = "/src/app"
+scope = "read"
+[ops.script]
+argv = ["/src/app/run.sh"]
+dir = "/src/app"
+scope = "read"
+[ops.build]
+argv = ["make"]
+dir = "/src/app"
+scope = "execute"
+[ops.apply]
+argv = ["git", "apply"]
+dir = "/src/app"
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws := p.Warnings()
+	if len(ws) != 2 {
+		t.Fatalf("warnings %q, want 2 (script, test)", ws)
+	}
+	if !strings.Contains(ws[0], `op "script"`) || !strings.Contains(ws[0], "inside its working directory") {
+		t.Errorf("script: %s", ws[0])
+	}
+	if !strings.Contains(ws[1], `op "test"`) || !strings.Contains(ws[1], "go test runs code") || !strings.Contains(ws[1], "ops apply, build can change") {
+		t.Errorf("test: %s", ws[1])
+	}
+}
+
+func TestCheckArgs(t *testing.T) {
+	one, ten := int64(1), int64(10)
+	info := &policy.OpInfo{Name: "op", Args: []policy.ArgInfo{
+		{Name: "file", Type: "path", Required: true},
+		{Name: "n", Type: "int", Min: &one, Max: &ten},
+		{Name: "level", Type: "enum", Values: []string{"quiet", "verbose"}},
+		{Name: "run", Type: "string", Pattern: "[A-Za-z]+", MaxLen: 8},
+	}}
+	for _, c := range []struct {
+		args map[string]string
+		want string // "" = fine
+	}{
+		{map[string]string{"file": "a/b.go"}, ""},
+		{map[string]string{"file": "/abs/elsewhere"}, ""}, // only the host knows its root
+		{map[string]string{"file": "a", "n": "10", "level": "quiet", "run": "Test"}, ""},
+		{map[string]string{}, `argument "file": missing required argument`},
+		{map[string]string{"file": "a", "fil": "b"}, `did you mean "file"?`},
+		{map[string]string{"file": "../x"}, "escapes the op's path root"},
+		{map[string]string{"file": "a", "n": "11"}, "above the maximum 10"},
+		{map[string]string{"file": "a", "n": "007"}, "not a canonical decimal"},
+		{map[string]string{"file": "a", "level": "loud"}, "not one of quiet, verbose"},
+		{map[string]string{"file": "a", "run": "Test_1"}, "does not match pattern"},
+		{map[string]string{"file": "a", "run": "-x"}, "starts with '-'"},
+		{map[string]string{"file": "a", "run": "abcdefghi"}, "longer than 8 bytes"},
+	} {
+		err := info.CheckArgs(c.args)
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("%v: %v", c.args, err)
+		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want) || !errors.Is(err, policy.ErrInvalidArg)):
+			t.Errorf("%v: err = %v, want %q", c.args, err, c.want)
+		}
+	}
+}

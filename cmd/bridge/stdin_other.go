@@ -1,0 +1,12 @@
+//go:build !unix
+
+package main
+
+import (
+	"os"
+	"time"
+)
+
+// pipeReady cannot ask without reading here: it says "not known", and the
+// caller leaves the pipe unread (with a warning) unless the op needs it.
+func pipeReady(*os.File, time.Duration) bool { return false }
