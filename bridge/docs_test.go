@@ -45,3 +45,29 @@ func TestDesignNamesRealTests(t *testing.T) {
 		}
 	}
 }
+
+// TestDocsClientSettings keeps docs/OPERATIONS.md's sync-client settings and
+// the files the real-client tests run (fixtures/clients) the same: each file
+// must appear in the doc as a fenced block, byte for byte.
+func TestDocsClientSettings(t *testing.T) {
+	doc, err := os.ReadFile("../docs/OPERATIONS.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks := map[string]bool{}
+	for _, m := range regexp.MustCompile("(?ms)^```[a-z]*\n(.*?)^```$").FindAllStringSubmatch(string(doc), -1) {
+		blocks[m[1]] = true
+	}
+	for _, name := range []string{"unison.prf", "rclone-filters.txt", "rclone-loop.sh"} {
+		b, err := os.ReadFile(filepath.Join("..", "fixtures", "clients", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !blocks[string(b)] {
+			t.Errorf("docs/OPERATIONS.md does not show fixtures/clients/%s as it is, in a fenced block", name)
+		}
+		if !strings.Contains(string(doc), "fixtures/clients/"+name) {
+			t.Errorf("docs/OPERATIONS.md does not name fixtures/clients/%s", name)
+		}
+	}
+}

@@ -37,6 +37,9 @@ type DoctorOptions struct {
 	MinFree     uint64           // bytes free below which the disk is a problem; default 256 MiB
 	MaxKeyAge   time.Duration    // default 365 days
 	MaxSkew     time.Duration    // clock difference worth a warning; default 1m
+	// RcloneWorkdirs are where rclone bisync's listings and locks are
+	// looked for; default rcloneWorkdirs().
+	RcloneWorkdirs []string
 }
 
 // defaults fills in the zero fields.
@@ -55,6 +58,9 @@ func (opt *DoctorOptions) Defaults() {
 	}
 	if opt.MaxSkew == 0 {
 		opt.MaxSkew = time.Minute
+	}
+	if opt.RcloneWorkdirs == nil {
+		opt.RcloneWorkdirs = rcloneWorkdirs()
 	}
 }
 
@@ -151,6 +157,9 @@ func CheckHome(h *Home, opt DoctorOptions) []Finding {
 	} else {
 		add("litter", SeverityOK, "", "no sync-client litter")
 	}
+
+	// A sync client that stopped for good (docs/OPERATIONS.md, rclone).
+	out = append(out, rcloneFindings(folder, opt.RcloneWorkdirs)...)
 
 	// Free disk, for the home and the folder.
 	for _, dir := range []string{h.Dir, folder} {

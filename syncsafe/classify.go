@@ -103,8 +103,14 @@ var patterns = []pattern{
 	// Unison temp: .unison.NAME.<32 hex>.unison.tmp (older: without the hash).
 	{regexp.MustCompile(`^\.unison\.(.+)\.[0-9a-f]{32}\.unison\.tmp$`), KindTemp, "unison", group(1)},
 	{regexp.MustCompile(`^\.unison\..*\.unison\.tmp$`), KindTemp, "unison", noOf},
-	// Unison copy-on-conflict: NAME (conflict_on_YYYY-MM-DD).EXT.
-	{regexp.MustCompile(`^(.+?) \(conflict_on_` + datePart + `\)(\.[^.]*)?$`), KindConflict, "unison", joinGroups(1, 2)},
+	// Unison 2.52 copyonconflict (seen running it; docs/OPERATIONS.md, Unison): NAME (conflict_on_DATE).EXT,
+	// a second one the same day NAME (conflict #N_on_DATE).EXT, and a
+	// delete-versus-change copy NAME (conflict_on_DATE_was_deleted).EXT,
+	// where Unison also removes the original on both sides.
+	{regexp.MustCompile(`^(.+?) \(conflict(?: #\d+)?_on_` + datePart + `(?:_was_deleted)?\)(\.[^.]*)?$`), KindConflict, "unison", joinGroups(1, 2)},
+	// Unison backup kept beside the file (backuplocation = local): the default
+	// backupprefix ".bak.$VERSION." before the name.
+	{regexp.MustCompile(`^\.bak\.\d+\.(.+)$`), KindConflict, "unison", group(1)},
 
 	// Nextcloud: download temp .NAME.~<hex>, journal .sync_<hash>.db[-wal|-shm]
 	// (._sync_ in older ownCloud clients), conflict copies (current and legacy),

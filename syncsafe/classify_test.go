@@ -90,6 +90,13 @@ func TestClassify(t *testing.T) {
 		// Unison.
 		{".unison." + id + ".payload." + strings.Repeat("0f", 16) + ".unison.tmp", KindTemp, "unison", id + ".payload"},
 		{id + " (conflict_on_2024-03-15).manifest", KindConflict, "unison", id + ".manifest"},
+		// Names Unison 2.52.1 made in a real run (docs/OPERATIONS.md, Unison).
+		{id + " (conflict #1_on_2024-03-15).manifest", KindConflict, "unison", id + ".manifest"},
+		{id + " (conflict_on_2024-03-15_was_deleted).payload", KindConflict, "unison", id + ".payload"},
+		{id + " (conflict #2_on_2024-03-15_was_deleted).payload", KindConflict, "unison", id + ".payload"},
+		{"status (conflict_on_2024-03-15_was_deleted)", KindConflict, "unison", "status"},
+		{".bak.0." + id + ".result", KindConflict, "unison", id + ".result"},
+		{".bak.12." + id + ".manifest", KindConflict, "unison", id + ".manifest"},
 
 		// OS litter.
 		{".DS_Store", KindLitter, "os", ""},

@@ -1155,6 +1155,16 @@ func simConflictName(style, base string, step int, r *rand.Rand) string {
 	case "nextcloud":
 		return stem + " (conflicted copy " + t.Format("2006-01-02 150405") + ")" + ext
 	case "unison":
+		// The forms Unison 2.52 makes (docs/OPERATIONS.md), picked by step so
+		// the RNG stream, and with it every stored seed, stays as it was.
+		switch step % 4 {
+		case 1:
+			return stem + " (conflict #1_on_" + t.Format("2006-01-02") + ")" + ext
+		case 2:
+			return stem + " (conflict_on_" + t.Format("2006-01-02") + "_was_deleted)" + ext
+		case 3:
+			return ".bak.0." + base
+		}
 		return stem + " (conflict_on_" + t.Format("2006-01-02") + ")" + ext
 	}
 	panic("unknown conflict style " + style)
