@@ -97,6 +97,12 @@ type Home struct {
 	id     *bcrypto.Identity
 	bundle *bcrypto.Bundle
 	peers  *peerCache // nil: no cache (a Home built by hand)
+
+	// Nudger, if set, is asked to have the sync client send each file a
+	// folder opened by OpenFolder publishes or removes (requests, results,
+	// acks, cancels, rotation statements, progress, the catalog). Set it
+	// before OpenFolder.
+	Nudger *Nudger
 }
 
 // InitHome creates a new home for role ("host" or "agent") bound to folder.
@@ -315,7 +321,8 @@ func (h *Home) OpenFolder() (*syncsafe.Folder, error) {
 	if err := os.MkdirAll(staging, 0o700); err != nil {
 		return nil, err
 	}
-	f, err := syncsafe.OpenFolder(h.Config.Folder, syncsafe.WithStaging(staging))
+	f, err := syncsafe.OpenFolder(h.Config.Folder, syncsafe.WithStaging(staging),
+		syncsafe.WithOnChange(func(rels ...string) { h.Nudger.Nudge(rels...) }))
 	if err != nil {
 		return nil, WithHint(err, "is the synced folder %s mounted and shared?", h.Config.Folder)
 	}

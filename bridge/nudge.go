@@ -10,6 +10,8 @@ import (
 	"path"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -26,7 +28,16 @@ type Nudger struct {
 	folders []stFolder // longest path first
 	log     *slog.Logger
 	http    *http.Client
+
+	// Paths nudged within coalesce of each other go in one request per
+	// folder: a result's two files, a request's manifest and payload.
+	mu      sync.Mutex
+	pending []string
+	badKey  atomic.Bool // the key was refused once: said once
 }
+
+// coalesce is how long a nudge waits for others to join it.
+const coalesce = 2 * time.Millisecond
 
 // stFolder is a Syncthing folder and where it is rooted in the bridge
 // folder ("" for the bridge folder's root).
@@ -119,6 +130,21 @@ func (n *Nudger) Nudge(rels ...string) {
 	if n == nil || len(rels) == 0 {
 		return
 	}
+	n.mu.Lock()
+	first := len(n.pending) == 0
+	n.pending = append(n.pending, rels...)
+	n.mu.Unlock()
+	if first {
+		time.AfterFunc(coalesce, n.flush)
+	}
+}
+
+// flush sends what was nudged since the first pending nudge.
+func (n *Nudger) flush() {
+	n.mu.Lock()
+	rels := n.pending
+	n.pending = nil
+	n.mu.Unlock()
 	var order []string
 	subs := map[string][]string{}
 	for _, rel := range rels {
@@ -155,6 +181,14 @@ func (n *Nudger) scan(folder string, rels []string) {
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+	if resp.StatusCode == http.StatusForbidden || resp.StatusCode == http.StatusUnauthorized {
+		if !n.badKey.Swap(true) {
+			n.log.Warn("syncthing nudge: the API key is refused; files sync on Syncthing's own schedule (seconds later)",
+				"api", n.api, "status", resp.Status,
+				"hint", "set the key of Syncthing's Settings > GUI > API Key: bridge syncthing setup, or --syncthing-key / BRIDGE_SYNCTHING_KEY")
+		}
+		return
+	}
 	if resp.StatusCode/100 != 2 {
 		n.log.Warn("syncthing nudge", "files", rels, "status", resp.Status, "answer", strings.TrimSpace(string(body)))
 		return

@@ -47,6 +47,37 @@ type Folder struct {
 	crossDev atomic.Bool
 
 	dirSyncs sync.Map // directory id → *dirSync (dirsync.go)
+
+	onChange func(rels ...string) // nil: nobody listens (WithOnChange)
+	heldMu   sync.Mutex
+	held     []string // published WithoutDirSync, told with the next change
+}
+
+// changed tells the WithOnChange listener about rel, and about the files
+// held back for it.
+func (f *Folder) changed(rel string) {
+	if f.onChange == nil {
+		return
+	}
+	f.heldMu.Lock()
+	rels := append(f.held, rel)
+	f.held = nil
+	f.heldMu.Unlock()
+	f.onChange(rels...)
+}
+
+// hold keeps rel, published WithoutDirSync, for the next change: the file
+// published right after it (a request's manifest after its payload, a
+// result's after its output) makes both durable, and one scan request for
+// both lets a sync client that sends at most one index update per interval
+// (Syncthing: 250 ms) send them together.
+func (f *Folder) hold(rel string) {
+	if f.onChange == nil {
+		return
+	}
+	f.heldMu.Lock()
+	f.held = append(f.held, rel)
+	f.heldMu.Unlock()
 }
 
 // Entry is one directory entry as List reports it. Type is the Lstat type
@@ -61,7 +92,15 @@ type Entry struct {
 type FolderOption func(*folderConfig)
 
 type folderConfig struct {
-	staging string
+	staging  string
+	onChange func(rels ...string)
+}
+
+// WithOnChange calls fn with the path of each file this Folder published or
+// removed, once the change is in place: a sync client that scans on request
+// (Syncthing's REST API) can be told at once. fn must return quickly.
+func WithOnChange(fn func(rels ...string)) FolderOption {
+	return func(c *folderConfig) { c.onChange = fn }
 }
 
 // WithStaging stages published files in dir, which must be outside the synced
@@ -83,7 +122,7 @@ func OpenFolder(dir string, opts ...FolderOption) (*Folder, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open folder: %w", err)
 	}
-	f := &Folder{root: root, path: dir, rootDir: sameDir(dir, root)}
+	f := &Folder{root: root, path: dir, rootDir: sameDir(dir, root), onChange: cfg.onChange}
 	if cfg.staging != "" {
 		st, err := openStaging(cfg.staging)
 		if err != nil {
@@ -358,6 +397,7 @@ func (f *Folder) Remove(rel string) error {
 	if err := f.root.Remove(rel); err != nil {
 		return fmt.Errorf("remove %s: %w", rel, err)
 	}
+	f.changed(rel)
 	return nil
 }
 
@@ -394,6 +434,7 @@ func (f *Folder) RemoveAll(rel string) error {
 	if err != nil {
 		return fmt.Errorf("remove %s: %w", rel, err)
 	}
+	f.changed(rel)
 	return nil
 }
 

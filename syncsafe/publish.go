@@ -129,8 +129,12 @@ func (f *Folder) publish(op, rel string, write func(io.Writer) error, replace bo
 		return fmt.Errorf("%s %s: %w", op, rel, err)
 	}
 	if cfg.noDirSync {
+		f.hold(rel)
 		return nil
 	}
+	// In place: the sync client may send it now, even while the directory
+	// entry is made durable below.
+	f.changed(rel)
 	if err := f.syncDir(dst); err != nil {
 		return fmt.Errorf("%s %s: sync directory: %w", op, rel, err)
 	}

@@ -29,9 +29,6 @@ type Client struct {
 	folder *syncsafe.Folder
 	// Rotations are the hosts' key rotations this client followed on open.
 	Rotations []bridge.RotationEvent
-	// Nudger, if set, asks the local Syncthing to scan each file the
-	// client publishes (see NewNudger).
-	Nudger *bridge.Nudger
 }
 
 // OpenClient opens an agent home's folder.
@@ -245,7 +242,6 @@ func (c *Client) Submit(o SubmitOptions) (*Sent, error) {
 	if err := c.folder.Publish(bridge.RequestPath(hb.ID, c.home.Config.ID, id, bridge.ExtManifest), bridge.WriteBytes(manifest)); err != nil {
 		return nil, fmt.Errorf("submit %s: %w", id, err)
 	}
-	c.Nudger.Nudge(bridge.RequestPath(hb.ID, c.home.Config.ID, id, bridge.ExtPayload), bridge.RequestPath(hb.ID, c.home.Config.ID, id, bridge.ExtManifest))
 	return s, nil
 }
 

@@ -365,11 +365,8 @@ func (c *Client) Ack(out *Outcome) error {
 	if out.Result.Status == bridge.StatusUncertain {
 		// Not settled: a human on the host may run it again (`reconcile
 		// --as rerun`), which needs the request's files.
-		c.Nudger.Nudge(bridge.RequestPath(s.Host, c.home.Config.ID, s.ID, bridge.ExtAck))
 		return nil
 	}
-	defer c.Nudger.Nudge(bridge.RequestPath(s.Host, c.home.Config.ID, s.ID, bridge.ExtAck), // and the removals below
-		bridge.RequestPath(s.Host, c.home.Config.ID, s.ID, bridge.ExtManifest), bridge.RequestPath(s.Host, c.home.Config.ID, s.ID, bridge.ExtPayload))
 	for _, ext := range []string{bridge.ExtManifest, bridge.ExtPayload} {
 		if err := c.folder.Remove(bridge.RequestPath(s.Host, c.home.Config.ID, s.ID, ext)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return err
@@ -389,7 +386,6 @@ func (c *Client) Cancel(id string) error {
 		return err
 	}
 	err = c.folder.Publish(bridge.RequestPath(s.Host, c.home.Config.ID, id, bridge.ExtCancel), bridge.WriteBytes(data))
-	c.Nudger.Nudge(bridge.RequestPath(s.Host, c.home.Config.ID, id, bridge.ExtCancel))
 	if errors.Is(err, syncsafe.ErrExists) {
 		return nil
 	}

@@ -48,9 +48,6 @@ type DaemonOptions struct {
 	ApprovalTTL time.Duration
 	// AllowRoot lets the daemon run as root (refused by default).
 	AllowRoot bool
-	// Nudger, if set, asks the local Syncthing to scan each file the
-	// daemon publishes (see NewNudger).
-	Nudger *bridge.Nudger
 }
 
 // Daemon is the host side: it watches the agents' request trees, admits

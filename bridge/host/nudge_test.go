@@ -4,7 +4,9 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -16,12 +18,13 @@ import (
 // scanRecorder is a real HTTP server standing in for Syncthing's REST API:
 // it records every scan request it is sent.
 type scanRecorder struct {
-	mu    sync.Mutex
-	subs  []string
-	bad   []string
-	srv   *httptest.Server
-	fail  bool
-	posts chan struct{}
+	mu     sync.Mutex
+	subs   []string
+	groups [][]string // the paths of each scan request
+	bad    []string
+	srv    *httptest.Server
+	fail   bool
+	posts  chan struct{}
 }
 
 func newScanRecorder(t *testing.T, key string) *scanRecorder {
@@ -37,6 +40,7 @@ func newScanRecorder(t *testing.T, key string) *scanRecorder {
 			r.bad = append(r.bad, "key "+req.Header.Get("X-API-Key"))
 		case q.Get("folder") == "fid":
 			r.subs = append(r.subs, q["sub"]...)
+			r.groups = append(r.groups, q["sub"])
 		case q.Get("folder") == "res": // TestNudgerFolders' second folder
 			for _, sub := range q["sub"] {
 				r.subs = append(r.subs, "res:"+sub)
@@ -141,21 +145,21 @@ func TestNudgerPosts(t *testing.T) {
 	r.waitSubs(t, "x/two.ack")
 }
 
-// TestNudgeHooks: with nudgers on both sides, a round trip asks for a scan
-// of the request the agent published, of the result the daemon published,
-// and of the ack.
+// TestNudgeHooks: with nudgers on both sides, every file either side
+// writes into the folder is nudged: the request the agent published, the
+// result the daemon published (its two files in one scan), the ack, a
+// cancel, a rotation statement, the catalog.
 func TestNudgeHooks(t *testing.T) {
 	r := newScanRecorder(t, "k")
 	p := newPair(t, testPolicy)
 	var err error
-	if p.client.Nudger, err = bridge.NewNudger(r.srv.URL, "k", "fid", nil); err != nil {
+	if p.agent.Nudger, err = bridge.NewNudger(r.srv.URL, "k", "fid", nil); err != nil {
 		t.Fatal(err)
 	}
-	dn, err := bridge.NewNudger(r.srv.URL, "k", "fid", nil)
-	if err != nil {
+	if p.host.Nudger, err = bridge.NewNudger(r.srv.URL, "k", "fid", nil); err != nil {
 		t.Fatal(err)
 	}
-	d, err := NewDaemon(p.host, DaemonOptions{AllowRoot: true, Rescan: 500 * time.Millisecond, Nudger: dn})
+	d, err := NewDaemon(p.host, DaemonOptions{AllowRoot: true, Rescan: 500 * time.Millisecond, Env: envWith(map[string]string{"COUNT_FILE": filepath.Join(t.TempDir(), "count")})})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,5 +182,36 @@ func TestNudgeHooks(t *testing.T) {
 	}
 	h, a, id := p.host.Config.ID, p.agent.Config.ID, out.Receipt.ID
 	r.waitSubs(t, bridge.RequestPath(h, a, id, bridge.ExtPayload), bridge.RequestPath(h, a, id, bridge.ExtManifest),
-		bridge.ResultPath(h, a, id, bridge.ExtOutput), bridge.ResultPath(h, a, id, bridge.ExtResult), bridge.RequestPath(h, a, id, bridge.ExtAck))
+		bridge.ResultPath(h, a, id, bridge.ExtOutput), bridge.ResultPath(h, a, id, bridge.ExtResult), bridge.RequestPath(h, a, id, bridge.ExtAck),
+		bridge.CatalogPath(h, a))
+	together := func(x, y string) bool {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return slices.ContainsFunc(r.groups, func(g []string) bool { return slices.Contains(g, x) && slices.Contains(g, y) })
+	}
+	if !together(bridge.ResultPath(h, a, id, bridge.ExtOutput), bridge.ResultPath(h, a, id, bridge.ExtResult)) {
+		t.Errorf("a result's output and manifest were not nudged in one scan: %v", r.groups)
+	}
+	if !together(bridge.RequestPath(h, a, id, bridge.ExtPayload), bridge.RequestPath(h, a, id, bridge.ExtManifest)) {
+		t.Errorf("a request's payload and manifest were not nudged in one scan: %v", r.groups)
+	}
+	slow, err := p.client.Submit(agent.SubmitOptions{Op: "slow"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.client.Cancel(slow.ID); err != nil {
+		t.Fatal(err)
+	}
+	r.waitSubs(t, bridge.RequestPath(h, a, slow.ID, bridge.ExtCancel))
+	r.mu.Lock()
+	n := len(r.subs)
+	r.mu.Unlock()
+	if _, err := p.agent.Rotate(time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "a scan of the rotation statement", func() bool {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return slices.ContainsFunc(r.subs[n:], func(s string) bool { return strings.HasSuffix(s, ".rotation") })
+	})
 }

@@ -115,7 +115,6 @@ func (d *Daemon) publishCopies(agent, id string) (string, error) {
 		if d.outputIntact(manifest, outPath) {
 			return status, nil
 		}
-		defer d.opt.Nudger.Nudge(outPath)
 		return status, d.publishFile(outPath, filepath.Join(dir, id+"."+bridge.ExtOutput), true)
 	case err == nil:
 		if old, verr := d.openOwnResult(existing, agent, id); verr != nil {
@@ -159,10 +158,10 @@ func (d *Daemon) publishCopies(agent, id string) (string, error) {
 			return "", err
 		}
 	}
-	// One nudge for both files: Syncthing sends an index update at most
-	// every 250 ms, so a second scan right after the first would wait that
-	// long (docs/CLI.md, Syncthing nudge).
-	defer d.opt.Nudger.Nudge(outPath, resPath)
+	// One nudge for both files (the output is held until the manifest
+	// lands, syncsafe.WithoutDirSync): Syncthing sends an index update at
+	// most every 250 ms, so a second scan right after the first would wait
+	// that long (docs/CLI.md, Syncthing nudge).
 	// An output without its manifest is ours and referenced by nothing, so
 	// it may be replaced.
 	// The output's directory entry becomes durable with the manifest's

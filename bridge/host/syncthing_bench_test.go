@@ -93,8 +93,8 @@ func TestSyncthingRoundTripBench(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		p.client.Nudger = agentN
-		d, err := NewDaemon(p.host, DaemonOptions{AllowRoot: true, Nudger: hostN})
+		p.agent.Nudger, p.host.Nudger = agentN, hostN
+		d, err := NewDaemon(p.host, DaemonOptions{AllowRoot: true})
 		if err != nil {
 			t.Fatal(err)
 		}

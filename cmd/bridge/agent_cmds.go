@@ -226,16 +226,12 @@ type PingCmd struct {
 }
 
 func (c *PingCmd) Run(g *Globals) error {
-	nudger, err := c.nudger(bridge.NewLogger(g.stderr, "text", bridge.LogInfo))
-	if err != nil {
-		return err
-	}
+	g.syncthing = &c.SyncthingFlags
 	cl, err := openClient(g)
 	if err != nil {
 		return err
 	}
 	defer cl.Close()
-	cl.Nudger = nudger
 	start := time.Now()
 	s, err := cl.Submit(agent.SubmitOptions{Host: c.Host, Op: bridge.PingOp, TTL: time.Hour})
 	if err != nil {

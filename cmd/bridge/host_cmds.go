@@ -30,6 +30,7 @@ type ServeCmd struct {
 }
 
 func (c *ServeCmd) Run(g *Globals) error {
+	g.syncthing = &c.SyncthingFlags
 	h, err := g.openHome()
 	if err != nil {
 		return err
@@ -40,12 +41,14 @@ func (c *ServeCmd) Run(g *Globals) error {
 		level = bridge.LogDebug
 	}
 	logger := bridge.NewLogger(g.stderr, c.LogFormat, level)
-	nudger, err := c.nudger(logger)
-	if err != nil {
-		return err
+	if h.Nudger != nil {
+		// The daemon's nudge failures go to its log, in its format.
+		if h.Nudger, err = c.SyncthingFlags.over(mustSyncthingConfig(h)).nudger(logger); err != nil {
+			return err
+		}
 	}
 	d, err := host.NewDaemon(h, host.DaemonOptions{Rescan: c.Rescan, PendingTimeout: c.PendingTimeout, MaxQueueAge: c.MaxQueueAge,
-		AllowRoot: c.AllowRoot, ApprovalTTL: c.ApprovalTTL, Nudger: nudger, Logger: logger})
+		AllowRoot: c.AllowRoot, ApprovalTTL: c.ApprovalTTL, Logger: logger})
 	if err != nil {
 		return err
 	}

@@ -62,6 +62,11 @@ type Globals struct {
 	stdout io.Writer
 	stderr io.Writer
 	stdin  io.Reader
+
+	// syncthing is the nudge flags of a command that has them, set before
+	// it opens the home (homeNudger); nil: the environment and the home's
+	// file decide.
+	syncthing *SyncthingFlags
 }
 
 // CLI is the whole command line (design.md §7).
@@ -329,6 +334,17 @@ func escapeArgs(args []any) []any {
 // secret ($BRIDGE_AGENT_KEY or $BRIDGE_AGENT_KEY_FILE) and $BRIDGE_FOLDER
 // set, it is rebuilt from them first (KEYS.md "Ephemeral sandboxes").
 func (g *Globals) openHome() (*bridge.Home, error) {
+	h, err := g.openHomeOnly()
+	if err != nil {
+		return nil, err
+	}
+	if err := g.homeNudger(h); err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
+func (g *Globals) openHomeOnly() (*bridge.Home, error) {
 	h, err := bridge.OpenHome(g.Home)
 	folder := os.Getenv("BRIDGE_FOLDER")
 	if !errors.Is(err, bridge.ErrNoHome) || folder == "" {

@@ -141,15 +141,11 @@ func submit(g *Globals, op string, args []string, key, hostName, stdin string, n
 		return nil, nil, &codeError{code: exitUsage, err: withHintf(fmt.Errorf("--ttl %s: a request is valid for more than 0 and at most %s", ttl, bridge.MaxValidity),
 			"the host refuses a longer one; pass --ttl 24h (the default) or up to %s", bridge.MaxValidity)}
 	}
-	nudger, err := st.nudger(bridge.NewLogger(g.stderr, "text", bridge.LogInfo))
-	if err != nil {
-		return nil, nil, err
-	}
+	g.syncthing = &st
 	cl, err := openClient(g)
 	if err != nil {
 		return nil, nil, err
 	}
-	cl.Nudger = nudger
 	in, done, err := g.callInput(cl, hostName, op, m, stdin, noCheck)
 	if err != nil {
 		cl.Close()
