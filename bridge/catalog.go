@@ -39,3 +39,11 @@ func OpenCatalog(data []byte, host, agent string, hostKeys [][]byte) (*Catalog, 
 	}
 	return &cat, nil
 }
+
+// OpInfo and ArgInfo are the catalog's public descriptions of an op and its
+// arguments, named here so that the agent's side (the MCP server) reads a
+// catalog without reaching into the host's policy package.
+type (
+	OpInfo  = policy.OpInfo
+	ArgInfo = policy.ArgInfo
+)
