@@ -1,13 +1,19 @@
 package mcp
 
 import (
+	"context"
 	"encoding/json"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/syncbridge/bridge/bridge"
 )
@@ -119,6 +125,56 @@ func TestCheckLoopback(t *testing.T) {
 // HOST__OP; a catalog that stops verifying keeps its host's tools; a new
 // catalog replaces them.
 func TestSeveralHosts(t *testing.T) {
+	f := newFixture(t)
+	laptop, ci, ag, publish := f.laptop, f.ci, f.agent, f.publish
+	publish(laptop, "test", "build")
+	ciPath := publish(ci, "test", "bridge.ping")
+	s, err := New(ag, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"ci__test", "laptop__build", "laptop__test"}
+	if got := s.toolNames(); !slices.Equal(got, want) {
+		t.Fatalf("tools %v, want %v", got, want)
+	}
+	if d := s.tools["ci__test"].tool.Description; !strings.Contains(d, `host "ci"`) {
+		t.Errorf("description %q does not name the host", d)
+	}
+	// A catalog caught mid-sync (cut short) does not verify: the host's
+	// tools stay as they were.
+	data, _ := os.ReadFile(ciPath)
+	os.WriteFile(ciPath, data[:len(data)/2], 0o644)
+	s.refresh()
+	if got := s.toolNames(); !slices.Equal(got, want) {
+		t.Fatalf("after a torn catalog: tools %v, want %v", got, want)
+	}
+	publish(ci, "lint")
+	s.refresh()
+	want = []string{"ci__lint", "laptop__build", "laptop__test"}
+	if got := s.toolNames(); !slices.Equal(got, want) {
+		t.Fatalf("after a new catalog: tools %v, want %v", got, want)
+	}
+	// A catalog removed: its host offers nothing.
+	os.Remove(ciPath)
+	s.refresh()
+	want = []string{"laptop__build", "laptop__test"}
+	if got := s.toolNames(); !slices.Equal(got, want) {
+		t.Fatalf("after the catalog went: tools %v, want %v", got, want)
+	}
+	// A host's home is refused.
+	if _, err := New(laptop, Options{}); err == nil {
+		t.Error("New accepted a host's home")
+	}
+}
+
+// fixture is an agent that trusts two hosts, laptop and ci, in one
+// folder, with no daemon: catalogs are published by hand.
+type fixture struct {
+	laptop, ci, agent *bridge.Home
+	publish           func(h *bridge.Home, ops ...string) string
+}
+
+func newFixture(t *testing.T) *fixture {
 	base := t.TempDir()
 	folder := filepath.Join(base, "folder")
 	os.Mkdir(folder, 0o755)
@@ -154,35 +210,58 @@ func TestSeveralHosts(t *testing.T) {
 		}
 		return p
 	}
-	publish(laptop, "test", "build")
-	ciPath := publish(ci, "test", "bridge.ping")
-	s, err := New(ag, Options{})
+	return &fixture{laptop: laptop, ci: ci, agent: ag, publish: publish}
+}
+
+// TestServeHTTP: the streamable HTTP transport answers on a loopback
+// address, and a Host header that is not loopback is refused.
+func TestServeHTTP(t *testing.T) {
+	f := newFixture(t)
+	f.publish(f.laptop, "test")
+	s, err := New(f.agent, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"ci__test", "laptop__build", "laptop__test"}
-	if got := s.toolNames(); !slices.Equal(got, want) {
-		t.Fatalf("tools %v, want %v", got, want)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	addr := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() { done <- s.ServeHTTP(ctx, "127.0.0.1:0", func(a net.Addr) { addr <- a.String() }) }()
+	url := "http://" + <-addr + "/"
+	client := sdk.NewClient(&sdk.Implementation{Name: "test", Version: "1"}, nil)
+	sess, err := client.Connect(ctx, &sdk.StreamableClientTransport{Endpoint: url}, nil)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if d := s.tools["ci__test"].tool.Description; !strings.Contains(d, `host "ci"`) {
-		t.Errorf("description %q does not name the host", d)
+	res, err := sess.ListTools(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
 	}
-	// A catalog caught mid-sync (cut short) does not verify: the host's
-	// tools stay as they were.
-	data, _ := os.ReadFile(ciPath)
-	os.WriteFile(ciPath, data[:len(data)/2], 0o644)
-	s.refresh()
-	if got := s.toolNames(); !slices.Equal(got, want) {
-		t.Fatalf("after a torn catalog: tools %v, want %v", got, want)
+	var names []string
+	for _, tl := range res.Tools {
+		names = append(names, tl.Name)
 	}
-	publish(ci, "lint")
-	s.refresh()
-	want = []string{"ci__lint", "laptop__build", "laptop__test"}
-	if got := s.toolNames(); !slices.Equal(got, want) {
-		t.Fatalf("after a new catalog: tools %v, want %v", got, want)
+	if !slices.Contains(names, "laptop__test") || !slices.Contains(names, "bridge_wait") {
+		t.Errorf("tools over HTTP: %v", names)
 	}
-	// A host's home is refused.
-	if _, err := New(laptop, Options{}); err == nil {
-		t.Error("New accepted a host's home")
+	sess.Close()
+	req, _ := http.NewRequestWithContext(ctx, "POST", url, strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"ping"}`))
+	req.Host = "evil.example:80"
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden {
+		t.Errorf("a request for Host evil.example got %d, want 403", resp.StatusCode)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("ServeHTTP: %v", err)
+	}
+	if err := s.ServeHTTP(context.Background(), "0.0.0.0:0", nil); err == nil {
+		t.Error("ServeHTTP listened on every interface")
 	}
 }
