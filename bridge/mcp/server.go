@@ -329,7 +329,17 @@ func (s *Server) streamProgress(ctx context.Context, ss *sdk.ServerSession, toke
 	}
 	defer cl.Close()
 	next, prev := 1, ""
+	told, lastLook := false, time.Now()
 	for {
+		if next == 1 && !told && time.Since(lastLook) >= 2*time.Second {
+			// Nothing streamed yet: say so if it waits for a human.
+			lastLook = time.Now()
+			if st, err := cl.Status(id); err == nil && st.State == "awaiting-approval" {
+				told = true
+				ss.NotifyProgress(ctx, &sdk.ProgressNotificationParams{ProgressToken: token, Progress: 0,
+					Message: "waiting for a human on the host to approve " + id})
+			}
+		}
 		chunks, err := cl.Progress(id, next, prev)
 		for _, ch := range chunks {
 			msg := string(ch.Stdout) + string(ch.Stderr)

@@ -337,6 +337,7 @@ func TestMCP(t *testing.T) {
 	// the reason; then the tool list changes.
 	stopServe()
 	writePolicy(policy("count", "slow", "cat", "gate", "show", "later"))
+	before := manifests(folder)
 	refused := make(chan *sdk.CallToolResult, 1)
 	go func() {
 		res, err := sess.CallTool(ctx, &sdk.CallToolParams{Name: "echo", Arguments: map[string]any{"msg": "too late", "_wait_seconds": 120}})
@@ -345,7 +346,7 @@ func TestMCP(t *testing.T) {
 		}
 		refused <- res
 	}()
-	waitManifest(t, folder)
+	waitNewManifest(t, folder, before)
 	for len(listChanged) > 0 {
 		<-listChanged
 	}
@@ -366,18 +367,24 @@ func TestMCP(t *testing.T) {
 	stopServe()
 }
 
-// waitManifest waits until a request manifest is in the folder.
-func waitManifest(t *testing.T, folder string) {
+// manifests lists the request manifests in the folder.
+func manifests(folder string) []string {
+	m, _ := filepath.Glob(filepath.Join(folder, "hosts", "*", "to-host", "*", "*.manifest"))
+	return m
+}
+
+// waitNewManifest waits until a request manifest not in before is in the
+// folder: the request is sent.
+func waitNewManifest(t *testing.T, folder string, before []string) {
 	t.Helper()
 	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		m, _ := filepath.Glob(filepath.Join(folder, "hosts", "*", "to-host", "*", "*.manifest"))
-		for _, p := range m {
-			if fi, err := os.Stat(p); err == nil && time.Since(fi.ModTime()) < time.Minute {
+		for _, p := range manifests(folder) {
+			if !slices.Contains(before, p) {
 				return
 			}
 		}
 	}
-	t.Fatal("no request manifest appeared in the folder")
+	t.Fatal("no new request manifest appeared in the folder")
 }
 
 func countFiles(t *testing.T, dir string) int {
