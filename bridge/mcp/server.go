@@ -50,8 +50,7 @@ type Server struct {
 	mu    sync.Mutex
 	tools map[string]*opTool // by tool name
 
-	// refreshed, if set, is told after each look at the catalogs (tests).
-	refreshed func()
+	said map[string]bool // warnings given, so a poll does not repeat them (refresh only)
 }
 
 const instructions = `This server runs allow-listed operations ("ops") on another machine, the host, through a folder that a file-sync client keeps in sync. Each op tool submits a signed request and returns the host's verified result: exit_code, stdout, stderr. The answer takes as long as the sync takes (seconds to minutes); nothing runs on this machine.
@@ -178,14 +177,18 @@ func (s *Server) client() (*agent.Client, error) {
 // A catalog that cannot be read or verified (one still syncing) leaves that
 // host's tools as they were; a host that is no longer trusted loses them.
 func (s *Server) refresh() {
-	defer func() {
-		if s.refreshed != nil {
-			s.refreshed()
+	said := s.said
+	s.said = map[string]bool{}
+	warn := func(msg string, args ...any) {
+		key := fmt.Sprint(append([]any{msg}, args...)...)
+		if !said[key] {
+			s.opts.Logger.Warn(msg, args...)
 		}
-	}()
+		s.said[key] = true
+	}
 	peers, err := s.home.Peers()
 	if err != nil {
-		s.opts.Logger.Warn("read trusted hosts", "err", err)
+		warn("bridge mcp: cannot read the trusted hosts", "err", err)
 		return
 	}
 	var hosts []bridge.Peer
@@ -196,7 +199,7 @@ func (s *Server) refresh() {
 	}
 	cl, err := s.client()
 	if err != nil {
-		s.opts.Logger.Warn("open the folder", "err", err)
+		warn("bridge mcp: cannot open the folder", "err", err)
 		return
 	}
 	defer cl.Close()
@@ -211,7 +214,7 @@ func (s *Server) refresh() {
 			if _, serr := os.Lstat(published); errors.Is(serr, fs.ErrNotExist) {
 				continue // none published (yet, or any more): no tools
 			}
-			s.opts.Logger.Debug("host catalog unreadable; its tools stay", "host", h.Name, "err", err)
+			warn("bridge mcp: a host's catalog does not verify (still syncing?); its tools stay as they were", "host", h.Name, "err", err)
 			for name, t := range old {
 				if t.host == h.ID {
 					want[name] = t // keep what this host offered last
@@ -225,11 +228,11 @@ func (s *Server) refresh() {
 			}
 			t, err := newOpTool(h.ID, h.Name, op, len(hosts) > 1)
 			if err != nil {
-				s.opts.Logger.Warn("skip op", "host", h.Name, "err", err)
+				warn("bridge mcp: op not offered", "host", h.Name, "err", err)
 				continue
 			}
 			if _, dup := want[t.tool.Name]; dup || len(t.tool.Name) > 128 {
-				s.opts.Logger.Warn("skip op: its tool name is taken or too long", "host", h.Name, "op", op.Name)
+				warn("bridge mcp: op not offered: its tool name is taken or over 128 characters", "host", h.Name, "op", op.Name)
 				continue
 			}
 			want[t.tool.Name] = t
