@@ -148,9 +148,13 @@ func ExampleLine(info *policy.OpInfo) string {
 	return strings.Join(parts, " ")
 }
 
-// OpInfo is one op of a catalog (policy.OpInfo), named here so the
-// command line and the MCP server need not import the policy package.
-type OpInfo = policy.OpInfo
+// OpInfo and ArgInfo are the catalog's public descriptions of an op and its
+// arguments (policy.OpInfo, policy.ArgInfo), named here so the command line
+// and the MCP server need not import the host's policy package.
+type (
+	OpInfo  = policy.OpInfo
+	ArgInfo = policy.ArgInfo
+)
 
 // Stdin modes of an op (policy.StdinNone, ...), for the same readers.
 const (

@@ -29,7 +29,8 @@ var importRules = map[string][]string{
 	"bridge":           {"crypto", "syncsafe", "bridge/policy"},
 	"bridge/host":      {"bridge", "crypto", "syncsafe", "bridge/ledger", "bridge/policy", "bridge/runner"},
 	"bridge/agent":     {"bridge", "crypto", "syncsafe"},
-	"cmd/bridge":       {"bridge", "bridge/host", "bridge/agent", "crypto"},
+	"bridge/mcp":       {"bridge", "bridge/agent"},
+	"cmd/bridge":       {"bridge", "bridge/host", "bridge/agent", "bridge/mcp", "crypto"},
 	"cmd/bridge-bench": {"bridge", "bridge/host", "bridge/agent", "crypto", "syncsafe"},
 }
 

@@ -86,6 +86,7 @@ type CLI struct {
 	Ls        LsCmd        `cmd:"" help:"Agent: list sent requests. Host: list the ledger."`
 	Ops       OpsCmd       `cmd:"" help:"Agent: list the ops the host offers (its signed catalog)."`
 	Ping      PingCmd      `cmd:"" help:"Agent: a round trip through the sync with a built-in no-op."`
+	Mcp       McpCmd       `cmd:"" name:"mcp" help:"Agent: serve the hosts' ops as MCP tools (stdio, or --http on loopback)."`
 	Reconcile ReconcileCmd `cmd:"" help:"Host: settle an uncertain request."`
 	GC        GCCmd        `cmd:"" name:"gc" help:"Remove this side's files the other side no longer needs."`
 	Pending   PendingCmd   `cmd:"" help:"Host: list requests waiting for a human's approval."`

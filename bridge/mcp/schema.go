@@ -1,0 +1,333 @@
+package mcp
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/jsonschema-go/jsonschema"
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/syncbridge/bridge/bridge"
+)
+
+// The inputs every op tool takes besides the op's own arguments. An op's
+// argument names start with a letter (the policy's rule), so these, which
+// start with '_', never collide with one.
+const (
+	inKey  = "_key"          // idempotency key, as `bridge run --key`
+	inWait = "_wait_seconds" // how long this call waits for the result
+	inIn   = "_stdin"        // the op's standard input, as text
+)
+
+// maxPathLen is the longest path value the host's policy takes.
+const maxPathLen = 4096
+
+// opTool is one op of one host's catalog as a tool.
+type opTool struct {
+	tool     *sdk.Tool
+	host     string // the host's id
+	hostName string // its local name
+	op       bridge.OpInfo
+	schema   *jsonschema.Resolved
+	def      []byte // the tool's JSON, to tell a changed tool from the same
+}
+
+// toolName is the tool's name for op: the op's own name when the agent
+// trusts one host, else "<host name>__<op>" (a host's local name, the one
+// `bridge keys trust --name` gave it). An op named like a bridge_* tool
+// also takes the long form.
+func toolName(hostName, op string, severalHosts bool) string {
+	if severalHosts || strings.HasPrefix(op, "bridge_") {
+		return hostName + "__" + op
+	}
+	return op
+}
+
+// stdinMode says whether op takes standard input: none, optional or
+// required (the catalog's stdin field, or from max_stdin in a catalog
+// written before it).
+func stdinMode(op bridge.OpInfo) string { return op.StdinMode() }
+
+// newOpTool derives the tool for op of host from its catalog entry.
+func newOpTool(hostID, hostName string, op bridge.OpInfo, severalHosts bool) (*opTool, error) {
+	in := &jsonschema.Schema{
+		Type:                 "object",
+		Properties:           map[string]*jsonschema.Schema{},
+		Required:             []string{},
+		AdditionalProperties: &jsonschema.Schema{Not: &jsonschema.Schema{}},
+	}
+	for _, a := range op.Args {
+		s, err := argSchema(a)
+		if err != nil {
+			return nil, fmt.Errorf("op %s: argument %s: %w", op.Name, a.Name, err)
+		}
+		in.Properties[a.Name] = s
+		if a.Required {
+			in.Required = append(in.Required, a.Name)
+		}
+	}
+	sort.Strings(in.Required)
+	in.Properties[inKey] = &jsonschema.Schema{Type: "string", MinLength: ptr(1), MaxLength: ptr(256),
+		Description: "Idempotency key: calling again with the same arguments and the same key returns the first call's result instead of running the op again. Use it to retry safely after a lost answer."}
+	in.Properties[inWait] = &jsonschema.Schema{Type: "integer", Minimum: ptr(0.0),
+		Description: "How long this call waits for the result, in seconds (the server caps it). If the op takes longer, the call returns its request_id with status pending; continue with bridge_wait."}
+	switch stdinMode(op) {
+	case "optional", "required":
+		in.Properties[inIn] = &jsonschema.Schema{Type: "string",
+			Description: fmt.Sprintf("Text given to the op on its standard input%s (at most %d bytes).", stdinWhat(op), op.MaxStdin)}
+		if stdinMode(op) == "required" {
+			in.Required = append(in.Required, inIn)
+		}
+	}
+	resolved, err := in.Resolve(nil)
+	if err != nil {
+		return nil, fmt.Errorf("op %s: input schema: %w", op.Name, err)
+	}
+	readOnly := op.Scope == "read"
+	destructive := !readOnly
+	t := &sdk.Tool{
+		Name:        toolName(hostName, op.Name, severalHosts),
+		Description: describe(hostName, op),
+		InputSchema: in,
+		Annotations: &sdk.ToolAnnotations{
+			Title:           op.Name + " on " + hostName,
+			ReadOnlyHint:    readOnly,
+			DestructiveHint: &destructive,
+			IdempotentHint:  op.Idempotent,
+			OpenWorldHint:   ptr(false),
+		},
+	}
+	def, err := json.Marshal(t)
+	if err != nil {
+		return nil, err
+	}
+	return &opTool{tool: t, host: hostID, hostName: hostName, op: op, schema: resolved, def: def}, nil
+}
+
+// argSchema is the JSON schema of one typed argument. It states what the
+// host's policy checks that a schema can state; the host checks the rest
+// (a path's confinement, a leading '-', '@' or '+'), and says so.
+func argSchema(a bridge.ArgInfo) (*jsonschema.Schema, error) {
+	s := &jsonschema.Schema{Description: a.Description}
+	var notes []string
+	switch a.Type {
+	case "string":
+		s.Type = "string"
+		if a.MaxLen > 0 {
+			// max_len counts bytes, maxLength characters: the schema is
+			// at most looser, and the host holds the byte bound.
+			s.MaxLength = ptr(a.MaxLen)
+			notes = append(notes, fmt.Sprintf("at most %d bytes", a.MaxLen))
+		}
+		if a.Pattern != "" {
+			// The host matches the whole value (the policy anchors it).
+			s.Pattern = "^(?:" + a.Pattern + ")$"
+		}
+		for _, lead := range []struct {
+			c       string
+			allowed bool
+		}{{"-", a.AllowDash}, {"@", a.AllowAt}, {"+", a.AllowPlus}} {
+			if !lead.allowed {
+				notes = append(notes, "must not start with '"+lead.c+"'")
+			}
+		}
+	case "int":
+		s.Type = "integer"
+		if a.Min != nil {
+			s.Minimum = ptr(float64(*a.Min))
+		}
+		if a.Max != nil {
+			s.Maximum = ptr(float64(*a.Max))
+		}
+	case "bool":
+		s.Type = "boolean"
+	case "enum":
+		s.Type = "string"
+		for _, v := range a.Values {
+			s.Enum = append(s.Enum, v)
+		}
+	case "path":
+		s.Type = "string"
+		s.MinLength, s.MaxLength = ptr(1), ptr(maxPathLen)
+		notes = append(notes, "a path on the host, relative to the op's root directory (it may not leave it)")
+		if a.MustExist {
+			notes = append(notes, "must exist")
+		}
+	default:
+		return nil, fmt.Errorf("unknown type %q", a.Type)
+	}
+	if a.Default != nil {
+		d, err := typedValue(a.Type, *a.Default)
+		if err != nil {
+			return nil, fmt.Errorf("default: %w", err)
+		}
+		s.Default = d
+		notes = append(notes, "default "+string(d))
+	}
+	if len(notes) > 0 {
+		if s.Description != "" {
+			s.Description += " "
+		}
+		s.Description += "(" + strings.Join(notes, "; ") + ")"
+	}
+	return s, nil
+}
+
+// typedValue is the JSON of a catalog value (always a string on the wire)
+// in its argument's type.
+func typedValue(typ, v string) (json.RawMessage, error) {
+	switch typ {
+	case "int":
+		if _, err := strconv.ParseInt(v, 10, 64); err != nil {
+			return nil, err
+		}
+		return json.RawMessage(v), nil
+	case "bool":
+		if v != "true" && v != "false" {
+			return nil, fmt.Errorf("%q is not a bool", v)
+		}
+		return json.RawMessage(v), nil
+	}
+	return json.Marshal(v)
+}
+
+// describe is the tool's description: the op's own, then the facts an
+// agent needs before it calls.
+func describe(hostName string, op bridge.OpInfo) string {
+	var b strings.Builder
+	if op.Description != "" {
+		b.WriteString(strings.TrimSpace(op.Description))
+		if !strings.HasSuffix(b.String(), ".") {
+			b.WriteString(".")
+		}
+		b.WriteString(" ")
+	}
+	fmt.Fprintf(&b, "Runs the op %q on the host %q through the synced folder (the answer takes as long as the sync).", op.Name, hostName)
+	if op.Scope == "read" {
+		b.WriteString(" Scope: read (it changes nothing).")
+	} else {
+		b.WriteString(" Scope: write (it may change things on the host).")
+	}
+	if op.Approve {
+		b.WriteString(" A human on the host must approve each call: expect it to return pending; then call bridge_wait.")
+	}
+	if op.Idempotent {
+		b.WriteString(" Idempotent: safe to run again.")
+	} else {
+		b.WriteString(" Not idempotent: to retry after a lost answer, call again with the same _key, never without.")
+	}
+	fmt.Fprintf(&b, " Time limit on the host: %s; output kept: %d bytes.", op.Timeout, op.MaxOutput)
+	switch stdinMode(op) {
+	case bridge.StdinRequired:
+		fmt.Fprintf(&b, " Needs standard input%s (_stdin, up to %d bytes).", stdinWhat(op), op.MaxStdin)
+	case bridge.StdinOptional:
+		fmt.Fprintf(&b, " Takes standard input%s (_stdin, up to %d bytes).", stdinWhat(op), op.MaxStdin)
+	}
+	if op.Risk != "" {
+		fmt.Fprintf(&b, " Risk: %s.", op.Risk)
+	}
+	if op.DryRun != "" {
+		fmt.Fprintf(&b, " Try it first with %s.", op.DryRun)
+	}
+	if op.Undo != "" {
+		fmt.Fprintf(&b, " Undo with %s.", op.Undo)
+	}
+	return b.String()
+}
+
+// stdinWhat is the op's stdin hint, as " (unified diff)".
+func stdinWhat(op bridge.OpInfo) string {
+	if op.StdinHint == "" {
+		return ""
+	}
+	return " (" + op.StdinHint + ")"
+}
+
+// call is a tool call's input, checked and in the request's terms.
+type call struct {
+	args  map[string]string
+	key   string
+	wait  *time.Duration
+	stdin *string
+}
+
+// badArgs is an input the tool's schema refuses: the caller's mistake.
+type badArgs struct{ err error }
+
+func (e *badArgs) Error() string { return e.err.Error() }
+
+// parseCall checks raw against the tool's schema and turns the op's
+// arguments into the strings the host's policy reads.
+func (t *opTool) parseCall(raw json.RawMessage) (*call, error) {
+	if len(bytes.TrimSpace(raw)) == 0 || string(bytes.TrimSpace(raw)) == "null" {
+		raw = json.RawMessage("{}")
+	}
+	var plain map[string]any
+	if err := json.Unmarshal(raw, &plain); err != nil {
+		return nil, &badArgs{fmt.Errorf("arguments are not a JSON object: %w", err)}
+	}
+	if err := t.schema.Validate(plain); err != nil {
+		return nil, &badArgs{err}
+	}
+	// Numbers again, exactly: a float64 loses the digits of a big int.
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var m map[string]any
+	if err := dec.Decode(&m); err != nil {
+		return nil, &badArgs{err}
+	}
+	c := &call{args: map[string]string{}}
+	types := map[string]string{}
+	for _, a := range t.op.Args {
+		types[a.Name] = a.Type
+	}
+	for k, v := range m {
+		switch k {
+		case inKey:
+			c.key = v.(string)
+			continue
+		case inIn:
+			s := v.(string)
+			c.stdin = &s
+			continue
+		case inWait:
+			n, err := v.(json.Number).Float64()
+			if err != nil || n < 0 || math.IsInf(n, 0) {
+				return nil, &badArgs{fmt.Errorf("%s: not a number of seconds", inWait)}
+			}
+			d := time.Duration(min(n, 1e6) * float64(time.Second))
+			c.wait = &d
+			continue
+		}
+		switch types[k] {
+		case "int":
+			n, ok := v.(json.Number)
+			if !ok {
+				return nil, &badArgs{fmt.Errorf("%s: want an integer", k)}
+			}
+			i, err := strconv.ParseInt(n.String(), 10, 64)
+			if err != nil {
+				return nil, &badArgs{fmt.Errorf("%s: %s is not a 64-bit integer", k, n)}
+			}
+			c.args[k] = strconv.FormatInt(i, 10)
+		case "bool":
+			c.args[k] = strconv.FormatBool(v.(bool))
+		default:
+			s, ok := v.(string)
+			if !ok {
+				return nil, &badArgs{errors.New(k + ": want a string")}
+			}
+			c.args[k] = s
+		}
+	}
+	return c, nil
+}
+
+func ptr[T any](v T) *T { return &v }

@@ -1,0 +1,566 @@
+package mcp
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/syncbridge/bridge/bridge"
+	"github.com/syncbridge/bridge/bridge/agent"
+)
+
+// Options tune a Server. Zero values take the defaults.
+type Options struct {
+	// Poll is how often the hosts' catalogs are read again (default 2s).
+	Poll time.Duration
+	// Wait is how long a call waits for its result when it does not say
+	// (default 50s); MaxWait caps what a call may ask (default 10m).
+	Wait, MaxWait time.Duration
+	// Version is the server's version, as the client sees it.
+	Version string
+	// Logger takes the server's own messages (never standard output,
+	// which carries the protocol on stdio).
+	Logger *slog.Logger
+}
+
+// Server is the agent's MCP server: a client of the synced folder that
+// shows each op of each paired host's signed catalog as a tool.
+type Server struct {
+	home *bridge.Home
+	opts Options
+	srv  *sdk.Server
+
+	mu    sync.Mutex
+	tools map[string]*opTool // by tool name
+
+	said map[string]bool // warnings given, so a poll does not repeat them (refresh only)
+}
+
+const instructions = `This server runs allow-listed operations ("ops") on another machine, the host, through a folder that a file-sync client keeps in sync. Each op tool submits a signed request and returns the host's verified result: exit_code, stdout, stderr. The answer takes as long as the sync takes (seconds to minutes); nothing runs on this machine.
+If a call returns status "pending", the op is still queued or running (or waits for a human's approval on the host): call bridge_wait with its request_id. To retry after a lost answer, call the op again with the same _key: it returns the first result and does not run twice. A tool error says why the host refused and what to do; on "uncertain", do not retry: ask the human on the host. bridge_inbox shows the host's messages.`
+
+// New returns a server for the agent home h. It reads the catalogs once
+// now; Run keeps them current.
+func New(h *bridge.Home, o Options) (*Server, error) {
+	if h.Config.Role != "agent" {
+		return nil, bridge.WithHint(errors.New("this home belongs to a host"), "run `bridge mcp` with an agent's --home")
+	}
+	if o.Poll <= 0 {
+		o.Poll = 2 * time.Second
+	}
+	if o.Wait <= 0 {
+		o.Wait = 50 * time.Second
+	}
+	if o.MaxWait <= 0 {
+		o.MaxWait = 10 * time.Minute
+	}
+	if o.Wait > o.MaxWait {
+		o.Wait = o.MaxWait
+	}
+	if o.Version == "" {
+		o.Version = "devel"
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	s := &Server{home: h, opts: o, tools: map[string]*opTool{}}
+	s.srv = sdk.NewServer(&sdk.Implementation{Name: "bridge", Title: "syncbridge", Version: o.Version}, &sdk.ServerOptions{
+		Instructions: instructions,
+		Logger:       slog.New(warnOnly{o.Logger.Handler()}),
+		Capabilities: &sdk.ServerCapabilities{Tools: &sdk.ToolCapabilities{ListChanged: true}},
+	})
+	s.addBridgeTools()
+	s.refresh()
+	return s, nil
+}
+
+// Run serves one session on t (stdio, usually) until it ends or ctx does,
+// keeping the tools in step with the catalogs.
+func (s *Server) Run(ctx context.Context, t sdk.Transport) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go s.watch(ctx)
+	return s.srv.Run(ctx, t)
+}
+
+// ServeHTTP serves the streamable HTTP transport on addr, which must be a
+// loopback address: the server acts with the agent's key, so it answers
+// only this machine.
+func (s *Server) ServeHTTP(ctx context.Context, addr string, ready func(net.Addr)) error {
+	if err := CheckLoopback(addr); err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go s.watch(ctx)
+	h := sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return s.srv }, nil)
+	hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		<-ctx.Done()
+		hs.Close()
+	}()
+	if ready != nil {
+		ready(ln.Addr())
+	}
+	if err := hs.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// CheckLoopback refuses an HTTP address that is not on a loopback
+// interface.
+func CheckLoopback(addr string) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return bridge.WithHint(fmt.Errorf("--http %q: %w", addr, err), "give a loopback address and port, e.g. 127.0.0.1:8765")
+	}
+	if host == "localhost" {
+		return nil
+	}
+	if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+		return bridge.WithHint(fmt.Errorf("--http %q: not a loopback address", addr),
+			"the server acts with this agent's key: it listens only on 127.0.0.1, ::1 or localhost")
+	}
+	return nil
+}
+
+// watch reads the catalogs again every Poll. A plain read of a few small
+// files: it works on any folder, watched or not.
+func (s *Server) watch(ctx context.Context) {
+	t := time.NewTicker(s.opts.Poll)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			s.refresh()
+		}
+	}
+}
+
+// client opens the agent's client for one call: a Client is not meant
+// for concurrent use, and opening one is cheap.
+func (s *Server) client() (*agent.Client, error) {
+	cl, err := agent.OpenClient(s.home)
+	if err != nil {
+		return nil, err
+	}
+	return cl, nil
+}
+
+// refresh derives the op tools from the catalogs and changes the server's
+// tools where they differ; the SDK then tells the client the list changed.
+// A catalog that cannot be read or verified (one still syncing) leaves that
+// host's tools as they were; a host that is no longer trusted loses them.
+func (s *Server) refresh() {
+	said := s.said
+	s.said = map[string]bool{}
+	warn := func(msg string, args ...any) {
+		key := fmt.Sprint(append([]any{msg}, args...)...)
+		if !said[key] {
+			s.opts.Logger.Warn(msg, args...)
+		}
+		s.said[key] = true
+	}
+	peers, err := s.home.Peers()
+	if err != nil {
+		warn("bridge mcp: cannot read the trusted hosts", "err", err)
+		return
+	}
+	var hosts []bridge.Peer
+	for _, p := range peers {
+		if p.Role == "host" {
+			hosts = append(hosts, p)
+		}
+	}
+	cl, err := s.client()
+	if err != nil {
+		warn("bridge mcp: cannot open the folder", "err", err)
+		return
+	}
+	defer cl.Close()
+	want := map[string]*opTool{}
+	s.mu.Lock()
+	old := s.tools
+	s.mu.Unlock()
+	for _, h := range hosts {
+		cat, err := cl.Ops(h.ID)
+		if err != nil {
+			published := filepath.Join(s.home.Config.Folder, filepath.FromSlash(bridge.CatalogPath(h.ID, s.home.Config.ID)))
+			if _, serr := os.Lstat(published); errors.Is(serr, fs.ErrNotExist) {
+				continue // none published (yet, or any more): no tools
+			}
+			warn("bridge mcp: a host's catalog does not verify (still syncing?); its tools stay as they were", "host", h.Name, "err", err)
+			for name, t := range old {
+				if t.host == h.ID {
+					want[name] = t // keep what this host offered last
+				}
+			}
+			continue
+		}
+		for _, op := range cat.Ops {
+			if strings.HasPrefix(op.Name, "bridge.") {
+				continue // built in (bridge.ping): not an op to offer
+			}
+			t, err := newOpTool(h.ID, h.Name, op, len(hosts) > 1)
+			if err != nil {
+				warn("bridge mcp: op not offered", "host", h.Name, "err", err)
+				continue
+			}
+			if _, dup := want[t.tool.Name]; dup || len(t.tool.Name) > 128 {
+				warn("bridge mcp: op not offered: its tool name is taken or over 128 characters", "host", h.Name, "op", op.Name)
+				continue
+			}
+			want[t.tool.Name] = t
+		}
+	}
+	var gone []string
+	for name := range old {
+		if _, ok := want[name]; !ok {
+			gone = append(gone, name)
+		}
+	}
+	s.mu.Lock()
+	s.tools = want
+	s.mu.Unlock()
+	if len(gone) > 0 {
+		s.srv.RemoveTools(gone...)
+	}
+	for name, t := range want {
+		if o, ok := old[name]; ok && bytes.Equal(o.def, t.def) && o.host == t.host {
+			continue
+		}
+		s.srv.AddTool(t.tool, s.opHandler(name))
+	}
+}
+
+// opHandler runs the op tool name as it is when called (the catalog may
+// have changed since the client listed it).
+func (s *Server) opHandler(name string) sdk.ToolHandler {
+	return func(ctx context.Context, req *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+		s.mu.Lock()
+		t := s.tools[name]
+		s.mu.Unlock()
+		if t == nil {
+			return toolError(fmt.Sprintf("the tool %s is gone: the host no longer offers it", name),
+				"list the tools again; the host's catalog changed"), nil
+		}
+		c, err := t.parseCall(req.Params.Arguments)
+		if err != nil {
+			return toolError(fmt.Sprintf("bad arguments for %s: %v", name, err),
+				"nothing was sent; the tool's input schema gives each argument's type, pattern, range and allowed values"), nil
+		}
+		cl, err := s.client()
+		if err != nil {
+			return errorResult(err, ""), nil
+		}
+		defer cl.Close()
+		// The whole check the CLI makes (standard input's mode and size
+		// too), against the catalog as it is now.
+		in := bridge.CallInput{}
+		if c.stdin != nil {
+			in = bridge.CallInput{Given: true, Len: int64(len(*c.stdin))}
+		}
+		if _, err := cl.CheckCall(t.host, t.op.Name, c.args, in); err != nil {
+			var ce *bridge.CallError
+			if errors.As(err, &ce) {
+				return toolError(ce.Error(), fmt.Sprintf("the host would refuse it (%s); the tool's input schema and description say what it takes", ce.Reason)), nil
+			}
+			return errorResult(err, "nothing was sent"), nil
+		}
+		o := agent.SubmitOptions{Host: t.host, Op: t.op.Name, Args: c.args, Key: c.key}
+		if c.stdin != nil {
+			o.Stdin = strings.NewReader(*c.stdin)
+		}
+		sent, err := cl.Submit(o)
+		if err != nil {
+			return errorResult(err, "nothing was run"), nil
+		}
+		return s.await(ctx, req, cl, sent.ID, c.wait), nil
+	}
+}
+
+// await waits up to the call's wait for the result of id, sending the
+// op's output as progress notifications when the client asked for them.
+func (s *Server) await(ctx context.Context, req *sdk.CallToolRequest, cl *agent.Client, id string, wait *time.Duration) *sdk.CallToolResult {
+	d := s.opts.Wait
+	if wait != nil {
+		d = min(*wait, s.opts.MaxWait)
+	}
+	wctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	var stream sync.WaitGroup
+	if token := req.Params.GetProgressToken(); token != nil {
+		stream.Go(func() { s.streamProgress(wctx, req.Session, token, id) })
+	}
+	out, err := cl.Wait(wctx, id, nil)
+	cancel()
+	stream.Wait()
+	if err == nil {
+		if cl.Ack(out) != nil {
+			s.opts.Logger.Warn("could not ack", "id", id)
+		}
+		return outcomeResult(out)
+	}
+	if ctx.Err() != nil {
+		// The client gave up on the call; the request stays queued.
+		return toolError(fmt.Sprintf("stopped waiting for %s", id), "the request stays queued: bridge_wait or bridge_status with its request_id")
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return pendingResult(cl, id, d)
+	}
+	return errorResult(err, "")
+}
+
+// streamProgress sends the verified progress chunks of id as they arrive,
+// until ctx ends.
+func (s *Server) streamProgress(ctx context.Context, ss *sdk.ServerSession, token any, id string) {
+	cl, err := s.client()
+	if err != nil {
+		return
+	}
+	defer cl.Close()
+	next, prev := 1, ""
+	told, lastLook := false, time.Now()
+	for {
+		if next == 1 && !told && time.Since(lastLook) >= 2*time.Second {
+			// Nothing streamed yet: say so if it waits for a human.
+			lastLook = time.Now()
+			if st, err := cl.Status(id); err == nil && st.State == "awaiting-approval" {
+				told = true
+				ss.NotifyProgress(ctx, &sdk.ProgressNotificationParams{ProgressToken: token, Progress: 0,
+					Message: "waiting for a human on the host to approve " + id})
+			}
+		}
+		chunks, err := cl.Progress(id, next, prev)
+		for _, ch := range chunks {
+			msg := string(ch.Stdout) + string(ch.Stderr)
+			if ch.Dropped > 0 {
+				msg += fmt.Sprintf("\n[%d bytes of output were not streamed; the result has them]", ch.Dropped)
+			}
+			ss.NotifyProgress(ctx, &sdk.ProgressNotificationParams{ProgressToken: token, Progress: float64(ch.Seq), Message: msg})
+			next, prev = ch.Seq+1, ch.ChunkHash()
+		}
+		if err != nil {
+			return // a broken chain: the result is what counts
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// Outcome is a tool's structured answer about one request.
+type Outcome struct {
+	RequestID       string `json:"request_id"`
+	Host            string `json:"host"`
+	Op              string `json:"op"`
+	Status          string `json:"status"` // the result's status, or pending
+	State           string `json:"state,omitempty"`
+	Reason          string `json:"reason,omitempty"`
+	Detail          string `json:"detail,omitempty"`
+	ExitCode        *int   `json:"exit_code,omitempty"`
+	Signal          string `json:"signal,omitempty"`
+	TimedOut        bool   `json:"timed_out,omitempty"`
+	Stdout          string `json:"stdout"`
+	Stderr          string `json:"stderr"`
+	StdoutTruncated bool   `json:"stdout_truncated"`
+	StderrTruncated bool   `json:"stderr_truncated"`
+	EarlierSend     bool   `json:"earlier_send,omitempty"`
+	Hint            string `json:"hint,omitempty"`
+}
+
+// outcomeResult is a verified result as a tool result: an answer when the
+// op ran (whatever its exit code), a tool error when the host refused it
+// or did not finish it.
+func outcomeResult(out *agent.Outcome) *sdk.CallToolResult {
+	rc := out.Receipt
+	o := Outcome{RequestID: rc.ID, Host: out.Sent.HostName, Op: rc.Op, Status: rc.Status, Reason: rc.Reason, Detail: rc.Detail,
+		Signal: rc.Signal, TimedOut: rc.TimedOut, Stdout: string(out.Stdout), Stderr: string(out.Stderr),
+		StdoutTruncated: rc.StdoutTruncated, StderrTruncated: rc.StderrTruncated, EarlierSend: out.Earlier}
+	var b strings.Builder
+	if rc.Status == bridge.StatusDone {
+		code := rc.ExitCode
+		o.ExitCode = &code
+		switch {
+		case rc.TimedOut:
+			fmt.Fprintf(&b, "%s (request %s) timed out on the host: %s\n", rc.Op, rc.ID, rc.Detail)
+			o.Hint = "the policy's time limit stopped it; it may have had part of its effect"
+		case rc.Signal != "":
+			fmt.Fprintf(&b, "%s (request %s) was killed by %s\n", rc.Op, rc.ID, rc.Signal)
+		default:
+			fmt.Fprintf(&b, "%s (request %s) exited with code %d\n", rc.Op, rc.ID, rc.ExitCode)
+		}
+	} else {
+		fmt.Fprintf(&b, "request %s %s", rc.ID, rc.Status)
+		if rc.Reason != "" {
+			fmt.Fprintf(&b, " (%s)", rc.Reason)
+		}
+		if rc.Detail != "" {
+			fmt.Fprintf(&b, ": %s", rc.Detail)
+		}
+		b.WriteString("\n")
+		o.Hint = hintFor(rc)
+	}
+	if out.Earlier {
+		b.WriteString("note: this is the answer to an earlier send of the same call with this _key; it did not run again\n")
+	}
+	if o.Hint != "" {
+		fmt.Fprintf(&b, "hint: %s\n", o.Hint)
+	}
+	if len(out.Stdout) > 0 {
+		fmt.Fprintf(&b, "--- stdout ---\n%s", out.Stdout)
+		if !bytes.HasSuffix(out.Stdout, []byte("\n")) {
+			b.WriteString("\n")
+		}
+	}
+	if len(out.Stderr) > 0 {
+		fmt.Fprintf(&b, "--- stderr ---\n%s", out.Stderr)
+		if !bytes.HasSuffix(out.Stderr, []byte("\n")) {
+			b.WriteString("\n")
+		}
+	}
+	if rc.StdoutTruncated || rc.StderrTruncated {
+		b.WriteString("warning: the output was over the op's cap; the middle was dropped\n")
+	}
+	return &sdk.CallToolResult{
+		Content:           []sdk.Content{&sdk.TextContent{Text: b.String()}},
+		StructuredContent: o,
+		IsError:           rc.Status != bridge.StatusDone,
+	}
+}
+
+// pendingResult: no result within the wait. Not an error: the request
+// goes on, and its id is the way back to it.
+func pendingResult(cl *agent.Client, id string, waited time.Duration) *sdk.CallToolResult {
+	o := Outcome{RequestID: id, Status: "pending", State: "submitted", Stdout: "", Stderr: ""}
+	if st, err := cl.Status(id); err == nil {
+		o.Host, o.Op, o.State, o.Reason = st.Host, st.Op, st.State, st.Reason
+	}
+	text := fmt.Sprintf("request %s is still pending after %s (state: %s).", id, waited.Round(time.Second), o.State)
+	switch {
+	case o.State == "awaiting-approval":
+		o.Hint = "a human on the host must approve it; call bridge_wait with this request_id later"
+	case o.Reason == "past-expiry":
+		o.Hint = "it is past its expiry and will not run; call the op again if it is still needed"
+	default:
+		o.Hint = "call bridge_wait with this request_id to keep waiting (bridge_logs shows its output so far)"
+	}
+	return &sdk.CallToolResult{
+		Content:           []sdk.Content{&sdk.TextContent{Text: text + "\nhint: " + o.Hint + "\n"}},
+		StructuredContent: o,
+	}
+}
+
+// hintFor says what an agent does next about a result that is not done;
+// the CLI's hints (cmd/bridge) in the tools' terms.
+func hintFor(rc *bridge.Receipt) string {
+	switch {
+	case rc.Status == bridge.StatusUncertain:
+		return "do not retry: it may have had its effect. Ask the human on the host to check and settle it (`bridge reconcile`); bridge_status then shows the new answer, and bridge_wait waits for a rerun's"
+	case rc.Status == bridge.StatusFailed && rc.Reason == "reconciled":
+		return "a human on the host found it had no effect: a retry is safe"
+	case rc.Status == bridge.StatusFailed:
+		return "it never started, so a retry is safe once the host is fixed (the detail says what is missing)"
+	case rc.Reason == "denied":
+		return "a human on the host refused it (the detail may say why); do not send it again unchanged"
+	case rc.Reason == "approval-expired":
+		return "nobody on the host approved it in time; call it again when someone can approve it"
+	case rc.Reason == "approval-mismatch":
+		return "what it would run changed on the host after a human saw it, so it did not run; call it again to ask again"
+	case rc.Status == bridge.StatusExpired:
+		return "it waited past its expiry and never ran: call it again"
+	case rc.Status == bridge.StatusCancelled:
+		return "cancelled as asked; an op stopped while running may have had part of its effect"
+	case rc.Reason == "revoked":
+		return "the key that signed it is revoked on the host: the agent must be paired with the host again"
+	case rc.Reason == "not-allowed":
+		return "the host's policy does not let this agent run it; list the tools again (the catalog may have changed) and ask the human if it is needed"
+	case rc.Reason == "bad-argument":
+		return "an argument broke the op's rule on the host (the detail names it); fix it and call again"
+	case rc.Reason == "too-large":
+		return "the standard input is over the op's limit; send less"
+	case rc.Reason == "incomplete":
+		return "the request never arrived complete; check the sync, then call again with the same _key"
+	case rc.Reason == "ceiling":
+		return "the host's policy caps this agent's runs; try again later (the detail names the ceiling)"
+	}
+	return ""
+}
+
+// errorResult is an error of ours or of the folder as a tool error, with
+// its hint.
+func errorResult(err error, note string) *sdk.CallToolResult {
+	hint := ""
+	var he *bridge.HintError
+	if errors.As(err, &he) {
+		hint = he.Hint
+	}
+	if note != "" {
+		hint = strings.TrimPrefix(hint+"; "+note, "; ")
+	}
+	return toolError(err.Error(), hint)
+}
+
+func toolError(msg, hint string) *sdk.CallToolResult {
+	text := "error: " + msg + "\n"
+	if hint != "" {
+		text += "hint: " + hint + "\n"
+	}
+	return &sdk.CallToolResult{
+		Content:           []sdk.Content{&sdk.TextContent{Text: text}},
+		StructuredContent: map[string]string{"error": msg, "hint": hint},
+		IsError:           true,
+	}
+}
+
+// jsonResult is a plain answer: v as structured content and as text.
+func jsonResult(v any) *sdk.CallToolResult {
+	data, _ := json.MarshalIndent(v, "", "  ")
+	return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: string(data)}}, StructuredContent: v}
+}
+
+// toolNames lists the op tools now offered, sorted (tests, logs).
+func (s *Server) toolNames() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for n := range s.tools {
+		out = append(out, n)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// warnOnly passes on the SDK's warnings and errors, not its chatter about
+// each session.
+type warnOnly struct{ slog.Handler }
+
+func (w warnOnly) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= slog.LevelWarn && w.Handler.Enabled(ctx, l)
+}
+
+func (w warnOnly) WithAttrs(a []slog.Attr) slog.Handler { return warnOnly{w.Handler.WithAttrs(a)} }
+func (w warnOnly) WithGroup(g string) slog.Handler      { return warnOnly{w.Handler.WithGroup(g)} }
