@@ -123,7 +123,7 @@ for t in $targets; do
   (cd "$work" && find "$name" -exec env TZ=UTC touch -t "$stamp" {} +)
   if [ "$os" = windows ] && command -v zip >/dev/null 2>&1; then
     archive=$name.zip
-    (cd "$work" && TZ=UTC zip -q -X -r "$out/$archive" "$name")
+    (cd "$work" && find "$name" | LC_ALL=C sort | TZ=UTC zip -q -X "$out/$archive" -@)
   else
     archive=$name.tar.gz
     if [ -n "$gnutar" ]; then
