@@ -30,6 +30,25 @@ func readCLIDoc(t *testing.T) string {
 // of main.go (read from the source, so a new constant fails here until it is
 // documented).
 func TestDocExitCodes(t *testing.T) {
+	code := exitConstants(t)
+	doc := readCLIDoc(t)
+	sec := doc[strings.Index(doc, "## EXIT STATUS"):]
+	sec = sec[:strings.Index(sec, "\n## ")]
+	var documented []int
+	for _, m := range regexp.MustCompile(`(?m)^\| (\d+) \|`).FindAllStringSubmatch(sec, -1) {
+		n2, _ := strconv.Atoi(m[1])
+		documented = append(documented, n2)
+	}
+	slices.Sort(code)
+	slices.Sort(documented)
+	if !slices.Equal(code, documented) {
+		t.Errorf("exit codes in main.go %v, in docs/CLI.md %v", code, documented)
+	}
+}
+
+// exitConstants reads the exit* constants of main.go from the source.
+func exitConstants(t *testing.T) []int {
+	t.Helper()
 	fset := token.NewFileSet()
 	f, err := parser.ParseFile(fset, "main.go", nil, 0)
 	if err != nil {
@@ -52,19 +71,7 @@ func TestDocExitCodes(t *testing.T) {
 	if len(code) < 10 {
 		t.Fatalf("found only %d exit constants in main.go", len(code))
 	}
-	doc := readCLIDoc(t)
-	sec := doc[strings.Index(doc, "## EXIT STATUS"):]
-	sec = sec[:strings.Index(sec, "\n## ")]
-	var documented []int
-	for _, m := range regexp.MustCompile(`(?m)^\| (\d+) \|`).FindAllStringSubmatch(sec, -1) {
-		n2, _ := strconv.Atoi(m[1])
-		documented = append(documented, n2)
-	}
-	slices.Sort(code)
-	slices.Sort(documented)
-	if !slices.Equal(code, documented) {
-		t.Errorf("exit codes in main.go %v, in docs/CLI.md %v", code, documented)
-	}
+	return code
 }
 
 // TestDocCommands: every command and every one of its flags (with its

@@ -69,6 +69,13 @@ func (c *InitCmd) Run(g *Globals) error {
 	g.printf("Give this line to the other side (`bridge keys trust LINE`):\n%s\n", h.BundleText())
 	if c.Role == "host" {
 		g.printf("\nNext: write %s, then run `bridge serve`.\n", h.Path(bridge.PolicyName))
+	} else {
+		// The agent is usually an AI: tell the human how to tell it.
+		g.printf("\nOnce the host serves, tell your AI agent how to use it, from the host's catalog:\n")
+		g.printf("  bridge guide --format agents-md --out AGENTS.md    (a section of AGENTS.md, replaced on each run)\n")
+		g.printf("  bridge guide --skill .claude/skills/syncbridge     (a Claude Code skill)\n")
+		g.printf("  bridge guide                                       (the same text on standard output)\n")
+		g.printf("An MCP client can use `bridge mcp` instead.\n")
 	}
 	return nil
 }

@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"runtime/debug"
 	"strconv"
 	"strings"
 	"syscall"
@@ -85,6 +84,7 @@ type CLI struct {
 	Cancel    CancelCmd    `cmd:"" help:"Agent: ask the host to cancel a request."`
 	Ls        LsCmd        `cmd:"" help:"Agent: list sent requests. Host: list the ledger."`
 	Ops       OpsCmd       `cmd:"" help:"Agent: list the ops the host offers (its signed catalog)."`
+	Guide     GuideCmd     `cmd:"" help:"Agent: write how to use the bridge, from the host's catalog, for an AI agent to read."`
 	Ping      PingCmd      `cmd:"" help:"Agent: a round trip through the sync with a built-in no-op."`
 	Mcp       McpCmd       `cmd:"" name:"mcp" help:"Agent: serve the hosts' ops as MCP tools (stdio, or --http on loopback)."`
 	Reconcile ReconcileCmd `cmd:"" help:"Host: settle an uncertain request."`
@@ -101,14 +101,10 @@ type CLI struct {
 	Doctor    DoctorCmd    `cmd:"" help:"Check the set-up: folder, permissions, clocks, disk, sync litter, keys, daemon."`
 	Service   ServiceCmd   `cmd:"" help:"Host: install bridge serve as a user service (systemd, launchd)."`
 	Demo      DemoCmd      `cmd:"" help:"Run the whole loop on temporary folders, no set-up needed."`
+	Version   VersionCmd   `cmd:"" help:"Print the version, commit and platform of this build."`
 }
 
-func version() string {
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-		return bi.Main.Version
-	}
-	return "devel"
-}
+func version() string { return currentVersion().Version }
 
 func main() {
 	host.RunnerMain()
@@ -147,7 +143,7 @@ func realMain(args []string, stdin io.Reader, stdout, stderr io.Writer) (code in
 		fmt.Fprintf(stderr, "bridge: hint: run `%s --help`\n", helpPath(err))
 		return exitUsage
 	}
-	if cli.Home == "" {
+	if cli.Home == "" && kctx.Command() != "version" { // version needs no home, and may run where there is none
 		dir, err := os.UserConfigDir()
 		if err != nil {
 			fmt.Fprintf(stderr, "bridge: error: no --home given and no user config dir: %v\n", err)
