@@ -199,6 +199,9 @@ func buildGuide(h *bridge.Home, cl *agent.Client, only string) (*guideDoc, error
 						min: a.Min, max: a.Max, maxLen: a.MaxLen, allowDash: a.AllowDash, allowAt: a.AllowAt, allowP: a.AllowPlus})
 				}
 				cmd, complete := exampleCommand(hostFlag, op.Name, op.Idempotent, args)
+				if op.StdinMode() == bridge.StdinRequired {
+					cmd += " --stdin FILE"
+				}
 				gh.Examples = append(gh.Examples, guideExample{Op: op.Name, Command: cmd, Complete: complete})
 			}
 		}
@@ -511,10 +514,16 @@ func renderGuide(doc *guideDoc, h1 string) string {
 			}
 			p("\n\n")
 			var facts []string
-			if op.Scope == "read" {
+			switch op.Scope {
+			case "read":
 				facts = append(facts, "reads only")
-			} else {
+			case "execute":
+				facts = append(facts, "runs code (its effects are what that code does)")
+			default:
 				facts = append(facts, "changes things")
+			}
+			if op.Risk != "" {
+				facts = append(facts, "risk: "+oneLine(op.Risk))
 			}
 			if op.Idempotent {
 				facts = append(facts, "idempotent (safe to run again)")
@@ -525,10 +534,23 @@ func renderGuide(doc *guideDoc, h1 string) string {
 				facts = append(facts, "**needs a human's approval on the host** (it waits for `bridge approve`)")
 			}
 			facts = append(facts, "timeout "+oneLine(op.Timeout), fmt.Sprintf("output kept up to %s", sizeText(op.MaxOutput)))
-			if op.MaxStdin > 0 {
-				facts = append(facts, fmt.Sprintf("standard input up to %s with `--stdin FILE`", sizeText(op.MaxStdin)))
-			} else {
+			what := ""
+			if op.StdinHint != "" {
+				what = " (" + oneLine(op.StdinHint) + ")"
+			}
+			switch op.StdinMode() {
+			case bridge.StdinRequired:
+				facts = append(facts, fmt.Sprintf("**needs standard input**%s up to %s with `--stdin FILE`", what, sizeText(op.MaxStdin)))
+			case bridge.StdinOptional:
+				facts = append(facts, fmt.Sprintf("standard input%s up to %s with `--stdin FILE`", what, sizeText(op.MaxStdin)))
+			default:
 				facts = append(facts, "no standard input")
+			}
+			if op.DryRun != "" {
+				facts = append(facts, "try it first with "+code(op.DryRun))
+			}
+			if op.Undo != "" {
+				facts = append(facts, "undo with "+code(op.Undo))
 			}
 			p("- %s.\n", strings.Join(facts, "; "))
 			if len(op.Args) == 0 {
