@@ -68,7 +68,7 @@ func (c *InitCmd) Run(g *Globals) error {
 	g.printf("id          %s\nfingerprint %s\n\n", h.Config.ID, h.Bundle().Fingerprint())
 	g.printf("Give this line to the other side (`bridge keys trust LINE`):\n%s\n", h.BundleText())
 	if c.Role == "host" {
-		g.printf("\nNext: write %s, then run `bridge serve`.\n", h.Path(bridge.PolicyName))
+		g.printf("\nNext: `bridge policy init --agent NAME` writes a starter policy (%s); then run `bridge serve`.\n", h.Path(bridge.PolicyName))
 	} else {
 		// The agent is usually an AI: tell the human how to tell it.
 		g.printf("\nOnce the host serves, tell your AI agent how to use it, from the host's catalog:\n")

@@ -57,35 +57,44 @@ func TestScripts(t *testing.T) {
 			}
 			return false, fmt.Errorf("unknown condition %q", cond)
 		},
-		Setup: func(env *testscript.Env) error {
-			// testscript builds the environment from scratch, so a
-			// BRIDGE_HOME of the developer never leaks in. HOME (an op's
-			// default working directory) and the user config dir (the
-			// default --home) point into $WORK, so nothing touches the
-			// real user's files.
-			home := filepath.Join(env.WorkDir, ".home")
-			if err := os.Mkdir(home, 0o755); err != nil {
-				return err
-			}
-			env.Setenv("HOME", home)
-			env.Setenv("XDG_CONFIG_HOME", filepath.Join(home, ".config"))
-			// Tests (and CI) run as root; `serve` refuses that unless
-			// allowed. errors.txt unsets it to check the refusal.
-			env.Setenv("BRIDGE_ALLOW_ROOT", "1")
-			// Under -race every exec'd bridge would sleep 1 s at exit.
-			if os.Getenv("GORACE") == "" {
-				env.Setenv("GORACE", "atexit_sleep_ms=0")
-			}
-			return nil
-		},
-		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
-			"exitcode":   cmdExitcode,
-			"capture":    cmdCapture,
-			"waitfile":   cmdWaitfile,
-			"sleep":      cmdSleep,
-			"eventually": cmdEventually,
-		},
+		Setup: scriptSetup,
+		Cmds:  scriptCmds(),
 	})
+}
+
+// scriptSetup gives each script its own user: HOME and the user config dir
+// in $WORK.
+func scriptSetup(env *testscript.Env) error {
+	// testscript builds the environment from scratch, so a
+	// BRIDGE_HOME of the developer never leaks in. HOME (an op's
+	// default working directory) and the user config dir (the
+	// default --home) point into $WORK, so nothing touches the
+	// real user's files.
+	home := filepath.Join(env.WorkDir, ".home")
+	if err := os.Mkdir(home, 0o755); err != nil {
+		return err
+	}
+	env.Setenv("HOME", home)
+	env.Setenv("XDG_CONFIG_HOME", filepath.Join(home, ".config"))
+	// Tests (and CI) run as root; `serve` refuses that unless
+	// allowed. errors.txt unsets it to check the refusal.
+	env.Setenv("BRIDGE_ALLOW_ROOT", "1")
+	// Under -race every exec'd bridge would sleep 1 s at exit.
+	if os.Getenv("GORACE") == "" {
+		env.Setenv("GORACE", "atexit_sleep_ms=0")
+	}
+	return nil
+}
+
+// scriptCmds are the extra script commands (TestScripts).
+func scriptCmds() map[string]func(ts *testscript.TestScript, neg bool, args []string) {
+	return map[string]func(ts *testscript.TestScript, neg bool, args []string){
+		"exitcode":   cmdExitcode,
+		"capture":    cmdCapture,
+		"waitfile":   cmdWaitfile,
+		"sleep":      cmdSleep,
+		"eventually": cmdEventually,
+	}
 }
 
 func cmdExitcode(ts *testscript.TestScript, neg bool, args []string) {

@@ -3,7 +3,9 @@ package main
 import (
 	"errors"
 	"fmt"
+	"github.com/syncbridge/bridge/syncsafe"
 	"io/fs"
+	"os"
 	"sort"
 	"strings"
 
@@ -15,6 +17,7 @@ import (
 
 // PolicyCmd groups policy commands.
 type PolicyCmd struct {
+	Init    PolicyInitCmd    `cmd:"" help:"Write a starter policy into the host's home: one harmless op for one agent."`
 	Check   PolicyCheckCmd   `cmd:"" help:"Check the policy file and list what each agent may run."`
 	Explain PolicyExplainCmd `cmd:"" help:"Render an op's argv for given arguments, without running it."`
 }
@@ -64,6 +67,67 @@ func (g *Globals) homePolicy(what string) (string, error) {
 			"run it with the host's --home, or name a policy file: bridge policy check FILE")
 	}
 	return h.Path(bridge.PolicyName), nil
+}
+
+// PolicyInitCmd writes a starter policy.
+type PolicyInitCmd struct {
+	Agent string `default:"cloud-1" placeholder:"NAME" help:"The agent's local name (as paired: 'bridge keys show')."`
+}
+
+// starterPolicy allows one agent one harmless op, and shows, commented
+// out, the shape of a real one.
+const starterPolicy = `# What each agent may run on this host: named ops with typed arguments, no
+# shell, a clean environment. A running ` + "`bridge serve`" + ` takes edits live; check
+# them with ` + "`bridge policy check`" + `, and see an op as it would run with
+# ` + "`bridge policy explain OP`" + `. Every key: docs/OPERATIONS.md.
+
+[ops.hello]
+description = "a first round trip: prints a greeting"
+argv = ["echo", "hello from the host"]
+scope = "read"
+idempotent = true
+stdin = "none"
+
+# An op that runs a repository's tests (set dir, then add it to the agent):
+# [ops.test]
+# description = "run the Go tests"
+# argv = ["go", "test", "./..."]
+# dir = "/home/me/src/project"
+# scope = "execute"
+# env = ["PATH", "HOME"]
+# timeout = "20m"
+
+[agents.%s]
+ops = ["hello"]
+`
+
+func (c *PolicyInitCmd) Run(g *Globals) error {
+	file, err := g.homePolicy("policy init")
+	if err != nil {
+		return err
+	}
+	if !syncsafe.ValidName(c.Agent) {
+		return &codeError{code: exitUsage, err: withHintf(fmt.Errorf("policy init: %q cannot be an agent name", c.Agent), "use the name the agent was paired under (`bridge keys show`)")}
+	}
+	f, err := os.OpenFile(file, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if errors.Is(err, fs.ErrExist) {
+		return withHintf(fmt.Errorf("policy init: %s exists; nothing was written", file), "edit it, or check it with `bridge policy check`")
+	} else if err != nil {
+		return err
+	}
+	if _, err := fmt.Fprintf(f, starterPolicy, c.Agent); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if g.JSON {
+		return g.printJSON(map[string]any{"file": file, "agent": c.Agent, "ops": []string{"hello"}})
+	}
+	g.printf("wrote %s: agent %q may run hello\n", file, c.Agent)
+	g.note("edit it to add the ops you want; `bridge serve` takes edits live")
+	return nil
 }
 
 // policyError: a policy that does not load or does not allow the call is
