@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
@@ -331,14 +332,31 @@ func (b *boundedReader) Read(p []byte) (int, error) {
 }
 
 // redeliver publishes the remembered manifest of a request again if the
-// folder does not hold it.
+// folder does not hold those very bytes: the name is this agent's alone,
+// so something else there (a sync client's conflict resolution that kept
+// another writer's version, an rclone --resync that kept the other side's,
+// a planted directory) is replaced. The host keys on the id, so a request it
+// saw before is answered from its ledger, never run again.
 func (c *Client) redeliver(s *Sent) {
-	rel := bridge.RequestPath(s.Host, c.home.Config.ID, s.ID, bridge.ExtManifest)
-	if _, err := c.folder.Lstat(rel); err == nil {
+	m := c.sentManifest(s.ID)
+	if m == nil || bridge.SHA256Hex(m) != s.ManifestSHA256 {
 		return
 	}
-	if m := c.sentManifest(s.ID); m != nil && bridge.SHA256Hex(m) == s.ManifestSHA256 {
+	rel := bridge.RequestPath(s.Host, c.home.Config.ID, s.ID, bridge.ExtManifest)
+	fi, err := c.folder.Lstat(rel)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
 		c.folder.Publish(rel, bridge.WriteBytes(m))
+	case err != nil:
+	case !fi.Mode().IsRegular():
+		if c.folder.RemoveAll(rel) == nil {
+			c.folder.Publish(rel, bridge.WriteBytes(m))
+		}
+	default:
+		if have, err := c.folder.ReadFile(rel, int64(len(m))+1); err == nil && bytes.Equal(have, m) {
+			return
+		}
+		c.folder.PublishReplace(rel, bridge.WriteBytes(m))
 	}
 }
 

@@ -63,3 +63,44 @@ func TestKeyedRetryFromRestoredAgentHome(t *testing.T) {
 		t.Fatalf("the op ran %d times", n)
 	}
 }
+
+// A keyed retry restores its manifest when another writer's version took
+// its name (a sync client's conflict resolution kept the other side's, an
+// rclone --resync, a planted directory): without it the request would never
+// be answered. The op runs once.
+func TestKeyedRetryRestoresAnOverwrittenManifest(t *testing.T) {
+	for _, clobber := range []string{"junk", "directory"} {
+		t.Run(clobber, func(t *testing.T) {
+			p := newPair(t, testPolicy)
+			countFile := filepath.Join(t.TempDir(), "count")
+			s, err := p.client.Submit(agent.SubmitOptions{Host: "laptop", Op: "count", Key: "k1"})
+			must(t, err)
+			rel := filepath.Join(p.folder, bridge.RequestPath(p.host.Config.ID, p.agent.Config.ID, s.ID, bridge.ExtManifest))
+			must(t, os.Remove(rel))
+			if clobber == "junk" {
+				must(t, os.WriteFile(rel, []byte("another writer's version"), 0o644))
+			} else {
+				must(t, os.MkdirAll(filepath.Join(rel, "x"), 0o755))
+			}
+			again, err := p.client.Submit(agent.SubmitOptions{Host: "laptop", Op: "count", Key: "k1"})
+			must(t, err)
+			if again.ID != s.ID {
+				t.Fatalf("the retry's id %s, the first %s", again.ID, s.ID)
+			}
+			p.start(t, map[string]string{"COUNT_FILE": countFile})
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			out, err := p.client.Wait(ctx, s.ID, nil)
+			if err != nil {
+				t.Fatalf("the keyed retry was never answered: %v", err)
+			}
+			if out.Receipt.Status != bridge.StatusDone {
+				t.Fatalf("answer: %s (%s)", out.Receipt.Status, out.Receipt.Reason)
+			}
+			settleFor()
+			if n := count(t, countFile, "run"); n != 1 {
+				t.Fatalf("the op ran %d times", n)
+			}
+		})
+	}
+}
