@@ -105,7 +105,12 @@ func freePorts(t *testing.T, n int) []int {
 // startSyncthingPair starts A and B, pairs them, shares one folder and
 // waits until they are connected and in sync. Everything is stopped in
 // t.Cleanup.
-func startSyncthingPair(t *testing.T) *stPair {
+func startSyncthingPair(t *testing.T) *stPair { t.Helper(); return startSyncthingPairWith(t, true) }
+
+// startSyncthingPairWith is startSyncthingPair; without nudge the harness
+// does not scan the folders itself, so only the product's nudges (and
+// Syncthing's watcher) make changes go out.
+func startSyncthingPairWith(t *testing.T, nudge bool) *stPair {
 	t.Helper()
 	bin := syncthingBinary(t)
 	base := t.TempDir()
@@ -189,6 +194,9 @@ func startSyncthingPair(t *testing.T) *stPair {
 	ctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
 	for _, in := range s.sides() {
+		if !nudge {
+			break
+		}
 		s.nudged.Add(1)
 		go func(in *stInstance) {
 			defer s.nudged.Done()

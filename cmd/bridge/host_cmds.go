@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -41,6 +42,10 @@ func (c *ServeCmd) Run(g *Globals) error {
 		level = bridge.LogDebug
 	}
 	logger := bridge.NewLogger(g.stderr, c.LogFormat, level)
+	if fi, err := os.Stat(filepath.Join(h.Config.Folder, ".stfolder")); h.Nudger == nil && err == nil && fi.IsDir() {
+		logger.Warn("the folder is Syncthing's and no nudge is set: each hop waits for Syncthing's watcher (10 s by default)",
+			"hint", "bridge syncthing setup --share-results, on both sides")
+	}
 	if h.Nudger != nil {
 		// The daemon's nudge failures go to its log, in its format.
 		if h.Nudger, err = c.SyncthingFlags.over(mustSyncthingConfig(h)).nudger(logger); err != nil {

@@ -100,6 +100,7 @@ type CLI struct {
 	Audit     AuditCmd     `cmd:"" help:"Host: print or verify the hash-chained audit log."`
 	Doctor    DoctorCmd    `cmd:"" help:"Check the set-up: folder, permissions, clocks, disk, sync litter, keys, daemon."`
 	Service   ServiceCmd   `cmd:"" help:"Host: install bridge serve as a user service (systemd, launchd)."`
+	Syncthing SyncthingCmd `cmd:"" help:"Set up the Syncthing nudge: find Syncthing's API and folder ids, optionally share the results on their own."`
 	Demo      DemoCmd      `cmd:"" help:"Run the whole loop on temporary folders, no set-up needed."`
 	Version   VersionCmd   `cmd:"" help:"Print the version, commit and platform of this build."`
 }

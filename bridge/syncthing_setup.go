@@ -1,0 +1,346 @@
+package bridge
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"encoding/xml"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"maps"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/syncbridge/bridge/syncsafe"
+)
+
+// SyncthingSetupOptions say where the local Syncthing is; empty fields are
+// found in its config.xml.
+type SyncthingSetupOptions struct {
+	API, Key string
+	// ConfigXML is Syncthing's config.xml; "" looks in the places
+	// Syncthing keeps it (SyncthingConfigPaths).
+	ConfigXML string
+	// ShareResults shares each results directory this side reads or
+	// writes (hosts/<host>/to-agent) as a Syncthing folder of its own, with
+	// the devices of the bridge folder, and leaves it out of the bridge
+	// folder: a result then goes out at once instead of waiting for the
+	// bridge folder's next index update (docs/OPERATIONS.md). Both sides
+	// run it; the folder id is derived from the host's id, so the two
+	// folders meet.
+	ShareResults bool
+	DryRun       bool
+}
+
+// SyncthingSetupReport is what SyncthingSetup found and did.
+type SyncthingSetupReport struct {
+	API        string   `json:"api"`
+	ConfigXML  string   `json:"config_xml,omitempty"` // where the key was read, if it was
+	Folder     string   `json:"folder_id"`            // the Syncthing folder whose root is the bridge folder
+	Results    []string `json:"results_folders"`      // PATH=ID of folders inside it
+	Created    []string `json:"created"`              // folders this run added to Syncthing
+	Folders    string   `json:"folders"`              // what the nudge is given (--syncthing-folder)
+	SavedTo    string   `json:"saved_to,omitempty"`
+	Unshared   []string `json:"unshared_devices,omitempty"`
+	DryRun     bool     `json:"dry_run"`
+	IgnoreLine []string `json:"ignore_lines_added"`
+}
+
+// SyncthingConfigPaths are where Syncthing keeps config.xml, most likely
+// first: its state directory since 1.27, its config directory before.
+func SyncthingConfigPaths() []string {
+	var out []string
+	if d := os.Getenv("STHOMEDIR"); d != "" {
+		out = append(out, filepath.Join(d, "config.xml"))
+	}
+	home, _ := os.UserHomeDir()
+	switch runtime.GOOS {
+	case "darwin":
+		out = append(out, filepath.Join(home, "Library", "Application Support", "Syncthing", "config.xml"))
+	case "windows":
+		out = append(out, filepath.Join(os.Getenv("LOCALAPPDATA"), "Syncthing", "config.xml"))
+	default:
+		state := os.Getenv("XDG_STATE_HOME")
+		if state == "" {
+			state = filepath.Join(home, ".local", "state")
+		}
+		cfg := os.Getenv("XDG_CONFIG_HOME")
+		if cfg == "" {
+			cfg = filepath.Join(home, ".config")
+		}
+		out = append(out, filepath.Join(state, "syncthing", "config.xml"), filepath.Join(cfg, "syncthing", "config.xml"))
+	}
+	return out
+}
+
+// readSyncthingGUI reads the GUI address and API key from config.xml.
+func readSyncthingGUI(file string) (api, key string, err error) {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return "", "", err
+	}
+	var cfg struct {
+		GUI struct {
+			TLS     bool   `xml:"tls,attr"`
+			Address string `xml:"address"`
+			APIKey  string `xml:"apikey"`
+		} `xml:"gui"`
+	}
+	if err := xml.Unmarshal(data, &cfg); err != nil {
+		return "", "", fmt.Errorf("read %s: %w", file, err)
+	}
+	addr := cfg.GUI.Address
+	if addr == "" || cfg.GUI.APIKey == "" {
+		return "", "", fmt.Errorf("read %s: no GUI address or API key in it", file)
+	}
+	if strings.HasPrefix(addr, "0.0.0.0:") {
+		addr = "127.0.0.1:" + strings.TrimPrefix(addr, "0.0.0.0:")
+	}
+	scheme := "http"
+	if cfg.GUI.TLS {
+		scheme = "https"
+	}
+	if strings.HasPrefix(addr, "/") || strings.HasPrefix(addr, "unix") {
+		return "", "", fmt.Errorf("read %s: the GUI listens on a unix socket (%s); pass --syncthing-api and --syncthing-key", file, addr)
+	}
+	return scheme + "://" + addr, cfg.GUI.APIKey, nil
+}
+
+// stFolderConfig is the part of Syncthing's folder configuration setup
+// reads; a new folder is created from the defaults with these fields.
+type stFolderConfig struct {
+	ID      string           `json:"id"`
+	Label   string           `json:"label,omitempty"`
+	Path    string           `json:"path"`
+	Type    string           `json:"type,omitempty"`
+	Devices []map[string]any `json:"devices"`
+	Watch   *bool            `json:"fsWatcherEnabled,omitempty"`
+}
+
+// stClient is a tiny client of Syncthing's REST API.
+type stClient struct {
+	api, key string
+	http     *http.Client
+}
+
+var errSyncthingKey = errors.New("the API key is refused")
+
+func (c *stClient) call(method, path string, in, out any) error {
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return err
+		}
+		body = bytes.NewReader(b)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, method, c.api+path, body)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("X-API-Key", c.key)
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return fmt.Errorf("syncthing %s %s: %w", method, path, err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	switch {
+	case resp.StatusCode == http.StatusForbidden || resp.StatusCode == http.StatusUnauthorized:
+		return fmt.Errorf("syncthing %s %s: %w (%s)", method, path, errSyncthingKey, resp.Status)
+	case resp.StatusCode/100 != 2:
+		return fmt.Errorf("syncthing %s %s: %s: %s", method, path, resp.Status, strings.TrimSpace(string(data)))
+	}
+	if out != nil {
+		return json.Unmarshal(data, out)
+	}
+	return nil
+}
+
+// samePath reports whether two paths name the same directory.
+func samePath(a, b string) bool {
+	fa, errA := os.Stat(a)
+	fb, errB := os.Stat(b)
+	if errA == nil && errB == nil {
+		return os.SameFile(fa, fb)
+	}
+	return filepath.Clean(a) == filepath.Clean(b)
+}
+
+// expandTilde turns Syncthing's ~/ into the user's home.
+func expandTilde(p string) string {
+	if rest, ok := strings.CutPrefix(p, "~"+string(filepath.Separator)); ok {
+		if home, err := os.UserHomeDir(); err == nil {
+			return filepath.Join(home, rest)
+		}
+	}
+	return p
+}
+
+// resultsFolderID is the Syncthing folder id of a host's results directory
+// shared on its own: derived from the host's id, so the host's and the
+// agent's setup make the same one.
+func resultsFolderID(hostID string) string { return "bridge-results-" + hostID[:16] }
+
+// SyncthingSetup finds the local Syncthing, the folder that holds the
+// bridge folder and any folder inside it, optionally shares the results
+// directories as folders of their own, checks that a nudge is accepted,
+// and saves the nudge settings in the home (SyncthingConfigName).
+func SyncthingSetup(h *Home, o SyncthingSetupOptions) (*SyncthingSetupReport, error) {
+	rep := &SyncthingSetupReport{DryRun: o.DryRun, Results: []string{}, Created: []string{}, IgnoreLine: []string{}}
+	api, key := o.API, o.Key
+	if api == "" || key == "" {
+		paths := SyncthingConfigPaths()
+		if o.ConfigXML != "" {
+			paths = []string{o.ConfigXML}
+		}
+		var errs []error
+		for _, p := range paths {
+			a, k, err := readSyncthingGUI(p)
+			if err != nil {
+				if !errors.Is(err, fs.ErrNotExist) || o.ConfigXML != "" {
+					errs = append(errs, err)
+				}
+				continue
+			}
+			if api == "" {
+				api = a
+			}
+			if key == "" {
+				key = k
+			}
+			rep.ConfigXML = p
+			break
+		}
+		if api == "" || key == "" {
+			return nil, WithHint(fmt.Errorf("syncthing setup: no Syncthing config.xml found (looked in %s) %w", strings.Join(paths, ", "), errors.Join(errs...)),
+				"pass --config FILE, or --api URL and --key KEY (Syncthing's Settings > GUI shows both)")
+		}
+	}
+	u, err := url.Parse(api)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("syncthing setup: API %q: want a URL such as http://127.0.0.1:8384", api)
+	}
+	rep.API = strings.TrimRight(api, "/")
+	c := &stClient{api: rep.API, key: key, http: &http.Client{Timeout: 30 * time.Second}}
+	var folders []stFolderConfig
+	if err := c.call("GET", "/rest/config/folders", nil, &folders); err != nil {
+		if errors.Is(err, errSyncthingKey) {
+			return nil, WithHint(fmt.Errorf("syncthing setup: %w", err), "the key is Settings > GUI > API Key in Syncthing; pass it with --key")
+		}
+		return nil, WithHint(fmt.Errorf("syncthing setup: %w", err), "is Syncthing running on this machine, with its GUI at %s?", rep.API)
+	}
+	bridgeDir := h.Config.Folder
+	var root *stFolderConfig
+	for i := range folders {
+		if samePath(expandTilde(folders[i].Path), bridgeDir) {
+			root = &folders[i]
+		}
+	}
+	if root == nil {
+		return nil, WithHint(fmt.Errorf("syncthing setup: no Syncthing folder has its root at the bridge folder %s", bridgeDir),
+			"share that very directory in Syncthing (Add Folder, its path), with the other side's device, then run this again")
+	}
+	rep.Folder = root.ID
+	inside := map[string]string{} // rel path → folder id
+	for _, f := range folders {
+		p := expandTilde(f.Path)
+		if rel, err := filepath.Rel(bridgeDir, p); err == nil && rel != "." && !strings.HasPrefix(rel, "..") && !filepath.IsAbs(rel) {
+			inside[filepath.ToSlash(rel)] = f.ID
+		}
+	}
+	if o.ShareResults {
+		var hosts []string
+		if h.Config.Role == "host" {
+			hosts = []string{h.Config.ID}
+		} else {
+			peers, err := h.Peers()
+			if err != nil {
+				return nil, err
+			}
+			for _, p := range peers {
+				if p.Role == "host" {
+					hosts = append(hosts, p.ID)
+				}
+			}
+			if len(hosts) == 0 {
+				return nil, WithHint(errors.New("syncthing setup: --share-results: this agent trusts no host yet"), "pair first (`bridge pair`), then run this again")
+			}
+		}
+		var ignores struct {
+			Ignore []string `json:"ignore"`
+		}
+		if err := c.call("GET", "/rest/db/ignores?folder="+url.QueryEscape(root.ID), nil, &ignores); err != nil {
+			return nil, fmt.Errorf("syncthing setup: %w", err)
+		}
+		newIgnores := slices.Clone(ignores.Ignore)
+		for _, host := range hosts {
+			rel := HostDir(host) + "/" + toAgentDir
+			line := "/" + rel
+			if !slices.Contains(newIgnores, line) {
+				newIgnores = append(newIgnores, line)
+				rep.IgnoreLine = append(rep.IgnoreLine, line)
+			}
+			if _, ok := inside[rel]; ok {
+				continue
+			}
+			id := resultsFolderID(host)
+			inside[rel] = id
+			rep.Created = append(rep.Created, id)
+			if o.DryRun {
+				continue
+			}
+			watch := true
+			nf := stFolderConfig{ID: id, Label: "bridge results " + host[:8], Path: filepath.Join(bridgeDir, filepath.FromSlash(rel)),
+				Type: "sendreceive", Devices: root.Devices, Watch: &watch}
+			if err := os.MkdirAll(nf.Path, 0o700); err != nil {
+				return nil, err
+			}
+			if err := c.call("PUT", "/rest/config/folders/"+url.PathEscape(id), nf, nil); err != nil {
+				return nil, fmt.Errorf("syncthing setup: add the results folder: %w", err)
+			}
+			if err := c.call("POST", "/rest/db/ignores?folder="+url.QueryEscape(id), map[string]any{"ignore": []string{"(?d)~$*", "(?d)*.tmp"}}, nil); err != nil {
+				return nil, fmt.Errorf("syncthing setup: ignore rules of the results folder: %w", err)
+			}
+		}
+		if len(rep.IgnoreLine) > 0 && !o.DryRun {
+			if err := c.call("POST", "/rest/db/ignores?folder="+url.QueryEscape(root.ID), map[string]any{"ignore": newIgnores}, nil); err != nil {
+				return nil, fmt.Errorf("syncthing setup: leave the results out of the bridge folder: %w", err)
+			}
+		}
+	}
+	spec := []string{root.ID}
+	for _, rel := range slices.Sorted(maps.Keys(inside)) {
+		spec = append(spec, rel+"="+inside[rel])
+		rep.Results = append(rep.Results, rel+"="+inside[rel])
+	}
+	rep.Folders = strings.Join(spec, ",")
+	if _, err := NewNudger(rep.API, key, rep.Folders, nil); err != nil {
+		return nil, fmt.Errorf("syncthing setup: %w", err)
+	}
+	if o.DryRun {
+		return rep, nil
+	}
+	// A scan of the marker: the key works and the folder is Syncthing's.
+	if err := c.call("POST", "/rest/db/scan?folder="+url.QueryEscape(root.ID)+"&sub="+url.QueryEscape(syncsafe.MarkerName), nil, nil); err != nil {
+		return nil, fmt.Errorf("syncthing setup: a test nudge: %w", err)
+	}
+	if err := h.SaveSyncthingConfig(SyncthingConfig{API: rep.API, Key: key, Folders: rep.Folders}); err != nil {
+		return nil, err
+	}
+	rep.SavedTo = h.Path(SyncthingConfigName)
+	return rep, nil
+}
