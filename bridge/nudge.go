@@ -31,9 +31,26 @@ type Nudger struct {
 
 	// Paths nudged within coalesce of each other go in one request per
 	// folder: a result's two files, a request's manifest and payload.
-	mu      sync.Mutex
-	pending []string
-	badKey  atomic.Bool // the key was refused once: said once
+	mu       sync.Mutex
+	pending  []string
+	inflight sync.WaitGroup
+	badKey   atomic.Bool // the key was refused once: said once
+}
+
+// Flush sends what is pending now and waits, at most d, for the scans in
+// flight: a command that exits right after its last write would otherwise
+// exit before its nudge is sent.
+func (n *Nudger) Flush(d time.Duration) {
+	if n == nil {
+		return
+	}
+	n.flush()
+	done := make(chan struct{})
+	go func() { n.inflight.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(d):
+	}
 }
 
 // coalesce is how long a nudge waits for others to join it.
@@ -76,8 +93,12 @@ func NewNudger(api, key, folders string, log *slog.Logger) (*Nudger, error) {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	return &Nudger{api: strings.TrimRight(api, "/"), key: key, folders: fs, log: log,
-		http: &http.Client{Timeout: nudgeTimeout}}, nil
+		http: &http.Client{Timeout: nudgeTimeout, CheckRedirect: noRedirect}}, nil
 }
+
+// noRedirect: the API key goes to the address set, never where an answer
+// points (a client following a redirect re-sends the header).
+func noRedirect(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 
 // parseSTFolders reads NewNudger's folders, longest path first.
 func parseSTFolders(spec string) ([]stFolder, error) {
@@ -158,7 +179,8 @@ func (n *Nudger) flush() {
 		subs[id] = append(subs[id], sub)
 	}
 	for _, id := range order {
-		go n.scan(id, subs[id])
+		n.inflight.Add(1)
+		go func() { defer n.inflight.Done(); n.scan(id, subs[id]) }()
 	}
 }
 

@@ -190,6 +190,41 @@ func expandTilde(p string) string {
 	return p
 }
 
+// plainDirIn returns rel (slash-separated) inside base, refusing any
+// component that is a link or not a directory, and creating missing ones
+// if create. A folder writer can plant a link where the results directory
+// belongs (the bridge folder carries it); sharing the link's target as a
+// Syncthing folder would hand the folder's devices a directory anywhere on
+// this machine.
+func plainDirIn(base, rel string, create bool) (string, error) {
+	cur := base
+	for _, c := range strings.Split(rel, "/") {
+		cur = filepath.Join(cur, c)
+		fi, err := os.Lstat(cur)
+		switch {
+		case errors.Is(err, fs.ErrNotExist) && create:
+			if err := os.Mkdir(cur, 0o700); err != nil {
+				return "", fmt.Errorf("syncthing setup: %w", err)
+			}
+		case errors.Is(err, fs.ErrNotExist):
+		case err != nil:
+			return "", fmt.Errorf("syncthing setup: %w", err)
+		case !fi.IsDir():
+			return "", WithHint(fmt.Errorf("syncthing setup: %s is not a plain directory (%s): refusing to share it", cur, fi.Mode().Type()),
+				"something in the folder put it there, maybe on purpose: remove it (`bridge doctor` checks the folder), then run this again")
+		}
+	}
+	if !create {
+		return cur, nil
+	}
+	realBase, err1 := filepath.EvalSymlinks(base)
+	real, err2 := filepath.EvalSymlinks(cur)
+	if err1 != nil || err2 != nil || real != filepath.Join(realBase, filepath.FromSlash(rel)) {
+		return "", fmt.Errorf("syncthing setup: %s does not stay inside the bridge folder; refusing to share it", cur)
+	}
+	return cur, nil
+}
+
 // resultsFolderID is the Syncthing folder id of a host's results directory
 // shared on its own: derived from the host's id, so the host's and the
 // agent's setup make the same one.
@@ -226,16 +261,24 @@ func SyncthingSetup(h *Home, o SyncthingSetupOptions) (*SyncthingSetupReport, er
 			break
 		}
 		if api == "" || key == "" {
-			return nil, WithHint(fmt.Errorf("syncthing setup: no Syncthing config.xml found (looked in %s) %w", strings.Join(paths, ", "), errors.Join(errs...)),
+			missing := "no Syncthing config.xml found (looked in " + strings.Join(paths, ", ") + ")"
+			if err := errors.Join(errs...); err != nil {
+				missing = err.Error()
+			}
+			if o.API != "" {
+				return nil, WithHint(fmt.Errorf("syncthing setup: --api without --key, and %s", missing),
+					"pass --key KEY too: Syncthing's Settings > GUI > API Key")
+			}
+			return nil, WithHint(fmt.Errorf("syncthing setup: %s", missing),
 				"pass --config FILE, or --api URL and --key KEY (Syncthing's Settings > GUI shows both)")
 		}
 	}
 	u, err := url.Parse(api)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("syncthing setup: API %q: want a URL such as http://127.0.0.1:8384", api)
+		return nil, WithHint(fmt.Errorf("syncthing setup: API %q is not a URL", api), "pass the GUI address as a URL, such as --api http://127.0.0.1:8384")
 	}
 	rep.API = strings.TrimRight(api, "/")
-	c := &stClient{api: rep.API, key: key, http: &http.Client{Timeout: 30 * time.Second}}
+	c := &stClient{api: rep.API, key: key, http: &http.Client{Timeout: 30 * time.Second, CheckRedirect: noRedirect}}
 	var folders []stFolderConfig
 	if err := c.call("GET", "/rest/config/folders", nil, &folders); err != nil {
 		if errors.Is(err, errSyncthingKey) {
@@ -300,15 +343,16 @@ func SyncthingSetup(h *Home, o SyncthingSetupOptions) (*SyncthingSetupReport, er
 			id := resultsFolderID(host)
 			inside[rel] = id
 			rep.Created = append(rep.Created, id)
+			dir, err := plainDirIn(bridgeDir, rel, !o.DryRun)
+			if err != nil {
+				return nil, err
+			}
 			if o.DryRun {
 				continue
 			}
 			watch := true
-			nf := stFolderConfig{ID: id, Label: "bridge results " + host[:8], Path: filepath.Join(bridgeDir, filepath.FromSlash(rel)),
+			nf := stFolderConfig{ID: id, Label: "bridge results " + host[:8], Path: dir,
 				Type: "sendreceive", Devices: root.Devices, Watch: &watch}
-			if err := os.MkdirAll(nf.Path, 0o700); err != nil {
-				return nil, err
-			}
 			if err := c.call("PUT", "/rest/config/folders/"+url.PathEscape(id), nf, nil); err != nil {
 				return nil, fmt.Errorf("syncthing setup: add the results folder: %w", err)
 			}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -434,8 +435,12 @@ func (d *Daemon) answerOrRetry(j *job, ev event, rc bridge.Receipt, stdout, stde
 // start until enough of them end, and a limit raised frees the waiters
 // it allows at once.
 func (d *Daemon) acquire(ctx context.Context, op string, limit int) func() {
-	if limit <= 0 {
-		return func() {}
+	// The limit in force now, not the one the request was admitted under:
+	// a request evaluated across a reload must not bring an old limit back.
+	if r := d.rules(); r != nil {
+		if c, ok := r.p.Concurrency(op); ok {
+			limit = c
+		}
 	}
 	d.mu.Lock()
 	s := d.slots[op]
@@ -443,7 +448,12 @@ func (d *Daemon) acquire(ctx context.Context, op string, limit int) func() {
 		s = &opSlots{}
 		d.slots[op] = s
 	}
+	// Runs are counted when there is no limit too, so that a limit a
+	// reload sets counts the runs going already.
 	s.limit = limit
+	if limit <= 0 {
+		s.limit = math.MaxInt
+	}
 	if s.busy < s.limit && len(s.waiters) == 0 {
 		s.busy++
 		d.mu.Unlock()

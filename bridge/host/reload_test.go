@@ -2,6 +2,7 @@ package host
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -248,5 +249,42 @@ func TestLoweredConcurrencyCountsRunningOnes(t *testing.T) {
 	hold()
 	if d.slots["op"].busy != 0 || len(d.slots["op"].waiters) != 0 {
 		t.Fatalf("slots leak: %+v", *d.slots["op"])
+	}
+}
+
+// A limit a reload sets on an op that had none counts the runs going
+// already: under a new limit of 1, nothing more starts while two run.
+func TestLimitSetByReloadCountsRunningOnes(t *testing.T) {
+	par := `
+[ops.par]
+argv = ["sh", "-c", "echo par-$0 >> \"$RUNS\"; while [ -f \"$RUNS.block\" ]; do sleep 0.05; done", "{request_id}"]
+env = ["PATH", "RUNS"]
+idempotent = true
+concurrency = %d
+`
+	withPar := func(n int) string {
+		return strings.Replace(edgePolicy, `"chatty", "gated"]`, `"chatty", "gated", "par"]`, 1) + fmt.Sprintf(par, n)
+	}
+	e := newEdge(t)
+	e.writePolicy(t, withPar(0))
+	e.block()
+	d := e.daemon(t)
+	a, b := e.submit(t, "par"), e.submit(t, "par")
+	waitFor(t, 10*time.Second, "two runs at once", func() bool { return e.starts(t, "par", a) == 1 && e.starts(t, "par", b) == 1 })
+	before := d.pol().SHA256
+	e.writePolicy(t, withPar(1))
+	waitFor(t, 10*time.Second, "the reload", func() bool { return d.pol().SHA256 != before })
+	c := e.submit(t, "par")
+	waitFor(t, 10*time.Second, "the third to be claimed", func() bool {
+		st := e.entry(t, c).State
+		return st == ledger.StateClaimed || st == ledger.StateRunning
+	})
+	settleFor()
+	if n := e.starts(t, "par", c); n != 0 {
+		t.Fatalf("a third run started under a limit of 1 with two running")
+	}
+	e.unblock()
+	if out := e.wait(t, c); out.Receipt.Status != bridge.StatusDone || e.starts(t, "par", c) != 1 {
+		t.Fatalf("the third: %s, started %d times", out.Receipt.Status, e.starts(t, "par", c))
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/syncbridge/bridge/bridge"
@@ -162,4 +163,24 @@ func launchdPlist(label string, o ServiceOptions) string {
 </dict>
 </plist>
 `, xmlEscape(label), xmlEscape(o.Exe), xmlEscape(o.Home), root, xmlEscape(logs), env)
+}
+
+// SafePath keeps the entries of a PATH a service may run programs from:
+// absolute, existing directories that neither group nor others can write
+// and that belong to this user or root. Anything else in the unit would let
+// another user put a program in front of the ops' own (root installing from
+// a shell that kept a user's PATH, `sudo -E`), or is a relative entry that
+// means nothing to a service. dropped says why each one was left out.
+func SafePath(path string) (kept string, dropped []string) {
+	var out []string
+	for _, dir := range filepath.SplitList(path) {
+		if why := unsafePathDir(dir); why != "" {
+			dropped = append(dropped, fmt.Sprintf("%q (%s)", dir, why))
+			continue
+		}
+		if !slices.Contains(out, dir) {
+			out = append(out, dir)
+		}
+	}
+	return strings.Join(out, string(filepath.ListSeparator)), dropped
 }

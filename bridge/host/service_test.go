@@ -2,6 +2,7 @@ package host
 
 import (
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -65,6 +66,39 @@ func TestOperationsShowsUnits(t *testing.T) {
 	} {
 		if !strings.Contains(string(doc), unit) {
 			t.Errorf("docs/OPERATIONS.md does not show this unit as written:\n%s", unit)
+		}
+	}
+}
+
+// A service's PATH keeps only directories no one else can write: another
+// user's directory, or one anyone may write (/tmp), would let them put a
+// program in front of the ops' own; relative entries mean nothing there.
+func TestSafePath(t *testing.T) {
+	base := t.TempDir()
+	good, open := filepath.Join(base, "good"), filepath.Join(base, "open")
+	for _, d := range []string{good, open} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Chmod(open, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	path := strings.Join([]string{good, ".", "bin", open, filepath.Join(base, "missing"), good}, string(filepath.ListSeparator))
+	kept, dropped := SafePath(path)
+	if kept != good || len(dropped) != 4 {
+		t.Fatalf("kept %q, dropped %v", kept, dropped)
+	}
+	if os.Geteuid() == 0 {
+		other := filepath.Join(base, "other")
+		if err := os.Mkdir(other, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(other, 65534, 65534); err != nil {
+			t.Fatal(err)
+		}
+		if kept, _ := SafePath(other); kept != "" {
+			t.Fatalf("another user's directory kept: %q", kept)
 		}
 	}
 }

@@ -128,6 +128,14 @@ func Load(path string) (*Policy, error) {
 	if err := checkWritable(path, fi); err != nil {
 		return nil, err
 	}
+	// A link: the file read is the target's, and whoever can replace the
+	// target or write its directory decides too (a policy linked from a
+	// shared directory, then reloaded live, would give them the host).
+	if real, err := filepath.EvalSymlinks(path); err == nil && real != path {
+		if err := checkWritable(real, fi); err != nil {
+			return nil, err
+		}
+	}
 	data, err := io.ReadAll(io.LimitReader(f, maxPolicySize+1))
 	if err != nil {
 		return nil, fmt.Errorf("load policy: %w", err)
@@ -151,10 +159,18 @@ func checkWritable(path string, fi os.FileInfo) error {
 		return &PolicyError{File: path, Msg: fmt.Sprintf("writable by group or others (mode %o)", m),
 			Hint: "chmod 600 " + path + ": the policy decides what agents may run"}
 	}
+	if uid, ok := ownerOf(fi); ok && uid != uint32(os.Geteuid()) && uid != 0 {
+		return &PolicyError{File: path, Msg: fmt.Sprintf("owned by another user (uid %d)", uid),
+			Hint: "the policy decides what agents may run: keep it a file of the user who runs `bridge serve`"}
+	}
 	dir := filepath.Dir(path)
 	di, err := os.Stat(dir)
 	if err != nil {
 		return fmt.Errorf("load policy: %w", err)
+	}
+	if uid, ok := ownerOf(di); ok && uid != uint32(os.Geteuid()) && uid != 0 {
+		return &PolicyError{File: path, Msg: fmt.Sprintf("its directory %s is owned by another user (uid %d)", dir, uid),
+			Hint: "keep the policy in the home: whoever owns the directory can replace the policy"}
 	}
 	if m := di.Mode().Perm(); m&0o022 != 0 {
 		return &PolicyError{File: path, Msg: fmt.Sprintf("its directory %s is writable by group or others (mode %o)", dir, m),

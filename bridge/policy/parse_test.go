@@ -418,3 +418,49 @@ func TestLoadErrorNamesFile(t *testing.T) {
 		t.Errorf("got %v", err)
 	}
 }
+
+// A policy linked from a directory others may write is refused like one
+// kept there: whoever can replace the target decides what runs, and serve
+// reloads it live. So is a policy owned by another user.
+func TestLoadChecksALinkedPolicysTarget(t *testing.T) {
+	if runtime.GOOS == "windows" {
+		t.Skip("mode bits and links: Unix")
+	}
+	base := t.TempDir()
+	shared := filepath.Join(base, "shared")
+	home := filepath.Join(base, "home")
+	for _, d := range []string{shared, home} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Chmod(shared, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	src := "[ops.a]\nargv = [\"/bin/true\"]\n[agents.x]\nops = [\"a\"]\n"
+	target := filepath.Join(shared, "policy.toml")
+	if err := os.WriteFile(target, []byte(src), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(home, "policy.toml")
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := policy.Load(link); err == nil || !strings.Contains(err.Error(), "writable by group or others") {
+		t.Fatalf("a policy linked into a world-writable directory: %v", err)
+	}
+	if err := os.Chmod(shared, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := policy.Load(link); err != nil {
+		t.Fatalf("a policy linked from a private directory: %v", err)
+	}
+	if os.Geteuid() == 0 {
+		if err := os.Chown(target, 65534, 65534); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := policy.Load(link); err == nil || !strings.Contains(err.Error(), "owned by another user") {
+			t.Fatalf("a policy owned by another user: %v", err)
+		}
+	}
+}

@@ -51,6 +51,7 @@ func (c *ServeCmd) Run(g *Globals) error {
 		if h.Nudger, err = c.SyncthingFlags.over(mustSyncthingConfig(h)).nudger(logger); err != nil {
 			return err
 		}
+		g.nudger = h.Nudger
 	}
 	d, err := host.NewDaemon(h, host.DaemonOptions{Rescan: c.Rescan, PendingTimeout: c.PendingTimeout, MaxQueueAge: c.MaxQueueAge,
 		AllowRoot: c.AllowRoot, ApprovalTTL: c.ApprovalTTL, Logger: logger})

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 	"unicode"
 	"unicode/utf8"
 
@@ -66,6 +67,7 @@ type Globals struct {
 	// it opens the home (homeNudger); nil: the environment and the home's
 	// file decide.
 	syncthing *SyncthingFlags
+	nudger    *bridge.Nudger // the home's, flushed at exit
 }
 
 // CLI is the whole command line (design.md §7).
@@ -153,6 +155,9 @@ func realMain(args []string, stdin io.Reader, stdout, stderr io.Writer) (code in
 		cli.Home = filepath.Join(dir, defaultHomeDir)
 	}
 	err = kctx.Run(&cli.Globals)
+	// The nudges of the command's last writes (an ack, a submit) go out
+	// before the process does.
+	cli.nudger.Flush(2 * time.Second)
 	if err == nil {
 		return exitOK
 	}

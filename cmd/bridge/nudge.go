@@ -74,7 +74,7 @@ func (g *Globals) homeNudger(h *bridge.Home) error {
 		}
 		g.note("warning: %v: the Syncthing nudge is off", err)
 	}
-	h.Nudger = n
+	h.Nudger, g.nudger = n, n
 	return nil
 }
 

@@ -163,8 +163,12 @@ func (f *serviceFlags) unit(g *Globals, allowRoot bool) (*bridge.Home, *host.Ser
 	if err != nil {
 		return nil, nil, err
 	}
+	path, dropped := host.SafePath(os.Getenv("PATH"))
+	for _, d := range dropped {
+		g.note("warning: left %s out of the unit's PATH", d)
+	}
 	u, err := host.NewServiceUnit(host.ServiceOptions{GOOS: runtime.GOOS, Exe: exe, Home: home, Name: h.Config.Name, Dir: f.Dir,
-		Root: allowRoot, Path: os.Getenv("PATH")})
+		Root: allowRoot, Path: path})
 	return h, u, err
 }
 
