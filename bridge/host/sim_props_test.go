@@ -670,7 +670,8 @@ func (w *simWorld) finish() simSeedStats {
 	// (the result is published first, invariant 3), so the ledger may still
 	// be writing it: wait until the file shows what the ledger holds (the
 	// checks below fail if it never does).
-	for deadline := time.Now().Add(5 * time.Second); !w.ledgerFileAgrees() && time.Now().Before(deadline); {
+	// Generous: on a loaded 2-core machine the last writes can take seconds.
+	for deadline := time.Now().Add(30 * time.Second); !w.ledgerFileAgrees() && time.Now().Before(deadline); {
 		time.Sleep(10 * time.Millisecond)
 		w.check()
 	}
