@@ -272,10 +272,13 @@ func (d *Daemon) run(j *job, inv *policy.Invocation, stdin spool, resume bool, a
 	d.mu.Lock()
 	d.slotWait[j.key] = j // a revocation stops the wait at once (revokeWaiting)
 	d.mu.Unlock()
-	slot := d.acquire(ctx, inv.Op, inv.Concurrency)
+	slot, expired := d.waitSlot(ctx, j, inv, resume)
 	d.mu.Lock()
 	delete(d.slotWait, j.key)
 	d.mu.Unlock()
+	if expired {
+		return
+	}
 	if slot == nil {
 		if d.runCtx.Err() != nil {
 			return // shutting down while still queued: claimed, never started; the next start evaluates it again
@@ -419,6 +422,45 @@ func (d *Daemon) answerOrRetry(j *job, ev event, rc bridge.Receipt, stdout, stde
 
 // acquire takes a slot of op's concurrency limit (0 = unlimited); nil if
 // ctx ended first.
+// waitSlot waits for a slot of the op (acquire) until ctx ends, and no
+// longer than the request may wait: its signed expiry or MaxQueueAge after
+// it was first seen, whichever comes first. At that deadline it answers
+// the request as expired and reports so, while the op ahead of it may
+// still run (without the deadline the agent would wait as long as that op
+// runs, to learn the request had been too old for a while). A crash
+// re-run (resume) was started before and waits without a deadline.
+func (d *Daemon) waitSlot(ctx context.Context, j *job, inv *policy.Invocation, resume bool) (slot func(), expired bool) {
+	if resume || inv.Concurrency <= 0 {
+		return d.acquire(ctx, inv.Op, inv.Concurrency), false
+	}
+	ent, err := d.ledger.Get(j.key)
+	if err != nil {
+		return d.acquire(ctx, inv.Op, inv.Concurrency), false
+	}
+	deadline := ent.FirstSeen.Add(d.opt.MaxQueueAge)
+	if exp := time.Unix(j.req.Expires, 0); exp.Before(deadline) {
+		deadline = exp
+	}
+	for {
+		// A millisecond past the deadline: expired's checks are strict.
+		wait, stop := context.WithTimeout(ctx, deadline.Sub(d.opt.Now())+time.Millisecond)
+		slot = d.acquire(wait, inv.Op, inv.Concurrency)
+		stop()
+		if slot != nil || ctx.Err() != nil {
+			return slot, false
+		}
+		ent, err := d.ledger.Get(j.key)
+		if err != nil {
+			return d.acquire(ctx, inv.Op, inv.Concurrency), false
+		}
+		if d.expired(j, ent) {
+			return nil, true
+		}
+		// The wall clock stepped back since the wait began: wait again
+		// for the deadline as it reads now.
+	}
+}
+
 func (d *Daemon) acquire(ctx context.Context, op string, limit int) func() {
 	if limit <= 0 {
 		return func() {}
