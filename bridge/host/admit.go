@@ -420,8 +420,6 @@ func (d *Daemon) answerOrRetry(j *job, ev event, rc bridge.Receipt, stdout, stde
 	})
 }
 
-// acquire takes a slot of op's concurrency limit (0 = unlimited); nil if
-// ctx ended first.
 // waitSlot waits for a slot of the op (acquire) until ctx ends, and no
 // longer than the request may wait: its signed expiry or MaxQueueAge after
 // it was first seen, whichever comes first. At that deadline it answers
@@ -461,6 +459,8 @@ func (d *Daemon) waitSlot(ctx context.Context, j *job, inv *policy.Invocation, r
 	}
 }
 
+// acquire takes a slot of op's concurrency limit (0 = unlimited); nil if
+// ctx ended first.
 func (d *Daemon) acquire(ctx context.Context, op string, limit int) func() {
 	if limit <= 0 {
 		return func() {}
