@@ -32,6 +32,9 @@ type Client struct {
 	// Nudger, if set, asks the local Syncthing to scan each file the
 	// client publishes (see NewNudger).
 	Nudger *bridge.Nudger
+	// StreamOutput: outcomes leave Stdout and Stderr nil and give the
+	// output through WriteOutput, so it is never held in memory whole.
+	StreamOutput bool
 }
 
 // OpenClient opens an agent home's folder.
@@ -178,8 +181,10 @@ func (c *Client) Submit(o SubmitOptions) (*Sent, error) {
 			// Sent before: deliver the very same manifest again if it is
 			// not in the folder (a crash before it was published, or a
 			// lost file); the host answers a duplicate from its ledger.
-			if _, err := c.Result(s.ID); errors.Is(err, ErrNoResult) {
+			if out, err := c.Result(s.ID); errors.Is(err, ErrNoResult) {
 				c.redeliver(s)
+			} else {
+				out.Close()
 			}
 			return s, nil
 		}

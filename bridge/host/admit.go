@@ -349,7 +349,7 @@ func (d *Daemon) run(j *job, inv *policy.Invocation, stdin spool, resume bool, a
 	out := runner.Run(ctx, runner.Spec{
 		Argv: inv.Argv, Dir: inv.Dir, Env: inv.Env, Stdin: stdin, Timeout: inv.Timeout,
 		MaxOutput: inv.MaxOutput, Grace: d.opt.Grace, Limits: runnerLimits(inv.Limits),
-		OnOutput: prog.write,
+		OnOutput: prog.write, Spool: d.home.Path("spool"), // the output is never held in memory whole
 	})
 	close(progStop)
 	<-progDone
@@ -395,7 +395,7 @@ func (d *Daemon) run(j *job, inv *policy.Invocation, stdin spool, resume bool, a
 	// The op's slot is held until its answer is recorded (so no more
 	// entries than its concurrency are ever running), unless publishing
 	// fails: then the next request for the op must not wait on it.
-	d.answerOrRetry(j, ev, rc, out.Stdout.Data, out.Stderr.Data, freeSlot)
+	d.answerOrRetryOut(j, ev, rc, out.Stdout, out.Stderr, freeSlot)
 }
 
 // answerOrRetry answers an op that ran (or was checked), trying again with
@@ -404,10 +404,18 @@ func (d *Daemon) run(j *job, inv *policy.Invocation, stdin spool, resume bool, a
 // call it uncertain. It gives up when the daemon aborts; the entry then
 // stays running, for the next start's recovery.
 func (d *Daemon) answerOrRetry(j *job, ev event, rc bridge.Receipt, stdout, stderr []byte, onRetry ...func()) {
+	d.answerOrRetryOut(j, ev, rc, runner.Output{Data: stdout}, runner.Output{Data: stderr}, onRetry...)
+}
+
+// answerOrRetryOut is answerOrRetry for an op's captured output, which it
+// releases once answered (a spooled output's file).
+func (d *Daemon) answerOrRetryOut(j *job, ev event, rc bridge.Receipt, stdout, stderr runner.Output, onRetry ...func()) {
+	defer stdout.Close()
+	defer stderr.Close()
 	b := backoff.WithContext(backoff.NewExponentialBackOff(backoff.WithInitialInterval(200*time.Millisecond),
 		backoff.WithMaxInterval(30*time.Second), backoff.WithMaxElapsedTime(0)), d.runCtx)
 	_ = backoff.RetryNotify(func() error {
-		err := d.answer(j, ev, rc, stdout, stderr)
+		err := d.answerOut(j, ev, rc, stdout, stderr)
 		if err == nil || errors.Is(err, errLifecycle) || errors.Is(err, errBehind) || errors.Is(err, errViolation) || d.stopped() {
 			return backoff.Permanent(err)
 		}
