@@ -221,18 +221,20 @@ func (d *Daemon) reconcileCheck(j *job, inv *policy.Invocation, stdin spool) {
 	}
 	d.audit.log(AuditEvent{Event: "reconcile-check", Agent: j.agent, ID: j.req.ID, Op: inv.Op, Detail: strings.Join(inv.Reconcile, " ")})
 	out := runner.Run(d.runCtx, runner.Spec{Argv: inv.Reconcile, Dir: inv.Dir, Env: inv.Env, Timeout: inv.Timeout,
-		MaxOutput: inv.MaxOutput, Grace: d.opt.Grace})
+		MaxOutput: inv.MaxOutput, Grace: d.opt.Grace, Spool: d.home.Path("spool")})
+	defer out.Stdout.Close() // answerOrRetryOut closes them too; the other answers do not use them
+	defer out.Stderr.Close()
 	clean := out.StartErr == nil && !out.TimedOut && !out.Cancelled
 	switch {
 	case d.runCtx.Err() != nil:
 		// The daemon is stopping: the next start asks again.
 		d.log.Info("reconcile check stopped by the shutdown: left for the next start", "key", j.key)
 	case clean && out.ExitCode == 0:
-		d.answerOrRetry(j, evCrashDone, bridge.Receipt{Status: bridge.StatusDone, Reason: "reconciled", Op: inv.Op, Argv: inv.Reconcile,
+		d.answerOrRetryOut(j, evCrashDone, bridge.Receipt{Status: bridge.StatusDone, Reason: "reconciled", Op: inv.Op, Argv: inv.Reconcile,
 			PolicySHA256: d.policy.SHA256, Started: out.Started.UnixMilli(), Finished: out.Finished.UnixMilli(),
 			StdoutTotal: out.Stdout.Total, StdoutTruncated: out.Stdout.Truncated, StderrTotal: out.Stderr.Total, StderrTruncated: out.Stderr.Truncated,
 			Detail: "the host stopped while the op ran; its reconcile command reports the effect happened, so it was not run again"},
-			out.Stdout.Data, out.Stderr.Data)
+			out.Stdout, out.Stderr)
 	case clean && out.ExitCode == 3:
 		d.log.Info("reconcile: the op had no effect; running it now", "key", j.key, "op", inv.Op)
 		handed = true
