@@ -353,6 +353,8 @@ func (d *Daemon) run(j *job, inv *policy.Invocation, stdin spool, resume bool, a
 		MaxOutput: inv.MaxOutput, Grace: d.opt.Grace, Limits: runnerLimits(inv.Limits),
 		OnOutput: prog.write, Spool: d.home.Path("spool"), // the output is never held in memory whole
 	})
+	defer out.Stdout.Close() // answerOrRetryOut closes them too; a run left for the next start does not answer
+	defer out.Stderr.Close()
 	close(progStop)
 	<-progDone
 	prog.final()

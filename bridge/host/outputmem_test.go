@@ -150,3 +150,42 @@ func vmHWM(pid int) int64 {
 	}
 	return 0
 }
+
+// An answer whose publish fails is tried again with the same spooled
+// output, redacted again: the spool outlives every attempt.
+func TestSpooledOutputSurvivesAnswerRetry(t *testing.T) {
+	p := newPair(t, `
+[ops.leak]
+argv = ["sh", "-c", "echo before; echo token sk-abcdefghijklmnopqrstuvwxyz012345; echo after"]
+env = ["PATH"]
+
+[agents.cloud-1]
+ops = ["leak"]
+`)
+	// A file where the private copies go: every publish fails until it
+	// is gone.
+	block := p.host.Path("results", p.agent.Config.ID)
+	if err := os.MkdirAll(p.host.Path("results"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(block, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p.start(t, nil)
+	s, err := p.client.Submit(agent.SubmitOptions{Op: "leak"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 15*time.Second, "the op to run", func() bool {
+		e := p.entry(t, s.ID)
+		return e.Runs > 0
+	})
+	time.Sleep(time.Second) // a few failed attempts
+	if err := os.Remove(block); err != nil {
+		t.Fatal(err)
+	}
+	out := p.wait(t, s.ID)
+	if got := string(out.Stdout); out.Receipt.Status != bridge.StatusDone || got != "before\ntoken [REDACTED]\nafter\n" {
+		t.Fatalf("after the retries: %s %q (%s)", out.Receipt.Status, got, out.Receipt.Detail)
+	}
+}

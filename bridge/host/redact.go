@@ -189,11 +189,12 @@ func (r *redactor) output(o runner.Output) (runner.Output, int, error) {
 		if err != nil || !may {
 			return o, 0, err
 		}
+		// The spool stays open: its owner closes it, and an answer tried
+		// again reads it again.
 		data, err := io.ReadAll(o.Reader())
 		if err != nil {
 			return o, 0, err
 		}
-		o.Close()
 		o = runner.Output{Data: data, Total: o.Total, Truncated: o.Truncated}
 	}
 	var n int
