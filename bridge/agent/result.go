@@ -117,11 +117,17 @@ func (c *Client) Result(id string) (ret *Outcome, _ error) {
 	}
 	// The output is copied into a private spool as it is checked against
 	// the manifest's pin, and opened from there: never held whole in memory.
+	// One still arriving (absent, or not its pinned size yet) is not worth
+	// a spool: Settle would refuse it before it copies a byte.
+	outPath := bridge.ResultPath(s.Host, c.home.Config.ID, id, bridge.ExtOutput)
+	if fi, err := c.folder.Lstat(outPath); errors.Is(err, fs.ErrNotExist) || err == nil && fi.Mode().IsRegular() && fi.Size() != res.Payload.Len {
+		return nil, ErrNoResult
+	}
 	spool, err := c.spoolFile()
 	if err != nil {
 		return nil, err
 	}
-	err = syncsafe.Settle(c.folder, bridge.ResultPath(s.Host, c.home.Config.ID, id, bridge.ExtOutput), res.Payload.Len, res.Payload.Digest(), spool)
+	err = syncsafe.Settle(c.folder, outPath, res.Payload.Len, res.Payload.Digest(), spool)
 	if err != nil {
 		spool.Close()
 		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syncsafe.ErrUnsettled) {
