@@ -38,7 +38,9 @@ ops = ["big"]
 // agent (verify, open, print) well under twice its size in peak RSS, where
 // each took 4-5 times it when the output was kept in buffers. Peak RSS is
 // the kernel's high-water mark of each process, so the bound (2x + 64 MiB)
-// holds on any load, and the old code exceeds it by far.
+// holds on any load, and the old code exceeds it by far (not under the race
+// detector, whose shadow memory grows with the heap: there only the flow is
+// checked).
 func TestOutputMemoryBounded(t *testing.T) {
 	if spec := os.Getenv(agentMemEnv); spec != "" {
 		agentMemChild(spec)
@@ -63,6 +65,11 @@ func TestOutputMemoryBounded(t *testing.T) {
 	want := sha256.Sum256([]byte(strings.Repeat("x", bigOutput)))
 	limit := int64(2*bigOutput + 64<<20)
 	t.Logf("daemon peak RSS %d MiB for %d MiB of output", hostPeak>>20, bigOutput>>20)
+	if raceOn {
+		// The race detector's shadow memory scales with the heap: the
+		// bound is for real builds. The flow still runs.
+		limit = 1 << 62
+	}
 	if hostPeak > limit {
 		t.Errorf("daemon peak RSS %d MiB, over %d MiB", hostPeak>>20, limit>>20)
 	}
