@@ -321,8 +321,15 @@ func (h *Home) OpenFolder() (*syncsafe.Folder, error) {
 	if err := os.MkdirAll(staging, 0o700); err != nil {
 		return nil, err
 	}
-	f, err := syncsafe.OpenFolder(h.Config.Folder, syncsafe.WithStaging(staging),
-		syncsafe.WithOnChange(func(rels ...string) { h.Nudger.Nudge(rels...) }))
+	return h.openFolder(syncsafe.WithStaging(staging), syncsafe.WithOnChange(func(rels ...string) { h.Nudger.Nudge(rels...) }))
+}
+
+// ReadFolder opens the synced folder for reading only: unlike OpenFolder
+// it makes no staging directory in the home (a dry run changes nothing).
+func (h *Home) ReadFolder() (*syncsafe.Folder, error) { return h.openFolder() }
+
+func (h *Home) openFolder(opts ...syncsafe.FolderOption) (*syncsafe.Folder, error) {
+	f, err := syncsafe.OpenFolder(h.Config.Folder, opts...)
 	if err != nil {
 		return nil, WithHint(err, "is the synced folder %s mounted and shared?", h.Config.Folder)
 	}

@@ -459,8 +459,38 @@ type NewResult struct {
 	Receipt     Receipt
 	Stdout      []byte
 	Stderr      []byte
-	Created     time.Time
-	Rand        io.Reader
+	// StdoutFrom and StderrFrom, if set, are read in place of Stdout and
+	// Stderr, exactly StdoutLen and StderrLen bytes each: an output kept
+	// in a file is sealed as it is read, never held in memory whole.
+	StdoutFrom, StderrFrom io.Reader
+	StdoutLen, StderrLen   int64
+	Created                time.Time
+	Rand                   io.Reader
+}
+
+// exactly reads n bytes from r, and fails if r ends before.
+type exactly struct {
+	r    io.Reader
+	left int64
+	what string
+}
+
+func (e *exactly) Read(p []byte) (int, error) {
+	if e.left <= 0 {
+		return 0, io.EOF
+	}
+	if int64(len(p)) > e.left {
+		p = p[:e.left]
+	}
+	n, err := e.r.Read(p)
+	e.left -= int64(n)
+	if err == io.EOF && e.left > 0 {
+		return n, fmt.Errorf("seal result: %s ended %d bytes short: %w", e.what, e.left, io.ErrUnexpectedEOF)
+	}
+	if e.left == 0 && err == io.EOF {
+		err = nil
+	}
+	return n, err
 }
 
 // SealResult writes the sealed output to output and returns the signed result
@@ -469,10 +499,17 @@ func SealResult(output io.Writer, n NewResult) ([]byte, error) {
 	rc := n.Receipt
 	rc.V, rc.ID, rc.RequestSHA256 = 1, n.Request.ID, n.RequestSHA
 	rc.StdoutLen, rc.StderrLen = int64(len(n.Stdout)), int64(len(n.Stderr))
+	streams := []io.Reader{bytes.NewReader(n.Stdout), bytes.NewReader(n.Stderr)}
+	if n.StdoutFrom != nil {
+		rc.StdoutLen, streams[0] = n.StdoutLen, &exactly{r: n.StdoutFrom, left: n.StdoutLen, what: "stdout"}
+	}
+	if n.StderrFrom != nil {
+		rc.StderrLen, streams[1] = n.StderrLen, &exactly{r: n.StderrFrom, left: n.StderrLen, what: "stderr"}
+	}
 	if rc.Argv == nil {
 		rc.Argv = []string{}
 	}
-	pin, err := sealPayload(output, n.AgentBoxPub, rc, []io.Reader{bytes.NewReader(n.Stdout), bytes.NewReader(n.Stderr)}, n.Rand)
+	pin, err := sealPayload(output, n.AgentBoxPub, rc, streams, n.Rand)
 	if err != nil {
 		return nil, err
 	}

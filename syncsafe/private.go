@@ -1,6 +1,7 @@
 package syncsafe
 
 import (
+	"io"
 	"os"
 	"path/filepath"
 )
@@ -9,7 +10,21 @@ import (
 // synced folder (a home's keys, records and copies), by temp, fsync, rename
 // and directory fsync, so a crash leaves the old or the new content.
 func WriteFileAtomic(p string, data []byte) error {
-	return placeTemp(p, data, os.Rename)
+	return placeTemp(p, writeAll(data), os.Rename)
+}
+
+// WriteFileAtomicFrom is WriteFileAtomic for content that write produces
+// as a stream (a sealed output): it is never held in memory whole. An
+// error from write leaves no file.
+func WriteFileAtomicFrom(p string, write func(w io.Writer) error) error {
+	return placeTemp(p, write, os.Rename)
+}
+
+func writeAll(data []byte) func(io.Writer) error {
+	return func(w io.Writer) error {
+		_, err := w.Write(data)
+		return err
+	}
 }
 
 // CreateFileAtomic is WriteFileAtomic for a file that must never be
@@ -18,20 +33,20 @@ func WriteFileAtomic(p string, data []byte) error {
 // there, so of two racing creators exactly one wins and the other reads the
 // winner's content.
 func CreateFileAtomic(p string, data []byte) error {
-	return placeTemp(p, data, os.Link)
+	return placeTemp(p, writeAll(data), os.Link)
 }
 
-// placeTemp writes data to a complete, fsynced temp (0600, as CreateTemp
+// placeTemp writes what write produces to a complete, fsynced temp (0600, as CreateTemp
 // makes it) beside p, puts it at p with place, removes the temp if it is
 // still there, and fsyncs the directory.
-func placeTemp(p string, data []byte, place func(oldpath, newpath string) error) error {
+func placeTemp(p string, write func(io.Writer) error, place func(oldpath, newpath string) error) error {
 	dir := filepath.Dir(p)
 	tmp, err := os.CreateTemp(dir, ".tmp-*")
 	if err != nil {
 		return err
 	}
 	defer os.Remove(tmp.Name()) // gone after a rename; a link leaves p
-	if _, err := tmp.Write(data); err != nil {
+	if err := write(tmp); err != nil {
 		tmp.Close()
 		return err
 	}

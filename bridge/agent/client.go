@@ -30,6 +30,9 @@ type Client struct {
 	folder *syncsafe.Folder
 	// Rotations are the hosts' key rotations this client followed on open.
 	Rotations []bridge.RotationEvent
+	// StreamOutput: outcomes leave Stdout and Stderr nil and give the
+	// output through WriteOutput, so it is never held in memory whole.
+	StreamOutput bool
 }
 
 // OpenClient opens an agent home's folder.
@@ -182,8 +185,10 @@ func (c *Client) Submit(o SubmitOptions) (*Sent, error) {
 			// Sent before: deliver the very same manifest again if it is
 			// not in the folder (a crash before it was published, or a
 			// lost file); the host answers a duplicate from its ledger.
-			if _, err := c.Result(s.ID); errors.Is(err, ErrNoResult) {
+			if out, err := c.Result(s.ID); errors.Is(err, ErrNoResult) {
 				c.redeliver(s)
+			} else {
+				out.Close()
 			}
 			return s, nil
 		}

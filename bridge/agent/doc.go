@@ -7,10 +7,17 @@
 // Entry points: [OpenClient], then [Client.Submit] and [Client.Wait] (what
 // `bridge run` does), [Client.Ack] once the result is kept.
 //
+// An [Outcome] holds the op's output in Stdout and Stderr, or, with
+// [Client.StreamOutput] set (as the CLI does), gives it only through
+// [Outcome.WriteOutput], which decrypts it from a verified private copy as it
+// writes: the output is then never in memory whole. [Outcome.Close] releases
+// that copy.
+//
 // # Security
 //
 // A result is accepted only when the host's signature verifies under a key
 // the agent trusts for that host, it is bound to the exact manifest this
 // agent sent (remembered in the home), and its output matches the signed
-// pin. Status, Wait, Result and Progress only read the folder (invariant 10).
+// pin. Status, Wait, Result and Progress only read the folder (invariant 10);
+// Result copies the output it verifies to a file of the home without a name.
 package agent

@@ -1,10 +1,14 @@
 package agent
 
 import (
+	"bufio"
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -27,10 +31,19 @@ type Outcome struct {
 	Sent    *Sent
 	Result  *bridge.Result
 	Receipt *bridge.Receipt
-	Stdout  []byte
-	Stderr  []byte
+	// Stdout and Stderr are the op's output, unless the client streams
+	// (Client.StreamOutput): then they are nil, and WriteOutput gives it.
+	Stdout []byte
+	Stderr []byte
 
-	Manifest, output []byte // the verified files
+	Manifest []byte // the verified result manifest
+
+	// output is the verified sealed output: a private file of the home
+	// (a spool without a name, or the kept copy), never the folder's,
+	// which the sync client may replace at any moment.
+	output *os.File
+	size   int64
+	me     *bcrypto.Identity
 
 	// Earlier: the result answers an earlier send of this keyed request
 	// (another manifest under the same id, from a home that lost its
@@ -42,8 +55,9 @@ type Outcome struct {
 var ErrNoResult = errors.New("no result yet")
 
 // Result reads and verifies the result of a request, if one is complete in
-// the folder. It writes nothing.
-func (c *Client) Result(id string) (*Outcome, error) {
+// the folder. It changes nothing: the output it checks is spooled to a
+// file of the home that has no name (Outcome.Close releases it).
+func (c *Client) Result(id string) (ret *Outcome, _ error) {
 	s, err := c.Sent(id)
 	if err != nil {
 		return nil, err
@@ -59,6 +73,11 @@ func (c *Client) Result(id string) (*Outcome, error) {
 	if kerr == nil && kept.Receipt.Status != bridge.StatusUncertain {
 		return kept, nil
 	}
+	defer func() {
+		if ret != kept {
+			kept.Close()
+		}
+	}()
 	data, err := c.folder.ReadFile(bridge.ResultPath(s.Host, c.home.Config.ID, id, bridge.ExtResult), bcrypto.KindResult.MaxSize())
 	if errors.Is(err, fs.ErrNotExist) {
 		// The host may have collected its copy since the ack.
@@ -98,16 +117,30 @@ func (c *Client) Result(id string) (*Outcome, error) {
 	} else if err != nil {
 		return nil, err // OpenResult names the result
 	}
-	var spool bytes.Buffer
-	err = syncsafe.Settle(c.folder, bridge.ResultPath(s.Host, c.home.Config.ID, id, bridge.ExtOutput), res.Payload.Len, res.Payload.Digest(), &spool)
-	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syncsafe.ErrUnsettled) {
+	// The output is copied into a private spool as it is checked against
+	// the manifest's pin, and opened from there: never held whole in memory.
+	// One still arriving (absent, or not its pinned size yet) is not worth
+	// a spool: Settle would refuse it before it copies a byte.
+	outPath := bridge.ResultPath(s.Host, c.home.Config.ID, id, bridge.ExtOutput)
+	if fi, err := c.folder.Lstat(outPath); errors.Is(err, fs.ErrNotExist) || err == nil && fi.Mode().IsRegular() && fi.Size() != res.Payload.Len {
 		return nil, ErrNoResult
-	} else if err != nil {
+	}
+	spool, err := c.spoolFile()
+	if err != nil {
 		return nil, err
 	}
-	out, err := c.openOutcome(s, res, data, spool.Bytes(), own)
+	err = syncsafe.Settle(c.folder, outPath, res.Payload.Len, res.Payload.Digest(), spool)
+	if err != nil {
+		spool.Close()
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syncsafe.ErrUnsettled) {
+			return nil, ErrNoResult
+		}
+		return nil, err
+	}
+	out, err := c.openOutcome(s, res, data, spool, res.Payload.Len, own)
 	if err == nil && earlier {
 		if out.Receipt.Op != s.Op {
+			out.Close()
 			return nil, fmt.Errorf("result %s: %w: an answer for op %q, not %q", id, bridge.ErrWrongRequest, out.Receipt.Op, s.Op)
 		}
 		out.Earlier = true
@@ -115,7 +148,10 @@ func (c *Client) Result(id string) (*Outcome, error) {
 	return out, err
 }
 
-func (c *Client) openOutcome(s *Sent, res *bridge.Result, manifest, output []byte, own []bridge.OwnKey) (*Outcome, error) {
+// openOutcome opens the verified sealed output (size bytes of f, which it
+// owns from here): the whole stream is authenticated, and the output kept
+// in memory unless the client streams.
+func (c *Client) openOutcome(s *Sent, res *bridge.Result, manifest []byte, f *os.File, size int64, own []bridge.OwnKey) (*Outcome, error) {
 	var me *bcrypto.Identity
 	for _, k := range own {
 		if k.Identity.BoxKid() == res.AgentBoxKid {
@@ -123,14 +159,79 @@ func (c *Client) openOutcome(s *Sent, res *bridge.Result, manifest, output []byt
 		}
 	}
 	if me == nil {
+		f.Close()
 		return nil, fmt.Errorf("result %s: %w: sealed to a key this agent no longer keeps", s.ID, bcrypto.ErrUnknownKey)
 	}
-	var stdout, stderr bytes.Buffer
-	rc, err := bridge.OpenOutput(bytes.NewReader(output), res, me, &stdout, &stderr)
+	out := &Outcome{Sent: s, Result: res, Manifest: manifest, output: f, size: size, me: me}
+	// The first pass authenticates every chunk and reads the receipt;
+	// the output, if kept, is read in a second one into buffers of its
+	// exact size (the receipt gives it), so it is in memory once.
+	rc, err := bridge.OpenOutput(out.sealed(), res, me, nil, nil)
 	if err != nil {
+		f.Close()
 		return nil, fmt.Errorf("result %s: %w", s.ID, err)
 	}
-	return &Outcome{Sent: s, Result: res, Receipt: rc, Stdout: stdout.Bytes(), Stderr: stderr.Bytes(), Manifest: manifest, output: output}, nil
+	out.Receipt = rc
+	if !c.StreamOutput {
+		stdout, stderr := bytes.NewBuffer(make([]byte, 0, rc.StdoutLen)), bytes.NewBuffer(make([]byte, 0, rc.StderrLen))
+		// Plain writers: a Buffer's ReadFrom would double a full buffer
+		// to look for more.
+		if err := out.WriteOutput(struct{ io.Writer }{stdout}, struct{ io.Writer }{stderr}); err != nil {
+			f.Close()
+			return nil, err
+		}
+		out.Stdout, out.Stderr = stdout.Bytes(), stderr.Bytes()
+	}
+	return out, nil
+}
+
+// sealed reads the verified sealed output from its start.
+func (o *Outcome) sealed() io.Reader {
+	return bufio.NewReaderSize(io.NewSectionReader(o.output, 0, o.size), 256<<10)
+}
+
+// WriteOutput writes the op's standard output and error to stdout and
+// stderr as it opens them: the output is never in memory whole. It may be
+// called any number of times, until Close.
+func (o *Outcome) WriteOutput(stdout, stderr io.Writer) error {
+	if o.output == nil {
+		if _, err := stdout.Write(o.Stdout); err != nil {
+			return err
+		}
+		_, err := stderr.Write(o.Stderr)
+		return err
+	}
+	if _, err := bridge.OpenOutput(o.sealed(), o.Result, o.me, stdout, stderr); err != nil {
+		return fmt.Errorf("result %s: %w", o.Result.ID, err)
+	}
+	return nil
+}
+
+// Close releases the outcome's copy of the sealed output. Stdout and
+// Stderr stay valid.
+func (o *Outcome) Close() error {
+	if o == nil || o.output == nil {
+		return nil
+	}
+	return o.output.Close()
+}
+
+// spoolFile is a private temporary file of the home without a name:
+// nothing is left behind whatever becomes of the process.
+func (c *Client) spoolFile() (*os.File, error) {
+	dir := c.home.Path("requests")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	f, err := os.CreateTemp(dir, ".output-*")
+	if err != nil {
+		return nil, err
+	}
+	if err := os.Remove(f.Name()); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
 }
 
 // keptResult reads the copy of an acked result from the home.
@@ -153,14 +254,15 @@ func (c *Client) keptResult(s *Sent, check bridge.ResultCheck, own []bridge.OwnK
 	if err != nil {
 		return nil, err
 	}
-	output, err := os.ReadFile(c.home.Path("requests", s.ID+"."+bridge.ExtOutput))
+	f, err := os.Open(c.home.Path("requests", s.ID+"."+bridge.ExtOutput))
 	if err != nil {
 		return nil, err
 	}
-	if err := bridge.CheckPayloadBytes(output, res.Payload); err != nil {
+	if err := checkPayloadFile(f, res.Payload); err != nil {
+		f.Close()
 		return nil, err
 	}
-	return c.openOutcome(s, res, data, output, own)
+	return c.openOutcome(s, res, data, f, res.Payload.Len, own)
 }
 
 // State is what the agent can tell about a request from the folder.
@@ -221,6 +323,9 @@ func (c *Client) Status(id string) (*State, error) {
 	st := &State{ID: id, Op: s.Op, Host: s.HostName, State: "submitted",
 		Created: time.Unix(s.Created, 0), Expires: time.Unix(s.Expires, 0)}
 	out, err := c.Result(id)
+	if err == nil {
+		defer out.Close()
+	}
 	if errors.Is(err, ErrNoResult) {
 		if time.Now().Unix() >= s.Expires {
 			st.Reason = "past-expiry" // the host answers it expired once it sees it
@@ -301,6 +406,7 @@ func (c *Client) Wait(ctx context.Context, id string, tick func(elapsed time.Dur
 			return out, nil
 		}
 		if err == nil {
+			out.Close()
 			err = ErrNoResult // the uncertain answer a rerun will replace: wait for that one
 		}
 		if !errors.Is(err, ErrNoResult) {
@@ -335,7 +441,10 @@ func (c *Client) Wait(ctx context.Context, id string, tick func(elapsed time.Dur
 func (c *Client) Ack(out *Outcome) error {
 	s := out.Sent
 	// Keep the verified result: the host may collect its copy after the ack.
-	if err := syncsafe.WriteFileAtomic(c.home.Path("requests", s.ID+"."+bridge.ExtOutput), out.output); err != nil {
+	if err := syncsafe.WriteFileAtomicFrom(c.home.Path("requests", s.ID+"."+bridge.ExtOutput), func(w io.Writer) error {
+		_, err := io.Copy(w, io.NewSectionReader(out.output, 0, out.size))
+		return err
+	}); err != nil {
 		return err
 	}
 	if err := syncsafe.WriteFileAtomic(c.home.Path("requests", s.ID+"."+bridge.ExtResult), out.Manifest); err != nil {
@@ -471,4 +580,21 @@ func (c *Client) keptStatus(id string) string {
 		return ""
 	}
 	return res.Status
+}
+
+// checkPayloadFile checks that f holds exactly the payload p pins, reading
+// it as a stream.
+func checkPayloadFile(f *os.File, p bridge.Payload) error {
+	h := sha256.New()
+	n, err := io.Copy(h, f)
+	if err != nil {
+		return err
+	}
+	if n < p.Len {
+		return fmt.Errorf("%w: %d of %d bytes", bridge.ErrPending, n, p.Len)
+	}
+	if n != p.Len || hex.EncodeToString(h.Sum(nil)) != p.SHA256 {
+		return bridge.ErrHashMismatch
+	}
+	return nil
 }

@@ -228,18 +228,20 @@ func (d *Daemon) reconcileCheck(j *job, inv *policy.Invocation, stdin spool) {
 	}
 	d.audit.log(AuditEvent{Event: "reconcile-check", Agent: j.agent, ID: j.req.ID, Op: inv.Op, Detail: strings.Join(inv.Reconcile, " ")})
 	out := runner.Run(d.runCtx, runner.Spec{Argv: inv.Reconcile, Dir: inv.Dir, Env: inv.Env, Timeout: inv.Timeout,
-		MaxOutput: inv.MaxOutput, Grace: d.opt.Grace})
+		MaxOutput: inv.MaxOutput, Grace: d.opt.Grace, Spool: d.home.Path("spool")})
+	defer out.Stdout.Close() // answerOrRetryOut closes them too; the other answers do not use them
+	defer out.Stderr.Close()
 	clean := out.StartErr == nil && !out.TimedOut && !out.Cancelled
 	switch {
 	case d.runCtx.Err() != nil:
 		// The daemon is stopping: the next start asks again.
 		d.log.Info("reconcile check stopped by the shutdown: left for the next start", "key", j.key)
 	case clean && out.ExitCode == 0:
-		d.answerOrRetry(j, evCrashDone, bridge.Receipt{Status: bridge.StatusDone, Reason: "reconciled", Op: inv.Op, Argv: inv.Reconcile,
+		d.answerOrRetryOut(j, evCrashDone, bridge.Receipt{Status: bridge.StatusDone, Reason: "reconciled", Op: inv.Op, Argv: inv.Reconcile,
 			PolicySHA256: j.rules.p.SHA256, Started: out.Started.UnixMilli(), Finished: out.Finished.UnixMilli(),
 			StdoutTotal: out.Stdout.Total, StdoutTruncated: out.Stdout.Truncated, StderrTotal: out.Stderr.Total, StderrTruncated: out.Stderr.Truncated,
 			Detail: "the host stopped while the op ran; its reconcile command reports the effect happened, so it was not run again"},
-			out.Stdout.Data, out.Stderr.Data)
+			out.Stdout, out.Stderr)
 	case clean && out.ExitCode == 3:
 		d.log.Info("reconcile: the op had no effect; running it now", "key", j.key, "op", inv.Op)
 		handed = true
@@ -279,10 +281,13 @@ func (d *Daemon) run(j *job, inv *policy.Invocation, stdin spool, resume bool, a
 	d.mu.Lock()
 	d.slotWait[j.key] = j // a revocation stops the wait at once (revokeWaiting)
 	d.mu.Unlock()
-	slot := d.acquire(ctx, inv.Op, inv.Concurrency)
+	slot, expired := d.waitSlot(ctx, j, inv, resume)
 	d.mu.Lock()
 	delete(d.slotWait, j.key)
 	d.mu.Unlock()
+	if expired {
+		return
+	}
 	if slot == nil {
 		if d.runCtx.Err() != nil {
 			return // shutting down while still queued: claimed, never started; the next start evaluates it again
@@ -358,8 +363,10 @@ func (d *Daemon) run(j *job, inv *policy.Invocation, stdin spool, resume bool, a
 	out := runner.Run(ctx, runner.Spec{
 		Argv: inv.Argv, Dir: inv.Dir, Env: inv.Env, Stdin: stdin, Timeout: inv.Timeout,
 		MaxOutput: inv.MaxOutput, Grace: d.opt.Grace, Limits: runnerLimits(inv.Limits),
-		OnOutput: prog.write,
+		OnOutput: prog.write, Spool: d.home.Path("spool"), // the output is never held in memory whole
 	})
+	defer out.Stdout.Close() // answerOrRetryOut closes them too; a run left for the next start does not answer
+	defer out.Stderr.Close()
 	close(progStop)
 	<-progDone
 	prog.final()
@@ -404,7 +411,7 @@ func (d *Daemon) run(j *job, inv *policy.Invocation, stdin spool, resume bool, a
 	// The op's slot is held until its answer is recorded (so no more
 	// entries than its concurrency are ever running), unless publishing
 	// fails: then the next request for the op must not wait on it.
-	d.answerOrRetry(j, ev, rc, out.Stdout.Data, out.Stderr.Data, freeSlot)
+	d.answerOrRetryOut(j, ev, rc, out.Stdout, out.Stderr, freeSlot)
 }
 
 // answerOrRetry answers an op that ran (or was checked), trying again with
@@ -413,10 +420,18 @@ func (d *Daemon) run(j *job, inv *policy.Invocation, stdin spool, resume bool, a
 // call it uncertain. It gives up when the daemon aborts; the entry then
 // stays running, for the next start's recovery.
 func (d *Daemon) answerOrRetry(j *job, ev event, rc bridge.Receipt, stdout, stderr []byte, onRetry ...func()) {
+	d.answerOrRetryOut(j, ev, rc, runner.Output{Data: stdout}, runner.Output{Data: stderr}, onRetry...)
+}
+
+// answerOrRetryOut is answerOrRetry for an op's captured output, which it
+// releases once answered (a spooled output's file).
+func (d *Daemon) answerOrRetryOut(j *job, ev event, rc bridge.Receipt, stdout, stderr runner.Output, onRetry ...func()) {
+	defer stdout.Close()
+	defer stderr.Close()
 	b := backoff.WithContext(backoff.NewExponentialBackOff(backoff.WithInitialInterval(200*time.Millisecond),
 		backoff.WithMaxInterval(30*time.Second), backoff.WithMaxElapsedTime(0)), d.runCtx)
 	_ = backoff.RetryNotify(func() error {
-		err := d.answer(j, ev, rc, stdout, stderr)
+		err := d.answerOut(j, ev, rc, stdout, stderr)
 		if err == nil || errors.Is(err, errLifecycle) || errors.Is(err, errBehind) || errors.Is(err, errViolation) || d.stopped() {
 			return backoff.Permanent(err)
 		}
@@ -427,6 +442,45 @@ func (d *Daemon) answerOrRetry(j *job, ev event, rc bridge.Receipt, stdout, stde
 			f()
 		}
 	})
+}
+
+// waitSlot waits for a slot of the op (acquire) until ctx ends, and no
+// longer than the request may wait: its signed expiry or MaxQueueAge after
+// it was first seen, whichever comes first. At that deadline it answers
+// the request as expired and reports so, while the op ahead of it may
+// still run (without the deadline the agent would wait as long as that op
+// runs, to learn the request had been too old for a while). A crash
+// re-run (resume) was started before and waits without a deadline.
+func (d *Daemon) waitSlot(ctx context.Context, j *job, inv *policy.Invocation, resume bool) (slot func(), expired bool) {
+	if resume || inv.Concurrency <= 0 {
+		return d.acquire(ctx, inv.Op, inv.Concurrency), false
+	}
+	ent, err := d.ledger.Get(j.key)
+	if err != nil {
+		return d.acquire(ctx, inv.Op, inv.Concurrency), false
+	}
+	deadline := ent.FirstSeen.Add(d.opt.MaxQueueAge)
+	if exp := time.Unix(j.req.Expires, 0); exp.Before(deadline) {
+		deadline = exp
+	}
+	for {
+		// A millisecond past the deadline: expired's checks are strict.
+		wait, stop := context.WithTimeout(ctx, deadline.Sub(d.opt.Now())+time.Millisecond)
+		slot = d.acquire(wait, inv.Op, inv.Concurrency)
+		stop()
+		if slot != nil || ctx.Err() != nil {
+			return slot, false
+		}
+		ent, err := d.ledger.Get(j.key)
+		if err != nil {
+			return d.acquire(ctx, inv.Op, inv.Concurrency), false
+		}
+		if d.expired(j, ent) {
+			return nil, true
+		}
+		// The wall clock stepped back since the wait began: wait again
+		// for the deadline as it reads now.
+	}
 }
 
 // acquire takes a slot of op's concurrency limit (0 = unlimited); nil if

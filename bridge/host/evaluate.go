@@ -10,6 +10,7 @@ import (
 
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/ledger"
+	"github.com/syncbridge/bridge/bridge/runner"
 	bcrypto "github.com/syncbridge/bridge/crypto"
 	"github.com/syncbridge/bridge/syncsafe"
 )
@@ -258,7 +259,7 @@ func (d *Daemon) answerLost(j *job, why string, notBefore time.Time) (resSHA, st
 		return sha, status
 	}
 	if d.sealedFor(j) {
-		resSHA, status, err := d.publishResult(j, bridge.Receipt{}, nil, nil)
+		resSHA, status, err := d.publishResult(j, bridge.Receipt{}, runner.Output{}, runner.Output{})
 		if err != nil {
 			d.log.Warn("re-publish result", "key", j.key, "err", err)
 		}
@@ -270,7 +271,7 @@ func (d *Daemon) answerLost(j *job, why string, notBefore time.Time) (resSHA, st
 	rc := bridge.Receipt{Status: bridge.StatusUncertain, Reason: "record-lost", PolicySHA256: d.pol().SHA256,
 		Detail: "the host's ledger lost this request's record (a repaired or restored ledger), and the host admitted it before (" +
 			why + "): it may have run. A human on the host settles it with `bridge reconcile`"}
-	resSHA, status, err := d.publishResult(j, rc, nil, nil)
+	resSHA, status, err := d.publishResult(j, rc, runner.Output{}, runner.Output{})
 	if err != nil {
 		d.log.Error("publish result", "key", j.key, "err", err)
 		return "", ""

@@ -233,7 +233,9 @@ func (d *Daemon) runGC(o GCOptions) {
 
 // GC runs one collection on a host home. With the daemon running, a real
 // collection is left as an order the daemon carries out within a second
-// (ErrQueued), and a dry run reads a snapshot of the ledger.
+// (ErrQueued). A dry run only reads, whether the daemon runs or not: the
+// folder, the trusted agents and a snapshot of the ledger; it takes no
+// lock and writes nothing, in the home or the folder.
 func GC(h *bridge.Home, o GCOptions) (*GCReport, error) { return gcAt(h, o, nil) }
 
 // gcAt is GC with the daemon's clock (nil: the real one).
@@ -242,16 +244,8 @@ func gcAt(h *bridge.Home, o GCOptions, now func() time.Time) (*GCReport, error) 
 	if err != nil {
 		return nil, err
 	}
-	err = d.openCore()
-	if errors.Is(err, syncsafe.ErrLocked) {
-		if !o.DryRun {
-			if err := writeOrder(h, controlOrder{GC: true, Grace: o.Grace, Retention: o.Retention}); err != nil {
-				return nil, err
-			}
-			return nil, fmt.Errorf("%w: `bridge serve` runs on this home and collects within a second (see its log)", ErrQueued)
-		}
-		// Read-only: the folder, the trusted agents and a ledger snapshot.
-		if d.folder, err = h.OpenFolder(); err != nil {
+	if o.DryRun {
+		if d.folder, err = h.ReadFolder(); err != nil {
 			return nil, err
 		}
 		defer d.folder.Close()
@@ -263,6 +257,13 @@ func gcAt(h *bridge.Home, o GCOptions, now func() time.Time) (*GCReport, error) 
 			return nil, err
 		}
 		return d.collect(o, all)
+	}
+	err = d.openCore()
+	if errors.Is(err, syncsafe.ErrLocked) {
+		if err := writeOrder(h, controlOrder{GC: true, Grace: o.Grace, Retention: o.Retention}); err != nil {
+			return nil, err
+		}
+		return nil, fmt.Errorf("%w: `bridge serve` runs on this home and collects within a second (see its log)", ErrQueued)
 	} else if err != nil {
 		return nil, err
 	}
@@ -275,10 +276,8 @@ func gcAt(h *bridge.Home, o GCOptions, now func() time.Time) (*GCReport, error) 
 		return nil, err
 	}
 	rep, err := d.collect(o, all)
-	if !o.DryRun {
-		if serr := d.saveFinished(); serr != nil && err == nil {
-			err = serr
-		}
+	if serr := d.saveFinished(); serr != nil && err == nil {
+		err = serr
 	}
 	return rep, err
 }

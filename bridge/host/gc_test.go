@@ -1,6 +1,7 @@
 package host
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -222,4 +223,65 @@ func TestPeriodicGCReadsOnlyWhatItCanAct(t *testing.T) {
 	if inAcks {
 		t.Fatal("the ack set still holds a forgotten request")
 	}
+}
+
+// A dry run changes nothing: not the home (no ledger check file, no lock
+// file, no staging directory), not the folder.
+func TestGCDryRunChangesNothing(t *testing.T) {
+	p := newPair(t, testPolicy)
+	p.start(t, nil)
+	out := p.run(t, agent.SubmitOptions{Op: "echo", Args: map[string]string{"msg": "hi"}})
+	if err := p.client.Ack(out); err != nil {
+		t.Fatal(err)
+	}
+	p.stop(t)
+	later := func() time.Time { return time.Now().Add(time.Hour) }
+	check := func(name string) {
+		t.Helper()
+		before := treeState(t, p.host.Dir, p.host.Config.Folder)
+		rep, err := gcAt(p.host, GCOptions{Grace: time.Nanosecond, Retention: time.Nanosecond, DryRun: true}, later)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if len(rep.Items) == 0 {
+			t.Fatalf("%s: the dry run listed nothing, so it proves nothing", name)
+		}
+		if after := treeState(t, p.host.Dir, p.host.Config.Folder); after != before {
+			t.Fatalf("%s: a dry run changed files:\nbefore:\n%s\nafter:\n%s", name, before, after)
+		}
+	}
+	// What the daemon leaves behind a clean stop is gone: a dry run must not
+	// make it again.
+	for _, name := range []string{"ledger/ledger.db.checked", "staging"} {
+		os.RemoveAll(filepath.Join(p.host.Dir, name))
+	}
+	check("daemon stopped")
+}
+
+// treeState lists every file under the roots with its size, mode and
+// modification time, one line each.
+func treeState(t *testing.T, roots ...string) string {
+	t.Helper()
+	var b strings.Builder
+	for _, root := range roots {
+		err := filepath.WalkDir(root, func(path string, de os.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			fi, err := de.Info()
+			if err != nil {
+				return err
+			}
+			size := fi.Size()
+			if fi.IsDir() {
+				size = 0
+			}
+			fmt.Fprintf(&b, "%s %d %v %d\n", path, size, fi.Mode(), fi.ModTime().UnixNano())
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return b.String()
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/ledger"
+	"github.com/syncbridge/bridge/bridge/runner"
 )
 
 // The request lifecycle, written down once (docs/DESIGN.md §6 has the same
@@ -156,6 +157,12 @@ func (d *Daemon) step(key string, ev event, mutate func(*ledger.Entry)) (ledger.
 // sealing) is published instead of rc: one id has one result, and the
 // entry then records that result's status.
 func (d *Daemon) answer(j *job, ev event, rc bridge.Receipt, stdout, stderr []byte) error {
+	return d.answerOut(j, ev, rc, runner.Output{Data: stdout}, runner.Output{Data: stderr})
+}
+
+// answerOut is answer for an op's captured output, which may be kept in a
+// spool file (runner.Spec.Spool): it is redacted and sealed as a stream.
+func (d *Daemon) answerOut(j *job, ev event, rc bridge.Receipt, stdout, stderr runner.Output) error {
 	t, ok := lifecycle[ev]
 	if !ok || !t.answer {
 		panic(fmt.Sprintf("bridge: internal error: %s does not answer", ev))
@@ -193,7 +200,11 @@ func (d *Daemon) answer(j *job, ev event, rc bridge.Receipt, stdout, stderr []by
 	if rc.PolicySHA256 == "" && d.rules() != nil {
 		rc.PolicySHA256 = d.pol().SHA256
 	}
-	stdout, stderr = d.redactorFor(j).redactResult(&rc, stdout, stderr)
+	stdout, stderr, err = d.redactorFor(j).redactResult(&rc, stdout, stderr)
+	if err != nil {
+		d.log.Error("read output", "key", j.key, "err", err)
+		return err
+	}
 	resSHA, status, err := d.publishResult(j, rc, stdout, stderr)
 	if err != nil {
 		// The entry stays where it is; the next evaluation publishes the
@@ -264,7 +275,7 @@ func (d *Daemon) adopt(j *job, cur ledger.Entry) bool {
 	if !d.hasSealedResult(j.agent, j.req.ID) {
 		return false
 	}
-	resSHA, status, err := d.publishResult(j, bridge.Receipt{}, nil, nil)
+	resSHA, status, err := d.publishResult(j, bridge.Receipt{}, runner.Output{}, runner.Output{})
 	if err != nil {
 		d.log.Error("publish the sealed result", "key", j.key, "err", err)
 		return true // it is there; the next evaluation tries again

@@ -3,11 +3,13 @@ package host
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"regexp"
 
 	"github.com/syncbridge/bridge/bridge"
 
 	"github.com/syncbridge/bridge/bridge/policy"
+	"github.com/syncbridge/bridge/bridge/runner"
 )
 
 // Redacted replaces each secret found in an op's output, in a result's
@@ -141,13 +143,22 @@ func (r *redactor) string(s string) string {
 
 // redactResult redacts a result before it is sealed: the output streams and
 // the detail. The count is said in the detail, so the agent knows that what
-// it reads is not all the op printed.
-func (r *redactor) redactResult(rc *bridge.Receipt, stdout, stderr []byte) ([]byte, []byte) {
+// it reads is not all the op printed. An output kept in a spool file is
+// first scanned for the patterns' needles as a stream; only one in which a
+// needle occurs is read into memory to be redacted (the regexps need it
+// whole: a private key's match spans lines).
+func (r *redactor) redactResult(rc *bridge.Receipt, stdout, stderr runner.Output) (runner.Output, runner.Output, error) {
 	if r == nil {
-		return stdout, stderr
+		return stdout, stderr, nil
 	}
-	stdout, n1 := r.bytes(stdout)
-	stderr, n2 := r.bytes(stderr)
+	stdout, n1, err := r.output(stdout)
+	if err != nil {
+		return stdout, stderr, err
+	}
+	stderr, n2, err := r.output(stderr)
+	if err != nil {
+		return stdout, stderr, err
+	}
 	detail, n3 := r.bytes([]byte(rc.Detail))
 	rc.Detail = string(detail)
 	// The argv may carry a secret the policy author wrote into it (a
@@ -168,5 +179,58 @@ func (r *redactor) redactResult(rc *bridge.Receipt, stdout, stderr []byte) ([]by
 		}
 		rc.Detail = note
 	}
-	return stdout, stderr
+	return stdout, stderr, nil
+}
+
+// output redacts one captured stream.
+func (r *redactor) output(o runner.Output) (runner.Output, int, error) {
+	if o.Spooled() {
+		may, err := r.mayMatchStream(o.Reader())
+		if err != nil || !may {
+			return o, 0, err
+		}
+		// The spool stays open: its owner closes it, and an answer tried
+		// again reads it again.
+		data, err := io.ReadAll(o.Reader())
+		if err != nil {
+			return o, 0, err
+		}
+		o = runner.Output{Data: data, Total: o.Total, Truncated: o.Truncated}
+	}
+	var n int
+	o.Data, n = r.bytes(o.Data)
+	return o, n, nil
+}
+
+// mayMatchStream reports whether any pattern may match in what src
+// yields, reading it once in blocks: a needle cut by a block boundary is
+// found in the overlap kept from the block before.
+func (r *redactor) mayMatchStream(src io.Reader) (bool, error) {
+	overlap := 0
+	for _, sp := range r.res {
+		if len(sp.needles) == 0 {
+			return true, nil // a pattern without needles runs on everything
+		}
+		for _, n := range sp.needles {
+			overlap = max(overlap, len(n)-1)
+		}
+	}
+	buf := make([]byte, overlap+256<<10)
+	kept := 0
+	for {
+		n, err := io.ReadFull(src, buf[kept:])
+		block := buf[:kept+n]
+		for i := range r.res {
+			if r.res[i].mayMatch(block) {
+				return true, nil
+			}
+		}
+		if err == io.EOF || err == io.ErrUnexpectedEOF {
+			return false, nil
+		} else if err != nil {
+			return false, err
+		}
+		kept = min(overlap, len(block))
+		copy(buf, block[len(block)-kept:])
+	}
 }

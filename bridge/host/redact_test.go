@@ -1,7 +1,9 @@
 package host
 
 import (
+	"context"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"regexp"
 	"strings"
@@ -10,6 +12,7 @@ import (
 	"github.com/syncbridge/bridge/bridge"
 
 	"github.com/syncbridge/bridge/bridge/policy"
+	"github.com/syncbridge/bridge/bridge/runner"
 )
 
 func TestRedactDefaults(t *testing.T) {
@@ -59,10 +62,45 @@ func TestRedactPolicyPatternsAndOff(t *testing.T) {
 		t.Error("a nil redactor changed the output")
 	}
 	rc := bridge.Receipt{Detail: "timed out"}
-	out, errOut := r.redactResult(&rc, []byte("corp_abcd1234\n"), []byte("ok"))
-	if string(out) != "[REDACTED]\n" || string(errOut) != "ok" || rc.Detail != "timed out; 1 secret(s) redacted by the host" {
-		t.Errorf("result: %q %q %q", out, errOut, rc.Detail)
+	out, errOut, err := r.redactResult(&rc, runner.Output{Data: []byte("corp_abcd1234\n")}, runner.Output{Data: []byte("ok")})
+	if err != nil || string(out.Data) != "[REDACTED]\n" || string(errOut.Data) != "ok" || rc.Detail != "timed out; 1 secret(s) redacted by the host" {
+		t.Errorf("result: %q %q %q %v", out.Data, errOut.Data, rc.Detail, err)
 	}
+}
+
+// An output kept in a spool file is redacted like one in memory: a secret
+// whose needle straddles a block of the stream scan is found, and an
+// output without any needle stays in its file, unread into memory.
+func TestRedactSpooledOutput(t *testing.T) {
+	r := newRedactor(policy.Redaction{Enabled: true})
+	run := func(script string) runner.Output {
+		t.Helper()
+		o := runner.Run(context.Background(), runner.Spec{Argv: []string{"/bin/sh", "-c", script}, Dir: "/", Env: []string{"PATH=/usr/bin:/bin"}, Spool: t.TempDir()})
+		if o.StartErr != nil || o.ExitCode != 0 || !o.Stdout.Spooled() {
+			t.Fatalf("run: %+v", o)
+		}
+		return o.Stdout
+	}
+	// The needle "ghp_" begins 2 bytes before the first block of the scan
+	// (256 KiB and the overlap of 10 bytes) ends.
+	token := "ghp_" + strings.Repeat("x", 40)
+	secret := run(`head -c 262151 /dev/zero | tr '\0' a; printf '\n` + token + `\n'`)
+	rc := bridge.Receipt{}
+	out, _, err := r.redactResult(&rc, secret, runner.Output{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, _ := io.ReadAll(out.Reader())
+	if want := strings.Repeat("a", 262151) + "\n[REDACTED]\n"; string(data) != want || rc.Detail != "1 secret(s) redacted by the host" {
+		t.Errorf("straddling secret: %d bytes, ends %q, detail %q", len(data), data[max(0, len(data)-60):], rc.Detail)
+	}
+	clean := run(`head -c 600000 /dev/zero | tr '\0' a`)
+	rc = bridge.Receipt{}
+	out, _, err = r.redactResult(&rc, clean, runner.Output{})
+	if err != nil || !out.Spooled() || out.Len() != 600000 || rc.Detail != "" {
+		t.Errorf("clean output: spooled %v, len %d, detail %q, err %v", out.Spooled(), out.Len(), rc.Detail, err)
+	}
+	out.Close()
 }
 
 // Every match of a default pattern holds one of its needles, so skipping

@@ -1,6 +1,7 @@
 package host
 
 import (
+	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/ledger"
+	"github.com/syncbridge/bridge/bridge/runner"
 	bcrypto "github.com/syncbridge/bridge/crypto"
 	"github.com/syncbridge/bridge/syncsafe"
 )
@@ -24,7 +26,7 @@ import (
 // pair), then publishes both into the folder. If copies exist from an
 // earlier attempt, they are published instead of new ones: one id has one
 // result. It returns the result manifest's SHA-256 and its status.
-func (d *Daemon) publishResult(j *job, rc bridge.Receipt, stdout, stderr []byte) (string, string, error) {
+func (d *Daemon) publishResult(j *job, rc bridge.Receipt, stdout, stderr runner.Output) (string, string, error) {
 	dir := d.home.Path("results", j.agent)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", "", err
@@ -37,15 +39,22 @@ func (d *Daemon) publishResult(j *job, rc bridge.Receipt, stdout, stderr []byte)
 		if !ok {
 			return "", "", fmt.Errorf("result %s: the reply key is not the agent's", j.req.ID)
 		}
-		var buf bytes.Buffer
-		manifest, err = bridge.SealResult(&buf, bridge.NewResult{
-			Host: d.own().current, HostID: d.me, AgentBoxPub: replyKey, Request: j.req, RequestSHA: j.sha,
-			Receipt: rc, Stdout: stdout, Stderr: stderr, Created: d.opt.Now(),
+		// Sealed straight into the private copy, as the output is read:
+		// the output is never in memory whole, sealed or not.
+		err := syncsafe.WriteFileAtomicFrom(outCopy, func(w io.Writer) error {
+			bw := bufio.NewWriterSize(w, 256<<10)
+			var err error
+			manifest, err = bridge.SealResult(bw, bridge.NewResult{
+				Host: d.own().current, HostID: d.me, AgentBoxPub: replyKey, Request: j.req, RequestSHA: j.sha,
+				Receipt: rc, StdoutFrom: stdout.Reader(), StdoutLen: stdout.Len(), StderrFrom: stderr.Reader(), StderrLen: stderr.Len(),
+				Created: d.opt.Now(),
+			})
+			if err != nil {
+				return err
+			}
+			return bw.Flush()
 		})
 		if err != nil {
-			return "", "", err
-		}
-		if err := syncsafe.WriteFileAtomic(outCopy, buf.Bytes()); err != nil {
 			return "", "", err
 		}
 		if err := syncsafe.WriteFileAtomic(resCopy, manifest); err != nil {

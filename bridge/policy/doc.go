@@ -97,7 +97,7 @@
 //	reconcile    optional argv with the same rules, for `bridge reconcile`.
 //	args         the argument tables below. Every argument must be used in
 //	             argv or reconcile.
-//	cpu          CPU-time limit: whole seconds (60) or a Go duration ("1m"),
+//	cpu          CPU-time limit: whole seconds (60 or "60") or a Go duration ("1m"),
 //	             at most 24h (RLIMIT_CPU; SIGXCPU, then SIGKILL a second later).
 //	memory       address-space limit, a size as for max_output, at least 1MiB
 //	             (RLIMIT_AS).

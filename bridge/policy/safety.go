@@ -120,14 +120,20 @@ func (b *builder) limits(name string, d *opDoc) Limits {
 		case int64:
 			secs = x
 		case string:
+			// A string of digits is seconds, as the bare number is: the
+			// docs say "seconds (600)" and an operator quotes it.
+			if n, err := strconv.ParseInt(x, 10, 64); err == nil && x != "" && x[0] >= '0' && x[0] <= '9' {
+				secs = n
+				break
+			}
 			dur, err := time.ParseDuration(x)
 			if err != nil {
-				b.errAt(at("cpu"), `seconds (60) or a Go duration ("1m")`, "bad cpu %q", x)
+				b.errAt(at("cpu"), `seconds (60 or "60") or a Go duration ("1m")`, "bad cpu %q", x)
 				break
 			}
 			secs = int64((dur + time.Second - 1) / time.Second)
 		default:
-			b.errAt(at("cpu"), `seconds (60) or a Go duration ("1m")`, "want seconds or a duration, got %s", tomlTypeOf(d.CPU))
+			b.errAt(at("cpu"), `seconds (60 or "60") or a Go duration ("1m")`, "want seconds or a duration, got %s", tomlTypeOf(d.CPU))
 		}
 		if secs < 0 || secs > maxLimitCPU {
 			b.errAt(at("cpu"), "1 second to 24h", "cpu %d s out of range", secs)

@@ -130,3 +130,47 @@ ops = ["build", "status", "lint"]
 		}
 	}
 }
+
+// cpu takes whole seconds, as a number or a quoted string of digits (the
+// form OPERATIONS.md shows), or a Go duration rounded up to whole seconds.
+func TestCPUForms(t *testing.T) {
+	t.Setenv("HOME", t.TempDir())
+	for _, c := range []struct {
+		val  string
+		secs uint64
+		bad  string // part of the error, "" if accepted
+	}{
+		{`7`, 7, ""},
+		{`"7"`, 7, ""},
+		{`"600"`, 600, ""},
+		{`"10m"`, 600, ""},
+		{`"1.5s"`, 2, ""},
+		{`"86400"`, 86400, ""},
+		{`"86401"`, 0, "out of range"},
+		{`"-7"`, 0, "bad cpu"},
+		{`"+7"`, 0, "bad cpu"},
+		{`"7 "`, 0, "bad cpu"},
+		{`""`, 0, "bad cpu"},
+		{`7.5`, 0, "want seconds or a duration"},
+	} {
+		t.Run(c.val, func(t *testing.T) {
+			p, err := policy.Parse("p.toml", []byte("[ops.t]\nargv = [\"/bin/true\"]\ncpu = "+c.val+"\n[agents.a]\nops = [\"t\"]\n"))
+			if c.bad != "" {
+				if err == nil || !strings.Contains(err.Error(), c.bad) || !strings.Contains(err.Error(), "ops.t.cpu") {
+					t.Fatalf("error %v, want %q at ops.t.cpu", err, c.bad)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			inv, err := p.Render("a", "t", nil, policy.RenderContext{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if inv.Limits.CPUSeconds != c.secs {
+				t.Errorf("cpu = %s: %d s, want %d", c.val, inv.Limits.CPUSeconds, c.secs)
+			}
+		})
+	}
+}

@@ -53,6 +53,12 @@ type Spec struct {
 	// Grace is the wait between the steps of the signal ladder, and after the
 	// leader's exit for its output pipes to close; 0 means DefaultGrace.
 	Grace time.Duration
+	// Spool, if set, is a directory where the captured output is kept
+	// instead of memory, in unlinked files: each Output is then read with
+	// Reader and Len (Data is nil), and released with Close. A run's memory
+	// is then constant in MaxOutput. If no file can be made there, the
+	// output is kept in memory and a Note says why.
+	Spool string
 	// OnOutput, if set, sees every byte the child writes, as it arrives, whether
 	// kept or dropped by the cap. It is called from the goroutines reading the
 	// pipes, never concurrently with itself; p is reused after it returns. It
@@ -108,6 +114,13 @@ type Output struct {
 	Total int64
 	// Truncated is set when Total exceeded the cap.
 	Truncated bool
+
+	// A spooled Output (Spec.Spool) keeps its bytes in an unlinked file:
+	// Data is nil, and Reader and Len give them.
+	spooled bool
+	parts   []io.ReaderAt
+	sizes   []int64
+	file    *os.File
 }
 
 // Run runs s to completion and reports the outcome. Cancelling ctx is a
@@ -320,6 +333,15 @@ func execute(ctx context.Context, s Spec, path string, o *Outcome) {
 		}
 	}
 	stdoutCap, stderrCap := newCapture(keep), newCapture(keep)
+	if s.Spool != "" {
+		for _, c := range []**capture{&stdoutCap, &stderrCap} {
+			if sc, err := newSpooledCapture(keep, s.Spool); err != nil {
+				o.Notes = append(o.Notes, fmt.Sprintf("output kept in memory: %v", err))
+			} else {
+				*c = sc
+			}
+		}
+	}
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go pump(&wg, outR, stdoutCap, StreamStdout, tap)
@@ -388,6 +410,11 @@ func execute(ctx context.Context, s Spec, path string, o *Outcome) {
 		o.CPU = st.UserTime() + st.SystemTime()
 	}
 	o.Stdout, o.Stderr = stdoutCap.output(), stderrCap.output()
+	for _, c := range []*capture{stdoutCap, stderrCap} {
+		if c.err != nil {
+			o.Notes = append(o.Notes, fmt.Sprintf("output spool: %v (the output kept is incomplete)", c.err))
+		}
+	}
 }
 
 // supervise waits for the leader to exit, climbing the signal ladder on the

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -299,6 +300,7 @@ func TestOutputCap(t *testing.T) {
 // caps and write sizes around the boundaries.
 func TestCapture(t *testing.T) {
 	t.Parallel()
+	dir := t.TempDir()
 	stream := make([]byte, 5000)
 	for i := range stream {
 		stream[i] = byte('a' + i%26)
@@ -309,22 +311,38 @@ func TestCapture(t *testing.T) {
 				if n < 0 || n > len(stream) {
 					continue
 				}
-				c := newCapture(max)
-				for p := stream[:n]; len(p) > 0; {
-					k := min(chunk, len(p))
-					c.write(p[:k])
-					p = p[k:]
-				}
-				got := c.output()
 				want := Output{Data: stream[:n], Total: int64(n)}
 				if int64(n) > max {
 					h, tl := max/2, max-max/2
 					want.Truncated = true
 					want.Data = slices.Concat(stream[:h], fmt.Appendf(nil, "\n[... %d bytes omitted by bridge ...]\n", int64(n)-max), stream[int64(n)-tl:n])
 				}
-				if !bytes.Equal(got.Data, want.Data) || got.Total != want.Total || got.Truncated != want.Truncated {
-					t.Fatalf("max %d chunk %d n %d: got %q/%d/%v, want %q/%d/%v", max, chunk, n,
-						got.Data, got.Total, got.Truncated, want.Data, want.Total, want.Truncated)
+				for _, spooled := range []bool{false, true} {
+					c := newCapture(max)
+					if spooled {
+						var err error
+						if c, err = newSpooledCapture(max, dir); err != nil {
+							t.Fatal(err)
+						}
+					}
+					for p := stream[:n]; len(p) > 0; {
+						k := min(chunk, len(p))
+						c.write(p[:k])
+						p = p[k:]
+					}
+					got := c.output()
+					data, err := io.ReadAll(got.Reader())
+					if err != nil {
+						t.Fatal(err)
+					}
+					if got.Spooled() != spooled || got.Len() != int64(len(data)) || spooled && got.Data != nil {
+						t.Fatalf("spooled %v: Spooled %v, Len %d for %d bytes, Data %d", spooled, got.Spooled(), got.Len(), len(data), len(got.Data))
+					}
+					if !bytes.Equal(data, want.Data) || got.Total != want.Total || got.Truncated != want.Truncated {
+						t.Fatalf("max %d chunk %d n %d spooled %v: got %q/%d/%v, want %q/%d/%v", max, chunk, n, spooled,
+							data, got.Total, got.Truncated, want.Data, want.Total, want.Truncated)
+					}
+					got.Close()
 				}
 			}
 		}
@@ -649,5 +667,34 @@ func TestKillAll(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("the program outlived KillAll")
+	}
+}
+
+// With Spec.Spool the output is kept in unlinked files there: the same
+// bytes as in memory, nothing left in the directory, Data nil.
+func TestOutputSpool(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	s := shSpec(t, `i=0; while [ $i -lt 1000 ]; do printf '%09d\n' $i; i=$((i+1)); done; echo oops >&2`)
+	s.MaxOutput = 1000
+	s.Spool = dir
+	o := mustRun(t, s)
+	defer o.Stdout.Close()
+	defer o.Stderr.Close()
+	var full bytes.Buffer
+	for i := range 1000 {
+		fmt.Fprintf(&full, "%09d\n", i)
+	}
+	want := string(full.Bytes()[:500]) + "\n[... 9000 bytes omitted by bridge ...]\n" + string(full.Bytes()[9500:])
+	out, _ := io.ReadAll(o.Stdout.Reader())
+	errOut, _ := io.ReadAll(o.Stderr.Reader())
+	if string(out) != want || o.Stdout.Data != nil || !o.Stdout.Spooled() || o.Stdout.Total != 10000 || !o.Stdout.Truncated {
+		t.Errorf("stdout: %q (Data %d, spooled %v, total %d)", out, len(o.Stdout.Data), o.Stdout.Spooled(), o.Stdout.Total)
+	}
+	if string(errOut) != "oops\n" || o.Stderr.Len() != 5 {
+		t.Errorf("stderr: %q", errOut)
+	}
+	if left, _ := os.ReadDir(dir); len(left) != 0 {
+		t.Errorf("the spool directory holds %d files", len(left))
 	}
 }

@@ -54,8 +54,9 @@ func (c *LogsCmd) Run(g *Globals) error {
 			}
 			if rc.ProgressCount == 0 {
 				// Too short to stream: the result holds all the output.
-				g.stdout.Write(out.Stdout)
-				g.stderr.Write(out.Stderr)
+				if err := out.WriteOutput(g.stdout, g.stderr); err != nil {
+					return err
+				}
 			}
 			if code := exitFor(rc); code != 0 {
 				how := rc.Status

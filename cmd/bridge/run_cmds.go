@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -129,7 +130,14 @@ func openClient(g *Globals) (*agent.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return agent.OpenClient(h)
+	cl, err := agent.OpenClient(h)
+	if err != nil {
+		return nil, err
+	}
+	// The output is written as it is opened, never held whole in memory
+	// (printOutcome).
+	cl.StreamOutput = true
+	return cl, nil
 }
 
 func submit(g *Globals, op string, args []string, key, hostName, stdin string, noCheck bool, ttl time.Duration, st SyncthingFlags) (*agent.Client, *agent.Sent, error) {
@@ -242,16 +250,22 @@ func printOutcome(g *Globals, out *agent.Outcome) error {
 		if argv == nil {
 			argv = []string{} // a settled or refused request ran nothing
 		}
+		// One JSON document holds the output as strings: in memory.
+		var stdout, stderr bytes.Buffer
+		if err := out.WriteOutput(&stdout, &stderr); err != nil {
+			return err
+		}
 		g.printJSON(map[string]any{"id": rc.ID, "op": rc.Op, "status": rc.Status, "reason": rc.Reason, "detail": rc.Detail,
 			"exit_code": rc.ExitCode, "signal": rc.Signal, "timed_out": rc.TimedOut, "argv": argv,
-			"stdout": string(out.Stdout), "stderr": string(out.Stderr), "stdout_truncated": rc.StdoutTruncated,
+			"stdout": stdout.String(), "stderr": stderr.String(), "stdout_truncated": rc.StdoutTruncated,
 			"stderr_truncated": rc.StderrTruncated, "policy_sha256": rc.PolicySHA256, "bridge_exit_code": code, "earlier_send": out.Earlier})
 	} else {
 		if out.Earlier {
 			g.note("note: request %s was sent before with this key (from a home that has no record of it); this is that send's answer, and it did not run again", rc.ID)
 		}
-		g.stdout.Write(out.Stdout)
-		g.stderr.Write(out.Stderr)
+		if err := out.WriteOutput(g.stdout, g.stderr); err != nil {
+			return err
+		}
 		switch rc.Status {
 		case bridge.StatusDone:
 			if rc.TimedOut {
