@@ -322,6 +322,19 @@ func (w *Watcher) Next(ctx context.Context) (Batch, error) {
 	}
 }
 
+// Walk asks for a full walk as the next batch, as the rescan timer would:
+// for a caller whose notion of what the files mean changed (the host
+// trusts a new agent, whose requests came in before and were ignored).
+func (w *Watcher) Walk() {
+	w.mu.Lock()
+	w.needWalk = true
+	w.mu.Unlock()
+	select {
+	case w.poke <- struct{}{}:
+	default:
+	}
+}
+
 func (w *Watcher) hasWork() bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()

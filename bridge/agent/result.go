@@ -273,8 +273,20 @@ type State struct {
 	State    string    `json:"state"` // submitted | awaiting-approval | running | rerun-ordered | <result status>
 	Reason   string    `json:"reason,omitempty"`
 	ExitCode *int      `json:"exit_code,omitempty"`
-	Created  time.Time `json:"created"` // RFC 3339 in JSON, as the host's ledger
-	Expires  time.Time `json:"expires"`
+	// RFC 3339 in JSON, as the host's ledger; nil (left out) when this
+	// home does not know them: a request found again from the host's
+	// result alone, after the home was rebuilt from the agent's secret.
+	Created *time.Time `json:"created,omitempty"`
+	Expires *time.Time `json:"expires,omitempty"`
+}
+
+// UnixTime is t as a time, nil for 0 (not known).
+func UnixTime(t int64) *time.Time {
+	if t == 0 {
+		return nil
+	}
+	v := time.Unix(t, 0)
+	return &v
 }
 
 // RerunOrdered reports whether out is an uncertain answer that a human on
@@ -321,7 +333,7 @@ func (c *Client) Status(id string) (*State, error) {
 		return nil, err
 	}
 	st := &State{ID: id, Op: s.Op, Host: s.HostName, State: "submitted",
-		Created: time.Unix(s.Created, 0), Expires: time.Unix(s.Expires, 0)}
+		Created: UnixTime(s.Created), Expires: UnixTime(s.Expires)}
 	out, err := c.Result(id)
 	if err == nil {
 		defer out.Close()
@@ -509,7 +521,9 @@ func (c *Client) Ops(host string) (*bridge.Catalog, error) {
 	}
 	data, err := c.folder.ReadFile(bridge.CatalogPath(hb.ID, c.home.Config.ID), bcrypto.KindCatalog.MaxSize())
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, bridge.WithHint(errors.New("the host has not published its catalog yet"), "start `bridge serve` on the host and wait for the sync")
+		return nil, bridge.WithHint(errors.New("the host has not published its catalog for this agent yet"),
+			"the host publishes it once it has paired this agent (`bridge pair --fingerprint %s` on the host) and `bridge serve` runs; then wait for the sync",
+			c.home.Bundle().Fingerprint())
 	} else if err != nil {
 		return nil, err
 	}

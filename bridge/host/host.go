@@ -275,6 +275,12 @@ func (d *Daemon) controlLoop(stop <-chan struct{}) {
 			} else {
 				d.log.Info("trusted agents reloaded", "agents", len(d.agents()))
 				d.publishCatalog()
+				// A newly trusted agent's requests may be in the folder
+				// already, seen and ignored: read them now, not at the
+				// next rescan (up to --rescan, 30 s, for a first op).
+				if d.watcher != nil {
+					d.watcher.Walk()
+				}
 			}
 			sweep = true      // a revocation answers what waits for approval at once,
 			d.revokeWaiting() // and what waits for a slot of its op

@@ -288,3 +288,51 @@ concurrency = %d
 		t.Fatalf("the third: %s, started %d times", out.Receipt.Status, e.starts(t, "par", c))
 	}
 }
+
+// A request an agent sent before the host paired it is answered once the
+// host pairs it, without waiting for the next rescan (here an hour): the
+// first op after pairing took up to --rescan (30 s) on a local folder.
+func TestRequestOfANewlyTrustedAgentIsReadAtOnce(t *testing.T) {
+	base := t.TempDir()
+	folder := filepath.Join(base, "folder")
+	if err := os.Mkdir(folder, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	h, err := bridge.InitHome(filepath.Join(base, "host"), "host", "laptop", folder)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := bridge.InitHome(filepath.Join(base, "agent"), "agent", "cloud-1", folder)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Trust(h.BundleText(), "laptop"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(h.Path(bridge.PolicyName), []byte(testPolicy), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := agent.OpenClient(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	runDaemon(t, h, DaemonOptions{Rescan: time.Hour})
+	s, err := c.Submit(agent.SubmitOptions{Op: bridge.PingOp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	settleFor() // the daemon sees it, and ignores it: cloud-1 is not trusted
+	if _, err := h.Trust(a.BundleText(), "cloud-1"); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	out, err := c.Wait(ctx, s.ID, nil)
+	if err != nil {
+		t.Fatalf("a request sent before the pairing waited for the next rescan: %v", err)
+	}
+	if out.Receipt.Status != bridge.StatusDone {
+		t.Fatalf("answer: %s (%s)", out.Receipt.Status, out.Receipt.Reason)
+	}
+}

@@ -154,7 +154,7 @@ func (c *LsCmd) Run(g *Globals) error {
 		st, err := cl.Status(s.ID)
 		if err != nil {
 			st = &agent.State{ID: s.ID, Op: s.Op, Host: s.HostName, State: "error: " + err.Error(),
-				Created: time.Unix(s.Created, 0), Expires: time.Unix(s.Expires, 0)}
+				Created: agent.UnixTime(s.Created), Expires: agent.UnixTime(s.Expires)}
 		}
 		states = append(states, st)
 	}
@@ -165,7 +165,11 @@ func (c *LsCmd) Run(g *Globals) error {
 		g.note("no request sent from this home yet")
 	}
 	for _, st := range states {
-		g.printf("%s  %s  %-10s %-10s %s\n", st.Created.Format("2006-01-02 15:04:05"), st.ID, st.Op, st.State, exitColumn(st))
+		when := "-                  " // as wide as a time
+		if st.Created != nil {
+			when = st.Created.Format("2006-01-02 15:04:05")
+		}
+		g.printf("%s  %s  %-10s %-10s %s\n", when, st.ID, st.Op, st.State, exitColumn(st))
 	}
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -68,10 +69,12 @@ func (c *InitCmd) Run(g *Globals) error {
 	g.printf("id          %s\nfingerprint %s\n\n", h.Config.ID, h.Bundle().Fingerprint())
 	g.printf("Give this line to the other side (`bridge keys trust LINE`):\n%s\n", h.BundleText())
 	if c.Role == "host" {
-		g.printf("\nNext: `bridge policy init --agent NAME` writes a starter policy (%s); then run `bridge serve`.\n", h.Path(bridge.PolicyName))
+		g.printf("\nNext: `bridge policy init --agent NAME` writes a starter policy (%s); run `bridge serve`;\n", h.Path(bridge.PolicyName))
+		g.printf("once the agent has paired, pair it here: `bridge pair --fingerprint <the agent's fingerprint>`.\n")
 	} else {
+		g.printf("\nNext: `bridge pair --fingerprint <the host's fingerprint>`; then on the host, `bridge pair --fingerprint %s`.\n", h.Bundle().Fingerprint())
 		// The agent is usually an AI: tell the human how to tell it.
-		g.printf("\nOnce the host serves, tell your AI agent how to use it, from the host's catalog:\n")
+		g.printf("Once the host serves, tell your AI agent how to use it, from the host's catalog:\n")
 		g.printf("  bridge guide --format agents-md --out AGENTS.md    (a section of AGENTS.md, replaced on each run)\n")
 		g.printf("  bridge guide --skill .claude/skills/syncbridge     (a Claude Code skill)\n")
 		g.printf("  bridge guide                                       (the same text on standard output)\n")
@@ -296,6 +299,15 @@ func (c *PairCmd) Run(g *Globals) error {
 		}
 	}
 	switch {
+	case len(pick) == 0 && c.Peer == "" && slices.ContainsFunc(cands, func(cd bridge.Candidate) bool { return cd.Trusted }):
+		var names []string
+		for _, cd := range cands {
+			if cd.Trusted {
+				names = append(names, fmt.Sprintf("%s %q", cd.Role, cd.Name))
+			}
+		}
+		g.printf("already paired with %s; no other peer's bundle is in the folder\n", strings.Join(names, ", "))
+		return nil
 	case len(pick) == 0:
 		return withHintf(errors.New("pair: no new peer bundle in the folder"),
 			"the other side publishes its bundle with `bridge init host` (host) or `bridge keys trust` (agent); wait for the sync, or pass --peer ID")
