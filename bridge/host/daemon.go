@@ -51,6 +51,9 @@ type DaemonOptions struct {
 	// Nudger, if set, asks the local Syncthing to scan each file the
 	// daemon publishes (see NewNudger).
 	Nudger *bridge.Nudger
+	// LivenessInterval is how often the daemon rewrites its liveness
+	// stamps when nothing changes (default bridge.DefaultLivenessInterval).
+	LivenessInterval time.Duration
 }
 
 // Daemon is the host side: it watches the agents' request trees, admits
@@ -108,6 +111,8 @@ type Daemon struct {
 	// variable, so nothing in its environment can make it exit mid-step.
 	crashAt    string
 	crashCount atomic.Int64
+
+	livenessAt atomic.Int64 // host clock (Unix ns) of the last liveness stamps (liveness.go)
 
 	rulesP atomic.Pointer[rules] // the policy in force and its redactor (reload.go)
 	// The policy file's version last seen and last refused, for the
@@ -249,7 +254,7 @@ func (d *Daemon) Open() (err error) {
 		d.folder.SweepTemps(bridge.ToAgentDir(d.me, id), 0)
 		d.followRotations(id)
 	}
-	if err := d.publishCatalog(); err != nil {
+	if err := d.publishForAgents(); err != nil {
 		d.log.Warn("publish catalog", "err", err)
 	}
 	for i := 0; i < evalWorkers; i++ {
@@ -456,6 +461,11 @@ func (d *Daemon) Close(ctx context.Context) error {
 		d.audit.log(AuditEvent{Event: "stop"})
 	}
 	if d.folder != nil && d.watcher != nil {
+		// Agents waiting on this host learn at once that it stopped,
+		// rather than after two intervals of silence.
+		if err := d.publishLiveness(bridge.LivenessStopped); err != nil {
+			d.log.Warn("publish liveness stamps", "err", err)
+		}
 		d.notify("", bridge.Note{Event: "stopping", Text: "the host daemon stopped; requests wait in the folder until it is back"})
 	}
 	return d.closeResources()

@@ -271,7 +271,7 @@ func (d *Daemon) controlLoop(stop <-chan struct{}) {
 				d.log.Error("reload trusted agents", "err", err)
 			} else {
 				d.log.Info("trusted agents reloaded", "agents", len(d.agents()))
-				d.publishCatalog()
+				d.publishForAgents()
 			}
 			sweep = true      // a revocation answers what waits for approval at once,
 			d.revokeWaiting() // and what waits for a slot of its op
@@ -283,6 +283,7 @@ func (d *Daemon) controlLoop(stop <-chan struct{}) {
 			d.sweepStalled()
 		}
 		d.checkPolicyFile()
+		d.refreshLiveness()
 		if err := d.loadOwnKeys(); err != nil {
 			d.log.Error("reload own keys", "err", err)
 		}
