@@ -52,7 +52,11 @@ type LivenessStamp struct {
 	Interval int64    `json:"interval"`
 	Accepts  []string `json:"accepts"`
 	AgentSeq uint64   `json:"agent_seq"`
-	Policy   string   `json:"policy_sha256"`
+	// Trusted: the host still reads this agent's requests, and answers
+	// each (a refused key gets a signed rejected result); false: it
+	// ignores them (removed).
+	Trusted bool   `json:"trusted"`
+	Policy  string `json:"policy_sha256"`
 }
 
 // SignLiveness returns a signed host.liveness file. Accepts is sorted here.

@@ -389,7 +389,7 @@ func generateVectors(t *testing.T, k testKeys) {
 	lvBody := func(state, accepts string, interval int) string {
 		return `{"v":1,"host":"` + host.ID + `","host_kid":"` + k.host.SignKid() + `","agent":"` + agent.ID + `","state":"` + state +
 			`","time":` + strconv.FormatInt(vectorNow.Unix(), 10) + `,"interval":` + strconv.Itoa(interval) + `,"accepts":` + accepts +
-			`,"agent_seq":0,"policy_sha256":"` + strings.Repeat("5a", 32) + `"}`
+			`,"agent_seq":0,"trusted":true,"policy_sha256":"` + strings.Repeat("5a", 32) + `"}`
 	}
 	liveVector("raw-ok", "ok", "the byte form spelled out", lvRaw(lvBody("serving", `["`+agent.ID+`"]`, 300)))
 	liveVector("accepts-null", "malformed", "accepts as null, not []", lvRaw(lvBody("serving", "null", 300)))

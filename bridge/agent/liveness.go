@@ -47,7 +47,11 @@ type Liveness struct {
 	AgeSeconds      int64 `json:"age_seconds"`
 	IntervalSeconds int64 `json:"interval_seconds"` // how often the host rewrites it while serving
 	// Accepted: the stamp lists this agent's current signing key.
-	Accepted     bool   `json:"accepted"`
+	Accepted bool `json:"accepted"`
+	// Trusted: the host still reads this agent's requests and answers
+	// each, if only to refuse it; false: it ignores them (removed, or it
+	// never knew this agent).
+	Trusted      bool   `json:"trusted"`
 	PolicySHA256 string `json:"policy_sha256"`
 	Message      string `json:"message"` // one sentence for a human, without a leading "bridge:"
 }
@@ -124,7 +128,7 @@ func judge(lv *Liveness, st *bridge.LivenessStamp, current string, own []bridge.
 	interval := time.Duration(st.Interval) * time.Second
 	lv.State, lv.LastSeen, lv.PolicySHA256 = st.State, &seen, st.Policy
 	lv.AgeSeconds, lv.IntervalSeconds = int64(age/time.Second), st.Interval
-	lv.Accepted = slices.Contains(st.Accepts, current)
+	lv.Accepted, lv.Trusted = slices.Contains(st.Accepts, current), st.Trusted
 	// Not accepted, the current key may just be newer than what the host
 	// has followed (its rotation statement not synced or read yet), as
 	// long as the host still accepts an older key of this agent; anything

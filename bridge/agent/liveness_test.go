@@ -109,15 +109,24 @@ func TestHostLivenessVerdicts(t *testing.T) {
 	}
 }
 
-// A wait on a host whose fresh stamp refuses the agent's key ends at once
-// with the verdict, instead of at its deadline.
+// A wait on a host whose fresh stamp refuses the agent's key and ignores
+// its requests (removed) ends at once with the verdict, instead of at its
+// deadline. One that still trusts the agent answers a revoked key's
+// request itself: the wait goes on for that answer.
 func TestWaitFailsFastWhenNotAccepted(t *testing.T) {
 	h := newHomes(t)
 	s, err := h.client.Submit(SubmitOptions{Op: "echo", Args: map[string]string{"msg": "hi"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.stamp(t, bridge.LivenessStamp{Time: time.Now().Unix(), Accepts: []string{}}, h.host.Identity())
+	h.stamp(t, bridge.LivenessStamp{Time: time.Now().Unix(), Accepts: []string{}, Trusted: true}, h.host.Identity())
+	short, stop := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+	defer stop()
+	if _, err := h.client.Wait(short, s.ID, nil); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("wait on a host that revoked the key but answers: %v, want it to wait for the answer", err)
+	}
+
+	h.stamp(t, bridge.LivenessStamp{Time: time.Now().Unix(), Accepts: []string{}, Trusted: false}, h.host.Identity())
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	_, err = h.client.Wait(ctx, s.ID, nil)

@@ -260,8 +260,10 @@ func (c *Client) Status(id string) (*State, error) {
 // request's result, its progress chunks and the host's liveness stamp too,
 // so a caller streaming the output sees each chunk as it lands. While no
 // result is there, a fresh stamp saying the host accepts none of this
-// agent's keys ends the wait with a *NotAcceptedError: nothing sent to that
-// host will run.
+// agent's keys and no longer reads its requests (removed, or never paired)
+// ends the wait with a *NotAcceptedError: no answer will ever come. A host
+// that still trusts the agent answers a request signed by a refused key
+// itself (rejected, revoked), and the wait returns that answer.
 func (c *Client) Wait(ctx context.Context, id string, tick func(elapsed time.Duration)) (*Outcome, error) {
 	s, err := c.Sent(id)
 	if err != nil {
@@ -315,7 +317,7 @@ func (c *Client) Wait(ctx context.Context, id string, tick func(elapsed time.Dur
 			// the wait ends.
 			refused = err
 		}
-		if lv, lerr := c.hostLiveness(s.Host); lerr == nil && lv.Verdict == LivenessNotAccepted {
+		if lv, lerr := c.hostLiveness(s.Host); lerr == nil && lv.Verdict == LivenessNotAccepted && !lv.Trusted {
 			return nil, &NotAcceptedError{Liveness: lv}
 		}
 		if tick != nil {

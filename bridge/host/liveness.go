@@ -33,9 +33,9 @@ func (d *Daemon) publishLiveness(state string) error {
 	stamp := bridge.LivenessStamp{Host: d.me, State: state, Time: now.Unix(),
 		Interval: int64(d.livenessInterval() / time.Second), Policy: pol.SHA256}
 	var errs []error
-	publish := func(agent string, accepts []string, seq uint64) {
+	publish := func(agent string, accepts []string, seq uint64, trusted bool) {
 		s := stamp
-		s.Agent, s.Accepts, s.AgentSeq = agent, accepts, seq
+		s.Agent, s.Accepts, s.AgentSeq, s.Trusted = agent, accepts, seq, trusted
 		signed, err := bridge.SignLiveness(s, own.current)
 		if err == nil {
 			err = d.folder.PublishReplace(bridge.LivenessPath(d.me, agent), bridge.WriteBytes(signed), syncsafe.WithMode(0o644))
@@ -56,7 +56,7 @@ func (d *Daemon) publishLiveness(state string) error {
 		for _, pk := range k.peer.Keys {
 			seq = max(seq, pk.Seq)
 		}
-		publish(id, accepts, seq)
+		publish(id, accepts, seq, true)
 	}
 	entries, err := d.folder.ListFunc(bridge.ToAgentRoot(d.me), func(name string) bool { return bcrypto.ValidKid(name) && agents[name] == nil })
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -71,7 +71,7 @@ func (d *Daemon) publishLiveness(state string) error {
 			continue
 		}
 		n++
-		publish(e.Name, []string{}, 0)
+		publish(e.Name, []string{}, 0, false)
 	}
 	d.livenessAt.Store(now.UnixNano())
 	return errors.Join(errs...)

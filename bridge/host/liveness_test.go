@@ -2,6 +2,7 @@ package host
 
 import (
 	"context"
+	"errors"
 	"os"
 	"slices"
 	"sync/atomic"
@@ -52,7 +53,7 @@ func TestLivenessStampFollowsTheHost(t *testing.T) {
 	st := p.readStamp(t)
 	if st.State != bridge.LivenessServing || !slices.Equal(st.Accepts, []string{kid}) || st.AgentSeq != 0 ||
 		st.Policy != p.daemon.pol().SHA256 || st.Interval != int64(bridge.DefaultLivenessInterval/time.Second) ||
-		st.HostKid != p.host.Identity().SignKid() {
+		st.HostKid != p.host.Identity().SignKid() || !st.Trusted {
 		t.Fatalf("stamp at start: %+v", st)
 	}
 	if lv, err := p.client.HostLiveness("laptop"); err != nil || lv.Verdict != agent.LivenessOK || !lv.Accepted {
@@ -113,7 +114,17 @@ func TestLivenessStampInterval(t *testing.T) {
 	if _, err := p.host.Remove("cloud-1"); err != nil {
 		t.Fatal(err)
 	}
-	p.eventuallyStamp(t, "refused the removed agent", func(s *bridge.LivenessStamp) bool { return len(s.Accepts) == 0 })
+	p.eventuallyStamp(t, "refused the removed agent", func(s *bridge.LivenessStamp) bool { return len(s.Accepts) == 0 && !s.Trusted })
+	// Its requests will never be answered: the agent's wait ends at once.
+	s, err := p.client.Submit(agent.SubmitOptions{Op: "echo", Args: map[string]string{"msg": "orphan"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, wcancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer wcancel()
+	if _, err := p.client.Wait(wctx, s.ID, nil); !errors.Is(err, agent.ErrNotAccepted) {
+		t.Fatalf("wait on a host that removed the agent: %v", err)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	stopDaemon(d, ctx)
