@@ -19,6 +19,7 @@ import (
 //	hosts/<host>/to-agent/<agent>/<id>.message  inbox messages         (host writes)
 //	hosts/<host>/to-agent/<agent>/<id>.progress-<n>  output while it runs (host writes)
 //	hosts/<host>/to-agent/<agent>/ops.catalog   the ops this agent may run (host writes)
+//	hosts/<host>/to-agent/<agent>/host.liveness when the host last ran, signed (host writes)
 const (
 	hostsDir        = "hosts"
 	toHostDir       = "to-host"
@@ -56,6 +57,10 @@ func ToHostRoot(host string) string { return path.Join(hostsDir, host, toHostDir
 
 // ToHostDir is the directory one agent writes for one host.
 func ToHostDir(host, agent string) string { return path.Join(hostsDir, host, toHostDir, agent) }
+
+// ToAgentRoot is the directory that holds one host's directories for its
+// agents.
+func ToAgentRoot(host string) string { return path.Join(hostsDir, host, toAgentDir) }
 
 // ToAgentDir is the directory one host writes for one agent.
 func ToAgentDir(host, agent string) string { return path.Join(hostsDir, host, toAgentDir, agent) }

@@ -405,5 +405,43 @@ func generateVectors(t *testing.T, k testKeys) {
 	otherCat := full
 	otherCat.Agent = stranger.ID
 	catVector("for-other-agent", "wrong-recipient", "another agent's catalog", otherCat, "", k.host, nil)
+	// Liveness stamps (SPEC §10c).
+	liveVector := func(name, expect, note string, data []byte) {
+		write(&vector{name: "liveness-" + name, expect: expect, kind: "liveness", note: note, files: map[string][]byte{"liveness.b64": data}})
+	}
+	lvStamp := LivenessStamp{Host: host.ID, Agent: agent.ID, State: LivenessServing, Time: vectorNow.Unix(), Interval: 300,
+		Accepts: []string{agent.ID}, Policy: strings.Repeat("5a", 32)}
+	signStamp := func(st LivenessStamp, id *bcrypto.Identity) []byte {
+		out, err := SignLiveness(st, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	liveVector("ok", "ok", "the host serves and accepts the agent's first key", signStamp(lvStamp, k.host))
+	lvStopped := lvStamp
+	lvStopped.State, lvStopped.Accepts = LivenessStopped, nil
+	liveVector("stopped-refusing", "ok", "a clean stop, accepting no key of the agent (accepts is [] on the wire)", signStamp(lvStopped, k.host))
+	lvOther := lvStamp
+	lvOther.Agent = stranger.ID
+	liveVector("other-agent", "wrong-recipient", "another agent's stamp copied into this agent's directory", signStamp(lvOther, k.host))
+	liveVector("forged", "bad-signature", "signed by someone lvOther than the host", signStamp(lvStamp, k.stranger))
+	lvRaw := func(body string) []byte { return sign(bcrypto.KindLiveness, []byte(body), k.host) }
+	lvBody := func(state, accepts string, interval int) string {
+		return `{"v":1,"host":"` + host.ID + `","host_kid":"` + k.host.SignKid() + `","agent":"` + agent.ID + `","state":"` + state +
+			`","time":` + strconv.FormatInt(vectorNow.Unix(), 10) + `,"interval":` + strconv.Itoa(interval) + `,"accepts":` + accepts +
+			`,"agent_seq":0,"trusted":true,"policy_sha256":"` + strings.Repeat("5a", 32) + `"}`
+	}
+	liveVector("raw-ok", "ok", "the byte form spelled out", lvRaw(lvBody("serving", `["`+agent.ID+`"]`, 300)))
+	liveVector("accepts-null", "malformed", "accepts as null, not []", lvRaw(lvBody("serving", "null", 300)))
+	liveVector("accepts-unsorted", "malformed", "key ids out of order", lvRaw(lvBody("serving", `["`+stranger.ID+`","`+agent.ID+`"]`, 300)))
+	if stranger.ID < agent.ID {
+		t.Fatal("test keys: the stranger's id must sort after the agent's")
+	}
+	liveVector("bad-state", "malformed", "a state lvOther than serving or stopped", lvRaw(lvBody("asleep", "[]", 300)))
+	liveVector("interval-zero", "malformed", "an interval of 0 would never go stale", lvRaw(lvBody("serving", "[]", 0)))
+	liveVector("interval-too-long", "malformed", "an interval over an hour", lvRaw(lvBody("serving", "[]", 3601)))
+	catalogAsStamp := append([]byte("BRL1"), sign(bcrypto.KindCatalog, []byte(lvBody("serving", "[]", 300)), k.host)[4:]...)
+	liveVector("catalog-label", "bad-signature", "a body signed under the catalog's label: domain separation refuses it", catalogAsStamp)
 	t.Logf("wrote %d vectors", seq)
 }

@@ -354,6 +354,16 @@ func runVector(t *testing.T, k testKeys, v *vector) string {
 	case "ack":
 		_, err := OpenAck(v.files["ack.b64"], v.fields["id"], host.ID, agent.ID, [][]byte{agent.SignPub})
 		return Reason(err)
+	case "liveness":
+		st, err := OpenLiveness(v.files["liveness.b64"], host.ID, agent.ID, [][]byte{host.SignPub})
+		if err != nil {
+			return Reason(err)
+		}
+		again, _ := SignLiveness(*st, k.host)
+		if !bytes.Equal(again, v.files["liveness.b64"]) {
+			t.Fatal("accepted stamp does not re-encode to the same bytes")
+		}
+		return "ok"
 	}
 	t.Fatalf("unknown kind %q", v.kind)
 	return ""

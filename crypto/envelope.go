@@ -28,6 +28,7 @@ var (
 	KindCatalog  = Kind{"catalog", "BRO1", "bridge/v1/catalog\x00", 256 << 10, 1}
 	KindMessage  = Kind{"message", "BRM1", "bridge/v1/message\x00", 96 << 10, 1}
 	KindProgress = Kind{"progress", "BRP1", "bridge/v1/progress\x00", 96 << 10, 1}
+	KindLiveness = Kind{"liveness", "BRL1", "bridge/v1/liveness\x00", 4 << 10, 1}
 )
 
 const (

@@ -6,6 +6,9 @@
 //
 // Entry points: [OpenClient], then [Client.Submit] and [Client.Wait] (what
 // `bridge run` does), [Client.Ack] once the result is kept.
+// [Client.HostLiveness] judges the host's signed liveness stamp (serving,
+// stopped, silent, or refusing this agent's key), and [Client.Wait] ends
+// with a [*NotAcceptedError] when a fresh stamp refuses the key.
 //
 // An [Outcome] holds the op's output in Stdout and Stderr, or, with
 // [Client.StreamOutput] set (as the CLI does), gives it only through
@@ -18,6 +21,7 @@
 // A result is accepted only when the host's signature verifies under a key
 // the agent trusts for that host, it is bound to the exact manifest this
 // agent sent (remembered in the home), and its output matches the signed
-// pin. Status, Wait, Result and Progress only read the folder (invariant 10);
-// Result copies the output it verifies to a file of the home without a name.
+// pin. Status, Wait, Result, Progress and HostLiveness only read the folder
+// (invariant 10); Result copies the output it verifies to a file of the home
+// without a name.
 package agent

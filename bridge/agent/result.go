@@ -373,7 +373,14 @@ func (c *Client) Status(id string) (*State, error) {
 
 // Wait blocks until the request's result is complete and verified, or ctx
 // ends. It watches the result directory and, because events are only hints,
-// also polls with a backoff. tick, if set, is called on every look.
+// also polls with a backoff. tick, if set, is called on every look: on the
+// request's result, its progress chunks and the host's liveness stamp too,
+// so a caller streaming the output sees each chunk as it lands. While no
+// result is there, a fresh stamp saying the host accepts none of this
+// agent's keys and no longer reads its requests (removed, or never paired)
+// ends the wait with a *NotAcceptedError: no answer will ever come. A host
+// that still trusts the agent answers a request signed by a refused key
+// itself (rejected, revoked), and the wait returns that answer.
 func (c *Client) Wait(ctx context.Context, id string, tick func(elapsed time.Duration)) (*Outcome, error) {
 	s, err := c.Sent(id)
 	if err != nil {
@@ -399,7 +406,7 @@ func (c *Client) Wait(ctx context.Context, id string, tick func(elapsed time.Dur
 					return
 				}
 				for _, p := range b.Paths {
-					if rid, _, ok := bridge.ParseToAgentName(p); ok && rid == id {
+					if wakes(p, id) {
 						select {
 						case ch <- struct{}{}:
 						default:
@@ -428,6 +435,9 @@ func (c *Client) Wait(ctx context.Context, id string, tick func(elapsed time.Dur
 			// the wait ends.
 			refused = err
 		}
+		if lv, lerr := c.hostLiveness(s.Host); lerr == nil && lv.Verdict == LivenessNotAccepted && !lv.Trusted {
+			return nil, &NotAcceptedError{Liveness: lv}
+		}
 		if tick != nil {
 			tick(time.Since(start))
 		}
@@ -445,6 +455,19 @@ func (c *Client) Wait(ctx context.Context, id string, tick func(elapsed time.Dur
 		case <-t.C:
 		}
 	}
+}
+
+// wakes reports whether a file event in the agent's result directory is
+// one a wait for request id looks again on: its result or output, one of
+// its progress chunks, or the host's liveness stamp.
+func wakes(name, id string) bool {
+	if rid, _, ok := bridge.ParseToAgentName(name); ok {
+		return rid == id
+	}
+	if rid, _, ok := bridge.ParseProgressName(name); ok {
+		return rid == id
+	}
+	return name == bridge.LivenessName
 }
 
 // Ack tells the host the result is held, then removes this agent's own

@@ -48,6 +48,9 @@ type DaemonOptions struct {
 	ApprovalTTL time.Duration
 	// AllowRoot lets the daemon run as root (refused by default).
 	AllowRoot bool
+	// LivenessInterval is how often the daemon rewrites its liveness
+	// stamps when nothing changes (default bridge.DefaultLivenessInterval).
+	LivenessInterval time.Duration
 }
 
 // Daemon is the host side: it watches the agents' request trees, admits
@@ -105,6 +108,8 @@ type Daemon struct {
 	// variable, so nothing in its environment can make it exit mid-step.
 	crashAt    string
 	crashCount atomic.Int64
+
+	livenessAt atomic.Int64 // host clock (Unix ns) of the last liveness stamps (liveness.go)
 
 	rulesP atomic.Pointer[rules] // the policy in force and its redactor (reload.go)
 	// The policy file's version last seen and last refused, for the
@@ -246,7 +251,7 @@ func (d *Daemon) Open() (err error) {
 		d.folder.SweepTemps(bridge.ToAgentDir(d.me, id), 0)
 		d.followRotations(id)
 	}
-	if err := d.publishCatalog(); err != nil {
+	if err := d.publishForAgents(); err != nil {
 		d.log.Warn("publish catalog", "err", err)
 	}
 	for i := 0; i < evalWorkers; i++ {
@@ -453,6 +458,11 @@ func (d *Daemon) Close(ctx context.Context) error {
 		d.audit.log(AuditEvent{Event: "stop"})
 	}
 	if d.folder != nil && d.watcher != nil {
+		// Agents waiting on this host learn at once that it stopped,
+		// rather than after two intervals of silence.
+		if err := d.publishLiveness(bridge.LivenessStopped); err != nil {
+			d.log.Warn("publish liveness stamps", "err", err)
+		}
 		d.notify("", bridge.Note{Event: "stopping", Text: "the host daemon stopped; requests wait in the folder until it is back"})
 	}
 	return d.closeResources()

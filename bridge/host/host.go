@@ -274,7 +274,7 @@ func (d *Daemon) controlLoop(stop <-chan struct{}) {
 				d.log.Error("reload trusted agents", "err", err)
 			} else {
 				d.log.Info("trusted agents reloaded", "agents", len(d.agents()))
-				d.publishCatalog()
+				d.publishForAgents()
 				// A newly trusted agent's requests may be in the folder
 				// already, seen and ignored: read them now, not at the
 				// next rescan (up to --rescan, 30 s, for a first op).
@@ -292,6 +292,7 @@ func (d *Daemon) controlLoop(stop <-chan struct{}) {
 			d.sweepStalled()
 		}
 		d.checkPolicyFile()
+		d.refreshLiveness()
 		if err := d.loadOwnKeys(); err != nil {
 			d.log.Error("reload own keys", "err", err)
 		}

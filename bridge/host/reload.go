@@ -113,7 +113,7 @@ func (d *Daemon) checkPolicyFile() {
 	d.mu.Unlock()
 	d.log.Info("policy reloaded", "policy", p.SHA256[:12], "was", cur.p.SHA256[:12])
 	d.audit.log(AuditEvent{Event: "policy-reload", Detail: "policy " + p.SHA256})
-	if err := d.publishCatalog(); err != nil {
+	if err := d.publishForAgents(); err != nil {
 		d.log.Warn("publish catalog", "err", err)
 	}
 	d.policyChanged()

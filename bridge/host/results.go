@@ -300,7 +300,7 @@ func (d *Daemon) resultDir(agent string) error {
 		return err
 	}
 	// The op catalog lived there too.
-	if err := d.publishCatalog(); err != nil {
+	if err := d.publishForAgents(); err != nil {
 		d.log.Warn("publish the op catalog", "err", err)
 	}
 	return nil

@@ -163,7 +163,7 @@ func (d *Daemon) loadOwnKeys() error {
 	d.ownP.Store(&ownKeys{current: h.Identity(), all: all, stamp: fi.ModTime()})
 	if prev != nil && prev.current.SignKid() != h.Identity().SignKid() && d.folder != nil {
 		d.notify("", bridge.Note{Event: "key-rotated", Text: "the host rotated its keys; agents follow the rotation statement by themselves"})
-		if err := d.publishCatalog(); err != nil {
+		if err := d.publishForAgents(); err != nil {
 			d.log.Warn("publish catalog", "err", err)
 		}
 	}
@@ -194,7 +194,7 @@ func (d *Daemon) followRotations(agent string) {
 		if err := d.loadAgents(); err != nil {
 			d.log.Error("reload agents", "err", err)
 		}
-		if err := d.publishCatalog(); err != nil {
+		if err := d.publishForAgents(); err != nil {
 			d.log.Warn("publish catalog", "err", err)
 		}
 	}

@@ -21,33 +21,36 @@ import (
 	"github.com/alecthomas/kong"
 
 	"github.com/syncbridge/bridge/bridge"
+	"github.com/syncbridge/bridge/bridge/agent"
 	"github.com/syncbridge/bridge/bridge/host"
 )
 
 // Exit codes (docs/CLI.md, "Exit status"). `bridge run` and `bridge result`
 // exit with the operation's own code when it ran; these are bridge's own.
 const (
-	exitOK         = 0
-	exitUsage      = 64 // bad command line
-	exitError      = 65 // bridge itself failed: config, folder, keys, I/O
-	exitRejected   = 66 // the host refused the request (policy, arguments, malformed, incomplete)
-	exitExpired    = 67 // the request expired before it ran
-	exitUncertain  = 68 // the host crashed while the op ran; a human must reconcile
-	exitCancelled  = 69 // the request was cancelled
-	exitStartFail  = 70 // the host could not start the op
-	exitOpTimeout  = 71 // the op ran out of time on the host
-	exitWaitTime   = 75 // gave up waiting; the request may still complete (`bridge wait ID`)
-	exitInterrupt  = 130
-	defaultHomeDir = "bridge"
+	exitOK          = 0
+	exitUsage       = 64 // bad command line
+	exitError       = 65 // bridge itself failed: config, folder, keys, I/O
+	exitRejected    = 66 // the host refused the request (policy, arguments, malformed, incomplete)
+	exitExpired     = 67 // the request expired before it ran
+	exitUncertain   = 68 // the host crashed while the op ran; a human must reconcile
+	exitCancelled   = 69 // the request was cancelled
+	exitStartFail   = 70 // the host could not start the op
+	exitOpTimeout   = 71 // the op ran out of time on the host
+	exitWaitTime    = 75 // gave up waiting; the request may still complete (`bridge wait ID`)
+	exitNotAccepted = 77 // the host's liveness stamp says it accepts none of this agent's keys
+	exitInterrupt   = 130
+	defaultHomeDir  = "bridge"
 )
 
 // codeError carries a specific exit code out of a command. err nil: the
 // command already printed everything. id, if set, names the request the
 // error is about (in --json output).
 type codeError struct {
-	code int
-	err  error
-	id   string
+	code     int
+	err      error
+	id       string
+	liveness *agent.Liveness // the host's, when it explains the error
 }
 
 func (e *codeError) Error() string { return e.err.Error() }
@@ -221,6 +224,9 @@ func report(stderr io.Writer, err error, asJSON bool, stdout io.Writer) int {
 		}
 		if ce != nil && ce.id != "" {
 			v["id"] = ce.id
+		}
+		if ce != nil && ce.liveness != nil {
+			v["host_liveness"] = ce.liveness
 		}
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/syncbridge/bridge/bridge"
+	"github.com/syncbridge/bridge/bridge/agent"
 	"github.com/syncbridge/bridge/bridge/host"
 )
 
@@ -106,6 +107,7 @@ func (c *DoctorCmd) Run(g *Globals) error {
 		found = host.Doctor(h, bridge.DoctorOptions{})
 	} else {
 		found = bridge.CheckHome(h, bridge.DoctorOptions{})
+		found = append(found, livenessFindings(h)...)
 	}
 	problems := 0
 	for _, f := range found {
@@ -129,6 +131,49 @@ func (c *DoctorCmd) Run(g *Globals) error {
 		return &codeError{code: exitError, err: fmt.Errorf("doctor: %d problem(s) found", problems)}
 	}
 	return nil
+}
+
+// livenessFindings judges, on an agent, each trusted host's liveness
+// stamp: one host-liveness finding per host.
+func livenessFindings(h *bridge.Home) []bridge.Finding {
+	peers, err := h.Peers()
+	if err != nil {
+		return nil // CheckHome reports the home's trouble
+	}
+	cl, err := agent.OpenClient(h)
+	if err != nil {
+		return []bridge.Finding{{Check: "host-liveness", Severity: bridge.SeverityProblem, Message: "cannot open the folder: " + err.Error()}}
+	}
+	defer cl.Close()
+	var out []bridge.Finding
+	for _, p := range peers {
+		if p.Role != "host" {
+			continue
+		}
+		lv, err := cl.HostLiveness(p.ID)
+		if err != nil {
+			out = append(out, bridge.Finding{Check: "host-liveness", Severity: bridge.SeverityProblem, Message: fmt.Sprintf("host %q: %v", p.Name, err)})
+			continue
+		}
+		f := bridge.Finding{Check: "host-liveness", Severity: bridge.SeverityWarn, Message: lv.Message}
+		switch lv.Verdict {
+		case agent.LivenessOK:
+			f.Severity = bridge.SeverityOK
+		case agent.LivenessNotAccepted:
+			f.Severity = bridge.SeverityProblem
+			f.Fix = "on the host, `bridge keys show`; pair this agent again if it is missing or revoked (docs/KEYS.md)"
+		case agent.LivenessStopped:
+			f.Fix = "start `bridge serve` on the host (or its service); requests wait in the folder meanwhile"
+		case agent.LivenessStale:
+			f.Fix = "check that `bridge serve` runs on the host and that the sync client runs on both machines"
+		case agent.LivenessNoStamp:
+			f.Fix = "check that the host trusts this agent (`bridge keys show` there) and runs `bridge serve`, and that the folder syncs"
+		case agent.LivenessRotationPending:
+			f.Fix = "wait for the sync to carry this agent's rotation statement to the host"
+		}
+		out = append(out, f)
+	}
+	return out
 }
 
 // ServiceCmd installs `bridge serve` as a user service.

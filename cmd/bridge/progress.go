@@ -6,6 +6,8 @@ import (
 	"os"
 	"sync"
 	"time"
+
+	"github.com/syncbridge/bridge/bridge/agent"
 )
 
 // progress shows that bridge is waiting: a spinner with the elapsed time on a
@@ -27,6 +29,15 @@ type progress struct {
 	lastState time.Duration
 	awaiting  bool
 	silent    bool // the op's output streams: no spinner
+
+	// liveness, if set, judges the host's liveness stamp (a pure read);
+	// looked at every second, and said when the host stopped or went
+	// silent, and when it is back.
+	liveness  func() *agent.Liveness
+	livedAt   time.Duration
+	lived     bool
+	lastLive  *agent.Liveness // the latest verdict
+	saidAlarm bool            // a stopped or stale line was printed
 }
 
 func newProgress(w io.Writer, id string) *progress {
@@ -44,6 +55,10 @@ var spinner = []string{"|", "/", "-", `\`}
 func (p *progress) tick(elapsed time.Duration) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.liveness != nil && (!p.lived || elapsed-p.livedAt >= time.Second) {
+		p.lived, p.livedAt = true, elapsed
+		p.sayLiveness(p.liveness())
+	}
 	if p.state != nil && !p.awaiting && elapsed >= time.Second && (p.lastState == 0 || elapsed-p.lastState >= 5*time.Second) {
 		p.lastState = elapsed
 		if p.state() == "awaiting-approval" {
@@ -71,6 +86,44 @@ func (p *progress) tick(elapsed time.Duration) {
 		p.lastLine = elapsed
 		fmt.Fprintf(p.w, "bridge: still waiting for %s (%s)\n", p.id, elapsed.Round(time.Second))
 	}
+}
+
+// sayLiveness prints a line when the host's verdict turns to stopped or
+// stale (or from one to the other), and when it is serving again.
+func (p *progress) sayLiveness(lv *agent.Liveness) {
+	if lv == nil {
+		return
+	}
+	prev := p.lastLive
+	p.lastLive = lv
+	alarm := lv.Verdict == agent.LivenessStopped || lv.Verdict == agent.LivenessStale
+	line := ""
+	switch {
+	case alarm && (prev == nil || prev.Verdict != lv.Verdict):
+		line = lv.Message
+		p.saidAlarm = true
+	case lv.Verdict == agent.LivenessOK && p.saidAlarm:
+		line = fmt.Sprintf("host %q is serving again", lv.HostName)
+		p.saidAlarm = false
+	}
+	if line == "" {
+		return
+	}
+	if p.tty && p.shown {
+		fmt.Fprint(p.w, "\r\033[K")
+	}
+	fmt.Fprintf(p.w, "bridge: %s\n", escapeControls(line))
+}
+
+// alarm returns the latest verdict if it says the host stopped or is
+// silent, else nil.
+func (p *progress) alarm() *agent.Liveness {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if lv := p.lastLive; lv != nil && (lv.Verdict == agent.LivenessStopped || lv.Verdict == agent.LivenessStale) {
+		return lv
+	}
+	return nil
 }
 
 // quiet stops the spinner for good: the op's own output now shows that

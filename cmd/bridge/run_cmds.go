@@ -31,6 +31,15 @@ type RunCmd struct {
 }
 
 func (c *RunCmd) Run(g *Globals) error {
+	// A host whose fresh stamp refuses this agent's key would never run
+	// it: say so now rather than after --timeout.
+	if cl, err := openClient(g); err == nil {
+		lv, lerr := cl.HostLiveness(c.Host)
+		cl.Close()
+		if lerr == nil && lv.Verdict == agent.LivenessNotAccepted {
+			return notAccepted("", lv)
+		}
+	}
 	cl, s, err := submit(g, c.Op, c.Args, c.Key, c.Host, c.Stdin, c.NoCheck, c.TTL, c.SyncthingFlags)
 	if err != nil {
 		return err
@@ -182,6 +191,12 @@ func waitAndPrint(g *Globals, cl *agent.Client, id string, timeout time.Duration
 		}
 		return ""
 	}
+	if s, err := cl.Sent(id); err == nil {
+		prog.liveness = func() *agent.Liveness {
+			lv, _ := cl.HostLiveness(s.Host)
+			return lv
+		}
+	}
 	tick := prog.tick
 	var st *streamer
 	if !g.JSON {
@@ -206,8 +221,16 @@ func waitAndPrint(g *Globals, cl *agent.Client, id string, timeout time.Duration
 					"run `bridge wait %s` later for the rerun's answer", id)}
 			}
 		}
+		if lv := prog.alarm(); lv != nil {
+			return &codeError{code: exitWaitTime, id: id, liveness: lv, err: withHintf(fmt.Errorf("no result for %s after %s: %s", id, timeout, lv.Message),
+				"the request stays queued; once the host runs and the folder syncs, `bridge wait %s` gets its answer (`bridge doctor` shows each host's liveness)", id)}
+		}
 		return &codeError{code: exitWaitTime, id: id, err: withHintf(fmt.Errorf("no result for %s after %s", id, timeout),
 			"the request stays queued; run `bridge wait %s` later, or `bridge status %s`", id, id)}
+	}
+	var na *agent.NotAcceptedError
+	if errors.As(err, &na) {
+		return notAccepted(id, na.Liveness)
 	}
 	if errors.Is(err, context.Canceled) {
 		// Interrupting the wait does not withdraw the request.
@@ -226,6 +249,18 @@ func waitAndPrint(g *Globals, cl *agent.Client, id string, timeout time.Duration
 		out = st.rest(out)
 	}
 	return printOutcome(g, out)
+}
+
+// notAccepted is the error of a command that stops because the host's
+// stamp says it accepts none of this agent's keys. id: the request sent,
+// if any.
+func notAccepted(id string, lv *agent.Liveness) error {
+	hint := "a human on the host runs `bridge keys show` there; if this agent is not listed or its key is revoked, " +
+		"pair it again (`bridge keys export` here, `bridge keys trust` there; docs/KEYS.md)"
+	if id != "" {
+		hint += "; the request sent will not run"
+	}
+	return &codeError{code: exitNotAccepted, id: id, liveness: lv, err: withHintf(errors.New(lv.Message), "%s", hint)}
 }
 
 // checkID refuses what cannot be a request id before anything is opened.

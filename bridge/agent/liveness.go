@@ -1,0 +1,186 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"slices"
+	"time"
+
+	"github.com/syncbridge/bridge/bridge"
+	bcrypto "github.com/syncbridge/bridge/crypto"
+)
+
+// What the agent tells of a host from its signed liveness stamp (SPEC
+// §10c): up, stopped, silent for too long, or refusing this agent's key.
+
+// Liveness verdicts, most urgent first.
+const (
+	// LivenessNotAccepted: a fresh stamp says the host accepts none of
+	// this agent's keys (never paired, revoked, removed): nothing this
+	// agent sends will run there.
+	LivenessNotAccepted = "not-accepted"
+	// LivenessStopped: the host's daemon stopped cleanly and said so.
+	LivenessStopped = "stopped"
+	// LivenessStale: the stamp is older than twice its interval: the host
+	// is down, or the sync (its side or this one) stalled.
+	LivenessStale = "stale"
+	// LivenessNoStamp: no stamp for this agent (yet), or none that
+	// verifies.
+	LivenessNoStamp = "no-stamp"
+	// LivenessRotationPending: the host accepts an older key of this
+	// agent but has not yet followed its latest rotation.
+	LivenessRotationPending = "rotation-pending"
+	// LivenessOK: the host is serving and accepts this agent's key.
+	LivenessOK = "ok"
+)
+
+// Liveness is what an agent knows of a host from its stamp.
+type Liveness struct {
+	Host     string     `json:"host"`      // the host's id
+	HostName string     `json:"host_name"` // its local name here
+	Verdict  string     `json:"verdict"`   // one of the Liveness* verdicts
+	State    string     `json:"state"`     // the stamp's: serving | stopped | "" (none)
+	LastSeen *time.Time `json:"last_seen"` // the stamp's time, on the host's clock; null: none
+	// AgeSeconds is how old the stamp is by this machine's clock (0 if
+	// the host's clock is ahead).
+	AgeSeconds      int64 `json:"age_seconds"`
+	IntervalSeconds int64 `json:"interval_seconds"` // how often the host rewrites it while serving
+	// Accepted: the stamp lists this agent's current signing key.
+	Accepted bool `json:"accepted"`
+	// Trusted: the host still reads this agent's requests and answers
+	// each, if only to refuse it; false: it ignores them (removed, or it
+	// never knew this agent).
+	Trusted      bool   `json:"trusted"`
+	PolicySHA256 string `json:"policy_sha256"`
+	Message      string `json:"message"` // one sentence for a human, without a leading "bridge:"
+}
+
+// ErrNotAccepted: the host's stamp says it accepts none of this agent's
+// keys, so what the agent sends there will not run.
+var ErrNotAccepted = errors.New("the host does not accept this agent's key")
+
+// NotAcceptedError carries the verdict that refused.
+type NotAcceptedError struct{ Liveness *Liveness }
+
+func (e *NotAcceptedError) Error() string { return e.Liveness.Message }
+func (e *NotAcceptedError) Unwrap() error { return ErrNotAccepted }
+
+// HostLiveness reads and judges the liveness stamp a host (by local name
+// or id; "" for the only trusted host) published for this agent. It is a
+// pure read. An error means the host is not one this agent trusts, or the
+// home could not be read; every state of the folder is a verdict.
+func (c *Client) HostLiveness(host string) (*Liveness, error) {
+	p, _, err := c.host(host)
+	if err != nil {
+		return nil, err
+	}
+	return c.hostLiveness(p.ID)
+}
+
+func (c *Client) hostLiveness(hostID string) (*Liveness, error) {
+	p, _, err := c.home.Peer(hostID)
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	lv := &Liveness{Host: p.ID, HostName: p.Name}
+	data, err := c.folder.ReadFile(bridge.LivenessPath(p.ID, c.home.Config.ID), bcrypto.KindLiveness.MaxSize())
+	if errors.Is(err, fs.ErrNotExist) {
+		lv.Verdict = LivenessNoStamp
+		lv.Message = fmt.Sprintf("host %q has published no liveness stamp for this agent yet: it has not trusted this agent's key, "+
+			"or its daemon has not run since it did, or the folder has not synced it", p.Name)
+		return lv, nil
+	} else if err != nil {
+		return nil, err
+	}
+	hostKeys := func() [][]byte {
+		var keys [][]byte
+		if q, _, err := c.home.Peer(p.ID); err == nil {
+			for _, k := range q.KeysIn(bridge.KeyValid, now) {
+				keys = append(keys, k.SignPub)
+			}
+		}
+		return keys
+	}
+	st, err := bridge.OpenLiveness(data, p.ID, c.home.Config.ID, hostKeys())
+	if errors.Is(err, bcrypto.ErrBadSignature) && c.followHost(p.ID) {
+		st, err = bridge.OpenLiveness(data, p.ID, c.home.Config.ID, hostKeys())
+	}
+	if err != nil {
+		// Still arriving, or not the host's: nothing can be told from it.
+		lv.Verdict = LivenessNoStamp
+		lv.Message = fmt.Sprintf("host %q's liveness stamp for this agent is refused (%s): nothing can be told from it", p.Name, bridge.Reason(err))
+		return lv, nil
+	}
+	own, err := c.home.OwnKeys()
+	if err != nil {
+		return nil, err
+	}
+	judge(lv, st, c.home.Identity().SignKid(), own, now)
+	return lv, nil
+}
+
+// judge fills in the verdict of a verified stamp at time now.
+func judge(lv *Liveness, st *bridge.LivenessStamp, current string, own []bridge.OwnKey, now time.Time) {
+	seen := time.Unix(st.Time, 0)
+	age := max(now.Sub(seen), 0)
+	interval := time.Duration(st.Interval) * time.Second
+	lv.State, lv.LastSeen, lv.PolicySHA256 = st.State, &seen, st.Policy
+	lv.AgeSeconds, lv.IntervalSeconds = int64(age/time.Second), st.Interval
+	lv.Accepted, lv.Trusted = slices.Contains(st.Accepts, current), st.Trusted
+	// Not accepted, the current key may just be newer than what the host
+	// has followed (its rotation statement not synced or read yet), as
+	// long as the host still accepts an older key of this agent; anything
+	// else (revoked, expired, removed, never paired) is a refusal.
+	pending := false
+	var curSeq uint64
+	for _, k := range own {
+		if k.Identity.SignKid() == current {
+			curSeq = k.Seq
+		}
+	}
+	for _, k := range own {
+		pending = pending || (!lv.Accepted && curSeq > st.AgentSeq && slices.Contains(st.Accepts, k.Identity.SignKid()))
+	}
+	refused := !lv.Accepted && !pending
+	// A stamp says what the host thought when it wrote it: a refusal
+	// counts only while the stamp is fresh (a host that has since trusted
+	// this agent again rewrites it at once when it runs).
+	fresh := age <= 2*interval
+	ago := Ago(age)
+	switch {
+	case fresh && refused:
+		lv.Verdict = LivenessNotAccepted
+		lv.Message = fmt.Sprintf("host %q does not accept this agent's key (not paired, or revoked) as of %s ago", lv.HostName, ago)
+	case st.State == bridge.LivenessStopped:
+		lv.Verdict = LivenessStopped
+		lv.Message = fmt.Sprintf("host %q stopped %s ago: requests wait in the folder until its daemon runs again", lv.HostName, ago)
+	case !fresh:
+		lv.Verdict = LivenessStale
+		lv.Message = fmt.Sprintf("host %q last seen %s ago: it may be down or its sync stalled (or this machine's)", lv.HostName, ago)
+	case pending:
+		lv.Verdict = LivenessRotationPending
+		lv.Message = fmt.Sprintf("host %q, last seen %s ago, accepts an older key of this agent and has not yet followed its rotation", lv.HostName, ago)
+	default:
+		lv.Verdict = LivenessOK
+		lv.Message = fmt.Sprintf("host %q is serving (last seen %s ago)", lv.HostName, ago)
+	}
+	if !fresh && refused {
+		lv.Message += "; when last seen, it did not accept this agent's key"
+	}
+}
+
+// Ago says a duration the way a person would: "40 s", "12 min", "3 h",
+// "2 days".
+func Ago(d time.Duration) string {
+	switch {
+	case d < time.Minute:
+		return fmt.Sprintf("%d s", int(d/time.Second))
+	case d < time.Hour:
+		return fmt.Sprintf("%d min", int(d/time.Minute))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%d h", int(d/time.Hour))
+	}
+	return fmt.Sprintf("%d days", int(d/(24*time.Hour)))
+}

@@ -1,0 +1,105 @@
+package host
+
+import (
+	"errors"
+	"io/fs"
+	"time"
+
+	"github.com/syncbridge/bridge/bridge"
+	bcrypto "github.com/syncbridge/bridge/crypto"
+	"github.com/syncbridge/bridge/syncsafe"
+)
+
+// Liveness stamps (SPEC §10c): one signed file per agent, in its to-agent
+// directory, saying when the daemon last ran, whether it serves or has
+// stopped, and which of that agent's keys it accepts now. It is rewritten
+// on start, on every change of what it says (trust, revocation, rotation,
+// policy reload), at a clean stop, and otherwise once per interval: a sync
+// client carries one small file per agent per interval, no more.
+
+// maxFormerAgents bounds the directories of agents no longer trusted that
+// a stamp round rewrites (a folder writer can make directories there).
+const maxFormerAgents = 256
+
+// publishLiveness writes every agent's stamp with the given state. Agents
+// the host no longer trusts at all (removed) keep being told, in the
+// directory where they had a stamp, that none of their keys is accepted.
+func (d *Daemon) publishLiveness(state string) error {
+	now := d.opt.Now()
+	pol, own := d.pol(), d.own()
+	if pol == nil || own == nil || d.folder == nil {
+		return nil
+	}
+	stamp := bridge.LivenessStamp{Host: d.me, State: state, Time: now.Unix(),
+		Interval: int64(d.livenessInterval() / time.Second), Policy: pol.SHA256}
+	var errs []error
+	publish := func(agent string, accepts []string, seq uint64, trusted bool) {
+		s := stamp
+		s.Agent, s.Accepts, s.AgentSeq, s.Trusted = agent, accepts, seq, trusted
+		signed, err := bridge.SignLiveness(s, own.current)
+		if err == nil {
+			err = d.folder.PublishReplace(bridge.LivenessPath(d.me, agent), bridge.WriteBytes(signed), syncsafe.WithMode(0o644))
+		}
+		errs = append(errs, err)
+	}
+	agents := d.agents()
+	for id, k := range agents {
+		accepts := []string{}
+		valid := k.peer.KeysIn(bridge.KeyValid, now)
+		if len(valid) > bridge.MaxLivenessAccepts {
+			valid = valid[len(valid)-bridge.MaxLivenessAccepts:] // the newest generations
+		}
+		for _, pk := range valid {
+			accepts = append(accepts, pk.SignKid())
+		}
+		var seq uint64
+		for _, pk := range k.peer.Keys {
+			seq = max(seq, pk.Seq)
+		}
+		publish(id, accepts, seq, true)
+	}
+	entries, err := d.folder.ListFunc(bridge.ToAgentRoot(d.me), func(name string) bool { return bcrypto.ValidKid(name) && agents[name] == nil })
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		errs = append(errs, err)
+	}
+	n := 0
+	for _, e := range entries {
+		if !e.Type.IsDir() || n >= maxFormerAgents {
+			continue
+		}
+		if fi, err := d.folder.Lstat(bridge.LivenessPath(d.me, e.Name)); err != nil || !fi.Mode().IsRegular() {
+			continue
+		}
+		n++
+		publish(e.Name, []string{}, 0, false)
+	}
+	d.livenessAt.Store(now.UnixNano())
+	return errors.Join(errs...)
+}
+
+// livenessInterval is how often a serving daemon rewrites its stamps.
+func (d *Daemon) livenessInterval() time.Duration {
+	if d.opt.LivenessInterval > 0 {
+		return d.opt.LivenessInterval
+	}
+	return bridge.DefaultLivenessInterval
+}
+
+// refreshLiveness rewrites the stamps once their interval has passed (the
+// control loop calls it every tick).
+func (d *Daemon) refreshLiveness() {
+	last := time.Unix(0, d.livenessAt.Load())
+	if now := d.opt.Now(); now.Sub(last) < d.livenessInterval() && !now.Before(last) {
+		return
+	}
+	if err := d.publishLiveness(bridge.LivenessServing); err != nil {
+		d.log.Warn("publish liveness stamps", "err", err)
+	}
+}
+
+// publishForAgents publishes what each agent is shown of this host: its
+// catalog and its liveness stamp. Called whenever either may change.
+func (d *Daemon) publishForAgents() error {
+	err := d.publishCatalog()
+	return errors.Join(err, d.publishLiveness(bridge.LivenessServing))
+}
