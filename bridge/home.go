@@ -598,6 +598,10 @@ func (p *Peer) Check() error {
 // The host's operator names requests AGENT/ID with AGENT a local name or an
 // id, so a peer must not be able to pick a name that reads as someone
 // else's id.
+// ValidPeerName reports whether name can be a peer's local name (and so an
+// agent's name in a policy).
+func ValidPeerName(name string) bool { return syncsafe.ValidName(name) && !looksLikeID(name) }
+
 func looksLikeID(name string) bool {
 	return len(name) >= 8 && strings.Trim(name, "0123456789abcdef") == ""
 }
