@@ -267,12 +267,12 @@ func (c *Client) keptResult(s *Sent, check bridge.ResultCheck, own []bridge.OwnK
 
 // State is what the agent can tell about a request from the folder.
 type State struct {
-	ID       string    `json:"id"`
-	Op       string    `json:"op"`
-	Host     string    `json:"host"`
-	State    string    `json:"state"` // submitted | awaiting-approval | running | rerun-ordered | <result status>
-	Reason   string    `json:"reason,omitempty"`
-	ExitCode *int      `json:"exit_code,omitempty"`
+	ID       string `json:"id"`
+	Op       string `json:"op"`
+	Host     string `json:"host"`
+	State    string `json:"state"` // submitted | awaiting-approval | running | rerun-ordered | <result status>
+	Reason   string `json:"reason,omitempty"`
+	ExitCode *int   `json:"exit_code,omitempty"`
 	// RFC 3339 in JSON, as the host's ledger; nil (left out) when this
 	// home does not know them: a request found again from the host's
 	// result alone, after the home was rebuilt from the agent's secret.
