@@ -263,7 +263,7 @@ func SyncthingSetup(h *Home, o SyncthingSetupOptions) (*SyncthingSetupReport, er
 		if api == "" || key == "" {
 			missing := "no Syncthing config.xml found (looked in " + strings.Join(paths, ", ") + ")"
 			if err := errors.Join(errs...); err != nil {
-				missing = err.Error()
+				missing += ": " + err.Error()
 			}
 			if o.API != "" {
 				return nil, WithHint(fmt.Errorf("syncthing setup: --api without --key, and %s", missing),

@@ -91,6 +91,7 @@ var guideExits = []guideExit{
 	{strconv.Itoa(exitStartFail), "failed: the op had no effect (could not start, or settled as failed)", "safe to retry, with a new --key (the same key returns this answer again)"},
 	{strconv.Itoa(exitOpTimeout), "the op ran out of its time on the host (its `timeout`)", "it may have done part of its work; retry with a new --key only if the op is idempotent, else ask the human"},
 	{strconv.Itoa(exitWaitTime), "bridge gave up waiting; the request is still valid and may still run (or wait for approval)", "do not send it again: run `bridge wait ID` (the id is in the error), or repeat the same command with the same --key"},
+	{strconv.Itoa(exitNotAccepted), "the host does not accept this agent's key (not paired, revoked or removed), as its signed liveness stamp says", "do not retry: ask the human to pair this agent again on the host (`bridge pair`)"},
 	{strconv.Itoa(exitInterrupt), "interrupted while waiting; the request stays queued", "`bridge wait ID` later, or `bridge cancel ID`"},
 }
 

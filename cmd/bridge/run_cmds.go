@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"time"
 
@@ -245,8 +246,9 @@ func waitAndPrint(g *Globals, cl *agent.Client, id string, timeout time.Duration
 			g.note("warning: could not ack %s: %v", id, err)
 		}
 	}
-	if st != nil {
-		out = st.rest(out)
+	if st != nil && !g.JSON {
+		so, se := st.skip(out)
+		return printOutcomeTo(g, out, &skipWriter{w: g.stdout, skip: so}, &skipWriter{w: g.stderr, skip: se})
 	}
 	return printOutcome(g, out)
 }
@@ -278,6 +280,12 @@ func withHintf(err error, hint string, args ...any) error {
 
 // printOutcome prints an op's output and returns the exit code as an error.
 func printOutcome(g *Globals, out *agent.Outcome) error {
+	return printOutcomeTo(g, out, g.stdout, g.stderr)
+}
+
+// printOutcomeTo is printOutcome with the op's output written to stdout and
+// stderr (what a stream printed already is skipped).
+func printOutcomeTo(g *Globals, out *agent.Outcome, stdout, stderr io.Writer) error {
 	rc := out.Receipt
 	code := exitFor(rc)
 	if g.JSON {
@@ -298,7 +306,7 @@ func printOutcome(g *Globals, out *agent.Outcome) error {
 		if out.Earlier {
 			g.note("note: request %s was sent before with this key (from a home that has no record of it); this is that send's answer, and it did not run again", rc.ID)
 		}
-		if err := out.WriteOutput(g.stdout, g.stderr); err != nil {
+		if err := out.WriteOutput(stdout, stderr); err != nil {
 			return err
 		}
 		switch rc.Status {

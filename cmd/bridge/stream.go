@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"io"
 
 	"github.com/syncbridge/bridge/bridge/agent"
 )
@@ -43,17 +44,60 @@ func (s *streamer) poll() {
 	}
 }
 
-// rest returns out with only the output the stream has not printed.
-func (s *streamer) rest(out *agent.Outcome) *agent.Outcome {
+// skip returns how many bytes of the result's stdout and stderr the
+// stream has printed already: 0, 0 when nothing streamed, or when the
+// stream is not a prefix of the verified output (then a warning says the
+// result follows in full). The output is read through once to compare,
+// as it is kept (in a file of the home, not in memory).
+func (s *streamer) skip(out *agent.Outcome) (int, int) {
 	if s.next == 1 {
-		return out // nothing streamed: the result holds it all
+		return 0, 0 // nothing streamed: the result holds it all
 	}
 	s.poll() // chunks that arrived with the result
-	if !bytes.HasPrefix(out.Stdout, s.out.Bytes()) || !bytes.HasPrefix(out.Stderr, s.errb.Bytes()) {
+	po, pe := &prefixOf{want: s.out.Bytes()}, &prefixOf{want: s.errb.Bytes()}
+	if err := out.WriteOutput(po, pe); err != nil || !po.ok() || !pe.ok() {
 		s.g.note("warning: the streamed output differs from the verified result (the host's redaction or output cap, or a stream cut short); the result follows in full")
-		return out
+		return 0, 0
 	}
-	cp := *out
-	cp.Stdout, cp.Stderr = out.Stdout[s.out.Len():], out.Stderr[s.errb.Len():]
-	return &cp
+	return s.out.Len(), s.errb.Len()
+}
+
+// prefixOf checks that what is written to it begins with want.
+type prefixOf struct {
+	want []byte
+	n    int
+	bad  bool
+}
+
+func (p *prefixOf) Write(b []byte) (int, error) {
+	if p.n < len(p.want) && !p.bad {
+		k := min(len(b), len(p.want)-p.n)
+		p.bad = !bytes.Equal(b[:k], p.want[p.n:p.n+k])
+		p.n += k
+	}
+	return len(b), nil
+}
+
+func (p *prefixOf) ok() bool { return !p.bad && p.n == len(p.want) }
+
+// skipWriter drops the first skip bytes written to it.
+type skipWriter struct {
+	w    io.Writer
+	skip int
+}
+
+func (s *skipWriter) Write(b []byte) (int, error) {
+	n := len(b)
+	if s.skip > 0 {
+		k := min(s.skip, len(b))
+		s.skip -= k
+		b = b[k:]
+	}
+	if len(b) == 0 {
+		return n, nil
+	}
+	if _, err := s.w.Write(b); err != nil {
+		return 0, err
+	}
+	return n, nil
 }
