@@ -59,6 +59,11 @@ type HintError struct {
 func (e *HintError) Error() string { return e.Err.Error() }
 func (e *HintError) Unwrap() error { return e.Err }
 
+// ValidName reports whether name may be a local name of an agent or host
+// (syncsafe.ValidName), for the command line, which does not import
+// syncsafe.
+func ValidName(name string) bool { return syncsafe.ValidName(name) }
+
 func WithHint(err error, hint string, args ...any) error {
 	return &HintError{Err: err, Hint: fmt.Sprintf(hint, args...)}
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"errors"
 	"fmt"
-	"github.com/syncbridge/bridge/syncsafe"
 	"io/fs"
 	"os"
 	"sort"
@@ -107,7 +106,7 @@ func (c *PolicyInitCmd) Run(g *Globals) error {
 	if err != nil {
 		return err
 	}
-	if !syncsafe.ValidName(c.Agent) {
+	if !bridge.ValidName(c.Agent) {
 		return &codeError{code: exitUsage, err: withHintf(fmt.Errorf("policy init: %q cannot be an agent name", c.Agent), "use the name the agent was paired under (`bridge keys show`)")}
 	}
 	f, err := os.OpenFile(file, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
