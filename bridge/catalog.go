@@ -148,6 +148,11 @@ func ExampleLine(info *policy.OpInfo) string {
 	return strings.Join(parts, " ")
 }
 
+// Suggest returns the name in names closest to s (at most two edits
+// away), or "": the "did you mean" of a mistyped op, for the command line,
+// which does not import the policy package.
+func Suggest(s string, names []string) string { return policy.Suggest(s, names) }
+
 // OpInfo and ArgInfo are the catalog's public descriptions of an op and its
 // arguments (policy.OpInfo, policy.ArgInfo), named here so the command line
 // and the MCP server need not import the host's policy package.

@@ -39,7 +39,7 @@ func TestArgSchema(t *testing.T) {
 			map[string]any{"type": "string", "enum": []any{"a", "b"}}},
 		{"path", bridge.ArgInfo{Type: "path", MustExist: true, Default: ptrTo("src")},
 			map[string]any{"type": "string", "minLength": 1.0, "maxLength": 4096.0, "default": "src",
-				"description": "(a path on the host, relative to the op's root directory (it may not leave it); must exist; default \"src\")"}},
+				"description": "(a path on the host, relative to the root the host set for this argument (it may not leave it); must exist; default \"src\")"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

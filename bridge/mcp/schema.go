@@ -156,7 +156,7 @@ func argSchema(a bridge.ArgInfo) (*jsonschema.Schema, error) {
 	case "path":
 		s.Type = "string"
 		s.MinLength, s.MaxLength = ptr(1), ptr(maxPathLen)
-		notes = append(notes, "a path on the host, relative to the op's root directory (it may not leave it)")
+		notes = append(notes, "a path on the host, relative to the root the host set for this argument (it may not leave it)")
 		if a.MustExist {
 			notes = append(notes, "must exist")
 		}

@@ -337,7 +337,7 @@ func (p *Policy) safetyNet(o *op) string {
 		}
 	}
 	if len(parts) == 0 {
-		return "none declared (dry_run = \"OP\" names a checking twin, undo = \"OP\" an op that takes it back; docs/OPERATIONS.md)"
+		return "none declared (dry_run = \"OP\" names a checking twin, undo = \"OP\" an op that takes it back; docs/POLICY.md)"
 	}
 	return strings.Join(parts, ", ")
 }

@@ -22,7 +22,10 @@
 //
 // # Schema
 //
-// A complete, commented example is testdata/example.toml. Top level:
+// The reference for policy authors is docs/POLICY.md: every key, what is
+// refused at load and why, and complete examples (TestDocsPolicyKeys and
+// TestDocsPolicyExamples keep it in step with this package). A complete,
+// commented example is testdata/example.toml. In short, the top level:
 //
 //	version = 1                     optional; no other version exists
 //	[defaults]                      optional; applies to ops that do not set the key

@@ -216,6 +216,14 @@ func (c *OpsCmd) Run(g *Globals) error {
 			if a.Default != nil {
 				g.printf(" default %q", *a.Default)
 			}
+			if a.Type == "path" {
+				// The root is the host's detail, left out of the catalog,
+				// and it need not be the op's working directory.
+				g.printf(" — relative to the root the host set for this argument")
+				if a.MustExist {
+					g.printf("; must exist")
+				}
+			}
 			g.printf("\n")
 		}
 	}

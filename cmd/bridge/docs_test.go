@@ -116,3 +116,17 @@ func TestDocCommands(t *testing.T) {
 	}
 	walk(parser.Model.Node)
 }
+
+// TestDocsStarterPolicyPointsAtPolicyDoc: the starter policy tells a new
+// host's owner where every key is described, and that document exists.
+func TestDocsStarterPolicyPointsAtPolicyDoc(t *testing.T) {
+	refs := regexp.MustCompile(`docs/[A-Z]+\.md`).FindAllString(starterPolicy, -1)
+	if !slices.Contains(refs, "docs/POLICY.md") {
+		t.Errorf("the starter policy names %q, not docs/POLICY.md", refs)
+	}
+	for _, r := range refs {
+		if _, err := os.Stat("../../" + r); err != nil {
+			t.Errorf("the starter policy names %s: %v", r, err)
+		}
+	}
+}

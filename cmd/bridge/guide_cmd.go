@@ -302,7 +302,7 @@ func exampleValue(a guideArg) (string, bool) {
 		}
 		return strconv.FormatInt(v, 10), true
 	case "path":
-		return ".", true // relative to the op's root on the host: the root itself
+		return ".", true // relative to the argument's root on the host: the root itself
 	case "string":
 		v := "example"
 		if a.pattern != "" {
@@ -593,7 +593,9 @@ func renderGuide(doc *guideDoc, h1 string) string {
 				case "bool":
 					rules = append(rules, "`true` or `false`")
 				case "path":
-					r := "a path under the op's directory on the host (relative to it; no escaping it through `..` or symlinks)"
+					// The catalog does not carry the root (a host detail), so
+					// whether it is the op's working directory is not known here.
+					r := "a path on the host, relative to the root the host set for this argument (not necessarily the op's working directory; no leaving it through `..` or symlinks)"
 					if a.MustExist {
 						r += ", which must exist"
 					}

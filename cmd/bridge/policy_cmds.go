@@ -78,7 +78,8 @@ type PolicyInitCmd struct {
 const starterPolicy = `# What each agent may run on this host: named ops with typed arguments, no
 # shell, a clean environment. A running ` + "`bridge serve`" + ` takes edits live; check
 # them with ` + "`bridge policy check`" + `, and see an op as it would run with
-# ` + "`bridge policy explain OP`" + `. Every key: docs/OPERATIONS.md.
+# ` + "`bridge policy explain OP`" + `. Every key, with examples: docs/POLICY.md
+# in the bridge source (github.com/syncbridge/bridge).
 
 [ops.hello]
 description = "a first round trip: prints a greeting"
@@ -160,11 +161,112 @@ func (c *PolicyExplainCmd) Run(g *Globals) error {
 	}
 	ex, err := host.ExplainPolicy(file, c.Agent, c.Op, m)
 	if err != nil {
+		return policyError(opHint(file, c.Op, err))
+	}
+	if !g.JSON {
+		g.printf("%s", ex.Text)
+		return nil
+	}
+	// The catalog adds what the text says beyond the rendered command: the
+	// op's input, what it does and its safety net.
+	sum, err := host.CheckPolicy(file)
+	if err != nil {
 		return policyError(err)
 	}
-	if g.JSON {
-		return g.printJSON(ex)
+	out, ok := explainJSON(ex, sum.Ops)
+	if !ok {
+		return withHintf(fmt.Errorf("policy explain: %s changed while it was read: op %q is gone", file, c.Op), "run it again")
 	}
-	g.printf("%s", ex.Text)
-	return nil
+	return g.printJSON(out)
+}
+
+// opHint adds a "did you mean" to an explain that failed because the
+// policy has no such op (a typo: `policy explain tst`).
+func opHint(file, op string, err error) error {
+	sum, lerr := host.CheckPolicy(file)
+	if lerr != nil {
+		return err // the load error is err itself
+	}
+	names := make([]string, len(sum.Ops))
+	for i := range sum.Ops {
+		if sum.Ops[i].Name == op {
+			return err
+		}
+		names[i] = sum.Ops[i].Name
+	}
+	if len(names) == 0 {
+		return withHintf(err, "the policy defines no op: add an [ops.NAME] table (docs/POLICY.md)")
+	}
+	hint := fmt.Sprintf("the policy has no op %q; its ops: %s", op, strings.Join(names, ", "))
+	if s := bridge.Suggest(op, names); s != "" {
+		hint = fmt.Sprintf("did you mean %q? %s", s, hint)
+	}
+	return withHintf(err, "%s", hint)
+}
+
+// explainOutput is `bridge policy explain --json`: the rendered command
+// and, from the catalog, the op's input, what it does and its safety net.
+type explainOutput struct {
+	Op          string    `json:"op"`
+	Agent       string    `json:"agent"`
+	Description string    `json:"description"`
+	Argv        []string  `json:"argv"`
+	Dir         string    `json:"dir"`
+	EnvNames    []string  `json:"env_names"`
+	Timeout     string    `json:"timeout"`
+	MaxOutput   int64     `json:"max_output"`
+	Stdin       string    `json:"stdin"` // none | optional | required, the default resolved
+	StdinHint   string    `json:"stdin_hint"`
+	MaxStdin    int64     `json:"max_stdin"`
+	Scope       string    `json:"scope"`
+	Risk        string    `json:"risk"`
+	Approve     bool      `json:"approve"`
+	Idempotent  bool      `json:"idempotent"`
+	SafetyNet   safetyNet `json:"safety_net"`
+	Text        string    `json:"text"`
+}
+
+// safetyNet: the ops that check this one first and take it back, and the
+// ops this one checks or takes back ("" and [] when none).
+type safetyNet struct {
+	DryRun   string   `json:"dry_run"`
+	Undo     string   `json:"undo"`
+	DryRunOf []string `json:"dry_run_of"`
+	Undoes   []string `json:"undoes"`
+}
+
+func explainJSON(ex *host.Explanation, ops []bridge.OpInfo) (*explainOutput, bool) {
+	var info *bridge.OpInfo
+	net := safetyNet{DryRunOf: []string{}, Undoes: []string{}}
+	for i := range ops {
+		o := &ops[i]
+		if o.Name == ex.Op {
+			info = o
+		}
+		if o.DryRun == ex.Op {
+			net.DryRunOf = append(net.DryRunOf, o.Name)
+		}
+		if o.Undo == ex.Op {
+			net.Undoes = append(net.Undoes, o.Name)
+		}
+	}
+	if info == nil {
+		return nil, false
+	}
+	net.DryRun, net.Undo = info.DryRun, info.Undo
+	env := ex.Env
+	if env == nil {
+		env = []string{}
+	}
+	argv := ex.Argv
+	if argv == nil {
+		argv = []string{}
+	}
+	return &explainOutput{
+		Op: ex.Op, Agent: ex.Agent, Description: info.Description, Argv: argv, Dir: ex.Dir, EnvNames: env,
+		Timeout: info.Timeout, MaxOutput: info.MaxOutput,
+		Stdin: info.StdinMode(), StdinHint: info.StdinHint, MaxStdin: info.MaxStdin,
+		Scope: info.Scope, Risk: info.Risk, Approve: info.Approve, Idempotent: info.Idempotent,
+		SafetyNet: net, Text: ex.Text,
+	}, true
 }
