@@ -223,7 +223,8 @@ func waitAndPrint(g *Globals, cl *agent.Client, id string, timeout time.Duration
 		}
 	}
 	if st != nil {
-		out = st.rest(out)
+		skipOut, skipErr := st.rest(out)
+		return printOutcomeAfter(g, out, skipOut, skipErr)
 	}
 	return printOutcome(g, out)
 }
@@ -242,7 +243,11 @@ func withHintf(err error, hint string, args ...any) error {
 }
 
 // printOutcome prints an op's output and returns the exit code as an error.
-func printOutcome(g *Globals, out *agent.Outcome) error {
+func printOutcome(g *Globals, out *agent.Outcome) error { return printOutcomeAfter(g, out, 0, 0) }
+
+// printOutcomeAfter is printOutcome for output whose first skipOut and
+// skipErr bytes were printed already, as the op ran (streamer.rest).
+func printOutcomeAfter(g *Globals, out *agent.Outcome, skipOut, skipErr int) error {
 	rc := out.Receipt
 	code := exitFor(rc)
 	if g.JSON {
@@ -263,7 +268,7 @@ func printOutcome(g *Globals, out *agent.Outcome) error {
 		if out.Earlier {
 			g.note("note: request %s was sent before with this key (from a home that has no record of it); this is that send's answer, and it did not run again", rc.ID)
 		}
-		if err := out.WriteOutput(g.stdout, g.stderr); err != nil {
+		if err := out.WriteOutput(&skipWriter{w: g.stdout, skip: skipOut}, &skipWriter{w: g.stderr, skip: skipErr}); err != nil {
 			return err
 		}
 		switch rc.Status {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"io"
 
 	"github.com/syncbridge/bridge/bridge/agent"
 )
@@ -43,17 +44,53 @@ func (s *streamer) poll() {
 	}
 }
 
-// rest returns out with only the output the stream has not printed.
-func (s *streamer) rest(out *agent.Outcome) *agent.Outcome {
+// rest returns how many bytes of the result's stdout and stderr the stream
+// has printed already, so that printing the result skips them; 0 and 0,
+// after a warning, when the stream is not a prefix of the result. The
+// result's output is read once to compare (the client streams it, never
+// holding it whole), and once more to print.
+func (s *streamer) rest(out *agent.Outcome) (skipOut, skipErr int) {
 	if s.next == 1 {
-		return out // nothing streamed: the result holds it all
+		return 0, 0 // nothing streamed: the result holds it all
 	}
 	s.poll() // chunks that arrived with the result
-	if !bytes.HasPrefix(out.Stdout, s.out.Bytes()) || !bytes.HasPrefix(out.Stderr, s.errb.Bytes()) {
+	po, pe := &prefixCheck{want: s.out.Bytes()}, &prefixCheck{want: s.errb.Bytes()}
+	if err := out.WriteOutput(po, pe); err != nil || !po.ok() || !pe.ok() {
 		s.g.note("warning: the streamed output differs from the verified result (the host's redaction or output cap, or a stream cut short); the result follows in full")
-		return out
+		return 0, 0
 	}
-	cp := *out
-	cp.Stdout, cp.Stderr = out.Stdout[s.out.Len():], out.Stderr[s.errb.Len():]
-	return &cp
+	return s.out.Len(), s.errb.Len()
+}
+
+// prefixCheck is a writer that checks that what is written begins with
+// want, and discards it.
+type prefixCheck struct {
+	want    []byte
+	n       int
+	differs bool
+}
+
+func (c *prefixCheck) Write(b []byte) (int, error) {
+	if k := min(len(b), len(c.want)-c.n); k > 0 {
+		c.differs = c.differs || !bytes.Equal(b[:k], c.want[c.n:c.n+k])
+		c.n += k
+	}
+	return len(b), nil
+}
+
+func (c *prefixCheck) ok() bool { return !c.differs && c.n == len(c.want) }
+
+// skipWriter drops the first skip bytes written to it.
+type skipWriter struct {
+	w    io.Writer
+	skip int
+}
+
+func (s *skipWriter) Write(b []byte) (int, error) {
+	k := min(len(b), s.skip)
+	s.skip -= k
+	if _, err := s.w.Write(b[k:]); err != nil {
+		return 0, err
+	}
+	return len(b), nil
 }
