@@ -59,7 +59,6 @@ type HintError struct {
 func (e *HintError) Error() string { return e.Err.Error() }
 func (e *HintError) Unwrap() error { return e.Err }
 
-
 func WithHint(err error, hint string, args ...any) error {
 	return &HintError{Err: err, Hint: fmt.Sprintf(hint, args...)}
 }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"regexp"
+	"regexp/syntax"
+	"slices"
 
 	"github.com/syncbridge/bridge/bridge"
 
@@ -25,22 +27,34 @@ type secretPattern struct {
 	re      *regexp.Regexp
 	needles []string
 	fold    bool
+	// lines: a policy pattern that can match a line break, so that the
+	// progress stream's line carry cannot keep its matches whole. The
+	// defaults cannot, save the private key's, which the carry handles
+	// on its own (see progress).
+	lines bool
 }
 
 // defaultSecrets are the secrets the host redacts unless the policy says
 // [redact] enabled = false. A pattern with a capture group replaces only the
 // group (the password of a URL, the token after "Bearer"); the text around
 // it stays, so the output still reads.
+//
+// None of them can match a line break but the private key's: the tokens'
+// classes hold no whitespace, the gap after "Bearer" is [ \t]+ and a URL's
+// user and password exclude \s. The progress stream relies on it: it
+// publishes whole lines only, so a match is never cut by a chunk, and it
+// holds a key block from its BEGIN line to its END line
+// (TestRedactDefaultsStayOnOneLine).
 var defaultSecrets = []secretPattern{
-	{regexp.MustCompile(`\bgh[pousr]_[A-Za-z0-9]{36,}`), []string{"ghp_", "gho_", "ghu_", "ghs_", "ghr_"}, false},                                  // GitHub tokens
-	{regexp.MustCompile(`\bgithub_pat_[A-Za-z0-9_]{22,}`), []string{"github_pat_"}, false},                                                         // GitHub fine-grained tokens
-	{regexp.MustCompile(`\bsk-(?:ant-)?[A-Za-z0-9_-]{20,}`), []string{"sk-"}, false},                                                               // OpenAI, Anthropic
-	{regexp.MustCompile(`\b(?:AKIA|ASIA)[0-9A-Z]{16}\b`), []string{"AKIA", "ASIA"}, false},                                                         // AWS access key ids
-	{regexp.MustCompile(`\bxox[abposr]-[A-Za-z0-9-]{10,}`), []string{"xox"}, false},                                                                // Slack
-	{regexp.MustCompile(`\bAIza[0-9A-Za-z_-]{35}`), []string{"AIza"}, false},                                                                       // Google API keys
-	{regexp.MustCompile(`(?s)-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----.*?(?:-----END [A-Z0-9 ]*PRIVATE KEY-----|\z)`), []string{"-----BEGIN "}, false}, // PEM keys, also cut ones
-	{regexp.MustCompile(`(?i)\bBearer[ \t]+([A-Za-z0-9._~+/=-]{8,})`), []string{"bearer"}, true},                                                   // HTTP bearer tokens
-	{regexp.MustCompile(`\b[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]+:([^/\s@]+)@`), []string{"://"}, false},                                              // passwords in URLs
+	{regexp.MustCompile(`\bgh[pousr]_[A-Za-z0-9]{36,}`), []string{"ghp_", "gho_", "ghu_", "ghs_", "ghr_"}, false, false},                                  // GitHub tokens
+	{regexp.MustCompile(`\bgithub_pat_[A-Za-z0-9_]{22,}`), []string{"github_pat_"}, false, false},                                                         // GitHub fine-grained tokens
+	{regexp.MustCompile(`\bsk-(?:ant-)?[A-Za-z0-9_-]{20,}`), []string{"sk-"}, false, false},                                                               // OpenAI, Anthropic
+	{regexp.MustCompile(`\b(?:AKIA|ASIA)[0-9A-Z]{16}\b`), []string{"AKIA", "ASIA"}, false, false},                                                         // AWS access key ids
+	{regexp.MustCompile(`\bxox[abposr]-[A-Za-z0-9-]{10,}`), []string{"xox"}, false, false},                                                                // Slack
+	{regexp.MustCompile(`\bAIza[0-9A-Za-z_-]{35}`), []string{"AIza"}, false, false},                                                                       // Google API keys
+	{regexp.MustCompile(`(?s)-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----.*?(?:-----END [A-Z0-9 ]*PRIVATE KEY-----|\z)`), []string{"-----BEGIN "}, false, false}, // PEM keys, also cut ones
+	{regexp.MustCompile(`(?i)\bBearer[ \t]+([A-Za-z0-9._~+/=-]{8,})`), []string{"bearer"}, true, false},                                                   // HTTP bearer tokens
+	{regexp.MustCompile(`\b[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]+:([^/\s@]+)@`), []string{"://"}, false, false},                                              // passwords in URLs
 }
 
 // redactor replaces secrets. A nil redactor (redaction disabled) changes
@@ -59,13 +73,52 @@ func newRedactor(r policy.Redaction) *redactor {
 	}
 	res := append([]secretPattern{}, defaultSecrets...)
 	for _, re := range r.Patterns {
-		sp := secretPattern{re: re}
+		sp := secretPattern{re: re, lines: matchesNewline(re)}
 		if prefix, _ := re.LiteralPrefix(); prefix != "" {
 			sp.needles = []string{prefix}
 		}
 		res = append(res, sp)
 	}
 	return &redactor{res: res}
+}
+
+// spansLines reports whether one of r's policy patterns can match a line
+// break.
+func (r *redactor) spansLines() bool {
+	for _, sp := range r.res {
+		if sp.lines {
+			return true
+		}
+	}
+	return false
+}
+
+// matchesNewline reports whether some match of re can hold a '\n': a
+// literal one, a class that takes it (`\s`, `[^x]`), or `.` under (?s).
+// A pattern that does not parse again is counted as one that can.
+func matchesNewline(re *regexp.Regexp) bool {
+	t, err := syntax.Parse(re.String(), syntax.Perl) // as regexp.Compile parses
+	if err != nil {
+		return true
+	}
+	var walk func(*syntax.Regexp) bool
+	walk = func(t *syntax.Regexp) bool {
+		switch t.Op {
+		case syntax.OpAnyChar:
+			return true
+		case syntax.OpLiteral:
+			return slices.Contains(t.Rune, '\n')
+		case syntax.OpCharClass:
+			for i := 0; i+1 < len(t.Rune); i += 2 {
+				if t.Rune[i] <= '\n' && '\n' <= t.Rune[i+1] {
+					return true
+				}
+			}
+			return false
+		}
+		return slices.ContainsFunc(t.Sub, walk)
+	}
+	return walk(t)
 }
 
 // mayMatch reports whether b holds one of the pattern's needles.
