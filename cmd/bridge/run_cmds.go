@@ -24,7 +24,7 @@ type RunCmd struct {
 	Host           string        `placeholder:"NAME" help:"The host to ask (default: the only trusted host)."`
 	Timeout        time.Duration `default:"10m" help:"How long to wait for the result (the request stays valid; use 'bridge wait ID')."`
 	TTL            time.Duration `default:"24h" help:"How long the request stays valid on the host."`
-	Stdin          string        `placeholder:"FILE" help:"Send FILE (or - for standard input) as the op's standard input. Without it, input redirected from a file goes to an op that takes input, a pipe only to an op that requires it (docs/CLI.md)."`
+	Stdin          string        `placeholder:"FILE" help:"Send FILE (or - for standard input) as the op's standard input. Without it, this command's own input (a file or a pipe) is sent only to an op whose input is required (docs/CLI.md)."`
 	NoCheck        bool          `name:"no-check" help:"Send without checking the op and arguments against the host's catalog (when its policy changed since); the host decides."`
 	Detach         bool          `help:"Submit and print the id without waiting."`
 	SyncthingFlags `embed:""`
