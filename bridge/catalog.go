@@ -123,20 +123,24 @@ func usageHint(info *policy.OpInfo) string {
 
 // ExampleLine is a ready command line for op, as an agent would type it:
 // each required argument as NAME=<type> (an enum's first value, a path as
-// <path>), and --stdin=FILE when the op needs input ([--stdin=FILE] when its
-// policy declares it optional).
+// <path>), then each optional one (or one with a default) as
+// [NAME=<type>], and --stdin=FILE when the op needs input ([--stdin=FILE]
+// when its policy declares it optional).
 func ExampleLine(info *policy.OpInfo) string {
 	parts := []string{"bridge run", info.Name}
+	var optional []string
 	for _, a := range info.Args {
-		if !a.Required || a.Default != nil {
-			continue
-		}
 		v := "<" + a.Type + ">"
 		if len(a.Values) > 0 {
 			v = a.Values[0]
 		}
+		if !a.Required || a.Default != nil {
+			optional = append(optional, "["+a.Name+"="+v+"]")
+			continue
+		}
 		parts = append(parts, a.Name+"="+v)
 	}
+	parts = append(parts, optional...)
 	switch {
 	case info.StdinMode() == policy.StdinRequired:
 		parts = append(parts, "--stdin=FILE")

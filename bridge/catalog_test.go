@@ -52,3 +52,26 @@ func TestCatalogCheckCall(t *testing.T) {
 		}
 	}
 }
+
+// ExampleLine shows every argument: required ones as NAME=<type>, then the
+// optional ones (or with a default) in brackets, an enum by its first value.
+func TestExampleLine(t *testing.T) {
+	dflt := "."
+	for _, c := range []struct {
+		info policy.OpInfo
+		want string
+	}{
+		{policy.OpInfo{Name: "test", Args: []policy.ArgInfo{{Name: "run", Type: "string", Default: &dflt}}},
+			"bridge run test [run=<string>]"},
+		{policy.OpInfo{Name: "build", Stdin: "optional", Args: []policy.ArgInfo{
+			{Name: "level", Type: "enum", Values: []string{"quiet", "verbose"}},
+			{Name: "pkg", Type: "path", Required: true},
+			{Name: "v", Type: "bool"},
+		}}, "bridge run build pkg=<path> [level=quiet] [v=<bool>] [--stdin=FILE]"},
+		{policy.OpInfo{Name: "apply", Stdin: "required", Args: []policy.ArgInfo{}}, "bridge run apply --stdin=FILE"},
+	} {
+		if got := ExampleLine(&c.info); got != c.want {
+			t.Errorf("got  %s\nwant %s", got, c.want)
+		}
+	}
+}

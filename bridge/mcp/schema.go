@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -126,9 +128,15 @@ func argSchema(a bridge.ArgInfo) (*jsonschema.Schema, error) {
 			s.MaxLength = ptr(a.MaxLen)
 			notes = append(notes, fmt.Sprintf("at most %d bytes", a.MaxLen))
 		}
-		if a.Pattern != "" {
+		switch {
+		case a.Pattern == "":
+		case ecmaSafe(a.Pattern):
 			// The host matches the whole value (the policy anchors it).
 			s.Pattern = "^(?:" + a.Pattern + ")$"
+		default:
+			// Not said the same in ECMA-262: said in words, checked
+			// when called.
+			notes = append(notes, "the whole value must match the Go (RE2) regular expression "+a.Pattern)
 		}
 		for _, lead := range []struct {
 			c       string
@@ -263,40 +271,89 @@ type badArgs struct{ err error }
 
 func (e *badArgs) Error() string { return e.err.Error() }
 
-// parseCall checks raw against the tool's schema and turns the op's
-// arguments into the strings the host's policy reads.
+// parseCall checks raw against the op's arguments as `bridge run` does, so a
+// refusal names the argument and the rule ("argument \"run\": starts with
+// '-' ..."), then against the tool's schema as a last net, and turns the
+// op's arguments into the strings the host's policy reads.
 func (t *opTool) parseCall(raw json.RawMessage) (*call, error) {
 	if len(bytes.TrimSpace(raw)) == 0 || string(bytes.TrimSpace(raw)) == "null" {
 		raw = json.RawMessage("{}")
 	}
-	var plain map[string]any
-	if err := json.Unmarshal(raw, &plain); err != nil {
-		return nil, &badArgs{fmt.Errorf("arguments are not a JSON object: %w", err)}
-	}
-	if err := t.schema.Validate(plain); err != nil {
-		return nil, &badArgs{err}
-	}
-	// Numbers again, exactly: a float64 loses the digits of a big int.
+	// Numbers exactly: a float64 loses the digits of a big int.
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
 	var m map[string]any
-	if err := dec.Decode(&m); err != nil {
-		return nil, &badArgs{err}
+	if err := dec.Decode(&m); err != nil || m == nil {
+		return nil, &badArgs{errors.New("arguments are not a JSON object")}
 	}
 	c := &call{args: map[string]string{}}
 	types := map[string]string{}
 	for _, a := range t.op.Args {
 		types[a.Name] = a.Type
 	}
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		v := m[k]
+		switch k {
+		case inKey, inWait:
+			continue // the schema's, below
+		case inIn:
+			if stdinMode(t.op) == bridge.StdinNone {
+				return nil, &badArgs{fmt.Errorf("%s: op %q takes no standard input", inIn, t.op.Name)}
+			}
+			continue
+		}
+		want := ""
+		switch types[k] {
+		case "int":
+			n, ok := v.(json.Number)
+			if !ok || strings.ContainsAny(n.String(), ".eE") {
+				want = "an integer"
+				break
+			}
+			i, err := strconv.ParseInt(n.String(), 10, 64)
+			if err != nil {
+				want = "a 64-bit integer"
+				break
+			}
+			c.args[k] = strconv.FormatInt(i, 10)
+		case "bool":
+			b, ok := v.(bool)
+			if !ok {
+				want = "true or false (a JSON boolean)"
+				break
+			}
+			c.args[k] = strconv.FormatBool(b)
+		default:
+			// A string, or a name the op does not take: CheckArgs
+			// names it, with a "did you mean".
+			s, ok := v.(string)
+			if !ok && types[k] != "" {
+				want = "a string"
+				break
+			}
+			c.args[k] = s
+		}
+		if want != "" {
+			return nil, &badArgs{fmt.Errorf("op %q: argument %q: want %s", t.op.Name, k, want)}
+		}
+	}
+	if err := t.op.CheckArgs(c.args); err != nil {
+		return nil, &badArgs{err}
+	}
+	var plain map[string]any
+	if err := json.Unmarshal(raw, &plain); err != nil {
+		return nil, &badArgs{fmt.Errorf("arguments are not a JSON object: %w", err)}
+	}
+	if err := t.schema.Validate(plain); err != nil {
+		return nil, &badArgs{fmt.Errorf("the input does not fit the tool's schema: %w", err)}
+	}
 	for k, v := range m {
 		switch k {
 		case inKey:
 			c.key = v.(string)
-			continue
 		case inIn:
 			s := v.(string)
 			c.stdin = &s
-			continue
 		case inWait:
 			n, err := v.(json.Number).Float64()
 			if err != nil || n < 0 || math.IsInf(n, 0) {
@@ -304,27 +361,6 @@ func (t *opTool) parseCall(raw json.RawMessage) (*call, error) {
 			}
 			d := time.Duration(min(n, 1e6) * float64(time.Second))
 			c.wait = &d
-			continue
-		}
-		switch types[k] {
-		case "int":
-			n, ok := v.(json.Number)
-			if !ok {
-				return nil, &badArgs{fmt.Errorf("%s: want an integer", k)}
-			}
-			i, err := strconv.ParseInt(n.String(), 10, 64)
-			if err != nil {
-				return nil, &badArgs{fmt.Errorf("%s: %s is not a 64-bit integer", k, n)}
-			}
-			c.args[k] = strconv.FormatInt(i, 10)
-		case "bool":
-			c.args[k] = strconv.FormatBool(v.(bool))
-		default:
-			s, ok := v.(string)
-			if !ok {
-				return nil, &badArgs{errors.New(k + ": want a string")}
-			}
-			c.args[k] = s
 		}
 	}
 	return c, nil

@@ -2,7 +2,6 @@ package policy
 
 import (
 	"fmt"
-	"path/filepath"
 	"regexp"
 	"strings"
 )
@@ -52,8 +51,8 @@ func (o *OpInfo) CheckArgs(args map[string]string) error {
 }
 
 // checkValue applies the rules of arg.checkStatic to one value, from the
-// public description. A path is checked as text and, when relative, for
-// climbing out of its root; the root itself is the host's secret.
+// public description. A path is checked as text only: where it leads is for
+// the host to say.
 func (ai *ArgInfo) checkValue(v string) string {
 	a := &arg{name: ai.Name, typ: ai.Type, maxLen: ai.MaxLen, allowDash: ai.AllowDash, allowAt: ai.AllowAt,
 		allowPlus: ai.AllowPlus, min: ai.Min, max: ai.Max, values: ai.Values, patternSrc: ai.Pattern}
@@ -71,14 +70,18 @@ func (ai *ArgInfo) checkValue(v string) string {
 			}
 		}
 	case typePath:
-		if filepath.IsAbs(v) {
-			if r := badText(v); r != "" {
-				return r
-			}
-			return "" // under the root or not: only the host knows
+		// As text only. Whether it stays under its root, `..` or not,
+		// only the host knows: the root (which may be / or have room
+		// above it for a `..`) is the host's secret.
+		switch {
+		case badText(v) != "":
+			return badText(v)
+		case v == "":
+			return "empty path"
+		case len(v) > maxMaxLen:
+			return fmt.Sprintf("longer than %d bytes", maxMaxLen)
 		}
-		const fake = string(filepath.Separator) + "root"
-		a.root = fake
+		return ""
 	case typeInt, typeBool, typeEnum:
 	default:
 		return "" // a type this agent does not know: the host decides

@@ -274,6 +274,8 @@ func TestMCP(t *testing.T) {
 		{"count", map[string]any{"mode": "fast", "n": 9}, "n"},
 		{"count", map[string]any{}, "mode"},
 		{"echo", map[string]any{"msg": "hi", "bogus": "x"}, "bogus"},
+		// Said as `bridge run` says it: the argument and the rule.
+		{"echo", map[string]any{"msg": "-x"}, `argument "msg": starts with '-'`},
 	} {
 		res := call(bad.tool, bad.args, nil)
 		if !res.IsError || !strings.Contains(text(res), "bad arguments") || !strings.Contains(text(res), bad.want) {
@@ -283,10 +285,10 @@ func TestMCP(t *testing.T) {
 	if after := countFiles(t, filepath.Join(agentHome, "requests")); after != sentBefore {
 		t.Errorf("bad arguments sent requests: %d files, were %d", after, sentBefore)
 	}
-	// One the schema cannot tell: a path out of its root, refused from the
-	// catalog before anything is sent.
+	// One the schema cannot tell: a path out of its root, which only the
+	// host (it knows the root) refuses.
 	res = call("show", map[string]any{"file": "../../etc/passwd"}, nil)
-	if !res.IsError || !strings.Contains(text(res), "escapes the op's path root") || !strings.Contains(text(res), "would refuse it (bad-argument)") {
+	if !res.IsError || !strings.Contains(text(res), "escapes the op's path root") || !strings.Contains(text(res), "rejected (bad-argument)") {
 		t.Errorf("show out of root: error %v, %q", res.IsError, text(res))
 	}
 	res = call("show", map[string]any{"file": "note.txt"}, nil)

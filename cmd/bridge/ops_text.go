@@ -68,8 +68,9 @@ An op may exit 64..75 itself. To tell them apart, use --json (or BRIDGE_JSON=1):
 "status" says whether it ran ("done") or not.
 
 Standard input: --stdin=FILE sends FILE, --stdin=- sends this command's input.
-Without --stdin, input redirected from a file (< fix.patch) is sent when the op
-takes input; a pipe is read only for an op that requires input (else a warning).
+Without --stdin, this command's input (< fix.patch, or a pipe) is read only for
+an op whose input is required (bridge ops); for an optional one it is not read,
+and a warning says so: a loop's list or the rest of a script stays where it is.
 
 The op and arguments are checked against the host's catalog first, so a typo
 is refused at once (exit 66, with a hint); --no-check sends anyway.`

@@ -25,7 +25,7 @@ type RunCmd struct {
 	Host           string        `placeholder:"NAME" help:"The host to ask (default: the only trusted host)."`
 	Timeout        time.Duration `default:"10m" help:"How long to wait for the result (the request stays valid; use 'bridge wait ID')."`
 	TTL            time.Duration `default:"24h" help:"How long the request stays valid on the host."`
-	Stdin          string        `placeholder:"FILE" help:"Send FILE (or - for standard input) as the op's standard input. Without it, input redirected from a file goes to an op that takes input, a pipe only to an op that requires it (docs/CLI.md)."`
+	Stdin          string        `placeholder:"FILE" help:"Send FILE (or - for standard input) as the op's standard input. Without it, this command's own input (a file or a pipe) is sent only to an op whose input is required (docs/CLI.md)."`
 	NoCheck        bool          `name:"no-check" help:"Send without checking the op and arguments against the host's catalog (when its policy changed since); the host decides."`
 	Detach         bool          `help:"Submit and print the id without waiting."`
 	SyncthingFlags `embed:""`
@@ -97,6 +97,46 @@ func parseArgs(args []string) (map[string]string, error) {
 	return m, nil
 }
 
+// bareWordError is the error for a bare word among a call's arguments
+// (`bridge run test TestAdd`) with a hint from the host's catalog: when op
+// takes exactly one argument, the word is surely its value, and the hint
+// says it as NAME=VALUE; else the op's usage line. nil without a catalog
+// or the op (parseArgs's own error stands).
+func (g *Globals) bareWordError(hostName, op string, args []string) error {
+	word := ""
+	for _, a := range args {
+		if k, _, ok := strings.Cut(a, "="); !ok || k == "" {
+			word = a
+			break
+		}
+	}
+	if word == "" || strings.HasPrefix(word, "=") {
+		return nil
+	}
+	cl, err := openClient(g)
+	if err != nil {
+		return nil
+	}
+	defer cl.Close()
+	cat, err := cl.Ops(hostName)
+	if err != nil {
+		return nil
+	}
+	for i := range cat.Ops {
+		info := &cat.Ops[i]
+		if info.Name != op {
+			continue
+		}
+		err := fmt.Errorf("argument %q is not NAME=VALUE", word)
+		if len(info.Args) == 1 {
+			return &codeError{code: exitUsage, err: withHintf(err, "did you mean %s=%s? op %s takes one argument, %s; usage: %s",
+				info.Args[0].Name, word, op, info.Args[0].Name, bridge.ExampleLine(info))}
+		}
+		return &codeError{code: exitUsage, err: withHintf(err, "give arguments as NAME=VALUE; usage: %s", bridge.ExampleLine(info))}
+	}
+	return nil
+}
+
 // clientFor checks a request id, then opens the agent's client.
 // clientFor opens the agent's client for a command on request *id: a
 // whole id, or the first 8 or more of its digits when they name one request
@@ -151,15 +191,18 @@ func openClient(g *Globals) (*agent.Client, error) {
 }
 
 func submit(g *Globals, op string, args []string, key, hostName, stdin string, noCheck bool, ttl time.Duration, st SyncthingFlags) (*agent.Client, *agent.Sent, error) {
+	g.syncthing = &st
 	m, err := parseArgs(args)
 	if err != nil {
+		if e := g.bareWordError(hostName, op, args); e != nil {
+			return nil, nil, e
+		}
 		return nil, nil, err
 	}
 	if ttl <= 0 || ttl > bridge.MaxValidity {
 		return nil, nil, &codeError{code: exitUsage, err: withHintf(fmt.Errorf("--ttl %s: a request is valid for more than 0 and at most %s", ttl, bridge.MaxValidity),
 			"the host refuses a longer one; pass --ttl 24h (the default) or up to %s", bridge.MaxValidity)}
 	}
-	g.syncthing = &st
 	cl, err := openClient(g)
 	if err != nil {
 		return nil, nil, err

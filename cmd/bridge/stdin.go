@@ -16,19 +16,23 @@ import (
 // a call against the host's catalog before it is sent (docs/CLI.md,
 // "Standard input" and "Checked before sending").
 //
-// The rule, without --stdin:
-//   - standard input is a terminal, the null device or absent: nothing is
-//     sent (and an op that requires input is refused here);
-//   - it is a file (`< fix.patch`) with bytes in it: sent when the op takes
-//     input (the redirection says what was meant), refused when it takes
-//     none;
-//   - it is a pipe: if bytes are in it within pipeWait, as for a file; if
-//     it is closed and empty, nothing; if it stays open and empty, it is
-//     read (waiting for its end) only when the op requires input, else not
-//     read (a pipe an agent's harness leaves open would hang the command)
-//     and a warning says so and how to send it (--stdin=-).
-//
-// Nothing is ever dropped silently.
+// --stdin=FILE or --stdin=- sends it. Without --stdin, what bridge does
+// depends on the op's stdin mode in the host's catalog, because standard
+// input is often not meant for the op at all: the rest of a `while read`
+// loop's list, or of a script run as `sh < script.sh`.
+//   - required: it is read as the op's input, with a note, when it is a
+//     file or a pipe (one that stays open and empty too: the op needs
+//     it); a terminal, the null device, an empty file or a closed empty
+//     pipe is nothing, refused as the op's input is missing;
+//   - optional (declared, or the default), or not known (no catalog): it
+//     is never read; when it is a file with bytes left or a pipe with bytes
+//     in it within pipeWait, a warning says it was not sent and how to
+//     send it (--stdin=-);
+//   - none: it is never read, and nothing is said: the op could not have
+//     used it.
+// A regular file's length is what is left to read from its offset (a loop
+// has read part of it); a size of 0 means "not known" (/proc files), and
+// its first bytes are read to find out.
 
 // pipeWait is how long a look at a piped standard input waits for its
 // first bytes: long enough for `cat fix.patch |`, short enough not to
@@ -44,22 +48,107 @@ const (
 	stdinPipe                  // a pipe or socket: its length is known only once read
 )
 
-func inspectStdin(r io.Reader) (stdinKind, int64) {
+// inspectStdin says what r is and, for a regular file, how many bytes are
+// left to read from its current offset; -1 when its size is 0, which for
+// a file in /proc or /sys says nothing of what a read returns.
+func inspectStdin(r io.Reader) (*os.File, stdinKind, int64) {
 	f, ok := r.(*os.File)
 	if !ok || f == nil {
-		return stdinNone, 0
+		return nil, stdinNone, 0
 	}
 	fi, err := f.Stat()
 	if err != nil {
-		return stdinNone, 0
+		return nil, stdinNone, 0
 	}
 	switch m := fi.Mode(); {
 	case m.IsRegular():
-		return stdinFile, fi.Size()
+		if fi.Size() == 0 {
+			return f, stdinFile, -1
+		}
+		off, err := f.Seek(0, io.SeekCurrent)
+		if err != nil {
+			off = 0
+		}
+		return f, stdinFile, max(fi.Size()-off, 0)
 	case m&(os.ModeNamedPipe|os.ModeSocket) != 0:
-		return stdinPipe, -1
+		return f, stdinPipe, -1
 	}
-	return stdinNone, 0
+	return nil, stdinNone, 0
+}
+
+// fileInput is what to send of regular file f with left bytes left to read
+// (-1: not known). A file of unknown length has its first bytes read to
+// tell an empty file (0, nothing to send) from one in /proc (-1, the bytes
+// read and the rest).
+func fileInput(f *os.File, left int64) (io.Reader, int64) {
+	if left >= 0 {
+		return f, left
+	}
+	buf := make([]byte, 64<<10)
+	got, _ := f.Read(buf)
+	if got == 0 {
+		return f, 0
+	}
+	return io.MultiReader(bytes.NewReader(buf[:got]), f), -1
+}
+
+// hasBytes reports, without reading them away, whether standard input f
+// has bytes for a reader: a file with some left, a pipe with some in it
+// within pipeWait.
+func hasBytes(f *os.File, kind stdinKind, left int64) bool {
+	switch {
+	case kind == stdinFile && left == -1:
+		off, err := f.Seek(0, io.SeekCurrent)
+		if err != nil {
+			return false
+		}
+		n, _ := f.ReadAt(make([]byte, 1), off)
+		return n > 0
+	case kind == stdinFile:
+		return left > 0
+	case kind == stdinPipe:
+		_, data := pipeReady(f, pipeWait)
+		return data
+	}
+	return false
+}
+
+// implicitStdin is the op's input when --stdin was not given, by the rule
+// above; mode "" is not known (no catalog).
+func (g *Globals) implicitStdin(op, mode string) (io.Reader, bridge.CallInput) {
+	f, kind, left := inspectStdin(g.stdin)
+	if kind == stdinNone || mode == bridge.StdinNone {
+		return nil, bridge.CallInput{}
+	}
+	if mode != bridge.StdinRequired {
+		if hasBytes(f, kind, left) {
+			what := "a file"
+			if kind == stdinPipe {
+				what = "a pipe"
+			}
+			g.note("warning: standard input (%s) was not sent: op %s's input is optional and bridge sends it only when told; to send it: --stdin=- (or --stdin=FILE)", what, op)
+		}
+		return nil, bridge.CallInput{}
+	}
+	if kind == stdinFile {
+		in, n := fileInput(f, left)
+		if n == 0 {
+			return nil, bridge.CallInput{}
+		}
+		g.note("note: sending standard input (redirected from a file) as %s's input, which it requires; --stdin=FILE or --stdin=- says so explicitly", op)
+		return in, bridge.CallInput{Given: true, Len: n}
+	}
+	ready, data := pipeReady(f, pipeWait)
+	switch {
+	case data:
+		g.note("note: sending standard input (from a pipe) as %s's input, which it requires; --stdin=- says so explicitly", op)
+	case ready:
+		return nil, bridge.CallInput{} // closed and empty
+	default:
+		// Open and empty: the op needs input, so wait for its end.
+		g.note("note: reading standard input (a pipe) to its end as %s's input, which it requires", op)
+	}
+	return f, bridge.CallInput{Given: true, Len: -1}
 }
 
 // callInput resolves the op's standard input from --stdin (flag) and the
@@ -78,65 +167,38 @@ func (g *Globals) callInput(cl *agent.Client, hostName, op string, args map[stri
 		}
 	}
 	var in io.Reader
-	given := bridge.CallInput{Len: 0}
+	var given bridge.CallInput
 	switch flag {
 	case "-":
-		in, given.Given = g.stdin, true
-		if k, n := inspectStdin(g.stdin); k == stdinFile {
-			given.Len = n
-		} else {
-			given.Len = -1
+		in, given = g.stdin, bridge.CallInput{Given: true, Len: -1}
+		if f, kind, left := inspectStdin(g.stdin); kind == stdinFile {
+			in, given.Len = fileInput(f, left)
 		}
 	case "":
-		kind, n := inspectStdin(g.stdin)
 		mode := ""
-		if info != nil {
-			mode = info.StdinMode()
-		}
-		var src io.Reader = g.stdin
-		from := "redirected from a file"
-		if kind == stdinPipe && op != bridge.PingOp {
-			// Look without waiting long: a pipe with bytes in it (or one
-			// already closed) says what was meant; an open, empty one may
-			// be a harness's and would block a read for ever.
-			kind, n = stdinNone, 0
-			if f := g.stdin.(*os.File); pipeReady(f, pipeWait) {
-				buf := make([]byte, 64<<10)
-				if got, _ := f.Read(buf); got > 0 {
-					kind, n, src, from = stdinFile, -1, io.MultiReader(bytes.NewReader(buf[:got]), f), "from a pipe"
-				}
-			} else if mode == bridge.StdinRequired {
-				in, given = g.stdin, bridge.CallInput{Given: true, Len: -1}
-				break
-			} else {
-				why := "it is sent only with --stdin=- (or --stdin=FILE)"
-				if mode == bridge.StdinNone {
-					why = fmt.Sprintf("op %s takes none", op)
-				}
-				g.note("warning: standard input is a pipe with nothing in it yet; it was not read or sent: %s", why)
-			}
-		}
 		switch {
-		case kind != stdinFile || n == 0:
-		case mode == bridge.StdinNone:
-			// Refused by the check below, with the op's usage.
-			given = bridge.CallInput{Given: true, Len: n}
-		default:
-			in, given = src, bridge.CallInput{Given: true, Len: n}
-			g.note("note: sending standard input (%s) as %s's input; --stdin=FILE or --stdin=- says so explicitly", from, op)
+		case op == bridge.PingOp:
+			mode = bridge.StdinNone
+		case info != nil:
+			mode = info.StdinMode()
+		case catErr == nil:
+			// Not in the catalog: refused below, and its input is moot.
+			mode = bridge.StdinNone
 		}
+		in, given = g.implicitStdin(op, mode)
 	default:
 		f, err := os.Open(flag)
 		if err != nil {
 			return nil, done, &codeError{code: exitUsage, err: withHintf(fmt.Errorf("--stdin: %w", err), "name a readable file, or - for standard input")}
 		}
-		fi, err := f.Stat()
-		if err != nil || !fi.Mode().IsRegular() {
-			given.Len = -1
-		} else {
-			given.Len = fi.Size()
+		in, given, done = f, bridge.CallInput{Given: true, Len: -1}, func() { f.Close() }
+		if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() {
+			left := fi.Size()
+			if left == 0 {
+				left = -1
+			}
+			in, given.Len = fileInput(f, left)
 		}
-		in, given.Given, done = f, true, func() { f.Close() }
 	}
 	if noCheck {
 		return in, done, nil

@@ -9,9 +9,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// pipeReady reports whether a read of f would not block within wait: data
-// is there, or the writer has closed it (end of input).
-func pipeReady(f *os.File, wait time.Duration) bool {
+// pipeReady reports whether a read of f would not block within wait (data
+// is there, or the writer has closed it), and whether bytes are there to
+// read, without reading them.
+func pipeReady(f *os.File, wait time.Duration) (ready, data bool) {
 	fds := []unix.PollFd{{Fd: int32(f.Fd()), Events: unix.POLLIN}}
 	deadline := time.Now().Add(wait)
 	for {
@@ -19,6 +20,11 @@ func pipeReady(f *os.File, wait time.Duration) bool {
 		if err == unix.EINTR && time.Now().Before(deadline) {
 			continue
 		}
-		return err == nil && n > 0 && fds[0].Revents&(unix.POLLIN|unix.POLLHUP) != 0
+		if err != nil || n == 0 {
+			return false, false
+		}
+		// A closed, empty pipe is POLLHUP alone (Linux); where a system
+		// also sets POLLIN for it, the worst is a needless warning.
+		return fds[0].Revents&(unix.POLLIN|unix.POLLHUP) != 0, fds[0].Revents&unix.POLLIN != 0
 	}
 }
