@@ -371,6 +371,11 @@ func (h *Home) Trust(text, name string) (*Peer, error) {
 	}
 	for _, p := range peers {
 		switch {
+		case p.ID == b.ID && func() bool { _, ok := p.Current(); return !ok }():
+			// Trusted once, every key revoked since: "trusted" again would
+			// change nothing and say it did.
+			return nil, WithHint(fmt.Errorf("trust: %s %q is trusted, but its keys are revoked", p.Role, p.Name),
+				"a revoked key is never trusted again: it rotates (`bridge keys rotate` on its side), then `bridge keys remove %s` here and pair with its new bundle", p.Name)
 		case p.ID == b.ID && p.Bundle == strings.TrimSpace(text) && p.Name == name:
 			// Trusted already: keep the record (and the rotations it has
 			// followed since); just make sure the directories exist.

@@ -379,6 +379,7 @@ type Candidate struct {
 	Seq         uint64 `json:"seq"`
 	Fingerprint string `json:"fingerprint"`
 	Trusted     bool   `json:"trusted"`
+	Revoked     bool   `json:"revoked"` // trusted, with every key revoked: pairing it again needs its new keys
 	Bundle      string `json:"bundle"`
 }
 
@@ -426,7 +427,10 @@ func (h *Home) Candidates() ([]Candidate, error) {
 		}
 		c := Candidate{Role: b.Role, Name: b.Name, ID: b.ID, Seq: b.Seq, Fingerprint: b.Fingerprint(), Bundle: bcrypto.BundleText(data)}
 		for _, pr := range peers {
-			c.Trusted = c.Trusted || pr.ID == b.ID
+			if pr.ID == b.ID {
+				_, ok := pr.Current()
+				c.Trusted, c.Revoked = true, !ok
+			}
 		}
 		out = append(out, c)
 	}

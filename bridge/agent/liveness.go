@@ -33,7 +33,16 @@ const (
 	LivenessRotationPending = "rotation-pending"
 	// LivenessOK: the host is serving and accepts this agent's key.
 	LivenessOK = "ok"
+	// LivenessClockAhead: the stamp's time is ahead of this machine's clock
+	// by more than futureSlack: a clock is wrong on one side, or a folder
+	// writer replays a stamp the host signed while its clock was ahead.
+	// Nothing is acted on: neither a refusal nor "serving" is believed.
+	LivenessClockAhead = "clock-ahead"
 )
+
+// futureSlack is how far ahead of this machine a stamp's time may be and
+// still be read as now (clocks differ a little; more is not "fresh").
+const futureSlack = 5 * time.Minute
 
 // Liveness is what an agent knows of a host from its stamp.
 type Liveness struct {
@@ -150,6 +159,11 @@ func judge(lv *Liveness, st *bridge.LivenessStamp, current string, own []bridge.
 	fresh := age <= 2*interval
 	ago := Ago(age)
 	switch {
+	case seen.Sub(now) > futureSlack:
+		lv.Verdict = LivenessClockAhead
+		lv.Message = fmt.Sprintf("host %q signed its last stamp %s ahead of this machine's clock: a clock is wrong on one side (or an old stamp is replayed); its state is unknown",
+			lv.HostName, Ago(seen.Sub(now)))
+		return
 	case fresh && refused:
 		lv.Verdict = LivenessNotAccepted
 		lv.Message = fmt.Sprintf("host %q does not accept this agent's key (not paired, or revoked) as of %s ago", lv.HostName, ago)

@@ -75,6 +75,11 @@ func TestHostLivenessVerdicts(t *testing.T) {
 		{"revoked long ago", bridge.LivenessStamp{Time: now - 3600, Accepts: []string{}}, false, LivenessStale,
 			`host "laptop" last seen 1 h ago: it may be down or its sync stalled (or this machine's); when last seen, it did not accept this agent's key`},
 		{"stopped and revoked", bridge.LivenessStamp{Time: now - 5, State: bridge.LivenessStopped, Accepts: []string{}}, false, LivenessNotAccepted, ""},
+		// A stamp from the future (a host clock that was ahead once, the
+		// stamp kept and replayed) is never fresh: neither its refusal
+		// nor its "serving" is believed.
+		{"refusal from the future", bridge.LivenessStamp{Time: now + 30*24*3600, Accepts: []string{}}, false, LivenessClockAhead, ""},
+		{"serving from the future", bridge.LivenessStamp{Time: now + 30*24*3600, Accepts: []string{me}}, false, LivenessClockAhead, ""},
 		{"forged", bridge.LivenessStamp{Time: now, Accepts: []string{}}, true, LivenessNoStamp, ""},
 	} {
 		signer := h.host.Identity()

@@ -23,9 +23,9 @@ import (
 // save the private key's (see pemOpen), so a match never spans two
 // chunks; a policy pattern that can match one makes the host hold the
 // output until the bound (redactor.spansLines). The bound: a carry longer than
-// maxCarry (a line that long, a key block that long) is published anyway,
-// redacted as it stands; a key block cut that way stays hidden up to its
-// END line. The verified result remains what counts (SPEC §9.3).
+// maxCarry (a line that long, a key block that long) is never cut and sent
+// in pieces; the stream halts there, as after a gap (outStream.halted).
+// The verified result remains what counts (SPEC §9.3).
 type progress struct {
 	d     *Daemon
 	j     *job
@@ -44,14 +44,14 @@ type progress struct {
 type outStream struct {
 	buf   bytes.Buffer // written by the op, published by no chunk yet (the carry first)
 	total int64        // bytes the op wrote
-	// skip: bytes of this stream were dropped (over a chunk's cap), so
-	// what follows, up to the next line break, is dropped too: the rest of
-	// a secret whose start fell into the gap would match nothing.
-	skip bool
-	// inKey: a chunk forced out by the bound ended inside a private key,
-	// which the redaction hid to the chunk's end: the stream is hidden
-	// until the key's END line.
-	inKey bool
+	// halted: bytes of this stream were dropped (over a chunk's cap), or
+	// its carry outgrew maxCarry: nothing more of it is streamed, and the
+	// result carries it. Whatever came after a gap or a forced cut could be
+	// the rest of a secret whose start no chunk showed (a private key's
+	// body after its BEGIN line, a token's second half), which the
+	// patterns would not match alone; what was streamed stays a prefix of
+	// the result.
+	halted bool
 }
 
 // maxCarry bounds what a stream holds back. Both streams' carries share
@@ -93,9 +93,9 @@ func (d *Daemon) newProgress(j *job) *progress {
 }
 
 // write is the runner's OnOutput tap: it only buffers, at most a chunk's
-// worth for both streams together. What does not fit is dropped from the
-// stream, and with it the partial line before the gap and the one after
-// (see outStream.skip): no chunk shows a piece of a line cut by a gap.
+// worth for both streams together. When that does not fit, the stream
+// keeps its whole lines and halts (see outStream.halted): no chunk shows a
+// piece of a line cut by a gap, nor anything after it.
 func (p *progress) write(stream int, b []byte) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -104,32 +104,19 @@ func (p *progress) write(stream int, b []byte) {
 		s = &p.err
 	}
 	s.total += int64(len(b))
-	if s.skip {
-		i := bytes.IndexByte(b, '\n')
-		if i < 0 {
-			p.dropped += int64(len(b))
-			return
-		}
-		p.dropped += int64(i + 1)
-		b, s.skip = b[i+1:], false
+	if s.halted {
+		p.dropped += int64(len(b))
+		return
 	}
 	room := max(bridge.MaxProgressData-p.out.buf.Len()-p.err.buf.Len(), 0)
 	if room >= len(b) {
 		s.buf.Write(b)
 		return
 	}
-	kept := b[:room]
-	if i := bytes.LastIndexByte(kept, '\n'); i >= 0 {
-		kept = kept[:i+1]
-	} else {
-		whole := bytes.LastIndexByte(s.buf.Bytes(), '\n') + 1
-		p.dropped += int64(s.buf.Len() - whole)
-		s.buf.Truncate(whole)
-		kept = nil
-	}
-	s.buf.Write(kept)
-	p.dropped += int64(len(b) - len(kept))
-	s.skip = true
+	whole := bytes.LastIndexByte(s.buf.Bytes(), '\n') + 1
+	p.dropped += int64(s.buf.Len()-whole) + int64(len(b))
+	s.buf.Truncate(whole)
+	s.halted = true
 }
 
 // loop publishes chunks until stop is closed.
@@ -151,9 +138,9 @@ func (p *progress) loop(stop <-chan struct{}) {
 func (p *progress) flush(all bool) {
 	red := p.d.redactorFor(p.j)
 	p.mu.Lock()
-	out := p.out.take(red, all)
-	errb := p.err.take(red, all)
-	dropped := p.dropped
+	out, d1 := p.out.take(red, all)
+	errb, d2 := p.err.take(red, all)
+	dropped := p.dropped + d1 + d2
 	// Redaction may lengthen the text (a short password becomes
 	// [REDACTED]); what is over the chunk's cap is not streamed.
 	if over := len(out) + len(errb) - bridge.MaxProgressData; over > 0 {
@@ -189,25 +176,14 @@ func (p *progress) flush(all bool) {
 }
 
 // take removes from the stream what the next chunk may carry and returns
-// it redacted; the rest stays as the carry. all: the op has exited, so
-// everything goes.
-func (s *outStream) take(red *redactor, all bool) []byte {
+// it redacted, with how many bytes it dropped; the rest stays as the
+// carry. all: the op has exited, so everything goes (unless the stream
+// halted: the result has it).
+func (s *outStream) take(red *redactor, all bool) ([]byte, int64) {
 	b := s.buf.Bytes()
-	if s.inKey {
-		// Hidden up to the key's END line. Its marker may be cut by this
-		// flush: the partial line waits, unless the bound or the end says go.
-		end := pemEnd.FindIndex(b)
-		switch {
-		case end != nil:
-			b, s.inKey = b[end[1]:], false
-		case all || len(b)-(bytes.LastIndexByte(b, '\n')+1) >= maxCarry:
-			b = b[len(b):]
-		default:
-			b = b[bytes.LastIndexByte(b, '\n')+1:]
-		}
-	}
 	cut := len(b)
-	if red != nil && !all {
+	var dropped int64
+	if red != nil && (!all || s.halted) {
 		cut = bytes.LastIndexByte(b, '\n') + 1
 		if red.spansLines() {
 			cut = 0
@@ -215,18 +191,19 @@ func (s *outStream) take(red *redactor, all bool) []byte {
 		if open := pemOpen(b[:cut]); open >= 0 {
 			cut = open
 		}
-		if len(b)-cut >= maxCarry {
-			cut = len(b)
-			s.inKey = pemOpen(b) >= 0
+		if len(b)-cut >= maxCarry || (all && s.halted) {
+			// Too long to hold, and unsafe to cut: the rest is the
+			// result's to show.
+			dropped, s.halted = int64(len(b)-cut), true
+			b = b[:cut]
 		}
 	}
 	pub := append([]byte(nil), b[:cut]...)
-	rest := b[cut:]
-	s.buf.Reset() // rest is in its memory: keep it before anything overwrites it
-	carry := append([]byte(nil), rest...)
+	carry := append([]byte(nil), b[cut:]...)
+	s.buf.Reset()
 	s.buf.Write(carry)
 	pub, _ = red.bytes(pub)
-	return pub
+	return pub, dropped
 }
 
 // pemOpen returns where the first private key of b starts whose END line

@@ -232,7 +232,8 @@ func (c *KeysRevokeCmd) Run(g *Globals) error {
 	}
 	g.printf("revoked %s of %s %q: nothing signed by it is accepted from now on\n", c.Kid, p.Role, p.Name)
 	if _, ok := p.Current(); !ok {
-		g.note("hint: that was the current key of %s %q; pair with it again when it has new keys", p.Role, p.Name)
+		g.note("hint: that was the current key of %s %q: nothing of it is accepted now. To let it back with new keys: "+
+			"`bridge keys rotate` on its side, then here `bridge keys remove %s` and `bridge pair --fingerprint <its new fingerprint>`", p.Role, p.Name, p.Name)
 	}
 	return nil
 }
@@ -282,7 +283,7 @@ func (c *PairCmd) Run(g *Globals) error {
 	}
 	var pick []bridge.Candidate
 	for _, cd := range cands {
-		if (c.Peer == "" && !cd.Trusted) || cd.ID == c.Peer {
+		if (c.Peer == "" && (!cd.Trusted || cd.Revoked)) || cd.ID == c.Peer {
 			pick = append(pick, cd)
 		}
 	}
@@ -299,7 +300,7 @@ func (c *PairCmd) Run(g *Globals) error {
 		}
 	}
 	switch {
-	case len(pick) == 0 && c.Peer == "" && slices.ContainsFunc(cands, func(cd bridge.Candidate) bool { return cd.Trusted }):
+	case len(pick) == 0 && c.Peer == "" && slices.ContainsFunc(cands, func(cd bridge.Candidate) bool { return cd.Trusted && !cd.Revoked }):
 		var names []string
 		for _, cd := range cands {
 			if cd.Trusted {

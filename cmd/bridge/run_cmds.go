@@ -300,8 +300,9 @@ func waitAndPrint(g *Globals, cl *agent.Client, id string, timeout time.Duration
 // stamp says it accepts none of this agent's keys. id: the request sent,
 // if any.
 func notAccepted(id string, lv *agent.Liveness) error {
-	hint := "a human on the host runs `bridge keys show` there; if this agent is not listed or its key is revoked, " +
-		"pair it again (`bridge keys export` here, `bridge keys trust` there; docs/KEYS.md)"
+	hint := "a human on the host runs `bridge keys show` there. Not listed: pair it (`bridge pair` on both sides). " +
+		"Its key revoked (a revoked key is never trusted again): `bridge keys rotate` here, then on the host " +
+		"`bridge keys remove <this agent's name>` and `bridge pair --fingerprint <this agent's new fingerprint>` (docs/KEYS.md)"
 	if id != "" {
 		hint += "; the request sent will not run"
 	}
