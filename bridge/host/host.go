@@ -157,7 +157,7 @@ func Reconcile(h *bridge.Home, ref, as string) (*Decision, error) {
 		if err := writeOrder(h, controlOrder{Key: e.Key, As: as}); err != nil {
 			return nil, err
 		}
-		return &Decision{Listed: Listed{Ref: refOf(h, *e), LedgerEntry: *e}, Queued: true}, nil
+		return &Decision{Listed: listedOf(h, *e), Queued: true}, nil
 	}
 	defer d.closeResources()
 	all, err := d.ledger.List(nil)
@@ -172,7 +172,7 @@ func Reconcile(h *bridge.Home, ref, as string) (*Decision, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Decision{Listed: Listed{Ref: refOf(h, *got), LedgerEntry: *got}}, nil
+	return &Decision{Listed: listedOf(h, *got)}, nil
 }
 
 // reconcile applies a human's settlement of an uncertain request.

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/syncbridge/bridge/bridge"
+	"github.com/syncbridge/bridge/bridge/agent"
 	"github.com/syncbridge/bridge/bridge/host"
 )
 
@@ -125,8 +126,15 @@ func (c *PendingCmd) Run(g *Globals) error {
 	if len(list) == 0 {
 		g.note("no request waits for approval")
 	}
+	// The request's line, then the reason, then what it would run as a
+	// block under it, so that several requests stay apart.
 	for _, e := range list {
-		g.printf("%s  %s  waiting since %s\n    %s\n", e.Ref, e.Op, e.Updated.Local().Format(time.DateTime), strings.ReplaceAll(e.Reason, "\n", "\n    "))
+		head, block, _ := strings.Cut(e.Reason, "\n")
+		g.printf("%s  %s  waiting since %s (%s)\n    %s\n", e.Ref, e.Op, e.Updated.Local().Format(time.DateTime),
+			agent.Ago(time.Since(e.Updated)), head)
+		if block != "" {
+			g.printf("        %s\n", strings.ReplaceAll(strings.TrimSuffix(block, "\n"), "\n", "\n        "))
+		}
 	}
 	return nil
 }
