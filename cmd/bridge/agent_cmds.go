@@ -97,12 +97,35 @@ func (c *CancelCmd) Run(g *Globals) error {
 		return err
 	}
 	defer cl.Close()
-	if out, err := cl.Result(c.ID); err == nil {
-		// Answered already: a cancel would change nothing.
-		if g.JSON {
-			return g.printJSON(map[string]any{"id": c.ID, "cancel": "answered", "status": out.Receipt.Status})
+	if out, err := cl.Result(c.ID); err == nil && !cl.RerunOrdered(out) {
+		// Answered already: a cancel would change nothing, so none is
+		// sent; say how it ended instead. (An uncertain answer whose
+		// rerun a human ordered is still to run: that one is cancelled.)
+		rc := out.Receipt
+		how := rc.Status
+		switch {
+		case rc.Status == bridge.StatusDone:
+			how += fmt.Sprintf(", exit %d", rc.ExitCode)
+		case rc.Reason != "":
+			how += " (" + rc.Reason + ")"
 		}
-		g.note("%s is answered already (%s): nothing to cancel", c.ID, out.Receipt.Status)
+		ended := ""
+		if rc.Finished > 0 {
+			ended = time.UnixMilli(rc.Finished).UTC().Format(time.RFC3339)
+			how += " at " + time.UnixMilli(rc.Finished).Local().Format(time.DateTime)
+		}
+		out.Close()
+		if g.JSON {
+			m := map[string]any{"id": c.ID, "cancel": "answered", "status": rc.Status, "reason": rc.Reason, "op": rc.Op}
+			if rc.Status == bridge.StatusDone {
+				m["exit_code"] = rc.ExitCode
+			}
+			if ended != "" {
+				m["finished"] = ended
+			}
+			return g.printJSON(m)
+		}
+		g.note("%s (%s) is answered already: %s; nothing to cancel, no cancel was sent", c.ID, rc.Op, how)
 		return nil
 	}
 	if err := cl.Cancel(c.ID); err != nil {
