@@ -222,7 +222,7 @@ func decideOrder(h *bridge.Home, ref, as, why string) (*Decision, error) {
 	if err := writeOrder(h, controlOrder{Key: e.Key, As: as, Why: why}); err != nil {
 		return nil, err
 	}
-	return &Decision{Listed: Listed{Ref: refOf(h, *e), LedgerEntry: *e}, Queued: true}, nil
+	return &Decision{Listed: listedOf(h, *e), Queued: true}, nil
 }
 
 // hostOnly refuses a command that acts on a host's requests in another home.

@@ -3,10 +3,13 @@ package host
 import (
 	"bytes"
 	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/syncbridge/bridge/bridge"
+	"github.com/syncbridge/bridge/syncsafe"
 )
 
 // writeAudit logs n events to a fresh audit log in a home of its own.
@@ -159,5 +162,52 @@ func TestAuditResumeLongLines(t *testing.T) {
 	a.close()
 	if c := verifyAudit(t, h); !c.OK || c.Lines != 1 {
 		t.Fatalf("after reopening a log that is one torn line: %+v", c)
+	}
+}
+
+// An operator's action is appended under serve.lock when no daemon runs;
+// while the lock is held (a daemon, or one stopping) it is left as an order,
+// and the next holder of the lock logs it first: the lines keep the order
+// of the actions and the chain verifies.
+func TestAuditActionOrders(t *testing.T) {
+	h := &bridge.Home{Dir: t.TempDir(), Config: bridge.Config{Role: "host"}}
+	if q, err := AuditAction(h, AuditEvent{Event: "trust", Detail: "one"}); err != nil || q {
+		t.Fatalf("unlocked: queued %v, %v", q, err)
+	}
+	lock, err := syncsafe.Lock(h.Path("serve.lock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q, err := AuditAction(h, AuditEvent{Event: "revoke", Detail: "two"}); err != nil || !q {
+		t.Fatalf("locked: queued %v, %v", q, err)
+	}
+	evs, _ := ReadAudit(h, 0)
+	if len(evs) != 1 {
+		t.Fatalf("a held lock let the command write: %d lines", len(evs))
+	}
+	lock.Unlock()
+	if q, err := AuditAction(h, AuditEvent{Event: "remove", Detail: "three"}); err != nil || q {
+		t.Fatalf("unlocked again: queued %v, %v", q, err)
+	}
+	evs, _ = ReadAudit(h, 0)
+	var got []string
+	for _, e := range evs {
+		got = append(got, e.Event+" "+e.Detail)
+	}
+	if want := []string{"trust one", "revoke two", "remove three"}; !slices.Equal(got, want) {
+		t.Errorf("lines %q, want %q", got, want)
+	}
+	if c, err := VerifyAudit(h); err != nil || !c.OK {
+		t.Errorf("verify: %+v %v", c, err)
+	}
+	if left, _ := filepath.Glob(h.Path("control", "audit-*")); len(left) != 0 {
+		t.Errorf("orders left: %v", left)
+	}
+	agent := &bridge.Home{Dir: t.TempDir(), Config: bridge.Config{Role: "agent"}}
+	if q, err := AuditAction(agent, AuditEvent{Event: "trust"}); err != nil || q {
+		t.Errorf("agent home: %v %v", q, err)
+	}
+	if _, err := os.Stat(agent.Path(auditName)); err == nil {
+		t.Error("an agent home got an audit log")
 	}
 }

@@ -96,8 +96,10 @@ func ExplainPolicy(file, agent, op string, args map[string]string) (*Explanation
 }
 
 // controlOrder is a control file the CLI leaves for a running daemon: a
-// decision on a request (Key, As) or a garbage collection (GC).
+// decision on a request (Key, As), a garbage collection (GC), or a line of
+// the audit log (Audit, audit_action.go).
 type controlOrder struct {
+	Audit     *AuditEvent   `json:"audit,omitempty"`
 	Key       string        `json:"key,omitempty"` // the ledger key, agent/id
 	As        string        `json:"as,omitempty"`  // done|failed|rerun (reconcile), approve|deny
 	Why       string        `json:"why,omitempty"`
@@ -155,7 +157,7 @@ func Reconcile(h *bridge.Home, ref, as string) (*Decision, error) {
 		if err := writeOrder(h, controlOrder{Key: e.Key, As: as}); err != nil {
 			return nil, err
 		}
-		return &Decision{Listed: Listed{Ref: refOf(h, *e), LedgerEntry: *e}, Queued: true}, nil
+		return &Decision{Listed: listedOf(h, *e), Queued: true}, nil
 	}
 	defer d.closeResources()
 	all, err := d.ledger.List(nil)
@@ -170,7 +172,7 @@ func Reconcile(h *bridge.Home, ref, as string) (*Decision, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Decision{Listed: Listed{Ref: refOf(h, *got), LedgerEntry: *got}}, nil
+	return &Decision{Listed: listedOf(h, *got)}, nil
 }
 
 // reconcile applies a human's settlement of an uncertain request.
@@ -312,6 +314,8 @@ func (d *Daemon) applyOrders() {
 			continue
 		}
 		switch {
+		case o.Audit != nil:
+			d.audit.log(*o.Audit)
 		case o.GC:
 			d.runGC(GCOptions{Grace: o.Grace, Retention: o.Retention})
 		case o.As == "approve" || o.As == "deny":

@@ -29,7 +29,8 @@ const minRefDigits = 8
 
 // Listed is a ledger entry with the reference an operator gives for it.
 type Listed struct {
-	Ref string `json:"ref"` // AGENT/ID, AGENT the agent's local name
+	Ref       string `json:"ref"`        // AGENT/ID, AGENT the agent's local name
+	AgentName string `json:"agent_name"` // the agent's local name; its id if it is no longer trusted (agent is the id)
 	LedgerEntry
 }
 
@@ -43,7 +44,7 @@ func List(h *bridge.Home) ([]Listed, error) {
 	names := agentNames(h)
 	out := make([]Listed, len(entries))
 	for i, e := range entries {
-		out[i] = Listed{Ref: refName(names, e), LedgerEntry: e}
+		out[i] = listed(names, e)
 	}
 	// Oldest first, as they arrived.
 	sort.SliceStable(out, func(i, j int) bool { return out[i].FirstSeen.Before(out[j].FirstSeen) })
@@ -81,6 +82,20 @@ func refName(names map[string]string, e LedgerEntry) string {
 	}
 	return e.Agent + "/" + e.ID
 }
+
+// AgentNames maps the trusted agents' ids to their local names.
+func AgentNames(h *bridge.Home) map[string]string { return agentNames(h) }
+
+func listed(names map[string]string, e LedgerEntry) Listed {
+	name := names[e.Agent]
+	if name == "" {
+		name = e.Agent
+	}
+	return Listed{Ref: refName(names, e), AgentName: name, LedgerEntry: e}
+}
+
+// listedOf is one entry with its reference and agent name.
+func listedOf(h *bridge.Home, e LedgerEntry) Listed { return listed(agentNames(h), e) }
 
 // refOf is the reference of one entry.
 func refOf(h *bridge.Home, e LedgerEntry) string { return refName(agentNames(h), e) }

@@ -2,9 +2,14 @@ package policy
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 )
+
+// shells are programs whose -c takes a script: a value of a free argument
+// inside that script is code, whatever the template's quoting.
+var shells = map[string]bool{"sh": true, "bash": true, "zsh": true, "dash": true, "ksh": true, "fish": true, "ash": true, "mksh": true}
 
 // codeRunners are programs that run code they find in their working
 // directory (a Makefile, go tests, package.json scripts, conftest.py, a
@@ -55,8 +60,17 @@ func (o *op) runsTreeCode() string {
 // runs code from a tree. An agent that can change that tree (through a
 // write op working there, a pushed branch, a shared checkout) chooses what
 // that code does, so "read" understates it; scope = "execute" says it.
+//
+// It also warns of argv mistakes that load but cannot mean what was meant:
+// a shell's -c script with a free string argument in it (the agent writes
+// shell code), an argv[0] with a space (one element is one word: the
+// program "make test" does not exist), and a program this environment does
+// not find (the daemon's own PATH may differ; it refuses the op then).
 func (p *Policy) Warnings() []string {
 	var out []string
+	for _, name := range sortedKeys(p.ops) {
+		out = append(out, p.ops[name].argvWarnings()...)
+	}
 	for _, name := range sortedKeys(p.ops) {
 		o := p.ops[name]
 		if o.scope != ScopeRead {
@@ -85,4 +99,53 @@ func (p *Policy) Warnings() []string {
 		out = append(out, msg)
 	}
 	return out
+}
+
+// argvWarnings are the warnings of op o's argv and reconcile command.
+func (o *op) argvWarnings() []string {
+	var out []string
+	for _, cmd := range []struct {
+		what string
+		argv []tmpl
+	}{{"argv", o.argv}, {"reconcile", o.reconcile}} {
+		if len(cmd.argv) == 0 || len(cmd.argv[0]) == 0 {
+			continue
+		}
+		prog := cmd.argv[0][0].lit
+		if strings.ContainsAny(prog, " \t") {
+			out = append(out, fmt.Sprintf("op %q: %s[0] %q has a space: each element is one word, never split; write the program and its arguments as separate elements", o.name, cmd.what, prog))
+		} else if _, err := lookPath(prog, func() string {
+			if v, ok := o.setEnv["PATH"]; ok {
+				return v
+			}
+			return os.Getenv("PATH")
+		}); err != nil {
+			out = append(out, fmt.Sprintf("op %q: %s[0]: %v: the op fails until it exists (the daemon looks it up in its own PATH)", o.name, cmd.what, err))
+		}
+		if arg := o.shellScriptArg(cmd.argv); arg != "" {
+			out = append(out, fmt.Sprintf("op %q: %s runs %s -c with the free string argument {%s} in its script: the agent writes shell code there (\"x; rm -rf ~\"); pass it as its own element after the script (\"$1\"), or give it a pattern or an enum", o.name, cmd.what, filepath.Base(prog), arg))
+		}
+	}
+	return out
+}
+
+// shellScriptArg returns the name of a free argument (a string without a
+// pattern, or a path) referenced in the script of a shell's -c, or "".
+func (o *op) shellScriptArg(argv []tmpl) string {
+	if !shells[filepath.Base(argv[0][0].lit)] {
+		return ""
+	}
+	for i := 1; i+1 < len(argv); i++ {
+		flag := argv[i].String()
+		if !strings.HasPrefix(flag, "-") || strings.HasPrefix(flag, "--") || !strings.Contains(flag, "c") {
+			continue
+		}
+		for _, seg := range argv[i+1] {
+			if a := o.args[seg.ref]; a != nil && (a.typ == typeString && a.pattern == nil || a.typ == typePath) {
+				return a.name
+			}
+		}
+		return ""
+	}
+	return ""
 }

@@ -2,6 +2,8 @@ package policy_test
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -116,7 +118,12 @@ dir = "/src/app"
 	if err != nil {
 		t.Fatal(err)
 	}
-	ws := p.Warnings()
+	var ws []string // the argv warnings (programs not found here) are TestArgvWarnings'
+	for _, w := range p.Warnings() {
+		if strings.Contains(w, `has scope "read"`) {
+			ws = append(ws, w)
+		}
+	}
 	if len(ws) != 2 {
 		t.Fatalf("warnings %q, want 2 (script, test)", ws)
 	}
@@ -125,6 +132,65 @@ dir = "/src/app"
 	}
 	if !strings.Contains(ws[1], `op "test"`) || !strings.Contains(ws[1], "go test runs code") || !strings.Contains(ws[1], "ops apply, build can change") {
 		t.Errorf("test: %s", ws[1])
+	}
+}
+
+// policy check warns of argv that loads but does not mean what it seems: a
+// shell's -c script with a free argument in it, an argv[0] with a space, a
+// program not found; a pattern, an enum, or the value as its own element
+// after the script are fine.
+func TestArgvWarnings(t *testing.T) {
+	bin := t.TempDir()
+	for _, name := range []string{"sh", "make"} {
+		if err := os.WriteFile(filepath.Join(bin, name), []byte("#!/bin/sh\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(bin, "plain"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", bin)
+	p, err := policy.Parse("p.toml", []byte(`
+[ops.free]
+argv = ["sh", "-c", "make {target}"]
+args.target = { type = "string" }
+[ops.freeec]
+argv = ["sh", "-ec", "cat {file}"]
+args.file = { type = "path", root = "/tmp" }
+[ops.patterned]
+argv = ["sh", "-c", "make {target}"]
+args.target = { type = "string", pattern = "[a-z]+" }
+[ops.positional]
+argv = ["sh", "-c", "make \"$1\"", "sh", "{target}"]
+args.target = { type = "string" }
+[ops.spaced]
+argv = ["make test"]
+[ops.missing]
+argv = ["no-such-program"]
+[ops.notexec]
+argv = ["plain"]
+[ops.ok]
+argv = ["make", "{target}"]
+args.target = { type = "string" }
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws := p.Warnings()
+	want := []string{
+		`op "free": argv runs sh -c with the free string argument {target}`,
+		`op "freeec": argv runs sh -c with the free string argument {file}`,
+		`op "missing": argv[0]: program "no-such-program" not found in PATH`,
+		`op "notexec": argv[0]: program "plain" not found in PATH`,
+		`op "spaced": argv[0] "make test" has a space`,
+	}
+	if len(ws) != len(want) {
+		t.Fatalf("warnings:\n%s\nwant %d", strings.Join(ws, "\n"), len(want))
+	}
+	for i, w := range want {
+		if !strings.Contains(ws[i], w) {
+			t.Errorf("warning %d: %s\nwant %s", i, ws[i], w)
+		}
 	}
 }
 

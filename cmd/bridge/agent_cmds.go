@@ -97,12 +97,35 @@ func (c *CancelCmd) Run(g *Globals) error {
 		return err
 	}
 	defer cl.Close()
-	if out, err := cl.Result(c.ID); err == nil {
-		// Answered already: a cancel would change nothing.
-		if g.JSON {
-			return g.printJSON(map[string]any{"id": c.ID, "cancel": "answered", "status": out.Receipt.Status})
+	if out, err := cl.Result(c.ID); err == nil && !cl.RerunOrdered(out) {
+		// Answered already: a cancel would change nothing, so none is
+		// sent; say how it ended instead. (An uncertain answer whose
+		// rerun a human ordered is still to run: that one is cancelled.)
+		rc := out.Receipt
+		how := rc.Status
+		switch {
+		case rc.Status == bridge.StatusDone:
+			how += fmt.Sprintf(", exit %d", rc.ExitCode)
+		case rc.Reason != "":
+			how += " (" + rc.Reason + ")"
 		}
-		g.note("%s is answered already (%s): nothing to cancel", c.ID, out.Receipt.Status)
+		ended := ""
+		if rc.Finished > 0 {
+			ended = time.UnixMilli(rc.Finished).UTC().Format(time.RFC3339)
+			how += " at " + time.UnixMilli(rc.Finished).Local().Format(time.DateTime)
+		}
+		out.Close()
+		if g.JSON {
+			m := map[string]any{"id": c.ID, "cancel": "answered", "status": rc.Status, "reason": rc.Reason, "op": rc.Op}
+			if rc.Status == bridge.StatusDone {
+				m["exit_code"] = rc.ExitCode
+			}
+			if ended != "" {
+				m["finished"] = ended
+			}
+			return g.printJSON(m)
+		}
+		g.note("%s (%s) is answered already: %s; nothing to cancel, no cancel was sent", c.ID, rc.Op, how)
 		return nil
 	}
 	if err := cl.Cancel(c.ID); err != nil {
@@ -133,10 +156,21 @@ func (c *LsCmd) Run(g *Globals) error {
 		}
 		if len(entries) == 0 {
 			g.note("the ledger holds no request yet")
+			return nil
 		}
+		// Oldest first, one line each; the age is since the host first saw
+		// the request. The agent is its local name (in the ref), its id
+		// only for an agent no longer trusted; --json has both.
+		now := time.Now()
+		wRef, wOp := len("REQUEST"), len("OP")
+		for _, e := range entries {
+			wRef, wOp = max(wRef, len(e.Ref)), max(wOp, len(e.Op))
+		}
+		g.printf("%-5s  %-*s  %-*s  %-12s  %s\n", "AGE", wRef, "REQUEST", wOp, "OP", "STATE", "REASON")
 		for _, e := range entries {
 			reason, _, _ := strings.Cut(e.Reason, "\n") // `bridge pending` shows what an approval would run
-			g.printf("%s  %-10s %-12s %s\n", e.Ref, e.Op, e.State, reason)
+			line := fmt.Sprintf("%-5s  %-*s  %-*s  %-12s  %s", shortAge(now.Sub(e.FirstSeen)), wRef, e.Ref, wOp, e.Op, e.State, reason)
+			g.printf("%s\n", strings.TrimRight(line, " "))
 		}
 		return nil
 	}
@@ -319,4 +353,17 @@ func (c *InboxCmd) Run(g *Globals) error {
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
+}
+
+// shortAge is an age for a column: "40s", "12m", "3h", "5d".
+func shortAge(d time.Duration) string {
+	switch {
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", max(0, int(d/time.Second)))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm", int(d/time.Minute))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh", int(d/time.Hour))
+	}
+	return fmt.Sprintf("%dd", int(d/(24*time.Hour)))
 }

@@ -5,12 +5,17 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
+	"os/signal"
 	"path/filepath"
+	"sort"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/syncbridge/bridge/bridge"
+	"github.com/syncbridge/bridge/bridge/agent"
 	"github.com/syncbridge/bridge/bridge/host"
 )
 
@@ -65,6 +70,10 @@ func (c *ServeCmd) Run(g *Globals) error {
 	// them as after a crash (docs/OPERATIONS.md, "Stopping the daemon").
 	ctx, stop := signalContext(func() { d.Abort() })
 	defer stop()
+	// Which signal stopped it, for the last line of the log.
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
 	if err := d.Open(); err != nil {
 		return err
 	}
@@ -73,7 +82,63 @@ func (c *ServeCmd) Run(g *Globals) error {
 	// them with the signal ladder.
 	closeCtx, cancel := context.WithTimeout(context.Background(), c.Drain)
 	defer cancel()
-	return errors.Join(runErr, d.Close(closeCtx))
+	err = errors.Join(runErr, d.Close(closeCtx))
+	how := "asked to"
+	select {
+	case sig := <-sigs:
+		how = "by " + signalName(sig)
+	default:
+	}
+	if err != nil {
+		how = "on an error: " + err.Error()
+	}
+	logStopped(logger, h, how)
+	return err
+}
+
+// logStopped writes the daemon's last line: how it stopped, and what it
+// leaves for its next start (requests the ledger holds unanswered).
+func logStopped(logger *slog.Logger, h *bridge.Home, how string) {
+	entries, err := host.LedgerEntries(h)
+	if err != nil {
+		logger.Info("stopped "+how, "left", "unknown: "+err.Error())
+		return
+	}
+	counts := map[string]int{}
+	var states []string
+	for _, e := range entries {
+		if e.State.Terminal() {
+			continue
+		}
+		if counts[string(e.State)] == 0 {
+			states = append(states, string(e.State))
+		}
+		counts[string(e.State)]++
+	}
+	if len(states) == 0 {
+		logger.Info("stopped "+how+": no request is left unanswered", "left", 0)
+		return
+	}
+	sort.Strings(states)
+	var parts []string
+	n := 0
+	for _, st := range states {
+		parts = append(parts, fmt.Sprintf("%d %s", counts[st], st))
+		n += counts[st]
+	}
+	logger.Info("stopped "+how+": requests are left for the next start", "left", n, "states", strings.Join(parts, ", "),
+		"hint", "`bridge ls` lists them; `bridge serve` takes them up again (uncertain ones wait for `bridge reconcile`)")
+}
+
+// signalName is a stopping signal as a person knows it.
+func signalName(sig os.Signal) string {
+	switch sig {
+	case os.Interrupt:
+		return "SIGINT"
+	case syscall.SIGTERM:
+		return "SIGTERM"
+	}
+	return sig.String()
 }
 
 // ReconcileCmd settles an uncertain request on the host.
@@ -125,8 +190,15 @@ func (c *PendingCmd) Run(g *Globals) error {
 	if len(list) == 0 {
 		g.note("no request waits for approval")
 	}
+	// The request's line, then the reason, then what it would run as a
+	// block under it, so that several requests stay apart.
 	for _, e := range list {
-		g.printf("%s  %s  waiting since %s\n    %s\n", e.Ref, e.Op, e.Updated.Local().Format(time.DateTime), strings.ReplaceAll(e.Reason, "\n", "\n    "))
+		head, block, _ := strings.Cut(e.Reason, "\n")
+		g.printf("%s  %s  waiting since %s (%s)\n    %s\n", e.Ref, e.Op, e.Updated.Local().Format(time.DateTime),
+			agent.Ago(time.Since(e.Updated)), head)
+		if block != "" {
+			g.printf("        %s\n", strings.ReplaceAll(strings.TrimSuffix(block, "\n"), "\n", "\n        "))
+		}
 	}
 	return nil
 }

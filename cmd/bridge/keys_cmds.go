@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/syncbridge/bridge/bridge"
+	"github.com/syncbridge/bridge/bridge/host"
 	bcrypto "github.com/syncbridge/bridge/crypto"
 )
 
@@ -201,6 +202,8 @@ func (c *KeysRotateCmd) Run(g *Globals) error {
 	if err != nil {
 		return err
 	}
+	g.audit(h, host.AuditEvent{Event: "rotate", Detail: fmt.Sprintf("to key %d (sign %s) from %s, valid for peers until %s",
+		info.Seq, info.NewSignKid, info.OldSignKid, time.Unix(info.OldValidUntil, 0).UTC().Format(time.RFC3339))})
 	if g.JSON {
 		return g.printJSON(info)
 	}
@@ -227,6 +230,7 @@ func (c *KeysRevokeCmd) Run(g *Globals) error {
 	if err != nil {
 		return err
 	}
+	g.audit(h, host.AuditEvent{Event: "revoke", Agent: p.ID, Detail: fmt.Sprintf("key %s of %s %q", c.Kid, p.Role, p.Name)})
 	if g.JSON {
 		return g.printJSON(map[string]any{"peer": p.Name, "id": p.ID, "revoked": c.Kid})
 	}
@@ -251,6 +255,7 @@ func (c *KeysRemoveCmd) Run(g *Globals) error {
 	if err != nil {
 		return err
 	}
+	g.audit(h, host.AuditEvent{Event: "remove", Agent: p.ID, Detail: fmt.Sprintf("%s %q", p.Role, p.Name)})
 	if g.JSON {
 		return g.printJSON(map[string]any{"peer": p.Name, "id": p.ID, "kept_revoked": append([]string{}, p.Revoked...)})
 	}
@@ -346,6 +351,7 @@ func (c *PairCmd) Run(g *Globals) error {
 	if err != nil {
 		return err
 	}
+	g.audit(h, host.AuditEvent{Event: "pair", Agent: p.ID, Detail: fmt.Sprintf("%s %q, fingerprint %s", p.Role, p.Name, cd.Fingerprint)})
 	if g.JSON {
 		return g.printJSON(map[string]any{"name": p.Name, "role": p.Role, "id": p.ID, "fingerprint": cd.Fingerprint})
 	}
@@ -400,6 +406,7 @@ func (c *KeysTrustCmd) Run(g *Globals) error {
 		return err
 	}
 	b, _, _ := bcrypto.ParseBundleText(p.Bundle)
+	g.audit(h, host.AuditEvent{Event: "trust", Agent: p.ID, Detail: fmt.Sprintf("%s %q, fingerprint %s", p.Role, p.Name, b.Fingerprint())})
 	if g.JSON {
 		return g.printJSON(map[string]any{"name": p.Name, "role": p.Role, "id": p.ID, "fingerprint": b.Fingerprint()})
 	}
@@ -462,4 +469,13 @@ func agentSecret(g *Globals, file string) (string, error) {
 		return "", fmt.Errorf("read agent secret: %w", err)
 	}
 	return string(b), nil
+}
+
+// audit records an operator's action on a host's trust in its audit log (on
+// an agent's home, nothing). A failure to record is said, not fatal: the
+// action is done.
+func (g *Globals) audit(h *bridge.Home, e host.AuditEvent) {
+	if _, err := host.AuditAction(h, e); err != nil {
+		g.note("warning: the audit log did not record %s: %v", e.Event, err)
+	}
 }

@@ -38,16 +38,28 @@ func (c *AuditShowCmd) Run(g *Globals) error {
 	if err != nil {
 		return err
 	}
+	names := host.AgentNames(h)
 	if g.JSON {
-		if evs == nil {
-			evs = []host.AuditEvent{}
+		// The events as stored (agent is the id: the chain hashes those
+		// bytes), with the agent's local name beside it.
+		type shown struct {
+			host.AuditEvent
+			AgentName string `json:"agent_name,omitempty"`
 		}
-		return g.printJSON(evs)
+		out := make([]shown, len(evs))
+		for i, e := range evs {
+			out[i] = shown{AuditEvent: e, AgentName: names[e.Agent]}
+		}
+		return g.printJSON(out)
 	}
 	for _, e := range evs {
 		var b strings.Builder
 		fmt.Fprintf(&b, "%d  %s  %s", e.Seq, e.Time.Local().Format(time.DateTime), e.Event)
-		for _, kv := range [][2]string{{"agent", e.Agent}, {"id", e.ID}, {"op", e.Op}, {"status", e.Status}, {"reason", e.Reason}, {"file", e.File}} {
+		who := e.Agent
+		if n := names[e.Agent]; n != "" {
+			who = n // the id stays in --json
+		}
+		for _, kv := range [][2]string{{"agent", who}, {"id", e.ID}, {"op", e.Op}, {"status", e.Status}, {"reason", e.Reason}, {"file", e.File}} {
 			if kv[1] != "" {
 				fmt.Fprintf(&b, " %s=%s", kv[0], kv[1])
 			}
