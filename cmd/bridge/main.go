@@ -269,6 +269,14 @@ func (g *Globals) printJSON(v any) error {
 	return enc.Encode(v)
 }
 
+// printJSONLine prints v as one line of JSON lines, for a stream
+// (`logs --json`, `inbox --json --follow`).
+func (g *Globals) printJSONLine(v any) error {
+	enc := json.NewEncoder(g.stdout)
+	enc.SetEscapeHTML(false)
+	return enc.Encode(v)
+}
+
 // printf and note print lines for a person. Their values may carry text a
 // folder writer chose (a name, an error quoting one, a peer's message), so
 // every string and error among args is escaped (escapeControls); the format
