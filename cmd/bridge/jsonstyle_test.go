@@ -118,6 +118,9 @@ var noJSON = map[string]string{
 	"serve": "--log-format=json",
 	"mcp":   "MCP's JSON-RPC",
 	"demo":  "a walk-through for a person",
+	// Text for people and shells, as --help is.
+	"help":       "`help` and `completion` print help, roff and shell scripts",
+	"completion": "`help` and `completion` print help, roff and shell scripts",
 }
 
 // TestJSONEveryCommand: every command of the model is run with --json in
@@ -173,21 +176,10 @@ func leafCommands(n *kong.Node) []string {
 		if c.Type != kong.CommandNode || c.Hidden {
 			continue
 		}
-		if len(c.Children) == 0 || hasArgsOnly(c) {
+		if isCommand(c) {
 			out = append(out, strings.TrimPrefix(c.FullPath(), "bridge "))
 		}
 		out = append(out, leafCommands(c)...)
 	}
 	return out
-}
-
-// hasArgsOnly: a node whose children are positional arguments, not
-// commands, is itself the command.
-func hasArgsOnly(n *kong.Node) bool {
-	for _, c := range n.Children {
-		if c.Type == kong.CommandNode {
-			return false
-		}
-	}
-	return true
 }

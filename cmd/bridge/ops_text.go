@@ -72,5 +72,7 @@ Without --stdin, input redirected from a file (< fix.patch) is sent when the op
 takes input; a pipe is read only for an op that requires input (else a warning).
 
 The op and arguments are checked against the host's catalog first, so a typo
-is refused at once (exit 66, with a hint); --no-check sends anyway.`
+is refused at once (exit 66, with a hint); --no-check sends anyway.
+
+` + runExamples
 }
