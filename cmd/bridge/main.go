@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -147,9 +148,14 @@ func realMain(args []string, stdin io.Reader, stdout, stderr io.Writer) (code in
 	}()
 	kctx, err := parser.Parse(args)
 	if err != nil {
-		fmt.Fprintf(stderr, "bridge: error: %s\n", escapeControls(err.Error()))
-		fmt.Fprintf(stderr, "bridge: hint: run `%s --help`\n", helpPath(err))
-		return exitUsage
+		// Under --json a script reads the error on stdout as ever; the
+		// flags may not be applied when the line did not parse.
+		asJSON := cli.JSON || slices.Contains(args, "--json")
+		if v, ok := os.LookupEnv("BRIDGE_JSON"); ok {
+			b, _ := strconv.ParseBool(v)
+			asJSON = asJSON || b
+		}
+		return report(stderr, &codeError{code: exitUsage, err: withHintf(err, "run `%s --help`", helpPath(err))}, asJSON, stdout)
 	}
 	if cli.Home == "" && !noHome(kctx.Command()) {
 		dir, err := os.UserConfigDir()
@@ -237,6 +243,7 @@ func report(stderr io.Writer, err error, asJSON bool, stdout io.Writer) int {
 		}
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
+		enc.SetEscapeHTML(false) // as printJSON: "<op>" stays readable
 		enc.Encode(v)
 	}
 	fmt.Fprintf(stderr, "bridge: error: %s\n", escapeControls(err.Error()))
