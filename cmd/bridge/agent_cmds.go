@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -323,16 +322,22 @@ func (c *InboxCmd) Run(g *Globals) error {
 		if err != nil {
 			return err
 		}
-		var show []agent.InboxItem
+		show := []agent.InboxItem{} // `[]`, not `null`, when there is none
 		for _, it := range items {
 			if c.All || it.New {
 				show = append(show, it)
 			}
 		}
+		if g.JSON && !c.Follow {
+			// One document, as every --json; --follow streams JSON lines.
+			if err := g.printJSON(show); err != nil {
+				return err
+			}
+			return cl.MarkSeen(show, !c.NoAck)
+		}
 		for _, it := range show {
 			if g.JSON {
-				enc := json.NewEncoder(g.stdout)
-				enc.Encode(it)
+				g.printJSONLine(it)
 				continue
 			}
 			from := it.HostName

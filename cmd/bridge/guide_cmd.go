@@ -221,7 +221,7 @@ func buildGuide(h *bridge.Home, cl *agent.Client, only string) (*guideDoc, error
 		"`--key KEY` makes the request id a function of the op, its arguments and KEY: running the same command with the same key again returns the first answer instead of running the op twice. Use a key for anything that changes state, and reuse it when you retry after a timeout or a lost connection; use a new key for a new intention.",
 		"`--stdin FILE` (or `-`) sends FILE as the op's standard input, up to the op's limit below.",
 		"`--timeout 10m` is how long `run` waits (the default); the request stays valid after that (exit 75).",
-		"`--json` prints one object: `status` (`done` exactly when the op ran), `exit_code` (the op's), `stdout`, `stderr`, `reason`, and `bridge_exit_code`; use it when an op's own exit code could be mistaken for one of bridge's.",
+		"`--json` prints one object: `status` (`done` exactly when the op ran), `exit_code` (the op's; `null` when it did not run), `stdout`, `stderr`, `reason`, and `bridge_exit_code`; use it when an op's own exit code could be mistaken for one of bridge's.",
 		"`bridge submit OP ...` sends without waiting and prints the id; `bridge status ID`, `bridge wait ID`, `bridge logs -f ID` (output as it streams), `bridge cancel ID` follow it up.",
 		"An op marked \"needs approval\" waits until a human on the host runs `bridge approve`; `bridge status ID` says `awaiting-approval`. Wait (`bridge wait ID`); do not send it again.",
 		"`bridge ops` shows the host's current catalog; `bridge inbox` shows the host's messages (a `policy-changed` notice means: run `bridge guide` again); `bridge ping` checks the round trip.",

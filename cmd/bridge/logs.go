@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"time"
@@ -30,6 +31,12 @@ func (c *LogsCmd) Run(g *Globals) error {
 	for {
 		chunks, err := cl.Progress(c.ID, next, prev)
 		for _, ch := range chunks {
+			if g.JSON {
+				// JSON lines, one a chunk: a stream has no one document.
+				g.printJSONLine(map[string]any{"id": c.ID, "seq": ch.Seq, "stdout": string(ch.Stdout), "stderr": string(ch.Stderr), "dropped": ch.Dropped})
+				next, prev = ch.Seq+1, ch.ChunkHash()
+				continue
+			}
 			g.stdout.Write(ch.Stdout)
 			g.stderr.Write(ch.Stderr)
 			if ch.Dropped > 0 {
@@ -46,11 +53,32 @@ func (c *LogsCmd) Run(g *Globals) error {
 		}
 		if rerr == nil {
 			rc := out.Receipt
-			if rc.Status != bridge.StatusUncertain && (rc.ProgressCount != next-1 || rc.ProgressHead != prev) {
+			mismatch := rc.Status != bridge.StatusUncertain && (rc.ProgressCount != next-1 || rc.ProgressHead != prev)
+			if mismatch && !g.JSON {
 				// Chunks still arriving, or not those the host committed to:
 				// the result is what counts.
 				g.note("warning: the streamed output is not what the result commits to (%d of %d chunks); the result follows", next-1, rc.ProgressCount)
 				return printOutcome(g, out)
+			}
+			if g.JSON {
+				// The last line: how it ended, with the whole output when it
+				// was too short to stream or the stream is not what the
+				// result commits to.
+				var stdout, stderr bytes.Buffer
+				if mismatch {
+					g.note("warning: the streamed output is not what the result commits to (%d of %d chunks); the last line has the result's", next-1, rc.ProgressCount)
+				}
+				if rc.ProgressCount == 0 || mismatch {
+					if err := out.WriteOutput(&stdout, &stderr); err != nil {
+						return err
+					}
+				}
+				g.printJSONLine(map[string]any{"id": c.ID, "status": rc.Status, "reason": rc.Reason, "exit_code": opExitCode(rc),
+					"bridge_exit_code": exitFor(rc), "stdout": stdout.String(), "stderr": stderr.String()})
+				if code := exitFor(rc); code != 0 {
+					return &codeError{code: code}
+				}
+				return nil
 			}
 			if rc.ProgressCount == 0 {
 				// Too short to stream: the result holds all the output.

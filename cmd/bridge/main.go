@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -77,37 +78,39 @@ type Globals struct {
 type CLI struct {
 	Globals
 
-	Init      InitCmd      `cmd:"" help:"Create a host or agent home bound to a synced folder."`
-	Keys      KeysCmd      `cmd:"" help:"Show, export, trust, rotate and revoke keys."`
-	Pair      PairCmd      `cmd:"" help:"Trust the peer whose bundle is in the folder, after checking its fingerprint."`
-	Serve     ServeCmd     `cmd:"" help:"Run the host daemon in the foreground."`
-	Run       RunCmd       `cmd:"" help:"Agent: submit an op, wait, print its output and exit with its exit code."`
-	Submit    SubmitCmd    `cmd:"" help:"Agent: submit an op and print the request id."`
-	Status    StatusCmd    `cmd:"" help:"Agent: show a request's state (reads only)."`
-	Wait      WaitCmd      `cmd:"" help:"Agent: wait for a request's result (reads only)."`
-	Result    ResultCmd    `cmd:"" help:"Agent: print a request's output and exit with its exit code."`
-	Cancel    CancelCmd    `cmd:"" help:"Agent: ask the host to cancel a request."`
-	Ls        LsCmd        `cmd:"" help:"Agent: list sent requests. Host: list the ledger."`
-	Ops       OpsCmd       `cmd:"" help:"Agent: list the ops the host offers (its signed catalog)."`
-	Guide     GuideCmd     `cmd:"" help:"Agent: write how to use the bridge, from the host's catalog, for an AI agent to read."`
-	Ping      PingCmd      `cmd:"" help:"Agent: a round trip through the sync with a built-in no-op."`
-	Mcp       McpCmd       `cmd:"" name:"mcp" help:"Agent: serve the hosts' ops as MCP tools (stdio, or --http on loopback)."`
-	Reconcile ReconcileCmd `cmd:"" help:"Host: settle an uncertain request."`
-	GC        GCCmd        `cmd:"" name:"gc" help:"Remove this side's files the other side no longer needs."`
-	Pending   PendingCmd   `cmd:"" help:"Host: list requests waiting for a human's approval."`
-	Approve   ApproveCmd   `cmd:"" help:"Host: approve a request waiting for approval."`
-	Deny      DenyCmd      `cmd:"" help:"Host: deny a request waiting for approval."`
-	Send      SendCmd      `cmd:"" help:"Host: send a signed, sealed message to an agent's inbox."`
-	Inbox     InboxCmd     `cmd:"" help:"Agent: read the hosts' messages and notices."`
-	Logs      LogsCmd      `cmd:"" help:"Agent: print an op's output as the host streams it; -f follows it to the end."`
-	Ledger    LedgerCmd    `cmd:"" help:"Host: ledger maintenance."`
-	Policy    PolicyCmd    `cmd:"" help:"Host: check the policy or explain an op."`
-	Audit     AuditCmd     `cmd:"" help:"Host: print or verify the hash-chained audit log."`
-	Doctor    DoctorCmd    `cmd:"" help:"Check the set-up: folder, permissions, clocks, disk, sync litter, keys, daemon."`
-	Service   ServiceCmd   `cmd:"" help:"Host: install bridge serve as a user service (systemd, launchd)."`
-	Syncthing SyncthingCmd `cmd:"" help:"Set up the Syncthing nudge: find Syncthing's API and folder ids, optionally share the results on their own."`
-	Demo      DemoCmd      `cmd:"" help:"Run the whole loop on temporary folders, no set-up needed."`
-	Version   VersionCmd   `cmd:"" help:"Print the version, commit and platform of this build."`
+	Init       InitCmd       `cmd:"" help:"Create a host or agent home bound to a synced folder."`
+	Keys       KeysCmd       `cmd:"" help:"Show, export, trust, rotate and revoke keys."`
+	Pair       PairCmd       `cmd:"" help:"Trust the peer whose bundle is in the folder, after checking its fingerprint."`
+	Serve      ServeCmd      `cmd:"" help:"Run the host daemon in the foreground."`
+	Run        RunCmd        `cmd:"" help:"Agent: submit an op, wait, print its output and exit with its exit code."`
+	Submit     SubmitCmd     `cmd:"" help:"Agent: submit an op and print the request id."`
+	Status     StatusCmd     `cmd:"" help:"Agent: show a request's state (reads only)."`
+	Wait       WaitCmd       `cmd:"" help:"Agent: wait for a request's result (reads only)."`
+	Result     ResultCmd     `cmd:"" help:"Agent: print a request's output and exit with its exit code."`
+	Cancel     CancelCmd     `cmd:"" help:"Agent: ask the host to cancel a request."`
+	Ls         LsCmd         `cmd:"" help:"Agent: list sent requests. Host: list the ledger."`
+	Ops        OpsCmd        `cmd:"" help:"Agent: list the ops the host offers (its signed catalog)."`
+	Guide      GuideCmd      `cmd:"" help:"Agent: write how to use the bridge, from the host's catalog, for an AI agent to read."`
+	Ping       PingCmd       `cmd:"" help:"Agent: a round trip through the sync with a built-in no-op."`
+	Mcp        McpCmd        `cmd:"" name:"mcp" help:"Agent: serve the hosts' ops as MCP tools (stdio, or --http on loopback)."`
+	Reconcile  ReconcileCmd  `cmd:"" help:"Host: settle an uncertain request."`
+	GC         GCCmd         `cmd:"" name:"gc" help:"Remove this side's files the other side no longer needs."`
+	Pending    PendingCmd    `cmd:"" help:"Host: list requests waiting for a human's approval."`
+	Approve    ApproveCmd    `cmd:"" help:"Host: approve a request waiting for approval."`
+	Deny       DenyCmd       `cmd:"" help:"Host: deny a request waiting for approval."`
+	Send       SendCmd       `cmd:"" help:"Host: send a signed, sealed message to an agent's inbox."`
+	Inbox      InboxCmd      `cmd:"" help:"Agent: read the hosts' messages and notices."`
+	Logs       LogsCmd       `cmd:"" help:"Agent: print an op's output as the host streams it; -f follows it to the end."`
+	Ledger     LedgerCmd     `cmd:"" help:"Host: ledger maintenance."`
+	Policy     PolicyCmd     `cmd:"" help:"Host: check the policy or explain an op."`
+	Audit      AuditCmd      `cmd:"" help:"Host: print or verify the hash-chained audit log."`
+	Doctor     DoctorCmd     `cmd:"" help:"Check the set-up: folder, permissions, clocks, disk, sync litter, keys, daemon."`
+	Service    ServiceCmd    `cmd:"" help:"Host: install bridge serve as a user service (systemd, launchd)."`
+	Syncthing  SyncthingCmd  `cmd:"" help:"Set up the Syncthing nudge: find Syncthing's API and folder ids, optionally share the results on their own."`
+	Demo       DemoCmd       `cmd:"" help:"Run the whole loop on temporary folders, no set-up needed."`
+	Version    VersionCmd    `cmd:"" help:"Print the version, commit and platform of this build."`
+	Help       HelpCmd       `cmd:"" help:"Show a command's help (bridge help COMMAND), or the manual page (--man)."`
+	Completion CompletionCmd `cmd:"" help:"Print a shell completion script: bash, zsh or fish."`
 }
 
 func version() string { return currentVersion().Version }
@@ -145,11 +148,16 @@ func realMain(args []string, stdin io.Reader, stdout, stderr io.Writer) (code in
 	}()
 	kctx, err := parser.Parse(args)
 	if err != nil {
-		fmt.Fprintf(stderr, "bridge: error: %s\n", escapeControls(err.Error()))
-		fmt.Fprintf(stderr, "bridge: hint: run `%s --help`\n", helpPath(err))
-		return exitUsage
+		// Under --json a script reads the error on stdout as ever; the
+		// flags may not be applied when the line did not parse.
+		asJSON := cli.JSON || slices.Contains(args, "--json")
+		if v, ok := os.LookupEnv("BRIDGE_JSON"); ok {
+			b, _ := strconv.ParseBool(v)
+			asJSON = asJSON || b
+		}
+		return report(stderr, &codeError{code: exitUsage, err: withHintf(err, "run `%s --help`", helpPath(err))}, asJSON, stdout)
 	}
-	if cli.Home == "" && kctx.Command() != "version" { // version needs no home, and may run where there is none
+	if cli.Home == "" && !noHome(kctx.Command()) {
 		dir, err := os.UserConfigDir()
 		if err != nil {
 			fmt.Fprintf(stderr, "bridge: error: no --home given and no user config dir: %v\n", err)
@@ -177,6 +185,11 @@ An agent needs five commands:
   bridge --json run OP ...          "exit_code" (the op's) vs "bridge_exit_code"
   bridge ls                         what was sent and how it ended
 BRIDGE_JSON=1 makes --json the default. Exit codes: bridge run --help.`
+
+// noHome: the commands that need no home, and may run where there is none.
+func noHome(cmd string) bool {
+	return cmd == "version" || cmd == "completion <shell>" || strings.HasPrefix(cmd, "help")
+}
 
 type kongExit struct{}
 
@@ -230,6 +243,7 @@ func report(stderr io.Writer, err error, asJSON bool, stdout io.Writer) int {
 		}
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
+		enc.SetEscapeHTML(false) // as printJSON: "<op>" stays readable
 		enc.Encode(v)
 	}
 	fmt.Fprintf(stderr, "bridge: error: %s\n", escapeControls(err.Error()))
@@ -266,6 +280,14 @@ func (g *Globals) printJSON(v any) error {
 	enc := json.NewEncoder(g.stdout)
 	enc.SetIndent("", "  ")
 	enc.SetEscapeHTML(false) // an argv's "2>&1" stays readable
+	return enc.Encode(v)
+}
+
+// printJSONLine prints v as one line of JSON lines, for a stream
+// (`logs --json`, `inbox --json --follow`).
+func (g *Globals) printJSONLine(v any) error {
+	enc := json.NewEncoder(g.stdout)
+	enc.SetEscapeHTML(false)
 	return enc.Encode(v)
 }
 

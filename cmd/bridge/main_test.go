@@ -94,6 +94,7 @@ func scriptCmds() map[string]func(ts *testscript.TestScript, neg bool, args []st
 		"waitfile":   cmdWaitfile,
 		"sleep":      cmdSleep,
 		"eventually": cmdEventually,
+		"jsonstyle":  cmdJSONStyle,
 	}
 }
 

@@ -249,6 +249,14 @@ func joinCmds(cmds [][]string) string {
 	return strings.Join(s, "; ")
 }
 
+// cmdsOrEmpty is cmds for --json: `[]`, not `null`, when there is none.
+func cmdsOrEmpty(cmds [][]string) [][]string {
+	if cmds == nil {
+		return [][]string{}
+	}
+	return cmds
+}
+
 // ServiceInstallCmd writes the unit.
 type ServiceInstallCmd struct {
 	serviceFlags
@@ -268,6 +276,9 @@ func (c *ServiceInstallCmd) Run(g *Globals) error {
 	refused := withHintf(errors.New("service install: refusing to install a service that runs as root"),
 		"install it as the user whose tools the ops use; if you really mean root, pass --allow-root")
 	if c.DryRun {
+		if g.JSON {
+			return g.printJSON(map[string]any{"path": u.Path(), "unit": u.Text, "would_run": cmdsOrEmpty(u.Enable), "dry_run": true})
+		}
 		g.printf("# %s\n%s", u.Path(), u.Text)
 		g.note("would run: %s", joinCmds(u.Enable))
 		if root && !c.AllowRoot {
@@ -286,13 +297,22 @@ func (c *ServiceInstallCmd) Run(g *Globals) error {
 	if err := os.WriteFile(u.Path(), []byte(u.Text), 0o644); err != nil {
 		return err
 	}
-	g.printf("wrote %s\n", u.Path())
 	if c.FilesOnly {
+		if g.JSON {
+			return g.printJSON(map[string]any{"path": u.Path(), "wrote": true, "started": false, "start_with": cmdsOrEmpty(u.Enable)})
+		}
+		g.printf("wrote %s\n", u.Path())
 		g.note("start it with: %s", joinCmds(u.Enable))
 		return nil
 	}
+	if !g.JSON {
+		g.printf("wrote %s\n", u.Path())
+	}
 	if err := g.runAll(u.Enable); err != nil {
 		return withHintf(err, "the unit is written; start it by hand: %s", joinCmds(u.Enable))
+	}
+	if g.JSON {
+		return g.printJSON(map[string]any{"path": u.Path(), "wrote": true, "started": true, "name": u.Name, "system": u.System})
 	}
 	g.printf("started %s (%s)\n", u.Name, u.System)
 	return nil
@@ -310,11 +330,17 @@ func (c *ServiceUninstallCmd) Run(g *Globals) error {
 		return err
 	}
 	if c.DryRun {
+		if g.JSON {
+			return g.printJSON(map[string]any{"path": u.Path(), "would_run": cmdsOrEmpty(u.Disable), "dry_run": true})
+		}
 		g.note("would run: %s", joinCmds(u.Disable))
 		g.printf("would remove %s\n", u.Path())
 		return nil
 	}
 	if _, err := os.Stat(u.Path()); errors.Is(err, fs.ErrNotExist) {
+		if g.JSON {
+			return g.printJSON(map[string]any{"path": u.Path(), "removed": false})
+		}
 		g.note("%s is not installed", u.Path())
 		return nil
 	}
@@ -325,6 +351,9 @@ func (c *ServiceUninstallCmd) Run(g *Globals) error {
 	}
 	if err := os.Remove(u.Path()); err != nil {
 		return err
+	}
+	if g.JSON {
+		return g.printJSON(map[string]any{"path": u.Path(), "removed": true})
 	}
 	g.printf("removed %s\n", u.Path())
 	return nil

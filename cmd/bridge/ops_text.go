@@ -73,5 +73,7 @@ an op whose input is required (bridge ops); for an optional one it is not read,
 and a warning says so: a loop's list or the rest of a script stays where it is.
 
 The op and arguments are checked against the host's catalog first, so a typo
-is refused at once (exit 66, with a hint); --no-check sends anyway.`
+is refused at once (exit 66, with a hint); --no-check sends anyway.
+
+` + runExamples
 }

@@ -322,6 +322,16 @@ func withHintf(err error, hint string, args ...any) error {
 	return &bridge.HintError{Err: err, Hint: fmt.Sprintf(hint, args...)}
 }
 
+// opExitCode is the op's exit code for --json: null when it never ran
+// (refused, expired, cancelled before it started), so a script never reads a
+// refusal as a success.
+func opExitCode(rc *bridge.Receipt) any {
+	if rc.Status != bridge.StatusDone {
+		return nil
+	}
+	return rc.ExitCode
+}
+
 // printOutcome prints an op's output and returns the exit code as an error.
 func printOutcome(g *Globals, out *agent.Outcome) error {
 	return printOutcomeTo(g, out, g.stdout, g.stderr)
@@ -343,7 +353,7 @@ func printOutcomeTo(g *Globals, out *agent.Outcome, stdout, stderr io.Writer) er
 			return err
 		}
 		g.printJSON(map[string]any{"id": rc.ID, "op": rc.Op, "status": rc.Status, "reason": rc.Reason, "detail": rc.Detail,
-			"exit_code": rc.ExitCode, "signal": rc.Signal, "timed_out": rc.TimedOut, "argv": argv,
+			"exit_code": opExitCode(rc), "signal": rc.Signal, "timed_out": rc.TimedOut, "argv": argv,
 			"stdout": stdout.String(), "stderr": stderr.String(), "stdout_truncated": rc.StdoutTruncated,
 			"stderr_truncated": rc.StderrTruncated, "policy_sha256": rc.PolicySHA256, "bridge_exit_code": code, "earlier_send": out.Earlier})
 	} else {
