@@ -137,7 +137,15 @@ func TestDocsPolicyExamples(t *testing.T) {
 		if len(p.Agents()) == 0 {
 			t.Errorf("example %d grants no agent anything", i+1)
 		}
-		if w := p.Warnings(); len(w) > 0 {
+		// A program the example names is this machine's business (it is
+		// /home/me/...): only the other warnings are about the example.
+		var w []string
+		for _, s := range p.Warnings() {
+			if !strings.Contains(s, "the op fails until it exists") {
+				w = append(w, s)
+			}
+		}
+		if len(w) > 0 {
 			t.Errorf("example %d draws warnings: %q", i+1, w)
 		}
 	}
