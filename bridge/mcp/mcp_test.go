@@ -16,6 +16,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/syncbridge/bridge/bridge"
+	"github.com/syncbridge/bridge/bridge/agent"
 )
 
 func ptrTo[T any](v T) *T { return &v }
@@ -317,5 +318,41 @@ func TestServeHTTP(t *testing.T) {
 	}
 	if err := s.ServeHTTP(context.Background(), "0.0.0.0:0", nil); err == nil {
 		t.Error("ServeHTTP listened on every interface")
+	}
+}
+
+// A pending answer says why it may wait long when the host's stamp says
+// so (stopped, silent, refusing this agent), as `bridge run` does: an MCP
+// agent would otherwise call bridge_wait for ever.
+func TestPendingSaysTheHostStopped(t *testing.T) {
+	f := newFixture(t)
+	cl, err := agent.OpenClient(f.agent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	s, err := cl.Submit(agent.SubmitOptions{Host: "laptop", Op: bridge.PingOp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := pendingResult(cl, s.ID, time.Second)
+	if o := res.StructuredContent.(Outcome); o.HostLiveness != nil {
+		t.Fatalf("no stamp yet, but host_liveness: %+v", o.HostLiveness)
+	}
+	stamp, err := bridge.SignLiveness(bridge.LivenessStamp{Host: f.laptop.Config.ID, Agent: f.agent.Config.ID, State: bridge.LivenessStopped,
+		Time: time.Now().Unix() - 60, Interval: 300, Accepts: []string{f.agent.Identity().SignKid()}, Trusted: true, Policy: strings.Repeat("ab", 32)}, f.laptop.Identity())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(f.laptop.Config.Folder, filepath.FromSlash(bridge.LivenessPath(f.laptop.Config.ID, f.agent.Config.ID)))
+	if err := os.WriteFile(p, stamp, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	res = pendingResult(cl, s.ID, time.Second)
+	o := res.StructuredContent.(Outcome)
+	text := res.Content[0].(*sdk.TextContent).Text
+	if o.HostLiveness == nil || o.HostLiveness.Verdict != agent.LivenessStopped || !strings.Contains(text, `host "laptop" stopped`) ||
+		!strings.Contains(o.Hint, "not serving") {
+		t.Fatalf("pending with the host stopped: %q, %+v", text, o)
 	}
 }

@@ -218,9 +218,12 @@ func describe(hostName string, op bridge.OpInfo) string {
 		b.WriteString(" ")
 	}
 	fmt.Fprintf(&b, "Runs the op %q on the host %q through the synced folder (the answer takes as long as the sync).", op.Name, hostName)
-	if op.Scope == "read" {
+	switch op.Scope {
+	case "read":
 		b.WriteString(" Scope: read (it changes nothing).")
-	} else {
+	case "execute":
+		b.WriteString(" Scope: execute (it runs code on the host, which may do anything that code does).")
+	default:
 		b.WriteString(" Scope: write (it may change things on the host).")
 	}
 	if op.Approve {

@@ -390,6 +390,9 @@ type Outcome struct {
 	StderrTruncated bool   `json:"stderr_truncated"`
 	EarlierSend     bool   `json:"earlier_send,omitempty"`
 	Hint            string `json:"hint,omitempty"`
+	// HostLiveness: on a pending answer, what the host's stamp says when
+	// it is not plainly serving (stopped, silent, refusing this agent).
+	HostLiveness *agent.Liveness `json:"host_liveness,omitempty"`
 }
 
 // outcomeResult is a verified result as a tool result: an answer when the
@@ -467,6 +470,18 @@ func pendingResult(cl *agent.Client, id string, waited time.Duration) *sdk.CallT
 		o.Hint = "it is past its expiry and will not run; call the op again if it is still needed"
 	default:
 		o.Hint = "call bridge_wait with this request_id to keep waiting (bridge_logs shows its output so far)"
+	}
+	// Why it may wait long: the host's own word (its liveness stamp), as
+	// `bridge run` says it.
+	if lv, err := cl.HostLiveness(o.Host); err == nil && lv.Verdict != agent.LivenessOK && lv.Verdict != agent.LivenessNoStamp {
+		o.HostLiveness = lv
+		text += " " + lv.Message + "."
+		switch lv.Verdict {
+		case agent.LivenessNotAccepted:
+			o.Hint = "the host does not accept this agent's key: this request will not run; ask the human to pair this agent again on the host (docs/KEYS.md)"
+		case agent.LivenessStopped, agent.LivenessStale:
+			o.Hint = "tell the human the host is not serving; the request waits in the folder, and bridge_wait returns its answer once the host runs again"
+		}
 	}
 	return &sdk.CallToolResult{
 		Content:           []sdk.Content{&sdk.TextContent{Text: text + "\nhint: " + o.Hint + "\n"}},
