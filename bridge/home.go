@@ -267,7 +267,7 @@ func OpenHome(dir string) (*Home, error) {
 	}
 	data, err := os.ReadFile(filepath.Join(absDir, configName))
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, WithHint(fmt.Errorf("open %s: %w", absDir, ErrNoHome), "run `bridge init host --folder DIR` or `bridge init agent --folder DIR` first, or pass --home")
+		return nil, WithHint(fmt.Errorf("open %s: %w", absDir, ErrNoHome), "if this party has a home elsewhere, pass --home DIR or set BRIDGE_HOME; else `bridge init host --folder DIR` or `bridge init agent --folder DIR` (a new home is a new identity, to be paired)")
 	} else if err != nil {
 		return nil, err
 	}

@@ -216,7 +216,10 @@ func buildGuide(h *bridge.Home, cl *agent.Client, only string) (*guideDoc, error
 	if several {
 		hostArg = " --host NAME"
 	}
+	home, _ := filepath.Abs(h.Dir)
 	doc.Usage = []string{
+		"This agent's home (its keys and what it sent) is `" + home + "`: run every command with `BRIDGE_HOME=" + home + "` in the environment (or `--home " + home + "`). " +
+			"If bridge says it finds no home, do not run `bridge init`: a new home is a new identity the host does not know. Ask the human.",
 		"`bridge run" + hostArg + " [--key KEY] OP NAME=VALUE...` sends the op, waits for its result, prints the op's standard output and standard error, and exits with the op's exit code. One NAME=VALUE per shell word; quote values with spaces.",
 		"`--key KEY` makes the request id a function of the op, its arguments and KEY: running the same command with the same key again returns the first answer instead of running the op twice. Use a key for anything that changes state, and reuse it when you retry after a timeout or a lost connection; use a new key for a new intention.",
 		"`--stdin FILE` (or `-`) sends FILE as the op's standard input, up to the op's limit below.",
