@@ -129,8 +129,12 @@ func Load(path string) (*Policy, error) {
 		return nil, err
 	}
 	// A link: the file read is the target's, and whoever can replace the
-	// target or write its directory decides too (a policy linked from a
-	// shared directory, then reloaded live, would give them the host).
+	// target, or any link on the way to it, decides too (a policy linked
+	// from a shared directory, then reloaded live, would give them the
+	// host). Each link's directory is checked, then the target's.
+	if err := checkLinks(path); err != nil {
+		return nil, err
+	}
 	if real, err := filepath.EvalSymlinks(path); err == nil && real != path {
 		if err := checkWritable(real, fi); err != nil {
 			return nil, err
@@ -144,6 +148,32 @@ func Load(path string) (*Policy, error) {
 		return nil, &PolicyError{File: path, Msg: "larger than 1 MiB", Hint: "a policy is a short hand-written file"}
 	}
 	return Parse(path, data)
+}
+
+// checkLinks follows the links from path one by one and checks the
+// directory of each (who may write it may point the link elsewhere).
+func checkLinks(path string) error {
+	for i := 0; i < 40; i++ {
+		fi, err := os.Lstat(path)
+		if err != nil || fi.Mode()&os.ModeSymlink == 0 {
+			return nil
+		}
+		dir := filepath.Dir(path)
+		if di, err := os.Stat(dir); err == nil {
+			if err := checkDir(path, dir, di); err != nil {
+				return err
+			}
+		}
+		target, err := os.Readlink(path)
+		if err != nil {
+			return nil
+		}
+		if !filepath.IsAbs(target) {
+			target = filepath.Join(dir, target)
+		}
+		path = target
+	}
+	return &PolicyError{File: path, Msg: "too many links", Hint: "point the home's policy.toml at the file itself"}
 }
 
 // checkWritable refuses a policy file, or a directory holding it, that
@@ -167,6 +197,15 @@ func checkWritable(path string, fi os.FileInfo) error {
 	di, err := os.Stat(dir)
 	if err != nil {
 		return fmt.Errorf("load policy: %w", err)
+	}
+	return checkDir(path, dir, di)
+}
+
+// checkDir refuses a directory holding the policy (or a link to it) that
+// another user owns or group or others may write.
+func checkDir(path, dir string, di os.FileInfo) error {
+	if runtime.GOOS == "windows" {
+		return nil
 	}
 	if uid, ok := ownerOf(di); ok && uid != uint32(os.Geteuid()) && uid != 0 {
 		return &PolicyError{File: path, Msg: fmt.Sprintf("its directory %s is owned by another user (uid %d)", dir, uid),

@@ -464,3 +464,37 @@ func TestLoadChecksALinkedPolicysTarget(t *testing.T) {
 		}
 	}
 }
+
+// A chain of links is checked link by link: a link in a directory others
+// may write can be pointed elsewhere, even when the first and the last
+// directories are private.
+func TestLoadChecksEveryLinkOfAChain(t *testing.T) {
+	if runtime.GOOS == "windows" {
+		t.Skip("mode bits and links: Unix")
+	}
+	base := t.TempDir()
+	safe, shared, home := filepath.Join(base, "safe"), filepath.Join(base, "shared"), filepath.Join(base, "home")
+	for _, d := range []string{safe, shared, home} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Chmod(shared, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	target := filepath.Join(safe, "policy.toml")
+	if err := os.WriteFile(target, []byte("[ops.a]\nargv = [\"/bin/true\"]\n[agents.x]\nops = [\"a\"]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	middle := filepath.Join(shared, "link2")
+	if err := os.Symlink(target, middle); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(home, "policy.toml")
+	if err := os.Symlink(middle, link); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := policy.Load(link); err == nil || !strings.Contains(err.Error(), "writable by group or others") {
+		t.Fatalf("a chain through a world-writable directory: %v", err)
+	}
+}
