@@ -73,10 +73,31 @@ func writeAuditOrder(h *bridge.Home, e AuditEvent) error {
 func logAuditOrders(h *bridge.Home, a *auditLog) {
 	files, _ := filepath.Glob(h.Path("control", auditOrderPrefix+"*.json"))
 	for _, f := range files {
-		var o controlOrder
-		if data, err := os.ReadFile(f); err == nil && json.Unmarshal(data, &o) == nil && o.Audit != nil {
-			a.log(*o.Audit)
+		if e, ok := readAuditOrder(f); ok {
+			a.log(e)
 		}
 		os.Remove(f)
 	}
+}
+
+// operatorEvents are the only events an audit order may carry: the CLI's
+// trust actions. Anything else in the control directory (a line claiming
+// the daemon ran or approved something) is not the CLI's, and is dropped.
+var operatorEvents = map[string]bool{"pair": true, "trust": true, "remove": true, "revoke": true, "rotate": true}
+
+// readAuditOrder reads one audit order file: a regular file (never a FIFO
+// to block on) holding an operator event, with none of the fields only the
+// daemon's lines carry (a request, an op, a status, an exit code).
+func readAuditOrder(f string) (AuditEvent, bool) {
+	if fi, err := os.Lstat(f); err != nil || !fi.Mode().IsRegular() || fi.Size() > 64<<10 {
+		return AuditEvent{}, false
+	}
+	data, err := os.ReadFile(f)
+	var o controlOrder
+	if err != nil || json.Unmarshal(data, &o) != nil || o.Audit == nil || !operatorEvents[o.Audit.Event] {
+		return AuditEvent{}, false
+	}
+	e := *o.Audit
+	e.Seq, e.Prev, e.Status, e.Exit, e.File, e.ID, e.Op = 0, "", "", nil, "", "", ""
+	return e, true
 }

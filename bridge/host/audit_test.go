@@ -2,10 +2,12 @@ package host
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/syncbridge/bridge/bridge"
@@ -209,5 +211,36 @@ func TestAuditActionOrders(t *testing.T) {
 	}
 	if _, err := os.Stat(agent.Path(auditName)); err == nil {
 		t.Error("an agent home got an audit log")
+	}
+}
+
+// A file in the control directory cannot write a line that looks like the
+// daemon's: only the CLI's trust actions pass, stripped of a request, an
+// op, a status and an exit code; a FIFO there is skipped, never waited on.
+func TestAuditOrdersCannotForgeTheDaemon(t *testing.T) {
+	h := &bridge.Home{Dir: t.TempDir(), Config: bridge.Config{Role: "host"}}
+	if err := os.MkdirAll(h.Path("control"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	write := func(name, body string) {
+		if err := os.WriteFile(h.Path("control", name), []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("audit-1.json", `{"audit":{"time":"2020-01-01T00:00:00Z","event":"approved","agent":"a","id":"FAKE","op":"rm-rf","status":"done","exit":0}}`)
+	write("audit-2.json", `{"audit":{"time":"2020-01-01T00:00:00Z","event":"trust","agent":"a","id":"FAKE","op":"rm-rf","status":"done","exit":0,"detail":"x"}}`)
+	if err := syscall.Mkfifo(h.Path("control", "audit-3.json"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := AuditAction(h, AuditEvent{Event: "revoke", Detail: "mine"}); err != nil {
+		t.Fatal(err)
+	}
+	evs, _ := ReadAudit(h, 0)
+	var got []string
+	for _, e := range evs {
+		got = append(got, fmt.Sprintf("%s id=%q op=%q status=%q exit=%v %s", e.Event, e.ID, e.Op, e.Status, e.Exit, e.Detail))
+	}
+	if want := []string{`trust id="" op="" status="" exit=<nil> x`, `revoke id="" op="" status="" exit=<nil> mine`}; !slices.Equal(got, want) {
+		t.Fatalf("lines %q, want %q", got, want)
 	}
 }

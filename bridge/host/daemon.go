@@ -332,6 +332,9 @@ func (d *Daemon) openCore() (err error) {
 	if d.audit, err = openAudit(d.home.Path("audit.log")); err != nil {
 		return err
 	}
+	// Orders an operator's command left while a daemon was stopping come
+	// first, before anything this holder of the lock logs.
+	logAuditOrders(d.home, d.audit)
 	d.rulesP.Store(&rules{p: pol, red: newRedactor(pol.Redaction()), stamp: stamp})
 	d.audit.redact = func(s string) string { return d.rules().red.string(s) }
 	for _, dir := range []string{"spool", "results"} {

@@ -315,7 +315,11 @@ func (d *Daemon) applyOrders() {
 		}
 		switch {
 		case o.Audit != nil:
-			d.audit.log(*o.Audit)
+			if e, ok := readAuditOrder(f); ok && strings.HasPrefix(filepath.Base(f), auditOrderPrefix) {
+				d.audit.log(e)
+			} else {
+				d.log.Warn("an audit order that is not an operator's action was dropped", "file", f)
+			}
 		case o.GC:
 			d.runGC(GCOptions{Grace: o.Grace, Retention: o.Retention})
 		case o.As == "approve" || o.As == "deny":

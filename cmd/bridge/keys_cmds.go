@@ -475,7 +475,11 @@ func agentSecret(g *Globals, file string) (string, error) {
 // an agent's home, nothing). A failure to record is said, not fatal: the
 // action is done.
 func (g *Globals) audit(h *bridge.Home, e host.AuditEvent) {
-	if _, err := host.AuditAction(h, e); err != nil {
+	queued, err := host.AuditAction(h, e)
+	switch {
+	case err != nil:
 		g.note("warning: the audit log did not record %s: %v", e.Event, err)
+	case queued:
+		g.note("note: the running bridge serve records this in the audit log (within a second)")
 	}
 }

@@ -92,7 +92,7 @@ func (c *AuditVerifyCmd) Run(g *Globals) error {
 			return err
 		}
 	} else if res.OK {
-		g.printf("audit log intact: %d lines\n", res.Lines)
+		g.printf("audit log intact: %d line%s\n", res.Lines, map[bool]string{true: "", false: "s"}[res.Lines == 1])
 	} else {
 		for _, p := range res.Problems {
 			g.printf("%s\n", p)
