@@ -61,7 +61,10 @@ func TestCompletionBash(t *testing.T) {
 		{[]string{"run", "--no"}, []string{"--no-check"}},
 		{[]string{"--js"}, []string{"--json"}},
 		{[]string{"ls", "--js"}, []string{"--json"}},
-		{[]string{"completion", ""}, nil}, // an argument, not a subcommand
+		{[]string{"completion", ""}, []string{"bash", "zsh", "fish"}}, // an enum argument's values
+		{[]string{"init", ""}, []string{"host", "agent"}},
+		{[]string{"help", "se"}, []string{"serve", "send", "service"}}, // help takes a command
+		{[]string{"ls", "--he"}, []string{"--help"}},                   // once
 		{[]string{"keys", "rotate", "--dr"}, nil},
 	} {
 		got := complete(c.words...)

@@ -140,20 +140,42 @@ func writeBashCompletion(w io.Writer, app *kong.Application) error {
 	global := strings.Join(flagWords(app.Node), " ")
 	fmt.Fprintf(&b, "\t'') words=%q; flags=%q ;;\n", strings.Join(subcommands(app.Node), " "), global)
 	for _, n := range commandNodes(app.Node) {
-		flags := strings.TrimSpace(strings.Join(flagWords(n), " ") + " --help " + global)
-		fmt.Fprintf(&b, "\t%q) words=%q; flags=%q ;;\n", " "+cmdPath(n), strings.Join(subcommands(n), " "), flags)
+		// The global flags include --help already.
+		flags := strings.TrimSpace(strings.Join(flagWords(n), " ") + " " + global)
+		words, files := positionalWords(app, n)
+		fmt.Fprintf(&b, "\t%q) words=%q; flags=%q; files=%d ;;\n", " "+cmdPath(n), words, flags, files)
 	}
 	b.WriteString("\tesac\n")
 	b.WriteString("\tif [[ $cur == -* ]]; then\n")
 	b.WriteString("\t\tCOMPREPLY=($(compgen -W \"$flags\" -- \"$cur\"))\n")
 	b.WriteString("\telse\n")
 	b.WriteString("\t\tCOMPREPLY=($(compgen -W \"$words\" -- \"$cur\"))\n")
-	b.WriteString("\t\t[[ ${#COMPREPLY[@]} -eq 0 ]] && COMPREPLY=($(compgen -f -- \"$cur\"))\n")
+	b.WriteString("\t\t[[ ${#COMPREPLY[@]} -eq 0 && $files == 1 ]] && COMPREPLY=($(compgen -f -- \"$cur\"))\n")
 	b.WriteString("\tfi\n")
 	b.WriteString("}\n")
 	b.WriteString("complete -F _bridge bridge\n")
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// positionalWords are the words bash offers after command n: its
+// subcommands, the values of an enum argument (`init host|agent`,
+// `completion bash|zsh|fish`), the command names for `help`; and whether
+// file names fit there (an argument that is a file, or any free word).
+func positionalWords(app *kong.Application, n *kong.Node) (words string, files int) {
+	if subs := subcommands(n); len(subs) > 0 {
+		return strings.Join(subs, " "), 0
+	}
+	if cmdPath(n) == "help" {
+		return strings.Join(subcommands(app.Node), " "), 0
+	}
+	if len(n.Positional) == 0 {
+		return "", 0
+	}
+	if e := n.Positional[0].Enum; e != "" {
+		return strings.ReplaceAll(e, ",", " "), 0
+	}
+	return "", 1
 }
 
 // writeFishCompletion writes fish `complete` lines: each command under its
@@ -213,7 +235,11 @@ func fishQuote(s string) string {
 // writeMan writes bridge(1) in roff (man(7) macros) from the model.
 func writeMan(w io.Writer, app *kong.Application, ver string) error {
 	var b strings.Builder
-	fmt.Fprintf(&b, ".TH BRIDGE 1 \"\" \"bridge %s\" \"User Commands\"\n", roffText(ver))
+	date := ""
+	if v := currentVersion(); len(v.Date) >= 10 {
+		date = v.Date[:10]
+	}
+	fmt.Fprintf(&b, ".TH BRIDGE 1 \"%s\" \"bridge %s\" \"User Commands\"\n.nh\n", roffText(date), roffText(ver))
 	b.WriteString(".SH NAME\nbridge \\- run allow-listed operations on a host through a synced folder\n")
 	b.WriteString(".SH SYNOPSIS\n")
 	b.WriteString(".B bridge\n[\\fIGLOBAL FLAGS\\fR] \\fICOMMAND\\fR [\\fIARGS\\fR] [\\fIFLAGS\\fR]\n")
