@@ -108,7 +108,7 @@ func (h *Home) Remove(nameOrID string) (*Peer, error) {
 func refuseRevokedForever(what string, k *RevokedKey) error {
 	return WithHint(fmt.Errorf("%s: %w: key %s was revoked here with %q (%s), which was removed; a revoked key is never trusted again",
 		what, ErrKeyRevoked, k.Kid, k.Peer, k.ID),
-		"if the peer is really yours, give it new keys (`bridge init` in a fresh home) and pair with those, comparing fingerprints")
+		"if the peer is really yours, give it new keys (`bridge keys rotate` on its side, or `bridge init` in a fresh home) and pair with those, comparing fingerprints")
 }
 
 // keptRevoked reports whether a key pair a rotation introduces was revoked

@@ -401,12 +401,19 @@ func (c *KeysTrustCmd) Run(g *Globals) error {
 		}
 		text = string(b)
 	}
+	var known bool
+	if nb, _, err := bcrypto.ParseBundleText(text); err == nil {
+		_, perr := h.PeerByID(nb.ID)
+		known = perr == nil
+	}
 	p, err := h.Trust(text, c.Name)
 	if err != nil {
 		return err
 	}
 	b, _, _ := bcrypto.ParseBundleText(p.Bundle)
-	g.audit(h, host.AuditEvent{Event: "trust", Agent: p.ID, Detail: fmt.Sprintf("%s %q, fingerprint %s", p.Role, p.Name, b.Fingerprint())})
+	if !known { // trusting a peer trusted already changes nothing: no line
+		g.audit(h, host.AuditEvent{Event: "trust", Agent: p.ID, Detail: fmt.Sprintf("%s %q, fingerprint %s", p.Role, p.Name, b.Fingerprint())})
+	}
 	if g.JSON {
 		return g.printJSON(map[string]any{"name": p.Name, "role": p.Role, "id": p.ID, "fingerprint": b.Fingerprint()})
 	}
