@@ -212,19 +212,9 @@ func RestoreAgentHome(dir, folder, secret string) (*Home, error) {
 	if err != nil {
 		return nil, WithHint(err, "pass the whole line `bridge keys export-secret` printed")
 	}
-	absFolder, err := filepath.Abs(folder)
+	absDir, absFolder, err := newHomePaths("restore", dir, folder)
 	if err != nil {
 		return nil, err
-	}
-	absDir, err := filepath.Abs(dir)
-	if err != nil {
-		return nil, err
-	}
-	if err := checkOutside(absDir, absFolder); err != nil {
-		return nil, err
-	}
-	if _, err := os.Stat(filepath.Join(absDir, configName)); err == nil {
-		return nil, WithHint(fmt.Errorf("restore %s: %w", absDir, ErrHomeExists), "use another --home, or remove %s to start over", absDir)
 	}
 	f, err := syncsafe.OpenFolder(absFolder)
 	if err != nil {

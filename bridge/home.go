@@ -119,19 +119,9 @@ func InitHome(dir, role, name, folder string) (*Home, error) {
 	if !syncsafe.ValidName(name) {
 		return nil, WithHint(fmt.Errorf("init: name %q is not a valid name", name), "use lower-case letters, digits, '.', '_' or '-', at most 64")
 	}
-	absFolder, err := filepath.Abs(folder)
+	absDir, absFolder, err := newHomePaths("init", dir, folder)
 	if err != nil {
 		return nil, err
-	}
-	absDir, err := filepath.Abs(dir)
-	if err != nil {
-		return nil, err
-	}
-	if err := checkOutside(absDir, absFolder); err != nil {
-		return nil, err
-	}
-	if _, err := os.Stat(filepath.Join(absDir, configName)); err == nil {
-		return nil, WithHint(fmt.Errorf("init %s: %w", absDir, ErrHomeExists), "use another --home, or remove %s to start over", absDir)
 	}
 	if fi, err := os.Stat(absFolder); err != nil || !fi.IsDir() {
 		return nil, WithHint(fmt.Errorf("init: folder %s is not a directory", absFolder), "create it and share it with your sync client first")
@@ -603,6 +593,24 @@ func (p *Peer) Check() error {
 // The host's operator names requests AGENT/ID with AGENT a local name or an
 // id, so a peer must not be able to pick a name that reads as someone
 // else's id.
+// newHomePaths makes a new home's directory and its folder absolute and
+// checks them: the home outside the folder, and no home there yet.
+func newHomePaths(verb, dir, folder string) (absDir, absFolder string, err error) {
+	if absFolder, err = filepath.Abs(folder); err != nil {
+		return "", "", err
+	}
+	if absDir, err = filepath.Abs(dir); err != nil {
+		return "", "", err
+	}
+	if err := checkOutside(absDir, absFolder); err != nil {
+		return "", "", err
+	}
+	if _, err := os.Stat(filepath.Join(absDir, configName)); err == nil {
+		return "", "", WithHint(fmt.Errorf("%s %s: %w", verb, absDir, ErrHomeExists), "use another --home, or remove %s to start over", absDir)
+	}
+	return absDir, absFolder, nil
+}
+
 // ValidPeerName reports whether name can be a peer's local name (and so an
 // agent's name in a policy).
 func ValidPeerName(name string) bool { return syncsafe.ValidName(name) && !looksLikeID(name) }

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/syncbridge/bridge/bridge"
-	"github.com/syncbridge/bridge/bridge/agent"
 	"github.com/syncbridge/bridge/syncsafe"
 )
 
@@ -269,22 +268,6 @@ func loopHomes(t *testing.T, c *loopClient) *pair {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	if p.agent, err = bridge.InitHome(p.agentHome, "agent", "cloud-1", c.B); err != nil {
-		t.Fatalf("init agent on B after the sync: %v", err)
-	}
-	if _, err := p.agent.Trust(p.host.BundleText(), "laptop"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := p.host.Trust(p.agent.BundleText(), "cloud-1"); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(p.host.Path(bridge.PolicyName), []byte(syncthingPolicy), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	c.waitSame(60 * time.Second)
-	if p.client, err = agent.OpenClient(p.agent); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { p.client.Close() })
+	p.pairAcross(t, c.B, func() { c.waitSame(60 * time.Second) })
 	return p
 }

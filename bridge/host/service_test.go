@@ -39,11 +39,11 @@ func TestServiceUnits(t *testing.T) {
 	}
 	// The installing shell's PATH reaches the daemon; as root, a system
 	// unit that systemctl without --user starts.
-	r, err := NewServiceUnit(ServiceOptions{GOOS: "linux", Exe: "/b", Home: "/h", Name: "x", Root: true, Path: "/root/go/bin:/usr/bin"})
+	r, err := NewServiceUnit(ServiceOptions{GOOS: "linux", Exe: "/b", Home: "/h", Name: "x", Root: true, Path: "/opt/tools/bin:/usr/bin"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Dir != "/etc/systemd/system" || slices.Contains(r.Enable[1], "--user") || !strings.Contains(r.Text, "\nEnvironment=PATH=/root/go/bin:/usr/bin\n") ||
+	if r.Dir != "/etc/systemd/system" || slices.Contains(r.Enable[1], "--user") || !strings.Contains(r.Text, "\nEnvironment=PATH=/opt/tools/bin:/usr/bin\n") ||
 		!strings.Contains(r.Text, "WantedBy=multi-user.target") {
 		t.Errorf("root unit in %s, enable %v:\n%s", r.Dir, r.Enable, r.Text)
 	}

@@ -564,8 +564,19 @@ func syncthingHomes(t *testing.T, st *stPair) *pair {
 			return err == nil
 		})
 	}
-	if p.agent, err = bridge.InitHome(p.agentHome, "agent", "cloud-1", st.B.data); err != nil {
-		t.Fatalf("init agent on B after the sync: %v", err)
+	p.pairAcross(t, st.B.data, func() { st.WaitInSync(60 * time.Second) })
+	return p
+}
+
+// pairAcross ends the set-up of homes on two folders a real sync client
+// keeps in step, once the host's marker reached agentFolder: the agent's
+// home there, trust both ways, the host's syncthingPolicy, then sync (wait)
+// and open the agent's client.
+func (p *pair) pairAcross(t *testing.T, agentFolder string, wait func()) {
+	t.Helper()
+	var err error
+	if p.agent, err = bridge.InitHome(p.agentHome, "agent", "cloud-1", agentFolder); err != nil {
+		t.Fatalf("init agent after the sync: %v", err)
 	}
 	if _, err := p.agent.Trust(p.host.BundleText(), "laptop"); err != nil {
 		t.Fatal(err)
@@ -576,10 +587,9 @@ func syncthingHomes(t *testing.T, st *stPair) *pair {
 	if err := os.WriteFile(p.host.Path(bridge.PolicyName), []byte(syncthingPolicy), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	st.WaitInSync(60 * time.Second)
+	wait()
 	if p.client, err = agent.OpenClient(p.agent); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { p.client.Close() })
-	return p
 }
