@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -222,20 +223,143 @@ func checkDir(path, dir string, di os.FileInfo) error {
 // *PolicyError values (joined when there are several).
 func Parse(name string, data []byte) (*Policy, error) {
 	sum := sha256.Sum256(data)
-	dec := toml.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	var doc fileDoc
-	if err := dec.Decode(&doc); err != nil {
-		return nil, decodeErrors(name, err)
+	doc, err := decodeAll(name, data)
+	if err != nil {
+		return nil, err
 	}
 	b := &builder{file: name, pos: scanPositions(data)}
-	p := b.build(&doc)
+	p := b.build(doc)
 	if len(b.errs) > 0 {
 		return nil, b.joined()
 	}
 	p.Name = name
 	p.SHA256 = hex.EncodeToString(sum[:])
 	return p, nil
+}
+
+// decodeAll decodes the file strictly. The decoder stops at the first value
+// of a wrong type; so that one `policy check` shows every such mistake, the
+// offending key's lines are blanked and the rest decoded again, up to
+// maxReported problems. Only type errors and unknown keys are gathered that
+// way: the semantic checks would see a document with keys missing, and their
+// complaints would be about our blanking, not the file.
+func decodeAll(name string, data []byte) (*fileDoc, error) {
+	var errs []error
+	work := data
+	for {
+		dec := toml.NewDecoder(bytes.NewReader(work))
+		dec.DisallowUnknownFields()
+		var doc fileDoc
+		err := dec.Decode(&doc)
+		if err == nil {
+			if len(errs) > 0 {
+				return nil, joinByLine(errs)
+			}
+			return &doc, nil
+		}
+		perr := decodeErrors(name, err)
+		var de *toml.DecodeError
+		if errs = append(errs, perr); len(errs) >= maxReported || !errors.As(err, &de) || !isTypeError(de) {
+			return nil, joinByLine(errs)
+		}
+		next, ok := blankKey(work, de.Key())
+		if !ok {
+			return nil, joinByLine(errs)
+		}
+		work = next
+	}
+}
+
+// joinByLine joins the gathered errors in the file's order: unknown keys
+// are only found once every type error has been blanked.
+func joinByLine(errs []error) error {
+	var flat []error
+	for _, e := range errs {
+		if j, ok := e.(interface{ Unwrap() []error }); ok {
+			flat = append(flat, j.Unwrap()...)
+		} else {
+			flat = append(flat, e)
+		}
+	}
+	line := func(e error) int {
+		var pe *PolicyError
+		if errors.As(e, &pe) {
+			return pe.Line
+		}
+		return 0
+	}
+	sort.SliceStable(flat, func(i, j int) bool { return line(flat[i]) < line(flat[j]) })
+	if len(flat) > maxReported {
+		flat = flat[:maxReported]
+	}
+	if len(flat) == 1 {
+		return flat[0]
+	}
+	return errors.Join(flat...)
+}
+
+func isTypeError(de *toml.DecodeError) bool {
+	return typeErrRE.MatchString(strings.TrimPrefix(de.Error(), "toml: "))
+}
+
+// blankKey returns data with the key-value expression that holds key turned
+// into spaces, line breaks kept so later lines keep their numbers. It
+// declines (false) when key is not inside a plain key-value expression, e.g.
+// a table header of the wrong type: blanking that would move its keys under
+// another table.
+func blankKey(data []byte, key []string) ([]byte, bool) {
+	var p unstable.Parser
+	p.Reset(data)
+	var prefix []string
+	start := -1
+	for p.NextExpression() {
+		e := p.Expression()
+		if e.Kind != unstable.KeyValue && e.Kind != unstable.Table && e.Kind != unstable.ArrayTable {
+			continue
+		}
+		it := e.Key()
+		var parts []string
+		off := -1
+		for it.Next() {
+			n := it.Node()
+			if off < 0 {
+				off = p.Shape(n.Raw).Start.Offset
+			}
+			parts = append(parts, string(n.Data))
+		}
+		lineStart := bytes.LastIndexByte(data[:max(off, 0)], '\n') + 1
+		if start >= 0 {
+			return blank(data, start, lineStart), true
+		}
+		if e.Kind != unstable.KeyValue {
+			prefix = parts
+			if hasPrefix(key, parts) && len(key) == len(parts) {
+				return nil, false
+			}
+			continue
+		}
+		if full := append(append([]string{}, prefix...), parts...); hasPrefix(key, full) {
+			start = lineStart
+		}
+	}
+	if start >= 0 && p.Error() == nil {
+		return blank(data, start, len(data)), true
+	}
+	return nil, false
+}
+
+func hasPrefix(key, prefix []string) bool {
+	return len(prefix) > 0 && len(key) >= len(prefix) && slices.Equal(key[:len(prefix)], prefix)
+}
+
+func blank(data []byte, from, to int) []byte {
+	out := bytes.Clone(data)
+	for i := from; i < to; i++ {
+		if out[i] != '\n' && out[i] != '\r' {
+			out[i] = ' '
+		}
+	}
+	return out
 }
 
 // decodeErrors turns go-toml's errors into PolicyErrors with file and line.

@@ -185,6 +185,37 @@ func TestParseUnknownKeysAllReported(t *testing.T) {
 	}
 }
 
+// Wrong types are all reported too, with the unknown keys beside them, in
+// the file's order: the decoder itself stops at the first. A multi-line
+// value of the wrong type is skipped whole, and the lines after it keep their
+// numbers.
+func TestParseTypeErrorsAllReported(t *testing.T) {
+	src := "version = 1\n[ops.a]\nargv = [\"/bin/true\"]\ntimeout = 600\nconcurrency = \"2\"\n" +
+		"[ops.b]\nargv = [\n  \"/bin/true\",\n  3,\n]\ndescripton = \"typo\"\nidempotent = \"yes\"\nset_env = { A = 1 }\n"
+	_, err := policy.Parse("p.toml", []byte(src))
+	if err == nil {
+		t.Fatal("no error")
+	}
+	lines := strings.Split(err.Error(), "\n")
+	want := []string{"p.toml:4: ops.a.timeout: wrong type", "p.toml:5: ops.a.concurrency: wrong type",
+		"p.toml:9: ops.b.argv: wrong type", "p.toml:11: ops.b.descripton: unknown key",
+		"p.toml:12: ops.b.idempotent: wrong type", "p.toml:13: ops.b.set_env: wrong type"}
+	if len(lines) != len(want) {
+		t.Fatalf("got %d errors, want %d:\n%v", len(lines), len(want), err)
+	}
+	for i := range want {
+		if !strings.HasPrefix(lines[i], want[i]) {
+			t.Errorf("error %d = %q, want prefix %q", i, lines[i], want[i])
+		}
+	}
+	// A table header of the wrong type cannot be skipped (its keys would
+	// move under another table): the first error is all there is.
+	_, err = policy.Parse("p.toml", []byte("[version]\nx = 1\n[ops.a]\nargv = 3\n"))
+	if err == nil || strings.Count(err.Error(), "\n") != 0 || !strings.Contains(err.Error(), "p.toml:1: version") {
+		t.Errorf("table header of the wrong type: %v", err)
+	}
+}
+
 func TestParseDefaults(t *testing.T) {
 	home := t.TempDir()
 	t.Setenv("HOME", home)
