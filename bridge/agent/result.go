@@ -372,50 +372,26 @@ func (c *Client) Status(id string) (*State, error) {
 }
 
 // Wait blocks until the request's result is complete and verified, or ctx
-// ends. It watches the result directory and, because events are only hints,
-// also polls with a backoff. tick, if set, is called on every look: on the
-// request's result, its progress chunks and the host's liveness stamp too,
-// so a caller streaming the output sees each chunk as it lands. While no
-// result is there, a fresh stamp saying the host accepts none of this
-// agent's keys and no longer reads its requests (removed, or never paired)
-// ends the wait with a *NotAcceptedError: no answer will ever come. A host
-// that still trusts the agent answers a request signed by a refused key
-// itself (rejected, revoked), and the wait returns that answer.
+// ends. It looks at the request's own files by name, never lists the result
+// directory, so its cost does not grow with the results there: it looks
+// once, arms an event-only watch on the directory (watchDir), looks again,
+// then sleeps on events, with a backoff poll because events are only
+// hints. tick, if set, is called on every look: on the request's result,
+// its progress chunks and the host's liveness stamp too, so a caller
+// streaming the output sees each chunk as it lands. While no result is
+// there, a fresh stamp saying the host accepts none of this agent's keys and
+// no longer reads its requests (removed, or never paired) ends the wait with
+// a *NotAcceptedError: no answer will ever come. A host that still trusts
+// the agent answers a request signed by a refused key itself (rejected,
+// revoked), and the wait returns that answer.
 func (c *Client) Wait(ctx context.Context, id string, tick func(elapsed time.Duration)) (*Outcome, error) {
 	s, err := c.Sent(id)
 	if err != nil {
 		return nil, err
 	}
 	start := time.Now()
-	dir := filepath.Join(c.home.Config.Folder, bridge.ToAgentDir(s.Host, c.home.Config.ID))
 	var events <-chan struct{}
-	// Results are files of this directory: a directory there costs no
-	// watch.
-	wopt := syncsafe.WatchOptions{Rescan: time.Hour, Debounce: -1, EventsFirst: true,
-		Skip: func(_ string, isDir bool) bool { return isDir }}
-	if w, err := syncsafe.NewWatcher(dir, wopt); err == nil {
-		defer w.Close()
-		ch := make(chan struct{}, 1)
-		events = ch
-		wctx, cancel := context.WithCancel(ctx)
-		defer cancel()
-		go func() {
-			for {
-				b, err := w.Next(wctx)
-				if err != nil {
-					return
-				}
-				for _, p := range b.Paths {
-					if wakes(p, id) {
-						select {
-						case ch <- struct{}{}:
-						default:
-						}
-					}
-				}
-			}
-		}()
-	}
+	armed := false
 	b := backoff.NewExponentialBackOff(backoff.WithInitialInterval(50*time.Millisecond),
 		backoff.WithMaxInterval(2*time.Second), backoff.WithMaxElapsedTime(0))
 	var refused error
@@ -434,6 +410,17 @@ func (c *Client) Wait(ctx context.Context, id string, tick func(elapsed time.Dur
 			// writer's junk: keep waiting for the real one, and say so if
 			// the wait ends.
 			refused = err
+		}
+		if !armed {
+			// Armed after the first look, then looked again at once: a
+			// result that landed in between is not left to the poll.
+			armed = true
+			dir := filepath.Join(c.home.Config.Folder, filepath.FromSlash(bridge.ToAgentDir(s.Host, c.home.Config.ID)))
+			if pokes, stop, werr := watchDir(dir, func(name string) bool { return wakes(name, id) }); werr == nil {
+				defer stop()
+				events = pokes
+				continue
+			}
 		}
 		if lv, lerr := c.hostLiveness(s.Host); lerr == nil && lv.Verdict == LivenessNotAccepted && !lv.Trusted {
 			return nil, &NotAcceptedError{Liveness: lv}
