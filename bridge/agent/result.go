@@ -236,7 +236,7 @@ func (c *Client) spoolFile() (*os.File, error) {
 
 // keptResult reads the copy of an acked result from the home.
 func (c *Client) keptResult(s *Sent, check bridge.ResultCheck, own []bridge.OwnKey) (*Outcome, error) {
-	data, err := os.ReadFile(c.home.Path("requests", s.ID+"."+bridge.ExtResult))
+	data, err := c.keptManifest(s.ID)
 	if err != nil {
 		return nil, err
 	}
@@ -462,14 +462,34 @@ func wakes(name, id string) bool {
 // human may then run the request again on the host, from those files.
 func (c *Client) Ack(out *Outcome) error {
 	s := out.Sent
-	// Keep the verified result: the host may collect its copy after the ack.
-	if err := syncsafe.WriteFileAtomicFrom(c.home.Path("requests", s.ID+"."+bridge.ExtOutput), func(w io.Writer) error {
+	// Keep the verified result, durably before the ack: the host may
+	// collect its copy after it. The output is requests/<id>.output, the
+	// result's manifest goes into the request's record (no longer a cache
+	// from here: it holds the answer), and one fsync of the directory
+	// covers both names.
+	if err := c.writePrivate(s.ID+"."+bridge.ExtOutput, true, func(w io.Writer) error {
 		_, err := io.Copy(w, io.NewSectionReader(out.output, 0, out.size))
 		return err
 	}); err != nil {
 		return err
 	}
-	if err := syncsafe.WriteFileAtomic(c.home.Path("requests", s.ID+"."+bridge.ExtResult), out.Manifest); err != nil {
+	rec := sentRecord{Sent: *s}
+	if old, err := c.readSent(s.ID); err == nil {
+		rec.Sent = old.Sent // not what a keyed retry filled in for this call only
+		rec.Manifest = old.Manifest
+	} else {
+		rec.Manifest = c.sentManifest(s.ID)
+	}
+	rec.Result = out.Manifest
+	if err := c.writeRecord(rec, true); err != nil {
+		return err
+	}
+	// A kept result of the old layout is of an earlier answer (an
+	// uncertain one, settled or run again since): the record's stands.
+	if err := os.Remove(c.home.Path("requests", s.ID+"."+bridge.ExtResult)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	if err := syncsafe.SyncDir(c.home.Path("requests")); err != nil {
 		return err
 	}
 	resSHA := bridge.SHA256Hex(out.Manifest)
@@ -477,8 +497,11 @@ func (c *Client) Ack(out *Outcome) error {
 	if err != nil {
 		return err
 	}
+	// Without the directory's fsync: an ack a crash lost costs only time
+	// (the host keeps its result until --retention, and the agent has its
+	// copy); the file's own fsync stays, so the host never reads a torn one.
 	ackPath := bridge.RequestPath(s.Host, c.home.Config.ID, s.ID, bridge.ExtAck)
-	err = c.folder.Publish(ackPath, bridge.WriteBytes(ack))
+	err = c.folder.Publish(ackPath, bridge.WriteBytes(ack), syncsafe.WithoutDirSync())
 	if errors.Is(err, syncsafe.ErrExists) {
 		// An ack of an earlier answer (an uncertain one, settled or run
 		// again since) names another result: this one replaces it, or the
@@ -487,7 +510,7 @@ func (c *Client) Ack(out *Outcome) error {
 		if a, oerr := bridge.OpenAck(old, s.ID, s.Host, c.home.Config.ID, [][]byte{c.home.Identity().SignPublic()}); rerr == nil && oerr == nil && a.ResultSHA256 == resSHA {
 			err = nil
 		} else {
-			err = c.folder.PublishReplace(ackPath, bridge.WriteBytes(ack))
+			err = c.folder.PublishReplace(ackPath, bridge.WriteBytes(ack), syncsafe.WithoutDirSync())
 		}
 	}
 	if err != nil {
@@ -588,10 +611,19 @@ func (c *Client) GC(dryRun bool) ([]string, error) {
 	return removed, nil
 }
 
+// keptManifest is the manifest of the result this agent acked for request
+// id: in its record, or in requests/<id>.result in a home from before.
+func (c *Client) keptManifest(id string) ([]byte, error) {
+	if rec, err := c.readSent(id); err == nil && rec.Result != nil {
+		return rec.Result, nil
+	}
+	return os.ReadFile(c.home.Path("requests", id+"."+bridge.ExtResult))
+}
+
 // keptStatus is the status of the result this agent keeps for request id
 // ("" if it keeps none). The copy was verified when it was kept.
 func (c *Client) keptStatus(id string) string {
-	data, err := os.ReadFile(c.home.Path("requests", id+"."+bridge.ExtResult))
+	data, err := c.keptManifest(id)
 	if err != nil {
 		return ""
 	}
