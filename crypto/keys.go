@@ -12,6 +12,7 @@ import (
 	"io"
 	"regexp"
 	"strings"
+	"sync"
 
 	"golang.org/x/crypto/curve25519"
 )
@@ -44,9 +45,20 @@ func Kid(alg string, pub []byte) string {
 // Identity is a party's private keys: an Ed25519 signing key and an X25519
 // encryption key. They are independent key pairs bound by the signed bundle.
 type Identity struct {
-	sign   ed25519.PrivateKey
-	box    [32]byte
-	boxPub [32]byte
+	// seed is the Ed25519 seed; the signing key is derived from it when
+	// first needed (signKey): deriving it costs a process the base point's
+	// tables, and a command that only reads and verifies never signs.
+	seed     [32]byte
+	signOnce sync.Once
+	sign     ed25519.PrivateKey
+	box      [32]byte
+	boxPub   [32]byte
+}
+
+// signKey is the Ed25519 private key, derived from the seed once.
+func (id *Identity) signKey() ed25519.PrivateKey {
+	id.signOnce.Do(func() { id.sign = ed25519.NewKeyFromSeed(id.seed[:]) })
+	return id.sign
 }
 
 // GenerateIdentity makes a new identity from rand (crypto/rand when nil).
@@ -62,7 +74,11 @@ func GenerateIdentity(rand io.Reader) (*Identity, error) {
 }
 
 func identityFromSeed(signSeed, boxPriv []byte) (*Identity, error) {
-	id := &Identity{sign: ed25519.NewKeyFromSeed(signSeed)}
+	if len(signSeed) != ed25519.SeedSize {
+		return nil, fmt.Errorf("derive signing key: %w: seed of %d bytes", ErrMalformed, len(signSeed))
+	}
+	id := &Identity{}
+	copy(id.seed[:], signSeed)
 	copy(id.box[:], boxPriv)
 	pub, err := curve25519.X25519(id.box[:], curve25519.Basepoint)
 	if err != nil {
@@ -76,7 +92,7 @@ func identityFromSeed(signSeed, boxPriv []byte) (*Identity, error) {
 // "bridge-secret-v1:" and the unpadded base64url of the 32-byte Ed25519 seed
 // followed by the 32-byte X25519 private key. Store it with mode 0600.
 func (id *Identity) MarshalText() ([]byte, error) {
-	raw := append(append([]byte{}, id.sign.Seed()...), id.box[:]...)
+	raw := append(append([]byte{}, id.seed[:]...), id.box[:]...)
 	return []byte(secretPrefix + base64.RawURLEncoding.EncodeToString(raw) + "\n"), nil
 }
 
@@ -100,7 +116,7 @@ func ParseIdentity(text []byte) (*Identity, error) {
 
 // SignPublic is the Ed25519 public key.
 func (id *Identity) SignPublic() []byte {
-	return append([]byte{}, id.sign.Public().(ed25519.PublicKey)...)
+	return append([]byte{}, id.signKey().Public().(ed25519.PublicKey)...)
 }
 
 // BoxPublic is the X25519 public key.
