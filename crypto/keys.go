@@ -10,7 +10,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
-	"regexp"
 	"strings"
 	"sync"
 
@@ -167,12 +166,12 @@ type Bundle struct {
 }
 
 var (
-	namePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,63}$`)
-	kidPattern  = regexp.MustCompile(`^[0-9a-f]{32}$`)
+	namePattern = lazyRegexp(`^[a-z0-9][a-z0-9._-]{0,63}$`)
+	kidPattern  = lazyRegexp(`^[0-9a-f]{32}$`)
 )
 
 // ValidKid reports whether s has the form of a key id.
-func ValidKid(s string) bool { return kidPattern.MatchString(s) }
+func ValidKid(s string) bool { return kidPattern().MatchString(s) }
 
 func (b *Bundle) check() error {
 	switch {
@@ -180,9 +179,9 @@ func (b *Bundle) check() error {
 		return fmt.Errorf("bundle: %w: v=%d", ErrUnknownVersion, b.V)
 	case b.Role != "host" && b.Role != "agent":
 		return fmt.Errorf("bundle: %w: role %q", ErrMalformed, b.Role)
-	case !namePattern.MatchString(b.Name):
+	case !namePattern().MatchString(b.Name):
 		return fmt.Errorf("bundle: %w: name %q", ErrMalformed, b.Name)
-	case !kidPattern.MatchString(b.ID):
+	case !kidPattern().MatchString(b.ID):
 		return fmt.Errorf("bundle: %w: id %q", ErrMalformed, b.ID)
 	}
 	if err := CheckSignKey(b.SignPub); err != nil {
