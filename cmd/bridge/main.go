@@ -72,6 +72,10 @@ type Globals struct {
 	// file decide.
 	syncthing *SyncthingFlags
 	nudger    *bridge.Nudger // the home's, flushed at exit
+	// pipeNote, if set, says the warning of a piped standard input that
+	// was not sent, once its look is done: before the op's output is
+	// printed (waitAndPrint), else when the command ends.
+	pipeNote func()
 }
 
 // CLI is the whole command line (design.md §7).
@@ -180,6 +184,9 @@ func runParsed(kctx *kong.Context, g *Globals, stdout, stderr io.Writer) int {
 		g.Home = filepath.Join(dir, defaultHomeDir)
 	}
 	err := kctx.Run(g)
+	if g.pipeNote != nil {
+		g.pipeNote()
+	}
 	// The nudges of the command's last writes (an ack, a submit) go out
 	// before the process does.
 	g.nudger.Flush(2 * time.Second)

@@ -264,6 +264,9 @@ func waitAndPrint(g *Globals, cl *agent.Client, id string, timeout time.Duration
 	}
 	out, err := cl.Wait(ctx, id, tick)
 	prog.done()
+	if g.pipeNote != nil {
+		g.pipeNote()
+	}
 	if errors.Is(err, context.DeadlineExceeded) {
 		if prog.awaiting {
 			return &codeError{code: exitWaitTime, id: id, err: withHintf(fmt.Errorf("no result for %s after %s: it waits for a human's approval on the host", id, timeout),
