@@ -239,17 +239,17 @@ func (c *Client) Submit(o SubmitOptions) (*Sent, error) {
 	}
 	s := &Sent{V: 1, ID: id, Host: hb.ID, HostName: peer.Name, Op: o.Op, Args: o.Args, Key: o.Key,
 		ManifestSHA256: bridge.SHA256Hex(manifest), Created: req.Created, Expires: req.Expires}
-	// Remember before publishing the manifest: a result can only be verified
-	// against a request the agent knows it sent, and a keyed retry re-sends
-	// these very bytes. Without an fsync (Remember): the manifest's publish
-	// is what makes the request durable, and the record is found again from
-	// it if a crash loses the record.
-	if err := c.Remember(s, manifest); err != nil {
-		return nil, err
-	}
 	if err := c.folder.Publish(bridge.RequestPath(hb.ID, c.home.Config.ID, id, bridge.ExtManifest), bridge.WriteBytes(manifest)); err != nil {
 		return nil, fmt.Errorf("submit %s: %w", id, err)
 	}
+	// Remembered once the request is on its way, not before: the record is
+	// a cache until an ack (Remember), and the host starts on the request
+	// while it is written. A result is verified against it (the manifest's
+	// hash), and a keyed retry re-sends these very bytes; a record that a
+	// crash lost, or that could not be written, is found again from the
+	// manifest, which stays in the folder until the result is acked. The
+	// request is sent either way: no error for it.
+	c.Remember(s, manifest)
 	return s, nil
 }
 

@@ -10,8 +10,9 @@ import (
 	"github.com/syncbridge/bridge/bridge"
 )
 
-// The record of a sent request is written without an fsync until its
-// result is acked: a crash may leave it empty or cut short. The agent then
+// The record of a sent request is written after its manifest is published
+// and without an fsync until its result is acked: a crash may lose it or
+// leave it empty or cut short. The agent then
 // finds the request again from its own signed manifest in the folder, and a
 // keyed retry is the same request, not a second one.
 func TestTornRecordFoundFromFolder(t *testing.T) {
@@ -22,17 +23,24 @@ func TestTornRecordFoundFromFolder(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec := h.agent.Path("requests", s.ID+".json")
-	for _, torn := range [][]byte{nil, []byte(`{"v":1,"id":"`)} {
-		if err := os.WriteFile(rec, torn, 0o600); err != nil {
+	lose := func(torn []byte) {
+		t.Helper()
+		if torn == nil {
+			if err := os.Remove(rec); err != nil {
+				t.Fatal(err)
+			}
+		} else if err := os.WriteFile(rec, torn, 0o600); err != nil {
 			t.Fatal(err)
 		}
+	}
+	// Lost (a crash right after the manifest's publish), empty, cut short.
+	for _, torn := range [][]byte{nil, {}, []byte(`{"v":1,"id":"`)} {
+		lose(torn)
 		got, err := h.client.Sent(s.ID)
 		if err != nil || got.ManifestSHA256 != s.ManifestSHA256 || got.Host != s.Host {
 			t.Fatalf("with a record of %q: %+v, %v", torn, got, err)
 		}
-		if err := os.WriteFile(rec, torn, 0o600); err != nil {
-			t.Fatal(err)
-		}
+		lose(torn)
 		again, err := h.client.Submit(o)
 		if err != nil || again.ID != s.ID || again.ManifestSHA256 != s.ManifestSHA256 {
 			t.Fatalf("keyed retry with a record of %q: %+v, %v (first %s)", torn, again, err, s.ID)
