@@ -120,8 +120,9 @@ func hasBytes(f *os.File, kind stdinKind, left int64) bool {
 // by a look that does not wait.
 func watchPipe(f *os.File, warn func()) func() {
 	seen := make(chan bool, 1)
+	fd := f.Fd()
 	go func() {
-		_, data := pipeReady(f, pipeWait)
+		_, data := pollReady(fd, pipeWait)
 		seen <- data
 	}()
 	var once sync.Once
@@ -131,7 +132,7 @@ func watchPipe(f *os.File, warn func()) func() {
 			select {
 			case data = <-seen:
 			default:
-				_, data = pipeReady(f, 0)
+				_, data = pollReady(fd, 0)
 			}
 			if data {
 				warn()
