@@ -2,7 +2,6 @@ package bridge
 
 import (
 	"path"
-	"regexp"
 	"strconv"
 )
 
@@ -40,7 +39,7 @@ const (
 	ExtMessage  = "message"
 )
 
-var rotationName = regexp.MustCompile(`^rotate-(0|[1-9][0-9]{0,18})\.rotation$`)
+var rotationName = lazyRegexp(`^rotate-(0|[1-9][0-9]{0,18})\.rotation$`)
 
 // HostDir is the tree of one host.
 func HostDir(host string) string { return path.Join(hostsDir, host) }
@@ -112,7 +111,7 @@ func parseIDName(name string, exts ...string) (id, ext string, ok bool) {
 
 // ParseRotationName returns the sequence number of a rotation file name.
 func ParseRotationName(name string) (uint64, bool) {
-	m := rotationName.FindStringSubmatch(name)
+	m := rotationName().FindStringSubmatch(name)
 	if m == nil {
 		return 0, false
 	}

@@ -31,9 +31,14 @@ type Nudger struct {
 
 	// Paths nudged within coalesce of each other go in one request per
 	// folder: a result's two files, a request's manifest and payload.
-	mu       sync.Mutex
-	pending  []string
-	inflight sync.WaitGroup
+	mu      sync.Mutex
+	pending []string
+	// inflight counts the scans under way, and drained is closed when
+	// the count falls back to 0 (nil while none is under way): a scan the
+	// coalescing timer starts may begin while Flush waits, which a
+	// WaitGroup does not allow (Add from zero during Wait).
+	inflight int
+	drained  chan struct{}
 	badKey   atomic.Bool // the key was refused once: said once
 }
 
@@ -45,11 +50,17 @@ func (n *Nudger) Flush(d time.Duration) {
 		return
 	}
 	n.flush()
-	done := make(chan struct{})
-	go func() { n.inflight.Wait(); close(done) }()
+	n.mu.Lock()
+	done := n.drained
+	n.mu.Unlock()
+	if done == nil {
+		return
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
 	select {
 	case <-done:
-	case <-time.After(d):
+	case <-t.C:
 	}
 }
 
@@ -178,9 +189,24 @@ func (n *Nudger) flush() {
 		}
 		subs[id] = append(subs[id], sub)
 	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
 	for _, id := range order {
-		n.inflight.Add(1)
-		go func() { defer n.inflight.Done(); n.scan(id, subs[id]) }()
+		if n.inflight == 0 {
+			n.drained = make(chan struct{})
+		}
+		n.inflight++
+		go func() {
+			defer func() {
+				n.mu.Lock()
+				if n.inflight--; n.inflight == 0 {
+					close(n.drained)
+					n.drained = nil
+				}
+				n.mu.Unlock()
+			}()
+			n.scan(id, subs[id])
+		}()
 	}
 }
 

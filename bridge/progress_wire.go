@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"regexp"
 	"strconv"
 	"time"
 
@@ -28,7 +27,7 @@ const (
 	MaxProgressData = 48 << 10
 )
 
-var progressName = regexp.MustCompile(`^([0-9a-f]{32})\.progress-([1-9][0-9]{0,5})$`)
+var progressName = lazyRegexp(`^([0-9a-f]{32})\.progress-([1-9][0-9]{0,5})$`)
 
 // ProgressPath names chunk seq of request id.
 func ProgressPath(host, agent, id string, seq int) string {
@@ -37,7 +36,7 @@ func ProgressPath(host, agent, id string, seq int) string {
 
 // ParseProgressName splits a chunk's file name.
 func ParseProgressName(name string) (id string, seq int, ok bool) {
-	m := progressName.FindStringSubmatch(name)
+	m := progressName().FindStringSubmatch(name)
 	if m == nil {
 		return "", 0, false
 	}

@@ -10,8 +10,8 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
-	"regexp"
 	"strings"
+	"sync"
 
 	"golang.org/x/crypto/curve25519"
 )
@@ -44,9 +44,20 @@ func Kid(alg string, pub []byte) string {
 // Identity is a party's private keys: an Ed25519 signing key and an X25519
 // encryption key. They are independent key pairs bound by the signed bundle.
 type Identity struct {
-	sign   ed25519.PrivateKey
-	box    [32]byte
-	boxPub [32]byte
+	// seed is the Ed25519 seed; the signing key is derived from it when
+	// first needed (signKey): deriving it costs a process the base point's
+	// tables, and a command that only reads and verifies never signs.
+	seed     [32]byte
+	signOnce sync.Once
+	sign     ed25519.PrivateKey
+	box      [32]byte
+	boxPub   [32]byte
+}
+
+// signKey is the Ed25519 private key, derived from the seed once.
+func (id *Identity) signKey() ed25519.PrivateKey {
+	id.signOnce.Do(func() { id.sign = ed25519.NewKeyFromSeed(id.seed[:]) })
+	return id.sign
 }
 
 // GenerateIdentity makes a new identity from rand (crypto/rand when nil).
@@ -62,7 +73,11 @@ func GenerateIdentity(rand io.Reader) (*Identity, error) {
 }
 
 func identityFromSeed(signSeed, boxPriv []byte) (*Identity, error) {
-	id := &Identity{sign: ed25519.NewKeyFromSeed(signSeed)}
+	if len(signSeed) != ed25519.SeedSize {
+		return nil, fmt.Errorf("derive signing key: %w: seed of %d bytes", ErrMalformed, len(signSeed))
+	}
+	id := &Identity{}
+	copy(id.seed[:], signSeed)
 	copy(id.box[:], boxPriv)
 	pub, err := curve25519.X25519(id.box[:], curve25519.Basepoint)
 	if err != nil {
@@ -76,7 +91,7 @@ func identityFromSeed(signSeed, boxPriv []byte) (*Identity, error) {
 // "bridge-secret-v1:" and the unpadded base64url of the 32-byte Ed25519 seed
 // followed by the 32-byte X25519 private key. Store it with mode 0600.
 func (id *Identity) MarshalText() ([]byte, error) {
-	raw := append(append([]byte{}, id.sign.Seed()...), id.box[:]...)
+	raw := append(append([]byte{}, id.seed[:]...), id.box[:]...)
 	return []byte(secretPrefix + base64.RawURLEncoding.EncodeToString(raw) + "\n"), nil
 }
 
@@ -100,7 +115,7 @@ func ParseIdentity(text []byte) (*Identity, error) {
 
 // SignPublic is the Ed25519 public key.
 func (id *Identity) SignPublic() []byte {
-	return append([]byte{}, id.sign.Public().(ed25519.PublicKey)...)
+	return append([]byte{}, id.signKey().Public().(ed25519.PublicKey)...)
 }
 
 // BoxPublic is the X25519 public key.
@@ -151,12 +166,12 @@ type Bundle struct {
 }
 
 var (
-	namePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,63}$`)
-	kidPattern  = regexp.MustCompile(`^[0-9a-f]{32}$`)
+	namePattern = lazyRegexp(`^[a-z0-9][a-z0-9._-]{0,63}$`)
+	kidPattern  = lazyRegexp(`^[0-9a-f]{32}$`)
 )
 
 // ValidKid reports whether s has the form of a key id.
-func ValidKid(s string) bool { return kidPattern.MatchString(s) }
+func ValidKid(s string) bool { return kidPattern().MatchString(s) }
 
 func (b *Bundle) check() error {
 	switch {
@@ -164,9 +179,9 @@ func (b *Bundle) check() error {
 		return fmt.Errorf("bundle: %w: v=%d", ErrUnknownVersion, b.V)
 	case b.Role != "host" && b.Role != "agent":
 		return fmt.Errorf("bundle: %w: role %q", ErrMalformed, b.Role)
-	case !namePattern.MatchString(b.Name):
+	case !namePattern().MatchString(b.Name):
 		return fmt.Errorf("bundle: %w: name %q", ErrMalformed, b.Name)
-	case !kidPattern.MatchString(b.ID):
+	case !kidPattern().MatchString(b.ID):
 		return fmt.Errorf("bundle: %w: id %q", ErrMalformed, b.ID)
 	}
 	if err := CheckSignKey(b.SignPub); err != nil {

@@ -239,15 +239,17 @@ func (c *Client) Submit(o SubmitOptions) (*Sent, error) {
 	}
 	s := &Sent{V: 1, ID: id, Host: hb.ID, HostName: peer.Name, Op: o.Op, Args: o.Args, Key: o.Key,
 		ManifestSHA256: bridge.SHA256Hex(manifest), Created: req.Created, Expires: req.Expires}
-	// Remember before publishing the manifest: a result can only be verified
-	// against a request the agent knows it sent, and a keyed retry re-sends
-	// these very bytes.
-	if err := c.Remember(s, manifest); err != nil {
-		return nil, err
-	}
 	if err := c.folder.Publish(bridge.RequestPath(hb.ID, c.home.Config.ID, id, bridge.ExtManifest), bridge.WriteBytes(manifest)); err != nil {
 		return nil, fmt.Errorf("submit %s: %w", id, err)
 	}
+	// Remembered once the request is on its way, not before: the record is
+	// a cache until an ack (Remember), and the host starts on the request
+	// while it is written. A result is verified against it (the manifest's
+	// hash), and a keyed retry re-sends these very bytes; a record that a
+	// crash lost, or that could not be written, is found again from the
+	// manifest, which stays in the folder until the result is acked. The
+	// request is sent either way: no error for it.
+	c.Remember(s, manifest)
 	return s, nil
 }
 
@@ -366,20 +368,61 @@ func (c *Client) redeliver(s *Sent) {
 }
 
 // sentRecord is requests/<id>.json: what Sent shows, plus the manifest's
-// bytes for a re-delivery. One file, so a submit makes one private write
-// (homes from before kept the manifest in requests/<id>.manifest).
+// bytes for a re-delivery and, once the result is acked, the kept result's
+// manifest (its output is requests/<id>.output). One file, so a submit
+// makes one private write and an ack one more. Homes from before kept the
+// manifest in requests/<id>.manifest and the result in requests/<id>.result;
+// both are still read.
 type sentRecord struct {
 	Sent
 	Manifest []byte `json:"manifest,omitempty"`
+	Result   []byte `json:"result,omitempty"`
 }
 
+// Remember records a request this agent sent, in its home. The record is
+// a cache until a result is acked (SPEC §10): written without an fsync, so
+// a submit waits on none for it. A record a crash lost or cut short is found
+// again from the agent's own signed manifest in the folder (recoverSent),
+// and a submit that crashed before its manifest was published sent nothing
+// (a keyed retry replaces its payload).
 func (c *Client) Remember(s *Sent, manifest []byte) error {
+	return c.writeRecord(sentRecord{Sent: *s, Manifest: manifest}, false)
+}
+
+// writeRecord writes requests/<id>.json by temp and rename; durable: with
+// the file's fsync (the directory's is the caller's).
+func (c *Client) writeRecord(rec sentRecord, durable bool) error {
+	data, _ := json.MarshalIndent(rec, "", "  ")
+	return c.writePrivate(rec.ID+".json", durable, func(w io.Writer) error {
+		_, err := w.Write(append(data, '\n'))
+		return err
+	})
+}
+
+// writePrivate replaces requests/<name> by a temp file and a rename, with
+// the file's fsync before the rename when durable. The directory's fsync is
+// left to the caller, so several files share one.
+func (c *Client) writePrivate(name string, durable bool, write func(io.Writer) error) error {
 	dir := c.home.Path("requests")
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
-	data, _ := json.MarshalIndent(sentRecord{Sent: *s, Manifest: manifest}, "", "  ")
-	return syncsafe.WriteFileAtomic(filepath.Join(dir, s.ID+".json"), append(data, '\n'))
+	tmp, err := os.CreateTemp(dir, ".tmp-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name()) // gone after the rename
+	err = write(tmp)
+	if err == nil && durable {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), filepath.Join(dir, name))
 }
 
 // sentManifest returns the manifest bytes this agent sent as id, or nil.
@@ -400,7 +443,7 @@ func (c *Client) Sent(id string) (*Sent, error) {
 		return nil, fmt.Errorf("%q is not a request id", id)
 	}
 	rec, err := c.readSent(id)
-	if _, serr := os.Stat(c.home.Path("requests", id+".json")); err != nil && errors.Is(serr, fs.ErrNotExist) {
+	if errors.Is(err, errNoRecord) || errors.Is(err, errTornRecord) {
 		if s := c.recoverSent(id); s != nil {
 			return s, nil
 		}
@@ -410,6 +453,14 @@ func (c *Client) Sent(id string) (*Sent, error) {
 	}
 	return &rec.Sent, nil
 }
+
+// errNoRecord: the home has no record of the request; errTornRecord: its
+// record does not parse (cut short by a crash: it is written without an
+// fsync until an ack). Either way the folder may tell (recoverSent).
+var (
+	errNoRecord   = errors.New("not sent from this home")
+	errTornRecord = errors.New("record cut short")
+)
 
 // recoverSent finds a request this agent sent without its private record
 // (a home rebuilt from the agent secret, or one that lost requests/): the
@@ -464,13 +515,16 @@ func (c *Client) recoverSent(id string) *Sent {
 func (c *Client) readSent(id string) (*sentRecord, error) {
 	data, err := os.ReadFile(c.home.Path("requests", id+".json"))
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, bridge.WithHint(fmt.Errorf("request %s: not sent from this home", id), "`bridge ls` lists the requests this agent sent")
+		return nil, bridge.WithHint(fmt.Errorf("request %s: %w", id, errNoRecord), "`bridge ls` lists the requests this agent sent")
 	} else if err != nil {
 		return nil, err
 	}
 	var rec sentRecord
-	if err := json.Unmarshal(data, &rec); err != nil {
-		return nil, fmt.Errorf("read request %s: %w", id, err)
+	if err := json.Unmarshal(data, &rec); err != nil || rec.ID != id {
+		if err == nil {
+			err = fmt.Errorf("it names request %s", rec.ID)
+		}
+		return nil, fmt.Errorf("read request %s: %w: %v", id, errTornRecord, err)
 	}
 	return &rec, nil
 }

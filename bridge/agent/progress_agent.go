@@ -2,8 +2,6 @@ package agent
 
 import (
 	"errors"
-	"io/fs"
-	"sort"
 
 	"github.com/syncbridge/bridge/bridge"
 
@@ -22,24 +20,11 @@ func (c *Client) Progress(id string, from int, prev string) ([]bridge.Chunk, err
 	if err != nil {
 		return nil, err
 	}
-	entries, err := c.folder.List(bridge.ToAgentDir(s.Host, c.home.Config.ID))
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	} else if err != nil {
-		return nil, err
-	}
-	var seqs []int
-	for _, e := range entries {
-		if cid, seq, ok := bridge.ParseProgressName(e.Name); ok && cid == id && seq >= from {
-			seqs = append(seqs, seq)
-		}
-	}
-	sort.Ints(seqs)
+	// Chunk by chunk, each by its name, from the first not yet seen until
+	// one is missing (the next has not arrived yet): the result directory
+	// is never listed, so a folder of many results costs nothing here.
 	var out []bridge.Chunk
-	for i, seq := range seqs {
-		if seq != from+i {
-			break // a gap: the next one has not arrived yet
-		}
+	for seq := from; ; seq++ {
 		data, err := c.folder.ReadFile(bridge.ProgressPath(s.Host, c.home.Config.ID, id, seq), bcrypto.KindProgress.MaxSize())
 		if err != nil {
 			break

@@ -236,7 +236,7 @@ func (c *Client) spoolFile() (*os.File, error) {
 
 // keptResult reads the copy of an acked result from the home.
 func (c *Client) keptResult(s *Sent, check bridge.ResultCheck, own []bridge.OwnKey) (*Outcome, error) {
-	data, err := os.ReadFile(c.home.Path("requests", s.ID+"."+bridge.ExtResult))
+	data, err := c.keptManifest(s.ID)
 	if err != nil {
 		return nil, err
 	}
@@ -372,50 +372,26 @@ func (c *Client) Status(id string) (*State, error) {
 }
 
 // Wait blocks until the request's result is complete and verified, or ctx
-// ends. It watches the result directory and, because events are only hints,
-// also polls with a backoff. tick, if set, is called on every look: on the
-// request's result, its progress chunks and the host's liveness stamp too,
-// so a caller streaming the output sees each chunk as it lands. While no
-// result is there, a fresh stamp saying the host accepts none of this
-// agent's keys and no longer reads its requests (removed, or never paired)
-// ends the wait with a *NotAcceptedError: no answer will ever come. A host
-// that still trusts the agent answers a request signed by a refused key
-// itself (rejected, revoked), and the wait returns that answer.
+// ends. It looks at the request's own files by name, never lists the result
+// directory, so its cost does not grow with the results there: it looks
+// once, arms an event-only watch on the directory (watchDir), looks again,
+// then sleeps on events, with a backoff poll because events are only
+// hints. tick, if set, is called on every look: on the request's result,
+// its progress chunks and the host's liveness stamp too, so a caller
+// streaming the output sees each chunk as it lands. While no result is
+// there, a fresh stamp saying the host accepts none of this agent's keys and
+// no longer reads its requests (removed, or never paired) ends the wait with
+// a *NotAcceptedError: no answer will ever come. A host that still trusts
+// the agent answers a request signed by a refused key itself (rejected,
+// revoked), and the wait returns that answer.
 func (c *Client) Wait(ctx context.Context, id string, tick func(elapsed time.Duration)) (*Outcome, error) {
 	s, err := c.Sent(id)
 	if err != nil {
 		return nil, err
 	}
 	start := time.Now()
-	dir := filepath.Join(c.home.Config.Folder, bridge.ToAgentDir(s.Host, c.home.Config.ID))
 	var events <-chan struct{}
-	// Results are files of this directory: a directory there costs no
-	// watch.
-	wopt := syncsafe.WatchOptions{Rescan: time.Hour, Debounce: -1, EventsFirst: true,
-		Skip: func(_ string, isDir bool) bool { return isDir }}
-	if w, err := syncsafe.NewWatcher(dir, wopt); err == nil {
-		defer w.Close()
-		ch := make(chan struct{}, 1)
-		events = ch
-		wctx, cancel := context.WithCancel(ctx)
-		defer cancel()
-		go func() {
-			for {
-				b, err := w.Next(wctx)
-				if err != nil {
-					return
-				}
-				for _, p := range b.Paths {
-					if wakes(p, id) {
-						select {
-						case ch <- struct{}{}:
-						default:
-						}
-					}
-				}
-			}
-		}()
-	}
+	armed := false
 	b := backoff.NewExponentialBackOff(backoff.WithInitialInterval(50*time.Millisecond),
 		backoff.WithMaxInterval(2*time.Second), backoff.WithMaxElapsedTime(0))
 	var refused error
@@ -434,6 +410,17 @@ func (c *Client) Wait(ctx context.Context, id string, tick func(elapsed time.Dur
 			// writer's junk: keep waiting for the real one, and say so if
 			// the wait ends.
 			refused = err
+		}
+		if !armed {
+			// Armed after the first look, then looked again at once: a
+			// result that landed in between is not left to the poll.
+			armed = true
+			dir := filepath.Join(c.home.Config.Folder, filepath.FromSlash(bridge.ToAgentDir(s.Host, c.home.Config.ID)))
+			if pokes, stop, werr := watchDir(dir, func(name string) bool { return wakes(name, id) }); werr == nil {
+				defer stop()
+				events = pokes
+				continue
+			}
 		}
 		if lv, lerr := c.hostLiveness(s.Host); lerr == nil && lv.Verdict == LivenessNotAccepted && !lv.Trusted {
 			return nil, &NotAcceptedError{Liveness: lv}
@@ -475,14 +462,34 @@ func wakes(name, id string) bool {
 // human may then run the request again on the host, from those files.
 func (c *Client) Ack(out *Outcome) error {
 	s := out.Sent
-	// Keep the verified result: the host may collect its copy after the ack.
-	if err := syncsafe.WriteFileAtomicFrom(c.home.Path("requests", s.ID+"."+bridge.ExtOutput), func(w io.Writer) error {
+	// Keep the verified result, durably before the ack: the host may
+	// collect its copy after it. The output is requests/<id>.output, the
+	// result's manifest goes into the request's record (no longer a cache
+	// from here: it holds the answer), and one fsync of the directory
+	// covers both names.
+	if err := c.writePrivate(s.ID+"."+bridge.ExtOutput, true, func(w io.Writer) error {
 		_, err := io.Copy(w, io.NewSectionReader(out.output, 0, out.size))
 		return err
 	}); err != nil {
 		return err
 	}
-	if err := syncsafe.WriteFileAtomic(c.home.Path("requests", s.ID+"."+bridge.ExtResult), out.Manifest); err != nil {
+	rec := sentRecord{Sent: *s}
+	if old, err := c.readSent(s.ID); err == nil {
+		rec.Sent = old.Sent // not what a keyed retry filled in for this call only
+		rec.Manifest = old.Manifest
+	} else {
+		rec.Manifest = c.sentManifest(s.ID)
+	}
+	rec.Result = out.Manifest
+	if err := c.writeRecord(rec, true); err != nil {
+		return err
+	}
+	// A kept result of the old layout is of an earlier answer (an
+	// uncertain one, settled or run again since): the record's stands.
+	if err := os.Remove(c.home.Path("requests", s.ID+"."+bridge.ExtResult)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	if err := syncsafe.SyncDir(c.home.Path("requests")); err != nil {
 		return err
 	}
 	resSHA := bridge.SHA256Hex(out.Manifest)
@@ -490,8 +497,11 @@ func (c *Client) Ack(out *Outcome) error {
 	if err != nil {
 		return err
 	}
+	// Without the directory's fsync: an ack a crash lost costs only time
+	// (the host keeps its result until --retention, and the agent has its
+	// copy); the file's own fsync stays, so the host never reads a torn one.
 	ackPath := bridge.RequestPath(s.Host, c.home.Config.ID, s.ID, bridge.ExtAck)
-	err = c.folder.Publish(ackPath, bridge.WriteBytes(ack))
+	err = c.folder.Publish(ackPath, bridge.WriteBytes(ack), syncsafe.WithoutDirSync())
 	if errors.Is(err, syncsafe.ErrExists) {
 		// An ack of an earlier answer (an uncertain one, settled or run
 		// again since) names another result: this one replaces it, or the
@@ -500,7 +510,7 @@ func (c *Client) Ack(out *Outcome) error {
 		if a, oerr := bridge.OpenAck(old, s.ID, s.Host, c.home.Config.ID, [][]byte{c.home.Identity().SignPublic()}); rerr == nil && oerr == nil && a.ResultSHA256 == resSHA {
 			err = nil
 		} else {
-			err = c.folder.PublishReplace(ackPath, bridge.WriteBytes(ack))
+			err = c.folder.PublishReplace(ackPath, bridge.WriteBytes(ack), syncsafe.WithoutDirSync())
 		}
 	}
 	if err != nil {
@@ -601,10 +611,19 @@ func (c *Client) GC(dryRun bool) ([]string, error) {
 	return removed, nil
 }
 
+// keptManifest is the manifest of the result this agent acked for request
+// id: in its record, or in requests/<id>.result in a home from before.
+func (c *Client) keptManifest(id string) ([]byte, error) {
+	if rec, err := c.readSent(id); err == nil && rec.Result != nil {
+		return rec.Result, nil
+	}
+	return os.ReadFile(c.home.Path("requests", id+"."+bridge.ExtResult))
+}
+
 // keptStatus is the status of the result this agent keeps for request id
 // ("" if it keeps none). The copy was verified when it was kept.
 func (c *Client) keptStatus(id string) string {
-	data, err := os.ReadFile(c.home.Path("requests", id+"."+bridge.ExtResult))
+	data, err := c.keptManifest(id)
 	if err != nil {
 		return ""
 	}

@@ -33,9 +33,9 @@ const (
 )
 
 var (
-	nameRE    = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,63}$`)
-	argNameRE = regexp.MustCompile(`^[a-z][a-z0-9_]{0,31}$`)
-	envNameRE = regexp.MustCompile(`^[A-Z_][A-Z0-9_]*$`)
+	nameRE    = lazyRegexp(`^[a-z0-9][a-z0-9._-]{0,63}$`)
+	argNameRE = lazyRegexp(`^[a-z][a-z0-9_]{0,31}$`)
+	envNameRE = lazyRegexp(`^[A-Z_][A-Z0-9_]*$`)
 )
 
 // reservedVars are template variables the policy may use but an op may not
@@ -129,7 +129,7 @@ func (b *builder) build(d *fileDoc) *Policy {
 	for _, name := range sortedKeys(d.Ops) {
 		od := d.Ops[name]
 		at := []string{"ops", name}
-		if !nameRE.MatchString(name) {
+		if !nameRE().MatchString(name) {
 			b.errAt(at, "op names are lowercase: [a-z0-9][a-z0-9._-]{0,63}", "invalid op name %q", name)
 			continue
 		}
@@ -164,7 +164,7 @@ func (b *builder) build(d *fileDoc) *Policy {
 	for _, name := range sortedKeys(d.Agents) {
 		ad := d.Agents[name]
 		at := []string{"agents", name}
-		if !nameRE.MatchString(name) {
+		if !nameRE().MatchString(name) {
 			b.errAt(at, "agent names are lowercase: [a-z0-9][a-z0-9._-]{0,63}", "invalid agent name %q", name)
 			continue
 		}
@@ -214,7 +214,7 @@ func (b *builder) op(name string, d *opDoc, defTimeout time.Duration, defMaxOutp
 		ad := d.Args[an]
 		k := at("args", an)
 		switch {
-		case !argNameRE.MatchString(an):
+		case !argNameRE().MatchString(an):
 			b.errAt(k, "argument names are [a-z][a-z0-9_]{0,31}", "invalid argument name %q", an)
 			continue
 		case reservedVars[an]:
@@ -310,7 +310,7 @@ func (b *builder) op(name string, d *opDoc, defTimeout time.Duration, defMaxOutp
 		if ref.v == nil {
 			continue
 		}
-		if !nameRE.MatchString(*ref.v) {
+		if !nameRE().MatchString(*ref.v) {
 			b.errAt(at(ref.key), "the name of another op of this policy", "invalid op name %q", *ref.v)
 			continue
 		}

@@ -29,7 +29,7 @@ func (o *OpInfo) CheckArgs(args map[string]string) error {
 				reason = fmt.Sprintf("unknown argument; did you mean %q? this op takes: %s", c, strings.Join(names, ", "))
 			}
 		}
-		if !argNameRE.MatchString(n) {
+		if !argNameRE().MatchString(n) {
 			n = "(invalid name)"
 		}
 		return &ArgError{Op: o.Name, Arg: n, Reason: reason}

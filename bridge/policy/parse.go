@@ -9,7 +9,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"regexp"
 	"runtime"
 	"slices"
 	"sort"
@@ -383,7 +382,7 @@ func decodeErrors(file string, err error) error {
 		line, col := de.Position()
 		key := []string(de.Key())
 		msg := strings.TrimPrefix(de.Error(), "toml: ")
-		if m := typeErrRE.FindStringSubmatch(msg); m != nil {
+		if m := typeErrRE().FindStringSubmatch(msg); m != nil {
 			return &PolicyError{File: file, Line: line, Key: formatKey(key),
 				Msg:  fmt.Sprintf("wrong type: got %s, want %s", tomlArticle(m[1]), goTypeName(m[2])),
 				Hint: typeHint(key)}
@@ -397,7 +396,7 @@ func decodeErrors(file string, err error) error {
 	return &PolicyError{File: file, Msg: err.Error()}
 }
 
-var typeErrRE = regexp.MustCompile(`^cannot decode TOML (.+?) into (?:.* of type )?(\S+)$`)
+var typeErrRE = lazyRegexp(`^cannot decode TOML (.+?) into (?:.* of type )?(\S+)$`)
 
 func tomlArticle(kind string) string {
 	if kind != "" && strings.ContainsRune("aeiou", rune(kind[0])) {
@@ -529,14 +528,14 @@ func editDistance(a, b string) int {
 	return prev[len(b)]
 }
 
-var bareKeyRE = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
+var bareKeyRE = lazyRegexp(`^[A-Za-z0-9_-]+$`)
 
 // formatKey renders a key path the way it would be written in TOML, quoting
 // parts that are not bare keys (op names may contain dots).
 func formatKey(parts []string) string {
 	out := make([]string, len(parts))
 	for i, p := range parts {
-		if bareKeyRE.MatchString(p) {
+		if bareKeyRE().MatchString(p) {
 			out[i] = p
 		} else {
 			out[i] = strconv.Quote(p)

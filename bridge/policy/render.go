@@ -6,7 +6,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"regexp"
 	"runtime"
 	"sort"
 	"strconv"
@@ -108,7 +107,7 @@ func (p *Policy) Render(agent, opName string, args map[string]string, ctx Render
 			if len(o.args) > 0 {
 				reason = "this op takes: " + strings.Join(sortedKeys(o.args), ", ")
 			}
-			if !argNameRE.MatchString(n) {
+			if !argNameRE().MatchString(n) {
 				n = "(invalid name)" // hostile input: do not echo it
 			}
 			return nil, &ArgError{Op: opName, Arg: n, Reason: "unknown argument; " + reason}
@@ -271,7 +270,7 @@ type argReason string
 
 func (r argReason) Error() string { return string(r) }
 
-var canonicalIntRE = regexp.MustCompile(`^-?(0|[1-9][0-9]*)$`)
+var canonicalIntRE = lazyRegexp(`^-?(0|[1-9][0-9]*)$`)
 
 // checkStatic validates v without touching the filesystem and returns its
 // canonical form ("" reason means valid). Paths are only checked lexically.
@@ -292,7 +291,7 @@ func (a *arg) checkStatic(v string) (string, string) {
 		}
 		return v, ""
 	case typeInt:
-		if !canonicalIntRE.MatchString(v) || v == "-0" {
+		if !canonicalIntRE().MatchString(v) || v == "-0" {
 			return "", "not a canonical decimal integer (no sign +, leading zeros, spaces or exponent)"
 		}
 		n, err := strconv.ParseInt(v, 10, 64)

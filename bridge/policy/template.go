@@ -40,7 +40,7 @@ func parseTemplate(s string) (tmpl, string) {
 				return nil, "unclosed {"
 			}
 			name := s[i+1 : i+1+end]
-			if !argNameRE.MatchString(name) {
+			if !argNameRE().MatchString(name) {
 				return nil, "bad reference {" + name + "}"
 			}
 			flush()

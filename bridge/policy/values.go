@@ -287,7 +287,7 @@ var dangerousEnv = map[string]bool{
 
 func (b *builder) envName(at []string, n string) bool {
 	switch {
-	case !envNameRE.MatchString(n) || len(n) > 128:
+	case !envNameRE().MatchString(n) || len(n) > 128:
 		b.errAt(at, "names are [A-Z_][A-Z0-9_]*", "invalid variable name %q", n)
 	case strings.HasPrefix(n, "LD_") || strings.HasPrefix(n, "DYLD_") || strings.HasPrefix(n, "BASH_FUNC_") || dangerousEnv[n]:
 		b.errAt(at, "it lets a value run code before the program starts; set it inside a wrapper script if the tool truly needs it", "%s is not allowed", n)

@@ -72,6 +72,10 @@ type Globals struct {
 	// file decide.
 	syncthing *SyncthingFlags
 	nudger    *bridge.Nudger // the home's, flushed at exit
+	// pipeNote, if set, says the warning of a piped standard input that
+	// was not sent, once its look is done: before the op's output is
+	// printed (waitAndPrint), else when the command ends.
+	pipeNote func()
 }
 
 // CLI is the whole command line (design.md §7).
@@ -123,17 +127,13 @@ func main() {
 // realMain parses args, runs the command and maps its error to an exit code.
 // main_test.go runs it as the `bridge` command of the testscript scripts.
 func realMain(args []string, stdin io.Reader, stdout, stderr io.Writer) (code int) {
+	if kctx, g := fastParse(args, stdin, stdout, stderr); kctx != nil {
+		return runParsed(kctx, g, stdout, stderr)
+	}
 	cli := CLI{}
 	cli.stdout, cli.stderr, cli.stdin = stdout, stderr, stdin
 	exited := false
-	parser, err := kong.New(&cli,
-		kong.Name("bridge"),
-		kong.Description(description),
-		kong.Vars{"version": "bridge " + version()},
-		kong.Writers(stdout, stderr),
-		kong.Exit(func(c int) { exited = true; code = c; panic(kongExit{}) }),
-		kong.ConfigureHelp(kong.HelpOptions{Compact: true}),
-	)
+	parser, err := kong.New(&cli, parserOptions(stdout, stderr, func(c int) { exited = true; code = c; panic(kongExit{}) })...)
 	if err != nil {
 		fmt.Fprintf(stderr, "bridge: internal error: %v\n", err)
 		return exitError
@@ -157,22 +157,43 @@ func realMain(args []string, stdin io.Reader, stdout, stderr io.Writer) (code in
 		}
 		return report(stderr, &codeError{code: exitUsage, err: withHintf(err, "run `%s --help`", helpPath(err))}, asJSON, stdout)
 	}
-	if cli.Home == "" && !noHome(kctx.Command()) {
+	return runParsed(kctx, &cli.Globals, stdout, stderr)
+}
+
+// parserOptions are the kong options of the whole CLI and of the fast
+// path's (fastParse).
+func parserOptions(stdout, stderr io.Writer, exit func(int)) []kong.Option {
+	return []kong.Option{
+		kong.Name("bridge"),
+		kong.Description(description),
+		kong.Vars{"version": "bridge " + version()},
+		kong.Writers(stdout, stderr),
+		kong.Exit(exit),
+		kong.ConfigureHelp(kong.HelpOptions{Compact: true}),
+	}
+}
+
+// runParsed runs the command a parse selected, with its globals g.
+func runParsed(kctx *kong.Context, g *Globals, stdout, stderr io.Writer) int {
+	if g.Home == "" && !noHome(kctx.Command()) {
 		dir, err := os.UserConfigDir()
 		if err != nil {
 			fmt.Fprintf(stderr, "bridge: error: no --home given and no user config dir: %v\n", err)
 			return exitError
 		}
-		cli.Home = filepath.Join(dir, defaultHomeDir)
+		g.Home = filepath.Join(dir, defaultHomeDir)
 	}
-	err = kctx.Run(&cli.Globals)
+	err := kctx.Run(g)
+	if g.pipeNote != nil {
+		g.pipeNote()
+	}
 	// The nudges of the command's last writes (an ack, a submit) go out
 	// before the process does.
-	cli.nudger.Flush(2 * time.Second)
+	g.nudger.Flush(2 * time.Second)
 	if err == nil {
 		return exitOK
 	}
-	return report(stderr, err, cli.JSON, stdout)
+	return report(stderr, err, g.JSON, stdout)
 }
 
 // description opens `bridge --help` with what an agent needs first.

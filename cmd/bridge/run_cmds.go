@@ -33,15 +33,18 @@ type RunCmd struct {
 
 func (c *RunCmd) Run(g *Globals) error {
 	// A host whose fresh stamp refuses this agent's key would never run
-	// it: say so now rather than after --timeout.
-	if cl, err := openClient(g); err == nil {
-		lv, lerr := cl.HostLiveness(c.Host)
-		cl.Close()
-		if lerr == nil && lv.Verdict == agent.LivenessNotAccepted {
+	// it: say so now rather than after --timeout. One read of one file,
+	// with the client the request is then sent with (the home is opened
+	// once); a home that does not open is submit's to report.
+	g.syncthing = &c.SyncthingFlags
+	pre, err := openClient(g)
+	if err == nil {
+		if lv, lerr := pre.HostLiveness(c.Host); lerr == nil && lv.Verdict == agent.LivenessNotAccepted {
+			pre.Close()
 			return notAccepted("", lv)
 		}
 	}
-	cl, s, err := submit(g, c.Op, c.Args, c.Key, c.Host, c.Stdin, c.NoCheck, c.TTL, c.SyncthingFlags)
+	cl, s, err := submitWith(g, pre, c.Op, c.Args, c.Key, c.Host, c.Stdin, c.NoCheck, c.TTL, c.SyncthingFlags)
 	if err != nil {
 		return err
 	}
@@ -191,21 +194,32 @@ func openClient(g *Globals) (*agent.Client, error) {
 }
 
 func submit(g *Globals, op string, args []string, key, hostName, stdin string, noCheck bool, ttl time.Duration, st SyncthingFlags) (*agent.Client, *agent.Sent, error) {
+	return submitWith(g, nil, op, args, key, hostName, stdin, noCheck, ttl, st)
+}
+
+// submitWith is submit with the client cl, if not nil, opened already with
+// the same nudge flags (it is closed on failure, as submit's own is).
+func submitWith(g *Globals, cl *agent.Client, op string, args []string, key, hostName, stdin string, noCheck bool, ttl time.Duration, st SyncthingFlags) (*agent.Client, *agent.Sent, error) {
 	g.syncthing = &st
 	m, err := parseArgs(args)
-	if err != nil {
+	if err == nil && (ttl <= 0 || ttl > bridge.MaxValidity) {
+		err = &codeError{code: exitUsage, err: withHintf(fmt.Errorf("--ttl %s: a request is valid for more than 0 and at most %s", ttl, bridge.MaxValidity),
+			"the host refuses a longer one; pass --ttl 24h (the default) or up to %s", bridge.MaxValidity)}
+	} else if err != nil {
 		if e := g.bareWordError(hostName, op, args); e != nil {
-			return nil, nil, e
+			err = e
+		}
+	}
+	if err != nil {
+		if cl != nil {
+			cl.Close()
 		}
 		return nil, nil, err
 	}
-	if ttl <= 0 || ttl > bridge.MaxValidity {
-		return nil, nil, &codeError{code: exitUsage, err: withHintf(fmt.Errorf("--ttl %s: a request is valid for more than 0 and at most %s", ttl, bridge.MaxValidity),
-			"the host refuses a longer one; pass --ttl 24h (the default) or up to %s", bridge.MaxValidity)}
-	}
-	cl, err := openClient(g)
-	if err != nil {
-		return nil, nil, err
+	if cl == nil {
+		if cl, err = openClient(g); err != nil {
+			return nil, nil, err
+		}
 	}
 	in, done, err := g.callInput(cl, hostName, op, m, stdin, noCheck)
 	if err != nil {
@@ -250,6 +264,9 @@ func waitAndPrint(g *Globals, cl *agent.Client, id string, timeout time.Duration
 	}
 	out, err := cl.Wait(ctx, id, tick)
 	prog.done()
+	if g.pipeNote != nil {
+		g.pipeNote()
+	}
 	if errors.Is(err, context.DeadlineExceeded) {
 		if prog.awaiting {
 			return &codeError{code: exitWaitTime, id: id, err: withHintf(fmt.Errorf("no result for %s after %s: it waits for a human's approval on the host", id, timeout),
@@ -284,16 +301,26 @@ func waitAndPrint(g *Globals, cl *agent.Client, id string, timeout time.Duration
 	if err != nil {
 		return err
 	}
-	if ack {
+	// Printed first, acked after: the ack (the home's copies of the result,
+	// then <id>.ack) is not on the path the user waits on. A process killed
+	// between the two leaves the result in the folder unacked, where
+	// `bridge result ID --ack` or a later `run --key` finds it.
+	var perr error
+	if st != nil && !g.JSON {
+		so, se := st.skip(out)
+		perr = printOutcomeTo(g, out, &skipWriter{w: g.stdout, skip: so}, &skipWriter{w: g.stderr, skip: se})
+	} else {
+		perr = printOutcome(g, out)
+	}
+	var ce *codeError
+	if ack && (perr == nil || errors.As(perr, &ce)) {
+		// Not when the output could not be written: unacked, it can be
+		// printed again (`bridge result ID`).
 		if err := cl.Ack(out); err != nil {
 			g.note("warning: could not ack %s: %v", id, err)
 		}
 	}
-	if st != nil && !g.JSON {
-		so, se := st.skip(out)
-		return printOutcomeTo(g, out, &skipWriter{w: g.stdout, skip: so}, &skipWriter{w: g.stderr, skip: se})
-	}
-	return printOutcome(g, out)
+	return perr
 }
 
 // notAccepted is the error of a command that stops because the host's

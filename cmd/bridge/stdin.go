@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/syncbridge/bridge/bridge"
@@ -113,6 +114,33 @@ func hasBytes(f *os.File, kind stdinKind, left int64) bool {
 	return false
 }
 
+// watchPipe looks for bytes in pipe f for up to pipeWait, beside the
+// command, and returns what says the warning if there were some: it waits
+// no longer than that look already did; a look still going on is finished
+// by a look that does not wait.
+func watchPipe(f *os.File, warn func()) func() {
+	seen := make(chan bool, 1)
+	fd := f.Fd()
+	go func() {
+		_, data := pollReady(fd, pipeWait)
+		seen <- data
+	}()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			var data bool
+			select {
+			case data = <-seen:
+			default:
+				_, data = pollReady(fd, 0)
+			}
+			if data {
+				warn()
+			}
+		})
+	}
+}
+
 // implicitStdin is the op's input when --stdin was not given, by the rule
 // above; mode "" is not known (no catalog).
 func (g *Globals) implicitStdin(op, mode string) (io.Reader, bridge.CallInput) {
@@ -121,12 +149,19 @@ func (g *Globals) implicitStdin(op, mode string) (io.Reader, bridge.CallInput) {
 		return nil, bridge.CallInput{}
 	}
 	if mode != bridge.StdinRequired {
-		if hasBytes(f, kind, left) {
-			what := "a file"
-			if kind == stdinPipe {
-				what = "a pipe"
-			}
+		warn := func(what string) {
 			g.note("warning: standard input (%s) was not sent: op %s's input is optional and bridge sends it only when told; to send it: --stdin=- (or --stdin=FILE)", what, op)
+		}
+		if kind == stdinPipe {
+			// Only a warning hangs on it, nothing sent: the look at the
+			// pipe goes on beside the request rather than before it (a
+			// harness's pipe that stays open and empty cost every call
+			// pipeWait), and is said when the command ends (pipeNote).
+			g.pipeNote = watchPipe(f, func() { warn("a pipe") })
+			return nil, bridge.CallInput{}
+		}
+		if hasBytes(f, kind, left) {
+			warn("a file")
 		}
 		return nil, bridge.CallInput{}
 	}

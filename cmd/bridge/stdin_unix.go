@@ -13,7 +13,14 @@ import (
 // is there, or the writer has closed it), and whether bytes are there to
 // read, without reading them.
 func pipeReady(f *os.File, wait time.Duration) (ready, data bool) {
-	fds := []unix.PollFd{{Fd: int32(f.Fd()), Events: unix.POLLIN}}
+	return pollReady(f.Fd(), wait)
+}
+
+// pollReady is pipeReady on the descriptor fd, for a look that goes on
+// beside the command (watchPipe): it holds no *os.File another goroutine
+// might close.
+func pollReady(fd uintptr, wait time.Duration) (ready, data bool) {
+	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
 	deadline := time.Now().Add(wait)
 	for {
 		n, err := unix.Poll(fds, int(time.Until(deadline).Milliseconds()))
