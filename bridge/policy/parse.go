@@ -298,7 +298,7 @@ func joinByLine(errs []error) error {
 }
 
 func isTypeError(de *toml.DecodeError) bool {
-	return typeErrRE.MatchString(strings.TrimPrefix(de.Error(), "toml: "))
+	return typeErrRE().MatchString(strings.TrimPrefix(de.Error(), "toml: "))
 }
 
 // blankKey returns data with the key-value expression that holds key turned
