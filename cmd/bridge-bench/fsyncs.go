@@ -72,6 +72,7 @@ func readTrace(file string) ([]traceEvent, error) {
 			continue
 		}
 		arg0, _, _ := strings.Cut(args, ",")
+		arg0, _, _ = strings.Cut(arg0, " ") // "5 <unfinished ...>"
 		evs = append(evs, traceEvent{ts: ts, call: name, arg0: strings.TrimRight(arg0, ")")})
 	}
 	return evs, sc.Err()

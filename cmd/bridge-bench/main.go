@@ -4,13 +4,15 @@
 // with the physical floor and a polling baseline, and prints one Markdown
 // table (docs/BENCHMARKS.md explains every row):
 //
-//	go run ./cmd/bridge-bench            # the full run, a few minutes on 2 cores
-//	go run ./cmd/bridge-bench -quick     # seconds; what CI runs
+//	go run ./cmd/bridge-bench            # the full run, about 20 minutes on 2 cores
+//	go run ./cmd/bridge-bench -quick     # under a minute; what CI runs
 //
-// Everything runs on a local folder (host and agent homes sharing one
-// directory, the daemon in this process), as `bridge demo` does, except the
-// rows through two real Syncthings, which run the integration harness with
-// `go test` (syncthing.go).
+// The rows of what users do (users.go) run the `bridge` binary, built from
+// this source tree: a `bridge serve` process, `bridge run`, `submit` and
+// `wait` as processes, and the library in this process; the baseline
+// (baseline.go) runs as a process of its own. The older local rows run the
+// daemon in this process, as `bridge demo` does. The rows through two real
+// Syncthings run the integration harness with `go test` (syncthing.go).
 package main
 
 import (
@@ -290,6 +292,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 	}
 	tTarget := map[string]string{bridge.PingOp: "≥ 1,000/s", noopOp: "≥ 500/s"}
 	for _, op := range []string{bridge.PingOp, noopOp} {
+		if c.skip["tput"] {
+			break
+		}
 		t, b := tp[op], ur.blBurst
 		r.add(fmt.Sprintf("throughput %s, %d in flight (n=%d), daemon in-process", names[op], c.inflight, t.n),
 			fmt.Sprintf("%.0f req/s, %s CPU/req", t.perSec, ms(t.cpuPerR)),

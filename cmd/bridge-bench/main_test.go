@@ -107,6 +107,9 @@ func TestReadTrace(t *testing.T) {
 	if n := countSyncs(evs, 1796178204.25, 2e9); n != 1 {
 		t.Errorf("%d syncs after the first, want 1", n)
 	}
+	if evs[1].call != "fdatasync" || evs[1].arg0 != "7" {
+		t.Errorf("an unfinished call parsed as %+v", evs[1])
+	}
 	if evs[2].call != "write" || evs[2].arg0 != "1" || evs[2].ts != 1796178204.4 {
 		t.Errorf("write to stdout parsed as %+v", evs[2])
 	}

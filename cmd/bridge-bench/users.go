@@ -445,8 +445,10 @@ func usersSections(c config, base string, progress func(string, ...any)) (*users
 		return nil, err
 	}
 	if want("idle") {
-		progress("idle serve, %d finished requests: %s settle, %s window", u.unack, settle, c.idleWindow)
-		time.Sleep(settle)
+		// A longer settle: the restart's scan and first collection of the
+		// full folder are start-up work, not idling.
+		progress("idle serve, %d finished requests: %s settle, %s window", u.unack, 2*settle, c.idleWindow)
+		time.Sleep(2 * settle)
 		if res.idle10k, err = watchIdle(u.serve.pid, c.idleWindow); err != nil {
 			return nil, err
 		}
@@ -528,7 +530,7 @@ func (u *users) baselineSections(base string, res *usersResults) error {
 		if err != nil {
 			return err
 		}
-		time.Sleep(settle)
+		time.Sleep(2 * settle)
 		res.blIdle10k, err = watchIdle(b.pid, c.idleWindow)
 		return errors.Join(err, b.stop())
 	}
