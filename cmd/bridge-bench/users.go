@@ -431,7 +431,7 @@ func usersSections(c config, base string, progress func(string, ...any)) (*users
 	if n := c.unackedN - u.unack; n > 0 {
 		progress("filling the folder up to %d unacked results: %d more pings", c.unackedN, n)
 		start := time.Now()
-		if err := fill(u.l, n, 8); err != nil {
+		if err := fill(u.l, n, 8, progress); err != nil {
 			return nil, err
 		}
 		u.unack += n
