@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"runtime"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -26,8 +27,10 @@ import (
 // again, selected by an environment variable) so their RSS is theirs alone,
 // not the harness's.
 const (
-	childEnv    = "BRIDGE_BENCH_CHILD" // "scale" or "seal"
-	childArgEnv = "BRIDGE_BENCH_ARG"   // the host home, or the payload size
+	childEnv     = "BRIDGE_BENCH_CHILD" // "scale", "seal", "baseline-worker", "baseline-client", "libclient"
+	childArgEnv  = "BRIDGE_BENCH_ARG"   // the host home, the payload size, the baseline's root, the agent home
+	childPollEnv = "BRIDGE_BENCH_POLL"  // the baseline's poll interval; the library child's pause
+	childNEnv    = "BRIDGE_BENCH_N"     // the library child's round trips
 )
 
 // childMain runs a child measurement if this process is one, printing
@@ -39,6 +42,12 @@ func childMain() bool {
 		err = scaleChild(os.Getenv(childArgEnv))
 	case "seal":
 		err = sealChild(os.Getenv(childArgEnv))
+	case "baseline-worker":
+		err = baselineWorkerMain(os.Getenv(childArgEnv))
+	case "baseline-client":
+		err = baselineClientMain(os.Getenv(childArgEnv))
+	case "libclient":
+		err = libClientMain(os.Getenv(childArgEnv))
 	default:
 		return false
 	}
@@ -56,9 +65,17 @@ type child struct {
 	lines chan [2]string // its "key value" lines; closed when it ends
 }
 
-func startChild(kind, arg string) (*child, error) {
-	cmd := exec.Command("/proc/self/exe")
-	cmd.Env = append(os.Environ(), childEnv+"="+kind, childArgEnv+"="+arg)
+// startChild starts this binary as a child of the kind, with arg and any
+// more environment; prefix, when given, is a command line to run it under
+// (strace).
+func startChild(kind, arg string, env ...string) (*child, error) {
+	return startChildUnder(nil, kind, arg, env...)
+}
+
+func startChildUnder(prefix []string, kind, arg string, env ...string) (*child, error) {
+	argv := append(slices.Clone(prefix), selfExe())
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env = append(append(os.Environ(), childEnv+"="+kind, childArgEnv+"="+arg), env...)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -84,13 +101,14 @@ func startChild(kind, arg string) (*child, error) {
 	return c, nil
 }
 
-// rest collects the child's remaining lines and waits for it to end.
+// rest closes the child's standard input (a baseline worker ends then),
+// collects its remaining lines and waits for it to end.
 func (c *child) rest() (map[string]string, error) {
+	c.stdin.Close()
 	kv := map[string]string{}
 	for l := range c.lines {
 		kv[l[0]] = l[1]
 	}
-	c.stdin.Close()
 	if err := c.cmd.Wait(); err != nil {
 		return kv, fmt.Errorf("child: %w", err)
 	}

@@ -18,7 +18,7 @@ import (
 	"github.com/syncbridge/bridge/bridge/host"
 )
 
-// benchPolicy allows the exec'd no-op. Its concurrency is raised from the
+// benchPolicy allows the exec'd no-op and echo (users.go). Their concurrency is raised from the
 // default of one so the throughput run measures the pipeline, not a queue
 // of one.
 const benchPolicy = `
@@ -27,8 +27,13 @@ description = "exec true"
 argv        = ["true"]
 concurrency = 16
 
+[ops.echo]
+description = "echo ok"
+argv        = ["echo", "ok"]
+concurrency = 16
+
 [agents.bench]
-ops = ["noop"]
+ops = ["noop", "echo"]
 `
 
 const noopOp = "noop"

@@ -5,6 +5,7 @@ package main
 import (
 	"bytes"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -22,18 +23,28 @@ func TestMain(m *testing.M) {
 }
 
 // TestQuickRun runs the whole harness with tiny counts: every section must
-// complete and report its rows. The figures themselves are not checked.
+// complete and report its rows (the fsync rows too: "not measured" where
+// strace is missing). The figures themselves are not checked.
 func TestQuickRun(t *testing.T) {
 	var out, errb bytes.Buffer
 	args := []string{"-quick", "-n", "5", "-tput-n", "10", "-inflight", "4", "-scale-n", "40", "-payload-mib", "2",
-		"-poll", "50ms", "-floor-n", "5", "-dir", t.TempDir()}
+		"-poll", "50ms", "-client-poll", "50ms", "-pause", "50ms", "-idle-window", "300ms", "-floor-n", "5", "-dir", t.TempDir()}
 	if err := run(args, &out, &errb); err != nil {
 		t.Fatalf("run: %v\n%s", err, errb.String())
 	}
 	for _, row := range []string{
 		"| floor: fsync", "| floor: exec'd no-op round trip",
-		"| local ping round trip p50 (n=5) |", "| local exec'd no-op round trip p99 (n=5) |",
-		"| throughput ping, 4 in flight (n=10) |", "| throughput exec'd no-op",
+		"| baseline sporadic round trip, client polling every 10 ms (n=2) |",
+		"| baseline sporadic round trip, a client process per request polling every 50ms (n=2) |",
+		"| sporadic library round trip", "| sporadic `bridge run echo`",
+		"| back to back, library, `bridge serve` process, fresh folder (n=4) |", "| back to back, `bridge run`, fresh folder (n=4) |",
+		"| back to back, library, 60 unacked results in the folder (n=4) |", "| back to back, `bridge run`, 60 unacked results",
+		"| baseline burst: 8 into its queue at once", "| burst of 8 through the CLI", "| burst of 8 through the library",
+		"| burst of 8 through the CLI, 60 unacked results", "| burst of 8 through the library, 60 unacked results",
+		"| idle `bridge serve`, empty folder", "| idle `bridge serve`, 60 finished",
+		"| fsyncs per round trip, `bridge run` + `bridge serve`", "| fsyncs per round trip, library",
+		"| local ping round trip p50 (n=5), back to back, daemon in-process |", "| local exec'd no-op round trip p99 (n=5)",
+		"| throughput ping, 4 in flight (n=10)", "| throughput exec'd no-op",
 		"finished requests: daemon ready", "finished requests: idle rescan", "finished requests: daemon RSS",
 		"| seal + open of 2 MiB",
 	} {
@@ -55,7 +66,51 @@ func TestFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if _, err := parse([]string{"-pause", "0s"}, &errb); err == nil {
+		t.Error("-pause 0s was accepted")
+	}
+	for _, s := range sections {
+		if _, err := parse([]string{"-skip", s}, &errb); err != nil {
+			t.Errorf("-skip %s: %v", s, err)
+		}
+	}
 	if c.n != 7 || c.tputN != 60 || c.payloadMiB != 16 {
 		t.Errorf("-quick with -n 7: got n=%d tput-n=%d payload=%d; want the explicit n kept and quick defaults for the rest", c.n, c.tputN, c.payloadMiB)
+	}
+}
+
+// TestReadTrace parses strace -f -ttt lines as strace writes them: pids
+// padded with spaces or absent, calls split by another thread's, signals.
+func TestReadTrace(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "t")
+	text := `7191  1796178204.212076 fsync(5)        = 0
+12345 1796178204.300000 fdatasync(7 <unfinished ...>
+7192  1796178204.300100 --- SIGURG {si_signo=SIGURG} ---
+12345 1796178204.300200 <... fdatasync resumed>) = 0
+1796178204.400000 write(1, "ok\n", 3) = 3
+7191  1796178204.500000 write(2, "x", 1) = 1
+7353  1796178204.600000 +++ exited with 0 +++
+`
+	if err := os.WriteFile(file, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	evs, err := readTrace(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(evs) != 4 {
+		t.Fatalf("got %d events, want 4: %+v", len(evs), evs)
+	}
+	if n := countSyncs(evs, 0, 2e9); n != 2 {
+		t.Errorf("%d syncs, want 2", n)
+	}
+	if n := countSyncs(evs, 1796178204.25, 2e9); n != 1 {
+		t.Errorf("%d syncs after the first, want 1", n)
+	}
+	if evs[1].call != "fdatasync" || evs[1].arg0 != "7" {
+		t.Errorf("an unfinished call parsed as %+v", evs[1])
+	}
+	if evs[2].call != "write" || evs[2].arg0 != "1" || evs[2].ts != 1796178204.4 {
+		t.Errorf("write to stdout parsed as %+v", evs[2])
 	}
 }

@@ -28,7 +28,7 @@ func scale(c config, l *local, finished int, r *report, progress func(string, ..
 	if n := c.scaleN - finished; n > 0 {
 		progress("scale: filling the folder with %d more finished pings (%d so far)", n, finished)
 		start := time.Now()
-		if err := fill(l, n, c.inflight); err != nil {
+		if err := fill(l, n, c.inflight, progress); err != nil {
 			return err
 		}
 		progress("scale: filled %d in %s (%.0f/s)", n, time.Since(start).Round(time.Millisecond), float64(n)/time.Since(start).Seconds())
@@ -84,10 +84,15 @@ func scale(c config, l *local, finished int, r *report, progress func(string, ..
 
 // fill submits n pings, inflight submitters at a time, and waits for their
 // results to be in the folder. It does not verify them (the latency runs
-// do): this only builds the state.
-func fill(l *local, n, inflight int) error {
+// do): this only builds the state. It says how far it got every 10 s.
+func fill(l *local, n, inflight int, progress func(string, ...any)) error {
 	resDir := filepath.Join(l.folder, bridge.ToAgentDir(l.host.Config.ID, l.agent.Config.ID))
+	last := time.Now()
 	for done := 0; done < n; {
+		if time.Since(last) > 10*time.Second {
+			progress("  fill: %d of %d", done, n)
+			last = time.Now()
+		}
 		k := min(fillBatch, n-done)
 		ids := make([]string, k)
 		var wg sync.WaitGroup
