@@ -123,6 +123,18 @@ func wantAfterCrash(step string, op crashOp) crashWant {
 		default:
 			w = crashWant{status: bridge.StatusUncertain, reason: "crashed", startsMax: 1, runs: 1, crashedState: ledger.StateRunning}
 		}
+	case "published-output":
+		// The op ended, and its answer was lost before its manifest was
+		// out (the host keeps its private copies only after the publish,
+		// DESIGN §4): an interrupted run, as at mid-run, that ended.
+		switch {
+		case op.idempotent:
+			w.startsMin, w.startsMax, w.ends, w.runs = 2, 2, 2, 2
+		case op.reconcile: // the check finds the start: done, not run again
+			w.reason = "reconciled"
+		default:
+			w = crashWant{status: bridge.StatusUncertain, reason: "crashed", startsMin: 1, startsMax: 1, ends: 1, runs: 1, crashedState: ledger.StateRunning}
+		}
 	case "gc":
 		w.crashedState = ledger.StateDone
 	}
@@ -359,14 +371,14 @@ func crashInPipeline(t *testing.T, p *pair, at string, op crashOp, countFile str
 	switch at {
 	case "published-output":
 		wantLeft = []string{id + "." + bridge.ExtOutput}
-	case "published":
+	case "published", "staged":
 		wantLeft = []string{id + "." + bridge.ExtOutput, id + "." + bridge.ExtResult}
 	}
 	if strings.Join(left, " ") != strings.Join(wantLeft, " ") {
 		t.Fatalf("after a crash at %s the folder holds %q, want %q", at, left, wantLeft)
 	}
 	switch at {
-	case "staged", "published-output", "published":
+	case "staged": // the private copies are kept after the publish
 		if staged == nil {
 			t.Fatalf("a crash at %s left no sealed result", at)
 		}
@@ -375,11 +387,15 @@ func crashInPipeline(t *testing.T, p *pair, at string, op crashOp, countFile str
 			t.Fatalf("a crash at %s left a sealed result", at)
 		}
 	}
-	if at == "published" {
-		// The agent already has its answer, though the ledger is not final.
-		if _, err := p.client.Result(id); err != nil {
+	var published []byte
+	if at == "published" || at == "staged" {
+		// The agent already has its answer, though the ledger is not final
+		// (and, at published, the host kept no copy yet).
+		pub, err := p.client.Result(id)
+		if err != nil {
 			t.Fatalf("the published result before recovery: %v", err)
 		}
+		published = pub.Manifest
 	}
 
 	// One clean restart.
@@ -414,6 +430,9 @@ func crashInPipeline(t *testing.T, p *pair, at string, op crashOp, countFile str
 	if staged != nil && !bytes.Equal(out.Manifest, staged) {
 		t.Error("the result sealed before the crash was not the one published")
 	}
+	if published != nil && !bytes.Equal(out.Manifest, published) {
+		t.Error("the result published before the crash was replaced by another")
+	}
 	starts, ends := count(t, countFile, "start-"+id), count(t, countFile, "end-"+id)
 	if starts < want.startsMin || starts > want.startsMax || ends != want.ends {
 		t.Errorf("the op started %d and finished %d times; want %d..%d and %d", starts, ends, want.startsMin, want.startsMax, want.ends)
@@ -443,7 +462,7 @@ func crashInPipeline(t *testing.T, p *pair, at string, op crashOp, countFile str
 		result += "/" + out.Receipt.Reason
 	}
 	outcome := fmt.Sprintf("%s→%s runs=%d starts=%d", crashed.State, result, e.Runs, starts)
-	if staged != nil {
+	if staged != nil || published != nil {
 		outcome += " adopted"
 	}
 	return outcome

@@ -108,8 +108,20 @@ type Daemon struct {
 	// variable, so nothing in its environment can make it exit mid-step.
 	crashAt    string
 	crashCount atomic.Int64
+	// powerCut makes the crash lose what a power cut would: the ledger
+	// file is cut to its length at its last fsync (lazy writes gone).
+	powerCut bool
 
 	livenessAt atomic.Int64 // host clock (Unix ns) of the last liveness stamps (liveness.go)
+
+	// The control loop (host.go): its wake-ups and the sweeps' ledger
+	// scans, for tests; whether an entry may await approval or wait in
+	// seen/pending (set at start and by noteState, cleared by a sweep
+	// that finds none), so that an idle daemon scans nothing.
+	controlWakes  atomic.Int64
+	sweepScans    atomic.Int64
+	awaitingMaybe atomic.Bool
+	stalledMaybe  atomic.Bool
 
 	rulesP atomic.Pointer[rules] // the policy in force and its redactor (reload.go)
 	// The policy file's version last seen and last refused, for the
@@ -162,7 +174,7 @@ func (d *Daemon) Abort() int {
 }
 
 // Crash-injection steps, in pipeline order (DESIGN §4).
-var crashSteps = []string{"claimed", "running", "mid-run", "staged", "published-output", "published", "gc"}
+var crashSteps = []string{"claimed", "running", "mid-run", "published-output", "published", "staged", "gc"}
 
 // crashExit is the exit status of an injected crash.
 const crashExit = 86
@@ -178,6 +190,9 @@ func (d *Daemon) crashPoint(step string) {
 	}
 	if nth != "" && fmt.Sprint(d.crashCount.Add(1)) != nth {
 		return
+	}
+	if d.powerCut {
+		os.Truncate(d.ledger.Path(), d.ledger.SyncedSize())
 	}
 	os.Exit(crashExit)
 }

@@ -783,3 +783,34 @@ func TestStalledRequestsAreAnswered(t *testing.T) {
 		t.Fatalf("ran %d times", n)
 	}
 }
+
+// Invariant 3, lazy records: seen and claimed are not fsynced on their own.
+// A power cut after the claim (the ledger file cut to its last fsync) loses
+// both; the request never started, so the next start runs it once and
+// answers done, never uncertain: its kept manifest takes the name that is
+// evidence of admission only once its record is on disk.
+func TestLostLazyRecordRunsOnce(t *testing.T) {
+	e := newEdge(t)
+	id := e.submit(t, "block") // not idempotent; runs at once without .block
+	env := []string{"RUNS=" + e.runs, "PATH=" + e.env["PATH"]}
+	d := startDaemonProcess(t, e.pair, append(env, "BRIDGE_TEST_CRASH_AT=claimed", "BRIDGE_TEST_POWER_CUT=1")...)
+	<-d.done
+	if code := d.cmd.ProcessState.ExitCode(); code != crashExit {
+		t.Fatalf("the daemon exited %d, not at the injected crash", code)
+	}
+	if st := e.entry(t, id).State; st != "" {
+		t.Fatalf("after the power cut the ledger holds %s: the claim was fsynced, the test tests nothing", st)
+	}
+	startDaemonProcess(t, e.pair, env...)
+	out := e.wait(t, id)
+	if out.Receipt.Status != bridge.StatusDone || out.Receipt.Reason != "" {
+		t.Fatalf("after a power cut that lost the claim: %s (%s: %s), want done", out.Receipt.Status, out.Receipt.Reason, out.Receipt.Detail)
+	}
+	if n := e.starts(t, "block", id); n != 1 {
+		t.Fatalf("the op started %d times, want 1", n)
+	}
+	waitFor(t, 10*time.Second, "the ledger to record it", func() bool {
+		ent := e.entry(t, id)
+		return ent.State == ledger.StateDone && ent.Runs == 1
+	})
+}

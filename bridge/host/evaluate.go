@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/syncbridge/bridge/bridge"
@@ -136,7 +137,7 @@ func (d *Daemon) evaluate(agent, id string) bool {
 		if ent, ok = d.deliver(j, expires); !ok || answered(ent.State) {
 			return false // not recorded, or record-lost: held for a human
 		}
-	} else {
+	} else if d.ledger.Durable(key) {
 		if err := d.keepManifest(j); err != nil {
 			d.log.Error("keep manifest", "key", key, "err", err)
 			return false
@@ -211,7 +212,14 @@ func (d *Daemon) deliver(j *job, expires time.Time) (ledger.Entry, bool) {
 	} else {
 		d.count(evDeliver)
 	}
-	ent, created, err := d.ledger.Admit(e)
+	admit := d.ledger.Admit
+	if why == "" {
+		// Seen need not be on disk before anything: a crash that loses it
+		// leaves a request that is evaluated again from its kept copy
+		// (DESIGN §3, invariant 3). Running is durable, and takes it along.
+		admit = d.ledger.AdmitLazy
+	}
+	ent, created, err := admit(e)
 	if errors.Is(err, ledger.ErrConflict) {
 		d.refuseFile(bridge.RequestPath(d.me, j.agent, j.req.ID, bridge.ExtManifest), fmt.Errorf("%w: %s", bridge.ErrReplay, j.req.ID))
 		return ent, false
@@ -219,9 +227,12 @@ func (d *Daemon) deliver(j *job, expires time.Time) (ledger.Entry, bool) {
 		d.log.Error("ledger admit", "key", j.key, "err", err)
 		return ent, false
 	}
-	if err := d.keepManifest(j); err != nil {
-		d.log.Warn("keep manifest", "key", j.key, "err", err) // its unrecorded copy serves
-	}
+	d.noteState(ent.State)
+	if d.ledger.Durable(j.key) {
+		if err := d.keepManifest(j); err != nil {
+			d.log.Warn("keep manifest", "key", j.key, "err", err) // its unrecorded copy serves
+		}
+	} // else renamed once the record is on disk (keptDurable)
 	switch {
 	case !created:
 	case why == "":
@@ -398,6 +409,19 @@ func (d *Daemon) keepManifest(j *job) error {
 		return err
 	}
 	return syncsafe.WriteFileAtomic(p, j.manifest)
+}
+
+// keptDurable renames the unrecorded copy of a request's manifest to its
+// kept name once the ledger's record of it is on disk: the kept name is
+// evidence of admission (evidence.go), and a record lost to a crash with
+// the name in place would hold a request that never ran as uncertain.
+func (d *Daemon) keptDurable(key string) {
+	agent, id, _ := strings.Cut(key, "/")
+	p := d.keptPath(agent, id, bridge.ExtManifest)
+	if _, err := os.Stat(p); err == nil {
+		return
+	}
+	os.Rename(d.keptPath(agent, id, extUnrecorded), p) // absent: kept already, or never
 }
 
 // settle copies the payload into a private spool if it matches the pin.

@@ -238,13 +238,29 @@ func (d *Daemon) reconcile(key, as string) (*LedgerEntry, error) {
 	return &ent, err
 }
 
-// controlLoop applies reconcile orders the CLI left while the daemon runs.
-// It also notices, within a second, what other bridge commands changed in
-// the home: trusted peers (keys trust, pair, revoke) and its own keys
-// (keys rotate).
+// controlLoop applies the orders the CLI left while the daemon runs, and
+// notices what other bridge commands changed in the home: trusted peers
+// (keys trust, pair, revoke), its own keys (keys rotate) and the policy.
+// It sleeps until something asks for it: a change in the home, the control
+// directory or the peers directory (notify hints, syncsafe.WatchDirs), or
+// the next deadline of its own (liveness stamps, collection, the sweeps
+// while something waits for them). notify may drop events, so it also
+// looks every controlFallback: a change is noticed within that at worst,
+// at once as a rule.
 func (d *Daemon) controlLoop(stop <-chan struct{}) {
-	t := time.NewTicker(time.Second)
-	defer t.Stop()
+	os.MkdirAll(d.home.Path("control"), 0o700)
+	dirs := []string{d.home.Dir, d.home.Path(bridge.PeersDir), d.home.Path("control")}
+	if real, err := filepath.EvalSymlinks(d.home.Path(bridge.PolicyName)); err == nil && filepath.Dir(real) != d.home.Dir {
+		dirs = append(dirs, filepath.Dir(real)) // a linked policy is edited where it lives
+	}
+	hints, err := syncsafe.WatchDirs(dirs...)
+	if err != nil {
+		d.log.Debug("watch the home for changes: looking every "+controlFallback.String(), "err", err)
+	}
+	defer hints.Close()
+	// Entries from before the start may wait for the sweeps.
+	d.awaitingMaybe.Store(true)
+	d.stalledMaybe.Store(true)
 	var peersStamp time.Time
 	if fi, err := os.Stat(d.home.Path(bridge.PeersDir)); err == nil {
 		peersStamp = fi.ModTime()
@@ -253,23 +269,36 @@ func (d *Daemon) controlLoop(stop <-chan struct{}) {
 	// evaluated: on a folder of 100,000 finished requests it scans every
 	// ledger record, which must not delay the first answers.
 	collected := false
-	for tick := 1; ; tick++ {
+	start := time.Now() // monotonic: the loop's own schedule
+	var lastGC, lastWaiting, lastStalled time.Time
+	lastWaiting, lastStalled = start, start
+	timer := time.NewTimer(time.Second)
+	defer timer.Stop()
+	for {
 		select {
 		case <-stop:
 			return
-		case <-t.C:
+		case <-hints.C:
+		case <-timer.C:
 		}
-		if !collected && d.startScanDone() {
-			collected = true
-			d.runGC(GCOptions{})
-		}
-		if tick%600 == 0 { // every ten minutes
+		d.controlWakes.Add(1)
+		now := time.Now()
+		soon := false // something asks to be looked at again in a second
+		if !collected {
+			if d.startScanDone() {
+				collected, lastGC = true, now
+				d.runGC(GCOptions{})
+			} else {
+				soon = true
+			}
+		} else if now.Sub(lastGC) >= gcEvery {
+			lastGC = now
 			d.runGC(GCOptions{})
 			if err := d.saveFinished(); err != nil {
 				d.log.Warn("save the finished-requests cache", "err", err)
 			}
 		}
-		sweep := tick%5 == 0
+		sweep := d.awaitingMaybe.Load() && now.Sub(lastWaiting) >= sweepWaitingEvery
 		if fi, err := os.Stat(d.home.Path(bridge.PeersDir)); err == nil && !fi.ModTime().Equal(peersStamp) {
 			peersStamp = fi.ModTime()
 			if err := d.loadAgents(); err != nil {
@@ -284,27 +313,61 @@ func (d *Daemon) controlLoop(stop <-chan struct{}) {
 					d.watcher.Walk()
 				}
 			}
-			sweep = true      // a revocation answers what waits for approval at once,
-			d.revokeWaiting() // and what waits for a slot of its op
+			sweep = d.awaitingMaybe.Load() // a revocation answers what waits for approval at once,
+			d.revokeWaiting()              // and what waits for a slot of its op
 		}
 		if sweep {
+			lastWaiting = now
 			d.sweepWaiting()
 		}
-		if tick%d.stalledEvery() == 0 {
+		if d.stalledMaybe.Load() && now.Sub(lastStalled) >= d.stalledEvery() {
+			lastStalled = now
 			d.sweepStalled()
 		}
 		d.checkPolicyFile()
+		if d.policyUnsettled() {
+			soon = true // read again once it stays as it is
+		}
 		d.refreshLiveness()
 		if err := d.loadOwnKeys(); err != nil {
 			d.log.Error("reload own keys", "err", err)
 		}
-		d.applyOrders()
+		if d.applyOrders() {
+			soon = true // an order whose request was busy
+		}
+
+		// The next deadline.
+		next := controlFallback
+		if soon {
+			next = time.Second
+		}
+		if collected {
+			next = min(next, lastGC.Add(gcEvery).Sub(now))
+		}
+		if d.awaitingMaybe.Load() {
+			next = min(next, lastWaiting.Add(sweepWaitingEvery).Sub(now))
+		}
+		if d.stalledMaybe.Load() {
+			next = min(next, lastStalled.Add(d.stalledEvery()).Sub(now))
+		}
+		next = min(next, d.livenessDue())
+		timer.Reset(max(next, 10*time.Millisecond))
 	}
 }
 
+// The control loop's schedule: the fallback look at the home (notify may
+// drop a change), the collection and the sweep of requests awaiting
+// approval (while any may).
+var (
+	controlFallback   = 30 * time.Second
+	gcEvery           = 10 * time.Minute
+	sweepWaitingEvery = 5 * time.Second
+)
+
 // applyOrders carries out the orders the CLI left in the control directory.
-// An order whose request is busy at the moment stays for the next tick.
-func (d *Daemon) applyOrders() {
+// An order whose request is busy at the moment stays for the next look; it
+// reports whether one did.
+func (d *Daemon) applyOrders() (left bool) {
 	files, _ := filepath.Glob(d.home.Path("control", "*.json"))
 	for _, f := range files {
 		data, err := os.ReadFile(f)
@@ -328,6 +391,7 @@ func (d *Daemon) applyOrders() {
 			_, err = d.reconcile(o.Key, o.As)
 		}
 		if errors.Is(err, errBusy) {
+			left = true
 			continue
 		}
 		os.Remove(f)
@@ -335,6 +399,7 @@ func (d *Daemon) applyOrders() {
 			d.log.Warn(o.As, "request", o.Key, "err", err)
 		}
 	}
+	return left
 }
 
 func rerunRefused(key string, err error) error {

@@ -139,12 +139,30 @@ func (d *Daemon) step(key string, ev event, mutate func(*ledger.Entry)) (ledger.
 		panic(fmt.Sprintf("bridge: internal error: %s is not a step without an answer", ev))
 	}
 	d.count(ev)
-	e, err := d.ledger.Transition(key, t.from, t.to[0], mutate)
+	transition := d.ledger.Transition
+	if lazySteps[ev] {
+		transition = d.ledger.TransitionLazy
+	}
+	e, err := transition(key, t.from, t.to[0], mutate)
 	if errors.Is(err, ledger.ErrWrongState) {
 		return e, fmt.Errorf("%s: %w: %w", ev, errLifecycle, err)
 	}
+	if err == nil {
+		d.noteState(e.State)
+		if !lazySteps[ev] {
+			d.keptDurable(key)
+		}
+	}
 	return e, err
 }
+
+// lazySteps are the steps whose record need not be on disk before the
+// daemon goes on (ledger.TransitionLazy): each leaves a request that never
+// started, which a crash that loses the step evaluates again from the
+// state before. The next durable step (start, above all: invariant 3)
+// writes them with its own fsync. A human's approval is not one of them:
+// it must not be lost.
+var lazySteps = map[event]bool{evWaitPayload: true, evClaim: true, evUnclaim: true}
 
 // answer publishes the job's result, then takes the event that records it
 // (invariant 3: the result is out before the ledger says so). Nothing is
@@ -257,6 +275,7 @@ func (d *Daemon) record(j *job, ev event, from ledger.State, resSHA string, rc b
 	} else if err != nil {
 		return d.violation(j.key, ev, fmt.Errorf("a %s result is published, and the ledger refused to record it: %w", rc.Status, err))
 	}
+	d.keptDurable(j.key)
 	d.markFinished(j.agent, j.req.ID)
 	line := AuditEvent{Event: "result", Agent: j.agent, ID: j.req.ID, Op: rc.Op, Status: rc.Status, Reason: rc.Reason, Detail: rc.Detail}
 	if rc.Status == bridge.StatusDone {

@@ -97,6 +97,16 @@ func (d *Daemon) refreshLiveness() {
 	}
 }
 
+// livenessDue is how long until refreshLiveness rewrites the stamps.
+func (d *Daemon) livenessDue() time.Duration {
+	last := time.Unix(0, d.livenessAt.Load())
+	now := d.opt.Now()
+	if now.Before(last) {
+		return 0 // the clock stepped back: rewritten at once
+	}
+	return d.livenessInterval() - now.Sub(last)
+}
+
 // publishForAgents publishes what each agent is shown of this host: its
 // catalog and its liveness stamp. Called whenever either may change.
 func (d *Daemon) publishForAgents() error {

@@ -28,7 +28,8 @@ func TestMain(m *testing.M) {
 // the environment: BRIDGE_TEST_DRAIN (how long the first signal drains,
 // default 5s), BRIDGE_TEST_APPROVAL_TTL, BRIDGE_TEST_PENDING_TIMEOUT,
 // BRIDGE_TEST_SKEW, BRIDGE_TEST_CRASH_AT (the crash-injection step, see
-// Daemon.crashAt), and BRIDGE_TEST_EVENTS (a file
+// Daemon.crashAt), BRIDGE_TEST_POWER_CUT (the crash loses the ledger's
+// unsynced writes, Daemon.powerCut), and BRIDGE_TEST_EVENTS (a file
 // that gets one line per lifecycle event taken, for coverage). As the real
 // serve, a second signal kills the running ops and exits 130.
 func serveForTest(home string) int {
@@ -46,6 +47,7 @@ func serveForTest(home string) int {
 		return 1
 	}
 	d.crashAt = os.Getenv("BRIDGE_TEST_CRASH_AT")
+	d.powerCut = os.Getenv("BRIDGE_TEST_POWER_CUT") != ""
 	if p := os.Getenv("BRIDGE_TEST_EVENTS"); p != "" {
 		f, err := os.OpenFile(p, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 		if err != nil {

@@ -8,7 +8,9 @@ import (
 // recover looks at what a crash (or a stop that had to kill ops) left in
 // flight (invariant 5), before the daemon serves anything new:
 //
-//   - a result sealed for it is published and recorded (adopt);
+//   - a result sealed for it is published and recorded (adopt), and one
+//     published but not yet kept in the home (a crash between the two) is
+//     kept and recorded (catch-up);
 //   - claimed never started: it is evaluated again (unclaim);
 //   - running may have had its effect: an idempotent op runs again
 //     (crash-rerun), an op with a reconcile command asks it (crash-done,
@@ -43,10 +45,18 @@ func (d *Daemon) recover() error {
 	}
 	for _, ent := range unanswered {
 		if !ent.State.InFlight() {
-			if d.hasSealedResult(ent.Agent, ent.ID) && d.take(ent.Key) {
+			sealed := d.hasSealedResult(ent.Agent, ent.ID)
+			if !sealed {
+				// Published before the private copies were kept (a crash
+				// between the two, results.go): the folder's is the answer.
+				if sha, _, ok := d.newerResult(ent); !ok || sha == ent.ResultSHA256 {
+					continue
+				}
+			}
+			if d.take(ent.Key) {
 				if keys := d.agents()[ent.Agent]; keys != nil {
-					if j, err := d.reload(ent, keys); err == nil {
-						d.adopt(j, ent)
+					if j, err := d.reload(ent, keys); err == nil && !d.adopt(j, ent) {
+						d.holdBehind(j, ent)
 					}
 				}
 				d.release(ent.Key)

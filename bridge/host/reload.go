@@ -130,6 +130,13 @@ type settle struct{ seen version }
 
 // settled reports whether v differs from the version in force and was
 // already seen at the previous check.
+// policyUnsettled reports whether the policy file was seen changed and is
+// to be read once it stays so (the next check reads it).
+func (d *Daemon) policyUnsettled() bool {
+	cur := d.rules()
+	return cur != nil && d.policySeen.seen != cur.stamp && d.policySeen.seen != d.policyFailed
+}
+
 func (s *settle) settled(v, inForce version) bool {
 	if v == inForce {
 		s.seen = v

@@ -21,51 +21,96 @@ import (
 // Results: sealed into private copies in the home first, then published
 // into the folder, re-published when lost or replaced, never two for one id.
 
-// publishResult seals the result into private copies under results/ (the
-// output first, the manifest last, so a manifest copy implies a complete
-// pair), then publishes both into the folder. If copies exist from an
-// earlier attempt, they are published instead of new ones: one id has one
-// result. It returns the result manifest's SHA-256 and its status.
+// publishResult seals the result and publishes it into the folder, then
+// keeps the pair as the private copies under results/ (the output first,
+// the manifest last, so a manifest copy implies a complete pair). The
+// sealed pair is written to temps in the home without an fsync and
+// published from them, and only then made durable as the copies: the
+// agent's wait ends with the publish, not with the copies (DESIGN §4). A
+// crash in between leaves the folder's result, which recovery keeps and
+// records (newerResult, catchUp), or nothing, and the request is where the
+// ledger has it. If copies exist from an earlier attempt, they are
+// published instead of new ones: one id has one result. It returns the
+// result manifest's SHA-256 and its status.
 func (d *Daemon) publishResult(j *job, rc bridge.Receipt, stdout, stderr runner.Output) (string, string, error) {
 	dir := d.home.Path("results", j.agent)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", "", err
 	}
-	outCopy := filepath.Join(dir, j.req.ID+"."+bridge.ExtOutput)
 	resCopy := filepath.Join(dir, j.req.ID+"."+bridge.ExtResult)
 	manifest, err := os.ReadFile(resCopy)
-	if errors.Is(err, fs.ErrNotExist) {
-		replyKey, ok := j.keys.boxPub(j.req.ReplyBoxKid)
-		if !ok {
-			return "", "", fmt.Errorf("result %s: the reply key is not the agent's", j.req.ID)
-		}
-		// Sealed straight into the private copy, as the output is read:
-		// the output is never in memory whole, sealed or not.
-		err := syncsafe.WriteFileAtomicFrom(outCopy, func(w io.Writer) error {
-			bw := bufio.NewWriterSize(w, 256<<10)
-			var err error
-			manifest, err = bridge.SealResult(bw, bridge.NewResult{
-				Host: d.own().current, HostID: d.me, AgentBoxPub: replyKey, Request: j.req, RequestSHA: j.sha,
-				Receipt: rc, StdoutFrom: stdout.Reader(), StdoutLen: stdout.Len(), StderrFrom: stderr.Reader(), StderrLen: stderr.Len(),
-				Created: d.opt.Now(),
-			})
-			if err != nil {
-				return err
-			}
-			return bw.Flush()
-		})
-		if err != nil {
-			return "", "", err
-		}
-		if err := syncsafe.WriteFileAtomic(resCopy, manifest); err != nil {
-			return "", "", err
-		}
-		d.crashPoint("staged")
-	} else if err != nil {
+	if err == nil {
+		status, err := d.publishCopies(j.agent, j.req.ID)
+		return bridge.SHA256Hex(manifest), status, err
+	}
+	if !errors.Is(err, fs.ErrNotExist) {
 		return "", "", err
 	}
-	status, err := d.publishCopies(j.agent, j.req.ID)
-	return bridge.SHA256Hex(manifest), status, err
+	replyKey, ok := j.keys.boxPub(j.req.ReplyBoxKid)
+	if !ok {
+		return "", "", fmt.Errorf("result %s: the reply key is not the agent's", j.req.ID)
+	}
+	// Sealed straight into the temp of the private copy, as the output is
+	// read: the output is never in memory whole, sealed or not.
+	out, err := os.CreateTemp(dir, ".tmp-*")
+	if err != nil {
+		return "", "", err
+	}
+	defer func() {
+		out.Close()
+		os.Remove(out.Name()) // gone once renamed
+	}()
+	bw := bufio.NewWriterSize(out, 256<<10)
+	manifest, err = bridge.SealResult(bw, bridge.NewResult{
+		Host: d.own().current, HostID: d.me, AgentBoxPub: replyKey, Request: j.req, RequestSHA: j.sha,
+		Receipt: rc, StdoutFrom: stdout.Reader(), StdoutLen: stdout.Len(), StderrFrom: stderr.Reader(), StderrLen: stderr.Len(),
+		Created: d.opt.Now(),
+	})
+	if err == nil {
+		err = bw.Flush()
+	}
+	if err != nil {
+		return "", "", err
+	}
+	status, pubErr := d.publishPair(j.agent, j.req.ID, manifest, out.Name())
+	// Kept whether or not the publish worked: a failed publish is tried
+	// again from the copies (adopt), never with a second result.
+	if err := d.keepCopies(dir, j.req.ID, out, manifest); err != nil {
+		return "", "", errors.Join(pubErr, err)
+	}
+	d.crashPoint("staged")
+	return bridge.SHA256Hex(manifest), status, pubErr
+}
+
+// keepCopies makes the sealed output in out (a temp in dir) and manifest
+// the private copies of a result: both fsynced, the output renamed first,
+// the manifest last, and one fsync of the directory for the two.
+func (d *Daemon) keepCopies(dir, id string, out *os.File, manifest []byte) error {
+	if err := out.Sync(); err != nil {
+		return err
+	}
+	res, err := os.CreateTemp(dir, ".tmp-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(res.Name()) // gone once renamed
+	_, err = res.Write(manifest)
+	if err == nil {
+		err = res.Sync()
+	}
+	if cerr := res.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	if err := os.Rename(out.Name(), filepath.Join(dir, id+"."+bridge.ExtOutput)); err != nil {
+		return err
+	}
+	if err := os.Rename(res.Name(), filepath.Join(dir, id+"."+bridge.ExtResult)); err != nil {
+		return err
+	}
+	return syncsafe.SyncDir(dir)
 }
 
 // ownResult verifies a result manifest as one this host signed for agent
@@ -107,6 +152,12 @@ func (d *Daemon) publishCopies(agent, id string) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	return d.publishPair(agent, id, manifest, filepath.Join(dir, id+"."+bridge.ExtOutput))
+}
+
+// publishPair is publishCopies of a result manifest and the file holding
+// its sealed output (a private copy, or the temp it is about to become).
+func (d *Daemon) publishPair(agent, id string, manifest []byte, outSrc string) (string, error) {
 	status, err := d.ownResult(manifest, agent, id)
 	if err != nil {
 		return "", fmt.Errorf("private result copy: %w", err)
@@ -124,7 +175,7 @@ func (d *Daemon) publishCopies(agent, id string) (string, error) {
 		if d.outputIntact(manifest, outPath) {
 			return status, nil
 		}
-		return status, d.publishFile(outPath, filepath.Join(dir, id+"."+bridge.ExtOutput), true)
+		return status, d.publishFile(outPath, outSrc, true)
 	case err == nil:
 		if old, verr := d.openOwnResult(existing, agent, id); verr != nil {
 			d.refuseFile(resPath, fmt.Errorf("replacing a file at a result name that this host did not sign: %w", verr))
@@ -176,11 +227,11 @@ func (d *Daemon) publishCopies(agent, id string) (string, error) {
 	// The output's directory entry becomes durable with the manifest's
 	// publish into the same directory; until then the ledger is not done,
 	// and a crash publishes both again from the private copies.
-	if err := d.publishFile(outPath, filepath.Join(dir, id+"."+bridge.ExtOutput), true, syncsafe.WithoutDirSync()); err != nil {
+	if err := d.publishFile(outPath, outSrc, true, syncsafe.WithoutDirSync()); err != nil {
 		return "", err
 	}
 	d.crashPoint("published-output")
-	if err := d.publishFile(resPath, filepath.Join(dir, id+"."+bridge.ExtResult), replace); err != nil {
+	if err := d.publishBytes(resPath, manifest, replace); err != nil {
 		return "", err
 	}
 	d.crashPoint("published")
@@ -216,6 +267,18 @@ func (d *Daemon) publishFile(rel, src string, replace bool, opts ...syncsafe.Pub
 		return d.folder.PublishReplace(rel, write, opts...)
 	}
 	return d.folder.Publish(rel, write, opts...)
+}
+
+// publishBytes is publishFile of bytes in memory (a result manifest).
+func (d *Daemon) publishBytes(rel string, data []byte, replace bool) error {
+	write := func(w io.Writer) error {
+		_, err := w.Write(data)
+		return err
+	}
+	if replace {
+		return d.folder.PublishReplace(rel, write, syncsafe.WithMode(0o644))
+	}
+	return d.folder.Publish(rel, write, syncsafe.WithMode(0o644))
 }
 
 // duplicate handles a request id the ledger already finished: it never runs

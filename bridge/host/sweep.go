@@ -16,9 +16,17 @@ import (
 // seconds, and at once when the trusted peers change): one whose key was
 // revoked, whose agent cancelled it or whose time ran out is answered.
 func (d *Daemon) sweepWaiting() {
+	// Cleared before the scan, set again by any entry it finds or that
+	// enters the state meanwhile (noteState): never cleared past one.
+	d.awaitingMaybe.Store(false)
+	d.sweepScans.Add(1)
 	waiting, err := d.ledger.InState(ledger.StateAwaitingApproval)
 	if err != nil {
+		d.awaitingMaybe.Store(true)
 		return
+	}
+	if len(waiting) > 0 {
+		d.awaitingMaybe.Store(true)
 	}
 	for _, e := range waiting {
 		keys := d.agents()[e.Agent]
@@ -39,9 +47,15 @@ func (d *Daemon) sweepWaiting() {
 // incomplete; one a human asked to run again is uncertain, as it was
 // (rerun-refused, by answer).
 func (d *Daemon) sweepStalled() {
+	d.stalledMaybe.Store(false) // as in sweepWaiting
+	d.sweepScans.Add(1)
 	stalled, err := d.ledger.InState(ledger.StateSeen, ledger.StatePending)
 	if err != nil {
+		d.stalledMaybe.Store(true)
 		return
+	}
+	if len(stalled) > 0 {
+		d.stalledMaybe.Store(true)
 	}
 	now := d.opt.Now()
 	for _, e := range stalled {
@@ -63,9 +77,21 @@ func (d *Daemon) sweepStalled() {
 	}
 }
 
-// stalledEvery is how many control-loop ticks (seconds) apart the stalled
-// sweep runs: a minute, or the pending timeout if that is shorter (it
-// reads the ledger's waiting entries, a scan of raw records).
-func (d *Daemon) stalledEvery() int {
-	return int(max(time.Second, min(time.Minute, d.opt.PendingTimeout)) / time.Second)
+// stalledEvery is how often the stalled sweep runs while an entry may
+// wait: a minute, or the pending timeout if that is shorter (it reads the
+// ledger's waiting entries, a scan of raw records).
+func (d *Daemon) stalledEvery() time.Duration {
+	return max(time.Second, min(time.Minute, d.opt.PendingTimeout))
+}
+
+// noteState tells the control loop's sweeps that an entry entered a state
+// they look at (called after the write, so a sweep that cleared its flag
+// before scanning either sees the entry or sees the flag set again).
+func (d *Daemon) noteState(s ledger.State) {
+	switch s {
+	case ledger.StateAwaitingApproval:
+		d.awaitingMaybe.Store(true)
+	case ledger.StateSeen, ledger.StatePending:
+		d.stalledMaybe.Store(true)
+	}
 }

@@ -34,8 +34,8 @@
 //	uncertain         → claimed, done, failed, cancelled
 //
 // The daemon moves an id to claimed before anything else touches it and to
-// running before it starts the process; done only after the result is
-// durably published. So after a crash a claimed entry never started
+// running, durably, before it starts the process; done only after the
+// result is durably published. So after a crash a claimed entry never started
 // (claimed → pending or running is safe) and a running one may have had its
 // effect (re-run only if Idempotent, else uncertain).
 // claimed → pending releases a claim whose operation never started.
@@ -93,6 +93,14 @@
 // fsync, and readers wait while a batch is between its write and its fsync,
 // so nobody sees a state that is not on disk. On a failed fsync the calls
 // of the batch fail and the Ledger refuses all further work until reopened.
+// Lazy writes ([Ledger.AdmitLazy], [Ledger.TransitionLazy]) into seen,
+// pending or claimed are the exception: a batch of only lazy writes is not
+// fsynced, its callers return at once and everyone sees it; the next
+// durable write (into any other state) or a clean Close fsyncs the file and
+// so makes them durable too (the file is append-only). A crash may lose
+// them, and their entries are then in the state before or absent: never in
+// flight, so the daemon evaluates those requests again.
+// [Ledger.Durable] tells whether a key has a lazy write not yet on disk.
 // Within a batch the writes apply in order, each seeing the ones before it,
 // so the compare-and-set holds; a crash may keep part of a batch, which is
 // safe because each record stands alone and no caller was answered yet.

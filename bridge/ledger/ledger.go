@@ -78,14 +78,29 @@ type Ledger struct {
 	// disk yet. (buntdb's SyncPolicy Always gave that by fsyncing under its
 	// own lock; the ledger fsyncs itself, once per batch, see update.)
 	dur sync.RWMutex
+
+	// unsynced holds the keys of lazy writes (see AdmitLazy) that no fsync
+	// has covered yet; guarded by dur. Every fsync of the file covers them
+	// all: the file is append-only.
+	unsynced map[string]bool
+	synced   int64 // the file's length after its last fsync; guarded by dur
 }
 
 // change is one writer's part of a group commit.
 type change struct {
 	fn   func(tx *buntdb.Tx) (bool, error)
+	key  string // the entry it writes, for a lazy change
+	lazy bool   // return without waiting for an fsync
 	err  error
 	done chan struct{}
 }
+
+// lazyStates are the states a write may enter without waiting for its
+// fsync (AdmitLazy, TransitionLazy): an entry in them never started, and
+// after a crash that lost it the request is evaluated again, as it would be
+// from the state before. Entering any other state fsyncs the file, and
+// with it every lazy write before.
+var lazyStates = []State{StateSeen, StatePending, StateClaimed}
 
 // Open opens (creating if needed) the ledger in dir. It creates dir with
 // mode 0700, takes the lock on dir/ledger.lock (ErrLocked if held), checks
@@ -149,6 +164,9 @@ func (l *Ledger) open() error {
 		return fmt.Errorf("open ledger %s: %w", path, err)
 	}
 	l.db, l.dbf, l.tailDropped = db, f, dropped
+	if fi, err := f.Stat(); err == nil {
+		l.synced = fi.Size()
+	}
 	// Mark the format in a new file; an existing marker was checked by scanLog.
 	err = l.update(func(tx *buntdb.Tx) (bool, error) {
 		if _, err := tx.Get(formatKey); err == nil {
@@ -182,11 +200,17 @@ func (l *Ledger) Close() error {
 		return nil
 	}
 	var keep map[string]string
+	var err error
 	if l.usable() == nil {
 		keep = l.compactable()
+		if len(l.unsynced) > 0 {
+			err = syncFile(l.dbf) // the lazy writes, for a clean stop
+		}
 	}
 	l.closed = true
-	err := l.db.Close()
+	if cerr := l.db.Close(); err == nil {
+		err = cerr
+	}
 	if cerr := l.dbf.Close(); err == nil {
 		err = cerr
 	}
@@ -239,7 +263,11 @@ func (l *Ledger) usable() error {
 // durable. After a failed fsync the in-memory state may be ahead of the
 // disk, so the ledger refuses all further work.
 func (l *Ledger) update(fn func(tx *buntdb.Tx) (bool, error)) error {
-	c := &change{fn: fn, done: make(chan struct{})}
+	return l.updateChange(&change{fn: fn, done: make(chan struct{})})
+}
+
+// updateChange is update for a prepared change (lazy: see AdmitLazy).
+func (l *Ledger) updateChange(c *change) error {
 	l.cmu.Lock()
 	l.queue = append(l.queue, c)
 	if l.committing {
@@ -298,7 +326,24 @@ func (l *Ledger) commit(batch []*change) {
 	if len(wrote) == 0 {
 		return
 	}
-	if err := syncFile(l.dbf); err != nil {
+	if !slices.ContainsFunc(wrote, func(c *change) bool { return !c.lazy }) {
+		// Only lazy writes: on disk with the next fsync.
+		if l.unsynced == nil {
+			l.unsynced = map[string]bool{}
+		}
+		for _, c := range wrote {
+			l.unsynced[c.key] = true
+		}
+		return
+	}
+	l.unsynced = nil
+	err = syncFile(l.dbf)
+	if err == nil {
+		if fi, serr := l.dbf.Stat(); serr == nil {
+			l.synced = fi.Size()
+		}
+	}
+	if err != nil {
 		err = fmt.Errorf("ledger %s unusable after a failed fsync, restart the daemon: %w", l.dir, err)
 		l.bmu.Lock()
 		if l.broken == nil {
@@ -359,7 +404,21 @@ func putEntry(tx *buntdb.Tx, e Entry) error {
 // awaiting-approval, rejected, expired or cancelled (an id is owned only
 // through Transition). FirstSeen defaults to now; Runs, Updated and History
 // are set by the ledger.
-func (l *Ledger) Admit(e Entry) (Entry, bool, error) {
+func (l *Ledger) Admit(e Entry) (Entry, bool, error) { return l.admit(e, false) }
+
+// AdmitLazy is Admit that returns before its write is on disk: the entry
+// is visible at once, and durable with the ledger's next durable write
+// (every write into a state other than seen, pending and claimed) or a
+// clean Close. A crash may lose it; Durable tells whether it still can.
+// Only an entry in seen or pending may be admitted so.
+func (l *Ledger) AdmitLazy(e Entry) (Entry, bool, error) {
+	if e.State != "" && !contains(lazyStates, e.State) {
+		return Entry{}, false, fmt.Errorf("admit %s: %s must be durable", e.Key, e.State)
+	}
+	return l.admit(e, true)
+}
+
+func (l *Ledger) admit(e Entry, lazy bool) (Entry, bool, error) {
 	if e.Key == "" && e.Agent != "" && e.ID != "" {
 		e.Key = e.Agent + "/" + e.ID
 	}
@@ -392,7 +451,7 @@ func (l *Ledger) Admit(e Entry) (Entry, bool, error) {
 	}
 	var got Entry
 	created := false
-	err := l.update(func(tx *buntdb.Tx) (bool, error) {
+	err := l.updateChange(&change{key: e.Key, lazy: lazy, done: make(chan struct{}), fn: func(tx *buntdb.Tx) (bool, error) {
 		old, err := getEntry(tx, e.Key)
 		if err == nil {
 			got = old
@@ -406,7 +465,7 @@ func (l *Ledger) Admit(e Entry) (Entry, bool, error) {
 		}
 		got, created = e, true
 		return true, putEntry(tx, e)
-	})
+	}})
 	if err != nil {
 		if errors.Is(err, ErrConflict) {
 			return got, false, fmt.Errorf("admit %s: %w", e.Key, err)
@@ -428,6 +487,39 @@ func (l *Ledger) Admit(e Entry) (Entry, bool, error) {
 // to History and, on entering running, increments Runs. When Transition
 // returns nil the new state is on disk.
 func (l *Ledger) Transition(key string, from []State, to State, mutate func(*Entry)) (Entry, error) {
+	return l.transition(key, from, to, mutate, false)
+}
+
+// TransitionLazy is Transition that returns before its write is on disk
+// (see AdmitLazy); to must be seen, pending or claimed. A crash may lose
+// it, and the entry is then in the state before.
+func (l *Ledger) TransitionLazy(key string, from []State, to State, mutate func(*Entry)) (Entry, error) {
+	if !contains(lazyStates, to) {
+		return Entry{}, fmt.Errorf("transition %s to %s: it must be durable", key, to)
+	}
+	return l.transition(key, from, to, mutate, true)
+}
+
+// Durable reports whether no lazy write of key is still waiting for an
+// fsync: what the ledger holds for it survives a crash.
+func (l *Ledger) Durable(key string) bool {
+	l.dur.RLock()
+	defer l.dur.RUnlock()
+	return !l.unsynced[key]
+}
+
+// SyncedSize is the length of the ledger file as of its last fsync: what a
+// power cut keeps of it (crash tests cut the file there).
+func (l *Ledger) SyncedSize() int64 {
+	l.dur.RLock()
+	defer l.dur.RUnlock()
+	return l.synced
+}
+
+// Path is the ledger file's path.
+func (l *Ledger) Path() string { return filepath.Join(l.dir, dbFile) }
+
+func (l *Ledger) transition(key string, from []State, to State, mutate func(*Entry), lazy bool) (Entry, error) {
 	if len(from) == 0 {
 		return Entry{}, fmt.Errorf("transition %s to %s: no expected state", key, to)
 	}
@@ -442,7 +534,7 @@ func (l *Ledger) Transition(key string, from []State, to State, mutate func(*Ent
 		return Entry{}, fmt.Errorf("transition %s: %w", key, err)
 	}
 	var got Entry
-	err := l.update(func(tx *buntdb.Tx) (bool, error) {
+	err := l.updateChange(&change{key: key, lazy: lazy, done: make(chan struct{}), fn: func(tx *buntdb.Tx) (bool, error) {
 		cur, err := getEntry(tx, key)
 		if err != nil {
 			return false, err
@@ -469,7 +561,7 @@ func (l *Ledger) Transition(key string, from []State, to State, mutate func(*Ent
 		}
 		got = normalize(cur)
 		return true, putEntry(tx, got)
-	})
+	}})
 	if err != nil {
 		if errors.Is(err, ErrWrongState) {
 			return got, fmt.Errorf("transition %s to %s: %w", key, to, err)

@@ -791,3 +791,86 @@ func TestRecordsAlwaysReadBack(t *testing.T) {
 		t.Fatalf("after reopening: %+v, %v", e, err)
 	}
 }
+
+// TestLazyWrites: a lazy write (seen, pending, claimed) costs no fsync and
+// is visible at once; the next durable write fsyncs it with its own, and a
+// crash before that (a power cut: the file as of the last fsync) finds the
+// entry in its state before, never in a state it did not reach.
+func TestLazyWrites(t *testing.T) {
+	dir := t.TempDir()
+	l := mustOpen(t, dir)
+	defer mustClose(t, l)
+	path := filepath.Join(dir, dbFile)
+	var syncs int
+	var atSync []byte // the file as of the last fsync: what a power cut keeps
+	syncFile = func(f *os.File) error {
+		syncs++
+		err := f.Sync()
+		atSync, _ = os.ReadFile(path)
+		return err
+	}
+	defer func() { syncFile = (*os.File).Sync }()
+	exp := time.Now().Add(time.Hour)
+
+	mustAdmit(t, l, testEntry("a/1", exp)) // durable: the baseline
+	if _, _, err := l.AdmitLazy(testEntry("a/2", exp)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.TransitionLazy("a/1", []State{StateSeen}, StateClaimed, nil); err != nil {
+		t.Fatal(err)
+	}
+	if syncs != 1 {
+		t.Fatalf("%d fsyncs for one durable and two lazy writes, want 1", syncs)
+	}
+	if e, err := l.Get("a/1"); err != nil || e.State != StateClaimed {
+		t.Fatalf("a lazy write is not visible at once: %v %v", e.State, err)
+	}
+	if l.Durable("a/1") || l.Durable("a/2") {
+		t.Fatal("Durable says yes before any fsync covered the lazy writes")
+	}
+	// A power cut now: both lazy writes are gone, a/1 is seen as before.
+	lost := filepath.Join(t.TempDir(), "lost")
+	if err := os.MkdirAll(lost, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(lost, dbFile), atSync, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cut := mustOpen(t, lost)
+	if e, err := cut.Get("a/1"); err != nil || e.State != StateSeen {
+		t.Errorf("after a power cut a/1 is %v (%v), want seen", e.State, err)
+	}
+	if _, err := cut.Get("a/2"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("after a power cut the lazy admit is there: %v", err)
+	}
+	mustClose(t, cut)
+	syncs = 1 // opening the copy fsynced its own files
+
+	// Entering running is durable, and takes the lazy writes with it.
+	if _, err := l.Transition("a/1", []State{StateClaimed}, StateRunning, nil); err != nil {
+		t.Fatal(err)
+	}
+	if syncs != 2 || !l.Durable("a/1") || !l.Durable("a/2") {
+		t.Fatalf("after a durable write: %d fsyncs, durable %v %v; want 2, true, true", syncs, l.Durable("a/1"), l.Durable("a/2"))
+	}
+	if _, err := l.TransitionLazy("a/1", []State{StateRunning}, StateDone, nil); err == nil {
+		t.Error("a lazy transition into done was taken")
+	}
+	if _, _, err := l.AdmitLazy(Entry{Key: "a/3", State: StateRejected, ManifestSHA256: "x", Expires: exp}); err == nil {
+		t.Error("a lazy admit into rejected was taken")
+	}
+	// A clean Close makes a lazy write durable.
+	if _, _, err := l.AdmitLazy(testEntry("a/4", exp)); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if syncs != 3 {
+		t.Errorf("Close with a lazy write pending: %d fsyncs, want 3", syncs)
+	}
+	l = mustOpen(t, dir)
+	if _, err := l.Get("a/4"); err != nil {
+		t.Errorf("a lazy write before a clean Close: %v", err)
+	}
+}

@@ -1,0 +1,27 @@
+package host
+
+import (
+	"testing"
+	"time"
+)
+
+// An idle daemon sleeps: with nothing in the folder and nothing in the
+// home changing, its control loop wakes only for its own deadlines (none
+// within seconds once the start-up scan is collected and the sweeps found
+// nothing waiting) and scans no ledger records. It used to wake every
+// second and scan the ledger every five.
+func TestIdleDaemonSleeps(t *testing.T) {
+	p := newPair(t, testPolicy)
+	d := runDaemon(t, p.host, DaemonOptions{PendingTimeout: 2 * time.Second})
+	waitFor(t, 20*time.Second, "the first collection and sweeps", func() bool {
+		return d.startScanDone() && !d.awaitingMaybe.Load() && !d.stalledMaybe.Load()
+	})
+	wakes, scans := d.controlWakes.Load(), d.sweepScans.Load()
+	time.Sleep(4 * time.Second)
+	if n := d.controlWakes.Load() - wakes; n > 1 {
+		t.Errorf("the idle control loop woke %d times in 4 s, want at most 1", n)
+	}
+	if n := d.sweepScans.Load() - scans; n != 0 {
+		t.Errorf("the idle daemon scanned the ledger %d times in 4 s, want none", n)
+	}
+}
