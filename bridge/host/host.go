@@ -261,10 +261,7 @@ func (d *Daemon) controlLoop(stop <-chan struct{}) {
 	// Entries from before the start may wait for the sweeps.
 	d.awaitingMaybe.Store(true)
 	d.stalledMaybe.Store(true)
-	var peersStamp time.Time
-	if fi, err := os.Stat(d.home.Path(bridge.PeersDir)); err == nil {
-		peersStamp = fi.ModTime()
-	}
+	peersStamp := d.peersVersion()
 	// The first collection waits until the start-up scan has been
 	// evaluated: on a folder of 100,000 finished requests it scans every
 	// ledger record, which must not delay the first answers.
@@ -279,6 +276,17 @@ func (d *Daemon) controlLoop(stop <-chan struct{}) {
 		case <-stop:
 			return
 		case <-hints.C:
+			// A command's change is a few steps (temp, write, rename):
+			// look once it is done, not in the middle of it.
+			select {
+			case <-stop:
+				return
+			case <-time.After(hintSettle):
+			}
+			select {
+			case <-hints.C:
+			default:
+			}
 		case <-timer.C:
 		}
 		d.controlWakes.Add(1)
@@ -299,8 +307,8 @@ func (d *Daemon) controlLoop(stop <-chan struct{}) {
 			}
 		}
 		sweep := d.awaitingMaybe.Load() && now.Sub(lastWaiting) >= sweepWaitingEvery
-		if fi, err := os.Stat(d.home.Path(bridge.PeersDir)); err == nil && !fi.ModTime().Equal(peersStamp) {
-			peersStamp = fi.ModTime()
+		if v := d.peersVersion(); v != peersStamp {
+			peersStamp = v
 			if err := d.loadAgents(); err != nil {
 				d.log.Error("reload trusted agents", "err", err)
 			} else {
@@ -355,11 +363,29 @@ func (d *Daemon) controlLoop(stop <-chan struct{}) {
 	}
 }
 
+// peersVersion identifies what the peers directory holds: each entry's
+// name, size and modification time. (The directory's own time alone can
+// miss a change made within the same clock tick as the one before.)
+func (d *Daemon) peersVersion() string {
+	ents, err := os.ReadDir(d.home.Path(bridge.PeersDir))
+	if err != nil {
+		return ""
+	}
+	var b strings.Builder
+	for _, e := range ents {
+		if fi, err := e.Info(); err == nil {
+			fmt.Fprintf(&b, "%s %d %d\n", e.Name(), fi.Size(), fi.ModTime().UnixNano())
+		}
+	}
+	return b.String()
+}
+
 // The control loop's schedule: the fallback look at the home (notify may
 // drop a change), the collection and the sweep of requests awaiting
 // approval (while any may).
 var (
 	controlFallback   = 30 * time.Second
+	hintSettle        = 50 * time.Millisecond
 	gcEvery           = 10 * time.Minute
 	sweepWaitingEvery = 5 * time.Second
 )
