@@ -3,6 +3,7 @@ package syncsafe
 import (
 	"regexp"
 	"strings"
+	"sync"
 )
 
 // Kind says what a name in the synced folder is. The zero value is
@@ -88,73 +89,77 @@ const datePart = `\d{4}-\d{2}-\d{2}`
 
 // patterns are tried in order; the first match wins. Specific schemes come
 // before the generic ones that would also match them (Nextcloud's and
-// Unison's dated markers before Dropbox's "any parenthesised date").
-var patterns = []pattern{
-	// Our own staging temp (publish.go): ~$<valid name>.tmp.
-	{regexp.MustCompile(`^~\$([a-z0-9][a-z0-9._-]*)\.tmp$`), KindTemp, "bridge", group(1)},
+// Unison's dated markers before Dropbox's "any parenthesised date"). They
+// are compiled on first use: a CLI command that never classifies a name
+// (most agent commands) should not pay for thirty regexps at start.
+var patterns = sync.OnceValue(func() []pattern {
+	return []pattern{
+		// Our own staging temp (publish.go): ~$<valid name>.tmp.
+		{regexp.MustCompile(`^~\$([a-z0-9][a-z0-9._-]*)\.tmp$`), KindTemp, "bridge", group(1)},
 
-	// Syncthing temps: hashed form first (64 hex chars of SHA-256; older
-	// releases used 32), then the plain forms with either prefix.
-	{regexp.MustCompile(`^(?:\.syncthing\.|~syncthing~)(?:[0-9a-f]{64}|[0-9a-f]{32})\.tmp$`), KindTemp, "syncthing", noOf},
-	{regexp.MustCompile(`^(?:\.syncthing\.|~syncthing~)(.+)\.tmp$`), KindTemp, "syncthing", group(1)},
-	// Syncthing conflict: BASE.sync-conflict-YYYYMMDD-HHMMSS-XXXXXXX.EXT.
-	{regexp.MustCompile(`^(.*)\.sync-conflict-\d{8}-\d{6}-[A-Za-z0-9]{7}(\.[^.]*)?$`), KindConflict, "syncthing", joinGroups(1, 2)},
+		// Syncthing temps: hashed form first (64 hex chars of SHA-256; older
+		// releases used 32), then the plain forms with either prefix.
+		{regexp.MustCompile(`^(?:\.syncthing\.|~syncthing~)(?:[0-9a-f]{64}|[0-9a-f]{32})\.tmp$`), KindTemp, "syncthing", noOf},
+		{regexp.MustCompile(`^(?:\.syncthing\.|~syncthing~)(.+)\.tmp$`), KindTemp, "syncthing", group(1)},
+		// Syncthing conflict: BASE.sync-conflict-YYYYMMDD-HHMMSS-XXXXXXX.EXT.
+		{regexp.MustCompile(`^(.*)\.sync-conflict-\d{8}-\d{6}-[A-Za-z0-9]{7}(\.[^.]*)?$`), KindConflict, "syncthing", joinGroups(1, 2)},
 
-	// Unison temp: .unison.NAME.<32 hex>.unison.tmp (older: without the hash).
-	{regexp.MustCompile(`^\.unison\.(.+)\.[0-9a-f]{32}\.unison\.tmp$`), KindTemp, "unison", group(1)},
-	{regexp.MustCompile(`^\.unison\..*\.unison\.tmp$`), KindTemp, "unison", noOf},
-	// Unison 2.52 copyonconflict (seen running it; docs/OPERATIONS.md, Unison): NAME (conflict_on_DATE).EXT,
-	// a second one the same day NAME (conflict #N_on_DATE).EXT, and a
-	// delete-versus-change copy NAME (conflict_on_DATE_was_deleted).EXT,
-	// where Unison also removes the original on both sides.
-	{regexp.MustCompile(`^(.+?) \(conflict(?: #\d+)?_on_` + datePart + `(?:_was_deleted)?\)(\.[^.]*)?$`), KindConflict, "unison", joinGroups(1, 2)},
-	// Unison backup kept beside the file (backuplocation = local): the default
-	// backupprefix ".bak.$VERSION." before the name.
-	{regexp.MustCompile(`^\.bak\.\d+\.(.+)$`), KindConflict, "unison", group(1)},
+		// Unison temp: .unison.NAME.<32 hex>.unison.tmp (older: without the hash).
+		{regexp.MustCompile(`^\.unison\.(.+)\.[0-9a-f]{32}\.unison\.tmp$`), KindTemp, "unison", group(1)},
+		{regexp.MustCompile(`^\.unison\..*\.unison\.tmp$`), KindTemp, "unison", noOf},
+		// Unison 2.52 copyonconflict (seen running it; docs/OPERATIONS.md, Unison): NAME (conflict_on_DATE).EXT,
+		// a second one the same day NAME (conflict #N_on_DATE).EXT, and a
+		// delete-versus-change copy NAME (conflict_on_DATE_was_deleted).EXT,
+		// where Unison also removes the original on both sides.
+		{regexp.MustCompile(`^(.+?) \(conflict(?: #\d+)?_on_` + datePart + `(?:_was_deleted)?\)(\.[^.]*)?$`), KindConflict, "unison", joinGroups(1, 2)},
+		// Unison backup kept beside the file (backuplocation = local): the default
+		// backupprefix ".bak.$VERSION." before the name.
+		{regexp.MustCompile(`^\.bak\.\d+\.(.+)$`), KindConflict, "unison", group(1)},
 
-	// Nextcloud: download temp .NAME.~<hex>, journal .sync_<hash>.db[-wal|-shm]
-	// (._sync_ in older ownCloud clients), conflict copies (current and legacy),
-	// virtual-file placeholders.
-	{regexp.MustCompile(`^\.(.+)\.~[0-9a-f]+$`), KindTemp, "nextcloud", group(1)},
-	{regexp.MustCompile(`^\._?sync_[0-9a-f]+\.db(?:-wal|-shm|-journal)?$`), KindLitter, "nextcloud", noOf},
-	{regexp.MustCompile(`^(.+?) \(conflicted copy (?:[^()]* )?` + datePart + ` \d{6}\)(\.[^.]*)?$`), KindConflict, "nextcloud", joinGroups(1, 2)},
-	{regexp.MustCompile(`^(.+)_conflict-\d{8}-\d{6}(\.[^.]*)?$`), KindConflict, "nextcloud", joinGroups(1, 2)},
-	{regexp.MustCompile(`^(.+)\.(?:nextcloud|owncloud)$`), KindPlaceholder, "nextcloud", group(1)},
+		// Nextcloud: download temp .NAME.~<hex>, journal .sync_<hash>.db[-wal|-shm]
+		// (._sync_ in older ownCloud clients), conflict copies (current and legacy),
+		// virtual-file placeholders.
+		{regexp.MustCompile(`^\.(.+)\.~[0-9a-f]+$`), KindTemp, "nextcloud", group(1)},
+		{regexp.MustCompile(`^\._?sync_[0-9a-f]+\.db(?:-wal|-shm|-journal)?$`), KindLitter, "nextcloud", noOf},
+		{regexp.MustCompile(`^(.+?) \(conflicted copy (?:[^()]* )?` + datePart + ` \d{6}\)(\.[^.]*)?$`), KindConflict, "nextcloud", joinGroups(1, 2)},
+		{regexp.MustCompile(`^(.+)_conflict-\d{8}-\d{6}(\.[^.]*)?$`), KindConflict, "nextcloud", joinGroups(1, 2)},
+		{regexp.MustCompile(`^(.+)\.(?:nextcloud|owncloud)$`), KindPlaceholder, "nextcloud", group(1)},
 
-	// rclone: NAME.XXXXXX.partial (>= 1.63), NAME..path1/..path2 (1.60 bisync),
-	// NAME.conflictN (>= 1.66 bisync).
-	{regexp.MustCompile(`^(.+)\.[0-9A-Za-z]+\.partial$`), KindTemp, "rclone", group(1)},
-	{regexp.MustCompile(`^(.+)\.partial$`), KindTemp, "rclone", group(1)},
-	{regexp.MustCompile(`^(.+)\.\.path[12]$`), KindConflict, "rclone", group(1)},
-	{regexp.MustCompile(`^(.+)\.conflict\d+$`), KindConflict, "rclone", group(1)},
+		// rclone: NAME.XXXXXX.partial (>= 1.63), NAME..path1/..path2 (1.60 bisync),
+		// NAME.conflictN (>= 1.66 bisync).
+		{regexp.MustCompile(`^(.+)\.[0-9A-Za-z]+\.partial$`), KindTemp, "rclone", group(1)},
+		{regexp.MustCompile(`^(.+)\.partial$`), KindTemp, "rclone", group(1)},
+		{regexp.MustCompile(`^(.+)\.\.path[12]$`), KindConflict, "rclone", group(1)},
+		{regexp.MustCompile(`^(.+)\.conflict\d+$`), KindConflict, "rclone", group(1)},
 
-	// iCloud: evicted stub .NAME.icloud.
-	{regexp.MustCompile(`^\.(.+)\.icloud$`), KindPlaceholder, "icloud", group(1)},
+		// iCloud: evicted stub .NAME.icloud.
+		{regexp.MustCompile(`^\.(.+)\.icloud$`), KindPlaceholder, "icloud", group(1)},
 
-	// Dropbox named conflicts: "(Case Conflict)", "(Unicode Encoding
-	// Conflict)", "(Selective Sync Conflict)", "(shared folder conflict)",
-	// optionally numbered; then any parenthesised suffix holding a date, which
-	// covers "(X's conflicted copy YYYY-MM-DD)" in every language.
-	{regexp.MustCompile(`^(.+?) \((?i:[^()]*conflict[^()]*)\)(\.[^.]*)?$`), KindConflict, "dropbox", joinGroups(1, 2)},
-	{regexp.MustCompile(`^(.+?) \([^()]*` + datePart + `[^()]*(?:\(\d+\))?\)(\.[^.]*)?$`), KindConflict, "dropbox", joinGroups(1, 2)},
+		// Dropbox named conflicts: "(Case Conflict)", "(Unicode Encoding
+		// Conflict)", "(Selective Sync Conflict)", "(shared folder conflict)",
+		// optionally numbered; then any parenthesised suffix holding a date, which
+		// covers "(X's conflicted copy YYYY-MM-DD)" in every language.
+		{regexp.MustCompile(`^(.+?) \((?i:[^()]*conflict[^()]*)\)(\.[^.]*)?$`), KindConflict, "dropbox", joinGroups(1, 2)},
+		{regexp.MustCompile(`^(.+?) \([^()]*` + datePart + `[^()]*(?:\(\d+\))?\)(\.[^.]*)?$`), KindConflict, "dropbox", joinGroups(1, 2)},
 
-	// Google Drive duplicates NAME (1).EXT; iCloud conflicts NAME 2.EXT.
-	{regexp.MustCompile(`^(.+?) \(\d+\)(\.[^.]*)?$`), KindConflict, "gdrive", joinGroups(1, 2)},
-	{regexp.MustCompile(`^(.+?) \d+(\.[^.]*)?$`), KindConflict, "icloud", joinGroups(1, 2)},
-	// Google Docs pointer files.
-	{regexp.MustCompile(`^(.+)\.g(?:doc|sheet|slides|draw|form|map|site|table|jam)$`), KindPlaceholder, "gdrive", group(1)},
+		// Google Drive duplicates NAME (1).EXT; iCloud conflicts NAME 2.EXT.
+		{regexp.MustCompile(`^(.+?) \(\d+\)(\.[^.]*)?$`), KindConflict, "gdrive", joinGroups(1, 2)},
+		{regexp.MustCompile(`^(.+?) \d+(\.[^.]*)?$`), KindConflict, "icloud", joinGroups(1, 2)},
+		// Google Docs pointer files.
+		{regexp.MustCompile(`^(.+)\.g(?:doc|sheet|slides|draw|form|map|site|table|jam)$`), KindPlaceholder, "gdrive", group(1)},
 
-	// OS and application litter with a recognisable shape.
-	{regexp.MustCompile(`^\.~lock\..*#$`), KindLitter, "os", noOf},       // LibreOffice lock
-	{regexp.MustCompile(`^~\$`), KindLitter, "os", noOf},                 // Office owner file
-	{regexp.MustCompile(`^\._`), KindLitter, "os", noOf},                 // AppleDouble
-	{regexp.MustCompile(`^\.Trash-\d+$`), KindLitter, "os", noOf},        // freedesktop trash
-	{regexp.MustCompile(`\.nosync(?:\.|$)`), KindLitter, "icloud", noOf}, // iCloud never syncs these
-	{regexp.MustCompile(`^\..+\.sw[a-p]$`), KindTemp, "os", noOf},        // vim swap
-	{regexp.MustCompile(`~$`), KindTemp, "os", noOf},                     // editor backup
-	{regexp.MustCompile(`^\.~`), KindTemp, "os", noOf},
-	{regexp.MustCompile(`\.(?:tmp|part|filepart|crdownload)$`), KindTemp, "os", noOf},
-}
+		// OS and application litter with a recognisable shape.
+		{regexp.MustCompile(`^\.~lock\..*#$`), KindLitter, "os", noOf},       // LibreOffice lock
+		{regexp.MustCompile(`^~\$`), KindLitter, "os", noOf},                 // Office owner file
+		{regexp.MustCompile(`^\._`), KindLitter, "os", noOf},                 // AppleDouble
+		{regexp.MustCompile(`^\.Trash-\d+$`), KindLitter, "os", noOf},        // freedesktop trash
+		{regexp.MustCompile(`\.nosync(?:\.|$)`), KindLitter, "icloud", noOf}, // iCloud never syncs these
+		{regexp.MustCompile(`^\..+\.sw[a-p]$`), KindTemp, "os", noOf},        // vim swap
+		{regexp.MustCompile(`~$`), KindTemp, "os", noOf},                     // editor backup
+		{regexp.MustCompile(`^\.~`), KindTemp, "os", noOf},
+		{regexp.MustCompile(`\.(?:tmp|part|filepart|crdownload)$`), KindTemp, "os", noOf},
+	}
+})
 
 // Classify says what a single name (no slashes) found in the synced folder
 // is. It looks at the name only; see ConflictOf for OneDrive's "-HOST" copies,
@@ -170,7 +175,7 @@ func Classify(name string) Class {
 	if client, ok := litterExact[strings.ToLower(name)]; ok {
 		return Class{Kind: KindLitter, Client: client}
 	}
-	for _, p := range patterns {
+	for _, p := range patterns() {
 		if m := p.re.FindStringSubmatch(name); m != nil {
 			return Class{Kind: p.kind, Client: p.client, Of: p.of(m)}
 		}
