@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/syncbridge/bridge/bridge"
@@ -33,6 +34,10 @@ type Client struct {
 	// StreamOutput: outcomes leave Stdout and Stderr nil and give the
 	// output through WriteOutput, so it is never held in memory whole.
 	StreamOutput bool
+
+	// repeats are the keyed requests this client's Submit found sent
+	// before: their outcome is the first send's answer (Outcome.Earlier).
+	repeats sync.Map
 }
 
 // OpenClient opens an agent home's folder.
@@ -182,6 +187,7 @@ func (c *Client) Submit(o SubmitOptions) (*Sent, error) {
 			c.Remember(s, c.sentManifest(s.ID))
 		}
 		if err == nil {
+			c.repeats.Store(s.ID, true)
 			// Sent before: deliver the very same manifest again if it is
 			// not in the folder (a crash before it was published, or a
 			// lost file); the host answers a duplicate from its ledger.

@@ -46,8 +46,9 @@ type Outcome struct {
 	me     *bcrypto.Identity
 
 	// Earlier: the result answers an earlier send of this keyed request
-	// (another manifest under the same id, from a home that lost its
-	// record of it); the host did not run it again.
+	// (the same key used again, or another manifest under the same id from
+	// a home that lost its record of it); the host did not run it again,
+	// and this call's standard input was not sent.
 	Earlier bool
 }
 
@@ -62,6 +63,11 @@ func (c *Client) Result(id string) (ret *Outcome, _ error) {
 	if err != nil {
 		return nil, err
 	}
+	defer func() {
+		if _, again := c.repeats.Load(id); ret != nil && again {
+			ret.Earlier = true // however it was found: the first send's answer
+		}
+	}()
 	check, own, err := c.resultCheck(s)
 	if err != nil {
 		return nil, err

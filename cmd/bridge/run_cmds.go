@@ -385,7 +385,7 @@ func printOutcomeTo(g *Globals, out *agent.Outcome, stdout, stderr io.Writer) er
 			"stderr_truncated": rc.StderrTruncated, "policy_sha256": rc.PolicySHA256, "bridge_exit_code": code, "earlier_send": out.Earlier})
 	} else {
 		if out.Earlier {
-			g.note("note: request %s was sent before with this key (from a home that has no record of it); this is that send's answer, and it did not run again", rc.ID)
+			g.note("note: request %s was sent before with this key; this is that send's answer: the op did not run again, and standard input, which is not part of the key, was not sent (use a new key for new input)", rc.ID)
 		}
 		if err := out.WriteOutput(stdout, stderr); err != nil {
 			return err
