@@ -98,6 +98,10 @@ func TestBuildFailure(t *testing.T) {
 	if !strings.Contains(out.String(), "| local ping round trip p50 (n=2)") {
 		t.Errorf("the rows that need no binary are missing:\n%s", out.String())
 	}
+	// Skipped sections leave no rows and no zero figures beside others.
+	if strings.Contains(out.String(), "| floor:") || strings.Contains(out.String(), "(n=0): ") || strings.Contains(out.String(), "floor 0.00 ms") {
+		t.Errorf("figures of skipped sections in:\n%s", out.String())
+	}
 }
 
 func TestFlags(t *testing.T) {
