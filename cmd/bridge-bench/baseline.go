@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"crypto/rand"
 	"crypto/subtle"
+	_ "embed"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -20,6 +21,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -330,11 +332,20 @@ func runTeed(argv []string, dir string, env []string, timeout time.Duration, pro
 	return res
 }
 
+// pyWorkerSource is the baseline's worker in Python, for the idle rows: it
+// idles as the reference does (one thread, time.sleep between polls),
+// where the Go worker pays the Go runtime's wake-ups around each tick.
+//
+//go:embed baseline_worker.py
+var pyWorkerSource []byte
+
 // baseline is a running worker process.
 type baseline struct {
-	root string
-	ch   *child
-	pid  int
+	root    string
+	ch      *child
+	pid     int
+	version string // the Python worker's python3 version
+	term    bool   // stopped by SIGTERM (the Python worker), not by closing its stdin
 }
 
 // startBaseline starts a worker process on root (made when missing).
@@ -348,20 +359,49 @@ func startBaseline(root string, poll time.Duration) (*baseline, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &baseline{root: root, ch: ch}
-	for l := range ch.lines {
+	return readyBaseline(&baseline{root: root, ch: ch})
+}
+
+// startPyBaseline starts the Python worker with python on root (made when
+// missing), its source written into dir.
+func startPyBaseline(python, dir, root string, poll time.Duration) (*baseline, error) {
+	if _, err := os.Stat(filepath.Join(root, baselineScript)); err != nil {
+		if err := initBaselineRoot(root); err != nil {
+			return nil, err
+		}
+	}
+	src := filepath.Join(dir, "baseline_worker.py")
+	if err := os.WriteFile(src, pyWorkerSource, 0o644); err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(python, src, root, strconv.FormatFloat(poll.Seconds(), 'f', -1, 64), baselineToken)
+	ch, err := startCmd(cmd)
+	if err != nil {
+		return nil, err
+	}
+	return readyBaseline(&baseline{root: root, ch: ch, term: true})
+}
+
+// readyBaseline reads a worker's first lines until it says it is ready.
+func readyBaseline(b *baseline) (*baseline, error) {
+	for l := range b.ch.lines {
 		switch l[0] {
+		case "version":
+			b.version = l[1]
 		case "pid":
 			b.pid, _ = strconv.Atoi(l[1])
 		case "ready":
 			return b, nil
 		}
 	}
-	_, err = ch.rest()
+	_, err := b.ch.rest()
 	return nil, fmt.Errorf("baseline worker ended early: %v", err)
 }
 
 func (b *baseline) stop() error {
+	if b.term {
+		b.ch.cmd.Process.Signal(syscall.SIGTERM)
+	}
 	_, err := b.ch.rest()
 	return err
 }

@@ -31,6 +31,7 @@ const (
 	childArgEnv  = "BRIDGE_BENCH_ARG"   // the host home, the payload size, the baseline's root, the agent home
 	childPollEnv = "BRIDGE_BENCH_POLL"  // the baseline's poll interval; the library child's pause
 	childNEnv    = "BRIDGE_BENCH_N"     // the library child's round trips
+	childSeedEnv = "BRIDGE_BENCH_SEED"  // the seed of the library child's pauses
 )
 
 // childMain runs a child measurement if this process is one, printing
@@ -76,6 +77,11 @@ func startChildUnder(prefix []string, kind, arg string, env ...string) (*child, 
 	argv := append(slices.Clone(prefix), selfExe())
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = append(append(os.Environ(), childEnv+"="+kind, childArgEnv+"="+arg), env...)
+	return startCmd(cmd)
+}
+
+// startCmd starts cmd as a child that prints "key value" lines.
+func startCmd(cmd *exec.Cmd) (*child, error) {
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {

@@ -220,7 +220,7 @@ func (u *users) fsyncLib(base string) (fsyncCount, error) {
 	}
 	cfile := filepath.Join(dir, "client.trace")
 	ch, err := startChildUnder([]string{u.strace, "-f", "-ttt", "-e", "trace=" + syncCalls, "-o", cfile}, "libclient", u.l.agent.Dir,
-		childNEnv+"="+strconv.Itoa(u.c.fsyncN), childPollEnv+"="+u.c.pause.String())
+		childNEnv+"="+strconv.Itoa(u.c.fsyncN), childPollEnv+"="+u.c.pause.String(), childSeedEnv+"="+strconv.FormatUint(u.c.seed, 10))
 	if err != nil {
 		at.detach()
 		return fsyncCount{}, err

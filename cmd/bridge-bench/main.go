@@ -194,13 +194,13 @@ func run(args []string, stdout, stderr io.Writer) error {
 		c.tputN, c.inflight, c.scaleN, c.payloadMiB, c.poll, c.clientPoll, c.pause, c.idleWindow, c.seed)
 
 	// 1. The floor.
-	progress("floor: fsync, publish, fork/exec, inotify, ed25519 (%d each)", c.floorN)
 	floorDir := filepath.Join(base, "floor")
 	if err := os.Mkdir(floorDir, 0o755); err != nil {
 		return err
 	}
 	var fl floor
 	if !c.skip["floor"] {
+		progress("floor: fsync, publish, fork/exec, inotify, ed25519 (%d each)", c.floorN)
 		if fl, err = measureFloor(floorDir, c.floorN); err != nil {
 			return err
 		}
@@ -211,13 +211,15 @@ func run(args []string, stdout, stderr io.Writer) error {
 	// floor of any signed, atomic, event-driven design.
 	pingFloor := 4*fl.publish + 2*fl.inotify + 2*fl.verify
 	execFloor := pingFloor + fl.forkExec
-	r.add("floor: fsync of a 600 B file (p50)", ms(fl.fsync), "", "")
-	r.add("floor: atomic publish, syncsafe.Folder.Publish (p50)", ms(fl.publish), "", "")
-	r.add("floor: fork/exec of `true` (p50)", ms(fl.forkExec), "", "")
-	r.add("floor: inotify, rename into a watched dir → event (p50)", ms(fl.inotify), "", "")
-	r.add("floor: Ed25519 verify", ms(fl.verify), "", "")
-	r.add("floor: ping round trip (4 publish + 2 inotify + 2 verify)", ms(pingFloor), "", "")
-	r.add("floor: exec'd no-op round trip (ping floor + 1 fork/exec)", ms(execFloor), "", "")
+	if !c.skip["floor"] {
+		r.add("floor: fsync of a 600 B file (p50)", ms(fl.fsync), "", "")
+		r.add("floor: atomic publish, syncsafe.Folder.Publish (p50)", ms(fl.publish), "", "")
+		r.add("floor: fork/exec of `true` (p50)", ms(fl.forkExec), "", "")
+		r.add("floor: inotify, rename into a watched dir → event (p50)", ms(fl.inotify), "", "")
+		r.add("floor: Ed25519 verify", ms(fl.verify), "", "")
+		r.add("floor: ping round trip (4 publish + 2 inotify + 2 verify)", ms(pingFloor), "", "")
+		r.add("floor: exec'd no-op round trip (ping floor + 1 fork/exec)", ms(execFloor), "", "")
+	}
 
 	// 2. What users do, with the bridge binary, beside the baseline.
 	ur, err := usersSections(c, filepath.Join(base, "users"), progress)
@@ -271,10 +273,17 @@ func run(args []string, stdout, stderr io.Writer) error {
 	bl := ur.blLib
 	for _, op := range []string{bridge.PingOp, noopOp} {
 		for i, p := range []float64{50, 90, 99} {
-			ours, bp := pct(lat[op], p), pct(bl, p)
+			ours := pct(lat[op], p)
+			var beside []string
+			if len(bl) > 0 {
+				bp := pct(bl, p)
+				beside = append(beside, fmt.Sprintf("baseline, sporadic, client polling 10 ms %s (n=%d): %s lower", ms(bp), len(bl), ratio(bp, ours)))
+			}
+			if floors[op] > 0 {
+				beside = append(beside, fmt.Sprintf("floor %s: %s of it", ms(floors[op]), ratio(ours, floors[op])))
+			}
 			r.add(fmt.Sprintf("local %s round trip p%.0f (n=%d), back to back, daemon in-process", names[op], p, len(lat[op])), ms(ours),
-				fmt.Sprintf("baseline, sporadic, client polling 10 ms %s (n=%d): %s lower; floor %s: %s of it", ms(bp), len(bl), ratio(bp, ours), ms(floors[op]), ratio(ours, floors[op])),
-				targets[op][i])
+				strings.Join(beside, "; "), targets[op][i])
 		}
 	}
 

@@ -5,6 +5,7 @@ package main
 import (
 	"bytes"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -42,6 +43,9 @@ func TestQuickRun(t *testing.T) {
 		"| baseline burst: 8 into its queue at once", "| burst of 8 through the CLI", "| burst of 8 through the library",
 		"| burst of 8 through the CLI, 60 unacked results", "| burst of 8 through the library, 60 unacked results",
 		"| idle `bridge serve`, empty folder", "| idle `bridge serve`, 60 finished",
+		"| baseline idle, empty queue: Python worker, as the reference runs", "| baseline idle, empty queue: Go worker",
+		"| baseline idle, beside 60 finished requests (its journal and processed/), restarted: Python worker",
+		"| baseline idle, beside 60 finished requests (its journal and processed/), restarted: Go worker",
 		"| fsyncs per round trip, `bridge run` + `bridge serve`", "| fsyncs per round trip, library",
 		"| local ping round trip p50 (n=5), back to back, daemon in-process |", "| local exec'd no-op round trip p99 (n=5)",
 		"| throughput ping, 4 in flight (n=10)", "| throughput exec'd no-op",
@@ -51,6 +55,52 @@ func TestQuickRun(t *testing.T) {
 		if !strings.Contains(out.String(), row) {
 			t.Errorf("no row %q in:\n%s", row, out.String())
 		}
+	}
+	// With python3 at hand the Python worker is measured: it idled, then
+	// answered a request.
+	if _, err := exec.LookPath("python3"); err == nil {
+		for _, line := range strings.Split(out.String(), "\n") {
+			if strings.Contains(line, "Python worker") && strings.Contains(line, "not measured") {
+				t.Errorf("python3 is in PATH, yet: %s", line)
+			}
+		}
+	}
+}
+
+// TestBuildFailure: when the bridge binary does not build, the run goes
+// on and the rows that need the binary say so.
+func TestBuildFailure(t *testing.T) {
+	defer func(p string) { bridgePkg = p }(bridgePkg)
+	bridgePkg = "./cmd/nosuch"
+	var out, errb bytes.Buffer
+	args := []string{"-quick", "-n", "2", "-skip", "floor,baseline,burst,idle,tput,scale,seal,syncthing", "-b2b-n", "1", "-dir", t.TempDir()}
+	if err := run(args, &out, &errb); err != nil {
+		t.Fatalf("run: %v\n%s", err, errb.String())
+	}
+	for _, row := range []string{
+		"| sporadic library round trip", "| sporadic `bridge run echo`",
+		"| back to back, library, `bridge serve` process, fresh folder (n=0) |", "| back to back, `bridge run`, 60 unacked results",
+		"| fsyncs per round trip, `bridge run` + `bridge serve`",
+	} {
+		found := false
+		for _, line := range strings.Split(out.String(), "\n") {
+			if strings.HasPrefix(line, row) {
+				found = true
+				if !strings.Contains(line, "not measured: `go build ./cmd/nosuch` failed") {
+					t.Errorf("row without the reason: %s", line)
+				}
+			}
+		}
+		if !found {
+			t.Errorf("no row %q in:\n%s", row, out.String())
+		}
+	}
+	if !strings.Contains(out.String(), "| local ping round trip p50 (n=2)") {
+		t.Errorf("the rows that need no binary are missing:\n%s", out.String())
+	}
+	// Skipped sections leave no rows and no zero figures beside others.
+	if strings.Contains(out.String(), "| floor:") || strings.Contains(out.String(), "(n=0): ") || strings.Contains(out.String(), "floor 0.00 ms") {
+		t.Errorf("figures of skipped sections in:\n%s", out.String())
 	}
 }
 

@@ -31,6 +31,10 @@ import (
 // script does the same.
 const echoOp = "echo"
 
+// bridgePkg is the package of the bridge binary (a test points it
+// elsewhere to see a failed build).
+var bridgePkg = "./cmd/bridge"
+
 // buildBridge builds the bridge binary from this module's source tree
 // into dir, once per run.
 func buildBridge(dir string) (string, error) {
@@ -39,11 +43,10 @@ func buildBridge(dir string) (string, error) {
 		return "", fmt.Errorf("find the module's source tree (run from it): %w", err)
 	}
 	bin := filepath.Join(dir, "bin", "bridge")
-	cmd := exec.Command("go", "build", "-o", bin, "./cmd/bridge")
+	cmd := exec.Command("go", "build", "-o", bin, bridgePkg)
 	cmd.Dir = strings.TrimSpace(string(out))
-	cmd.Stderr = os.Stderr
-	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("go build ./cmd/bridge: %w", err)
+	if msg, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build %s: %w: %s", bridgePkg, err, strings.TrimSpace(string(msg)))
 	}
 	return bin, nil
 }
@@ -94,6 +97,7 @@ type users struct {
 	unack  int // requests whose results are left unacked in the folder
 	prog   func(string, ...any)
 	strace string // the strace binary, "" when missing
+	python string // python3, for the idle baseline as the reference runs; "" when missing
 }
 
 func (u *users) startServe() error {
@@ -315,7 +319,9 @@ func fratio(a, b float64) string {
 type usersResults struct {
 	blLib, blCLI       []time.Duration // baseline sporadic: in-harness client polling 10 ms; client processes polling c.clientPoll
 	blBurst            burst
-	blIdle, blIdle10k  idleStats
+	blIdle, blIdle10k  idleStats // the Go worker
+	pyIdle, pyIdle10k  idleStats // the Python worker
+	pyVersion, pyNote  string
 	blFsync            fsyncCount
 	spLib, spCLI       []time.Duration
 	b2bLib, b2bCLI     []time.Duration
@@ -325,6 +331,7 @@ type usersResults struct {
 	idle, idle10k      idleStats
 	fsRun, fsLib       fsyncCount
 	fsNote             string
+	noBin              string // why the rows of the bridge binary are not measured
 }
 
 // usersSections runs every section of this file that -skip leaves in.
@@ -339,6 +346,10 @@ func usersSections(c config, base string, progress func(string, ...any)) (*users
 	}
 	u := &users{c: c, rng: rand.New(rand.NewPCG(c.seed, 15)), logf: filepath.Join(base, "serve.log"), prog: progress}
 	u.strace, _ = exec.LookPath("strace")
+	u.python, _ = exec.LookPath("python3")
+	if u.python == "" {
+		res.pyNote = "not measured: no `python3` in PATH"
+	}
 
 	// The baseline first, alone on the machine.
 	if want("baseline") || want("burst") || want("idle") || want("fsyncs") {
@@ -350,10 +361,13 @@ func usersSections(c config, base string, progress func(string, ...any)) (*users
 		return res, nil
 	}
 
-	progress("building the bridge binary (go build ./cmd/bridge)")
+	progress("building the bridge binary (go build %s)", bridgePkg)
 	var err error
 	if u.bin, err = buildBridge(base); err != nil {
-		return nil, err
+		// The baseline's rows stand; those of the binary say why not.
+		progress("%v; the rows of the bridge binary are not measured", err)
+		res.noBin = fmt.Sprintf("not measured: `go build %s` failed", bridgePkg)
+		return res, nil
 	}
 	if u.l, err = setupLocal(filepath.Join(base, "bridge")); err != nil {
 		return nil, err
@@ -488,10 +502,16 @@ func (u *users) baselineSections(base string, res *usersResults) error {
 	}()
 	settle := min(5*time.Second, c.idleWindow)
 	if want("idle") {
-		u.prog("baseline idle, empty queue: %s settle, %s window", settle, c.idleWindow)
+		u.prog("baseline idle, empty queue, Go worker: %s settle, %s window", settle, c.idleWindow)
 		time.Sleep(settle)
 		if res.blIdle, err = watchIdle(bl.pid, c.idleWindow); err != nil {
 			return err
+		}
+		if u.python != "" {
+			u.prog("baseline idle, empty queue, Python worker: %s settle, %s window", settle, c.idleWindow)
+			if res.pyIdle, res.pyVersion, err = u.pyIdle(base, filepath.Join(base, "baseline-py"), settle); err != nil {
+				return err
+			}
 		}
 	}
 	if want("baseline") {
@@ -526,15 +546,47 @@ func (u *users) baselineSections(base string, res *usersResults) error {
 		if err := fillBaseline(root10k, c.unackedN); err != nil {
 			return err
 		}
+		u.prog("baseline idle beside %d finished requests, Go worker: %s settle, %s window", c.unackedN, 2*settle, c.idleWindow)
 		b, err := startBaseline(root10k, c.poll)
 		if err != nil {
 			return err
 		}
 		time.Sleep(2 * settle)
 		res.blIdle10k, err = watchIdle(b.pid, c.idleWindow)
-		return errors.Join(err, b.stop())
+		if err := errors.Join(err, b.stop()); err != nil {
+			return err
+		}
+		if u.python != "" {
+			u.prog("baseline idle beside %d finished requests, Python worker: %s settle, %s window", c.unackedN, 2*settle, c.idleWindow)
+			if res.pyIdle10k, _, err = u.pyIdle(base, root10k, 2*settle); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
+}
+
+// pyIdle starts the Python worker on root and watches it idle after
+// settle; then it checks that the worker still serves (one request, after
+// the window, so not counted), so that a stuck or broken worker is an
+// error rather than a quiet figure.
+func (u *users) pyIdle(base, root string, settle time.Duration) (idleStats, string, error) {
+	b, err := startPyBaseline(u.python, base, root, u.c.poll)
+	if err != nil {
+		return idleStats{}, "", fmt.Errorf("python worker: %w", err)
+	}
+	time.Sleep(settle)
+	st, err := watchIdle(b.pid, u.c.idleWindow)
+	if err == nil {
+		var id string
+		if id, err = baselineSubmit(root); err == nil {
+			err = baselinePoll(root, id, 10*time.Millisecond, u.c.poll+time.Minute)
+		}
+	}
+	if err := errors.Join(err, b.stop()); err != nil {
+		return idleStats{}, "", fmt.Errorf("python worker: %w", err)
+	}
+	return st, b.version, nil
 }
 
 // libClientMain is the library's client in a process of its own, so that
@@ -552,7 +604,11 @@ func libClientMain(home string) error {
 		return err
 	}
 	defer c.Close()
-	rng := rand.New(rand.NewPCG(7, 15))
+	seed, err := strconv.ParseUint(os.Getenv(childSeedEnv), 10, 64)
+	if err != nil {
+		return fmt.Errorf("%s: %w", childSeedEnv, err)
+	}
+	rng := rand.New(rand.NewPCG(seed, 15))
 	w := bufio.NewWriter(os.Stdout)
 	defer w.Flush()
 	for range n {
@@ -587,15 +643,23 @@ func (res *usersResults) rows(c config, fl floor, r *report) {
 		}
 		return fmt.Sprintf("; floor %s: %s of it", ms(f), ratio(pct(ours, 50), f))
 	}
+	// nb: the section was asked for, but there is no binary to run.
+	nb := func(section string) bool { return res.noBin != "" && !c.skip[section] }
+	lat := func(ds []time.Duration) string {
+		if len(ds) == 0 && res.noBin != "" {
+			return res.noBin
+		}
+		return p3(ds)
+	}
 	if len(res.spLib) > 0 || len(res.spCLI) > 0 || len(res.blLib) > 0 {
 		r.add(fmt.Sprintf("baseline sporadic round trip, client polling every 10 ms (n=%d)", len(res.blLib)), p3(res.blLib),
 			fmt.Sprintf("worker polling every %s, whole queue per tick", c.poll), "")
 		r.add(fmt.Sprintf("baseline sporadic round trip, a client process per request polling every %s (n=%d)", c.clientPoll, len(res.blCLI)), p3(res.blCLI), "", "")
 	}
-	if len(res.spLib) > 0 {
-		r.add(fmt.Sprintf("sporadic library round trip (Submit + Wait, echo op, 0–%s pause, `bridge serve` process) (n=%d)", c.pause, len(res.spLib)), p3(res.spLib),
+	if len(res.spLib) > 0 || nb("sporadic") {
+		r.add(fmt.Sprintf("sporadic library round trip (Submit + Wait, echo op, 0–%s pause, `bridge serve` process) (n=%d)", c.pause, len(res.spLib)), lat(res.spLib),
 			fmt.Sprintf("baseline, client polling 10 ms: %s%s", lower(res.blLib, res.spLib), floorNote(res.spLib, execFloor)), "p50 ≤ 6 ms")
-		r.add(fmt.Sprintf("sporadic `bridge run echo`, a process per request (0–%s pause) (n=%d)", c.pause, len(res.spCLI)), p3(res.spCLI),
+		r.add(fmt.Sprintf("sporadic `bridge run echo`, a process per request (0–%s pause) (n=%d)", c.pause, len(res.spCLI)), lat(res.spCLI),
 			fmt.Sprintf("baseline client process polling %s: %s%s", c.clientPoll, lower(res.blCLI, res.spCLI), floorNote(res.spCLI, cliFloor)), "p50 ≤ 12 ms, p99 ≤ 40 ms")
 	}
 	full := func(k, fresh []time.Duration) string {
@@ -604,15 +668,15 @@ func (res *usersResults) rows(c config, fl floor, r *report) {
 		}
 		return fmt.Sprintf("fresh folder p50 %s: %s of it", ms(pct(fresh, 50)), ratio(pct(k, 50), pct(fresh, 50)))
 	}
-	if len(res.b2bLib) > 0 {
-		r.add(fmt.Sprintf("back to back, library, `bridge serve` process, fresh folder (n=%d)", len(res.b2bLib)), p3(res.b2bLib),
+	if len(res.b2bLib) > 0 || nb("backtoback") {
+		r.add(fmt.Sprintf("back to back, library, `bridge serve` process, fresh folder (n=%d)", len(res.b2bLib)), lat(res.b2bLib),
 			"baseline, client polling 10 ms: "+lower(res.blLib, res.b2bLib)+floorNote(res.b2bLib, execFloor), "p50 ≤ 4 ms")
-		r.add(fmt.Sprintf("back to back, `bridge run`, fresh folder (n=%d)", len(res.b2bCLI)), p3(res.b2bCLI),
+		r.add(fmt.Sprintf("back to back, `bridge run`, fresh folder (n=%d)", len(res.b2bCLI)), lat(res.b2bCLI),
 			"baseline client process: "+lower(res.blCLI, res.b2bCLI)+floorNote(res.b2bCLI, cliFloor), "")
 	}
-	if len(res.b2bLibK) > 0 {
-		r.add(fmt.Sprintf("back to back, library, %d unacked results in the folder (n=%d)", c.unackedN, len(res.b2bLibK)), p3(res.b2bLibK), full(res.b2bLibK, res.b2bLib), "within 1.2× of fresh")
-		r.add(fmt.Sprintf("back to back, `bridge run`, %d unacked results in the folder (n=%d)", c.unackedN, len(res.b2bCLIK)), p3(res.b2bCLIK), full(res.b2bCLIK, res.b2bCLI), "within 1.2× of fresh")
+	if len(res.b2bLibK) > 0 || nb("backtoback") {
+		r.add(fmt.Sprintf("back to back, library, %d unacked results in the folder (n=%d)", c.unackedN, len(res.b2bLibK)), lat(res.b2bLibK), full(res.b2bLibK, res.b2bLib), "within 1.2× of fresh")
+		r.add(fmt.Sprintf("back to back, `bridge run`, %d unacked results in the folder (n=%d)", c.unackedN, len(res.b2bCLIK)), lat(res.b2bCLIK), full(res.b2bCLIK, res.b2bCLI), "within 1.2× of fresh")
 	}
 	bl := res.blBurst
 	if bl.n > 0 {
@@ -626,6 +690,9 @@ func (res *usersResults) rows(c config, fl floor, r *report) {
 	}
 	burstRow := func(what string, b burst, target string, fresh burst) {
 		if b.n == 0 {
+			if nb("burst") {
+				r.add(what, res.noBin, "", target)
+			}
 			return
 		}
 		beside := vsBase(b)
@@ -638,25 +705,14 @@ func (res *usersResults) rows(c config, fl floor, r *report) {
 	burstRow(fmt.Sprintf("burst of %d through the library: Submit ×%d then Wait each, fresh folder", c.burstN, c.burstN), res.burstLib, "≥ 5× baseline req/s, CPU/req ≤ 1.5× baseline", burst{})
 	burstRow(fmt.Sprintf("burst of %d through the CLI, %d unacked results in the folder", c.burstN, c.unackedN), res.burstCLIK, "≥ 3× baseline req/s, CPU/req ≤ 1.5× baseline", res.burstCLI)
 	burstRow(fmt.Sprintf("burst of %d through the library, %d unacked results in the folder", c.burstN, c.unackedN), res.burstLK, "≥ 5× baseline req/s, CPU/req ≤ 1.5× baseline", res.burstLib)
-	idleRow := func(what string, ours, base idleStats) {
-		if ours.window == 0 && base.window == 0 {
-			return
-		}
-		beside := ""
-		if base.window > 0 {
-			beside = fmt.Sprintf("baseline worker: %s; CPU %s, wake-ups %s, RSS %s of it", base, fratio(float64(ours.cpuRate), float64(base.cpuRate)),
-				fratio(ours.wakeupsPerSec, base.wakeupsPerSec), fratio(float64(ours.rssKB), float64(base.rssKB)))
-		}
-		oursS := "not measured"
-		if ours.window > 0 {
-			oursS = ours.String()
-		}
-		r.add(what, oursS, beside, "CPU and wake-ups ≤ baseline's")
+	if !c.skip["idle"] {
+		res.idleRows(c, r)
 	}
-	idleRow(fmt.Sprintf("idle `bridge serve`, empty folder (%s window)", c.idleWindow), res.idle, res.blIdle)
-	idleRow(fmt.Sprintf("idle `bridge serve`, %d finished (unacked) requests, restarted (%s window)", c.unackedN, c.idleWindow), res.idle10k, res.blIdle10k)
-	if res.fsNote != "" || res.fsRun.n > 0 || res.blFsync.n > 0 {
+	if res.fsNote != "" || res.fsRun.n > 0 || res.blFsync.n > 0 || nb("fsyncs") {
 		note := res.fsNote
+		if note == "" && res.fsRun.n == 0 {
+			note = res.noBin
+		}
 		base := ""
 		if res.blFsync.n > 0 {
 			base = "baseline: " + res.blFsync.String()
@@ -670,5 +726,43 @@ func (res *usersResults) rows(c config, fl floor, r *report) {
 		}
 		row("fsyncs per round trip, `bridge run` + `bridge serve`", res.fsRun)
 		row("fsyncs per round trip, library (in a child) + `bridge serve`", res.fsLib)
+	}
+}
+
+// idleRows adds the idle rows: the two baselines, each empty and beside
+// finished requests, then `serve` with its ratios to the Python worker,
+// which idles as the reference does (the Go worker pays the Go runtime's
+// wake-ups; it stands for the same loop in Go).
+func (res *usersResults) idleRows(c config, r *report) {
+	stat := func(s idleStats, note string) string {
+		switch {
+		case s.window > 0:
+			return s.String()
+		case note != "":
+			return note
+		}
+		return "not measured"
+	}
+	py := "Python worker, as the reference runs ("
+	if res.pyVersion != "" {
+		py += "python3 " + res.pyVersion + ", "
+	}
+	states := []struct {
+		where, what   string
+		ours, pyB, gB idleStats
+	}{
+		{"empty queue", fmt.Sprintf("idle `bridge serve`, empty folder (%s window)", c.idleWindow), res.idle, res.pyIdle, res.blIdle},
+		{fmt.Sprintf("beside %d finished requests (its journal and processed/), restarted", c.unackedN),
+			fmt.Sprintf("idle `bridge serve`, %d finished (unacked) requests, restarted (%s window)", c.unackedN, c.idleWindow), res.idle10k, res.pyIdle10k, res.blIdle10k},
+	}
+	for _, st := range states {
+		r.add(fmt.Sprintf("baseline idle, %s: %spoll %s, %s window)", st.where, py, c.poll, c.idleWindow), stat(st.pyB, res.pyNote), "", "")
+		r.add(fmt.Sprintf("baseline idle, %s: Go worker, the same loop in Go (poll %s, %s window)", st.where, c.poll, c.idleWindow), stat(st.gB, ""), "", "")
+		beside := "Python worker " + stat(st.pyB, res.pyNote)
+		if st.ours.window > 0 && st.pyB.window > 0 {
+			beside = fmt.Sprintf("Python worker: CPU %s, wake-ups %s, RSS %s of it", fratio(float64(st.ours.cpuRate), float64(st.pyB.cpuRate)),
+				fratio(st.ours.wakeupsPerSec, st.pyB.wakeupsPerSec), fratio(float64(st.ours.rssKB), float64(st.pyB.rssKB)))
+		}
+		r.add(st.what, stat(st.ours, res.noBin), beside, "CPU and wake-ups ≤ the Python baseline's")
 	}
 }
