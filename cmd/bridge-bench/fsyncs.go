@@ -13,6 +13,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/syncbridge/bridge/bridge"
 )
 
 // The fsync section counts the calls that flush to the disk, with strace,
@@ -25,7 +27,12 @@ type fsyncCount struct {
 	n                      int
 	total, waited          float64 // per round trip
 	serverWait, clientWait float64 // per round trip, of waited
-	note                   string
+	// serverBefore: the server's syncs before its rename of the result's
+	// manifest into the folder, the moment the agent can see the answer;
+	// the rest of its syncs in the window run beside the client's checks.
+	serverBefore float64
+	before       bool // serverBefore was measured
+	note         string
 }
 
 func (f fsyncCount) String() string {
@@ -35,7 +42,11 @@ func (f fsyncCount) String() string {
 	if f.n == 0 {
 		return "not measured"
 	}
-	return fmt.Sprintf("%.1f per round trip; %.1f on the path the user waits on (server %.1f, client %.1f)", f.total, f.waited, f.serverWait, f.clientWait)
+	s := fmt.Sprintf("%.1f per round trip; %.1f on the path the user waits on (server %.1f, client %.1f)", f.total, f.waited, f.serverWait, f.clientWait)
+	if f.before {
+		s += fmt.Sprintf("; of those, before the result is in the folder: %.1f (server %.1f, client %.1f)", f.serverBefore+f.clientWait, f.serverBefore, f.clientWait)
+	}
+	return s
 }
 
 // traceEvent is a line of strace -ttt output.
@@ -43,6 +54,7 @@ type traceEvent struct {
 	ts   float64 // seconds since the epoch, at the call's start
 	call string  // the syscall's name
 	arg0 string  // its first argument as printed
+	args string  // every argument as printed
 }
 
 // readTrace parses a strace -f -ttt output file; calls resumed from an
@@ -73,7 +85,7 @@ func readTrace(file string) ([]traceEvent, error) {
 		}
 		arg0, _, _ := strings.Cut(args, ",")
 		arg0, _, _ = strings.Cut(arg0, " ") // "5 <unfinished ...>"
-		evs = append(evs, traceEvent{ts: ts, call: name, arg0: strings.TrimRight(arg0, ")")})
+		evs = append(evs, traceEvent{ts: ts, call: name, arg0: strings.TrimRight(arg0, ")"), args: args})
 	}
 	return evs, sc.Err()
 }
@@ -91,6 +103,25 @@ func countSyncs(evs []traceEvent, from, to float64) int {
 	return n
 }
 
+// renameCalls are traced beside the syncs on the server, to find when a
+// result's manifest lands in the folder.
+const renameCalls = "rename,renameat,renameat2"
+
+// published is the time of the first rename of a result manifest into the
+// folder in [from, to] (the folder's renames go through a directory's
+// descriptor; the home's private copies are renamed by path), or to.
+func published(evs []traceEvent, from, to float64) float64 {
+	for _, e := range evs {
+		if e.ts < from || e.ts > to || !strings.HasPrefix(e.call, "rename") || e.arg0 == "AT_FDCWD" {
+			continue
+		}
+		if strings.Contains(e.args, "."+bridge.ExtResult+`"`) {
+			return e.ts
+		}
+	}
+	return to
+}
+
 // attached is strace attached to a running process.
 type attached struct {
 	cmd  *exec.Cmd
@@ -99,8 +130,8 @@ type attached struct {
 
 // straceAttach attaches strace to every thread of pid (and the children it
 // starts from now on), writing to file, and returns once it is attached.
-func straceAttach(strace string, pid int, file string) (*attached, error) {
-	cmd := exec.Command(strace, "-f", "-ttt", "-e", "trace="+syncCalls, "-o", file, "-p", strconv.Itoa(pid))
+func straceAttach(strace string, pid int, file, calls string) (*attached, error) {
+	cmd := exec.Command(strace, "-f", "-ttt", "-e", "trace="+calls, "-o", file, "-p", strconv.Itoa(pid))
 	errp, err := cmd.StderrPipe()
 	if err != nil {
 		return nil, err
@@ -153,7 +184,7 @@ func (u *users) fsyncRun(base string) (fsyncCount, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fsyncCount{}, err
 	}
-	at, err := straceAttach(u.strace, u.serve.pid, filepath.Join(dir, "serve.trace"))
+	at, err := straceAttach(u.strace, u.serve.pid, filepath.Join(dir, "serve.trace"), syncCalls+","+renameCalls)
 	if err != nil {
 		return fsyncCount{}, err
 	}
@@ -192,12 +223,15 @@ func (u *users) fsyncRun(base string) (fsyncCount, error) {
 	if err != nil {
 		return fsyncCount{}, err
 	}
-	serverWait := 0
+	serverWait, serverBefore := 0, 0
 	for _, w := range wins {
 		serverWait += countSyncs(sevs, w.from, w.to)
+		serverBefore += countSyncs(sevs, w.from, published(sevs, w.from, w.to))
 	}
 	serverTotal := countSyncs(sevs, wins[0].from, wins[len(wins)-1].end+1)
-	return perRT(len(wins), serverTotal, clientTotal, serverWait, clientWait), nil
+	f := perRT(len(wins), serverTotal, clientTotal, serverWait, clientWait)
+	f.serverBefore, f.before = float64(serverBefore)/float64(len(wins)), true
+	return f, nil
 }
 
 func perRT(n, serverTotal, clientTotal, serverWait, clientWait int) fsyncCount {
@@ -214,7 +248,7 @@ func (u *users) fsyncLib(base string) (fsyncCount, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fsyncCount{}, err
 	}
-	at, err := straceAttach(u.strace, u.serve.pid, filepath.Join(dir, "serve.trace"))
+	at, err := straceAttach(u.strace, u.serve.pid, filepath.Join(dir, "serve.trace"), syncCalls+","+renameCalls)
 	if err != nil {
 		return fsyncCount{}, err
 	}
@@ -247,13 +281,16 @@ func (u *users) fsyncLib(base string) (fsyncCount, error) {
 	if err != nil {
 		return fsyncCount{}, err
 	}
-	serverWait, clientWait := 0, 0
+	serverWait, clientWait, serverBefore := 0, 0, 0
 	for _, w := range wins {
 		serverWait += countSyncs(sevs, w.from, w.to)
 		clientWait += countSyncs(cevs, w.from, w.to)
+		serverBefore += countSyncs(sevs, w.from, published(sevs, w.from, w.to))
 	}
 	last := wins[len(wins)-1].to
-	return perRT(len(wins), countSyncs(sevs, wins[0].from, last+1), countSyncs(cevs, wins[0].from, last+1), serverWait, clientWait), nil
+	f := perRT(len(wins), countSyncs(sevs, wins[0].from, last+1), countSyncs(cevs, wins[0].from, last+1), serverWait, clientWait)
+	f.serverBefore, f.before = float64(serverBefore)/float64(len(wins)), true
+	return f, nil
 }
 
 // fsyncBaseline counts for the baseline: its worker under strace -p, the
@@ -264,7 +301,7 @@ func (u *users) fsyncBaseline(base, root string, pid int) (fsyncCount, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fsyncCount{}, err
 	}
-	at, err := straceAttach(u.strace, pid, filepath.Join(dir, "worker.trace"))
+	at, err := straceAttach(u.strace, pid, filepath.Join(dir, "worker.trace"), syncCalls)
 	if err != nil {
 		return fsyncCount{}, err
 	}
