@@ -26,9 +26,10 @@ import (
 //     it); a terminal, the null device, an empty file or a closed empty
 //     pipe is nothing, refused as the op's input is missing;
 //   - optional (declared, or the default), or not known (no catalog): it
-//     is never read; when it is a file with bytes left or a pipe with bytes
-//     in it within pipeWait, a warning says it was not sent and how to
-//     send it (--stdin=-);
+//     is never read; when it is a file at its start with bytes in it (not
+//     a loop's list, which a read has moved into) or a pipe with bytes in
+//     it within pipeWait, a warning says it was not sent and how to send
+//     it (--stdin=-);
 //   - none: it is never read, and nothing is said: the op could not have
 //     used it.
 // A regular file's length is what is left to read from its offset (a loop
@@ -160,7 +161,11 @@ func (g *Globals) implicitStdin(op, mode string) (io.Reader, bridge.CallInput) {
 			g.pipeNote = watchPipe(f, func() { warn("a pipe") })
 			return nil, bridge.CallInput{}
 		}
-		if hasBytes(f, kind, left) {
+		// A file read from its start is one the user redirected to this
+		// command (< fix.patch); one a loop has read into (while read x;
+		// ...; done < list.txt) is the loop's list, and a warning on every
+		// turn of the loop would only be noise.
+		if off, err := f.Seek(0, io.SeekCurrent); (err != nil || off == 0) && hasBytes(f, kind, left) {
 			warn("a file")
 		}
 		return nil, bridge.CallInput{}
