@@ -278,7 +278,7 @@ type State struct {
 	Host     string `json:"host"`
 	State    string `json:"state"` // submitted | awaiting-approval | running | rerun-ordered | <result status>
 	Reason   string `json:"reason,omitempty"`
-	ExitCode *int   `json:"exit_code,omitempty"`
+	ExitCode *int   `json:"exit_code"` // null when the op did not run (yet)
 	// RFC 3339 in JSON, as the host's ledger; nil (left out) when this
 	// home does not know them: a request found again from the host's
 	// result alone, after the home was rebuilt from the agent's secret.
