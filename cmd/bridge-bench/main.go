@@ -175,6 +175,15 @@ func ratio(a, b time.Duration) string {
 	return strconv.FormatFloat(float64(a)/float64(b), 'f', 1, 64) + "×"
 }
 
+// lowerBy says how much lower ours is than base, or how much higher when
+// it is not lower.
+func lowerBy(base, ours time.Duration) string {
+	if ours > base && base > 0 {
+		return ratio(ours, base) + " higher"
+	}
+	return ratio(base, ours) + " lower"
+}
+
 func run(args []string, stdout, stderr io.Writer) error {
 	c, err := parse(args, stderr)
 	if err != nil {
@@ -187,6 +196,8 @@ func run(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		defer os.RemoveAll(base)
+	} else if err := os.MkdirAll(base, 0o755); err != nil {
+		return err
 	}
 	r := &report{w: stdout}
 	fmt.Fprintf(stdout, "bridge-bench on %s/%s, %d CPUs, %s; n=%d baseline-n=%d sporadic-n=%d b2b-n=%d burst-n=%d unacked-n=%d fsync-n=%d tput-n=%d inflight=%d scale-n=%d payload=%d MiB; poll %s, client poll %s, pause 0–%s, idle window %s, seed %d\n\n",
@@ -277,7 +288,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 			var beside []string
 			if len(bl) > 0 {
 				bp := pct(bl, p)
-				beside = append(beside, fmt.Sprintf("baseline, sporadic, client polling 10 ms %s (n=%d): %s lower", ms(bp), len(bl), ratio(bp, ours)))
+				beside = append(beside, fmt.Sprintf("baseline, sporadic, client polling 10 ms %s (n=%d): %s", ms(bp), len(bl), lowerBy(bp, ours)))
 			}
 			if floors[op] > 0 {
 				beside = append(beside, fmt.Sprintf("floor %s: %s of it", ms(floors[op]), ratio(ours, floors[op])))

@@ -305,7 +305,7 @@ func lower(base, ours []time.Duration) string {
 	if len(base) == 0 || len(ours) == 0 {
 		return "-"
 	}
-	return ratio(pct(base, 50), pct(ours, 50)) + " lower at p50"
+	return lowerBy(pct(base, 50), pct(ours, 50)) + " at p50"
 }
 
 func fratio(a, b float64) string {
