@@ -123,18 +123,6 @@ func wantAfterCrash(step string, op crashOp) crashWant {
 		default:
 			w = crashWant{status: bridge.StatusUncertain, reason: "crashed", startsMax: 1, runs: 1, crashedState: ledger.StateRunning}
 		}
-	case "published-output":
-		// The op ended, and its answer was lost before its manifest was
-		// out (the host keeps its private copies only after the publish,
-		// DESIGN §4): an interrupted run, as at mid-run, that ended.
-		switch {
-		case op.idempotent:
-			w.startsMin, w.startsMax, w.ends, w.runs = 2, 2, 2, 2
-		case op.reconcile: // the check finds the start: done, not run again
-			w.reason = "reconciled"
-		default:
-			w = crashWant{status: bridge.StatusUncertain, reason: "crashed", startsMin: 1, startsMax: 1, ends: 1, runs: 1, crashedState: ledger.StateRunning}
-		}
 	case "gc":
 		w.crashedState = ledger.StateDone
 	}
@@ -396,6 +384,22 @@ func crashInPipeline(t *testing.T, p *pair, at string, op crashOp, countFile str
 			t.Fatalf("the published result before recovery: %v", err)
 		}
 		published = pub.Manifest
+	}
+	if at == "published-output" || at == "published" {
+		// The sealed pair is staged in the home, complete: recovery keeps
+		// it, whatever the folder holds by then. A folder writer garbles
+		// the published result meanwhile (the red team's way to turn a
+		// finished run uncertain, when the folder's copy was the only one).
+		for _, ext := range []string{bridge.ExtOutput, bridge.ExtResult} {
+			if _, err := os.Stat(p.host.Path("results", p.agent.Config.ID, id+"."+ext+".staged")); err != nil {
+				t.Fatalf("a crash at %s left no staged %s: %v", at, ext, err)
+			}
+		}
+		if at == "published" {
+			if err := os.WriteFile(filepath.Join(p.toAgent(), id+"."+bridge.ExtResult), []byte("junk"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
 
 	// One clean restart.

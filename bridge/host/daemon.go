@@ -122,6 +122,10 @@ type Daemon struct {
 	sweepScans    atomic.Int64
 	awaitingMaybe atomic.Bool
 	stalledMaybe  atomic.Bool
+	// controlPoke wakes the control loop when an entry starts waiting for
+	// one of its sweeps, so that an idle loop asleep on its long fallback
+	// sets the sweep's timer (buffered: one poke is enough).
+	controlPoke chan struct{}
 
 	rulesP atomic.Pointer[rules] // the policy in force and its redactor (reload.go)
 	// The policy file's version last seen and last refused, for the
@@ -228,6 +232,7 @@ func NewDaemon(home *bridge.Home, opt DaemonOptions) (*Daemon, error) {
 		queued: map[string]bool{}, active: map[string]bool{}, dirty: map[string]bool{}, finished: map[string]stamp{}, acks: map[string]bool{},
 		cancels: map[string]context.CancelFunc{}, slotWait: map[string]*job{}, noted: map[string]bool{}, slots: map[string]*opSlots{},
 		opQueued: map[string]int{}, deferred: map[string]*keyQueue{}, events: map[event]int{}, refused: map[string]refusedMark{},
+		controlPoke: make(chan struct{}, 1),
 	}
 	d.life, d.stopLife = context.WithCancelCause(context.Background())
 	d.cond = sync.NewCond(&d.mu)

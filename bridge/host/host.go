@@ -288,6 +288,9 @@ func (d *Daemon) controlLoop(stop <-chan struct{}) {
 			default:
 			}
 		case <-timer.C:
+		case <-d.controlPoke:
+			// An entry began to wait for a sweep: only the timer is set
+			// again, from the loop's own schedule.
 		}
 		d.controlWakes.Add(1)
 		now := time.Now()

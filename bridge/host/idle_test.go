@@ -3,6 +3,8 @@ package host
 import (
 	"testing"
 	"time"
+
+	"github.com/syncbridge/bridge/bridge/ledger"
 )
 
 // An idle daemon sleeps: with nothing in the folder and nothing in the
@@ -24,4 +26,18 @@ func TestIdleDaemonSleeps(t *testing.T) {
 	if n := d.sweepScans.Load() - scans; n != 0 {
 		t.Errorf("the idle daemon scanned the ledger %d times in 4 s, want none", n)
 	}
+}
+
+// An entry that begins to wait for a sweep wakes an idle control loop at
+// once, to set the sweep's timer: asleep on its 30 s fallback, the loop
+// would otherwise sweep it that late (a red team's finding).
+func TestIdleLoopWokenByAWaitingEntry(t *testing.T) {
+	p := newPair(t, testPolicy)
+	d := runDaemon(t, p.host, DaemonOptions{PendingTimeout: 2 * time.Second})
+	waitFor(t, 20*time.Second, "the first collection and sweeps", func() bool {
+		return d.startScanDone() && !d.awaitingMaybe.Load() && !d.stalledMaybe.Load()
+	})
+	wakes := d.controlWakes.Load()
+	d.noteState(ledger.StateAwaitingApproval)
+	waitFor(t, 5*time.Second, "the control loop to wake", func() bool { return d.controlWakes.Load() > wakes })
 }

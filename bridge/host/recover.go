@@ -44,6 +44,10 @@ func (d *Daemon) recover() error {
 		}
 	}
 	for _, ent := range unanswered {
+		// A result sealed and maybe published before the crash, but not
+		// yet kept: kept now, so that it is adopted below, not taken from
+		// the folder (which a folder writer may have emptied since).
+		d.promoteStaged(ent.Agent, ent.ID, ent.ManifestSHA256)
 		if !ent.State.InFlight() {
 			sealed := d.hasSealedResult(ent.Agent, ent.ID)
 			if !sealed {

@@ -3,6 +3,7 @@ package host
 import (
 	"bufio"
 	"bytes"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
@@ -50,9 +51,12 @@ func (d *Daemon) publishResult(j *job, rc bridge.Receipt, stdout, stderr runner.
 	if !ok {
 		return "", "", fmt.Errorf("result %s: the reply key is not the agent's", j.req.ID)
 	}
-	// Sealed straight into the temp of the private copy, as the output is
-	// read: the output is never in memory whole, sealed or not.
-	out, err := os.CreateTemp(dir, ".tmp-*")
+	// Sealed straight into the staged output, as the output is read: the
+	// output is never in memory whole, sealed or not. The staged files are
+	// named by the id (not temps the start-up sweep removes): a crash after
+	// the publish leaves them, complete, for recovery to verify and keep
+	// (promoteStaged) — the folder's copy alone could be gone by then.
+	out, err := os.OpenFile(stagedPath(dir, j.req.ID, bridge.ExtOutput), os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
 	if err != nil {
 		return "", "", err
 	}
@@ -72,36 +76,35 @@ func (d *Daemon) publishResult(j *job, rc bridge.Receipt, stdout, stderr runner.
 	if err != nil {
 		return "", "", err
 	}
+	res, err := os.OpenFile(stagedPath(dir, j.req.ID, bridge.ExtResult), os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	if err != nil {
+		return "", "", err
+	}
+	defer func() {
+		res.Close()
+		os.Remove(res.Name()) // gone once renamed
+	}()
+	if _, err := res.Write(manifest); err != nil {
+		return "", "", err
+	}
 	status, pubErr := d.publishPair(j.agent, j.req.ID, manifest, out.Name())
 	// Kept whether or not the publish worked: a failed publish is tried
 	// again from the copies (adopt), never with a second result.
-	if err := d.keepCopies(dir, j.req.ID, out, manifest); err != nil {
+	if err := d.keepCopies(dir, j.req.ID, out, res); err != nil {
 		return "", "", errors.Join(pubErr, err)
 	}
 	d.crashPoint("staged")
 	return bridge.SHA256Hex(manifest), status, pubErr
 }
 
-// keepCopies makes the sealed output in out (a temp in dir) and manifest
-// the private copies of a result: both fsynced, the output renamed first,
-// the manifest last, and one fsync of the directory for the two.
-func (d *Daemon) keepCopies(dir, id string, out *os.File, manifest []byte) error {
+// keepCopies makes the staged output and manifest (files of dir) the
+// private copies of a result: both fsynced, the output renamed first, the
+// manifest last, and one fsync of the directory for the two.
+func (d *Daemon) keepCopies(dir, id string, out, res *os.File) error {
 	if err := out.Sync(); err != nil {
 		return err
 	}
-	res, err := os.CreateTemp(dir, ".tmp-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(res.Name()) // gone once renamed
-	_, err = res.Write(manifest)
-	if err == nil {
-		err = res.Sync()
-	}
-	if cerr := res.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
+	if err := res.Sync(); err != nil {
 		return err
 	}
 	if err := os.Rename(out.Name(), filepath.Join(dir, id+"."+bridge.ExtOutput)); err != nil {
@@ -111,6 +114,94 @@ func (d *Daemon) keepCopies(dir, id string, out *os.File, manifest []byte) error
 		return err
 	}
 	return syncsafe.SyncDir(dir)
+}
+
+// stagedPath is the name of a result's staged output or manifest in dir.
+func stagedPath(dir, id, ext string) string {
+	return filepath.Join(dir, id+"."+ext+".staged")
+}
+
+// promoteStaged makes a result that a crash left staged (sealed and, maybe,
+// published, but not yet kept) the private copies, when it is complete and
+// this host's own answer to the request the ledger admitted (requestSHA):
+// recovery then adopts it as any kept result, whatever the folder holds by
+// now (a folder writer may have removed or replaced the published copy).
+// A staged pair that does not check out (cut short by a power cut, whose
+// publish then never happened durably either) is removed. It reports
+// whether copies were kept.
+func (d *Daemon) promoteStaged(agent, id, requestSHA string) bool {
+	dir := d.home.Path("results", agent)
+	outPath, resPath := stagedPath(dir, id, bridge.ExtOutput), stagedPath(dir, id, bridge.ExtResult)
+	manifest, err := readSmall(resPath, bcrypto.KindResult.MaxSize())
+	if errors.Is(err, fs.ErrNotExist) {
+		os.Remove(outPath)
+		return false
+	}
+	ok := err == nil
+	var res *bridge.Result
+	if ok {
+		res, err = d.openOwnResult(manifest, agent, id)
+		ok = err == nil && res.RequestSHA256 == requestSHA
+	}
+	if ok {
+		ok = stagedOutputMatches(outPath, &res.Payload)
+	}
+	if ok {
+		for _, p := range []string{outPath, resPath} {
+			if err := syncFile(p); err != nil {
+				ok = false
+			}
+		}
+	}
+	if ok && os.Rename(outPath, filepath.Join(dir, id+"."+bridge.ExtOutput)) == nil &&
+		os.Rename(resPath, filepath.Join(dir, id+"."+bridge.ExtResult)) == nil && syncsafe.SyncDir(dir) == nil {
+		d.log.Info("recover: kept the result a crash left staged", "agent", agent, "id", id)
+		return true
+	}
+	d.log.Warn("recover: a staged result did not check out; removed", "agent", agent, "id", id, "err", err)
+	os.Remove(outPath)
+	os.Remove(resPath)
+	return false
+}
+
+// stagedOutputMatches reports whether the file at path holds exactly the
+// sealed output p pins (length and SHA-256).
+func stagedOutputMatches(path string, p *bridge.Payload) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	h := sha256.New()
+	n, err := io.Copy(h, f)
+	want := p.Digest()
+	return err == nil && n == p.Len && bytes.Equal(h.Sum(nil), want[:])
+}
+
+func syncFile(path string) error {
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	err = f.Sync()
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// readSmall reads a regular file of at most max bytes.
+func readSmall(path string, max int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, max+1))
+	if err == nil && int64(len(data)) > max {
+		err = fmt.Errorf("%s: over %d bytes", path, max)
+	}
+	return data, err
 }
 
 // ownResult verifies a result manifest as one this host signed for agent

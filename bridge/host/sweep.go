@@ -88,10 +88,17 @@ func (d *Daemon) stalledEvery() time.Duration {
 // they look at (called after the write, so a sweep that cleared its flag
 // before scanning either sees the entry or sees the flag set again).
 func (d *Daemon) noteState(s ledger.State) {
+	var flipped bool
 	switch s {
 	case ledger.StateAwaitingApproval:
-		d.awaitingMaybe.Store(true)
+		flipped = d.awaitingMaybe.CompareAndSwap(false, true)
 	case ledger.StateSeen, ledger.StatePending:
-		d.stalledMaybe.Store(true)
+		flipped = d.stalledMaybe.CompareAndSwap(false, true)
+	}
+	if flipped {
+		select {
+		case d.controlPoke <- struct{}{}:
+		default:
+		}
 	}
 }

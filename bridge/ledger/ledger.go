@@ -164,6 +164,17 @@ func (l *Ledger) open() error {
 		return fmt.Errorf("open ledger %s: %w", path, err)
 	}
 	l.db, l.dbf, l.tailDropped = db, f, dropped
+	// What the file holds now may be only in the page cache: lazy writes
+	// of a process that was killed before its next fsync. Flushed here, it
+	// is all durable, and Durable and SyncedSize tell the truth about it;
+	// without this a key the crash left lazy would be called durable, and
+	// a power cut later could lose it behind a caller's back (the kept
+	// manifest's name of evidence, host).
+	if err := syncFile(f); err != nil {
+		_ = db.Close()
+		_ = f.Close()
+		return fmt.Errorf("open ledger %s: %w", path, err)
+	}
 	if fi, err := f.Stat(); err == nil {
 		l.synced = fi.Size()
 	}

@@ -796,6 +796,44 @@ func TestRecordsAlwaysReadBack(t *testing.T) {
 // is visible at once; the next durable write fsyncs it with its own, and a
 // crash before that (a power cut: the file as of the last fsync) finds the
 // entry in its state before, never in a state it did not reach.
+// A file left by a process killed after lazy writes holds them in the page
+// cache only: Open flushes it, so that what it then calls durable is.
+func TestOpenAfterCrashFlushesLazyWrites(t *testing.T) {
+	dir := t.TempDir()
+	l := mustOpen(t, dir)
+	exp := time.Now().Add(time.Hour)
+	mustAdmit(t, l, testEntry("a/1", exp))
+	if _, _, err := l.AdmitLazy(testEntry("a/2", exp)); err != nil {
+		t.Fatal(err)
+	}
+	// The killed process's file, as the next Open finds it.
+	left, err := os.ReadFile(filepath.Join(dir, dbFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustClose(t, l)
+	again := t.TempDir()
+	if err := os.WriteFile(filepath.Join(again, dbFile), left, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var syncs int
+	syncFile = func(f *os.File) error {
+		if filepath.Base(f.Name()) == dbFile {
+			syncs++
+		}
+		return f.Sync()
+	}
+	defer func() { syncFile = (*os.File).Sync }()
+	l2 := mustOpen(t, again)
+	defer mustClose(t, l2)
+	if syncs == 0 {
+		t.Fatal("Open did not flush a file whose last writes may be in the page cache only")
+	}
+	if !l2.Durable("a/2") || l2.SyncedSize() != int64(len(left)) {
+		t.Fatalf("after Open: Durable(a/2) %v, synced %d of %d", l2.Durable("a/2"), l2.SyncedSize(), len(left))
+	}
+}
+
 func TestLazyWrites(t *testing.T) {
 	dir := t.TempDir()
 	l := mustOpen(t, dir)
