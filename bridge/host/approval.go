@@ -171,6 +171,11 @@ func (d *Daemon) decideWaiting(j *job, e ledger.Entry) bool {
 		d.answer(j, evCancelEarly, bridge.Receipt{Status: bridge.StatusCancelled, Reason: "cancelled", Op: e.Op, Detail: "cancelled while it waited for approval"}, nil, nil)
 	case err != nil:
 		d.answer(j, evRevoke, bridge.Receipt{Status: bridge.StatusRejected, Reason: bridge.Reason(err), Op: e.Op, Detail: err.Error()}, nil, nil)
+	case !d.opt.Now().Before(time.Unix(j.req.Expires, 0)):
+		// Its own validity ended while it waited: an approval now must
+		// not run what the agent no longer asks for.
+		d.answer(j, evApprovalTTL, bridge.Receipt{Status: bridge.StatusExpired, Reason: "past-expiry", Op: e.Op,
+			Detail: "its validity ended while it waited for approval"}, nil, nil)
 	case d.opt.Now().Sub(e.Updated) >= ttl:
 		d.answer(j, evApprovalTTL, bridge.Receipt{Status: bridge.StatusExpired, Reason: "approval-expired", Op: e.Op,
 			Detail: fmt.Sprintf("nobody approved it within %s", ttl)}, nil, nil)

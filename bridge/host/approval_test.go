@@ -54,3 +54,24 @@ approve = true
 		t.Fatalf("approved: %s (%s) %q", out.Receipt.Status, out.Receipt.Reason, out.Stdout)
 	}
 }
+
+// A request whose own validity ends while it waits for approval is answered
+// expired by the next sweep, not left waiting (a red team's side note).
+func TestApprovalWaitEndsAtExpiry(t *testing.T) {
+	policy := strings.Replace(testPolicy, `ops = ["echo", "count"`, `ops = ["gated", "echo", "count"`, 1) + `
+[ops.gated]
+argv = ["echo", "gated"]
+approve = true
+`
+	p := newPair(t, policy)
+	p.start(t, nil)
+	s, err := p.client.Submit(agent.SubmitOptions{Op: "gated", TTL: 3 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := p.wait(t, s.ID)
+	if out.Receipt.Status != bridge.StatusExpired || out.Receipt.Reason != "past-expiry" {
+		t.Fatalf("a request that expired waiting for approval: %s (%s)", out.Receipt.Status, out.Receipt.Reason)
+	}
+}
+
