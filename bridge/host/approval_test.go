@@ -74,4 +74,3 @@ approve = true
 		t.Fatalf("a request that expired waiting for approval: %s (%s)", out.Receipt.Status, out.Receipt.Reason)
 	}
 }
-
