@@ -286,7 +286,13 @@ func waitAndPrint(g *Globals, cl *agent.Client, id string, timeout time.Duration
 			return &codeError{code: exitWaitTime, id: id, liveness: lv, err: withHintf(fmt.Errorf("no result for %s after %s: %s", id, timeout, lv.Message),
 				"the request stays queued; once the host runs and the folder syncs, `bridge wait %s` gets its answer (`bridge doctor` shows each host's liveness)", id)}
 		}
-		return &codeError{code: exitWaitTime, id: id, err: withHintf(fmt.Errorf("no result for %s after %s", id, timeout),
+		// The host looks alive: its stamp still goes with the error, so a
+		// script can tell a slow op from a host that is down (CLI.md).
+		var lv *agent.Liveness
+		if s, err := cl.Sent(id); err == nil {
+			lv, _ = cl.HostLiveness(s.Host)
+		}
+		return &codeError{code: exitWaitTime, id: id, liveness: lv, err: withHintf(fmt.Errorf("no result for %s after %s", id, timeout),
 			"the request stays queued; run `bridge wait %s` later, or `bridge status %s`", id, id)}
 	}
 	var na *agent.NotAcceptedError
