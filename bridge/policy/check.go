@@ -25,12 +25,14 @@ func (o *OpInfo) CheckArgs(args map[string]string) error {
 		reason := "unknown argument; this op takes no arguments"
 		if len(names) > 0 {
 			reason = "unknown argument; this op takes: " + strings.Join(names, ", ")
-			if c := closest(n, names); c != "" {
+			if c := closest(strings.ToLower(n), names); c != "" {
 				reason = fmt.Sprintf("unknown argument; did you mean %q? this op takes: %s", c, strings.Join(names, ", "))
 			}
 		}
-		if !argNameRE().MatchString(n) {
-			n = "(invalid name)"
+		if !argNameRE().MatchString(n) && len(n) > 40 {
+			// The caller's own typing (this check runs before sending):
+			// shown (quoted by the error), cut short, rather than hidden.
+			n = n[:40] + "..."
 		}
 		return &ArgError{Op: o.Name, Arg: n, Reason: reason}
 	}
