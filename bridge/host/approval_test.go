@@ -15,13 +15,17 @@ import (
 // its keys with no overlap (the key that signed it is expired now): it can
 // be denied and approved, and is answered. Re-verifying the kept manifest
 // with only the keys valid now stranded it in awaiting-approval.
-func TestApprovalSurvivesAgentRotation(t *testing.T) {
-	policy := strings.Replace(testPolicy, `ops = ["echo", "count"`, `ops = ["gated", "echo", "count"`, 1) + `
+// gatedPolicy is testPolicy with an op "gated" that waits for approval.
+func gatedPolicy() string {
+	return strings.Replace(testPolicy, `ops = ["echo", "count"`, `ops = ["gated", "echo", "count"`, 1) + `
 [ops.gated]
 argv = ["echo", "gated"]
 approve = true
 `
-	p := newPair(t, policy)
+}
+
+func TestApprovalSurvivesAgentRotation(t *testing.T) {
+	p := newPair(t, gatedPolicy())
 	p.start(t, nil)
 	var ids []string
 	for range 2 {
@@ -58,12 +62,7 @@ approve = true
 // A request whose own validity ends while it waits for approval is answered
 // expired by the next sweep, not left waiting (a red team's side note).
 func TestApprovalWaitEndsAtExpiry(t *testing.T) {
-	policy := strings.Replace(testPolicy, `ops = ["echo", "count"`, `ops = ["gated", "echo", "count"`, 1) + `
-[ops.gated]
-argv = ["echo", "gated"]
-approve = true
-`
-	p := newPair(t, policy)
+	p := newPair(t, gatedPolicy())
 	p.start(t, nil)
 	s, err := p.client.Submit(agent.SubmitOptions{Op: "gated", TTL: 3 * time.Second})
 	if err != nil {
