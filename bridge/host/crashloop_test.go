@@ -20,6 +20,7 @@ import (
 	"github.com/syncbridge/bridge/bridge/agent"
 
 	"github.com/syncbridge/bridge/bridge/ledger"
+	"github.com/syncbridge/bridge/syncsafe"
 )
 
 // crashLoopPolicy's ops append "start-<id>" and "end-<id>" to COUNT_FILE,
@@ -402,7 +403,17 @@ func crashInPipeline(t *testing.T, p *pair, at string, op crashOp, countFile str
 		}
 	}
 
-	// One clean restart.
+	// One clean restart, once the crashed daemon's lock is free: the
+	// kernel releases it when the last descriptor of the dead process's
+	// lock file closes, which on a loaded machine can lag its exit status
+	// (seen once in CI: "locked by another process" at once after it).
+	waitFor(t, 10*time.Second, "the crashed daemon's lock to be released", func() bool {
+		l, err := syncsafe.Lock(p.host.Path("serve.lock"))
+		if err == nil {
+			l.Unlock()
+		}
+		return err == nil
+	})
 	p.start(t, map[string]string{"COUNT_FILE": countFile})
 	out := p.wait(t, id)
 	waitFor(t, 10*time.Second, "the ledger to record the result", func() bool {
