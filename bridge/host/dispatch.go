@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"strings"
-	"time"
 
 	"github.com/syncbridge/bridge/bridge"
 
@@ -140,10 +139,13 @@ func (d *Daemon) firstTime(key string) bool {
 }
 
 // stamp identifies a published result file cheaply: a rescan compares it
-// instead of reading and verifying the file again.
+// instead of reading and verifying the file again. The modification times
+// are Unix nanoseconds (0 for an absent file), not time.Time: the finished
+// set keeps one stamp per finished request, 100,000 of them beside a full
+// folder, and two time.Time would double its size.
 type stamp struct {
 	size, outSize   int64
-	mtime, outMtime time.Time
+	mtime, outMtime int64
 }
 
 // resultStamp covers both files of a published result: losing or changing
@@ -169,10 +171,10 @@ func (d *Daemon) resultStamps(keys []string) []stamp {
 			st := stamp{size: -1, outSize: -1}
 			if err == nil {
 				if fi := fis[2*(k-i)]; fi != nil {
-					st.size, st.mtime = fi.Size(), fi.ModTime()
+					st.size, st.mtime = fi.Size(), fi.ModTime().UnixNano()
 				}
 				if fi := fis[2*(k-i)+1]; fi != nil {
-					st.outSize, st.outMtime = fi.Size(), fi.ModTime()
+					st.outSize, st.outMtime = fi.Size(), fi.ModTime().UnixNano()
 				}
 			}
 			out[k] = st

@@ -4,11 +4,9 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
-	"hash/fnv"
 	"os"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/syncbridge/bridge/bridge"
 
@@ -44,17 +42,10 @@ func (d *Daemon) saveFinished() error {
 	b.Grow(len(d.finished)*100 + 32)
 	b.WriteString(finishedHeader + "\n")
 	for k, st := range d.finished {
-		fmt.Fprintf(&b, "%s %d %d %d %d\n", k, st.size, nanos(st.mtime, st.size), st.outSize, nanos(st.outMtime, st.outSize))
+		fmt.Fprintf(&b, "%s %d %d %d %d\n", k, st.size, st.mtime, st.outSize, st.outMtime)
 	}
 	d.mu.Unlock()
 	return syncsafe.WriteFileAtomic(d.home.Path(finishedName), b.Bytes())
-}
-
-func nanos(t time.Time, size int64) int64 {
-	if size < 0 {
-		return 0
-	}
-	return t.UnixNano()
 }
 
 // loadFinished reads the file saveFinished wrote. Anything malformed
@@ -86,12 +77,14 @@ func (d *Daemon) loadFinished() {
 		}
 		st := stamp{size: n[0], outSize: n[2]}
 		if st.size >= 0 {
-			st.mtime = time.Unix(0, n[1])
+			st.mtime = n[1]
 		}
 		if st.outSize >= 0 {
-			st.outMtime = time.Unix(0, n[3])
+			st.outMtime = n[3]
 		}
-		m[fields[0]] = st
+		// A copy of the key alone: fields[0] shares the line's string,
+		// and the set keeps its key for as long as the request is kept.
+		m[strings.Clone(fields[0])] = st
 	}
 	if sc.Err() != nil {
 		return
@@ -122,17 +115,25 @@ const maxFinishedChecks = 1_000
 // this rescan's share of the finished ones, once per request.
 func (d *Daemon) dispatchFull(paths []string) {
 	paths = d.skipRefused(paths)
-	var now, later []string
+	// The finished requests' paths are most of a full batch (100,000
+	// requests are 200,000 paths): they are not copied aside, only this
+	// rescan's share of their keys is kept, so an idle rescan allocates
+	// little and the collector seldom runs (gctune.go).
+	var now, check []string         // check: this rescan's share, in key order
 	lastKey, lastKnown := "", false // a request's two files are adjacent in the sorted batch
 	d.mu.Lock()
+	shares := max(1, (len(d.finished)+maxFinishedChecks-1)/maxFinishedChecks)
+	turn := d.rescans % shares
 	for _, p := range paths {
 		if key, ok := requestKeyOf(p); ok {
 			if key != lastKey {
 				_, lastKnown = d.finished[key]
 				lastKey = key
+				if lastKnown && (shares == 1 || int(fnv32a(key))%shares == turn) {
+					check = append(check, key)
+				}
 			}
 			if lastKnown {
-				later = append(later, p)
 				continue
 			}
 		}
@@ -143,25 +144,8 @@ func (d *Daemon) dispatchFull(paths []string) {
 		d.dispatch(p)
 	}
 	d.mu.Lock()
-	shares := max(1, (len(d.finished)+maxFinishedChecks-1)/maxFinishedChecks)
-	turn := d.rescans % shares
 	d.rescans++
 	d.mu.Unlock()
-	var check []string // this rescan's share, in key order
-	for _, p := range later {
-		key, _ := requestKeyOf(p)
-		if len(check) > 0 && check[len(check)-1] == key {
-			continue // the request's other file
-		}
-		if shares > 1 {
-			h := fnv.New32a()
-			h.Write([]byte(key))
-			if int(h.Sum32())%shares != turn {
-				continue
-			}
-		}
-		check = append(check, key)
-	}
 	// A rescan need not verify finished requests again; it checks that
 	// their result is still what was recorded, the stamps taken together.
 	// One that is not is evaluated again (a lost result is re-published).
@@ -193,6 +177,17 @@ func (d *Daemon) dispatchFull(paths []string) {
 		}
 		d.schedule(agent, id)
 	}
+}
+
+// fnv32a is FNV-1a of s (hash/fnv's New32a), without the allocations of
+// a hash.Hash and a []byte per key.
+func fnv32a(s string) uint32 {
+	h := uint32(2166136261)
+	for i := 0; i < len(s); i++ {
+		h ^= uint32(s[i])
+		h *= 16777619
+	}
+	return h
 }
 
 // requestKeyOf is the ledger key of a manifest or payload path (relative to

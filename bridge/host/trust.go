@@ -204,9 +204,15 @@ func (d *Daemon) followRotations(agent string) {
 // agent with one in paths, once per agent however many it has (each
 // following reads all of them), and returns the other paths in order.
 func (d *Daemon) followBatchRotations(paths []string) []string {
+	// Rotation statements are rare and a full batch is every path in the
+	// folder: copy the batch only when it holds one.
+	i := slices.IndexFunc(paths, func(p string) bool { return strings.HasSuffix(p, ".rotation") })
+	if i < 0 {
+		return paths
+	}
 	var agents []string
-	rest := paths[:0:0]
-	for _, p := range paths {
+	rest := append(make([]string, 0, len(paths)), paths[:i]...)
+	for _, p := range paths[i:] {
 		if strings.HasSuffix(p, ".rotation") {
 			agent, name, ok := strings.Cut(p, "/")
 			if _, isRot := bridge.ParseRotationName(name); ok && isRot && !strings.Contains(name, "/") && d.agents()[agent] != nil {
