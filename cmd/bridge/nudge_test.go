@@ -4,8 +4,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -26,22 +24,7 @@ func TestShortCommandSendsItsNudge(t *testing.T) {
 		mu.Unlock()
 	}))
 	defer srv.Close()
-	base := t.TempDir()
-	folder := filepath.Join(base, "folder")
-	if err := os.Mkdir(folder, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	h, err := bridge.InitHome(filepath.Join(base, "host"), "host", "laptop", folder)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := bridge.InitHome(filepath.Join(base, "agent"), "agent", "cloud-1", folder)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := a.Trust(h.BundleText(), "laptop"); err != nil {
-		t.Fatal(err)
-	}
+	_, h, a := pairedHomes(t)
 	t.Setenv("BRIDGE_SYNCTHING_API", srv.URL)
 	t.Setenv("BRIDGE_SYNCTHING_KEY", "k")
 	t.Setenv("BRIDGE_SYNCTHING_FOLDER", "bridge")

@@ -39,23 +39,8 @@ func (a *ackSpy) Write(p []byte) (int, error) {
 // home's copies of the result, then <id>.ack) is off the path the user
 // waits on, and it still happens before the command exits.
 func TestRunPrintsBeforeAck(t *testing.T) {
-	base := t.TempDir()
-	folder := filepath.Join(base, "folder")
-	if err := os.Mkdir(folder, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	h, err := bridge.InitHome(filepath.Join(base, "host"), "host", "laptop", folder)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := bridge.InitHome(filepath.Join(base, "agent"), "agent", "cloud-1", folder)
-	if err != nil {
-		t.Fatal(err)
-	}
+	folder, h, a := pairedHomes(t)
 	if _, err := h.Trust(a.BundleText(), "cloud-1"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := a.Trust(h.BundleText(), "laptop"); err != nil {
 		t.Fatal(err)
 	}
 	policy := "[ops.echo]\nargv = [\"echo\", \"{msg}\"]\nenv = [\"PATH\"]\n[ops.echo.args.msg]\ntype = \"string\"\n\n[agents.cloud-1]\nops = [\"echo\"]\n"
@@ -93,4 +78,28 @@ func TestRunPrintsBeforeAck(t *testing.T) {
 	if acks, _ := filepath.Glob(filepath.Join(spy.dir, "*."+bridge.ExtAck)); len(acks) != 1 {
 		t.Fatalf("after run: %d acks, want 1", len(acks))
 	}
+}
+
+// pairedHomes makes a host home "laptop" and an agent home "cloud-1" on one
+// folder, the agent trusting the host (the host's trust of the agent is
+// the caller's to add).
+func pairedHomes(t *testing.T) (folder string, h, a *bridge.Home) {
+	t.Helper()
+	base := t.TempDir()
+	folder = filepath.Join(base, "folder")
+	if err := os.Mkdir(folder, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	h, err := bridge.InitHome(filepath.Join(base, "host"), "host", "laptop", folder)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err = bridge.InitHome(filepath.Join(base, "agent"), "agent", "cloud-1", folder)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Trust(h.BundleText(), "laptop"); err != nil {
+		t.Fatal(err)
+	}
+	return folder, h, a
 }
