@@ -184,6 +184,14 @@ func (d *Daemon) resultStamps(keys []string) []stamp {
 	return out
 }
 
+// unfinish drops key from the finished set: it is not answered (any more),
+// so a rescan must evaluate its files, not skip them.
+func (d *Daemon) unfinish(key string) {
+	d.mu.Lock()
+	delete(d.finished, key)
+	d.mu.Unlock()
+}
+
 // markFinished records that key is terminal and its result is in place:
 // the stamp is taken only after the folder's bytes were seen to equal the
 // private copy, so a file swapped in meanwhile is never taken for ours.

@@ -646,3 +646,48 @@ func TestOlderResultIsNoEvidence(t *testing.T) {
 		t.Fatalf("started %d times, want 3", n)
 	}
 }
+
+// A rerun the running daemon ordered while the request's manifest was not
+// in the folder waits pending; if the daemon stops before the manifest
+// comes back, the next start must still run it. Its uncertain answer was in
+// the finished set, which rescans skip, and the stalled sweep leaves alone
+// a request whose manifest is in the folder: it waited for ever (found by
+// the lifecycle model, seed 42 under load).
+func TestRerunLeftPendingRunsAfterRestart(t *testing.T) {
+	e := newEdge(t)
+	e.block()
+	id := e.submit(t, "block")
+	env := []string{"RUNS=" + e.runs, "PATH=" + e.env["PATH"]}
+	d := startDaemonProcess(t, e.pair, env...)
+	waitFor(t, 10*time.Second, "the op to start", func() bool { return e.starts(t, "block", id) == 1 })
+	d.kill()
+	e.unblock()
+	d = startDaemonProcess(t, e.pair, env...)
+	out := e.wait(t, id)
+	if out.Receipt.Status != bridge.StatusUncertain {
+		t.Fatalf("after the crash: %s (%s)", out.Receipt.Status, out.Receipt.Reason)
+	}
+	waitFor(t, 5*time.Second, "the ledger to record it", func() bool { return e.entry(t, id).State == ledger.StateUncertain })
+	manifest := filepath.Join(e.toHost(), id+".manifest")
+	data, err := os.ReadFile(manifest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Remove(manifest) // in transit again (a sync client moving it)
+	if _, err := Reconcile(e.host, "cloud-1/"+id, "rerun"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the rerun to wait for its manifest", func() bool { return e.entry(t, id).State == ledger.StatePending })
+	d.stop(t, 1)
+	if err := os.WriteFile(manifest, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	startDaemonProcess(t, e.pair, env...)
+	out = e.waitAnswer(t, id, out)
+	if out.Receipt.Status != bridge.StatusDone {
+		t.Fatalf("the rerun: %s (%s): %s", out.Receipt.Status, out.Receipt.Reason, out.Receipt.Detail)
+	}
+	if n := e.starts(t, "block", id); n != 2 {
+		t.Fatalf("started %d times, want 2", n)
+	}
+}

@@ -215,6 +215,7 @@ func (d *Daemon) reconcile(key, as string) (*LedgerEntry, error) {
 		if err != nil {
 			return nil, err
 		}
+		d.unfinish(key) // its uncertain answer no longer ends it: rescans must look at it
 		// The agent holds the uncertain answer: tell it that another one
 		// comes, so that `bridge wait` and `logs -f` wait for it.
 		d.notify(e.Agent, bridge.Note{Event: "rerun-ordered", Request: e.ID, Supersedes: e.ResultSHA256,

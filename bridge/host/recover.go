@@ -44,6 +44,10 @@ func (d *Daemon) recover() error {
 		}
 	}
 	for _, ent := range unanswered {
+		// Not finished, whatever the cache says: a rerun ordered before
+		// the stop left its uncertain answer there, and the start-up scan
+		// would skip the request's files for ever.
+		d.unfinish(ent.Key)
 		// A result sealed and maybe published before the crash, but not
 		// yet kept: kept now, so that it is adopted below, not taken from
 		// the folder (which a folder writer may have emptied since).

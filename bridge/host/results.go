@@ -407,9 +407,16 @@ func (d *Daemon) newerOwn(old, mine *bridge.Result, oldFile []byte) bool {
 }
 
 // refuseFile records a file that will never be admitted as it is, once per
-// file and reason.
+// version of the file and reason.
 func (d *Daemon) refuseFile(p string, err error) {
-	if !d.firstTime("refused:"+p+":"+err.Error()) || !d.folderLine(p) {
+	// Once per version of the file: a changed file refused for the same
+	// reason is news, whether or not the log-once set still holds the
+	// line of its earlier version (it forgets at random when full).
+	var v version
+	if fi, err := d.folder.Lstat(p); err == nil {
+		v = versionOf(fi)
+	}
+	if !d.firstTime(fmt.Sprintf("refused:%s:%v:%s", p, v, err)) || !d.folderLine(p) {
 		return
 	}
 	d.log.Warn("refused", "file", p, "reason", bridge.Reason(err), "err", err)
