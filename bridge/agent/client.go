@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -136,20 +137,22 @@ type SubmitOptions struct {
 // ErrAmbiguousHost: the agent trusts several hosts and none was named.
 var ErrAmbiguousHost = errors.New("several hosts are trusted")
 
+// ErrUnknownHost: the host named (--host) is none this agent trusts. It is
+// a bridge.ErrUnknownPeer too.
+var ErrUnknownHost = fmt.Errorf("%w", bridge.ErrUnknownPeer)
+
 // host finds the trusted host by name or id, or the only one.
 func (c *Client) host(name string) (*bridge.Peer, *bcrypto.Bundle, error) {
 	if name != "" {
-		return c.home.Peer(name)
+		p, b, err := c.home.Peer(name)
+		if errors.Is(err, bridge.ErrUnknownPeer) {
+			err = c.unknownHost(name)
+		}
+		return p, b, err
 	}
-	peers, err := c.home.Peers()
+	hosts, err := c.hosts()
 	if err != nil {
 		return nil, nil, err
-	}
-	var hosts []bridge.Peer
-	for _, p := range peers {
-		if p.Role == "host" {
-			hosts = append(hosts, p)
-		}
 	}
 	switch len(hosts) {
 	case 0:
@@ -158,6 +161,37 @@ func (c *Client) host(name string) (*bridge.Peer, *bcrypto.Bundle, error) {
 		return c.home.Peer(hosts[0].ID)
 	}
 	return nil, nil, bridge.WithHint(ErrAmbiguousHost, "pass --host NAME")
+}
+
+// hosts lists the trusted hosts.
+func (c *Client) hosts() ([]bridge.Peer, error) {
+	peers, err := c.home.Peers()
+	if err != nil {
+		return nil, err
+	}
+	var hosts []bridge.Peer
+	for _, p := range peers {
+		if p.Role == "host" {
+			hosts = append(hosts, p)
+		}
+	}
+	return hosts, nil
+}
+
+// unknownHost is the error for a --host that names no trusted host, with
+// the names that would do: a typo, or a host's id from another home, is
+// the usual cause.
+func (c *Client) unknownHost(name string) error {
+	err := fmt.Errorf("--host %s: %w", name, ErrUnknownHost)
+	hosts, _ := c.hosts()
+	if len(hosts) == 0 {
+		return bridge.WithHint(err, "no host is trusted yet: run `bridge keys trust BUNDLE` with the line `bridge keys export` printed on the host")
+	}
+	var names []string
+	for _, h := range hosts {
+		names = append(names, h.Name)
+	}
+	return bridge.WithHint(err, "the hosts this agent trusts: %s (`bridge keys show`)", strings.Join(names, ", "))
 }
 
 // Submit publishes a request: the payload first, then the manifest, both

@@ -283,7 +283,11 @@ func (d *Daemon) record(j *job, ev event, from ledger.State, resSHA string, rc b
 		line.Exit = &code
 	}
 	d.audit.log(line)
-	d.log.Info("result", "agent", j.keys.name, "id", j.req.ID, "op", rc.Op, "status", rc.Status, "reason", rc.Reason, "exit", rc.ExitCode)
+	attrs := []any{"agent", j.keys.name, "id", j.req.ID, "op", rc.Op, "status", rc.Status, "reason", rc.Reason}
+	if rc.Status == bridge.StatusDone {
+		attrs = append(attrs, "exit", rc.ExitCode) // nothing ran otherwise: no exit code to tell
+	}
+	d.log.Info("result", attrs...)
 	return nil
 }
 

@@ -155,7 +155,7 @@ func realMain(args []string, stdin io.Reader, stdout, stderr io.Writer) (code in
 			b, _ := strconv.ParseBool(v)
 			asJSON = asJSON || b
 		}
-		return report(stderr, &codeError{code: exitUsage, err: withHintf(err, "run `%s --help`", helpPath(err))}, asJSON, stdout)
+		return report(stderr, &codeError{code: exitUsage, err: withHintf(mendShortFlag(err), "%s", parseHint(err, args))}, asJSON, stdout)
 	}
 	return runParsed(kctx, &cli.Globals, stdout, stderr)
 }
@@ -214,6 +214,56 @@ func noHome(cmd string) bool {
 
 type kongExit struct{}
 
+// parseHint is the hint for a command line that did not parse: the help of
+// the command, or what went wrong where the parser's words would mislead
+// ("bridge run --stdin hello": --stdin took the op as its file, and the
+// parser says only that the op is missing).
+func parseHint(err error, args []string) string {
+	if i := slices.Index(args, "--stdin"); i >= 0 && i+1 < len(args) && strings.Contains(err.Error(), `expected "<op>"`) {
+		return fmt.Sprintf("--stdin took %q as its file: name the op, then --stdin=FILE, or --stdin=- to send this command's input", args[i+1])
+	}
+	return fmt.Sprintf("run `%s --help`", helpPath(err))
+}
+
+// mendShortFlag replaces the parser's suggestion for an unknown short flag
+// ("-k, did you mean "-h"?": any letter is one edit from any other) with
+// the command's long flags that begin with that letter, or none.
+func mendShortFlag(err error) error {
+	var pe *kong.ParseError
+	msg := err.Error()
+	rest, ok := strings.CutPrefix(msg, "unknown flag -")
+	if !errors.As(err, &pe) || pe.Context == nil || !ok || len(rest) < 1 || rest[0] == '-' ||
+		len(rest) > 1 && !strings.HasPrefix(rest[1:], ",") {
+		return err
+	}
+	letter := rest[:1]
+	var names []string
+	for _, f := range pe.Context.Flags() {
+		if !f.Hidden && strings.HasPrefix(f.Name, strings.ToLower(letter)) {
+			names = append(names, fmt.Sprintf("%q", "--"+f.Name))
+		}
+	}
+	text := "unknown flag -" + letter
+	switch len(names) {
+	case 0:
+	case 1:
+		text += ", did you mean " + names[0] + "?"
+	default:
+		text += ", did you mean one of " + strings.Join(names, ", ") + "?"
+	}
+	return &mendedError{text: text, err: err}
+}
+
+// mendedError says text in place of err's own message, and is err for
+// errors.As (the hint reads the parser's context from it).
+type mendedError struct {
+	text string
+	err  error
+}
+
+func (e *mendedError) Error() string { return e.text }
+func (e *mendedError) Unwrap() error { return e.err }
+
 // helpPath names the deepest command the parser recognised before it failed
 // ("bridge keys"), so the hint points at help that exists.
 func helpPath(err error) string {
@@ -238,6 +288,9 @@ func report(stderr io.Writer, err error, asJSON bool, stdout io.Writer) int {
 	}
 	if errors.Is(err, context.Canceled) {
 		code = exitInterrupt
+	}
+	if code == exitError && errors.Is(err, agent.ErrUnknownHost) {
+		code = exitUsage // --host names no trusted host
 	}
 	if code == exitError && errors.Is(err, bridge.ErrTooLarge) {
 		// Refused before sending what the host would refuse: the same code.

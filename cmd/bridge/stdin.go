@@ -243,6 +243,10 @@ func (g *Globals) callInput(cl *agent.Client, hostName, op string, args map[stri
 	if noCheck {
 		return in, done, nil
 	}
+	if errors.Is(catErr, agent.ErrUnknownHost) {
+		done()
+		return nil, func() {}, catErr // not sent anywhere: no note that it is
+	}
 	if catErr != nil {
 		g.note("note: no catalog from the host to check the call against (%v); sending it as it is, the host decides", catErr)
 		return in, done, nil
