@@ -814,3 +814,20 @@ func TestLostLazyRecordRunsOnce(t *testing.T) {
 		return ent.State == ledger.StateDone && ent.Runs == 1
 	})
 }
+
+// A folder writer's junk at a waiting request's manifest name must not keep
+// it waiting for ever: evaluations refuse the junk (and rescans then skip
+// it), so the stalled sweep counts the request's manifest as gone unless
+// the bytes there are the ones the ledger recorded (found by the red team).
+func TestJunkAtAWaitingManifestStillAnswered(t *testing.T) {
+	e := newEdge(t)
+	id, manifest, _ := e.sealManual(t, "blockidem", map[string]string{}, nil) // its payload never comes
+	mpath := filepath.Join(e.toHost(), id+".manifest")
+	must(t, os.WriteFile(mpath, manifest, 0o644))
+	runDaemon(t, e.host, DaemonOptions{Rescan: 300 * time.Millisecond, PendingTimeout: time.Second, Env: envWith(e.env)})
+	waitFor(t, 10*time.Second, "the request to wait for its payload", func() bool { return e.entry(t, id).State == ledger.StatePending })
+	must(t, os.WriteFile(mpath, []byte("BRA1 not a manifest any more"), 0o644))
+	if out := e.wait(t, id); out.Receipt.Status != bridge.StatusRejected || out.Receipt.Reason != "incomplete" {
+		t.Fatalf("a waiting request whose manifest became junk: %s (%s)", out.Receipt.Status, out.Receipt.Reason)
+	}
+}

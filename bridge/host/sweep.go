@@ -6,6 +6,7 @@ import (
 
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/ledger"
+	bcrypto "github.com/syncbridge/bridge/crypto"
 )
 
 // Sweeps: the requests no file event brings back to the daemon, looked at
@@ -62,7 +63,7 @@ func (d *Daemon) sweepStalled() {
 		if now.Sub(e.Updated) <= d.opt.PendingTimeout {
 			continue
 		}
-		if _, err := d.folder.Lstat(bridge.RequestPath(d.me, e.Agent, e.ID, bridge.ExtManifest)); err == nil {
+		if d.manifestThere(e) {
 			continue // there: evaluations (events, rescans) take care of it
 		}
 		keys := d.agents()[e.Agent]
@@ -75,6 +76,16 @@ func (d *Daemon) sweepStalled() {
 		}
 		d.release(e.Key)
 	}
+}
+
+// manifestThere reports whether the folder holds e's own manifest, the
+// bytes the ledger recorded: evaluations take care of such a request.
+// Anything else at its name (junk, another manifest of the id, a link, a
+// directory) is refused by them, and marked so that rescans skip it: the
+// request would wait for ever if the sweep took it for its manifest.
+func (d *Daemon) manifestThere(e ledger.Entry) bool {
+	data, err := d.folder.ReadFile(bridge.RequestPath(d.me, e.Agent, e.ID, bridge.ExtManifest), bcrypto.KindRequest.MaxSize())
+	return err == nil && bridge.SHA256Hex(data) == e.ManifestSHA256
 }
 
 // stalledEvery is how often the stalled sweep runs while an entry may
