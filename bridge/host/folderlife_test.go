@@ -456,3 +456,21 @@ func TestRefusedRewrittenInPlaceIsReadAgain(t *testing.T) {
 		t.Fatalf("the request: %s %q", out.Receipt.Status, out.Stdout)
 	}
 }
+
+// TestRepublishLinesBounded: a folder writer removing a result as fast as
+// the daemon puts it back makes a "republished" line each time; those lines
+// too count against the agent directory's budget (found by the red team).
+func TestRepublishLinesBounded(t *testing.T) {
+	withBudget(t, 3)
+	p := newPair(t, testPolicy)
+	p.start(t, nil)
+	out := p.run(t, agent.SubmitOptions{Host: "laptop", Op: "echo", Args: map[string]string{"msg": "once"}})
+	res := filepath.Join(p.toAgent(), out.Receipt.ID+"."+bridge.ExtResult)
+	for i := range 6 {
+		must(t, os.Remove(res))
+		waitFor(t, 10*time.Second, fmt.Sprintf("re-publish %d", i+1), func() bool { _, err := os.Stat(res); return err == nil })
+	}
+	if n := p.auditCount(t, "republished"); n < 1 || n > 3 {
+		t.Errorf("6 re-publishes made %d republished lines, want 1 to the budget of 3", n)
+	}
+}

@@ -279,7 +279,7 @@ func (d *Daemon) publishPair(agent, id string, manifest []byte, outSrc string) (
 				d.notify(agent, bridge.Note{Event: "rerun-lost", Request: id, Supersedes: bridge.SHA256Hex(manifest),
 					Text: fmt.Sprintf("the answer of the rerun of request %s was lost on the host; the uncertain answer stands: ask the human", id)})
 			}
-		} else {
+		} else if d.folderLine(bridge.ToHostDir(d.me, agent) + "/" + id) { // a folder writer's replay: within the budget
 			d.audit.log(AuditEvent{Event: "replaced", Agent: agent, ID: id, Status: status, Detail: "an earlier " + old.Status + " result of this host, since settled"})
 		}
 		replace = true
@@ -380,7 +380,11 @@ func (d *Daemon) duplicate(ent ledger.Entry, keys *agentKeys) {
 				d.log.Warn("re-publish result", "key", ent.Key, "err", err)
 				return
 			}
-			d.audit.log(AuditEvent{Event: "republished", Agent: ent.Agent, ID: ent.ID})
+			// A folder writer may remove results as fast as they come
+			// back: its lines count against the agent directory's budget.
+			if d.folderLine(bridge.ToHostDir(d.me, ent.Agent) + "/" + ent.ID) {
+				d.audit.log(AuditEvent{Event: "republished", Agent: ent.Agent, ID: ent.ID})
+			}
 		}
 	}
 	d.markFinished(ent.Agent, ent.ID)
