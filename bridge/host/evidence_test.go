@@ -691,3 +691,61 @@ func TestRerunLeftPendingRunsAfterRestart(t *testing.T) {
 		t.Fatalf("started %d times, want 2", n)
 	}
 }
+
+// A human's rerun that the ledger then loses (here: the ledger restored from
+// a backup taken before it) leaves the uncertain answer standing: its
+// private copies, set aside by the rerun, come back, so it is published
+// again if the folder loses it, and the agent told of the rerun is told
+// that it was lost instead of waiting for ever. Nothing runs again (found
+// by the red team: the copies were removed, and the agent waited).
+func TestLostRerunKeepsTheUncertainAnswer(t *testing.T) {
+	e := newEdge(t)
+	e.block()
+	id := e.submit(t, "block")
+	env := []string{"RUNS=" + e.runs, "PATH=" + e.env["PATH"]}
+	d := startDaemonProcess(t, e.pair, env...)
+	waitFor(t, 10*time.Second, "the op to start", func() bool { return e.starts(t, "block", id) == 1 })
+	d.kill()
+	e.unblock()
+	d = startDaemonProcess(t, e.pair, env...)
+	out := e.wait(t, id)
+	if out.Receipt.Status != bridge.StatusUncertain {
+		t.Fatalf("after the crash: %s (%s)", out.Receipt.Status, out.Receipt.Reason)
+	}
+	waitFor(t, 5*time.Second, "the ledger to record it", func() bool { return e.entry(t, id).State == ledger.StateUncertain })
+	d.stop(t, 1)
+	db := e.host.Path("ledger", "ledger.db")
+	backup, err := os.ReadFile(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The rerun is ordered while its manifest is away, so it cannot start.
+	manifest := filepath.Join(e.toHost(), id+".manifest")
+	data, _ := os.ReadFile(manifest)
+	os.Remove(manifest)
+	if _, err := Reconcile(e.host, "cloud-1/"+id, "rerun"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "the agent to hear of the rerun", func() bool { return e.client.RerunOrdered(out) })
+	must(t, os.WriteFile(db, backup, 0o600))
+	os.Remove(db + ".checked")
+	must(t, os.WriteFile(manifest, data, 0o644))
+	startDaemonProcess(t, e.pair, env...)
+	waitFor(t, 10*time.Second, "the agent to hear that the rerun was lost", func() bool { return !e.client.RerunOrdered(out) })
+	kept := e.host.Path("results", e.agent.Config.ID, id+"."+bridge.ExtResult)
+	if _, err := os.Stat(kept); err != nil {
+		t.Fatalf("the uncertain answer's private copy is not back: %v", err)
+	}
+	res := filepath.Join(e.toAgent(), id+"."+bridge.ExtResult)
+	must(t, os.Remove(res)) // a sync client loses it
+	waitFor(t, 10*time.Second, "the uncertain answer to be published again", func() bool {
+		o, err := e.client.Result(id)
+		return err == nil && bridge.SHA256Hex(o.Manifest) == bridge.SHA256Hex(out.Manifest)
+	})
+	if st := e.entry(t, id).State; st != ledger.StateUncertain {
+		t.Fatalf("the ledger says %s", st)
+	}
+	if n := e.starts(t, "block", id); n != 1 {
+		t.Fatalf("started %d times, want 1", n)
+	}
+}

@@ -135,6 +135,7 @@ func (d *Daemon) collect(o GCOptions, all []ledger.Entry) (*GCReport, error) {
 			}
 		}
 		for _, p := range []string{d.home.Path("results", e.Agent, e.ID+"."+bridge.ExtResult), d.home.Path("results", e.Agent, e.ID+"."+bridge.ExtOutput),
+			d.home.Path("results", e.Agent, e.ID+"."+bridge.ExtResult+supersededSuffix), d.home.Path("results", e.Agent, e.ID+"."+bridge.ExtOutput+supersededSuffix),
 			d.keptPath(e.Agent, e.ID, bridge.ExtManifest), d.keptPath(e.Agent, e.ID, extUnrecorded)} {
 			os.Remove(p)
 		}

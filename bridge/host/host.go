@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -205,9 +206,20 @@ func (d *Daemon) reconcile(key, as string) (*LedgerEntry, error) {
 		}
 		in.Close()
 	}
-	// The uncertain result is replaced by a new one.
+	// The uncertain result is replaced by a new one: its private copies
+	// are set aside (the manifest first: the pair is no longer kept), not
+	// removed, so that a rerun the ledger then loses (a crash before the
+	// step below, a ledger restored from a backup) still has its answer
+	// to publish again (restoreSuperseded).
+	dir := d.home.Path("results", e.Agent)
 	for _, ext := range []string{bridge.ExtResult, bridge.ExtOutput} {
-		os.Remove(d.home.Path("results", e.Agent, e.ID+"."+ext))
+		p := filepath.Join(dir, e.ID+"."+ext)
+		if err := os.Rename(p, p+supersededSuffix); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("reconcile %s: set the uncertain result aside: %w", key, err)
+		}
+	}
+	if err := syncsafe.SyncDir(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("reconcile %s: %w", key, err)
 	}
 	d.audit.log(AuditEvent{Event: "reconcile", Agent: e.Agent, ID: e.ID, Op: e.Op, Detail: "as " + as})
 	if as == "rerun" {

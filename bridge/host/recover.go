@@ -34,6 +34,10 @@ func (d *Daemon) recover() error {
 		return err
 	}
 	for _, ent := range uncertain {
+		// A rerun lost before the stop: the uncertain answer stands, and
+		// its copies come back (not left to a rescan: the finished set may
+		// skip the request's files).
+		d.restoreSuperseded(ent)
 		if sha, status, ok := d.newerResult(ent); ok && sha != ent.ResultSHA256 && d.take(ent.Key) {
 			if keys := d.agents()[ent.Agent]; keys != nil {
 				if j, err := d.reload(ent, keys); err == nil {

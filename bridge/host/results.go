@@ -358,10 +358,53 @@ func (d *Daemon) publishBytes(rel string, data []byte, replace bool) error {
 	return d.folder.Publish(rel, write, syncsafe.WithMode(0o644))
 }
 
+// supersededSuffix names the private copies of an uncertain answer that a
+// human's rerun set aside (results/<agent>/<id>.result.superseded and
+// .output.superseded) until the collection removes them.
+const supersededSuffix = ".superseded"
+
+// restoreSuperseded puts back the private copies of an uncertain answer
+// that a rerun set aside, when the ledger holds that very answer again: the
+// rerun was lost (a crash before its record, a ledger restored from a
+// backup), and without the copies nothing could publish the answer again
+// (invariant 4). The agent, told that a rerun was ordered, is told that it
+// was lost and that the uncertain answer stands. It reports whether it did.
+func (d *Daemon) restoreSuperseded(ent ledger.Entry) bool {
+	if ent.State != ledger.StateUncertain || ent.ResultSHA256 == "" {
+		return false
+	}
+	dir := d.home.Path("results", ent.Agent)
+	res, out := filepath.Join(dir, ent.ID+"."+bridge.ExtResult), filepath.Join(dir, ent.ID+"."+bridge.ExtOutput)
+	if _, err := os.Lstat(res); !errors.Is(err, fs.ErrNotExist) {
+		return false // kept as it should be (or unreadable: not ours to mend)
+	}
+	manifest, err := os.ReadFile(res + supersededSuffix)
+	if err != nil || bridge.SHA256Hex(manifest) != ent.ResultSHA256 {
+		return false
+	}
+	// The output first, the manifest last: the manifest says the pair is
+	// complete (hasSealedResult).
+	if err := os.Rename(out+supersededSuffix, out); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return false
+	}
+	if os.Rename(res+supersededSuffix, res) != nil {
+		return false
+	}
+	syncsafe.SyncDir(dir)
+	d.audit.log(AuditEvent{Event: "record-lost", Agent: ent.Agent, ID: ent.ID, Status: bridge.StatusUncertain,
+		Detail: "a human's rerun of this uncertain request is not in the ledger (a crash, or a ledger restored from a backup): the uncertain answer stands"})
+	d.log.Warn("a rerun of an uncertain request was lost: its uncertain answer stands", "key", ent.Key,
+		"hint", "order it again with `bridge reconcile "+ent.Key+" --as rerun` if it should still run")
+	d.notify(ent.Agent, bridge.Note{Event: "rerun-lost", Request: ent.ID, Supersedes: ent.ResultSHA256,
+		Text: fmt.Sprintf("the rerun of request %s was lost on the host; the uncertain answer stands: ask the human", ent.ID)})
+	return true
+}
+
 // duplicate handles a request id the ledger already finished: it never runs
 // again (invariant 4); its stored result is re-published if it is missing
 // or was replaced.
 func (d *Daemon) duplicate(ent ledger.Entry, keys *agentKeys) {
+	d.restoreSuperseded(ent)
 	if ent.State == ledger.StateUncertain {
 		// A home restored from a backup may hold the uncertain answer that a
 		// rerun has since replaced in the folder: the ledger catches up.
