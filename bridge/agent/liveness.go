@@ -97,8 +97,9 @@ func (c *Client) hostLiveness(hostID string) (*Liveness, error) {
 	data, err := c.folder.ReadFile(bridge.LivenessPath(p.ID, c.home.Config.ID), bcrypto.KindLiveness.MaxSize())
 	if errors.Is(err, fs.ErrNotExist) {
 		lv.Verdict = LivenessNoStamp
-		lv.Message = fmt.Sprintf("host %q has published no liveness stamp for this agent yet: it has not trusted this agent's key, "+
-			"or its daemon has not run since it did, or the folder has not synced it", p.Name)
+		lv.Message = fmt.Sprintf("host %q has published no liveness stamp for this agent yet: it has not trusted this agent's key "+
+			"(on the host: `bridge pair --fingerprint %s`), or its daemon has not run since it did, or the folder has not synced it",
+			p.Name, c.home.Bundle().Fingerprint())
 		return lv, nil
 	} else if err != nil {
 		return nil, err

@@ -33,12 +33,20 @@ type progress struct {
 	// liveness, if set, judges the host's liveness stamp (a pure read);
 	// looked at every second, and said when the host stopped or went
 	// silent, and when it is back.
-	liveness  func() *agent.Liveness
-	livedAt   time.Duration
-	lived     bool
-	lastLive  *agent.Liveness // the latest verdict
-	saidAlarm bool            // a stopped or stale line was printed
+	liveness    func() *agent.Liveness
+	livedAt     time.Duration
+	lived       bool
+	lastLive    *agent.Liveness // the latest verdict
+	saidAlarm   bool            // a stopped or stale line was printed
+	elapsed     time.Duration   // of the wait, at the latest tick
+	saidNoStamp bool            // the line about no stamp at all was printed
 }
+
+// noStampAfter is how long a wait goes on before the absence of any
+// liveness stamp for this agent is said: a host that paired the agent and
+// serves publishes one at once, so by then the usual cause is a host that
+// never paired this agent (the first thing a new user forgets).
+const noStampAfter = 10 * time.Second
 
 func newProgress(w io.Writer, id string) *progress {
 	p := &progress{w: w, id: id}
@@ -55,6 +63,7 @@ var spinner = []string{"|", "/", "-", `\`}
 func (p *progress) tick(elapsed time.Duration) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.elapsed = elapsed
 	if p.liveness != nil && (!p.lived || elapsed-p.livedAt >= time.Second) {
 		p.lived, p.livedAt = true, elapsed
 		p.sayLiveness(p.liveness())
@@ -99,6 +108,9 @@ func (p *progress) sayLiveness(lv *agent.Liveness) {
 	alarm := lv.Verdict == agent.LivenessStopped || lv.Verdict == agent.LivenessStale
 	line := ""
 	switch {
+	case lv.Verdict == agent.LivenessNoStamp && p.elapsed >= noStampAfter && !p.saidNoStamp:
+		line = lv.Message
+		p.saidNoStamp = true
 	case alarm && (prev == nil || prev.Verdict != lv.Verdict):
 		line = lv.Message
 		p.saidAlarm = true
@@ -115,12 +127,12 @@ func (p *progress) sayLiveness(lv *agent.Liveness) {
 	fmt.Fprintf(p.w, "bridge: %s\n", escapeControls(line))
 }
 
-// alarm returns the latest verdict if it says the host stopped or is
-// silent, else nil.
+// alarm returns the latest verdict if it says the host stopped, is silent
+// or never published a stamp for this agent, else nil.
 func (p *progress) alarm() *agent.Liveness {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if lv := p.lastLive; lv != nil && (lv.Verdict == agent.LivenessStopped || lv.Verdict == agent.LivenessStale) {
+	if lv := p.lastLive; lv != nil && (lv.Verdict == agent.LivenessStopped || lv.Verdict == agent.LivenessStale || lv.Verdict == agent.LivenessNoStamp) {
 		return lv
 	}
 	return nil

@@ -283,8 +283,11 @@ func waitAndPrint(g *Globals, cl *agent.Client, id string, timeout time.Duration
 			}
 		}
 		if lv := prog.alarm(); lv != nil {
-			return &codeError{code: exitWaitTime, id: id, liveness: lv, err: withHintf(fmt.Errorf("no result for %s after %s: %s", id, timeout, lv.Message),
-				"the request stays queued; once the host runs and the folder syncs, `bridge wait %s` gets its answer (`bridge doctor` shows each host's liveness)", id)}
+			hint := fmt.Sprintf("the request stays queued; once the host runs and the folder syncs, `bridge wait %s` gets its answer (`bridge doctor` shows each host's liveness)", id)
+			if lv.Verdict == agent.LivenessNoStamp {
+				hint = fmt.Sprintf("the request stays queued; once the host has paired this agent and `bridge serve` runs there, `bridge wait %s` gets its answer", id)
+			}
+			return &codeError{code: exitWaitTime, id: id, liveness: lv, err: withHintf(fmt.Errorf("no result for %s after %s: %s", id, timeout, lv.Message), "%s", hint)}
 		}
 		// The host looks alive: its stamp still goes with the error, so a
 		// script can tell a slow op from a host that is down (CLI.md).
