@@ -160,7 +160,11 @@ func (c *Client) host(name string) (*bridge.Peer, *bcrypto.Bundle, error) {
 	case 1:
 		return c.home.Peer(hosts[0].ID)
 	}
-	return nil, nil, bridge.WithHint(ErrAmbiguousHost, "pass --host NAME")
+	var names []string
+	for _, h := range hosts {
+		names = append(names, h.Name)
+	}
+	return nil, nil, bridge.WithHint(ErrAmbiguousHost, "pass --host NAME: %s", strings.Join(names, ", "))
 }
 
 // hosts lists the trusted hosts.

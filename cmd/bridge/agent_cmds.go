@@ -51,6 +51,9 @@ type WaitCmd struct {
 }
 
 func (c *WaitCmd) Run(g *Globals) error {
+	if err := checkTimeout(c.Timeout); err != nil {
+		return err
+	}
 	cl, err := clientFor(g, &c.ID)
 	if err != nil {
 		return err
@@ -271,6 +274,9 @@ type PingCmd struct {
 }
 
 func (c *PingCmd) Run(g *Globals) error {
+	if err := checkTimeout(c.Timeout); err != nil {
+		return err
+	}
 	g.syncthing = &c.SyncthingFlags
 	cl, err := openClient(g)
 	if err != nil {

@@ -104,7 +104,7 @@ func fastParse(args []string, stdin io.Reader, stdout, stderr io.Writer) (*kong.
 	if model == nil {
 		return nil, nil
 	}
-	g.stdout, g.stderr, g.stdin = stdout, stderr, stdin
+	g.stdout, g.stderr, g.stdin, g.args = stdout, stderr, stdin, args
 	parser, err := kong.New(model, parserOptions(stdout, stderr, func(int) { panic(kongExit{}) })...)
 	if err != nil {
 		return nil, nil

@@ -165,7 +165,17 @@ func buildGuide(h *bridge.Home, cl *agent.Client, only string) (*guideDoc, error
 	}
 	if len(hosts) == 0 {
 		if only != "" {
-			return nil, withHintf(fmt.Errorf("guide: no trusted host %q", only), "`bridge keys show` lists the trusted hosts")
+			var names []string
+			for _, p := range peers {
+				if p.Role == "host" {
+					names = append(names, p.Name)
+				}
+			}
+			hint := "the hosts this agent trusts: " + strings.Join(names, ", ") + " (`bridge keys show`)"
+			if len(names) == 0 {
+				hint = "no host is trusted yet: run `bridge pair` (or `bridge keys trust BUNDLE`)"
+			}
+			return nil, &codeError{code: exitUsage, err: withHintf(fmt.Errorf("guide: --host %s: %w", only, agent.ErrUnknownHost), "%s", hint)}
 		}
 		return nil, withHintf(fmt.Errorf("guide: %w: no host is trusted", bridge.ErrUnknownPeer),
 			"run `bridge keys trust BUNDLE` with the line `bridge keys export` printed on the host, or `bridge pair`")

@@ -334,6 +334,11 @@ func (c *PairCmd) Run(g *Globals) error {
 		fmt.Fprintf(g.stderr, "Type the fingerprint the other side shows (bridge keys export): ")
 		line, _ := bufio.NewReader(g.stdin).ReadString('\n')
 		fp = strings.TrimSpace(line)
+		if fp == "" { // nothing typed: /dev/null, or an end of input
+			fmt.Fprintln(g.stderr)
+			return &codeError{code: exitUsage, err: withHintf(errors.New("pair: no fingerprint given"),
+				"run `bridge keys export` on the other side and pass what it shows: --fingerprint %s", "xxxx-xxxx-xxxx-xxxx-xxxx-xxxx")}
+		}
 	}
 	given := compactFingerprint(fp)
 	if want := compactFingerprint(cd.Fingerprint); len(given) != len(want) {
@@ -341,7 +346,7 @@ func (c *PairCmd) Run(g *Globals) error {
 		// or a bridge of another version (fingerprints were 16
 		// characters before they became 24).
 		return &codeError{code: exitUsage, err: withHintf(fmt.Errorf("pair: the fingerprint given has %d characters, a fingerprint has %d (%s)", len(given), len(want), cd.Fingerprint),
-			"copy the whole line `bridge keys export` prints on the other side; if it has 4 groups, that side runs an older bridge: upgrade it")}
+			"pass the fingerprint `bridge keys export` shows on the other side (its \"fingerprint\" line, 6 groups of 4, not the bundle line); if it has 4 groups, that side runs an older bridge: upgrade it")}
 	}
 	if given != compactFingerprint(cd.Fingerprint) {
 		return &codeError{code: exitRejected, err: withHintf(fmt.Errorf("pair: fingerprint mismatch: the bundle in the folder shows %s", cd.Fingerprint),

@@ -76,6 +76,8 @@ type Globals struct {
 	// was not sent, once its look is done: before the op's output is
 	// printed (waitAndPrint), else when the command ends.
 	pipeNote func()
+	// args is the command line as given (checkSendFlags reads it).
+	args []string
 }
 
 // CLI is the whole command line (design.md §7).
@@ -131,7 +133,7 @@ func realMain(args []string, stdin io.Reader, stdout, stderr io.Writer) (code in
 		return runParsed(kctx, g, stdout, stderr)
 	}
 	cli := CLI{}
-	cli.stdout, cli.stderr, cli.stdin = stdout, stderr, stdin
+	cli.stdout, cli.stderr, cli.stdin, cli.args = stdout, stderr, stdin, args
 	exited := false
 	parser, err := kong.New(&cli, parserOptions(stdout, stderr, func(c int) { exited = true; code = c; panic(kongExit{}) })...)
 	if err != nil {
@@ -289,8 +291,8 @@ func report(stderr io.Writer, err error, asJSON bool, stdout io.Writer) int {
 	if errors.Is(err, context.Canceled) {
 		code = exitInterrupt
 	}
-	if code == exitError && errors.Is(err, agent.ErrUnknownHost) {
-		code = exitUsage // --host names no trusted host
+	if code == exitError && (errors.Is(err, agent.ErrUnknownHost) || errors.Is(err, agent.ErrAmbiguousHost)) {
+		code = exitUsage // --host names no trusted host, or is needed
 	}
 	if code == exitError && errors.Is(err, bridge.ErrTooLarge) {
 		// Refused before sending what the host would refuse: the same code.

@@ -32,6 +32,14 @@ type RunCmd struct {
 }
 
 func (c *RunCmd) Run(g *Globals) error {
+	if err := checkSendFlags(g.args, c.Key, c.Host); err != nil {
+		return err
+	}
+	if !c.Detach {
+		if err := checkTimeout(c.Timeout); err != nil {
+			return err
+		}
+	}
 	// A host whose fresh stamp refuses this agent's key would never run
 	// it: say so now rather than after --timeout. One read of one file,
 	// with the client the request is then sent with (the home is opened
@@ -68,12 +76,51 @@ type SubmitCmd struct {
 }
 
 func (c *SubmitCmd) Run(g *Globals) error {
+	if err := checkSendFlags(g.args, c.Key, c.Host); err != nil {
+		return err
+	}
 	cl, s, err := submit(g, c.Op, c.Args, c.Key, c.Host, c.Stdin, c.NoCheck, c.TTL, c.SyncthingFlags)
 	if err != nil {
 		return err
 	}
 	defer cl.Close()
 	return printSubmitted(g, s)
+}
+
+// checkSendFlags refuses an empty --key or --host given on the command line
+// (a script's "$KEY" with KEY unset): without a word, the send would have no
+// key, so a retry would run again, or go to the default host. Kong cannot
+// tell an empty value from an absent flag, so the command line is looked at.
+func checkSendFlags(args []string, key, host string) error {
+	if key != "" && host != "" {
+		return nil
+	}
+	for i, a := range args {
+		if a == "--" {
+			break
+		}
+		for _, f := range []string{"--key", "--host"} {
+			if a == f+"=" || a == f && i+1 < len(args) && args[i+1] == "" {
+				what := "a send with it would have no key, so a retry would run again"
+				if f == "--host" {
+					what = "it would go to the default host"
+				}
+				return &codeError{code: exitUsage, err: withHintf(fmt.Errorf("%s is empty", f),
+					"give it a value, or leave %s out (an unset variable in a script?): %s", f, what)}
+			}
+		}
+	}
+	return nil
+}
+
+// checkTimeout refuses a --timeout that would end the wait before it began:
+// the request would be sent, and bridge would give up at once (75).
+func checkTimeout(d time.Duration) error {
+	if d > 0 {
+		return nil
+	}
+	return &codeError{code: exitUsage, err: withHintf(fmt.Errorf("--timeout %s: must be more than 0", d),
+		"how long to wait, e.g. --timeout 30s; to send without waiting, use `bridge submit` (or run --detach)")}
 }
 
 func printSubmitted(g *Globals, s *agent.Sent) error {

@@ -231,6 +231,10 @@ func (g *Globals) callInput(cl *agent.Client, hostName, op string, args map[stri
 		if err != nil {
 			return nil, done, &codeError{code: exitUsage, err: withHintf(fmt.Errorf("--stdin: %w", err), "name a readable file, or - for standard input")}
 		}
+		if fi, err := f.Stat(); err == nil && fi.IsDir() {
+			f.Close()
+			return nil, done, &codeError{code: exitUsage, err: withHintf(fmt.Errorf("--stdin: %s is a directory", flag), "name a readable file, or - for standard input")}
+		}
 		in, given, done = f, bridge.CallInput{Given: true, Len: -1}, func() { f.Close() }
 		if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() {
 			left := fi.Size()
@@ -243,7 +247,7 @@ func (g *Globals) callInput(cl *agent.Client, hostName, op string, args map[stri
 	if noCheck {
 		return in, done, nil
 	}
-	if errors.Is(catErr, agent.ErrUnknownHost) {
+	if errors.Is(catErr, agent.ErrUnknownHost) || errors.Is(catErr, agent.ErrAmbiguousHost) {
 		done()
 		return nil, func() {}, catErr // not sent anywhere: no note that it is
 	}
