@@ -543,19 +543,10 @@ func TestAnsweredBeforeCrashIsRecorded(t *testing.T) {
 // answer replaces the uncertain one.
 func TestReconcileRerunRunsOnce(t *testing.T) {
 	e := newEdge(t)
-	e.block()
-	id := e.submit(t, "block")
-	env := []string{"RUNS=" + e.runs, "PATH=" + e.env["PATH"]}
-	d := startDaemonProcess(t, e.pair, env...)
-	waitFor(t, 10*time.Second, "the op to start", func() bool { return e.starts(t, "block", id) == 1 })
-	d.kill()
-	e.unblock()
-	d = startDaemonProcess(t, e.pair, env...)
-	if out := e.wait(t, id); out.Receipt.Status != bridge.StatusUncertain || out.Receipt.Reason != "crashed" {
+	id, out, d, env := e.uncertainBlock(t)
+	if out.Receipt.Reason != "crashed" {
 		t.Fatalf("after the crash: %s (%s)", out.Receipt.Status, out.Receipt.Reason)
 	}
-	// (The answer is out a moment before the ledger records it.)
-	waitFor(t, 5*time.Second, "the ledger to record it", func() bool { return e.entry(t, id).State == ledger.StateUncertain })
 	if _, err := Reconcile(e.host, "cloud-1/"+id, "rerun"); err != nil {
 		t.Fatal(err)
 	}

@@ -647,6 +647,27 @@ func TestOlderResultIsNoEvidence(t *testing.T) {
 	}
 }
 
+// uncertainBlock runs a block op and crashes the daemon while it runs: the
+// request is answered uncertain and recorded so, by the daemon it returns
+// (serving, with env).
+func (e *edge) uncertainBlock(t *testing.T) (id string, out *agent.Outcome, d *daemonProcess, env []string) {
+	t.Helper()
+	e.block()
+	id = e.submit(t, "block")
+	env = []string{"RUNS=" + e.runs, "PATH=" + e.env["PATH"]}
+	d = startDaemonProcess(t, e.pair, env...)
+	waitFor(t, 10*time.Second, "the op to start", func() bool { return e.starts(t, "block", id) == 1 })
+	d.kill()
+	e.unblock()
+	d = startDaemonProcess(t, e.pair, env...)
+	out = e.wait(t, id)
+	if out.Receipt.Status != bridge.StatusUncertain {
+		t.Fatalf("after the crash: %s (%s)", out.Receipt.Status, out.Receipt.Reason)
+	}
+	waitFor(t, 5*time.Second, "the ledger to record it", func() bool { return e.entry(t, id).State == ledger.StateUncertain })
+	return id, out, d, env
+}
+
 // A rerun the running daemon ordered while the request's manifest was not
 // in the folder waits pending; if the daemon stops before the manifest
 // comes back, the next start must still run it. Its uncertain answer was in
@@ -655,19 +676,7 @@ func TestOlderResultIsNoEvidence(t *testing.T) {
 // the lifecycle model, seed 42 under load).
 func TestRerunLeftPendingRunsAfterRestart(t *testing.T) {
 	e := newEdge(t)
-	e.block()
-	id := e.submit(t, "block")
-	env := []string{"RUNS=" + e.runs, "PATH=" + e.env["PATH"]}
-	d := startDaemonProcess(t, e.pair, env...)
-	waitFor(t, 10*time.Second, "the op to start", func() bool { return e.starts(t, "block", id) == 1 })
-	d.kill()
-	e.unblock()
-	d = startDaemonProcess(t, e.pair, env...)
-	out := e.wait(t, id)
-	if out.Receipt.Status != bridge.StatusUncertain {
-		t.Fatalf("after the crash: %s (%s)", out.Receipt.Status, out.Receipt.Reason)
-	}
-	waitFor(t, 5*time.Second, "the ledger to record it", func() bool { return e.entry(t, id).State == ledger.StateUncertain })
+	id, out, d, env := e.uncertainBlock(t)
 	manifest := filepath.Join(e.toHost(), id+".manifest")
 	data, err := os.ReadFile(manifest)
 	if err != nil {
@@ -700,19 +709,7 @@ func TestRerunLeftPendingRunsAfterRestart(t *testing.T) {
 // by the red team: the copies were removed, and the agent waited).
 func TestLostRerunKeepsTheUncertainAnswer(t *testing.T) {
 	e := newEdge(t)
-	e.block()
-	id := e.submit(t, "block")
-	env := []string{"RUNS=" + e.runs, "PATH=" + e.env["PATH"]}
-	d := startDaemonProcess(t, e.pair, env...)
-	waitFor(t, 10*time.Second, "the op to start", func() bool { return e.starts(t, "block", id) == 1 })
-	d.kill()
-	e.unblock()
-	d = startDaemonProcess(t, e.pair, env...)
-	out := e.wait(t, id)
-	if out.Receipt.Status != bridge.StatusUncertain {
-		t.Fatalf("after the crash: %s (%s)", out.Receipt.Status, out.Receipt.Reason)
-	}
-	waitFor(t, 5*time.Second, "the ledger to record it", func() bool { return e.entry(t, id).State == ledger.StateUncertain })
+	id, out, d, env := e.uncertainBlock(t)
 	d.stop(t, 1)
 	db := e.host.Path("ledger", "ledger.db")
 	backup, err := os.ReadFile(db)
