@@ -746,3 +746,49 @@ func TestLostRerunKeepsTheUncertainAnswer(t *testing.T) {
 		t.Fatalf("started %d times, want 1", n)
 	}
 }
+
+// A second rerun's reconcile cut short between its two renames (the
+// manifest set aside, the output not yet) must not put back the second
+// uncertain answer beside the first one's set-aside output: only an output
+// the manifest pins goes back with it, or the agent could never open the
+// answer published again (found by the red team).
+func TestCutShortSecondRerunKeepsAMatchingPair(t *testing.T) {
+	e := newEdge(t)
+	id, u1, d, env := e.uncertainBlock(t)
+	d.stop(t, 1)
+	e.block()
+	if _, err := Reconcile(e.host, "cloud-1/"+id, "rerun"); err != nil {
+		t.Fatal(err)
+	}
+	d = startDaemonProcess(t, e.pair, env...)
+	waitFor(t, 10*time.Second, "the rerun to start", func() bool { return e.starts(t, "block", id) == 2 })
+	d.kill()
+	e.unblock()
+	d = startDaemonProcess(t, e.pair, env...)
+	u2 := e.waitAnswer(t, id, u1)
+	waitFor(t, 5*time.Second, "the ledger to record the second uncertain answer", func() bool {
+		en := e.entry(t, id)
+		return en.State == ledger.StateUncertain && en.ResultSHA256 == bridge.SHA256Hex(u2.Manifest)
+	})
+	d.stop(t, 1)
+	// What a second `reconcile --as rerun` killed after its first rename
+	// leaves, had the first rerun's set-aside pair still been there.
+	dir := e.host.Path("results", e.agent.Config.ID)
+	res, out := filepath.Join(dir, id+"."+bridge.ExtResult), filepath.Join(dir, id+"."+bridge.ExtOutput)
+	if _, err := os.Stat(out + supersededSuffix); err != nil {
+		t.Fatalf("the first rerun's set-aside output is not there: the test tests nothing: %v", err)
+	}
+	must(t, os.Rename(res, res+supersededSuffix))
+	startDaemonProcess(t, e.pair, env...)
+	waitFor(t, 10*time.Second, "the copies to come back", func() bool { _, err := os.Stat(res); return err == nil })
+	for _, ext := range []string{bridge.ExtOutput, bridge.ExtResult} {
+		must(t, os.Remove(filepath.Join(e.toAgent(), id+"."+ext))) // a sync client loses them
+	}
+	waitFor(t, 10*time.Second, "the second uncertain answer, published again and whole", func() bool {
+		o, err := e.client.Result(id)
+		return err == nil && bridge.SHA256Hex(o.Manifest) == bridge.SHA256Hex(u2.Manifest)
+	})
+	if n := e.starts(t, "block", id); n != 2 {
+		t.Fatalf("started %d times, want 2", n)
+	}
+}

@@ -213,6 +213,12 @@ func (d *Daemon) reconcile(key, as string) (*LedgerEntry, error) {
 	// to publish again (restoreSuperseded).
 	dir := d.home.Path("results", e.Agent)
 	for _, ext := range []string{bridge.ExtResult, bridge.ExtOutput} {
+		// An earlier rerun's set-aside pair goes first: one cut short
+		// between the two renames below must not leave this answer's
+		// manifest beside that answer's output.
+		os.Remove(filepath.Join(dir, e.ID+"."+ext+supersededSuffix))
+	}
+	for _, ext := range []string{bridge.ExtResult, bridge.ExtOutput} {
 		p := filepath.Join(dir, e.ID+"."+ext)
 		if err := os.Rename(p, p+supersededSuffix); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return nil, fmt.Errorf("reconcile %s: set the uncertain result aside: %w", key, err)

@@ -382,9 +382,20 @@ func (d *Daemon) restoreSuperseded(ent ledger.Entry) bool {
 	if err != nil || bridge.SHA256Hex(manifest) != ent.ResultSHA256 {
 		return false
 	}
-	// The output first, the manifest last: the manifest says the pair is
-	// complete (hasSealedResult).
-	if err := os.Rename(out+supersededSuffix, out); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	r, err := d.openOwnResult(manifest, ent.Agent, ent.ID)
+	if err != nil {
+		return false
+	}
+	// The output that goes with it: set aside too, or still kept (a
+	// reconcile cut short between its two renames). Only one whose bytes
+	// the manifest pins is put back with it, output first, the manifest
+	// last: the manifest says the pair is complete (hasSealedResult).
+	switch {
+	case stagedOutputMatches(out+supersededSuffix, &r.Payload):
+		if os.Rename(out+supersededSuffix, out) != nil {
+			return false
+		}
+	case !stagedOutputMatches(out, &r.Payload):
 		return false
 	}
 	if os.Rename(res+supersededSuffix, res) != nil {
@@ -392,9 +403,9 @@ func (d *Daemon) restoreSuperseded(ent ledger.Entry) bool {
 	}
 	syncsafe.SyncDir(dir)
 	d.audit.log(AuditEvent{Event: "record-lost", Agent: ent.Agent, ID: ent.ID, Status: bridge.StatusUncertain,
-		Detail: "a human's rerun of this uncertain request is not in the ledger (a crash, or a ledger restored from a backup): the uncertain answer stands"})
-	d.log.Warn("a rerun of an uncertain request was lost: its uncertain answer stands", "key", ent.Key,
-		"hint", "order it again with `bridge reconcile "+ent.Key+" --as rerun` if it should still run")
+		Detail: "a human's settlement or rerun of this uncertain request is not in the ledger (cut short, or a ledger restored from a backup): the uncertain answer stands"})
+	d.log.Warn("a settlement or rerun of an uncertain request was lost: its uncertain answer stands", "key", ent.Key,
+		"hint", "run `bridge reconcile "+ent.Key+" --as done|failed|rerun` again if it still applies")
 	d.notify(ent.Agent, bridge.Note{Event: "rerun-lost", Request: ent.ID, Supersedes: ent.ResultSHA256,
 		Text: fmt.Sprintf("the rerun of request %s was lost on the host; the uncertain answer stands: ask the human", ent.ID)})
 	return true
