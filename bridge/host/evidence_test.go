@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -790,5 +791,39 @@ func TestCutShortSecondRerunKeepsAMatchingPair(t *testing.T) {
 	})
 	if n := e.starts(t, "block", id); n != 2 {
 		t.Fatalf("started %d times, want 2", n)
+	}
+}
+
+// A ledger restored from a backup beside the finished-requests cache of
+// later: a request the cache names and the ledger does not hold is looked
+// at again after the start-up scan, so the ledger records what the host
+// did (catch-up from its published result) and can collect it; the
+// cache alone made rescans skip it for ever (found by the red team).
+func TestRestoredLedgerBesideFinishedCacheRecordsTheRequest(t *testing.T) {
+	e := newEdge(t)
+	env := []string{"RUNS=" + e.runs, "PATH=" + e.env["PATH"]}
+	d := startDaemonProcess(t, e.pair, env...)
+	d.stop(t, 1)
+	db := e.host.Path("ledger", "ledger.db")
+	backup, err := os.ReadFile(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d = startDaemonProcess(t, e.pair, env...)
+	id := e.submit(t, "block")
+	if out := e.wait(t, id); out.Receipt.Status != bridge.StatusDone {
+		t.Fatalf("%s (%s)", out.Receipt.Status, out.Receipt.Reason)
+	}
+	waitFor(t, 5*time.Second, "the ledger to record it", func() bool { return e.entry(t, id).State == ledger.StateDone })
+	d.stop(t, 1) // the finished cache now names it
+	if data, err := os.ReadFile(e.host.Path(finishedName)); err != nil || !strings.Contains(string(data), id) {
+		t.Fatalf("the finished cache does not name the request: the test tests nothing (%v)", err)
+	}
+	must(t, os.WriteFile(db, backup, 0o600))
+	os.Remove(db + ".checked")
+	startDaemonProcess(t, e.pair, env...)
+	waitFor(t, 10*time.Second, "the ledger to record the request again", func() bool { return e.entry(t, id).State == ledger.StateDone })
+	if n := e.starts(t, "block", id); n != 1 {
+		t.Fatalf("started %d times, want 1", n)
 	}
 }

@@ -98,6 +98,34 @@ func (d *Daemon) loadFinished() {
 	d.mu.Unlock()
 }
 
+// pruneFinished drops from the finished set the requests the ledger has no
+// entry for, and evaluates them: a ledger restored from a backup (or
+// repaired) beside a finished file that still names them would otherwise
+// have rescans skip them for ever, never recorded (record-lost, catch-up)
+// nor collected. Once, after the start-up scan; recovery has dropped the
+// entries the ledger holds unanswered already.
+func (d *Daemon) pruneFinished() {
+	d.mu.Lock()
+	keys := make([]string, 0, len(d.finished))
+	for k := range d.finished {
+		keys = append(keys, k)
+	}
+	d.mu.Unlock()
+	missing, err := d.ledger.Missing(keys)
+	if err != nil {
+		d.log.Warn("check the finished-requests cache against the ledger", "err", err)
+		return
+	}
+	for _, k := range missing {
+		d.unfinish(k)
+		agent, id, _ := strings.Cut(k, "/")
+		d.schedule(agent, id)
+	}
+	if len(missing) > 0 {
+		d.log.Warn("the finished-requests cache named requests the ledger does not hold (a ledger restored or repaired?): looking at them again", "requests", len(missing))
+	}
+}
+
 // maxFinishedChecks bounds how many finished requests one rescan checks for
 // a lost or changed result (two lstats each). Beyond it, each rescan checks
 // a rotating share, so that every result is looked at within

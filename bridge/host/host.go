@@ -317,6 +317,7 @@ func (d *Daemon) controlLoop(stop <-chan struct{}) {
 		if !collected {
 			if d.startScanDone() {
 				collected, lastGC = true, now
+				d.pruneFinished()
 				d.runGC(GCOptions{})
 			} else {
 				soon = true

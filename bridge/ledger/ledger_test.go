@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -910,5 +911,29 @@ func TestLazyWrites(t *testing.T) {
 	l = mustOpen(t, dir)
 	if _, err := l.Get("a/4"); err != nil {
 		t.Errorf("a lazy write before a clean Close: %v", err)
+	}
+}
+
+// Missing names the keys without an entry, across its batches, in order.
+func TestMissing(t *testing.T) {
+	l := mustOpen(t, t.TempDir())
+	var keys, want []string
+	for i := range 2500 {
+		k := fmt.Sprintf("a/id%04d", i)
+		keys = append(keys, k)
+		if i%7 == 0 {
+			want = append(want, k)
+			continue
+		}
+		if _, _, err := l.AdmitLazy(Entry{Key: k, ManifestSHA256: "x", Expires: time.Now().Add(time.Hour)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := l.Missing(keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("missing %d keys (%v...), want %d", len(got), got[:min(3, len(got))], len(want))
 	}
 }

@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -29,6 +30,37 @@ func (l *Ledger) Get(key string) (Entry, error) {
 		return Entry{}, fmt.Errorf("get %s: %w", key, err)
 	}
 	return e, nil
+}
+
+// Missing returns those of keys that have no entry, in their order: a
+// cache of the caller's may name entries that a restored or repaired ledger
+// lost. Raw lookups, nothing decoded, the read lock taken per batch so
+// that writers do not wait behind a long list.
+func (l *Ledger) Missing(keys []string) ([]string, error) {
+	var out []string
+	for len(keys) > 0 {
+		batch := keys[:min(len(keys), 1000)]
+		keys = keys[len(batch):]
+		l.mu.RLock()
+		err := l.usable()
+		if err == nil {
+			err = l.view(func(tx *buntdb.Tx) error {
+				for _, k := range batch {
+					if _, err := tx.Get(entryPrefix + k); errors.Is(err, buntdb.ErrNotFound) {
+						out = append(out, k)
+					} else if err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+		}
+		l.mu.RUnlock()
+		if err != nil {
+			return nil, fmt.Errorf("missing entries: %w", err)
+		}
+	}
+	return out, nil
 }
 
 // List returns the entries for which filter returns true (all if filter is
