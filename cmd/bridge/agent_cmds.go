@@ -51,7 +51,7 @@ type WaitCmd struct {
 }
 
 func (c *WaitCmd) Run(g *Globals) error {
-	if err := checkTimeout(c.Timeout); err != nil {
+	if err := checkTimeout(c.Timeout, false); err != nil {
 		return err
 	}
 	cl, err := clientFor(g, &c.ID)
@@ -216,6 +216,9 @@ type OpsCmd struct {
 }
 
 func (c *OpsCmd) Run(g *Globals) error {
+	if err := checkEmpty(g.args, "--host"); err != nil {
+		return err
+	}
 	cl, err := openClient(g)
 	if err != nil {
 		return err
@@ -274,7 +277,10 @@ type PingCmd struct {
 }
 
 func (c *PingCmd) Run(g *Globals) error {
-	if err := checkTimeout(c.Timeout); err != nil {
+	if err := checkTimeout(c.Timeout, false); err != nil {
+		return err
+	}
+	if err := checkEmpty(g.args, "--host"); err != nil {
 		return err
 	}
 	g.syncthing = &c.SyncthingFlags
@@ -292,7 +298,17 @@ func (c *PingCmd) Run(g *Globals) error {
 	defer cancel()
 	out, err := cl.Wait(ctx, s.ID, nil)
 	if errors.Is(err, context.DeadlineExceeded) {
-		return &codeError{code: exitWaitTime, id: s.ID, err: withHintf(fmt.Errorf("no answer from %s after %s", s.HostName, c.Timeout), "is `bridge serve` running on the host, and is the folder syncing?")}
+		// The host's liveness stamp tells why, when it can: stopped,
+		// silent, or none at all for this agent (never paired).
+		lv, _ := cl.HostLiveness(s.Host)
+		if lv != nil && lv.Verdict != agent.LivenessOK {
+			hint := fmt.Sprintf("the ping stays queued (`bridge cancel %s` withdraws it); `bridge doctor` shows each host's liveness", s.ID)
+			if lv.Verdict == agent.LivenessNoStamp {
+				hint = fmt.Sprintf("pair this agent on the host and run `bridge serve` there; the ping stays queued (`bridge cancel %s` withdraws it)", s.ID)
+			}
+			return &codeError{code: exitWaitTime, id: s.ID, liveness: lv, err: withHintf(fmt.Errorf("no answer from %s after %s: %s", s.HostName, c.Timeout, lv.Message), "%s", hint)}
+		}
+		return &codeError{code: exitWaitTime, id: s.ID, liveness: lv, err: withHintf(fmt.Errorf("no answer from %s after %s", s.HostName, c.Timeout), "is `bridge serve` running on the host, and is the folder syncing?")}
 	} else if err != nil {
 		return err
 	}

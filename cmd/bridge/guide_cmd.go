@@ -96,6 +96,9 @@ var guideExits = []guideExit{
 }
 
 func (c *GuideCmd) Run(g *Globals) error {
+	if err := checkEmpty(g.args, "--host"); err != nil {
+		return err
+	}
 	if c.Skill != "" && c.Out != "" {
 		return &codeError{code: exitUsage, err: errors.New("--skill and --out write different files: give one")}
 	}
@@ -220,7 +223,7 @@ func buildGuide(h *bridge.Home, cl *agent.Client, only string) (*guideDoc, error
 	}
 	if found == 0 {
 		return nil, withHintf(fmt.Errorf("guide: no catalog from %s: %s", hostNames(hosts), doc.Hosts[0].Problem),
-			"the host publishes its catalog when `bridge serve` starts; wait for the folder to sync and try again")
+			"the host publishes its catalog for this agent once it has paired it (`bridge pair --fingerprint %s` on the host) and `bridge serve` runs; then wait for the folder to sync and try again", h.Bundle().Fingerprint())
 	}
 	hostArg := ""
 	if several {
@@ -510,7 +513,7 @@ func renderGuide(doc *guideDoc, h1 string) string {
 	for _, gh := range doc.Hosts {
 		if gh.Catalog == nil {
 			p("%s Host %s\n\n", h2, code(gh.Name))
-			p("No catalog from this host yet (%s). Run `bridge guide` again once its `bridge serve` has started and the folder has synced.\n\n", oneLine(gh.Problem))
+			p("No catalog from this host yet (%s). Run `bridge guide` again once the host has paired this agent, its `bridge serve` runs, and the folder has synced.\n\n", oneLine(gh.Problem))
 			continue
 		}
 		cat := gh.Catalog

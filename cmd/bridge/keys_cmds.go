@@ -278,6 +278,9 @@ type PairCmd struct {
 }
 
 func (c *PairCmd) Run(g *Globals) error {
+	if err := checkEmpty(g.args, "--fingerprint", "--name", "--peer"); err != nil {
+		return err
+	}
 	h, err := g.openHome()
 	if err != nil {
 		return err

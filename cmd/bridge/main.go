@@ -76,7 +76,7 @@ type Globals struct {
 	// was not sent, once its look is done: before the op's output is
 	// printed (waitAndPrint), else when the command ends.
 	pipeNote func()
-	// args is the command line as given (checkSendFlags reads it).
+	// args is the command line as given (checkEmpty reads it).
 	args []string
 }
 
@@ -224,6 +224,9 @@ func parseHint(err error, args []string) string {
 	if i := slices.Index(args, "--stdin"); i >= 0 && i+1 < len(args) && strings.Contains(err.Error(), `expected "<op>"`) {
 		return fmt.Sprintf("--stdin took %q as its file: name the op, then --stdin=FILE, or --stdin=- to send this command's input", args[i+1])
 	}
+	if strings.Contains(err.Error(), "missing unit in duration") {
+		return "a duration needs its unit: 30s, 5m, 1h30m"
+	}
 	return fmt.Sprintf("run `%s --help`", helpPath(err))
 }
 
@@ -241,7 +244,9 @@ func mendShortFlag(err error) error {
 	letter := rest[:1]
 	var names []string
 	for _, f := range pe.Context.Flags() {
-		if !f.Hidden && strings.HasPrefix(f.Name, strings.ToLower(letter)) {
+		// Not --version or --help: following "did you mean --version?"
+		// for -v would print the version and run nothing.
+		if !f.Hidden && f.Name != "version" && f.Name != "help" && strings.HasPrefix(f.Name, strings.ToLower(letter)) {
 			names = append(names, fmt.Sprintf("%q", "--"+f.Name))
 		}
 	}

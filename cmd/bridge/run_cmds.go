@@ -32,11 +32,11 @@ type RunCmd struct {
 }
 
 func (c *RunCmd) Run(g *Globals) error {
-	if err := checkSendFlags(g.args, c.Key, c.Host); err != nil {
+	if err := checkEmpty(g.args, "--key", "--host", "--stdin"); err != nil {
 		return err
 	}
 	if !c.Detach {
-		if err := checkTimeout(c.Timeout); err != nil {
+		if err := checkTimeout(c.Timeout, true); err != nil {
 			return err
 		}
 	}
@@ -76,7 +76,7 @@ type SubmitCmd struct {
 }
 
 func (c *SubmitCmd) Run(g *Globals) error {
-	if err := checkSendFlags(g.args, c.Key, c.Host); err != nil {
+	if err := checkEmpty(g.args, "--key", "--host", "--stdin"); err != nil {
 		return err
 	}
 	cl, s, err := submit(g, c.Op, c.Args, c.Key, c.Host, c.Stdin, c.NoCheck, c.TTL, c.SyncthingFlags)
@@ -87,26 +87,30 @@ func (c *SubmitCmd) Run(g *Globals) error {
 	return printSubmitted(g, s)
 }
 
-// checkSendFlags refuses an empty --key or --host given on the command line
-// (a script's "$KEY" with KEY unset): without a word, the send would have no
-// key, so a retry would run again, or go to the default host. Kong cannot
-// tell an empty value from an absent flag, so the command line is looked at.
-func checkSendFlags(args []string, key, host string) error {
-	if key != "" && host != "" {
-		return nil
-	}
+// emptyFlagWhy says, per flag that must not be given empty, what leaving
+// its value out would do instead.
+var emptyFlagWhy = map[string]string{
+	"--key":         "a send with it would have no key, so a retry would run again",
+	"--host":        "without it, bridge picks the host itself (the only trusted one)",
+	"--stdin":       "without it, this command's own input (a pipe, a loop's list) may be sent instead, to an op whose input is required",
+	"--fingerprint": "without it, pair asks on the terminal",
+	"--name":        "without it, the peer's own name is used",
+	"--peer":        "without it, pair looks for the one new peer in the folder",
+}
+
+// checkEmpty refuses any of flags given an empty value on the command line
+// (a script's "$KEY" with KEY unset): without a word, the command would go
+// on as if the flag were absent (emptyFlagWhy). Kong cannot tell an empty
+// value from an absent flag, so the command line is looked at.
+func checkEmpty(args []string, flags ...string) error {
 	for i, a := range args {
 		if a == "--" {
 			break
 		}
-		for _, f := range []string{"--key", "--host"} {
+		for _, f := range flags {
 			if a == f+"=" || a == f && i+1 < len(args) && args[i+1] == "" {
-				what := "a send with it would have no key, so a retry would run again"
-				if f == "--host" {
-					what = "it would go to the default host"
-				}
 				return &codeError{code: exitUsage, err: withHintf(fmt.Errorf("%s is empty", f),
-					"give it a value, or leave %s out (an unset variable in a script?): %s", f, what)}
+					"give it a value, or leave %s out (an unset variable in a script?): %s", f, emptyFlagWhy[f])}
 			}
 		}
 	}
@@ -115,12 +119,15 @@ func checkSendFlags(args []string, key, host string) error {
 
 // checkTimeout refuses a --timeout that would end the wait before it began:
 // the request would be sent, and bridge would give up at once (75).
-func checkTimeout(d time.Duration) error {
+func checkTimeout(d time.Duration, sends bool) error {
 	if d > 0 {
 		return nil
 	}
-	return &codeError{code: exitUsage, err: withHintf(fmt.Errorf("--timeout %s: must be more than 0", d),
-		"how long to wait, e.g. --timeout 30s; to send without waiting, use `bridge submit` (or run --detach)")}
+	hint := "how long to wait, e.g. --timeout 30s"
+	if sends {
+		hint += "; to send without waiting, use `bridge submit` (or run --detach)"
+	}
+	return &codeError{code: exitUsage, err: withHintf(fmt.Errorf("--timeout %s: must be more than 0", d), "%s", hint)}
 }
 
 func printSubmitted(g *Globals, s *agent.Sent) error {
@@ -343,7 +350,7 @@ func waitAndPrint(g *Globals, cl *agent.Client, id string, timeout time.Duration
 			lv, _ = cl.HostLiveness(s.Host)
 		}
 		return &codeError{code: exitWaitTime, id: id, liveness: lv, err: withHintf(fmt.Errorf("no result for %s after %s", id, timeout),
-			"the request stays queued; run `bridge wait %s` later, or `bridge status %s`", id, id)}
+			"the request stays queued; run `bridge wait %s` later, or `bridge status %s` (`bridge cancel %s` withdraws it)", id, id, id)}
 	}
 	var na *agent.NotAcceptedError
 	if errors.As(err, &na) {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
@@ -243,6 +244,17 @@ func (g *Globals) callInput(cl *agent.Client, hostName, op string, args map[stri
 			}
 			in, given.Len = fileInput(f, left)
 		}
+	}
+	if in != nil && given.Given && given.Len < 0 && info != nil && info.StdinMode() == bridge.StdinRequired {
+		// Of unknown length (a pipe, /dev/null): an empty one is refused
+		// here as an empty file is, not sent for the host to refuse. The
+		// op needs the input whole anyway, so waiting for its first byte
+		// costs nothing.
+		br := bufio.NewReader(in)
+		if _, err := br.Peek(1); errors.Is(err, io.EOF) {
+			given.Len = 0
+		}
+		in = br
 	}
 	if noCheck {
 		return in, done, nil
