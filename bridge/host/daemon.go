@@ -92,6 +92,7 @@ type Daemon struct {
 	refusedMu     sync.Mutex
 	refused       map[string]refusedMark // refused manifests by path below to-host, not read again until they change
 	manifestReads atomic.Int64           // manifests read for an evaluation, for tests
+	cancelReads   atomic.Int64           // cancel files read, for tests
 	slots         map[string]*opSlots    // per-op concurrency (admit.go)
 	opQueued      map[string]int         // per op with a concurrency: requests claimed and not yet ended (queue.go)
 	deferred      map[string]*keyQueue   // per op: keys left unclaimed while it was full (queue.go)

@@ -452,10 +452,12 @@ func (d *Daemon) settle(j *job) (spool, error) {
 // cancelled reports whether a verified cancel file exists for the request.
 func (d *Daemon) cancelled(agent, id string) bool {
 	p := bridge.RequestPath(d.me, agent, id, bridge.ExtCancel)
+	d.cancelReads.Add(1)
 	data, err := d.folder.ReadFile(p, bcrypto.KindCancel.MaxSize())
 	if err != nil {
 		if !errors.Is(err, fs.ErrNotExist) {
 			d.refuseFile(p, err)
+			d.markRefused(p) // read again once it changes, not at every rescan
 		}
 		return false
 	}
@@ -473,6 +475,10 @@ func (d *Daemon) cancelled(agent, id string) bool {
 		default:
 			d.refuseFile(p, err)
 		}
+		// None of these becomes valid as it is (a key revoked or rotated
+		// out stays so; a cancel still arriving changes its version): a
+		// rescan need not read it again until it changes (refused.go).
+		d.markRefused(p)
 		return false
 	}
 	return true

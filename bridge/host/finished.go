@@ -218,7 +218,7 @@ func fnv32a(s string) uint32 {
 	return h
 }
 
-// requestKeyOf is the ledger key of a manifest or payload path (relative to
+// requestKeyOf is the ledger key of a manifest, payload or cancel path (relative to
 // to-host/), if it is one: "agent/id", a prefix of the path (a rescan calls
 // it for every file in the folder, so it allocates nothing).
 func requestKeyOf(p string) (string, bool) {
@@ -226,7 +226,10 @@ func requestKeyOf(p string) (string, bool) {
 	if slash <= 0 {
 		return "", false
 	}
-	if _, ext, ok := bridge.ParseToHostName(p[slash+1:]); !ok || (ext != bridge.ExtManifest && ext != bridge.ExtPayload) {
+	// A cancel counts as the request's too: beside a finished request it
+	// can change nothing, and would otherwise cost an evaluation at every
+	// rescan. (Acks do not: the collection needs to see them.)
+	if _, ext, ok := bridge.ParseToHostName(p[slash+1:]); !ok || (ext != bridge.ExtManifest && ext != bridge.ExtPayload && ext != bridge.ExtCancel) {
 		return "", false
 	}
 	return p[:slash+1+32], true

@@ -474,3 +474,29 @@ func TestRepublishLinesBounded(t *testing.T) {
 		t.Errorf("6 re-publishes made %d republished lines, want 1 to the budget of 3", n)
 	}
 }
+
+// TestJunkCancelsReadOnce: cancel files that are refused (junk, or signed
+// by a key no longer valid) are read once per version, like manifests, and
+// a cancel beside a finished request is skipped with it: a red team had
+// 5,000 junk cancels read (twice each) at every rescan.
+func TestJunkCancelsReadOnce(t *testing.T) {
+	noSettle(t)
+	p := newPair(t, testPolicy)
+	old := time.Now().Add(-time.Hour)
+	for range 50 {
+		f := filepath.Join(p.toHost(), bridge.NewRequestID()+"."+bridge.ExtCancel)
+		must(t, os.WriteFile(f, []byte("BRA1 not a cancel"), 0o644))
+		must(t, os.Chtimes(f, old, old))
+	}
+	p.start(t, nil)
+	out := p.run(t, agent.SubmitOptions{Host: "laptop", Op: "echo", Args: map[string]string{"msg": "first"}})
+	// A cancel beside the finished request: it changes nothing now.
+	must(t, p.client.Cancel(out.Receipt.ID))
+	settleFor()
+	before := p.daemon.cancelReads.Load()
+	settleFor() // three rescans
+	p.echo(t, "second")
+	if n := p.daemon.cancelReads.Load() - before; n > 3 {
+		t.Errorf("%d cancel reads over three rescans beside 50 junk cancels and a finished request's cancel, want next to none", n)
+	}
+}

@@ -121,11 +121,12 @@ func (d *Daemon) skipRefused(paths []string) []string {
 	if len(skip) == 0 {
 		return paths
 	}
-	// The request's other file too: a payload beside a refused manifest
-	// would have it read again.
+	// The request's other files too: a payload beside a refused manifest
+	// would have it read again. (Only a manifest's: a refused cancel says
+	// nothing of the request, whose manifest may well be good.)
 	keys := make(map[string]bool, len(skip))
 	for p := range skip {
-		if k, ok := requestKeyOf(p); ok {
+		if k, ok := requestKeyOf(p); ok && strings.HasSuffix(p, "."+bridge.ExtManifest) {
 			keys[k] = true
 		}
 	}
