@@ -937,3 +937,26 @@ func TestMissing(t *testing.T) {
 		t.Fatalf("missing %d keys (%v...), want %d", len(got), got[:min(3, len(got))], len(want))
 	}
 }
+
+// BenchmarkMissing100k is the daemon's one check of its finished cache
+// against the ledger after a start beside 100,000 finished requests.
+func BenchmarkMissing100k(b *testing.B) {
+	l, err := Open(b.TempDir())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	keys := make([]string, 100_000)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("agent/%032x", i)
+		if _, _, err := l.AdmitLazy(Entry{Key: keys[i], ManifestSHA256: "x", Expires: time.Now().Add(time.Hour)}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ResetTimer()
+	for range b.N {
+		if missing, err := l.Missing(keys); err != nil || len(missing) != 0 {
+			b.Fatal(len(missing), err)
+		}
+	}
+}
