@@ -231,6 +231,11 @@ func (c *OpsCmd) Run(g *Globals) error {
 	if g.JSON {
 		return g.printJSON(cat)
 	}
+	if len(cat.Ops) == 0 {
+		// Nothing on stdout (a script reads the list), but a person
+		// should not take silence for a broken command.
+		g.note("note: the host offers this agent no op: its policy grants it none (the host's owner adds ops under [agents.<this agent's name>] in policy.toml)")
+	}
 	for _, op := range cat.Ops {
 		g.printf("%s", op.Name)
 		if op.Description != "" {
@@ -289,6 +294,11 @@ func (c *PingCmd) Run(g *Globals) error {
 		return err
 	}
 	defer cl.Close()
+	// As run: a host whose fresh stamp refuses this agent's key would
+	// never answer; say so (77) and send nothing.
+	if lv, lerr := cl.HostLiveness(c.Host); lerr == nil && lv.Verdict == agent.LivenessNotAccepted {
+		return notAccepted("", lv)
+	}
 	start := time.Now()
 	s, err := cl.Submit(agent.SubmitOptions{Host: c.Host, Op: bridge.PingOp, TTL: time.Hour})
 	if err != nil {
@@ -297,6 +307,10 @@ func (c *PingCmd) Run(g *Globals) error {
 	ctx, cancel := context.WithTimeout(context.Background(), c.Timeout)
 	defer cancel()
 	out, err := cl.Wait(ctx, s.ID, nil)
+	var na *agent.NotAcceptedError
+	if errors.As(err, &na) {
+		return notAccepted(s.ID, na.Liveness)
+	}
 	if errors.Is(err, context.DeadlineExceeded) {
 		// The host's liveness stamp tells why, when it can: stopped,
 		// silent, or none at all for this agent (never paired).

@@ -310,10 +310,36 @@ func (c *PairCmd) Run(g *Globals) error {
 	switch {
 	case len(pick) == 0 && c.Peer == "" && slices.ContainsFunc(cands, func(cd bridge.Candidate) bool { return cd.Trusted && !cd.Revoked }):
 		var names []string
-		for _, cd := range cands {
+		var match *bridge.Candidate
+		for i, cd := range cands {
 			if cd.Trusted {
 				names = append(names, fmt.Sprintf("%s %q", cd.Role, cd.Name))
+				if !cd.Revoked && c.Fingerprint != "" && compactFingerprint(cd.Fingerprint) == compactFingerprint(c.Fingerprint) {
+					match = &cands[i]
+				}
 			}
+		}
+		if c.Fingerprint != "" && match == nil {
+			// A script re-running `pair --fingerprint EXPECTED` to make
+			// sure whom it trusts must not hear "already paired" of
+			// another peer.
+			code, msg := exitRejected, "pair: no peer this home trusts shows that fingerprint"
+			if n := len(compactFingerprint(c.Fingerprint)); n != len(compactFingerprint(cands[0].Fingerprint)) {
+				code, msg = exitUsage, fmt.Sprintf("pair: the fingerprint given has %d characters, a fingerprint has %d", n, len(compactFingerprint(cands[0].Fingerprint)))
+			}
+			return &codeError{code: code, err: withHintf(errors.New(msg),
+				"already paired with %s, and no other peer's bundle is in the folder; `bridge keys show` lists the trusted peers and their fingerprints", strings.Join(names, ", "))}
+		}
+		if g.JSON {
+			out := map[string]any{"already_paired": true, "paired": names}
+			if match != nil {
+				out = map[string]any{"already_paired": true, "name": match.Name, "role": match.Role, "id": match.ID, "fingerprint": match.Fingerprint}
+			}
+			return g.printJSON(out)
+		}
+		if match != nil {
+			g.printf("already paired with %s %q (id %s)\n", match.Role, match.Name, match.ID)
+			return nil
 		}
 		g.printf("already paired with %s; no other peer's bundle is in the folder\n", strings.Join(names, ", "))
 		return nil

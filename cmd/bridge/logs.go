@@ -19,6 +19,11 @@ type LogsCmd struct {
 }
 
 func (c *LogsCmd) Run(g *Globals) error {
+	if c.Follow {
+		if err := checkTimeout(c.Timeout, false); err != nil {
+			return err
+		}
+	}
 	cl, err := clientFor(g, &c.ID)
 	if err != nil {
 		return err

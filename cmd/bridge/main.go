@@ -224,6 +224,9 @@ func parseHint(err error, args []string) string {
 	if i := slices.Index(args, "--stdin"); i >= 0 && i+1 < len(args) && strings.Contains(err.Error(), `expected "<op>"`) {
 		return fmt.Sprintf("--stdin took %q as its file: name the op, then --stdin=FILE, or --stdin=- to send this command's input", args[i+1])
 	}
+	if strings.Contains(err.Error(), `but got "EOL"`) {
+		return "a flag at the end of the command line has no value (an unset variable in a script?)"
+	}
 	if strings.Contains(err.Error(), "missing unit in duration") {
 		return "a duration needs its unit: 30s, 5m, 1h30m"
 	}

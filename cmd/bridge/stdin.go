@@ -245,6 +245,12 @@ func (g *Globals) callInput(cl *agent.Client, hostName, op string, args map[stri
 			in, given.Len = fileInput(f, left)
 		}
 	}
+	if flag != "" && given.Len == 0 && info != nil && info.StdinMode() == bridge.StdinNone {
+		// An explicit --stdin to an op that takes none is refused whatever
+		// it holds, as it is for /dev/null or a pipe (CLI.md): an empty
+		// file is no exception.
+		given.Len = -1
+	}
 	if in != nil && given.Given && given.Len < 0 && info != nil && info.StdinMode() == bridge.StdinRequired {
 		// Of unknown length (a pipe, /dev/null): an empty one is refused
 		// here as an empty file is, not sent for the host to refuse. The
