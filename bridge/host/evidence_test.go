@@ -2,6 +2,7 @@ package host
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -794,14 +795,12 @@ func TestCutShortSecondRerunKeepsAMatchingPair(t *testing.T) {
 	}
 }
 
-// A ledger restored from a backup beside the finished-requests cache of
-// later: a request the cache names and the ledger does not hold is looked
-// at again after the start-up scan, so the ledger records what the host
-// did (catch-up from its published result) and can collect it; the
-// cache alone made rescans skip it for ever (found by the red team).
-func TestRestoredLedgerBesideFinishedCacheRecordsTheRequest(t *testing.T) {
-	e := newEdge(t)
-	env := []string{"RUNS=" + e.runs, "PATH=" + e.env["PATH"]}
+// doneThenRestoredLedger runs a block op to done with a ledger backup taken
+// before it, stops the daemon (its finished cache now names the request),
+// and puts the backup back: the ledger knows nothing of the request.
+func (e *edge) doneThenRestoredLedger(t *testing.T) (id string, env []string) {
+	t.Helper()
+	env = []string{"RUNS=" + e.runs, "PATH=" + e.env["PATH"]}
 	d := startDaemonProcess(t, e.pair, env...)
 	d.stop(t, 1)
 	db := e.host.Path("ledger", "ledger.db")
@@ -810,19 +809,72 @@ func TestRestoredLedgerBesideFinishedCacheRecordsTheRequest(t *testing.T) {
 		t.Fatal(err)
 	}
 	d = startDaemonProcess(t, e.pair, env...)
-	id := e.submit(t, "block")
+	id = e.submit(t, "block")
 	if out := e.wait(t, id); out.Receipt.Status != bridge.StatusDone {
 		t.Fatalf("%s (%s)", out.Receipt.Status, out.Receipt.Reason)
 	}
 	waitFor(t, 5*time.Second, "the ledger to record it", func() bool { return e.entry(t, id).State == ledger.StateDone })
-	d.stop(t, 1) // the finished cache now names it
+	d.stop(t, 1)
 	if data, err := os.ReadFile(e.host.Path(finishedName)); err != nil || !strings.Contains(string(data), id) {
 		t.Fatalf("the finished cache does not name the request: the test tests nothing (%v)", err)
 	}
 	must(t, os.WriteFile(db, backup, 0o600))
 	os.Remove(db + ".checked")
+	return id, env
+}
+
+// A ledger restored from a backup beside the finished-requests cache of
+// later: a request the cache names and the ledger does not hold is looked
+// at again after the start-up scan, so the ledger records what the host
+// did (catch-up from its published result) and can collect it; the
+// cache alone made rescans skip it for ever (found by the red team).
+func TestRestoredLedgerBesideFinishedCacheRecordsTheRequest(t *testing.T) {
+	e := newEdge(t)
+	id, env := e.doneThenRestoredLedger(t)
 	startDaemonProcess(t, e.pair, env...)
 	waitFor(t, 10*time.Second, "the ledger to record the request again", func() bool { return e.entry(t, id).State == ledger.StateDone })
+	if n := e.starts(t, "block", id); n != 1 {
+		t.Fatalf("started %d times, want 1", n)
+	}
+}
+
+// The same, when the cache is the only evidence left (the home's kept
+// copies gone with a partial restore, the folder's result, output and ack
+// removed by a folder writer), beside 20,000 more finished requests, so
+// that the request's key is not in the first rescans' share of checks: the
+// cache still counts as evidence when the request is looked at again, and
+// it is held uncertain (record-lost), never run a second time (found by the
+// red team: the look dropped the key from the cache first).
+func TestFinishedCacheAloneKeepsARequestFromRunningAgain(t *testing.T) {
+	e := newEdge(t)
+	id, env := e.doneThenRestoredLedger(t)
+	ag := e.agent.Config.ID
+	for _, p := range []string{e.host.Path("manifests", ag, id+".manifest"), e.host.Path("results", ag, id+".result"), e.host.Path("results", ag, id+".output")} {
+		must(t, os.Remove(p))
+	}
+	ents, _ := os.ReadDir(e.toAgent())
+	for _, en := range ents {
+		if strings.HasPrefix(en.Name(), id) {
+			must(t, os.Remove(filepath.Join(e.toAgent(), en.Name())))
+		}
+	}
+	os.Remove(filepath.Join(e.toHost(), id+".ack"))
+	key := ag + "/" + id
+	n := 20000 // the test daemon rescans every 200 ms: the key's share must come late
+	for sh := (n + 1 + 999) / 1000; int(fnv32a(key))%sh < 12; sh = (n + 1 + 999) / 1000 {
+		n += 1000
+	}
+	f, err := os.OpenFile(e.host.Path(finishedName), os.O_APPEND|os.O_WRONLY, 0)
+	must(t, err)
+	for range n {
+		fmt.Fprintf(f, "%s/%s -1 0 -1 0\n", ag, bridge.NewRequestID())
+	}
+	must(t, f.Close())
+	startDaemonProcess(t, e.pair, env...)
+	waitFor(t, 10*time.Second, "the request to be held uncertain", func() bool {
+		en := e.entry(t, id)
+		return en.State == ledger.StateUncertain && en.Reason == "record-lost"
+	})
 	if n := e.starts(t, "block", id); n != 1 {
 		t.Fatalf("started %d times, want 1", n)
 	}

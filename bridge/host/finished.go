@@ -98,11 +98,10 @@ func (d *Daemon) loadFinished() {
 	d.mu.Unlock()
 }
 
-// pruneFinished drops from the finished set the requests the ledger has no
-// entry for, and evaluates them: a ledger restored from a backup (or
-// repaired) beside a finished file that still names them would otherwise
-// have rescans skip them for ever, never recorded (record-lost, catch-up)
-// nor collected. Once, after the start-up scan; recovery has dropped the
+// pruneFinished evaluates the requests of the finished set that the ledger
+// has no entry for: a ledger restored from a backup (or repaired) beside a
+// finished file that still names them would otherwise have rescans skip
+// them for ever, never recorded (record-lost, catch-up) nor collected. Once, after the start-up scan; recovery has dropped the
 // entries the ledger holds unanswered already.
 func (d *Daemon) pruneFinished() {
 	d.mu.Lock()
@@ -117,7 +116,10 @@ func (d *Daemon) pruneFinished() {
 		return
 	}
 	for _, k := range missing {
-		d.unfinish(k)
+		// Evaluated with its key still in the set: the cache is evidence
+		// that this host answered the request (DESIGN §6), so the
+		// evaluation records it (record-lost, or the state of the result
+		// the folder holds) and never runs it again.
 		agent, id, _ := strings.Cut(k, "/")
 		d.schedule(agent, id)
 	}
