@@ -545,9 +545,19 @@ func (c *Client) Cancel(id string) error {
 	if err != nil {
 		return err
 	}
-	err = c.folder.Publish(bridge.RequestPath(s.Host, c.home.Config.ID, id, bridge.ExtCancel), bridge.WriteBytes(data))
+	rel := bridge.RequestPath(s.Host, c.home.Config.ID, id, bridge.ExtCancel)
+	err = c.folder.Publish(rel, bridge.WriteBytes(data))
 	if errors.Is(err, syncsafe.ErrExists) {
-		return nil
+		// An earlier cancel of ours stands. Anything else at the name
+		// (a folder writer's junk, a cut-short copy) would be refused by
+		// the host, and the op would go on: it is replaced.
+		old, rerr := c.folder.ReadFile(rel, bcrypto.KindCancel.MaxSize())
+		if rerr == nil {
+			if _, oerr := bridge.OpenCancel(old, id, s.Host, c.home.Config.ID, [][]byte{c.home.Identity().SignPublic()}); oerr == nil {
+				return nil
+			}
+		}
+		err = c.folder.PublishReplace(rel, bridge.WriteBytes(data))
 	}
 	return err
 }

@@ -822,3 +822,21 @@ func TestJunkAtAWaitingManifestStillAnswered(t *testing.T) {
 		t.Fatalf("a waiting request whose manifest became junk: %s (%s)", out.Receipt.Status, out.Receipt.Reason)
 	}
 }
+
+// Junk a folder writer put at a running request's cancel name before its
+// agent cancels: the agent's cancel replaces it (its own earlier cancel
+// would stand), so the op is cancelled, and `bridge cancel` never reports
+// a cancel that the host will refuse (found by the red team).
+func TestCancelReplacesJunkAtItsName(t *testing.T) {
+	e := newEdge(t)
+	e.block()
+	defer e.unblock()
+	e.daemon(t)
+	id := e.submit(t, "block")
+	waitFor(t, 10*time.Second, "the op to start", func() bool { return e.starts(t, "block", id) == 1 })
+	must(t, os.WriteFile(filepath.Join(e.toHost(), id+"."+bridge.ExtCancel), []byte("BRA1 junk"), 0o644))
+	if err := e.client.Cancel(id); err != nil {
+		t.Fatalf("cancel: %v", err)
+	}
+	waitFor(t, 10*time.Second, "the op to be cancelled", func() bool { return e.entry(t, id).State == ledger.StateCancelled })
+}
