@@ -309,14 +309,21 @@ func (c *PairCmd) Run(g *Globals) error {
 	}
 	switch {
 	case len(pick) == 0 && c.Peer == "" && slices.ContainsFunc(cands, func(cd bridge.Candidate) bool { return cd.Trusted && !cd.Revoked }):
+		// Whom this home trusts, with the fingerprints of the keys it holds
+		// for them (as `keys show`): never the bundle in the folder, which a
+		// folder writer may have replaced, or a rotation this home has not
+		// followed yet.
+		peers, err := h.Peers()
+		if err != nil {
+			return err
+		}
+		type trusted struct{ Role, Name, ID, Fingerprint string }
 		var names []string
-		var match *bridge.Candidate
-		for i, cd := range cands {
-			if cd.Trusted {
-				names = append(names, fmt.Sprintf("%s %q", cd.Role, cd.Name))
-				if !cd.Revoked && c.Fingerprint != "" && compactFingerprint(cd.Fingerprint) == compactFingerprint(c.Fingerprint) {
-					match = &cands[i]
-				}
+		var match *trusted
+		for _, p := range peers {
+			names = append(names, fmt.Sprintf("%s %q", p.Role, p.Name))
+			if _, b, err := h.Peer(p.ID); err == nil && c.Fingerprint != "" && compactFingerprint(b.Fingerprint()) == compactFingerprint(c.Fingerprint) {
+				match = &trusted{p.Role, p.Name, p.ID, b.Fingerprint()}
 			}
 		}
 		if c.Fingerprint != "" && match == nil {
@@ -324,8 +331,8 @@ func (c *PairCmd) Run(g *Globals) error {
 			// sure whom it trusts must not hear "already paired" of
 			// another peer.
 			code, msg := exitRejected, "pair: no peer this home trusts shows that fingerprint"
-			if n := len(compactFingerprint(c.Fingerprint)); n != len(compactFingerprint(cands[0].Fingerprint)) {
-				code, msg = exitUsage, fmt.Sprintf("pair: the fingerprint given has %d characters, a fingerprint has %d", n, len(compactFingerprint(cands[0].Fingerprint)))
+			if n, want := len(compactFingerprint(c.Fingerprint)), len(compactFingerprint(h.Bundle().Fingerprint())); n != want {
+				code, msg = exitUsage, fmt.Sprintf("pair: the fingerprint given has %d characters, a fingerprint has %d", n, want)
 			}
 			return &codeError{code: code, err: withHintf(errors.New(msg),
 				"already paired with %s, and no other peer's bundle is in the folder; `bridge keys show` lists the trusted peers and their fingerprints", strings.Join(names, ", "))}
