@@ -74,9 +74,7 @@ func TestEveryRerunRuns(t *testing.T) {
 	if last.Receipt.Status != bridge.StatusDone {
 		t.Fatalf("the second rerun: %s (%s): %s", last.Receipt.Status, last.Receipt.Reason, last.Receipt.Detail)
 	}
-	if n := e.starts(t, "block", id); n != 3 {
-		t.Fatalf("started %d times, want 3", n)
-	}
+	e.wantStarts(t, "block", id, 3)
 	if err := e.client.Ack(last); err != nil {
 		t.Fatal(err)
 	}
@@ -488,9 +486,7 @@ func TestWaitFollowsAnOrderedRerun(t *testing.T) {
 	if out := e.wait(t, id); out.Receipt.Status != bridge.StatusDone {
 		t.Fatalf("the rerun's answer: %s (%s)", out.Receipt.Status, out.Receipt.Reason)
 	}
-	if n := e.starts(t, "block", id); n != 2 {
-		t.Fatalf("started %d times, want 2", n)
-	}
+	e.wantStarts(t, "block", id, 2)
 }
 
 // A home restored from a backup holds less than the folder: a request that
@@ -644,8 +640,14 @@ func TestOlderResultIsNoEvidence(t *testing.T) {
 		out, err := e.client.Result(id)
 		return err == nil && out.Receipt.Status == bridge.StatusDone
 	})
-	if n := e.starts(t, "block", id); n != 3 {
-		t.Fatalf("started %d times, want 3", n)
+	e.wantStarts(t, "block", id, 3)
+}
+
+// wantStarts fails the test unless op started want times for id.
+func (e *edge) wantStarts(t *testing.T, op, id string, want int) {
+	t.Helper()
+	if n := e.starts(t, op, id); n != want {
+		t.Fatalf("%s %s started %d times, want %d", op, id, n, want)
 	}
 }
 
@@ -698,9 +700,7 @@ func TestRerunLeftPendingRunsAfterRestart(t *testing.T) {
 	if out.Receipt.Status != bridge.StatusDone {
 		t.Fatalf("the rerun: %s (%s): %s", out.Receipt.Status, out.Receipt.Reason, out.Receipt.Detail)
 	}
-	if n := e.starts(t, "block", id); n != 2 {
-		t.Fatalf("started %d times, want 2", n)
-	}
+	e.wantStarts(t, "block", id, 2)
 }
 
 // A human's rerun that the ledger then loses (here: the ledger restored from
@@ -744,9 +744,7 @@ func TestLostRerunKeepsTheUncertainAnswer(t *testing.T) {
 	if st := e.entry(t, id).State; st != ledger.StateUncertain {
 		t.Fatalf("the ledger says %s", st)
 	}
-	if n := e.starts(t, "block", id); n != 1 {
-		t.Fatalf("started %d times, want 1", n)
-	}
+	e.wantStarts(t, "block", id, 1)
 }
 
 // A second rerun's reconcile cut short between its two renames (the
@@ -790,9 +788,7 @@ func TestCutShortSecondRerunKeepsAMatchingPair(t *testing.T) {
 		o, err := e.client.Result(id)
 		return err == nil && bridge.SHA256Hex(o.Manifest) == bridge.SHA256Hex(u2.Manifest)
 	})
-	if n := e.starts(t, "block", id); n != 2 {
-		t.Fatalf("started %d times, want 2", n)
-	}
+	e.wantStarts(t, "block", id, 2)
 }
 
 // doneThenRestoredLedger runs a block op to done with a ledger backup taken
@@ -833,9 +829,7 @@ func TestRestoredLedgerBesideFinishedCacheRecordsTheRequest(t *testing.T) {
 	id, env := e.doneThenRestoredLedger(t)
 	startDaemonProcess(t, e.pair, env...)
 	waitFor(t, 10*time.Second, "the ledger to record the request again", func() bool { return e.entry(t, id).State == ledger.StateDone })
-	if n := e.starts(t, "block", id); n != 1 {
-		t.Fatalf("started %d times, want 1", n)
-	}
+	e.wantStarts(t, "block", id, 1)
 }
 
 // The same, when the cache is the only evidence left (the home's kept
@@ -875,7 +869,5 @@ func TestFinishedCacheAloneKeepsARequestFromRunningAgain(t *testing.T) {
 		en := e.entry(t, id)
 		return en.State == ledger.StateUncertain && en.Reason == "record-lost"
 	})
-	if n := e.starts(t, "block", id); n != 1 {
-		t.Fatalf("started %d times, want 1", n)
-	}
+	e.wantStarts(t, "block", id, 1)
 }
