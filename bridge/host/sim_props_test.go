@@ -512,14 +512,14 @@ func (w *simWorld) ledgerEntries() []ledger.Entry {
 
 // ledgerFileAgrees reports whether the records read from the ledger's file
 // so far show every entry as the ledger holds it.
-func (w *simWorld) ledgerFileAgrees() bool {
+func (w *simWorld) ledgerFileAgrees() ([]ledger.Entry, bool) {
 	entries := w.ledgerEntries()
 	for _, e := range entries {
 		if r := w.ledger.last[e.ID]; r.State != string(e.State) || r.Runs != e.Runs {
-			return false
+			return entries, false
 		}
 	}
-	return len(entries) == len(w.ledger.last)
+	return entries, len(entries) == len(w.ledger.last)
 }
 
 // check runs the per-step properties.
@@ -671,9 +671,14 @@ func (w *simWorld) finish() simSeedStats {
 	// be writing it: wait until the file shows what the ledger holds (the
 	// checks below fail if it never does).
 	// Generous: on a loaded 2-core machine the last writes can take seconds.
-	for deadline := time.Now().Add(30 * time.Second); !w.ledgerFileAgrees() && time.Now().Before(deadline); {
+	// The daemon still runs (its sweeps may answer a request that waits
+	// for a payload the sync lost): the checks below compare the ledger as
+	// it was when its file last agreed, not as it is a moment later.
+	held, agrees := w.ledgerFileAgrees()
+	for deadline := time.Now().Add(30 * time.Second); !agrees && time.Now().Before(deadline); {
 		time.Sleep(10 * time.Millisecond)
 		w.check()
+		held, agrees = w.ledgerFileAgrees()
 	}
 	execs, err := checkExecutions(w.countFile, w.byID)
 	if err != nil {
@@ -681,7 +686,7 @@ func (w *simWorld) finish() simSeedStats {
 	}
 	data, _ := os.ReadFile(w.countFile)
 	entries := map[string]ledger.Entry{}
-	for _, e := range w.ledgerEntries() {
+	for _, e := range held {
 		entries[e.ID] = e
 		// The per-step checks read the ledger's file: it must have shown
 		// them every entry as the ledger holds it.
