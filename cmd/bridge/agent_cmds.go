@@ -306,7 +306,15 @@ func (c *PingCmd) Run(g *Globals) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), c.Timeout)
 	defer cancel()
-	out, err := cl.Wait(ctx, s.ID, nil)
+	// As run's wait: a spinner on a terminal, and a line when the host's
+	// stamp says it stopped, went silent, or has none for this agent.
+	prog := newProgress(g.stderr, s.ID)
+	prog.liveness = func() *agent.Liveness {
+		lv, _ := cl.HostLiveness(s.Host)
+		return lv
+	}
+	out, err := cl.Wait(ctx, s.ID, prog.tick)
+	prog.done()
 	var na *agent.NotAcceptedError
 	if errors.As(err, &na) {
 		return notAccepted(s.ID, na.Liveness)
