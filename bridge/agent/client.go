@@ -160,11 +160,16 @@ func (c *Client) host(name string) (*bridge.Peer, *bcrypto.Bundle, error) {
 	case 1:
 		return c.home.Peer(hosts[0].ID)
 	}
-	var names []string
-	for _, h := range hosts {
-		names = append(names, h.Name)
+	return nil, nil, bridge.WithHint(ErrAmbiguousHost, "pass --host NAME: %s", peerNames(hosts))
+}
+
+// peerNames is the peers' names, comma-separated, for a hint.
+func peerNames(peers []bridge.Peer) string {
+	names := make([]string, len(peers))
+	for i, p := range peers {
+		names[i] = p.Name
 	}
-	return nil, nil, bridge.WithHint(ErrAmbiguousHost, "pass --host NAME: %s", strings.Join(names, ", "))
+	return strings.Join(names, ", ")
 }
 
 // hosts lists the trusted hosts.
@@ -191,11 +196,7 @@ func (c *Client) unknownHost(name string) error {
 	if len(hosts) == 0 {
 		return bridge.WithHint(err, "no host is trusted yet: run `bridge keys trust BUNDLE` with the line `bridge keys export` printed on the host")
 	}
-	var names []string
-	for _, h := range hosts {
-		names = append(names, h.Name)
-	}
-	return bridge.WithHint(err, "the hosts this agent trusts: %s (`bridge keys show`)", strings.Join(names, ", "))
+	return bridge.WithHint(err, "the hosts this agent trusts: %s (`bridge keys show`)", peerNames(hosts))
 }
 
 // Submit publishes a request: the payload first, then the manifest, both

@@ -101,8 +101,9 @@ func (d *Daemon) loadFinished() {
 // pruneFinished evaluates the requests of the finished set that the ledger
 // has no entry for: a ledger restored from a backup (or repaired) beside a
 // finished file that still names them would otherwise have rescans skip
-// them for ever, never recorded (record-lost, catch-up) nor collected. Once, after the start-up scan; recovery has dropped the
-// entries the ledger holds unanswered already.
+// them for ever, never recorded (record-lost, catch-up) nor collected.
+// Once, after the start-up scan; recovery has dropped the entries the
+// ledger holds unanswered already.
 func (d *Daemon) pruneFinished() {
 	d.mu.Lock()
 	keys := make([]string, 0, len(d.finished))
@@ -220,9 +221,10 @@ func fnv32a(s string) uint32 {
 	return h
 }
 
-// requestKeyOf is the ledger key of a manifest, payload or cancel path (relative to
-// to-host/), if it is one: "agent/id", a prefix of the path (a rescan calls
-// it for every file in the folder, so it allocates nothing).
+// requestKeyOf is the ledger key of a manifest, payload or cancel path
+// (relative to to-host/), if it is one: "agent/id", a prefix of the path
+// (a rescan calls it for every file in the folder, so it allocates
+// nothing).
 func requestKeyOf(p string) (string, bool) {
 	slash := strings.IndexByte(p, '/')
 	if slash <= 0 {

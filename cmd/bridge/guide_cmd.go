@@ -168,14 +168,14 @@ func buildGuide(h *bridge.Home, cl *agent.Client, only string) (*guideDoc, error
 	}
 	if len(hosts) == 0 {
 		if only != "" {
-			var names []string
+			var all []bridge.Peer
 			for _, p := range peers {
 				if p.Role == "host" {
-					names = append(names, p.Name)
+					all = append(all, p)
 				}
 			}
-			hint := "the hosts this agent trusts: " + strings.Join(names, ", ") + " (`bridge keys show`)"
-			if len(names) == 0 {
+			hint := "the hosts this agent trusts: " + hostNames(all) + " (`bridge keys show`)"
+			if len(all) == 0 {
 				hint = "no host is trusted yet: run `bridge pair` (or `bridge keys trust BUNDLE`)"
 			}
 			return nil, &codeError{code: exitUsage, err: withHintf(fmt.Errorf("guide: --host %s: %w", only, agent.ErrUnknownHost), "%s", hint)}
