@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"slices"
 	"strings"
 	"time"
 
@@ -307,16 +306,18 @@ func (c *PairCmd) Run(g *Globals) error {
 			pick = byFP
 		}
 	}
+	// Whom this home trusts, from its own records: whether it is already
+	// paired does not depend on the bundles in the folder, which a folder
+	// writer may have replaced or garbled.
+	peers, err := h.Peers()
+	if err != nil {
+		return err
+	}
 	switch {
-	case len(pick) == 0 && c.Peer == "" && slices.ContainsFunc(cands, func(cd bridge.Candidate) bool { return cd.Trusted && !cd.Revoked }):
-		// Whom this home trusts, with the fingerprints of the keys it holds
-		// for them (as `keys show`): never the bundle in the folder, which a
-		// folder writer may have replaced, or a rotation this home has not
-		// followed yet.
-		peers, err := h.Peers()
-		if err != nil {
-			return err
-		}
+	case len(pick) == 0 && c.Peer == "" && len(peers) > 0:
+		// With the fingerprints of the keys this home holds for them (as
+		// `keys show`): never the bundle in the folder, or a rotation this
+		// home has not followed yet.
 		type trusted struct{ Role, Name, ID, Fingerprint string }
 		var names []string
 		var match *trusted
