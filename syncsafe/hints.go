@@ -25,7 +25,7 @@ func WatchDirs(dirs ...string) (*DirHints, error) {
 	h := &DirHints{C: out, in: make(chan notify.EventInfo, 64), done: make(chan struct{})}
 	var errs []error
 	for _, d := range dirs {
-		if err := notify.Watch(d, h.in, watchEvents...); err != nil {
+		if err := watch(d, h.in, watchEvents...); err != nil {
 			errs = append(errs, err)
 		}
 	}

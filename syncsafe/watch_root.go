@@ -132,7 +132,7 @@ func (w *Watcher) arm(rel string, fi fs.FileInfo) error {
 	if w.closed.Load() {
 		return errWatcherClosed
 	}
-	if err := notify.Watch(filepath.Join(w.dir, filepath.FromSlash(rel)), w.c, watchEvents...); err != nil {
+	if err := watch(filepath.Join(w.dir, filepath.FromSlash(rel)), w.c, watchEvents...); err != nil {
 		return err
 	}
 	w.stats.arms.Add(1)
@@ -153,7 +153,7 @@ func (w *Watcher) armParent() {
 	if w.closed.Load() {
 		return
 	}
-	if notify.Watch(filepath.Dir(w.dir), w.c, watchEvents...) == nil {
+	if watch(filepath.Dir(w.dir), w.c, watchEvents...) == nil {
 		w.stats.arms.Add(1)
 		w.parent = true
 	}

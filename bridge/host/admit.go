@@ -227,7 +227,7 @@ func (d *Daemon) reconcileCheck(j *job, inv *policy.Invocation, stdin spool) {
 		return
 	}
 	d.audit.log(AuditEvent{Event: "reconcile-check", Agent: j.agent, ID: j.req.ID, Op: inv.Op, Detail: strings.Join(inv.Reconcile, " ")})
-	out := runner.Run(d.runCtx, runner.Spec{Argv: inv.Reconcile, Dir: inv.Dir, Env: inv.Env, Timeout: inv.Timeout,
+	out := d.runs.Run(d.runCtx, runner.Spec{Argv: inv.Reconcile, Dir: inv.Dir, Env: inv.Env, Timeout: inv.Timeout,
 		MaxOutput: inv.MaxOutput, Grace: d.opt.Grace, Spool: d.home.Path("spool")})
 	defer out.Stdout.Close() // answerOrRetryOut closes them too; the other answers do not use them
 	defer out.Stderr.Close()
@@ -360,7 +360,7 @@ func (d *Daemon) run(j *job, inv *policy.Invocation, stdin spool, resume bool, a
 	prog := d.newProgress(j)
 	progStop, progDone := make(chan struct{}), make(chan struct{})
 	go func() { defer close(progDone); prog.loop(progStop) }()
-	out := runner.Run(ctx, runner.Spec{
+	out := d.runs.Run(ctx, runner.Spec{
 		Argv: inv.Argv, Dir: inv.Dir, Env: inv.Env, Stdin: stdin, Timeout: inv.Timeout,
 		MaxOutput: inv.MaxOutput, Grace: d.opt.Grace, Limits: runnerLimits(inv.Limits),
 		OnOutput: prog.write, Spool: d.home.Path("spool"), // the output is never held in memory whole

@@ -57,17 +57,23 @@ type DaemonOptions struct {
 // complete and authentic requests, runs what the policy allows and publishes
 // sealed results. Lifecycle: NewDaemon, Open, Run, Close.
 type Daemon struct {
-	home    *bridge.Home
-	opt     DaemonOptions
-	log     *slog.Logger
-	me      string
-	folder  *syncsafe.Folder
-	ledger  *ledger.Ledger
-	lock    *syncsafe.Lockfile
-	audit   *auditLog
-	watcher *syncsafe.Watcher
-	agentsP atomic.Pointer[map[string]*agentKeys] // by agent id; replaced whole when keys change
-	ownP    atomic.Pointer[ownKeys]
+	home   *bridge.Home
+	opt    DaemonOptions
+	log    *slog.Logger
+	me     string
+	folder *syncsafe.Folder
+	ledger *ledger.Ledger
+	lock   *syncsafe.Lockfile
+	runs   *runner.State // the runner's records of the ops it starts (run/)
+	// runsUnsure, when set, says why a process of a run the last daemon
+	// left may still live: no such run is re-run, checked or answered as
+	// if it were over (recover.go).
+	runsUnsure string
+	runsWait   time.Duration // how long a start waits for them (0: runsWait)
+	audit      *auditLog
+	watcher    *syncsafe.Watcher
+	agentsP    atomic.Pointer[map[string]*agentKeys] // by agent id; replaced whole when keys change
+	ownP       atomic.Pointer[ownKeys]
 
 	// The work queue: keys ("agent/id") wait in queue until one of a fixed
 	// number of evaluation workers takes them, so hostile volume costs queue
@@ -258,6 +264,9 @@ func (d *Daemon) Open() (err error) {
 	if err := d.openCore(); err != nil {
 		return err
 	}
+	if err := d.openRuns(); err != nil {
+		return err
+	}
 	d.loadFinished()
 	d.loadLost()
 	// Private copies a crash left in the spool are of no use: payloads are
@@ -322,6 +331,38 @@ func (d *Daemon) Open() (err error) {
 	}
 	d.notify("", bridge.Note{Event: "started", Text: started})
 	d.log.Info("serving", "host", d.me, "folder", d.home.Config.Folder, "agents", len(d.agents()), "policy", d.pol().SHA256[:12])
+	return nil
+}
+
+// runsWait is how long a start waits for what ops of the daemon before
+// left running (a daemon killed outright) to end.
+const runsWait = 10 * time.Second
+
+// openRuns opens the runner's records and ends every process that runs of
+// the daemon before left behind, before anything is answered: an op that a
+// crash interrupted must be over before it is run again, checked by its
+// reconcile command or answered uncertain (DESIGN §3, Least privilege).
+func (d *Daemon) openRuns() error {
+	wait := d.runsWait
+	if wait <= 0 {
+		wait = runsWait
+	}
+	st, lo, err := runner.OpenState(d.home.Path("run"), wait)
+	if err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	d.runs = st
+	if lo.Ended > 0 {
+		d.log.Warn("ended the processes that ops of the daemon before left running", "processes", lo.Ended)
+	}
+	if lo.Waited >= time.Second {
+		d.log.Info("waited for the processes of ops the daemon before left running to end", "waited", lo.Waited.Round(time.Millisecond))
+	}
+	if lo.Unended != "" {
+		d.runsUnsure = lo.Unended
+		d.log.Error("processes of ops the daemon before left running may still live: their requests are held uncertain",
+			"why", lo.Unended, "hint", "see `bridge doctor`; settle them with `bridge reconcile` once nothing of them runs")
+	}
 	return nil
 }
 
@@ -494,6 +535,10 @@ func (d *Daemon) Close(ctx context.Context) error {
 
 func (d *Daemon) closeResources() error {
 	var errs []error
+	if d.runs != nil {
+		errs = append(errs, d.runs.Close())
+		d.runs = nil
+	}
 	if d.ledger != nil {
 		errs = append(errs, d.ledger.Close())
 		d.ledger = nil

@@ -32,8 +32,10 @@ func TestDoctorContainment(t *testing.T) {
 		t.Fatalf("echo: %+v", out.Receipt)
 	}
 	f = find()
-	ok := strings.HasPrefix(f.Message, "op containment: cgroup v2 (delegated: ") || strings.HasPrefix(f.Message, "op containment: process tree tracking (")
-	if !ok || f.Severity != bridge.SeverityOK || strings.Contains(f.Message, "not running") {
+	cgroup := strings.HasPrefix(f.Message, "op containment: cgroup v2 (delegated: ") && f.Severity == bridge.SeverityOK && f.Fix == ""
+	keeper := strings.HasPrefix(f.Message, "op containment: process tree tracking, a keeper process per run (") &&
+		f.Severity == bridge.SeverityWarn && strings.Contains(f.Fix, "Delegate=yes")
+	if !cgroup && !keeper || !strings.Contains(f.Message, "killed outright") || strings.Contains(f.Message, "not running") {
 		t.Errorf("with the daemon (in this process) after an op: %+v", f)
 	}
 	t.Log(f.Message)

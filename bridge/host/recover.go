@@ -122,6 +122,14 @@ func (d *Daemon) recoverOne(ent ledger.Entry) bool {
 	unsure := func(detail string) {
 		d.answerOrRetry(j, evCrashUnsure, bridge.Receipt{Status: bridge.StatusUncertain, Reason: "crashed", Op: ent.Op, Detail: detail}, nil, nil)
 	}
+	if d.runsUnsure != "" {
+		// A process of the interrupted run may still be at work: neither a
+		// re-run nor its reconcile command can be trusted to see its effect.
+		d.log.Warn("recover: a process of the interrupted op may still run; marking it uncertain", "key", ent.Key, "op", ent.Op, "why", d.runsUnsure)
+		unsure("the host stopped while the op ran, and a process of that run may still be running (" + d.runsUnsure +
+			"), so it is neither run again nor checked. Resolve with `bridge reconcile` once nothing of it runs")
+		return false
+	}
 	in, err := d.settle(j)
 	if err != nil {
 		if ent.Idempotent {

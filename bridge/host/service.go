@@ -111,9 +111,14 @@ Type=simple
 %[5]sExecStart=%[1]s serve --home %[3]s%[4]s --log-format json
 Restart=on-failure
 RestartSec=5s
-# A drained stop: the first SIGTERM lets running ops finish their ladder.
+# A drained stop: the first SIGTERM, to the daemon alone, lets running ops
+# finish their ladder; what is left after the timeout is killed.
 KillSignal=SIGTERM
+KillMode=mixed
 TimeoutStopSec=2min
+# A cgroup of its own to hold each op's processes, across a crash too
+# (bridge doctor: containment).
+Delegate=yes
 NoNewPrivileges=yes
 
 [Install]

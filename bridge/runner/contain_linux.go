@@ -16,37 +16,44 @@ import (
 )
 
 // Containment: what holds every process of a run, beyond its process group,
-// so that a program that calls setsid or double-forks does not outlive the
-// run (doc.go, "Containment"). One mechanism serves the whole daemon,
-// chosen at the first run:
+// from its start until they are all gone, across a crash of the daemon
+// (doc.go, "Containment"). One mechanism serves the whole process, chosen
+// at the first run:
 //
 //   - cgroup: the daemon's own cgroup v2 is writable (delegated to the user,
-//     or root in a container): each run gets a child cgroup, the program is
-//     born in it (clone3 with CLONE_INTO_CGROUP, so no fork escapes before a
-//     move), and the end of the run writes cgroup.kill. Membership is
-//     inherited, but a process of the op runs as the daemon's user, who can
-//     always write the daemon's own cgroup.procs, so it can move itself out
-//     of the run's cgroup into the daemon's. So the daemon is a child
-//     subreaper here too, and the end of every run sweeps its subtree
-//     (sweepOrphans): a process of an op that is in no running op's cgroup
-//     is killed.
-//   - tree: the daemon is a child subreaper, so every orphan of a run is
-//     re-parented to the daemon instead of init and stays in the daemon's
-//     subtree; a poller walks /proc and records which run each process of
-//     that subtree belongs to, and the end of the run kills them all.
-//   - group: the process group alone (neither is possible).
+//     or root): each run gets a child cgroup, the program is born in it
+//     (clone3 with CLONE_INTO_CGROUP), the end of the run writes
+//     cgroup.kill and waits for cgroup.events to say "populated 0", and
+//     cpu.stat gives the run's CPU. The cgroup outlives a daemon killed
+//     outright: the next daemon of the same state directory ends it before
+//     it answers anything (OpenState).
+//   - keeper: no writable cgroup. Each run gets a keeper process (this
+//     binary again, keeper.go): a child subreaper that starts the program,
+//     so every process of the run stays in its subtree; it ends them all
+//     when told, or when the daemon dies (its control socket closes), and
+//     exits only once none is left; it holds the state directory's lock
+//     shared until then, so the next daemon knows when they are gone.
+//   - group: the process group alone (no child subreaper).
+//
+// In the cgroup mode the daemon is a child subreaper too: a process of an op
+// can move itself out of its run's cgroup (its user can write the daemon's
+// cgroup.procs), and stays in the daemon's subtree, where sweepDaemon finds
+// it once it is no longer under a running op's process.
 type containKind int
 
 const (
 	containGroup containKind = iota
-	containTree
+	containKeeper
 	containCgroup
 )
 
-// cgroupPrefix names the cgroups of runs: bridge-op-<daemon pid>-<n>. A
-// daemon that starts sweeps those of dead daemons (killed outright, so
-// their runs' escapees may still live there).
-const cgroupPrefix = "bridge-op-"
+// Cgroup names: bridge-run-<tag>-<n> for the runs of a State (tag: of its
+// directory), bridge-op-<daemon pid>-<n> for runs without one (tests), swept
+// when that pid is gone.
+const (
+	cgroupPrefix      = "bridge-op-"
+	cgroupStatePrefix = "bridge-run-"
+)
 
 // testOnlyContainment, when not containGroup, is the mechanism the tests
 // force before the first run; only the test binary sets it.
@@ -59,40 +66,41 @@ var contain struct {
 	parent    string // the daemon's cgroup directory, kind == containCgroup
 	parentRel string // its path in the hierarchy, as /proc/PID/cgroup shows it
 	why       string // why not a cgroup
-	// decided is set once setupContainment has chosen.
-	decided bool
-	seq     atomic.Uint64
+	decided   bool
+	seq       atomic.Uint64
+	selfSid   int
 }
+
+// spare are the daemon's children that its sweep leaves alone: the leaders
+// of runs in progress (Run reaps them), the keepers (their os.Process reaps
+// them) and the cgroups of runs in progress. A start registers its child
+// with mu held, so that no sweep can take it for an orphan before.
+var spare = struct {
+	mu      sync.Mutex
+	leaders map[int]bool
+	keepers map[int]bool
+	cgroups map[string]bool // by path in the hierarchy
+}{leaders: map[int]bool{}, keepers: map[int]bool{}, cgroups: map[string]bool{}}
 
 func setupContainment() {
 	contain.once.Do(func() {
-		trees.mu.Lock()
-		trees.selfPgid = unix.Getpgrp()
-		trees.selfSid, _ = unix.Getsid(0)
-		trees.mu.Unlock()
+		contain.selfSid, _ = unix.Getsid(0)
 		dir, rel, err := cgroupOf("self")
-		if testOnlyContainment == containTree {
+		if testOnlyContainment == containKeeper {
 			err = errors.New("forced by a test")
 		}
 		if err == nil {
 			err = probeCgroup(dir)
 		}
+		// The daemon is a child subreaper in every mode: what leaves a
+		// run's cgroup, or outlives a keeper killed by its own op, stays in
+		// its subtree (sweepDaemon).
+		perr := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 		contain.mu.Lock()
 		defer contain.mu.Unlock()
 		contain.decided = true
-		if err == nil {
-			// A cgroup is a closed box only for a process that cannot write
-			// the cgroup.procs of a cgroup outside it, and the op's user can
-			// write the daemon's. A new cgroup namespace (CLONE_NEWCGROUP)
-			// would make the kernel refuse such a move only where cgroup2 is
-			// mounted with nsdelegate, which the daemon cannot choose, and
-			// only a daemon with CAP_SYS_ADMIN could make one, whose ops
-			// could setns out of it. Being the child subreaper works for
-			// every user: no process of an op can leave the daemon's
-			// subtree, so sweepOrphans finds those that left the cgroup.
-			if perr := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); perr != nil {
-				err = fmt.Errorf("no child subreaper to hold what leaves a cgroup: %w", perr)
-			}
+		if err == nil && perr != nil {
+			err = fmt.Errorf("no child subreaper to hold what leaves a cgroup: %w", perr)
 		}
 		if err == nil {
 			contain.kind, contain.parent, contain.parentRel = containCgroup, dir, rel
@@ -103,34 +111,34 @@ func setupContainment() {
 	})
 }
 
-// degradeLocked turns process tree tracking on, for a reason a cgroup cannot
-// be used; called once, or with contain.mu held.
+// degradeLocked turns the keepers on, for a reason a cgroup cannot be used;
+// called once, or with contain.mu held.
 func degradeLocked(why string) {
 	contain.why = why
-	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+	contain.kind = containKeeper
+	if _, err := os.Stat("/proc/self/exe"); err != nil {
 		contain.kind = containGroup
-		contain.why += fmt.Sprintf("; no child subreaper: %v", err)
-		return
+		contain.why += fmt.Sprintf("; no keeper: %v", err)
 	}
-	contain.kind = containTree
 }
 
 func describeContainment(kind containKind, parent, why string) string {
 	switch kind {
 	case containCgroup:
 		return "cgroup v2 (delegated: " + parent + ")"
-	case containTree:
-		return "process tree tracking (no writable cgroup v2: " + why + ")"
+	case containKeeper:
+		return "process tree tracking, a keeper process per run (no writable cgroup v2: " + why + ")"
 	}
 	return "process group only (" + why + ")"
 }
 
 // Containment says how [Run] holds every process of an op in process pid
-// (0: this one): "cgroup v2 (delegated: DIR)", "process tree tracking (no
-// writable cgroup v2: WHY)" or "process group only (WHY)"; see the package
-// doc. It only reads: for a process that has not run an op yet (or
-// another process, such as a running daemon) it tells from whether the
-// process's cgroup v2 is writable, which the daemon checks first.
+// (0: this one): "cgroup v2 (delegated: DIR)", "process tree tracking, a
+// keeper process per run (no writable cgroup v2: WHY)" or "process group
+// only (WHY)"; see the package doc. It only reads: for a process that has
+// not run an op yet (or another process, such as a running daemon) it
+// tells from whether the process's cgroup v2 is writable, which the daemon
+// checks first.
 func Containment(pid int) string {
 	if pid == 0 || pid == os.Getpid() {
 		contain.mu.Lock()
@@ -145,7 +153,7 @@ func Containment(pid int) string {
 		err = cgroupWritable(dir)
 	}
 	if err != nil {
-		return describeContainment(containTree, "", err.Error())
+		return describeContainment(containKeeper, "", err.Error())
 	}
 	return describeContainment(containCgroup, dir, "")
 }
@@ -264,8 +272,8 @@ func probeCgroup(dir string) error {
 	return nil
 }
 
-// sweepCgroups kills what is left in the cgroups of dead daemons under dir
-// and removes them.
+// sweepCgroups ends what is left in the cgroups of runs without a State
+// whose daemon is gone, under dir, and removes them.
 func sweepCgroups(dir string) {
 	ents, _ := os.ReadDir(dir)
 	for _, e := range ents {
@@ -275,55 +283,60 @@ func sweepCgroups(dir string) {
 		if !ok || !e.IsDir() || err != nil || pid <= 0 || unix.Kill(pid, 0) != unix.ESRCH {
 			continue
 		}
-		c := &cgroupRun{dir: filepath.Join(dir, e.Name()), fd: -1}
-		c.kill()
-		c.await(time.Second)
-		removeCgroupTree(c.dir, time.Second)
+		endCgroup(filepath.Join(dir, e.Name()), time.Second)
 	}
 }
 
 // hold is the containment of one run.
 type hold struct {
-	kind  containKind
-	cg    *cgroupRun
-	tr    *tracker // kind == containTree
-	pipes []*os.File
-	pid   int // the leader, once started
+	kind containKind
+	cg   *cgroupRun // kind == containCgroup
+	kp   *keeper    // kind == containKeeper
+	pid  int        // the leader, once started
+	// cpu is the CPU time of every process of the run, once await has
+	// seen them all gone: the cgroup's cpu.stat, or what the keeper reaped.
+	cpu time.Duration
 }
 
-// newHold prepares the containment of a run before its start; pipes are
-// the read ends of the run's output pipes (they share the inode of the
-// child's ends). A cgroup that cannot be made turns tracking on for this and
-// every later run, and says so in a note.
-func newHold(pipes ...*os.File) (*hold, []string) {
+// newHold prepares the containment of a run of state s (nil: a run
+// without crash records) before its start. A cgroup that cannot be made
+// turns the keepers on for this and every later run, and says so in a note;
+// a keeper that cannot start leaves this run to its process group.
+func newHold(s *State) (*hold, []string) {
 	setupContainment()
 	contain.mu.Lock()
-	defer contain.mu.Unlock()
-	if contain.kind == containCgroup {
+	kind := contain.kind
+	var notes []string
+	if kind == containCgroup {
 		name := fmt.Sprintf("%s%d-%d", cgroupPrefix, os.Getpid(), contain.seq.Add(1))
+		if s != nil {
+			name = fmt.Sprintf("%s%s-%d", cgroupStatePrefix, s.tag, contain.seq.Add(1))
+		}
 		cg, err := newCgroupRun(contain.parent, contain.parentRel, name)
 		if err == nil {
-			return &hold{kind: containCgroup, cg: cg, pipes: pipes}, nil
+			contain.mu.Unlock()
+			return &hold{kind: containCgroup, cg: cg}, nil
 		}
 		degradeLocked(err.Error())
-		return newHoldLocked(pipes), []string{"op containment: " + describeContainment(contain.kind, "", contain.why) + " from now on"}
+		kind = contain.kind
+		notes = append(notes, "op containment: "+describeContainment(contain.kind, "", contain.why)+" from now on")
 	}
-	return newHoldLocked(pipes), nil
+	contain.mu.Unlock()
+	if kind == containKeeper {
+		kp, err := startKeeper(s)
+		if err == nil {
+			return &hold{kind: containKeeper, kp: kp}, notes
+		}
+		notes = append(notes, fmt.Sprintf("op containment: no keeper for this run (%v): process group only", err))
+	}
+	return &hold{kind: containGroup}, notes
 }
 
-func newHoldLocked(pipes []*os.File) *hold {
-	h := &hold{kind: contain.kind, pipes: pipes}
-	if h.kind == containTree {
-		h.tr = newTracker(pipes)
-	}
-	return h
-}
-
-// start runs launch, which starts the leader and returns its pid, with what
-// the start needs: the cgroup to be born in, or the leader registered with
-// the tracker before any scan can see it (so that it is never taken for an
-// orphan). If the start in a cgroup fails and one without it succeeds, the
-// cgroup was the cause: tracking is turned on for this and every later run.
+// start runs launch, which starts the leader directly and returns its pid,
+// with what the start needs: the cgroup to be born in. If the start in a
+// cgroup fails and one without it succeeds, the cgroup was the cause: the
+// keepers take over for every later run, and this one has its process
+// group.
 func (h *hold) start(a *syscall.SysProcAttr, launch func() (int, error)) error {
 	if h.kind == containCgroup {
 		a.UseCgroupFD, a.CgroupFD = true, h.cg.fd
@@ -337,35 +350,34 @@ func (h *hold) start(a *syscall.SysProcAttr, launch func() (int, error)) error {
 			return err
 		}
 		h.cg.release()
+		h.cg, h.kind = nil, containGroup
 		a.UseCgroupFD, a.CgroupFD = false, 0
 		contain.mu.Lock()
 		if contain.kind == containCgroup {
 			degradeLocked(fmt.Sprintf("start in a cgroup: %v", err))
 		}
-		*h = *newHoldLocked(h.pipes)
 		contain.mu.Unlock()
 	}
 	return h.launch(launch)
 }
 
-// launch starts the leader with trees.mu held and registers it. Every
-// leader is known, whatever the mechanism: no scan of the tracker (after a
-// fall back to tracking) or sweep may take a leader for an orphan, nor reap
-// it (Run does).
+// launch starts a leader that is the daemon's own child with spare.mu held,
+// and registers it, so that no sweep takes it for an orphan.
 func (h *hold) launch(launch func() (int, error)) error {
-	trees.mu.Lock()
-	defer trees.mu.Unlock()
+	spare.mu.Lock()
+	defer spare.mu.Unlock()
 	pid, err := launch()
 	if err != nil {
 		return err
 	}
 	h.pid = pid
-	trees.leaders[pid] = h.tr
-	if h.kind == containTree {
-		h.tr.registerLocked(pid)
-	}
+	spare.leaders[pid] = true
 	return nil
 }
+
+// contained reports whether the run's processes are held beyond its
+// process group, so that await covers the group too.
+func (h *hold) contained() bool { return h.kind != containGroup }
 
 func (h *hold) notes() []string {
 	if h.kind == containGroup {
@@ -380,8 +392,8 @@ func (h *hold) signal(pgid int, sig syscall.Signal) {
 	switch h.kind {
 	case containCgroup:
 		h.cg.signal(pgid, sig)
-	case containTree:
-		h.tr.signal(pgid, sig)
+	case containKeeper:
+		h.kp.signal(pgid, sig)
 	}
 }
 
@@ -391,35 +403,115 @@ func (h *hold) kill() {
 	switch h.kind {
 	case containCgroup:
 		h.cg.kill()
-	case containTree:
-		h.tr.signal(0, syscall.SIGKILL)
+	case containKeeper:
+		h.kp.signal(0, syscall.SIGKILL)
 	}
 }
 
-// await kills and waits until no process of the run is left, for at most d;
-// with a cgroup, also those that left it (sweepOrphans).
+// await kills and waits until no process of the run is left, for at most d,
+// and learns the run's CPU time.
 func (h *hold) await(d time.Duration) bool {
 	switch h.kind {
 	case containCgroup:
 		ok := h.cg.await(d)
+		h.cpu = h.cg.cpuUsage()
 		h.cg.unlist()
-		return sweepOrphans(d) && ok
-	case containTree:
-		return h.tr.await(d)
+		return sweepDaemon(d) && ok
+	case containKeeper:
+		ok, cpu, died := h.kp.end(d)
+		h.cpu = cpu
+		if died {
+			// The keeper was killed (by the op itself, say): what was in
+			// its subtree is the daemon's now.
+			return sweepDaemon(d) && ok
+		}
+		return ok
 	}
 	return true
 }
 
 // release frees what the run held: its cgroup (and any the op made in it),
-// its tracker.
+// its keeper.
 func (h *hold) release() {
 	switch h.kind {
 	case containCgroup:
 		h.cg.release()
-	case containTree:
-		h.tr.release()
+	case containKeeper:
+		h.kp.close()
 	}
-	trees.mu.Lock()
-	delete(trees.leaders, h.pid)
-	trees.mu.Unlock()
+	if h.pid != 0 {
+		spare.mu.Lock()
+		delete(spare.leaders, h.pid)
+		spare.mu.Unlock()
+	}
+}
+
+// sweepDaemon ends every child of the daemon that is a process of an op
+// with no run left to hold it, in rounds until a round finds none, for at
+// most d; it reaps those that died. It reports whether none is left.
+//
+// The daemon is a child subreaper, so an op's process whose parent died is
+// re-parented to it: one that moved out of its run's cgroup, or one whose
+// keeper was killed. The daemon's own children are those in its session,
+// which no process of an op can join (each op's leader starts a session of
+// its own, and so does each keeper); the leaders of runs in progress and
+// the keepers are spared, and so is a process in the cgroup of a run in
+// progress (it dies with that run). Killing a process re-parents its
+// children to the daemon: the next round finds them. Only the daemon's
+// children are looked at, never the machine's processes.
+func sweepDaemon(d time.Duration) bool {
+	deadline := time.Now().Add(d)
+	self := os.Getpid()
+	var kids []int
+	for {
+		n := 0
+		spare.mu.Lock()
+		kids = childrenOf(kids[:0], 0)
+		for _, k := range kids {
+			if spare.leaders[k] || spare.keepers[k] {
+				continue
+			}
+			st, err := readStat(k)
+			if err != nil || st.ppid != self || st.sid == contain.selfSid {
+				continue
+			}
+			if st.dead {
+				var ws unix.WaitStatus
+				_, _ = unix.Wait4(k, &ws, unix.WNOHANG, nil)
+				continue
+			}
+			if inRunningCgroupLocked(k) {
+				continue
+			}
+			if signalChild(k, unix.SIGKILL, self) {
+				n++
+			}
+		}
+		spare.mu.Unlock()
+		if n == 0 {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(2 * time.Millisecond) // let the killed die before the next look
+	}
+}
+
+// inRunningCgroupLocked reports whether pid is in the cgroup of a run in
+// progress, or below it; spare.mu is held.
+func inRunningCgroupLocked(pid int) bool {
+	if len(spare.cgroups) == 0 {
+		return false
+	}
+	rel, err := cgroupRelOf(strconv.Itoa(pid))
+	if err != nil {
+		return false // exited meanwhile
+	}
+	for r := range spare.cgroups {
+		if rel == r || strings.HasPrefix(rel, r+"/") {
+			return true
+		}
+	}
+	return false
 }

@@ -3,7 +3,6 @@
 package runner
 
 import (
-	"os"
 	"runtime"
 	"syscall"
 	"time"
@@ -12,9 +11,9 @@ import (
 // Without cgroups or a child subreaper, a run is held by its process group
 // alone (and on Windows by nothing beyond the program itself).
 
-type hold struct{}
+type hold struct{ cpu time.Duration }
 
-func newHold(...*os.File) (*hold, []string) { return &hold{}, nil }
+func newHold(*State) (*hold, []string) { return &hold{}, nil }
 
 func (*hold) start(_ *syscall.SysProcAttr, launch func() (int, error)) error {
 	_, err := launch()
@@ -26,6 +25,7 @@ func (*hold) signal(int, syscall.Signal) {}
 func (*hold) kill()                      {}
 func (*hold) await(time.Duration) bool   { return true }
 func (*hold) release()                   {}
+func (*hold) contained() bool            { return false }
 
 // Containment says how [Run] holds every process of an op in process pid
 // (0: this one): here the process group alone, or on Windows the program
@@ -38,3 +38,8 @@ func containmentNow() string {
 	}
 	return "process group only (no cgroups or child subreaper on " + runtime.GOOS + ")"
 }
+
+// keeperArg is Linux's; no process is started as a keeper here.
+const keeperArg = "__bridge_keep__"
+
+func keeperMain() {}

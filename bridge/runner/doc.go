@@ -12,6 +12,8 @@
 //   - [Main] must be the first statement of main() in the bridge binary (and
 //     of TestMain in tests that run with Limits): it is the resource-limit shim.
 //   - [Containment] says what holds every process of a run on this system.
+//   - [OpenState] opens a daemon's runner records and ends what runs of an
+//     earlier daemon left; [State.Run] is Run for a run recorded there.
 //
 // # Execution
 //
@@ -50,75 +52,76 @@
 //
 // A process group does not hold a program that calls setsid, or forks twice
 // into a new session: a kill of the group misses it. On Linux one of two
-// mechanisms holds every process of a run, chosen at the first run for the
-// whole process; [Containment] says which (and `bridge doctor` prints it):
+// mechanisms holds every process of a run from its start until they are
+// all gone, also across a daemon killed outright; it is chosen at the first
+// run for the whole process, and [Containment] says which (`bridge doctor`
+// prints it):
 //
-//   - cgroup v2: where the daemon's own cgroup is writable (a systemd unit
-//     with Delegate=yes, a container's root), each run gets a child cgroup
-//     bridge-op-<daemon pid>-<n>, the program is born in it (clone3 with
-//     CLONE_INTO_CGROUP: no fork escapes before a move), and the end of the
-//     run writes cgroup.kill (before Linux 5.14: SIGKILL to every pid of
-//     cgroup.procs until it is empty), then removes the cgroup. Membership is
-//     inherited whatever the session, group or parent. The ladder's SIGINT
-//     and SIGTERM reach every process of the cgroup outside the group too.
-//     An op may make cgroups inside its own; they are removed with it, the
-//     deepest first. A cgroup does not hold a process that moves itself out,
-//     and an op's process can always move into the daemon's cgroup (it runs
-//     as the daemon's user, who can write that cgroup.procs). A new cgroup
-//     namespace would stop that only where cgroup2 is mounted with
-//     nsdelegate, only a daemon with CAP_SYS_ADMIN could make one, and its
-//     ops could leave it (setns); so the runner relies on the process tree
-//     instead: the daemon is a child subreaper here too, every process of
-//     every op stays in its subtree, and at the end of each run the runner
-//     sweeps that subtree, in rounds until none is left: a process of an op
-//     that is neither the leader of a run in progress nor in the cgroup of
-//     one (or below it) gets SIGKILL, and those that died as the daemon's
-//     children are reaped. An op's process that moved into another running
-//     op's cgroup dies with that op. A daemon killed outright leaves its
-//     runs' cgroups; the next one in the same cgroup kills what is left in
-//     them and removes them, at its first run (what had left them went to
-//     init with the daemon's death).
-//   - process tree tracking, otherwise: the daemon makes itself a child
-//     subreaper (PR_SET_CHILD_SUBREAPER), so an orphan of a run is
-//     re-parented to the daemon instead of init and every process of every
-//     run stays in the daemon's subtree. While runs are in progress the
-//     runner walks /proc every 200 ms and ties each process of that subtree
-//     to its run: by descent from the leader, or, for an orphan, by having
-//     been seen in the run before, by a process group or session of the
-//     run, or by holding the run's output pipe. An orphan that nothing ties
-//     to a single run is counted in every run in progress, so it dies with
-//     the first of them to end. The end of a run sends SIGKILL to every
-//     process of it, again until none is left (a fork that raced a round is
-//     caught by the next), and reaps the orphans. Processes outside the
-//     daemon's subtree are never signalled. A daemon killed outright gives
-//     its runs' orphans to init.
+//   - cgroup v2, where the daemon's own cgroup is writable (root, or a
+//     systemd unit with Delegate=yes): each run gets a child cgroup, the
+//     program is born in it (clone3 with CLONE_INTO_CGROUP: no fork escapes
+//     before a move), and membership is inherited whatever the session,
+//     group or parent. The ladder's signals reach every process of it. The
+//     end of the run writes cgroup.kill (before Linux 5.14: SIGKILL to each
+//     pid of cgroup.procs) and waits for cgroup.events to say "populated 0"
+//     (watched with poll(2), not polled: a run that left nothing costs one
+//     read); the run's CPU is its cgroup's cpu.stat; then the cgroup is
+//     removed with any the op made inside it, the deepest first.
+//   - a keeper process per run, otherwise: this binary started again as
+//     the run's keeper (keeper_linux.go), a child subreaper that starts the
+//     program, so every process of the run stays in the keeper's subtree
+//     (an orphan is re-parented to the keeper, not to init). The keeper
+//     signals the run by walking its own subtree (/proc/PID/task/*/children,
+//     never the machine's process list), ends it in rounds until it has no
+//     child left (wait4: ECHILD, exact), reaps every process, and reports the
+//     run's CPU from its RUSAGE_CHILDREN. It costs one more process start
+//     per op (a few milliseconds of CPU).
 //
-// Both mechanisms tell the daemon's own children (and their subtrees: left
-// alone) from the processes of ops by the session: each op's leader starts
-// a session of its own (setsid), and a process can only make a new session,
-// never join one, nor join a process group of another session (setpgid). So
-// no process of an op can pass for one of the daemon's, or join another
-// op's group, the daemon's or another op's. A child that the daemon starts
-// itself outside [Run] and that leaves the daemon's session (a helper that
-// daemonizes) is taken for a process of an op and killed.
+// The daemon is a child subreaper in both, and each op's leader (and each
+// keeper) starts a session of its own, so the daemon's own children are
+// those in its session, which no process of an op can join. An op's
+// process that moves itself out of its run's cgroup (its user can write the
+// daemon's cgroup.procs), or whose keeper is killed (by the op itself),
+// stays in the daemon's subtree: the end of each run in a cgroup, and the
+// end of a run whose keeper died, sweep the daemon's children and kill
+// every process of an op there that no run in progress holds.
+//
+// # Across a crash
+//
+// A daemon runs its ops through a [State], a private directory (never the
+// synced folder). [OpenState], at the next start, ends what runs of the
+// daemon before left, before that daemon answers anything: it removes the
+// cgroups of this directory's runs (bridge-run-<tag>-<n>, under each parent
+// cgroup recorded in the directory's file "cgroups"), killing what is left
+// in them and waiting for them to empty; and it waits for the keepers of
+// the earlier daemon, which end their runs when their control socket
+// closes, to exit: each holds a copy of the daemon's open file description
+// of "keepers.lock", whose shared lock the new daemon must see released
+// before it may take it exclusively. What it cannot end in time it reports
+// ([Leftovers].Unended), and the daemon then answers such a run
+// "uncertain" without running it again or asking its reconcile command.
+// These records are not flushed to disk: processes do not outlive a
+// reboot, and what the kernel holds of a file survives any crash of the
+// daemon.
 //
 // A program that wants to outlive its op has no way to ask: an op never
-// leaves a process behind once its outcome is returned. (Neither mechanism
-// holds a program started on the op's behalf by another service, such as
-// systemd-run or at.)
+// leaves a process behind once its outcome is returned. Neither mechanism
+// holds a program started on the op's behalf by another service (such as
+// systemd-run or at); a process that moves itself out of its cgroup, or
+// kills its own keeper, is held only while the daemon lives.
 //
-// On Linux the leader is started with Pdeathsig SIGKILL, so it dies with a
-// daemon that is killed outright. Pdeathsig fires when the forking *thread*
-// exits, and Go exits threads (a goroutine that ends while locked to its
-// thread takes it along), so the fork happens on a goroutine locked to its OS
-// thread that stays locked until the leader exits: one OS thread per running
-// program. Only the leader gets the signal; its descendants need a live
-// daemon's group kill. The leader is learned to have exited with
-// waitid(WNOWAIT) and reaped only after the last signal to the group, so its
-// pid, the group id, cannot be reused while the runner still signals the
-// group. The wait for the group to empty comes after the reap: kill(-pgid, 0)
-// then answers ESRCH at once in the common case, and /proc is read only when
-// a straggler is left (it may be a zombie that init is slow to reap).
+// On Linux the leader is started with Pdeathsig SIGKILL, so it dies with
+// its parent, the daemon or its keeper, killed outright. Pdeathsig fires
+// when the forking *thread* exits, and Go exits threads (a goroutine that
+// ends while locked to its thread takes it along), so the fork happens on a
+// goroutine locked to its OS thread that stays locked until the leader
+// exits: one OS thread per running program. Only the leader gets the
+// signal; the rest of the run is ended by its cgroup or its keeper. The
+// leader is learned to have exited with waitid(WNOWAIT) and reaped only
+// after the last signal to the group, so its pid, the group id, cannot be
+// reused while the runner still signals the group. Where a containment
+// holds the run, its end covers the group; with the group alone, the wait
+// for it to empty comes after the reap.
 //
 // # Output
 //
@@ -167,8 +170,9 @@
 //     values. The shim is a Go program that starts with the child's
 //     environment, so GODEBUG or GOTRACEBACK in Spec.Env affect its few
 //     milliseconds before execve; nothing else of the shim survives execve.
-//   - File descriptors: the child gets 0, 1 and 2 only; every descriptor of
-//     the daemon is close-on-exec.
+//   - File descriptors: the child gets 0, 1 and 2 only: right before each
+//     start every descriptor of the daemon is marked close-on-exec, whatever
+//     opened it (syncsafe.CloseOnExec), and the keeper does the same.
 //   - The process group, the containment, the ladder, the final kill and
 //     Pdeathsig bound the run in time; MaxOutput bounds its memory in the
 //     daemon; Limits bound its resources. None of them is a sandbox: the

@@ -12,6 +12,7 @@ import (
 // leader is the started program: the process whose pid is also the id of
 // its process group.
 type leader struct {
+	pid    int
 	p      *os.Process
 	exited chan struct{} // closed once the leader has exited and been reaped
 	state  *os.ProcessState
@@ -28,7 +29,7 @@ func launch(path string, argv []string, attr *os.ProcAttr, _ *hold) (*leader, er
 	if err != nil {
 		return nil, err
 	}
-	l := &leader{p: p, exited: make(chan struct{})}
+	l := &leader{pid: p.Pid, p: p, exited: make(chan struct{})}
 	go func() {
 		l.state, l.err = p.Wait()
 		close(l.exited)
@@ -36,9 +37,13 @@ func launch(path string, argv []string, attr *os.ProcAttr, _ *hold) (*leader, er
 	return l, nil
 }
 
-func (l *leader) reap() (*os.ProcessState, error) {
+func (l *leader) reap() (exitStatus, error) {
 	<-l.exited
-	return l.state, l.err
+	if l.err != nil {
+		return exitStatus{}, l.err
+	}
+	code, sig := exitInfo(l.state)
+	return exitStatus{code: code, signal: sig, cpu: l.state.UserTime() + l.state.SystemTime()}, nil
 }
 
 func supervisionNotes() []string { return nil }

@@ -9,23 +9,27 @@ import (
 	"syscall"
 	"unsafe"
 
+	"github.com/syncbridge/bridge/syncsafe"
 	"golang.org/x/sys/unix"
 )
 
 // leader is the started program: the process whose pid is also the id of
 // its process group.
 type leader struct {
-	p *os.Process
-	// exited is closed when the leader has exited. On Linux it is not yet
-	// reaped then: the zombie keeps its pid, and so the process group id,
-	// from being reused while the runner still signals the group.
+	pid int
+	p   *os.Process // a child of this process; nil under a keeper
+	kp  *keeper     // the keeper that started it, if one did
+	// exited is closed when the leader has exited. It is not yet reaped
+	// then: the zombie keeps its pid, and so the process group id, from
+	// being reused while the runner still signals the group.
 	exited chan struct{}
 }
 
 // launch starts the program in a session of its own (so also a process
-// group of its own, whose id is its pid), with Pdeathsig SIGKILL so that it does not outlive a daemon that dies without
-// cleaning up (only the leader: its descendants are reached by the group
-// kill, which needs a live daemon).
+// group of its own, whose id is its pid), with Pdeathsig SIGKILL so that it
+// does not outlive its parent, the daemon or its keeper, killed outright
+// (only the leader: the rest of the run is ended by the cgroup's or the
+// keeper's end).
 //
 // Pdeathsig fires when the *thread* that forked the child exits, not the
 // process, and Go exits threads (a goroutine that ends while locked to its
@@ -37,20 +41,29 @@ type leader struct {
 // another op's, and the daemon's session holds only what the daemon started
 // itself (doc.go, "Containment"). The program has no controlling terminal.
 //
-// h puts the program into the run's containment from its birth.
+// h puts the program into the run's containment from its birth: a keeper
+// starts it, or it is born in the run's cgroup.
 func launch(path string, argv []string, attr *os.ProcAttr, h *hold) (*leader, error) {
+	if h.kind == containKeeper {
+		return h.kp.launch(path, argv, attr)
+	}
 	attr.Sys = &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL}
 	l := &leader{exited: make(chan struct{})}
 	started := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
 		defer runtime.UnlockOSThread()
+		// No descriptor but the three given reaches the program, whatever
+		// library opened one without close-on-exec.
+		syscall.ForkLock.Lock()
+		syncsafe.CloseOnExec()
+		syscall.ForkLock.Unlock()
 		err := h.start(attr.Sys, func() (int, error) {
 			p, err := os.StartProcess(path, argv, attr)
 			if err != nil {
 				return 0, err
 			}
-			l.p = p
+			l.p, l.pid = p, p.Pid
 			return p.Pid, nil
 		})
 		if err != nil {
@@ -61,7 +74,7 @@ func launch(path string, argv []string, attr *os.ProcAttr, h *hold) (*leader, er
 		var info unix.Siginfo
 		for {
 			// WNOWAIT: learn of the exit without reaping; reap() reaps.
-			err := unix.Waitid(unix.P_PID, l.p.Pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
+			err := unix.Waitid(unix.P_PID, l.pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
 			if err != unix.EINTR {
 				break
 			}
@@ -74,7 +87,19 @@ func launch(path string, argv []string, attr *os.ProcAttr, h *hold) (*leader, er
 	return l, nil
 }
 
-func (l *leader) reap() (*os.ProcessState, error) { return l.p.Wait() }
+// reap reaps the leader: its exit and its CPU time (its own and that of
+// the children it waited for).
+func (l *leader) reap() (exitStatus, error) {
+	if l.kp != nil {
+		return l.kp.reap()
+	}
+	st, err := l.p.Wait()
+	if err != nil {
+		return exitStatus{}, err
+	}
+	code, sig := exitInfo(st)
+	return exitStatus{code: code, signal: sig, cpu: st.UserTime() + st.SystemTime()}, nil
+}
 
 // shimExecutable is the daemon's own binary. /proc/self/exe names the
 // running image even if the file was replaced or removed since.

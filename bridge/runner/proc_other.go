@@ -15,6 +15,7 @@ import (
 var ladder = []syscall.Signal{syscall.SIGKILL}
 
 type leader struct {
+	pid    int
 	p      *os.Process
 	exited chan struct{}
 	state  *os.ProcessState
@@ -26,7 +27,7 @@ func launch(path string, argv []string, attr *os.ProcAttr, _ *hold) (*leader, er
 	if err != nil {
 		return nil, err
 	}
-	l := &leader{p: p, exited: make(chan struct{})}
+	l := &leader{pid: p.Pid, p: p, exited: make(chan struct{})}
 	go func() {
 		l.state, l.err = p.Wait()
 		close(l.exited)
@@ -34,9 +35,13 @@ func launch(path string, argv []string, attr *os.ProcAttr, _ *hold) (*leader, er
 	return l, nil
 }
 
-func (l *leader) reap() (*os.ProcessState, error) {
+func (l *leader) reap() (exitStatus, error) {
 	<-l.exited
-	return l.state, l.err
+	if l.err != nil {
+		return exitStatus{}, l.err
+	}
+	code, sig := exitInfo(l.state)
+	return exitStatus{code: code, signal: sig, cpu: l.state.UserTime() + l.state.SystemTime()}, nil
 }
 
 func signalGroup(l *leader, sig syscall.Signal) error {

@@ -19,7 +19,7 @@ var ladder = []syscall.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGKILL}
 // signalGroup signals the leader's whole process group. ESRCH (nobody left)
 // is not an error worth reporting.
 func signalGroup(l *leader, sig syscall.Signal) error {
-	err := unix.Kill(-l.p.Pid, sig)
+	err := unix.Kill(-l.pid, sig)
 	if err == unix.ESRCH {
 		return nil
 	}
@@ -41,7 +41,7 @@ func isExecutable(fi fs.FileInfo) bool {
 // for at most d.
 func awaitGroupGone(l *leader, d time.Duration) bool {
 	deadline := time.Now().Add(d)
-	for groupAlive(l.p.Pid) {
+	for groupAlive(l.pid) {
 		if time.Now().After(deadline) {
 			return false
 		}

@@ -97,8 +97,10 @@ type Outcome struct {
 	Stdout, Stderr Output
 	// Started and Finished bracket the run; Started is zero if it never started.
 	Started, Finished time.Time
-	// CPU is the user+system time of the program and of the descendants it
-	// waited for (rusage).
+	// CPU is the user+system time of every process of the run where a
+	// containment counts them (its cgroup's cpu.stat, or what its keeper
+	// reaped), else of the program and the descendants it waited for
+	// (rusage).
 	CPU time.Duration
 	// Notes are things the runner could not do or enforce on this platform or
 	// this run (limits unsupported, pipes held open outside the group).
@@ -127,7 +129,19 @@ type Output struct {
 // cancel request: it starts the signal ladder, it does not abandon the child.
 // Run returns only once the program has exited, its process group has been
 // killed and its output has been read.
-func Run(ctx context.Context, s Spec) *Outcome {
+//
+// A daemon runs its ops through a [State] instead ([State.Run]), so that
+// what a crash leaves of them is found and ended at its next start.
+func Run(ctx context.Context, s Spec) *Outcome { return run(ctx, s, nil) }
+
+// exitStatus is what became of the leader, once reaped.
+type exitStatus struct {
+	code   int
+	signal string
+	cpu    time.Duration // its own and that of the children it waited for
+}
+
+func run(ctx context.Context, s Spec, st *State) *Outcome {
 	o := &Outcome{ExitCode: -1}
 	path, err := check(s)
 	if err != nil {
@@ -139,7 +153,7 @@ func Run(ctx context.Context, s Spec) *Outcome {
 		o.StartErr = fmt.Errorf("not started: %w", err)
 		return o
 	}
-	execute(ctx, s, path, o)
+	execute(ctx, s, path, o, st)
 	return o
 }
 
@@ -217,7 +231,7 @@ func lookPath(name, pathList string) (string, error) {
 }
 
 // execute starts the checked Spec and supervises it to the end.
-func execute(ctx context.Context, s Spec, path string, o *Outcome) {
+func execute(ctx context.Context, s Spec, path string, o *Outcome, state *State) {
 	grace := s.Grace
 	if grace == 0 {
 		grace = DefaultGrace
@@ -293,7 +307,7 @@ func execute(ctx context.Context, s Spec, path string, o *Outcome) {
 
 	// The containment holds every process of the run, including those that
 	// leave the process group (setsid, double fork): see doc.go.
-	h, notes := newHold(outR, errR)
+	h, notes := newHold(state)
 	defer h.release()
 	o.Notes = append(o.Notes, notes...)
 	l, err := launch(exe, argv, &os.ProcAttr{Dir: s.Dir, Env: env, Files: files}, h)
@@ -380,8 +394,9 @@ func execute(ctx context.Context, s Spec, path string, o *Outcome) {
 	st, werr := l.reap()
 	o.Finished = time.Now()
 	// SIGKILL cannot be caught, but dying takes a scheduler slot; on a loaded
-	// machine that can exceed a short Grace.
-	if !awaitGroupGone(l, max(grace, time.Second)) {
+	// machine that can exceed a short Grace. A containment holds the group
+	// too: its await covers it.
+	if !h.contained() && !awaitGroupGone(l, max(grace, time.Second)) {
 		o.Notes = append(o.Notes, "process group still alive after SIGKILL")
 	}
 	// Then the rest of the containment (h.await kills it first).
@@ -406,9 +421,11 @@ func execute(ctx context.Context, s Spec, path string, o *Outcome) {
 	if werr != nil {
 		o.Notes = append(o.Notes, fmt.Sprintf("wait: %v", werr))
 	} else {
-		o.ExitCode, o.Signal = exitInfo(st)
-		o.CPU = st.UserTime() + st.SystemTime()
+		o.ExitCode, o.Signal, o.CPU = st.code, st.signal, st.cpu
 	}
+	// The whole run's CPU, where the containment knows it: every process
+	// of it, not only those the program waited for.
+	o.CPU = max(o.CPU, h.cpu)
 	o.Stdout, o.Stderr = stdoutCap.output(), stderrCap.output()
 	for _, c := range []*capture{stdoutCap, stderrCap} {
 		if c.err != nil {
@@ -434,7 +451,7 @@ func supervise(ctx context.Context, timeout, grace time.Duration, l *leader, h *
 	next := 0
 	climb := func() {
 		_ = signalGroup(l, ladder[next])
-		h.signal(l.p.Pid, ladder[next])
+		h.signal(l.pid, ladder[next])
 		next++
 		if next < len(ladder) {
 			step.Reset(grace)

@@ -31,7 +31,7 @@ const testPath = "PATH=/usr/bin:/bin"
 func TestMain(m *testing.M) {
 	Main()
 	if os.Getenv("RUNNER_TEST_CONTAIN") == "tree" {
-		testOnlyContainment = containTree // see TestContainmentTreeTracking
+		testOnlyContainment = containKeeper // see TestContainmentTreeTracking
 	}
 	switch os.Getenv("RUNNER_TEST_HELPER") {
 	case "":
@@ -40,11 +40,27 @@ func TestMain(m *testing.M) {
 		_ = json.NewEncoder(os.Stdout).Encode(os.Args)
 		os.Exit(0)
 	case "daemon":
-		// A daemon that runs a child which prints its pid and sleeps.
-		Run(context.Background(), Spec{
-			Argv: []string{"/bin/sh", "-c", "echo $$; exec sleep 1000"}, Dir: "/", Env: []string{testPath},
+		// A daemon that runs a child which prints its pid and sleeps (or
+		// the script RUNNER_TEST_SCRIPT), through a State in
+		// RUNNER_TEST_STATE if set.
+		script := os.Getenv("RUNNER_TEST_SCRIPT")
+		if script == "" {
+			script = "echo $$; exec sleep 1000"
+		}
+		spec := Spec{
+			Argv: []string{"/bin/sh", "-c", script}, Dir: "/", Env: []string{testPath},
 			OnOutput: func(_ int, p []byte) { os.Stdout.Write(p) },
-		})
+		}
+		if dir := os.Getenv("RUNNER_TEST_STATE"); dir != "" {
+			st, _, err := OpenState(dir, 10*time.Second)
+			if err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				os.Exit(1)
+			}
+			st.Run(context.Background(), spec)
+			os.Exit(0)
+		}
+		Run(context.Background(), spec)
 		os.Exit(0)
 	case "setpgid":
 		// An op's orphan that tries to join process group
@@ -473,7 +489,8 @@ func TestLimitsReachChild(t *testing.T) {
 			}
 		}
 		if !found {
-			t.Errorf("%s: want soft %s hard %s in\n%s", want[0], want[1], want[2], o.Stdout.Data)
+			t.Errorf("%s: want soft %s hard %s in\n%s\n(exit %d, signal %q, stderr %q, notes %q)", want[0], want[1], want[2],
+				o.Stdout.Data, o.ExitCode, o.Signal, o.Stderr.Data, o.Notes)
 		}
 	}
 }
@@ -560,13 +577,15 @@ func TestLimitProcessesStopsForkLoop(t *testing.T) {
 	uid := os.Getuid()
 	argv := []string{"/bin/sh", "-c", script}
 	if uid == 0 {
-		// RLIMIT_NPROC does not bind root: run the loop as nobody.
+		// RLIMIT_NPROC does not bind root: run the loop as a user id of its
+		// own (the limit counts every process of the user; the host's tests
+		// run daemons as nobody meanwhile).
 		setpriv, err := exec.LookPath("setpriv")
 		if err != nil {
 			t.Skip("running as root without setpriv: cannot test RLIMIT_NPROC")
 		}
-		uid = 65534
-		argv = append([]string{setpriv, "--reuid=65534", "--regid=65534", "--clear-groups"}, argv...)
+		uid = 65532
+		argv = append([]string{setpriv, "--reuid=65532", "--regid=65532", "--clear-groups"}, argv...)
 	}
 	limit := tasksOf(t, uid) + 20
 	s := Spec{Argv: argv, Dir: t.TempDir(), Env: []string{testPath}, Timeout: time.Minute, Grace: 200 * time.Millisecond,

@@ -36,11 +36,17 @@ const (
 // as the resource-limit shim it applies the limits and execs the real program,
 // never returning; otherwise it returns at once.
 func Main() {
-	if len(os.Args) < 2 || os.Args[1] != shimArg {
+	if len(os.Args) < 2 {
 		return
 	}
-	shimMain(os.Args[2:])
-	os.Exit(127) // not reached: shimMain execs or exits
+	switch os.Args[1] {
+	case shimArg:
+		shimMain(os.Args[2:])
+		os.Exit(127) // not reached: shimMain execs or exits
+	case keeperArg:
+		keeperMain() // Linux: a run's keeper (keeper_linux.go); never returns
+		os.Exit(127)
+	}
 }
 
 func shimArgv(self string, l Limits, path string, argv []string) []string {

@@ -53,12 +53,12 @@ type config struct {
 	payloadMiB                                    int64
 	seed                                          uint64
 	poll, clientPoll, pause, idleWindow           time.Duration
-	cpuProfile, dir                               string
+	cpuProfile, dir, reference                    string
 	skip                                          map[string]bool
 }
 
 // sections are the names -skip takes.
-var sections = []string{"floor", "baseline", "sporadic", "backtoback", "burst", "idle", "fsyncs", "tput", "scale", "seal", "syncthing"}
+var sections = []string{"floor", "opcost", "baseline", "sporadic", "backtoback", "burst", "idle", "fsyncs", "tput", "scale", "seal", "syncthing"}
 
 func parse(args []string, stderr io.Writer) (config, error) {
 	fs := flag.NewFlagSet("bridge-bench", flag.ContinueOnError)
@@ -84,6 +84,7 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.poll, "poll", time.Second, "the baseline's poll interval")
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the local latency runs to this file")
 	fs.StringVar(&c.dir, "dir", "", "work in this directory (default: a new temporary one, removed after)")
+	fs.StringVar(&c.reference, "reference", "", "a checkout of the reference bridge (abhinaykrupa/cowork-to-code-bridge), run beside the op-cost rows")
 	fs.IntVar(&c.syncthingK, "syncthing-n", 1, "multiplies the Syncthing sample counts (30, 10 and 4 round trips per watcher setting)")
 	skip := fs.String("skip", "", "comma-separated sections to leave out: "+strings.Join(sections, ", "))
 	if err := fs.Parse(args); err != nil {
@@ -230,6 +231,16 @@ func run(args []string, stdout, stderr io.Writer) error {
 		r.add("floor: Ed25519 verify", ms(fl.verify), "", "")
 		r.add("floor: ping round trip (4 publish + 2 inotify + 2 verify)", ms(pingFloor), "", "")
 		r.add("floor: exec'd no-op round trip (ping floor + 1 fork/exec)", ms(execFloor), "", "")
+	}
+
+	// The cost of running an op, beside a ping, a fork/exec and the
+	// reference.
+	if !c.skip["opcost"] {
+		oc, err := measureOpCost(c, filepath.Join(base, "opcost"), progress)
+		if err != nil {
+			return err
+		}
+		oc.rows(r)
 	}
 
 	// 2. What users do, with the bridge binary, beside the baseline.

@@ -1,0 +1,240 @@
+package runner
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/syncbridge/bridge/syncsafe"
+	"golang.org/x/sys/unix"
+)
+
+// keeper is the daemon's side of one run's keeper process (keeper_linux.go).
+type keeper struct {
+	conn    *net.UnixConn
+	proc    *os.Process
+	replies chan string   // s, f, w, e messages
+	exited  chan struct{} // closed at x, or when the keeper is gone
+	gone    chan struct{} // closed when the control socket closed
+	once    sync.Once     // closes exited
+}
+
+// startKeeper starts a keeper for a run of state s (nil: none, so no lock
+// is handed over) and waits for it to be ready.
+func startKeeper(s *State) (*keeper, error) {
+	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("keeper socket: %w", err)
+	}
+	ours, theirs := os.NewFile(uintptr(pair[0]), "keeper"), os.NewFile(uintptr(pair[1]), "keeper")
+	defer theirs.Close()
+	defer ours.Close()
+	null, err := os.Open(os.DevNull)
+	if err != nil {
+		return nil, err
+	}
+	defer null.Close()
+	lock := null
+	if s != nil && s.lock != nil {
+		lock = s.lock
+	}
+	// The keeper's standard error is the daemon's, for a Go runtime panic.
+	files := []*os.File{null, null, os.Stderr, theirs, lock}
+	syscall.ForkLock.Lock()
+	syncsafe.CloseOnExec()
+	syscall.ForkLock.Unlock()
+	spare.mu.Lock()
+	p, err := os.StartProcess("/proc/self/exe", []string{"bridge", keeperArg}, &os.ProcAttr{Dir: "/", Env: []string{}, Files: files,
+		Sys: &syscall.SysProcAttr{Setsid: true}})
+	if err == nil {
+		spare.keepers[p.Pid] = true
+	}
+	spare.mu.Unlock()
+	if err != nil {
+		return nil, fmt.Errorf("start a keeper: %w", err)
+	}
+	c, err := net.FileConn(ours)
+	conn, ok := c.(*net.UnixConn)
+	if err != nil || !ok {
+		_ = p.Kill()
+		forgetKeeper(p)
+		return nil, fmt.Errorf("keeper socket: %v", err)
+	}
+	k := &keeper{conn: conn, proc: p, replies: make(chan string, 4), exited: make(chan struct{}), gone: make(chan struct{})}
+	ready := make(chan bool, 1)
+	go k.read(ready)
+	if !<-ready {
+		k.close()
+		return nil, errors.New("the keeper did not start: the binary must call runner.Main first thing in main")
+	}
+	return k, nil
+}
+
+// forgetKeeper reaps a keeper process and ends its protection from the
+// daemon's sweep.
+func forgetKeeper(p *os.Process) {
+	_, _ = p.Wait()
+	spare.mu.Lock()
+	delete(spare.keepers, p.Pid)
+	spare.mu.Unlock()
+}
+
+// read dispatches the keeper's messages until its socket closes.
+func (k *keeper) read(ready chan<- bool) {
+	buf := make([]byte, 4096)
+	first := true
+	defer func() {
+		if first {
+			ready <- false
+		}
+		k.once.Do(func() { close(k.exited) })
+		close(k.gone)
+	}()
+	for {
+		n, err := k.conn.Read(buf)
+		if err != nil || n == 0 {
+			return
+		}
+		msg := string(buf[:n])
+		switch {
+		case first:
+			first = false
+			ready <- msg == "H"
+			if msg != "H" {
+				return
+			}
+		case msg == "x":
+			k.once.Do(func() { close(k.exited) })
+		default:
+			k.replies <- msg
+		}
+	}
+}
+
+func (k *keeper) send(msg []byte, oob []byte) error {
+	_, _, err := k.conn.WriteMsgUnix(msg, oob, nil)
+	return err
+}
+
+// reply waits for the keeper's next reply, for at most d (0: no limit).
+func (k *keeper) reply(d time.Duration) (string, bool) {
+	var timeout <-chan time.Time
+	if d > 0 {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		timeout = t.C
+	}
+	select {
+	case m := <-k.replies:
+		return m, true
+	case <-k.gone:
+		select {
+		case m := <-k.replies:
+			return m, true
+		default:
+			return "", false
+		}
+	case <-timeout:
+		return "", false
+	}
+}
+
+// launch has the keeper start the program with attr's files as its
+// standard streams (and fd 3 for the shim's status).
+func (k *keeper) launch(path string, argv []string, attr *os.ProcAttr) (*leader, error) {
+	body, err := json.Marshal(keeperRun{Path: path, Argv: argv, Env: attr.Env, Dir: attr.Dir})
+	if err != nil {
+		return nil, err
+	}
+	fds := make([]int, len(attr.Files))
+	for i, f := range attr.Files {
+		fds[i] = int(f.Fd())
+	}
+	if err := k.send(append([]byte{'R'}, body...), unix.UnixRights(fds...)); err != nil {
+		return nil, fmt.Errorf("keeper: %w", err)
+	}
+	m, ok := k.reply(0)
+	switch {
+	case !ok:
+		return nil, errors.New("the keeper died before the program started")
+	case strings.HasPrefix(m, "s"):
+		pid, err := strconv.Atoi(m[1:])
+		if err != nil {
+			return nil, fmt.Errorf("keeper: bad reply %q", m)
+		}
+		return &leader{pid: pid, exited: k.exited, kp: k}, nil
+	case strings.HasPrefix(m, "f"):
+		num, what, _ := strings.Cut(m[1:], " ")
+		if n, err := strconv.ParseUint(num, 10, 32); err == nil {
+			// what is os.StartProcess's own error, which names the path.
+			return nil, &keeperStartError{what: what, errno: syscall.Errno(n)}
+		}
+	}
+	return nil, fmt.Errorf("keeper: bad reply %q", m)
+}
+
+// keeperStartError is why the keeper could not start a program; it unwraps
+// to the errno, as os.StartProcess's error does.
+type keeperStartError struct {
+	what  string
+	errno syscall.Errno
+}
+
+func (e *keeperStartError) Error() string { return e.what }
+func (e *keeperStartError) Unwrap() error { return e.errno }
+
+// reap has the keeper reap the leader.
+func (k *keeper) reap() (exitStatus, error) {
+	if err := k.send([]byte("W"), nil); err != nil {
+		return exitStatus{}, fmt.Errorf("keeper: %w", err)
+	}
+	m, ok := k.reply(0)
+	if !ok || !strings.HasPrefix(m, "w") {
+		return exitStatus{}, errors.New("the keeper died before the program was reaped")
+	}
+	return parseKeeperStatus(m[1:])
+}
+
+// signal has the keeper signal every process of the run outside group
+// pgid (0: all).
+func (k *keeper) signal(pgid int, sig syscall.Signal) {
+	_ = k.send([]byte(fmt.Sprintf("S%d %d", int(sig), pgid)), nil)
+}
+
+// end has the keeper end the run within d, and returns whether nothing is
+// left, the run's CPU time, and whether the keeper died without ending it
+// (then what was in its subtree is the daemon's).
+func (k *keeper) end(d time.Duration) (ok bool, cpu time.Duration, died bool) {
+	if err := k.send([]byte("E"+strconv.FormatInt(d.Milliseconds(), 10)), nil); err != nil {
+		return false, 0, true
+	}
+	m, got := k.reply(d + time.Second)
+	if !got {
+		select {
+		case <-k.gone:
+			return false, 0, true
+		default:
+			return false, 0, false
+		}
+	}
+	var flag int
+	var ns int64
+	if _, err := fmt.Sscanf(m, "e%d %d", &flag, &ns); err != nil {
+		return false, 0, false
+	}
+	return flag == 1, time.Duration(ns), false
+}
+
+// close lets the keeper go: it exits after an end, or, seeing the socket
+// close, ends the run first. It is reaped in the background.
+func (k *keeper) close() {
+	_ = k.conn.Close()
+	go forgetKeeper(k.proc)
+}

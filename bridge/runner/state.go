@@ -1,0 +1,67 @@
+package runner
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// State is the runner's record, in a private directory of the daemon's
+// (never the synced folder), of the runs it starts: what a daemon killed
+// outright leaves behind is found there by the next daemon of the same
+// directory, and ended before that daemon answers anything (doc.go,
+// "Across a crash"). A State serves one daemon at a time, as its home
+// does.
+type State struct {
+	dir  string
+	tag  string   // names this directory's cgroups
+	lock *os.File // held shared, and by every keeper, while runs may live
+}
+
+// Leftovers is what OpenState found of an earlier daemon's runs.
+type Leftovers struct {
+	// Ended counts the processes of earlier runs it ended (in their
+	// cgroups; a keeper ends its own run when its daemon dies).
+	Ended int
+	// Waited is how long it waited for earlier runs' processes to end.
+	Waited time.Duration
+	// Unended, when not empty, says why a process of an earlier run may
+	// still live: nothing may then treat such a run as over.
+	Unended string
+}
+
+// OpenState opens (making it if needed) the runner's state directory dir
+// and ends every process that runs of an earlier daemon of dir left behind,
+// waiting at most wait for them to be gone. Runs of the returned State are
+// found again by the next OpenState of dir after a crash.
+func OpenState(dir string, wait time.Duration) (*State, Leftovers, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, Leftovers{}, err
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, Leftovers{}, err
+	}
+	sum := sha256.Sum256([]byte(abs))
+	s := &State{dir: abs, tag: hex.EncodeToString(sum[:6])}
+	lo, err := s.recover(wait)
+	if err != nil {
+		s.Close()
+		return nil, Leftovers{}, err
+	}
+	return s, lo, nil
+}
+
+// Run is [Run] for a run recorded in s.
+func (s *State) Run(ctx context.Context, spec Spec) *Outcome { return run(ctx, spec, s) }
+
+// Close lets go of the state; runs still going keep their records.
+func (s *State) Close() error {
+	if s.lock != nil {
+		return s.lock.Close()
+	}
+	return nil
+}

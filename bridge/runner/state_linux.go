@@ -1,0 +1,115 @@
+package runner
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// The records of a State, in its directory:
+//
+//   - keepers.lock: its shared lock is held by the daemon's open file
+//     description, which every keeper shares (keeper_linux.go) and keeps
+//     until its run has ended. A daemon that takes it exclusively knows no
+//     keeper of an earlier daemon lives.
+//   - cgroups: the parent cgroup under which this directory's runs make
+//     theirs (bridge-run-<tag>-<n>), one per line, written before the first
+//     run: a cgroup outlives the daemon that made it, and the next daemon
+//     may start in another cgroup (another login session, say).
+//
+// Neither is flushed to disk: a record of running processes matters only
+// while the machine stays up, and what the kernel keeps of a file it just
+// wrote survives any crash of the daemon.
+
+// recover waits for the keepers of an earlier daemon to end their runs and
+// ends the earlier runs' cgroups, before this daemon's first run.
+func (s *State) recover(wait time.Duration) (Leftovers, error) {
+	setupContainment()
+	var lo Leftovers
+	start := time.Now()
+	deadline := start.Add(wait)
+	lock, err := os.OpenFile(filepath.Join(s.dir, "keepers.lock"), os.O_RDWR|os.O_CREATE|unix.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return lo, fmt.Errorf("open the runs' lock: %w", err)
+	}
+	s.lock = lock
+	for pause := 5 * time.Millisecond; ; pause = min(2*pause, 200*time.Millisecond) {
+		err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, unix.EWOULDBLOCK) {
+			return lo, fmt.Errorf("lock %s: %w", lock.Name(), err)
+		}
+		if time.Now().After(deadline) {
+			lo.Unended = fmt.Sprintf("the keeper processes of an earlier daemon's runs were still ending them after %s", wait)
+			break
+		}
+		time.Sleep(pause)
+	}
+	// Shared from now on, with this daemon's keepers (and any earlier one
+	// still ending its run).
+	if err := unix.Flock(int(lock.Fd()), unix.LOCK_SH|unix.LOCK_NB); err != nil {
+		return lo, fmt.Errorf("lock %s: %w", lock.Name(), err)
+	}
+
+	record := filepath.Join(s.dir, "cgroups")
+	data, _ := os.ReadFile(record)
+	parents := strings.Fields(string(data))
+	contain.mu.Lock()
+	current := ""
+	if contain.kind == containCgroup {
+		current = contain.parent
+	}
+	contain.mu.Unlock()
+	if current != "" && !slices.Contains(parents, current) {
+		parents = append(parents, current)
+	}
+	prefix := cgroupStatePrefix + s.tag + "-"
+	var keep []string // parents still holding a cgroup of ours
+	if current != "" {
+		keep = append(keep, current)
+	}
+	for _, parent := range parents {
+		ents, err := os.ReadDir(parent)
+		if err != nil && !os.IsNotExist(err) {
+			lo.Unended = fmt.Sprintf("the cgroups of an earlier daemon's runs under %s cannot be read: %v", parent, err)
+			keep = append(keep, parent)
+			continue
+		}
+		for _, e := range ents {
+			if !e.IsDir() || !strings.HasPrefix(e.Name(), prefix) {
+				continue
+			}
+			n, ok := endCgroup(filepath.Join(parent, e.Name()), max(time.Until(deadline), 100*time.Millisecond))
+			lo.Ended += n
+			if !ok {
+				lo.Unended = fmt.Sprintf("the cgroup %s of an earlier daemon's run could not be emptied", filepath.Join(parent, e.Name()))
+				if !slices.Contains(keep, parent) {
+					keep = append(keep, parent)
+				}
+			}
+		}
+	}
+	lo.Waited = time.Since(start)
+	if len(keep) == 0 {
+		if err := os.Remove(record); err != nil && !os.IsNotExist(err) {
+			return lo, err
+		}
+		return lo, nil
+	}
+	tmp := record + ".tmp"
+	if err := os.WriteFile(tmp, []byte(strings.Join(keep, "\n")+"\n"), 0o600); err != nil {
+		return lo, fmt.Errorf("record the runs' cgroup: %w", err)
+	}
+	if err := os.Rename(tmp, record); err != nil {
+		return lo, fmt.Errorf("record the runs' cgroup: %w", err)
+	}
+	return lo, nil
+}
