@@ -81,6 +81,7 @@ func TestBuildFailure(t *testing.T) {
 		"| sporadic library round trip", "| sporadic `bridge run echo`",
 		"| back to back, library, `bridge serve` process, fresh folder (n=0) |", "| back to back, `bridge run`, 60 unacked results",
 		"| fsyncs per round trip, `bridge run` + `bridge serve`",
+		"| daemon CPU per request, exec'd no-op beside ping and fork/exec | not measured",
 	} {
 		found := false
 		for _, line := range strings.Split(out.String(), "\n") {
