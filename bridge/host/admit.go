@@ -352,7 +352,12 @@ func (d *Daemon) run(j *job, inv *policy.Invocation, stdin spool, resume bool, a
 	if d.crashAt == "mid-run" {
 		go func() { time.Sleep(300 * time.Millisecond); d.crashPoint("mid-run") }()
 	}
-	if _, err := stdin.Seek(0, io.SeekStart); err != nil {
+	// No input: the program gets /dev/null rather than an empty pipe (the
+	// same EOF, without a pipe and a copy for every run).
+	var in io.Reader = stdin
+	if n, err := stdin.Seek(0, io.SeekEnd); err == nil && n == 0 {
+		in = nil
+	} else if _, err := stdin.Seek(0, io.SeekStart); err != nil {
 		d.log.Error("spool stdin", "err", err)
 		return
 	}
@@ -361,12 +366,17 @@ func (d *Daemon) run(j *job, inv *policy.Invocation, stdin spool, resume bool, a
 	progStop, progDone := make(chan struct{}), make(chan struct{})
 	go func() { defer close(progDone); prog.loop(progStop) }()
 	out := d.runs.Run(ctx, runner.Spec{
-		Argv: inv.Argv, Dir: inv.Dir, Env: inv.Env, Stdin: stdin, Timeout: inv.Timeout,
+		Argv: inv.Argv, Dir: inv.Dir, Env: inv.Env, Stdin: in, Timeout: inv.Timeout,
 		MaxOutput: inv.MaxOutput, Grace: d.opt.Grace, Limits: runnerLimits(inv.Limits),
 		OnOutput: prog.write, Spool: d.home.Path("spool"), // the output is never held in memory whole
 	})
 	defer out.Stdout.Close() // answerOrRetryOut closes them too; a run left for the next start does not answer
 	defer out.Stderr.Close()
+	for _, n := range out.Notes {
+		if strings.HasPrefix(n, "op containment") {
+			d.log.Warn(n, "key", j.key, "hint", "see `bridge doctor` (containment)")
+		}
+	}
 	close(progStop)
 	<-progDone
 	prog.final()

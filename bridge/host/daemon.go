@@ -330,7 +330,8 @@ func (d *Daemon) Open() (err error) {
 		started = "the host is serving requests"
 	}
 	d.notify("", bridge.Note{Event: "started", Text: started})
-	d.log.Info("serving", "host", d.me, "folder", d.home.Config.Folder, "agents", len(d.agents()), "policy", d.pol().SHA256[:12])
+	d.log.Info("serving", "host", d.me, "folder", d.home.Config.Folder, "agents", len(d.agents()), "policy", d.pol().SHA256[:12],
+		"containment", runner.Containment(0))
 	return nil
 }
 
@@ -353,14 +354,14 @@ func (d *Daemon) openRuns() error {
 	}
 	d.runs = st
 	if lo.Ended > 0 {
-		d.log.Warn("ended the processes that ops of the daemon before left running", "processes", lo.Ended)
+		d.log.Warn("ended what ops interrupted by the last stop had left running", "processes", lo.Ended)
 	}
 	if lo.Waited >= time.Second {
-		d.log.Info("waited for the processes of ops the daemon before left running to end", "waited", lo.Waited.Round(time.Millisecond))
+		d.log.Info("waited for what ops interrupted by the last stop had left running to end", "waited", lo.Waited.Round(time.Millisecond))
 	}
 	if lo.Unended != "" {
 		d.runsUnsure = lo.Unended
-		d.log.Error("processes of ops the daemon before left running may still live: their requests are held uncertain",
+		d.log.Error("processes of ops interrupted by the last stop may still live: their requests are held uncertain",
 			"why", lo.Unended, "hint", "see `bridge doctor`; settle them with `bridge reconcile` once nothing of them runs")
 	}
 	return nil

@@ -203,6 +203,12 @@ func (d *Daemon) markFinished(agent, id string) {
 		if err != nil || !bytes.Equal(have, want) || d.resultStamp(agent, id) != st {
 			return
 		}
+		// The output too, as kept: one the sync lost (or renamed away as a
+		// conflict) a moment after the publish would otherwise be taken for
+		// in place, and never published again.
+		if fi, err := os.Stat(d.home.Path("results", agent, id+"."+bridge.ExtOutput)); err != nil || fi.Size() != st.outSize {
+			return
+		}
 	}
 	d.mu.Lock()
 	d.finished[agent+"/"+id] = st

@@ -1,6 +1,7 @@
 package host
 
 import (
+	"fmt"
 	"os"
 	"strings"
 
@@ -19,35 +20,54 @@ func containmentFinding(h *bridge.Home) bridge.Finding {
 	if !ok {
 		pid = 0
 	}
-	how := runner.Containment(pid)
+	// The running daemon records what it uses (run/mode): from outside, its
+	// rights on its cgroup are not this command's, and it may have fallen
+	// back since its start.
+	how := ""
+	if b, err := os.ReadFile(h.Path("run", "mode")); ok && err == nil {
+		how = strings.TrimSpace(string(b))
+	}
+	if how == "" {
+		how = runner.Containment(pid)
+	}
 	f := bridge.Finding{Check: "containment", Severity: bridge.SeverityOK, Message: "op containment: " + how}
 	if !ok {
 		f.Message += " (bridge serve is not running: as it would be here)"
 	}
 	switch {
 	case strings.HasPrefix(how, "cgroup"):
-		f.Message += "; every process of an op ends with its run and is charged to it, also after the daemon is killed outright" +
-			" (not what another service starts for an op: systemd-run, at)"
+		f.Message += "; every process of an op ends with its run and is charged to it, also when the daemon is killed outright," +
+			" except one that moves itself out of its cgroup (it outlives a crash of the daemon) and what another service starts" +
+			" for an op (systemd-run, at)"
 	case strings.HasPrefix(how, "process tree"):
-		// Sound, but dearer, and with one gap a cgroup closes.
+		// As sound, but dearer per op.
 		f.Severity = bridge.SeverityWarn
-		f.Message += "; every process of an op ends with its run and is charged to it, also after the daemon is killed outright," +
-			" at the cost of one more process start per op; an op that kills its own keeper process outlives a crash of the daemon"
-		f.Fix = cgroupFix()
+		f.Message += "; every process of an op ends with its run and is charged to it, also when the daemon is killed outright," +
+			" at the cost of one more process start per op, except an op that kills its own keeper process (it outlives a crash" +
+			" of the daemon) and what another service starts for an op (systemd-run, at)"
+		f.Fix = cgroupFix(h)
 	default:
 		f.Severity = bridge.SeverityWarn
 		f.Fix = "none on this system: a program an op starts can outlive it by calling setsid, and a daemon killed outright" +
 			" leaves its ops running; allow only ops that do not daemonize"
 	}
+	if ok && pid == 1 {
+		// Init of its pid namespace: it adopts every orphan there, not
+		// only its ops', and kills none it cannot tie to a run.
+		f.Severity = bridge.SeverityWarn
+		f.Message += "; as PID 1 of its container it adopts every orphan there and ends only those it can tie to a run"
+		f.Fix = "run the daemon under an init (`docker run --init`, tini) so that it is not PID 1"
+	}
 	return f
 }
 
 // cgroupFix says how to give the daemon a cgroup v2 of its own.
-func cgroupFix() string {
+func cgroupFix(h *bridge.Home) string {
 	if os.Geteuid() == 0 {
 		return "give the daemon a writable cgroup v2: run it outside a container, or in one whose /sys/fs/cgroup is writable" +
-			" (docker run --cgroupns=private --privileged, or a systemd unit with Delegate=yes)"
+			" (docker run --cgroupns=private --privileged, or a systemd unit with Delegate=yes); docs/OPERATIONS.md, Op containment"
 	}
-	return "run the daemon with a delegated cgroup v2: `bridge service install` (its systemd unit asks for Delegate=yes)," +
-		" or `systemd-run --user --scope -p Delegate=yes bridge serve`"
+	return fmt.Sprintf("run the daemon in a delegated cgroup v2: `bridge service install` (its systemd unit asks for Delegate=yes),"+
+		" `systemd-run --user --scope -p Delegate=yes bridge serve --home %s`, or without systemd a cgroup root makes for you"+
+		" (docs/OPERATIONS.md, Op containment)", h.Dir)
 }

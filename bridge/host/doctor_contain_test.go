@@ -32,7 +32,7 @@ func TestDoctorContainment(t *testing.T) {
 		t.Fatalf("echo: %+v", out.Receipt)
 	}
 	f = find()
-	cgroup := strings.HasPrefix(f.Message, "op containment: cgroup v2 (delegated: ") && f.Severity == bridge.SeverityOK && f.Fix == ""
+	cgroup := strings.HasPrefix(f.Message, "op containment: cgroup v2 (a cgroup per run, under ") && f.Severity == bridge.SeverityOK && f.Fix == ""
 	keeper := strings.HasPrefix(f.Message, "op containment: process tree tracking, a keeper process per run (") &&
 		f.Severity == bridge.SeverityWarn && strings.Contains(f.Fix, "Delegate=yes")
 	if !cgroup && !keeper || !strings.Contains(f.Message, "killed outright") || strings.Contains(f.Message, "not running") {

@@ -2,6 +2,7 @@ package runner
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"path"
@@ -72,11 +73,29 @@ func cgroupProcs(dir string) []int {
 // signal signals every process in the cgroup outside group pgid (0: all).
 func (c *cgroupRun) signal(pgid int, sig syscall.Signal) { signalCgroup(c.dir, pgid, sig) }
 
+// signalCgroup signals every process listed in the cgroup dir outside
+// group pgid (0: all). A listed process may exit, be reaped and its pid be
+// taken by another before the signal: a pidfd pins the process while its
+// membership is checked (its /proc/PID/cgroup names this cgroup, or one
+// below it), so only a member is ever signalled.
 func signalCgroup(dir string, pgid int, sig syscall.Signal) {
+	name := "/" + filepath.Base(dir)
 	for _, pid := range cgroupProcs(dir) {
-		if pgid == 0 || !inGroup(pid, pgid) {
-			_ = unix.Kill(pid, sig)
+		if pgid != 0 && inGroup(pid, pgid) {
+			continue
 		}
+		fd, err := unix.PidfdOpen(pid, 0)
+		if err != nil {
+			if errors.Is(err, unix.ENOSYS) { // before Linux 5.3
+				_ = unix.Kill(pid, sig)
+			}
+			continue
+		}
+		rel, err := cgroupRelOf(strconv.Itoa(pid))
+		if err == nil && (strings.HasSuffix(rel, name) || strings.Contains(rel, name+"/")) {
+			_ = unix.PidfdSendSignal(fd, sig, nil, 0)
+		}
+		unix.Close(fd)
 	}
 }
 

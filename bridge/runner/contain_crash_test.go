@@ -4,12 +4,15 @@ package runner
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -60,16 +63,56 @@ func TestCPUCountsEveryProcess(t *testing.T) {
 }
 
 // A daemon killed outright leaves a run whose program started a process in
-// a session of its own; once the next daemon of the same state has opened
-// it, no process of that run lives.
+// a session of its own: that process is ended at once (by the run's keeper,
+// or by the daemon's guard in the cgroup mode), and the next daemon of the
+// same state finds nothing left. In the cgroup mode with the guard gone too
+// (killed first), the next daemon's OpenState ends the run's cgroup before
+// it returns.
 func TestDaemonDeathEndsTheRun(t *testing.T) {
 	t.Parallel()
+	t.Run("at once", func(t *testing.T) {
+		t.Parallel()
+		escapee, leader, state := daemonDiesMidRun(t, false)
+		waitGone(t, 10*time.Second, "the run's escapee, once its daemon died", escapee)
+		waitGone(t, 10*time.Second, "the run's leader, once its daemon died", leader)
+		st, lo, err := OpenState(state, 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer st.Close()
+		if lo.Unended != "" || lo.Ended != 0 {
+			t.Errorf("leftovers %+v, want none: the run was ended already", lo)
+		}
+	})
+	t.Run("at the next start", func(t *testing.T) {
+		t.Parallel()
+		if !strings.HasPrefix(containmentNow(), "cgroup") {
+			t.Skip("only a cgroup outlives the keeper that would end it")
+		}
+		escapee, leader, state := daemonDiesMidRun(t, true)
+		st, lo, err := OpenState(state, 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer st.Close()
+		if !gone(escapee) || !gone(leader) || lo.Ended < 1 || lo.Unended != "" {
+			t.Fatalf("after OpenState (%+v), the run's leader gone %v, its escapee gone %v", lo, gone(leader), gone(escapee))
+		}
+	})
+}
+
+// daemonDiesMidRun starts a daemon (the test binary) with a State whose run
+// leaves a process in a session of its own, SIGKILLs it (its guard first
+// when killGuard), and returns the escapee's and the leader's pids and the
+// state directory.
+func daemonDiesMidRun(t *testing.T, killGuard bool) (escapee, leader int, state string) {
+	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	state := filepath.Join(dir, "state")
+	state = filepath.Join(dir, "state")
 	daemon := exec.Command(exe)
 	daemon.Dir = dir
 	daemon.Env = append(os.Environ(), "RUNNER_TEST_HELPER=daemon", "RUNNER_TEST_STATE="+state,
@@ -89,24 +132,34 @@ func TestDaemonDeathEndsTheRun(t *testing.T) {
 		_ = daemon.Wait()
 		t.Fatalf("daemon printed %q (%v)", line, err)
 	}
-	escapee, _ := strconv.Atoi(f[0])
-	leader, _ := strconv.Atoi(f[1])
-	defer syscall.Kill(escapee, syscall.SIGKILL)
+	escapee, _ = strconv.Atoi(f[0])
+	leader, _ = strconv.Atoi(f[1])
+	t.Cleanup(func() { syscall.Kill(escapee, syscall.SIGKILL) })
+	if killGuard {
+		guards := 0
+		for _, c := range childrenOf(nil, daemon.Process.Pid) {
+			if cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", c)); strings.Contains(string(cmd), keeperArg) {
+				_ = syscall.Kill(c, syscall.SIGKILL)
+				guards++
+			}
+		}
+		if guards != 1 {
+			t.Fatalf("found %d guards of the daemon", guards)
+		}
+	}
 	_ = daemon.Process.Kill()
 	_ = daemon.Wait()
-	st, lo, err := OpenState(state, 10*time.Second)
-	if err != nil {
-		t.Fatal(err)
+	return escapee, leader, state
+}
+
+// waitGone waits for pid to be gone, for at most d.
+func waitGone(t *testing.T, d time.Duration, what string, pid int) {
+	t.Helper()
+	for deadline := time.Now().Add(d); !gone(pid); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s (%d) still lives after %s (containment: %s)", what, pid, d, containmentNow())
+		}
 	}
-	defer st.Close()
-	if !gone(escapee) || !gone(leader) {
-		t.Fatalf("after OpenState (%+v), the run's leader gone %v, its escapee gone %v (containment: %s)",
-			lo, gone(leader), gone(escapee), containmentNow())
-	}
-	if lo.Unended != "" {
-		t.Errorf("Unended %q", lo.Unended)
-	}
-	t.Logf("leftovers: %+v", lo)
 }
 
 // Hostile programs: one that forks 10,000 processes and exits, and a fork
@@ -150,4 +203,158 @@ func TestForkBombUnderProcessLimit(t *testing.T) {
 		t.Fatalf("StartErr %v, TimedOut %v, stderr %.200q", o.StartErr, o.TimedOut, o.Stderr.Data)
 	}
 	checkNoneLeft(t, "fork bomb", tag, o)
+}
+
+// The second red team's findings (issue 24): what an op may do to its
+// keeper, to the names of cgroups, and what a daemon meets as PID 1.
+
+// An op that stops its keeper (SIGSTOP) cannot hang its run: the leader's
+// exit is watched through a pidfd, the keeper's replies have a time limit,
+// and a keeper that does not answer is killed and its run swept.
+func TestStoppedKeeperDoesNotHangTheRun(t *testing.T) {
+	t.Parallel()
+	if !strings.HasPrefix(containmentNow(), "process tree") {
+		t.Skip("the keepers' (here $PPID would be the test itself)")
+	}
+	s, tag := taggedSpec(t, `(setsid sh -c 'echo $$ > pid; exec sleep 300' &); `+awaitPid+`; kill -STOP $PPID; sleep 300`)
+	s.Timeout = time.Second
+	o := mustRun(t, s)
+	if !o.TimedOut {
+		t.Fatalf("TimedOut %v, stdout %q, notes %q", o.TimedOut, o.Stdout.Data, o.Notes)
+	}
+	checkNoneLeft(t, "a stopped keeper's run", tag, o)
+}
+
+// An op that kills its own keeper: its processes are the daemon's, swept
+// at the end of the run, and the outcome says nothing false about them.
+func TestKilledKeeperRunIsSwept(t *testing.T) {
+	t.Parallel()
+	if !strings.HasPrefix(containmentNow(), "process tree") {
+		t.Skip("the keepers' (here $PPID would be the test itself)")
+	}
+	s, tag := taggedSpec(t, `(setsid sh -c 'echo $$ > pid; exec sleep 300' </dev/null >/dev/null 2>&1 &); `+awaitPid+`; kill -KILL $PPID`)
+	o := mustRun(t, s)
+	checkNoneLeft(t, "a killed keeper's run", tag, o)
+	if len(o.Notes) != 0 {
+		t.Errorf("notes %q, want none: the sweep ended every process", o.Notes)
+	}
+}
+
+// The state's id, which names its cgroups, is the directory's own, not its
+// path: a daemon that reaches its home through a link finds the cgroups of
+// one that reached it directly.
+func TestStateIDFollowsTheDirectory(t *testing.T) {
+	t.Parallel()
+	base := t.TempDir()
+	real := filepath.Join(base, "real")
+	if err := os.Symlink(real, filepath.Join(base, "link")); err != nil {
+		t.Fatal(err)
+	}
+	a, _, err := OpenState(real, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Close()
+	b, _, err := OpenState(filepath.Join(base, "link"), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if a.tag != b.tag || len(a.tag) != 12 {
+		t.Fatalf("ids %q and %q for one directory", a.tag, b.tag)
+	}
+	other, _, err := OpenState(filepath.Join(base, "other"), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	if other.tag == a.tag {
+		t.Fatal("two directories share an id")
+	}
+}
+
+// Orphans that die while their run goes on are reaped as they die, not at
+// the end of the run: a long build that leaves many would hold as many pids.
+func TestOrphansReapedMidRun(t *testing.T) {
+	t.Parallel()
+	s := shSpec(t, `i=0; while [ $i -lt 300 ]; do (true &); i=$((i+1)); done; echo forked; sleep 30`)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	forked := make(chan struct{})
+	var once sync.Once
+	s.OnOutput = func(_ int, p []byte) {
+		if bytes.Contains(p, []byte("forked")) {
+			once.Do(func() { close(forked) })
+		}
+	}
+	done := make(chan *Outcome, 1)
+	go func() { done <- Run(ctx, s) }()
+	<-forked
+	zombies := func() int {
+		n := 0
+		for _, c := range childrenOf(nil, 0) {
+			if st, err := readStat(c); err == nil && st.dead {
+				n++
+			}
+		}
+		return n
+	}
+	// In the cgroup mode the orphans are this process's; in the keepers'
+	// the keeper's (and then none is this process's at all).
+	deadline := time.Now().Add(10 * time.Second)
+	for zombies() > 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	n := zombies()
+	cancel()
+	<-done
+	if n > 0 {
+		t.Fatalf("%d zombies of the run's orphans held while it ran (containment: %s)", n, containmentNow())
+	}
+}
+
+// A cgroup name the daemon would take next, made by someone else (an op
+// may make directories in the daemon's cgroup), is passed over: the
+// containment stays.
+func TestTakenCgroupNamePassedOver(t *testing.T) {
+	if !strings.HasPrefix(containmentNow(), "cgroup") {
+		t.Skip("the cgroup mode's")
+	}
+	st, _, err := OpenState(t.TempDir(), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	next := contain.seq.Load()
+	for i := uint64(1); i <= 40; i++ {
+		dir := filepath.Join(contain.parent, fmt.Sprintf("%s%s-%d", cgroupStatePrefix, st.tag, next+i))
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		defer os.Remove(dir)
+	}
+	o := st.Run(context.Background(), shSpec(t, "echo ok"))
+	if o.StartErr != nil || string(o.Stdout.Data) != "ok\n" || len(o.Notes) != 0 || !strings.HasPrefix(containmentNow(), "cgroup") {
+		t.Fatalf("StartErr %v, stdout %q, notes %q, containment %s", o.StartErr, o.Stdout.Data, o.Notes, containmentNow())
+	}
+}
+
+// As PID 1 of a pid namespace (a container's entrypoint) the daemon adopts
+// every orphan there; the end of a run kills none it cannot tie to a run.
+func TestPID1KillsNoStranger(t *testing.T) {
+	t.Parallel()
+	unshare, err := exec.LookPath("unshare")
+	if err != nil || os.Getuid() != 0 {
+		t.Skip("needs unshare(1) and root for a pid namespace")
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(unshare, "--pid", "--fork", "--mount-proc", exe)
+	cmd.Env = append(os.Environ(), "RUNNER_TEST_HELPER=pid1")
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "stranger alive") {
+		t.Fatalf("%v: %s", err, out)
+	}
 }

@@ -3,7 +3,9 @@ package runner
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -96,6 +98,18 @@ func setupContainment() {
 		// run's cgroup, or outlives a keeper killed by its own op, stays in
 		// its subtree (sweepDaemon).
 		perr := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+		if perr == nil {
+			// Orphans adopted as a subreaper are reaped as they die, not
+			// only at the end of a run: a long build that leaves many
+			// would otherwise hold as many pids as zombies.
+			chld := make(chan os.Signal, 1)
+			signal.Notify(chld, syscall.SIGCHLD)
+			go func() {
+				for range chld {
+					reapOrphans()
+				}
+			}()
+		}
 		contain.mu.Lock()
 		defer contain.mu.Unlock()
 		contain.decided = true
@@ -125,7 +139,7 @@ func degradeLocked(why string) {
 func describeContainment(kind containKind, parent, why string) string {
 	switch kind {
 	case containCgroup:
-		return "cgroup v2 (delegated: " + parent + ")"
+		return "cgroup v2 (a cgroup per run, under " + parent + ")"
 	case containKeeper:
 		return "process tree tracking, a keeper process per run (no writable cgroup v2: " + why + ")"
 	}
@@ -133,7 +147,7 @@ func describeContainment(kind containKind, parent, why string) string {
 }
 
 // Containment says how [Run] holds every process of an op in process pid
-// (0: this one): "cgroup v2 (delegated: DIR)", "process tree tracking, a
+// (0: this one): "cgroup v2 (a cgroup per run, under DIR)", "process tree tracking, a
 // keeper process per run (no writable cgroup v2: WHY)" or "process group
 // only (WHY)"; see the package doc. It only reads: for a process that has
 // not run an op yet (or another process, such as a running daemon) it
@@ -308,11 +322,18 @@ func newHold(s *State) (*hold, []string) {
 	kind := contain.kind
 	var notes []string
 	if kind == containCgroup {
-		name := fmt.Sprintf("%s%d-%d", cgroupPrefix, os.Getpid(), contain.seq.Add(1))
-		if s != nil {
-			name = fmt.Sprintf("%s%s-%d", cgroupStatePrefix, s.tag, contain.seq.Add(1))
+		var cg *cgroupRun
+		var err error
+		// A name taken (an op may make directories there) is passed over.
+		for range 64 {
+			name := fmt.Sprintf("%s%d-%d", cgroupPrefix, os.Getpid(), contain.seq.Add(1))
+			if s != nil {
+				name = fmt.Sprintf("%s%s-%d", cgroupStatePrefix, s.tag, contain.seq.Add(1))
+			}
+			if cg, err = newCgroupRun(contain.parent, contain.parentRel, name); !errors.Is(err, fs.ErrExist) {
+				break
+			}
 		}
-		cg, err := newCgroupRun(contain.parent, contain.parentRel, name)
 		if err == nil {
 			contain.mu.Unlock()
 			return &hold{kind: containCgroup, cg: cg}, nil
@@ -322,6 +343,9 @@ func newHold(s *State) (*hold, []string) {
 		notes = append(notes, "op containment: "+describeContainment(contain.kind, "", contain.why)+" from now on")
 	}
 	contain.mu.Unlock()
+	if len(notes) > 0 && s != nil {
+		s.recordMode() // after the unlock: it reads the mode
+	}
 	if kind == containKeeper {
 		kp, err := startKeeper(s)
 		if err == nil {
@@ -421,9 +445,9 @@ func (h *hold) await(d time.Duration) bool {
 		ok, cpu, died := h.kp.end(d)
 		h.cpu = cpu
 		if died {
-			// The keeper was killed (by the op itself, say): what was in
-			// its subtree is the daemon's now.
-			return sweepDaemon(d) && ok
+			// The keeper died (the op killed it, say), or was killed for
+			// not answering: what was in its subtree is the daemon's now.
+			return sweepDaemon(d)
 		}
 		return ok
 	}
@@ -438,6 +462,7 @@ func (h *hold) release() {
 		h.cg.release()
 	case containKeeper:
 		h.kp.close()
+		h.pid = h.kp.leader
 	}
 	if h.pid != 0 {
 		spare.mu.Lock()
@@ -458,7 +483,10 @@ func (h *hold) release() {
 // the keepers are spared, and so is a process in the cgroup of a run in
 // progress (it dies with that run). Killing a process re-parents its
 // children to the daemon: the next round finds them. Only the daemon's
-// children are looked at, never the machine's processes.
+// adopted children are looked at, never the machine's processes: those of
+// its main thread, where the kernel puts every orphan it hands a child
+// subreaper (one file to read; the leaders the daemon forked are on the
+// lists of the threads that forked them, and known).
 func sweepDaemon(d time.Duration) bool {
 	deadline := time.Now().Add(d)
 	self := os.Getpid()
@@ -466,7 +494,7 @@ func sweepDaemon(d time.Duration) bool {
 	for {
 		n := 0
 		spare.mu.Lock()
-		kids = childrenOf(kids[:0], 0)
+		kids = orphansOf(kids[:0])
 		for _, k := range kids {
 			if spare.leaders[k] || spare.keepers[k] {
 				continue
@@ -480,7 +508,10 @@ func sweepDaemon(d time.Duration) bool {
 				_, _ = unix.Wait4(k, &ws, unix.WNOHANG, nil)
 				continue
 			}
-			if inRunningCgroupLocked(k) {
+			if inRunningCgroupLocked(k) || self == 1 {
+				// As PID 1 (a container's entrypoint) the daemon adopts
+				// every orphan of its pid namespace, not only its ops':
+				// what it cannot tie to a run, it reaps but never kills.
 				continue
 			}
 			if signalChild(k, unix.SIGKILL, self) {
@@ -495,6 +526,24 @@ func sweepDaemon(d time.Duration) bool {
 			return false
 		}
 		time.Sleep(2 * time.Millisecond) // let the killed die before the next look
+	}
+}
+
+// reapOrphans reaps the daemon's adopted children that died: not the
+// leaders and keepers (their runs reap them), not the daemon's own (in its
+// session: os/exec reaps them).
+func reapOrphans() {
+	self := os.Getpid()
+	spare.mu.Lock()
+	defer spare.mu.Unlock()
+	for _, k := range orphansOf(nil) {
+		if spare.leaders[k] || spare.keepers[k] {
+			continue
+		}
+		if st, err := readStat(k); err == nil && st.dead && st.ppid == self && st.sid != contain.selfSid {
+			var ws unix.WaitStatus
+			_, _ = unix.Wait4(k, &ws, unix.WNOHANG, nil)
+		}
 	}
 }
 

@@ -89,13 +89,15 @@
 // # Across a crash
 //
 // A daemon runs its ops through a [State], a private directory (never the
-// synced folder). [OpenState], at the next start, ends what runs of the
-// daemon before left, before that daemon answers anything: it removes the
+// synced folder). In the cgroup mode a guard process (this binary again,
+// keeper_linux.go) ends every cgroup of the daemon's runs as soon as the
+// daemon dies; a keeper ends its own run. [OpenState], at the next start,
+// ends what is left, before that daemon answers anything: it removes the
 // cgroups of this directory's runs (bridge-run-<tag>-<n>, under each parent
 // cgroup recorded in the directory's file "cgroups"), killing what is left
 // in them and waiting for them to empty; and it waits for the keepers of
-// the earlier daemon, which end their runs when their control socket
-// closes, to exit: each holds a copy of the daemon's open file description
+// the earlier daemon (and its guard), which end their runs when their
+// control socket closes, to exit: each holds a copy of the daemon's open file description
 // of "keepers.lock", whose shared lock the new daemon must see released
 // before it may take it exclusively. What it cannot end in time it reports
 // ([Leftovers].Unended), and the daemon then answers such a run

@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -45,12 +46,20 @@ import (
 //	                 S<sig> <pgid>     signal every process of the run outside process group pgid (0: all)
 //	                 W                 reap the leader (the daemon has signalled its group for the last time)
 //	                 E<ms>             end the run: kill every process, reap, report; then exit
+//	                 G{json guard}     be the daemon's guard instead (cgroup mode): run nothing, and
+//	                                   when the daemon dies end every cgroup of its runs
 //	keeper → daemon  H                 ready (sent first)
 //	                 s<pid>            started
 //	                 f<errno> <what>   not started
 //	                 x                 the leader exited (not reaped: its pid still names its group)
 //	                 w<code> <signal> <cpu ns>   the leader reaped
 //	                 e<0|1> <cpu ns>   the run ended (1: nothing left), and its CPU
+//	                 g                 guarding
+//
+// The guard: in the cgroup mode a run's processes outlive a daemon killed
+// outright in their cgroup (only the program has Pdeathsig). One keeper per
+// daemon, told G, ends them as soon as the daemon is gone instead of at the
+// next start, and holds the lock until they are.
 const keeperArg = "__bridge_keep__"
 
 // The keeper's descriptors, as the daemon hands them over.
@@ -58,6 +67,13 @@ const (
 	keeperSockFD = 3
 	keeperLockFD = 4
 )
+
+// keeperGuard is the G message's body: the runs' cgroups are the
+// directories of Dir whose names start with Prefix.
+type keeperGuard struct {
+	Dir    string `json:"dir"`
+	Prefix string `json:"prefix"`
+}
 
 // keeperRun is the R message's body.
 type keeperRun struct {
@@ -91,15 +107,26 @@ func keeperMain() {
 	}()
 	k.send("H")
 	buf, oob := make([]byte, 1<<20), make([]byte, unix.CmsgSpace(4*4))
+	var guard *keeperGuard
 	for {
 		n, oobn, _, _, err := conn.ReadMsgUnix(buf, oob)
 		if err != nil || n == 0 {
 			// The daemon is gone: end the run, however long it takes.
-			k.end(time.Time{})
+			if guard != nil {
+				guard.end()
+			} else {
+				k.end(time.Time{})
+			}
 			os.Exit(0)
 		}
 		msg := buf[:n]
 		switch msg[0] {
+		case 'G':
+			var g keeperGuard
+			if json.Unmarshal(msg[1:], &g) == nil && k.leader == nil {
+				guard = &g
+				k.send("g")
+			}
 		case 'R':
 			k.start(msg[1:], oob[:oobn])
 		case 'S':
@@ -281,6 +308,22 @@ func (k *keeperProc) end(deadline time.Time) bool {
 		}
 		if killed == 0 {
 			time.Sleep(time.Millisecond) // only dying processes left
+		}
+	}
+}
+
+// end ends every cgroup of the guarded daemon's runs.
+func (g *keeperGuard) end() {
+	ents, _ := os.ReadDir(g.Dir)
+	for _, e := range ents {
+		if e.IsDir() && strings.HasPrefix(e.Name(), g.Prefix) {
+			// A good while: the next daemon waits for this process's
+			// lock, at most its own wait, then says so.
+			for range 10 {
+				if _, ok := endCgroup(filepath.Join(g.Dir, e.Name()), time.Minute); ok {
+					break
+				}
+			}
 		}
 	}
 }

@@ -17,14 +17,28 @@ import (
 )
 
 // keeper is the daemon's side of one run's keeper process (keeper_linux.go).
+//
+// The daemon trusts the keeper with nothing it cannot check: the op runs
+// as the daemon's user and may stop the keeper (SIGSTOP) or kill it. So the
+// leader's exit is also watched through a pidfd, every reply has a time
+// limit, and a keeper that does not answer in time is killed: its run's
+// processes are then the daemon's (a child subreaper),
+// which reaps the leader itself and sweeps the rest.
 type keeper struct {
 	conn    *net.UnixConn
 	proc    *os.Process
 	replies chan string   // s, f, w, e messages
-	exited  chan struct{} // closed at x, or when the keeper is gone
+	exited  chan struct{} // closed at x, when the leader's pidfd says so, or when the keeper is gone
 	gone    chan struct{} // closed when the control socket closed
 	once    sync.Once     // closes exited
+	dead    chan struct{} // closed once the keeper process is reaped
+	state   *os.ProcessState
+	leader  int // the program's pid, once started
 }
+
+// keeperReplyWait bounds the wait for a keeper's answer to anything but the
+// end of a run (which has the run's own bound).
+const keeperReplyWait = 5 * time.Second
 
 // startKeeper starts a keeper for a run of state s (nil: none, so no lock
 // is handed over) and waits for it to be ready.
@@ -64,10 +78,20 @@ func startKeeper(s *State) (*keeper, error) {
 	conn, ok := c.(*net.UnixConn)
 	if err != nil || !ok {
 		_ = p.Kill()
-		forgetKeeper(p)
+		_, _ = p.Wait()
+		spare.mu.Lock()
+		delete(spare.keepers, p.Pid)
+		spare.mu.Unlock()
 		return nil, fmt.Errorf("keeper socket: %v", err)
 	}
-	k := &keeper{conn: conn, proc: p, replies: make(chan string, 4), exited: make(chan struct{}), gone: make(chan struct{})}
+	k := &keeper{conn: conn, proc: p, replies: make(chan string, 4), exited: make(chan struct{}), gone: make(chan struct{}), dead: make(chan struct{})}
+	go func() {
+		k.state, _ = p.Wait()
+		spare.mu.Lock()
+		delete(spare.keepers, p.Pid)
+		spare.mu.Unlock()
+		close(k.dead)
+	}()
 	ready := make(chan bool, 1)
 	go k.read(ready)
 	if !<-ready {
@@ -75,15 +99,6 @@ func startKeeper(s *State) (*keeper, error) {
 		return nil, errors.New("the keeper did not start: the binary must call runner.Main first thing in main")
 	}
 	return k, nil
-}
-
-// forgetKeeper reaps a keeper process and ends its protection from the
-// daemon's sweep.
-func forgetKeeper(p *os.Process) {
-	_, _ = p.Wait()
-	spare.mu.Lock()
-	delete(spare.keepers, p.Pid)
-	spare.mu.Unlock()
 }
 
 // read dispatches the keeper's messages until its socket closes.
@@ -160,15 +175,23 @@ func (k *keeper) launch(path string, argv []string, attr *os.ProcAttr) (*leader,
 	if err := k.send(append([]byte{'R'}, body...), unix.UnixRights(fds...)); err != nil {
 		return nil, fmt.Errorf("keeper: %w", err)
 	}
-	m, ok := k.reply(0)
+	m, ok := k.reply(keeperReplyWait)
 	switch {
 	case !ok:
-		return nil, errors.New("the keeper died before the program started")
+		k.kill()
+		return nil, errors.New("the keeper did not start the program (it died, or did not answer)")
 	case strings.HasPrefix(m, "s"):
 		pid, err := strconv.Atoi(m[1:])
 		if err != nil {
 			return nil, fmt.Errorf("keeper: bad reply %q", m)
 		}
+		// Spared by the daemon's sweep: it reaps the leader itself if the
+		// keeper dies first (reap).
+		spare.mu.Lock()
+		spare.leaders[pid] = true
+		spare.mu.Unlock()
+		k.leader = pid
+		k.watchLeader(pid)
 		return &leader{pid: pid, exited: k.exited, kp: k}, nil
 	case strings.HasPrefix(m, "f"):
 		num, what, _ := strings.Cut(m[1:], " ")
@@ -190,16 +213,76 @@ type keeperStartError struct {
 func (e *keeperStartError) Error() string { return e.what }
 func (e *keeperStartError) Unwrap() error { return e.errno }
 
-// reap has the keeper reap the leader.
+// becomeGuard makes the keeper the guard of the cgroups named prefix* in
+// dir (keeper_linux.go).
+func (k *keeper) becomeGuard(dir, prefix string) error {
+	body, err := json.Marshal(keeperGuard{Dir: dir, Prefix: prefix})
+	if err != nil {
+		return err
+	}
+	if err := k.send(append([]byte{'G'}, body...), nil); err != nil {
+		return err
+	}
+	if m, ok := k.reply(5 * time.Second); !ok || m != "g" {
+		return fmt.Errorf("the guard did not start (%q)", m)
+	}
+	return nil
+}
+
+// watchLeader closes exited when the leader exits, whatever its keeper
+// does: a pidfd of it becomes readable then (Linux 5.3; without one, the
+// keeper's word is all there is).
+func (k *keeper) watchLeader(pid int) {
+	fd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		return
+	}
+	go func() {
+		defer unix.Close(fd)
+		for {
+			_, err := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, -1)
+			if err != unix.EINTR {
+				break
+			}
+		}
+		k.once.Do(func() { close(k.exited) })
+	}()
+}
+
+// kill ends a keeper that does not answer (SIGKILL ends a stopped process
+// too) and waits for it to be reaped. Its children, the run's processes,
+// are then the daemon's.
+func (k *keeper) kill() {
+	_ = k.proc.Kill()
+	<-k.dead
+}
+
+// reap has the keeper reap the leader; if it does not answer in time it is
+// killed, and the leader, the daemon's child from then on, reaped here.
 func (k *keeper) reap() (exitStatus, error) {
-	if err := k.send([]byte("W"), nil); err != nil {
-		return exitStatus{}, fmt.Errorf("keeper: %w", err)
+	if err := k.send([]byte("W"), nil); err == nil {
+		if m, ok := k.reply(keeperReplyWait); ok && strings.HasPrefix(m, "w") {
+			return parseKeeperStatus(m[1:])
+		}
 	}
-	m, ok := k.reply(0)
-	if !ok || !strings.HasPrefix(m, "w") {
-		return exitStatus{}, errors.New("the keeper died before the program was reaped")
+	k.kill()
+	var ws unix.WaitStatus
+	var ru unix.Rusage
+	for {
+		_, err := unix.Wait4(k.leader, &ws, 0, &ru)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return exitStatus{}, fmt.Errorf("the keeper died, and its program could not be reaped: %w", err)
+		}
+		break
 	}
-	return parseKeeperStatus(m[1:])
+	st := exitStatus{code: ws.ExitStatus(), cpu: time.Duration(ru.Utime.Nano() + ru.Stime.Nano())}
+	if ws.Signaled() {
+		st.code, st.signal = -1, unix.SignalName(ws.Signal())
+	}
+	return st, nil
 }
 
 // signal has the keeper signal every process of the run outside group
@@ -211,30 +294,26 @@ func (k *keeper) signal(pgid int, sig syscall.Signal) {
 // end has the keeper end the run within d, and returns whether nothing is
 // left, the run's CPU time, and whether the keeper died without ending it
 // (then what was in its subtree is the daemon's).
+//
+// A keeper that dies or does not answer in time is killed: its CPU, as
+// wait4 reports it for the keeper and everything it reaped, is the run's.
 func (k *keeper) end(d time.Duration) (ok bool, cpu time.Duration, died bool) {
-	if err := k.send([]byte("E"+strconv.FormatInt(d.Milliseconds(), 10)), nil); err != nil {
-		return false, 0, true
-	}
-	m, got := k.reply(d + time.Second)
-	if !got {
-		select {
-		case <-k.gone:
-			return false, 0, true
-		default:
-			return false, 0, false
+	if err := k.send([]byte("E"+strconv.FormatInt(d.Milliseconds(), 10)), nil); err == nil {
+		if m, got := k.reply(d + keeperReplyWait); got {
+			var flag int
+			var ns int64
+			if _, err := fmt.Sscanf(m, "e%d %d", &flag, &ns); err == nil {
+				return flag == 1, time.Duration(ns), false
+			}
 		}
 	}
-	var flag int
-	var ns int64
-	if _, err := fmt.Sscanf(m, "e%d %d", &flag, &ns); err != nil {
-		return false, 0, false
+	k.kill()
+	if k.state != nil {
+		cpu = k.state.UserTime() + k.state.SystemTime()
 	}
-	return flag == 1, time.Duration(ns), false
+	return false, cpu, true
 }
 
 // close lets the keeper go: it exits after an end, or, seeing the socket
 // close, ends the run first. It is reaped in the background.
-func (k *keeper) close() {
-	_ = k.conn.Close()
-	go forgetKeeper(k.proc)
-}
+func (k *keeper) close() { _ = k.conn.Close() }

@@ -26,6 +26,10 @@ type capture struct {
 	f                *os.File // the spool file, or nil: in memory
 	headLen, tailLen int      // what the file holds of each
 	err              error    // the first write error of the spool file
+
+	spool    string // the directory of a spool file to make past spillAt bytes; "" once made or tried
+	spillAt  int64
+	spillErr error // why no spool file could be made
 }
 
 func newCapture(max int64) *capture {
@@ -33,24 +37,52 @@ func newCapture(max int64) *capture {
 	return &capture{headMax: h, tailMax: int(max) - h}
 }
 
-// newSpooledCapture is newCapture keeping the stream in an unlinked
-// temporary file in dir: nothing is left behind whatever becomes of the
-// process, and the file is gone once the Output's last reader lets go.
-func newSpooledCapture(max int64, dir string) (*capture, error) {
-	f, err := os.CreateTemp(dir, ".output-*")
-	if err != nil {
-		return nil, err
-	}
-	if err := os.Remove(f.Name()); err != nil {
-		f.Close()
-		return nil, err
-	}
+// spoolAbove is how much of a stream a spooling capture keeps in memory
+// before it moves to its file: most ops write a few lines, and a file made
+// for each of their two streams would cost more than the run (creating a
+// file can take half a millisecond of CPU). A run's memory stays constant.
+const spoolAbove = 64 << 10
+
+// newSpooledCapture is newCapture that keeps the stream in an unlinked
+// temporary file in dir once it has more than spillAt bytes: nothing is
+// left behind whatever becomes of the process, and the file is gone once
+// the Output's last reader lets go.
+func newSpooledCapture(max int64, dir string, spillAt int64) *capture {
 	c := newCapture(max)
+	c.spool, c.spillAt = dir, spillAt
+	return c
+}
+
+// spill moves what is kept in memory to a new spool file, at the offsets
+// writeFile uses (the ring's layout is the same in both); if no file can be
+// made, the stream stays in memory and spillErr says why.
+func (c *capture) spill() {
+	f, err := os.CreateTemp(c.spool, ".output-*")
+	if err == nil {
+		if err = os.Remove(f.Name()); err != nil {
+			f.Close()
+		}
+	}
+	c.spool = "" // one try
+	if err != nil {
+		c.spillErr = err
+		return
+	}
 	c.f = f
-	return c, nil
+	if _, err := f.WriteAt(c.head, 0); err != nil {
+		c.err = err
+	}
+	if _, err := f.WriteAt(c.tail, int64(c.headMax)); err != nil && c.err == nil {
+		c.err = err
+	}
+	c.headLen, c.tailLen = len(c.head), len(c.tail)
+	c.head, c.tail = nil, nil
 }
 
 func (c *capture) write(p []byte) {
+	if c.spool != "" && c.total+int64(len(p)) > c.spillAt {
+		c.spill()
+	}
 	if c.f != nil {
 		c.writeFile(p)
 		return

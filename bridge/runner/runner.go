@@ -53,11 +53,11 @@ type Spec struct {
 	// Grace is the wait between the steps of the signal ladder, and after the
 	// leader's exit for its output pipes to close; 0 means DefaultGrace.
 	Grace time.Duration
-	// Spool, if set, is a directory where the captured output is kept
-	// instead of memory, in unlinked files: each Output is then read with
-	// Reader and Len (Data is nil), and released with Close. A run's memory
-	// is then constant in MaxOutput. If no file can be made there, the
-	// output is kept in memory and a Note says why.
+	// Spool, if set, is a directory where a captured stream of more than
+	// 64 KiB is kept instead of memory, in an unlinked file: such an
+	// Output is then read with Reader and Len (Data is nil), and released
+	// with Close. A run's memory is then constant in MaxOutput. If no file
+	// can be made there, the output is kept in memory and a Note says why.
 	Spool string
 	// OnOutput, if set, sees every byte the child writes, as it arrives, whether
 	// kept or dropped by the cap. It is called from the goroutines reading the
@@ -257,10 +257,8 @@ func execute(ctx context.Context, s Spec, path string, o *Outcome, state *State)
 	var stdin, stdinW *os.File
 	var err error
 	if s.Stdin == nil {
-		stdin, err = os.Open(os.DevNull)
-		if err == nil {
-			childEnds = append(childEnds, stdin)
-		}
+		// One /dev/null for every run: the child gets a copy of it.
+		stdin, err = devNull()
 	} else {
 		stdin, stdinW, err = os.Pipe()
 		if err == nil {
@@ -348,13 +346,7 @@ func execute(ctx context.Context, s Spec, path string, o *Outcome, state *State)
 	}
 	stdoutCap, stderrCap := newCapture(keep), newCapture(keep)
 	if s.Spool != "" {
-		for _, c := range []**capture{&stdoutCap, &stderrCap} {
-			if sc, err := newSpooledCapture(keep, s.Spool); err != nil {
-				o.Notes = append(o.Notes, fmt.Sprintf("output kept in memory: %v", err))
-			} else {
-				*c = sc
-			}
-		}
+		stdoutCap, stderrCap = newSpooledCapture(keep, s.Spool, spoolAbove), newSpooledCapture(keep, s.Spool, spoolAbove)
 	}
 	var wg sync.WaitGroup
 	wg.Add(2)
@@ -428,11 +420,17 @@ func execute(ctx context.Context, s Spec, path string, o *Outcome, state *State)
 	o.CPU = max(o.CPU, h.cpu)
 	o.Stdout, o.Stderr = stdoutCap.output(), stderrCap.output()
 	for _, c := range []*capture{stdoutCap, stderrCap} {
+		if c.spillErr != nil {
+			o.Notes = append(o.Notes, fmt.Sprintf("output kept in memory: %v", c.spillErr))
+		}
 		if c.err != nil {
 			o.Notes = append(o.Notes, fmt.Sprintf("output spool: %v (the output kept is incomplete)", c.err))
 		}
 	}
 }
+
+// devNull is /dev/null, opened once for the life of the process.
+var devNull = sync.OnceValues(func() (*os.File, error) { return os.Open(os.DevNull) })
 
 // supervise waits for the leader to exit, climbing the signal ladder on the
 // process group and the rest of the containment once the timeout expires or

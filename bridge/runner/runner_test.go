@@ -62,6 +62,30 @@ func TestMain(m *testing.M) {
 		}
 		Run(context.Background(), spec)
 		os.Exit(0)
+	case "pid1":
+		// PID 1 of a pid namespace: a stranger (not an op's) is orphaned
+		// to it, out of its session; then an op runs and ends.
+		if os.Getpid() != 1 {
+			fmt.Println("not PID 1")
+			os.Exit(1)
+		}
+		out, err := exec.Command("setsid", "sh", "-c", "sleep 1000 </dev/null >/dev/null 2>&1 & echo $!").Output()
+		stranger, _ := strconv.Atoi(strings.TrimSpace(string(out)))
+		if err != nil || stranger == 0 {
+			fmt.Println("no stranger", err)
+			os.Exit(1)
+		}
+		o := Run(context.Background(), Spec{Argv: []string{"/bin/sh", "-c", "echo ok"}, Dir: "/", Env: []string{testPath}})
+		if string(o.Stdout.Data) != "ok\n" {
+			fmt.Printf("op: %q %v\n", o.Stdout.Data, o.StartErr)
+			os.Exit(1)
+		}
+		if syscall.Kill(stranger, 0) == nil && !gone(stranger) {
+			fmt.Println("stranger alive")
+		} else {
+			fmt.Println("stranger killed")
+		}
+		os.Exit(0)
 	case "setpgid":
 		// An op's orphan that tries to join process group
 		// BRIDGE_TEST_PGID (the daemon's, or another op's), then writes
@@ -333,13 +357,13 @@ func TestCapture(t *testing.T) {
 					want.Truncated = true
 					want.Data = slices.Concat(stream[:h], fmt.Appendf(nil, "\n[... %d bytes omitted by bridge ...]\n", int64(n)-max), stream[int64(n)-tl:n])
 				}
-				for _, spooled := range []bool{false, true} {
+				// Spooled: from the first byte, from the middle of the
+				// head, and from the middle of the tail.
+				for _, spillAt := range []int64{-1, 0, max / 4, max - max/4} {
+					spooled := spillAt >= 0 && int64(n) > spillAt
 					c := newCapture(max)
-					if spooled {
-						var err error
-						if c, err = newSpooledCapture(max, dir); err != nil {
-							t.Fatal(err)
-						}
+					if spillAt >= 0 {
+						c = newSpooledCapture(max, dir, spillAt)
 					}
 					for p := stream[:n]; len(p) > 0; {
 						k := min(chunk, len(p))
@@ -355,7 +379,7 @@ func TestCapture(t *testing.T) {
 						t.Fatalf("spooled %v: Spooled %v, Len %d for %d bytes, Data %d", spooled, got.Spooled(), got.Len(), len(data), len(got.Data))
 					}
 					if !bytes.Equal(data, want.Data) || got.Total != want.Total || got.Truncated != want.Truncated {
-						t.Fatalf("max %d chunk %d n %d spooled %v: got %q/%d/%v, want %q/%d/%v", max, chunk, n, spooled,
+						t.Fatalf("max %d chunk %d n %d spill at %d: got %q/%d/%v, want %q/%d/%v", max, chunk, n, spillAt,
 							data, got.Total, got.Truncated, want.Data, want.Total, want.Truncated)
 					}
 					got.Close()
@@ -696,29 +720,30 @@ func TestKillAll(t *testing.T) {
 	}
 }
 
-// With Spec.Spool the output is kept in unlinked files there: the same
-// bytes as in memory, nothing left in the directory, Data nil.
+// With Spec.Spool an output over 64 KiB is kept in unlinked files there:
+// the same bytes as in memory, nothing left in the directory, Data nil. A
+// small one stays in memory: no file is made for it.
 func TestOutputSpool(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	s := shSpec(t, `i=0; while [ $i -lt 1000 ]; do printf '%09d\n' $i; i=$((i+1)); done; echo oops >&2`)
+	s := shSpec(t, `i=0; while [ $i -lt 10000 ]; do printf '%09d\n' $i; i=$((i+1)); done; echo oops >&2`)
 	s.MaxOutput = 1000
 	s.Spool = dir
 	o := mustRun(t, s)
 	defer o.Stdout.Close()
 	defer o.Stderr.Close()
 	var full bytes.Buffer
-	for i := range 1000 {
+	for i := range 10000 {
 		fmt.Fprintf(&full, "%09d\n", i)
 	}
-	want := string(full.Bytes()[:500]) + "\n[... 9000 bytes omitted by bridge ...]\n" + string(full.Bytes()[9500:])
+	want := string(full.Bytes()[:500]) + "\n[... 99000 bytes omitted by bridge ...]\n" + string(full.Bytes()[99500:])
 	out, _ := io.ReadAll(o.Stdout.Reader())
 	errOut, _ := io.ReadAll(o.Stderr.Reader())
-	if string(out) != want || o.Stdout.Data != nil || !o.Stdout.Spooled() || o.Stdout.Total != 10000 || !o.Stdout.Truncated {
+	if string(out) != want || o.Stdout.Data != nil || !o.Stdout.Spooled() || o.Stdout.Total != 100000 || !o.Stdout.Truncated {
 		t.Errorf("stdout: %q (Data %d, spooled %v, total %d)", out, len(o.Stdout.Data), o.Stdout.Spooled(), o.Stdout.Total)
 	}
-	if string(errOut) != "oops\n" || o.Stderr.Len() != 5 {
-		t.Errorf("stderr: %q", errOut)
+	if string(errOut) != "oops\n" || o.Stderr.Len() != 5 || o.Stderr.Spooled() || string(o.Stderr.Data) != "oops\n" {
+		t.Errorf("stderr: %q (spooled %v)", errOut, o.Stderr.Spooled())
 	}
 	if left, _ := os.ReadDir(dir); len(left) != 0 {
 		t.Errorf("the spool directory holds %d files", len(left))

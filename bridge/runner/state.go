@@ -2,10 +2,12 @@ package runner
 
 import (
 	"context"
-	"crypto/sha256"
+	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 )
 
@@ -16,9 +18,10 @@ import (
 // "Across a crash"). A State serves one daemon at a time, as its home
 // does.
 type State struct {
-	dir  string
-	tag  string   // names this directory's cgroups
-	lock *os.File // held shared, and by every keeper, while runs may live
+	dir   string
+	tag   string   // names this directory's cgroups
+	lock  *os.File // held shared, and by every keeper, while runs may live
+	guard *keeper  // the cgroup mode's guard (Linux), nil without one
 }
 
 // Leftovers is what OpenState found of an earlier daemon's runs.
@@ -45,8 +48,11 @@ func OpenState(dir string, wait time.Duration) (*State, Leftovers, error) {
 	if err != nil {
 		return nil, Leftovers{}, err
 	}
-	sum := sha256.Sum256([]byte(abs))
-	s := &State{dir: abs, tag: hex.EncodeToString(sum[:6])}
+	tag, err := stateID(abs)
+	if err != nil {
+		return nil, Leftovers{}, err
+	}
+	s := &State{dir: abs, tag: tag}
 	lo, err := s.recover(wait)
 	if err != nil {
 		s.Close()
@@ -55,11 +61,45 @@ func OpenState(dir string, wait time.Duration) (*State, Leftovers, error) {
 	return s, lo, nil
 }
 
+// stateID is the id of the state directory dir, made at its first use and
+// kept in its file "id": it names the cgroups of its runs. Not the path,
+// which changes when the home is reached through a link or moved, and may
+// name another home in another mount namespace.
+func stateID(dir string) (string, error) {
+	file := filepath.Join(dir, "id")
+	if b, err := os.ReadFile(file); err == nil {
+		if id := strings.TrimSpace(string(b)); len(id) == 12 && strings.Trim(id, "0123456789abcdef") == "" {
+			return id, nil
+		}
+	}
+	var b [6]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", err
+	}
+	id := hex.EncodeToString(b[:])
+	tmp := file + ".tmp"
+	if err := os.WriteFile(tmp, []byte(id+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("record the runs' id: %w", err)
+	}
+	if err := os.Rename(tmp, file); err != nil {
+		return "", fmt.Errorf("record the runs' id: %w", err)
+	}
+	return id, nil
+}
+
 // Run is [Run] for a run recorded in s.
 func (s *State) Run(ctx context.Context, spec Spec) *Outcome { return run(ctx, spec, s) }
 
-// Close lets go of the state; runs still going keep their records.
+// Close lets go of the state; call it once no run of it is going (its
+// guard, in the cgroup mode, then ends whatever is left of them).
 func (s *State) Close() error {
+	if s == nil {
+		return nil
+	}
+	if s.guard != nil {
+		s.guard.close()
+		s.guard = nil
+	}
 	if s.lock != nil {
 		return s.lock.Close()
 	}

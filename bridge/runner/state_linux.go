@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -27,6 +28,40 @@ import (
 // while the machine stays up, and what the kernel keeps of a file it just
 // wrote survives any crash of the daemon.
 
+// continueKeepers sends SIGCONT to every keeper process that holds the
+// lock file's inode as its descriptor 4 (a look at /proc once, at start).
+func continueKeepers(lock *os.File) {
+	var want unix.Stat_t
+	if unix.Fstat(int(lock.Fd()), &want) != nil {
+		return
+	}
+	dirs, _ := os.ReadDir("/proc")
+	for _, d := range dirs {
+		pid, err := strconv.Atoi(d.Name())
+		if err != nil {
+			continue
+		}
+		cmd, err := os.ReadFile("/proc/" + d.Name() + "/cmdline")
+		if err != nil || !strings.Contains(string(cmd), "\x00"+keeperArg) {
+			continue
+		}
+		var st unix.Stat_t
+		if unix.Stat("/proc/"+d.Name()+"/fd/"+strconv.Itoa(keeperLockFD), &st) == nil && st.Dev == want.Dev && st.Ino == want.Ino {
+			_ = unix.Kill(pid, unix.SIGCONT)
+		}
+	}
+}
+
+// recordMode writes the containment in force to the file "mode", for
+// `bridge doctor` to read while the daemon runs (it cannot tell from
+// outside: another user's cgroup rights, a fall back after a failure).
+func (s *State) recordMode() {
+	tmp := filepath.Join(s.dir, "mode.tmp")
+	if os.WriteFile(tmp, []byte(Containment(0)+"\n"), 0o600) == nil {
+		_ = os.Rename(tmp, filepath.Join(s.dir, "mode"))
+	}
+}
+
 // recover waits for the keepers of an earlier daemon to end their runs and
 // ends the earlier runs' cgroups, before this daemon's first run.
 func (s *State) recover(wait time.Duration) (Leftovers, error) {
@@ -39,6 +74,11 @@ func (s *State) recover(wait time.Duration) (Leftovers, error) {
 		return lo, fmt.Errorf("open the runs' lock: %w", err)
 	}
 	s.lock = lock
+	if unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB) != nil {
+		// Keepers of an earlier daemon hold it: one its op stopped
+		// (SIGSTOP) would never end its run; continued, it does.
+		continueKeepers(lock)
+	}
 	for pause := 5 * time.Millisecond; ; pause = min(2*pause, 200*time.Millisecond) {
 		err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB)
 		if err == nil {
@@ -98,6 +138,19 @@ func (s *State) recover(wait time.Duration) (Leftovers, error) {
 		}
 	}
 	lo.Waited = time.Since(start)
+	s.recordMode()
+	if current != "" {
+		// A guard ends the runs' cgroups as soon as this daemon dies,
+		// not at the next start (a keeper ends its own run at once). A
+		// guard that cannot start leaves that to the next start.
+		if g, err := startKeeper(s); err == nil {
+			if err := g.becomeGuard(current, prefix); err == nil {
+				s.guard = g
+			} else {
+				g.close()
+			}
+		}
+	}
 	if len(keep) == 0 {
 		if err := os.Remove(record); err != nil && !os.IsNotExist(err) {
 			return lo, err

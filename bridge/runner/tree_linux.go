@@ -65,25 +65,38 @@ func childrenOf(dst []int, pid int) []int {
 	}
 	tids, _ := f.Readdirnames(-1)
 	f.Close()
-	var buf [512]byte
 	for _, tid := range tids {
-		fd, err := unix.Open(dir+"/"+tid+"/children", unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			continue
+		dst = appendChildren(dst, dir+"/"+tid+"/children")
+	}
+	return dst
+}
+
+// orphansOf appends the children of this process's main thread to dst: the
+// children a child subreaper adopted are all there (the kernel hands an
+// orphan to the subreaper's first live thread), and so are those the main
+// thread forked. One file, whatever the number of threads.
+func orphansOf(dst []int) []int {
+	return appendChildren(dst, "/proc/self/task/"+strconv.Itoa(os.Getpid())+"/children")
+}
+
+func appendChildren(dst []int, file string) []int {
+	fd, err := unix.Open(file, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return dst
+	}
+	defer unix.Close(fd)
+	var buf [512]byte
+	var data []byte
+	for {
+		n, err := unix.Read(fd, buf[:])
+		if n <= 0 || err != nil {
+			break
 		}
-		var data []byte
-		for {
-			n, err := unix.Read(fd, buf[:])
-			if n <= 0 || err != nil {
-				break
-			}
-			data = append(data, buf[:n]...)
-		}
-		unix.Close(fd)
-		for _, w := range bytes.Fields(data) {
-			if c, err := strconv.Atoi(string(w)); err == nil && c > 0 {
-				dst = append(dst, c)
-			}
+		data = append(data, buf[:n]...)
+	}
+	for _, w := range bytes.Fields(data) {
+		if c, err := strconv.Atoi(string(w)); err == nil && c > 0 {
+			dst = append(dst, c)
 		}
 	}
 	return dst

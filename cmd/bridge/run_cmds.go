@@ -350,7 +350,7 @@ func waitAndPrint(g *Globals, cl *agent.Client, id string, timeout time.Duration
 			lv, _ = cl.HostLiveness(s.Host)
 		}
 		return &codeError{code: exitWaitTime, id: id, liveness: lv, err: withHintf(fmt.Errorf("no result for %s after %s", id, timeout),
-			"the request stays queued; run `bridge wait %s` later, or `bridge status %s` (`bridge cancel %s` withdraws it)", id, id, id)}
+			"the request is not withdrawn: the host goes on with it (queued or running); run `bridge wait %s` later, or `bridge status %s` (`bridge cancel %s` withdraws it)", id, id, id)}
 	}
 	var na *agent.NotAcceptedError
 	if errors.As(err, &na) {
@@ -359,7 +359,7 @@ func waitAndPrint(g *Globals, cl *agent.Client, id string, timeout time.Duration
 	if errors.Is(err, context.Canceled) {
 		// Interrupting the wait does not withdraw the request.
 		return &codeError{code: exitInterrupt, id: id, err: withHintf(fmt.Errorf("interrupted while waiting for %s", id),
-			"the request stays queued; run `bridge wait %s` later, or `bridge cancel %s`", id, id)}
+			"the request is not withdrawn: the host goes on with it; run `bridge wait %s` later, or `bridge cancel %s`", id, id)}
 	}
 	if err != nil {
 		return err
