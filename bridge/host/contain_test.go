@@ -142,7 +142,7 @@ ops = ["bgonce", "bgchecked", "burn", "fds"]
 max_cpu_seconds_per_day = 1
 `
 
-// childrenOf lists the pids the op's children of request id recorded.
+// opChildren lists the pids the op's children of request id recorded.
 func opChildren(t *testing.T, countFile, id string) []int {
 	t.Helper()
 	var pids []int

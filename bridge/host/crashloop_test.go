@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -51,11 +52,27 @@ reconcile = ["sh", "-c", "if grep -qx start-$1 \"$COUNT_FILE\"; then echo seen-$
 env = ["PATH", "COUNT_FILE"]
 idempotent = false
 
+# The effect is a child's that outlives nothing in a clean run (it ends
+# before the program), but does outlive the program when a crash kills
+# it: the child notes its pid in COUNT_FILE.<id>.children, so the test can
+# tell that none lives when the answer comes.
+[ops.bgonce]
+argv = ["sh", "-c", "echo start-$1 >> \"$COUNT_FILE\"; sh -c 'echo $$ >> \"$COUNT_FILE.$1.children\"; sleep 0.5; echo end-$1 >> \"$COUNT_FILE\"' child \"$1\" </dev/null >/dev/null 2>&1 & sleep 0.8; echo out-$1", "bgonce", "{request_id}"]
+env = ["PATH", "COUNT_FILE"]
+idempotent = false
+
+# The same, with a reconcile command that looks for the child's effect.
+[ops.bgchecked]
+argv = ["sh", "-c", "echo start-$1 >> \"$COUNT_FILE\"; sh -c 'echo $$ >> \"$COUNT_FILE.$1.children\"; sleep 0.5; echo end-$1 >> \"$COUNT_FILE\"' child \"$1\" </dev/null >/dev/null 2>&1 & sleep 0.8; echo out-$1", "bgchecked", "{request_id}"]
+reconcile = ["sh", "-c", "if grep -qx end-$1 \"$COUNT_FILE\"; then echo seen-$1; exit 0; fi; exit 3", "bgchecked", "{request_id}"]
+env = ["PATH", "COUNT_FILE"]
+idempotent = false
+
 [ops.denied]
 argv = ["true"]
 
 [agents.cloud-1]
-ops = ["once", "again", "fails", "checked"]
+ops = ["once", "again", "fails", "checked", "bgonce", "bgchecked"]
 `
 
 // crashOp is one kind of request of the crash loop.
@@ -65,6 +82,10 @@ type crashOp struct {
 	reconcile  bool // has a reconcile command that tells whether it started
 	runs       bool // false: refused by the policy, never claimed or run
 	exit       int
+	// child: its effect is a background child's, which outlives the
+	// program when a crash kills it; with reconcile, the command looks for
+	// that effect, not for the start.
+	child bool
 }
 
 var crashOps = []crashOp{
@@ -72,6 +93,8 @@ var crashOps = []crashOp{
 	{name: "again", idempotent: true, runs: true},
 	{name: "fails", idempotent: true, runs: true, exit: 3},
 	{name: "checked", reconcile: true, runs: true},
+	{name: "bgonce", runs: true, child: true},
+	{name: "bgchecked", reconcile: true, runs: true, child: true},
 	{name: "denied"}, // reaches only the steps of publishing a result
 }
 
@@ -119,6 +142,11 @@ func wantAfterCrash(step string, op crashOp) crashWant {
 		switch {
 		case op.idempotent:
 			w.startsMax, w.runs = 2, 2
+		case op.reconcile && op.child:
+			// The crash ended the child before its effect (no process of
+			// the run outlives the daemon): the check finds none, and the
+			// op runs once more, to one effect.
+			w = crashWant{status: bridge.StatusDone, startsMin: 2, startsMax: 2, ends: 1, runs: 2, crashedState: ledger.StateRunning}
 		case op.reconcile: // the check finds the start: done, not run again
 			w = crashWant{status: bridge.StatusDone, reason: "reconciled", startsMin: 1, startsMax: 1, runs: 1, crashedState: ledger.StateRunning}
 		default:
@@ -416,6 +444,15 @@ func crashInPipeline(t *testing.T, p *pair, at string, op crashOp, countFile str
 	})
 	p.start(t, map[string]string{"COUNT_FILE": countFile})
 	out := p.wait(t, id)
+	if op.child {
+		// Never an answer while a process of the run lives.
+		for _, pid := range opChildren(t, countFile, id) {
+			if alive(pid) {
+				syscall.Kill(pid, syscall.SIGKILL)
+				t.Fatalf("answered %s while a child (%d) of a run lived", out.Receipt.Status, pid)
+			}
+		}
+	}
 	waitFor(t, 10*time.Second, "the ledger to record the result", func() bool {
 		e := p.entry(t, id)
 		return e.ResultSHA256 != "" && (e.State.Terminal() || e.State == ledger.StateUncertain)

@@ -1,25 +1,53 @@
 package host
 
 import (
+	"math"
 	"os"
+	"runtime"
 	"runtime/debug"
+	"runtime/metrics"
+	"sync"
 )
 
-// daemonGCPercent is the garbage collector's target for `bridge serve`.
-// A daemon keeps its ledger in memory, about 1 KB per request it
-// remembers, and most of what it allocates later is short-lived: an idle
-// rescan allocates little beside that long-lived heap (it copies no batch,
-// finished.go), so letting the heap grow only 25 % over the live data
-// between collections instead of Go's 100 % keeps the resident set near
-// the live heap for no measurable rescan CPU: at 50,000 finished requests
-// 123 MiB at 50 %, 111-114 MiB at 25 %, 103 MiB at 15 % but with a
-// rescan 10 % dearer (docs/BENCHMARKS.md).
-const daemonGCPercent = 25
+// The collector's pace for `bridge serve`. A daemon keeps its ledger and
+// its finished set in memory, about 1 KB per request it remembers, and
+// allocates mostly short-lived garbage per request. Go's default (GOGC=100)
+// lets the heap grow to twice the live data between collections: a small
+// daemon collects cheaply and often enough, but one that remembers 100,000
+// requests would hold a second 100 MB of garbage. The earlier GOGC=25 held
+// the heap near the live data, at the price of a collection every few
+// requests for a small daemon: a fifth of the CPU of a burst (BENCHMARKS.md).
+//
+// Instead the daemon keeps GOGC=100 and a soft memory limit of the live
+// heap plus gcHeadroom, set again after every collection: a collection
+// comes when the heap has grown by the smaller of the live data and the
+// headroom. A small daemon collects as Go does; a large one holds at most
+// the headroom of garbage, and marks its large live heap seldom (every
+// gcHeadroom of allocation, not every 25 %).
+const gcHeadroom = 32 << 20
 
-// TuneDaemonGC sets the collector's target for a daemon process, unless
-// the GOGC environment variable sets it.
+// TuneDaemonGC sets the collector's pace for a daemon process, unless the
+// GOGC or GOMEMLIMIT environment variable sets it.
 func TuneDaemonGC() {
-	if os.Getenv("GOGC") == "" {
-		debug.SetGCPercent(daemonGCPercent)
+	if os.Getenv("GOGC") != "" || os.Getenv("GOMEMLIMIT") != "" {
+		return
 	}
+	tuneOnce.Do(func() { followLiveHeap(struct{}{}) })
+}
+
+var tuneOnce sync.Once
+
+// followLiveHeap sets the memory limit from the live heap the last
+// collection found, and arms itself for the next collection: a cleanup
+// runs once the collector finds its object unreachable.
+func followLiveHeap(struct{}) {
+	sample := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	metrics.Read(sample)
+	if sample[0].Value.Kind() == metrics.KindUint64 {
+		if live := sample[0].Value.Uint64(); live > 0 && live < math.MaxInt64-gcHeadroom {
+			debug.SetMemoryLimit(int64(live) + gcHeadroom)
+		}
+	}
+	// Large enough not to share an allocation with anything else.
+	runtime.AddCleanup(new([64]byte), followLiveHeap, struct{}{})
 }

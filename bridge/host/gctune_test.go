@@ -1,25 +1,43 @@
 package host
 
 import (
+	"math"
+	"runtime"
 	"runtime/debug"
 	"testing"
+	"time"
 )
 
-// TuneDaemonGC sets the daemon's collector target, unless GOGC says
-// otherwise.
+// TuneDaemonGC keeps the default GC percent and follows the live heap with
+// a soft memory limit, set again after each collection; GOGC or GOMEMLIMIT
+// in the environment leave both alone.
 func TestTuneDaemonGC(t *testing.T) {
-	current := func() int { p := debug.SetGCPercent(100); debug.SetGCPercent(p); return p }
-	defer debug.SetGCPercent(current())
-	debug.SetGCPercent(100)
-	t.Setenv("GOGC", "")
-	TuneDaemonGC()
-	if got := current(); got != daemonGCPercent {
-		t.Fatalf("without GOGC: GC percent %d, want %d", got, daemonGCPercent)
-	}
-	debug.SetGCPercent(100)
+	limit := func() int64 { return debug.SetMemoryLimit(-1) }
+	defer debug.SetMemoryLimit(limit())
 	t.Setenv("GOGC", "100")
 	TuneDaemonGC()
-	if got := current(); got != 100 {
-		t.Fatalf("with GOGC=100: GC percent %d, want it left alone", got)
+	if got := limit(); got != math.MaxInt64 {
+		t.Fatalf("with GOGC set: memory limit %d, want none", got)
+	}
+	t.Setenv("GOGC", "")
+	t.Setenv("GOMEMLIMIT", "")
+	TuneDaemonGC()
+	keep := make([]byte, 48<<20) // live data: the limit follows it
+	for i := range keep {
+		keep[i] = byte(i)
+	}
+	// Each collection runs the cleanup that sets the limit; wait for one
+	// that saw the live 48 MiB (counted collections, not a fixed sleep).
+	var got int64
+	for range 50 {
+		runtime.GC()
+		time.Sleep(time.Millisecond) // cleanups run on their own goroutine
+		if got = limit(); got >= 48<<20+gcHeadroom {
+			break
+		}
+	}
+	runtime.KeepAlive(keep)
+	if got < 48<<20+gcHeadroom || got > 48<<20+gcHeadroom+64<<20 {
+		t.Fatalf("memory limit %d with 48 MiB live, want about live + %d", got, gcHeadroom)
 	}
 }
