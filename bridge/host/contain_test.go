@@ -187,8 +187,13 @@ func TestCrashWithChildrenOutlivingTheLeader(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				c := startCrashProc(t, p, "mid-run", countFile)
-				c.waitCrash(t, "mid-run")
+				// The daemon is killed outright once the op's child is at
+				// work (its pid noted), not at a fixed time after the start.
+				c := startCrashProc(t, p, "", countFile)
+				c.waitReady(t)
+				waitFor(t, 20*time.Second, "the op's child to start", func() bool { return len(opChildren(t, countFile, s.ID)) > 0 })
+				c.cmd.Process.Kill()
+				<-c.exited
 				crashed := opChildren(t, countFile, s.ID)
 				if len(crashed) != 1 {
 					t.Fatalf("the interrupted run's child recorded %v:\n%s", crashed, c.logText())

@@ -486,7 +486,11 @@ func TestDecisionsByAgentAndID(t *testing.T) {
 	if _, err := Deny(e.host, "other/"+mine, "copied id"); err != nil {
 		t.Fatalf("deny other/ID: %v", err)
 	}
-	if dec, err := Approve(e.host, "cloud-1/"+mine); err != nil || dec.Ref != "cloud-1/"+mine || !dec.Queued {
+	// The same request by its local name: queued again, unless the daemon
+	// already took the approval above (its orders are picked up within a
+	// second, and a busy machine makes that any moment).
+	if dec, err := Approve(e.host, "cloud-1/"+mine); err != nil && !strings.Contains(err.Error(), "cloud-1/"+mine+" is claimed") ||
+		err == nil && (dec.Ref != "cloud-1/"+mine || !dec.Queued) {
 		t.Fatalf("approve cloud-1/ID: %+v, %v", dec, err)
 	}
 	if out := e.wait(t, mine); out.Receipt.Status != bridge.StatusDone {
