@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -79,7 +80,7 @@ func tryDaemonProcess(t *testing.T, p *pair, env ...string) (*daemonProcess, err
 		if !ok {
 			<-d.done
 			b, _ := os.ReadFile(logf.Name())
-			return nil, fmt.Errorf("daemon process did not start (%v):\n%s", cmd.ProcessState, b)
+			return nil, fmt.Errorf("daemon process did not start (%v):\n%s%s", cmd.ProcessState, b, lockHolders(p.host.Path("serve.lock")))
 		}
 	case <-time.After(15 * time.Second):
 		d.kill()
@@ -87,6 +88,22 @@ func tryDaemonProcess(t *testing.T, p *pair, env ...string) (*daemonProcess, err
 	}
 	t.Cleanup(func() { d.kill() })
 	return d, nil
+}
+
+// lockHolders names the processes that have file open, for a lock that
+// was not free.
+func lockHolders(file string) string {
+	var out strings.Builder
+	fds, _ := filepath.Glob("/proc/[0-9]*/fd/*")
+	for _, fd := range fds {
+		if l, err := os.Readlink(fd); err == nil && l == file {
+			pid := strings.Split(fd, "/")[2]
+			cmd, _ := os.ReadFile("/proc/" + pid + "/cmdline")
+			stat, _ := os.ReadFile("/proc/" + pid + "/stat")
+			fmt.Fprintf(&out, "%s holds it: %q (%s)\n", pid, strings.ReplaceAll(string(cmd), "\x00", " "), strings.TrimSpace(string(stat)))
+		}
+	}
+	return out.String()
 }
 
 // exited reports whether the process ended by itself.
