@@ -43,7 +43,7 @@ func containmentFinding(h *bridge.Home) bridge.Finding {
 		// As sound, but dearer per op.
 		f.Severity = bridge.SeverityWarn
 		f.Message += "; every process of an op ends with its run and is charged to it, also when the daemon is killed outright," +
-			" at the cost of one more process start per op, except an op that kills its own keeper process (it outlives a crash" +
+			" with a keeper process per running op, except an op that kills its own keeper process (it outlives a crash" +
 			" of the daemon) and what another service starts for an op (systemd-run, at)"
 		f.Fix = cgroupFix(h)
 	default:

@@ -360,3 +360,27 @@ func TestPID1KillsNoStranger(t *testing.T) {
 		t.Fatalf("%v: %s", err, out)
 	}
 }
+
+// A keeper whose run ended cleanly serves the next run of its State (no
+// process start per run), and charges each run its own CPU only.
+func TestKeeperServesRunAfterRun(t *testing.T) {
+	if !strings.HasPrefix(containmentNow(), "process tree") {
+		t.Skip("the keepers'")
+	}
+	st, _, err := OpenState(t.TempDir(), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	first := st.Run(context.Background(), shSpec(t, `i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done; echo $PPID`))
+	second := st.Run(context.Background(), shSpec(t, `echo $PPID`))
+	if first.StartErr != nil || second.StartErr != nil || len(first.Stdout.Data) == 0 {
+		t.Fatalf("%v %v %q", first.StartErr, second.StartErr, first.Stdout.Data)
+	}
+	if string(first.Stdout.Data) != string(second.Stdout.Data) {
+		t.Errorf("keepers %q then %q: the second run started a keeper of its own", first.Stdout.Data, second.Stdout.Data)
+	}
+	if first.CPU < 60*time.Millisecond || second.CPU >= first.CPU/2 {
+		t.Errorf("CPU %v then %v: each run's own, please", first.CPU, second.CPU)
+	}
+}

@@ -303,10 +303,12 @@ func sweepCgroups(dir string) {
 
 // hold is the containment of one run.
 type hold struct {
-	kind containKind
-	cg   *cgroupRun // kind == containCgroup
-	kp   *keeper    // kind == containKeeper
-	pid  int        // the leader, once started
+	kind  containKind
+	cg    *cgroupRun // kind == containCgroup
+	kp    *keeper    // kind == containKeeper
+	state *State     // the State of the run, for its keeper's pool
+	clean bool       // the keeper ended its run, nothing left: it may serve another
+	pid   int        // the leader, once started
 	// cpu is the CPU time of every process of the run, once await has
 	// seen them all gone: the cgroup's cpu.stat, or what the keeper reaped.
 	cpu time.Duration
@@ -347,9 +349,9 @@ func newHold(s *State) (*hold, []string) {
 		s.recordMode() // after the unlock: it reads the mode
 	}
 	if kind == containKeeper {
-		kp, err := startKeeper(s)
+		kp, err := takeKeeper(s)
 		if err == nil {
-			return &hold{kind: containKeeper, kp: kp}, notes
+			return &hold{kind: containKeeper, kp: kp, state: s}, notes
 		}
 		notes = append(notes, fmt.Sprintf("op containment: no keeper for this run (%v): process group only", err))
 	}
@@ -443,7 +445,7 @@ func (h *hold) await(d time.Duration) bool {
 		return sweepDaemon(d) && ok
 	case containKeeper:
 		ok, cpu, died := h.kp.end(d)
-		h.cpu = cpu
+		h.cpu, h.clean = cpu, ok && !died
 		if died {
 			// The keeper died (the op killed it, say), or was killed for
 			// not answering: what was in its subtree is the daemon's now.
@@ -461,8 +463,12 @@ func (h *hold) release() {
 	case containCgroup:
 		h.cg.release()
 	case containKeeper:
-		h.kp.close()
 		h.pid = h.kp.leader
+		if h.clean {
+			giveBack(h.state, h.kp)
+		} else {
+			h.kp.close()
+		}
 	}
 	if h.pid != 0 {
 		spare.mu.Lock()

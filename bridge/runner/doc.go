@@ -74,8 +74,9 @@
 //     signals the run by walking its own subtree (/proc/PID/task/*/children,
 //     never the machine's process list), ends it in rounds until it has no
 //     child left (wait4: ECHILD, exact), reaps every process, and reports the
-//     run's CPU from its RUSAGE_CHILDREN. It costs one more process start
-//     per op (a few milliseconds of CPU).
+//     run's CPU from its RUSAGE_CHILDREN. A keeper whose run ended cleanly
+//     serves the next one (a few wait idle), so a run costs no process
+//     start once one waits (a start is a few milliseconds of CPU).
 //
 // The daemon is a child subreaper in both, and each op's leader (and each
 // keeper) starts a session of its own, so the daemon's own children are

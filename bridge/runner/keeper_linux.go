@@ -128,6 +128,7 @@ func keeperMain() {
 				k.send("g")
 			}
 		case 'R':
+			k.cpuBase = childrenCPU()
 			k.start(msg[1:], oob[:oobn])
 		case 'S':
 			var sig, pgid int
@@ -139,17 +140,19 @@ func keeperMain() {
 		case 'E':
 			ms, _ := strconv.Atoi(string(msg[1:]))
 			ok := k.end(time.Now().Add(time.Duration(ms) * time.Millisecond))
-			var ru unix.Rusage
-			_ = unix.Getrusage(unix.RUSAGE_CHILDREN, &ru)
 			flag := "0"
 			if ok {
 				flag = "1"
 			}
-			k.send(fmt.Sprintf("e%s %d", flag, ru.Utime.Nano()+ru.Stime.Nano()))
+			k.send(fmt.Sprintf("e%s %d", flag, childrenCPU()-k.cpuBase))
 			if !ok {
 				k.end(time.Time{}) // go on: the daemon no longer waits
+				os.Exit(0)
 			}
-			os.Exit(0)
+			// Nothing of the run is left: ready for the daemon's next.
+			k.mu.Lock()
+			k.leader, k.leaderPid = nil, 0
+			k.mu.Unlock()
 		}
 	}
 }
@@ -160,6 +163,14 @@ type keeperProc struct {
 	leader    *os.Process // nil until started, and once reaped; the main goroutine's
 	mu        sync.Mutex  // held from the fork until leaderPid is set: the orphan reaper must know the leader
 	leaderPid int         // guarded by mu
+	cpuBase   int64       // the keeper's children's CPU (ns) when the run started: a keeper serves run after run
+}
+
+// childrenCPU is the CPU (ns) of every child this process reaped.
+func childrenCPU() int64 {
+	var ru unix.Rusage
+	_ = unix.Getrusage(unix.RUSAGE_CHILDREN, &ru)
+	return ru.Utime.Nano() + ru.Stime.Nano()
 }
 
 func (k *keeperProc) send(msg string) { _, _ = k.conn.Write([]byte(msg)) }
@@ -230,7 +241,9 @@ func (k *keeperProc) reapLeader() {
 		return
 	}
 	st, err := k.leader.Wait()
-	k.leader = nil
+	k.mu.Lock()
+	k.leader, k.leaderPid = nil, 0 // reaped: the orphan reaper may reap anything now
+	k.mu.Unlock()
 	if err != nil {
 		k.send("w-1  0")
 		return
@@ -284,7 +297,6 @@ func (k *keeperProc) reapOrphans() {
 // re-parented to the keeper, and caught by the next), and reaps them all;
 // it gives up at deadline (zero: never) and reports whether none is left.
 func (k *keeperProc) end(deadline time.Time) bool {
-	signal.Reset(syscall.SIGCHLD) // end reaps; the orphan reaper must not race it for the leader
 	for {
 		killed := 0
 		for _, e := range subtree(0) {
@@ -296,7 +308,6 @@ func (k *keeperProc) end(deadline time.Time) bool {
 			var ws unix.WaitStatus
 			pid, err := unix.Wait4(-1, &ws, unix.WNOHANG, nil)
 			if err == unix.ECHILD {
-				k.leader = nil
 				return true
 			}
 			if pid <= 0 || err != nil {

@@ -28,12 +28,30 @@ type keeper struct {
 	conn    *net.UnixConn
 	proc    *os.Process
 	replies chan string   // s, f, w, e messages
-	exited  chan struct{} // closed at x, when the leader's pidfd says so, or when the keeper is gone
 	gone    chan struct{} // closed when the control socket closed
-	once    sync.Once     // closes exited
 	dead    chan struct{} // closed once the keeper process is reaped
 	state   *os.ProcessState
-	leader  int // the program's pid, once started
+	// The run in progress: a keeper serves one run at a time, and, back in
+	// its State's pool, the next one.
+	mu     sync.Mutex
+	cur    *keeperRun1
+	leader int // the program's pid, once started
+}
+
+// keeperRun1 is what the daemon knows of one run of a keeper.
+type keeperRun1 struct {
+	exited chan struct{} // closed at x, when the leader's pidfd says so, or when the keeper is gone
+	once   sync.Once
+}
+
+// markExited closes the current run's exited channel.
+func (k *keeper) markExited() {
+	k.mu.Lock()
+	c := k.cur
+	k.mu.Unlock()
+	if c != nil {
+		c.once.Do(func() { close(c.exited) })
+	}
 }
 
 // keeperReplyWait bounds the wait for a keeper's answer to anything but the
@@ -84,7 +102,7 @@ func startKeeper(s *State) (*keeper, error) {
 		spare.mu.Unlock()
 		return nil, fmt.Errorf("keeper socket: %v", err)
 	}
-	k := &keeper{conn: conn, proc: p, replies: make(chan string, 4), exited: make(chan struct{}), gone: make(chan struct{}), dead: make(chan struct{})}
+	k := &keeper{conn: conn, proc: p, replies: make(chan string, 4), gone: make(chan struct{}), dead: make(chan struct{})}
 	go func() {
 		k.state, _ = p.Wait()
 		spare.mu.Lock()
@@ -109,8 +127,8 @@ func (k *keeper) read(ready chan<- bool) {
 		if first {
 			ready <- false
 		}
-		k.once.Do(func() { close(k.exited) })
 		close(k.gone)
+		k.markExited()
 	}()
 	for {
 		n, err := k.conn.Read(buf)
@@ -126,7 +144,7 @@ func (k *keeper) read(ready chan<- bool) {
 				return
 			}
 		case msg == "x":
-			k.once.Do(func() { close(k.exited) })
+			k.markExited()
 		default:
 			k.replies <- msg
 		}
@@ -164,6 +182,10 @@ func (k *keeper) reply(d time.Duration) (string, bool) {
 // launch has the keeper start the program with attr's files as its
 // standard streams (and fd 3 for the shim's status).
 func (k *keeper) launch(path string, argv []string, attr *os.ProcAttr) (*leader, error) {
+	run := &keeperRun1{exited: make(chan struct{})}
+	k.mu.Lock()
+	k.cur, k.leader = run, 0
+	k.mu.Unlock()
 	body, err := json.Marshal(keeperRun{Path: path, Argv: argv, Env: attr.Env, Dir: attr.Dir})
 	if err != nil {
 		return nil, err
@@ -191,8 +213,8 @@ func (k *keeper) launch(path string, argv []string, attr *os.ProcAttr) (*leader,
 		spare.leaders[pid] = true
 		spare.mu.Unlock()
 		k.leader = pid
-		k.watchLeader(pid)
-		return &leader{pid: pid, exited: k.exited, kp: k}, nil
+		k.watchLeader(pid, run)
+		return &leader{pid: pid, exited: run.exited, kp: k}, nil
 	case strings.HasPrefix(m, "f"):
 		num, what, _ := strings.Cut(m[1:], " ")
 		if n, err := strconv.ParseUint(num, 10, 32); err == nil {
@@ -232,7 +254,7 @@ func (k *keeper) becomeGuard(dir, prefix string) error {
 // watchLeader closes exited when the leader exits, whatever its keeper
 // does: a pidfd of it becomes readable then (Linux 5.3; without one, the
 // keeper's word is all there is).
-func (k *keeper) watchLeader(pid int) {
+func (k *keeper) watchLeader(pid int, run *keeperRun1) {
 	fd, err := unix.PidfdOpen(pid, 0)
 	if err != nil {
 		return
@@ -245,7 +267,7 @@ func (k *keeper) watchLeader(pid int) {
 				break
 			}
 		}
-		k.once.Do(func() { close(k.exited) })
+		run.once.Do(func() { close(run.exited) })
 	}()
 }
 
@@ -314,6 +336,62 @@ func (k *keeper) end(d time.Duration) (ok bool, cpu time.Duration, died bool) {
 	return false, cpu, true
 }
 
-// close lets the keeper go: it exits after an end, or, seeing the socket
-// close, ends the run first. It is reaped in the background.
+// close lets the keeper go: seeing its socket close it ends its run, if
+// one is left, and exits. It is reaped in the background.
 func (k *keeper) close() { _ = k.conn.Close() }
+
+// Keepers that ended their run cleanly wait, a few per State, for the next:
+// a run then costs no process start (a Go program's start is several
+// milliseconds of CPU). An idle keeper holds the State's lock as a busy one
+// does, and exits when the daemon dies.
+const keepersIdleMax = 2
+
+var keeperPool = struct {
+	mu   sync.Mutex
+	idle map[*State][]*keeper
+}{idle: map[*State][]*keeper{}}
+
+// takeKeeper returns an idle keeper of s that still lives, or starts one.
+func takeKeeper(s *State) (*keeper, error) {
+	keeperPool.mu.Lock()
+	for len(keeperPool.idle[s]) > 0 {
+		l := keeperPool.idle[s]
+		k := l[len(l)-1]
+		keeperPool.idle[s] = l[:len(l)-1]
+		select {
+		case <-k.gone:
+			k.close()
+			continue
+		default:
+		}
+		keeperPool.mu.Unlock()
+		return k, nil
+	}
+	keeperPool.mu.Unlock()
+	return startKeeper(s)
+}
+
+// giveBack puts a keeper whose run ended cleanly back in s's pool, or lets
+// it go when the pool is full.
+func giveBack(s *State, k *keeper) {
+	keeperPool.mu.Lock()
+	if s == nil || s.closed || len(keeperPool.idle[s]) >= keepersIdleMax {
+		keeperPool.mu.Unlock()
+		k.close()
+		return
+	}
+	keeperPool.idle[s] = append(keeperPool.idle[s], k)
+	keeperPool.mu.Unlock()
+}
+
+// dropKeepers lets go of s's idle keepers (the State closes).
+func dropKeepers(s *State) {
+	keeperPool.mu.Lock()
+	l := keeperPool.idle[s]
+	delete(keeperPool.idle, s)
+	s.closed = true
+	keeperPool.mu.Unlock()
+	for _, k := range l {
+		k.close()
+	}
+}

@@ -18,10 +18,10 @@ import (
 // "Across a crash"). A State serves one daemon at a time, as its home
 // does.
 type State struct {
-	dir   string
-	tag   string   // names this directory's cgroups
-	lock  *os.File // held shared, and by every keeper, while runs may live
-	guard *keeper  // the cgroup mode's guard (Linux), nil without one
+	dir  string
+	tag  string   // names this directory's cgroups
+	lock *os.File // held shared, and by every keeper, while runs may live
+	statePlat
 }
 
 // Leftovers is what OpenState found of an earlier daemon's runs.
@@ -96,10 +96,7 @@ func (s *State) Close() error {
 	if s == nil {
 		return nil
 	}
-	if s.guard != nil {
-		s.guard.close()
-		s.guard = nil
-	}
+	s.closePlat()
 	if s.lock != nil {
 		return s.lock.Close()
 	}

@@ -28,6 +28,24 @@ import (
 // while the machine stays up, and what the kernel keeps of a file it just
 // wrote survives any crash of the daemon.
 
+// statePlat is what a State holds on Linux beside its records.
+type statePlat struct {
+	guard *keeper // the cgroup mode's guard, nil without one
+	// closed: no keeper may go back to this State's pool (guarded by the
+	// pool's lock).
+	closed bool
+}
+
+// closePlat lets go of the guard (it ends what is left of the runs'
+// cgroups, and exits) and of the idle keepers.
+func (s *State) closePlat() {
+	if s.guard != nil {
+		s.guard.close()
+		s.guard = nil
+	}
+	dropKeepers(s)
+}
+
 // continueKeepers sends SIGCONT to every keeper process that holds the
 // lock file's inode as its descriptor 4 (a look at /proc once, at start).
 func continueKeepers(lock *os.File) {
