@@ -176,7 +176,7 @@ func (d *Daemon) Abort() int {
 	}
 	n := runner.KillAll()
 	if n > 0 {
-		d.log.Warn("stopped at once: killed the running ops' process groups", "killed", n,
+		d.log.Warn("stopped at once: killed the running ops and everything they started", "killed", n,
 			"hint", "the next `bridge serve` settles them: an idempotent op runs again, any other is held uncertain")
 	} else {
 		d.log.Info("stopped at once: nothing was running")

@@ -3,6 +3,9 @@ package host
 import (
 	"fmt"
 	"os"
+	"os/user"
+	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/syncbridge/bridge/bridge"
@@ -30,9 +33,17 @@ func containmentFinding(h *bridge.Home) bridge.Finding {
 	if how == "" {
 		how = runner.Containment(pid)
 	}
+	last := ""
+	if b, err := os.ReadFile(h.Path("run", "mode")); !ok && err == nil && strings.TrimSpace(string(b)) != how {
+		last = strings.TrimSpace(string(b))
+	}
 	f := bridge.Finding{Check: "containment", Severity: bridge.SeverityOK, Message: "op containment: " + how}
 	if !ok {
-		f.Message += " (bridge serve is not running: as it would be here)"
+		f.Message += " (bridge serve is not running: as it would be here"
+		if last != "" {
+			f.Message += "; it last ran with " + last
+		}
+		f.Message += ")"
 	}
 	switch {
 	case strings.HasPrefix(how, "cgroup"):
@@ -67,7 +78,21 @@ func cgroupFix(h *bridge.Home) string {
 		return "give the daemon a writable cgroup v2: run it outside a container, or in one whose /sys/fs/cgroup is writable" +
 			" (docker run --cgroupns=private --privileged, or a systemd unit with Delegate=yes); docs/OPERATIONS.md, Op containment"
 	}
-	return fmt.Sprintf("run the daemon in a delegated cgroup v2: `bridge service install` (its systemd unit asks for Delegate=yes),"+
-		" `systemd-run --user --scope -p Delegate=yes bridge serve --home %s`, or without systemd a cgroup root makes for you"+
-		" (docs/OPERATIONS.md, Op containment)", h.Dir)
+	if _, err := os.Stat("/run/systemd/system"); err == nil {
+		return fmt.Sprintf("run the daemon in a delegated cgroup v2: `bridge service install` (its systemd unit asks for Delegate=yes),"+
+			" or `systemd-run --user --scope -p Delegate=yes bridge serve --home %s` (docs/OPERATIONS.md, Op containment)", h.Dir)
+	}
+	// No systemd: root makes a cgroup for the user, once per boot.
+	root, name := runner.CgroupRoot(), "bridge-"+strconv.Itoa(os.Geteuid())
+	if u, err := user.Current(); err == nil {
+		name = "bridge-" + u.Username
+	}
+	if root == "" {
+		return "no cgroup v2 is mounted here: the keepers are the way (docs/OPERATIONS.md, Op containment)"
+	}
+	cg := filepath.Join(root, name)
+	return fmt.Sprintf("have root make a cgroup for this user and start the daemon in it: `mkdir -p %[1]s && chown %[2]d %[1]s"+
+		" %[1]s/cgroup.procs %[1]s/cgroup.threads %[1]s/cgroup.subtree_control`, then as root `sh -c \"echo \\$\\$ > %[1]s/cgroup.procs"+
+		" && exec setpriv --reuid=%[2]d --regid=%[3]d --init-groups bridge serve --home %[4]s\"` (docs/OPERATIONS.md, Op containment)",
+		cg, os.Geteuid(), os.Getegid(), h.Dir)
 }

@@ -34,7 +34,7 @@ func TestDoctorContainment(t *testing.T) {
 	f = find()
 	cgroup := strings.HasPrefix(f.Message, "op containment: cgroup v2 (a cgroup per run, under ") && f.Severity == bridge.SeverityOK && f.Fix == ""
 	keeper := strings.HasPrefix(f.Message, "op containment: process tree tracking, a keeper process per run (") &&
-		f.Severity == bridge.SeverityWarn && strings.Contains(f.Fix, "Delegate=yes")
+		f.Severity == bridge.SeverityWarn && strings.Contains(f.Fix, "Op containment")
 	if !cgroup && !keeper || !strings.Contains(f.Message, "killed outright") || strings.Contains(f.Message, "not running") {
 		t.Errorf("with the daemon (in this process) after an op: %+v", f)
 	}

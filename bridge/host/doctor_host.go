@@ -153,7 +153,7 @@ func uncertainFindings(h *bridge.Home, entries []LedgerEntry) []bridge.Finding {
 	var out []bridge.Finding
 	if len(crashed) > 0 {
 		out = append(out, bridge.Finding{Check: "uncertain", Severity: bridge.SeverityWarn,
-			Message: fmt.Sprintf("%s interrupted while running, and may or may not have had its effect: %s", plural(len(crashed), "request"), fewOf(crashed)),
+			Message: fmt.Sprintf("%s interrupted while running, and may or may not have had %s effect: %s", plural(len(crashed), "request"), theirOrIts(len(crashed)), fewOf(crashed)),
 			Fix:     "check each on this machine, then `bridge reconcile AGENT/ID --as done|failed|rerun`"})
 	}
 	if len(lost) > 0 {
@@ -209,4 +209,12 @@ func fewOf(refs []string) string {
 		return strings.Join(refs, ", ")
 	}
 	return fmt.Sprintf("%s and %d more", strings.Join(refs[:5], ", "), len(refs)-5)
+}
+
+// theirOrIts is the possessive for n things.
+func theirOrIts(n int) string {
+	if n == 1 {
+		return "its"
+	}
+	return "their"
 }

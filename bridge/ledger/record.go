@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 )
@@ -146,6 +148,59 @@ var errNotCanonical = errors.New("record is not in canonical form")
 // encodeEntry produces are errors. A record that does not round-trip is
 // damage, not something to guess about.
 func decodeEntry(data []byte) (Entry, error) {
+	if e, ok := decoded.get(data); ok {
+		return e, nil
+	}
+	e, err := decodeRecord(data)
+	if err == nil {
+		decoded.put(data, e)
+	}
+	return e, err
+}
+
+// decoded remembers the last records decoded: a request's record is
+// decoded again and again while it is in flight (each state change reads
+// it, writes it and reads the write back; every check between reads it),
+// and JSON decoding was a twentieth of the daemon's CPU per request. A
+// record's bytes decode to one entry, whoever asks.
+var decoded = &decodeCache{m: map[string]Entry{}}
+
+type decodeCache struct {
+	mu    sync.Mutex
+	m     map[string]Entry
+	order []string // oldest first
+}
+
+const decodeCacheMax = 256
+
+func (c *decodeCache) get(data []byte) (Entry, bool) {
+	c.mu.Lock()
+	e, ok := c.m[string(data)]
+	c.mu.Unlock()
+	if ok {
+		e.History = slices.Clone(e.History) // the caller's to change
+	}
+	return e, ok
+}
+
+func (c *decodeCache) put(data []byte, e Entry) {
+	e.History = slices.Clone(e.History)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	k := string(data)
+	if _, ok := c.m[k]; ok {
+		return
+	}
+	if len(c.order) >= decodeCacheMax {
+		delete(c.m, c.order[0])
+		c.order = c.order[1:]
+	}
+	c.m[k] = e
+	c.order = append(c.order, k)
+}
+
+// decodeRecord decodes a record's bytes, strictly.
+func decodeRecord(data []byte) (Entry, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	var r record

@@ -172,6 +172,23 @@ func Containment(pid int) string {
 	return describeContainment(containCgroup, dir, "")
 }
 
+// CgroupRoot is where the cgroup v2 hierarchy is mounted ("" if it is
+// not): where a cgroup for a daemon can be made.
+func CgroupRoot() string {
+	mi, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return ""
+	}
+	for line := range strings.Lines(string(mi)) {
+		pre, post, ok := strings.Cut(line, " - ")
+		f, g := strings.Fields(pre), strings.Fields(post)
+		if ok && len(f) >= 5 && len(g) >= 1 && g[0] == "cgroup2" && f[3] == "/" {
+			return unescapeMount(f[4])
+		}
+	}
+	return ""
+}
+
 // containmentNow decides the mechanism, if no run has yet, and says which.
 func containmentNow() string {
 	setupContainment()
