@@ -392,6 +392,12 @@ func (d *Daemon) run(j *job, inv *policy.Invocation, stdin spool, resume bool, a
 	rc.ProgressCount, rc.ProgressHead = prog.head()
 	ev = evExit
 	switch shutdown := d.runCtx.Err() != nil; {
+	case errors.Is(out.StartErr, runner.ErrMayHaveStarted):
+		// The runner lost track of the start (the op's keeper was killed
+		// or stopped by something at that moment): the program may have
+		// run. Never "could not start", which a client would retry.
+		ev, rc.Status, rc.Reason = evCrashUnsure, bridge.StatusUncertain, "crashed"
+		rc.Detail = out.StartErr.Error() + "; it may or may not have had its effect. Resolve with `bridge reconcile`"
 	case out.StartErr != nil:
 		// The process never started: "failed" is true, and a retry safe.
 		ev, rc.Status, rc.Reason, rc.Detail = evStartFailed, bridge.StatusFailed, "start-failed", out.StartErr.Error()

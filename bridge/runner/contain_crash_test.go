@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -383,4 +384,106 @@ func TestKeeperServesRunAfterRun(t *testing.T) {
 	if first.CPU < 60*time.Millisecond || second.CPU >= first.CPU/2 {
 		t.Errorf("CPU %v then %v: each run's own, please", first.CPU, second.CPU)
 	}
+}
+
+// The third red team's findings (issue 24, round 2): pooled keepers.
+
+// A keeper that stops answering as it starts the program (something stopped
+// it) makes the start uncertain, never "could not start": the program may
+// have run, and a client would retry a failed start.
+func TestStoppedKeeperAtStartIsNotAFailedStart(t *testing.T) {
+	if !strings.HasPrefix(containmentNow(), "process tree") {
+		t.Skip("the keepers'")
+	}
+	st, _, err := OpenState(t.TempDir(), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if o := st.Run(context.Background(), shSpec(t, "true")); o.StartErr != nil {
+		t.Fatal(o.StartErr)
+	}
+	keeperPool.mu.Lock()
+	idle := keeperPool.idle[st]
+	keeperPool.mu.Unlock()
+	if len(idle) != 1 {
+		t.Fatalf("%d idle keepers after a clean run, want 1", len(idle))
+	}
+	if err := idle[0].proc.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	o := st.Run(context.Background(), shSpec(t, "echo ran"))
+	if !errors.Is(o.StartErr, ErrMayHaveStarted) {
+		t.Fatalf("StartErr %v, want one that says the program may have started", o.StartErr)
+	}
+}
+
+// A keeper killed in its second run charges that run only what is left
+// after the first run's report, and the CPU of what the daemon reaps of
+// the run (a burner that outlived its keeper) is charged too.
+func TestKilledPooledKeeperChargesItsRunOnly(t *testing.T) {
+	if !strings.HasPrefix(containmentNow(), "process tree") {
+		t.Skip("the keepers'")
+	}
+	st, _, err := OpenState(t.TempDir(), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	first := st.Run(context.Background(), shSpec(t, burnScript))
+	if first.StartErr != nil || first.CPU < 60*time.Millisecond {
+		t.Fatalf("first: %v, CPU %v", first.StartErr, first.CPU)
+	}
+	second := st.Run(context.Background(), shSpec(t, `kill -KILL $PPID`))
+	if second.StartErr != nil || second.CPU >= first.CPU/2 {
+		t.Fatalf("second: %v, CPU %v after a first run of %v: charged the first run's CPU", second.StartErr, second.CPU, first.CPU)
+	}
+	third := st.Run(context.Background(), shSpec(t, burnScript+`; kill -KILL $PPID`))
+	if third.StartErr != nil || third.CPU < 60*time.Millisecond {
+		t.Fatalf("third: %v, CPU %v: the burner the daemon reaped went uncharged", third.StartErr, third.CPU)
+	}
+}
+
+// A program that changes its keeper's limits (prlimit) does not hand them
+// to the next run: the keeper is not used again.
+func TestChangedKeeperIsNotReused(t *testing.T) {
+	if !strings.HasPrefix(containmentNow(), "process tree") {
+		t.Skip("the keepers'")
+	}
+	if _, err := exec.LookPath("prlimit"); err != nil {
+		t.Skip("no prlimit(1)")
+	}
+	st, _, err := OpenState(t.TempDir(), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	first := st.Run(context.Background(), shSpec(t, `prlimit --pid $PPID --nofile=40:40 && echo $PPID`))
+	second := st.Run(context.Background(), shSpec(t, `echo $PPID; ulimit -n`))
+	f := strings.Fields(string(second.Stdout.Data))
+	if first.StartErr != nil || second.StartErr != nil || len(f) != 2 || len(first.Stdout.Data) == 0 {
+		t.Fatalf("%v %v %q %q %q", first.StartErr, second.StartErr, first.Stdout.Data, first.Stderr.Data, second.Stdout.Data)
+	}
+	if strings.TrimSpace(string(first.Stdout.Data)) == f[0] || f[1] == "40" {
+		t.Fatalf("keepers %q then %q, the second run's open-files limit %s", first.Stdout.Data, f[0], f[1])
+	}
+}
+
+// A deep chain of processes out of the run's reach (its keeper killed, or
+// out of its cgroup) is swept whole, not a generation per round.
+func TestChainIsSweptWhole(t *testing.T) {
+	t.Parallel()
+	leave := `kill -KILL $PPID`
+	if strings.HasPrefix(containmentNow(), "cgroup") {
+		leave = `echo $top > "$BRIDGE_TEST_DAEMON_CGROUP/cgroup.procs"`
+	}
+	s, tag := taggedSpec(t, `f() { if [ "$1" -gt 0 ]; then (f $(($1 - 1))); else echo deep > deep; exec sleep 600; fi; }
+setsid sh -c 'f() { if [ "$1" -gt 0 ]; then (f $(($1 - 1))); else echo deep > deep; exec sleep 600; fi; }; f 300' </dev/null >/dev/null 2>&1 &
+top=$!; while [ ! -s deep ]; do sleep 0.01; done; `+leave)
+	s.Timeout = time.Minute
+	o := mustRun(t, s)
+	if o.StartErr != nil {
+		t.Fatal(o.StartErr)
+	}
+	checkNoneLeft(t, "a chain of 300", tag, o)
 }

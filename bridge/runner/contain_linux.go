@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -82,11 +83,23 @@ var spare = struct {
 	leaders map[int]bool
 	keepers map[int]bool
 	cgroups map[string]bool // by path in the hierarchy
-}{leaders: map[int]bool{}, keepers: map[int]bool{}, cgroups: map[string]bool{}}
+	// inherited are the children the daemon had before its first run
+	// (the shell that exec'd it may have left some): not ops'.
+	inherited map[int]bool
+	// reaped is the CPU of the orphans the daemon reaped: a run whose
+	// keeper died is charged what was reaped while its processes were
+	// swept.
+	reaped time.Duration
+}{leaders: map[int]bool{}, keepers: map[int]bool{}, cgroups: map[string]bool{}, inherited: map[int]bool{}}
 
 func setupContainment() {
 	contain.once.Do(func() {
 		contain.selfSid, _ = unix.Getsid(0)
+		spare.mu.Lock()
+		for _, c := range orphansOf(nil) {
+			spare.inherited[c] = true
+		}
+		spare.mu.Unlock()
 		dir, rel, err := cgroupOf("self")
 		if testOnlyContainment == containKeeper {
 			err = errors.New("forced by a test")
@@ -343,11 +356,14 @@ func newHold(s *State) (*hold, []string) {
 	if kind == containCgroup {
 		var cg *cgroupRun
 		var err error
-		// A name taken (an op may make directories there) is passed over.
+		// A name taken (an op may make directories there) is passed
+		// over; the names are not to be guessed ahead.
 		for range 64 {
-			name := fmt.Sprintf("%s%d-%d", cgroupPrefix, os.Getpid(), contain.seq.Add(1))
+			var r [4]byte
+			_, _ = rand.Read(r[:])
+			name := fmt.Sprintf("%s%d-%d%x", cgroupPrefix, os.Getpid(), contain.seq.Add(1), r)
 			if s != nil {
-				name = fmt.Sprintf("%s%s-%d", cgroupStatePrefix, s.tag, contain.seq.Add(1))
+				name = fmt.Sprintf("%s%s-%d%x", cgroupStatePrefix, s.tag, contain.seq.Add(1), r)
 			}
 			if cg, err = newCgroupRun(contain.parent, contain.parentRel, name); !errors.Is(err, fs.ErrExist) {
 				break
@@ -462,11 +478,20 @@ func (h *hold) await(d time.Duration) bool {
 		return sweepDaemon(d) && ok
 	case containKeeper:
 		ok, cpu, died := h.kp.end(d)
-		h.cpu, h.clean = cpu, ok && !died
+		h.cpu, h.clean = cpu, ok && !died && h.kp.reusable
 		if died {
 			// The keeper died (the op killed it, say), or was killed for
-			// not answering: what was in its subtree is the daemon's now.
-			return sweepDaemon(d)
+			// not answering: what was in its subtree is the daemon's now,
+			// swept, and charged to this run as it is reaped.
+			spare.mu.Lock()
+			before := spare.reaped
+			spare.mu.Unlock()
+			ok := sweepDaemon(d)
+			reapDead(d)
+			spare.mu.Lock()
+			h.cpu += spare.reaped - before
+			spare.mu.Unlock()
+			return ok
 		}
 		return ok
 	}
@@ -519,7 +544,7 @@ func sweepDaemon(d time.Duration) bool {
 		spare.mu.Lock()
 		kids = orphansOf(kids[:0])
 		for _, k := range kids {
-			if spare.leaders[k] || spare.keepers[k] {
+			if spare.leaders[k] || spare.keepers[k] || spare.inherited[k] {
 				continue
 			}
 			st, err := readStat(k)
@@ -527,8 +552,7 @@ func sweepDaemon(d time.Duration) bool {
 				continue
 			}
 			if st.dead {
-				var ws unix.WaitStatus
-				_, _ = unix.Wait4(k, &ws, unix.WNOHANG, nil)
+				reapLocked(k)
 				continue
 			}
 			if inRunningCgroupLocked(k) || self == 1 {
@@ -536,6 +560,12 @@ func sweepDaemon(d time.Duration) bool {
 				// every orphan of its pid namespace, not only its ops':
 				// what it cannot tie to a run, it reaps but never kills.
 				continue
+			}
+			// Its whole subtree at once (a chain of processes would
+			// otherwise cost a round per generation): parents first, and
+			// a child whose parent died meanwhile is the daemon's then.
+			for _, e := range subtree(k) {
+				signalChild(e.pid, unix.SIGKILL, e.parent, self)
 			}
 			if signalChild(k, unix.SIGKILL, self) {
 				n++
@@ -560,13 +590,44 @@ func reapOrphans() {
 	spare.mu.Lock()
 	defer spare.mu.Unlock()
 	for _, k := range orphansOf(nil) {
-		if spare.leaders[k] || spare.keepers[k] {
+		if spare.leaders[k] || spare.keepers[k] || spare.inherited[k] {
 			continue
 		}
 		if st, err := readStat(k); err == nil && st.dead && st.ppid == self && st.sid != contain.selfSid {
-			var ws unix.WaitStatus
-			_, _ = unix.Wait4(k, &ws, unix.WNOHANG, nil)
+			reapLocked(k)
 		}
+	}
+}
+
+// reapDead reaps the orphans that are dead, until none is left dying (a
+// process killed a moment ago), for at most d.
+func reapDead(d time.Duration) {
+	self := os.Getpid()
+	for deadline := time.Now().Add(d); ; time.Sleep(time.Millisecond) {
+		reapOrphans()
+		dying := false
+		spare.mu.Lock()
+		for _, k := range orphansOf(nil) {
+			if spare.leaders[k] || spare.keepers[k] || spare.inherited[k] {
+				continue
+			}
+			if st, err := readStat(k); err == nil && st.ppid == self && st.sid != contain.selfSid {
+				dying = true
+			}
+		}
+		spare.mu.Unlock()
+		if !dying || time.Now().After(deadline) {
+			return
+		}
+	}
+}
+
+// reapLocked reaps a dead orphan and counts its CPU; spare.mu is held.
+func reapLocked(pid int) {
+	var ws unix.WaitStatus
+	var ru unix.Rusage
+	if got, err := unix.Wait4(pid, &ws, unix.WNOHANG, &ru); err == nil && got == pid {
+		spare.reaped += time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 	}
 }
 

@@ -51,9 +51,10 @@ import (
 //	keeper → daemon  H                 ready (sent first)
 //	                 s<pid>            started
 //	                 f<errno> <what>   not started
-//	                 x                 the leader exited (not reaped: its pid still names its group)
+//	                 x<pid>            the leader exited (not reaped: its pid still names its group)
 //	                 w<code> <signal> <cpu ns>   the leader reaped
-//	                 e<0|1> <cpu ns>   the run ended (1: nothing left), and its CPU
+//	                 e<0|1> <cpu ns> <0|1>  the run ended (1: nothing left), its CPU, and whether
+//	                                   the keeper may serve another (0: it exits)
 //	                 g                 guarding
 //
 // The guard: in the cgroup mode a run's processes outlive a daemon killed
@@ -90,6 +91,11 @@ func keeperMain() {
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 		os.Exit(125) // the daemon sees the socket close before "H"
 	}
+	// Not dumpable: a process of the same user (an op) may then neither
+	// ptrace the keeper nor take its descriptors (pidfd_getfd), such as
+	// its control socket, to answer the daemon in its place.
+	_ = unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
+	initial := keeperSettings()
 	c, err := net.FileConn(os.NewFile(keeperSockFD, "keeper"))
 	conn, ok := c.(*net.UnixConn)
 	if err != nil || !ok {
@@ -144,8 +150,16 @@ func keeperMain() {
 			if ok {
 				flag = "1"
 			}
-			k.send(fmt.Sprintf("e%s %d", flag, childrenCPU()-k.cpuBase))
-			if !ok {
+			// Serve another run only as it was made: an op of the same user
+			// may have changed its limits, nice or oom score (prlimit,
+			// renice), which the next run's program would inherit.
+			same := keeperSettings() == initial
+			reuse := "0"
+			if same {
+				reuse = "1"
+			}
+			k.send(fmt.Sprintf("e%s %d %s", flag, childrenCPU()-k.cpuBase, reuse))
+			if !ok || !same {
 				k.end(time.Time{}) // go on: the daemon no longer waits
 				os.Exit(0)
 			}
@@ -164,6 +178,24 @@ type keeperProc struct {
 	mu        sync.Mutex  // held from the fork until leaderPid is set: the orphan reaper must know the leader
 	leaderPid int         // guarded by mu
 	cpuBase   int64       // the keeper's children's CPU (ns) when the run started: a keeper serves run after run
+}
+
+// keeperSettings is what of the keeper its programs inherit and another
+// process of its user can change from outside.
+func keeperSettings() string {
+	var b strings.Builder
+	for res := 0; res < 16; res++ {
+		var r unix.Rlimit
+		if unix.Getrlimit(res, &r) == nil {
+			fmt.Fprintf(&b, "%d:%d:%d ", res, r.Cur, r.Max)
+		}
+	}
+	prio, _ := unix.Getpriority(unix.PRIO_PROCESS, 0)
+	oom, _ := os.ReadFile("/proc/self/oom_score_adj")
+	var cpus unix.CPUSet
+	_ = unix.SchedGetaffinity(0, &cpus)
+	fmt.Fprintf(&b, "prio %d oom %s cpus %v", prio, strings.TrimSpace(string(oom)), cpus)
+	return b.String()
 }
 
 // childrenCPU is the CPU (ns) of every child this process reaped.
@@ -220,7 +252,7 @@ func (k *keeperProc) start(body, oob []byte) {
 				break
 			}
 		}
-		k.send("x")
+		k.send("x" + strconv.Itoa(p.Pid))
 	}()
 	if err := <-started; err != nil {
 		errno := syscall.EINVAL

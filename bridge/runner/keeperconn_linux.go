@@ -36,12 +36,26 @@ type keeper struct {
 	mu     sync.Mutex
 	cur    *keeperRun1
 	leader int // the program's pid, once started
+	// charged is the CPU of the runs this keeper ended and reported, so a
+	// keeper that dies in a later run charges that run only the rest of
+	// what wait4 reports for it.
+	charged time.Duration
+	// reusable: the keeper said it may serve another run (nothing an op
+	// could change of it was changed).
+	reusable bool
 }
 
 // keeperRun1 is what the daemon knows of one run of a keeper.
 type keeperRun1 struct {
 	exited chan struct{} // closed at x, when the leader's pidfd says so, or when the keeper is gone
 	once   sync.Once
+}
+
+// leaderPid is the program of the run in progress.
+func (k *keeper) leaderPid() int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.leader
 }
 
 // markExited closes the current run's exited channel.
@@ -143,9 +157,19 @@ func (k *keeper) read(ready chan<- bool) {
 			if msg != "H" {
 				return
 			}
-		case msg == "x":
-			k.markExited()
+		case strings.HasPrefix(msg, "x"):
+			// The program with this pid exited: a late word of an earlier
+			// run of this keeper changes nothing.
+			if pid, err := strconv.Atoi(msg[1:]); err == nil && pid == k.leaderPid() {
+				k.markExited()
+			}
 		default:
+			if pid, err := strconv.Atoi(strings.TrimPrefix(msg, "s")); err == nil && strings.HasPrefix(msg, "s") {
+				// Known before any word of its exit, which follows.
+				k.mu.Lock()
+				k.leader = pid
+				k.mu.Unlock()
+			}
 			k.replies <- msg
 		}
 	}
@@ -198,21 +222,25 @@ func (k *keeper) launch(path string, argv []string, attr *os.ProcAttr) (*leader,
 		return nil, fmt.Errorf("keeper: %w", err)
 	}
 	m, ok := k.reply(keeperReplyWait)
+	pid := 0
+	if ok && strings.HasPrefix(m, "s") {
+		pid, _ = strconv.Atoi(m[1:])
+	}
 	switch {
-	case !ok:
+	case !ok || strings.HasPrefix(m, "s") && !k.isChild(pid):
+		// Killed or stopped by something, or not the keeper answering: it
+		// may have started the program. Its processes are the daemon's
+		// once it is dead; they are swept, and the start is not called
+		// failed (a client would retry it).
 		k.kill()
-		return nil, errors.New("the keeper did not start the program (it died, or did not answer)")
+		sweepDaemon(keeperReplyWait)
+		return nil, fmt.Errorf("the op's keeper process stopped answering as it started the program (%w)", ErrMayHaveStarted)
 	case strings.HasPrefix(m, "s"):
-		pid, err := strconv.Atoi(m[1:])
-		if err != nil {
-			return nil, fmt.Errorf("keeper: bad reply %q", m)
-		}
 		// Spared by the daemon's sweep: it reaps the leader itself if the
 		// keeper dies first (reap).
 		spare.mu.Lock()
 		spare.leaders[pid] = true
 		spare.mu.Unlock()
-		k.leader = pid
 		k.watchLeader(pid, run)
 		return &leader{pid: pid, exited: run.exited, kp: k}, nil
 	case strings.HasPrefix(m, "f"):
@@ -223,6 +251,17 @@ func (k *keeper) launch(path string, argv []string, attr *os.ProcAttr) (*leader,
 		}
 	}
 	return nil, fmt.Errorf("keeper: bad reply %q", m)
+}
+
+// isChild reports whether pid is a live child of the keeper: what it
+// reports as the program it started must be, or the daemon would signal
+// another process's group.
+func (k *keeper) isChild(pid int) bool {
+	if pid <= 1 {
+		return false
+	}
+	st, err := readStat(pid)
+	return err == nil && st.ppid == k.proc.Pid
 }
 
 // keeperStartError is why the keeper could not start a program; it unwraps
@@ -322,16 +361,18 @@ func (k *keeper) signal(pgid int, sig syscall.Signal) {
 func (k *keeper) end(d time.Duration) (ok bool, cpu time.Duration, died bool) {
 	if err := k.send([]byte("E"+strconv.FormatInt(d.Milliseconds(), 10)), nil); err == nil {
 		if m, got := k.reply(d + keeperReplyWait); got {
-			var flag int
+			var flag, reuse int
 			var ns int64
-			if _, err := fmt.Sscanf(m, "e%d %d", &flag, &ns); err == nil {
+			if _, err := fmt.Sscanf(m, "e%d %d %d", &flag, &ns, &reuse); err == nil {
+				k.charged += time.Duration(ns)
+				k.reusable = reuse == 1
 				return flag == 1, time.Duration(ns), false
 			}
 		}
 	}
 	k.kill()
 	if k.state != nil {
-		cpu = k.state.UserTime() + k.state.SystemTime()
+		cpu = max(0, k.state.UserTime()+k.state.SystemTime()-k.charged)
 	}
 	return false, cpu, true
 }

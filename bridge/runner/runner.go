@@ -2,6 +2,7 @@ package runner
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -133,6 +134,11 @@ type Output struct {
 // A daemon runs its ops through a [State] instead ([State.Run]), so that
 // what a crash leaves of them is found and ended at its next start.
 func Run(ctx context.Context, s Spec) *Outcome { return run(ctx, s, nil) }
+
+// ErrMayHaveStarted is in an Outcome's StartErr when the runner cannot
+// tell whether the program started (its keeper was killed or stopped
+// while it started it): unlike another StartErr, the program may have run.
+var ErrMayHaveStarted = errors.New("the program may have started")
 
 // exitStatus is what became of the leader, once reaped.
 type exitStatus struct {
