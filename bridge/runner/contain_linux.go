@@ -338,6 +338,10 @@ type hold struct {
 	kp    *keeper    // kind == containKeeper
 	state *State     // the State of the run, for its keeper's pool
 	clean bool       // the keeper ended its run, nothing left: it may serve another
+	// reaped0 is the daemon's count of reaped CPU when the run began: a
+	// run whose keeper dies is charged what the daemon reaped since (its
+	// processes, which the group kill may end before the sweep).
+	reaped0 time.Duration
 	pid   int        // the leader, once started
 	// cpu is the CPU time of every process of the run, once await has
 	// seen them all gone: the cgroup's cpu.stat, or what the keeper reaped.
@@ -384,7 +388,10 @@ func newHold(s *State) (*hold, []string) {
 	if kind == containKeeper {
 		kp, err := takeKeeper(s)
 		if err == nil {
-			return &hold{kind: containKeeper, kp: kp, state: s}, notes
+			spare.mu.Lock()
+			r0 := spare.reaped
+			spare.mu.Unlock()
+			return &hold{kind: containKeeper, kp: kp, state: s, reaped0: r0}, notes
 		}
 		notes = append(notes, fmt.Sprintf("op containment: no keeper for this run (%v): process group only", err))
 	}
@@ -483,13 +490,10 @@ func (h *hold) await(d time.Duration) bool {
 			// The keeper died (the op killed it, say), or was killed for
 			// not answering: what was in its subtree is the daemon's now,
 			// swept, and charged to this run as it is reaped.
-			spare.mu.Lock()
-			before := spare.reaped
-			spare.mu.Unlock()
 			ok := sweepDaemon(d)
 			reapDead(d)
 			spare.mu.Lock()
-			h.cpu += spare.reaped - before
+			h.cpu += spare.reaped - h.reaped0
 			spare.mu.Unlock()
 			return ok
 		}
