@@ -19,7 +19,6 @@ import (
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/agent"
 	"github.com/syncbridge/bridge/bridge/runner"
-	"github.com/syncbridge/bridge/syncsafe"
 )
 
 // The containment of an op's processes, as the daemon uses it (issue 24),
@@ -198,13 +197,7 @@ func TestCrashWithChildrenOutlivingTheLeader(t *testing.T) {
 				if len(crashed) != 1 {
 					t.Fatalf("the interrupted run's child recorded %v:\n%s", crashed, c.logText())
 				}
-				waitFor(t, 10*time.Second, "the crashed daemon's lock to be released", func() bool {
-					l, err := syncsafe.Lock(p.host.Path("serve.lock"))
-					if err == nil {
-						l.Unlock()
-					}
-					return err == nil
-				})
+				p.waitLockFree(t)
 				p.start(t, map[string]string{"COUNT_FILE": countFile})
 				out := p.wait(t, s.ID)
 				// The answer is in: the interrupted run's child must be gone
@@ -312,13 +305,7 @@ ops = ["again"]
 		defer f.Close()
 		return syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) != nil
 	})
-	waitFor(t, 10*time.Second, "the crashed daemon's lock to be released", func() bool {
-		l, err := syncsafe.Lock(p.host.Path("serve.lock"))
-		if err == nil {
-			l.Unlock()
-		}
-		return err == nil
-	})
+	p.waitLockFree(t)
 	d, err := NewDaemon(p.host, DaemonOptions{AllowRoot: true, Rescan: 500 * time.Millisecond, Grace: 200 * time.Millisecond,
 		Env: envWith(map[string]string{"COUNT_FILE": countFile})})
 	if err != nil {

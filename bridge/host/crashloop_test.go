@@ -248,6 +248,20 @@ func (c *crashProc) logText() string {
 	return string(b)
 }
 
+// waitLockFree waits until the crashed daemon's lock is released: the
+// kernel releases it when the last descriptor of the dead process's lock
+// file closes, which on a loaded machine can lag its exit status.
+func (p *pair) waitLockFree(t *testing.T) {
+	t.Helper()
+	waitFor(t, 10*time.Second, "the crashed daemon's lock to be released", func() bool {
+		l, err := syncsafe.Lock(p.host.Path("serve.lock"))
+		if err == nil {
+			l.Unlock()
+		}
+		return err == nil
+	})
+}
+
 // crashAuditEvents returns the host audit log's events of one request.
 func crashAuditEvents(t *testing.T, p *pair, id, event string) []AuditEvent {
 	t.Helper()
@@ -435,13 +449,7 @@ func crashInPipeline(t *testing.T, p *pair, at string, op crashOp, countFile str
 	// kernel releases it when the last descriptor of the dead process's
 	// lock file closes, which on a loaded machine can lag its exit status
 	// (seen once in CI: "locked by another process" at once after it).
-	waitFor(t, 10*time.Second, "the crashed daemon's lock to be released", func() bool {
-		l, err := syncsafe.Lock(p.host.Path("serve.lock"))
-		if err == nil {
-			l.Unlock()
-		}
-		return err == nil
-	})
+	p.waitLockFree(t)
 	p.start(t, map[string]string{"COUNT_FILE": countFile})
 	out := p.wait(t, id)
 	if op.child {

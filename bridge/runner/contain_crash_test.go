@@ -320,14 +320,7 @@ func TestOrphansReapedMidRun(t *testing.T) {
 // may make directories in the daemon's cgroup), is passed over: the
 // containment stays.
 func TestTakenCgroupNamePassedOver(t *testing.T) {
-	if !strings.HasPrefix(containmentNow(), "cgroup") {
-		t.Skip("the cgroup mode's")
-	}
-	st, _, err := OpenState(t.TempDir(), time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := modeState(t, "cgroup")
 	next := contain.seq.Load()
 	for i := uint64(1); i <= 40; i++ {
 		dir := filepath.Join(contain.parent, fmt.Sprintf("%s%s-%d", cgroupStatePrefix, st.tag, next+i))
@@ -365,14 +358,7 @@ func TestPID1KillsNoStranger(t *testing.T) {
 // A keeper whose run ended cleanly serves the next run of its State (no
 // process start per run), and charges each run its own CPU only.
 func TestKeeperServesRunAfterRun(t *testing.T) {
-	if !strings.HasPrefix(containmentNow(), "process tree") {
-		t.Skip("the keepers'")
-	}
-	st, _, err := OpenState(t.TempDir(), time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := modeState(t, "process tree")
 	first := st.Run(context.Background(), shSpec(t, `i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done; echo $PPID`))
 	second := st.Run(context.Background(), shSpec(t, `echo $PPID`))
 	if first.StartErr != nil || second.StartErr != nil || len(first.Stdout.Data) == 0 {
@@ -392,14 +378,7 @@ func TestKeeperServesRunAfterRun(t *testing.T) {
 // it) makes the start uncertain, never "could not start": the program may
 // have run, and a client would retry a failed start.
 func TestStoppedKeeperAtStartIsNotAFailedStart(t *testing.T) {
-	if !strings.HasPrefix(containmentNow(), "process tree") {
-		t.Skip("the keepers'")
-	}
-	st, _, err := OpenState(t.TempDir(), time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := modeState(t, "process tree")
 	if o := st.Run(context.Background(), shSpec(t, "true")); o.StartErr != nil {
 		t.Fatal(o.StartErr)
 	}
@@ -422,14 +401,7 @@ func TestStoppedKeeperAtStartIsNotAFailedStart(t *testing.T) {
 // after the first run's report, and the CPU of what the daemon reaps of
 // the run (a burner that outlived its keeper) is charged too.
 func TestKilledPooledKeeperChargesItsRunOnly(t *testing.T) {
-	if !strings.HasPrefix(containmentNow(), "process tree") {
-		t.Skip("the keepers'")
-	}
-	st, _, err := OpenState(t.TempDir(), time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := modeState(t, "process tree")
 	first := st.Run(context.Background(), shSpec(t, burnScript))
 	if first.StartErr != nil || first.CPU < 60*time.Millisecond {
 		t.Fatalf("first: %v, CPU %v", first.StartErr, first.CPU)
@@ -447,17 +419,10 @@ func TestKilledPooledKeeperChargesItsRunOnly(t *testing.T) {
 // A program that changes its keeper's limits (prlimit) does not hand them
 // to the next run: the keeper is not used again.
 func TestChangedKeeperIsNotReused(t *testing.T) {
-	if !strings.HasPrefix(containmentNow(), "process tree") {
-		t.Skip("the keepers'")
-	}
 	if _, err := exec.LookPath("prlimit"); err != nil {
 		t.Skip("no prlimit(1)")
 	}
-	st, _, err := OpenState(t.TempDir(), time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := modeState(t, "process tree")
 	first := st.Run(context.Background(), shSpec(t, `prlimit --pid $PPID --nofile=40:40 && echo $PPID`))
 	second := st.Run(context.Background(), shSpec(t, `echo $PPID; ulimit -n`))
 	f := strings.Fields(string(second.Stdout.Data))
@@ -486,4 +451,19 @@ top=$!; while [ ! -s deep ]; do sleep 0.01; done; `+leave)
 		t.Fatal(o.StartErr)
 	}
 	checkNoneLeft(t, "a chain of 300", tag, o)
+}
+
+// modeState opens a State of its own for a test of one containment mode
+// (its description's prefix), or skips the test in the other.
+func modeState(t *testing.T, mode string) *State {
+	t.Helper()
+	if !strings.HasPrefix(containmentNow(), mode) {
+		t.Skipf("%s's only", mode)
+	}
+	st, _, err := OpenState(t.TempDir(), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
 }
