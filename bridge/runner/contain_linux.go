@@ -342,7 +342,7 @@ type hold struct {
 	// run whose keeper dies is charged what the daemon reaped since (its
 	// processes, which the group kill may end before the sweep).
 	reaped0 time.Duration
-	pid   int        // the leader, once started
+	pid     int // the leader, once started
 	// cpu is the CPU time of every process of the run, once await has
 	// seen them all gone: the cgroup's cpu.stat, or what the keeper reaped.
 	cpu time.Duration
