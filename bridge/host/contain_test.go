@@ -328,3 +328,73 @@ ops = ["again"]
 		t.Errorf("the op started %d times, want once", starts)
 	}
 }
+
+// containHostilePolicy's ops are bad input from an allowed agent: a program that
+// forks 10,000 processes and exits, a fork bomb under a process limit, and
+// one that closes its standard streams and daemonizes. Every process carries
+// TAG in its environment.
+const containHostilePolicy = `
+[ops.fork10k]
+argv = ["sh", "-c", "mkfifo \"$COUNT_FILE.fifo\"; i=0; while [ $i -lt 10000 ]; do (read x <\"$COUNT_FILE.fifo\") </dev/null >/dev/null 2>&1 & i=$((i+1)); done; echo forked"]
+env = ["PATH", "COUNT_FILE", "TAG"]
+timeout = "5m"
+
+[ops.bomb]
+argv = ["sh", "-c", "f() {{ f & f & sleep 600; }}; f"]
+env = ["PATH", "TAG"]
+timeout = "3s"
+processes = 500
+
+[ops.daemonize]
+argv = ["sh", "-c", "setsid sh -c 'exec sleep 600' </dev/null >/dev/null 2>&1 & exec >&- 2>&-; exit 0"]
+env = ["PATH", "TAG"]
+
+[ops.echo]
+argv = ["echo", "still serving"]
+env = ["PATH"]
+
+[agents.cloud-1]
+ops = ["fork10k", "bomb", "daemonize", "echo"]
+`
+
+// TestHostileOpsContained: each hostile op is answered, none of its
+// processes outlives the answer, and the daemon serves the next request.
+func TestHostileOpsContained(t *testing.T) {
+	bothModes(t, func(t *testing.T) {
+		p := newPair(t, containHostilePolicy)
+		tag := fmt.Sprintf("bridge-hostile-%d-%d", os.Getpid(), time.Now().UnixNano())
+		p.start(t, map[string]string{"COUNT_FILE": filepath.Join(t.TempDir(), "count"), "TAG": tag})
+		ops := []string{"fork10k", "daemonize"}
+		if os.Getuid() != 0 {
+			ops = append(ops, "bomb") // RLIMIT_NPROC does not bind root
+		}
+		for _, op := range ops {
+			out := p.run(t, agent.SubmitOptions{Op: op})
+			if out.Receipt.Status != bridge.StatusDone {
+				t.Errorf("%s: %s (%s: %s)", op, out.Receipt.Status, out.Receipt.Reason, out.Receipt.Detail)
+			}
+			if left := taggedProcs(tag); len(left) > 0 {
+				t.Fatalf("%s: %d of its processes outlived its answer (containment: %s)", op, len(left), runner.Containment(0))
+			}
+		}
+		if out := p.run(t, agent.SubmitOptions{Op: "echo"}); string(out.Stdout) != "still serving\n" {
+			t.Fatalf("after the hostile ops: %s %q", out.Receipt.Status, out.Stdout)
+		}
+	})
+}
+
+// taggedProcs lists the live processes whose environment holds TAG=tag.
+func taggedProcs(tag string) []int {
+	var pids []int
+	dirs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, d := range dirs {
+		env, err := os.ReadFile(d + "/environ")
+		if err != nil || !bytes.Contains(append(env, 0), []byte("TAG="+tag+"\x00")) {
+			continue
+		}
+		if pid, err := strconv.Atoi(filepath.Base(d)); err == nil && alive(pid) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
