@@ -49,7 +49,7 @@ import (
 //	                 G{json guard}     be the daemon's guard instead (cgroup mode): run nothing, and
 //	                                   when the daemon dies end every cgroup of its runs
 //	keeper → daemon  H                 ready (sent first)
-//	                 s<pid>            started
+//	                 s<pid> <cpu ns>   started; the keeper's own CPU so far
 //	                 f<errno> <what>   not started
 //	                 x<pid>            the leader exited (not reaped: its pid still names its group)
 //	                 w<code> <signal> <cpu ns>   the leader reaped
@@ -198,6 +198,14 @@ func keeperSettings() string {
 	return b.String()
 }
 
+// selfCPU is the CPU (ns) this process used itself: a keeper killed in a
+// run is charged to it only what it used since the run began.
+func selfCPU() int64 {
+	var ru unix.Rusage
+	_ = unix.Getrusage(unix.RUSAGE_SELF, &ru)
+	return ru.Utime.Nano() + ru.Stime.Nano()
+}
+
 // childrenCPU is the CPU (ns) of every child this process reaped.
 func childrenCPU() int64 {
 	var ru unix.Rusage
@@ -262,7 +270,7 @@ func (k *keeperProc) start(body, oob []byte) {
 		k.send(fmt.Sprintf("f%d %v", errno, err))
 		return
 	}
-	k.send("s" + strconv.Itoa(k.leader.Pid))
+	k.send(fmt.Sprintf("s%d %d", k.leader.Pid, selfCPU()))
 }
 
 // reapLeader reaps the leader and reports its status and CPU time (its

@@ -40,6 +40,9 @@ type keeper struct {
 	// keeper that dies in a later run charges that run only the rest of
 	// what wait4 reports for it.
 	charged time.Duration
+	// own is the keeper's own CPU as the run began (its Go runtime, its
+	// earlier runs' bookkeeping): not the run's either.
+	own time.Duration
 	// reusable: the keeper said it may serve another run (nothing an op
 	// could change of it was changed).
 	reusable bool
@@ -164,7 +167,8 @@ func (k *keeper) read(ready chan<- bool) {
 				k.markExited()
 			}
 		default:
-			if pid, err := strconv.Atoi(strings.TrimPrefix(msg, "s")); err == nil && strings.HasPrefix(msg, "s") {
+			var pid int
+			if _, err := fmt.Sscanf(msg, "s%d", &pid); err == nil {
 				// Known before any word of its exit, which follows.
 				k.mu.Lock()
 				k.leader = pid
@@ -224,7 +228,9 @@ func (k *keeper) launch(path string, argv []string, attr *os.ProcAttr) (*leader,
 	m, ok := k.reply(keeperReplyWait)
 	pid := 0
 	if ok && strings.HasPrefix(m, "s") {
-		pid, _ = strconv.Atoi(m[1:])
+		var own int64
+		_, _ = fmt.Sscanf(m, "s%d %d", &pid, &own)
+		k.own = time.Duration(own)
 	}
 	switch {
 	case !ok || strings.HasPrefix(m, "s") && !k.isChild(pid):
@@ -357,7 +363,8 @@ func (k *keeper) signal(pgid int, sig syscall.Signal) {
 // (then what was in its subtree is the daemon's).
 //
 // A keeper that dies or does not answer in time is killed: its CPU, as
-// wait4 reports it for the keeper and everything it reaped, is the run's.
+// wait4 reports it for the keeper and everything it reaped, less what it
+// reported for earlier runs and its own CPU as this run began, is the run's.
 func (k *keeper) end(d time.Duration) (ok bool, cpu time.Duration, died bool) {
 	if err := k.send([]byte("E"+strconv.FormatInt(d.Milliseconds(), 10)), nil); err == nil {
 		if m, got := k.reply(d + keeperReplyWait); got {
@@ -372,7 +379,7 @@ func (k *keeper) end(d time.Duration) (ok bool, cpu time.Duration, died bool) {
 	}
 	k.kill()
 	if k.state != nil {
-		cpu = max(0, k.state.UserTime()+k.state.SystemTime()-k.charged)
+		cpu = max(0, k.state.UserTime()+k.state.SystemTime()-k.charged-k.own)
 	}
 	return false, cpu, true
 }
