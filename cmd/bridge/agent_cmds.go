@@ -46,7 +46,9 @@ func (c *StatusCmd) Run(g *Globals) error {
 
 // WaitCmd waits for a result without acking it.
 type WaitCmd struct {
-	ID      string        `arg:"" help:"Request id."`
+	IDs     []string      `arg:"" optional:"" name:"id" help:"Request ids (several: each answer is printed as it lands)."`
+	All     bool          `help:"Also wait for every request this home sent whose answer it has not acked (as 'bridge ls' lists them)."`
+	Ack     bool          `help:"Ack each answer once it is printed (as run does), so the next --all waits for the rest only."`
 	Timeout time.Duration `default:"10m" help:"How long to wait."`
 }
 
@@ -54,12 +56,20 @@ func (c *WaitCmd) Run(g *Globals) error {
 	if err := checkTimeout(c.Timeout, false); err != nil {
 		return err
 	}
-	cl, err := clientFor(g, &c.ID)
+	if len(c.IDs) != 1 || c.All {
+		if len(c.IDs) == 0 && !c.All {
+			return &codeError{code: exitUsage, err: withHintf(errors.New("wait: no request id given"),
+				"`bridge wait ID...`, or `bridge wait --all` for every request whose answer this home has not acked (`bridge ls` lists them)")}
+		}
+		return waitMany(g, c.IDs, c.All, c.Ack, c.Timeout)
+	}
+	id := c.IDs[0]
+	cl, err := clientFor(g, &id)
 	if err != nil {
 		return err
 	}
 	defer cl.Close()
-	return waitAndPrint(g, cl, c.ID, c.Timeout, false)
+	return waitAndPrint(g, cl, id, c.Timeout, c.Ack)
 }
 
 // ResultCmd prints a result that is already there.

@@ -288,29 +288,11 @@ func helpPath(err error) string {
 
 // report prints an error with its hint and returns its exit code.
 func report(stderr io.Writer, err error, asJSON bool, stdout io.Writer) int {
-	code := exitError
 	var ce *codeError
-	if errors.As(err, &ce) {
-		code = ce.code
-		if ce.err == nil {
-			return code // the command already said everything
-		}
+	if errors.As(err, &ce) && ce.err == nil {
+		return ce.code // the command already said everything
 	}
-	if errors.Is(err, context.Canceled) {
-		code = exitInterrupt
-	}
-	if code == exitError && (errors.Is(err, agent.ErrUnknownHost) || errors.Is(err, agent.ErrAmbiguousHost)) {
-		code = exitUsage // --host names no trusted host, or is needed
-	}
-	if code == exitError && errors.Is(err, bridge.ErrTooLarge) {
-		// Refused before sending what the host would refuse: the same code.
-		code = exitRejected
-	}
-	hint := ""
-	var he *bridge.HintError
-	if errors.As(err, &he) {
-		hint = he.Hint
-	}
+	code, hint := errorCode(err)
 	if asJSON {
 		// bridge_exit_code, as in the output of a finished op, so a script
 		// reads bridge's own code under one name whatever happened.
@@ -335,6 +317,30 @@ func report(stderr io.Writer, err error, asJSON bool, stdout io.Writer) int {
 		fmt.Fprintf(stderr, "bridge: hint: %s\n", escapeControls(hint))
 	}
 	return code
+}
+
+// errorCode is the exit code an error stands for, and its hint.
+func errorCode(err error) (code int, hint string) {
+	code = exitError
+	var ce *codeError
+	if errors.As(err, &ce) {
+		code = ce.code
+	}
+	if errors.Is(err, context.Canceled) {
+		code = exitInterrupt
+	}
+	if code == exitError && (errors.Is(err, agent.ErrUnknownHost) || errors.Is(err, agent.ErrAmbiguousHost)) {
+		code = exitUsage // --host names no trusted host, or is needed
+	}
+	if code == exitError && errors.Is(err, bridge.ErrTooLarge) {
+		// Refused before sending what the host would refuse: the same code.
+		code = exitRejected
+	}
+	var he *bridge.HintError
+	if errors.As(err, &he) {
+		hint = he.Hint
+	}
+	return code, hint
 }
 
 // signalContext is cancelled on the first SIGINT/SIGTERM; a second one runs

@@ -65,19 +65,32 @@ func (c *RunCmd) Run(g *Globals) error {
 
 // SubmitCmd submits only.
 type SubmitCmd struct {
-	Op             string        `arg:"" help:"The op to run."`
+	Op             string        `arg:"" optional:"" help:"The op to run (none with --batch)."`
 	Args           []string      `arg:"" optional:"" help:"Arguments as NAME=VALUE."`
 	Key            string        `placeholder:"K" help:"Idempotency key."`
 	Host           string        `placeholder:"NAME" help:"The host to ask."`
 	TTL            time.Duration `default:"24h" help:"How long the request stays valid."`
 	Stdin          string        `placeholder:"FILE" help:"Send FILE (or -) as the op's standard input (as for run)."`
 	NoCheck        bool          `name:"no-check" help:"Send without checking against the host's catalog."`
+	Batch          bool          `help:"Read many requests from standard input, one JSON object a line ({\"op\": ..., \"args\": {...}, \"key\": ..., \"host\": ..., \"ttl\": ..., \"stdin\": ...}); print each line's number and id, or its refusal, as it goes."`
 	SyncthingFlags `embed:""`
 }
 
 func (c *SubmitCmd) Run(g *Globals) error {
 	if err := checkEmpty(g.args, "--key", "--host", "--stdin"); err != nil {
 		return err
+	}
+	if c.Batch {
+		if c.Op != "" || len(c.Args) > 0 || c.Key != "" || c.Stdin != "" {
+			return &codeError{code: exitUsage, err: withHintf(errors.New("--batch takes its requests from standard input, not the command line"),
+				`give each line its "op", "args", "key" and "stdin"; --host, --ttl and --no-check apply to every line`)}
+		}
+		g.syncthing = &c.SyncthingFlags
+		return submitBatch(g, g.stdin, c.Host, c.TTL, c.NoCheck)
+	}
+	if c.Op == "" {
+		return &codeError{code: exitUsage, err: withHintf(errors.New("submit: no op given"),
+			"`bridge submit OP NAME=VALUE...`, or `bridge submit --batch` with one JSON request a line on standard input; `bridge ops` lists the ops")}
 	}
 	cl, s, err := submit(g, c.Op, c.Args, c.Key, c.Host, c.Stdin, c.NoCheck, c.TTL, c.SyncthingFlags)
 	if err != nil {
@@ -433,19 +446,11 @@ func printOutcomeTo(g *Globals, out *agent.Outcome, stdout, stderr io.Writer) er
 	rc := out.Receipt
 	code := exitFor(rc)
 	if g.JSON {
-		argv := rc.Argv
-		if argv == nil {
-			argv = []string{} // a settled or refused request ran nothing
-		}
-		// One JSON document holds the output as strings: in memory.
-		var stdout, stderr bytes.Buffer
-		if err := out.WriteOutput(&stdout, &stderr); err != nil {
+		v, err := outcomeJSON(out)
+		if err != nil {
 			return err
 		}
-		g.printJSON(map[string]any{"id": rc.ID, "op": rc.Op, "status": rc.Status, "reason": rc.Reason, "detail": rc.Detail,
-			"exit_code": opExitCode(rc), "signal": rc.Signal, "timed_out": rc.TimedOut, "argv": argv,
-			"stdout": stdout.String(), "stderr": stderr.String(), "stdout_truncated": rc.StdoutTruncated,
-			"stderr_truncated": rc.StderrTruncated, "policy_sha256": rc.PolicySHA256, "bridge_exit_code": code, "earlier_send": out.Earlier})
+		g.printJSON(v)
 	} else {
 		if out.Earlier {
 			g.note("note: request %s was sent before with this key; this is that send's answer: the op did not run again, and standard input, which is not part of the key, was not sent (use a new key for new input)", rc.ID)
@@ -479,6 +484,24 @@ func printOutcomeTo(g *Globals, out *agent.Outcome, stdout, stderr io.Writer) er
 		return nil
 	}
 	return &codeError{code: code}
+}
+
+// outcomeJSON is an outcome as --json prints it.
+func outcomeJSON(out *agent.Outcome) (map[string]any, error) {
+	rc := out.Receipt
+	argv := rc.Argv
+	if argv == nil {
+		argv = []string{} // a settled or refused request ran nothing
+	}
+	// One JSON document holds the output as strings: in memory.
+	var stdout, stderr bytes.Buffer
+	if err := out.WriteOutput(&stdout, &stderr); err != nil {
+		return nil, err
+	}
+	return map[string]any{"id": rc.ID, "op": rc.Op, "status": rc.Status, "reason": rc.Reason, "detail": rc.Detail,
+		"exit_code": opExitCode(rc), "signal": rc.Signal, "timed_out": rc.TimedOut, "argv": argv,
+		"stdout": stdout.String(), "stderr": stderr.String(), "stdout_truncated": rc.StdoutTruncated,
+		"stderr_truncated": rc.StderrTruncated, "policy_sha256": rc.PolicySHA256, "bridge_exit_code": exitFor(rc), "earlier_send": out.Earlier}, nil
 }
 
 func exitFor(rc *bridge.Receipt) int {
