@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"strings"
@@ -165,6 +166,26 @@ func TestLowOrderKeysRefused(t *testing.T) {
 	}
 	if err := CheckBoxKey(make([]byte, 31)); !errors.Is(err, ErrBadKey) {
 		t.Fatalf("short key: %v", err)
+	}
+}
+
+// The keys CheckBoxKey remembers as good never make a bad one pass: after
+// good keys fill the memory past its bound (and it starts again), and with
+// a good key's bytes changed in place after its check.
+func TestGoodKeyMemoryKeepsRefusing(t *testing.T) {
+	for i := range 300 {
+		good := mustIdentity(t, fmt.Sprint("k", i)).BoxPublic()
+		if err := CheckBoxKey(good); err != nil {
+			t.Fatal(err)
+		}
+		if err := CheckBoxKey(good); err != nil {
+			t.Fatalf("a good key, checked again: %v", err)
+		}
+		bad, _ := hex.DecodeString(lowOrderPoints[i%len(lowOrderPoints)])
+		copy(good, bad) // the same slice, now a low-order key
+		if err := CheckBoxKey(good); !errors.Is(err, ErrBadKey) {
+			t.Fatalf("round %d: a low-order key passed: %v", i, err)
+		}
 	}
 }
 

@@ -144,7 +144,7 @@ func CheckBoxKey(pub []byte) error {
 	}
 	// Any scalar does: X25519 fails exactly when the result is all zeros, which
 	// happens for every scalar iff the point has low order.
-	if _, err := curve25519.X25519(lowOrderProbe[:], pub); err != nil {
+	if _, err := curve25519.X25519(lowOrderProbe[:], k[:]); err != nil { // the copy: what is checked is what is kept
 		return fmt.Errorf("%w: encryption key has low order", ErrBadKey)
 	}
 	goodBoxKeys.Lock()

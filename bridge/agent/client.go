@@ -122,6 +122,9 @@ type Sent struct {
 	ManifestSHA256 string            `json:"manifest_sha256"`
 	Created        int64             `json:"created"`
 	Expires        int64             `json:"expires"`
+	// Earlier: Submit found this keyed request sent before, and sent
+	// nothing new (not part of the record).
+	Earlier bool `json:"-"`
 }
 
 // SubmitOptions describe a request.
@@ -132,6 +135,10 @@ type SubmitOptions struct {
 	Key   string        // idempotency key: the id becomes a function of it
 	Stdin io.Reader     // optional standard input for the op
 	TTL   time.Duration // validity (default 24h)
+	// NoCheck sends the input without holding it to the op's max_stdin in
+	// the host's catalog (a catalog older than the host's policy); the
+	// host enforces its bound either way.
+	NoCheck bool
 }
 
 // ErrAmbiguousHost: the agent trusts several hosts and none was named.
@@ -227,6 +234,7 @@ func (c *Client) Submit(o SubmitOptions) (*Sent, error) {
 		}
 		if err == nil {
 			c.repeats.Store(s.ID, true)
+			s.Earlier = true
 			// Sent before: deliver the very same manifest again if it is
 			// not in the folder (a crash before it was published, or a
 			// lost file); the host answers a duplicate from its ledger.
@@ -255,7 +263,7 @@ func (c *Client) Submit(o SubmitOptions) (*Sent, error) {
 			return nil, fmt.Errorf("submit: %w", err)
 		}
 	}
-	if o.Stdin != nil {
+	if o.Stdin != nil && !o.NoCheck {
 		o.Stdin = c.boundStdin(o.Host, o.Op, o.Stdin)
 	}
 	now := time.Now()
@@ -357,6 +365,9 @@ type stdinTooLarge struct {
 }
 
 func (e *stdinTooLarge) Error() string {
+	if e.most == 0 {
+		return fmt.Sprintf("%v: op %s takes no standard input (its max_stdin in the host's catalog is 0); nothing was sent", bridge.ErrTooLarge, e.op)
+	}
 	return fmt.Sprintf("%v: standard input is larger than the %d bytes op %s takes (max_stdin in the host's catalog); nothing was sent", bridge.ErrTooLarge, e.most, e.op)
 }
 

@@ -284,6 +284,9 @@ type State struct {
 	// result alone, after the home was rebuilt from the agent's secret.
 	Created *time.Time `json:"created,omitempty"`
 	Expires *time.Time `json:"expires,omitempty"`
+	// Acked: this home acked the answer (it holds its own copy); `wait
+	// --all` waits for the requests that are not.
+	Acked bool `json:"acked"`
 }
 
 // UnixTime is t as a time, nil for 0 (not known).
@@ -340,6 +343,9 @@ func (c *Client) Status(id string) (*State, error) {
 	}
 	st := &State{ID: id, Op: s.Op, Host: s.HostName, State: "submitted",
 		Created: UnixTime(s.Created), Expires: UnixTime(s.Expires)}
+	if rec, err := c.readSent(id); err == nil {
+		st.Acked = rec.Result != nil
+	}
 	out, err := c.Result(id)
 	if err == nil {
 		defer out.Close()

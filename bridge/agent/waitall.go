@@ -85,8 +85,10 @@ func (c *Client) WaitAll(ctx context.Context, ids []string, got func(id string, 
 	most := min(max(2*time.Second, time.Duration(len(pending))*20*time.Millisecond), time.Minute)
 	b := backoff.NewExponentialBackOff(backoff.WithInitialInterval(50*time.Millisecond),
 		backoff.WithMaxInterval(most), backoff.WithMaxElapsedTime(0))
+	var due time.Time // of the next full look: events do not put it off
 	for full := true; len(pending) > 0; {
 		if full {
+			due = time.Now().Add(b.NextBackOff())
 			for _, id := range ids {
 				if pending[id] != nil {
 					look(id)
@@ -107,7 +109,7 @@ func (c *Client) WaitAll(ctx context.Context, ids []string, got func(id string, 
 		if len(pending) == 0 {
 			break
 		}
-		t := time.NewTimer(b.NextBackOff())
+		t := time.NewTimer(time.Until(due))
 		select {
 		case <-ctx.Done():
 			t.Stop()

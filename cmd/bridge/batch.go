@@ -8,6 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -53,10 +55,14 @@ func submitBatch(g *Globals, in io.Reader, defaultHost string, defaultTTL time.D
 		if ctx.Err() != nil {
 			// Lines not read are not sent: the ids printed so far are
 			// what went.
-			return &codeError{code: exitInterrupt, err: withHintf(fmt.Errorf("interrupted at line %d", n),
+			return &codeError{code: exitInterrupt, err: withHintf(fmt.Errorf("interrupted at line %d: it was not sent", n),
 				"the lines before it were sent (their ids are printed); send the rest again from line %d", n)}
 		}
 		line, long, err := readBatchLine(r)
+		if ctx.Err() != nil {
+			return &codeError{code: exitInterrupt, err: withHintf(fmt.Errorf("interrupted at line %d: it was not sent", n),
+				"the lines before it were sent (their ids are printed); send the rest again from line %d", n)}
+		}
 		if len(line) == 0 && !long && err != nil {
 			if errors.Is(err, io.EOF) {
 				break
@@ -72,6 +78,12 @@ func submitBatch(g *Globals, in io.Reader, defaultHost string, defaultTTL time.D
 			continue // a blank line is no request
 		}
 		b.send(n, line, defaultHost, defaultTTL)
+		if b.broken != nil {
+			return withHintf(b.broken, "it and the lines before it were sent; their ids are in `bridge ls` (a batch sent again with keys sends nothing twice)")
+		}
+	}
+	if b.first == nil && b.sent == 0 && !g.JSON {
+		g.note("note: the batch held no request: nothing was sent")
 	}
 	if b.first != nil {
 		code, _ := errorCode(b.first)
@@ -92,6 +104,8 @@ type batch struct {
 	noCheck bool
 	cats    map[string]catalogRead // by --host value
 	first   error                  // the first refusal
+	sent    int                    // lines sent (or found sent before)
+	broken  error                  // standard output failed: nothing more is sent
 }
 
 // send parses, checks and sends line n.
@@ -100,19 +114,34 @@ func (b *batch) send(n int, line []byte, defaultHost string, defaultTTL time.Dur
 	dec := json.NewDecoder(bytes.NewReader(line))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&l); err != nil {
-		b.refuse(n, &codeError{code: exitUsage, err: withHintf(fmt.Errorf("not a request: %v", err),
-			`a line is one JSON object: {"op": "echo", "args": {"msg": "hi"}}, with "key", "host", "ttl" and "stdin" optional`)})
+		b.refuse(n, &codeError{code: exitUsage, err: lineError(line, err)})
 		return
 	}
-	if dec.More() {
-		b.refuse(n, &codeError{code: exitUsage, err: withHintf(errors.New("more than one JSON value"), "one request per line")})
+	if bytes.Contains(line, []byte("null")) {
+		// A null argument decodes as "": refused as the number it may stand for is.
+		var raw struct {
+			Args map[string]any `json:"args"`
+		}
+		if json.Unmarshal(line, &raw) == nil {
+			for _, name := range slices.Sorted(maps.Keys(raw.Args)) {
+				if raw.Args[name] == nil {
+					b.refuse(n, &codeError{code: exitUsage, err: withHintf(fmt.Errorf("argument %q: null, where arguments are strings", name),
+						`give every argument's value as a JSON string, e.g. {"%s": ""} for an empty one`, name)})
+					return
+				}
+			}
+		}
+	}
+	if rest := bytes.TrimSpace(line[dec.InputOffset():]); len(rest) > 0 {
+		b.refuse(n, &codeError{code: exitUsage, err: withHintf(fmt.Errorf("more after the request: %q", string(rest[:min(len(rest), 20)])), "one request per line")})
 		return
 	}
 	if l.Op == "" {
 		b.refuse(n, &codeError{code: exitUsage, err: withHintf(errors.New(`no "op"`), "`bridge ops` lists the ops")})
 		return
 	}
-	if l.Host == "" {
+	ownHost := l.Host != ""
+	if !ownHost {
 		l.Host = defaultHost
 	}
 	ttl := defaultTTL
@@ -138,21 +167,40 @@ func (b *batch) send(n int, line []byte, defaultHost string, defaultTTL time.Dur
 		given = bridge.CallInput{Given: true, Len: int64(len(*l.Stdin))}
 		in = strings.NewReader(*l.Stdin)
 	}
+	hostErr := func(err error) error {
+		if ownHost && (errors.Is(err, agent.ErrUnknownHost) || errors.Is(err, agent.ErrAmbiguousHost)) {
+			// Said of the line's "host", not of a --host flag.
+			_, hint := errorCode(err)
+			return &codeError{code: exitUsage, err: withHintf(fmt.Errorf("host %q: no trusted host has that name or id", l.Host), "%s", hint)}
+		}
+		return err
+	}
 	if !b.noCheck {
 		if err := b.check(l.Host, l.Op, l.Args, given); err != nil {
-			b.refuse(n, err)
+			b.refuse(n, hostErr(err))
 			return
 		}
 	}
-	s, err := b.cl.Submit(agent.SubmitOptions{Host: l.Host, Op: l.Op, Args: l.Args, Key: l.Key, Stdin: in, TTL: ttl})
+	s, err := b.cl.Submit(agent.SubmitOptions{Host: l.Host, Op: l.Op, Args: l.Args, Key: l.Key, Stdin: in, TTL: ttl, NoCheck: b.noCheck})
 	if err != nil {
-		b.refuse(n, err)
+		b.refuse(n, hostErr(err))
 		return
 	}
+	b.sent++
+	var werr error
 	if b.g.JSON {
-		b.g.printJSONLine(map[string]any{"line": n, "id": s.ID, "host": s.HostName, "op": s.Op})
+		werr = b.g.printJSONLine(map[string]any{"line": n, "id": s.ID, "host": s.HostName, "op": s.Op, "earlier_send": s.Earlier})
 	} else {
-		b.g.printf("%d\t%s\n", n, s.ID)
+		_, werr = fmt.Fprintf(b.g.stdout, "%d\t%s\n", n, s.ID)
+	}
+	if werr != nil {
+		// An id that cannot be printed is a request the caller cannot
+		// follow: stop sending.
+		b.broken = fmt.Errorf("print the id of line %d (%s, sent): %w", n, s.ID, werr)
+		return
+	}
+	if s.Earlier && !b.g.JSON {
+		b.g.note("note: line %d: sent before with key %q (as %s): not sent again", n, l.Key, s.ID)
 	}
 }
 
@@ -162,13 +210,15 @@ func (b *batch) check(host, op string, args map[string]string, given bridge.Call
 	c, ok := b.cats[host]
 	if !ok {
 		c.cat, c.err = b.cl.Ops(host)
+		if errors.Is(c.err, agent.ErrUnknownHost) || errors.Is(c.err, agent.ErrAmbiguousHost) {
+			// Not kept: a batch may name any number of hosts that do not
+			// exist; only the trusted ones' catalogs are.
+			return c.err
+		}
 		b.cats[host] = c
-		if c.err != nil && !errors.Is(c.err, agent.ErrUnknownHost) && !errors.Is(c.err, agent.ErrAmbiguousHost) {
+		if c.err != nil {
 			b.g.note("note: no catalog from host %q to check the batch against (%v); its lines go as they are, the host decides", host, c.err)
 		}
-	}
-	if errors.Is(c.err, agent.ErrUnknownHost) || errors.Is(c.err, agent.ErrAmbiguousHost) {
-		return c.err
 	}
 	if c.err != nil {
 		return nil
@@ -182,6 +232,66 @@ func (b *batch) check(host, op string, args map[string]string, given bridge.Call
 		return err
 	}
 	return nil
+}
+
+// lineHint is what a line holds.
+const lineHint = `a line is one JSON object: {"op": "echo", "args": {"msg": "hi"}}, with "key", "host", "ttl" and "stdin" optional`
+
+// lineError says, in a batch's own terms, why a line is not a request.
+func lineError(line []byte, err error) error {
+	var syn *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &syn):
+		return withHintf(fmt.Errorf("not a request: not JSON at byte %d: %s", syn.Offset, strings.TrimPrefix(syn.Error(), "json: ")), lineHint)
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return withHintf(errors.New("not a request: the JSON is cut short"), lineHint)
+	case errors.As(err, &typ) && typ.Field == "args":
+		// Which argument is not a string: the error names the map only.
+		var raw struct {
+			Args map[string]any `json:"args"`
+		}
+		if json.Unmarshal(line, &raw) == nil {
+			for _, name := range slices.Sorted(maps.Keys(raw.Args)) {
+				if _, ok := raw.Args[name].(string); !ok {
+					return withHintf(fmt.Errorf("argument %q: a %s, where arguments are strings", name, jsonKind(raw.Args[name])),
+						`give every argument's value as a JSON string, e.g. {"%s": "2"}; the host's catalog says what it must hold`, name)
+				}
+			}
+		}
+		return withHintf(fmt.Errorf(`"args": a %s, where it is an object of strings, {"NAME": "VALUE"}`, typ.Value), lineHint)
+	case errors.As(err, &typ) && typ.Field == "":
+		return withHintf(fmt.Errorf("not a request: a JSON %s, not an object", typ.Value), lineHint)
+	case errors.As(err, &typ):
+		return withHintf(fmt.Errorf("%q: a %s, where it is a string", typ.Field, typ.Value), lineHint)
+	}
+	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+		name = strings.Trim(name, `"`)
+		for _, known := range []string{"op", "args", "key", "host", "ttl", "stdin"} {
+			if strings.HasPrefix(name, known) || strings.HasPrefix(known, name) {
+				return withHintf(fmt.Errorf("unknown field %q", name), `did you mean %q? %s`, known, lineHint)
+			}
+		}
+		return withHintf(fmt.Errorf("unknown field %q", name), lineHint)
+	}
+	return withHintf(fmt.Errorf("not a request: %v", err), lineHint)
+}
+
+// jsonKind names the kind of a decoded JSON value.
+func jsonKind(v any) string {
+	switch v.(type) {
+	case nil:
+		return "null"
+	case bool:
+		return "bool"
+	case float64:
+		return "number"
+	case []any:
+		return "array"
+	case map[string]any:
+		return "object"
+	}
+	return "string"
 }
 
 // refuse says why line n was not sent, and goes on.
@@ -210,7 +320,7 @@ func readBatchLine(r *bufio.Reader) (line []byte, long bool, err error) {
 		part, err := r.ReadSlice('\n')
 		if !long {
 			line = append(line, part...)
-			if len(line) > maxBatchLine+1 {
+			if len(bytes.TrimSuffix(line, []byte("\n"))) > maxBatchLine {
 				line, long = nil, true
 			}
 		}
@@ -229,14 +339,15 @@ func readBatchLine(r *bufio.Reader) (line []byte, long bool, err error) {
 // (ack: then acks it): --json, one
 // line of JSON each, as `wait --json` prints one; else a line naming it,
 // then its output. It returns the code of the first id, in the order
-// given, whose answer is not a success, or 75 if some are still
-// unanswered at the timeout.
+// printed, whose answer is not a success (answers print as they land, then
+// the ids still unanswered at the timeout, 75).
 func waitMany(g *Globals, ids []string, all, ack bool, timeout time.Duration) error {
 	cl, err := openClient(g)
 	if err != nil {
 		return err
 	}
 	defer cl.Close()
+	g.stdout = &lineTracker{w: g.stdout}
 	ids, err = resolveIDs(cl, ids)
 	if err != nil {
 		return err
@@ -258,39 +369,67 @@ func waitMany(g *Globals, ids []string, all, ack bool, timeout time.Duration) er
 	defer stop()
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	codes := map[string]int{}
+	first := 0 // the code of the first answer printed that is not a success
+	note := func(code int) {
+		if first == 0 {
+			first = code
+		}
+	}
 	left, werr := cl.WaitAll(ctx, ids, func(id string, out *agent.Outcome, err error) {
 		if err != nil {
 			var na *agent.NotAcceptedError
 			if errors.As(err, &na) {
 				err = notAccepted(id, na.Liveness)
 			}
-			codes[id] = printItemError(g, id, err)
+			note(printItemError(g, id, err))
 			return
 		}
 		defer out.Close()
-		codes[id] = printAnswer(g, out)
-		if ack {
+		code, printed := printAnswer(g, out)
+		note(code)
+		if ack && printed {
+			// Not when the answer could not be written: unacked, it is
+			// printed again by the next wait (as one wait --ack does).
 			if err := cl.Ack(out); err != nil {
 				g.note("warning: could not ack %s: %v", id, err)
 			}
 		}
 	})
+	lives := map[string]*agent.Liveness{} // by host id: one look each
 	for _, id := range left {
-		err := &codeError{code: exitWaitTime, id: id, err: withHintf(fmt.Errorf("no result for %s after %s", id, timeout),
-			"the request is not withdrawn: the host goes on with it; run `bridge wait %s` later, or `bridge status %s`", id, id)}
+		var err error
 		if errors.Is(werr, context.Canceled) {
 			err = &codeError{code: exitInterrupt, id: id, err: withHintf(fmt.Errorf("interrupted while waiting for %s", id),
 				"the request is not withdrawn: the host goes on with it; run `bridge wait %s` later", id)}
+		} else {
+			err = timedOut(cl, lives, id, timeout)
 		}
-		codes[id] = printItemError(g, id, err)
+		note(printItemError(g, id, err))
 	}
-	for _, id := range ids {
-		if c := codes[id]; c != 0 {
-			return &codeError{code: c} // each was said with its id
-		}
+	if first != 0 {
+		return &codeError{code: first} // each was said with its id
 	}
 	return nil
+}
+
+// timedOut is the error of a request still unanswered at the timeout: with
+// its host's liveness when that explains it (stopped, stale, no stamp), as
+// one `wait` says it.
+func timedOut(cl *agent.Client, lives map[string]*agent.Liveness, id string, timeout time.Duration) error {
+	var lv *agent.Liveness
+	if s, err := cl.Sent(id); err == nil {
+		var seen bool
+		if lv, seen = lives[s.Host]; !seen {
+			lv, _ = cl.HostLiveness(s.Host)
+			lives[s.Host] = lv
+		}
+	}
+	if lv != nil && (lv.Verdict == agent.LivenessStopped || lv.Verdict == agent.LivenessStale || lv.Verdict == agent.LivenessNoStamp) {
+		return &codeError{code: exitWaitTime, id: id, liveness: lv, err: withHintf(fmt.Errorf("no result for %s after %s: %s", id, timeout, lv.Message),
+			"the request stays queued; once the host runs and the folder syncs, `bridge wait %s` gets its answer (`bridge doctor` shows each host's liveness)", id)}
+	}
+	return &codeError{code: exitWaitTime, id: id, liveness: lv, err: withHintf(fmt.Errorf("no result for %s after %s", id, timeout),
+		"the request is not withdrawn: the host goes on with it (queued or running); run `bridge wait %s` later, or `bridge status %s` (`bridge cancel %s` withdraws it)", id, id, id)}
 }
 
 // resolveIDs checks each id, and makes whole the ones given by their first
@@ -331,33 +470,60 @@ func resolveIDs(cl *agent.Client, ids []string) ([]string, error) {
 	return out, nil
 }
 
-// printAnswer prints one answer of many and returns its exit code.
-func printAnswer(g *Globals, out *agent.Outcome) int {
+// printAnswer prints one answer of many and returns its exit code, and
+// whether it was written whole.
+func printAnswer(g *Globals, out *agent.Outcome) (code int, printed bool) {
 	rc := out.Receipt
 	if g.JSON {
 		v, err := outcomeJSON(out)
-		if err != nil {
-			return printItemError(g, rc.ID, err)
+		if err == nil {
+			err = g.printJSONLine(v)
 		}
-		g.printJSONLine(v)
-		return exitFor(rc)
+		if err != nil {
+			return printItemError(g, rc.ID, fmt.Errorf("print the answer to %s: %w", rc.ID, err)), false
+		}
+		return exitFor(rc), true
 	}
 	head := rc.Status
 	if rc.Status == bridge.StatusDone {
 		head = fmt.Sprintf("exit %d", rc.ExitCode)
 	}
-	g.printf("== %s %s: %s\n", rc.ID, rc.Op, head)
-	err := printOutcome(g, out)
-	code, _ := errorCode(err)
-	if err == nil {
-		code = 0
+	// The header starts a line whatever the last answer's output ended
+	// with. Text is for people: an op's output may hold anything, a line
+	// that looks like a header too; --json is what a script reads.
+	w := g.stdout.(*lineTracker)
+	if !w.atLineStart() {
+		w.Write([]byte("\n"))
 	}
+	if _, err := fmt.Fprintf(w, "== %s %s: %s\n", rc.ID, escapeControls(rc.Op), head); err != nil {
+		return printItemError(g, rc.ID, fmt.Errorf("print the answer to %s: %w", rc.ID, err)), false
+	}
+	err := printOutcome(g, out)
 	var ce *codeError
 	if err != nil && !errors.As(err, &ce) {
-		g.note("error: %s: %v", rc.ID, err)
+		return printItemError(g, rc.ID, fmt.Errorf("print the answer to %s: %w", rc.ID, err)), false
 	}
-	return code
+	if err == nil {
+		return 0, true
+	}
+	return ce.code, true
 }
+
+// lineTracker remembers whether what was written last ended a line.
+type lineTracker struct {
+	w    io.Writer
+	last byte
+}
+
+func (t *lineTracker) Write(p []byte) (int, error) {
+	n, err := t.w.Write(p)
+	if n > 0 {
+		t.last = p[n-1]
+	}
+	return n, err
+}
+
+func (t *lineTracker) atLineStart() bool { return t.last == 0 || t.last == '\n' }
 
 // printItemError says why there is no answer for id, and returns its code.
 func printItemError(g *Globals, id string, err error) int {
@@ -366,6 +532,9 @@ func printItemError(g *Globals, id string, err error) int {
 		v := map[string]any{"id": id, "error": escapeControls(err.Error()), "bridge_exit_code": code}
 		if hint != "" {
 			v["hint"] = escapeControls(hint)
+		}
+		if ce, ok := errors.AsType[*codeError](err); ok && ce.liveness != nil {
+			v["host_liveness"] = ce.liveness
 		}
 		g.printJSONLine(v)
 	}

@@ -34,7 +34,7 @@ type fastStatus struct {
 
 type fastWait struct {
 	Globals
-	Wait WaitCmd `cmd:"" help:"Agent: wait for a request's result (reads only)."`
+	Wait WaitCmd `cmd:"" help:"Agent: wait for requests' results and print each as it lands (a pure read, unless --ack)."`
 }
 
 type fastResult struct {

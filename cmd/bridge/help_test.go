@@ -64,13 +64,15 @@ func TestDocOneModel(t *testing.T) {
 		}
 		// The synopsis: an entry for the command whose words include the
 		// subcommand's.
+		// A command with two forms (submit, submit --batch) has a line each:
+		// their flags together are the command's.
 		entry := ""
 		for _, e := range entries {
 			if strings.HasPrefix(e+" ", "bridge "+words[0]+" ") && containsWords(e, words[1:]) {
-				entry = e
-				break
+				entry += e + " "
 			}
 		}
+		entry = strings.TrimSpace(entry)
 		if words[0] == "version" && strings.Contains(syn, "| version\n") {
 			entry = "bridge version"
 		}

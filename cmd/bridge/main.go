@@ -91,7 +91,7 @@ type CLI struct {
 	Run        RunCmd        `cmd:"" help:"Agent: submit an op, wait, print its output and exit with its exit code."`
 	Submit     SubmitCmd     `cmd:"" help:"Agent: submit an op and print the request id."`
 	Status     StatusCmd     `cmd:"" help:"Agent: show a request's state (reads only)."`
-	Wait       WaitCmd       `cmd:"" help:"Agent: wait for a request's result (reads only)."`
+	Wait       WaitCmd       `cmd:"" help:"Agent: wait for requests' results and print each as it lands (a pure read, unless --ack)."`
 	Result     ResultCmd     `cmd:"" help:"Agent: print a request's output and exit with its exit code."`
 	Cancel     CancelCmd     `cmd:"" help:"Agent: ask the host to cancel a request."`
 	Ls         LsCmd         `cmd:"" help:"Agent: list sent requests. Host: list the ledger."`

@@ -147,8 +147,8 @@ func printSubmitted(g *Globals, s *agent.Sent) error {
 	if g.JSON {
 		return g.printJSON(map[string]any{"id": s.ID, "host": s.HostName, "op": s.Op})
 	}
-	g.printf("%s\n", s.ID)
-	return nil
+	_, err := fmt.Fprintf(g.stdout, "%s\n", s.ID)
+	return err // the id not printed: a caller cannot follow the request it sent
 }
 
 func parseArgs(args []string) (map[string]string, error) {
@@ -294,7 +294,7 @@ func submitWith(g *Globals, cl *agent.Client, op string, args []string, key, hos
 		return nil, nil, err
 	}
 	defer done()
-	s, err := cl.Submit(agent.SubmitOptions{Host: hostName, Op: op, Args: m, Key: key, Stdin: in, TTL: ttl})
+	s, err := cl.Submit(agent.SubmitOptions{Host: hostName, Op: op, Args: m, Key: key, Stdin: in, TTL: ttl, NoCheck: noCheck})
 	if err != nil {
 		cl.Close()
 		return nil, nil, err
@@ -450,7 +450,9 @@ func printOutcomeTo(g *Globals, out *agent.Outcome, stdout, stderr io.Writer) er
 		if err != nil {
 			return err
 		}
-		g.printJSON(v)
+		if err := g.printJSON(v); err != nil {
+			return err // not acked: the answer was not written
+		}
 	} else {
 		if out.Earlier {
 			g.note("note: request %s was sent before with this key; this is that send's answer: the op did not run again, and standard input, which is not part of the key, was not sent (use a new key for new input)", rc.ID)
