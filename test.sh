@@ -30,6 +30,9 @@ step "go test -race"
 # out to keep the race run short (its regression seeds still run here).
 go test -race -count=1 -timeout 20m -skip '^TestSimProperties$' ./...
 
+step "cost budget without the race detector (its allocated bytes)"
+go test -count=1 -timeout 10m -run '^TestCostBudget$' ./cmd/bridge/
+
 step "lifecycle model (${MODEL_SEEDS:-60} seeds)"
 # Random sequences of everything that happens to requests, against real
 # daemon processes; over this many seeds every row of DESIGN.md §6 is taken

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 
 	"golang.org/x/crypto/chacha20poly1305"
 	"golang.org/x/crypto/nacl/box"
@@ -116,9 +117,29 @@ func NewSealer(dst io.Writer, recipientBoxPub []byte, rand io.Reader) (*Sealer, 
 	return &Sealer{
 		dst:  dst,
 		aead: aead,
-		buf:  make([]byte, 0, ChunkSize),
-		out:  make([]byte, 0, encChunkSize),
+		buf:  getChunkBuf(),
+		out:  getChunkBuf(),
 	}, wrapped, nil
+}
+
+// chunkBufs holds chunk-sized buffers between streams: a daemon seals and
+// opens a few per request, and two fresh 64 KiB buffers per stream made a
+// collection every few requests (and their zeroing), for payloads mostly a
+// few bytes long. A stream takes its buffers as it starts and gives them
+// back once it is done (Sealer.Close, Opener at EOF); one abandoned midway
+// leaves them to the collector.
+var chunkBufs = sync.Pool{New: func() any {
+	b := make([]byte, 0, encChunkSize+1)
+	return &b
+}}
+
+func getChunkBuf() []byte { return (*chunkBufs.Get().(*[]byte))[:0] }
+
+func putChunkBuf(b []byte) {
+	if cap(b) >= encChunkSize+1 {
+		b = b[:0]
+		chunkBufs.Put(&b)
+	}
 }
 
 func (s *Sealer) Write(p []byte) (int, error) {
@@ -166,7 +187,12 @@ func (s *Sealer) Close() error {
 	if s.err != nil {
 		return s.err
 	}
-	return s.flush(true)
+	err := s.flush(true)
+	// Done with the buffers: Write and Close refuse from here on.
+	putChunkBuf(s.buf)
+	putChunkBuf(s.out)
+	s.buf, s.out = nil, nil
+	return err
 }
 
 // Opener decrypts a payload stream; it is an io.Reader. A stream cut short
@@ -201,7 +227,7 @@ func NewOpener(src io.Reader, wrappedKey []byte, id *Identity) (*Opener, error) 
 	if err != nil {
 		return nil, err
 	}
-	return &Opener{src: src, aead: aead, in: make([]byte, encChunkSize+1), pbuf: make([]byte, 0, ChunkSize)}, nil
+	return &Opener{src: src, aead: aead, in: getChunkBuf()[:encChunkSize+1], pbuf: getChunkBuf()}, nil
 }
 
 func (o *Opener) Read(p []byte) (int, error) {
@@ -210,6 +236,12 @@ func (o *Opener) Read(p []byte) (int, error) {
 			return 0, o.err
 		}
 		if o.done {
+			if o.in != nil {
+				// Every byte read out (copied): the buffers go back.
+				putChunkBuf(o.in)
+				putChunkBuf(o.pbuf)
+				o.in, o.pbuf = nil, nil
+			}
 			return 0, io.EOF
 		}
 		o.err = o.next()

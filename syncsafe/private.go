@@ -10,14 +10,14 @@ import (
 // synced folder (a home's keys, records and copies), by temp, fsync, rename
 // and directory fsync, so a crash leaves the old or the new content.
 func WriteFileAtomic(p string, data []byte) error {
-	return placeTemp(p, writeAll(data), os.Rename)
+	return placeTemp(p, writeAll(data), os.Rename, true)
 }
 
 // WriteFileAtomicFrom is WriteFileAtomic for content that write produces
 // as a stream (a sealed output): it is never held in memory whole. An
 // error from write leaves no file.
 func WriteFileAtomicFrom(p string, write func(w io.Writer) error) error {
-	return placeTemp(p, write, os.Rename)
+	return placeTemp(p, write, os.Rename, true)
 }
 
 func writeAll(data []byte) func(io.Writer) error {
@@ -33,19 +33,25 @@ func writeAll(data []byte) func(io.Writer) error {
 // there, so of two racing creators exactly one wins and the other reads the
 // winner's content.
 func CreateFileAtomic(p string, data []byte) error {
-	return placeTemp(p, writeAll(data), os.Link)
+	return placeTemp(p, writeAll(data), os.Link, false)
 }
 
 // placeTemp writes what write produces to a complete, fsynced temp (0600, as CreateTemp
 // makes it) beside p, puts it at p with place, removes the temp if it is
-// still there, and fsyncs the directory.
-func placeTemp(p string, write func(io.Writer) error, place func(oldpath, newpath string) error) error {
+// still there (moves: place takes its name, as a rename does), and fsyncs
+// the directory.
+func placeTemp(p string, write func(io.Writer) error, place func(oldpath, newpath string) error, moves bool) error {
 	dir := filepath.Dir(p)
 	tmp, err := os.CreateTemp(dir, ".tmp-*")
 	if err != nil {
 		return err
 	}
-	defer os.Remove(tmp.Name()) // gone after a rename; a link leaves p
+	placed := false
+	defer func() {
+		if !placed {
+			os.Remove(tmp.Name())
+		}
+	}()
 	if err := write(tmp); err != nil {
 		tmp.Close()
 		return err
@@ -60,5 +66,6 @@ func placeTemp(p string, write func(io.Writer) error, place func(oldpath, newpat
 	if err := place(tmp.Name(), p); err != nil {
 		return err
 	}
+	placed = moves // a rename took the temp's name; a link leaves it, to be removed
 	return SyncDir(dir)
 }

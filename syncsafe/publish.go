@@ -12,6 +12,7 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -182,10 +183,20 @@ type writerOnly struct{ w io.Writer }
 
 func (w writerOnly) Write(p []byte) (int, error) { return w.w.Write(p) }
 
+// tempWriters are writeTemp's buffers: most files published are a few
+// hundred bytes, and a fresh 64 KiB buffer each was a collection every few
+// requests for a daemon.
+var tempWriters = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, 64<<10) }}
+
 // writeTemp runs write into file, then flushes, sets mode, fsyncs and closes.
 func writeTemp(file *os.File, write func(io.Writer) error, mode fs.FileMode) error {
 	defer file.Close() // no-op after the explicit Close below
-	bw := bufio.NewWriterSize(file, 64<<10)
+	bw := tempWriters.Get().(*bufio.Writer)
+	bw.Reset(file)
+	defer func() {
+		bw.Reset(nil)
+		tempWriters.Put(bw)
+	}()
 	if err := write(writerOnly{bw}); err != nil {
 		return fmt.Errorf("write: %w", err)
 	}

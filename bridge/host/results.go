@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/ledger"
@@ -60,11 +61,19 @@ func (d *Daemon) publishResult(j *job, rc bridge.Receipt, stdout, stderr runner.
 	if err != nil {
 		return "", "", err
 	}
+	kept := false
 	defer func() {
 		out.Close()
-		os.Remove(out.Name()) // gone once renamed
+		if !kept {
+			os.Remove(out.Name()) // renamed once kept
+		}
 	}()
-	bw := bufio.NewWriterSize(out, 256<<10)
+	bw := resultWriters.Get().(*bufio.Writer)
+	bw.Reset(out)
+	defer func() {
+		bw.Reset(nil)
+		resultWriters.Put(bw)
+	}()
 	manifest, err = bridge.SealResult(bw, bridge.NewResult{
 		Host: d.own().current, HostID: d.me, AgentBoxPub: replyKey, Request: j.req, RequestSHA: j.sha,
 		Receipt: rc, StdoutFrom: stdout.Reader(), StdoutLen: stdout.Len(), StderrFrom: stderr.Reader(), StderrLen: stderr.Len(),
@@ -82,7 +91,9 @@ func (d *Daemon) publishResult(j *job, rc bridge.Receipt, stdout, stderr runner.
 	}
 	defer func() {
 		res.Close()
-		os.Remove(res.Name()) // gone once renamed
+		if !kept {
+			os.Remove(res.Name())
+		}
 	}()
 	if _, err := res.Write(manifest); err != nil {
 		return "", "", err
@@ -93,9 +104,15 @@ func (d *Daemon) publishResult(j *job, rc bridge.Receipt, stdout, stderr runner.
 	if err := d.keepCopies(dir, j.req.ID, out, res); err != nil {
 		return "", "", errors.Join(pubErr, err)
 	}
+	kept = true
 	d.crashPoint("staged")
 	return bridge.SHA256Hex(manifest), status, pubErr
 }
+
+// resultWriters buffer the sealed output as it is written (256 KiB: a
+// large output goes in few writes), one per result being written, kept
+// between results rather than made and dropped each time.
+var resultWriters = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, 256<<10) }}
 
 // keepCopies makes the staged output and manifest (files of dir) the
 // private copies of a result: both fsynced, the output renamed first, the
