@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -50,19 +49,42 @@ func submitBatch(g *Globals, in io.Reader, defaultHost string, defaultTTL time.D
 	ctx, stop := signalContext()
 	defer stop()
 	b := &batch{g: g, cl: cl, noCheck: noCheck, cats: map[string]catalogRead{}}
-	r := bufio.NewReaderSize(in, 64<<10)
+	// Lines are read on a goroutine of their own, one ahead at most, so a
+	// signal ends the batch at once while it waits for input (a producer
+	// that is idle): what was not sent yet is not sent.
+	type read struct {
+		line []byte
+		long bool
+		err  error
+	}
+	lines := make(chan read)
+	go func() {
+		r := bufio.NewReaderSize(in, 64<<10)
+		for {
+			line, long, err := readBatchLine(r)
+			select {
+			case lines <- read{line, long, err}:
+			case <-ctx.Done():
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
 	for n := 1; ; n++ {
+		var next read
+		select {
+		case <-ctx.Done():
+		case next = <-lines:
+		}
 		if ctx.Err() != nil {
 			// Lines not read are not sent: the ids printed so far are
 			// what went.
 			return &codeError{code: exitInterrupt, err: withHintf(fmt.Errorf("interrupted at line %d: it was not sent", n),
 				"the lines before it were sent (their ids are printed); send the rest again from line %d", n)}
 		}
-		line, long, err := readBatchLine(r)
-		if ctx.Err() != nil {
-			return &codeError{code: exitInterrupt, err: withHintf(fmt.Errorf("interrupted at line %d: it was not sent", n),
-				"the lines before it were sent (their ids are printed); send the rest again from line %d", n)}
-		}
+		line, long, err := next.line, next.long, next.err
 		if len(line) == 0 && !long && err != nil {
 			if errors.Is(err, io.EOF) {
 				break
@@ -111,29 +133,14 @@ type batch struct {
 // send parses, checks and sends line n.
 func (b *batch) send(n int, line []byte, defaultHost string, defaultTTL time.Duration) {
 	var l batchLine
+	if err := checkLineShape(line); err != nil {
+		b.refuse(n, &codeError{code: exitUsage, err: err})
+		return
+	}
 	dec := json.NewDecoder(bytes.NewReader(line))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&l); err != nil {
-		b.refuse(n, &codeError{code: exitUsage, err: lineError(line, err)})
-		return
-	}
-	if bytes.Contains(line, []byte("null")) {
-		// A null argument decodes as "": refused as the number it may stand for is.
-		var raw struct {
-			Args map[string]any `json:"args"`
-		}
-		if json.Unmarshal(line, &raw) == nil {
-			for _, name := range slices.Sorted(maps.Keys(raw.Args)) {
-				if raw.Args[name] == nil {
-					b.refuse(n, &codeError{code: exitUsage, err: withHintf(fmt.Errorf("argument %q: null, where arguments are strings", name),
-						`give every argument's value as a JSON string, e.g. {"%s": ""} for an empty one`, name)})
-					return
-				}
-			}
-		}
-	}
-	if rest := bytes.TrimSpace(line[dec.InputOffset():]); len(rest) > 0 {
-		b.refuse(n, &codeError{code: exitUsage, err: withHintf(fmt.Errorf("more after the request: %q", string(rest[:min(len(rest), 20)])), "one request per line")})
+		b.refuse(n, &codeError{code: exitUsage, err: lineError(err)})
 		return
 	}
 	if l.Op == "" {
@@ -238,60 +245,161 @@ func (b *batch) check(host, op string, args map[string]string, given bridge.Call
 const lineHint = `a line is one JSON object: {"op": "echo", "args": {"msg": "hi"}}, with "key", "host", "ttl" and "stdin" optional`
 
 // lineError says, in a batch's own terms, why a line is not a request.
-func lineError(line []byte, err error) error {
+func lineError(err error) error {
 	var syn *json.SyntaxError
 	var typ *json.UnmarshalTypeError
 	switch {
 	case errors.As(err, &syn):
 		return withHintf(fmt.Errorf("not a request: not JSON at byte %d: %s", syn.Offset, strings.TrimPrefix(syn.Error(), "json: ")), lineHint)
-	case errors.Is(err, io.ErrUnexpectedEOF):
+	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
 		return withHintf(errors.New("not a request: the JSON is cut short"), lineHint)
-	case errors.As(err, &typ) && typ.Field == "args":
-		// Which argument is not a string: the error names the map only.
-		var raw struct {
-			Args map[string]any `json:"args"`
-		}
-		if json.Unmarshal(line, &raw) == nil {
-			for _, name := range slices.Sorted(maps.Keys(raw.Args)) {
-				if _, ok := raw.Args[name].(string); !ok {
-					return withHintf(fmt.Errorf("argument %q: a %s, where arguments are strings", name, jsonKind(raw.Args[name])),
-						`give every argument's value as a JSON string, e.g. {"%s": "2"}; the host's catalog says what it must hold`, name)
-				}
-			}
-		}
-		return withHintf(fmt.Errorf(`"args": a %s, where it is an object of strings, {"NAME": "VALUE"}`, typ.Value), lineHint)
-	case errors.As(err, &typ) && typ.Field == "":
-		return withHintf(fmt.Errorf("not a request: a JSON %s, not an object", typ.Value), lineHint)
 	case errors.As(err, &typ):
-		return withHintf(fmt.Errorf("%q: a %s, where it is a string", typ.Field, typ.Value), lineHint)
-	}
-	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
-		name = strings.Trim(name, `"`)
-		for _, known := range []string{"op", "args", "key", "host", "ttl", "stdin"} {
-			if strings.HasPrefix(name, known) || strings.HasPrefix(known, name) {
-				return withHintf(fmt.Errorf("unknown field %q", name), `did you mean %q? %s`, known, lineHint)
-			}
-		}
-		return withHintf(fmt.Errorf("unknown field %q", name), lineHint)
+		return withHintf(fmt.Errorf("%q: %s, where it is a string", typ.Field, withArticle(typ.Value)), lineHint)
 	}
 	return withHintf(fmt.Errorf("not a request: %v", err), lineHint)
 }
 
-// jsonKind names the kind of a decoded JSON value.
-func jsonKind(v any) string {
-	switch v.(type) {
-	case nil:
+// batchFields are a line's fields, as they are spelt: JSON decoding into a
+// struct would take "OP" for "op", and the last of two "args" silently.
+var batchFields = []string{"op", "args", "key", "host", "ttl", "stdin"}
+
+// checkLineShape refuses a line that is not one JSON object of known fields,
+// each given once and not null, whose "args" is an object of strings, each
+// given once: what decoding would let through quietly (a field spelt in
+// another case, a repeated one, a null key that makes the request unkeyed,
+// an argument given twice or as a number).
+func checkLineShape(line []byte) error {
+	dec := json.NewDecoder(bytes.NewReader(line))
+	dec.UseNumber()
+	tok, err := dec.Token()
+	if err != nil {
+		return lineError(err)
+	}
+	if d, ok := tok.(json.Delim); !ok || d != '{' {
+		return withHintf(fmt.Errorf("not a request: %s, not an object", withArticle(tokenKind(tok))), lineHint)
+	}
+	seen := map[string]bool{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return lineError(err)
+		}
+		name, _ := tok.(string)
+		if !slices.Contains(batchFields, name) {
+			for _, known := range batchFields {
+				if strings.EqualFold(name, known) || strings.HasPrefix(name, known) || strings.HasPrefix(known, name) {
+					return withHintf(fmt.Errorf("unknown field %q", name), "did you mean %q? %s", known, lineHint)
+				}
+			}
+			return withHintf(fmt.Errorf("unknown field %q", name), lineHint)
+		}
+		if seen[name] {
+			return withHintf(fmt.Errorf("field %q given twice", name), "give each field once")
+		}
+		seen[name] = true
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return lineError(err)
+		}
+		v = bytes.TrimSpace(v)
+		want := "a string"
+		if name == "args" {
+			want = `an object of strings, {"NAME": "VALUE"}`
+		}
+		switch {
+		case string(v) == "null":
+			return withHintf(fmt.Errorf("%q: null, where it is %s", name, want), "leave the field out instead")
+		case name == "args" && v[0] != '{':
+			return withHintf(fmt.Errorf(`"args": %s, where it is %s`, withArticle(rawKind(v)), want), lineHint)
+		case name != "args" && v[0] != '"':
+			return withHintf(fmt.Errorf("%q: %s, where it is a string", name, withArticle(rawKind(v))), lineHint)
+		case name == "args":
+			if err := checkArgsShape(v); err != nil {
+				return err
+			}
+		}
+	}
+	if _, err := dec.Token(); err != nil { // the closing brace
+		return lineError(err)
+	}
+	if rest := bytes.TrimSpace(line[dec.InputOffset():]); len(rest) > 0 {
+		return withHintf(fmt.Errorf("more after the request: %q", string(rest[:min(len(rest), 20)])), "one request per line")
+	}
+	return nil
+}
+
+// checkArgsShape refuses an "args" object with an argument given twice or
+// as anything but a string.
+func checkArgsShape(obj json.RawMessage) error {
+	dec := json.NewDecoder(bytes.NewReader(obj))
+	dec.UseNumber()
+	if _, err := dec.Token(); err != nil {
+		return lineError(err)
+	}
+	seen := map[string]bool{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return lineError(err)
+		}
+		name, _ := tok.(string)
+		if seen[name] {
+			return withHintf(fmt.Errorf("argument %q given twice", name), "give each argument once")
+		}
+		seen[name] = true
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return lineError(err)
+		}
+		if v = bytes.TrimSpace(v); v[0] != '"' {
+			return withHintf(fmt.Errorf("argument %q: %s, where arguments are strings", name, withArticle(rawKind(v))),
+				`give every argument's value as a JSON string, e.g. {"%s": "2"}; the host's catalog says what it must hold`, name)
+		}
+	}
+	return nil
+}
+
+// rawKind names the kind of a JSON value by its first byte.
+func rawKind(v json.RawMessage) string {
+	switch v[0] {
+	case '{':
+		return "object"
+	case '[':
+		return "array"
+	case '"':
+		return "string"
+	case 't', 'f':
+		return "bool"
+	case 'n':
 		return "null"
+	}
+	return "number"
+}
+
+// tokenKind names the kind of a JSON token that starts a value.
+func tokenKind(tok json.Token) string {
+	switch t := tok.(type) {
+	case json.Delim:
+		if t == '[' {
+			return "array"
+		}
+		return "object"
+	case string:
+		return "string"
 	case bool:
 		return "bool"
-	case float64:
-		return "number"
-	case []any:
-		return "array"
-	case map[string]any:
-		return "object"
+	case nil:
+		return "null"
 	}
-	return "string"
+	return "number"
+}
+
+// withArticle is kind with "a" or "an" before it.
+func withArticle(kind string) string {
+	if kind != "" && strings.ContainsRune("aeiou", rune(kind[0])) {
+		return "an " + kind
+	}
+	return "a " + kind
 }
 
 // refuse says why line n was not sent, and goes on.
@@ -320,7 +428,7 @@ func readBatchLine(r *bufio.Reader) (line []byte, long bool, err error) {
 		part, err := r.ReadSlice('\n')
 		if !long {
 			line = append(line, part...)
-			if len(bytes.TrimSuffix(line, []byte("\n"))) > maxBatchLine {
+			if len(bytes.TrimSuffix(bytes.TrimSuffix(line, []byte("\n")), []byte("\r"))) > maxBatchLine {
 				line, long = nil, true
 			}
 		}
