@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"path/filepath"
 	"slices"
@@ -25,7 +26,11 @@ import (
 // requests the event names are looked at. A look at all of them, for the
 // events a watch may drop, comes on a backoff that grows to a minute for
 // thousands of requests.
-func (c *Client) WaitAll(ctx context.Context, ids []string, got func(id string, out *Outcome, err error)) ([]string, error) {
+//
+// tick, if set, is called after each full look, on the calling goroutine as
+// got is, with the time waited so far.
+func (c *Client) WaitAll(ctx context.Context, ids []string, got func(id string, out *Outcome, err error), tick func(elapsed time.Duration)) ([]string, error) {
+	start := time.Now()
 	pending := map[string]*Sent{}
 	byHost := map[string][]string{}
 	for _, id := range ids {
@@ -95,6 +100,9 @@ func (c *Client) WaitAll(ctx context.Context, ids []string, got func(id string, 
 				}
 			}
 			c.dropNotAccepted(byHost, pending, got)
+			if tick != nil && len(pending) > 0 {
+				tick(time.Since(start))
+			}
 		} else {
 			mu.Lock()
 			names := dirty
@@ -150,7 +158,8 @@ func (c *Client) dropNotAccepted(byHost map[string][]string, pending map[string]
 
 // Outstanding lists, oldest first, the requests this home sent whose answer
 // it has not acked: those with none yet, those whose answer is in the folder
-// unacked, and an acked uncertain answer that a human ordered run again
+// unacked, and those whose acked answer was uncertain and a human on the host
+// has since settled it (a new answer in the folder) or ordered it run again
 // (its new answer is to come). A wait for all of them (WaitAll) is what an
 // agent's loop of `submit --batch` then `wait --all --ack` waits on.
 func (c *Client) Outstanding() ([]string, error) {
@@ -162,14 +171,23 @@ func (c *Client) Outstanding() ([]string, error) {
 	for i := len(sent) - 1; i >= 0; i-- {
 		id := sent[i].ID
 		if rec, err := c.readSent(id); err == nil && rec.Result != nil {
-			if c.keptStatus(id) != bridge.StatusUncertain {
-				continue
-			}
-			if st, err := c.Status(id); err != nil || st.State != "rerun-ordered" {
+			if c.keptStatus(id) != bridge.StatusUncertain || !c.newAnswerDue(id, rec.Result) {
 				continue
 			}
 		}
 		ids = append(ids, id)
 	}
 	return ids, nil
+}
+
+// newAnswerDue reports whether a request whose uncertain answer this home
+// acked (acked: that answer's manifest) has a new one: in the folder, or
+// to come from a rerun a human ordered.
+func (c *Client) newAnswerDue(id string, acked []byte) bool {
+	out, err := c.Result(id)
+	if err != nil {
+		return false
+	}
+	defer out.Close()
+	return !bytes.Equal(out.Manifest, acked) || c.RerunOrdered(out)
 }

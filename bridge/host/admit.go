@@ -52,7 +52,7 @@ func (d *Daemon) admit(j *job, in spool, mode admitMode) bool {
 			ev = evCrashUnsure
 			rc.Status, rc.Reason = bridge.StatusUncertain, "crashed"
 			rc.Detail = "the host stopped while the op ran, and it cannot be run or checked again now (" + rc.Detail +
-				"); it may or may not have had its effect. Resolve with `bridge reconcile`"
+				"); it may or may not have had its effect. A human on the host resolves it with `bridge reconcile`"
 		}
 		d.answer(j, ev, rc, nil, nil)
 		return false
@@ -223,7 +223,7 @@ func (d *Daemon) reconcileCheck(j *job, inv *policy.Invocation, stdin spool) {
 		d.answerOrRetry(j, evCrashUnsure, bridge.Receipt{Status: bridge.StatusUncertain, Reason: "crashed", Op: inv.Op, Detail: detail}, nil, nil)
 	}
 	if len(inv.Reconcile) == 0 {
-		unsure("the host stopped while the op ran; it may or may not have had its effect. Resolve with `bridge reconcile`")
+		unsure("the host stopped while the op ran; it may or may not have had its effect. A human on the host resolves it with `bridge reconcile`")
 		return
 	}
 	d.audit.log(AuditEvent{Event: "reconcile-check", Agent: j.agent, ID: j.req.ID, Op: inv.Op, Detail: strings.Join(inv.Reconcile, " ")})
@@ -251,7 +251,7 @@ func (d *Daemon) reconcileCheck(j *job, inv *policy.Invocation, stdin spool) {
 		if out.StartErr != nil {
 			detail = out.StartErr.Error()
 		}
-		unsure("the host stopped while the op ran, and its reconcile command could not tell (" + detail + "). Resolve with `bridge reconcile`")
+		unsure("the host stopped while the op ran, and its reconcile command could not tell (" + detail + "). A human on the host resolves it with `bridge reconcile`")
 	}
 }
 
@@ -397,7 +397,7 @@ func (d *Daemon) run(j *job, inv *policy.Invocation, stdin spool, resume bool, a
 		// or stopped by something at that moment): the program may have
 		// run. Never "could not start", which a client would retry.
 		ev, rc.Status, rc.Reason = evCrashUnsure, bridge.StatusUncertain, "crashed"
-		rc.Detail = out.StartErr.Error() + "; it may or may not have had its effect. Resolve with `bridge reconcile`"
+		rc.Detail = out.StartErr.Error() + "; it may or may not have had its effect. A human on the host resolves it with `bridge reconcile`"
 	case out.StartErr != nil:
 		// The process never started: "failed" is true, and a retry safe.
 		ev, rc.Status, rc.Reason, rc.Detail = evStartFailed, bridge.StatusFailed, "start-failed", out.StartErr.Error()
@@ -414,7 +414,7 @@ func (d *Daemon) run(j *job, inv *policy.Invocation, stdin spool, resume bool, a
 			return
 		}
 		ev, rc.Status, rc.Reason = evDrainAbort, bridge.StatusUncertain, "host-shutdown"
-		rc.Detail = "the host daemon was stopped while the op ran, and it was killed after the drain; it may or may not have had its effect. Resolve with `bridge reconcile`"
+		rc.Detail = "the host daemon was stopped while the op ran, and it was killed after the drain; it may or may not have had its effect. A human on the host resolves it with `bridge reconcile`"
 	case out.Cancelled:
 		ev, rc.Status, rc.Reason = evCancelRun, bridge.StatusCancelled, "cancelled"
 		rc.Detail = "the agent cancelled it while it ran; it was stopped (it may have had part of its effect)"

@@ -127,7 +127,7 @@ func (d *Daemon) recoverOne(ent ledger.Entry) bool {
 		// re-run nor its reconcile command can be trusted to see its effect.
 		d.log.Warn("recover: a process of the interrupted op may still run; marking it uncertain", "key", ent.Key, "op", ent.Op, "why", d.runsUnsure)
 		unsure("the host stopped while the op ran, and a process of that run may still be running (" + d.runsUnsure +
-			"), so it is neither run again nor checked. Resolve with `bridge reconcile` once nothing of it runs")
+			"), so it is neither run again nor checked. A human on the host resolves it with `bridge reconcile` once nothing of it runs")
 		return false
 	}
 	in, err := d.settle(j)
@@ -136,7 +136,7 @@ func (d *Daemon) recoverOne(ent ledger.Entry) bool {
 			unsure("the host stopped while the op ran, and its payload is no longer there to run it again")
 		} else {
 			d.log.Warn("recover: op was running when the host stopped; marking it uncertain", "key", ent.Key, "op", ent.Op)
-			unsure("the host stopped while the op ran; it may or may not have had its effect. Resolve with `bridge reconcile`")
+			unsure("the host stopped while the op ran; it may or may not have had its effect. A human on the host resolves it with `bridge reconcile`")
 		}
 		return false
 	}

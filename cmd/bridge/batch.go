@@ -207,7 +207,11 @@ func (b *batch) send(n int, line []byte, defaultHost string, defaultTTL time.Dur
 		return
 	}
 	if s.Earlier && !b.g.JSON {
-		b.g.note("note: line %d: sent before with key %q (as %s): not sent again", n, l.Key, s.ID)
+		if l.Stdin != nil {
+			b.g.note("note: line %d: sent before with key %q (as %s): not sent again, nor its standard input (not part of the key)", n, l.Key, s.ID)
+		} else {
+			b.g.note("note: line %d: sent before with key %q (as %s): not sent again", n, l.Key, s.ID)
+		}
 	}
 }
 
@@ -483,6 +487,22 @@ func waitMany(g *Globals, ids []string, all, ack bool, timeout time.Duration) er
 			first = code
 		}
 	}
+	// What a host's stamp says while the wait goes on (stopped, silent,
+	// never stamped, serving again), once per change, as one wait says it.
+	said := map[string]*progress{}
+	for _, id := range ids {
+		if s, err := cl.Sent(id); err == nil && said[s.Host] == nil {
+			said[s.Host] = newProgress(g.stderr, "")
+		}
+	}
+	tick := func(elapsed time.Duration) {
+		for host, p := range said {
+			if lv, err := cl.HostLiveness(host); err == nil {
+				p.elapsed = elapsed
+				p.sayLiveness(lv)
+			}
+		}
+	}
 	left, werr := cl.WaitAll(ctx, ids, func(id string, out *agent.Outcome, err error) {
 		if err != nil {
 			var na *agent.NotAcceptedError
@@ -502,7 +522,7 @@ func waitMany(g *Globals, ids []string, all, ack bool, timeout time.Duration) er
 				g.note("warning: could not ack %s: %v", id, err)
 			}
 		}
-	})
+	}, tick)
 	lives := map[string]*agent.Liveness{} // by host id: one look each
 	for _, id := range left {
 		var err error
