@@ -273,22 +273,8 @@ var batchFields = []string{"op", "args", "key", "host", "ttl", "stdin"}
 // another case, a repeated one, a null key that makes the request unkeyed,
 // an argument given twice or as a number).
 func checkLineShape(line []byte) error {
-	dec := json.NewDecoder(bytes.NewReader(line))
-	dec.UseNumber()
-	tok, err := dec.Token()
-	if err != nil {
-		return lineError(err)
-	}
-	if d, ok := tok.(json.Delim); !ok || d != '{' {
-		return withHintf(fmt.Errorf("not a request: %s, not an object", withArticle(tokenKind(tok))), lineHint)
-	}
 	seen := map[string]bool{}
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return lineError(err)
-		}
-		name, _ := tok.(string)
+	dec, err := eachMember(line, func(name string, v json.RawMessage) error {
 		if !slices.Contains(batchFields, name) {
 			for _, known := range batchFields {
 				if strings.EqualFold(name, known) || strings.HasPrefix(name, known) || strings.HasPrefix(known, name) {
@@ -301,11 +287,6 @@ func checkLineShape(line []byte) error {
 			return withHintf(fmt.Errorf("field %q given twice", name), "give each field once")
 		}
 		seen[name] = true
-		var v json.RawMessage
-		if err := dec.Decode(&v); err != nil {
-			return lineError(err)
-		}
-		v = bytes.TrimSpace(v)
 		want := "a string"
 		if name == "args" {
 			want = `an object of strings, {"NAME": "VALUE"}`
@@ -318,13 +299,12 @@ func checkLineShape(line []byte) error {
 		case name != "args" && v[0] != '"':
 			return withHintf(fmt.Errorf("%q: %s, where it is a string", name, withArticle(rawKind(v))), lineHint)
 		case name == "args":
-			if err := checkArgsShape(v); err != nil {
-				return err
-			}
+			return checkArgsShape(v)
 		}
-	}
-	if _, err := dec.Token(); err != nil { // the closing brace
-		return lineError(err)
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	if rest := bytes.TrimSpace(line[dec.InputOffset():]); len(rest) > 0 {
 		return withHintf(fmt.Errorf("more after the request: %q", string(rest[:min(len(rest), 20)])), "one request per line")
@@ -335,32 +315,52 @@ func checkLineShape(line []byte) error {
 // checkArgsShape refuses an "args" object with an argument given twice or
 // as anything but a string.
 func checkArgsShape(obj json.RawMessage) error {
-	dec := json.NewDecoder(bytes.NewReader(obj))
-	dec.UseNumber()
-	if _, err := dec.Token(); err != nil {
-		return lineError(err)
-	}
 	seen := map[string]bool{}
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return lineError(err)
-		}
-		name, _ := tok.(string)
+	_, err := eachMember(obj, func(name string, v json.RawMessage) error {
 		if seen[name] {
 			return withHintf(fmt.Errorf("argument %q given twice", name), "give each argument once")
 		}
 		seen[name] = true
-		var v json.RawMessage
-		if err := dec.Decode(&v); err != nil {
-			return lineError(err)
-		}
-		if v = bytes.TrimSpace(v); v[0] != '"' {
+		if v[0] != '"' {
 			return withHintf(fmt.Errorf("argument %q: %s, where arguments are strings", name, withArticle(rawKind(v))),
 				`give every argument's value as a JSON string, e.g. {"%s": "2"}; the host's catalog says what it must hold`, name)
 		}
+		return nil
+	})
+	return err
+}
+
+// eachMember calls f with each member of the JSON object that data starts
+// with, in order, repeats included (which decoding would fold), and returns
+// the decoder past the object's end.
+func eachMember(data []byte, f func(name string, v json.RawMessage) error) (*json.Decoder, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	tok, err := dec.Token()
+	if err != nil {
+		return nil, lineError(err)
 	}
-	return nil
+	if d, ok := tok.(json.Delim); !ok || d != '{' {
+		return nil, withHintf(fmt.Errorf("not a request: %s, not an object", withArticle(tokenKind(tok))), lineHint)
+	}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, lineError(err)
+		}
+		name, _ := tok.(string)
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return nil, lineError(err)
+		}
+		if err := f(name, bytes.TrimSpace(v)); err != nil {
+			return nil, err
+		}
+	}
+	if _, err := dec.Token(); err != nil { // the closing brace
+		return nil, lineError(err)
+	}
+	return dec, nil
 }
 
 // rawKind names the kind of a JSON value by its first byte.
