@@ -174,6 +174,15 @@ func (d *Daemon) Abort() int {
 	if d.abortRun != nil {
 		d.abortRun()
 	}
+	if d.folder != nil && d.watcher != nil {
+		// As a clean stop says it: agents learn at once that the host
+		// stopped, not after two intervals of a stamp that says serving.
+		// Before the kill, so the process exits right after it, with no
+		// answer written for what was killed (the next start gives it).
+		if err := d.publishLiveness(bridge.LivenessStopped); err != nil {
+			d.log.Warn("publish liveness stamps", "err", err)
+		}
+	}
 	n := runner.KillAll()
 	if n > 0 {
 		d.log.Warn("stopped at once: killed the running ops and everything they started", "killed", n,
