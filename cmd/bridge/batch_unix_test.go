@@ -3,33 +3,13 @@
 package main
 
 import (
-	"bytes"
 	"io"
 	"os"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 )
-
-// syncBuffer is a bytes.Buffer safe to read while another goroutine writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // A signal ends a batch at once while it waits for its next line (an idle
 // producer), not when that line comes.
@@ -37,7 +17,7 @@ func TestSignalStopsWaitingBatch(t *testing.T) {
 	agentHome, _ := pairedCLIHomes(t)
 	pr, pw := io.Pipe()
 	defer pw.Close()
-	var out, errOut syncBuffer
+	var out, errOut lockedBuffer
 	done := make(chan int, 1)
 	go func() {
 		done <- realMain([]string{"--home", agentHome, "submit", "--batch", "--no-check"}, pr, &out, &errOut)
