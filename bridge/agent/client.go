@@ -125,6 +125,8 @@ type Sent struct {
 	// Earlier: Submit found this keyed request sent before, and sent
 	// nothing new (not part of the record).
 	Earlier bool `json:"-"`
+	// Acked: the record holds the answer this home acked (read with it).
+	Acked bool `json:"-"`
 }
 
 // SubmitOptions describe a request.
@@ -507,6 +509,7 @@ func (c *Client) Sent(id string) (*Sent, error) {
 	if err != nil {
 		return nil, err
 	}
+	rec.Sent.Acked = rec.Result != nil
 	return &rec.Sent, nil
 }
 

@@ -342,10 +342,7 @@ func (c *Client) Status(id string) (*State, error) {
 		return nil, err
 	}
 	st := &State{ID: id, Op: s.Op, Host: s.HostName, State: "submitted",
-		Created: UnixTime(s.Created), Expires: UnixTime(s.Expires)}
-	if rec, err := c.readSent(id); err == nil {
-		st.Acked = rec.Result != nil
-	}
+		Created: UnixTime(s.Created), Expires: UnixTime(s.Expires), Acked: s.Acked}
 	out, err := c.Result(id)
 	if err == nil {
 		defer out.Close()
@@ -649,6 +646,11 @@ func (c *Client) keptStatus(id string) string {
 	if err != nil {
 		return ""
 	}
+	return resultStatus(data)
+}
+
+// resultStatus is the status a result manifest this home keeps says, or "".
+func resultStatus(data []byte) string {
 	env, err := bcrypto.Parse(bcrypto.KindResult, data)
 	if err != nil {
 		return ""

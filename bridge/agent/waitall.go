@@ -170,8 +170,10 @@ func (c *Client) Outstanding() ([]string, error) {
 	var ids []string
 	for i := len(sent) - 1; i >= 0; i-- {
 		id := sent[i].ID
-		if rec, err := c.readSent(id); err == nil && rec.Result != nil {
-			if c.keptStatus(id) != bridge.StatusUncertain || !c.newAnswerDue(id, rec.Result) {
+		if sent[i].Acked {
+			// The acked answer's manifest is read again only for these.
+			acked, err := c.keptManifest(id)
+			if err != nil || resultStatus(acked) != bridge.StatusUncertain || !c.newAnswerDue(id, acked) {
 				continue
 			}
 		}

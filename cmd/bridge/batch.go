@@ -188,7 +188,9 @@ func (b *batch) send(n int, line []byte, defaultHost string, defaultTTL time.Dur
 			return
 		}
 	}
-	s, err := b.cl.Submit(agent.SubmitOptions{Host: l.Host, Op: l.Op, Args: l.Args, Key: l.Key, Stdin: in, TTL: ttl, NoCheck: b.noCheck})
+	// NoCheck: the input's length was checked above, against the catalog
+	// Submit would read again for it (or there is none to check).
+	s, err := b.cl.Submit(agent.SubmitOptions{Host: l.Host, Op: l.Op, Args: l.Args, Key: l.Key, Stdin: in, TTL: ttl, NoCheck: true})
 	if err != nil {
 		b.refuse(n, hostErr(err))
 		return

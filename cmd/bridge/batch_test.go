@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -21,34 +20,14 @@ func bridgeIn(t *testing.T, stdin string, args ...string) (int, string, string) 
 	return code, out.String(), errOut.String()
 }
 
-// pairedCLIHomes makes a host and an agent home on one folder, each trusting
-// the other, and returns the agent's home and the folder.
+// pairedCLIHomes is pairedHomes with each home trusting the other, and
+// the agent's home directory and the folder.
 func pairedCLIHomes(t *testing.T) (agentHome, folder string) {
-	dir := t.TempDir()
-	folder, hostHome, agentHome := filepath.Join(dir, "folder"), filepath.Join(dir, "host"), filepath.Join(dir, "agent")
-	if err := os.Mkdir(folder, 0o755); err != nil {
+	folder, h, a := pairedHomes(t)
+	if _, err := h.Trust(a.BundleText(), "cloud-1"); err != nil {
 		t.Fatal(err)
 	}
-	for _, c := range [][]string{
-		{"--home", hostHome, "init", "host", "--name", "laptop", "--folder", folder},
-		{"--home", agentHome, "init", "agent", "--name", "cloud-1", "--folder", folder},
-	} {
-		if code, _, errOut := bridgeIn(t, "", c...); code != 0 {
-			t.Fatalf("%v: %d %s", c, code, errOut)
-		}
-	}
-	trust := func(from, to string) {
-		code, line, errOut := bridgeIn(t, "", "--home", from, "keys", "export")
-		if code != 0 {
-			t.Fatalf("export: %s", errOut)
-		}
-		if code, _, errOut := bridgeIn(t, line, "--home", to, "keys", "trust", "-"); code != 0 {
-			t.Fatalf("trust: %s", errOut)
-		}
-	}
-	trust(hostHome, agentHome)
-	trust(agentHome, hostHome)
-	return agentHome, folder
+	return a.Dir, folder
 }
 
 // A batch of 10,000 on standard input with malformed lines among them:

@@ -21,7 +21,6 @@ import (
 
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/agent"
-	"github.com/syncbridge/bridge/bridge/host"
 )
 
 // The cost budget (issue 25): what one round trip costs, counted, not
@@ -514,23 +513,7 @@ func (w *budgetWorld) allocs(t *testing.T, got map[string]int64) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := host.NewDaemon(hh, host.DaemonOptions{AllowRoot: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := d.Open(); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- d.Run(ctx) }()
-	defer func() {
-		cancel()
-		<-done
-		cctx, stop := context.WithTimeout(context.Background(), 10*time.Second)
-		defer stop()
-		d.Close(cctx)
-	}()
+	defer serveInProcess(t, hh)()
 	ah, err := bridge.OpenHome(w.agent)
 	if err != nil {
 		t.Fatal(err)

@@ -47,23 +47,7 @@ func TestRunPrintsBeforeAck(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(h.Dir, "policy.toml"), []byte(policy), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	d, err := host.NewDaemon(h, host.DaemonOptions{AllowRoot: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := d.Open(); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- d.Run(ctx) }()
-	defer func() {
-		cancel()
-		<-done
-		cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer ccancel()
-		d.Close(cctx)
-	}()
+	defer serveInProcess(t, h)()
 
 	spy := &ackSpy{dir: filepath.Join(folder, filepath.FromSlash(bridge.ToHostDir(h.Config.ID, a.Config.ID)))}
 	if code := realMain([]string{"--home", a.Dir, "run", "--timeout", "30s", "echo", "msg=hi"}, strings.NewReader(""), spy, io.Discard); code != 0 {
@@ -102,4 +86,26 @@ func pairedHomes(t *testing.T) (folder string, h, a *bridge.Home) {
 		t.Fatal(err)
 	}
 	return folder, h, a
+}
+
+// serveInProcess runs a daemon for home h in this process until stop.
+func serveInProcess(t *testing.T, h *bridge.Home) (stop func()) {
+	t.Helper()
+	d, err := host.NewDaemon(h, host.DaemonOptions{AllowRoot: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Open(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	return func() {
+		cancel()
+		<-done
+		cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer ccancel()
+		d.Close(cctx)
+	}
 }
