@@ -3,6 +3,7 @@ module github.com/syncbridge/bridge
 go 1.26.0
 
 require (
+	filippo.io/edwards25519 v1.2.0
 	github.com/alecthomas/kong v1.17.0
 	github.com/cenkalti/backoff/v4 v4.3.0
 	github.com/google/jsonschema-go v0.4.3

@@ -39,8 +39,6 @@ const (
 	ExtMessage  = "message"
 )
 
-var rotationName = lazyRegexp(`^rotate-(0|[1-9][0-9]{0,18})\.rotation$`)
-
 // HostDir is the tree of one host.
 func HostDir(host string) string { return path.Join(hostsDir, host) }
 
@@ -107,16 +105,6 @@ func parseIDName(name string, exts ...string) (id, ext string, ok bool) {
 		}
 	}
 	return "", "", false
-}
-
-// ParseRotationName returns the sequence number of a rotation file name.
-func ParseRotationName(name string) (uint64, bool) {
-	m := rotationName().FindStringSubmatch(name)
-	if m == nil {
-		return 0, false
-	}
-	n, err := strconv.ParseUint(m[1], 10, 64)
-	return n, err == nil
 }
 
 // ValidID reports whether s has the form of a request id.

@@ -106,7 +106,7 @@ func (s *LivenessStamp) check() error {
 		return bad("accepts is null")
 	case len(s.Accepts) > MaxLivenessAccepts:
 		return bad("too many accepted keys")
-	case !hexSHA().MatchString(s.Policy):
+	case !validSHA256Hex(s.Policy):
 		return bad("policy_sha256")
 	}
 	for i, kid := range s.Accepts {

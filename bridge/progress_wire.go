@@ -27,21 +27,9 @@ const (
 	MaxProgressData = 48 << 10
 )
 
-var progressName = lazyRegexp(`^([0-9a-f]{32})\.progress-([1-9][0-9]{0,5})$`)
-
 // ProgressPath names chunk seq of request id.
 func ProgressPath(host, agent, id string, seq int) string {
 	return ToAgentDir(host, agent) + "/" + id + ".progress-" + strconv.Itoa(seq)
-}
-
-// ParseProgressName splits a chunk's file name.
-func ParseProgressName(name string) (id string, seq int, ok bool) {
-	m := progressName().FindStringSubmatch(name)
-	if m == nil {
-		return "", 0, false
-	}
-	n, err := strconv.Atoi(m[2])
-	return m[1], n, err == nil
 }
 
 // Progress is the signed body of a chunk.

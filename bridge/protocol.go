@@ -151,12 +151,6 @@ type Ack struct {
 	Created      int64  `json:"created"`
 }
 
-var (
-	opPattern  = lazyRegexp(`^[a-z0-9][a-z0-9._-]{0,63}$`)
-	argPattern = lazyRegexp(`^[a-z][a-z0-9_]{0,31}$`)
-	hexSHA     = lazyRegexp(`^[0-9a-f]{64}$`)
-)
-
 func (r *Request) check() error {
 	switch {
 	case r.V != 1:
@@ -178,7 +172,7 @@ func (p *Payload) check(max int64) error {
 		return fmt.Errorf("payload: %w: length %d is not a sealed length", bcrypto.ErrMalformed, p.Len)
 	case p.Len > max:
 		return fmt.Errorf("payload: %w: %d bytes, cap %d", ErrTooLarge, p.Len, max)
-	case !hexSHA().MatchString(p.SHA256):
+	case !validSHA256Hex(p.SHA256):
 		return fmt.Errorf("payload: %w: sha256 %q", bcrypto.ErrMalformed, p.SHA256)
 	case len(p.Key) != bcrypto.WrappedKeySize:
 		return fmt.Errorf("payload: %w: wrapped key of %d bytes", bcrypto.ErrMalformed, len(p.Key))
@@ -313,14 +307,14 @@ func (c *Call) check() error {
 	if c.V != 1 {
 		return fmt.Errorf("call: %w: v=%d", bcrypto.ErrUnknownVersion, c.V)
 	}
-	if !opPattern().MatchString(c.Op) {
+	if !validOpName(c.Op) {
 		return fmt.Errorf("call: %w: op name %q", bcrypto.ErrMalformed, c.Op)
 	}
 	if c.Args == nil {
 		return fmt.Errorf("call: %w: args missing", bcrypto.ErrMalformed)
 	}
 	for k := range c.Args {
-		if !argPattern().MatchString(k) {
+		if !validArgName(k) {
 			return fmt.Errorf("call: %w: argument name %q", bcrypto.ErrMalformed, k)
 		}
 	}
@@ -537,7 +531,7 @@ func (r *Result) check() error {
 		return fmt.Errorf("result: %w: id %q", bcrypto.ErrMalformed, r.ID)
 	case !bcrypto.ValidKid(r.Host), !bcrypto.ValidKid(r.HostKid), !bcrypto.ValidKid(r.Agent), !bcrypto.ValidKid(r.AgentBoxKid):
 		return fmt.Errorf("result: %w: bad party id or kid", bcrypto.ErrMalformed)
-	case !hexSHA().MatchString(r.RequestSHA256):
+	case !validSHA256Hex(r.RequestSHA256):
 		return fmt.Errorf("result: %w: request hash", bcrypto.ErrMalformed)
 	case !slices.Contains(statuses, r.Status):
 		return fmt.Errorf("result: %w: status %q", bcrypto.ErrMalformed, r.Status)

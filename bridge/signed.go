@@ -68,7 +68,7 @@ func (a *Ack) check() error {
 	if a.V != 1 {
 		return fmt.Errorf("ack: %w: v=%d", bcrypto.ErrUnknownVersion, a.V)
 	}
-	if !ValidID(a.ID) || !bcrypto.ValidKid(a.Agent) || !bcrypto.ValidKid(a.Host) || !hexSHA().MatchString(a.ResultSHA256) {
+	if !ValidID(a.ID) || !bcrypto.ValidKid(a.Agent) || !bcrypto.ValidKid(a.Host) || !validSHA256Hex(a.ResultSHA256) {
 		return fmt.Errorf("ack: %w: bad id or hash", bcrypto.ErrMalformed)
 	}
 	return nil

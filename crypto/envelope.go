@@ -132,7 +132,7 @@ func Sign(k Kind, body []byte, signers ...*Identity) ([]byte, error) {
 	out = append(out, body...)
 	msg := signedMessage(k, out)
 	for _, s := range signers {
-		out = append(out, ed25519.Sign(s.signKey(), msg)...)
+		out = append(out, s.signMessage(msg)...)
 	}
 	return out, nil
 }

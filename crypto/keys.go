@@ -12,6 +12,7 @@ import (
 	"io"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"golang.org/x/crypto/curve25519"
 )
@@ -44,17 +45,27 @@ func Kid(alg string, pub []byte) string {
 // Identity is a party's private keys: an Ed25519 signing key and an X25519
 // encryption key. They are independent key pairs bound by the signed bundle.
 type Identity struct {
-	// seed is the Ed25519 seed; the signing key is derived from it when
-	// first needed (signKey): deriving it costs a process the base point's
-	// tables, and a command that only reads and verifies never signs.
+	// seed is the Ed25519 seed; the public key and the standard library's
+	// private key are derived from it when first needed: the standard
+	// library's derivation builds the base point's tables (sign.go), and a
+	// command that only reads and verifies never signs.
 	seed     [32]byte
+	pubOnce  sync.Once
+	pub      [32]byte
 	signOnce sync.Once
 	sign     ed25519.PrivateKey
+	signs    atomic.Int64 // signatures made, for signMessage
 	box      [32]byte
 	boxPub   [32]byte
 }
 
-// signKey is the Ed25519 private key, derived from the seed once.
+// signPublic is the Ed25519 public key, derived from the seed once.
+func (id *Identity) signPublic() [32]byte {
+	id.pubOnce.Do(func() { id.pub = publicFromSeed(&id.seed) })
+	return id.pub
+}
+
+// signKey is the standard library's Ed25519 private key, derived once.
 func (id *Identity) signKey() ed25519.PrivateKey {
 	id.signOnce.Do(func() { id.sign = ed25519.NewKeyFromSeed(id.seed[:]) })
 	return id.sign
@@ -115,7 +126,8 @@ func ParseIdentity(text []byte) (*Identity, error) {
 
 // SignPublic is the Ed25519 public key.
 func (id *Identity) SignPublic() []byte {
-	return append([]byte{}, id.signKey().Public().(ed25519.PublicKey)...)
+	pub := id.signPublic()
+	return append([]byte{}, pub[:]...)
 }
 
 // BoxPublic is the X25519 public key.
@@ -188,23 +200,15 @@ type Bundle struct {
 	Created int64  `json:"created"` // unix seconds, the signer's clock (informational)
 }
 
-var (
-	namePattern = lazyRegexp(`^[a-z0-9][a-z0-9._-]{0,63}$`)
-	kidPattern  = lazyRegexp(`^[0-9a-f]{32}$`)
-)
-
-// ValidKid reports whether s has the form of a key id.
-func ValidKid(s string) bool { return kidPattern().MatchString(s) }
-
 func (b *Bundle) check() error {
 	switch {
 	case b.V != 1:
 		return fmt.Errorf("bundle: %w: v=%d", ErrUnknownVersion, b.V)
 	case b.Role != "host" && b.Role != "agent":
 		return fmt.Errorf("bundle: %w: role %q", ErrMalformed, b.Role)
-	case !namePattern().MatchString(b.Name):
+	case !validName(b.Name):
 		return fmt.Errorf("bundle: %w: name %q", ErrMalformed, b.Name)
-	case !kidPattern().MatchString(b.ID):
+	case !ValidKid(b.ID):
 		return fmt.Errorf("bundle: %w: id %q", ErrMalformed, b.ID)
 	}
 	if err := CheckSignKey(b.SignPub); err != nil {

@@ -25,7 +25,7 @@ func (r *Rotation) check() error {
 		return fmt.Errorf("rotation: %w: v=%d", ErrUnknownVersion, r.V)
 	case r.Role != "host" && r.Role != "agent":
 		return fmt.Errorf("rotation: %w: role %q", ErrMalformed, r.Role)
-	case !kidPattern().MatchString(r.ID), !kidPattern().MatchString(r.OldSignKid):
+	case !ValidKid(r.ID), !ValidKid(r.OldSignKid):
 		return fmt.Errorf("rotation: %w: bad id or kid", ErrMalformed)
 	case r.Seq == 0:
 		return fmt.Errorf("rotation: %w: seq 0 is the first key, never a rotation", ErrMalformed)

@@ -60,10 +60,11 @@ type outStream struct {
 // KiB even for RSA 8192) fits.
 const maxCarry = bridge.MaxProgressData / 3
 
-// The private key markers, as the default PEM pattern has them.
+// The private key markers, as the default PEM pattern has them, compiled
+// on first use (only a daemon streams output).
 var (
-	pemBegin = regexp.MustCompile(`-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----`)
-	pemEnd   = regexp.MustCompile(`-----END [A-Z0-9 ]*PRIVATE KEY-----`)
+	pemBegin = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----`) })
+	pemEnd   = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`-----END [A-Z0-9 ]*PRIVATE KEY-----`) })
 )
 
 // newProgress starts the publisher of a run's output. A run after a crash
@@ -212,11 +213,11 @@ func (s *outStream) take(red *redactor, all bool) ([]byte, int64) {
 func pemOpen(b []byte) int {
 	pos := 0
 	for {
-		begin := pemBegin.FindIndex(b[pos:])
+		begin := pemBegin().FindIndex(b[pos:])
 		if begin == nil {
 			return -1
 		}
-		end := pemEnd.FindIndex(b[pos+begin[1]:])
+		end := pemEnd().FindIndex(b[pos+begin[1]:])
 		if end == nil {
 			return pos + begin[0]
 		}

@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"regexp/syntax"
 	"slices"
+	"sync"
 
 	"github.com/syncbridge/bridge/bridge"
 
@@ -45,17 +46,22 @@ type secretPattern struct {
 // publishes whole lines only, so a match is never cut by a chunk, and it
 // holds a key block from its BEGIN line to its END line
 // (TestRedactDefaultsStayOnOneLine).
-var defaultSecrets = []secretPattern{
-	{regexp.MustCompile(`\bgh[pousr]_[A-Za-z0-9]{36,}`), []string{"ghp_", "gho_", "ghu_", "ghs_", "ghr_"}, false, false},                                  // GitHub tokens
-	{regexp.MustCompile(`\bgithub_pat_[A-Za-z0-9_]{22,}`), []string{"github_pat_"}, false, false},                                                         // GitHub fine-grained tokens
-	{regexp.MustCompile(`\bsk-(?:ant-)?[A-Za-z0-9_-]{20,}`), []string{"sk-"}, false, false},                                                               // OpenAI, Anthropic
-	{regexp.MustCompile(`\b(?:AKIA|ASIA)[0-9A-Z]{16}\b`), []string{"AKIA", "ASIA"}, false, false},                                                         // AWS access key ids
-	{regexp.MustCompile(`\bxox[abposr]-[A-Za-z0-9-]{10,}`), []string{"xox"}, false, false},                                                                // Slack
-	{regexp.MustCompile(`\bAIza[0-9A-Za-z_-]{35}`), []string{"AIza"}, false, false},                                                                       // Google API keys
-	{regexp.MustCompile(`(?s)-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----.*?(?:-----END [A-Z0-9 ]*PRIVATE KEY-----|\z)`), []string{"-----BEGIN "}, false, false}, // PEM keys, also cut ones
-	{regexp.MustCompile(`(?i)\bBearer[ \t]+([A-Za-z0-9._~+/=-]{8,})`), []string{"bearer"}, true, false},                                                   // HTTP bearer tokens
-	{regexp.MustCompile(`\b[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]+:([^/\s@]+)@`), []string{"://"}, false, false},                                              // passwords in URLs
-}
+//
+// They are compiled on first use: every bridge process links this package,
+// and only a daemon redacts.
+var defaultSecrets = sync.OnceValue(func() []secretPattern {
+	return []secretPattern{
+		{regexp.MustCompile(`\bgh[pousr]_[A-Za-z0-9]{36,}`), []string{"ghp_", "gho_", "ghu_", "ghs_", "ghr_"}, false, false},                                  // GitHub tokens
+		{regexp.MustCompile(`\bgithub_pat_[A-Za-z0-9_]{22,}`), []string{"github_pat_"}, false, false},                                                         // GitHub fine-grained tokens
+		{regexp.MustCompile(`\bsk-(?:ant-)?[A-Za-z0-9_-]{20,}`), []string{"sk-"}, false, false},                                                               // OpenAI, Anthropic
+		{regexp.MustCompile(`\b(?:AKIA|ASIA)[0-9A-Z]{16}\b`), []string{"AKIA", "ASIA"}, false, false},                                                         // AWS access key ids
+		{regexp.MustCompile(`\bxox[abposr]-[A-Za-z0-9-]{10,}`), []string{"xox"}, false, false},                                                                // Slack
+		{regexp.MustCompile(`\bAIza[0-9A-Za-z_-]{35}`), []string{"AIza"}, false, false},                                                                       // Google API keys
+		{regexp.MustCompile(`(?s)-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----.*?(?:-----END [A-Z0-9 ]*PRIVATE KEY-----|\z)`), []string{"-----BEGIN "}, false, false}, // PEM keys, also cut ones
+		{regexp.MustCompile(`(?i)\bBearer[ \t]+([A-Za-z0-9._~+/=-]{8,})`), []string{"bearer"}, true, false},                                                   // HTTP bearer tokens
+		{regexp.MustCompile(`\b[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]+:([^/\s@]+)@`), []string{"://"}, false, false},                                              // passwords in URLs
+	}
+})
 
 // redactor replaces secrets. A nil redactor (redaction disabled) changes
 // nothing.
@@ -71,7 +77,7 @@ func newRedactor(r policy.Redaction) *redactor {
 	if !r.Enabled {
 		return nil
 	}
-	res := append([]secretPattern{}, defaultSecrets...)
+	res := append([]secretPattern{}, defaultSecrets()...)
 	for _, re := range r.Patterns {
 		sp := secretPattern{re: re, lines: matchesNewline(re)}
 		if prefix, _ := re.LiteralPrefix(); prefix != "" {
