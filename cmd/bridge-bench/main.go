@@ -58,7 +58,7 @@ type config struct {
 }
 
 // sections are the names -skip takes.
-var sections = []string{"floor", "opcost", "baseline", "sporadic", "backtoback", "burst", "idle", "fsyncs", "tput", "scale", "seal", "syncthing"}
+var sections = []string{"floor", "opcost", "reference", "baseline", "sporadic", "backtoback", "burst", "idle", "fsyncs", "tput", "scale", "seal", "syncthing"}
 
 func parse(args []string, stderr io.Writer) (config, error) {
 	fs := flag.NewFlagSet("bridge-bench", flag.ContinueOnError)
@@ -241,6 +241,11 @@ func run(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		oc.rows(r)
+	}
+
+	// The reference the ways users run it (-reference).
+	if !c.skip["reference"] {
+		referenceRows(c, filepath.Join(base, "reference"), r, progress)
 	}
 
 	// 2. What users do, with the bridge binary, beside the baseline.

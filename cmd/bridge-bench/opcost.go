@@ -3,12 +3,8 @@
 package main
 
 import (
-	"bufio"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -170,103 +166,19 @@ func forkExecCPU(n int) (time.Duration, error) {
 // its own and that of the children it reaped. It runs the reference as it
 // is: nothing of it is copied here.
 func referenceBurst(dir, root string, n int) (time.Duration, error) {
-	py, err := exec.LookPath("python3")
-	if err != nil {
-		return 0, errors.New("no python3 in PATH")
-	}
-	if _, err := os.Stat(filepath.Join(dir, "cowork_to_code_bridge", "daemon.py")); err != nil {
-		return 0, fmt.Errorf("%s is not a checkout of the reference: %w", dir, err)
-	}
-	for _, d := range []string{"scripts", "queue", "results"} {
-		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
-			return 0, err
-		}
-	}
-	// Its one way to run something is a script under scripts/, as `bash
-	// script`: the closest no-op is a script that runs true.
-	if err := os.WriteFile(filepath.Join(root, "scripts", "noop.sh"), []byte("#!/usr/bin/env bash\ntrue\n"), 0o755); err != nil {
-		return 0, err
-	}
-	tok := make([]byte, 16)
-	rand.Read(tok)
-	token := hex.EncodeToString(tok)
-	if err := os.WriteFile(filepath.Join(root, ".env"), []byte("BRIDGE_TOKEN="+token+"\n"), 0o600); err != nil {
-		return 0, err
-	}
-	logf, err := os.Create(filepath.Join(root, "daemon.log"))
+	ref, err := startReference(dir, root)
 	if err != nil {
 		return 0, err
 	}
-	defer logf.Close()
-	cmd := exec.Command(py, "-m", "cowork_to_code_bridge.daemon")
-	// As its installer runs it: a short PATH.
-	cmd.Env = []string{"HOME=" + root, "PATH=/usr/local/bin:/usr/bin:/bin", "LANG=C.UTF-8", "BRIDGE_ROOT=" + root,
-		"PYTHONPATH=" + dir, "PYTHONDONTWRITEBYTECODE=1"}
-	out, err := cmd.StdoutPipe()
+	defer ref.stop()
+	p0, err := sampleProc(ref.pid())
 	if err != nil {
 		return 0, err
 	}
-	cmd.Stderr = logf
-	if err := cmd.Start(); err != nil {
+	if err := ref.fill(n); err != nil {
 		return 0, err
 	}
-	defer func() { cmd.Process.Kill(); cmd.Wait() }()
-	up := make(chan bool, 1)
-	go func() {
-		sc := bufio.NewScanner(out)
-		said := false
-		for sc.Scan() {
-			fmt.Fprintln(logf, sc.Text())
-			if !said && strings.Contains(sc.Text(), "daemon up") {
-				said = true
-				up <- true
-			}
-		}
-		if !said {
-			up <- false
-		}
-	}()
-	select {
-	case ok := <-up:
-		if !ok {
-			return 0, fmt.Errorf("its daemon exited (log: %s)", logf.Name())
-		}
-	case <-time.After(20 * time.Second):
-		return 0, fmt.Errorf("its daemon did not say it was up (log: %s)", logf.Name())
-	}
-	p0, err := sampleProc(cmd.Process.Pid)
-	if err != nil {
-		return 0, err
-	}
-	ids := make([]string, n)
-	for i := range ids {
-		suffix := make([]byte, 4)
-		rand.Read(suffix)
-		ids[i] = fmt.Sprintf("%d_%s", time.Now().Unix(), hex.EncodeToString(suffix))
-		body, _ := json.Marshal(map[string]any{"id": ids[i], "script": "scripts/noop.sh", "args": []string{}, "timeout": 60,
-			"ts_submitted": float64(time.Now().UnixNano()) / 1e9, "token": token})
-		tmp := filepath.Join(root, "queue", ids[i]+".json.tmp")
-		if err := os.WriteFile(tmp, body, 0o644); err != nil {
-			return 0, err
-		}
-		if err := os.Rename(tmp, filepath.Join(root, "queue", ids[i]+".json")); err != nil {
-			return 0, err
-		}
-	}
-	// Its last step per request moves the request into processed/.
-	deadline := time.Now().Add(10 * time.Minute)
-	for _, id := range ids {
-		for {
-			if _, err := os.Stat(filepath.Join(root, "processed", id+".json")); err == nil {
-				break
-			}
-			if time.Now().After(deadline) {
-				return 0, fmt.Errorf("request %s not processed (log: %s)", id, logf.Name())
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-	}
-	p1, err := sampleProc(cmd.Process.Pid)
+	p1, err := sampleProc(ref.pid())
 	if err != nil {
 		return 0, err
 	}
