@@ -3,6 +3,7 @@ package crypto
 import (
 	"bytes"
 	"crypto/ed25519"
+	"crypto/fips140"
 	cryptorand "crypto/rand"
 	"crypto/sha256"
 	"encoding/base32"
@@ -61,7 +62,13 @@ type Identity struct {
 
 // signPublic is the Ed25519 public key, derived from the seed once.
 func (id *Identity) signPublic() [32]byte {
-	id.pubOnce.Do(func() { id.pub = publicFromSeed(&id.seed) })
+	id.pubOnce.Do(func() {
+		if fips140.Enabled() {
+			copy(id.pub[:], id.signKey().Public().(ed25519.PublicKey))
+			return
+		}
+		id.pub = publicFromSeed(&id.seed)
+	})
 	return id.pub
 }
 

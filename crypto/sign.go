@@ -2,6 +2,7 @@ package crypto
 
 import (
 	"crypto/ed25519"
+	"crypto/fips140"
 	"crypto/sha512"
 
 	"filippo.io/edwards25519"
@@ -63,9 +64,10 @@ func signDirect(seed, pub *[32]byte, msg []byte) []byte {
 	return append(sig, S.Bytes()...)
 }
 
-// signMessage signs msg with the identity's Ed25519 key.
+// signMessage signs msg with the identity's Ed25519 key. In FIPS 140 mode
+// every signature goes through the standard library's validated module.
 func (id *Identity) signMessage(msg []byte) []byte {
-	if id.signs.Add(1) <= directSigns {
+	if id.signs.Add(1) <= directSigns && !fips140.Enabled() {
 		pub := id.signPublic()
 		return signDirect(&id.seed, &pub, msg)
 	}
