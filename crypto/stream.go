@@ -166,6 +166,39 @@ func (s *Sealer) Write(p []byte) (int, error) {
 	return n, nil
 }
 
+// ReadFrom seals r to its end, reading straight into the chunk buffer
+// (io.Copy uses it): Write's copy of every byte is saved. It reads one byte
+// past a full chunk before sealing it, so that, as with Write, the last
+// chunk is always the one Close writes.
+func (s *Sealer) ReadFrom(r io.Reader) (int64, error) {
+	if s.closed {
+		return 0, errors.New("seal payload: write after close")
+	}
+	if s.err != nil {
+		return 0, s.err
+	}
+	var n int64
+	for {
+		m, err := r.Read(s.buf[len(s.buf) : ChunkSize+1]) // the pool's buffers hold encChunkSize+1
+		s.buf = s.buf[:len(s.buf)+m]
+		n += int64(m)
+		if len(s.buf) > ChunkSize {
+			next := s.buf[ChunkSize]
+			s.buf = s.buf[:ChunkSize]
+			if ferr := s.flush(false); ferr != nil {
+				return n, ferr
+			}
+			s.buf = append(s.buf, next)
+		}
+		switch {
+		case err == io.EOF:
+			return n, nil
+		case err != nil:
+			return n, err
+		}
+	}
+}
+
 func (s *Sealer) flush(last bool) error {
 	setNonce(s.nonce[:], s.counter, last)
 	s.out = s.aead.Seal(s.out[:0], s.nonce[:], s.buf, nil)
@@ -236,12 +269,7 @@ func (o *Opener) Read(p []byte) (int, error) {
 			return 0, o.err
 		}
 		if o.done {
-			if o.in != nil {
-				// Every byte read out (copied): the buffers go back.
-				putChunkBuf(o.in)
-				putChunkBuf(o.pbuf)
-				o.in, o.pbuf = nil, nil
-			}
+			o.release()
 			return 0, io.EOF
 		}
 		o.err = o.next()
@@ -249,6 +277,43 @@ func (o *Opener) Read(p []byte) (int, error) {
 	n := copy(p, o.plain)
 	o.plain = o.plain[n:]
 	return n, nil
+}
+
+// WriteTo writes the plaintext to w chunk by chunk, each once it
+// authenticated (io.Copy uses it): Read's copy into the caller's buffer is
+// saved.
+func (o *Opener) WriteTo(w io.Writer) (int64, error) {
+	var n int64
+	for {
+		for len(o.plain) > 0 {
+			m, err := w.Write(o.plain)
+			n += int64(m)
+			o.plain = o.plain[m:]
+			if err != nil {
+				return n, err
+			}
+			if m == 0 {
+				return n, io.ErrShortWrite
+			}
+		}
+		if o.err != nil {
+			return n, o.err
+		}
+		if o.done {
+			o.release()
+			return n, nil
+		}
+		o.err = o.next()
+	}
+}
+
+// release gives the buffers back once every byte was read out (copied).
+func (o *Opener) release() {
+	if o.in != nil {
+		putChunkBuf(o.in)
+		putChunkBuf(o.pbuf)
+		o.in, o.pbuf = nil, nil
+	}
 }
 
 // next reads and opens one chunk. The look-ahead byte tells whether more data

@@ -358,8 +358,12 @@ func run(args []string, stdout, stderr io.Writer) error {
 		}
 		ns, _ := strconv.ParseInt(kv["seal-open-ns"], 10, 64)
 		hwm, _ := strconv.ParseInt(kv["hwm-kb"], 10, 64)
+		limit, _ := strconv.ParseInt(kv["limit-ns"], 10, 64)
+		mbps := func(ns int64) float64 { return float64(c.payloadMiB<<20) / 1e6 / (float64(ns) / 1e9) }
 		r.add(fmt.Sprintf("seal + open of %d MiB, streamed through a pipe", c.payloadMiB),
-			fmt.Sprintf("%.0f MB/s, peak RSS %.1f MiB", float64(c.payloadMiB<<20)/1e6/(float64(ns)/1e9), float64(hwm)/1024), "", "≥ 300 MB/s, RSS ≤ 64 MiB")
+			fmt.Sprintf("%.0f MB/s, peak RSS %.1f MiB", mbps(ns), float64(hwm)/1024),
+			fmt.Sprintf("one-core limit of the same work (2 × SHA-256 + seal + open per chunk, nothing around it) %.0f MB/s: %.0f%% of it", mbps(limit), 100*float64(limit)/float64(ns)),
+			"≥ 90% of the limit, RSS ≤ 64 MiB")
 	}
 
 	// 7. Through two real Syncthings.
