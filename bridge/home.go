@@ -448,31 +448,9 @@ func (h *Home) Peers() ([]Peer, error) {
 // Peer finds a trusted peer by id or, failing that, by local name, and
 // checks that the record's bundle really is that peer's.
 func (h *Home) Peer(nameOrID string) (*Peer, *bcrypto.Bundle, error) {
-	peers, err := h.Peers()
+	p, err := h.findPeer(nameOrID)
 	if err != nil {
 		return nil, nil, err
-	}
-	found := -1
-	for i, p := range peers {
-		if p.ID == nameOrID {
-			found = i
-			break
-		}
-	}
-	if found < 0 {
-		for i, p := range peers {
-			if p.Name == nameOrID {
-				found = i
-				break
-			}
-		}
-	}
-	if found < 0 {
-		return nil, nil, fmt.Errorf("%w: %q", ErrUnknownPeer, nameOrID)
-	}
-	p := peers[found]
-	if p.bad != nil {
-		return nil, nil, p.bad
 	}
 	cur, ok := p.Current()
 	if !ok {
@@ -480,6 +458,37 @@ func (h *Home) Peer(nameOrID string) (*Peer, *bcrypto.Bundle, error) {
 			"pair with it again: `bridge keys remove %s`, then `bridge pair` or `bridge keys trust` its new bundle", p.Name)
 	}
 	return &p, &bcrypto.Bundle{V: 1, Role: p.Role, Name: p.Name, ID: p.ID, Seq: cur.Seq, SignPub: cur.SignPub, BoxPub: cur.BoxPub}, nil
+}
+
+// findPeer finds a trusted peer's record by id or, failing that, by name.
+// An id names its record's file (savePeer): a lookup by id, what both sides
+// do for every request, is one stat (and a read when the file changed), not
+// a listing of every record. No name reads as an id (ValidPeerName), so a
+// listing finds nothing else under an id.
+func (h *Home) findPeer(nameOrID string) (Peer, error) {
+	if bcrypto.ValidKid(nameOrID) {
+		p, err := h.readPeer(nameOrID + ".json")
+		if err == nil && p.ID == nameOrID {
+			return p, p.bad
+		} else if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return Peer{}, err
+		}
+	}
+	peers, err := h.Peers()
+	if err != nil {
+		return Peer{}, err
+	}
+	for _, p := range peers {
+		if p.ID == nameOrID {
+			return p, p.bad
+		}
+	}
+	for _, p := range peers {
+		if p.Name == nameOrID {
+			return p, p.bad
+		}
+	}
+	return Peer{}, fmt.Errorf("%w: %q", ErrUnknownPeer, nameOrID)
 }
 
 // PeerByID reads one trusted peer's record by its id, checked against the

@@ -469,7 +469,6 @@ func (c *Client) writePrivate(name string, durable bool, write func(io.Writer) e
 	if err != nil {
 		return err
 	}
-	defer os.Remove(tmp.Name()) // gone after the rename
 	err = write(tmp)
 	if err == nil && durable {
 		err = tmp.Sync()
@@ -477,10 +476,13 @@ func (c *Client) writePrivate(name string, durable bool, write func(io.Writer) e
 	if cerr := tmp.Close(); err == nil {
 		err = cerr
 	}
-	if err != nil {
-		return err
+	if err == nil {
+		err = os.Rename(tmp.Name(), filepath.Join(dir, name))
 	}
-	return os.Rename(tmp.Name(), filepath.Join(dir, name))
+	if err != nil {
+		os.Remove(tmp.Name()) // renamed, it is gone: removed only when it was not
+	}
+	return err
 }
 
 // sentManifest returns the manifest bytes this agent sent as id, or nil.
