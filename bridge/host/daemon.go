@@ -270,14 +270,18 @@ func (d *Daemon) Open() (err error) {
 	if err := d.checkPrivilege(); err != nil {
 		return err
 	}
+	endLoad := gcLoading() // the ledger and the finished set: the heap grows from nothing
 	if err := d.openCore(); err != nil {
+		endLoad()
 		return err
 	}
 	if err := d.openRuns(); err != nil {
+		endLoad()
 		return err
 	}
 	d.loadFinished()
 	d.loadLost()
+	endLoad()
 	// Private copies a crash left in the spool are of no use: payloads are
 	// settled again from the folder.
 	if old, err := filepath.Glob(d.home.Path("spool", "*")); err == nil {

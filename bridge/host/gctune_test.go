@@ -41,3 +41,32 @@ func TestTuneDaemonGC(t *testing.T) {
 		t.Fatalf("memory limit %d with 48 MiB live, want about live + %d", got, gcHeadroom)
 	}
 }
+
+// While a daemon loads, the soft limit is lifted, and set again from the
+// live heap when the load ends; collections during the load leave it lifted.
+func TestGCLoadingLiftsTheLimit(t *testing.T) {
+	limit := func() int64 { return debug.SetMemoryLimit(-1) }
+	defer debug.SetMemoryLimit(limit())
+	defer tuned.Store(tuned.Load())
+	t.Setenv("GOGC", "")
+	t.Setenv("GOMEMLIMIT", "")
+	TuneDaemonGC()
+	tuned.Store(true) // an earlier test may have tuned with GOGC set
+	end := gcLoading()
+	for range 3 {
+		runtime.GC()
+		time.Sleep(time.Millisecond) // the cleanup's goroutine
+		if got := limit(); got != math.MaxInt64 {
+			t.Fatalf("during the load, after a collection: memory limit %d, want none", got)
+		}
+	}
+	end()
+	if got := limit(); got == math.MaxInt64 || got < gcHeadroom {
+		t.Fatalf("after the load: memory limit %d, want the live heap + %d", got, gcHeadroom)
+	}
+	tuned.Store(false)
+	gcLoading()()
+	if got := limit(); got == math.MaxInt64 {
+		t.Fatalf("untuned (GOGC in the environment): the load changed the limit to none")
+	}
+}
