@@ -464,7 +464,11 @@ func (h *Home) Peer(nameOrID string) (*Peer, *bcrypto.Bundle, error) {
 // An id names its record's file (savePeer): a lookup by id, what both sides
 // do for every request, is one stat (and a read when the file changed), not
 // a listing of every record. No name reads as an id (ValidPeerName), so a
-// listing finds nothing else under an id.
+// listing finds nothing else under an id. A lookup by id therefore does not
+// fail for another peer's broken record, as a listing does: the daemon
+// serves its other agents, and what lists (a lookup by name, `keys show`,
+// an agent opening its client) names the broken file
+// (TestPeerByIDBesideABrokenRecord).
 func (h *Home) findPeer(nameOrID string) (Peer, error) {
 	if bcrypto.ValidKid(nameOrID) {
 		p, err := h.readPeer(nameOrID + ".json")

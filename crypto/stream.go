@@ -287,6 +287,9 @@ func (o *Opener) WriteTo(w io.Writer) (int64, error) {
 	for {
 		for len(o.plain) > 0 {
 			m, err := w.Write(o.plain)
+			if m < 0 || m > len(o.plain) {
+				return n, fmt.Errorf("open payload: the writer reported %d bytes written of %d", m, len(o.plain))
+			}
 			n += int64(m)
 			o.plain = o.plain[m:]
 			if err != nil {

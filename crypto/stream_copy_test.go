@@ -134,3 +134,20 @@ func TestStreamReadFromReaderError(t *testing.T) {
 		t.Fatalf("got %d, %v", n, err)
 	}
 }
+
+// A writer that reports more than it was given, or less than nothing, is an
+// error, not a panic.
+func TestStreamWriteToLyingWriter(t *testing.T) {
+	host := mustIdentity(t, "host")
+	ct, wrapped := seal(t, host, []byte("output"))
+	for _, n := range []int{-1, 7} {
+		o, _ := NewOpener(bytes.NewReader(ct), wrapped, host)
+		if _, err := o.WriteTo(countWriter(n)); err == nil {
+			t.Errorf("a writer reporting %d of 6 bytes: no error", n)
+		}
+	}
+}
+
+type countWriter int
+
+func (w countWriter) Write([]byte) (int, error) { return int(w), nil }

@@ -469,6 +469,13 @@ func (c *Client) writePrivate(name string, durable bool, write func(io.Writer) e
 	if err != nil {
 		return err
 	}
+	renamed := false
+	defer func() {
+		if !renamed { // renamed, it is gone: removed only when it was not (an error, a panic in write)
+			tmp.Close()
+			os.Remove(tmp.Name())
+		}
+	}()
 	err = write(tmp)
 	if err == nil && durable {
 		err = tmp.Sync()
@@ -478,9 +485,7 @@ func (c *Client) writePrivate(name string, durable bool, write func(io.Writer) e
 	}
 	if err == nil {
 		err = os.Rename(tmp.Name(), filepath.Join(dir, name))
-	}
-	if err != nil {
-		os.Remove(tmp.Name()) // renamed, it is gone: removed only when it was not
+		renamed = err == nil
 	}
 	return err
 }

@@ -271,12 +271,11 @@ func (d *Daemon) Open() (err error) {
 		return err
 	}
 	endLoad := gcLoading() // the ledger and the finished set: the heap grows from nothing
+	defer endLoad()        // also on an error or a panic; once
 	if err := d.openCore(); err != nil {
-		endLoad()
 		return err
 	}
 	if err := d.openRuns(); err != nil {
-		endLoad()
 		return err
 	}
 	d.loadFinished()

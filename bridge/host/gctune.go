@@ -58,10 +58,10 @@ func gcLoading() (end func()) {
 	}
 	loading.Store(true)
 	debug.SetMemoryLimit(math.MaxInt64)
-	return func() {
+	return sync.OnceFunc(func() {
 		loading.Store(false)
 		setLimitFromLive()
-	}
+	})
 }
 
 // followLiveHeap sets the memory limit from the live heap the last
