@@ -7,24 +7,14 @@ import (
 	bcrypto "github.com/syncbridge/bridge/crypto"
 )
 
-// Hand-written forms of the wire's name patterns (SPEC §3, §4): a CLI
+// Hand-written forms of the wire's name patterns (SPEC §3, §5, §7): a CLI
 // process checks a few names and exits, and compiling the regular
 // expressions cost it more than all its matching. TestNamesMatchPatterns
 // keeps each equal to the pattern SPEC gives.
 
-// validOpName reports whether s matches ^[a-z0-9][a-z0-9._-]{0,63}$.
-func validOpName(s string) bool {
-	if len(s) == 0 || len(s) > 64 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || i > 0 && (c == '.' || c == '_' || c == '-')) {
-			return false
-		}
-	}
-	return true
-}
+// validOpName reports whether s matches ^[a-z0-9][a-z0-9._-]{0,63}$, the
+// rule of a bundle's name.
+func validOpName(s string) bool { return bcrypto.ValidName(s) }
 
 // validArgName reports whether s matches ^[a-z][a-z0-9_]{0,31}$.
 func validArgName(s string) bool {

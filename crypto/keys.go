@@ -213,7 +213,7 @@ func (b *Bundle) check() error {
 		return fmt.Errorf("bundle: %w: v=%d", ErrUnknownVersion, b.V)
 	case b.Role != "host" && b.Role != "agent":
 		return fmt.Errorf("bundle: %w: role %q", ErrMalformed, b.Role)
-	case !validName(b.Name):
+	case !ValidName(b.Name):
 		return fmt.Errorf("bundle: %w: name %q", ErrMalformed, b.Name)
 	case !ValidKid(b.ID):
 		return fmt.Errorf("bundle: %w: id %q", ErrMalformed, b.ID)

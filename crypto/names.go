@@ -4,8 +4,9 @@ package crypto
 // checks a few of each and exits, and compiling the regular expressions cost
 // it more than all its matching (TestNamesMatchPatterns keeps them equal).
 
-// validName reports whether s matches ^[a-z0-9][a-z0-9._-]{0,63}$.
-func validName(s string) bool {
+// ValidName reports whether s matches ^[a-z0-9][a-z0-9._-]{0,63}$: a
+// party's suggested name in its bundle (SPEC §2), and an op's (SPEC §7).
+func ValidName(s string) bool {
 	if len(s) == 0 || len(s) > 64 {
 		return false
 	}

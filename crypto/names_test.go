@@ -23,8 +23,8 @@ func TestNamesMatchPatterns(t *testing.T) {
 		}
 	}
 	for _, s := range cands {
-		if got, want := validName(s), name.MatchString(s); got != want {
-			t.Errorf("validName(%q) = %v, pattern says %v", s, got, want)
+		if got, want := ValidName(s), name.MatchString(s); got != want {
+			t.Errorf("ValidName(%q) = %v, pattern says %v", s, got, want)
 		}
 		if got, want := ValidKid(s), kid.MatchString(s); got != want {
 			t.Errorf("ValidKid(%q) = %v, pattern says %v", s, got, want)
