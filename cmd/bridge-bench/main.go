@@ -235,24 +235,30 @@ func run(args []string, stdout, stderr io.Writer) error {
 
 	// The cost of running an op, beside a ping, a fork/exec and the
 	// reference.
+	var ref refResults
 	if !c.skip["opcost"] {
 		oc, err := measureOpCost(c, filepath.Join(base, "opcost"), progress)
 		if err != nil {
 			return err
 		}
 		oc.rows(r)
+		ref.burstCPU = oc.ref
 	}
 
 	// The reference the ways users run it (-reference).
 	if !c.skip["reference"] {
-		referenceRows(c, filepath.Join(base, "reference"), r, progress)
+		burst := ref.burstCPU
+		ref = referenceRows(c, filepath.Join(base, "reference"), r, progress)
+		ref.burstCPU = burst
 	}
 
-	// 2. What users do, with the bridge binary, beside the baseline.
+	// 2. What users do, with the bridge binary, beside the baseline and
+	// the reference.
 	ur, err := usersSections(c, filepath.Join(base, "users"), progress)
 	if err != nil {
 		return err
 	}
+	ur.ref = ref
 	ur.rows(c, fl, r)
 
 	// 3. Local round trips, daemon in this process.

@@ -219,22 +219,30 @@ func (r *refDaemon) clientRoundTrips(n int, poll time.Duration, perProcess bool,
 	return out, nil
 }
 
+// refResults is what the reference section measured, for our rows' ratios
+// (zero values: not measured).
+type refResults struct {
+	perCall, lib   []time.Duration
+	idle, idleFull idleStats
+	burstCPU       time.Duration // its daemon's CPU per no-op, from the op-cost section
+}
+
 // referenceRows measures the reference the ways users run it, beside the
 // rows of what users do with ours: calls through its client (a process per
 // call at its default poll, and its library at 10 ms), its daemon idle on
 // an empty root and, restarted, beside c.unackedN finished requests.
-func referenceRows(c config, base string, r *report, progress func(string, ...any)) {
+func referenceRows(c config, base string, r *report, progress func(string, ...any)) (res refResults) {
 	const what = "the reference"
 	if c.reference == "" {
 		r.add(what, "not measured: give -reference DIR, a checkout of abhinaykrupa/cowork-to-code-bridge", "", "")
-		return
+		return res
 	}
 	rng := newPauses(c)
 	fail := func(row string, err error) { r.add(row, "not measured: "+err.Error(), "", "") }
 	ref, err := startReference(c.reference, filepath.Join(base, "root"))
 	if err != nil {
 		fail(what, err)
-		return
+		return res
 	}
 	defer func() { ref.stop() }()
 	progress("the reference: idle, empty queue (%s)", c.idleWindow)
@@ -242,6 +250,7 @@ func referenceRows(c config, base string, r *report, progress func(string, ...an
 	if st, err := watchIdle(ref.pid(), c.idleWindow); err != nil {
 		fail(row, err)
 	} else {
+		res.idle = st
 		r.add(row, st.String(), "", "")
 	}
 	progress("the reference: %d sporadic calls, a python3 process per call polling %s", c.baselineN, c.clientPoll)
@@ -249,6 +258,7 @@ func referenceRows(c config, base string, r *report, progress func(string, ...an
 	if ds, err := ref.clientRoundTrips(c.baselineN, c.clientPoll, true, rng); err != nil {
 		fail(row, err)
 	} else {
+		res.perCall = ds
 		r.add(row, p3(ds), "", "")
 	}
 	progress("the reference: %d sporadic calls through its library polling 10 ms", c.sporadicN)
@@ -256,25 +266,28 @@ func referenceRows(c config, base string, r *report, progress func(string, ...an
 	if ds, err := ref.clientRoundTrips(c.sporadicN, 10*time.Millisecond, false, rng); err != nil {
 		fail(row, err)
 	} else {
+		res.lib = ds
 		r.add(row, p3(ds), "", "")
 	}
 	progress("the reference: %d finished requests, then restarted and idle (%s)", c.unackedN, c.idleWindow)
 	row = fmt.Sprintf("reference idle beside %d finished requests, restarted (%s window)", c.unackedN, c.idleWindow)
 	if err := ref.fill(c.unackedN); err != nil {
 		fail(row, err)
-		return
+		return res
 	}
 	ref.stop()
 	if ref, err = startReference(c.reference, filepath.Join(base, "root")); err != nil {
 		fail(row, err)
-		return
+		return res
 	}
 	time.Sleep(2 * time.Second) // its start-up pass over what it finished
 	if st, err := watchIdle(ref.pid(), c.idleWindow); err != nil {
 		fail(row, err)
 	} else {
+		res.idleFull = st
 		r.add(row, st.String(), "", "")
 	}
+	return res
 }
 
 // newPauses is the sporadic pauses of the reference's rows: uniform in
