@@ -156,17 +156,21 @@ func (d *Daemon) dispatchFull(paths []string) {
 	shares := max(1, (len(d.finished)+maxFinishedChecks-1)/maxFinishedChecks)
 	turn := d.rescans % shares
 	for _, p := range paths {
-		if key, ok := requestKeyOf(p); ok {
-			if key != lastKey {
-				_, lastKnown = d.finished[key]
-				lastKey = key
-				if lastKnown && (shares == 1 || int(fnv32a(key))%shares == turn) {
+		// The shape first, the id's digits only for a key the finished set
+		// lacks: its keys are valid ones, and most paths of a full batch
+		// are theirs (requestKeyOf's answer either way).
+		key, ok := requestKeyShape(p)
+		if ok && key != lastKey {
+			_, known := d.finished[key]
+			if ok = known || bridge.ValidID(key[len(key)-32:]); ok {
+				lastKey, lastKnown = key, known
+				if known && (shares == 1 || int(fnv32a(key))%shares == turn) {
 					check = append(check, key)
 				}
 			}
-			if lastKnown {
-				continue
-			}
+		}
+		if ok && lastKnown {
+			continue
 		}
 		now = append(now, p)
 	}
@@ -226,15 +230,26 @@ func fnv32a(s string) uint32 {
 // (a rescan calls it for every file in the folder, so it allocates
 // nothing).
 func requestKeyOf(p string) (string, bool) {
+	key, ok := requestKeyShape(p)
+	if !ok || !bridge.ValidID(key[len(key)-32:]) {
+		return "", false
+	}
+	return key, true
+}
+
+// requestKeyShape is requestKeyOf without the check of the id's digits:
+// "agent/" and 32 bytes, then "." and a manifest's, payload's or cancel's
+// extension. A cancel counts as the request's too: beside a finished
+// request it can change nothing, and would otherwise cost an evaluation at
+// every rescan. (Acks do not: the collection needs to see them.)
+func requestKeyShape(p string) (string, bool) {
 	slash := strings.IndexByte(p, '/')
-	if slash <= 0 {
+	if slash <= 0 || len(p) < slash+1+34 || p[slash+1+32] != '.' {
 		return "", false
 	}
-	// A cancel counts as the request's too: beside a finished request it
-	// can change nothing, and would otherwise cost an evaluation at every
-	// rescan. (Acks do not: the collection needs to see them.)
-	if _, ext, ok := bridge.ParseToHostName(p[slash+1:]); !ok || (ext != bridge.ExtManifest && ext != bridge.ExtPayload && ext != bridge.ExtCancel) {
-		return "", false
+	switch p[slash+1+33:] {
+	case bridge.ExtManifest, bridge.ExtPayload, bridge.ExtCancel:
+		return p[:slash+1+32], true
 	}
-	return p[:slash+1+32], true
+	return "", false
 }

@@ -4,6 +4,7 @@ import (
 	"hash/fnv"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/syncbridge/bridge/bridge"
@@ -53,5 +54,35 @@ func TestLostOutputIsNotTakenForFinished(t *testing.T) {
 	d.markFinished(agentID, id)
 	if _, ok := d.finished[agentID+"/"+id]; ok {
 		t.Fatal("a result without its output was taken for in place")
+	}
+}
+
+// requestKeyOf, now the shape and then the digits, answers as the file-name
+// parser does for every kind of path a rescan meets.
+func TestRequestKeyOfMatchesParser(t *testing.T) {
+	const id = "0123456789abcdef0123456789abcdef"
+	agent := strings.Repeat("ab", 16)
+	var paths []string
+	for _, name := range []string{
+		id + ".manifest", id + ".payload", id + ".cancel", id + ".ack", id + ".result", id + ".manifest.tmp",
+		id + ".", id, "0123456789abcdef0123456789abcdeF.manifest", "0123456789abcdef0123456789abcde.manifest",
+		"0123456789abcdef0123456789abcdefa.manifest", "x" + id[1:] + ".payload", id + ".manifestx", id + "/manifest",
+		"rotate-1.rotation", "", "~$" + id + ".manifest.1.tmp",
+	} {
+		paths = append(paths, agent+"/"+name, name, "/"+name, "a/b/"+name)
+	}
+	for _, p := range paths {
+		want, wantOK := "", false
+		if slash := strings.IndexByte(p, '/'); slash > 0 {
+			if _, ext, ok := bridge.ParseToHostName(p[slash+1:]); ok && ext != bridge.ExtAck {
+				want, wantOK = p[:slash+1+32], true
+			}
+		}
+		if got, ok := requestKeyOf(p); got != want || ok != wantOK {
+			t.Errorf("requestKeyOf(%q) = %q, %v; the parser says %q, %v", p, got, ok, want, wantOK)
+		}
+		if key, ok := requestKeyShape(p); wantOK && (!ok || key != want) {
+			t.Errorf("requestKeyShape(%q) = %q, %v, for a request path", p, key, ok)
+		}
 	}
 }
