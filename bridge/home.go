@@ -554,7 +554,8 @@ func (h *Home) readPeer(name string) (Peer, error) {
 	}
 	var p Peer
 	if err := json.Unmarshal(data, &p); err != nil {
-		return Peer{}, fmt.Errorf("read peer %s: %w", name, err)
+		return Peer{}, WithHint(fmt.Errorf("read peer %s: %w", name, err),
+			"%s is not a peer record: move it out of %s (a trusted peer's record is its id + .json, written by `bridge pair` or `bridge keys trust`); if it was a peer's, pair with that peer again", path, h.Path(PeersDir))
 	}
 	p.bad = p.Check()
 	if c := h.peers; c != nil && int64(len(data)) == fi.Size() {

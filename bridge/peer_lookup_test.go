@@ -25,8 +25,14 @@ func TestPeerByIDBesideABrokenRecord(t *testing.T) {
 	if _, _, err := agent.Peer("laptop"); err == nil || !strings.Contains(err.Error(), "junk.json") {
 		t.Fatalf("Peer(name) beside a broken record: %v, want the broken file named", err)
 	}
-	if _, err := agent.Peers(); err == nil || !strings.Contains(err.Error(), "junk.json") {
+	_, err = agent.Peers()
+	if err == nil || !strings.Contains(err.Error(), "junk.json") {
 		t.Fatalf("Peers beside a broken record: %v, want the broken file named", err)
+	}
+	// It says what to do about it.
+	var h *HintError
+	if !errors.As(err, &h) || !strings.Contains(h.Hint, "move it out of") || !strings.Contains(h.Hint, agent.Path(PeersDir)) {
+		t.Fatalf("a broken record's error without the hint to move it away: %#v", err)
 	}
 	os.Remove(agent.Path(PeersDir, "junk.json"))
 
