@@ -106,16 +106,7 @@ func (c *DemoCmd) Run(g *Globals) error {
 	if err := d.Open(); err != nil {
 		return err
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- d.Run(ctx) }()
-	defer func() {
-		cancel()
-		<-done
-		cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer ccancel()
-		d.Close(cctx)
-	}()
+	defer runDaemon(d)()
 	say("host daemon started (`bridge serve`)")
 
 	cl, err := agent.OpenClient(ah)
@@ -256,4 +247,20 @@ func trimLog(line string) string {
 		return line[i:]
 	}
 	return line
+}
+
+// runDaemon runs an opened daemon in the background, as `bridge serve` runs
+// one in the foreground; stop ends it and closes it, giving its runs up to
+// 10 s to end.
+func runDaemon(d *host.Daemon) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	return func() {
+		cancel()
+		<-done
+		cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer ccancel()
+		d.Close(cctx)
+	}
 }

@@ -1,14 +1,12 @@
 package main
 
 import (
-	"context"
 	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/host"
@@ -98,14 +96,5 @@ func serveInProcess(t *testing.T, h *bridge.Home) (stop func()) {
 	if err := d.Open(); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- d.Run(ctx) }()
-	return func() {
-		cancel()
-		<-done
-		cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer ccancel()
-		d.Close(cctx)
-	}
+	return runDaemon(d)
 }
