@@ -41,8 +41,9 @@ func TuneDaemonGC() {
 
 var (
 	tuneOnce sync.Once
-	tuned    atomic.Bool // TuneDaemonGC set the limit: loading may lift it
-	loading  atomic.Bool // between gcLoading and its end: no limit
+	tuned    atomic.Bool  // TuneDaemonGC set the limit: loading may lift it
+	loading  atomic.Bool  // between gcLoading and its end: no limit
+	follows  atomic.Int64 // times followLiveHeap ran: a collection's cleanup, counted
 )
 
 // gcLoading lifts the soft limit while a daemon loads its ledger and its
@@ -68,6 +69,7 @@ func gcLoading() (end func()) {
 // collection found, and arms itself for the next collection: a cleanup
 // runs once the collector finds its object unreachable.
 func followLiveHeap(struct{}) {
+	follows.Add(1)
 	if !loading.Load() {
 		setLimitFromLive()
 	}

@@ -54,8 +54,16 @@ func TestGCLoadingLiftsTheLimit(t *testing.T) {
 	tuned.Store(true) // an earlier test may have tuned with GOGC set
 	end := gcLoading()
 	for range 3 {
+		// Wait for the collection's cleanup to have run (counted, not a
+		// fixed sleep): only then does the limit say what it did.
+		before := follows.Load()
 		runtime.GC()
-		time.Sleep(time.Millisecond) // the cleanup's goroutine
+		for deadline := time.Now().Add(10 * time.Second); follows.Load() == before; {
+			if time.Now().After(deadline) {
+				t.Fatal("no cleanup ran after a collection")
+			}
+			time.Sleep(time.Millisecond)
+		}
 		if got := limit(); got != math.MaxInt64 {
 			t.Fatalf("during the load, after a collection: memory limit %d, want none", got)
 		}
