@@ -56,6 +56,10 @@ func TestHostileWriterSoak(t *testing.T) {
 	hostDir := filepath.Dir(root)
 	watches0 := inotifyWatches(t)
 	home0 := dirSize(e.hostHome)
+	// Where the writer's links point: a directory of the test's own, so
+	// that what goes through them stays in it, and the daemon's writes
+	// through them, if any, are seen (below).
+	elsewhere := t.TempDir()
 
 	var (
 		mu      sync.Mutex
@@ -100,7 +104,7 @@ func TestHostileWriterSoak(t *testing.T) {
 			swap.Unlock()
 		case 5: // the agent's result directory replaced by a link
 			if os.RemoveAll(e.toAgent()) == nil {
-				os.Symlink("/tmp", e.toAgent())
+				os.Symlink(elsewhere, e.toAgent())
 			}
 		case 6: // hosts/<host> litter
 			os.WriteFile(filepath.Join(hostDir, "litter"+n), []byte("x"), 0o644)
@@ -169,4 +173,12 @@ func TestHostileWriterSoak(t *testing.T) {
 	if watches > 4 {
 		t.Errorf("%d more kernel watches", watches)
 	}
+	// The writer made only directories through its links (the squats of
+	// case 2); a file there is the daemon's, written through a link.
+	filepath.WalkDir(elsewhere, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			t.Errorf("the daemon wrote %s through the writer's link", p)
+		}
+		return nil
+	})
 }
