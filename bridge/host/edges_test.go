@@ -175,11 +175,7 @@ func TestLostRecordNeverRunsAgain(t *testing.T) {
 			warm := e.submit(t, "blockidem") // something for the ledger to keep
 			e.wait(t, warm)
 			stopDaemon(d, context.Background())
-			db := e.host.Path("ledger", "ledger.db")
-			before, err := os.ReadFile(db)
-			if err != nil {
-				t.Fatal(err)
-			}
+			before := backupLedger(t, e.host)
 			d = e.daemon(t)
 			id := e.submit(t, "blockidem")
 			first := e.wait(t, id)
@@ -207,20 +203,20 @@ func TestLostRecordNeverRunsAgain(t *testing.T) {
 				os.WriteFile(filepath.Join(e.toHost(), id+".manifest"), manifest, 0o644)
 			}
 			if how == "repair" {
-				// Damage right after the records that were there before:
-				// repair keeps those and drops the request's.
-				f, err := os.OpenFile(db, os.O_WRONLY, 0)
-				if err != nil {
-					t.Fatal(err)
+				// Damage right after the records that were there before,
+				// in both files (the request's done record went to the
+				// archive): repair keeps those and drops the request's.
+				for _, name := range ledgerFiles {
+					f, err := os.OpenFile(e.host.Path("ledger", name), os.O_WRONLY, 0)
+					if err != nil {
+						t.Fatal(err)
+					}
+					f.WriteAt([]byte("garbage!"), int64(len(before[name])))
+					f.Close()
 				}
-				f.WriteAt([]byte("garbage!"), int64(len(before)))
-				f.Close()
-				os.Remove(db + ".checked")
+				os.Remove(e.host.Path("ledger", "ledger.db.checked"))
 			} else {
-				os.Remove(db + ".checked")
-				if err := os.WriteFile(db, before, 0o600); err != nil {
-					t.Fatal(err)
-				}
+				restoreLedger(t, e.host, before)
 			}
 			// As OPERATIONS.md says to after a restore; run twice, it
 			// lists the same.

@@ -83,7 +83,7 @@ var modelScenarios = []struct {
 	}},
 	{"record-lost, catch-up", func(m *model) {
 		m.d.stop(m.t, 1)
-		m.backup, _ = os.ReadFile(m.p.host.Path("ledger", "ledger.db"))
+		m.backup = backupLedger(m.t, m.p.host)
 		m.start()
 		r := m.send(m.agents[0], "quick", time.Hour)
 		m.answered(r, 15*time.Second)
@@ -213,9 +213,7 @@ func (m *model) abandonOn(r *modelReq) {
 func (m *model) restoreBackup() {
 	m.d.stop(m.t, 1)
 	m.interrupted()
-	db := m.p.host.Path("ledger", "ledger.db")
-	os.WriteFile(db, m.backup, 0o600)
-	os.Remove(db + ".checked")
+	restoreLedger(m.t, m.p.host, m.backup)
 	if _, err := RepairLedger(m.p.host); err != nil {
 		m.t.Fatal(err)
 	}

@@ -181,7 +181,7 @@ type model struct {
 	env      []string
 	d        *daemonProcess
 	step     int
-	backup   []byte // an earlier ledger.db, for a restore
+	backup   map[string][]byte // an earlier ledger (backupLedger), for a restore
 	fixedAt  time.Time
 	trace    []string
 	scripted bool // in a scenario
@@ -508,16 +508,18 @@ func (m *model) reconcileEntry(e ledger.Entry) {
 func (m *model) repair() {
 	m.d.stop(m.t, 1)
 	m.interrupted()
-	db := m.p.host.Path("ledger", "ledger.db")
+	// Either file of the ledger: the live entries' or the archive of the
+	// terminal ones.
+	db := m.p.host.Path("ledger", ledgerFiles[m.rnd.IntN(len(ledgerFiles))])
 	data, err := os.ReadFile(db)
 	if err == nil && len(data) > 64 {
 		cut := 32 + m.rnd.IntN(len(data)-32)
 		copy(data[cut:], "\x00garbage")
 		os.WriteFile(db, data, 0o600)
-		os.Remove(db + ".checked")
+		os.Remove(m.p.host.Path("ledger", "ledger.db.checked"))
 		os.Remove(m.p.host.Path(finishedName)) // as after a SIGKILL
 		rep, err := RepairLedger(m.p.host)
-		m.logf("repair at byte %d: lost %d, %v", cut, len(rep.Lost), err)
+		m.logf("repair of %s at byte %d: lost %d, %v", filepath.Base(db), cut, len(rep.Lost), err)
 		m.lostAll()
 	}
 	m.start()
@@ -528,13 +530,11 @@ func (m *model) repair() {
 func (m *model) restore() {
 	m.d.stop(m.t, 1)
 	m.interrupted()
-	db := m.p.host.Path("ledger", "ledger.db")
 	if m.backup == nil || m.rnd.IntN(2) == 0 {
-		m.backup, _ = os.ReadFile(db)
+		m.backup = backupLedger(m.t, m.p.host)
 		m.logf("backup the ledger")
 	} else {
-		os.WriteFile(db, m.backup, 0o600)
-		os.Remove(db + ".checked")
+		restoreLedger(m.t, m.p.host, m.backup)
 		os.Remove(m.p.host.Path(finishedName))
 		m.logf("restore the ledger from the backup")
 		m.lostAll()

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -307,6 +308,10 @@ type RepairReport struct {
 	BytesKept    int64  `json:"bytes_kept"`    // size of the repaired file
 	BytesDropped int64  `json:"bytes_dropped"` // bytes removed: the damaged tail, NUL runs
 	Entries      int    `json:"entries"`       // request records in the repaired file
+
+	// Archive is the repair of ledger.archive (the terminal entries kept
+	// on disk only), if there is one.
+	Archive *RepairReport `json:"archive,omitempty"`
 }
 
 // Repair makes a damaged ledger file in dir loadable again. It takes the
@@ -317,14 +322,23 @@ type RepairReport struct {
 // written to a new file that replaces the old one. File and directory are
 // fsynced. A clean file is left untouched (Damaged false).
 func Repair(dir string) (rep RepairReport, err error) {
-	path := filepath.Join(dir, dbFile)
-	rep.Path = path
+	rep.Path = filepath.Join(dir, dbFile)
 	lk, err := acquireLock(dir)
 	if err != nil {
 		return rep, err
 	}
 	defer lk.release()
+	if rep, err = repairDB(dir); err != nil {
+		return rep, err
+	}
+	rep.Archive, err = repairArchive(dir)
+	return rep, err
+}
 
+// repairDB is Repair of ledger.db, with the lock held.
+func repairDB(dir string) (rep RepairReport, err error) {
+	path := filepath.Join(dir, dbFile)
+	rep.Path = path
 	f, err := os.OpenFile(path, os.O_RDWR, 0)
 	if err != nil {
 		return rep, fmt.Errorf("repair ledger: %w", err)
@@ -383,15 +397,90 @@ func Repair(dir string) (rep RepairReport, err error) {
 	return rep, nil
 }
 
+// repairArchive makes a damaged archive loadable: a copy aside, then a
+// cut after its last valid command (what follows is lost; the host's
+// repair then compares with the audit log and the home, as for ledger.db).
+func repairArchive(dir string) (*RepairReport, error) {
+	path := filepath.Join(dir, archiveFile)
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("repair ledger archive: %w", err)
+	}
+	defer f.Close()
+	a := &archive{path: path, f: f, idx: map[string]archRef{}}
+	sc, ierr := a.index()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("repair ledger archive %s: %w", path, err)
+	}
+	rep := &RepairReport{Path: path, Entries: len(a.idx), BytesKept: fi.Size()}
+	if ierr == nil {
+		return rep, nil // intact, or a torn tail that Open cuts
+	}
+	if !errors.Is(ierr, ErrDamaged) {
+		return nil, ierr
+	}
+	rep.Damaged, rep.Problem = true, ierr.Error()
+	var le *Error
+	if errors.As(ierr, &le) {
+		rep.Problem = strings.TrimPrefix(le.Err.Error(), ErrDamaged.Error()+": ")
+	}
+	data, err := readAll(f)
+	if err == nil {
+		rep.Backup, err = writeBackupOf(dir, archiveFile, data)
+	}
+	if err == nil {
+		err = f.Truncate(sc.end)
+	}
+	if err == nil {
+		err = syncFile(f)
+	}
+	if err == nil {
+		err = syncDir(dir)
+	}
+	if err != nil {
+		return rep, fmt.Errorf("repair ledger archive %s: %w", path, err)
+	}
+	rep.BytesKept, rep.BytesDropped = sc.end, fi.Size()-sc.end
+	return rep, nil
+}
+
+// readArchive opens the archive in dir read-only and indexes it, for
+// Snapshot; nil if there is none. A torn tail is left as it is.
+func readArchive(dir string) (*archive, error) {
+	path := filepath.Join(dir, archiveFile)
+	f, err := os.Open(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	a := &archive{path: path, f: f, idx: map[string]archRef{}}
+	if _, err := a.index(); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return a, nil
+}
+
 // writeBackup copies data to a new ledger.db.damaged-<unix> file (with a
 // numeric suffix if that name is taken) and fsyncs it.
 func writeBackup(dir string, data []byte) (string, error) {
-	base := filepath.Join(dir, fmt.Sprintf("%s.damaged-%d", dbFile, time.Now().Unix()))
-	name := base
+	return writeBackupOf(dir, dbFile, data)
+}
+
+// writeBackupOf is writeBackup for the file name in dir.
+func writeBackupOf(dir, name string, data []byte) (string, error) {
+	base := filepath.Join(dir, fmt.Sprintf("%s.damaged-%d", name, time.Now().Unix()))
+	file := base
 	for i := 2; ; i++ {
-		f, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		f, err := os.OpenFile(file, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 		if errors.Is(err, os.ErrExist) && i < 100 {
-			name = fmt.Sprintf("%s-%d", base, i)
+			file = fmt.Sprintf("%s-%d", base, i)
 			continue
 		}
 		if err != nil {
@@ -404,7 +493,7 @@ func writeBackup(dir string, data []byte) (string, error) {
 		if cerr := f.Close(); err == nil {
 			err = cerr
 		}
-		return name, err
+		return file, err
 	}
 }
 
@@ -491,6 +580,26 @@ func Snapshot(dir string) ([]Entry, error) {
 			return nil, err
 		}
 		out = append(out, e)
+	}
+	// The archive after ledger.db: a move appends to the archive before it
+	// deletes from ledger.db, so an entry being moved is seen in one or
+	// both, never in neither.
+	a, err := readArchive(dir)
+	if err != nil {
+		return nil, err
+	}
+	if a != nil {
+		defer a.close()
+		for k, ref := range a.idx {
+			if _, ok := s.live[entryPrefix+k]; ok {
+				continue
+			}
+			e, err := a.read(k, ref)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, e)
+		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
 	return out, nil

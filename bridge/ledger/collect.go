@@ -34,6 +34,8 @@ func (l *Ledger) gcCandidates(now time.Time, skew time.Duration) ([]Entry, error
 	out, err := l.scan(func(_, v string) bool {
 		exp, ok := topField(v, "expires")
 		return !ok || exp < pivot
+	}, func(_ string, r archRef) bool {
+		return r.expires < unixNano(now.Add(-skew))
 	}, func(e Entry) bool { return collectable(e, now, skew) })
 	slices.SortStableFunc(out, func(a, b Entry) int { return a.Expires.Compare(b.Expires) })
 	return out, err
@@ -53,18 +55,22 @@ func (l *Ledger) GC(now time.Time, skew time.Duration) (int, error) {
 	if err := l.usable(); err != nil {
 		return 0, fmt.Errorf("gc: %w", err)
 	}
+	l.moveMu.Lock()
+	defer l.moveMu.Unlock()
 	cands, err := l.gcCandidates(now, skew)
 	if err != nil {
 		return 0, fmt.Errorf("gc: %w", err)
 	}
 	n := 0
+	var archived []string
 	for batch := range slices.Chunk(cands, gcBatch) {
 		err := l.update(func(tx *buntdb.Tx) (bool, error) {
 			wrote := false
 			for _, c := range batch {
 				// Re-check under the write lock: the entry may have changed.
-				e, err := getEntry(tx, c.Key)
+				e, err := getDBEntry(tx, c.Key)
 				if errors.Is(err, ErrNotFound) {
+					archived = append(archived, c.Key)
 					continue
 				}
 				if err != nil {
@@ -85,15 +91,23 @@ func (l *Ledger) GC(now time.Time, skew time.Duration) (int, error) {
 			return 0, fmt.Errorf("gc: %w", err)
 		}
 	}
-	return n, nil
+	// Out of buntdb first, then out of the archive (see archiveFile).
+	m, err := l.dropArchived(archived, now, skew)
+	if err != nil {
+		return n, fmt.Errorf("gc: %w", err)
+	}
+	return n + m, nil
 }
 
 // Stats summarises the ledger for `bridge status` and `bridge doctor`.
 type Stats struct {
-	Total       int
-	States      map[State]int // entries per state; absent states count 0
-	FileSize    int64         // bytes of ledger.db; it only grows until Open compacts it
-	TailDropped int64         // bytes of a torn tail that Open cut off (a crash happened)
+	Total        int
+	States       map[State]int // entries per state; absent states count 0
+	FileSize     int64         // bytes of ledger.db; it only grows until Open compacts it
+	TailDropped  int64         // bytes of a torn tail that Open cut off (a crash happened)
+	Archived     int           // entries of Total in the archive, on disk only (terminal ones)
+	ArchiveSize  int64         // bytes of ledger.archive
+	ArchiveError string        // why the last move to the archive failed, if it did (the entries stayed in memory)
 }
 
 // Stats counts the entries per state.
@@ -105,12 +119,29 @@ func (l *Ledger) Stats() (Stats, error) {
 	}
 	st := Stats{States: map[State]int{}, TailDropped: l.tailDropped}
 	err := l.view(func(tx *buntdb.Tx) error {
-		return tx.AscendKeys(entryPrefix+"*", func(k, v string) bool {
+		err := tx.AscendKeys(entryPrefix+"*", func(k, v string) bool {
 			s, _ := topField(v, "state")
 			st.States[State(s)]++
 			st.Total++
 			return true
 		})
+		if err != nil {
+			return err
+		}
+		l.amu.Lock()
+		defer l.amu.Unlock()
+		for k, r := range l.arch.idx {
+			if _, err := tx.Get(entryPrefix + k); errors.Is(err, buntdb.ErrNotFound) {
+				st.States[states[r.state]]++
+				st.Total++
+				st.Archived++
+			}
+		}
+		st.ArchiveSize = l.arch.size
+		if l.arch.err != nil {
+			st.ArchiveError = l.arch.err.Error()
+		}
+		return nil
 	})
 	if err != nil {
 		return Stats{}, fmt.Errorf("stats: %w", err)
@@ -133,10 +164,13 @@ func (l *Ledger) Forget(key string, now time.Time, skew time.Duration) (bool, er
 	if err := l.usable(); err != nil {
 		return false, fmt.Errorf("forget: %w", err)
 	}
-	done := false
+	l.moveMu.Lock()
+	defer l.moveMu.Unlock()
+	done, inDB := false, true
 	err := l.update(func(tx *buntdb.Tx) (bool, error) {
-		e, err := getEntry(tx, key)
+		e, err := getDBEntry(tx, key)
 		if errors.Is(err, ErrNotFound) {
+			inDB = false
 			return false, nil
 		} else if err != nil {
 			return false, err
@@ -150,6 +184,11 @@ func (l *Ledger) Forget(key string, now time.Time, skew time.Duration) (bool, er
 		done = true
 		return true, nil
 	})
+	if err == nil && !inDB {
+		var n int
+		n, err = l.dropArchived([]string{key}, now, skew)
+		done = n > 0
+	}
 	if err != nil {
 		return false, fmt.Errorf("forget %s: %w", key, err)
 	}

@@ -18,6 +18,10 @@
 // running); [Ledger.GC] forgets terminal entries after their expiry;
 // [Ledger.Stats] feeds status and doctor.
 //
+// Terminal entries move out of memory into an archive file, in the
+// background once 1,024 of them are in memory, and at every Open and Close
+// (see "Archive" below); every method answers for them as before.
+//
 // # States
 //
 // seen, pending and awaiting-approval wait; claimed and running are in
@@ -52,7 +56,8 @@
 // # Storage format
 //
 // The directory holds ledger.lock (the lock, with the holder's pid),
-// ledger.db (the database), ledger.db.checked (written after each
+// ledger.db (the database), ledger.archive (terminal entries, below),
+// ledger.db.checked (written after each
 // compaction, and by Open once it checked more records: "bridge-ledger-checked
 // v1 <bytes> <sha256 hex>", the prefix of ledger.db whose records Open need
 // not check again while it hashes the same), ledger.db.damaged-<unix seconds> (copies kept by Repair) and,
@@ -127,6 +132,33 @@
 // [Repair] copies the file aside, then keeps every valid record before the
 // first invalid byte (a truncation, or a rewrite if NUL runs sit between
 // records) and reports bytes kept and dropped and entries recovered.
+//
+// # Archive
+//
+// buntdb holds every record in memory, and a daemon beside 100,000
+// finished requests held 100 MB of them. A terminal entry never changes
+// again, so the ledger moves terminal entries to ledger.archive and keeps
+// only an index in memory (key, offset, length, state, Updated and
+// Expires: about 140 bytes with the map's share, against about 1 KB).
+// Reads that find no record in buntdb look in the index and read the
+// record from the file; lists merge both in key order.
+//
+// ledger.archive is append-only RESP as well: `set m/format 1` first, then
+// `*4` `set r/<key> <record> <crc>` (crc: CRC-32C of the record, 8
+// lower-case hex digits) per archived entry and `del r/<key>` per entry
+// GC or Forget dropped. Open checks every command's frame and CRC, the
+// record's key, a terminal state and its two times (not a full decode: a
+// tenth of the time), cuts a torn tail and refuses anything else as
+// ErrDamaged; [Repair] copies it to ledger.archive.damaged-<unix seconds>
+// and cuts after the last valid command.
+//
+// A move appends the records and fsyncs the archive, then deletes them
+// from buntdb in one durable commit: a crash between leaves an entry in
+// both (reads take buntdb's, lists count it once, the next Open moves it
+// again), never in neither. GC and Forget delete from buntdb, then append
+// `del`s and fsync. Moves and deletions take one lock, so no move brings
+// back an entry GC just dropped. Open and Close rewrite an archive that is
+// mostly dropped entries (the thresholds of ledger.db).
 //
 // # Locking
 //

@@ -22,6 +22,9 @@ func TestMain(m *testing.M) {
 }
 
 func child(mode, dir string) int {
+	if n, err := strconv.Atoi(os.Getenv("LEDGER_ARCHIVE_EVERY")); err == nil {
+		archiveEvery = n
+	}
 	switch mode {
 	case "crash":
 		// Runs request lifecycles until it is killed. A line is printed

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tidwall/buntdb"
@@ -84,15 +85,25 @@ type Ledger struct {
 	// all: the file is append-only.
 	unsynced map[string]bool
 	synced   int64 // the file's length after its last fsync; guarded by dur
+
+	// The archive of terminal entries (archive.go). amu guards arch and is
+	// a leaf lock; moveMu orders moves against GC and Forget, so that a
+	// move never archives an entry they just deleted.
+	amu      sync.Mutex
+	arch     *archive
+	moveMu   sync.Mutex
+	resident atomic.Int64 // entries written in a terminal state since the last move
+	moving   atomic.Bool  // a background move is running
 }
 
 // change is one writer's part of a group commit.
 type change struct {
-	fn   func(tx *buntdb.Tx) (bool, error)
-	key  string // the entry it writes, for a lazy change
-	lazy bool   // return without waiting for an fsync
-	err  error
-	done chan struct{}
+	fn       func(tx *buntdb.Tx) (bool, error)
+	terminal bool   // it writes an entry in a terminal state (counted for the archive)
+	key      string // the entry it writes, for a lazy change
+	lazy     bool   // return without waiting for an fsync
+	err      error
+	done     chan struct{}
 }
 
 // lazyStates are the states a write may enter without waiting for its
@@ -122,6 +133,24 @@ func Open(dir string) (*Ledger, error) {
 	if err := l.open(); err != nil {
 		_ = lk.release()
 		return nil, err
+	}
+	a, err := openArchive(dir)
+	if err == nil && a.compactable(compactMinSize, compactRatio) {
+		err = a.compact()
+	}
+	if err != nil {
+		_ = l.db.Close()
+		_ = l.dbf.Close()
+		_ = lk.release()
+		return nil, err
+	}
+	l.arch = a
+	// Whatever terminal entries the file holds go to the archive now: a
+	// ledger written before the archive existed, a crash before a move
+	// finished, or one before the background move came.
+	if _, err := l.move(); err != nil {
+		_ = l.Close()
+		return nil, fmt.Errorf("open ledger %s: %w", dir, err)
 	}
 	return l, nil
 }
@@ -213,12 +242,29 @@ func (l *Ledger) Close() error {
 	var keep map[string]string
 	var err error
 	if l.usable() == nil {
+		// Terminal entries to the archive, so that the next Open loads
+		// the live ones only.
+		if l.arch != nil {
+			_, err = l.move()
+		}
 		keep = l.compactable()
 		if len(l.unsynced) > 0 {
-			err = syncFile(l.dbf) // the lazy writes, for a clean stop
+			if serr := syncFile(l.dbf); err == nil { // the lazy writes, for a clean stop
+				err = serr
+			}
 		}
 	}
 	l.closed = true
+	if l.arch != nil {
+		l.amu.Lock()
+		if err == nil && l.arch.compactable(closeCompactMin, closeCompactRatio) {
+			err = l.arch.compact()
+		}
+		if cerr := l.arch.close(); err == nil {
+			err = cerr
+		}
+		l.amu.Unlock()
+	}
 	if cerr := l.db.Close(); err == nil {
 		err = cerr
 	}
@@ -337,6 +383,7 @@ func (l *Ledger) commit(batch []*change) {
 	if len(wrote) == 0 {
 		return
 	}
+	defer l.countTerminal(wrote)
 	if !slices.ContainsFunc(wrote, func(c *change) bool { return !c.lazy }) {
 		// Only lazy writes: on disk with the next fsync.
 		if l.unsynced == nil {
@@ -374,8 +421,20 @@ func (l *Ledger) view(fn func(tx *buntdb.Tx) error) error {
 	return l.db.View(fn)
 }
 
-// getEntry reads and decodes one entry inside a transaction.
-func getEntry(tx *buntdb.Tx, key string) (Entry, error) {
+// getEntry reads and decodes one entry inside a transaction: from buntdb,
+// or else from the archive.
+func (l *Ledger) getEntry(tx *buntdb.Tx, key string) (Entry, error) {
+	e, err := getDBEntry(tx, key)
+	if !errors.Is(err, ErrNotFound) || l.arch == nil {
+		return e, err
+	}
+	l.amu.Lock()
+	defer l.amu.Unlock()
+	return l.arch.get(key)
+}
+
+// getDBEntry is getEntry from buntdb only.
+func getDBEntry(tx *buntdb.Tx, key string) (Entry, error) {
 	val, err := tx.Get(entryPrefix + key)
 	if errors.Is(err, buntdb.ErrNotFound) {
 		return Entry{}, ErrNotFound
@@ -463,7 +522,7 @@ func (l *Ledger) admit(e Entry, lazy bool) (Entry, bool, error) {
 	var got Entry
 	created := false
 	err := l.updateChange(&change{key: e.Key, lazy: lazy, done: make(chan struct{}), fn: func(tx *buntdb.Tx) (bool, error) {
-		old, err := getEntry(tx, e.Key)
+		old, err := l.getEntry(tx, e.Key)
 		if err == nil {
 			got = old
 			if old.ManifestSHA256 != e.ManifestSHA256 {
@@ -476,7 +535,7 @@ func (l *Ledger) admit(e Entry, lazy bool) (Entry, bool, error) {
 		}
 		got, created = e, true
 		return true, putEntry(tx, e)
-	}})
+	}, terminal: e.State.Terminal()})
 	if err != nil {
 		if errors.Is(err, ErrConflict) {
 			return got, false, fmt.Errorf("admit %s: %w", e.Key, err)
@@ -546,7 +605,7 @@ func (l *Ledger) transition(key string, from []State, to State, mutate func(*Ent
 	}
 	var got Entry
 	err := l.updateChange(&change{key: key, lazy: lazy, done: make(chan struct{}), fn: func(tx *buntdb.Tx) (bool, error) {
-		cur, err := getEntry(tx, key)
+		cur, err := l.getEntry(tx, key)
 		if err != nil {
 			return false, err
 		}
@@ -572,7 +631,7 @@ func (l *Ledger) transition(key string, from []State, to State, mutate func(*Ent
 		}
 		got = normalize(cur)
 		return true, putEntry(tx, got)
-	}})
+	}, terminal: to.Terminal()})
 	if err != nil {
 		if errors.Is(err, ErrWrongState) {
 			return got, fmt.Errorf("transition %s to %s: %w", key, to, err)

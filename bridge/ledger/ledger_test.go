@@ -57,12 +57,17 @@ func TestDurableAcrossReopen(t *testing.T) {
 			t.Errorf("ledger file contains an expiring record (%q)", ttl)
 		}
 	}
-	if s := scanLog(raw, 0); !s.clean() || s.entries() != 3 {
+	// The two terminal entries (a/1 done, b/3 rejected) went to the
+	// archive when the ledger closed; a/2 (seen) stayed in the file.
+	if s := scanLog(raw, 0); !s.clean() || s.entries() != 1 {
 		t.Errorf("file scan: clean %v, entries %d, %s", s.clean(), s.entries(), s.problem())
+	}
+	if snap, err := Snapshot(dir); err != nil || !reflect.DeepEqual(snap, got) {
+		t.Errorf("snapshot of the file and the archive: %v\n got %+v\nwant %+v", err, snap, got)
 	}
 	if runtime.GOOS != "windows" {
 		for path, want := range map[string]os.FileMode{
-			dir: 0o700, dbPath(dir): 0o600, filepath.Join(dir, lockFile): 0o600,
+			dir: 0o700, dbPath(dir): 0o600, filepath.Join(dir, lockFile): 0o600, filepath.Join(dir, archiveFile): 0o600,
 		} {
 			fi, err := os.Stat(path)
 			if err != nil {
@@ -574,7 +579,8 @@ func TestCompactOnOpen(t *testing.T) {
 }
 
 // compactableLedger opens a ledger in a new directory that a clean Close
-// compacts: three requests taken to done, four records each.
+// compacts: three requests taken to uncertain, four records each (not to
+// done: a terminal entry leaves the file for the archive).
 func compactableLedger(t *testing.T) (string, *Ledger) {
 	t.Helper()
 	dir := t.TempDir()
@@ -586,7 +592,7 @@ func compactableLedger(t *testing.T) (string, *Ledger) {
 		mustAdmit(t, l, testEntry(k, time.Now().Add(time.Hour)))
 		mustTransition(t, l, k, StateSeen, StateClaimed)
 		mustTransition(t, l, k, StateClaimed, StateRunning)
-		mustTransition(t, l, k, StateRunning, StateDone)
+		mustTransition(t, l, k, StateRunning, StateUncertain)
 	}
 	return dir, l
 }
@@ -737,8 +743,8 @@ func TestCheckedPrefix(t *testing.T) {
 	// record is checked and the ledger refused as before.
 	writeChecked(dbPath(dir), compacted)
 	data := readFile(t, dbPath(dir))
-	i := bytes.Index(data, []byte(`"state":"done"`))
-	copy(data[i:], `"state":"dune"`)
+	i := bytes.Index(data, []byte(`"state":"uncertain"`))
+	copy(data[i:], `"state":"uncretain"`)
 	if err := os.WriteFile(dbPath(dir), data, 0o600); err != nil {
 		t.Fatal(err)
 	}

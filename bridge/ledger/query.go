@@ -23,7 +23,7 @@ func (l *Ledger) Get(key string) (Entry, error) {
 	var e Entry
 	err := l.view(func(tx *buntdb.Tx) error {
 		var err error
-		e, err = getEntry(tx, key)
+		e, err = l.getEntry(tx, key)
 		return err
 	})
 	if err != nil {
@@ -45,9 +45,13 @@ func (l *Ledger) Missing(keys []string) ([]string, error) {
 		err := l.usable()
 		if err == nil {
 			err = l.view(func(tx *buntdb.Tx) error {
+				l.amu.Lock()
+				defer l.amu.Unlock()
 				for _, k := range batch {
 					if _, err := tx.Get(entryPrefix + k); errors.Is(err, buntdb.ErrNotFound) {
-						out = append(out, k)
+						if _, ok := l.arch.idx[k]; !ok {
+							out = append(out, k)
+						}
 					} else if err != nil {
 						return err
 					}
@@ -71,7 +75,7 @@ func (l *Ledger) List(filter func(Entry) bool) ([]Entry, error) {
 	if err := l.usable(); err != nil {
 		return nil, fmt.Errorf("list: %w", err)
 	}
-	out, err := l.scan(func(_, _ string) bool { return true }, filter)
+	out, err := l.scan(func(_, _ string) bool { return true }, func(string, archRef) bool { return true }, filter)
 	if err != nil {
 		return nil, fmt.Errorf("list: %w", err)
 	}
@@ -80,19 +84,28 @@ func (l *Ledger) List(filter func(Entry) bool) ([]Entry, error) {
 
 // byState returns the entries in the given states, in key order.
 func (l *Ledger) byState(want ...State) ([]Entry, error) {
+	var apre func(string, archRef) bool // the archive holds terminal entries only
+	if slices.ContainsFunc(want, State.Terminal) {
+		apre = func(_ string, r archRef) bool { return slices.Contains(want, states[r.state]) }
+	}
 	return l.scan(func(_, v string) bool {
 		st, _ := topField(v, "state")
 		return slices.Contains(want, State(st))
-	}, nil)
+	}, apre, nil)
 }
 
 // scan decodes, in key order, the records that pre (on the raw key and
-// record) and then keep (on the entry, if not nil) accept.
-func (l *Ledger) scan(pre func(k, v string) bool, keep func(Entry) bool) ([]Entry, error) {
+// record) and then keep (on the entry, if not nil) accept. Archived
+// entries are offered to apre (on the key and index entry; nil: none of
+// them is wanted) instead of pre, and read from the archive only if it
+// takes them.
+func (l *Ledger) scan(pre func(k, v string) bool, apre func(k string, r archRef) bool, keep func(Entry) bool) ([]Entry, error) {
 	var out []Entry
 	var derr error
+	var akeys []string
+	var arefs []archRef
 	err := l.view(func(tx *buntdb.Tx) error {
-		return tx.AscendKeys(entryPrefix+"*", func(k, v string) bool {
+		err := tx.AscendKeys(entryPrefix+"*", func(k, v string) bool {
 			if !pre(k, v) {
 				return true
 			}
@@ -106,11 +119,58 @@ func (l *Ledger) scan(pre func(k, v string) bool, keep func(Entry) bool) ([]Entr
 			}
 			return true
 		})
+		if err != nil || derr != nil || apre == nil {
+			return err
+		}
+		// In the same view: an entry a move is taking to the archive is
+		// still in buntdb, and listed from there only.
+		akeys, arefs = l.archived(apre)
+		j := 0
+		for i, k := range akeys {
+			if _, err := tx.Get(entryPrefix + k); errors.Is(err, buntdb.ErrNotFound) {
+				akeys[j], arefs[j] = k, arefs[i]
+				j++
+			}
+		}
+		akeys, arefs = akeys[:j], arefs[:j]
+		return nil
 	})
 	if err == nil {
 		err = derr
 	}
-	return out, err
+	if err != nil || len(akeys) == 0 {
+		return out, err
+	}
+	// Read outside the view: an archived entry never changes, and its
+	// bytes stay where they are until a compaction, which only Open and
+	// Close run (l.mu is held for reading here).
+	var archived []Entry
+	for i, k := range akeys {
+		e, err := l.arch.read(k, arefs[i])
+		if err != nil {
+			return nil, err
+		}
+		if keep == nil || keep(e) {
+			archived = append(archived, e)
+		}
+	}
+	return mergeByKey(out, archived), nil
+}
+
+// mergeByKey merges two lists of entries in key order.
+func mergeByKey(a, b []Entry) []Entry {
+	if len(a) == 0 {
+		return b
+	}
+	out := make([]Entry, 0, len(a)+len(b))
+	for len(a) > 0 && len(b) > 0 {
+		if a[0].Key < b[0].Key {
+			out, a = append(out, a[0]), a[1:]
+		} else {
+			out, b = append(out, b[0]), b[1:]
+		}
+	}
+	return append(append(out, a...), b...)
 }
 
 // topField returns the string value of a top-level field of a canonical
@@ -177,6 +237,12 @@ func (l *Ledger) Settled(updatedBefore, expiresBefore time.Time, want func(key s
 		ut, uerr := parseTime(u)
 		et, eerr := parseTime(e)
 		return uerr != nil || eerr != nil || want(strings.TrimPrefix(k, entryPrefix), ut, et)
+	}, func(k string, r archRef) bool {
+		if r.updated >= unixNano(updatedBefore) && r.expires >= unixNano(expiresBefore) {
+			return false
+		}
+		ut, et := r.times()
+		return want == nil || want(k, ut, et)
 	}, nil)
 	if err != nil {
 		return nil, fmt.Errorf("settled entries: %w", err)

@@ -315,12 +315,17 @@ func (c *LedgerRepairCmd) Run(g *Globals) error {
 	if g.JSON {
 		return g.printJSON(rep)
 	}
-	if !rep.Damaged {
+	arch := rep.Archive
+	if arch != nil && arch.Damaged {
+		g.printf("repaired %s: %s\nkept %d bytes (%d entries), dropped %d bytes; the damaged file is kept as %s\n",
+			arch.Path, arch.Problem, arch.BytesKept, arch.Entries, arch.BytesDropped, arch.Backup)
+	}
+	if !rep.Damaged && (arch == nil || !arch.Damaged) {
 		g.printf("%s is intact; nothing to repair\n", rep.Path)
 		if len(rep.Lost) == 0 {
 			g.note("the audit log knows no request the ledger lacks; if the whole home came from a backup, `bridge serve` also checks the folder for what it did since (docs/OPERATIONS.md)")
 		}
-	} else {
+	} else if rep.Damaged {
 		g.printf("repaired %s: %s\nkept %d bytes (%d entries), dropped %d bytes; the damaged file is kept as %s\n",
 			rep.Path, rep.Problem, rep.BytesKept, rep.Entries, rep.BytesDropped, rep.Backup)
 	}

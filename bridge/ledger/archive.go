@@ -1,0 +1,563 @@
+package ledger
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"io/fs"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/tidwall/buntdb"
+)
+
+// The archive holds terminal entries outside buntdb, which keeps every
+// record in memory: 100,000 finished requests were about 100 MB of the
+// daemon's heap. A terminal entry never changes again (no transition leaves
+// a terminal state), so it can move to a file that is read only when the
+// entry is asked for, with a small index in memory: its offset and length,
+// state and two times, about 100 bytes with its key instead of about 1 KB.
+//
+// ledger.archive is an append-only file of RESP commands like ledger.db
+// (see the package documentation): first `set m/format 1`, then
+// `set r/<key> <record> <crc>` for an archived entry (the same canonical
+// record, always in a terminal state; crc is the CRC-32C of the record, 8
+// lower-case hex digits) and `del r/<key>` when GC or Forget drops it. A
+// key may be set twice (a crash between a move's two writes, below); the
+// last set wins. Open checks every record's CRC, frame, key and the fields
+// the index keeps, not a full decode (a tenth of the time at 100,000
+// entries): damage anywhere is found there, as in ledger.db, and the full
+// decode happens when an entry is read.
+//
+// A move (archive) is: append the records and fsync the archive, index
+// them, then delete them from buntdb (one durable commit). A crash between
+// the two leaves an entry in both, never in neither; lookups ask buntdb
+// first, and the next Open moves it again. Deletions run the other way: GC
+// and Forget delete from buntdb, then append `del`s to the archive and fsync
+// it; a crash between leaves an entry that is still collectable, and the
+// next GC drops it.
+const archiveFile = "ledger.archive"
+
+// archiveEvery is how many entries may reach a terminal state in memory
+// before the ledger moves them to the archive in the background; a
+// variable so that tests can lower it.
+var archiveEvery = 1024
+
+// archRef is the in-memory index of one archived entry.
+type archRef struct {
+	off     int64  // offset of the record (the value bytes) in the file
+	n       uint32 // its length
+	state   uint8  // index in states
+	updated int64  // Updated, Unix nanoseconds (clamped, see unixNano)
+	expires int64  // Expires, likewise
+}
+
+// archive is the open archive file and its index. mu guards everything;
+// it is a leaf lock (nothing else is taken while it is held).
+type archive struct {
+	path string
+	f    *os.File
+	idx  map[string]archRef
+	size int64 // the file's length: where the next append goes
+	live int64 // bytes of the live `set` commands, for compaction
+	err  error // the last background move's failure, for Stats
+}
+
+// unixNano is t as Unix nanoseconds, clamped to what an int64 holds (years
+// 1678 to 2262). The index uses it to select entries by time; an expiry
+// beyond it is "far future" either way.
+func unixNano(t time.Time) int64 {
+	switch {
+	case t.Before(time.Unix(0, math.MinInt64)):
+		return math.MinInt64
+	case t.After(time.Unix(0, math.MaxInt64)):
+		return math.MaxInt64
+	}
+	return t.UnixNano()
+}
+
+// openArchive opens (creating if needed, 0600) the archive file in dir and
+// indexes it. It reads the file in blocks: an archive of 100,000 entries
+// is about 80 MB, which the daemon must not hold to index it. Each record
+// is checked for its frame, its key and the fields the index keeps; the
+// full decode happens when an entry is read. A torn tail (a crash during
+// an append that never returned) is cut; anything else that is wrong is
+// ErrDamaged.
+func openArchive(dir string) (*archive, error) {
+	path := filepath.Join(dir, archiveFile)
+	if err := os.Remove(path + ".tmp"); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("open ledger archive: %w", err)
+	}
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("open ledger archive: %w", err)
+	}
+	a := &archive{path: path, f: f, idx: map[string]archRef{}}
+	sc, err := a.index()
+	if err == nil && sc.torn {
+		if err = f.Truncate(sc.end); err == nil {
+			err = syncFile(f)
+		}
+	}
+	if err == nil && sc.end == 0 {
+		err = a.appendSync(respSet(formatKey, fmt.Sprint(formatVersion)))
+	}
+	if err != nil {
+		_ = f.Close()
+		return nil, err
+	}
+	a.size = max(a.size, sc.end)
+	return a, nil
+}
+
+// archiveScan is what index found.
+type archiveScan struct {
+	end  int64 // just past the last valid command
+	torn bool  // the file ends inside a command (or in NULs) after end
+}
+
+// index reads the whole file and builds a.idx.
+func (a *archive) index() (archiveScan, error) {
+	var sc archiveScan
+	var (
+		buf  = make([]byte, 0, 1<<20)
+		base int64 // file offset of buf[0]
+		off  int   // the next command in buf
+		eof  bool  // buf holds everything up to the end of the file
+	)
+	// more keeps what is not parsed yet and reads behind it, growing the
+	// buffer only for a command longer than it.
+	more := func() error {
+		n := copy(buf[:cap(buf)], buf[off:])
+		buf, base, off = buf[:n], base+int64(off), 0
+		if n == cap(buf) {
+			buf = slices.Grow(buf, cap(buf))
+		}
+		m, err := a.f.ReadAt(buf[n:cap(buf)], base+int64(n))
+		buf = buf[:n+m]
+		if errors.Is(err, io.EOF) {
+			eof = true
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("open ledger archive %s: %w", a.path, err)
+		}
+		return nil
+	}
+	for {
+		if off == len(buf) && eof {
+			return sc, nil
+		}
+		if off == len(buf) {
+			if err := more(); err != nil {
+				return sc, err
+			}
+			continue
+		}
+		args, next, err := parseCommand(buf, off)
+		if err != nil && !eof {
+			// The command may only look torn or bad because the buffer
+			// ends: decide with the rest of the file read.
+			if err := more(); err != nil {
+				return sc, err
+			}
+			continue
+		}
+		at := base + int64(off)
+		if err != nil {
+			// A crashed append leaves a valid prefix, maybe padded with
+			// NULs (or NULs alone) up to the end: cut. Anything else is
+			// damage.
+			if errors.Is(err, errTorn) || paddedTorn(buf, off) || len(bytes.TrimLeft(buf[off:], "\x00")) == 0 {
+				sc.torn = true
+				return sc, nil
+			}
+			return sc, damagedError(a.path, fmt.Sprintf("invalid record at offset %d: %v", at, err))
+		}
+		// Where the record's bytes are in the file: args alias buf.
+		valOff := base + int64(cap(buf)-cap(args[len(args)-1]))
+		if len(args) == 4 {
+			valOff = base + int64(cap(buf)-cap(args[2]))
+		}
+		if err := a.apply(args, valOff, sc.end == 0); err != nil {
+			return sc, damagedError(a.path, fmt.Sprintf("invalid record at offset %d: %v", at, err))
+		}
+		off = next
+		sc.end = base + int64(next)
+		a.size = sc.end
+	}
+}
+
+// apply indexes one command of the archive; valOff is the file offset of
+// its last argument.
+func (a *archive) apply(args [][]byte, valOff int64, first bool) error {
+	cmd := string(args[0])
+	switch {
+	case first:
+		if cmd != "set" || len(args) != 3 || string(args[1]) != formatKey {
+			return errors.New("the archive does not start with its format")
+		}
+		if string(args[2]) != fmt.Sprint(formatVersion) {
+			return fmt.Errorf("unsupported archive format %q", args[2])
+		}
+	case cmd == "set" && len(args) == 4 && bytes.HasPrefix(args[1], []byte(entryPrefix)):
+		key := string(args[1][len(entryPrefix):])
+		if sum := crcHex(args[2]); string(args[3]) != sum {
+			return fmt.Errorf("record %q: CRC %s, its bytes have %s", key, args[3], sum)
+		}
+		ref, err := refOf(key, args[2])
+		if err != nil {
+			return fmt.Errorf("record %q: %w", key, err)
+		}
+		ref.off = valOff
+		if old, ok := a.idx[key]; ok {
+			a.live -= archiveSetLen(len(key), int(old.n))
+		}
+		a.idx[key] = ref
+		a.live += archiveSetLen(len(key), int(ref.n))
+	case cmd == "del" && len(args) == 2 && bytes.HasPrefix(args[1], []byte(entryPrefix)):
+		key := string(args[1][len(entryPrefix):])
+		if old, ok := a.idx[key]; ok {
+			a.live -= archiveSetLen(len(key), int(old.n))
+			delete(a.idx, key)
+		}
+	default:
+		return fmt.Errorf("unknown command %q with %d arguments", cmd, len(args)-1)
+	}
+	return nil
+}
+
+// refOf checks what the index takes from a record (its key, a terminal
+// state, its times) without decoding all of it: the full check is the
+// decode when the entry is read.
+func refOf(key string, val []byte) (archRef, error) {
+	if !bytes.HasPrefix(val, []byte(`{"v":1,"key":"`+key+`",`)) {
+		return archRef{}, errors.New("not a record of its key")
+	}
+	v := string(val)
+	st, _ := topField(v, "state")
+	i := slices.Index(states, State(st))
+	if i < 0 || !State(st).Terminal() {
+		return archRef{}, fmt.Errorf("state %q is not terminal", st)
+	}
+	u, _ := topField(v, "updated")
+	e, _ := topField(v, "expires")
+	ut, err := parseTime(u)
+	if err != nil {
+		return archRef{}, fmt.Errorf("updated: %w", err)
+	}
+	et, err := parseTime(e)
+	if err != nil {
+		return archRef{}, fmt.Errorf("expires: %w", err)
+	}
+	return archRef{n: uint32(len(val)), state: uint8(i), updated: unixNano(ut), expires: unixNano(et)}, nil
+}
+
+// archiveSet is the archive's command for the record val of key, and the
+// offset of val in it.
+func archiveSet(key, val string) (cmd string, at int) {
+	head := fmt.Sprintf("*4\r\n$3\r\nset\r\n$%d\r\n%s%s\r\n$%d\r\n", len(entryPrefix)+len(key), entryPrefix, key, len(val))
+	return head + val + "\r\n$8\r\n" + crcHex([]byte(val)) + "\r\n", len(head)
+}
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// crcHex is the CRC-32C of b in 8 lower-case hex digits.
+func crcHex(b []byte) string { return fmt.Sprintf("%08x", crc32.Checksum(b, castagnoli)) }
+
+// archiveSetLen is len(archiveSet(key, val)) for their lengths.
+func archiveSetLen(key, val int) int64 {
+	return respSetLen(len(entryPrefix)+key, val) + int64(len("$8\r\n01234567\r\n"))
+}
+
+// appendSync appends data to the file and fsyncs it.
+func (a *archive) appendSync(data string) error {
+	if _, err := a.f.WriteAt([]byte(data), a.size); err != nil {
+		return fmt.Errorf("append to ledger archive %s: %w", a.path, err)
+	}
+	if err := syncFile(a.f); err != nil {
+		return fmt.Errorf("append to ledger archive %s: %w", a.path, err)
+	}
+	a.size += int64(len(data))
+	return nil
+}
+
+// add appends the records of terminal entries (key → record) and indexes
+// them once they are on disk.
+func (a *archive) add(keys, vals []string) error {
+	var b strings.Builder
+	offs := make([]int64, len(keys))
+	refs := make([]archRef, len(keys))
+	for i, k := range keys {
+		ref, err := refOf(k, []byte(vals[i]))
+		if err != nil {
+			return fmt.Errorf("archive %s: %w", k, err)
+		}
+		refs[i] = ref
+		cmd, at := archiveSet(k, vals[i])
+		offs[i] = a.size + int64(b.Len()+at)
+		b.WriteString(cmd)
+	}
+	if err := a.appendSync(b.String()); err != nil {
+		return err
+	}
+	for i, k := range keys {
+		if old, ok := a.idx[k]; ok {
+			a.live -= archiveSetLen(len(k), int(old.n))
+		}
+		refs[i].off = offs[i]
+		a.idx[k] = refs[i]
+		a.live += archiveSetLen(len(k), len(vals[i]))
+	}
+	return nil
+}
+
+// drop appends `del`s for the keys it holds and unindexes them.
+func (a *archive) drop(keys []string) error {
+	var b strings.Builder
+	var gone []string
+	for _, k := range keys {
+		if _, ok := a.idx[k]; ok {
+			fmt.Fprintf(&b, "*2\r\n$3\r\ndel\r\n$%d\r\n%s\r\n", len(entryPrefix)+len(k), entryPrefix+k)
+			gone = append(gone, k)
+		}
+	}
+	if len(gone) == 0 {
+		return nil
+	}
+	if err := a.appendSync(b.String()); err != nil {
+		return err
+	}
+	for _, k := range gone {
+		a.live -= archiveSetLen(len(k), int(a.idx[k].n))
+		delete(a.idx, k)
+	}
+	return nil
+}
+
+// get reads and decodes an archived entry.
+func (a *archive) get(key string) (Entry, error) {
+	ref, ok := a.idx[key]
+	if !ok {
+		return Entry{}, ErrNotFound
+	}
+	return a.read(key, ref)
+}
+
+func (a *archive) read(key string, ref archRef) (Entry, error) {
+	buf := make([]byte, ref.n)
+	if _, err := a.f.ReadAt(buf, ref.off); err != nil {
+		return Entry{}, fmt.Errorf("read archived entry %q: %w", key, err)
+	}
+	e, err := decodeEntry(buf)
+	if err == nil && e.Key != key {
+		err = fmt.Errorf("it holds key %q", e.Key)
+	}
+	if err != nil {
+		return Entry{}, fmt.Errorf("decode archived entry %q (%s): %w", key, a.path, err)
+	}
+	return e, nil
+}
+
+// compactable reports whether the file is worth rewriting: over min bytes
+// and more than ratio times its live records.
+func (a *archive) compactable(min, ratio int64) bool {
+	return a.size > min && a.size > ratio*(a.live+respSetLen(len(formatKey), 1))
+}
+
+// compact rewrites the file with the live records only, in key order: new
+// file, fsync, rename, fsync of the directory, as the ledger's own
+// compaction does. A crash leaves the old file or the new one, both whole.
+func (a *archive) compact() error {
+	keys := make([]string, 0, len(a.idx))
+	for k := range a.idx {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	tmp := a.path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return fmt.Errorf("compact ledger archive: %w", err)
+	}
+	idx := make(map[string]archRef, len(a.idx))
+	var off int64
+	w := func(s string) error {
+		_, err := f.WriteAt([]byte(s), off)
+		off += int64(len(s))
+		return err
+	}
+	err = w(respSet(formatKey, fmt.Sprint(formatVersion)))
+	for _, k := range keys {
+		if err != nil {
+			break
+		}
+		ref := a.idx[k]
+		buf := make([]byte, ref.n)
+		if _, err = a.f.ReadAt(buf, ref.off); err != nil {
+			break
+		}
+		cmd, at := archiveSet(k, string(buf))
+		ref.off = off + int64(at)
+		idx[k] = ref
+		err = w(cmd)
+	}
+	if err == nil {
+		err = syncFile(f)
+	}
+	if err == nil {
+		err = os.Rename(tmp, a.path)
+	}
+	if err == nil {
+		err = syncDir(filepath.Dir(a.path))
+	}
+	if err != nil {
+		_ = f.Close()
+		_ = os.Remove(tmp)
+		return fmt.Errorf("compact ledger archive %s: %w", a.path, err)
+	}
+	_ = a.f.Close()
+	a.f, a.idx, a.size = f, idx, off
+	return nil
+}
+
+func (a *archive) close() error { return a.f.Close() }
+
+// moveChunk bounds the entries one step of a move appends and deletes: a
+// ledger written before the archive existed may hold 100,000 terminal
+// entries, and one step's records are held twice while it runs.
+const moveChunk = 4096
+
+// move moves every terminal entry buntdb holds to the archive and reports
+// how many it moved. The caller holds l.mu (for reading or writing) and
+// has checked that the ledger is usable.
+func (l *Ledger) move() (int, error) {
+	l.moveMu.Lock()
+	defer l.moveMu.Unlock()
+	var keys, vals []string
+	err := l.view(func(tx *buntdb.Tx) error {
+		return tx.AscendKeys(entryPrefix+"*", func(k, v string) bool {
+			if st, _ := topField(v, "state"); State(st).Terminal() {
+				keys, vals = append(keys, k[len(entryPrefix):]), append(vals, v)
+			}
+			return true
+		})
+	})
+	if err != nil {
+		return 0, fmt.Errorf("archive: %w", err)
+	}
+	moved := 0
+	for len(keys) > 0 {
+		n := min(len(keys), moveChunk)
+		ks, vs := keys[:n], vals[:n]
+		keys, vals = keys[n:], vals[n:]
+		l.amu.Lock()
+		err := l.arch.add(ks, vs)
+		l.amu.Unlock()
+		if err != nil {
+			return moved, fmt.Errorf("archive: %w", err)
+		}
+		// Now on disk in the archive: out of buntdb. A record that is
+		// not the one archived cannot be (a terminal entry never changes),
+		// and would be left where it is.
+		err = l.update(func(tx *buntdb.Tx) (bool, error) {
+			wrote := false
+			for i, k := range ks {
+				if v, err := tx.Get(entryPrefix + k); err != nil || v != vs[i] {
+					continue
+				}
+				if _, err := tx.Delete(entryPrefix + k); err != nil {
+					return wrote, err
+				}
+				wrote = true
+			}
+			return wrote, nil
+		})
+		if err != nil {
+			return moved, fmt.Errorf("archive: %w", err)
+		}
+		moved += n
+	}
+	if l.resident.Add(-int64(moved)) < 0 {
+		l.resident.Store(0)
+	}
+	return moved, nil
+}
+
+// countTerminal counts the entries a commit wrote in a terminal state and
+// starts a background move once archiveEvery of them are in memory.
+func (l *Ledger) countTerminal(wrote []*change) {
+	n := 0
+	for _, c := range wrote {
+		if c.terminal && c.err == nil {
+			n++
+		}
+	}
+	if n == 0 || l.resident.Add(int64(n)) < int64(archiveEvery) || !l.moving.CompareAndSwap(false, true) {
+		return
+	}
+	go func() {
+		defer l.moving.Store(false)
+		l.mu.RLock()
+		defer l.mu.RUnlock()
+		if l.usable() != nil {
+			return
+		}
+		if _, err := l.move(); err != nil {
+			// The entries stay in memory, nothing is lost; try again after
+			// as many more (not at every commit).
+			l.resident.Store(0)
+			l.amu.Lock()
+			l.arch.err = err
+			l.amu.Unlock()
+		}
+	}()
+}
+
+// dropArchived drops the archived entries among keys that are collectable
+// (see GC): their `del`s are appended and fsynced. The caller holds
+// l.moveMu.
+func (l *Ledger) dropArchived(keys []string, now time.Time, skew time.Duration) (int, error) {
+	l.amu.Lock()
+	defer l.amu.Unlock()
+	pivot := unixNano(now.Add(-skew))
+	var gone []string
+	for _, k := range keys {
+		if r, ok := l.arch.idx[k]; ok && r.expires < pivot {
+			gone = append(gone, k)
+		}
+	}
+	return len(gone), l.arch.drop(gone)
+}
+
+// archived returns, in key order, the archived keys whose index entry
+// accept takes, with their references.
+func (l *Ledger) archived(accept func(key string, r archRef) bool) ([]string, []archRef) {
+	l.amu.Lock()
+	defer l.amu.Unlock()
+	if l.arch == nil {
+		return nil, nil
+	}
+	var keys []string
+	for k, r := range l.arch.idx {
+		if accept(k, r) {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	refs := make([]archRef, len(keys))
+	for i, k := range keys {
+		refs[i] = l.arch.idx[k]
+	}
+	return keys, refs
+}
+
+// times are an index entry's Updated and Expires as times.
+func (r archRef) times() (updated, expires time.Time) {
+	return time.Unix(0, r.updated).UTC(), time.Unix(0, r.expires).UTC()
+}
