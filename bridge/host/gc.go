@@ -85,7 +85,9 @@ func (d *Daemon) collect(o GCOptions, all []ledger.Entry) (*GCReport, error) {
 		// that the host answered it (DESIGN §6, record-lost).
 		case age > o.Grace && e.Expires.Add(d.opt.Skew).Before(now) && d.acked(e):
 			why = "acked"
-		case age > o.Retention:
+		// The retention is for results nobody acked: an acked one waits
+		// for its request's expiry above, however short the retention.
+		case age > o.Retention && (e.Expires.Add(d.opt.Skew).Before(now) || !d.acked(e)):
 			why = "retention"
 		default:
 			continue

@@ -37,6 +37,18 @@ func TestGCCollectsAndForgets(t *testing.T) {
 	if len(rep.Items) != 0 {
 		t.Fatalf("before the request expired: %+v", rep.Items)
 	}
+	// Nor past the retention: it concerns results nobody acked; an acked
+	// one stays as evidence until its request expires (issue 26: a short
+	// --retention collected it).
+	rep, err = GC(p.host, GCOptions{Grace: time.Nanosecond, Retention: time.Nanosecond, DryRun: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, it := range rep.Items {
+		if it.ID == id {
+			t.Fatalf("acked, past the retention, before the request expired: %+v", it)
+		}
+	}
 	p.stop(t)
 	later := func() time.Time { return time.Now().Add(time.Hour) }
 	gcLater := func(o GCOptions) *GCReport {
