@@ -324,6 +324,17 @@ type RepairReport struct {
 	Lost []string `json:"lost"`
 }
 
+// Files are the reports of the ledger's files: ledger.db, then its
+// archive if there is one.
+func (r RepairReport) Files() []ledger.RepairReport {
+	out := []ledger.RepairReport{r.RepairReport}
+	out[0].Archive = nil
+	if r.Archive != nil {
+		out = append(out, *r.Archive)
+	}
+	return out
+}
+
 // RepairLedger makes a damaged ledger loadable again (the daemon must be
 // stopped): it keeps a copy of the damaged file and truncates at the last
 // complete record. Then it compares what the ledger kept with the audit

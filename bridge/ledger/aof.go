@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -272,6 +273,10 @@ func (s *logScan) apply(args [][]byte) error {
 			if string(val) != fmt.Sprint(formatVersion) {
 				return fmt.Errorf("unsupported ledger format %q", val)
 			}
+		case key == archiveKey:
+			if _, err := parseLength(val); err != nil {
+				return fmt.Errorf("archive length %q: %v", val, err)
+			}
 		case strings.HasPrefix(key, entryPrefix):
 			if s.deferChecks {
 				s.deferred = append(s.deferred, keyVal{key, val, s.cur})
@@ -299,6 +304,15 @@ func (s *logScan) apply(args [][]byte) error {
 	return nil
 }
 
+// parseLength parses a decimal length as strconv.FormatInt writes it.
+func parseLength(b []byte) (int64, error) {
+	n, err := strconv.ParseInt(string(b), 10, 64)
+	if err != nil || n < 0 || strconv.FormatInt(n, 10) != string(b) {
+		return 0, errors.New("not a length")
+	}
+	return n, nil
+}
+
 // RepairReport says what Repair did.
 type RepairReport struct {
 	Path         string `json:"path"`          // the ledger file
@@ -312,6 +326,9 @@ type RepairReport struct {
 	// Archive is the repair of ledger.archive (the terminal entries kept
 	// on disk only), if there is one.
 	Archive *RepairReport `json:"archive,omitempty"`
+	// Repaired: ledger.db or the archive was damaged and is repaired (the
+	// fields above are ledger.db's).
+	Repaired bool `json:"repaired"`
 }
 
 // Repair makes a damaged ledger file in dir loadable again. It takes the
@@ -331,7 +348,17 @@ func Repair(dir string) (rep RepairReport, err error) {
 	if rep, err = repairDB(dir); err != nil {
 		return rep, err
 	}
-	rep.Archive, err = repairArchive(dir)
+	data, err := os.ReadFile(rep.Path)
+	if err != nil {
+		return rep, fmt.Errorf("repair ledger: %w", err)
+	}
+	rep.Archive, err = repairArchive(dir, vouchedLength(scanLog(data, 0).live))
+	rep.Repaired = rep.Damaged || (rep.Archive != nil && rep.Archive.Damaged)
+	if err == nil && rep.Archive != nil && rep.Archive.Damaged {
+		// ledger.db must vouch for what the archive holds now, or the
+		// next Open would find it shorter than recorded.
+		err = appendVouch(rep.Path, rep.Archive.BytesKept)
+	}
 	return rep, err
 }
 
@@ -397,46 +424,77 @@ func repairDB(dir string) (rep RepairReport, err error) {
 	return rep, nil
 }
 
-// repairArchive makes a damaged archive loadable: a copy aside, then a
-// cut after its last valid command (what follows is lost; the host's
-// repair then compares with the audit log and the home, as for ledger.db).
-func repairArchive(dir string) (*RepairReport, error) {
+// repairArchive makes a damaged archive loadable: a copy aside, then every
+// valid command kept and the others dropped (a record whose frame holds
+// but whose CRC or content does not is skipped; the records after it are
+// whole and kept), the file cut where its frames end. A missing archive
+// that ledger.db vouches for (vouched ≥ 0) is created empty. The host's
+// repair then compares with the audit log and the home, as for ledger.db.
+func repairArchive(dir string, vouched int64) (*RepairReport, error) {
 	path := filepath.Join(dir, archiveFile)
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	head := respSet(formatKey, fmt.Sprint(formatVersion))
+	data, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
+		if vouched < 0 {
+			return nil, nil
+		}
+		rep := &RepairReport{Path: path, Damaged: true, BytesKept: int64(len(head)),
+			Problem: fmt.Sprintf("missing (ledger.db records an archive of %d bytes); created empty", vouched)}
+		if err := replaceFile(path, []byte(head)); err != nil {
+			return rep, fmt.Errorf("repair ledger archive %s: %w", path, err)
+		}
+		return rep, syncDir(dir)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("repair ledger archive: %w", err)
 	}
-	defer f.Close()
-	a := &archive{path: path, f: f, idx: map[string]archRef{}}
-	sc, ierr := a.index()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("repair ledger archive %s: %w", path, err)
+	a := &archive{path: path, idx: map[string]archRef{}}
+	var kept []byte
+	var problems []string
+	off := 0
+	for off < len(data) {
+		args, next, err := parseCommand(data, off)
+		if err != nil {
+			// Where the frames end: a torn tail is what a crash leaves
+			// (Open cuts it); anything else is damage.
+			if !errors.Is(err, errTorn) && !paddedTorn(data, off) && len(bytes.TrimLeft(data[off:], "\x00")) > 0 {
+				problems = append(problems, fmt.Sprintf("invalid record at offset %d: %v", off, err))
+			}
+			break
+		}
+		first := len(kept) == 0
+		if err := a.apply(args, 0, first); err != nil {
+			problems = append(problems, fmt.Sprintf("invalid record at offset %d: %v", off, err))
+			if first {
+				kept = append(kept, head...) // a fresh format line, and this command again as a record
+				if a.apply(args, 0, false) == nil {
+					kept = append(kept, data[off:next]...)
+				}
+			}
+			off = next
+			continue
+		}
+		kept = append(kept, data[off:next]...)
+		off = next
 	}
-	rep := &RepairReport{Path: path, Entries: len(a.idx), BytesKept: fi.Size()}
-	if ierr == nil {
+	if vouched > int64(len(kept)) {
+		problems = append(problems, fmt.Sprintf("shorter than ledger.db records (%d of %d bytes): records of finished requests are missing (restored from an older backup than ledger.db?)", len(kept), vouched))
+	}
+	rep := &RepairReport{Path: path, Entries: len(a.idx), BytesKept: int64(len(data))}
+	if len(problems) == 0 {
 		return rep, nil // intact, or a torn tail that Open cuts
 	}
-	if !errors.Is(ierr, ErrDamaged) {
-		return nil, ierr
+	rep.Damaged = true
+	rep.Problem = problems[0]
+	if len(problems) > 1 {
+		rep.Problem += fmt.Sprintf(" (and %d more)", len(problems)-1)
 	}
-	rep.Damaged, rep.Problem = true, ierr.Error()
-	var le *Error
-	if errors.As(ierr, &le) {
-		rep.Problem = strings.TrimPrefix(le.Err.Error(), ErrDamaged.Error()+": ")
+	if len(kept) == 0 {
+		kept = []byte(head)
 	}
-	data, err := readAll(f)
+	rep.Backup, err = writeBackupOf(dir, archiveFile, data)
 	if err == nil {
-		rep.Backup, err = writeBackupOf(dir, archiveFile, data)
-	}
-	if err == nil {
-		err = f.Truncate(sc.end)
-	}
-	if err == nil {
-		err = syncFile(f)
+		err = replaceFile(path, kept)
 	}
 	if err == nil {
 		err = syncDir(dir)
@@ -444,23 +502,65 @@ func repairArchive(dir string) (*RepairReport, error) {
 	if err != nil {
 		return rep, fmt.Errorf("repair ledger archive %s: %w", path, err)
 	}
-	rep.BytesKept, rep.BytesDropped = sc.end, fi.Size()-sc.end
+	rep.BytesKept, rep.BytesDropped = int64(len(kept)), int64(len(data)-len(kept))
 	return rep, nil
+}
+
+// appendVouch appends the archive's length to ledger.db at path, and
+// fsyncs it (the lock is held).
+func appendVouch(path string, size int64) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		return fmt.Errorf("repair ledger: %w", err)
+	}
+	_, err = f.WriteString(respSet(archiveKey, strconv.FormatInt(size, 10)))
+	if err == nil {
+		err = syncFile(f)
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("repair ledger %s: %w", path, err)
+	}
+	return nil
+}
+
+// vouchedLength is the archive length ledger.db records in its live
+// records, or -1.
+func vouchedLength(live map[string][]byte) int64 {
+	if v, ok := live[archiveKey]; ok {
+		if n, err := parseLength(v); err == nil {
+			return n
+		}
+	}
+	return -1
 }
 
 // readArchive opens the archive in dir read-only and indexes it, for
 // Snapshot; nil if there is none. A torn tail is left as it is.
-func readArchive(dir string) (*archive, error) {
+func readArchive(dir string, vouched int64) (*archive, error) {
 	path := filepath.Join(dir, archiveFile)
 	f, err := os.Open(path)
 	if errors.Is(err, fs.ErrNotExist) {
+		if vouched >= 0 {
+			return nil, damagedError(path, fmt.Sprintf("missing (ledger.db records an archive of %d bytes: the records of finished requests)", vouched))
+		}
 		return nil, nil
 	}
 	if err != nil {
 		return nil, err
 	}
 	a := &archive{path: path, f: f, idx: map[string]archRef{}}
-	if _, err := a.index(); err != nil {
+	lenient := vouched
+	if vouched < 0 {
+		lenient = math.MaxInt64
+	}
+	sc, err := a.index(lenient)
+	if err == nil && vouched > max(a.size, sc.end) {
+		err = errShorter
+	}
+	if err != nil {
 		f.Close()
 		return nil, err
 	}
@@ -562,6 +662,22 @@ func syncDir(dir string) error {
 // daemon is appending at that moment is simply not seen yet (the scan stops
 // at a torn tail). Entries are in key order.
 func Snapshot(dir string) ([]Entry, error) {
+	out, err := snapshot(dir)
+	if errors.Is(err, errShorter) {
+		// A compaction at the daemon's start or stop records the new,
+		// shorter length before it renames the new archive in: read again.
+		out, err = snapshot(dir)
+	}
+	if errors.Is(err, errShorter) {
+		err = damagedError(filepath.Join(dir, archiveFile), "shorter than ledger.db records: records of finished requests are missing (restored from an older backup than ledger.db?)")
+	}
+	return out, err
+}
+
+// errShorter: the archive is shorter than ledger.db says.
+var errShorter = errors.New("archive shorter than recorded")
+
+func snapshot(dir string) ([]Entry, error) {
 	data, err := os.ReadFile(filepath.Join(dir, dbFile))
 	if err != nil {
 		return nil, err
@@ -584,7 +700,7 @@ func Snapshot(dir string) ([]Entry, error) {
 	// The archive after ledger.db: a move appends to the archive before it
 	// deletes from ledger.db, so an entry being moved is seen in one or
 	// both, never in neither.
-	a, err := readArchive(dir)
+	a, err := readArchive(dir, vouchedLength(s.live))
 	if err != nil {
 		return nil, err
 	}

@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/crc32"
@@ -67,6 +68,10 @@ type archive struct {
 	size int64 // the file's length: where the next append goes
 	live int64 // bytes of the live `set` commands, for compaction
 	err  error // the last background move's failure, for Stats
+	// stuck: an append failed and could not be cut back; no append is
+	// made after it (a later, shorter one would leave the rest of the
+	// failed one behind it for the next Open to read).
+	stuck error
 }
 
 // unixNano is t as Unix nanoseconds, clamped to what an int64 holds (years
@@ -85,34 +90,58 @@ func unixNano(t time.Time) int64 {
 // openArchive opens (creating if needed, 0600) the archive file in dir and
 // indexes it. It reads the file in blocks: an archive of 100,000 entries
 // is about 80 MB, which the daemon must not hold to index it. Each record
-// is checked for its frame, its key and the fields the index keeps; the
+// is checked for its frame, CRC, key and the fields the index keeps; the
 // full decode happens when an entry is read. A torn tail (a crash during
-// an append that never returned) is cut; anything else that is wrong is
-// ErrDamaged.
-func openArchive(dir string) (*archive, error) {
+// an append that never returned) is cut, and so is damage past the first
+// vouched bytes (the length ledger.db recorded with its last move: what
+// follows is a move whose records buntdb still holds, or deletions that
+// only bring back collectable entries); anything else that is wrong is
+// ErrDamaged, the file untouched. vouched < 0: ledger.db records no
+// archive, and one is created if missing; otherwise a missing archive is
+// ErrDamaged (the finished requests' records would be lost).
+func openArchive(dir string, vouched int64) (*archive, error) {
 	path := filepath.Join(dir, archiveFile)
 	if err := os.Remove(path + ".tmp"); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("open ledger archive: %w", err)
 	}
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	flag := os.O_RDWR
+	if vouched < 0 {
+		flag |= os.O_CREATE
+	}
+	f, err := os.OpenFile(path, flag, 0o600)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, damagedError(path, fmt.Sprintf("missing (ledger.db records an archive of %d bytes: the records of finished requests)", vouched))
+	}
 	if err != nil {
 		return nil, fmt.Errorf("open ledger archive: %w", err)
 	}
 	a := &archive{path: path, f: f, idx: map[string]archRef{}}
-	sc, err := a.index()
+	lenient := vouched
+	if vouched < 0 {
+		lenient = math.MaxInt64 // records without a ledger that vouches for them: all checked strictly
+	}
+	sc, err := a.index(lenient)
 	if err == nil && sc.torn {
 		if err = f.Truncate(sc.end); err == nil {
 			err = syncFile(f)
 		}
 	}
 	if err == nil && sc.end == 0 {
+		// New: its name durable before any move deletes from ledger.db.
 		err = a.appendSync(respSet(formatKey, fmt.Sprint(formatVersion)))
+		if err == nil {
+			err = syncDir(dir)
+		}
 	}
 	if err != nil {
 		_ = f.Close()
 		return nil, err
 	}
 	a.size = max(a.size, sc.end)
+	if vouched > a.size {
+		_ = f.Close()
+		return nil, damagedError(path, fmt.Sprintf("shorter than ledger.db records (%d of %d bytes): records of finished requests are missing (restored from an older backup than ledger.db?)", a.size, vouched))
+	}
 	return a, nil
 }
 
@@ -122,8 +151,9 @@ type archiveScan struct {
 	torn bool  // the file ends inside a command (or in NULs) after end
 }
 
-// index reads the whole file and builds a.idx.
-func (a *archive) index() (archiveScan, error) {
+// index reads the whole file and builds a.idx. Damage at or after the
+// offset lenient is reported as a torn tail (see openArchive).
+func (a *archive) index(lenient int64) (archiveScan, error) {
 	var sc archiveScan
 	var (
 		buf  = make([]byte, 0, 1<<20)
@@ -174,7 +204,7 @@ func (a *archive) index() (archiveScan, error) {
 			// A crashed append leaves a valid prefix, maybe padded with
 			// NULs (or NULs alone) up to the end: cut. Anything else is
 			// damage.
-			if errors.Is(err, errTorn) || paddedTorn(buf, off) || len(bytes.TrimLeft(buf[off:], "\x00")) == 0 {
+			if errors.Is(err, errTorn) || paddedTorn(buf, off) || len(bytes.TrimLeft(buf[off:], "\x00")) == 0 || (at >= lenient && sc.end > 0) {
 				sc.torn = true
 				return sc, nil
 			}
@@ -186,6 +216,10 @@ func (a *archive) index() (archiveScan, error) {
 			valOff = base + int64(cap(buf)-cap(args[2]))
 		}
 		if err := a.apply(args, valOff, sc.end == 0); err != nil {
+			if at >= lenient && sc.end > 0 {
+				sc.torn = true
+				return sc, nil
+			}
 			return sc, damagedError(a.path, fmt.Sprintf("invalid record at offset %d: %v", at, err))
 		}
 		off = next
@@ -221,12 +255,17 @@ func (a *archive) apply(args [][]byte, valOff int64, first bool) error {
 		}
 		a.idx[key] = ref
 		a.live += archiveSetLen(len(key), int(ref.n))
-	case cmd == "del" && len(args) == 2 && bytes.HasPrefix(args[1], []byte(entryPrefix)):
+	case cmd == "del" && len(args) == 3 && bytes.HasPrefix(args[1], []byte(entryPrefix)):
 		key := string(args[1][len(entryPrefix):])
-		if old, ok := a.idx[key]; ok {
-			a.live -= archiveSetLen(len(key), int(old.n))
-			delete(a.idx, key)
+		if sum := crcHex(args[1]); string(args[2]) != sum {
+			return fmt.Errorf("delete of %q: CRC %s, its bytes have %s", key, args[2], sum)
 		}
+		old, ok := a.idx[key]
+		if !ok {
+			return fmt.Errorf("delete of %q, which the archive does not hold", key)
+		}
+		a.live -= archiveSetLen(len(key), int(old.n))
+		delete(a.idx, key)
 	default:
 		return fmt.Errorf("unknown command %q with %d arguments", cmd, len(args)-1)
 	}
@@ -237,7 +276,8 @@ func (a *archive) apply(args [][]byte, valOff int64, first bool) error {
 // state, its times) without decoding all of it: the full check is the
 // decode when the entry is read.
 func refOf(key string, val []byte) (archRef, error) {
-	if !bytes.HasPrefix(val, []byte(`{"v":1,"key":"`+key+`",`)) {
+	kj, err := json.Marshal(key) // escaped as encodeEntry escapes it
+	if err != nil || !bytes.HasPrefix(val, []byte(`{"v":1,"key":`+string(kj)+`,`)) {
 		return archRef{}, errors.New("not a record of its key")
 	}
 	v := string(val)
@@ -276,12 +316,31 @@ func archiveSetLen(key, val int) int64 {
 	return respSetLen(len(entryPrefix)+key, val) + int64(len("$8\r\n01234567\r\n"))
 }
 
-// appendSync appends data to the file and fsyncs it.
+// archiveDel is the archive's command that drops key: `del r/<key> <crc>`,
+// the CRC-32C of "r/<key>" (a flipped byte must not drop another key).
+func archiveDel(key string) string {
+	k := entryPrefix + key
+	return fmt.Sprintf("*3\r\n$3\r\ndel\r\n$%d\r\n%s\r\n$8\r\n%s\r\n", len(k), k, crcHex([]byte(k)))
+}
+
+// appendSync appends data to the file and fsyncs it. On failure it cuts
+// the file back to where the append began (see stuck).
 func (a *archive) appendSync(data string) error {
-	if _, err := a.f.WriteAt([]byte(data), a.size); err != nil {
-		return fmt.Errorf("append to ledger archive %s: %w", a.path, err)
+	if a.stuck != nil {
+		return fmt.Errorf("append to ledger archive %s: an earlier append could not be undone: %w", a.path, a.stuck)
 	}
-	if err := syncFile(a.f); err != nil {
+	_, err := a.f.WriteAt([]byte(data), a.size)
+	if err == nil {
+		err = syncFile(a.f)
+	}
+	if err != nil {
+		terr := a.f.Truncate(a.size)
+		if terr == nil {
+			terr = syncFile(a.f)
+		}
+		if terr != nil {
+			a.stuck = terr
+		}
 		return fmt.Errorf("append to ledger archive %s: %w", a.path, err)
 	}
 	a.size += int64(len(data))
@@ -323,8 +382,8 @@ func (a *archive) drop(keys []string) error {
 	var b strings.Builder
 	var gone []string
 	for _, k := range keys {
-		if _, ok := a.idx[k]; ok {
-			fmt.Fprintf(&b, "*2\r\n$3\r\ndel\r\n$%d\r\n%s\r\n", len(entryPrefix)+len(k), entryPrefix+k)
+		if _, ok := a.idx[k]; ok && !slices.Contains(gone, k) {
+			b.WriteString(archiveDel(k))
 			gone = append(gone, k)
 		}
 	}
@@ -351,9 +410,9 @@ func (a *archive) get(key string) (Entry, error) {
 }
 
 func (a *archive) read(key string, ref archRef) (Entry, error) {
-	buf := make([]byte, ref.n)
-	if _, err := a.f.ReadAt(buf, ref.off); err != nil {
-		return Entry{}, fmt.Errorf("read archived entry %q: %w", key, err)
+	buf, err := a.record(ref)
+	if err != nil {
+		return Entry{}, fmt.Errorf("read archived entry %q (%s): %w", key, a.path, err)
 	}
 	e, err := decodeEntry(buf)
 	if err == nil && e.Key != key {
@@ -365,6 +424,24 @@ func (a *archive) read(key string, ref archRef) (Entry, error) {
 	return e, nil
 }
 
+// crcTail is what follows a record in its set command: CRLF, then the
+// CRC's bulk string.
+const crcTail = len("\r\n$8\r\n01234567\r\n")
+
+// record reads the bytes of an indexed record and checks them against
+// their CRC: damage after Open's check is found, never copied on.
+func (a *archive) record(ref archRef) ([]byte, error) {
+	buf := make([]byte, int(ref.n)+crcTail)
+	if _, err := a.f.ReadAt(buf, ref.off); err != nil {
+		return nil, err
+	}
+	val, tail := buf[:ref.n], buf[ref.n:]
+	if string(tail[:6]) != "\r\n$8\r\n" || string(tail[14:]) != "\r\n" || string(tail[6:14]) != crcHex(val) {
+		return nil, errors.New("the record no longer matches its CRC")
+	}
+	return val, nil
+}
+
 // compactable reports whether the file is worth rewriting: over min bytes
 // and more than ratio times its live records.
 func (a *archive) compactable(min, ratio int64) bool {
@@ -372,9 +449,11 @@ func (a *archive) compactable(min, ratio int64) bool {
 }
 
 // compact rewrites the file with the live records only, in key order: new
-// file, fsync, rename, fsync of the directory, as the ledger's own
-// compaction does. A crash leaves the old file or the new one, both whole.
-func (a *archive) compact() error {
+// file, fsync, vouch for its length (in ledger.db), rename, fsync of the
+// directory. A crash leaves the old file or the new one, both whole, and
+// neither shorter than ledger.db's length: a shorter one is damage (an
+// archive restored from an older backup, or cut).
+func (a *archive) compact(vouch func(size int64) error) error {
 	keys := make([]string, 0, len(a.idx))
 	for k := range a.idx {
 		keys = append(keys, k)
@@ -398,8 +477,9 @@ func (a *archive) compact() error {
 			break
 		}
 		ref := a.idx[k]
-		buf := make([]byte, ref.n)
-		if _, err = a.f.ReadAt(buf, ref.off); err != nil {
+		var buf []byte
+		if buf, err = a.record(ref); err != nil {
+			err = fmt.Errorf("record %q: %w", k, err)
 			break
 		}
 		cmd, at := archiveSet(k, string(buf))
@@ -409,6 +489,9 @@ func (a *archive) compact() error {
 	}
 	if err == nil {
 		err = syncFile(f)
+	}
+	if err == nil {
+		err = vouch(off)
 	}
 	if err == nil {
 		err = os.Rename(tmp, a.path)
@@ -476,7 +559,7 @@ func (l *Ledger) move() (int, error) {
 				}
 				wrote = true
 			}
-			return wrote, nil
+			return l.vouch(tx, wrote)
 		})
 		if err != nil {
 			return moved, fmt.Errorf("archive: %w", err)
@@ -486,6 +569,9 @@ func (l *Ledger) move() (int, error) {
 	if l.resident.Add(-int64(moved)) < 0 {
 		l.resident.Store(0)
 	}
+	l.amu.Lock()
+	l.arch.err = nil
+	l.amu.Unlock()
 	return moved, nil
 }
 
@@ -520,9 +606,11 @@ func (l *Ledger) countTerminal(wrote []*change) {
 }
 
 // dropArchived drops the archived entries among keys that are collectable
-// (see GC): their `del`s are appended and fsynced. The caller holds
-// l.moveMu.
-func (l *Ledger) dropArchived(keys []string, now time.Time, skew time.Duration) (int, error) {
+// (see GC), and those among forced whatever their expiry (their buntdb
+// record was just deleted; an archived copy must not come back in its
+// place): their `del`s are appended and fsynced. It reports how many of
+// keys it dropped. The caller holds l.moveMu.
+func (l *Ledger) dropArchived(keys, forced []string, now time.Time, skew time.Duration) (int, error) {
 	l.amu.Lock()
 	defer l.amu.Unlock()
 	pivot := unixNano(now.Add(-skew))
@@ -532,7 +620,13 @@ func (l *Ledger) dropArchived(keys []string, now time.Time, skew time.Duration) 
 			gone = append(gone, k)
 		}
 	}
-	return len(gone), l.arch.drop(gone)
+	n := len(gone)
+	for _, k := range forced {
+		if _, ok := l.arch.idx[k]; ok {
+			gone = append(gone, k)
+		}
+	}
+	return n, l.arch.drop(gone)
 }
 
 // archived returns, in key order, the archived keys whose index entry
@@ -555,6 +649,18 @@ func (l *Ledger) archived(accept func(key string, r archRef) bool) ([]string, []
 		refs[i] = l.arch.idx[k]
 	}
 	return keys, refs
+}
+
+// clamped reports whether a time of the entry lies outside what the index
+// holds exactly (years 1678 to 2262): selections by time then read the
+// record.
+func (r archRef) clamped() bool {
+	for _, t := range []int64{r.updated, r.expires} {
+		if t == math.MinInt64 || t == math.MaxInt64 {
+			return true
+		}
+	}
+	return false
 }
 
 // times are an index entry's Updated and Expires as times.

@@ -62,7 +62,7 @@ func (l *Ledger) GC(now time.Time, skew time.Duration) (int, error) {
 		return 0, fmt.Errorf("gc: %w", err)
 	}
 	n := 0
-	var archived []string
+	var archived, deleted []string
 	for batch := range slices.Chunk(cands, gcBatch) {
 		err := l.update(func(tx *buntdb.Tx) (bool, error) {
 			wrote := false
@@ -82,6 +82,7 @@ func (l *Ledger) GC(now time.Time, skew time.Duration) (int, error) {
 				if _, err := tx.Delete(entryPrefix + c.Key); err != nil {
 					return wrote, err
 				}
+				deleted = append(deleted, c.Key)
 				wrote = true
 				n++
 			}
@@ -92,7 +93,7 @@ func (l *Ledger) GC(now time.Time, skew time.Duration) (int, error) {
 		}
 	}
 	// Out of buntdb first, then out of the archive (see archiveFile).
-	m, err := l.dropArchived(archived, now, skew)
+	m, err := l.dropArchived(archived, deleted, now, skew)
 	if err != nil {
 		return n, fmt.Errorf("gc: %w", err)
 	}
@@ -186,8 +187,10 @@ func (l *Ledger) Forget(key string, now time.Time, skew time.Duration) (bool, er
 	})
 	if err == nil && !inDB {
 		var n int
-		n, err = l.dropArchived([]string{key}, now, skew)
+		n, err = l.dropArchived([]string{key}, nil, now, skew)
 		done = n > 0
+	} else if err == nil && done {
+		_, err = l.dropArchived(nil, []string{key}, now, skew)
 	}
 	if err != nil {
 		return false, fmt.Errorf("forget %s: %w", key, err)

@@ -144,21 +144,35 @@
 // record from the file; lists merge both in key order.
 //
 // ledger.archive is append-only RESP as well: `set m/format 1` first, then
-// `*4` `set r/<key> <record> <crc>` (crc: CRC-32C of the record, 8
-// lower-case hex digits) per archived entry and `del r/<key>` per entry
-// GC or Forget dropped. Open checks every command's frame and CRC, the
-// record's key, a terminal state and its two times (not a full decode: a
-// tenth of the time), cuts a torn tail and refuses anything else as
-// ErrDamaged; [Repair] copies it to ledger.archive.damaged-<unix seconds>
-// and cuts after the last valid command.
+// `*4` `set r/<key> <record> <crc>` per archived entry and `*3` `del
+// r/<key> <crc>` per entry GC or Forget dropped (crc: CRC-32C of the record,
+// or of "r/<key>", 8 lower-case hex digits). ledger.db records the
+// archive's length as of the last move or compaction (`set m/archive
+// <bytes>`, so an earlier version refuses a ledger that has an archive).
+// Open checks every command's frame and CRC, the record's key, a terminal
+// state and its two times (not a full decode: a tenth of the time), and a
+// del's key among those set; reads check the CRC again and decode. A torn
+// tail is cut, and so is damage past the recorded length (a move whose
+// records buntdb still holds, or deletions whose loss only brings back
+// collectable entries); damage before it, an archive shorter than it, or
+// a missing one beside a ledger.db that records one is ErrDamaged. [Repair]
+// copies a damaged archive to ledger.archive.damaged-<unix seconds>, keeps
+// every valid command (a bad record whose frame holds is dropped alone),
+// creates a missing one empty, and records the length it left.
 //
 // A move appends the records and fsyncs the archive, then deletes them
-// from buntdb in one durable commit: a crash between leaves an entry in
-// both (reads take buntdb's, lists count it once, the next Open moves it
-// again), never in neither. GC and Forget delete from buntdb, then append
-// `del`s and fsync. Moves and deletions take one lock, so no move brings
-// back an entry GC just dropped. Open and Close rewrite an archive that is
-// mostly dropped entries (the thresholds of ledger.db).
+// from buntdb and records the new length in one durable commit: a crash
+// between leaves an entry in both, never in neither. Open settles such
+// entries: the archive's terminal record stands over a buntdb record that
+// is not terminal (ledger.db repaired or restored behind it), and a
+// terminal one in both is moved again. GC and Forget delete from buntdb,
+// then append `del`s (for an archived copy of what they deleted too) and
+// fsync. Moves and deletions take one lock, so no move brings back an
+// entry GC just dropped. Open and Close rewrite an archive that is mostly
+// dropped entries (the thresholds of ledger.db), checking every CRC on the
+// way and recording the new length before the rename. A failed append is
+// cut back before anything else is appended; a failed move loses nothing
+// (the entries stay in memory) and is tried again.
 //
 // # Locking
 //

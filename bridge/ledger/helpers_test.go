@@ -179,3 +179,17 @@ func appendFile(t *testing.T, path string, data []byte) {
 }
 
 func dbPath(dir string) string { return filepath.Join(dir, dbFile) }
+
+// copyArchive copies the archive beside a ledger.db a test copied to
+// another directory (what a crash leaves of it: every append is fsynced
+// before it returns).
+func copyArchive(t *testing.T, from, to string) {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(from, archiveFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(to, archiveFile), data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -134,25 +135,106 @@ func Open(dir string) (*Ledger, error) {
 		_ = lk.release()
 		return nil, err
 	}
-	a, err := openArchive(dir)
-	if err == nil && a.compactable(compactMinSize, compactRatio) {
-		err = a.compact()
-	}
-	if err != nil {
+	if err := l.openArchive(); err != nil {
 		_ = l.db.Close()
 		_ = l.dbf.Close()
 		_ = lk.release()
 		return nil, err
 	}
-	l.arch = a
 	// Whatever terminal entries the file holds go to the archive now: a
 	// ledger written before the archive existed, a crash before a move
-	// finished, or one before the background move came.
+	// finished, or one before the background move came. A move that fails
+	// loses nothing (the entries stay in memory): it is tried again.
 	if _, err := l.move(); err != nil {
-		_ = l.Close()
-		return nil, fmt.Errorf("open ledger %s: %w", dir, err)
+		l.amu.Lock()
+		l.arch.err = err
+		l.amu.Unlock()
 	}
 	return l, nil
+}
+
+// openArchive opens the archive beside an opened ledger.db, records its
+// length in ledger.db (so that from then on a missing archive is damage,
+// not an empty one), and settles entries that both hold.
+func (l *Ledger) openArchive() error {
+	vouched := int64(-1)
+	err := l.view(func(tx *buntdb.Tx) error {
+		v, err := tx.Get(archiveKey)
+		if err == nil {
+			vouched, err = parseLength([]byte(v)) // checked by scanLog
+		}
+		if errors.Is(err, buntdb.ErrNotFound) {
+			err = nil
+		}
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("open ledger %s: %w", l.dir, err)
+	}
+	a, err := openArchive(l.dir, vouched)
+	if err != nil {
+		return err
+	}
+	l.arch = a
+	if a.compactable(compactMinSize, compactRatio) {
+		if err := a.compact(l.setVouched); err != nil {
+			_ = a.close()
+			return err
+		}
+	}
+	// An entry in both files whose buntdb record is not terminal: the
+	// archive's record shows that it finished (it holds terminal records
+	// only, and a terminal one never changes), and ledger.db is behind it
+	// (repaired, or restored without its archive). The archive's stands.
+	var behind []string
+	err = l.view(func(tx *buntdb.Tx) error {
+		return tx.AscendKeys(entryPrefix+"*", func(k, v string) bool {
+			if _, ok := a.idx[k[len(entryPrefix):]]; ok {
+				if st, _ := topField(v, "state"); !State(st).Terminal() {
+					behind = append(behind, k)
+				}
+			}
+			return true
+		})
+	})
+	if err == nil {
+		err = l.update(func(tx *buntdb.Tx) (bool, error) {
+			for _, k := range behind {
+				if _, err := tx.Delete(k); err != nil {
+					return true, err
+				}
+			}
+			return l.vouch(tx, len(behind) > 0 || vouched != a.size)
+		})
+	}
+	if err != nil {
+		_ = a.close()
+		return fmt.Errorf("open ledger %s: %w", l.dir, err)
+	}
+	return nil
+}
+
+// setVouched records size as the archive's length in ledger.db, durably.
+func (l *Ledger) setVouched(size int64) error {
+	return l.update(func(tx *buntdb.Tx) (bool, error) {
+		_, _, err := tx.Set(archiveKey, strconv.FormatInt(size, 10), nil)
+		return true, err
+	})
+}
+
+// vouch records the archive's length in ledger.db within tx, if wrote or
+// the length changed, and reports whether tx wrote. Every byte below it is
+// on disk in the archive (fsynced before), so the next Open checks those
+// strictly and may cut damage after them (openArchive).
+func (l *Ledger) vouch(tx *buntdb.Tx, wrote bool) (bool, error) {
+	l.amu.Lock()
+	size := l.arch.size
+	l.amu.Unlock()
+	if v, err := tx.Get(archiveKey); err == nil && v == strconv.FormatInt(size, 10) {
+		return wrote, nil
+	}
+	_, _, err := tx.Set(archiveKey, strconv.FormatInt(size, 10), nil)
+	return true, err
 }
 
 func (l *Ledger) open() error {
@@ -243,9 +325,15 @@ func (l *Ledger) Close() error {
 	var err error
 	if l.usable() == nil {
 		// Terminal entries to the archive, so that the next Open loads
-		// the live ones only.
+		// the live ones only; then the archive's compaction (nothing else
+		// runs now: l.mu is held for writing), which records its new
+		// length in ledger.db; then ledger.db's live records, that length
+		// among them, for its own compaction.
 		if l.arch != nil {
 			_, err = l.move()
+			if err == nil && l.arch.compactable(closeCompactMin, closeCompactRatio) {
+				err = l.arch.compact(l.setVouched)
+			}
 		}
 		keep = l.compactable()
 		if len(l.unsynced) > 0 {
@@ -256,14 +344,9 @@ func (l *Ledger) Close() error {
 	}
 	l.closed = true
 	if l.arch != nil {
-		l.amu.Lock()
-		if err == nil && l.arch.compactable(closeCompactMin, closeCompactRatio) {
-			err = l.arch.compact()
-		}
 		if cerr := l.arch.close(); err == nil {
 			err = cerr
 		}
-		l.amu.Unlock()
 	}
 	if cerr := l.db.Close(); err == nil {
 		err = cerr

@@ -238,10 +238,19 @@ func (l *Ledger) Settled(updatedBefore, expiresBefore time.Time, want func(key s
 		et, eerr := parseTime(e)
 		return uerr != nil || eerr != nil || want(strings.TrimPrefix(k, entryPrefix), ut, et)
 	}, func(k string, r archRef) bool {
-		if r.updated >= unixNano(updatedBefore) && r.expires >= unixNano(expiresBefore) {
+		ut, et := r.times()
+		if r.clamped() {
+			// A time the index cannot hold: the record's own (rare; the
+			// ledger only clamps an agent's far expiry or a broken clock).
+			e, err := l.arch.read(k, r)
+			if err != nil {
+				return true // the read in scan reports it
+			}
+			ut, et = e.Updated, e.Expires
+		}
+		if !ut.Before(updatedBefore) && !et.Before(expiresBefore) {
 			return false
 		}
-		ut, et := r.times()
 		return want == nil || want(k, ut, et)
 	}, nil)
 	if err != nil {

@@ -50,6 +50,7 @@ const formatVersion = 1
 const (
 	entryPrefix = "r/"
 	formatKey   = "m/format"
+	archiveKey  = "m/archive" // the archive's length as of the last move: see openArchive
 )
 
 // timeLayout is fixed-width UTC with nanoseconds so that the JSON is

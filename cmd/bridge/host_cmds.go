@@ -315,19 +315,24 @@ func (c *LedgerRepairCmd) Run(g *Globals) error {
 	if g.JSON {
 		return g.printJSON(rep)
 	}
-	arch := rep.Archive
-	if arch != nil && arch.Damaged {
-		g.printf("repaired %s: %s\nkept %d bytes (%d entries), dropped %d bytes; the damaged file is kept as %s\n",
-			arch.Path, arch.Problem, arch.BytesKept, arch.Entries, arch.BytesDropped, arch.Backup)
-	}
-	if !rep.Damaged && (arch == nil || !arch.Damaged) {
-		g.printf("%s is intact; nothing to repair\n", rep.Path)
-		if len(rep.Lost) == 0 {
-			g.note("the audit log knows no request the ledger lacks; if the whole home came from a backup, `bridge serve` also checks the folder for what it did since (docs/OPERATIONS.md)")
+	for _, f := range rep.Files() {
+		records := fmt.Sprintf("%d records", f.Entries)
+		if f.Entries == 1 {
+			records = "1 record"
 		}
-	} else if rep.Damaged {
-		g.printf("repaired %s: %s\nkept %d bytes (%d entries), dropped %d bytes; the damaged file is kept as %s\n",
-			rep.Path, rep.Problem, rep.BytesKept, rep.Entries, rep.BytesDropped, rep.Backup)
+		switch {
+		case f.Damaged:
+			g.printf("repaired %s: %s\nkept %d bytes (%s), dropped %d bytes; the damaged file is kept as %s (remove it once you no longer need it)\n",
+				f.Path, f.Problem, f.BytesKept, records, f.BytesDropped, f.Backup)
+		default:
+			g.printf("%s is intact\n", f.Path)
+		}
+	}
+	if !rep.Repaired {
+		g.printf("nothing to repair\n")
+	}
+	if len(rep.Lost) == 0 {
+		g.note("the audit log knows no request the ledger lacks; if the whole home came from a backup, `bridge serve` also checks the folder for what it did since (docs/OPERATIONS.md)")
 	}
 	if n := len(rep.Lost); n > 0 {
 		what := fmt.Sprintf("%d requests", n)
