@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"math"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -552,11 +551,7 @@ func readArchive(dir string, vouched int64) (*archive, error) {
 		return nil, err
 	}
 	a := &archive{path: path, f: f, idx: map[string]archRef{}}
-	lenient := vouched
-	if vouched < 0 {
-		lenient = math.MaxInt64
-	}
-	sc, err := a.index(lenient)
+	sc, err := a.index()
 	if err == nil && vouched > max(a.size, sc.end) {
 		err = errShorter
 	}
@@ -706,15 +701,22 @@ func snapshot(dir string) ([]Entry, error) {
 	}
 	if a != nil {
 		defer a.close()
+		at := map[string]int{}
+		for i, e := range out {
+			at[e.Key] = i
+		}
 		for k, ref := range a.idx {
-			if _, ok := s.live[entryPrefix+k]; ok {
-				continue
-			}
 			e, err := a.read(k, ref)
 			if err != nil {
 				return nil, err
 			}
-			out = append(out, e)
+			i, inDB := at[k]
+			switch {
+			case !inDB:
+				out = append(out, e)
+			case !out[i].State.Terminal() && settle(out[i], e) == e.State:
+				out[i] = e // as Open will settle it
+			}
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })

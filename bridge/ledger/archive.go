@@ -92,13 +92,15 @@ func unixNano(t time.Time) int64 {
 // is about 80 MB, which the daemon must not hold to index it. Each record
 // is checked for its frame, CRC, key and the fields the index keeps; the
 // full decode happens when an entry is read. A torn tail (a crash during
-// an append that never returned) is cut, and so is damage past the first
-// vouched bytes (the length ledger.db recorded with its last move: what
-// follows is a move whose records buntdb still holds, or deletions that
-// only bring back collectable entries); anything else that is wrong is
-// ErrDamaged, the file untouched. vouched < 0: ledger.db records no
-// archive, and one is created if missing; otherwise a missing archive is
-// ErrDamaged (the finished requests' records would be lost).
+// an append that never returned: a valid prefix of a command, or NULs, up
+// to the end) is cut; anything else that is wrong is ErrDamaged, the file
+// untouched, wherever it is (a power cut inside a move's append can leave
+// NULs before later bytes of it: the records are still in ledger.db, and
+// `bridge ledger repair` cuts there and loses nothing; a cut made without
+// a word could hide lost records). vouched is the length ledger.db
+// records (< 0: none; one is then created if missing): a missing archive,
+// or one shorter than that, is ErrDamaged (finished requests' records
+// would be lost).
 func openArchive(dir string, vouched int64) (*archive, error) {
 	path := filepath.Join(dir, archiveFile)
 	if err := os.Remove(path + ".tmp"); err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -116,11 +118,7 @@ func openArchive(dir string, vouched int64) (*archive, error) {
 		return nil, fmt.Errorf("open ledger archive: %w", err)
 	}
 	a := &archive{path: path, f: f, idx: map[string]archRef{}}
-	lenient := vouched
-	if vouched < 0 {
-		lenient = math.MaxInt64 // records without a ledger that vouches for them: all checked strictly
-	}
-	sc, err := a.index(lenient)
+	sc, err := a.index()
 	if err == nil && sc.torn {
 		if err = f.Truncate(sc.end); err == nil {
 			err = syncFile(f)
@@ -151,9 +149,8 @@ type archiveScan struct {
 	torn bool  // the file ends inside a command (or in NULs) after end
 }
 
-// index reads the whole file and builds a.idx. Damage at or after the
-// offset lenient is reported as a torn tail (see openArchive).
-func (a *archive) index(lenient int64) (archiveScan, error) {
+// index reads the whole file and builds a.idx.
+func (a *archive) index() (archiveScan, error) {
 	var sc archiveScan
 	var (
 		buf  = make([]byte, 0, 1<<20)
@@ -204,7 +201,7 @@ func (a *archive) index(lenient int64) (archiveScan, error) {
 			// A crashed append leaves a valid prefix, maybe padded with
 			// NULs (or NULs alone) up to the end: cut. Anything else is
 			// damage.
-			if errors.Is(err, errTorn) || paddedTorn(buf, off) || len(bytes.TrimLeft(buf[off:], "\x00")) == 0 || (at >= lenient && sc.end > 0) {
+			if errors.Is(err, errTorn) || paddedTorn(buf, off) || len(bytes.TrimLeft(buf[off:], "\x00")) == 0 {
 				sc.torn = true
 				return sc, nil
 			}
@@ -216,10 +213,6 @@ func (a *archive) index(lenient int64) (archiveScan, error) {
 			valOff = base + int64(cap(buf)-cap(args[2]))
 		}
 		if err := a.apply(args, valOff, sc.end == 0); err != nil {
-			if at >= lenient && sc.end > 0 {
-				sc.torn = true
-				return sc, nil
-			}
 			return sc, damagedError(a.path, fmt.Sprintf("invalid record at offset %d: %v", at, err))
 		}
 		off = next

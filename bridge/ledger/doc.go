@@ -152,10 +152,12 @@
 // Open checks every command's frame and CRC, the record's key, a terminal
 // state and its two times (not a full decode: a tenth of the time), and a
 // del's key among those set; reads check the CRC again and decode. A torn
-// tail is cut, and so is damage past the recorded length (a move whose
-// records buntdb still holds, or deletions whose loss only brings back
-// collectable entries); damage before it, an archive shorter than it, or
-// a missing one beside a ledger.db that records one is ErrDamaged. [Repair]
+// tail (a valid prefix of a command, or NULs, up to the end) is cut; any
+// other damage, an archive shorter than the recorded length, or a missing
+// one beside a ledger.db that records one is ErrDamaged. (Cutting damage
+// past the recorded length without a word, as a move a power cut
+// interrupted would need, let one flipped byte hide lost records: a second
+// red team's finding. Repair cuts it instead, losing nothing.) [Repair]
 // copies a damaged archive to ledger.archive.damaged-<unix seconds>, keeps
 // every valid command (a bad record whose frame holds is dropped alone),
 // creates a missing one empty, and records the length it left.
@@ -164,13 +166,17 @@
 // from buntdb and records the new length in one durable commit: a crash
 // between leaves an entry in both, never in neither. Open settles such
 // entries: the archive's terminal record stands over a buntdb record that
-// is not terminal (ledger.db repaired or restored behind it), and a
-// terminal one in both is moved again. GC and Forget delete from buntdb,
+// is not terminal if it continues it (the same manifest and first
+// sighting, updated no earlier: ledger.db repaired or restored behind it);
+// otherwise buntdb's is newer (the id was forgotten and admitted again)
+// and the archived copy is dropped; a terminal one in both is moved again.
+// Snapshot answers as Open will settle. GC and Forget delete from buntdb,
 // then append `del`s (for an archived copy of what they deleted too) and
 // fsync. Moves and deletions take one lock, so no move brings back an
 // entry GC just dropped. Open and Close rewrite an archive that is mostly
 // dropped entries (the thresholds of ledger.db), checking every CRC on the
-// way and recording the new length before the rename. A failed append is
+// way and recording the new length before the rename (a failed one at
+// Open keeps the old file). A failed append is
 // cut back before anything else is appended; a failed move loses nothing
 // (the entries stay in memory) and is tried again.
 //

@@ -177,26 +177,48 @@ func (l *Ledger) openArchive() error {
 	}
 	l.arch = a
 	if a.compactable(compactMinSize, compactRatio) {
+		// Only to read less next time: a failure (a full disk) keeps
+		// the old file and is reported by Stats.
 		if err := a.compact(l.setVouched); err != nil {
-			_ = a.close()
-			return err
+			a.err = err
 		}
 	}
-	// An entry in both files whose buntdb record is not terminal: the
-	// archive's record shows that it finished (it holds terminal records
-	// only, and a terminal one never changes), and ledger.db is behind it
-	// (repaired, or restored without its archive). The archive's stands.
-	var behind []string
+	// An entry in both files whose buntdb record is not terminal: if the
+	// archived record continues it (the same request, as far or further:
+	// ledger.db was repaired or restored behind it), the archive's stands;
+	// otherwise buntdb's is newer (the id was forgotten and admitted
+	// again, and a repair brought the archived copy back) and the archived
+	// copy goes. A terminal one in both is moved again below.
+	var behind, stale []string
 	err = l.view(func(tx *buntdb.Tx) error {
-		return tx.AscendKeys(entryPrefix+"*", func(k, v string) bool {
-			if _, ok := a.idx[k[len(entryPrefix):]]; ok {
-				if st, _ := topField(v, "state"); !State(st).Terminal() {
-					behind = append(behind, k)
-				}
+		var derr error
+		err := tx.AscendKeys(entryPrefix+"*", func(k, v string) bool {
+			ref, ok := a.idx[k[len(entryPrefix):]]
+			if st, _ := topField(v, "state"); !ok || State(st).Terminal() {
+				return true
+			}
+			var db, arch Entry
+			if db, derr = decodeEntry([]byte(v)); derr == nil {
+				arch, derr = a.read(k[len(entryPrefix):], ref)
+			}
+			if derr != nil {
+				return false
+			}
+			if settle(db, arch) == arch.State {
+				behind = append(behind, k)
+			} else {
+				stale = append(stale, k[len(entryPrefix):])
 			}
 			return true
 		})
+		if err == nil {
+			err = derr
+		}
+		return err
 	})
+	if err == nil && len(stale) > 0 {
+		err = a.drop(stale)
+	}
 	if err == nil {
 		err = l.update(func(tx *buntdb.Tx) (bool, error) {
 			for _, k := range behind {
@@ -212,6 +234,17 @@ func (l *Ledger) openArchive() error {
 		return fmt.Errorf("open ledger %s: %w", l.dir, err)
 	}
 	return nil
+}
+
+// settle says which of two records of one key stands when ledger.db holds
+// db (not terminal) and the archive holds arch: the archive's if it
+// continues db (the same request: manifest and first sighting, updated no
+// earlier), else ledger.db's. It returns the standing record's state.
+func settle(db, arch Entry) State {
+	if arch.ManifestSHA256 == db.ManifestSHA256 && arch.FirstSeen.Equal(db.FirstSeen) && !arch.Updated.Before(db.Updated) {
+		return arch.State
+	}
+	return db.State
 }
 
 // setVouched records size as the archive's length in ledger.db, durably.
