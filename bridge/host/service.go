@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/syncbridge/bridge/bridge"
+	"github.com/syncbridge/bridge/bridge/policy"
 )
 
 // ServiceUnit is a user service that runs `bridge serve` for one home:
@@ -179,7 +180,7 @@ func launchdPlist(label string, o ServiceOptions) string {
 func SafePath(path string) (kept string, dropped []string) {
 	var out []string
 	for _, dir := range filepath.SplitList(path) {
-		if why := unsafePathDir(dir); why != "" {
+		if why := policy.UnsafePathDir(dir); why != "" {
 			dropped = append(dropped, fmt.Sprintf("%q (%s)", dir, why))
 			continue
 		}

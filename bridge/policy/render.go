@@ -228,8 +228,11 @@ func renderArgv(opName string, ts []tmpl, vals map[string]string, pathEnv func()
 }
 
 // lookPath resolves the program against pathEnv (not the process's PATH), the
-// way exec.LookPath would, but ignores relative PATH entries: "." in PATH must
-// not let a file in the working directory stand in for the program.
+// way exec.LookPath would, but ignores relative PATH entries ("." in PATH
+// must not let a file in the working directory stand in for the program),
+// and directories and program files another user could write (a program
+// planted in a world-writable PATH entry would run as the daemon's user:
+// the third red team's finding).
 func lookPath(prog string, pathEnvFn func() string) (string, error) {
 	if filepath.IsAbs(prog) {
 		if err := executable(prog); err != nil {
@@ -238,17 +241,36 @@ func lookPath(prog string, pathEnvFn func() string) (string, error) {
 		return prog, nil
 	}
 	pathEnv := pathEnvFn()
+	var passed []string
 	for _, dir := range filepath.SplitList(pathEnv) {
 		if !filepath.IsAbs(dir) {
 			continue
 		}
 		p := filepath.Join(dir, prog)
-		if executable(p) == nil {
+		err := executable(p)
+		if err == nil {
+			if why := UnsafePathDir(dir); why != "" {
+				err = &unsafeError{"its directory", why}
+			}
+		}
+		if err == nil {
 			return p, nil
 		}
+		if unsafe := (*unsafeError)(nil); errors.As(err, &unsafe) {
+			passed = append(passed, p+" ("+err.Error()+")")
+		}
+	}
+	if len(passed) > 0 {
+		return "", fmt.Errorf("program %q is found only where another user could have put or changed it, and is not used: %s; move it to a directory only you (or root) can write, or name it by an absolute path", prog, strings.Join(passed, "; "))
 	}
 	return "", fmt.Errorf("program %q not found in PATH %q", prog, pathEnv)
 }
+
+// unsafeError: a program file, or its directory, that another user could
+// change.
+type unsafeError struct{ what, why string }
+
+func (e *unsafeError) Error() string { return e.what + " is " + e.why }
 
 func executable(p string) error {
 	fi, err := os.Stat(p)
@@ -260,6 +282,9 @@ func executable(p string) error {
 	}
 	if runtime.GOOS != "windows" && fi.Mode().Perm()&0o111 == 0 {
 		return errors.New("not executable")
+	}
+	if why := unsafeProgram(fi); why != "" {
+		return &unsafeError{"the program file", why}
 	}
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -533,5 +534,73 @@ func TestExplain(t *testing.T) {
 	}
 	if s := inv.String(); !strings.Contains(s, `'it'\''s'`) || !strings.Contains(s, "'{lit}'") {
 		t.Errorf("Invocation.String quoting:\n%s", s)
+	}
+}
+
+// A program named by its bare name is never taken from a PATH directory
+// another user can write, nor from a program file they can change: one
+// planted in a world-writable PATH entry ran as the daemon's user (issue
+// 26, the third red team). A safe one later in PATH is taken instead;
+// with none, the error names what was passed over and why.
+func TestRenderProgramLookupSkipsOthersDirectories(t *testing.T) {
+	if runtime.GOOS == "windows" {
+		t.Skip("Unix modes")
+	}
+	open := t.TempDir() // world-writable, as /tmp or a careless ~/bin
+	safe := t.TempDir()
+	if err := os.Chmod(open, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{open, safe} {
+		if err := os.WriteFile(filepath.Join(d, "tool"), []byte("#!/bin/sh\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(open, "planted"), []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	loose := filepath.Join(safe, "loose")
+	if err := os.WriteFile(loose, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(loose, 0o757); err != nil { // others may rewrite it
+		t.Fatal(err)
+	}
+	src := fmt.Sprintf(`
+[ops.tool]
+argv = ["tool"]
+set_env = { PATH = %q }
+[ops.planted]
+argv = ["planted"]
+set_env = { PATH = %q }
+[ops.loose]
+argv = ["loose"]
+set_env = { PATH = %q }
+[ops.absloose]
+argv = [%q]
+[agents.a]
+ops = ["tool", "planted", "loose", "absloose"]
+`, open+":"+safe, open+":"+safe, safe, loose)
+	p, err := policy.Parse("p.toml", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := newFixture(t)
+	if inv, err := p.Render("a", "tool", nil, f.ctx()); err != nil || inv.Argv[0] != filepath.Join(safe, "tool") {
+		t.Errorf("tool: %v, %v; want %s (the world-writable directory's passed over)", inv, err, filepath.Join(safe, "tool"))
+	}
+	for op, want := range map[string]string{
+		"planted":  "its directory is writable by group or others",
+		"loose":    "the program file is writable by group or others",
+		"absloose": "the program file is writable by group or others",
+	} {
+		_, err := p.Render("a", op, nil, f.ctx())
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v; want an error saying %q", op, err, want)
+		}
+	}
+	// policy check says so before any request comes.
+	if w := strings.Join(p.Warnings(), "\n"); !strings.Contains(w, "another user could have put or changed it") {
+		t.Errorf("policy warnings do not name the planted program:\n%s", w)
 	}
 }
