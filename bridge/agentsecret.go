@@ -236,6 +236,9 @@ func RestoreAgentHome(dir, folder, secret string) (*Home, error) {
 	if err := os.MkdirAll(absDir, 0o700); err != nil {
 		return nil, fmt.Errorf("restore: %w", err)
 	}
+	if err := checkOwnHome("restore", absDir); err != nil {
+		return nil, err
+	}
 	os.Chmod(absDir, 0o700)
 	h := &Home{Dir: absDir, id: s.Identity, peers: &peerCache{}}
 	signed := ownBundleInFolder(f, s)

@@ -129,6 +129,10 @@ func InitHome(dir, role, name, folder string) (*Home, error) {
 	if err := os.MkdirAll(absDir, 0o700); err != nil {
 		return nil, fmt.Errorf("init: %w", err)
 	}
+	// Again: someone may have made it between the check and MkdirAll.
+	if err := checkOwnHome("init", absDir); err != nil {
+		return nil, err
+	}
 	os.Chmod(absDir, 0o700)
 	f, err := syncsafe.OpenFolder(absFolder)
 	if err != nil {
@@ -622,7 +626,19 @@ func newHomePaths(verb, dir, folder string) (absDir, absFolder string, err error
 	if _, err := os.Stat(filepath.Join(absDir, configName)); err == nil {
 		return "", "", WithHint(fmt.Errorf("%s %s: %w", verb, absDir, ErrHomeExists), "use another --home, or remove %s to start over", absDir)
 	}
+	if err := checkOwnHome(verb, absDir); err != nil {
+		return "", "", err
+	}
 	return absDir, absFolder, nil
+}
+
+// checkOwnHome refuses a home directory that is not this user's alone
+// (foreignHome), before anything is written in it.
+func checkOwnHome(verb, absDir string) error {
+	if why := foreignHome(absDir); why != "" {
+		return WithHint(fmt.Errorf("%s %s: not a directory of this user's own: %s", verb, absDir, why), "use a --home that only you can write, such as a new directory under your home directory")
+	}
+	return nil
 }
 
 // ValidPeerName reports whether name can be a peer's local name (and so an
