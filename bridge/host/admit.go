@@ -2,8 +2,10 @@ package host
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"maps"
 	"math"
@@ -78,13 +80,18 @@ func (d *Daemon) admit(j *job, in spool, mode admitMode) bool {
 	}
 	// The op's own max_stdin, checked on the exact length before any of
 	// the input is copied; the built-in ping takes none.
+	counted := &countingWriter{w: stdin}
 	maxStdin := func(op string) int64 {
 		if op == bridge.PingOp {
 			return 0
 		}
+		if j.rules.p.Approves(op) {
+			// A human approves what they were shown: the input too, by
+			// its size and hash (issue 26: it was not shown at all).
+			counted.h = sha256.New()
+		}
 		return j.rules.p.MaxStdin(j.keys.name, op)
 	}
-	counted := &countingWriter{w: stdin}
 	call, err := bridge.OpenCall(in, j.req, me, counted, maxStdin)
 	if err != nil {
 		return refuse(evRefuse, bridge.Receipt{Status: bridge.StatusRejected, Reason: bridge.Reason(err), Detail: err.Error()})
@@ -123,6 +130,12 @@ func (d *Daemon) admit(j *job, in spool, mode admitMode) bool {
 		}
 	}
 	withRequestEnv(inv, j.req.ID)
+	if inv.Approve && counted.h != nil {
+		inv.Stdin = "none"
+		if counted.n > 0 {
+			inv.Stdin = fmt.Sprintf("%d bytes, sha256 %x", counted.n, counted.h.Sum(nil))
+		}
+	}
 	if mode == admitApproved && !d.approvedAsShown(j, inv) {
 		return refuse(evRefuse, bridge.Receipt{Status: bridge.StatusRejected, Reason: ReasonApprovalMismatch, Op: inv.Op, PolicySHA256: j.rules.p.SHA256,
 			Detail: "what it would run now differs from what the human approved (the policy, a path argument's target or the program's location changed since): nothing ran; send it again to ask again"})
@@ -623,10 +636,14 @@ func (d *Daemon) revokeWaiting() {
 type countingWriter struct {
 	w io.Writer
 	n int64
+	h hash.Hash // if set, hashes what is written
 }
 
 func (c *countingWriter) Write(p []byte) (int, error) {
 	n, err := c.w.Write(p)
 	c.n += int64(n)
+	if c.h != nil {
+		c.h.Write(p[:n])
+	}
 	return n, err
 }

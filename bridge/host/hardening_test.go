@@ -2,6 +2,7 @@ package host
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -241,5 +242,63 @@ func TestCrashHookNotReadFromEnvironment(t *testing.T) {
 	}
 	if d.crashAt != "" {
 		t.Fatalf("NewDaemon read BRIDGE_TEST_CRASH_AT=%q from its environment", d.crashAt)
+	}
+}
+
+// A human approves the input too: for an op that waits for approval the
+// approval text (what `bridge pending` shows, and what the approval is
+// bound to) names the standard input's size and SHA-256, or "none" (issue
+// 26, item 2: a patch or script on stdin was approved unseen).
+func TestApprovalShowsTheInput(t *testing.T) {
+	p := newPair(t, `
+[ops.apply]
+argv = ["cat"]
+env = ["PATH"]
+approve = true
+max_stdin = "1MiB"
+[agents.cloud-1]
+ops = ["apply"]
+`)
+	p.start(t, nil)
+	input := "--- a/x\n+++ b/x\n@@ patch @@\n"
+	for _, c := range []struct{ stdin, want string }{
+		{input, fmt.Sprintf("%d bytes, sha256 %x", len(input), sha256.Sum256([]byte(input)))},
+		{"", "none"},
+	} {
+		o := agent.SubmitOptions{Op: "apply", TTL: time.Hour}
+		if c.stdin != "" {
+			o.Stdin = strings.NewReader(c.stdin)
+		}
+		s, err := p.client.Submit(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 5*time.Second, "the request to wait for approval", func() bool {
+			return p.entry(t, s.ID).State == ledger.StateAwaitingApproval
+		})
+		pending, err := Pending(p.host)
+		if err != nil {
+			t.Fatal(err)
+		}
+		shown := ""
+		for _, l := range pending {
+			if l.ID == s.ID {
+				shown = l.Reason
+			}
+		}
+		if !strings.Contains(shown, "stdin:       "+c.want+"\n") {
+			t.Fatalf("pending shows:\n%s\nwant a stdin line %q", shown, c.want)
+		}
+		var derr error
+		waitFor(t, 5*time.Second, "the approval to be taken", func() bool {
+			derr = p.daemon.decide(p.agent.Config.ID+"/"+s.ID, true, "")
+			return derr != errBusy
+		})
+		if derr != nil {
+			t.Fatal(derr)
+		}
+		if out := p.wait(t, s.ID); out.Receipt.Status != bridge.StatusDone || string(out.Stdout) != c.stdin {
+			t.Fatalf("approved: %s (%s) %q", out.Receipt.Status, out.Receipt.Reason, out.Stdout)
+		}
 	}
 }

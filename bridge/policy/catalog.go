@@ -264,6 +264,9 @@ func (inv *Invocation) String() string {
 	line("timeout", inv.Timeout.String())
 	line("max_output", strconv.FormatInt(inv.MaxOutput, 10))
 	line("max_stdin", strconv.FormatInt(inv.MaxStdin, 10))
+	if inv.Stdin != "" {
+		line("stdin", inv.Stdin)
+	}
 	line("scope", inv.Scope)
 	line("idempotent", strconv.FormatBool(inv.Idempotent))
 	line("approve", strconv.FormatBool(inv.Approve))

@@ -46,6 +46,10 @@ type Invocation struct {
 	Reconcile   []string          // nil when the op has none
 	Args        map[string]string // validated, defaults applied, omitted optionals absent
 	Limits      Limits            // resource limits for the child
+	// Stdin describes the request's standard input for a human ("N bytes,
+	// sha256 …"), set by the host for an op that waits for approval: it is
+	// printed by String, and so shown and bound to the approval.
+	Stdin string
 }
 
 // Allowed reports whether agent may run op: nil, or an error wrapping
@@ -82,6 +86,9 @@ func (p *Policy) MaxStdin(agent, op string) int64 {
 	}
 	return most
 }
+
+// Approves reports whether op waits for a human's approval (approve = true).
+func (p *Policy) Approves(op string) bool { return p.ops[op] != nil && p.ops[op].approve }
 
 // StdinMode is op's stdin mode (none, optional, required); "" for an op
 // the policy does not define.
