@@ -38,11 +38,19 @@ func OpenCatalog(data []byte, host, agent string, hostKeys [][]byte) (*Catalog, 
 	if cat.V != 1 || cat.Host != host || cat.Agent != agent {
 		return nil, fmt.Errorf("host catalog: %w", ErrWrongRecipient)
 	}
-	for _, op := range cat.Ops {
+	for i := range cat.Ops {
+		op := &cat.Ops[i]
 		switch op.Stdin {
 		case "", policy.StdinNone, policy.StdinOptional, policy.StdinRequired:
 		default:
 			return nil, fmt.Errorf("host catalog: %w: op %q: unknown stdin mode", bcrypto.ErrMalformed, op.Name)
+		}
+		// The host's words, made safe once for every place they reach
+		// the agent and its model (HostText).
+		op.Description, op.StdinHint, op.Risk = HostText(op.Description), HostText(op.StdinHint), HostText(op.Risk)
+		op.DryRun, op.Undo = HostText(op.DryRun), HostText(op.Undo)
+		for j := range op.Args {
+			op.Args[j].Description = HostText(op.Args[j].Description)
 		}
 	}
 	return &cat, nil

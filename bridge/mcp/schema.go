@@ -211,11 +211,9 @@ func typedValue(typ, v string) (json.RawMessage, error) {
 func describe(hostName string, op bridge.OpInfo) string {
 	var b strings.Builder
 	if op.Description != "" {
-		b.WriteString(strings.TrimSpace(op.Description))
-		if !strings.HasSuffix(b.String(), ".") {
-			b.WriteString(".")
-		}
-		b.WriteString(" ")
+		// The host's own words, quoted as such (sanitised by
+		// bridge.HostText when the catalog was opened).
+		fmt.Fprintf(&b, "The host describes it: %q. ", op.Description)
 	}
 	fmt.Fprintf(&b, "Runs the op %q on the host %q through the synced folder (the answer takes as long as the sync).", op.Name, hostName)
 	switch op.Scope {
@@ -242,7 +240,7 @@ func describe(hostName string, op bridge.OpInfo) string {
 		fmt.Fprintf(&b, " Takes standard input%s (_stdin, up to %d bytes).", stdinWhat(op), op.MaxStdin)
 	}
 	if op.Risk != "" {
-		fmt.Fprintf(&b, " Risk: %s.", op.Risk)
+		fmt.Fprintf(&b, " The host notes its risk: %q.", op.Risk)
 	}
 	if op.DryRun != "" {
 		fmt.Fprintf(&b, " Try it first with %s.", op.DryRun)

@@ -1,0 +1,56 @@
+package bridge
+
+import (
+	"strconv"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+)
+
+// maxHostText bounds one piece of host text shown to an agent.
+const maxHostText = 500
+
+// HostText makes text a host's policy wrote (an op's description, risk
+// note, input hint, an argument's description) safe to show an agent and
+// the model behind it: one line (every run of white space one space, so no
+// line of it can start a Markdown heading or a fake entry), control and
+// invisible format characters (escape sequences, bidi overrides such as
+// U+202E) written as Go escapes, HTML comment markers broken, at most 500
+// characters. The catalog's text goes through it once, when the agent opens
+// the catalog, so `bridge ops`, `bridge guide` and `bridge mcp` show the
+// same (the third red team: MCP passed it raw).
+func HostText(s string) string {
+	var b strings.Builder
+	space, n, i := false, 0, 0
+	for i < len(s) && n < maxHostText {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if unicode.IsSpace(r) {
+			space = b.Len() > 0
+			i += size
+			continue
+		}
+		if space {
+			b.WriteByte(' ')
+			space = false
+			if n++; n == maxHostText {
+				break
+			}
+		}
+		switch {
+		case r == utf8.RuneError && size == 1:
+			b.WriteString(`\x` + strconv.FormatUint(uint64(s[i]), 16))
+		case !unicode.IsPrint(r):
+			q := strconv.QuoteRune(r)
+			b.WriteString(q[1 : len(q)-1])
+		default:
+			b.WriteString(s[i : i+size])
+		}
+		i += size
+		n++
+	}
+	out := strings.NewReplacer("<!--", "<!\\--", "-->", "--\\>").Replace(b.String())
+	if strings.TrimSpace(s[i:]) != "" {
+		out = strings.TrimRight(out, " ") + "…"
+	}
+	return out
+}
