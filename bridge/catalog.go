@@ -1,8 +1,11 @@
 package bridge
 
 import (
+	"errors"
 	"fmt"
 	"strings"
+	"time"
+	"unicode"
 
 	"github.com/syncbridge/bridge/bridge/policy"
 	bcrypto "github.com/syncbridge/bridge/crypto"
@@ -45,15 +48,49 @@ func OpenCatalog(data []byte, host, agent string, hostKeys [][]byte) (*Catalog, 
 		default:
 			return nil, fmt.Errorf("host catalog: %w: op %q: unknown stdin mode", bcrypto.ErrMalformed, op.Name)
 		}
+		// What the agent matches or sends as it is (names, the scope, the
+		// time limit, an argument's pattern, values and default) must be
+		// what a policy can say: a host that signs anything else is not
+		// believed (a line break there reached the model as it was).
+		if err := checkCatalogOp(op); err != nil {
+			return nil, fmt.Errorf("host catalog: %w: op %q: %v", bcrypto.ErrMalformed, op.Name, err)
+		}
 		// The host's words, made safe once for every place they reach
 		// the agent and its model (HostText).
 		op.Description, op.StdinHint, op.Risk = HostText(op.Description), HostText(op.StdinHint), HostText(op.Risk)
-		op.DryRun, op.Undo = HostText(op.DryRun), HostText(op.Undo)
 		for j := range op.Args {
 			op.Args[j].Description = HostText(op.Args[j].Description)
 		}
 	}
 	return &cat, nil
+}
+
+// checkCatalogOp refuses what no policy writes in a catalog entry.
+func checkCatalogOp(op *policy.OpInfo) error {
+	printable := func(s string) bool {
+		return strings.IndexFunc(s, func(r rune) bool { return r != ' ' && !unicode.IsPrint(r) }) < 0
+	}
+	switch {
+	case !validOpName(op.Name) && op.Name != PingOp:
+		return errors.New("not an op name")
+	case op.DryRun != "" && !validOpName(op.DryRun), op.Undo != "" && !validOpName(op.Undo):
+		return errors.New("dry_run or undo is not an op name")
+	case op.Scope != "read" && op.Scope != "write" && op.Scope != "execute":
+		return fmt.Errorf("unknown scope %q", op.Scope)
+	}
+	if _, err := time.ParseDuration(op.Timeout); err != nil {
+		return fmt.Errorf("timeout: %v", err)
+	}
+	for _, a := range op.Args {
+		ok := validArgName(a.Name) && printable(a.Pattern) && (a.Default == nil || printable(*a.Default))
+		for _, v := range a.Values {
+			ok = ok && printable(v)
+		}
+		if !ok {
+			return fmt.Errorf("argument %q: a name, pattern, value or default no policy writes", a.Name)
+		}
+	}
+	return nil
 }
 
 // CallInput is what a sender knows of a call's standard input before it

@@ -636,7 +636,7 @@ func newHomePaths(verb, dir, folder string) (absDir, absFolder string, err error
 // (foreignHome), before anything is written in it.
 func checkOwnHome(verb, absDir string) error {
 	if why := foreignHome(absDir); why != "" {
-		return WithHint(fmt.Errorf("%s %s: not a directory of this user's own: %s", verb, absDir, why), "use a --home that only you can write, such as a new directory under your home directory")
+		return WithHint(fmt.Errorf("%s %s: not a directory of this user's own: %s", verb, absDir, why), "give a --home that does not exist yet, under a directory only you can write (bridge creates it 0700); or, if the directory is yours and empty, `chmod 700` it first")
 	}
 	return nil
 }

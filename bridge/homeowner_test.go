@@ -57,6 +57,9 @@ func TestInitRefusesAHomeNotOfThisUsersOwn(t *testing.T) {
 	must(t, os.Chown(theirs, nobody, nobody))
 	refused(theirs, "another user owns it")
 
+	// Below a directory another user owns: they may rename the home away.
+	refused(filepath.Join(theirs, "sub", "home"), "is another user's")
+
 	target := filepath.Join(tmp, "target")
 	must(t, os.Mkdir(target, 0o700))
 	link := filepath.Join(tmp, "link")
@@ -69,5 +72,23 @@ func must(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A home under a directory others may write without the sticky bit could
+// be renamed away and replaced: refused too. Under a sticky one (/tmp) it
+// is fine.
+func TestInitRefusesAHomeOthersCanRename(t *testing.T) {
+	folder := t.TempDir()
+	tmp := t.TempDir()
+	open := filepath.Join(tmp, "open")
+	must(t, os.Mkdir(open, 0o777))
+	must(t, os.Chmod(open, 0o777))
+	if _, err := InitHome(filepath.Join(open, "home"), "host", "h", folder); err == nil || !strings.Contains(err.Error(), "lets group or others rename") {
+		t.Fatalf("a home under a 0777 directory: %v", err)
+	}
+	must(t, os.Chmod(open, 0o777|os.ModeSticky))
+	if _, err := InitHome(filepath.Join(open, "home"), "host", "h", folder); err != nil {
+		t.Fatalf("a home under a sticky 1777 directory: %v", err)
 	}
 }

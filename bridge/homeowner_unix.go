@@ -21,6 +21,7 @@ import (
 func foreignHome(dir string) string {
 	p := string(filepath.Separator)
 	for _, part := range strings.Split(strings.Trim(dir, string(filepath.Separator)), string(filepath.Separator)) {
+		parent := p
 		p = filepath.Join(p, part)
 		fi, err := os.Lstat(p)
 		if err != nil {
@@ -28,6 +29,14 @@ func foreignHome(dir string) string {
 		}
 		if fi.Mode()&fs.ModeSymlink != 0 && !ownedBy(fi, true) {
 			return fmt.Sprintf("%s is a link another user owns", p)
+		}
+		// Whoever may write a directory on the way (without the sticky
+		// bit, as /tmp has) may rename what is below it and put their
+		// own in its place.
+		if pi, err := os.Stat(parent); err == nil && pi.Mode().Perm()&0o022 != 0 && pi.Mode()&fs.ModeSticky == 0 {
+			return fmt.Sprintf("%s, on its path, lets group or others rename what is in it (mode %04o, no sticky bit)", parent, pi.Mode().Perm())
+		} else if err == nil && !ownedBy(pi, true) {
+			return fmt.Sprintf("%s, on its path, is another user's: they may rename what is in it", parent)
 		}
 	}
 	fi, err := os.Stat(dir)

@@ -15,8 +15,8 @@ const maxHostText = 500
 // the model behind it: one line (every run of white space one space, so no
 // line of it can start a Markdown heading or a fake entry), control and
 // invisible format characters (escape sequences, bidi overrides such as
-// U+202E) written as Go escapes, HTML comment markers broken, at most 500
-// characters. The catalog's text goes through it once, when the agent opens
+// U+202E) written as Go escapes, at most 500 characters (Markdown's own
+// markers are the guide's to break, where it writes Markdown). The catalog's text goes through it once, when the agent opens
 // the catalog, so `bridge ops`, `bridge guide` and `bridge mcp` show the
 // same (the third red team: MCP passed it raw).
 func HostText(s string) string {
@@ -48,7 +48,7 @@ func HostText(s string) string {
 		i += size
 		n++
 	}
-	out := strings.NewReplacer("<!--", "<!\\--", "-->", "--\\>").Replace(b.String())
+	out := b.String()
 	if strings.TrimSpace(s[i:]) != "" {
 		out = strings.TrimRight(out, " ") + "…"
 	}

@@ -89,12 +89,17 @@ func desktopNotify(title, body string) {
 	var cmd []string
 	switch runtime.GOOS {
 	case "linux", "freebsd", "openbsd":
-		if _, err := exec.LookPath("notify-send"); err == nil {
-			cmd = []string{"notify-send", title, body}
+		// Found as an op's program is (never where another user could
+		// have put one: it would run as the daemon's user at every
+		// approval, with text an agent chose).
+		if p, err := policy.LookPath("notify-send"); err == nil {
+			cmd = []string{p, title, body}
 		}
 	case "darwin":
 		esc := func(s string) string { return strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(s) }
-		cmd = []string{"osascript", "-e", fmt.Sprintf(`display notification "%s" with title "%s"`, esc(body), esc(title))}
+		if p, err := policy.LookPath("osascript"); err == nil {
+			cmd = []string{p, "-e", fmt.Sprintf(`display notification "%s" with title "%s"`, esc(body), esc(title))}
+		}
 	}
 	if cmd == nil {
 		return

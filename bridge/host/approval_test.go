@@ -1,6 +1,9 @@
 package host
 
 import (
+	"os"
+	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -71,5 +74,34 @@ func TestApprovalWaitEndsAtExpiry(t *testing.T) {
 	out := p.wait(t, s.ID)
 	if out.Receipt.Status != bridge.StatusExpired || out.Receipt.Reason != "past-expiry" {
 		t.Fatalf("a request that expired waiting for approval: %s (%s)", out.Receipt.Status, out.Receipt.Reason)
+	}
+}
+
+// The desktop notifier is found as an op's program is: a notify-send that
+// another user put in a PATH directory they may write never runs as the
+// daemon's user (issue 26, the red team of the PATH fix: it ran with text
+// an agent chose at every approval).
+func TestDesktopNotifierNotFromOthersDirectory(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("notify-send is looked up on Linux")
+	}
+	open := t.TempDir()
+	must(t, os.Chmod(open, 0o777))
+	marker := filepath.Join(t.TempDir(), "ran")
+	script := "#!/bin/sh\necho \"$@\" > " + marker + "\n"
+	must(t, os.WriteFile(filepath.Join(open, "notify-send"), []byte(script), 0o755))
+	// The same program where only this user may write: it runs, so the
+	// test can tell "not run" from "not looked up".
+	safe := t.TempDir()
+	done := filepath.Join(t.TempDir(), "done")
+	must(t, os.WriteFile(filepath.Join(safe, "notify-send"), []byte("#!/bin/sh\necho \"$@\" > "+done+"\n"), 0o755))
+	t.Setenv("PATH", open+":"+safe)
+	desktopNotify("bridge: approval needed", "agent asks to run deploy")
+	waitFor(t, 10*time.Second, "the safe notify-send to run", func() bool {
+		b, err := os.ReadFile(done)
+		return err == nil && len(b) > 0
+	})
+	if _, err := os.Stat(marker); err == nil {
+		t.Fatal("the notify-send from a directory others may write ran")
 	}
 }

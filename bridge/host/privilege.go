@@ -28,7 +28,9 @@ func (d *Daemon) checkPrivilege() error {
 			return err
 		}
 		if uid, ok := fileOwner(fi); ok && uid != os.Geteuid() {
-			return bridge.WithHint(fmt.Errorf("serve: %s belongs to uid %d, not to this user (%d)", p, uid, os.Geteuid()), "chown it to this user")
+			// Not "chown it": what another user's directory holds may
+			// be theirs (a planted key or policy), and would be adopted.
+			return bridge.WithHint(fmt.Errorf("serve: %s belongs to uid %d, not to this user (%d)", p, uid, os.Geteuid()), "make a new home of your own with `bridge init`, and pair again; do not take over another user's")
 		}
 		if fi.Mode().Perm()&^maxPerm != 0 {
 			return bridge.WithHint(fmt.Errorf("serve: %s is open to others (mode %o)", p, fi.Mode().Perm()), fix, p)

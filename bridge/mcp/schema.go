@@ -243,10 +243,10 @@ func describe(hostName string, op bridge.OpInfo) string {
 		fmt.Fprintf(&b, " The host notes its risk: %q.", op.Risk)
 	}
 	if op.DryRun != "" {
-		fmt.Fprintf(&b, " Try it first with %s.", op.DryRun)
+		fmt.Fprintf(&b, " Try it first with the op %q.", op.DryRun)
 	}
 	if op.Undo != "" {
-		fmt.Fprintf(&b, " Undo with %s.", op.Undo)
+		fmt.Fprintf(&b, " Undo with the op %q.", op.Undo)
 	}
 	return b.String()
 }
@@ -256,7 +256,7 @@ func stdinWhat(op bridge.OpInfo) string {
 	if op.StdinHint == "" {
 		return ""
 	}
-	return " (" + op.StdinHint + ")"
+	return fmt.Sprintf(" (the host says: %q)", op.StdinHint)
 }
 
 // call is a tool call's input, checked and in the request's terms.

@@ -241,14 +241,38 @@ func renderArgv(opName string, ts []tmpl, vals map[string]string, pathEnv func()
 // planted in a world-writable PATH entry would run as the daemon's user:
 // the third red team's finding).
 func lookPath(prog string, pathEnvFn func() string) (string, error) {
+	p, _, err := lookPathPassing(prog, pathEnvFn)
+	return p, err
+}
+
+// LookPath finds a program the daemon runs for itself (a desktop
+// notifier) in its own PATH, by the rules of an op's program: never one
+// another user could have put there or changed.
+func LookPath(prog string) (string, error) {
+	return lookPath(prog, func() string { return os.Getenv("PATH") })
+}
+
+// lookPathPassing is lookPath that also returns the candidates it passed
+// over because another user could have put or changed them ("FILE (why)"),
+// for policy check to warn of even when a safe one was found.
+func lookPathPassing(prog string, pathEnvFn func() string) (string, []string, error) {
 	if filepath.IsAbs(prog) {
-		if err := executable(prog); err != nil {
-			return "", fmt.Errorf("program %s: %w", prog, err)
+		err := executable(prog)
+		if err == nil {
+			// Named by its path, it is still swapped by whoever may write
+			// its directory.
+			if why := unsafeChain(prog); why != "" {
+				err = &unsafeError{"its directory", why}
+			}
 		}
-		return prog, nil
+		if err != nil {
+			return "", nil, fmt.Errorf("program %s: %w%s", prog, err, unsafeFix(err, prog))
+		}
+		return prog, nil, nil
 	}
 	pathEnv := pathEnvFn()
 	var passed []string
+	var fix string
 	for _, dir := range filepath.SplitList(pathEnv) {
 		if !filepath.IsAbs(dir) {
 			continue
@@ -256,21 +280,40 @@ func lookPath(prog string, pathEnvFn func() string) (string, error) {
 		p := filepath.Join(dir, prog)
 		err := executable(p)
 		if err == nil {
-			if why := UnsafePathDir(dir); why != "" {
+			if why := unsafeChain(p); why != "" {
 				err = &unsafeError{"its directory", why}
 			}
 		}
 		if err == nil {
-			return p, nil
+			return p, passed, nil
 		}
 		if unsafe := (*unsafeError)(nil); errors.As(err, &unsafe) {
 			passed = append(passed, p+" ("+err.Error()+")")
+			if fix == "" {
+				fix = unsafeFix(err, p)
+			}
 		}
 	}
 	if len(passed) > 0 {
-		return "", fmt.Errorf("program %q is found only where another user could have put or changed it, and is not used: %s; move it to a directory only you (or root) can write, or name it by an absolute path", prog, strings.Join(passed, "; "))
+		return "", passed, fmt.Errorf("program %q is found only where another user could have put or changed it, and is not used: %s%s", prog, strings.Join(passed, "; "), fix)
 	}
-	return "", fmt.Errorf("program %q not found in PATH %q", prog, pathEnv)
+	return "", nil, fmt.Errorf("program %q not found in PATH %q", prog, pathEnv)
+}
+
+// unsafeFix is what to do about an unsafeError for program file p.
+func unsafeFix(err error, p string) string {
+	var u *unsafeError
+	switch {
+	case !errors.As(err, &u):
+		return ""
+	case u.what == "its directory" && u.why == "writable by group or others":
+		return fmt.Sprintf("; if %s is yours, `chmod go-w %s`, else move the program to a directory only you (or root) can write", filepath.Dir(p), filepath.Dir(p))
+	case u.what == "its directory":
+		return "; move the program to a directory only you (or root) can write"
+	case u.why == "writable by group or others":
+		return fmt.Sprintf("; `chmod go-w %s`", p)
+	}
+	return "; use a program file of your own (or root's)"
 }
 
 // unsafeError: a program file, or its directory, that another user could

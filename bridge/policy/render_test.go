@@ -578,9 +578,11 @@ argv = ["loose"]
 set_env = { PATH = %q }
 [ops.absloose]
 argv = [%q]
+[ops.absopen]
+argv = [%q]
 [agents.a]
-ops = ["tool", "planted", "loose", "absloose"]
-`, open+":"+safe, open+":"+safe, safe, loose)
+ops = ["tool", "planted", "loose", "absloose", "absopen"]
+`, open+":"+safe, open+":"+safe, safe, loose, filepath.Join(open, "planted"))
 	p, err := policy.Parse("p.toml", []byte(src))
 	if err != nil {
 		t.Fatal(err)
@@ -589,18 +591,96 @@ ops = ["tool", "planted", "loose", "absloose"]
 	if inv, err := p.Render("a", "tool", nil, f.ctx()); err != nil || inv.Argv[0] != filepath.Join(safe, "tool") {
 		t.Errorf("tool: %v, %v; want %s (the world-writable directory's passed over)", inv, err, filepath.Join(safe, "tool"))
 	}
-	for op, want := range map[string]string{
-		"planted":  "its directory is writable by group or others",
-		"loose":    "the program file is writable by group or others",
-		"absloose": "the program file is writable by group or others",
+	for op, wants := range map[string][]string{
+		"planted":  {"its directory is writable by group or others", "if " + open + " is yours, `chmod go-w " + open + "`"},
+		"loose":    {"the program file is writable by group or others", "`chmod go-w " + loose + "`"},
+		"absloose": {"the program file is writable by group or others", "`chmod go-w " + loose + "`"},
+		"absopen":  {"its directory is writable by group or others"}, // named by its path, still swapped by whoever writes there
 	} {
 		_, err := p.Render("a", op, nil, f.ctx())
-		if err == nil || !strings.Contains(err.Error(), want) {
-			t.Errorf("%s: %v; want an error saying %q", op, err, want)
+		for _, want := range wants {
+			if err == nil || !strings.Contains(err.Error(), want) {
+				t.Errorf("%s: %v; want an error saying %q", op, err, want)
+			}
 		}
 	}
-	// policy check says so before any request comes.
-	if w := strings.Join(p.Warnings(), "\n"); !strings.Contains(w, "another user could have put or changed it") {
-		t.Errorf("policy warnings do not name the planted program:\n%s", w)
+	// policy check says so before any request comes, and also when a safe
+	// program was found after one it passed over (a different program
+	// from the one the author may have meant runs).
+	w := strings.Join(p.Warnings(), "\n")
+	for _, want := range []string{
+		`op "planted": argv[0]: program "planted" is found only where another user could have put or changed it`,
+		`op "tool": argv[0] runs ` + filepath.Join(safe, "tool") + `; passed over, as another user could have put or changed them: ` + filepath.Join(open, "tool"),
+	} {
+		if !strings.Contains(w, want) {
+			t.Errorf("policy warnings do not say %q:\n%s", want, w)
+		}
+	}
+}
+
+// Every directory on the way to the program counts, on the path as named
+// and on the one its links resolve to: a PATH entry that is safe itself
+// but sits in a directory others may write, a link in a safe directory
+// into one others may write, and an absolute program in one were all
+// taken, and could be swapped before the exec (issue 26, the red team of
+// the PATH fix).
+func TestRenderProgramLookupChecksEveryDirectoryOnTheWay(t *testing.T) {
+	if runtime.GOOS == "windows" {
+		t.Skip("Unix modes")
+	}
+	base := t.TempDir()
+	open := filepath.Join(base, "open")
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(os.Mkdir(open, 0o755))
+	must(os.Chmod(open, 0o777)) // not sticky
+	bin := filepath.Join(open, "bin")
+	must(os.Mkdir(bin, 0o755))
+	must(os.WriteFile(filepath.Join(bin, "tool"), []byte("#!/bin/sh\n"), 0o755))
+	safe := filepath.Join(base, "safe")
+	must(os.Mkdir(safe, 0o755))
+	must(os.WriteFile(filepath.Join(open, "real-tool2"), []byte("#!/bin/sh\n"), 0o755))
+	must(os.Symlink(filepath.Join(open, "real-tool2"), filepath.Join(safe, "tool2")))
+	must(os.WriteFile(filepath.Join(open, "tool3"), []byte("#!/bin/sh\n"), 0o755))
+	// A sticky world-writable directory on the way is fine when what is in
+	// it is ours and closed (as a home under /tmp).
+	sticky := filepath.Join(base, "sticky")
+	must(os.Mkdir(sticky, 0o755))
+	must(os.Chmod(sticky, 0o777|os.ModeSticky))
+	mine := filepath.Join(sticky, "mine")
+	must(os.Mkdir(mine, 0o755))
+	must(os.WriteFile(filepath.Join(mine, "tool4"), []byte("#!/bin/sh\n"), 0o755))
+	p, err := policy.Parse("p.toml", []byte(fmt.Sprintf(`
+[ops.a]
+argv = ["tool"]
+set_env = { PATH = %q }
+[ops.b]
+argv = ["tool2"]
+set_env = { PATH = %q }
+[ops.c]
+argv = [%q]
+[ops.d]
+argv = ["tool4"]
+set_env = { PATH = %q }
+[agents.ag]
+ops = ["a", "b", "c", "d"]
+`, bin, safe, filepath.Join(open, "tool3"), mine)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := newFixture(t)
+	for _, op := range []string{"a", "b", "c"} {
+		if inv, err := p.Render("ag", op, nil, f.ctx()); err == nil {
+			t.Errorf("op %s: program %s accepted", op, inv.Argv[0])
+		} else if !strings.Contains(err.Error(), "group or others") {
+			t.Errorf("op %s: %v; want the directory others may write named", op, err)
+		}
+	}
+	if inv, err := p.Render("ag", "d", nil, f.ctx()); err != nil || inv.Argv[0] != filepath.Join(mine, "tool4") {
+		t.Errorf("op d (under a sticky directory, in one of ours): %v, %v", inv, err)
 	}
 }

@@ -1,7 +1,9 @@
 package policy
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -114,13 +116,21 @@ func (o *op) argvWarnings() []string {
 		prog := cmd.argv[0][0].lit
 		if strings.ContainsAny(prog, " \t") {
 			out = append(out, fmt.Sprintf("op %q: %s[0] %q has a space: each element is one word, never split; write the program and its arguments as separate elements", o.name, cmd.what, prog))
-		} else if _, err := lookPath(prog, func() string {
+		} else if found, passed, err := lookPathPassing(prog, func() string {
 			if v, ok := o.setEnv["PATH"]; ok {
 				return v
 			}
 			return os.Getenv("PATH")
-		}); err != nil {
-			out = append(out, fmt.Sprintf("op %q: %s[0]: %v: the op fails until it exists (the daemon looks it up in its own PATH)", o.name, cmd.what, err))
+		}); err != nil && (len(passed) > 0 || filepath.IsAbs(prog) && !errors.Is(err, fs.ErrNotExist)) {
+			out = append(out, fmt.Sprintf("op %q: %s[0]: %v: the op fails until then", o.name, cmd.what, err))
+		} else if err != nil {
+			where := "the daemon's PATH"
+			if _, ok := o.setEnv["PATH"]; ok {
+				where = "the PATH of its set_env"
+			}
+			out = append(out, fmt.Sprintf("op %q: %s[0]: %v: the op fails until it exists (looked up in %s)", o.name, cmd.what, err, where))
+		} else if len(passed) > 0 {
+			out = append(out, fmt.Sprintf("op %q: %s[0] runs %s; passed over, as another user could have put or changed them: %s", o.name, cmd.what, found, strings.Join(passed, "; ")))
 		}
 		if arg := o.shellScriptArg(cmd.argv); arg != "" {
 			out = append(out, fmt.Sprintf("op %q: %s runs %s -c with the free string argument {%s} in its script: the agent writes shell code there (\"x; rm -rf ~\"); pass it as its own element after the script (\"$1\"), or give it a pattern or an enum", o.name, cmd.what, filepath.Base(prog), arg))

@@ -478,7 +478,11 @@ func shellQuote(s string) string {
 // section early or start a heading), no HTML comment openers.
 func oneLine(s string) string {
 	s = strings.Join(strings.Fields(escapeControls(s)), " ")
-	return strings.NewReplacer("<!--", "<!\\--", "-->", "--\\>").Replace(s)
+	// Closers first, then openers, each pass on the other's output: one
+	// replacer pass left "<!-->" as "<!\-->", a closer (and "--!>" closes
+	// a comment too).
+	s = strings.NewReplacer("-->", "--\\>", "--!>", "--!\\>").Replace(s)
+	return strings.ReplaceAll(s, "<!--", "<!\\--")
 }
 
 // code is s as a Markdown code span, whatever backticks it holds.
