@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	bcrypto "github.com/syncbridge/bridge/crypto"
@@ -100,5 +101,36 @@ func TestOpenCatalogRefusesWhatNoPolicyWrites(t *testing.T) {
 	data, _ := SignCatalog(Catalog{V: 1, Host: host.SignKid(), Agent: "agent", Ops: []OpInfo{good}}, host)
 	if _, err := OpenCatalog(data, host.SignKid(), "agent", [][]byte{host.SignPublic()}); err != nil {
 		t.Fatalf("a plain catalog: %v", err)
+	}
+}
+
+// A host's message may span lines, each made safe as catalog text is: no
+// escape sequence, bidi override or other format character reaches the
+// agent (issue 26, the red team of HostText: inbox notes went raw).
+func TestOpenNoteMakesEachLineSafe(t *testing.T) {
+	host, err := bcrypto.GenerateIdentity(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ag, err := bcrypto.GenerateIdentity(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := "maintenance tonight\n\x1b]0;pwned\x07 at 10\u202e\u200d\nthanks"
+	data, _, err := SealMessage(NewMessage{Host: host, HostID: host.SignKid(), Agent: "agent", AgentBoxPub: ag.BoxPublic(), Seq: 1, Note: Note{Kind: "message", Text: text}, Created: time.Now()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m Message
+	if err := OpenBody(bcrypto.KindMessage, data, [][]byte{host.SignPublic()}, &m); err != nil {
+		t.Fatal(err)
+	}
+	n, err := OpenNote(&m, ag)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "maintenance tonight\n" + `\x1b]0;pwned\a at 10\u202e\u200d` + "\nthanks"
+	if n.Text != want {
+		t.Fatalf("note text %q, want %q", n.Text, want)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	bcrypto "github.com/syncbridge/bridge/crypto"
@@ -115,5 +116,13 @@ func OpenNote(m *Message, me *bcrypto.Identity) (*Note, error) {
 	if err := bcrypto.DecodeBody(plain, &n); err != nil {
 		return nil, err
 	}
+	// A human's message may span lines; each is made safe as the
+	// catalog's text is (HostText), so that no line carries an escape
+	// sequence or a bidi override to the agent's terminal or model.
+	lines := strings.Split(n.Text, "\n")
+	for i, l := range lines {
+		lines[i] = HostText(l)
+	}
+	n.Text = strings.TrimRight(strings.Join(lines, "\n"), "\n")
 	return &n, nil
 }
