@@ -41,6 +41,9 @@ func OpenCatalog(data []byte, host, agent string, hostKeys [][]byte) (*Catalog, 
 	if cat.V != 1 || cat.Host != host || cat.Agent != agent {
 		return nil, fmt.Errorf("host catalog: %w", ErrWrongRecipient)
 	}
+	if cat.Policy != "" && !validSHA256Hex(cat.Policy) {
+		return nil, fmt.Errorf("host catalog: %w: policy_sha256 is not a SHA-256", bcrypto.ErrMalformed)
+	}
 	for i := range cat.Ops {
 		op := &cat.Ops[i]
 		switch op.Stdin {
@@ -67,8 +70,14 @@ func OpenCatalog(data []byte, host, agent string, hostKeys [][]byte) (*Catalog, 
 
 // checkCatalogOp refuses what no policy writes in a catalog entry.
 func checkCatalogOp(op *policy.OpInfo) error {
+	// What the host's own policy refuses in an argument's text (badText:
+	// line breaks, controls, bidi marks; a pattern may hold a tab, as
+	// regexp reads it), so that no catalog a policy writes is refused.
 	printable := func(s string) bool {
-		return strings.IndexFunc(s, func(r rune) bool { return r != ' ' && !unicode.IsPrint(r) }) < 0
+		return strings.IndexFunc(s, func(r rune) bool {
+			return r != '\t' && unicode.IsControl(r) || r == 0x2028 || r == 0x2029 ||
+				r >= 0x202A && r <= 0x202E || r >= 0x2066 && r <= 0x2069 || r == 0x200E || r == 0x200F
+		}) < 0
 	}
 	switch {
 	case !validOpName(op.Name) && op.Name != PingOp:
@@ -82,6 +91,11 @@ func checkCatalogOp(op *policy.OpInfo) error {
 		return fmt.Errorf("timeout: %v", err)
 	}
 	for _, a := range op.Args {
+		switch a.Type {
+		case "string", "int", "bool", "enum", "path":
+		default:
+			return fmt.Errorf("argument %q: unknown type", a.Name)
+		}
 		ok := validArgName(a.Name) && printable(a.Pattern) && (a.Default == nil || printable(*a.Default))
 		for _, v := range a.Values {
 			ok = ok && printable(v)

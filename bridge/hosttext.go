@@ -54,3 +54,25 @@ func HostText(s string) string {
 	}
 	return out
 }
+
+// hostLines makes a host's multi-line text (a human's message) safe to
+// show: control and invisible format characters escaped as in HostText,
+// line breaks and spacing kept, no length cut (the message has its own
+// bound).
+func hostLines(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && size == 1:
+			b.WriteString(`\x` + strconv.FormatUint(uint64(s[i]), 16))
+		case r == '\n' || r == ' ' || r == '\t' || unicode.IsPrint(r):
+			b.WriteString(s[i : i+size])
+		default:
+			q := strconv.QuoteRune(r)
+			b.WriteString(q[1 : len(q)-1])
+		}
+		i += size
+	}
+	return strings.TrimRight(b.String(), "\n")
+}

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"fmt"
 	"io"
-	"strings"
 	"time"
 
 	bcrypto "github.com/syncbridge/bridge/crypto"
@@ -116,13 +115,17 @@ func OpenNote(m *Message, me *bcrypto.Identity) (*Note, error) {
 	if err := bcrypto.DecodeBody(plain, &n); err != nil {
 		return nil, err
 	}
-	// A human's message may span lines; each is made safe as the
-	// catalog's text is (HostText), so that no line carries an escape
-	// sequence or a bidi override to the agent's terminal or model.
-	lines := strings.Split(n.Text, "\n")
-	for i, l := range lines {
-		lines[i] = HostText(l)
+	// The fields a host fills by rule hold what the rule writes; a
+	// human's text may span lines, each made safe (no escape sequence or
+	// bidi override reaches the agent's terminal or model), its spacing
+	// kept.
+	switch {
+	case n.Kind != "text" && n.Kind != "notice",
+		n.Event != "" && !bcrypto.ValidName(n.Event),
+		n.Request != "" && !ValidID(n.Request),
+		n.Supersedes != "" && !validSHA256Hex(n.Supersedes):
+		return nil, fmt.Errorf("host message: %w: a kind, event, request or superseded hash no host writes", bcrypto.ErrMalformed)
 	}
-	n.Text = strings.TrimRight(strings.Join(lines, "\n"), "\n")
+	n.Text = hostLines(n.Text)
 	return &n, nil
 }

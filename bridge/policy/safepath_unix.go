@@ -19,49 +19,80 @@ func UnsafePathDir(dir string) string {
 	if !filepath.IsAbs(dir) {
 		return "not absolute"
 	}
-	fi, err := os.Stat(dir)
+	real, why := walkChain(dir, 0)
+	if why != "" {
+		return why
+	}
+	fi, err := os.Stat(real)
 	switch {
 	case err != nil:
 		return "missing"
 	case !fi.IsDir():
 		return "not a directory"
 	}
-	return unsafeChain(dir)
+	return unsafeDir(real, true) // its own directory: what is put in it is run
 }
 
-// unsafeChain says why another user could change what path names, or "":
-// every directory from the root to it, on the path as written and on the
-// one its links resolve to, must be owned by root or this user and not
-// writable by group or others (a sticky one, as /tmp, only protects what
-// is in it, which is then checked as any other), the way ssh's StrictModes
-// checks a key file's directories. Otherwise whoever may write one of them
-// can rename what is below and put their own in its place, between the
-// lookup and the exec too (the third red team of issue 26).
+// unsafeChain says why another user could change what path names, or "".
+// Everything the kernel traverses to reach it counts, as ssh's StrictModes
+// checks a key file's directories, and every link met on the way, at any
+// depth: each directory a name is looked up in must be owned by root or
+// this user and not writable by group or others (a sticky one, as /tmp,
+// only above the program's own directory: it protects what is in it), and
+// each link must be owned by root or this user. Otherwise whoever may
+// write one of them can rename or re-point what is below and put their own
+// in its place, between the lookup and the exec too (the red teams of
+// issue 26).
 func unsafeChain(path string) string {
-	real, err := filepath.EvalSymlinks(path)
-	if err != nil {
-		return "not resolvable"
+	_, why := walkChain(path, 0)
+	return why
+}
+
+// walkChain resolves path (absolute) component by component as the kernel
+// does, checking as unsafeChain says, and returns the resolved path.
+func walkChain(path string, depth int) (string, string) {
+	if depth > 40 {
+		return "", "too many links"
 	}
-	for _, p := range []string{path, real} {
-		for dir := filepath.Dir(p); ; dir = filepath.Dir(dir) {
-			if why := unsafeDir(dir, dir == filepath.Dir(p)); why != "" {
-				return why
-			}
-			if dir == filepath.Dir(dir) {
-				break
-			}
-		}
-		if p == path {
-			// The last element itself, when it is a directory (a PATH
-			// entry) or a link: links are not checked by their mode.
-			if fi, err := os.Lstat(p); err == nil && fi.IsDir() {
-				if why := unsafeDir(p, true); why != "" {
-					return why
-				}
-			}
+	parts := strings.Split(path, string(filepath.Separator))
+	var names []string
+	for _, p := range parts {
+		if p != "" && p != "." {
+			names = append(names, p)
 		}
 	}
-	return ""
+	cur := string(filepath.Separator)
+	for i, name := range names {
+		if name == ".." {
+			cur = filepath.Dir(cur) // cur is resolved: its parent is physical
+			continue
+		}
+		if why := unsafeDir(cur, i == len(names)-1); why != "" {
+			return "", why
+		}
+		next := filepath.Join(cur, name)
+		fi, err := os.Lstat(next)
+		if err != nil {
+			return "", "not resolvable"
+		}
+		if fi.Mode()&fs.ModeSymlink == 0 {
+			cur = next
+			continue
+		}
+		if !owned(fi) {
+			return "", fmt.Sprintf("reached through a link another user owns (%s)", next)
+		}
+		target, err := os.Readlink(next)
+		if err != nil {
+			return "", "not resolvable"
+		}
+		if !filepath.IsAbs(target) {
+			target = cur + string(filepath.Separator) + target
+		}
+		rest := strings.Join(names[i+1:], string(filepath.Separator))
+		return walkChain(target+string(filepath.Separator)+rest, depth+1)
+	}
+	return cur, ""
 }
 
 // unsafeDir checks one directory on a program's path. last: the directory

@@ -398,7 +398,8 @@ func (c *InboxCmd) Run(g *Globals) error {
 			if it.Note.Kind == "notice" {
 				from += " (" + it.Note.Event + ")"
 			}
-			g.printf("%s  %s  %s\n", it.Created.Local().Format(time.DateTime), from, it.Note.Text)
+			// Continuation lines indented: none can pass for an entry.
+			g.printf("%s  %s  %s\n", it.Created.Local().Format(time.DateTime), from, strings.ReplaceAll(it.Note.Text, "\n", "\n    "))
 		}
 		if err := cl.MarkSeen(show, !c.NoAck); err != nil {
 			return err

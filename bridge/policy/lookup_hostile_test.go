@@ -1,0 +1,120 @@
+//go:build unix
+
+package policy
+
+// What the red team of the PATH rule (after 4a8f845) found; each test
+// failed then and guards the component-by-component walk (walkChain).
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+func rtMust(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// rtSetup: base/safe/bin/tool (ours, closed) and base/open (0777, not
+// sticky: anyone may rename or replace what is in it).
+func rtSetup(t *testing.T) (base, bin, open string) {
+	base = t.TempDir()
+	rtMust(t, os.Chmod(base, 0o755))
+	bin = filepath.Join(base, "safe", "bin")
+	rtMust(t, os.MkdirAll(bin, 0o755))
+	rtMust(t, os.WriteFile(filepath.Join(bin, "tool"), []byte("#!/bin/sh\n"), 0o755))
+	open = filepath.Join(base, "open")
+	rtMust(t, os.Mkdir(open, 0o755))
+	rtMust(t, os.Chmod(open, 0o777))
+	return
+}
+
+// An absolute program that is a link to a link: the middle link lives in a
+// directory anyone may write, so anyone may re-point it (to their own
+// program) after the lookup. Neither the path as written nor the final
+// resolved path passes through that directory, so it is never checked.
+func TestHostileLinkToLinkThroughOpenDir(t *testing.T) {
+	base, bin, open := rtSetup(t)
+	hop := filepath.Join(open, "hop")
+	rtMust(t, os.Symlink(filepath.Join(bin, "tool"), hop))
+	entry := filepath.Join(base, "safe", "entry")
+	rtMust(t, os.Mkdir(entry, 0o755))
+	prog := filepath.Join(entry, "tool")
+	rtMust(t, os.Symlink(hop, prog))
+	if p, err := lookPath(prog, func() string { return "" }); err == nil {
+		t.Errorf("absolute program %s accepted (%s), though its link goes through %s, which others may write", p, prog, hop)
+	}
+	if p, err := lookPath("tool", func() string { return entry }); err == nil {
+		t.Errorf("bare name accepted as %s, though its link goes through %s, which others may write", p, hop)
+	}
+}
+
+// A PATH entry that is a link to a link, the middle one in an open
+// directory: the directory link is followed by os.Stat, so its own place is
+// never looked at.
+func TestHostilePathEntryLinkThroughOpenDir(t *testing.T) {
+	base, bin, open := rtSetup(t)
+	hop := filepath.Join(open, "hop")
+	rtMust(t, os.Symlink(bin, hop))
+	entry := filepath.Join(base, "safe", "binlink")
+	rtMust(t, os.Symlink(hop, entry))
+	if p, err := lookPath("tool", func() string { return entry }); err == nil {
+		t.Errorf("program accepted as %s, though PATH entry %s resolves through %s, which others may write", p, entry, hop)
+	}
+}
+
+// A link in the middle of the path, in a sticky world-writable directory,
+// owned by another user: the sticky bit protects it from us, not from its
+// owner, who may replace it at will. (Linux follows it unless
+// fs.protected_symlinks=1; macOS and the BSDs always follow it.)
+func TestHostileOthersLinkInStickyDir(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to make a link another user owns")
+	}
+	base, bin, _ := rtSetup(t)
+	sticky := filepath.Join(base, "sticky")
+	rtMust(t, os.Mkdir(sticky, 0o755))
+	rtMust(t, os.Chmod(sticky, 0o777|os.ModeSticky))
+	link := filepath.Join(sticky, "tools")
+	rtMust(t, os.Symlink(bin, link))
+	rtMust(t, os.Lchown(link, 65534, 65534)) // nobody's link
+	if p, err := lookPath("tool", func() string { return link }); err == nil {
+		t.Errorf("program accepted as %s via %s, a link another user owns (and may replace) in a sticky directory", p, link)
+	}
+	if p, err := lookPath(filepath.Join(link, "tool"), func() string { return "" }); err == nil {
+		t.Errorf("absolute program accepted as %s via another user's link", p)
+	}
+}
+
+// UnsafePathDir (serve's SafePath) on a link to a directory others may
+// write: the directory it resolves to is never checked itself.
+func TestHostileUnsafePathDirLinkToOpenDir(t *testing.T) {
+	base, _, open := rtSetup(t)
+	entry := filepath.Join(base, "safe", "openlink")
+	rtMust(t, os.Symlink(open, entry))
+	if why := UnsafePathDir(entry); why == "" {
+		t.Errorf("UnsafePathDir(%s -> %s, mode 0777) = \"\"; want it refused", entry, open)
+	}
+}
+
+// Legitimate system layouts must pass.
+func TestHostileSystemLayoutsPass(t *testing.T) {
+	for _, prog := range []string{"/bin/sh", "/usr/bin/env"} {
+		if _, err := os.Stat(prog); err != nil {
+			continue
+		}
+		if p, err := lookPath(prog, func() string { return "" }); err != nil {
+			t.Errorf("%s: %v", prog, err)
+		} else if p != prog {
+			t.Errorf("%s -> %s", prog, p)
+		}
+	}
+	for _, path := range []string{"/bin", "/usr/bin/", "//usr//bin", "/usr/local/../bin"} {
+		if _, err := lookPath("sh", func() string { return path }); err != nil {
+			t.Errorf("PATH %s: %v", path, err)
+		}
+	}
+}
