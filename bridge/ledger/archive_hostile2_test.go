@@ -166,14 +166,7 @@ func TestArchiveHostile2CompactionCrashWidensLeniency(t *testing.T) {
 		return
 	}
 	defer mustClose(t, l)
-	var lost []string
-	for k := range 5 {
-		key := fmt.Sprintf("z/%d", k)
-		if _, created, err := l.Admit(testEntry(key, future)); err != nil || created {
-			lost = append(lost, key)
-		}
-	}
-	if len(lost) > 0 {
+	if lost := admittedAnew(t, l, future, "z/0", "z/1", "z/2", "z/3", "z/4"); len(lost) > 0 {
 		t.Errorf("after a crash inside a compaction and one flipped bit, finished ids admitted as new, Open said nothing: %v", lost)
 	}
 }
@@ -232,13 +225,7 @@ func TestArchiveHostile2TornMoveCommitKeepsDelsNotLength(t *testing.T) {
 		return
 	}
 	defer mustClose(t, l)
-	var lost []string
-	for _, k := range []string{"a/1", "a/2"} {
-		if _, created, err := l.Admit(testEntry(k, exp)); err != nil || created {
-			lost = append(lost, k)
-		}
-	}
-	if len(lost) > 0 {
+	if lost := admittedAnew(t, l, exp, "a/1", "a/2"); len(lost) > 0 {
 		t.Errorf("finished ids admitted as new after a torn move commit and one flipped bit, Open said nothing: %v", lost)
 	}
 }

@@ -357,14 +357,11 @@ func TestArchiveHostileRepairDropsEverythingAfterOneBadRecord(t *testing.T) {
 	t.Logf("repair: archive entries kept %d, bytes dropped %d", rep.Archive.Entries, rep.Archive.BytesDropped)
 	l = mustOpen(t, dir)
 	defer mustClose(t, l)
-	var lost []string
+	var keys []string
 	for i := range 10 {
-		k := fmt.Sprintf("a/%d", i)
-		if _, created, err := l.Admit(testEntry(k, exp)); err != nil || created {
-			lost = append(lost, k)
-		}
+		keys = append(keys, fmt.Sprintf("a/%d", i))
 	}
-	if len(lost) > 1 {
+	if lost := admittedAnew(t, l, exp, keys...); len(lost) > 1 {
 		t.Errorf("after one flipped bit in a/1, %d finished ids admitted as new: %v", len(lost), lost)
 	}
 }
@@ -710,4 +707,17 @@ func openUnlessDamaged(t *testing.T, dir string) *Ledger {
 		t.Fatal(err)
 	}
 	return l
+}
+
+// admittedAnew admits each key again and returns those the ledger took for
+// new (or failed on): finished ids it lost.
+func admittedAnew(t *testing.T, l *Ledger, exp time.Time, keys ...string) []string {
+	t.Helper()
+	var lost []string
+	for _, k := range keys {
+		if _, created, err := l.Admit(testEntry(k, exp)); err != nil || created {
+			lost = append(lost, k)
+		}
+	}
+	return lost
 }
