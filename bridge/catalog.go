@@ -14,16 +14,35 @@ import (
 // Catalog is the signed body of ops.catalog (SPEC §10a): the ops one agent
 // may run on one host, so it can discover what to ask before it asks.
 type Catalog struct {
-	V      int             `json:"v"`
-	Host   string          `json:"host"`
-	Agent  string          `json:"agent"`
-	Policy string          `json:"policy_sha256"`
+	V      int    `json:"v"`
+	Host   string `json:"host"`
+	Agent  string `json:"agent"`
+	Policy string `json:"policy_sha256"`
+	// Issued orders the catalogs a host signs for one agent: when it
+	// signed it, in Unix milliseconds on its clock, and always above the
+	// last one it signed for that agent. A folder writer can put back any
+	// catalog the host ever signed; the agent keeps the newest it has seen
+	// (v 2; 0 in a v 1 catalog, from before the field).
+	Issued int64           `json:"issued,omitempty"`
 	Ops    []policy.OpInfo `json:"ops"`
+
+	// Warning is set by the agent that read the catalog, never signed:
+	// why it may not describe what the host runs now (an older catalog put
+	// back in the folder, or a policy the host's fresher liveness stamp
+	// names and this catalog does not). With a warning, no op is offered
+	// as safe to run again.
+	Warning string `json:"-"`
 }
+
+// CatalogVersion is the version of the catalogs this release signs.
+const CatalogVersion = 2
 
 // SignCatalog returns the signed ops.catalog file.
 func SignCatalog(c Catalog, host *bcrypto.Identity) ([]byte, error) {
-	c.V = 1
+	c.V = CatalogVersion
+	if c.Issued <= 0 {
+		return nil, errors.New("sign catalog: no issue time")
+	}
 	body, err := bcrypto.EncodeBody(c)
 	if err != nil {
 		return nil, err
@@ -38,7 +57,12 @@ func OpenCatalog(data []byte, host, agent string, hostKeys [][]byte) (*Catalog, 
 	if err := OpenBody(bcrypto.KindCatalog, data, hostKeys, &cat); err != nil {
 		return nil, fmt.Errorf("host catalog: %w", err)
 	}
-	if cat.V != 1 || cat.Host != host || cat.Agent != agent {
+	switch {
+	case cat.V != 1 && cat.V != CatalogVersion:
+		return nil, fmt.Errorf("host catalog: %w: v=%d", bcrypto.ErrUnknownVersion, cat.V)
+	case (cat.V == 1) != (cat.Issued == 0) || cat.Issued < 0:
+		return nil, fmt.Errorf("host catalog: %w: issued", bcrypto.ErrMalformed)
+	case cat.Host != host || cat.Agent != agent:
 		return nil, fmt.Errorf("host catalog: %w", ErrWrongRecipient)
 	}
 	if cat.Policy != "" && !validSHA256Hex(cat.Policy) {

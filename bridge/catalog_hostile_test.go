@@ -19,7 +19,7 @@ func rtCatalog(t *testing.T, ops []OpInfo, pol string) (*Catalog, error) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	data, err := SignCatalog(Catalog{V: 1, Host: host.SignKid(), Agent: "agent", Policy: pol, Ops: ops}, host)
+	data, err := SignCatalog(Catalog{Host: host.SignKid(), Agent: "agent", Policy: pol, Issued: 1, Ops: ops}, host)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -32,6 +32,7 @@ import (
 //	results/           host: copies of published results, for re-publishing
 //	finished           host: cache of finished requests (finished.go)
 //	requests/          agent: what it sent
+//	catalogs/          agent: the newest catalog seen of each host
 //	audit.log          host: one JSON line per event
 //
 // It never lives inside the synced folder.

@@ -366,9 +366,15 @@ func generateVectors(t *testing.T, k testKeys) {
 	secretVector("identity-file", "malformed", "an identity file where the agent secret belongs",
 		func() string { b, _ := k.agent.MarshalText(); return string(b) }())
 	// Catalogs (SPEC §10a): one with every op field, one as a host wrote
-	// it before the stdin field (which must still read), and refusals.
+	// it before the stdin field and the issue time (which must still
+	// read), and refusals. A catalog with an issue time is v 2.
 	catVector := func(name, expect, note string, c Catalog, stdin string, by *bcrypto.Identity, body func([]byte) []byte) {
-		c.V = 1
+		if c.V == 0 {
+			c.V = 1
+			if c.Issued != 0 {
+				c.V = CatalogVersion
+			}
+		}
 		b := encode(c)
 		if body != nil {
 			b = body(b)
@@ -377,7 +383,7 @@ func generateVectors(t *testing.T, k testKeys) {
 			fields: map[string]string{"agent": c.Agent, "stdin": stdin}, files: map[string][]byte{"catalog.b64": sign(bcrypto.KindCatalog, b, by)}})
 	}
 	one, dflt := int64(1), "1"
-	full := Catalog{Host: host.ID, Agent: agent.ID, Policy: strings.Repeat("ab", 32), Ops: []policy.OpInfo{
+	full := Catalog{Host: host.ID, Agent: agent.ID, Policy: strings.Repeat("ab", 32), Issued: vectorNow.UnixMilli(), Ops: []policy.OpInfo{
 		{Name: "apply", Description: "apply a patch and print what it changed", Scope: "write", Timeout: "1m0s", MaxOutput: 4 << 20, MaxStdin: 1 << 20,
 			Stdin: "required", StdinHint: "unified diff", DryRun: "apply-check", Undo: "restore", Args: []policy.ArgInfo{}},
 		{Name: "apply-check", Scope: "read", Timeout: "1m0s", MaxOutput: 4 << 20, MaxStdin: 1 << 20, Stdin: "required", StdinHint: "unified diff", Args: []policy.ArgInfo{}},
@@ -386,14 +392,23 @@ func generateVectors(t *testing.T, k testKeys) {
 		{Name: "test", Scope: "execute", Risk: "runs the repository's tests", Timeout: "20m0s", MaxOutput: 8 << 20, MaxStdin: 1 << 20,
 			Args: []policy.ArgInfo{{Name: "n", Type: "int", Default: &dflt, Min: &one}}},
 	}}
-	catVector("ok", "ok", "stdin modes, a hint, risk, scope execute, dry_run and undo", full,
+	catVector("ok", "ok", "v 2: an issue time; stdin modes, a hint, risk, scope execute, dry_run and undo", full,
 		"apply=required,apply-check=required,cat=none,test=optional", k.host, nil)
+	noIssue := full
+	noIssue.V, noIssue.Issued = CatalogVersion, 0
+	catVector("v2-no-issued", "malformed", "v 2 without its issue time", noIssue, "", k.host, nil)
+	v1Issued := full
+	v1Issued.V = 1
+	catVector("v1-issued", "malformed", "v 1 with an issue time (a v 1 catalog has none)", v1Issued, "", k.host, nil)
+	v3 := full
+	v3.V = 3
+	catVector("v3", "unknown-version", "a version no release defines", v3, "", k.host, nil)
 	oldCat := Catalog{Host: host.ID, Agent: agent.ID, Policy: strings.Repeat("cd", 32), Ops: []policy.OpInfo{
 		{Name: "echo", Description: "print a message", Scope: "read", Timeout: "10m0s", MaxOutput: 4 << 20, MaxStdin: 1 << 20,
 			Args: []policy.ArgInfo{{Name: "msg", Type: "string", Required: true, Pattern: "[a-z]{1,20}", MaxLen: 256}}},
 		{Name: "status", Scope: "read", Timeout: "10m0s", MaxOutput: 4 << 20, MaxStdin: 0, Args: []policy.ArgInfo{}},
 	}}
-	catVector("old-no-stdin", "ok", "written before the stdin field: optional when max_stdin > 0, none when 0", oldCat,
+	catVector("old-no-stdin", "ok", "v 1, written before the stdin field and the issue time: optional when max_stdin > 0, none when 0", oldCat,
 		"echo=optional,status=none", k.host, nil)
 	catVector("bad-stdin-mode", "malformed", "a stdin mode no version defines, correctly signed", full, "", k.host,
 		func(b []byte) []byte { return bytes.Replace(b, []byte(`"stdin":"none"`), []byte(`"stdin":"maybe"`), 1) })

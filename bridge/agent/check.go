@@ -7,12 +7,12 @@ import "github.com/syncbridge/bridge/bridge"
 // unknown op or argument, a value its schema refuses, or standard input the
 // op does not take or needs is refused in milliseconds. checked is false
 // when there is no catalog to check against (not published or not synced
-// yet, or not verifiable with the keys this agent holds): the call should
-// then go as it is, and the host decides. `bridge run` and `bridge mcp`
-// both call it.
+// yet, or not verifiable with the keys this agent holds, or older than the
+// policy the host's liveness stamp names): the call should then go as it
+// is, and the host decides. `bridge run` and `bridge mcp` both call it.
 func (c *Client) CheckCall(host, op string, args map[string]string, in bridge.CallInput) (checked bool, err error) {
-	cat, err := c.Ops(host)
-	if err != nil {
+	cat, stale, err := c.ops(host)
+	if err != nil || stale {
 		return false, nil
 	}
 	return true, cat.CheckCall(op, args, in)

@@ -52,7 +52,7 @@ func (h *homes) publishCatalog(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cat.Host, cat.Agent, cat.Policy = h.host.Config.ID, h.agent.Config.ID, strings.Repeat("ab", 32)
+	cat.Host, cat.Agent, cat.Policy, cat.Issued = h.host.Config.ID, h.agent.Config.ID, strings.Repeat("ab", 32), time.Now().UnixMilli()
 	signed, err := bridge.SignCatalog(cat, h.host.Identity())
 	if err != nil {
 		t.Fatal(err)

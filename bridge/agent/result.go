@@ -565,31 +565,6 @@ func (c *Client) Cancel(id string) error {
 	return err
 }
 
-// Ops reads and verifies a host's signed catalog.
-func (c *Client) Ops(host string) (*bridge.Catalog, error) {
-	_, hb, err := c.host(host)
-	if err != nil {
-		return nil, err
-	}
-	data, err := c.folder.ReadFile(bridge.CatalogPath(hb.ID, c.home.Config.ID), bcrypto.KindCatalog.MaxSize())
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, bridge.WithHint(errors.New("the host has not published its catalog for this agent yet"),
-			"the host publishes it once it has paired this agent (`bridge pair --fingerprint %s` on the host) and `bridge serve` runs; then wait for the sync",
-			c.home.Bundle().Fingerprint())
-	} else if err != nil {
-		return nil, err
-	}
-	p, _, err := c.home.Peer(hb.ID)
-	if err != nil {
-		return nil, err
-	}
-	var hostKeys [][]byte
-	for _, k := range p.KeysIn(bridge.KeyValid, time.Now()) {
-		hostKeys = append(hostKeys, k.SignPub)
-	}
-	return bridge.OpenCatalog(data, hb.ID, c.home.Config.ID, hostKeys)
-}
-
 // GC removes this agent's own files the host no longer needs: acks of
 // results the host has collected, and cancels and request files of requests
 // whose result this agent holds. It never touches the host's files.

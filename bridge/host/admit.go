@@ -141,7 +141,7 @@ func (d *Daemon) admit(j *job, in spool, mode admitMode) bool {
 			Detail: "what it would run now differs from what the human approved (the policy, a path argument's target or the program's location changed since): nothing ran; send it again to ask again"})
 	}
 	if inv.Approve && mode == admitNew {
-		return d.awaitApproval(j, inv)
+		return d.awaitApproval(j, inv, stdin, counted.n)
 	}
 	if mode == admitReconcile {
 		handed = true

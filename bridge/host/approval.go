@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -68,7 +69,10 @@ func (d *Daemon) approvedAsShown(j *job, inv *policy.Invocation) bool {
 // awaitApproval parks a request for a human: the ledger records what it
 // would run (shown by `bridge pending`, and bound to the approval by
 // approvedAsShown), the agent gets a notice.
-func (d *Daemon) awaitApproval(j *job, inv *policy.Invocation) bool {
+func (d *Daemon) awaitApproval(j *job, inv *policy.Invocation, stdin io.ReadSeeker, n int64) bool {
+	if n > 0 {
+		d.keepApprovalInput(j, stdin) // before it is listed: `bridge pending` shows it
+	}
 	what := approvalText(inv)
 	if _, err := d.step(j.key, evAwaitApproval, func(e *ledger.Entry) { e.Op, e.Reason = inv.Op, what }); err != nil {
 		d.log.Warn("await approval", "key", j.key, "err", err)
@@ -142,6 +146,9 @@ func (d *Daemon) decide(key string, approve bool, why string) error {
 	if err != nil {
 		return err
 	}
+	// Decided: it waits no more, whatever comes of it (gone before the
+	// answer, which the agent may read at once).
+	d.dropApprovalInput(key)
 	if !approve {
 		d.audit.log(AuditEvent{Event: "denied", Agent: e.Agent, ID: e.ID, Op: e.Op, Detail: why})
 		detail := "a human on the host denied it"
@@ -171,17 +178,22 @@ func (d *Daemon) decideWaiting(j *job, e ledger.Entry) bool {
 	if ttl <= 0 {
 		ttl = DefaultApprovalTTL
 	}
+	ends := func() { d.dropApprovalInput(j.key) } // before the answer, as in decide
 	switch err := d.standing(j); {
 	case d.cancelled(j.agent, j.req.ID):
+		ends()
 		d.answer(j, evCancelEarly, bridge.Receipt{Status: bridge.StatusCancelled, Reason: "cancelled", Op: e.Op, Detail: "cancelled while it waited for approval"}, nil, nil)
 	case err != nil:
+		ends()
 		d.answer(j, evRevoke, bridge.Receipt{Status: bridge.StatusRejected, Reason: bridge.Reason(err), Op: e.Op, Detail: err.Error()}, nil, nil)
 	case !d.opt.Now().Before(time.Unix(j.req.Expires, 0)):
+		ends()
 		// Its own validity ended while it waited: an approval now must
 		// not run what the agent no longer asks for.
 		d.answer(j, evApprovalTTL, bridge.Receipt{Status: bridge.StatusExpired, Reason: "past-expiry", Op: e.Op,
 			Detail: "its validity ended while it waited for approval"}, nil, nil)
 	case d.opt.Now().Sub(e.Updated) >= ttl:
+		ends()
 		d.answer(j, evApprovalTTL, bridge.Receipt{Status: bridge.StatusExpired, Reason: "approval-expired", Op: e.Op,
 			Detail: fmt.Sprintf("nobody approved it within %s", ttl)}, nil, nil)
 	default:
@@ -269,7 +281,7 @@ func revokedSigner(h *bridge.Home, e LedgerEntry) error {
 }
 
 // Pending lists the requests awaiting approval, oldest first.
-func Pending(h *bridge.Home) ([]Listed, error) {
+func Pending(h *bridge.Home) ([]Waiting, error) {
 	if err := hostOnly(h, "pending"); err != nil {
 		return nil, err
 	}
@@ -277,12 +289,48 @@ func Pending(h *bridge.Home) ([]Listed, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := []Listed{}
+	out := []Waiting{}
 	for _, e := range all {
 		if e.State == ledger.StateAwaitingApproval {
-			out = append(out, e)
+			out = append(out, Waiting{Listed: e, Input: approvalInput(h, e)})
 		}
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].Updated.Before(out[j].Updated) })
 	return out, nil
+}
+
+// Waiting is a request that waits for approval, with what the human is
+// shown of its input (nil: the op reads none, or it carried none).
+type Waiting struct {
+	Listed
+	Input *ApprovalInput `json:"input,omitempty"`
+}
+
+// PendingInput writes to w the whole input of the request ref that waits
+// for approval, once the kept copy is checked against the SHA-256 the
+// approval is bound to.
+func PendingInput(h *bridge.Home, ref string, w io.Writer) (*Waiting, error) {
+	if err := hostOnly(h, "pending"); err != nil {
+		return nil, err
+	}
+	e, err := snapshotEntry(h, ref, ledger.StateAwaitingApproval)
+	if err != nil {
+		return nil, err
+	}
+	l := listedOf(h, *e)
+	if e.State != ledger.StateAwaitingApproval {
+		return nil, fmt.Errorf("request %s is %s: it does not wait for approval, and its input is not kept", l.Ref, e.State)
+	}
+	in, f := openApprovalInput(h, l)
+	switch {
+	case in == nil:
+		return nil, fmt.Errorf("request %s carries no standard input", l.Ref)
+	case f == nil:
+		return nil, fmt.Errorf("request %s: %s", l.Ref, in.Problem)
+	}
+	defer f.Close()
+	if _, err := io.Copy(w, f); err != nil {
+		return nil, err
+	}
+	return &Waiting{Listed: l, Input: in}, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"io"
 	"io/fs"
 	"log/slog"
@@ -92,11 +93,12 @@ type Daemon struct {
 	rescans  int                           // full batches seen, for dispatchFull's rotation (0: the start-up scan is not dispatched yet)
 	cancels  map[string]context.CancelFunc // keys past claim, until their run ends
 	slotWait map[string]*job               // keys whose run waits for a slot of its op (revokeWaiting)
-	noted    map[string]bool               // log-once set (bounded)
+	noted    map[uint64]bool               // log-once set, by maphash of the note (bounded; firstTime)
 	budget   lineBudget                    // lines folder input may make us write (refused.go)
 
 	refusedMu     sync.Mutex
-	refused       map[string]refusedMark // refused manifests by path below to-host, not read again until they change
+	refused       map[uint64]refusedMark // refused manifests by markKey of their path below to-host, not read again until they change
+	markSeed      maphash.Seed           // markKey's
 	manifestReads atomic.Int64           // manifests read for an evaluation, for tests
 	cancelReads   atomic.Int64           // cancel files read, for tests
 	slots         map[string]*opSlots    // per-op concurrency (admit.go)
@@ -120,6 +122,9 @@ type Daemon struct {
 	powerCut bool
 
 	livenessAt atomic.Int64 // host clock (Unix ns) of the last liveness stamps (liveness.go)
+
+	catMu    sync.Mutex                   // guards catalogs
+	catalogs map[string]*publishedCatalog // per agent: the catalog last published (catalog.go)
 
 	// The control loop (host.go): its wake-ups and the sweeps' ledger
 	// scans, for tests; whether an entry may await approval or wait in
@@ -246,8 +251,8 @@ func NewDaemon(home *bridge.Home, opt DaemonOptions) (*Daemon, error) {
 	d := &Daemon{
 		home: home, opt: opt, log: opt.Logger, me: home.Config.ID,
 		queued: map[string]bool{}, active: map[string]bool{}, dirty: map[string]bool{}, finished: map[string]stamp{}, acks: map[string]bool{},
-		cancels: map[string]context.CancelFunc{}, slotWait: map[string]*job{}, noted: map[string]bool{}, slots: map[string]*opSlots{},
-		opQueued: map[string]int{}, deferred: map[string]*keyQueue{}, events: map[event]int{}, refused: map[string]refusedMark{},
+		cancels: map[string]context.CancelFunc{}, slotWait: map[string]*job{}, noted: map[uint64]bool{}, slots: map[string]*opSlots{},
+		opQueued: map[string]int{}, deferred: map[string]*keyQueue{}, events: map[event]int{}, refused: map[uint64]refusedMark{}, markSeed: maphash.MakeSeed(),
 		controlPoke: make(chan struct{}, 1),
 	}
 	d.life, d.stopLife = context.WithCancelCause(context.Background())

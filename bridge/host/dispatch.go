@@ -3,6 +3,7 @@ package host
 import (
 	"bytes"
 	"fmt"
+	"hash/maphash"
 	"os"
 	"strings"
 
@@ -123,7 +124,8 @@ var maxNoted = 100_000
 func (d *Daemon) firstTime(key string) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.noted[key] {
+	k := maphash.String(d.markSeed, key) // a fixed 8 bytes per note, whatever the names in key
+	if d.noted[k] {
 		return false
 	}
 	if len(d.noted) >= maxNoted {
@@ -134,7 +136,7 @@ func (d *Daemon) firstTime(key string) bool {
 			delete(d.noted, k)
 		}
 	}
-	d.noted[key] = true
+	d.noted[k] = true
 	return true
 }
 

@@ -500,3 +500,70 @@ func TestJunkCancelsReadOnce(t *testing.T) {
 		t.Errorf("%d cancel reads over three rescans beside 50 junk cancels and a finished request's cancel, want next to none", n)
 	}
 }
+
+// waitRescans waits until the daemon has dispatched n more full rescans:
+// a test of what did not happen waits for counted rescans, not a time.
+func (p *pair) waitRescans(t *testing.T, n int) {
+	t.Helper()
+	count := func() int {
+		p.daemon.mu.Lock()
+		defer p.daemon.mu.Unlock()
+		return p.daemon.rescans
+	}
+	want := count() + n
+	for deadline := time.Now().Add(60 * time.Second); count() < want; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d of %d rescans in a minute", count()-want+n, n)
+		}
+	}
+}
+
+// TestJunkMemoryIsBounded: junk at request names in a trusted agent's
+// directory (empty files, and random bytes) costs the daemon at most its
+// bounded sets (refused marks, log-once notes) and nothing that stays from
+// the burst of reading it (the queue's array and map); the request among
+// the junk is served (issue 26, item 5; DESIGN "A folder writer").
+func TestJunkMemoryIsBounded(t *testing.T) {
+	noSettle(t)
+	oldMarks, oldNoted := maxRefusedMarks, maxNoted
+	maxRefusedMarks, maxNoted = 100, 50
+	t.Cleanup(func() { maxRefusedMarks, maxNoted = oldMarks, oldNoted })
+	p := newPair(t, testPolicy)
+	p.plantJunk(t, 300, false)
+	for range 300 {
+		must(t, os.WriteFile(filepath.Join(p.toHost(), bridge.NewRequestID()+"."+bridge.ExtManifest), nil, 0o644))
+	}
+	p.start(t, nil)
+	p.echo(t, "among the junk")
+	p.waitRescans(t, 3)
+	d := p.daemon
+	d.refusedMu.Lock()
+	marks := len(d.refused)
+	d.refusedMu.Unlock()
+	d.mu.Lock()
+	noted := len(d.noted)
+	d.mu.Unlock()
+	if marks != maxRefusedMarks {
+		t.Errorf("%d refused marks for 600 junk files, want the bound %d", marks, maxRefusedMarks)
+	}
+	if noted > maxNoted {
+		t.Errorf("%d log-once notes, over the bound %d", noted, maxNoted)
+	}
+	// Past the bound the junk is read again at each rescan; between two,
+	// once the queue is empty, nothing of the burst is kept.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(time.Millisecond) {
+		d.mu.Lock()
+		n, c := len(d.queue), cap(d.queue)
+		d.mu.Unlock()
+		if n == 0 {
+			if c != 0 {
+				t.Errorf("an empty queue keeps an array of %d", c)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the queue never emptied")
+		}
+	}
+	p.echo(t, "after the rescans")
+}

@@ -221,6 +221,7 @@ func (d *Daemon) runGC(o GCOptions) {
 	// lone output that a crash left behind is removed once its entry is
 	// that old).
 	o.defaults()
+	d.sweepApprovalInputs()
 	now := d.opt.Now()
 	all, err := d.ledger.Settled(now.Add(-min(o.Grace, o.Retention)), now.Add(-d.opt.Skew), d.gcWants(o, now))
 	if err == nil {

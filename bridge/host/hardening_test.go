@@ -3,7 +3,9 @@ package host
 import (
 	"bytes"
 	"crypto/sha256"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -289,6 +291,16 @@ ops = ["apply"]
 		if !strings.Contains(shown, "stdin:       "+c.want+"\n") {
 			t.Fatalf("pending shows:\n%s\nwant a stdin line %q", shown, c.want)
 		}
+		kept := approvalInputPath(p.host, p.agent.Config.ID, s.ID)
+		if got, err := os.ReadFile(kept); c.stdin != "" && (err != nil || string(got) != c.stdin) {
+			t.Fatalf("the input kept for the human: %q, %v", got, err)
+		}
+		if c.stdin != "" {
+			var buf strings.Builder
+			if _, err := PendingInput(p.host, s.ID, &buf); err != nil || buf.String() != c.stdin {
+				t.Fatalf("pending --stdin: %q, %v", buf.String(), err)
+			}
+		}
 		var derr error
 		waitFor(t, 5*time.Second, "the approval to be taken", func() bool {
 			derr = p.daemon.decide(p.agent.Config.ID+"/"+s.ID, true, "")
@@ -300,5 +312,16 @@ ops = ["apply"]
 		if out := p.wait(t, s.ID); out.Receipt.Status != bridge.StatusDone || string(out.Stdout) != c.stdin {
 			t.Fatalf("approved: %s (%s) %q", out.Receipt.Status, out.Receipt.Reason, out.Stdout)
 		}
+		if _, err := os.Stat(kept); !errors.Is(err, fs.ErrNotExist) {
+			t.Fatalf("the input is still kept once approved: %v", err)
+		}
+	}
+	// A copy a crash left behind (its request no longer waits) goes at
+	// the next collection.
+	stale := approvalInputPath(p.host, p.agent.Config.ID, bridge.NewRequestID())
+	must(t, os.WriteFile(stale, []byte("left"), 0o600))
+	p.daemon.runGC(GCOptions{})
+	if _, err := os.Stat(stale); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("a kept input without a waiting request stays: %v", err)
 	}
 }

@@ -95,6 +95,7 @@ func (d *Daemon) refreshLiveness() {
 	if err := d.publishLiveness(bridge.LivenessServing); err != nil {
 		d.log.Warn("publish liveness stamps", "err", err)
 	}
+	d.guardCatalogs()
 }
 
 // livenessDue is how long until refreshLiveness rewrites the stamps.

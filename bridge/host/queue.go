@@ -34,8 +34,14 @@ func (d *Daemon) worker() {
 			return
 		}
 		key := d.queue[0]
+		d.queue[0] = "" // not kept alive by the array behind the queue
 		d.queue = d.queue[1:]
 		delete(d.queued, key)
+		if len(d.queue) == 0 {
+			// A burst's array and buckets go with it (a map never
+			// shrinks): 100,000 names of junk cost nothing once read.
+			d.queue, d.queued = nil, map[string]bool{}
+		}
 		if d.active[key] {
 			d.dirty[key] = true
 			d.mu.Unlock()

@@ -2,6 +2,7 @@ package host
 
 import (
 	"fmt"
+	"hash/maphash"
 	"io/fs"
 	"strings"
 	"sync"
@@ -39,10 +40,15 @@ type refusedMark struct {
 // (a variable for tests).
 var markSettle = 2 * time.Second
 
-// maxRefusedMarks bounds the marks' memory (about 150 bytes each). Past it,
+// maxRefusedMarks (a variable for tests) bounds the marks' memory (about 100 bytes each, with the
+// map's own). Past it,
 // more refused files are read again at each rescan (costing time, not disk:
 // the lines they make are bounded by the budget).
-const maxRefusedMarks = 1 << 18
+var maxRefusedMarks = 1 << 18
+
+// lstatChunk is how many refused marks skipRefused checks with one batched
+// lstat.
+const lstatChunk = 2048
 
 // markRefused remembers that the manifest at p (relative to the folder), as
 // it is now, will never be admitted against the keys of now. Only for
@@ -72,8 +78,16 @@ func (d *Daemon) markRefused(p string) {
 	if len(d.refused) >= maxRefusedMarks {
 		return
 	}
-	d.refused[rel] = refusedMark{v: versionOf(fi), agents: d.agentsP.Load(), own: d.ownP.Load()}
+	d.refused[d.markKey(rel)] = refusedMark{v: versionOf(fi), agents: d.agentsP.Load(), own: d.ownP.Load()}
 }
+
+// markKey is a refused mark's key: a seeded 64-bit hash of the path below
+// to-host, not the path, so that a mark costs a fixed few dozen bytes
+// whatever names the folder holds. Two paths sharing a key would share a
+// mark only while both files had the very same version (size, times,
+// inode): a file can only be skipped as refused when it is the file that
+// was refused.
+func (d *Daemon) markKey(rel string) uint64 { return maphash.String(d.markSeed, rel) }
 
 // skipRefused takes out of a full batch's paths (relative to to-host) the
 // manifests refused before that have not changed since, looking at them all
@@ -86,12 +100,12 @@ func (d *Daemon) skipRefused(paths []string) []string {
 		return paths
 	}
 	agents, own := d.agentsP.Load(), d.ownP.Load()
-	present := make(map[string]bool, len(d.refused))
+	present := make(map[uint64]bool, len(d.refused))
 	var marked []string
 	for _, p := range paths {
-		if _, ok := d.refused[p]; ok {
+		if _, ok := d.refused[d.markKey(p)]; ok {
 			marked = append(marked, p)
-			present[p] = true
+			present[d.markKey(p)] = true
 		}
 	}
 	for p := range d.refused {
@@ -104,16 +118,19 @@ func (d *Daemon) skipRefused(paths []string) []string {
 		agent, _, _ := strings.Cut(marked[i], "/")
 		j := i
 		var names []string
-		for ; j < len(marked) && strings.HasPrefix(marked[j], agent+"/"); j++ {
+		// In chunks: each stat costs a FileInfo until the chunk is
+		// judged, so a directory full of refused junk costs a rescan a
+		// bounded few hundred KiB at a time, not all of it at once.
+		for ; j < len(marked) && j-i < lstatChunk && strings.HasPrefix(marked[j], agent+"/"); j++ {
 			names = append(names, marked[j][len(agent)+1:])
 		}
 		fis, err := d.folder.LstatIn(bridge.ToHostDir(d.me, agent), names)
 		for k := i; k < j; k++ {
-			m := d.refused[marked[k]]
+			m := d.refused[d.markKey(marked[k])]
 			if err == nil && fis[k-i] != nil && versionOf(fis[k-i]) == m.v && m.agents == agents && m.own == own {
 				skip[marked[k]] = true
 			} else {
-				delete(d.refused, marked[k])
+				delete(d.refused, d.markKey(marked[k]))
 			}
 		}
 		i = j
@@ -148,7 +165,7 @@ func (d *Daemon) stillRefused(p string) bool {
 		return false
 	}
 	d.refusedMu.Lock()
-	m, marked := d.refused[rel]
+	m, marked := d.refused[d.markKey(rel)]
 	d.refusedMu.Unlock()
 	if !marked {
 		return false

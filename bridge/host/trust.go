@@ -1,7 +1,6 @@
 package host
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -11,7 +10,6 @@ import (
 	"github.com/syncbridge/bridge/bridge"
 
 	bcrypto "github.com/syncbridge/bridge/crypto"
-	"github.com/syncbridge/bridge/syncsafe"
 )
 
 // What the daemon trusts: each agent's keys, read from the home, and its
@@ -228,20 +226,4 @@ func (d *Daemon) followBatchRotations(paths []string) []string {
 		d.followRotations(agent)
 	}
 	return rest
-}
-
-// publishCatalog publishes, for each trusted agent, the signed list of the
-// ops that agent may run, so it can discover what to ask before it asks.
-func (d *Daemon) publishCatalog() error {
-	pol := d.pol()
-	var errs []error
-	for agentID, keys := range d.agents() {
-		ops := pol.AgentCatalog(keys.name)
-		signed, err := bridge.SignCatalog(bridge.Catalog{Host: d.me, Agent: agentID, Policy: pol.SHA256, Ops: ops}, d.own().current)
-		if err != nil {
-			return err
-		}
-		errs = append(errs, d.folder.PublishReplace(bridge.CatalogPath(d.me, agentID), bridge.WriteBytes(signed), syncsafe.WithMode(0o644)))
-	}
-	return errors.Join(errs...)
 }

@@ -251,7 +251,7 @@ func newFixture(t *testing.T) *fixture {
 		}
 	}
 	publish := func(h *bridge.Home, ops ...string) string {
-		cat := bridge.Catalog{Host: h.Config.ID, Agent: ag.Config.ID}
+		cat := bridge.Catalog{Host: h.Config.ID, Agent: ag.Config.ID, Issued: time.Now().UnixMilli()}
 		for _, op := range ops {
 			cat.Ops = append(cat.Ops, bridge.OpInfo{Name: op, Scope: "read", Timeout: "1m", Args: []bridge.ArgInfo{}})
 		}

@@ -165,6 +165,9 @@ func (s *Server) client() (*agent.Client, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Outputs are read through bounded buffers (outcomeResult), never
+	// whole into memory: the receipt's lengths are the host's word.
+	cl.StreamOutput = true
 	return cl, nil
 }
 
@@ -217,6 +220,11 @@ func (s *Server) refresh() {
 				}
 			}
 			continue
+		}
+		if cat.Warning != "" {
+			// Its ops are offered, none as safe to run again
+			// (agent.Client.Ops); the host checks every call.
+			warn("bridge mcp: a host's catalog may be out of date", "host", h.Name, "why", cat.Warning)
 		}
 		for _, op := range cat.Ops {
 			if strings.HasPrefix(op.Name, "bridge.") {
@@ -399,10 +407,15 @@ type Outcome struct {
 // op ran (whatever its exit code), a tool error when the host refused it
 // or did not finish it.
 func outcomeResult(out *agent.Outcome) *sdk.CallToolResult {
+	defer out.Close()
 	rc := out.Receipt
+	stdout, stderr := &headTail{most: maxToolOutput}, &headTail{most: maxToolOutput}
+	if err := out.WriteOutput(stdout, stderr); err != nil {
+		return errorResult(err, "the result did not open; `bridge result "+rc.ID+"` on this machine says why")
+	}
 	o := Outcome{RequestID: rc.ID, Host: out.Sent.HostName, Op: rc.Op, Status: rc.Status, Reason: rc.Reason, Detail: rc.Detail,
-		Signal: rc.Signal, TimedOut: rc.TimedOut, Stdout: string(out.Stdout), Stderr: string(out.Stderr),
-		StdoutTruncated: rc.StdoutTruncated, StderrTruncated: rc.StderrTruncated, EarlierSend: out.Earlier}
+		Signal: rc.Signal, TimedOut: rc.TimedOut, Stdout: stdout.String(), Stderr: stderr.String(),
+		StdoutTruncated: rc.StdoutTruncated || stdout.left() > 0, StderrTruncated: rc.StderrTruncated || stderr.left() > 0, EarlierSend: out.Earlier}
 	var b strings.Builder
 	if rc.Status == bridge.StatusDone {
 		code := rc.ExitCode
@@ -433,20 +446,24 @@ func outcomeResult(out *agent.Outcome) *sdk.CallToolResult {
 	if o.Hint != "" {
 		fmt.Fprintf(&b, "hint: %s\n", o.Hint)
 	}
-	if len(out.Stdout) > 0 {
-		fmt.Fprintf(&b, "--- stdout ---\n%s", out.Stdout)
-		if !bytes.HasSuffix(out.Stdout, []byte("\n")) {
+	if o.Stdout != "" {
+		fmt.Fprintf(&b, "--- stdout ---\n%s", o.Stdout)
+		if !strings.HasSuffix(o.Stdout, "\n") {
 			b.WriteString("\n")
 		}
 	}
-	if len(out.Stderr) > 0 {
-		fmt.Fprintf(&b, "--- stderr ---\n%s", out.Stderr)
-		if !bytes.HasSuffix(out.Stderr, []byte("\n")) {
+	if o.Stderr != "" {
+		fmt.Fprintf(&b, "--- stderr ---\n%s", o.Stderr)
+		if !strings.HasSuffix(o.Stderr, "\n") {
 			b.WriteString("\n")
 		}
 	}
 	if rc.StdoutTruncated || rc.StderrTruncated {
 		b.WriteString("warning: the output was over the op's cap; the middle was dropped\n")
+	}
+	if stdout.left() > 0 || stderr.left() > 0 {
+		fmt.Fprintf(&b, "warning: a stream was over the %d bytes a tool result carries: the middle (%d bytes) is left out here; `bridge result %s` on the agent's machine prints all of it\n",
+			maxToolOutput, stdout.left()+stderr.left(), rc.ID)
 	}
 	return &sdk.CallToolResult{
 		Content:           []sdk.Content{&sdk.TextContent{Text: b.String()}},
@@ -579,3 +596,50 @@ func (w warnOnly) Enabled(ctx context.Context, l slog.Level) bool {
 
 func (w warnOnly) WithAttrs(a []slog.Attr) slog.Handler { return warnOnly{w.Handler.WithAttrs(a)} }
 func (w warnOnly) WithGroup(g string) slog.Handler      { return warnOnly{w.Handler.WithGroup(g)} }
+
+// maxToolOutput is the most of each output stream a tool result carries:
+// its first and last halves, the middle left out (as the host cuts an
+// output over the op's cap), whatever the host sends.
+const maxToolOutput = 1 << 20
+
+// headTail keeps the first and last most/2 bytes written to it.
+type headTail struct {
+	most       int
+	head, tail []byte
+	total      int64
+}
+
+func (h *headTail) Write(p []byte) (int, error) {
+	n, half := len(p), h.most/2
+	h.total += int64(n)
+	if room := half - len(h.head); room > 0 {
+		k := min(room, len(p))
+		h.head = append(h.head, p[:k]...)
+		p = p[k:]
+	}
+	keep := h.most - half
+	if len(p) >= keep {
+		h.tail = append(h.tail[:0], p[len(p)-keep:]...)
+		return n, nil
+	}
+	h.tail = append(h.tail, p...)
+	if len(h.tail) > 2*keep {
+		// Compacted once it doubles: amortised, and the array bounded.
+		h.tail = append(h.tail[:0], h.tail[len(h.tail)-keep:]...)
+	}
+	return n, nil
+}
+
+// kept is the tail's last bytes that are kept.
+func (h *headTail) kept() []byte { return h.tail[max(0, len(h.tail)-(h.most-h.most/2)):] }
+
+// left is how many bytes were left out between the head and the tail.
+func (h *headTail) left() int64 { return h.total - int64(len(h.head)) - int64(len(h.kept())) }
+
+// String is what was kept, with a marker where the middle was left out.
+func (h *headTail) String() string {
+	if h.left() == 0 {
+		return string(h.head) + string(h.kept())
+	}
+	return fmt.Sprintf("%s\n[… %d bytes left out …]\n%s", h.head, h.left(), h.kept())
+}

@@ -58,7 +58,7 @@ type config struct {
 }
 
 // sections are the names -skip takes.
-var sections = []string{"floor", "opcost", "reference", "baseline", "sporadic", "backtoback", "burst", "idle", "fsyncs", "tput", "scale", "seal", "syncthing"}
+var sections = []string{"floor", "opcost", "reference", "baseline", "sporadic", "backtoback", "burst", "idle", "fsyncs", "tput", "scale", "junk", "seal", "syncthing"}
 
 func parse(args []string, stderr io.Writer) (config, error) {
 	fs := flag.NewFlagSet("bridge-bench", flag.ContinueOnError)
@@ -347,6 +347,13 @@ func run(args []string, stdout, stderr io.Writer) error {
 	// 5. Scale.
 	if !c.skip["scale"] {
 		if err := scale(c, l, finished, r, progress); err != nil {
+			return err
+		}
+	}
+
+	// 5b. Junk in an agent's directory, in a pair of its own.
+	if !c.skip["junk"] {
+		if err := junk(filepath.Join(base, "junk"), c.scaleN, r, progress); err != nil {
 			return err
 		}
 	}

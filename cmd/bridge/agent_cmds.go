@@ -238,8 +238,15 @@ func (c *OpsCmd) Run(g *Globals) error {
 	if err != nil {
 		return err
 	}
+	if cat.Warning != "" {
+		g.note("warning: %s", cat.Warning)
+	}
 	if g.JSON {
-		return g.printJSON(cat)
+		// The signed catalog as it is, and the agent's warning beside it.
+		return g.printJSON(struct {
+			*bridge.Catalog
+			Warning string `json:"warning,omitempty"`
+		}{cat, cat.Warning})
 	}
 	if len(cat.Ops) == 0 {
 		// Nothing on stdout (a script reads the list), but a person

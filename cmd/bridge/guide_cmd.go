@@ -59,6 +59,7 @@ type guideHost struct {
 	Catalog  *bridge.Catalog `json:"catalog"`           // nil: not published (yet)
 	Examples []guideExample  `json:"examples"`          // one per op, in catalog order
 	Problem  string          `json:"problem,omitempty"` // why there is no catalog
+	Warning  string          `json:"warning,omitempty"` // why the catalog may be out of date (agent.Client.Ops)
 }
 
 type guideExample struct {
@@ -199,7 +200,7 @@ func buildGuide(h *bridge.Home, cl *agent.Client, only string) (*guideDoc, error
 			gh.Problem = err.Error()
 		} else {
 			found++
-			gh.Catalog = cat
+			gh.Catalog, gh.Warning = cat, cat.Warning
 			hostFlag := ""
 			if several {
 				hostFlag = "--host " + shellQuote(p.Name) + " "
@@ -528,6 +529,9 @@ func renderGuide(doc *guideDoc, h1 string) string {
 			continue
 		}
 		p(" %d op(s).\n\n", len(cat.Ops))
+		if gh.Warning != "" {
+			p("**This catalog may be out of date**: %s. No op below is safe to run again; the host checks every call.\n\n", oneLine(gh.Warning))
+		}
 		for i, op := range cat.Ops {
 			p("%s %s", h3, code(op.Name))
 			if op.Description != "" {

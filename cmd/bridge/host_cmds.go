@@ -173,12 +173,20 @@ func (c *ReconcileCmd) Run(g *Globals) error {
 }
 
 // PendingCmd lists requests awaiting approval.
-type PendingCmd struct{}
+type PendingCmd struct {
+	Stdin string `placeholder:"REF" help:"Print the whole standard input of request REF, which waits for approval, as it is (checked against the SHA-256 the approval is bound to)."`
+}
 
 func (c *PendingCmd) Run(g *Globals) error {
 	h, err := g.openHome()
 	if err != nil {
 		return err
+	}
+	if c.Stdin != "" {
+		// The input as it is, for a pager or a file: the agent's bytes,
+		// never escaped (`bridge pending` shows an escaped start).
+		_, err := host.PendingInput(h, c.Stdin, g.stdout)
+		return refError(err)
 	}
 	list, err := host.Pending(h)
 	if err != nil {
@@ -191,7 +199,8 @@ func (c *PendingCmd) Run(g *Globals) error {
 		g.note("no request waits for approval")
 	}
 	// The request's line, then the reason, then what it would run as a
-	// block under it, so that several requests stay apart.
+	// block under it, then the start of its input, so that several
+	// requests stay apart.
 	for _, e := range list {
 		head, block, _ := strings.Cut(e.Reason, "\n")
 		g.printf("%s  %s  waiting since %s (%s)\n    %s\n", e.Ref, e.Op, e.Updated.Local().Format(time.DateTime),
@@ -199,8 +208,39 @@ func (c *PendingCmd) Run(g *Globals) error {
 		if block != "" {
 			g.printf("        %s\n", strings.ReplaceAll(strings.TrimSuffix(block, "\n"), "\n", "\n        "))
 		}
+		printPendingInput(g, e)
 	}
 	return nil
+}
+
+// printPendingInput shows the start of a waiting request's input, each line
+// escaped (it is the agent's text), and how to see all of it.
+func printPendingInput(g *Globals, e host.Waiting) {
+	in := e.Input
+	switch {
+	case in == nil:
+		return
+	case !in.Kept:
+		g.printf("    input: %s\n", in.Problem)
+		return
+	case !in.Text:
+		g.printf("    input: not text (%d bytes); to see it: bridge pending --stdin %s | od -c | less\n", in.Bytes, e.Ref)
+		return
+	}
+	what := "all of it"
+	if in.Cut {
+		what = "its start"
+	}
+	g.printf("    input, %s (every byte: bridge pending --stdin %s):\n", what, e.Ref)
+	for _, line := range strings.Split(strings.TrimSuffix(in.Preview, "\n"), "\n") {
+		g.printf("      | %s\n", line)
+	}
+	switch {
+	case in.Cut:
+		g.printf("      | …\n")
+	case !strings.HasSuffix(in.Preview, "\n"):
+		g.printf("      (no line break at the end)\n")
+	}
 }
 
 // ApproveCmd approves a waiting request.

@@ -350,9 +350,9 @@ func waitAndPrint(g *Globals, cl *agent.Client, id string, timeout time.Duration
 			}
 		}
 		if lv := prog.alarm(); lv != nil {
-			hint := fmt.Sprintf("the request stays queued; once the host runs and the folder syncs, `bridge wait %s` gets its answer (`bridge doctor` shows each host's liveness)", id)
+			hint := fmt.Sprintf("the request stays queued and runs if the host sees it before its expiry (--ttl); once the host runs and the folder syncs, `bridge wait %s` gets its answer (`bridge doctor` shows each host's liveness); `bridge cancel %s` withdraws it", id, id)
 			if lv.Verdict == agent.LivenessNoStamp {
-				hint = fmt.Sprintf("the request stays queued; once the host has paired this agent and `bridge serve` runs there, `bridge wait %s` gets its answer", id)
+				hint = fmt.Sprintf("the request stays queued and runs if the host sees it before its expiry (--ttl); once the host has paired this agent and `bridge serve` runs there, `bridge wait %s` gets its answer; `bridge cancel %s` withdraws it", id, id)
 			}
 			return &codeError{code: exitWaitTime, id: id, liveness: lv, err: withHintf(fmt.Errorf("no result for %s after %s: %s", id, timeout, lv.Message), "%s", hint)}
 		}

@@ -1,0 +1,41 @@
+package mcp
+
+import (
+	"bytes"
+	"fmt"
+	"strings"
+	"testing"
+)
+
+// A tool result carries at most maxToolOutput of each stream, whatever the
+// host sent: the first and last halves, and how much was left out between
+// (issue 26's note: the MCP server held an op's whole output in memory).
+func TestHeadTailBoundsAnOutput(t *testing.T) {
+	for _, c := range []struct{ n, chunk int }{{0, 1}, {10, 3}, {64, 7}, {65, 64}, {1000, 1}, {1000, 33}, {1000, 1000}, {100_000, 4096}} {
+		var want bytes.Buffer
+		for i := 0; want.Len() < c.n; i++ {
+			fmt.Fprintf(&want, "%d,", i)
+		}
+		data := want.Bytes()[:c.n]
+		h := &headTail{most: 64}
+		for p := data; len(p) > 0; {
+			k := min(c.chunk, len(p))
+			h.Write(p[:k])
+			p = p[k:]
+		}
+		if cap(h.tail) > 4*64+c.chunk {
+			t.Errorf("n=%d chunk=%d: the tail's array grew to %d", c.n, c.chunk, cap(h.tail))
+		}
+		got := h.String()
+		if c.n <= 64 {
+			if got != string(data) || h.left() != 0 {
+				t.Errorf("n=%d chunk=%d: %q, left %d", c.n, c.chunk, got, h.left())
+			}
+			continue
+		}
+		wantText := fmt.Sprintf("%s\n[… %d bytes left out …]\n%s", data[:32], c.n-64, data[c.n-32:])
+		if got != wantText || h.left() != int64(c.n-64) || !strings.HasPrefix(got, string(data[:32])) {
+			t.Errorf("n=%d chunk=%d:\n got %q\nwant %q", c.n, c.chunk, got, wantText)
+		}
+	}
+}
