@@ -24,7 +24,7 @@ func (f *Folder) fastLstatIn(dir string, names []string, out []fs.FileInfo) (ok 
 		var st unix.Stat_t
 		switch err := unix.Fstatat(int(d.Fd()), n, &st, unix.AT_SYMLINK_NOFOLLOW); err {
 		case nil:
-			out[i] = statInfo{name: n, st: st}
+			out[i] = &statInfo{name: n, st: st}
 		case unix.ENOENT:
 		default:
 			return true, fmt.Errorf("lstat in %s: %s: %w", dir, n, err)
@@ -33,19 +33,21 @@ func (f *Folder) fastLstatIn(dir string, names []string, out []fs.FileInfo) (ok 
 	return true, nil
 }
 
-// statInfo is an fs.FileInfo from a stat_t.
+// statInfo is an fs.FileInfo from a stat_t. Its methods take a pointer, so
+// that Sys gives the stat_t it holds rather than a copy made on the heap at
+// each call (a rescan asks for the inode and change time of thousands).
 type statInfo struct {
 	name string
 	st   unix.Stat_t
 }
 
-func (s statInfo) Name() string       { return s.name }
-func (s statInfo) Size() int64        { return s.st.Size }
-func (s statInfo) ModTime() time.Time { return time.Unix(s.st.Mtim.Unix()) }
-func (s statInfo) IsDir() bool        { return s.Mode().IsDir() }
-func (s statInfo) Sys() any           { return &s.st }
+func (s *statInfo) Name() string       { return s.name }
+func (s *statInfo) Size() int64        { return s.st.Size }
+func (s *statInfo) ModTime() time.Time { return time.Unix(s.st.Mtim.Unix()) }
+func (s *statInfo) IsDir() bool        { return s.Mode().IsDir() }
+func (s *statInfo) Sys() any           { return &s.st }
 
-func (s statInfo) Mode() fs.FileMode {
+func (s *statInfo) Mode() fs.FileMode {
 	m := fs.FileMode(s.st.Mode & 0o777)
 	switch s.st.Mode & unix.S_IFMT {
 	case unix.S_IFDIR:

@@ -99,58 +99,74 @@ func (d *Daemon) skipRefused(paths []string) []string {
 	if len(d.refused) == 0 {
 		return paths
 	}
+	// Positions, flags and hashes rather than maps of names: a rescan of a
+	// directory full of refused junk costs a few bytes per name, and
+	// nothing of it stays.
 	agents, own := d.agentsP.Load(), d.ownP.Load()
-	present := make(map[uint64]bool, len(d.refused))
-	var marked []string
-	for _, p := range paths {
+	marked := make([]int, 0, len(d.refused)) // positions in paths of marked manifests
+	for i, p := range paths {
 		if _, ok := d.refused[d.markKey(p)]; ok {
-			marked = append(marked, p)
-			present[d.markKey(p)] = true
+			marked = append(marked, i)
 		}
 	}
-	for p := range d.refused {
-		if !present[p] {
-			delete(d.refused, p)
+	if len(marked) < len(d.refused) {
+		// Some marked files are gone: forget their marks.
+		present := make(map[uint64]bool, len(marked))
+		for _, i := range marked {
+			present[d.markKey(paths[i])] = true
+		}
+		for k := range d.refused {
+			if !present[k] {
+				delete(d.refused, k)
+			}
 		}
 	}
-	skip := make(map[string]bool, len(marked))
+	skip := make([]bool, len(paths))
+	skipped := 0
+	names := make([]string, 0, min(lstatChunk, len(marked)))
 	for i := 0; i < len(marked); {
-		agent, _, _ := strings.Cut(marked[i], "/")
+		agent, _, _ := strings.Cut(paths[marked[i]], "/")
+		prefix := paths[marked[i]][:len(agent)+1]
 		j := i
-		var names []string
+		names = names[:0]
 		// In chunks: each stat costs a FileInfo until the chunk is
 		// judged, so a directory full of refused junk costs a rescan a
 		// bounded few hundred KiB at a time, not all of it at once.
-		for ; j < len(marked) && j-i < lstatChunk && strings.HasPrefix(marked[j], agent+"/"); j++ {
-			names = append(names, marked[j][len(agent)+1:])
+		for ; j < len(marked) && j-i < lstatChunk && strings.HasPrefix(paths[marked[j]], prefix); j++ {
+			names = append(names, paths[marked[j]][len(prefix):])
 		}
 		fis, err := d.folder.LstatIn(bridge.ToHostDir(d.me, agent), names)
 		for k := i; k < j; k++ {
-			m := d.refused[d.markKey(marked[k])]
+			key := d.markKey(paths[marked[k]])
+			m := d.refused[key]
 			if err == nil && fis[k-i] != nil && versionOf(fis[k-i]) == m.v && m.agents == agents && m.own == own {
 				skip[marked[k]] = true
+				skipped++
 			} else {
-				delete(d.refused, d.markKey(marked[k]))
+				delete(d.refused, key)
 			}
 		}
 		i = j
 	}
-	if len(skip) == 0 {
+	if skipped == 0 {
 		return paths
 	}
 	// The request's other files too: a payload beside a refused manifest
 	// would have it read again. (Only a manifest's: a refused cancel says
-	// nothing of the request, whose manifest may well be good.)
-	keys := make(map[string]bool, len(skip))
-	for p := range skip {
-		if k, ok := requestKeyOf(p); ok && strings.HasSuffix(p, "."+bridge.ExtManifest) {
-			keys[k] = true
+	// nothing of the request, whose manifest may well be good.) A full
+	// batch is sorted, so a request's files are next to each other; were
+	// one apart, it would only be evaluated, and found refused there.
+	out := make([]string, 0, len(paths)-skipped)
+	for i := 0; i < len(paths); {
+		k, ok := requestKeyOf(paths[i])
+		j, manifestSkipped := i+1, skip[i] && strings.HasSuffix(paths[i], "."+bridge.ExtManifest)
+		for ; ok && j < len(paths) && strings.HasPrefix(paths[j], k) && len(paths[j]) > len(k) && paths[j][len(k)] == '.'; j++ {
+			manifestSkipped = manifestSkipped || skip[j] && strings.HasSuffix(paths[j], "."+bridge.ExtManifest)
 		}
-	}
-	out := make([]string, 0, len(paths)-len(skip))
-	for _, p := range paths {
-		if k, ok := requestKeyOf(p); !skip[p] && !(ok && keys[k]) {
-			out = append(out, p)
+		for ; i < j; i++ {
+			if _, req := requestKeyOf(paths[i]); !skip[i] && !(manifestSkipped && req) {
+				out = append(out, paths[i]) // an ack is not the request's: the collection needs it
+			}
 		}
 	}
 	return out
