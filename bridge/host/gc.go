@@ -25,6 +25,9 @@ type GCOptions struct {
 	Grace     time.Duration // after the request finished, for acked results (default 1h)
 	Retention time.Duration // after the request finished, for results never acked (default 30 days)
 	DryRun    bool
+	// Explain fills GCReport.Kept: what stays and until when (for `bridge
+	// gc`; the daemon's own collections skip the reading of acks it costs).
+	Explain bool
 }
 
 // GCItem is one thing a collection removes (or would remove).
@@ -39,6 +42,48 @@ type GCItem struct {
 type GCReport struct {
 	DryRun bool     `json:"dry_run"`
 	Items  []GCItem `json:"items"`
+	Kept   []GCKept `json:"kept,omitempty"` // with GCOptions.Explain
+}
+
+// GCKept is what a collection leaves, by kind: how many, why, and the
+// earliest time one of them may go (nil: not while it is as it is).
+type GCKept struct {
+	What  string     `json:"what"`
+	Count int        `json:"count"`
+	Until *time.Time `json:"until,omitempty"`
+	Why   string     `json:"why"`
+}
+
+// The kinds of GCKept, in the order they are told.
+const (
+	keptAcked      = "acked result"
+	keptUnacked    = "result nobody acked"
+	keptUnfinished = "unfinished request"
+	keptEntry      = "ledger entry"
+)
+
+// keep counts e as kept in kind until (zero: no time).
+func (r *GCReport) keep(kind string, until time.Time) {
+	why := map[string]string{
+		keptAcked:      "an acked result stays until its request expires (and --grace after it finished), should a copy of the request come back",
+		keptUnacked:    "nobody acked it: it stays until --retention after it finished, or until it is acked and its request expired",
+		keptUnfinished: "still queued, running, waiting for approval or uncertain: nothing of it is collected",
+		keptEntry:      "its result is gone; its id is remembered until its request expires, so that it can never run again",
+	}[kind]
+	for i := range r.Kept {
+		if r.Kept[i].What == kind {
+			r.Kept[i].Count++
+			if !until.IsZero() && (r.Kept[i].Until == nil || until.Before(*r.Kept[i].Until)) {
+				r.Kept[i].Until = &until
+			}
+			return
+		}
+	}
+	k := GCKept{What: kind, Count: 1, Why: why}
+	if !until.IsZero() {
+		k.Until = &until
+	}
+	r.Kept = append(r.Kept, k)
 }
 
 func (o *GCOptions) defaults() {
@@ -66,6 +111,9 @@ func (d *Daemon) collect(o GCOptions, all []ledger.Entry) (*GCReport, error) {
 	}
 	for _, e := range all {
 		if !e.State.Terminal() {
+			if o.Explain {
+				rep.keep(keptUnfinished, time.Time{})
+			}
 			continue
 		}
 		if _, err := d.folder.Lstat(bridge.ResultPath(d.me, e.Agent, e.ID, bridge.ExtResult)); err != nil {
@@ -90,6 +138,13 @@ func (d *Daemon) collect(o GCOptions, all []ledger.Entry) (*GCReport, error) {
 		case age > o.Retention && (e.Expires.Add(d.opt.Skew).Before(now) || !d.acked(e)):
 			why = "retention"
 		default:
+			if o.Explain {
+				if expires := e.Expires.Add(d.opt.Skew); d.acked(e) {
+					rep.keep(keptAcked, later(e.Updated.Add(o.Grace), expires))
+				} else {
+					rep.keep(keptUnacked, e.Updated.Add(o.Retention))
+				}
+			}
 			continue
 		}
 		rep.Items = append(rep.Items, GCItem{Agent: e.Agent, ID: e.ID, What: "result", Why: why})
@@ -115,6 +170,16 @@ func (d *Daemon) collect(o GCOptions, all []ledger.Entry) (*GCReport, error) {
 		d.mu.Unlock()
 		d.audit.log(AuditEvent{Event: "collected", Agent: e.Agent, ID: e.ID, Reason: why})
 	}
+	if o.Explain {
+		for _, e := range all {
+			if !e.State.Terminal() || e.Expires.Add(d.opt.Skew).Before(now) {
+				continue // unfinished: told above; expired: forgotten below
+			}
+			if _, err := d.folder.Lstat(bridge.ResultPath(d.me, e.Agent, e.ID, bridge.ExtResult)); err != nil || listed[e.Key] {
+				rep.keep(keptEntry, e.Expires.Add(d.opt.Skew))
+			}
+		}
+	}
 	d.collectMessages(o, rep)
 	for _, e := range old {
 		// An entry is forgotten only once its result is gone from the
@@ -124,7 +189,7 @@ func (d *Daemon) collect(o GCOptions, all []ledger.Entry) (*GCReport, error) {
 		_, outErr := d.folder.Lstat(bridge.ResultPath(d.me, e.Agent, e.ID, bridge.ExtOutput))
 		published := (resErr == nil || outErr == nil) && !listed[e.Key]
 		if published && now.Sub(e.Updated) <= o.Retention {
-			continue
+			continue // told above, as its result
 		}
 		rep.Items = append(rep.Items, GCItem{Agent: e.Agent, ID: e.ID, What: "ledger entry", Why: "expired"})
 		if o.DryRun {
@@ -158,6 +223,14 @@ func (d *Daemon) collect(o GCOptions, all []ledger.Entry) (*GCReport, error) {
 		d.audit.log(AuditEvent{Event: "forgotten", Agent: e.Agent, ID: e.ID})
 	}
 	return rep, nil
+}
+
+// later is the later of a and b.
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // gcWants is the daemon's filter on the settled entries a collection reads
@@ -267,7 +340,13 @@ func gcAt(h *bridge.Home, o GCOptions, now func() time.Time) (*GCReport, error) 
 		if err := writeOrder(h, controlOrder{GC: true, Grace: o.Grace, Retention: o.Retention}); err != nil {
 			return nil, err
 		}
-		return nil, fmt.Errorf("%w: `bridge serve` runs on this home and collects within a second (see its log)", ErrQueued)
+		// What the daemon will do, from a snapshot: a dry run of the same.
+		o.DryRun = true
+		rep, derr := gcAt(h, o, now)
+		if derr != nil {
+			rep = nil
+		}
+		return rep, fmt.Errorf("%w: `bridge serve` runs on this home and collects within a second (see its log)", ErrQueued)
 	} else if err != nil {
 		return nil, err
 	}

@@ -34,20 +34,28 @@ func (c *GCCmd) Run(g *Globals) error {
 		c.Retention = time.Nanosecond
 	}
 	var items []string
+	var kept []host.GCKept
 	if h.Config.Role == "host" {
-		rep, err := host.GC(h, host.GCOptions{Grace: c.Grace, Retention: c.Retention, DryRun: c.DryRun})
+		rep, err := host.GC(h, host.GCOptions{Grace: c.Grace, Retention: c.Retention, DryRun: c.DryRun, Explain: true})
 		if errors.Is(err, host.ErrQueued) {
+			// The daemon collects; what it will do is a dry run's.
 			g.note("%v", err)
-			return nil
+			if rep == nil {
+				return nil
+			}
+			if g.JSON {
+				return g.printJSON(rep)
+			}
+			c.DryRun = true
 		} else if err != nil {
 			return err
-		}
-		if g.JSON {
+		} else if g.JSON {
 			return g.printJSON(rep)
 		}
 		for _, it := range rep.Items {
 			items = append(items, fmt.Sprintf("%s %s/%s (%s)", it.What, it.Agent, it.ID, it.Why))
 		}
+		kept = rep.Kept
 	} else {
 		cl, err := agent.OpenClient(h)
 		if err != nil {
@@ -72,6 +80,18 @@ func (c *GCCmd) Run(g *Globals) error {
 	}
 	if len(items) == 0 {
 		g.note("nothing to collect")
+	}
+	for _, k := range kept {
+		what := k.What
+		if k.Count != 1 {
+			what = map[string]string{"acked result": "acked results", "result nobody acked": "results nobody acked",
+				"unfinished request": "unfinished requests", "ledger entry": "ledger entries"}[k.What]
+		}
+		when := ""
+		if k.Until != nil {
+			when = " (the first may go from " + k.Until.Local().Format(time.DateTime) + ")"
+		}
+		g.note("kept: %d %s%s: %s", k.Count, what, when, k.Why)
 	}
 	return nil
 }
