@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"strings"
 	"time"
-	"unicode"
 
 	"github.com/syncbridge/bridge/bridge/policy"
 	bcrypto "github.com/syncbridge/bridge/crypto"
@@ -94,15 +93,11 @@ func OpenCatalog(data []byte, host, agent string, hostKeys [][]byte) (*Catalog, 
 
 // checkCatalogOp refuses what no policy writes in a catalog entry.
 func checkCatalogOp(op *policy.OpInfo) error {
-	// What the host's own policy refuses in an argument's text (badText:
-	// line breaks, controls, bidi marks; a pattern may hold a tab, as
-	// regexp reads it), so that no catalog a policy writes is refused.
-	printable := func(s string) bool {
-		return strings.IndexFunc(s, func(r rune) bool {
-			return r != '\t' && unicode.IsControl(r) || r == 0x2028 || r == 0x2029 ||
-				r >= 0x202A && r <= 0x202E || r >= 0x2066 && r <= 0x2069 || r == 0x200E || r == 0x200F
-		}) < 0
-	}
+	// What the host's own policy refuses at load in a pattern, an enum
+	// value or a default (policy.CatalogTextProblem), so that no catalog a
+	// policy writes is refused and none a hostile host writes carries
+	// invisible text to the model.
+	printable := func(s string, tab bool) bool { return policy.CatalogTextProblem(s, tab) == "" }
 	switch {
 	case !validOpName(op.Name) && op.Name != PingOp:
 		return errors.New("not an op name")
@@ -120,9 +115,9 @@ func checkCatalogOp(op *policy.OpInfo) error {
 		default:
 			return fmt.Errorf("argument %q: unknown type", a.Name)
 		}
-		ok := validArgName(a.Name) && printable(a.Pattern) && (a.Default == nil || printable(*a.Default))
+		ok := validArgName(a.Name) && printable(a.Pattern, true) && (a.Default == nil || printable(*a.Default, false))
 		for _, v := range a.Values {
-			ok = ok && printable(v)
+			ok = ok && printable(v, false)
 		}
 		if !ok {
 			return fmt.Errorf("argument %q: a name, pattern, value or default no policy writes", a.Name)
@@ -215,7 +210,7 @@ func ExampleLine(info *policy.OpInfo) string {
 	for _, a := range info.Args {
 		v := "<" + a.Type + ">"
 		if len(a.Values) > 0 {
-			v = a.Values[0]
+			v = shellWord(a.Values[0]) // the host's text: a ready line must not run any of it
 		}
 		if !a.Required || a.Default != nil {
 			optional = append(optional, "["+a.Name+"="+v+"]")
@@ -233,6 +228,18 @@ func ExampleLine(info *policy.OpInfo) string {
 		parts = append(parts, "[--stdin=FILE]")
 	}
 	return strings.Join(parts, " ")
+}
+
+// shellWord is s as one word a POSIX shell reads back as s: as it is when
+// it holds only characters no shell treats specially, else single-quoted.
+func shellWord(s string) string {
+	safe := s != "" && strings.IndexFunc(s, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("_-./:@%+=,", r))
+	}) < 0
+	if safe {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 // Suggest returns the name in names closest to s (at most two edits

@@ -260,6 +260,14 @@ func OpenHome(dir string) (*Home, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Every command, both roles: a home that another user owns, may write,
+	// or can swap through a directory or link on its way is not this
+	// user's keys and trust, whatever it holds (the red team of 8612227:
+	// an agent home re-pointed by another user's link was used as it was).
+	if why := foreignHome(absDir); why != "" {
+		return nil, WithHint(fmt.Errorf("open %s: not a directory of this user's own: %s", absDir, why),
+			"a home holds this user's keys: keep it in a directory only you can write (`chmod 700` it if it is yours), reached without another user's links")
+	}
 	data, err := os.ReadFile(filepath.Join(absDir, configName))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, WithHint(fmt.Errorf("open %s: %w", absDir, ErrNoHome), "if this party has a home elsewhere, pass --home DIR or set BRIDGE_HOME; else `bridge init host --folder DIR` or `bridge init agent --folder DIR` (a new home is a new identity, to be paired)")

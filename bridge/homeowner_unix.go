@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"path/filepath"
-	"strings"
 	"syscall"
+
+	"github.com/syncbridge/bridge/bridge/policy"
 )
 
 // foreignHome says why dir (absolute) must not become this user's home, or
@@ -19,29 +19,21 @@ import (
 // whatever was planted (the third red team's finding). A path that does
 // not exist yet is fine: init creates it 0700.
 func foreignHome(dir string) string {
-	p := string(filepath.Separator)
-	for _, part := range strings.Split(strings.Trim(dir, string(filepath.Separator)), string(filepath.Separator)) {
-		parent := p
-		p = filepath.Join(p, part)
-		fi, err := os.Lstat(p)
-		if err != nil {
-			break // not there yet
-		}
-		if fi.Mode()&fs.ModeSymlink != 0 && !ownedBy(fi, true) {
-			return fmt.Sprintf("%s is a link another user owns", p)
-		}
-		// Whoever may write a directory on the way (without the sticky
-		// bit, as /tmp has) may rename what is below it and put their
-		// own in its place.
-		if pi, err := os.Stat(parent); err == nil && pi.Mode().Perm()&0o022 != 0 && pi.Mode()&fs.ModeSticky == 0 {
-			return fmt.Sprintf("%s, on its path, lets group or others rename what is in it (mode %04o, no sticky bit)", parent, pi.Mode().Perm())
-		} else if err == nil && !ownedBy(pi, true) {
-			return fmt.Sprintf("%s, on its path, is another user's: they may rename what is in it", parent)
-		}
+	// Every directory on the way, through every link at any depth: whoever
+	// may write one (without the sticky bit, as /tmp has) or owns one, or
+	// owns a link on the way, may rename or re-point what is below it and
+	// put their own in its place (the red team of 8612227: a link of ours
+	// into another user's directory was followed unchecked).
+	real, exists, why := policy.WalkOwned(dir)
+	if why != "" {
+		return "on its path: " + why
 	}
-	fi, err := os.Stat(dir)
+	if !exists {
+		return "" // created below, and checked again once it is
+	}
+	fi, err := os.Stat(real)
 	if err != nil || !fi.IsDir() {
-		return "" // created below, or refused as not a directory
+		return "" // refused as not a directory
 	}
 	if !ownedBy(fi, false) {
 		return "another user owns it"

@@ -36,17 +36,24 @@ func HostText(s string) string {
 				break
 			}
 		}
+		// Counted as shown: an escape is as many characters as it prints.
+		var shown string
 		switch {
 		case r == utf8.RuneError && size == 1:
-			b.WriteString(`\x` + strconv.FormatUint(uint64(s[i]), 16))
+			shown = `\x` + strconv.FormatUint(uint64(s[i]), 16)
 		case !unicode.IsPrint(r):
 			q := strconv.QuoteRune(r)
-			b.WriteString(q[1 : len(q)-1])
+			shown = q[1 : len(q)-1]
 		default:
-			b.WriteString(s[i : i+size])
+			shown = s[i : i+size]
 		}
+		w := utf8.RuneCountInString(shown)
+		if n+w > maxHostText {
+			break
+		}
+		b.WriteString(shown)
 		i += size
-		n++
+		n += w
 	}
 	out := b.String()
 	if strings.TrimSpace(s[i:]) != "" {

@@ -134,3 +134,17 @@ func TestOpenNoteMakesEachLineSafe(t *testing.T) {
 		t.Fatalf("note text %q, want %q", n.Text, want)
 	}
 }
+
+// The cut at 500 characters counts what is shown: an escape is as long as
+// it prints (the red team's 2,000 tag characters printed 5,001).
+func TestHostTextCutCountsTheEscapes(t *testing.T) {
+	for _, in := range []string{strings.Repeat("\U000E0041", 2000), strings.Repeat("\x1b", 2000), strings.Repeat("\xff", 2000), strings.Repeat("é", 2000)} {
+		out := HostText(in)
+		if n := utf8.RuneCountInString(out); n > maxHostText+1 { // and the "…"
+			t.Errorf("%q…: %d characters shown", in[:8], n)
+		}
+		if !strings.HasSuffix(out, "…") {
+			t.Errorf("%q…: cut without saying so", in[:8])
+		}
+	}
+}

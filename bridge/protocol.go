@@ -235,7 +235,12 @@ func checkTimes(created, expires int64, now time.Time, skew time.Duration) error
 	}
 	switch {
 	case time.Unix(created, 0).After(now.Add(skew)):
-		return fmt.Errorf("%w: created %s", ErrNotYetValid, time.Unix(created, 0).UTC().Format(time.RFC3339))
+		// Said with both clocks: the agent's is ahead of the host's by
+		// about the difference (less the sync's delay), and the agent
+		// names it so (bridge run's not-yet-valid hint).
+		return fmt.Errorf("%w: created %s, %s ahead of the host's clock (%s; it allows %s): a clock is wrong on one side",
+			ErrNotYetValid, time.Unix(created, 0).UTC().Format(time.RFC3339), time.Unix(created, 0).Sub(now).Round(time.Second),
+			now.UTC().Format(time.RFC3339), skew)
 	case time.Unix(expires, 0).Sub(time.Unix(created, 0)) > MaxValidity:
 		return fmt.Errorf("%w: valid for more than %s", bcrypto.ErrMalformed, MaxValidity)
 	case !now.Before(time.Unix(expires, 0)):

@@ -1,4 +1,4 @@
-//go:build !linux
+//go:build !linux && !darwin && !freebsd && !netbsd && !openbsd && !dragonfly
 
 package host
 
@@ -7,5 +7,6 @@ import (
 	"time"
 )
 
-// fileCtime: elsewhere the modification time stands in for the change time.
+// fileCtime: where no change time is known (Windows, Plan 9), the
+// modification time stands in for it.
 func fileCtime(fi fs.FileInfo) time.Time { return fi.ModTime() }

@@ -528,6 +528,10 @@ func hintFor(rc *bridge.Receipt) string {
 		return "cancelled as asked; an op stopped while running may have had part of its effect"
 	case rc.Reason == "revoked":
 		return "the key that signed it is revoked on the host: the agent must be paired with the host again"
+	case rc.Reason == "not-yet-valid":
+		return "nothing ran: this machine's clock is ahead of the host's by more than the host allows (the detail says by how much); do not change the call: ask the human to enable NTP on both machines, then call it again"
+	case rc.Reason == "policy-changed":
+		return "the host's policy changed while it waited for its op, so it did not run; list the tools again, then call it again"
 	case rc.Reason == "not-allowed":
 		return "the host's policy does not let this agent run it; list the tools again (the catalog may have changed) and ask the human if it is needed"
 	case rc.Reason == "bad-argument":

@@ -388,7 +388,11 @@ func (b *builder) arg(at []string, name string, d *argDoc) *arg {
 		if d.Pattern != nil {
 			a.patternSrc = *d.Pattern
 			re, err := regexp.Compile(`^(?:` + *d.Pattern + `)$`)
-			if err != nil {
+			if r := CatalogTextProblem(*d.Pattern, true); r != "" {
+				// The catalog carries it to the agent as it is.
+				b.errAt(k("pattern"), `write such a character as an escape (\x{202E}, \n)`, "bad pattern: %s", r)
+				ok = false
+			} else if err != nil {
 				b.errAt(k("pattern"), "Go regexp syntax (RE2); it is anchored for you", "bad pattern: %v", err)
 				ok = false
 			} else {
@@ -413,11 +417,9 @@ func (b *builder) arg(at []string, name string, d *argDoc) *arg {
 		}
 		seen := map[string]bool{}
 		for _, v := range *d.Values {
-			if r := badText(v); r != "" || v == "" || len(v) > maxMaxLen {
+			if r := CatalogTextProblem(v, false); r != "" || v == "" {
 				if v == "" {
 					r = "empty"
-				} else if r == "" {
-					r = "too long"
 				}
 				b.errAt(k("values"), "enum values are short printable strings", "bad value %q: %s", v, r)
 				ok = false
@@ -460,6 +462,9 @@ func (b *builder) arg(at []string, name string, d *argDoc) *arg {
 				ok = false
 			} else if cv, reason := a.checkStatic(v); reason != "" {
 				b.errAt(k("default"), "the default must be a valid value of the argument's own type", "default %q: %s", v, reason)
+				ok = false
+			} else if reason := CatalogTextProblem(cv, false); reason != "" {
+				b.errAt(k("default"), "the catalog shows the default to the agent as it is", "default %q: %s", v, reason)
 				ok = false
 			} else {
 				a.def = &cv

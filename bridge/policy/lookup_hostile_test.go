@@ -8,6 +8,7 @@ package policy
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 )
 
@@ -117,4 +118,58 @@ func TestHostileSystemLayoutsPass(t *testing.T) {
 			t.Errorf("PATH %s: %v", path, err)
 		}
 	}
+}
+
+// A PATH entry under /proc (/proc/self/cwd is "." written as an absolute
+// path): the daemon would resolve it to its own directory and check that
+// program, and the op, in its own directory, would run another (the red
+// team of 8612227).
+func TestHostilePathEntryUnderProc(t *testing.T) {
+	if _, err := os.Stat("/proc/self/cwd"); err != nil {
+		t.Skip("no /proc")
+	}
+	_, bin, _ := rtSetup(t)
+	t.Chdir(bin)
+	for _, entry := range []string{"/proc/self/cwd", "/dev/fd/../../proc/self/cwd"} {
+		if p, err := lookPath("tool", func() string { return entry }); err == nil {
+			t.Errorf("PATH entry %s: program taken as %s", entry, p)
+		}
+		if why := UnsafePathDir(entry); why == "" {
+			t.Errorf("PATH entry %s is called safe", entry)
+		}
+	}
+}
+
+// What the op runs by name follows its program's rule (the red team of
+// 8612227): the PATH in the op's environment loses the entries its own
+// program would not be taken from (another user's, relative, empty), and a
+// script whose "#!" interpreter (named, or found by env) lies where others
+// could put or change it is refused.
+func TestHostileOpPathAndInterpreter(t *testing.T) {
+	base, bin, open := rtSetup(t)
+	rtMust(t, os.WriteFile(filepath.Join(open, "interp"), []byte("#!/bin/sh\n"), 0o755))
+	rtMust(t, os.WriteFile(filepath.Join(bin, "named"), []byte("#!"+filepath.Join(open, "interp")+"\n"), 0o755))
+	rtMust(t, os.WriteFile(filepath.Join(bin, "viaenv"), []byte("#!/usr/bin/env interp\n"), 0o755))
+	rtMust(t, os.WriteFile(filepath.Join(bin, "fine"), []byte("#!/bin/sh -e\n"), 0o755))
+	pathEnv := open + ":" + bin + "::relative:/usr/bin:/bin"
+	kept, dropped := SafePATH(pathEnv)
+	if kept != bin+":/usr/bin:/bin" || len(dropped) != 3 {
+		t.Errorf("SafePATH(%q) = %q, dropped %q", pathEnv, kept, dropped)
+	}
+	for _, prog := range []string{"named", "viaenv"} {
+		if p, err := lookPath(filepath.Join(bin, prog), func() string { return open + ":" + bin }); err == nil {
+			t.Errorf("%s accepted as %s, though its interpreter lies in %s", prog, p, open)
+		}
+	}
+	if _, err := lookPath(filepath.Join(bin, "fine"), func() string { return "" }); err != nil {
+		t.Errorf("a script run by /bin/sh: %v", err)
+	}
+	p, err := Parse("p.toml", []byte("[ops.a]\nargv = [\"fine\"]\nset_env = { PATH = \""+pathEnv+"\" }\n[agents.ag]\nops = [\"a\"]\n"))
+	rtMust(t, err)
+	inv, err := p.Render("ag", "a", nil, RenderContext{})
+	rtMust(t, err)
+	if !slices.Contains(inv.Env, "PATH="+bin+":/usr/bin:/bin") {
+		t.Errorf("the op's environment: %q", inv.Env)
+	}
+	_ = base
 }

@@ -199,14 +199,24 @@ func (p *Policy) Render(agent, opName string, args map[string]string, ctx Render
 	inv.Env = []string{}
 	for _, n := range o.env {
 		if v, ok := lookup(n); ok && strings.IndexByte(v, 0) < 0 {
-			inv.Env = append(inv.Env, n+"="+v)
+			inv.Env = append(inv.Env, opEnv(n, v))
 		}
 	}
 	for n, v := range o.setEnv {
-		inv.Env = append(inv.Env, n+"="+v)
+		inv.Env = append(inv.Env, opEnv(n, v))
 	}
 	sort.Strings(inv.Env)
 	return inv, nil
+}
+
+// opEnv is one variable of an op's environment: a PATH without the
+// entries a program must not come from (SafePATH), as the op's own program
+// does not.
+func opEnv(name, value string) string {
+	if name == "PATH" {
+		value, _ = SafePATH(value)
+	}
+	return name + "=" + value
 }
 
 func renderArgv(opName string, ts []tmpl, vals map[string]string, pathEnv func() string) ([]string, error) {
@@ -256,6 +266,15 @@ func LookPath(prog string) (string, error) {
 // over because another user could have put or changed them ("FILE (why)"),
 // for policy check to warn of even when a safe one was found.
 func lookPathPassing(prog string, pathEnvFn func() string) (string, []string, error) {
+	// A script's interpreter follows the program's rule, looked up (for
+	// `#!/usr/bin/env NAME`) in the PATH the op gets.
+	interp := func(p string) error {
+		opPath := func() string { kept, _ := SafePATH(pathEnvFn()); return kept } // asked only for env
+		if why := unsafeInterpreter(p, opPath, 0); why != "" {
+			return &unsafeError{"", why}
+		}
+		return nil
+	}
 	if filepath.IsAbs(prog) {
 		err := executable(prog)
 		if err == nil {
@@ -264,6 +283,9 @@ func lookPathPassing(prog string, pathEnvFn func() string) (string, []string, er
 			if why := unsafeChain(prog); why != "" {
 				err = &unsafeError{"its directory", why}
 			}
+		}
+		if err == nil {
+			err = interp(prog)
 		}
 		if err != nil {
 			return "", nil, fmt.Errorf("program %s: %w%s", prog, err, unsafeFix(err, prog))
@@ -283,6 +305,9 @@ func lookPathPassing(prog string, pathEnvFn func() string) (string, []string, er
 			if why := unsafeChain(p); why != "" {
 				err = &unsafeError{"its directory", why}
 			}
+		}
+		if err == nil {
+			err = interp(p)
 		}
 		if err == nil {
 			return p, passed, nil
@@ -318,9 +343,14 @@ func unsafeFix(err error, p string) string {
 
 // unsafeError: a program file, or its directory, that another user could
 // change.
-type unsafeError struct{ what, why string }
+type unsafeError struct{ what, why string } // what "": why is the whole message
 
-func (e *unsafeError) Error() string { return e.what + " is " + e.why }
+func (e *unsafeError) Error() string {
+	if e.what == "" {
+		return e.why
+	}
+	return e.what + " is " + e.why
+}
 
 func executable(p string) error {
 	fi, err := os.Stat(p)
@@ -521,6 +551,31 @@ func badText(s string) string {
 			return "contains a control character"
 		case r >= 0x202A && r <= 0x202E, r >= 0x2066 && r <= 0x2069, r == 0x200E, r == 0x200F:
 			return "contains a bidirectional control character"
+		}
+	}
+	return ""
+}
+
+// CatalogTextProblem says what is wrong with s as a value the catalog
+// carries verbatim to the agent and its model (an argument's pattern, enum
+// value or default), "" if nothing: at most 4,096 bytes of valid UTF-8, and
+// every character one a person can see or a plain space (a tab too where
+// tab is true: a pattern may hold one, as regexp reads it). Controls,
+// format characters (bidi marks, zero-width characters, the tag characters
+// that spell text a model reads and a person does not), line and paragraph
+// separators, private-use and unassigned characters are refused. The policy
+// refuses them at load and the agent refuses a catalog that holds them, so
+// that no catalog a policy writes is refused.
+func CatalogTextProblem(s string, tab bool) string {
+	if !utf8.ValidString(s) {
+		return "not valid UTF-8"
+	}
+	if len(s) > maxMaxLen {
+		return fmt.Sprintf("longer than %d bytes", maxMaxLen)
+	}
+	for _, r := range s {
+		if !unicode.IsGraphic(r) && !(tab && r == '\t') {
+			return fmt.Sprintf("contains a control or invisible character (%U)", r)
 		}
 	}
 	return ""

@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 )
 
@@ -72,6 +73,28 @@ func (p *Policy) Warnings() []string {
 	var out []string
 	for _, name := range sortedKeys(p.ops) {
 		out = append(out, p.ops[name].argvWarnings()...)
+	}
+	// What an op runs by name comes from the PATH it gets: said once per
+	// PATH, for the ops that get it.
+	said := map[string]bool{}
+	for _, name := range sortedKeys(p.ops) {
+		o := p.ops[name]
+		v, set := o.setEnv["PATH"]
+		if !set {
+			if !slices.Contains(o.env, "PATH") {
+				continue
+			}
+			v = os.Getenv("PATH")
+		}
+		if _, dropped := SafePATH(v); len(dropped) > 0 && !said[v] {
+			said[v] = true
+			where := "the daemon's PATH"
+			if set {
+				where = fmt.Sprintf("the PATH of op %q's set_env", name)
+			}
+			out = append(out, fmt.Sprintf("%s loses, in the ops' environment, what another user could have put or changed (and relative or empty entries): %s; a program an op runs by name is not looked up there",
+				where, strings.Join(dropped, ", ")))
+		}
 	}
 	for _, name := range sortedKeys(p.ops) {
 		o := p.ops[name]

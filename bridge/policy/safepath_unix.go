@@ -3,7 +3,9 @@
 package policy
 
 import (
+	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -48,11 +50,31 @@ func unsafeChain(path string) string {
 	return why
 }
 
+// WalkOwned resolves path (absolute) as the kernel would, through every
+// link at any depth, checking each directory it traverses and each link as
+// unsafeChain does (a sticky directory on the way is fine) — for a
+// directory this user is to keep private files in, such as a home. It stops
+// at the first name that does not exist yet: exists is then false, and
+// resolved is where it would be made. why is "" when nobody else could
+// rename, swap or re-point anything on the way.
+func WalkOwned(path string) (resolved string, exists bool, why string) {
+	return walkChainIn(path, 0, true)
+}
+
 // walkChain resolves path (absolute) component by component as the kernel
 // does, checking as unsafeChain says, and returns the resolved path.
 func walkChain(path string, depth int) (string, string) {
+	real, _, why := walkChainIn(path, depth, false)
+	return real, why
+}
+
+// walkChainIn is walkChain; dirs: every component is a directory on the
+// way (none holds a program: a sticky one is fine), and a missing name ends
+// the walk without a complaint.
+func walkChainIn(path string, depth int, dirs bool) (string, bool, string) {
+	fail := func(why string) (string, bool, string) { return "", false, why }
 	if depth > 40 {
-		return "", "too many links"
+		return fail("too many links")
 	}
 	parts := strings.Split(path, string(filepath.Separator))
 	var names []string
@@ -67,32 +89,41 @@ func walkChain(path string, depth int) (string, string) {
 			cur = filepath.Dir(cur) // cur is resolved: its parent is physical
 			continue
 		}
-		if why := unsafeDir(cur, i == len(names)-1); why != "" {
-			return "", why
+		if why := unsafeDir(cur, !dirs && i == len(names)-1); why != "" {
+			return fail(why)
 		}
 		next := filepath.Join(cur, name)
+		if next == "/proc" {
+			// Its links (/proc/self/cwd, /dev/fd/N) name what the
+			// process that follows them has: the daemon would check one
+			// file and the op, in its own directory, run another.
+			return fail("under /proc, whose links name each process's own files")
+		}
 		fi, err := os.Lstat(next)
+		if dirs && errors.Is(err, fs.ErrNotExist) {
+			return filepath.Join(append([]string{cur}, names[i:]...)...), false, ""
+		}
 		if err != nil {
-			return "", "not resolvable"
+			return fail("not resolvable")
 		}
 		if fi.Mode()&fs.ModeSymlink == 0 {
 			cur = next
 			continue
 		}
 		if !owned(fi) {
-			return "", fmt.Sprintf("reached through a link another user owns (%s)", next)
+			return fail(fmt.Sprintf("reached through a link another user owns (%s)", next))
 		}
 		target, err := os.Readlink(next)
 		if err != nil {
-			return "", "not resolvable"
+			return fail("not resolvable")
 		}
 		if !filepath.IsAbs(target) {
 			target = cur + string(filepath.Separator) + target
 		}
 		rest := strings.Join(names[i+1:], string(filepath.Separator))
-		return walkChain(target+string(filepath.Separator)+rest, depth+1)
+		return walkChainIn(target+string(filepath.Separator)+rest, depth+1, dirs)
 	}
-	return cur, ""
+	return cur, true, ""
 }
 
 // unsafeDir checks one directory on a program's path. last: the directory
@@ -134,4 +165,63 @@ func unsafeProgram(fi os.FileInfo) string {
 		return "owned by another user"
 	}
 	return ""
+}
+
+// unsafeInterpreter says why the interpreter a script at path names (its
+// "#!" line, through `env NAME` in pathEnv, at any depth the kernel
+// follows) must not run, or "": another user could have put or changed it.
+func unsafeInterpreter(path string, pathEnv func() string, depth int) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return "" // the exec will say
+	}
+	head := make([]byte, 256)
+	n, _ := io.ReadFull(f, head)
+	f.Close()
+	line, _, _ := strings.Cut(string(head[:n]), "\n")
+	rest, ok := strings.CutPrefix(line, "#!")
+	if !ok {
+		return ""
+	}
+	if depth > 4 {
+		return "interpreters nested too deep"
+	}
+	fields := strings.Fields(rest)
+	if len(fields) == 0 {
+		return ""
+	}
+	interp := fields[0]
+	if why := checkInterp(interp, pathEnv, depth); why != "" {
+		return why
+	}
+	if filepath.Base(interp) == "env" {
+		// env looks its program up in the op's PATH (SafePATH's).
+		for _, a := range fields[1:] {
+			if a == "-S" || strings.HasPrefix(a, "-") || strings.Contains(a, "=") {
+				continue
+			}
+			found, _, err := lookPathPassing(a, pathEnv)
+			if err != nil {
+				return fmt.Sprintf("its interpreter %s (through env): %v", a, err)
+			}
+			return unsafeInterpreter(found, pathEnv, depth+1)
+		}
+	}
+	return ""
+}
+
+// checkInterp checks one interpreter named by an absolute path.
+func checkInterp(interp string, pathEnv func() string, depth int) string {
+	if !filepath.IsAbs(interp) {
+		return fmt.Sprintf("its interpreter %q is not an absolute path", interp)
+	}
+	if why := unsafeChain(interp); why != "" {
+		return fmt.Sprintf("its interpreter %s: %s", interp, why)
+	}
+	if fi, err := os.Stat(interp); err == nil {
+		if why := unsafeProgram(fi); why != "" {
+			return fmt.Sprintf("its interpreter %s is %s", interp, why)
+		}
+	}
+	return unsafeInterpreter(interp, pathEnv, depth+1)
 }

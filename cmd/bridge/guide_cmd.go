@@ -86,6 +86,7 @@ var guideExits = []guideExit{
 	{strconv.Itoa(exitUsage), "bad command line; nothing was sent", "fix the command: op and argument names are in this guide and in `bridge ops`"},
 	{strconv.Itoa(exitError), "bridge itself failed (home, folder, keys, I/O), or the request named is unknown", "read the `bridge: hint:` line; run `bridge doctor`; tell the human if it persists"},
 	{strconv.Itoa(exitRejected), "the host refused the request (op not allowed, bad argument, too much input)", "do not retry it unchanged: fix the argument as the reason says, or ask the human to allow the op"},
+	{strconv.Itoa(exitClock), "the host refused the request as dated in its future (not-yet-valid): this machine's clock and the host's differ by more than the host allows; nothing ran", "do not change the call: tell the human the clocks differ (the error says by how much) and to enable NTP on both machines; then send it again"},
 	{strconv.Itoa(exitExpired), "the request expired before it ran (the host was down or the folder did not sync)", "check with `bridge ping`; then send it again with a new --key"},
 	{strconv.Itoa(exitUncertain), "uncertain: the host stopped while the op ran; it may or may not have had its effect", "do NOT retry; ask the human to check and settle it on the host (`bridge reconcile`), then `bridge wait ID`"},
 	{strconv.Itoa(exitCancelled), "the request was cancelled", "do not retry unless asked to"},
@@ -662,7 +663,7 @@ func renderGuide(doc *guideDoc, h1 string) string {
 	}
 
 	p("%s Exit codes and what to do\n\n", h2)
-	p("`bridge run`, `bridge wait` and `bridge result` exit with the op's own code when it ran; otherwise with one of bridge's. An op may itself exit 64–75, so when it matters use `--json` and read `status` and `bridge_exit_code`.\n\n")
+	p("`bridge run`, `bridge wait` and `bridge result` exit with the op's own code when it ran; otherwise with one of bridge's. An op may itself exit 64–78, so when it matters use `--json` and read `status` and `bridge_exit_code`.\n\n")
 	p("| exit | meaning | what to do |\n|---|---|---|\n")
 	for _, e := range doc.ExitCodes {
 		p("| %s | %s | %s |\n", e.Code, e.Meaning, e.Action)

@@ -40,6 +40,7 @@ const (
 	exitOpTimeout   = 71 // the op ran out of time on the host
 	exitWaitTime    = 75 // gave up waiting; the request may still complete (`bridge wait ID`)
 	exitNotAccepted = 77 // the host's liveness stamp says it accepts none of this agent's keys
+	exitClock       = 78 // the host refused the request as dated in its future: a clock is wrong (not-yet-valid)
 	exitInterrupt   = 130
 	defaultHomeDir  = "bridge"
 )

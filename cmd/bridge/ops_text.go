@@ -64,8 +64,9 @@ func (c *RunCmd) Help() string {
   69 cancelled             70 the host could not start the op
   71 the op timed out      75 gave up waiting (bridge wait ID)   130 interrupted
   77 not accepted: the host accepts none of this agent's keys (pair again)
+  78 a clock is wrong: the host refused it as dated in its future (enable NTP)
   128+n the op was killed by signal n (137: SIGKILL)
-An op may exit 64..77 or 128+ itself. To tell them apart, use --json (or BRIDGE_JSON=1):
+An op may exit 64..78 or 128+ itself. To tell them apart, use --json (or BRIDGE_JSON=1):
 "exit_code" is the op's, "bridge_exit_code" is what bridge exits with, and
 "status" says whether it ran ("done") or not.
 

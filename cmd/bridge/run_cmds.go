@@ -500,11 +500,20 @@ func outcomeJSON(out *agent.Outcome) (map[string]any, error) {
 	if err := out.WriteOutput(&stdout, &stderr); err != nil {
 		return nil, err
 	}
-	return map[string]any{"id": rc.ID, "op": rc.Op, "status": rc.Status, "reason": rc.Reason, "detail": rc.Detail,
+	op := rc.Op
+	if op == "" && out.Sent != nil {
+		// Refused before the host opened the call (its times, its key):
+		// the op is the one this agent sent.
+		op = out.Sent.Op
+	}
+	return map[string]any{"id": rc.ID, "op": op, "status": rc.Status, "reason": rc.Reason, "detail": rc.Detail,
 		"exit_code": opExitCode(rc), "signal": rc.Signal, "timed_out": rc.TimedOut, "argv": argv,
 		"stdout": stdout.String(), "stderr": stderr.String(), "stdout_truncated": rc.StdoutTruncated,
 		"stderr_truncated": rc.StderrTruncated, "policy_sha256": rc.PolicySHA256, "bridge_exit_code": exitFor(rc), "earlier_send": out.Earlier}, nil
 }
+
+// reasonNotYetValid is the host's reason for a request dated in its future.
+const reasonNotYetValid = "not-yet-valid"
 
 func exitFor(rc *bridge.Receipt) int {
 	switch rc.Status {
@@ -520,6 +529,9 @@ func exitFor(rc *bridge.Receipt) int {
 		}
 		return rc.ExitCode
 	case bridge.StatusRejected:
+		if rc.Reason == reasonNotYetValid {
+			return exitClock // not a bad call: fixing a clock and sending again is
+		}
 		return exitRejected
 	case bridge.StatusExpired:
 		return exitExpired
@@ -558,6 +570,9 @@ func hintFor(rc *bridge.Receipt, agent string) string {
 		return "cancelled as asked; an op stopped while running may have had part of its effect"
 	case rc.Reason == "revoked":
 		return "the key that signed it is revoked on the host: pair this agent with the host again (docs/KEYS.md)"
+	case rc.Reason == reasonNotYetValid:
+		return "nothing ran: this machine's clock is ahead of the host's by more than the host allows (the detail says by how much); " +
+			"set both clocks by NTP (`timedatectl set-ntp true`, or the system's time settings), then send it again"
 	}
 	switch rc.Reason {
 	case "not-allowed":

@@ -1,0 +1,19 @@
+//go:build darwin || freebsd || netbsd
+
+package host
+
+import (
+	"io/fs"
+	"syscall"
+	"time"
+)
+
+// fileCtime is when fi's inode last changed (refused_ctime_linux.go): a
+// sync client sets modification times from the other side, and nobody sets
+// this one.
+func fileCtime(fi fs.FileInfo) time.Time {
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		return time.Unix(st.Ctimespec.Unix())
+	}
+	return fi.ModTime()
+}
