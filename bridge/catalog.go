@@ -25,12 +25,14 @@ type Catalog struct {
 	Issued int64           `json:"issued,omitempty"`
 	Ops    []policy.OpInfo `json:"ops"`
 
-	// Warning is set by the agent that read the catalog, never signed:
-	// why it may not describe what the host runs now (an older catalog put
-	// back in the folder, or a policy the host's fresher liveness stamp
-	// names and this catalog does not). With a warning, no op is offered
-	// as safe to run again.
+	// Warning and Stale are set by the agent that read the catalog, never
+	// signed. Warning: why it may not be what the host runs now (an older
+	// catalog put back in the folder, a policy the host's newer liveness
+	// stamp names and this catalog does not, a date ahead of this clock).
+	// Stale: it may describe another policy than the host's, so no op is
+	// offered as safe to run again and no call is checked against it.
 	Warning string `json:"-"`
+	Stale   bool   `json:"-"`
 }
 
 // CatalogVersion is the version of the catalogs this release signs.

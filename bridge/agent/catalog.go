@@ -16,96 +16,176 @@ import (
 // The host's op catalog as this agent believes it (SPEC §10a). The folder
 // may hold any catalog the host ever signed for this agent (a folder
 // writer can put an old one back, with an op since removed or no longer
-// idempotent): the agent keeps the newest it has seen in its home
-// (catalogs/HOST.catalog) and uses it when the folder shows an older one,
-// and checks the catalog's policy against the host's fresher liveness
-// stamp.
+// idempotent), and any stamp it ever signed. The agent keeps, in its home,
+// the newest catalog it has verified (catalogs/HOST.catalog) and the
+// newest liveness stamp (catalogs/HOST.liveness); it uses the kept catalog
+// when the folder shows an older one, and calls a catalog stale when the
+// newest stamp it knows is later and names another policy, or when no
+// stamp confirms it at all.
 
-// catalogsDir holds, in the agent's home, the newest catalog of each host.
+// catalogsDir holds, in the agent's home, the newest catalog and stamp of
+// each host.
 const catalogsDir = "catalogs"
 
 // Ops reads and verifies a host's signed catalog: the newest of the one in
-// the folder and the one this agent kept. Its Warning says when it may not
-// describe what the host runs now; every op is then marked not idempotent.
+// the folder and the one this agent kept. Its Warning says why it may not
+// describe what the host runs now; when Stale is set, no op is marked
+// idempotent and no call should be checked against it (the host decides).
 func (c *Client) Ops(host string) (*bridge.Catalog, error) {
-	cat, _, err := c.ops(host)
-	return cat, err
-}
-
-// ops is Ops, and whether the catalog predates the policy the host's
-// liveness stamp names (a call should then go unchecked: the host decides).
-func (c *Client) ops(host string) (cat *bridge.Catalog, stale bool, err error) {
 	_, hb, err := c.host(host)
 	if err != nil {
-		return nil, false, err
+		return nil, err
 	}
 	data, err := c.folder.ReadFile(bridge.CatalogPath(hb.ID, c.home.Config.ID), bcrypto.KindCatalog.MaxSize())
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, false, bridge.WithHint(errors.New("the host has not published its catalog for this agent yet"),
+		return nil, bridge.WithHint(errors.New("the host has not published its catalog for this agent yet"),
 			"the host publishes it once it has paired this agent (`bridge pair --fingerprint %s` on the host) and `bridge serve` runs; then wait for the sync",
 			c.home.Bundle().Fingerprint())
 	} else if err != nil {
-		return nil, false, err
+		return nil, err
 	}
 	p, _, err := c.home.Peer(hb.ID)
 	if err != nil {
-		return nil, false, err
+		return nil, err
 	}
+	now := time.Now()
 	var hostKeys [][]byte
-	for _, k := range p.KeysIn(bridge.KeyValid, time.Now()) {
+	for _, k := range p.KeysIn(bridge.KeyValid, now) {
 		hostKeys = append(hostKeys, k.SignPub)
 	}
-	cat, err = bridge.OpenCatalog(data, hb.ID, c.home.Config.ID, hostKeys)
+	cat, err := bridge.OpenCatalog(data, hb.ID, c.home.Config.ID, hostKeys)
 	if err != nil {
-		return nil, false, err
+		return nil, err
 	}
-	keptPath := c.home.Path(catalogsDir, hb.ID+".catalog")
-	keptData, _ := os.ReadFile(keptPath)
-	var kept *bridge.Catalog
-	if len(keptData) > 0 && !bytes.Equal(keptData, data) {
-		// One the host signed with a key no longer valid is not believed
-		// (and the folder's replaces it).
-		kept, _ = bridge.OpenCatalog(keptData, hb.ID, c.home.Config.ID, hostKeys)
-	}
-	switch {
-	case kept != nil && kept.Issued > cat.Issued:
-		kept.Warning = fmt.Sprintf("the folder holds an older catalog of host %q (signed %s) than one this agent has seen (signed %s): "+
-			"someone who can write the folder put it back, or a backup was restored; the newest is used, and the host puts its own back "+
-			"at its next liveness stamp", p.Name, issuedText(cat.Issued), issuedText(kept.Issued))
-		cat = kept
-	case cat.Issued > 0 && !bytes.Equal(keptData, data):
-		// Newer than the kept one, or the first. Not kept (a read-only
-		// home), it is still used: the copy only guards against older.
-		_ = c.keepCatalog(keptPath, data)
+	var warnings []string
+	ahead := func(ms int64) bool { return time.UnixMilli(ms).Sub(now) > futureSlack }
+	if ahead(cat.Issued) {
+		// A host's clock that was ahead (or a host that turned hostile)
+		// must not lock out every later catalog: used, never kept.
+		cat.Stale = true
+		warnings = append(warnings, fmt.Sprintf("host %q's catalog is dated %s, %s ahead of this machine's clock: a clock is wrong on one side; it is used, not kept",
+			p.Name, issuedText(cat.Issued), Ago(time.UnixMilli(cat.Issued).Sub(now))))
+	} else {
+		kept, _ := c.keepNewestCatalog(hb.ID, data, cat, hostKeys, ahead)
+		if kept != nil && kept.Issued > cat.Issued {
+			warnings = append(warnings, fmt.Sprintf("the folder holds an older catalog of host %q (signed %s) than one this agent has seen (signed %s): "+
+				"someone who can write the folder put it back, or a backup was restored; the newest is used, and the host puts its own back within its stamp interval",
+				p.Name, issuedText(cat.Issued), issuedText(kept.Issued)))
+			cat = kept
+		}
 	}
 	// The stamp is rewritten every interval and names the policy the host
-	// runs: a catalog signed before it under another policy is out of date
-	// (still syncing, or an old one in a folder this agent never saw the
-	// newer one of).
-	if lv, err := c.hostLiveness(hb.ID); err == nil && lv.LastSeen != nil && lv.Verdict != LivenessNoStamp &&
-		lv.Verdict != LivenessClockAhead && lv.PolicySHA256 != cat.Policy && lv.LastSeen.UnixMilli() > cat.Issued {
-		stale = true
-		w := fmt.Sprintf("host %q's catalog predates the policy its liveness stamp of %s names: it is still syncing, or the folder holds an old one; "+
-			"ops are shown as the host described them then, and the host decides each call", p.Name, lv.LastSeen.UTC().Format(time.RFC3339))
-		if cat.Warning != "" {
-			w = cat.Warning + "; " + w
-		}
-		cat.Warning = w
+	// runs: the newest this agent has verified (a folder writer may put an
+	// older one back, or remove it) says whether the catalog is current.
+	switch st := c.newestStamp(hb.ID, hostKeys, now); {
+	case st == nil:
+		cat.Stale = true
+		warnings = append(warnings, fmt.Sprintf("no liveness stamp of host %q confirms this catalog is the one its policy gives (none has arrived yet, or the folder lost it); "+
+			"the host decides each call", p.Name))
+	case st.Policy != cat.Policy && time.Unix(st.Time, 0).UnixMilli() > cat.Issued:
+		cat.Stale = true
+		warnings = append(warnings, fmt.Sprintf("host %q's catalog predates the policy its liveness stamp of %s names: it is still syncing, or the folder holds an old one; "+
+			"the host decides each call", p.Name, time.Unix(st.Time, 0).UTC().Format(time.RFC3339)))
 	}
-	if cat.Warning != "" {
+	for i, w := range warnings {
+		if i == 0 {
+			cat.Warning = w
+		} else {
+			cat.Warning += "; " + w
+		}
+	}
+	if cat.Stale {
 		for i := range cat.Ops {
 			cat.Ops[i].Idempotent = false // nothing is safe to run again on an old word
 		}
 	}
-	return cat, stale, nil
+	return cat, nil
 }
 
-// keepCatalog keeps data as the newest catalog seen of its host.
-func (c *Client) keepCatalog(path string, data []byte) error {
-	if err := os.MkdirAll(c.home.Path(catalogsDir), 0o700); err != nil {
-		return err
+// keepNewestCatalog keeps data (verified as cat) as the newest catalog of
+// host when it is newer than the kept one, and returns the kept one (nil:
+// none, or one no longer believed). Two processes of this agent may do
+// so at once: the kept copy is replaced under a lock, once it is read
+// again, only by a newer one.
+func (c *Client) keepNewestCatalog(host string, data []byte, cat *bridge.Catalog, hostKeys [][]byte, ahead func(int64) bool) (*bridge.Catalog, error) {
+	path := c.home.Path(catalogsDir, host+".catalog")
+	read := func() *bridge.Catalog {
+		b, err := os.ReadFile(path)
+		if err != nil || bytes.Equal(b, data) {
+			return nil
+		}
+		// One the host signed with a key no longer valid, or dated ahead
+		// of this clock, is not believed (and the folder's replaces it).
+		k, err := bridge.OpenCatalog(b, host, c.home.Config.ID, hostKeys)
+		if err != nil || ahead(k.Issued) {
+			return nil
+		}
+		return k
 	}
-	return syncsafe.WriteFileAtomic(path, data)
+	if b, err := os.ReadFile(path); err == nil && bytes.Equal(b, data) {
+		return nil, nil // kept already: the common case, nothing verified twice
+	}
+	kept := read()
+	if cat.Issued == 0 || kept != nil && kept.Issued >= cat.Issued {
+		return kept, nil
+	}
+	if err := os.MkdirAll(c.home.Path(catalogsDir), 0o700); err != nil {
+		return kept, err
+	}
+	lock, err := syncsafe.Lock(c.home.Path(catalogsDir, host+".lock"))
+	if err != nil {
+		return kept, err // another process of this agent keeps one now
+	}
+	defer lock.Unlock()
+	if kept = read(); kept != nil && kept.Issued >= cat.Issued {
+		return kept, nil
+	}
+	// Not kept (a read-only home), it is still used: the copy only
+	// guards against an older one.
+	return kept, syncsafe.WriteFileAtomic(path, data)
+}
+
+// newestStamp is the newest liveness stamp of host this agent has verified:
+// the folder's or the one it kept (catalogs/HOST.liveness), not one dated
+// ahead of this machine's clock; the folder's is kept when it is newer.
+// nil: none verifies.
+func (c *Client) newestStamp(host string, hostKeys [][]byte, now time.Time) *bridge.LivenessStamp {
+	open := func(b []byte) *bridge.LivenessStamp {
+		st, err := bridge.OpenLiveness(b, host, c.home.Config.ID, hostKeys)
+		if err != nil || time.Unix(st.Time, 0).Sub(now) > futureSlack {
+			return nil
+		}
+		return st
+	}
+	path := c.home.Path(catalogsDir, host+".liveness")
+	keptData, _ := os.ReadFile(path)
+	data, err := c.folder.ReadFile(bridge.LivenessPath(host, c.home.Config.ID), bcrypto.KindLiveness.MaxSize())
+	var st *bridge.LivenessStamp
+	if err == nil {
+		st = open(data)
+	}
+	if st != nil && bytes.Equal(data, keptData) {
+		return st
+	}
+	var kept *bridge.LivenessStamp
+	if len(keptData) > 0 {
+		kept = open(keptData)
+	}
+	switch {
+	case st == nil:
+		return kept
+	case kept != nil && kept.Time > st.Time:
+		return kept
+	}
+	// Newer: kept without an fsync (a copy lost in a crash only weakens
+	// the check until the next stamp), by a rename so no reader sees half.
+	if os.MkdirAll(c.home.Path(catalogsDir), 0o700) == nil {
+		tmp := path + ".tmp-" + bridge.NewRequestID()[:8]
+		if os.WriteFile(tmp, data, 0o600) == nil && os.Rename(tmp, path) != nil {
+			os.Remove(tmp)
+		}
+	}
+	return st
 }
 
 // issuedText is a catalog's issue time for a message.

@@ -47,6 +47,7 @@ func TestCatalogRollbackKeepsTheNewest(t *testing.T) {
 	h := newHomes(t)
 	pol := strings.Repeat("ab", 32)
 	now := time.Now().UnixMilli()
+	h.stamp(t, bridge.LivenessStamp{Time: time.Now().Unix(), Accepts: []string{h.agent.Identity().SignKid()}, Policy: pol}, h.host.Identity())
 	old := h.signedCatalog(t, now-60_000, pol, true, "drop-db")
 	h.putCatalog(t, old)
 	if cat, err := h.client.Ops(""); err != nil || len(cat.Ops) != 2 || cat.Warning != "" {
@@ -103,8 +104,22 @@ func TestCatalogOlderThanTheStampIsNotBelieved(t *testing.T) {
 	if checked, _ := h.client.CheckCall("", "nosuch", nil, bridge.CallInput{}); checked {
 		t.Fatal("a call is checked against a catalog the host's stamp says is out of date")
 	}
-	// The same stamp with the catalog's policy: believed as it is.
-	h.stamp(t, bridge.LivenessStamp{Time: time.Now().Unix(), Accepts: []string{h.agent.Identity().SignKid()},
+	// A stamp older than that one, put back by a folder writer: the
+	// newest this agent verified still counts.
+	h.stamp(t, bridge.LivenessStamp{Time: time.Now().Add(-time.Minute).Unix(), Accepts: []string{h.agent.Identity().SignKid()},
+		Policy: strings.Repeat("ab", 32)}, h.host.Identity())
+	if cat, err = h.client.Ops(""); err != nil || !cat.Stale {
+		t.Fatalf("an older stamp put back makes the old catalog current: %+v, %v", cat, err)
+	}
+	// Or the stamp removed.
+	if err := os.Remove(filepath.Join(h.folder, filepath.FromSlash(bridge.LivenessPath(h.host.Config.ID, h.agent.Config.ID)))); err != nil {
+		t.Fatal(err)
+	}
+	if cat, err = h.client.Ops(""); err != nil || !cat.Stale {
+		t.Fatalf("the stamp removed makes the old catalog current: %+v, %v", cat, err)
+	}
+	// A later stamp with the catalog's policy: believed as it is.
+	h.stamp(t, bridge.LivenessStamp{Time: time.Now().Add(time.Second).Unix(), Accepts: []string{h.agent.Identity().SignKid()},
 		Policy: strings.Repeat("ab", 32)}, h.host.Identity())
 	if cat, err = h.client.Ops(""); err != nil || cat.Warning != "" || !cat.Ops[0].Idempotent {
 		t.Fatalf("a current catalog: %+v, %v", cat, err)
@@ -121,6 +136,7 @@ func TestCatalogOlderThanTheStampIsNotBelieved(t *testing.T) {
 // and a dated one replaces it in the agent's keeping.
 func TestCatalogOfAnEarlierReleaseReads(t *testing.T) {
 	h := newHomes(t)
+	h.stamp(t, bridge.LivenessStamp{Time: time.Now().Unix(), Accepts: []string{h.agent.Identity().SignKid()}, Policy: strings.Repeat("ab", 32)}, h.host.Identity())
 	body := `{"v":1,"host":"` + h.host.Config.ID + `","agent":"` + h.agent.Config.ID + `","policy_sha256":"` + strings.Repeat("ab", 32) +
 		`","ops":[{"name":"status","scope":"read","approve":false,"idempotent":true,"timeout":"10s","max_output":0,"max_stdin":0,"args":[]}]}`
 	v1, err := signBody(h, body)
@@ -155,4 +171,51 @@ func (h *homes) reopen(t *testing.T) *Client {
 // signBody signs a catalog body as it is, as the host's key would.
 func signBody(h *homes, body string) ([]byte, error) {
 	return bcrypto.Sign(bcrypto.KindCatalog, []byte(body), h.host.Identity())
+}
+
+// A catalog dated ahead of this machine's clock (a host clock that was
+// ahead, or a host that turned hostile) is used, with a warning, but never
+// kept: it must not lock out every later catalog (the red team of 8612227).
+func TestCatalogFromTheFutureIsNotKept(t *testing.T) {
+	h := newHomes(t)
+	pol := strings.Repeat("ab", 32)
+	h.stamp(t, bridge.LivenessStamp{Time: time.Now().Unix(), Accepts: []string{h.agent.Identity().SignKid()}, Policy: pol}, h.host.Identity())
+	h.putCatalog(t, h.signedCatalog(t, time.Now().Add(365*24*time.Hour).UnixMilli(), pol, true, ""))
+	cat, err := h.client.Ops("")
+	if err != nil || !cat.Stale || !strings.Contains(cat.Warning, "ahead of this machine's clock") {
+		t.Fatalf("a catalog a year ahead: %+v, %v", cat, err)
+	}
+	h.putCatalog(t, h.signedCatalog(t, time.Now().UnixMilli(), pol, false, "new-op"))
+	if cat, err = h.client.Ops(""); err != nil || cat.Warning != "" || len(cat.Ops) != 2 {
+		t.Fatalf("the host's later catalog after one from the future: %+v, %v", cat, err)
+	}
+	if checked, err := h.client.CheckCall("", "new-op", nil, bridge.CallInput{}); !checked || err != nil {
+		t.Fatalf("new-op: checked %v, %v", checked, err)
+	}
+}
+
+// Two processes of this agent keeping catalogs at once: the kept copy is
+// only ever replaced by a newer one, whatever the order.
+func TestCatalogKeptOnlyByANewerOne(t *testing.T) {
+	h := newHomes(t)
+	pol := strings.Repeat("ab", 32)
+	h.stamp(t, bridge.LivenessStamp{Time: time.Now().Unix(), Accepts: []string{h.agent.Identity().SignKid()}, Policy: pol}, h.host.Identity())
+	now := time.Now().UnixMilli()
+	newer, older := h.signedCatalog(t, now, pol, false, ""), h.signedCatalog(t, now-1000, pol, true, "drop-db")
+	h.putCatalog(t, newer)
+	if _, err := h.client.Ops(""); err != nil {
+		t.Fatal(err)
+	}
+	// The other process read the older one before and keeps it now.
+	cat, err := bridge.OpenCatalog(older, h.host.Config.ID, h.agent.Config.ID, [][]byte{h.host.Identity().SignPublic()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.client.keepNewestCatalog(h.host.Config.ID, older, cat, [][]byte{h.host.Identity().SignPublic()}, func(int64) bool { return false }); err != nil {
+		t.Fatal(err)
+	}
+	h.putCatalog(t, older)
+	if cat, err = h.client.Ops(""); err != nil || len(cat.Ops) != 1 || !strings.Contains(cat.Warning, "older catalog") {
+		t.Fatalf("after a late keep of the older catalog: %+v, %v", cat, err)
+	}
 }

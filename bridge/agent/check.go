@@ -11,8 +11,8 @@ import "github.com/syncbridge/bridge/bridge"
 // policy the host's liveness stamp names): the call should then go as it
 // is, and the host decides. `bridge run` and `bridge mcp` both call it.
 func (c *Client) CheckCall(host, op string, args map[string]string, in bridge.CallInput) (checked bool, err error) {
-	cat, stale, err := c.ops(host)
-	if err != nil || stale {
+	cat, err := c.Ops(host)
+	if err != nil || cat.Stale {
 		return false, nil
 	}
 	return true, cat.CheckCall(op, args, in)

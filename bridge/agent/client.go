@@ -342,12 +342,13 @@ func (c *Client) sentUnderPublicID(host string, o SubmitOptions) (*Sent, error) 
 
 // boundStdin holds the input of a request to its op's max_stdin from the
 // host's signed catalog, so an agent learns before it sends (and before it
-// fills the folder) what the host would refuse. Without a readable catalog,
-// or for an op it does not list, the input goes as it is: the host enforces
+// fills the folder) what the host would refuse. Without a readable catalog
+// (or one that may be older than the host's policy: Catalog.Stale), or for
+// an op it does not list, the input goes as it is: the host enforces
 // the bound either way, and the catalog may be older than its policy.
 func (c *Client) boundStdin(host, op string, in io.Reader) io.Reader {
 	most := int64(-1)
-	if cat, err := c.Ops(host); err == nil {
+	if cat, err := c.Ops(host); err == nil && !cat.Stale {
 		for _, info := range cat.Ops {
 			if info.Name == op {
 				most = info.MaxStdin

@@ -11,6 +11,7 @@ import (
 	"os"
 	"regexp"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/syncbridge/bridge/bridge"
@@ -78,6 +79,11 @@ func (d *Daemon) sweepApprovalInputs() {
 			if !ok {
 				continue
 			}
+			// A copy is kept just before its request is recorded as
+			// waiting: one younger than a minute may be on its way.
+			if fi, err := f.Info(); err != nil || time.Since(fi.ModTime()) < time.Minute {
+				continue
+			}
 			if e, err := d.ledger.Get(a.Name() + "/" + id); err == nil && e.State == ledger.StateAwaitingApproval {
 				continue
 			}
@@ -128,12 +134,19 @@ func approvalInput(h *bridge.Home, e Listed) *ApprovalInput {
 // when it is the input the approval is bound to (nil otherwise): what was
 // checked is what is read.
 func openApprovalInput(h *bridge.Home, e Listed) (*ApprovalInput, *os.File) {
-	m := inputLine.FindStringSubmatch(e.Reason)
-	if m == nil {
+	all := inputLine.FindAllStringSubmatch(e.Reason, -1)
+	if all == nil {
 		return nil, nil
 	}
+	m := all[0]
 	in := &ApprovalInput{SHA256: m[2]}
 	fmt.Sscan(m[1], &in.Bytes)
+	if len(all) > 1 {
+		// The host writes one; a value shown (quoted, SHA-256 aside) can
+		// no longer forge another, and none is guessed at.
+		in.Problem = "the approval text holds more than one input line: do not approve on it"
+		return in, nil
+	}
 	f, err := os.Open(approvalInputPath(h, e.Agent, e.ID))
 	if err != nil {
 		in.Problem = "the input is not kept on this host (the daemon could not keep it, or a release before it did); its size and hash bind the approval all the same"

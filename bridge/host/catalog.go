@@ -2,9 +2,10 @@ package host
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"io/fs"
-	"time"
+	"os"
 
 	"github.com/syncbridge/bridge/bridge"
 	bcrypto "github.com/syncbridge/bridge/crypto"
@@ -22,8 +23,6 @@ import (
 type publishedCatalog struct {
 	issued int64
 	data   []byte
-	size   int64
-	mtime  time.Time
 }
 
 // publishCatalog publishes, for each trusted agent, the signed list of the
@@ -39,13 +38,17 @@ func (d *Daemon) publishCatalog() error {
 		d.catalogs = map[string]*publishedCatalog{}
 	}
 	var errs []error
+	var floors map[string]int64 // the home's record, read at the first publication after a start
 	for agentID, keys := range d.agents() {
 		rel := bridge.CatalogPath(d.me, agentID)
 		last := int64(0)
 		if p := d.catalogs[agentID]; p != nil {
 			last = p.issued
 		} else {
-			last = d.folderCatalogIssued(rel, agentID, own)
+			if floors == nil {
+				floors = d.readCatalogFloors()
+			}
+			last = max(floors[agentID], d.folderCatalogIssued(rel, agentID, own))
 		}
 		// Above the last even if the clock stepped back: an agent that
 		// saw that one would take this one for older.
@@ -59,13 +62,36 @@ func (d *Daemon) publishCatalog() error {
 			errs = append(errs, err)
 			continue
 		}
-		p := &publishedCatalog{issued: issued, data: signed}
-		if fi, err := d.folder.Lstat(rel); err == nil {
-			p.size, p.mtime = fi.Size(), fi.ModTime()
-		}
-		d.catalogs[agentID] = p
+		d.catalogs[agentID] = &publishedCatalog{issued: issued, data: signed}
 	}
+	errs = append(errs, d.saveCatalogFloors())
 	return errors.Join(errs...)
+}
+
+// catalogFloorsName is the host home's record of the last catalog issue
+// time per agent (inbox/catalogs.json): the floor of the next after a
+// start, even when the folder lost the catalog and the clock stepped back.
+const catalogFloorsName = "catalogs.json"
+
+func (d *Daemon) readCatalogFloors() map[string]int64 {
+	floors := map[string]int64{}
+	if b, err := os.ReadFile(d.home.Path("inbox", catalogFloorsName)); err == nil {
+		json.Unmarshal(b, &floors) // damaged: the folder's catalog and the clock are the floor
+	}
+	return floors
+}
+
+// saveCatalogFloors records what publishCatalog published (catMu held).
+func (d *Daemon) saveCatalogFloors() error {
+	floors := d.readCatalogFloors()
+	for agent, p := range d.catalogs {
+		floors[agent] = max(floors[agent], p.issued)
+	}
+	b, _ := json.Marshal(floors)
+	if err := os.MkdirAll(d.home.Path("inbox"), 0o700); err != nil {
+		return err
+	}
+	return syncsafe.WriteFileAtomic(d.home.Path("inbox", catalogFloorsName), b)
 }
 
 // folderCatalogIssued is the issue time of the catalog this host signed
@@ -90,9 +116,10 @@ func (d *Daemon) folderCatalogIssued(rel, agent string, own *ownKeys) int64 {
 // guardCatalogs puts back each agent's catalog when the folder holds
 // something else in its place (an older catalog put back, a removed or
 // damaged one): the agent keeps the newest it has seen, and an agent that
-// never saw it should not have to wait for the next policy change. One
-// Lstat per agent, once per liveness interval; the file is read only when
-// its size or time changed.
+// never saw it should not have to wait for the next policy change. The
+// bytes are compared each time (a catalog is a few KiB, read once per
+// stamp interval): a copy put back with the size and time of the host's
+// would pass a look at those.
 func (d *Daemon) guardCatalogs() {
 	if d.folder == nil {
 		return
@@ -101,30 +128,22 @@ func (d *Daemon) guardCatalogs() {
 	defer d.catMu.Unlock()
 	agents := d.agents()
 	for agentID, p := range d.catalogs {
-		if agents[agentID] == nil {
+		keys := agents[agentID]
+		if keys == nil {
 			continue
 		}
 		rel := bridge.CatalogPath(d.me, agentID)
-		fi, err := d.folder.Lstat(rel)
-		if err == nil && fi.Mode().IsRegular() && fi.Size() == p.size && fi.ModTime().Equal(p.mtime) {
+		data, err := d.folder.ReadFile(rel, bcrypto.KindCatalog.MaxSize())
+		if err == nil && bytes.Equal(data, p.data) {
 			continue
 		}
-		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		if err != nil && !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, syncsafe.ErrTooLarge) && !errors.Is(err, syncsafe.ErrNotRegular) {
 			continue // the directory is being repaired (resultDir) or unreadable: next round
 		}
-		if err == nil && fi.Mode().IsRegular() {
-			if data, rerr := d.folder.ReadFile(rel, bcrypto.KindCatalog.MaxSize()); rerr == nil && bytes.Equal(data, p.data) {
-				p.size, p.mtime = fi.Size(), fi.ModTime() // the same bytes (touched, or copied back in place)
-				continue
-			}
-		}
 		if err := d.folder.PublishReplace(rel, bridge.WriteBytes(p.data), syncsafe.WithMode(0o644)); err != nil {
-			d.log.Warn("put back the op catalog", "agent", agentID, "err", err)
+			d.log.Warn("put back the op catalog", "agent", keys.name, "err", err)
 			continue
 		}
-		if fi, err := d.folder.Lstat(rel); err == nil {
-			p.size, p.mtime = fi.Size(), fi.ModTime()
-		}
-		d.log.Warn("the op catalog in the folder was not the one this host published: put back", "agent", agentID)
+		d.log.Warn("the op catalog in the folder was not the one this host published: put back", "agent", keys.name)
 	}
 }

@@ -48,7 +48,15 @@ func TestHostDatesAndPutsBackItsCatalog(t *testing.T) {
 		t.Fatal(err)
 	}
 	path := p.folder + "/" + bridge.CatalogPath(p.host.Config.ID, p.agent.Config.ID)
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := os.WriteFile(path, oldData, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// With the time of the host's own, as a sync client would set it.
+	if err := os.Chtimes(path, fi.ModTime(), fi.ModTime()); err != nil {
 		t.Fatal(err)
 	}
 	offset.Store(int64(70 * time.Second)) // past the stamp interval
@@ -64,7 +72,11 @@ func TestHostDatesAndPutsBackItsCatalog(t *testing.T) {
 	defer cancel()
 	stopDaemon(d, ctx)
 
-	// The clock an hour behind at the next start: still dated above.
+	// The clock an hour behind at the next start, and the folder's
+	// catalog gone meanwhile: still dated above (the home keeps the last).
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
 	offset.Store(int64(-time.Hour))
 	runDaemon(t, p.host, DaemonOptions{Rescan: 500 * time.Millisecond, Now: now, LivenessInterval: time.Minute})
 	if next, _ := p.readCatalog(t); next.Issued <= first.Issued {

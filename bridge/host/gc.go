@@ -32,10 +32,11 @@ type GCOptions struct {
 
 // GCItem is one thing a collection removes (or would remove).
 type GCItem struct {
-	Agent string `json:"agent"`
-	ID    string `json:"id"`
-	What  string `json:"what"` // "result" or "ledger entry"
-	Why   string `json:"why"`
+	Agent     string `json:"agent"`
+	AgentName string `json:"agent_name"` // its local name; its id if it is no longer trusted
+	ID        string `json:"id"`
+	What      string `json:"what"` // "result", "ledger entry" or "message"
+	Why       string `json:"why"`
 }
 
 // GCReport is what a collection did.
@@ -221,6 +222,13 @@ func (d *Daemon) collect(o GCOptions, all []ledger.Entry) (*GCReport, error) {
 		// A repair reading the audit log later must not take the id for
 		// one whose record was lost (evidence.go).
 		d.audit.log(AuditEvent{Event: "forgotten", Agent: e.Agent, ID: e.ID})
+	}
+	names := d.agents()
+	for i := range rep.Items {
+		rep.Items[i].AgentName = rep.Items[i].Agent
+		if k := names[rep.Items[i].Agent]; k != nil {
+			rep.Items[i].AgentName = k.name
+		}
 	}
 	return rep, nil
 }

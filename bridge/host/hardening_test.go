@@ -321,6 +321,12 @@ ops = ["apply"]
 	stale := approvalInputPath(p.host, p.agent.Config.ID, bridge.NewRequestID())
 	must(t, os.WriteFile(stale, []byte("left"), 0o600))
 	p.daemon.runGC(GCOptions{})
+	if _, err := os.Stat(stale); err != nil {
+		t.Fatalf("a copy younger than a minute (its request may be on its way to waiting) was swept: %v", err)
+	}
+	old := time.Now().Add(-2 * time.Minute)
+	must(t, os.Chtimes(stale, old, old))
+	p.daemon.runGC(GCOptions{})
 	if _, err := os.Stat(stale); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("a kept input without a waiting request stays: %v", err)
 	}

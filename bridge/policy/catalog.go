@@ -6,6 +6,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 )
 
 // OpInfo is the public description of an op: what an agent may see. It
@@ -255,7 +257,7 @@ func (inv *Invocation) String() string {
 	if inv.Reconcile != nil {
 		line("reconcile", quoteArgv(inv.Reconcile))
 	}
-	line("dir", inv.Dir)
+	line("dir", shellQuote(inv.Dir))
 	names := make([]string, len(inv.Env))
 	for i, kv := range inv.Env {
 		names[i], _, _ = strings.Cut(kv, "=")
@@ -306,6 +308,12 @@ func quoteArgv(argv []string) string {
 }
 
 func shellQuote(s string) string {
+	if strings.IndexFunc(s, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0 || !utf8.ValidString(s) {
+		// A line break, a control or an invisible character (a resolved
+		// path may hold any): written as escapes, so that no value can
+		// start a line of its own in what a human approves.
+		return strconv.Quote(s)
+	}
 	if s != "" && strings.IndexFunc(s, func(r rune) bool {
 		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_./=:,+@%", r))
 	}) < 0 {

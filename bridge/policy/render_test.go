@@ -684,3 +684,22 @@ ops = ["a", "b", "c", "d"]
 		t.Errorf("op d (under a sticky directory, in one of ours): %v, %v", inv, err)
 	}
 }
+
+// What a human approves is one line per field: a value holding a line
+// break (a path argument's resolved target may hold any) is written with
+// escapes, so it cannot add a line such as a forged "stdin:" one (the red
+// team of 8612227).
+func TestInvocationStringKeepsEachValueOnItsLine(t *testing.T) {
+	forged := "notes.txt'\nstdin: 6 bytes, sha256 " + strings.Repeat("ab", 32) + "\nscope: read\nx"
+	inv := &policy.Invocation{Op: "show", Argv: []string{"/bin/cat", "/srv/" + forged}, Dir: "/srv/\x1b[2J", Args: map[string]string{"file": forged},
+		Stdin: "none", Scope: "write"}
+	text := inv.String()
+	for _, line := range strings.Split(strings.TrimSuffix(text, "\n"), "\n") {
+		if strings.HasPrefix(line, "stdin: 6") || strings.HasPrefix(line, "scope: read") || strings.ContainsRune(line, '\x1b') {
+			t.Errorf("a value made a line of its own: %q\n%s", line, text)
+		}
+	}
+	if n := strings.Count(text, "\n"); n != 13 {
+		t.Errorf("%d lines, want 13:\n%s", n, text)
+	}
+}

@@ -229,12 +229,15 @@ func (b *batch) check(host, op string, args map[string]string, given bridge.Call
 			return c.err
 		}
 		b.cats[host] = c
-		if c.err != nil {
+		switch {
+		case c.err != nil:
 			b.g.note("note: no catalog from host %q to check the batch against (%v); its lines go as they are, the host decides", host, c.err)
+		case c.cat.Warning != "":
+			b.g.note("warning: %s", c.cat.Warning)
 		}
 	}
-	if c.err != nil {
-		return nil
+	if c.err != nil || c.cat.Stale {
+		return nil // none, or one that may be older than the host's policy: the host decides
 	}
 	if err := c.cat.CheckCall(op, args, given); err != nil {
 		var ce *bridge.CallError
@@ -530,7 +533,7 @@ func waitMany(g *Globals, ids []string, all, ack bool, timeout time.Duration) er
 		var err error
 		if errors.Is(werr, context.Canceled) {
 			err = &codeError{code: exitInterrupt, id: id, err: withHintf(fmt.Errorf("interrupted while waiting for %s", id),
-				"the request is not withdrawn: the host goes on with it; run `bridge wait %s` later", id)}
+				"%s", notWithdrawn(nil, id))}
 		} else {
 			err = timedOut(cl, lives, id, timeout)
 		}
@@ -547,7 +550,8 @@ func waitMany(g *Globals, ids []string, all, ack bool, timeout time.Duration) er
 // one `wait` says it.
 func timedOut(cl *agent.Client, lives map[string]*agent.Liveness, id string, timeout time.Duration) error {
 	var lv *agent.Liveness
-	if s, err := cl.Sent(id); err == nil {
+	s, serr := cl.Sent(id)
+	if serr == nil {
 		var seen bool
 		if lv, seen = lives[s.Host]; !seen {
 			lv, _ = cl.HostLiveness(s.Host)
@@ -556,10 +560,10 @@ func timedOut(cl *agent.Client, lives map[string]*agent.Liveness, id string, tim
 	}
 	if lv != nil && (lv.Verdict == agent.LivenessStopped || lv.Verdict == agent.LivenessStale || lv.Verdict == agent.LivenessNoStamp) {
 		return &codeError{code: exitWaitTime, id: id, liveness: lv, err: withHintf(fmt.Errorf("no result for %s after %s: %s", id, timeout, lv.Message),
-			"the request stays queued; once the host runs and the folder syncs, `bridge wait %s` gets its answer (`bridge doctor` shows each host's liveness)", id)}
+			"the request stays queued and runs if the host sees it before its expiry; once the host runs and the folder syncs, `bridge wait %s` gets its answer (`bridge doctor` shows each host's liveness); `bridge cancel %s` withdraws it", id, id)}
 	}
 	return &codeError{code: exitWaitTime, id: id, liveness: lv, err: withHintf(fmt.Errorf("no result for %s after %s", id, timeout),
-		"the request is not withdrawn: the host goes on with it (queued or running); run `bridge wait %s` later, or `bridge status %s` (`bridge cancel %s` withdraws it)", id, id, id)}
+		"%s", notWithdrawn(s, id))}
 }
 
 // resolveIDs checks each id, and makes whole the ones given by their first

@@ -53,10 +53,13 @@ func (c *GCCmd) Run(g *Globals) error {
 			return g.printJSON(rep)
 		}
 		for _, it := range rep.Items {
-			items = append(items, fmt.Sprintf("%s %s/%s (%s)", it.What, it.Agent, it.ID, it.Why))
+			items = append(items, fmt.Sprintf("%s %s/%s (%s)", it.What, it.AgentName, it.ID, it.Why))
 		}
 		kept = rep.Kept
 	} else {
+		if c.Grace != time.Hour || c.Retention != 720*time.Hour {
+			g.note("note: --grace and --retention are the host's: an agent's gc removes only its own files the host no longer needs")
+		}
 		cl, err := agent.OpenClient(h)
 		if err != nil {
 			return err

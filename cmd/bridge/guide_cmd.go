@@ -120,6 +120,11 @@ func (c *GuideCmd) Run(g *Globals) error {
 	if err != nil {
 		return err
 	}
+	for _, gh := range doc.Hosts {
+		if gh.Warning != "" {
+			g.note("warning: %s", gh.Warning) // also when the guide goes to a file
+		}
+	}
 	switch {
 	case c.Skill != "":
 		path, err := writeSkill(c.Skill, doc)
@@ -530,8 +535,11 @@ func renderGuide(doc *guideDoc, h1 string) string {
 			continue
 		}
 		p(" %d op(s).\n\n", len(cat.Ops))
-		if gh.Warning != "" {
-			p("**This catalog may be out of date**: %s. No op below is safe to run again; the host checks every call.\n\n", oneLine(gh.Warning))
+		switch {
+		case gh.Catalog.Stale:
+			p("**This catalog may be out of date**: %s. No op below is offered as safe to run again, and the host checks every call.\n\n", oneLine(gh.Warning))
+		case gh.Warning != "":
+			p("Note: %s.\n\n", oneLine(gh.Warning))
 		}
 		for i, op := range cat.Ops {
 			p("%s %s", h3, code(op.Name))

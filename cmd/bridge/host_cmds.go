@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -183,10 +184,27 @@ func (c *PendingCmd) Run(g *Globals) error {
 		return err
 	}
 	if c.Stdin != "" {
-		// The input as it is, for a pager or a file: the agent's bytes,
-		// never escaped (`bridge pending` shows an escaped start).
-		_, err := host.PendingInput(h, c.Stdin, g.stdout)
-		return refError(err)
+		if g.JSON {
+			return &codeError{code: exitUsage, err: withHintf(errors.New("pending --stdin prints the input's bytes, not JSON"),
+				"drop --json; `bridge --json pending` shows the input's size, hash and start")}
+		}
+		if !isTerminal(g.stdout) {
+			// The input as it is, for a pager or a file.
+			_, err := host.PendingInput(h, c.Stdin, g.stdout)
+			return refError(err)
+		}
+		// To a terminal, the agent's bytes could move the cursor and
+		// erase what was shown: every control written as an escape.
+		var buf bytes.Buffer
+		if _, err := host.PendingInput(h, c.Stdin, &buf); err != nil {
+			return refError(err)
+		}
+		g.printf("%s", buf.String())
+		if buf.Len() > 0 && !bytes.HasSuffix(buf.Bytes(), []byte("\n")) {
+			g.printf("\n")
+		}
+		g.note("note: standard output is a terminal, so control characters are shown escaped (\\x1b); pipe it (| less, > FILE) for the bytes as they are")
+		return nil
 	}
 	list, err := host.Pending(h)
 	if err != nil {
@@ -231,7 +249,7 @@ func printPendingInput(g *Globals, e host.Waiting) {
 	if in.Cut {
 		what = "its start"
 	}
-	g.printf("    input, %s (every byte: bridge pending --stdin %s):\n", what, e.Ref)
+	g.printf("    input, %s (every byte: bridge pending --stdin %s | less):\n", what, e.Ref)
 	for _, line := range strings.Split(strings.TrimSuffix(in.Preview, "\n"), "\n") {
 		g.printf("      | %s\n", line)
 	}
@@ -256,6 +274,16 @@ func (c *ApproveCmd) Run(g *Globals) error {
 	dec, err := host.Approve(h, c.ID)
 	if err != nil {
 		return refError(err)
+	}
+	if list, err := host.Pending(h); err == nil {
+		for _, w := range list {
+			if w.ID == dec.ID && w.Input != nil && !w.Input.Kept {
+				// What runs is bound to the hash all the same; the human
+				// should know they approved without seeing the input.
+				g.note("warning: %s; what runs is the input whose SHA-256 %s the approval names, whatever the copy shows (`bridge deny %s` if unsure)",
+					w.Input.Problem, w.Input.SHA256, dec.Ref)
+			}
+		}
 	}
 	if g.JSON {
 		return g.printJSON(map[string]any{"ref": dec.Ref, "id": dec.ID, "op": dec.Op, "decision": "approved"})

@@ -401,8 +401,9 @@ func (c *PairCmd) Run(g *Globals) error {
 	return nil
 }
 
-func isTerminal(r io.Reader) bool {
-	f, ok := r.(*os.File)
+// isTerminal reports whether f (a reader or a writer) is a terminal.
+func isTerminal(v any) bool {
+	f, ok := v.(*os.File)
 	if !ok {
 		return false
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -86,9 +87,12 @@ func scriptSetup(env *testscript.Env) error {
 	return nil
 }
 
+// linuxCmds are script commands only Linux has (tty_linux_test.go).
+var linuxCmds = map[string]func(ts *testscript.TestScript, neg bool, args []string){}
+
 // scriptCmds are the extra script commands (TestScripts).
 func scriptCmds() map[string]func(ts *testscript.TestScript, neg bool, args []string) {
-	return map[string]func(ts *testscript.TestScript, neg bool, args []string){
+	cmds := map[string]func(ts *testscript.TestScript, neg bool, args []string){
 		"exitcode":   cmdExitcode,
 		"capture":    cmdCapture,
 		"waitfile":   cmdWaitfile,
@@ -96,6 +100,8 @@ func scriptCmds() map[string]func(ts *testscript.TestScript, neg bool, args []st
 		"eventually": cmdEventually,
 		"jsonstyle":  cmdJSONStyle,
 	}
+	maps.Copy(cmds, linuxCmds)
+	return cmds
 }
 
 func cmdExitcode(ts *testscript.TestScript, neg bool, args []string) {

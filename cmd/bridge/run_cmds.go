@@ -359,11 +359,12 @@ func waitAndPrint(g *Globals, cl *agent.Client, id string, timeout time.Duration
 		// The host looks alive: its stamp still goes with the error, so a
 		// script can tell a slow op from a host that is down (CLI.md).
 		var lv *agent.Liveness
-		if s, err := cl.Sent(id); err == nil {
+		s, serr := cl.Sent(id)
+		if serr == nil {
 			lv, _ = cl.HostLiveness(s.Host)
 		}
 		return &codeError{code: exitWaitTime, id: id, liveness: lv, err: withHintf(fmt.Errorf("no result for %s after %s", id, timeout),
-			"the request is not withdrawn: the host goes on with it (queued or running); run `bridge wait %s` later, or `bridge status %s` (`bridge cancel %s` withdraws it)", id, id, id)}
+			"%s", notWithdrawn(s, id))}
 	}
 	var na *agent.NotAcceptedError
 	if errors.As(err, &na) {
@@ -372,7 +373,7 @@ func waitAndPrint(g *Globals, cl *agent.Client, id string, timeout time.Duration
 	if errors.Is(err, context.Canceled) {
 		// Interrupting the wait does not withdraw the request.
 		return &codeError{code: exitInterrupt, id: id, err: withHintf(fmt.Errorf("interrupted while waiting for %s", id),
-			"the request is not withdrawn: the host goes on with it; run `bridge wait %s` later, or `bridge cancel %s`", id, id)}
+			"%s", notWithdrawn(nil, id))}
 	}
 	if err != nil {
 		return err
@@ -510,6 +511,18 @@ func outcomeJSON(out *agent.Outcome) (map[string]any, error) {
 		"exit_code": opExitCode(rc), "signal": rc.Signal, "timed_out": rc.TimedOut, "argv": argv,
 		"stdout": stdout.String(), "stderr": stderr.String(), "stdout_truncated": rc.StdoutTruncated,
 		"stderr_truncated": rc.StderrTruncated, "policy_sha256": rc.PolicySHA256, "bridge_exit_code": exitFor(rc), "earlier_send": out.Earlier}, nil
+}
+
+// notWithdrawn is the hint of a wait that ended without an answer while the
+// host looked alive (or nothing says otherwise): what may still happen to
+// the request, until when, and how to withdraw it.
+func notWithdrawn(s *agent.Sent, id string) string {
+	until := "its expiry"
+	if s != nil && s.Expires > 0 {
+		until = "its expiry (" + time.Unix(s.Expires, 0).Local().Format(time.DateTime) + ")"
+	}
+	return fmt.Sprintf("the request is not withdrawn: if the host is up it goes on with it (queued, running, or waiting for a human's approval), "+
+		"and it may still run until %s; run `bridge wait %s` later, or `bridge status %s`; `bridge cancel %s` withdraws it", until, id, id, id)
 }
 
 // reasonNotYetValid is the host's reason for a request dated in its future.

@@ -273,6 +273,13 @@ func (g *Globals) callInput(cl *agent.Client, hostName, op string, args map[stri
 		g.note("note: no catalog from the host to check the call against (%v); sending it as it is, the host decides", catErr)
 		return in, done, nil
 	}
+	if cat.Warning != "" {
+		g.note("warning: %s", cat.Warning)
+	}
+	if cat.Stale {
+		// It may describe another policy than the host's: the host decides.
+		return in, done, nil
+	}
 	if err := cat.CheckCall(op, args, given); err != nil {
 		done()
 		var ce *bridge.CallError
