@@ -9,6 +9,7 @@ import (
 
 	"github.com/syncbridge/bridge/bridge"
 	bcrypto "github.com/syncbridge/bridge/crypto"
+	"github.com/syncbridge/bridge/syncsafe"
 )
 
 // What the agent tells of a host from its signed liveness stamp (SPEC
@@ -62,7 +63,12 @@ type Liveness struct {
 	// never knew this agent).
 	Trusted      bool   `json:"trusted"`
 	PolicySHA256 string `json:"policy_sha256"`
-	Message      string `json:"message"` // one sentence for a human, without a leading "bridge:"
+	// ClockAheadSeconds: with a stale stamp that arrived here within its
+	// interval, how far it is dated before it arrived: this machine's
+	// clock may be that far ahead of the host's (the sync's delay
+	// included), unless the stamp was delivered again late.
+	ClockAheadSeconds int64  `json:"clock_ahead_seconds,omitempty"`
+	Message           string `json:"message"` // one sentence for a human, without a leading "bridge:"
 }
 
 // ErrNotAccepted: the host's stamp says it accepts none of this agent's
@@ -127,12 +133,19 @@ func (c *Client) hostLiveness(hostID string) (*Liveness, error) {
 	if err != nil {
 		return nil, err
 	}
-	judge(lv, st, c.home.Identity().SignKid(), own, now)
+	// When the stamp arrived here, by this machine's clock: its file's
+	// change time (a sync client sets the modification time from the
+	// host's, never this one).
+	var arrived time.Time
+	if fi, err := c.folder.Lstat(bridge.LivenessPath(p.ID, c.home.Config.ID)); err == nil {
+		arrived = syncsafe.ChangeTime(fi)
+	}
+	judge(lv, st, c.home.Identity().SignKid(), own, now, arrived)
 	return lv, nil
 }
 
 // judge fills in the verdict of a verified stamp at time now.
-func judge(lv *Liveness, st *bridge.LivenessStamp, current string, own []bridge.OwnKey, now time.Time) {
+func judge(lv *Liveness, st *bridge.LivenessStamp, current string, own []bridge.OwnKey, now, arrived time.Time) {
 	seen := time.Unix(st.Time, 0)
 	age := max(now.Sub(seen), 0)
 	interval := time.Duration(st.Interval) * time.Second
@@ -183,6 +196,17 @@ func judge(lv *Liveness, st *bridge.LivenessStamp, current string, own []bridge.
 	}
 	if !fresh && refused {
 		lv.Message += "; when last seen, it did not accept this agent's key"
+	}
+	if lv.Verdict == LivenessStale && !arrived.IsZero() && now.Sub(arrived) <= interval && arrived.Sub(seen) > futureSlack {
+		// It arrived here lately, dated long before: the host may well
+		// serve and the clocks differ. Said as a possibility: a stamp
+		// delivered again (a folder writer, a client's re-download)
+		// arrives late too.
+		ahead := arrived.Sub(seen)
+		lv.ClockAheadSeconds = int64(ahead / time.Second)
+		lv.Message += fmt.Sprintf("; or this machine's clock is about %s ahead of the host's, as the stamp arrived here %s ago "+
+			"(a request dated ahead of the host's clock by more than its skew is refused as not-yet-valid): compare the clocks, enable NTP on both",
+			Ago(ahead), Ago(now.Sub(arrived)))
 	}
 }
 

@@ -63,8 +63,10 @@ func TestHostLivenessVerdicts(t *testing.T) {
 		msg    string
 	}{
 		{"serving", bridge.LivenessStamp{Time: now - 30, Accepts: []string{me}}, false, LivenessOK, `host "laptop" is serving (last seen 30 s ago)`},
+		// Written here just now, dated 12 minutes before: the clocks may
+		// differ, and the message says so (issue 27, item 3).
 		{"silent", bridge.LivenessStamp{Time: now - 12*60, Accepts: []string{me}}, false, LivenessStale,
-			`host "laptop" last seen 12 min ago: it may be down or its sync stalled (or this machine's)`},
+			`host "laptop" last seen 12 min ago: it may be down or its sync stalled (or this machine's); or this machine's clock is about 12 min ahead of the host's, as the stamp arrived here 0 s ago (a request dated ahead of the host's clock by more than its skew is refused as not-yet-valid): compare the clocks, enable NTP on both`},
 		{"stopped", bridge.LivenessStamp{Time: now - 180, State: bridge.LivenessStopped, Accepts: []string{me}}, false, LivenessStopped,
 			`host "laptop" stopped 3 min ago: requests wait in the folder until its daemon runs again`},
 		{"revoked", bridge.LivenessStamp{Time: now - 5, Accepts: []string{}}, false, LivenessNotAccepted,
@@ -73,7 +75,7 @@ func TestHostLivenessVerdicts(t *testing.T) {
 		// A refusal heard long ago is not a refusal now: the host may
 		// have trusted the agent again since.
 		{"revoked long ago", bridge.LivenessStamp{Time: now - 3600, Accepts: []string{}}, false, LivenessStale,
-			`host "laptop" last seen 1 h ago: it may be down or its sync stalled (or this machine's); when last seen, it did not accept this agent's key`},
+			`host "laptop" last seen 1 h ago: it may be down or its sync stalled (or this machine's); when last seen, it did not accept this agent's key; or this machine's clock is about 1 h ahead of the host's, as the stamp arrived here 0 s ago (a request dated ahead of the host's clock by more than its skew is refused as not-yet-valid): compare the clocks, enable NTP on both`},
 		{"stopped and revoked", bridge.LivenessStamp{Time: now - 5, State: bridge.LivenessStopped, Accepts: []string{}}, false, LivenessNotAccepted, ""},
 		// A stamp from the future (a host clock that was ahead once, the
 		// stamp kept and replayed) is never fresh: neither its refusal

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/syncbridge/bridge/bridge"
+	"github.com/syncbridge/bridge/syncsafe"
 )
 
 // What folder input may cost the host (issue 13, OPERATIONS.md "Disk use"):
@@ -25,7 +26,7 @@ type version struct {
 }
 
 func versionOf(fi fs.FileInfo) version {
-	return version{size: fi.Size(), mtime: fi.ModTime().UnixNano(), ctime: fileCtime(fi).UnixNano(), ino: fileIno(fi)}
+	return version{size: fi.Size(), mtime: fi.ModTime().UnixNano(), ctime: syncsafe.ChangeTime(fi).UnixNano(), ino: fileIno(fi)}
 }
 
 // refusedMark is a refused manifest's version and the keys it was checked
@@ -60,7 +61,7 @@ func (d *Daemon) markRefused(p string) {
 	if err != nil || !fi.Mode().IsRegular() {
 		return
 	}
-	if age := time.Since(fileCtime(fi)); age >= 0 && age < markSettle {
+	if age := time.Since(syncsafe.ChangeTime(fi)); age >= 0 && age < markSettle {
 		// A file changed within a timestamp tick of now might change
 		// again without a new time (FAT's tick is 2 s, some network
 		// file systems' 1 s): mark it at a later look. The change time

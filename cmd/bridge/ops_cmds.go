@@ -178,10 +178,14 @@ func livenessFindings(h *bridge.Home) []bridge.Finding {
 			f.Fix = "start `bridge serve` on the host (or its service); requests wait in the folder meanwhile"
 		case agent.LivenessStale:
 			f.Fix = "check that `bridge serve` runs on the host and that the sync client runs on both machines"
+			if lv.ClockAheadSeconds > 0 {
+				f.Fix += "; and compare the two machines' clocks (`timedatectl`): enable NTP on both"
+			}
 		case agent.LivenessNoStamp:
 			f.Fix = "check that the host trusts this agent (`bridge keys show` there) and runs `bridge serve`, and that the folder syncs"
 		case agent.LivenessClockAhead:
 			f.Fix = "compare the clocks of both machines (timedatectl); a stamp dated ahead is not believed either way"
+
 		case agent.LivenessRotationPending:
 			f.Fix = "wait for the sync to carry this agent's rotation statement to the host"
 		}

@@ -1,6 +1,6 @@
 //go:build darwin || freebsd || netbsd
 
-package host
+package syncsafe
 
 import (
 	"io/fs"
@@ -8,10 +8,10 @@ import (
 	"time"
 )
 
-// fileCtime is when fi's inode last changed (refused_ctime_linux.go): a
+// ChangeTime is when fi's inode last changed (ctime_linux.go): a
 // sync client sets modification times from the other side, and nobody sets
 // this one.
-func fileCtime(fi fs.FileInfo) time.Time {
+func ChangeTime(fi fs.FileInfo) time.Time {
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
 		return time.Unix(st.Ctimespec.Unix())
 	}

@@ -1,6 +1,6 @@
 //go:build openbsd || dragonfly
 
-package host
+package syncsafe
 
 import (
 	"io/fs"
@@ -8,8 +8,8 @@ import (
 	"time"
 )
 
-// fileCtime is when fi's inode last changed (refused_ctime_linux.go).
-func fileCtime(fi fs.FileInfo) time.Time {
+// ChangeTime is when fi's inode last changed (ctime_linux.go).
+func ChangeTime(fi fs.FileInfo) time.Time {
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
 		return time.Unix(st.Ctim.Unix())
 	}

@@ -1,4 +1,4 @@
-package host
+package syncsafe
 
 import (
 	"io/fs"
@@ -8,11 +8,11 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// fileCtime is when fi's inode last changed: any write, and any change of
+// ChangeTime is when fi's inode last changed: any write, and any change of
 // its times, sets it to now, and nobody can set it otherwise. A file
 // rewritten in place at the same size with its old modification time put
 // back still gets a new one.
-func fileCtime(fi fs.FileInfo) time.Time {
+func ChangeTime(fi fs.FileInfo) time.Time {
 	switch st := fi.Sys().(type) {
 	case *syscall.Stat_t:
 		return time.Unix(st.Ctim.Unix())
