@@ -61,10 +61,16 @@ func (c *Client) Ops(host string) (*bridge.Catalog, error) {
 	ahead := func(ms int64) bool { return time.UnixMilli(ms).Sub(now) > futureSlack }
 	if ahead(cat.Issued) {
 		// A host's clock that was ahead (or a host that turned hostile)
-		// must not lock out every later catalog: used, never kept.
-		cat.Stale = true
-		warnings = append(warnings, fmt.Sprintf("host %q's catalog is dated %s, %s ahead of this machine's clock: a clock is wrong on one side; it is used, not kept",
-			p.Name, issuedText(cat.Issued), Ago(time.UnixMilli(cat.Issued).Sub(now))))
+		// must not lock out every later catalog: never kept, and the kept
+		// one, if any, is used instead.
+		w := fmt.Sprintf("host %q's catalog in the folder is dated %s, %s ahead of this machine's clock: a clock is wrong on one side",
+			p.Name, issuedText(cat.Issued), Ago(time.UnixMilli(cat.Issued).Sub(now)))
+		if kept, _ := c.keepNewestCatalog(hb.ID, nil, &bridge.Catalog{}, hostKeys, ahead); kept != nil {
+			cat, w = kept, w+"; the one this agent kept is used"
+		} else {
+			cat.Stale, w = true, w+"; it is used, not kept"
+		}
+		warnings = append(warnings, w)
 	} else {
 		kept, _ := c.keepNewestCatalog(hb.ID, data, cat, hostKeys, ahead)
 		if kept != nil && kept.Issued > cat.Issued {
@@ -82,7 +88,9 @@ func (c *Client) Ops(host string) (*bridge.Catalog, error) {
 		cat.Stale = true
 		warnings = append(warnings, fmt.Sprintf("no liveness stamp of host %q confirms this catalog is the one its policy gives (none has arrived yet, or the folder lost it); "+
 			"the host decides each call", p.Name))
-	case st.Policy != cat.Policy && time.Unix(st.Time, 0).UnixMilli() > cat.Issued:
+	case st.Policy != cat.Policy && st.Time >= cat.Issued/1000:
+		// Not before the catalog's own second: a stamp counts in whole
+		// seconds, and one of the same second may be the later.
 		cat.Stale = true
 		warnings = append(warnings, fmt.Sprintf("host %q's catalog predates the policy its liveness stamp of %s names: it is still syncing, or the folder holds an old one; "+
 			"the host decides each call", p.Name, time.Unix(st.Time, 0).UTC().Format(time.RFC3339)))
@@ -174,16 +182,29 @@ func (c *Client) newestStamp(host string, hostKeys [][]byte, now time.Time) *bri
 	switch {
 	case st == nil:
 		return kept
-	case kept != nil && kept.Time > st.Time:
-		return kept
+	case kept != nil && kept.Time >= st.Time:
+		return kept // of the same second, the one seen first stays: a put-back must not replace it
 	}
 	// Newer: kept without an fsync (a copy lost in a crash only weakens
-	// the check until the next stamp), by a rename so no reader sees half.
-	if os.MkdirAll(c.home.Path(catalogsDir), 0o700) == nil {
-		tmp := path + ".tmp-" + bridge.NewRequestID()[:8]
-		if os.WriteFile(tmp, data, 0o600) == nil && os.Rename(tmp, path) != nil {
-			os.Remove(tmp)
+	// the check until the next stamp), by a rename so no reader sees half,
+	// under the lock, once the kept one is read again (another process of
+	// this agent may have kept a newer one meanwhile).
+	if os.MkdirAll(c.home.Path(catalogsDir), 0o700) != nil {
+		return st
+	}
+	lock, err := syncsafe.Lock(c.home.Path(catalogsDir, host+".lock"))
+	if err != nil {
+		return st
+	}
+	defer lock.Unlock()
+	if b, err := os.ReadFile(path); err == nil {
+		if k := open(b); k != nil && k.Time >= st.Time {
+			return k
 		}
+	}
+	tmp := path + ".tmp-" + bridge.NewRequestID()[:8]
+	if os.WriteFile(tmp, data, 0o600) == nil && os.Rename(tmp, path) != nil {
+		os.Remove(tmp)
 	}
 	return st
 }

@@ -185,12 +185,18 @@ func TestCatalogFromTheFutureIsNotKept(t *testing.T) {
 	if err != nil || !cat.Stale || !strings.Contains(cat.Warning, "ahead of this machine's clock") {
 		t.Fatalf("a catalog a year ahead: %+v, %v", cat, err)
 	}
-	h.putCatalog(t, h.signedCatalog(t, time.Now().UnixMilli(), pol, false, "new-op"))
+	current := h.signedCatalog(t, time.Now().UnixMilli(), pol, false, "new-op")
+	h.putCatalog(t, current)
 	if cat, err = h.client.Ops(""); err != nil || cat.Warning != "" || len(cat.Ops) != 2 {
 		t.Fatalf("the host's later catalog after one from the future: %+v, %v", cat, err)
 	}
 	if checked, err := h.client.CheckCall("", "new-op", nil, bridge.CallInput{}); !checked || err != nil {
 		t.Fatalf("new-op: checked %v, %v", checked, err)
+	}
+	// The future one put back: the kept current one is used.
+	h.putCatalog(t, h.signedCatalog(t, time.Now().Add(365*24*time.Hour).UnixMilli(), pol, true, "drop-db"))
+	if cat, err = h.client.Ops(""); err != nil || cat.Stale || len(cat.Ops) != 2 || cat.Ops[1].Name != "new-op" || !strings.Contains(cat.Warning, "the one this agent kept is used") {
+		t.Fatalf("a future catalog over a kept one: %+v, %v", cat, err)
 	}
 }
 
@@ -217,5 +223,25 @@ func TestCatalogKeptOnlyByANewerOne(t *testing.T) {
 	h.putCatalog(t, older)
 	if cat, err = h.client.Ops(""); err != nil || len(cat.Ops) != 1 || !strings.Contains(cat.Warning, "older catalog") {
 		t.Fatalf("after a late keep of the older catalog: %+v, %v", cat, err)
+	}
+}
+
+// A stamp of the same second as the catalog, naming another policy, makes
+// it stale: stamps count whole seconds, and the policy may have changed
+// within that second after the catalog was signed (the red team of
+// 5da3cff).
+func TestCatalogStaleByAStampOfTheSameSecond(t *testing.T) {
+	h := newHomes(t)
+	sec := time.Now().Unix()
+	h.putCatalog(t, h.signedCatalog(t, sec*1000+200, strings.Repeat("ab", 32), true, ""))
+	h.stamp(t, bridge.LivenessStamp{Time: sec, Accepts: []string{h.agent.Identity().SignKid()}, Policy: strings.Repeat("cd", 32)}, h.host.Identity())
+	if cat, err := h.client.Ops(""); err != nil || !cat.Stale {
+		t.Fatalf("a stamp of the same second with another policy: %+v, %v", cat, err)
+	}
+	// The catalog's own policy's stamp of that second, put back: the one
+	// kept first stays.
+	h.stamp(t, bridge.LivenessStamp{Time: sec, Accepts: []string{h.agent.Identity().SignKid()}, Policy: strings.Repeat("ab", 32)}, h.host.Identity())
+	if cat, err := h.client.Ops(""); err != nil || !cat.Stale {
+		t.Fatalf("a put-back stamp of the same second: %+v, %v", cat, err)
 	}
 }

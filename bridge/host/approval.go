@@ -213,12 +213,24 @@ func (d *Daemon) stateOf(key string) ledger.State {
 // or AGENT/ID (see resolveRef). Approving a request whose signing key has
 // been revoked is refused at once: the daemon answers it rejected.
 func Approve(h *bridge.Home, ref string) (*Decision, error) {
-	return decideOrder(h, ref, "approve", "")
+	return decideOrder(h, ref, "approve", "", false)
 }
+
+// ApproveDespiteInput is Approve when what `bridge pending` shows of the
+// request's input is not the input the approval is bound to (the kept copy
+// changed, or the approval text is not as the host writes it): the human
+// says they approve the hash they were shown anyway. Approve refuses that.
+func ApproveDespiteInput(h *bridge.Home, ref string) (*Decision, error) {
+	return decideOrder(h, ref, "approve", "", true)
+}
+
+// ErrInputNotShown: Approve refused, as the input shown is not the one the
+// approval is bound to.
+var ErrInputNotShown = errors.New("the input shown is not the one the approval is bound to")
 
 // Deny refuses a request awaiting approval; why is passed to the agent.
 func Deny(h *bridge.Home, ref, why string) (*Decision, error) {
-	return decideOrder(h, ref, "deny", why)
+	return decideOrder(h, ref, "deny", why, false)
 }
 
 // Decision is what approve, deny or reconcile did with a request.
@@ -227,7 +239,7 @@ type Decision struct {
 	Queued bool `json:"queued"` // handed to the running daemon (or its next start), which applies it within a second
 }
 
-func decideOrder(h *bridge.Home, ref, as, why string) (*Decision, error) {
+func decideOrder(h *bridge.Home, ref, as, why string, despiteInput bool) (*Decision, error) {
 	if err := hostOnly(h, as); err != nil {
 		return nil, err
 	}
@@ -239,6 +251,13 @@ func decideOrder(h *bridge.Home, ref, as, why string) (*Decision, error) {
 		if err := revokedSigner(h, *e); err != nil {
 			return nil, bridge.WithHint(fmt.Errorf("approve %s: %w", refOf(h, *e), err),
 				"nothing signed by a revoked key runs; the daemon answers it rejected (revoked)")
+		}
+		// Refused before the order is written: the daemon applies one
+		// within a second, too soon for a deny to catch up.
+		if in := approvalInput(h, listedOf(h, *e)); in != nil && in.Problem != "" && !in.missing && !despiteInput {
+			return nil, bridge.WithHint(fmt.Errorf("approve %s: %w: %s", refOf(h, *e), ErrInputNotShown, in.Problem),
+				"`bridge deny %s` it; or, to approve the input whose SHA-256 is %s all the same, `bridge approve --despite-input %s`",
+				refOf(h, *e), in.SHA256, refOf(h, *e))
 		}
 	}
 	if err := writeOrder(h, controlOrder{Key: e.Key, As: as, Why: why}); err != nil {

@@ -108,6 +108,9 @@ type ApprovalInput struct {
 	Preview string `json:"preview,omitempty"`
 	Cut     bool   `json:"cut,omitempty"`
 	Problem string `json:"problem,omitempty"`
+	// missing: the copy is not there (not a sign of tampering: the daemon
+	// could not keep it, or a release before it did).
+	missing bool
 }
 
 // The preview's bounds.
@@ -150,6 +153,7 @@ func openApprovalInput(h *bridge.Home, e Listed) (*ApprovalInput, *os.File) {
 	f, err := os.Open(approvalInputPath(h, e.Agent, e.ID))
 	if err != nil {
 		in.Problem = "the input is not kept on this host (the daemon could not keep it, or a release before it did); its size and hash bind the approval all the same"
+		in.missing = true
 		return in, nil
 	}
 	ok := false

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io/fs"
 	"os"
+	"time"
 
 	"github.com/syncbridge/bridge/bridge"
 	bcrypto "github.com/syncbridge/bridge/crypto"
@@ -49,6 +50,13 @@ func (d *Daemon) publishCatalog() error {
 				floors = d.readCatalogFloors()
 			}
 			last = max(floors[agentID], d.folderCatalogIssued(rel, agentID, own))
+			if ahead := time.UnixMilli(last).Sub(d.opt.Now()); ahead > futureFloor {
+				// Dated by a clock that was ahead (or a catalog a folder
+				// writer kept from then): following it would date every
+				// catalog ahead, and agents would call them all stale.
+				d.log.Warn("the last op catalog was dated ahead of this clock: dated by the clock again", "agent", keys.name, "ahead", ahead.Round(time.Second))
+				last = 0
+			}
 		}
 		// Above the last even if the clock stepped back: an agent that
 		// saw that one would take this one for older.
@@ -67,6 +75,14 @@ func (d *Daemon) publishCatalog() error {
 	errs = append(errs, d.saveCatalogFloors())
 	return errors.Join(errs...)
 }
+
+// futureFloor is how far ahead of this clock the last catalog's date may
+// be and still be the floor of the next. Within it, a clock stepped back
+// (an hour, a day) does not date a new catalog below the one agents keep;
+// beyond it, the date came from a clock that was wrong, and following it
+// would date every catalog so far ahead that agents (which call a catalog
+// dated more than 5 minutes ahead of their clock stale) would, for as long.
+const futureFloor = 24 * time.Hour
 
 // catalogFloorsName is the host home's record of the last catalog issue
 // time per agent (inbox/catalogs.json): the floor of the next after a

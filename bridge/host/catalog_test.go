@@ -83,3 +83,23 @@ func TestHostDatesAndPutsBackItsCatalog(t *testing.T) {
 		t.Fatalf("catalog after a start with the clock back: issued %d, the last was %d", next.Issued, first.Issued)
 	}
 }
+
+// A catalog dated by a clock that was a year ahead is not the floor of the
+// next once the clock is right (the red team of 5da3cff: every catalog
+// after it was dated a year ahead, and every agent called it stale).
+func TestCatalogFloorFromAClockAheadIsDropped(t *testing.T) {
+	p := newPair(t, testPolicy)
+	var offset atomic.Int64
+	offset.Store(int64(365 * 24 * time.Hour))
+	now := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
+	d := runDaemon(t, p.host, DaemonOptions{Rescan: 500 * time.Millisecond, Now: now})
+	ahead, _ := p.readCatalog(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	stopDaemon(d, ctx)
+	offset.Store(0)
+	runDaemon(t, p.host, DaemonOptions{Rescan: 500 * time.Millisecond, Now: now})
+	if next, _ := p.readCatalog(t); next.Issued >= ahead.Issued || time.UnixMilli(next.Issued).After(time.Now().Add(time.Minute)) {
+		t.Fatalf("after a start with the clock right: issued %s (the one from the clock ahead: %s)", time.UnixMilli(next.Issued), time.UnixMilli(ahead.Issued))
+	}
+}

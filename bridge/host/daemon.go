@@ -416,6 +416,9 @@ func (d *Daemon) openCore() (err error) {
 	// first, before anything this holder of the lock logs.
 	logAuditOrders(d.home, d.audit)
 	d.rulesP.Store(&rules{p: pol, red: newRedactor(pol.Redaction()), stamp: stamp})
+	for _, w := range pol.PathWarnings() {
+		d.log.Warn("policy: "+w, "hint", "`bridge policy check` lists every warning")
+	}
 	d.audit.redact = func(s string) string { return d.rules().red.string(s) }
 	for _, dir := range []string{"spool", "results"} {
 		if err := os.MkdirAll(d.home.Path(dir), 0o700); err != nil {

@@ -112,6 +112,9 @@ func (d *Daemon) checkPolicyFile() {
 	}
 	d.mu.Unlock()
 	d.log.Info("policy reloaded", "policy", p.SHA256[:12], "was", cur.p.SHA256[:12])
+	for _, w := range p.PathWarnings() {
+		d.log.Warn("policy: "+w, "hint", "`bridge policy check` lists every warning")
+	}
 	d.audit.log(AuditEvent{Event: "policy-reload", Detail: "policy " + p.SHA256})
 	if err := d.publishForAgents(); err != nil {
 		d.log.Warn("publish catalog", "err", err)

@@ -356,3 +356,25 @@ func TestPendingSaysTheHostStopped(t *testing.T) {
 		t.Fatalf("pending with the host stopped: %q, %+v", text, o)
 	}
 }
+
+// A tool from a stale catalog (one that may describe another policy than
+// the host's) does not check a call against it: the host decides (SPEC
+// §10a; the red team of 5da3cff). The server's own inputs are still
+// checked, without a panic.
+func TestParseCallOnAStaleCatalog(t *testing.T) {
+	op := bridge.OpInfo{Name: "op", MaxStdin: 0, Args: []bridge.ArgInfo{{Name: "env", Type: "enum", Values: []string{"staging"}, Required: true}}}
+	tool, err := newOpTool("hostid", "laptop", op, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tool.stale = true
+	c, err := tool.parseCall(json.RawMessage(`{"env": "production", "_stdin": "x"}`))
+	if err != nil || c.args["env"] != "production" {
+		t.Fatalf("a value the stale catalog does not list: %+v, %v", c, err)
+	}
+	for _, bad := range []string{`{"_key": 1}`, `{"_stdin": true}`, `{"_wait_seconds": "x"}`} {
+		if _, err := tool.parseCall(json.RawMessage(bad)); err == nil {
+			t.Errorf("%s accepted", bad)
+		}
+	}
+}

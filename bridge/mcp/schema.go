@@ -39,6 +39,9 @@ type opTool struct {
 	op       bridge.OpInfo
 	schema   *jsonschema.Resolved
 	def      []byte // the tool's JSON, to tell a changed tool from the same
+	// stale: from a catalog that may describe another policy than the
+	// host's (bridge.Catalog.Stale): a call is not checked against it.
+	stale bool
 }
 
 // toolName is the tool's name for op: the op's own name when the agent
@@ -298,7 +301,7 @@ func (t *opTool) parseCall(raw json.RawMessage) (*call, error) {
 		case inKey, inWait:
 			continue // the schema's, below
 		case inIn:
-			if stdinMode(t.op) == bridge.StdinNone {
+			if stdinMode(t.op) == bridge.StdinNone && !t.stale {
 				return nil, &badArgs{fmt.Errorf("%s: op %q takes no standard input", inIn, t.op.Name)}
 			}
 			continue
@@ -338,25 +341,39 @@ func (t *opTool) parseCall(raw json.RawMessage) (*call, error) {
 			return nil, &badArgs{fmt.Errorf("op %q: argument %q: want %s", t.op.Name, k, want)}
 		}
 	}
-	if err := t.op.CheckArgs(c.args); err != nil {
-		return nil, &badArgs{err}
-	}
-	var plain map[string]any
-	if err := json.Unmarshal(raw, &plain); err != nil {
-		return nil, &badArgs{fmt.Errorf("arguments are not a JSON object: %w", err)}
-	}
-	if err := t.schema.Validate(plain); err != nil {
-		return nil, &badArgs{fmt.Errorf("the input does not fit the tool's schema: %w", err)}
+	if !t.stale { // else the host decides (SPEC §10a)
+		if err := t.op.CheckArgs(c.args); err != nil {
+			return nil, &badArgs{err}
+		}
+		var plain map[string]any
+		if err := json.Unmarshal(raw, &plain); err != nil {
+			return nil, &badArgs{fmt.Errorf("arguments are not a JSON object: %w", err)}
+		}
+		if err := t.schema.Validate(plain); err != nil {
+			return nil, &badArgs{fmt.Errorf("the input does not fit the tool's schema: %w", err)}
+		}
 	}
 	for k, v := range m {
 		switch k {
 		case inKey:
-			c.key = v.(string)
+			// Checked here too: with a stale catalog the schema is not.
+			key, ok := v.(string)
+			if !ok {
+				return nil, &badArgs{fmt.Errorf("%s: want a string", inKey)}
+			}
+			c.key = key
 		case inIn:
-			s := v.(string)
+			s, ok := v.(string)
+			if !ok {
+				return nil, &badArgs{fmt.Errorf("%s: want a string", inIn)}
+			}
 			c.stdin = &s
 		case inWait:
-			n, err := v.(json.Number).Float64()
+			num, ok := v.(json.Number)
+			if !ok {
+				return nil, &badArgs{fmt.Errorf("%s: not a number of seconds", inWait)}
+			}
+			n, err := num.Float64()
 			if err != nil || n < 0 || math.IsInf(n, 0) {
 				return nil, &badArgs{fmt.Errorf("%s: not a number of seconds", inWait)}
 			}

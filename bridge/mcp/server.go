@@ -231,6 +231,9 @@ func (s *Server) refresh() {
 				continue // built in (bridge.ping): not an op to offer
 			}
 			t, err := newOpTool(h.ID, h.Name, op, len(hosts) > 1)
+			if err == nil {
+				t.stale = cat.Stale
+			}
 			if err != nil {
 				warn("bridge mcp: op not offered", "host", h.Name, "err", err)
 				continue

@@ -246,8 +246,9 @@ func (p *Policy) Explain(opName string) (string, error) {
 	return b.String(), nil
 }
 
-// String prints the invocation for a human: argv quoted as a POSIX shell would
-// need it (for reading only; it is never run through a shell) and environment
+// String prints the invocation for a human: argv quoted as a shell would
+// need it ($'...' for a value with a line break, a control or an invisible
+// character; for reading only: it is never run through a shell) and environment
 // names without values, which may be secrets.
 func (inv *Invocation) String() string {
 	var b strings.Builder
@@ -311,8 +312,9 @@ func shellQuote(s string) string {
 	if strings.IndexFunc(s, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0 || !utf8.ValidString(s) {
 		// A line break, a control or an invisible character (a resolved
 		// path may hold any): written as escapes, so that no value can
-		// start a line of its own in what a human approves.
-		return strconv.Quote(s)
+		// start a line of its own in what a human approves, in the
+		// $'...' form bash, zsh and ksh read back as the same bytes.
+		return ansiQuote(s)
 	}
 	if s != "" && strings.IndexFunc(s, func(r rune) bool {
 		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_./=:,+@%", r))
@@ -320,6 +322,40 @@ func shellQuote(s string) string {
 		return s
 	}
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// ansiQuote is s as a $'...' word: printable characters as they are but
+// for \ and ', everything else as an escape (\n, \t, \xHH, \uHHHH).
+func ansiQuote(s string) string {
+	var b strings.Builder
+	b.WriteString("$'")
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && size == 1:
+			fmt.Fprintf(&b, `\x%02x`, s[i])
+		case r == '\\' || r == '\'':
+			b.WriteByte('\\')
+			b.WriteRune(r)
+		case r == '\n':
+			b.WriteString(`\n`)
+		case r == '\t':
+			b.WriteString(`\t`)
+		case r == '\r':
+			b.WriteString(`\r`)
+		case r < 0x80 && !unicode.IsPrint(r):
+			fmt.Fprintf(&b, `\x%02x`, r)
+		case !unicode.IsPrint(r) && r <= 0xFFFF:
+			fmt.Fprintf(&b, `\u%04x`, r)
+		case !unicode.IsPrint(r):
+			fmt.Fprintf(&b, `\U%08x`, r)
+		default:
+			b.WriteRune(r)
+		}
+		i += size
+	}
+	b.WriteByte('\'')
+	return b.String()
 }
 
 func relToRoot(root, p string) string {

@@ -171,5 +171,53 @@ func TestHostileOpPathAndInterpreter(t *testing.T) {
 	if !slices.Contains(inv.Env, "PATH="+bin+":/usr/bin:/bin") {
 		t.Errorf("the op's environment: %q", inv.Env)
 	}
+	// Nothing left: no PATH at all, never an empty one (a shell reads
+	// that as its working directory: the red team of 5da3cff).
+	p, err = Parse("p.toml", []byte("[ops.a]\nargv = [\""+filepath.Join(bin, "fine")+"\"]\nset_env = { PATH = \""+open+"\" }\n[agents.ag]\nops = [\"a\"]\n"))
+	rtMust(t, err)
+	inv, err = p.Render("ag", "a", nil, RenderContext{})
+	rtMust(t, err)
+	if len(inv.Env) != 0 {
+		t.Errorf("an op whose PATH loses every entry: %q", inv.Env)
+	}
+	// A directory not made yet, where only this user could make it, stays.
+	if kept, _ := SafePATH(filepath.Join(bin, "later")); kept != filepath.Join(bin, "later") {
+		t.Errorf("a missing directory in a closed one: %q", kept)
+	}
+	if kept, _ := SafePATH(filepath.Join(open, "later")); kept != "" {
+		t.Errorf("a missing directory in an open one: %q", kept)
+	}
 	_ = base
+}
+
+// env on a "#!" line is read fail-closed, and the interpreter's arguments
+// follow the program's rule (the red team of 5da3cff: five forms ran a
+// program from a directory anyone may write).
+func TestHostileInterpreterLineForms(t *testing.T) {
+	_, bin, open := rtSetup(t)
+	rtMust(t, os.WriteFile(filepath.Join(open, "evil"), []byte("#!/bin/sh\n"), 0o755))
+	rtMust(t, os.WriteFile(filepath.Join(bin, "tool2"), []byte("#!/bin/sh\n"), 0o755))
+	refused := []string{
+		"#!/usr/bin/env -S" + open + "/evil\n",
+		"#!/usr/bin/env --split-string=" + open + "/evil\n",
+		"#!/usr/bin/env -S PATH=" + open + " sh\n",
+		"#!/usr/bin/env -S -C" + open + " ./tool\n",
+		"#!/bin/sh " + open + "/evil\n",
+		"#!/bin/sh evil\n",
+	}
+	accepted := []string{
+		"#!/usr/bin/env sh\n",
+		"#!/usr/bin/env -S sh -e\n",
+		"#!/usr/bin/env -S LANG=C sh -e\n",
+		"#!/bin/sh -e\n",
+		"#!/bin/sh " + filepath.Join(bin, "tool2") + "\n",
+	}
+	for i, line := range append(refused, accepted...) {
+		prog := filepath.Join(bin, "script"+string(rune('a'+i)))
+		rtMust(t, os.WriteFile(prog, []byte(line), 0o755))
+		_, err := lookPath(prog, func() string { return "/usr/bin:/bin" })
+		if want := i < len(refused); want != (err != nil) {
+			t.Errorf("%q: refused %v (%v), want refused %v", line, err != nil, err, want)
+		}
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -187,23 +188,28 @@ func (p *Policy) Render(agent, opName string, args map[string]string, ctx Render
 		Args:        validated,
 		Limits:      o.limits,
 	}
+	opPath := func() string { return o.opPATH(lookup) }
 	var err error
-	if inv.Argv, err = renderArgv(opName, o.argv, vals, pathEnv); err != nil {
+	if inv.Argv, err = renderArgv(opName, o.argv, vals, pathEnv, opPath); err != nil {
 		return nil, err
 	}
 	if o.reconcile != nil {
-		if inv.Reconcile, err = renderArgv(opName, o.reconcile, vals, pathEnv); err != nil {
+		if inv.Reconcile, err = renderArgv(opName, o.reconcile, vals, pathEnv, opPath); err != nil {
 			return nil, err
 		}
 	}
 	inv.Env = []string{}
 	for _, n := range o.env {
 		if v, ok := lookup(n); ok && strings.IndexByte(v, 0) < 0 {
-			inv.Env = append(inv.Env, opEnv(n, v))
+			if kv, ok := opEnv(n, v); ok {
+				inv.Env = append(inv.Env, kv)
+			}
 		}
 	}
 	for n, v := range o.setEnv {
-		inv.Env = append(inv.Env, opEnv(n, v))
+		if kv, ok := opEnv(n, v); ok {
+			inv.Env = append(inv.Env, kv)
+		}
 	}
 	sort.Strings(inv.Env)
 	return inv, nil
@@ -212,18 +218,38 @@ func (p *Policy) Render(agent, opName string, args map[string]string, ctx Render
 // opEnv is one variable of an op's environment: a PATH without the
 // entries a program must not come from (SafePATH), as the op's own program
 // does not.
-func opEnv(name, value string) string {
+func opEnv(name, value string) (string, bool) {
 	if name == "PATH" {
-		value, _ = SafePATH(value)
+		if value, _ = SafePATH(value); value == "" {
+			// None left: no PATH at all (the shells' own default), never
+			// an empty one, which they read as the working directory.
+			return "", false
+		}
 	}
-	return name + "=" + value
+	return name + "=" + value, true
 }
 
-func renderArgv(opName string, ts []tmpl, vals map[string]string, pathEnv func() string) ([]string, error) {
+// opPATH is the PATH the op's own process searches: its environment's
+// (SafePATH's), or the default when it gets none. `#!/usr/bin/env NAME`
+// finds NAME there.
+func (o *op) opPATH(lookup func(string) (string, bool)) string {
+	v, ok := o.setEnv["PATH"]
+	if !ok && slices.Contains(o.env, "PATH") {
+		v, ok = lookup("PATH")
+	}
+	if ok {
+		if kv, kept := opEnv("PATH", v); kept {
+			return strings.TrimPrefix(kv, "PATH=")
+		}
+	}
+	return defaultOpPATH
+}
+
+func renderArgv(opName string, ts []tmpl, vals map[string]string, pathEnv, opPath func() string) ([]string, error) {
 	out := make([]string, 0, len(ts))
 	for i, t := range ts {
 		if i == 0 {
-			prog, err := lookPath(t[0].lit, pathEnv)
+			prog, _, err := lookPathPassing(t[0].lit, pathEnv, opPath)
 			if err != nil {
 				return nil, fmt.Errorf("op %q: %w", opName, err)
 			}
@@ -251,7 +277,7 @@ func renderArgv(opName string, ts []tmpl, vals map[string]string, pathEnv func()
 // planted in a world-writable PATH entry would run as the daemon's user:
 // the third red team's finding).
 func lookPath(prog string, pathEnvFn func() string) (string, error) {
-	p, _, err := lookPathPassing(prog, pathEnvFn)
+	p, _, err := lookPathPassing(prog, pathEnvFn, func() string { kept, _ := SafePATH(pathEnvFn()); return kept })
 	return p, err
 }
 
@@ -265,11 +291,11 @@ func LookPath(prog string) (string, error) {
 // lookPathPassing is lookPath that also returns the candidates it passed
 // over because another user could have put or changed them ("FILE (why)"),
 // for policy check to warn of even when a safe one was found.
-func lookPathPassing(prog string, pathEnvFn func() string) (string, []string, error) {
+func lookPathPassing(prog string, pathEnvFn, opPath func() string) (string, []string, error) {
 	// A script's interpreter follows the program's rule, looked up (for
-	// `#!/usr/bin/env NAME`) in the PATH the op gets.
+	// `#!/usr/bin/env NAME`) in the PATH the op's process gets (asked only
+	// for env).
 	interp := func(p string) error {
-		opPath := func() string { kept, _ := SafePATH(pathEnvFn()); return kept } // asked only for env
 		if why := unsafeInterpreter(p, opPath, 0); why != "" {
 			return &unsafeError{"", why}
 		}

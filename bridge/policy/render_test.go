@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"runtime"
@@ -701,5 +702,24 @@ func TestInvocationStringKeepsEachValueOnItsLine(t *testing.T) {
 	}
 	if n := strings.Count(text, "\n"); n != 13 {
 		t.Errorf("%d lines, want 13:\n%s", n, text)
+	}
+}
+
+// A value the approval text escapes is written as bash reads it back: the
+// same bytes, not a decoy path (the red team of 5da3cff: Go's "x\ny" names
+// another file in a shell).
+func TestInvocationStringQuotesAsTheShellReads(t *testing.T) {
+	bash, err := exec.LookPath("bash")
+	if err != nil {
+		t.Skip("no bash")
+	}
+	for _, v := range []string{"x\ny", "it's\t\x1b[2J\u202e", "a\\nb", "\xff\xfe", "plain"} {
+		inv := &policy.Invocation{Op: "o", Argv: []string{"/bin/echo", v}}
+		line := strings.SplitN(inv.String(), "\n", 3)[1] // "argv:        /bin/echo WORD"
+		word := strings.TrimPrefix(strings.TrimSpace(strings.TrimPrefix(line, "argv:")), "/bin/echo ")
+		out, err := exec.Command(bash, "-c", "printf %s "+word).Output()
+		if err != nil || string(out) != v {
+			t.Errorf("%q shown as %s, which bash reads as %q (%v)", v, word, out, err)
+		}
 	}
 }

@@ -74,28 +74,7 @@ func (p *Policy) Warnings() []string {
 	for _, name := range sortedKeys(p.ops) {
 		out = append(out, p.ops[name].argvWarnings()...)
 	}
-	// What an op runs by name comes from the PATH it gets: said once per
-	// PATH, for the ops that get it.
-	said := map[string]bool{}
-	for _, name := range sortedKeys(p.ops) {
-		o := p.ops[name]
-		v, set := o.setEnv["PATH"]
-		if !set {
-			if !slices.Contains(o.env, "PATH") {
-				continue
-			}
-			v = os.Getenv("PATH")
-		}
-		if _, dropped := SafePATH(v); len(dropped) > 0 && !said[v] {
-			said[v] = true
-			where := "the daemon's PATH"
-			if set {
-				where = fmt.Sprintf("the PATH of op %q's set_env", name)
-			}
-			out = append(out, fmt.Sprintf("%s loses, in the ops' environment, what another user could have put or changed (and relative or empty entries): %s; a program an op runs by name is not looked up there",
-				where, strings.Join(dropped, ", ")))
-		}
-	}
+	out = append(out, p.PathWarnings()...)
 	for _, name := range sortedKeys(p.ops) {
 		o := p.ops[name]
 		if o.scope != ScopeRead {
@@ -144,7 +123,7 @@ func (o *op) argvWarnings() []string {
 				return v
 			}
 			return os.Getenv("PATH")
-		}); err != nil && (len(passed) > 0 || filepath.IsAbs(prog) && !errors.Is(err, fs.ErrNotExist)) {
+		}, func() string { return o.opPATH(os.LookupEnv) }); err != nil && (len(passed) > 0 || filepath.IsAbs(prog) && !errors.Is(err, fs.ErrNotExist)) {
 			out = append(out, fmt.Sprintf("op %q: %s[0]: %v: the op fails until then", o.name, cmd.what, err))
 		} else if err != nil {
 			where := "the daemon's PATH"
@@ -157,6 +136,34 @@ func (o *op) argvWarnings() []string {
 		}
 		if arg := o.shellScriptArg(cmd.argv); arg != "" {
 			out = append(out, fmt.Sprintf("op %q: %s runs %s -c with the free string argument {%s} in its script: the agent writes shell code there (\"x; rm -rf ~\"); pass it as its own element after the script (\"$1\"), or give it a pattern or an enum", o.name, cmd.what, filepath.Base(prog), arg))
+		}
+	}
+	return out
+}
+
+// PathWarnings says which PATH the ops get loses entries (SafePATH): said
+// once per PATH, for the ops that get it. `serve` logs them when it loads
+// a policy: a tool's directory left out is a tool not found.
+func (p *Policy) PathWarnings() []string {
+	var out []string
+	said := map[string]bool{}
+	for _, name := range sortedKeys(p.ops) {
+		o := p.ops[name]
+		v, set := o.setEnv["PATH"]
+		if !set {
+			if !slices.Contains(o.env, "PATH") {
+				continue
+			}
+			v = os.Getenv("PATH")
+		}
+		if _, dropped := SafePATH(v); len(dropped) > 0 && !said[v] {
+			said[v] = true
+			where := "the daemon's PATH"
+			if set {
+				where = fmt.Sprintf("the PATH of op %q's set_env", name)
+			}
+			out = append(out, fmt.Sprintf("%s loses, in the ops' environment, what another user could have put or changed (and relative or empty entries): %s; a program an op runs by name is not looked up there",
+				where, strings.Join(dropped, ", ")))
 		}
 	}
 	return out

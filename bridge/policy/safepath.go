@@ -16,7 +16,15 @@ import (
 func SafePATH(value string) (kept string, dropped []string) {
 	var out []string
 	for _, dir := range filepath.SplitList(value) {
-		if why := UnsafePathDir(dir); why != "" {
+		why := UnsafePathDir(dir)
+		if why != "" && filepath.IsAbs(dir) {
+			// Not there yet (a tool directory made later): kept when only
+			// this user or root could make it, as anything on its way.
+			if _, exists, w := WalkOwned(dir); !exists && w == "" {
+				why = ""
+			}
+		}
+		if why != "" {
 			if dir == "" {
 				dir = "(empty: the working directory)"
 			}
@@ -29,3 +37,7 @@ func SafePATH(value string) (kept string, dropped []string) {
 	}
 	return strings.Join(out, string(filepath.ListSeparator)), dropped
 }
+
+// defaultOpPATH is where a program an op runs by name is looked for when
+// the op gets no PATH at all: what the C library and env use then.
+const defaultOpPATH = "/usr/bin:/bin"

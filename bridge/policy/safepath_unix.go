@@ -190,21 +190,53 @@ func unsafeInterpreter(path string, pathEnv func() string, depth int) string {
 	if len(fields) == 0 {
 		return ""
 	}
-	interp := fields[0]
+	interp, args := fields[0], fields[1:]
 	if why := checkInterp(interp, pathEnv, depth); why != "" {
 		return why
 	}
 	if filepath.Base(interp) == "env" {
-		// env looks its program up in the op's PATH (SafePATH's).
-		for _, a := range fields[1:] {
-			if a == "-S" || strings.HasPrefix(a, "-") || strings.Contains(a, "=") {
-				continue
+		// Fail closed: only `env [-i] [-S] [NAME=VALUE...] PROGRAM
+		// [ARG...]`, no PATH= (it would choose where PROGRAM is found),
+		// and no other option (-C changes the directory, -P the path,
+		// --split-string and a glued -S hide the rest from this reading).
+		for len(args) > 0 && (args[0] == "-S" || args[0] == "-i") {
+			args = args[1:]
+		}
+		for len(args) > 0 && strings.Contains(args[0], "=") && !strings.HasPrefix(args[0], "-") {
+			if name, _, _ := strings.Cut(args[0], "="); name == "PATH" {
+				return fmt.Sprintf("its interpreter line sets PATH for env (%q): bridge cannot check where that finds a program", rest)
 			}
-			found, _, err := lookPathPassing(a, pathEnv)
-			if err != nil {
-				return fmt.Sprintf("its interpreter %s (through env): %v", a, err)
+			args = args[1:]
+		}
+		if len(args) == 0 || strings.HasPrefix(args[0], "-") {
+			return fmt.Sprintf("its interpreter line uses env in a form bridge does not check (%q): write `#!/usr/bin/env PROGRAM` or `#!/usr/bin/env -S PROGRAM ARGS`", rest)
+		}
+		// env looks the program up in the op's own PATH.
+		found, _, err := lookPathPassing(args[0], pathEnv, pathEnv)
+		if err != nil {
+			return fmt.Sprintf("its interpreter %s (through env): %v", args[0], err)
+		}
+		if why := unsafeInterpreter(found, pathEnv, depth+1); why != "" {
+			return why
+		}
+		args = args[1:]
+	}
+	// The interpreter's arguments: options, or files it reads as code,
+	// which must follow the program's rule.
+	for _, a := range args {
+		switch {
+		case strings.HasPrefix(a, "-"):
+		case filepath.IsAbs(a):
+			if why := unsafeChain(a); why != "" {
+				return fmt.Sprintf("its interpreter line names %s: %s", a, why)
 			}
-			return unsafeInterpreter(found, pathEnv, depth+1)
+			if fi, err := os.Stat(a); err == nil {
+				if why := unsafeProgram(fi); why != "" {
+					return fmt.Sprintf("its interpreter line names %s, which is %s", a, why)
+				}
+			}
+		default:
+			return fmt.Sprintf("its interpreter line names %q, neither an option nor an absolute path: it would be read from the op's directory", a)
 		}
 	}
 	return ""

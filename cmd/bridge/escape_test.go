@@ -53,3 +53,27 @@ func TestMessagesEscapeControls(t *testing.T) {
 		t.Errorf("invalid UTF-8 shown as %q", got)
 	}
 }
+
+// escapeWriter escapes as it streams, whatever the chunks: a character
+// split between two writes is whole on the other side, and the result is
+// escapeControls of the whole (`bridge pending --stdin` to a terminal).
+func TestEscapeWriterAcrossChunks(t *testing.T) {
+	in := "é\x1b[2J→\u202eline\n\xff\xfeend"
+	for chunk := 1; chunk <= len(in); chunk++ {
+		var out strings.Builder
+		w := &escapeWriter{w: &out}
+		for p := in; len(p) > 0; {
+			k := min(chunk, len(p))
+			if _, err := w.Write([]byte(p[:k])); err != nil {
+				t.Fatal(err)
+			}
+			p = p[k:]
+		}
+		if err := w.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if want := escapeControls(in) + "\n"; out.String() != want {
+			t.Errorf("chunks of %d: %q, want %q", chunk, out.String(), want)
+		}
+	}
+}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -14,6 +13,7 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/agent"
@@ -194,14 +194,14 @@ func (c *PendingCmd) Run(g *Globals) error {
 			return refError(err)
 		}
 		// To a terminal, the agent's bytes could move the cursor and
-		// erase what was shown: every control written as an escape.
-		var buf bytes.Buffer
-		if _, err := host.PendingInput(h, c.Stdin, &buf); err != nil {
+		// erase what was shown: every control written as an escape, as
+		// it streams (an input may be as large as the op's max_stdin).
+		w := &escapeWriter{w: g.stdout}
+		if _, err := host.PendingInput(h, c.Stdin, w); err != nil {
 			return refError(err)
 		}
-		g.printf("%s", buf.String())
-		if buf.Len() > 0 && !bytes.HasSuffix(buf.Bytes(), []byte("\n")) {
-			g.printf("\n")
+		if err := w.Close(); err != nil {
+			return err
 		}
 		g.note("note: standard output is a terminal, so control characters are shown escaped (\\x1b); pipe it (| less, > FILE) for the bytes as they are")
 		return nil
@@ -263,7 +263,8 @@ func printPendingInput(g *Globals, e host.Waiting) {
 
 // ApproveCmd approves a waiting request.
 type ApproveCmd struct {
-	ID string `arg:"" name:"ref" help:"The request: its id, or AGENT/ID as 'bridge pending' shows it."`
+	ID           string `arg:"" name:"ref" help:"The request: its id, or AGENT/ID as 'bridge pending' shows it."`
+	DespiteInput bool   `name:"despite-input" help:"Approve even though what pending shows of its input is not the input the approval is bound to (its SHA-256 still binds what runs)."`
 }
 
 func (c *ApproveCmd) Run(g *Globals) error {
@@ -271,19 +272,15 @@ func (c *ApproveCmd) Run(g *Globals) error {
 	if err != nil {
 		return err
 	}
-	dec, err := host.Approve(h, c.ID)
-	if err != nil {
-		return refError(err)
+	approve := host.Approve
+	if c.DespiteInput {
+		approve = host.ApproveDespiteInput
 	}
-	if list, err := host.Pending(h); err == nil {
-		for _, w := range list {
-			if w.ID == dec.ID && w.Input != nil && !w.Input.Kept {
-				// What runs is bound to the hash all the same; the human
-				// should know they approved without seeing the input.
-				g.note("warning: %s; what runs is the input whose SHA-256 %s the approval names, whatever the copy shows (`bridge deny %s` if unsure)",
-					w.Input.Problem, w.Input.SHA256, dec.Ref)
-			}
-		}
+	dec, err := approve(h, c.ID)
+	if errors.Is(err, host.ErrInputNotShown) {
+		return &codeError{code: exitRejected, err: err}
+	} else if err != nil {
+		return refError(err)
 	}
 	if g.JSON {
 		return g.printJSON(map[string]any{"ref": dec.Ref, "id": dec.ID, "op": dec.Op, "decision": "approved"})
@@ -422,4 +419,50 @@ func refError(err error) error {
 		return &codeError{code: exitUsage, err: err}
 	}
 	return err
+}
+
+// escapeWriter writes what it is given with every control and invisible
+// character escaped (escapeControls), a chunk at a time: a character split
+// between two writes waits for its rest. Close ends the last line.
+type escapeWriter struct {
+	w       io.Writer
+	carry   []byte
+	endedNL bool
+	wrote   bool
+}
+
+func (e *escapeWriter) Write(p []byte) (int, error) {
+	b := append(e.carry, p...)
+	// Keep back an incomplete character at the end (at most 3 bytes).
+	cut := len(b)
+	for i := len(b) - 1; i >= 0 && i >= len(b)-3; i-- {
+		if utf8.RuneStart(b[i]) {
+			if !utf8.FullRune(b[i:]) {
+				cut = i
+			}
+			break
+		}
+	}
+	e.carry = append([]byte(nil), b[cut:]...)
+	if cut > 0 {
+		if _, err := io.WriteString(e.w, escapeControls(string(b[:cut]))); err != nil {
+			return 0, err
+		}
+		e.wrote, e.endedNL = true, b[cut-1] == '\n'
+	}
+	return len(p), nil
+}
+
+func (e *escapeWriter) Close() error {
+	if len(e.carry) > 0 {
+		if _, err := io.WriteString(e.w, escapeControls(string(e.carry))); err != nil {
+			return err
+		}
+		e.wrote, e.endedNL, e.carry = true, false, nil
+	}
+	if e.wrote && !e.endedNL {
+		_, err := io.WriteString(e.w, "\n")
+		return err
+	}
+	return nil
 }

@@ -401,16 +401,6 @@ func (c *PairCmd) Run(g *Globals) error {
 	return nil
 }
 
-// isTerminal reports whether f (a reader or a writer) is a terminal.
-func isTerminal(v any) bool {
-	f, ok := v.(*os.File)
-	if !ok {
-		return false
-	}
-	fi, err := f.Stat()
-	return err == nil && fi.Mode()&os.ModeCharDevice != 0
-}
-
 type KeysExportCmd struct{}
 
 func (c *KeysExportCmd) Run(g *Globals) error {
