@@ -169,6 +169,8 @@ func (c *Catalog) CheckCall(op string, args map[string]string, in CallInput) err
 		hint := "`bridge ops` lists what this agent may run: " + strings.Join(names, ", ")
 		if s := policy.Suggest(op, names); s != "" {
 			hint = fmt.Sprintf("did you mean %q? %s", s, hint)
+		} else {
+			hint += "; if the host's policy added it since this catalog was signed, `--no-check` sends it for the host to decide"
 		}
 		if len(names) == 0 {
 			hint = "the host's policy lets this agent run no op; ask the host's owner"

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"slices"
 	"time"
 
@@ -106,6 +107,19 @@ func (c *Client) hostLiveness(hostID string) (*Liveness, error) {
 		lv.Message = fmt.Sprintf("host %q has published no liveness stamp for this agent yet: it has not trusted this agent's key "+
 			"(on the host: `bridge pair --fingerprint %s`), or its daemon has not run since it did, or the folder has not synced it",
 			p.Name, c.home.Bundle().Fingerprint())
+		if b, err := os.ReadFile(c.home.Path(catalogsDir, p.ID+".liveness")); err == nil {
+			// This agent verified one before (catalog.go keeps the newest):
+			// the host paired it; the folder lost the stamp since.
+			var keys [][]byte
+			for _, k := range p.KeysIn(bridge.KeyValid, now) {
+				keys = append(keys, k.SignPub)
+			}
+			if st, err := bridge.OpenLiveness(b, p.ID, c.home.Config.ID, keys); err == nil {
+				lv.Message = fmt.Sprintf("host %q's liveness stamp for this agent is gone from the folder (this agent saw one dated %s): "+
+					"the host rewrites it within its interval (%s) while it serves; if it stays gone, check the host's `bridge serve` and the sync",
+					p.Name, time.Unix(st.Time, 0).UTC().Format(time.RFC3339), Ago(time.Duration(st.Interval)*time.Second))
+			}
+		}
 		return lv, nil
 	} else if err != nil {
 		return nil, err

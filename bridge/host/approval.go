@@ -218,8 +218,9 @@ func Approve(h *bridge.Home, ref string) (*Decision, error) {
 
 // ApproveDespiteInput is Approve when what `bridge pending` shows of the
 // request's input is not the input the approval is bound to (the kept copy
-// changed, or the approval text is not as the host writes it): the human
-// says they approve the hash they were shown anyway. Approve refuses that.
+// is missing or changed, or the approval text is not as the host writes
+// it): the human says they approve the hash they were shown anyway.
+// Approve refuses that.
 func ApproveDespiteInput(h *bridge.Home, ref string) (*Decision, error) {
 	return decideOrder(h, ref, "approve", "", true)
 }
@@ -254,7 +255,7 @@ func decideOrder(h *bridge.Home, ref, as, why string, despiteInput bool) (*Decis
 		}
 		// Refused before the order is written: the daemon applies one
 		// within a second, too soon for a deny to catch up.
-		if in := approvalInput(h, listedOf(h, *e)); in != nil && in.Problem != "" && !in.missing && !despiteInput {
+		if in := approvalInput(h, listedOf(h, *e)); in != nil && in.Problem != "" && !despiteInput {
 			return nil, bridge.WithHint(fmt.Errorf("approve %s: %w: %s", refOf(h, *e), ErrInputNotShown, in.Problem),
 				"`bridge deny %s` it; or, to approve the input whose SHA-256 is %s all the same, `bridge approve --despite-input %s`",
 				refOf(h, *e), in.SHA256, refOf(h, *e))

@@ -108,9 +108,6 @@ type ApprovalInput struct {
 	Preview string `json:"preview,omitempty"`
 	Cut     bool   `json:"cut,omitempty"`
 	Problem string `json:"problem,omitempty"`
-	// missing: the copy is not there (not a sign of tampering: the daemon
-	// could not keep it, or a release before it did).
-	missing bool
 }
 
 // The preview's bounds.
@@ -152,8 +149,7 @@ func openApprovalInput(h *bridge.Home, e Listed) (*ApprovalInput, *os.File) {
 	}
 	f, err := os.Open(approvalInputPath(h, e.Agent, e.ID))
 	if err != nil {
-		in.Problem = "the input is not kept on this host (the daemon could not keep it, or a release before it did); its size and hash bind the approval all the same"
-		in.missing = true
+		in.Problem = "the copy of its input is not in this host's home (removed, or the daemon could not keep it, or a release before it did): do not approve on it unseen"
 		return in, nil
 	}
 	ok := false

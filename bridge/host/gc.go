@@ -41,7 +41,10 @@ type GCItem struct {
 
 // GCReport is what a collection did.
 type GCReport struct {
-	DryRun bool     `json:"dry_run"`
+	DryRun bool `json:"dry_run"`
+	// Queued: handed to the running daemon, which collects within a
+	// second; Items and Kept are then a dry run's of what it will do.
+	Queued bool     `json:"queued"`
 	Items  []GCItem `json:"items"`
 	Kept   []GCKept `json:"kept,omitempty"` // with GCOptions.Explain
 }
@@ -65,6 +68,7 @@ const (
 
 // keep counts e as kept in kind until (zero: no time).
 func (r *GCReport) keep(kind string, until time.Time) {
+	until = until.Truncate(time.Second) // as the ledger's times read
 	why := map[string]string{
 		keptAcked:      "an acked result stays until its request expires (and --grace after it finished), should a copy of the request come back",
 		keptUnacked:    "nobody acked it: it stays until --retention after it finished, or until it is acked and its request expired",
@@ -353,6 +357,8 @@ func gcAt(h *bridge.Home, o GCOptions, now func() time.Time) (*GCReport, error) 
 		rep, derr := gcAt(h, o, now)
 		if derr != nil {
 			rep = nil
+		} else {
+			rep.Queued = true
 		}
 		return rep, fmt.Errorf("%w: `bridge serve` runs on this home and collects within a second (see its log)", ErrQueued)
 	} else if err != nil {

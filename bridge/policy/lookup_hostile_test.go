@@ -221,3 +221,24 @@ func TestHostileInterpreterLineForms(t *testing.T) {
 		}
 	}
 }
+
+// A closed directory of this user's directly under a sticky one (/tmp) is
+// a fine PATH entry, as it is on the way to a program (a new user's trial
+// found it dropped as "writable by group or others").
+func TestPathEntryUnderAStickyDirectory(t *testing.T) {
+	base := t.TempDir()
+	sticky := filepath.Join(base, "sticky")
+	rtMust(t, os.Mkdir(sticky, 0o755))
+	rtMust(t, os.Chmod(sticky, 0o777|os.ModeSticky))
+	mine := filepath.Join(sticky, "mine")
+	rtMust(t, os.Mkdir(mine, 0o755))
+	if why := UnsafePathDir(mine); why != "" {
+		t.Errorf("%s: %s", mine, why)
+	}
+	if kept, dropped := SafePATH(mine); kept != mine {
+		t.Errorf("SafePATH dropped %s: %q", mine, dropped)
+	}
+	if why := UnsafePathDir(sticky); why == "" {
+		t.Error("the sticky, world-writable directory itself is called safe")
+	}
+}

@@ -158,7 +158,7 @@ func (p *Policy) PathWarnings() []string {
 		}
 		if _, dropped := SafePATH(v); len(dropped) > 0 && !said[v] {
 			said[v] = true
-			where := "the daemon's PATH"
+			where := "the PATH here (the daemon's own when `serve` logs this; `policy check` judges its own shell's)"
 			if set {
 				where = fmt.Sprintf("the PATH of op %q's set_env", name)
 			}

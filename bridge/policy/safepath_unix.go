@@ -21,9 +21,17 @@ func UnsafePathDir(dir string) string {
 	if !filepath.IsAbs(dir) {
 		return "not absolute"
 	}
-	real, why := walkChain(dir, 0)
+	// Every directory on the way to it is one the lookup passes through
+	// (a sticky one, as /tmp, is fine there); the entry itself holds the
+	// programs, checked last. (walkChain would take the entry's parent for
+	// the program's directory: a closed directory of yours under /tmp was
+	// refused.)
+	real, exists, why := walkChainIn(dir, 0, true)
 	if why != "" {
 		return why
+	}
+	if !exists {
+		return "missing"
 	}
 	fi, err := os.Stat(real)
 	switch {

@@ -175,13 +175,17 @@ func (c *LsCmd) Run(g *Globals) error {
 		// only for an agent no longer trusted; --json has both.
 		now := time.Now()
 		wRef, wOp := len("REQUEST"), len("OP")
+		wState := len("STATE")
 		for _, e := range entries {
-			wRef, wOp = max(wRef, len(e.Ref)), max(wOp, len(e.Op))
+			wRef, wOp, wState = max(wRef, len(e.Ref)), max(wOp, len(e.Op)), max(wState, len(e.State))
 		}
-		g.printf("%-5s  %-*s  %-*s  %-12s  %s\n", "AGE", wRef, "REQUEST", wOp, "OP", "STATE", "REASON")
+		g.printf("%-5s  %-*s  %-*s  %-*s  %s\n", "AGE", wRef, "REQUEST", wOp, "OP", wState, "STATE", "REASON")
 		for _, e := range entries {
-			reason, _, _ := strings.Cut(e.Reason, "\n") // `bridge pending` shows what an approval would run
-			line := fmt.Sprintf("%-5s  %-*s  %-*s  %-12s  %s", shortAge(now.Sub(e.FirstSeen)), wRef, e.Ref, wOp, e.Op, e.State, reason)
+			reason, _, _ := strings.Cut(e.Reason, "\n")
+			if e.State == "awaiting-approval" {
+				reason = "`bridge pending` shows what it would run" // its first line ends in "it would run:"
+			}
+			line := fmt.Sprintf("%-5s  %-*s  %-*s  %-*s  %s", shortAge(now.Sub(e.FirstSeen)), wRef, e.Ref, wOp, e.Op, wState, e.State, reason)
 			g.printf("%s\n", strings.TrimRight(line, " "))
 		}
 		return nil

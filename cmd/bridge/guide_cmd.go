@@ -535,12 +535,6 @@ func renderGuide(doc *guideDoc, h1 string) string {
 			continue
 		}
 		p(" %d op(s).\n\n", len(cat.Ops))
-		switch {
-		case gh.Catalog.Stale:
-			p("**This catalog may be out of date**: %s. No op below is offered as safe to run again, and the host checks every call.\n\n", oneLine(gh.Warning))
-		case gh.Warning != "":
-			p("Note: %s.\n\n", oneLine(gh.Warning))
-		}
 		for i, op := range cat.Ops {
 			p("%s %s", h3, code(op.Name))
 			if op.Description != "" {

@@ -175,7 +175,7 @@ func (c *ReconcileCmd) Run(g *Globals) error {
 
 // PendingCmd lists requests awaiting approval.
 type PendingCmd struct {
-	Stdin string `placeholder:"REF" help:"Print the whole standard input of request REF, which waits for approval, as it is (checked against the SHA-256 the approval is bound to)."`
+	Stdin string `placeholder:"REF" help:"Print the whole standard input of request REF, which waits for approval (checked against the SHA-256 the approval is bound to): as it is to a pipe or file, escaped to a terminal."`
 }
 
 func (c *PendingCmd) Run(g *Globals) error {

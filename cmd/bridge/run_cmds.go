@@ -350,9 +350,10 @@ func waitAndPrint(g *Globals, cl *agent.Client, id string, timeout time.Duration
 			}
 		}
 		if lv := prog.alarm(); lv != nil {
-			hint := fmt.Sprintf("the request stays queued and runs if the host sees it before its expiry (--ttl); once the host runs and the folder syncs, `bridge wait %s` gets its answer (`bridge doctor` shows each host's liveness); `bridge cancel %s` withdraws it", id, id)
+			s, _ := cl.Sent(id)
+			hint := fmt.Sprintf("the request stays queued and runs if the host sees it before %s; once the host runs and the folder syncs, `bridge wait %s` gets its answer (`bridge doctor` shows each host's liveness); `bridge cancel %s` withdraws it", expiryOf(s), id, id)
 			if lv.Verdict == agent.LivenessNoStamp {
-				hint = fmt.Sprintf("the request stays queued and runs if the host sees it before its expiry (--ttl); once the host has paired this agent and `bridge serve` runs there, `bridge wait %s` gets its answer; `bridge cancel %s` withdraws it", id, id)
+				hint = fmt.Sprintf("the request stays queued and runs if the host sees it before %s; once the host has paired this agent and `bridge serve` runs there, `bridge wait %s` gets its answer; `bridge cancel %s` withdraws it", expiryOf(s), id, id)
 			}
 			return &codeError{code: exitWaitTime, id: id, liveness: lv, err: withHintf(fmt.Errorf("no result for %s after %s: %s", id, timeout, lv.Message), "%s", hint)}
 		}
@@ -517,12 +518,18 @@ func outcomeJSON(out *agent.Outcome) (map[string]any, error) {
 // host looked alive (or nothing says otherwise): what may still happen to
 // the request, until when, and how to withdraw it.
 func notWithdrawn(s *agent.Sent, id string) string {
-	until := "its expiry"
-	if s != nil && s.Expires > 0 {
-		until = "its expiry (" + time.Unix(s.Expires, 0).Local().Format(time.DateTime) + ")"
-	}
+	until := expiryOf(s)
 	return fmt.Sprintf("the request is not withdrawn: if the host is up it goes on with it (queued, running, or waiting for a human's approval), "+
 		"and it may still run until %s; run `bridge wait %s` later, or `bridge status %s`; `bridge cancel %s` withdraws it", until, id, id, id)
+}
+
+// expiryOf says when the request s expires: "its expiry (TIME)", or "its
+// expiry (--ttl)" when s is not known here.
+func expiryOf(s *agent.Sent) string {
+	if s != nil && s.Expires > 0 {
+		return "its expiry (" + time.Unix(s.Expires, 0).Local().Format(time.DateTime) + ")"
+	}
+	return "its expiry (--ttl)"
 }
 
 // reasonNotYetValid is the host's reason for a request dated in its future.
