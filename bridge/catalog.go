@@ -246,6 +246,10 @@ func shellWord(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
+// Invisible reports whether r shows as nothing though it is printable
+// (policy.Invisible), for the command line's escaping.
+func Invisible(r rune) bool { return policy.Invisible(r) }
+
 // Suggest returns the name in names closest to s (at most two edits
 // away), or "": the "did you mean" of a mistyped op, for the command line,
 // which does not import the policy package.

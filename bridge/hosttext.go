@@ -41,8 +41,8 @@ func HostText(s string) string {
 		switch {
 		case r == utf8.RuneError && size == 1:
 			shown = `\x` + strconv.FormatUint(uint64(s[i]), 16)
-		case !unicode.IsPrint(r):
-			q := strconv.QuoteRune(r)
+		case !unicode.IsPrint(r) || Invisible(r):
+			q := strconv.QuoteRuneToASCII(r)
 			shown = q[1 : len(q)-1]
 		default:
 			shown = s[i : i+size]
@@ -73,10 +73,10 @@ func hostLines(s string) string {
 		switch {
 		case r == utf8.RuneError && size == 1:
 			b.WriteString(`\x` + strconv.FormatUint(uint64(s[i]), 16))
-		case r == '\n' || r == ' ' || r == '\t' || unicode.IsPrint(r):
+		case r == '\n' || r == ' ' || r == '\t' || unicode.IsPrint(r) && !Invisible(r):
 			b.WriteString(s[i : i+size])
 		default:
-			q := strconv.QuoteRune(r)
+			q := strconv.QuoteRuneToASCII(r)
 			b.WriteString(q[1 : len(q)-1])
 		}
 		i += size

@@ -49,7 +49,13 @@ func (d *Daemon) publishCatalog() error {
 			if floors == nil {
 				floors = d.readCatalogFloors()
 			}
-			last = max(floors[agentID], d.folderCatalogIssued(rel, agentID, own))
+			// The folder's catalog only within a few minutes of this clock:
+			// a folder writer could put back one signed while it was ahead.
+			folder := d.folderCatalogIssued(rel, agentID, own)
+			if time.UnixMilli(folder).Sub(d.opt.Now()) > 5*time.Minute {
+				folder = 0
+			}
+			last = max(floors[agentID], folder)
 			if ahead := time.UnixMilli(last).Sub(d.opt.Now()); ahead > futureFloor {
 				// Dated by a clock that was ahead (or a catalog a folder
 				// writer kept from then): following it would date every

@@ -368,9 +368,9 @@ func TestParseCallOnAStaleCatalog(t *testing.T) {
 		t.Fatal(err)
 	}
 	tool.stale = true
-	c, err := tool.parseCall(json.RawMessage(`{"env": "production", "_stdin": "x"}`))
-	if err != nil || c.args["env"] != "production" {
-		t.Fatalf("a value the stale catalog does not list: %+v, %v", c, err)
+	c, err := tool.parseCall(json.RawMessage(`{"env": "production", "_stdin": "x", "newarg": 5, "flag": true}`))
+	if err != nil || c.args["env"] != "production" || c.args["newarg"] != "5" || c.args["flag"] != "true" {
+		t.Fatalf("values the stale catalog does not know: %+v, %v", c, err)
 	}
 	for _, bad := range []string{`{"_key": 1}`, `{"_stdin": true}`, `{"_wait_seconds": "x"}`} {
 		if _, err := tool.parseCall(json.RawMessage(bad)); err == nil {

@@ -309,7 +309,9 @@ func quoteArgv(argv []string) string {
 }
 
 func shellQuote(s string) string {
-	if strings.IndexFunc(s, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0 || !utf8.ValidString(s) {
+	first, _ := utf8.DecodeRuneInString(s)
+	if strings.IndexFunc(s, func(r rune) bool { return !unicode.IsPrint(r) || Invisible(r) }) >= 0 || !utf8.ValidString(s) ||
+		unicode.Is(unicode.Mn, first) { // a mark at the start joins what is shown before it
 		// A line break, a control or an invisible character (a resolved
 		// path may hold any): written as escapes, so that no value can
 		// start a line of its own in what a human approves, in the
@@ -345,9 +347,9 @@ func ansiQuote(s string) string {
 			b.WriteString(`\r`)
 		case r < 0x80 && !unicode.IsPrint(r):
 			fmt.Fprintf(&b, `\x%02x`, r)
-		case !unicode.IsPrint(r) && r <= 0xFFFF:
+		case (!unicode.IsPrint(r) || Invisible(r) || i == 0 && unicode.Is(unicode.Mn, r)) && r <= 0xFFFF:
 			fmt.Fprintf(&b, `\u%04x`, r)
-		case !unicode.IsPrint(r):
+		case !unicode.IsPrint(r) || Invisible(r):
 			fmt.Fprintf(&b, `\U%08x`, r)
 		default:
 			b.WriteRune(r)

@@ -198,6 +198,13 @@ func TestHostileInterpreterLineForms(t *testing.T) {
 	rtMust(t, os.WriteFile(filepath.Join(open, "evil"), []byte("#!/bin/sh\n"), 0o755))
 	rtMust(t, os.WriteFile(filepath.Join(bin, "tool2"), []byte("#!/bin/sh\n"), 0o755))
 	refused := []string{
+		"#!/usr/bin/env -S \"PATH=" + open + "\" sh\n",
+		"#!/usr/bin/env -S 'PATH=" + open + "' sh\n",
+		"#!/usr/bin/env -S PA''TH=" + open + " sh\n",
+		"#!/usr/bin/env -S P${UNSET}ATH=" + open + " sh\n",
+		"#!/usr/bin/env sh -e\n",
+		"#!/usr/bin/perl -I" + open + "\n",
+		"#!/usr/bin/perl -I./lib\n",
 		"#!/usr/bin/env -S" + open + "/evil\n",
 		"#!/usr/bin/env --split-string=" + open + "/evil\n",
 		"#!/usr/bin/env -S PATH=" + open + " sh\n",
@@ -208,6 +215,7 @@ func TestHostileInterpreterLineForms(t *testing.T) {
 	accepted := []string{
 		"#!/usr/bin/env sh\n",
 		"#!/usr/bin/env -S sh -e\n",
+		"#!/bin/sh -I" + bin + "\n",
 		"#!/usr/bin/env -S LANG=C sh -e\n",
 		"#!/bin/sh -e\n",
 		"#!/bin/sh " + filepath.Join(bin, "tool2") + "\n",
@@ -240,5 +248,23 @@ func TestPathEntryUnderAStickyDirectory(t *testing.T) {
 	}
 	if why := UnsafePathDir(sticky); why == "" {
 		t.Error("the sticky, world-writable directory itself is called safe")
+	}
+}
+
+// A PATH entry not made yet, whose first missing name would be made in a
+// sticky directory (/tmp): anyone may make it there, and put a program in
+// it after the check (the red team of 887f99e). Dropped.
+func TestMissingPathEntryInAStickyDirectory(t *testing.T) {
+	base := t.TempDir()
+	sticky := filepath.Join(base, "sticky")
+	rtMust(t, os.Mkdir(sticky, 0o755))
+	rtMust(t, os.Chmod(sticky, 0o777|os.ModeSticky))
+	if kept, _ := SafePATH(filepath.Join(sticky, "tools") + ":/usr/bin"); kept != "/usr/bin" {
+		t.Errorf("a missing entry in a sticky directory is kept: %q", kept)
+	}
+	mine := filepath.Join(sticky, "mine")
+	rtMust(t, os.Mkdir(mine, 0o755))
+	if kept, _ := SafePATH(filepath.Join(mine, "tools")); kept != filepath.Join(mine, "tools") {
+		t.Errorf("a missing entry in a closed directory of ours (under a sticky one) is dropped: %q", kept)
 	}
 }

@@ -606,3 +606,16 @@ func CatalogTextProblem(s string, tab bool) string {
 	}
 	return ""
 }
+
+// Invisible reports whether r shows as nothing (or as a blank) though Go
+// calls it printable: variation selectors, default-ignorable code points
+// (the combining grapheme joiner), the Hangul fillers and the Braille
+// blank. A value a human is asked to judge writes them as escapes, as it
+// does controls (a file "main\u034f" must not read as "main").
+func Invisible(r rune) bool {
+	switch r {
+	case 0x115F, 0x1160, 0x3164, 0xFFA0, 0x2800:
+		return true
+	}
+	return unicode.Is(unicode.Variation_Selector, r) || unicode.Is(unicode.Other_Default_Ignorable_Code_Point, r)
+}

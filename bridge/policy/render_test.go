@@ -723,3 +723,16 @@ func TestInvocationStringQuotesAsTheShellReads(t *testing.T) {
 		}
 	}
 }
+
+// Characters Go calls printable but that show as nothing are escaped in
+// what a human approves (the red team of 887f99e: "main\u034f" read as
+// "main").
+func TestInvocationStringShowsInvisiblePrintables(t *testing.T) {
+	for _, v := range []string{"main\u034f", "a\ufe0fb", "x\u3164", "\u2800", "\u0301start"} {
+		inv := &policy.Invocation{Op: "o", Argv: []string{"/bin/echo", v}}
+		line := strings.SplitN(inv.String(), "\n", 3)[1]
+		if !strings.Contains(line, "$'") || strings.Contains(line, v) {
+			t.Errorf("%q shown as %s", v, line)
+		}
+	}
+}

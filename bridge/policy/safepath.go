@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -19,8 +20,11 @@ func SafePATH(value string) (kept string, dropped []string) {
 		why := UnsafePathDir(dir)
 		if why != "" && filepath.IsAbs(dir) {
 			// Not there yet (a tool directory made later): kept when only
-			// this user or root could make it, as anything on its way.
-			if _, exists, w := WalkOwned(dir); !exists && w == "" {
+			// this user or root could make it, as anything on its way —
+			// and where its first missing name would be made, a sticky
+			// directory is not enough (it stops others renaming, not
+			// creating: the red team of 887f99e).
+			if resolved, exists, w := WalkOwned(dir); !exists && w == "" && madeOnlyByUs(resolved) {
 				why = ""
 			}
 		}
@@ -41,3 +45,17 @@ func SafePATH(value string) (kept string, dropped []string) {
 // defaultOpPATH is where a program an op runs by name is looked for when
 // the op gets no PATH at all: what the C library and env use then.
 const defaultOpPATH = "/usr/bin:/bin"
+
+// madeOnlyByUs reports whether the nearest existing directory above path
+// (resolved, absolute, missing) lets no one but this user or root create
+// a name in it.
+func madeOnlyByUs(path string) bool {
+	for dir := filepath.Dir(path); ; dir = filepath.Dir(dir) {
+		if _, err := os.Lstat(dir); err == nil {
+			return unsafeDir(dir, true) == ""
+		}
+		if dir == filepath.Dir(dir) {
+			return false
+		}
+	}
+}

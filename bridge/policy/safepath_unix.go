@@ -203,10 +203,19 @@ func unsafeInterpreter(path string, pathEnv func() string, depth int) string {
 		return why
 	}
 	if filepath.Base(interp) == "env" {
-		// Fail closed: only `env [-i] [-S] [NAME=VALUE...] PROGRAM
-		// [ARG...]`, no PATH= (it would choose where PROGRAM is found),
-		// and no other option (-C changes the directory, -P the path,
-		// --split-string and a glued -S hide the rest from this reading).
+		// Fail closed: only `env PROGRAM` (the kernel hands env the rest
+		// of the line as one argument) or `env -S [-i] [NAME=VALUE...]
+		// PROGRAM [ARG...]` in plain words: no PATH= (it would choose
+		// where PROGRAM is found), no other option (-C changes the
+		// directory, -P the path, --split-string and a glued -S hide the
+		// rest from this reading), and no quote, backslash, $ or # (env
+		// -S unquotes and expands them: "PATH=..." or P${X}ATH=...).
+		if len(args) > 1 && args[0] != "-S" {
+			return fmt.Sprintf("its interpreter line passes env more than a program without -S (%q): write `#!/usr/bin/env PROGRAM` or `#!/usr/bin/env -S PROGRAM ARGS`", rest)
+		}
+		if strings.ContainsAny(rest, "\"'\\$#") {
+			return fmt.Sprintf("its interpreter line holds a quote, backslash, $ or # that env -S would read as syntax (%q): write plain words", rest)
+		}
 		for len(args) > 0 && (args[0] == "-S" || args[0] == "-i") {
 			args = args[1:]
 		}
@@ -232,6 +241,15 @@ func unsafeInterpreter(path string, pathEnv func() string, depth int) string {
 	// The interpreter's arguments: options, or files it reads as code,
 	// which must follow the program's rule.
 	for _, a := range args {
+		if strings.HasPrefix(a, "-") && strings.Contains(a, "/") {
+			// An option with a path in it (perl -I/x, ruby -r/x.rb): the
+			// path is code the interpreter loads.
+			i := strings.IndexByte(a, '/')
+			if i > 0 && a[i-1] == '.' {
+				return fmt.Sprintf("its interpreter line names a relative path in %q: it would be read from the op's directory", a)
+			}
+			a = a[i:]
+		}
 		switch {
 		case strings.HasPrefix(a, "-"):
 		case filepath.IsAbs(a):

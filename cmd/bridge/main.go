@@ -400,7 +400,9 @@ func (g *Globals) note(format string, args ...any) {
 // overrides, and bytes that are not UTF-8. Text without them is returned as
 // it is, so ordinary messages and names stay readable.
 func escapeControls(s string) string {
-	clean := func(r rune) bool { return r == '\n' || r == '\t' || (r != utf8.RuneError && unicode.IsPrint(r)) }
+	clean := func(r rune) bool {
+		return r == '\n' || r == '\t' || (r != utf8.RuneError && unicode.IsPrint(r) && !bridge.Invisible(r))
+	}
 	i := 0
 	for i < len(s) {
 		r, size := utf8.DecodeRuneInString(s[i:])
