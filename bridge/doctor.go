@@ -1,6 +1,7 @@
 package bridge
 
 import (
+	"context"
 	"fmt"
 	"io/fs"
 	"os"
@@ -181,10 +182,28 @@ func CheckHome(h *Home, opt DoctorOptions) []Finding {
 		switch {
 		case cerr != nil:
 			add("syncthing-nudge", SeverityWarn, "bridge syncthing setup", "%v", cerr)
-		case cfg.API != "":
-			add("syncthing-nudge", SeverityOK, "", "Syncthing nudge set: %s, folders %s", cfg.API, cfg.Folders)
-		case os.Getenv("BRIDGE_SYNCTHING_API") != "":
-			add("syncthing-nudge", SeverityOK, "", "Syncthing nudge set from the environment: %s", os.Getenv("BRIDGE_SYNCTHING_API"))
+		case cfg.API != "" || os.Getenv("BRIDGE_SYNCTHING_API") != "":
+			// Set is not enough: a Syncthing that is down makes every
+			// nudge fail, and every hop wait for the other side's watcher.
+			api, key, folders, from := cfg.API, cfg.Key, cfg.Folders, ""
+			if api == "" {
+				api, key, folders, from = os.Getenv("BRIDGE_SYNCTHING_API"), os.Getenv("BRIDGE_SYNCTHING_KEY"), os.Getenv("BRIDGE_SYNCTHING_FOLDER"), " (from the environment)"
+			}
+			n, nerr := NewNudger(api, key, folders, nil)
+			if nerr != nil {
+				add("syncthing-nudge", SeverityProblem, "bridge syncthing setup (or set --syncthing-api, --syncthing-key and --syncthing-folder together)",
+					"the nudge settings%s are wrong: %v", from, nerr)
+				break
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+			nerr = n.Ping(ctx)
+			cancel()
+			if nerr != nil {
+				add("syncthing-nudge", SeverityProblem, "start Syncthing here (or correct `bridge syncthing setup`): until it answers, nothing syncs from or to this machine",
+					"Syncthing's API at %s%s does not answer: %v", api, from, nerr)
+			} else {
+				add("syncthing-nudge", SeverityOK, "", "Syncthing nudge set%s and answering: %s", from, api)
+			}
 		default:
 			add("syncthing-nudge", SeverityWarn, "bridge syncthing setup (on both sides; --share-results for the fastest)",
 				"the folder is Syncthing's and no nudge is set: each hop waits for Syncthing's watcher (10 s by default), about 20 s a round trip instead of a quarter of a second")

@@ -39,7 +39,46 @@ type Nudger struct {
 	// WaitGroup does not allow (Add from zero during Wait).
 	inflight int
 	drained  chan struct{}
-	badKey   atomic.Bool // the key was refused once: said once
+	badKey   atomic.Bool           // the key was refused once: said once
+	failed   atomic.Pointer[error] // the last failed nudge (Failure)
+}
+
+// Failure is why the last nudge failed (Syncthing not running, a refused
+// key), or nil: the command line says it once, in its own words, and a
+// wait that times out names it.
+func (n *Nudger) Failure() error {
+	if n == nil {
+		return nil
+	}
+	if e := n.failed.Load(); e != nil {
+		return *e
+	}
+	return nil
+}
+
+// fail records err as the last failure.
+func (n *Nudger) fail(err error) {
+	err = fmt.Errorf("the Syncthing nudge to %s failed: %w", n.api, err)
+	n.failed.Store(&err)
+}
+
+// Ping asks Syncthing's API whether it answers, with the key: nil, or why
+// not (not running, a refused key). For doctor.
+func (n *Nudger) Ping(ctx context.Context) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, n.api+"/rest/system/ping", nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("X-API-Key", n.key)
+	resp, err := n.http.Do(req)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		return fmt.Errorf("it answers %s", resp.Status)
+	}
+	return nil
 }
 
 // Flush sends what is pending now and waits, at most d, for the scans in
@@ -218,18 +257,21 @@ func (n *Nudger) scan(folder string, rels []string) {
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, n.api+"/rest/db/scan?"+q.Encode(), nil)
 	if err != nil {
+		n.fail(err)
 		n.log.Warn("syncthing nudge", "files", rels, "err", err)
 		return
 	}
 	req.Header.Set("X-API-Key", n.key)
 	resp, err := n.http.Do(req)
 	if err != nil {
+		n.fail(err)
 		n.log.Warn("syncthing nudge", "files", rels, "err", err)
 		return
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 	if resp.StatusCode == http.StatusForbidden || resp.StatusCode == http.StatusUnauthorized {
+		n.fail(fmt.Errorf("the API key is refused (%s)", resp.Status))
 		if !n.badKey.Swap(true) {
 			n.log.Warn("syncthing nudge: the API key is refused; files sync on Syncthing's own schedule (seconds later)",
 				"api", n.api, "status", resp.Status,
@@ -238,6 +280,7 @@ func (n *Nudger) scan(folder string, rels []string) {
 		return
 	}
 	if resp.StatusCode/100 != 2 {
+		n.fail(fmt.Errorf("it answers %s", resp.Status))
 		n.log.Warn("syncthing nudge", "files", rels, "status", resp.Status, "answer", strings.TrimSpace(string(body)))
 		return
 	}

@@ -73,6 +73,7 @@ type Globals struct {
 	// file decide.
 	syncthing *SyncthingFlags
 	nudger    *bridge.Nudger // the home's, flushed at exit
+	saidNudge bool           // its failure was said already (in a timeout's hint)
 	// pipeNote, if set, says the warning of a piped standard input that
 	// was not sent, once its look is done: before the op's output is
 	// printed (waitAndPrint), else when the command ends.
@@ -193,6 +194,10 @@ func runParsed(kctx *kong.Context, g *Globals, stdout, stderr io.Writer) int {
 	// The nudges of the command's last writes (an ack, a submit) go out
 	// before the process does.
 	g.nudger.Flush(2 * time.Second)
+	if ferr := g.nudger.Failure(); ferr != nil && !g.saidNudge {
+		// Once, in bridge's words, not as a log line.
+		g.note("warning: %v: files sync on Syncthing's own schedule (seconds or more later); is Syncthing running here? `bridge doctor` checks", ferr)
+	}
 	if err == nil {
 		return exitOK
 	}

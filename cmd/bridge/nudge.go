@@ -67,7 +67,9 @@ func (g *Globals) homeNudger(h *bridge.Home) error {
 		}
 		g.note("warning: %v: the Syncthing nudge is off", err)
 	}
-	n, err := s.over(cfg).nudger(bridge.NewLogger(g.stderr, "text", bridge.LogInfo))
+	// No log lines on a command's stderr: a failure is said once at exit
+	// (runParsed), and named by a wait that times out.
+	n, err := s.over(cfg).nudger(nil)
 	if err != nil {
 		if explicit {
 			return err

@@ -335,37 +335,39 @@ func waitAndPrint(g *Globals, cl *agent.Client, id string, timeout time.Duration
 		g.pipeNote()
 	}
 	if errors.Is(err, context.DeadlineExceeded) {
-		if prog.awaiting {
-			return &codeError{code: exitWaitTime, id: id, err: withHintf(fmt.Errorf("no result for %s after %s: it waits for a human's approval on the host", id, timeout),
-				"the request stays queued until it is approved, denied or its approval times out; run `bridge wait %s` later", id)}
-		}
-		if st, err := cl.Status(id); err == nil {
-			switch {
-			case st.Reason == "past-expiry":
-				return &codeError{code: exitWaitTime, id: id, err: withHintf(fmt.Errorf("no result for %s after %s, and it is past its expiry", id, timeout),
-					"it will not run: the host answers it expired once it sees it (if the host is up and the folder syncs); send it again if it is still needed")}
-			case st.State == "rerun-ordered":
-				return &codeError{code: exitWaitTime, id: id, err: withHintf(fmt.Errorf("no new answer for %s after %s: a human on the host ordered it run again", id, timeout),
-					"run `bridge wait %s` later for the rerun's answer", id)}
+		return g.withNudgeFailure(func() error {
+			if prog.awaiting {
+				return &codeError{code: exitWaitTime, id: id, err: withHintf(fmt.Errorf("no result for %s after %s: it waits for a human's approval on the host", id, timeout),
+					"the request stays queued until it is approved, denied or its approval times out; run `bridge wait %s` later", id)}
 			}
-		}
-		if lv := prog.alarm(); lv != nil {
-			s, _ := cl.Sent(id)
-			hint := fmt.Sprintf("the request stays queued and runs if the host sees it before %s; once the host runs and the folder syncs, `bridge wait %s` gets its answer (`bridge doctor` shows each host's liveness); `bridge cancel %s` withdraws it", expiryOf(s), id, id)
-			if lv.Verdict == agent.LivenessNoStamp {
-				hint = fmt.Sprintf("the request stays queued and runs if the host sees it before %s; once the host has paired this agent and `bridge serve` runs there, `bridge wait %s` gets its answer; `bridge cancel %s` withdraws it", expiryOf(s), id, id)
+			if st, err := cl.Status(id); err == nil {
+				switch {
+				case st.Reason == "past-expiry":
+					return &codeError{code: exitWaitTime, id: id, err: withHintf(fmt.Errorf("no result for %s after %s, and it is past its expiry", id, timeout),
+						"it will not run: the host answers it expired once it sees it (if the host is up and the folder syncs); send it again if it is still needed")}
+				case st.State == "rerun-ordered":
+					return &codeError{code: exitWaitTime, id: id, err: withHintf(fmt.Errorf("no new answer for %s after %s: a human on the host ordered it run again", id, timeout),
+						"run `bridge wait %s` later for the rerun's answer", id)}
+				}
 			}
-			return &codeError{code: exitWaitTime, id: id, liveness: lv, err: withHintf(fmt.Errorf("no result for %s after %s: %s", id, timeout, lv.Message), "%s", hint)}
-		}
-		// The host looks alive: its stamp still goes with the error, so a
-		// script can tell a slow op from a host that is down (CLI.md).
-		var lv *agent.Liveness
-		s, serr := cl.Sent(id)
-		if serr == nil {
-			lv, _ = cl.HostLiveness(s.Host)
-		}
-		return &codeError{code: exitWaitTime, id: id, liveness: lv, err: withHintf(fmt.Errorf("no result for %s after %s", id, timeout),
-			"%s", notWithdrawn(s, id))}
+			if lv := prog.alarm(); lv != nil {
+				s, _ := cl.Sent(id)
+				hint := fmt.Sprintf("the request stays queued and runs if the host sees it before %s; once the host runs and the folder syncs, `bridge wait %s` gets its answer (`bridge doctor` shows each host's liveness); `bridge cancel %s` withdraws it", expiryOf(s), id, id)
+				if lv.Verdict == agent.LivenessNoStamp {
+					hint = fmt.Sprintf("the request stays queued and runs if the host sees it before %s; once the host has paired this agent and `bridge serve` runs there, `bridge wait %s` gets its answer; `bridge cancel %s` withdraws it", expiryOf(s), id, id)
+				}
+				return &codeError{code: exitWaitTime, id: id, liveness: lv, err: withHintf(fmt.Errorf("no result for %s after %s: %s", id, timeout, lv.Message), "%s", hint)}
+			}
+			// The host looks alive: its stamp still goes with the error, so a
+			// script can tell a slow op from a host that is down (CLI.md).
+			var lv *agent.Liveness
+			s, serr := cl.Sent(id)
+			if serr == nil {
+				lv, _ = cl.HostLiveness(s.Host)
+			}
+			return &codeError{code: exitWaitTime, id: id, liveness: lv, err: withHintf(fmt.Errorf("no result for %s after %s", id, timeout),
+				"%s", notWithdrawn(s, id))}
+		}())
 	}
 	var na *agent.NotAcceptedError
 	if errors.As(err, &na) {
@@ -521,6 +523,24 @@ func notWithdrawn(s *agent.Sent, id string) string {
 	until := expiryOf(s)
 	return fmt.Sprintf("the request is not withdrawn: if the host is up it goes on with it (queued, running, or waiting for a human's approval), "+
 		"and it may still run until %s; run `bridge wait %s` later, or `bridge status %s`; `bridge cancel %s` withdraws it", until, id, id, id)
+}
+
+// withNudgeFailure adds to a wait's time-out the failed Syncthing nudge,
+// when there was one: the likeliest reason nothing came back.
+func (g *Globals) withNudgeFailure(err error) error {
+	f := g.nudger.Failure()
+	var ce *codeError
+	if f == nil || !errors.As(err, &ce) {
+		return err
+	}
+	g.saidNudge = true
+	cause, hint := ce.err, "is Syncthing running here? (`bridge doctor` checks its API); without the nudge each hop waits for Syncthing's own schedule"
+	var h *bridge.HintError
+	if errors.As(ce.err, &h) {
+		cause, hint = h.Err, hint+"; "+h.Hint
+	}
+	ce.err = withHintf(fmt.Errorf("%w; and %v", cause, f), "%s", hint)
+	return ce
 }
 
 // expiryOf says when the request s expires: "its expiry (TIME)", or "its
