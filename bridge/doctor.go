@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io/fs"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -198,11 +199,15 @@ func CheckHome(h *Home, opt DoctorOptions) []Finding {
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 			nerr = n.Ping(ctx)
 			cancel()
+			shown := api // without a password in the URL
+			if u, err := url.Parse(api); err == nil {
+				shown = u.Redacted()
+			}
 			if nerr != nil {
 				add("syncthing-nudge", SeverityProblem, "start Syncthing here (or correct `bridge syncthing setup`): until it answers, nothing syncs from or to this machine",
-					"Syncthing's API at %s%s does not answer: %v", api, from, nerr)
+					"Syncthing's API at %s%s does not answer: %v", shown, from, nerr)
 			} else {
-				add("syncthing-nudge", SeverityOK, "", "Syncthing nudge set%s and answering: %s", from, api)
+				add("syncthing-nudge", SeverityOK, "", "Syncthing nudge set%s and answering: %s", from, shown)
 			}
 		default:
 			add("syncthing-nudge", SeverityWarn, "bridge syncthing setup (on both sides; --share-results for the fastest)",

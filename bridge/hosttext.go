@@ -20,6 +20,9 @@ const maxHostText = 500
 // the catalog, so `bridge ops`, `bridge guide` and `bridge mcp` show the
 // same (the third red team: MCP passed it raw).
 func HostText(s string) string {
+	// When anything is escaped, a backslash of the text is too: no text
+	// can pass for an escape, or hide one.
+	esc := needsEscape(s)
 	var b strings.Builder
 	space, n, i := false, 0, 0
 	for i < len(s) && n < maxHostText {
@@ -44,6 +47,8 @@ func HostText(s string) string {
 		case !unicode.IsPrint(r) || Invisible(r):
 			q := strconv.QuoteRuneToASCII(r)
 			shown = q[1 : len(q)-1]
+		case r == '\\' && esc:
+			shown = `\\`
 		default:
 			shown = s[i : i+size]
 		}
@@ -67,12 +72,17 @@ func HostText(s string) string {
 // line breaks and spacing kept, no length cut (the message has its own
 // bound).
 func hostLines(s string) string {
+	esc := strings.IndexFunc(s, func(r rune) bool {
+		return !(r == '\n' || r == ' ' || r == '\t' || r != utf8.RuneError && unicode.IsPrint(r) && !Invisible(r))
+	}) >= 0 || !utf8.ValidString(s)
 	var b strings.Builder
 	for i := 0; i < len(s); {
 		r, size := utf8.DecodeRuneInString(s[i:])
 		switch {
 		case r == utf8.RuneError && size == 1:
 			b.WriteString(`\x` + strconv.FormatUint(uint64(s[i]), 16))
+		case r == '\\' && esc:
+			b.WriteString(`\\`)
 		case r == '\n' || r == ' ' || r == '\t' || unicode.IsPrint(r) && !Invisible(r):
 			b.WriteString(s[i : i+size])
 		default:
@@ -82,4 +92,17 @@ func hostLines(s string) string {
 		i += size
 	}
 	return strings.TrimRight(b.String(), "\n")
+}
+
+// needsEscape reports whether s holds anything HostText or hostLines write
+// as an escape (white space aside).
+func needsEscape(s string) bool {
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 || !unicode.IsSpace(r) && (!unicode.IsPrint(r) || Invisible(r)) {
+			return true
+		}
+		i += size
+	}
+	return false
 }

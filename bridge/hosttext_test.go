@@ -148,3 +148,22 @@ func TestHostTextCutCountsTheEscapes(t *testing.T) {
 		}
 	}
 }
+
+// Once anything in a text is escaped, a backslash of the text is too, so
+// that a typed "\u202e" cannot pass for an escaped override, nor hide one
+// (the red team of e587665); invisible printables are escaped.
+func TestHostTextBackslashNotAmbiguous(t *testing.T) {
+	typed, real := HostText(`lit\u202e `+"\x1b"), HostText("lit\u202e \x1b")
+	if typed == real {
+		t.Errorf("a typed escape and a real character both show as %q", typed)
+	}
+	if got := HostText(`C:\path`); got != `C:\path` {
+		t.Errorf("a backslash alone is escaped: %q", got)
+	}
+	if got := HostText("main\u034f"); got != `main\u034f` {
+		t.Errorf("an invisible printable: %q", got)
+	}
+	if a, b := hostLines(`lit\u202e`+"\r"), hostLines("lit\u202e\r"); a == b {
+		t.Errorf("hostLines: %q both ways", a)
+	}
+}

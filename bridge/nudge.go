@@ -2,6 +2,7 @@ package bridge
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -65,6 +66,27 @@ func (n *Nudger) fail(err error) {
 // Ping asks Syncthing's API whether it answers, with the key: nil, or why
 // not (not running, a refused key). For doctor.
 func (n *Nudger) Ping(ctx context.Context) error {
+	// First without the key: whatever answers on the port must answer as
+	// Syncthing does before the key is sent (a local user may bind the
+	// port while Syncthing is down, and a 200 would turn doctor green).
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodGet, n.api+"/rest/noauth/health", nil)
+	if err != nil {
+		return err
+	}
+	hresp, err := n.http.Do(hreq)
+	if err != nil {
+		return err
+	}
+	body, _ := io.ReadAll(io.LimitReader(hresp.Body, 256))
+	hresp.Body.Close()
+	var health struct{ Status string }
+	syncthingLike := hresp.StatusCode == http.StatusOK && json.Unmarshal(body, &health) == nil && health.Status == "OK" ||
+		// Releases before /rest/noauth/health was open (Debian's 1.19)
+		// answer a request without a key so.
+		hresp.StatusCode == http.StatusForbidden && strings.Contains(string(body), "CSRF Error")
+	if !syncthingLike {
+		return fmt.Errorf("what answers there is not Syncthing (its /rest/noauth/health answers %s); the key was not sent to it", hresp.Status)
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, n.api+"/rest/system/ping", nil)
 	if err != nil {
 		return err

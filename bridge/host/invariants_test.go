@@ -220,9 +220,11 @@ func TestInvariant2CompleteMeansHashComplete(t *testing.T) {
 	}
 	waitFor(t, 5*time.Second, "the manifest to be seen", func() bool { return p.entry(t, id).State == ledger.StatePending })
 	steps := [][]byte{
-		payload[:len(payload)/2],                                 // a growing file (rclone < 1.63, in-place writers)
-		append(bytes.Repeat([]byte{0}, len(payload)-1), 'x'),     // pre-sized, not yet written (Syncthing temp style)
-		append(append([]byte{}, payload[:len(payload)-1]...), 0), // an intermediate complete-looking version
+		payload[:len(payload)/2],                             // a growing file (rclone < 1.63, in-place writers)
+		append(bytes.Repeat([]byte{0}, len(payload)-1), 'x'), // pre-sized, not yet written (Syncthing temp style)
+		// An intermediate complete-looking version: the last byte another
+		// (a fixed 0 was the payload's own one time in 256, and it ran).
+		append(append([]byte{}, payload[:len(payload)-1]...), payload[len(payload)-1]^0xff),
 	}
 	ppath := filepath.Join(dir, id+".payload")
 	for i, s := range steps {

@@ -268,3 +268,24 @@ func TestMissingPathEntryInAStickyDirectory(t *testing.T) {
 		t.Errorf("a missing entry in a closed directory of ours (under a sticky one) is dropped: %q", kept)
 	}
 }
+
+// PATH entries with . or .. are dropped: the kernel resolves them through
+// what the names before them are when the op runs (a missing name someone
+// makes later, as a link into their directory: the red team of e587665);
+// env may not run a program named with a slash, nor set a variable that
+// runs code first.
+func TestHostilePathDotDotAndEnvForms(t *testing.T) {
+	_, bin, _ := rtSetup(t)
+	for _, e := range []string{bin + "/x/../..", bin + "/./", filepath.Dir(bin) + "/missing/../bin"} {
+		if kept, _ := SafePATH(e); kept != "" {
+			t.Errorf("SafePATH(%q) kept %q", e, kept)
+		}
+	}
+	for i, line := range []string{"#!/usr/bin/env ./sh\n", "#!/usr/bin/env -S sub/sh\n", "#!/usr/bin/env -S LD_PRELOAD=/x.so sh\n", "#!/usr/bin/env -S BASH_ENV=/x sh\n"} {
+		prog := filepath.Join(bin, "envform"+string(rune('a'+i)))
+		rtMust(t, os.WriteFile(prog, []byte(line), 0o755))
+		if _, err := lookPath(prog, func() string { return "/usr/bin:/bin" }); err == nil {
+			t.Errorf("%q accepted", line)
+		}
+	}
+}

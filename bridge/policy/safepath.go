@@ -18,7 +18,18 @@ func SafePATH(value string) (kept string, dropped []string) {
 	var out []string
 	for _, dir := range filepath.SplitList(value) {
 		why := UnsafePathDir(dir)
-		if why != "" && filepath.IsAbs(dir) {
+		if why == "" || filepath.IsAbs(dir) {
+			// "." or ".." in an entry is resolved by the kernel through
+			// whatever the names before it are when the op runs, not when
+			// it is checked (a missing name someone makes later: the red
+			// team of e587665).
+			for _, part := range strings.Split(dir, string(filepath.Separator)) {
+				if part == "." || part == ".." {
+					why = "holds . or .., resolved only when the op runs"
+				}
+			}
+		}
+		if why != "" && why != "holds . or .., resolved only when the op runs" && filepath.IsAbs(dir) {
 			// Not there yet (a tool directory made later): kept when only
 			// this user or root could make it, as anything on its way —
 			// and where its first missing name would be made, a sticky

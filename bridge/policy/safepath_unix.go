@@ -194,7 +194,8 @@ func unsafeInterpreter(path string, pathEnv func() string, depth int) string {
 	if depth > 4 {
 		return "interpreters nested too deep"
 	}
-	fields := strings.Fields(rest)
+	// As the kernel and env split: on spaces and tabs only.
+	fields := strings.FieldsFunc(rest, func(r rune) bool { return r == ' ' || r == '\t' })
 	if len(fields) == 0 {
 		return ""
 	}
@@ -216,14 +217,26 @@ func unsafeInterpreter(path string, pathEnv func() string, depth int) string {
 		if strings.ContainsAny(rest, "\"'\\$#") {
 			return fmt.Sprintf("its interpreter line holds a quote, backslash, $ or # that env -S would read as syntax (%q): write plain words", rest)
 		}
+		cleared := false
 		for len(args) > 0 && (args[0] == "-S" || args[0] == "-i") {
+			cleared = cleared || args[0] == "-i"
 			args = args[1:]
 		}
 		for len(args) > 0 && strings.Contains(args[0], "=") && !strings.HasPrefix(args[0], "-") {
-			if name, _, _ := strings.Cut(args[0], "="); name == "PATH" {
+			name, _, _ := strings.Cut(args[0], "=")
+			if name == "PATH" {
 				return fmt.Sprintf("its interpreter line sets PATH for env (%q): bridge cannot check where that finds a program", rest)
 			}
+			if strings.HasPrefix(name, "LD_") || strings.HasPrefix(name, "DYLD_") || strings.HasPrefix(name, "BASH_FUNC_") || dangerousEnv[name] {
+				return fmt.Sprintf("its interpreter line sets %s for env, which lets a value run code before the program starts (%q)", name, rest)
+			}
 			args = args[1:]
+		}
+		if cleared {
+			pathEnv = func() string { return defaultOpPATH } // env -i: no PATH, the C library's default
+		}
+		if len(args) > 0 && strings.Contains(args[0], "/") {
+			return fmt.Sprintf("its interpreter line has env run %q, a path env takes from the op's directory or as it is: name the program alone, or as the interpreter", args[0])
 		}
 		if len(args) == 0 || strings.HasPrefix(args[0], "-") {
 			return fmt.Sprintf("its interpreter line uses env in a form bridge does not check (%q): write `#!/usr/bin/env PROGRAM` or `#!/usr/bin/env -S PROGRAM ARGS`", rest)

@@ -77,3 +77,17 @@ func TestEscapeWriterAcrossChunks(t *testing.T) {
 		}
 	}
 }
+
+// escapeControls: an invisible printable is escaped, and once anything is,
+// so is a backslash of the text (the red team of e587665).
+func TestEscapeControlsInvisibleAndBackslash(t *testing.T) {
+	if got := escapeControls("main\u034f"); got != `main\u034f` {
+		t.Errorf("invisible printable: %q", got)
+	}
+	if typed, real := escapeControls(`x\x1b`+"\x07"), escapeControls("x\x1b\x07"); typed == real {
+		t.Errorf("a typed escape passes for a real one: %q", typed)
+	}
+	if got := escapeControls(`C:\dir`); got != `C:\dir` {
+		t.Errorf("a backslash alone: %q", got)
+	}
+}

@@ -419,17 +419,20 @@ func escapeControls(s string) string {
 	if i == len(s) {
 		return s
 	}
+	// Something is escaped: a backslash of the text is too, so that no
+	// text can pass for an escape (or hide one).
 	var b strings.Builder
-	b.WriteString(s[:i])
-	for i < len(s) {
+	for i = 0; i < len(s); {
 		r, size := utf8.DecodeRuneInString(s[i:])
 		switch {
 		case r == utf8.RuneError && size == 1:
 			fmt.Fprintf(&b, `\x%02x`, s[i])
+		case r == '\\':
+			b.WriteString(`\\`)
 		case clean(r):
 			b.WriteString(s[i : i+size])
 		default:
-			q := strconv.QuoteRune(r)
+			q := strconv.QuoteRuneToASCII(r)
 			b.WriteString(q[1 : len(q)-1])
 		}
 		i += size
