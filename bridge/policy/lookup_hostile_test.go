@@ -289,3 +289,21 @@ func TestHostilePathDotDotAndEnvForms(t *testing.T) {
 		}
 	}
 }
+
+// A script whose interpreter does not exist fails to start, as it always
+// did, when no one else could make the interpreter there; where another
+// user could (an open directory), it is refused before.
+func TestMissingInterpreter(t *testing.T) {
+	_, bin, open := rtSetup(t)
+	for line, refused := range map[string]bool{
+		"#!/nonexistent/interpreter\n":       false,
+		"#!" + open + "/later/interpreter\n": true,
+		"#!" + bin + "/later\n":              false,
+	} {
+		prog := filepath.Join(bin, "s")
+		rtMust(t, os.WriteFile(prog, []byte(line), 0o755))
+		if _, err := lookPath(prog, func() string { return "" }); (err != nil) != refused {
+			t.Errorf("%q: %v, want refused %v", line, err, refused)
+		}
+	}
+}

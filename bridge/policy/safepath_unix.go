@@ -286,6 +286,14 @@ func checkInterp(interp string, pathEnv func() string, depth int) string {
 	if !filepath.IsAbs(interp) {
 		return fmt.Sprintf("its interpreter %q is not an absolute path", interp)
 	}
+	if _, err := os.Lstat(interp); errors.Is(err, fs.ErrNotExist) {
+		// Missing: the exec fails (the op's start fails, as it always
+		// did), unless someone else could make it meanwhile.
+		if real, exists, why := WalkOwned(interp); why == "" && !exists && madeOnlyByUs(real) {
+			return ""
+		}
+		return fmt.Sprintf("its interpreter %s does not exist, and someone else could make it there", interp)
+	}
 	if why := unsafeChain(interp); why != "" {
 		return fmt.Sprintf("its interpreter %s: %s", interp, why)
 	}
