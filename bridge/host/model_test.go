@@ -251,6 +251,10 @@ func (m *model) logf(format string, args ...any) {
 // a durable step of publishing a result (a power cut between sealing a
 // result and recording it, say), which the next step notices.
 func (m *model) start() {
+	// A daemon that crashed may not have let go of its lock yet (the
+	// kernel releases it when the last descriptor closes, which a loaded
+	// machine can lag: CI saw two seeds fail so).
+	m.p.waitLockFree(m.t)
 	env := m.env
 	if !m.scripted && m.rnd.IntN(5) == 0 {
 		at := fmt.Sprintf("%s#%d", []string{"staged", "published-output", "published"}[m.rnd.IntN(3)], 1+m.rnd.IntN(3))
