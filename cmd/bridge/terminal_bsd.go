@@ -2,18 +2,7 @@
 
 package main
 
-import (
-	"os"
+import "golang.org/x/sys/unix"
 
-	"golang.org/x/sys/unix"
-)
-
-// isTerminal: as on Linux (terminal_linux.go).
-func isTerminal(v any) bool {
-	f, ok := v.(*os.File)
-	if !ok {
-		return false
-	}
-	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TIOCGETA)
-	return err == nil
-}
+// ioctlReadTermios reads a terminal's settings (isTerminal).
+const ioctlReadTermios = unix.TIOCGETA

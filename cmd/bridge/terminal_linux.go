@@ -1,19 +1,6 @@
 package main
 
-import (
-	"os"
+import "golang.org/x/sys/unix"
 
-	"golang.org/x/sys/unix"
-)
-
-// isTerminal reports whether v (a reader or a writer) is a terminal: a file
-// the terminal driver answers for (not /dev/null, which is a character
-// device too).
-func isTerminal(v any) bool {
-	f, ok := v.(*os.File)
-	if !ok {
-		return false
-	}
-	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
-	return err == nil
-}
+// ioctlReadTermios reads a terminal's settings (isTerminal).
+const ioctlReadTermios = unix.TCGETS
