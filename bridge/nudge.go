@@ -66,9 +66,11 @@ func (n *Nudger) fail(err error) {
 // Ping asks Syncthing's API whether it answers, with the key: nil, or why
 // not (not running, a refused key). For doctor.
 func (n *Nudger) Ping(ctx context.Context) error {
-	// First without the key: whatever answers on the port must answer as
-	// Syncthing does before the key is sent (a local user may bind the
-	// port while Syncthing is down, and a 200 would turn doctor green).
+	// First without the key: what answers on the port must answer as
+	// Syncthing does before the key is sent. That screens out a server
+	// that is not Syncthing by accident (another service on the port, a
+	// plain 200); a local user who binds the port on purpose can answer
+	// the same and get the key, as with any nudge (DESIGN).
 	hreq, err := http.NewRequestWithContext(ctx, http.MethodGet, n.api+"/rest/noauth/health", nil)
 	if err != nil {
 		return err

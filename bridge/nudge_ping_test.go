@@ -9,10 +9,11 @@ import (
 	"testing"
 )
 
-// Ping sends the API key only to what answers as Syncthing does: a local
-// user who binds the port while Syncthing is down gets no key, and doctor
-// is not green for them (the red team of e587665).
-func TestNudgerPingSendsTheKeyOnlyToSyncthing(t *testing.T) {
+// Ping sends the API key only to what answers as Syncthing does: a
+// server that is not Syncthing (one that answers anything with 200) gets
+// no key and does not turn doctor green (the red team of e587665). One
+// that imitates Syncthing's answers on purpose is DESIGN's port squatter.
+func TestNudgerPingSendsTheKeyOnlyToWhatAnswersAsSyncthing(t *testing.T) {
 	var keys atomic.Int64
 	squatter := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("X-API-Key") != "" {

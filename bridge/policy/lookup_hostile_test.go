@@ -307,3 +307,23 @@ func TestMissingInterpreter(t *testing.T) {
 		}
 	}
 }
+
+// A missing interpreter path with ".." after its first missing name is
+// refused: the kernel resolves it through whatever that name becomes (the
+// red team of 7a39ede ran another user's program so, as root).
+func TestMissingInterpreterWithDotDot(t *testing.T) {
+	base, bin, _ := rtSetup(t)
+	sticky := filepath.Join(base, "sticky")
+	rtMust(t, os.Mkdir(sticky, 0o755))
+	rtMust(t, os.Chmod(sticky, 0o777|os.ModeSticky))
+	prog := filepath.Join(bin, "s")
+	for _, interp := range []string{sticky + "/nx/../../safe/bin/later", "/nonexistent-rt/../usr/bin/later"} {
+		rtMust(t, os.WriteFile(prog, []byte("#!"+interp+"\n"), 0o755))
+		if _, err := lookPath(prog, func() string { return "" }); err == nil {
+			t.Errorf("#!%s accepted", interp)
+		}
+	}
+	if _, exists, why := WalkOwned(sticky + "/nx/../mine"); exists || why == "" {
+		t.Errorf("WalkOwned through a missing name and ..: exists %v, %q", exists, why)
+	}
+}

@@ -109,6 +109,15 @@ func walkChainIn(path string, depth int, dirs bool) (string, bool, string) {
 		}
 		fi, err := os.Lstat(next)
 		if dirs && errors.Is(err, fs.ErrNotExist) {
+			// A "." or ".." after a name that does not exist yet is
+			// resolved through whatever that name becomes (someone
+			// else's link, made later), not as the path reads: refused
+			// (the red team of 7a39ede: an interpreter ran from there).
+			for _, rest := range names[i:] {
+				if rest == ".." || rest == "." {
+					return fail("holds . or .. after a name that does not exist yet")
+				}
+			}
 			return filepath.Join(append([]string{cur}, names[i:]...)...), false, ""
 		}
 		if err != nil {
