@@ -736,3 +736,23 @@ func TestInvocationStringShowsInvisiblePrintables(t *testing.T) {
 		}
 	}
 }
+
+// policy check warns of an op whose working directory is missing or not a
+// directory (issue 27's friction: it passed silently, and every request
+// then failed to start).
+func TestWarningsNameAMissingDir(t *testing.T) {
+	base := t.TempDir()
+	file := filepath.Join(base, "file")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p, err := policy.Parse("p.toml", []byte(fmt.Sprintf("[ops.a]\nargv = [\"/bin/true\"]\ndir = %q\n[ops.b]\nargv = [\"/bin/true\"]\ndir = %q\n[ops.c]\nargv = [\"/bin/true\"]\ndir = %q\n[agents.x]\nops = [\"a\", \"b\", \"c\"]\n",
+		filepath.Join(base, "missing"), file, base)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := strings.Join(p.Warnings(), "\n")
+	if !strings.Contains(w, `op "a": its dir `+filepath.Join(base, "missing")+" does not exist here") || !strings.Contains(w, `op "b": its dir `+file+" is not a directory") || strings.Contains(w, `op "c": its dir`) {
+		t.Errorf("warnings:\n%s", w)
+	}
+}

@@ -75,6 +75,17 @@ func (p *Policy) Warnings() []string {
 		out = append(out, p.ops[name].argvWarnings()...)
 	}
 	out = append(out, p.PathWarnings()...)
+	// An op's working directory that is not there: every request of it
+	// fails to start until it is (a new user's trial: policy check passed
+	// it silently).
+	for _, name := range sortedKeys(p.ops) {
+		o := p.ops[name]
+		if fi, err := os.Stat(o.dir); err != nil {
+			out = append(out, fmt.Sprintf("op %q: its dir %s does not exist here: the op fails to start until it does", name, o.dir))
+		} else if !fi.IsDir() {
+			out = append(out, fmt.Sprintf("op %q: its dir %s is not a directory: the op fails to start", name, o.dir))
+		}
+	}
 	for _, name := range sortedKeys(p.ops) {
 		o := p.ops[name]
 		if o.scope != ScopeRead {
