@@ -117,23 +117,25 @@ func (c *Client) Ops(host string) (*bridge.Catalog, error) {
 // again, only by a newer one.
 func (c *Client) keepNewestCatalog(host string, data []byte, cat *bridge.Catalog, hostKeys [][]byte, ahead func(int64) bool) (*bridge.Catalog, error) {
 	path := c.home.Path(catalogsDir, host+".catalog")
-	read := func() *bridge.Catalog {
+	// read reads the kept copy once: nil and same when it is data already
+	// (the common case: nothing verified twice).
+	read := func() (k *bridge.Catalog, same bool) {
 		b, err := os.ReadFile(path)
 		if err != nil || bytes.Equal(b, data) {
-			return nil
+			return nil, err == nil
 		}
 		// One the host signed with a key no longer valid, or dated ahead
 		// of this clock, is not believed (and the folder's replaces it).
-		k, err := bridge.OpenCatalog(b, host, c.home.Config.ID, hostKeys)
+		k, err = bridge.OpenCatalog(b, host, c.home.Config.ID, hostKeys)
 		if err != nil || ahead(k.Issued) {
-			return nil
+			return nil, false
 		}
-		return k
+		return k, false
 	}
-	if b, err := os.ReadFile(path); err == nil && bytes.Equal(b, data) {
-		return nil, nil // kept already: the common case, nothing verified twice
+	kept, same := read()
+	if same {
+		return nil, nil
 	}
-	kept := read()
 	if cat.Issued == 0 || kept != nil && kept.Issued >= cat.Issued {
 		return kept, nil
 	}
@@ -145,7 +147,7 @@ func (c *Client) keepNewestCatalog(host string, data []byte, cat *bridge.Catalog
 		return kept, err // another process of this agent keeps one now
 	}
 	defer lock.Unlock()
-	if kept = read(); kept != nil && kept.Issued >= cat.Issued {
+	if kept, _ = read(); kept != nil && kept.Issued >= cat.Issued {
 		return kept, nil
 	}
 	// Not kept (a read-only home), it is still used: the copy only
