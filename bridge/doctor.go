@@ -208,6 +208,7 @@ func CheckHome(h *Home, opt DoctorOptions) []Finding {
 					"Syncthing's API at %s%s does not answer: %v", shown, from, nerr)
 			} else {
 				add("syncthing-nudge", SeverityOK, "", "Syncthing nudge set%s and answering: %s", from, shown)
+				doctorResultsRoute(h, n, add)
 			}
 		default:
 			add("syncthing-nudge", SeverityWarn, "bridge syncthing setup (on both sides; --share-results for the fastest)",
@@ -269,4 +270,37 @@ func humanBytes(n uint64) string {
 		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
 	}
 	return fmt.Sprintf("%d bytes", n)
+}
+
+// doctorResultsRoute says whether a host's results directory is shared as
+// a Syncthing folder of its own on one side only (`syncthing setup
+// --share-results` run on one side): every answer then goes where the
+// agent does not read, and each wait hangs.
+func doctorResultsRoute(h *Home, n *Nudger, add func(check, sev, fix, format string, args ...any)) {
+	var hosts []RouteHost
+	isHost := h.Config.Role == "host"
+	if isHost {
+		hosts = []RouteHost{{ID: h.Config.ID, Name: h.Config.Name}}
+	} else if peers, err := h.Peers(); err == nil {
+		for _, p := range peers {
+			if p.Role == "host" {
+				hosts = append(hosts, RouteHost{ID: p.ID, Name: p.Name})
+			}
+		}
+	}
+	if len(hosts) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	problems, err := n.ResultsRoute(ctx, h.Config.Folder, hosts, isHost)
+	switch {
+	case err != nil:
+		add("syncthing-results", SeverityWarn, "check Syncthing's API key and address (`bridge syncthing setup`)", "could not read Syncthing's folders: %v", err)
+	case len(problems) == 0:
+		add("syncthing-results", SeverityOK, "", "results travel the same way on both sides, as far as this Syncthing tells")
+	}
+	for _, p := range problems {
+		add("syncthing-results", SeverityProblem, p.Hint, "%s", p.Message)
+	}
 }

@@ -134,6 +134,13 @@ type stClient struct {
 var errSyncthingKey = errors.New("the API key is refused")
 
 func (c *stClient) call(method, path string, in, out any) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	return c.callCtx(ctx, method, path, in, out)
+}
+
+// callCtx is call within ctx.
+func (c *stClient) callCtx(ctx context.Context, method, path string, in, out any) error {
 	var body io.Reader
 	if in != nil {
 		b, err := json.Marshal(in)
@@ -142,8 +149,6 @@ func (c *stClient) call(method, path string, in, out any) error {
 		}
 		body = bytes.NewReader(b)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, method, c.api+path, body)
 	if err != nil {
 		return err

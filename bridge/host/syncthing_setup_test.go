@@ -1,12 +1,14 @@
 package host
 
 import (
+	"context"
 	"errors"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/agent"
@@ -78,5 +80,112 @@ func TestSyncthingSetup(t *testing.T) {
 	var he *bridge.HintError
 	if err == nil || !strings.Contains(err.Error(), "API key is refused") || !errors.As(err, &he) || !strings.Contains(he.Hint, "API Key") {
 		t.Fatalf("a wrong key: %v", err)
+	}
+}
+
+// TestHalfDoneFastPath runs `bridge syncthing setup --share-results` on one
+// side only, both ways round, against two real Syncthings: the side whose
+// Syncthing is offered the results folder and lacks it says so (agent:
+// nothing of the host arrives; host: no answer reaches the agent), in
+// doctor too, with the fix; once both sides have it, nothing is said and a
+// ping goes through. Then a stopped Syncthing: doctor says it does not
+// answer.
+func TestHalfDoneFastPath(t *testing.T) {
+	st := startSyncthingPairWith(t, false)
+	p := syncthingHomes(t, st)
+	hosts := []bridge.RouteHost{{ID: p.host.Config.ID, Name: "laptop"}}
+	setup := func(h *bridge.Home, in *stInstance, share bool) {
+		t.Helper()
+		if _, err := bridge.SyncthingSetup(h, bridge.SyncthingSetupOptions{ConfigXML: filepath.Join(in.home, "config.xml"), ShareResults: share}); err != nil {
+			t.Fatalf("setup on %s (share %v): %v", in.name, share, err)
+		}
+	}
+	nudger := func(h *bridge.Home) *bridge.Nudger {
+		t.Helper()
+		cfg, err := h.SyncthingConfig()
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, err := bridge.NewNudger(cfg.API, cfg.Key, cfg.Folders, nil)
+		if err != nil || n == nil {
+			t.Fatalf("nudger of %s: %v", h.Config.Role, err)
+		}
+		return n
+	}
+	route := func(h *bridge.Home) []bridge.RouteProblem {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		ps, err := nudger(h).ResultsRoute(ctx, h.Config.Folder, hosts, h.Config.Role == "host")
+		if err != nil {
+			t.Fatalf("route on %s: %v", h.Config.Role, err)
+		}
+		return ps
+	}
+	doctorSays := func(h *bridge.Home, check, sev string) string {
+		t.Helper()
+		var all []string
+		for _, f := range bridge.CheckHome(h, bridge.DoctorOptions{}) {
+			if f.Check == check && f.Severity == sev {
+				return f.Message + " / " + f.Fix
+			}
+			all = append(all, f.Check+"="+f.Severity)
+		}
+		t.Fatalf("doctor on %s: no %s %s in %v", h.Config.Role, sev, check, all)
+		return ""
+	}
+	folderID := "bridge-results-" + p.host.Config.ID[:16]
+
+	// The host first: its answers go out in a folder the agent lacks.
+	setup(p.host, st.A, true)
+	setup(p.agent, st.B, false)
+	waitFor(t, 60*time.Second, "the agent's Syncthing offered the results folder", func() bool { return len(route(p.agent)) > 0 })
+	got := route(p.agent)[0]
+	if got.Folder != folderID || !strings.Contains(got.Message, `host "laptop"'s Syncthing shares its results as folder `+folderID) ||
+		!strings.Contains(got.Message, "no result, liveness stamp or catalog") || !strings.Contains(got.Hint, "bridge syncthing setup --share-results` here") {
+		t.Fatalf("agent, host set up alone: %+v", got)
+	}
+	if msg := doctorSays(p.agent, "syncthing-results", bridge.SeverityProblem); !strings.Contains(msg, folderID) {
+		t.Fatalf("agent's doctor: %s", msg)
+	}
+	if ps := route(p.host); len(ps) != 0 {
+		t.Fatalf("host, set up itself: %+v", ps)
+	}
+
+	// The agent too: both agree, nothing said, a ping goes through.
+	setup(p.agent, st.B, true)
+	if ps := route(p.agent); len(ps) != 0 {
+		t.Fatalf("agent, both set up: %+v", ps)
+	}
+	doctorSays(p.agent, "syncthing-results", bridge.SeverityOK)
+	p.host.Nudger, p.agent.Nudger = nudger(p.host), nudger(p.agent)
+	d := runDaemon(t, p.host, DaemonOptions{})
+	if out := p.run(t, agent.SubmitOptions{Op: bridge.PingOp}); out.Receipt.Status != bridge.StatusDone {
+		t.Fatalf("ping with both set up: %s", out.Receipt.Status)
+	}
+	stopDaemon(d, context.Background())
+
+	// The other way round: the host's results folder gone (as if only the
+	// agent had run the setup); a reconnect brings the agent's offer.
+	if err := st.api(st.A, "DELETE", "/rest/config/folders/"+folderID, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	setup(p.host, st.A, false)
+	st.Partition()
+	st.Heal()
+	waitFor(t, 60*time.Second, "the host's Syncthing offered the agent's results folder", func() bool { return len(route(p.host)) > 0 })
+	got = route(p.host)[0]
+	if got.Folder != folderID || !strings.Contains(got.Message, "shares this host's results as Syncthing folder "+folderID+", which this Syncthing does not") ||
+		!strings.Contains(got.Message, "no answer of this host reaches it") {
+		t.Fatalf("host, agent set up alone: %+v", got)
+	}
+	if msg := doctorSays(p.host, "syncthing-results", bridge.SeverityProblem); !strings.Contains(msg, "--share-results") {
+		t.Fatalf("host's doctor: %s", msg)
+	}
+
+	// A stopped Syncthing: doctor says so, with what to do.
+	st.Stop()
+	if msg := doctorSays(p.agent, "syncthing-nudge", bridge.SeverityProblem); !strings.Contains(msg, "does not answer") || !strings.Contains(msg, "start Syncthing here") {
+		t.Fatalf("agent's doctor, Syncthing stopped: %s", msg)
 	}
 }

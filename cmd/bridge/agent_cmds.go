@@ -334,6 +334,7 @@ func (c *PingCmd) Run(g *Globals) error {
 		lv, _ := cl.HostLiveness(s.Host)
 		return lv
 	}
+	prog.route = g.routeCheck(s.Host, s.HostName)
 	out, err := cl.Wait(ctx, s.ID, prog.tick)
 	prog.done()
 	var na *agent.NotAcceptedError
@@ -341,6 +342,9 @@ func (c *PingCmd) Run(g *Globals) error {
 		return notAccepted(s.ID, na.Liveness)
 	}
 	if errors.Is(err, context.DeadlineExceeded) {
+		if err := routeTimeout(prog, s.ID, c.Timeout); err != nil {
+			return err
+		}
 		// The host's liveness stamp tells why, when it can: stopped,
 		// silent, or none at all for this agent (never paired).
 		lv, _ := cl.HostLiveness(s.Host)

@@ -497,7 +497,9 @@ func waitMany(g *Globals, ids []string, all, ack bool, timeout time.Duration) er
 	said := map[string]*progress{}
 	for _, id := range ids {
 		if s, err := cl.Sent(id); err == nil && said[s.Host] == nil {
-			said[s.Host] = newProgress(g.stderr, "")
+			p := newProgress(g.stderr, "")
+			p.route = g.routeCheck(s.Host, s.HostName)
+			said[s.Host] = p
 		}
 	}
 	tick := func(elapsed time.Duration) {
@@ -506,6 +508,7 @@ func waitMany(g *Globals, ids []string, all, ack bool, timeout time.Duration) er
 				p.elapsed = elapsed
 				p.sayLiveness(lv)
 			}
+			p.checkRoute(elapsed)
 		}
 	}
 	left, werr := cl.WaitAll(ctx, ids, func(id string, out *agent.Outcome, err error) {
@@ -536,6 +539,11 @@ func waitMany(g *Globals, ids []string, all, ack bool, timeout time.Duration) er
 				"%s", notWithdrawn(nil, id))}
 		} else {
 			err = timedOut(cl, lives, id, timeout)
+			if s, serr := cl.Sent(id); serr == nil && said[s.Host] != nil {
+				if rerr := routeTimeout(said[s.Host], id, timeout); rerr != nil {
+					err = rerr
+				}
+			}
 		}
 		note(printItemError(g, id, err))
 	}

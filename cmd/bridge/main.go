@@ -73,6 +73,7 @@ type Globals struct {
 	// file decide.
 	syncthing *SyncthingFlags
 	nudger    *bridge.Nudger // the home's, flushed at exit
+	folder    string         // the home's bridge folder (with nudger)
 	saidNudge bool           // its failure was said already (in a timeout's hint)
 	// pipeNote, if set, says the warning of a piped standard input that
 	// was not sent, once its look is done: before the op's output is

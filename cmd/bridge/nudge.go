@@ -76,7 +76,7 @@ func (g *Globals) homeNudger(h *bridge.Home) error {
 		}
 		g.note("warning: %v: the Syncthing nudge is off", err)
 	}
-	h.Nudger, g.nudger = n, n
+	h.Nudger, g.nudger, g.folder = n, n, h.Config.Folder
 	return nil
 }
 

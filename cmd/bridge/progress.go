@@ -1,12 +1,14 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
 	"sync"
 	"time"
 
+	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/agent"
 )
 
@@ -40,7 +42,20 @@ type progress struct {
 	saidAlarm   bool            // a stopped or stale line was printed
 	elapsed     time.Duration   // of the wait, at the latest tick
 	saidNoStamp bool            // the line about no stamp at all was printed
+
+	// route, if set, asks the local Syncthing whether the host's results
+	// travel by a folder of their own on one side only (routeAfter into
+	// the wait, once): then no answer ever arrives, and the wait says so
+	// instead of hanging.
+	route    func() []bridge.RouteProblem
+	routed   bool
+	problems []bridge.RouteProblem
 }
+
+// routeAfter is how far into a wait the results route is checked: an
+// answer through a set-up Syncthing takes a fraction of a second, and the
+// check is a few local HTTP requests.
+const routeAfter = 2 * time.Second
 
 // noStampAfter is how long a wait goes on before the absence of any
 // liveness stamp for this agent is said: a host that paired the agent and
@@ -68,6 +83,7 @@ func (p *progress) tick(elapsed time.Duration) {
 		p.lived, p.livedAt = true, elapsed
 		p.sayLiveness(p.liveness())
 	}
+	p.checkRouteLocked(elapsed)
 	if p.state != nil && !p.awaiting && elapsed >= time.Second && (p.lastState == 0 || elapsed-p.lastState >= 5*time.Second) {
 		p.lastState = elapsed
 		if p.state() == "awaiting-approval" {
@@ -159,4 +175,64 @@ func signalNumber(name string) int {
 		return int(s)
 	}
 	return 0
+}
+
+// checkRoute checks the results route once, routeAfter into the wait, and
+// says each problem found.
+func (p *progress) checkRoute(elapsed time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.checkRouteLocked(elapsed)
+}
+
+func (p *progress) checkRouteLocked(elapsed time.Duration) {
+	if p.route == nil || p.routed || elapsed < routeAfter {
+		return
+	}
+	p.routed = true
+	p.problems = p.route()
+	for _, rp := range p.problems {
+		if p.tty && p.shown {
+			fmt.Fprint(p.w, "\r\033[K")
+			p.shown = false
+		}
+		fmt.Fprintf(p.w, "bridge: %s\nbridge: hint: %s\n", escapeControls(rp.Message), escapeControls(rp.Hint))
+	}
+}
+
+// routeProblem is the first results-route problem the wait found, or nil.
+func (p *progress) routeProblem() *bridge.RouteProblem {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.problems) == 0 {
+		return nil
+	}
+	return &p.problems[0]
+}
+
+// routeCheck returns, when a Syncthing nudge is set, the progress's route
+// check of host's results (nil otherwise: without the local Syncthing's
+// API nothing can be asked).
+func (g *Globals) routeCheck(host, name string) func() []bridge.RouteProblem {
+	if g.nudger == nil || g.folder == "" {
+		return nil
+	}
+	n, folder := g.nudger, g.folder
+	return func() []bridge.RouteProblem {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		ps, _ := n.ResultsRoute(ctx, folder, []bridge.RouteHost{{ID: host, Name: name}}, false)
+		return ps
+	}
+}
+
+// routeTimeout is a wait's time-out error when the wait found the host's
+// results going where this side does not read them: the cause, and its fix.
+func routeTimeout(p *progress, id string, timeout time.Duration) error {
+	rp := p.routeProblem()
+	if rp == nil {
+		return nil
+	}
+	return &codeError{code: exitWaitTime, id: id, err: withHintf(fmt.Errorf("no result for %s after %s: %s", id, timeout, rp.Message),
+		"%s; the request stays queued (or answered) on the host, and `bridge wait %s` gets its answer once the two sides agree", rp.Hint, id)}
 }

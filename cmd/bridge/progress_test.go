@@ -2,10 +2,12 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/agent"
 )
 
@@ -30,5 +32,42 @@ func TestProgressSaysNoStampOnce(t *testing.T) {
 	}
 	if lv := p.alarm(); lv == nil || lv.Verdict != agent.LivenessNoStamp {
 		t.Errorf("alarm: %+v, want the no-stamp verdict", lv)
+	}
+}
+
+// A wait whose host's results go where this side does not read them
+// (`syncthing setup --share-results` on one side only; the detection
+// itself runs against real Syncthings in TestHalfDoneFastPath) says so
+// once, routeAfter into the wait, with the fix, and its time-out names it
+// as the cause.
+func TestProgressSaysTheResultsRouteOnce(t *testing.T) {
+	var out bytes.Buffer
+	id := "0123456789abcdef0123456789abcdef"
+	p := newProgress(&out, id)
+	asked := 0
+	p.route = func() []bridge.RouteProblem {
+		asked++
+		return []bridge.RouteProblem{{Folder: "bridge-results-x", Message: "host \"laptop\"'s Syncthing shares its results as folder bridge-results-x\x1b[2J", Hint: "run `bridge syncthing setup --share-results` here"}}
+	}
+	if routeTimeout(p, id, time.Second) != nil {
+		t.Fatal("a time-out names a route problem before any was found")
+	}
+	for ms := 0; ms <= 5000; ms += 500 {
+		p.tick(time.Duration(ms) * time.Millisecond)
+		if said := strings.Contains(out.String(), "shares its results"); said != (time.Duration(ms)*time.Millisecond >= routeAfter) {
+			t.Fatalf("after %d ms: said %v:\n%s", ms, said, out.String())
+		}
+	}
+	if asked != 1 || strings.Count(out.String(), "bridge: hint: run `bridge syncthing setup --share-results` here\n") != 1 || strings.Contains(out.String(), "\x1b") {
+		t.Fatalf("asked %d times, said:\n%q", asked, out.String())
+	}
+	err := routeTimeout(p, id, 2*time.Minute)
+	var ce *codeError
+	if !errors.As(err, &ce) || ce.code != exitWaitTime || !strings.Contains(err.Error(), "no result for "+id+" after 2m0s: host \"laptop\"'s Syncthing shares") {
+		t.Fatalf("time-out: %v", err)
+	}
+	var he *bridge.HintError
+	if !errors.As(err, &he) || !strings.Contains(he.Hint, "--share-results` here") || !strings.Contains(he.Hint, "bridge wait "+id) {
+		t.Fatalf("time-out's hint: %v", err)
 	}
 }

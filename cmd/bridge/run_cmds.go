@@ -321,6 +321,7 @@ func waitAndPrint(g *Globals, cl *agent.Client, id string, timeout time.Duration
 			lv, _ := cl.HostLiveness(s.Host)
 			return lv
 		}
+		prog.route = g.routeCheck(s.Host, s.HostName)
 	}
 	tick := prog.tick
 	var st *streamer
@@ -336,6 +337,9 @@ func waitAndPrint(g *Globals, cl *agent.Client, id string, timeout time.Duration
 	}
 	if errors.Is(err, context.DeadlineExceeded) {
 		return g.withNudgeFailure(func() error {
+			if err := routeTimeout(prog, id, timeout); err != nil {
+				return err
+			}
 			if prog.awaiting {
 				return &codeError{code: exitWaitTime, id: id, err: withHintf(fmt.Errorf("no result for %s after %s: it waits for a human's approval on the host", id, timeout),
 					"the request stays queued until it is approved, denied or its approval times out; run `bridge wait %s` later", id)}
