@@ -6,9 +6,13 @@ package policy
 // failed then and guards the component-by-component walk (walkChain).
 
 import (
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -325,5 +329,125 @@ func TestMissingInterpreterWithDotDot(t *testing.T) {
 	}
 	if _, exists, why := WalkOwned(sticky + "/nx/../mine"); exists || why == "" {
 		t.Errorf("WalkOwned through a missing name and ..: exists %v, %q", exists, why)
+	}
+}
+
+// What the red team of 5a0daa3 found.
+
+// env -S splits on every white space (\v, \f, \r too), the kernel only on
+// spaces and tabs: a PATH= hidden behind a \v ran another user's python.
+// Any control character in an interpreter line is refused.
+func TestHostileInterpreterLineControlCharacters(t *testing.T) {
+	_, bin, open := rtSetup(t)
+	for i, sep := range []string{"\v", "\f", "\r", "\x1b"} {
+		line := "#!/usr/bin/env -S X=1" + sep + "PATH=" + open + " sh\n"
+		prog := filepath.Join(bin, "vt"+string(rune('a'+i)))
+		rtMust(t, os.WriteFile(prog, []byte(line), 0o755))
+		_, err := lookPath(prog, func() string { return "/usr/bin:/bin" })
+		if err == nil || !strings.Contains(err.Error(), "control character") {
+			t.Errorf("%q: %v, want refused for a control character", line, err)
+		}
+	}
+}
+
+// ".." out of an existing directory that another user owns (made in a
+// sticky /tmp) is refused: they may rename it and put a link to their own
+// tree in its place, and the kernel then goes up from there.
+func TestHostileDotDotOutOfAnothersDirectory(t *testing.T) {
+	base, bin, _ := rtSetup(t)
+	sticky := filepath.Join(base, "sticky")
+	rtMust(t, os.Mkdir(sticky, 0o755))
+	rtMust(t, os.Chmod(sticky, 0o777|os.ModeSticky))
+	nx := filepath.Join(sticky, "nx")
+	rtMust(t, os.Mkdir(nx, 0o755))
+	rtMust(t, os.Chown(nx, 65534, 65534)) // nobody's
+	through := sticky + "/nx/../../safe/bin/tool"
+	prog := filepath.Join(bin, "s")
+	for _, interp := range []string{sticky + "/nx/../../safe/bin/later", through} {
+		rtMust(t, os.WriteFile(prog, []byte("#!"+interp+"\n"), 0o755))
+		if _, err := lookPath(prog, func() string { return "" }); err == nil {
+			t.Errorf("#!%s accepted", interp)
+		}
+	}
+	if _, err := lookPath(through, func() string { return "" }); err == nil {
+		t.Errorf("program %s accepted", through)
+	}
+	if _, _, why := WalkOwned(sticky + "/nx/../mine"); why == "" {
+		t.Errorf("WalkOwned out of nobody's directory by ..: accepted")
+	}
+	// The same through a directory of this user's: nobody else may rename
+	// it in the sticky directory, so it passes.
+	mine := filepath.Join(sticky, "mine")
+	rtMust(t, os.Mkdir(mine, 0o755))
+	if _, err := lookPath(sticky+"/mine/../../safe/bin/tool", func() string { return "" }); err != nil {
+		t.Errorf("out of this user's own directory by ..: %v", err)
+	}
+}
+
+// A script that names itself through env (#!/usr/bin/env selfy) is refused
+// as nested too deep; it overflowed the stack (and would end serve).
+func TestInterpreterThatNamesItselfThroughEnv(t *testing.T) {
+	_, bin, _ := rtSetup(t)
+	rtMust(t, os.WriteFile(filepath.Join(bin, "selfy"), []byte("#!/usr/bin/env selfy\n"), 0o755))
+	_, err := lookPath(filepath.Join(bin, "selfy"), func() string { return bin })
+	if err == nil || !strings.Contains(err.Error(), "nested too deep") {
+		t.Fatalf("self-naming script: %v", err)
+	}
+}
+
+// An option with a path is an absolute path only as -X/abs or --name=/abs:
+// -Ilib/usr/lib is lib/usr/lib, in the op's directory.
+func TestInterpreterOptionPaths(t *testing.T) {
+	_, bin, _ := rtSetup(t)
+	for line, refused := range map[string]bool{
+		"#!/bin/sh -Ilib/usr/lib\n":     true,
+		"#!/bin/sh -I./lib\n":           true,
+		"#!/bin/sh -I/usr/lib\n":        false,
+		"#!/bin/sh --lib=" + bin + "\n": false,
+		"#!/bin/sh --lib=x/usr\n":       true,
+	} {
+		prog := filepath.Join(bin, "o")
+		rtMust(t, os.WriteFile(prog, []byte(line), 0o755))
+		if _, err := lookPath(prog, func() string { return "" }); (err != nil) != refused {
+			t.Errorf("%q: %v, want refused %v", line, err, refused)
+		}
+	}
+}
+
+// A script this user may run but not read (mode 0111): the kernel reads
+// its #! line anyway, so one that cannot be read is refused, not passed.
+// Run as nobody, in a child process of this test binary.
+func TestUnreadableScriptRefused(t *testing.T) {
+	if os.Getenv("BRIDGE_TEST_UNREADABLE") != "" {
+		prog := os.Getenv("BRIDGE_TEST_UNREADABLE")
+		_, err := lookPath(prog, func() string { return "" })
+		fmt.Printf("lookPath: %v\n", err)
+		return
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to run a child as another user")
+	}
+	base, bin, open := rtSetup(t)
+	rtMust(t, os.Chmod(filepath.Dir(base), 0o755)) // t.TempDir's own parent: nobody may pass
+	rtMust(t, os.WriteFile(filepath.Join(open, "evil"), []byte("#!/bin/sh\necho EVIL\n"), 0o755))
+	prog := filepath.Join(bin, "xo")
+	rtMust(t, os.WriteFile(prog, []byte("#!"+filepath.Join(open, "evil")+"\n"), 0o111))
+	// The test binary, where nobody may run it.
+	self, err := os.Executable()
+	rtMust(t, err)
+	data, err := os.ReadFile(self)
+	rtMust(t, err)
+	exe := filepath.Join(base, "policy.test")
+	rtMust(t, os.WriteFile(exe, data, 0o755))
+	cmd := exec.Command(exe, "-test.run=^TestUnreadableScriptRefused$")
+	cmd.Env = append(os.Environ(), "BRIDGE_TEST_UNREADABLE="+prog)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("as nobody: %v\n%s", err, out)
+	}
+	// The directories are root's, which nobody's walk accepts as safe.
+	if !strings.Contains(string(out), "lookPath: program "+prog) || !strings.Contains(string(out), "cannot be read to check it") {
+		t.Fatalf("an execute-only script, checked as nobody:\n%s", out)
 	}
 }

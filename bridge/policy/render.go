@@ -292,11 +292,18 @@ func LookPath(prog string) (string, error) {
 // over because another user could have put or changed them ("FILE (why)"),
 // for policy check to warn of even when a safe one was found.
 func lookPathPassing(prog string, pathEnvFn, opPath func() string) (string, []string, error) {
+	return lookPathDepth(prog, pathEnvFn, opPath, 0)
+}
+
+// lookPathDepth is lookPathPassing for the program of an interpreter line
+// at depth (`#!/usr/bin/env NAME`): a script that names itself so ends in
+// "nested too deep", not in a stack overflow.
+func lookPathDepth(prog string, pathEnvFn, opPath func() string, depth int) (string, []string, error) {
 	// A script's interpreter follows the program's rule, looked up (for
 	// `#!/usr/bin/env NAME`) in the PATH the op's process gets (asked only
 	// for env).
 	interp := func(p string) error {
-		if why := unsafeInterpreter(p, opPath, 0); why != "" {
+		if why := unsafeInterpreter(p, opPath, depth); why != "" {
 			return &unsafeError{"", why}
 		}
 		return nil

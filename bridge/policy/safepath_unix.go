@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 )
@@ -92,16 +93,36 @@ func walkChainIn(path string, depth int, dirs bool) (string, bool, string) {
 		}
 	}
 	cur := string(filepath.Separator)
+	// The device of cur: where the next step's differs, it crosses a
+	// mount point, checked once (foreignMount).
+	curDev, ok := devOf(cur)
+	if !ok {
+		return fail("not resolvable")
+	}
 	for i, name := range names {
 		if name == ".." {
-			cur = filepath.Dir(cur) // cur is resolved: its parent is physical
+			// cur is resolved, so its parent is physical; but what cur is
+			// must not change under us either: leaving it, the kernel
+			// goes through it, and whoever may rename it (its own
+			// owner, another user in a sticky directory) could make it
+			// a link elsewhere (red team of 5a0daa3: a directory of
+			// someone else's in /tmp, then `..` twice).
+			// (Its parent was checked on the way down: a sticky one
+			// lets only cur's owner, checked here, rename it.)
+			if why := unsafeDir(cur, false); why != "" {
+				return fail(why)
+			}
+			cur = filepath.Dir(cur)
+			if curDev, ok = devOf(cur); !ok {
+				return fail("not resolvable")
+			}
 			continue
 		}
 		if why := unsafeDir(cur, !dirs && i == len(names)-1); why != "" {
 			return fail(why)
 		}
 		next := filepath.Join(cur, name)
-		if next == "/proc" {
+		if next == "/proc" || next == "/dev/fd" {
 			// Its links (/proc/self/cwd, /dev/fd/N) name what the
 			// process that follows them has: the daemon would check one
 			// file and the op, in its own directory, run another.
@@ -124,6 +145,12 @@ func walkChainIn(path string, depth int, dirs bool) (string, bool, string) {
 			return fail("not resolvable")
 		}
 		if fi.Mode()&fs.ModeSymlink == 0 {
+			if st, ok := fi.Sys().(*syscall.Stat_t); ok && uint64(st.Dev) != curDev {
+				if why := foreignMount(next); why != "" {
+					return fail(why)
+				}
+				curDev = uint64(st.Dev)
+			}
 			cur = next
 			continue
 		}
@@ -166,6 +193,15 @@ func unsafeDir(dir string, last bool) string {
 	return ""
 }
 
+// devOf is the device of path, followed.
+func devOf(path string) (uint64, bool) {
+	var st syscall.Stat_t
+	if err := syscall.Stat(path, &st); err != nil {
+		return 0, false
+	}
+	return uint64(st.Dev), true
+}
+
 // owned reports whether root or this user owns fi.
 func owned(fi fs.FileInfo) bool {
 	st, ok := fi.Sys().(*syscall.Stat_t)
@@ -189,12 +225,20 @@ func unsafeProgram(fi os.FileInfo) string {
 // follows) must not run, or "": another user could have put or changed it.
 func unsafeInterpreter(path string, pathEnv func() string, depth int) string {
 	f, err := os.Open(path)
-	if err != nil {
+	if errors.Is(err, fs.ErrNotExist) {
 		return "" // the exec will say
+	} else if err != nil {
+		// The kernel reads the line of a script this user may run but
+		// not read (mode 0111), and of any other: fail closed (red team
+		// of 5a0daa3).
+		return fmt.Sprintf("its interpreter line cannot be read to check it (%v)", err)
 	}
 	head := make([]byte, 256)
-	n, _ := io.ReadFull(f, head)
+	n, err := io.ReadFull(f, head)
 	f.Close()
+	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {
+		return fmt.Sprintf("its interpreter line cannot be read to check it (%v)", err)
+	}
 	line, _, _ := strings.Cut(string(head[:n]), "\n")
 	rest, ok := strings.CutPrefix(line, "#!")
 	if !ok {
@@ -203,7 +247,15 @@ func unsafeInterpreter(path string, pathEnv func() string, depth int) string {
 	if depth > 4 {
 		return "interpreters nested too deep"
 	}
-	// As the kernel and env split: on spaces and tabs only.
+	// The kernel splits on spaces and tabs, but env -S on every white
+	// space (\v, \f, \r too): a line with any control character is read
+	// one way here and another there (red team of 5a0daa3: PATH= hidden
+	// behind a \v). Refused, whatever the interpreter.
+	for _, r := range rest {
+		if r != '\t' && (r < ' ' || r == 0x7f) {
+			return fmt.Sprintf("its interpreter line holds a control character (%q; a \\r is a Windows line end): write it with spaces only", rest)
+		}
+	}
 	fields := strings.FieldsFunc(rest, func(r rune) bool { return r == ' ' || r == '\t' })
 	if len(fields) == 0 {
 		return ""
@@ -251,7 +303,7 @@ func unsafeInterpreter(path string, pathEnv func() string, depth int) string {
 			return fmt.Sprintf("its interpreter line uses env in a form bridge does not check (%q): write `#!/usr/bin/env PROGRAM` or `#!/usr/bin/env -S PROGRAM ARGS`", rest)
 		}
 		// env looks the program up in the op's own PATH.
-		found, _, err := lookPathPassing(args[0], pathEnv, pathEnv)
+		found, _, err := lookPathDepth(args[0], pathEnv, pathEnv, depth+1)
 		if err != nil {
 			return fmt.Sprintf("its interpreter %s (through env): %v", args[0], err)
 		}
@@ -266,8 +318,11 @@ func unsafeInterpreter(path string, pathEnv func() string, depth int) string {
 		if strings.HasPrefix(a, "-") && strings.Contains(a, "/") {
 			// An option with a path in it (perl -I/x, ruby -r/x.rb): the
 			// path is code the interpreter loads.
+			// Only `-X/abs` and `--name=/abs` name an absolute path;
+			// anything else before the slash (-Ilib/x, -I./x) is a
+			// relative one, read from the op's directory.
 			i := strings.IndexByte(a, '/')
-			if i > 0 && a[i-1] == '.' {
+			if !optionBeforePath.MatchString(a[:i]) {
 				return fmt.Sprintf("its interpreter line names a relative path in %q: it would be read from the op's directory", a)
 			}
 			a = a[i:]
@@ -289,6 +344,10 @@ func unsafeInterpreter(path string, pathEnv func() string, depth int) string {
 	}
 	return ""
 }
+
+// optionBeforePath is what may come before the absolute path in an
+// interpreter's option: one letter (-I/x) or a long name and = (--x=/y).
+var optionBeforePath = regexp.MustCompile(`^(-[A-Za-z]|--[A-Za-z][A-Za-z-]*=)$`)
 
 // checkInterp checks one interpreter named by an absolute path.
 func checkInterp(interp string, pathEnv func() string, depth int) string {
