@@ -120,6 +120,8 @@ func (c *Client) Result(id string) (ret *Outcome, _ error) {
 	}
 	if errors.Is(err, bcrypto.ErrTruncated) {
 		return nil, ErrNoResult // still arriving
+	} else if errors.Is(err, bcrypto.ErrBadSignature) {
+		return nil, c.whyBadSignature(s.Host, id, data, err)
 	} else if err != nil {
 		return nil, err // OpenResult names the result
 	}
@@ -652,4 +654,43 @@ func checkPayloadFile(f *os.File, p bridge.Payload) error {
 		return bridge.ErrHashMismatch
 	}
 	return nil
+}
+
+// ErrEarlierHostKey: a result verifies under none of the host's keys this
+// home holds, and the home knows the host only from a later key generation
+// on (it was rebuilt from an agent secret exported after the host
+// rotated): signed before that rotation, it cannot be checked here.
+var ErrEarlierHostKey = errors.New("signed by none of the host's keys this home holds")
+
+// whyBadSignature says what is true of a result whose signature verified
+// under none of the host's keys valid now: signed by a key of the host's
+// that this home holds but no longer accepts (its overlap after a rotation
+// ended, or revoked here), or by none this home can know of, or simply a
+// bad signature.
+func (c *Client) whyBadSignature(host, id string, data []byte, err error) error {
+	p, _, perr := c.home.Peer(host)
+	env, eerr := bcrypto.Parse(bcrypto.KindResult, data)
+	if perr != nil || eerr != nil || len(p.Keys) == 0 {
+		return err
+	}
+	now := time.Now()
+	for _, k := range p.Keys {
+		st := p.State(k, now)
+		if st == bridge.KeyValid || env.Verify(0, k.SignPub) != nil {
+			continue
+		}
+		if st == bridge.KeyRevoked {
+			return bridge.WithHint(fmt.Errorf("result %s: %w: signed by host %q's key of generation %d, which is revoked here", id, err, p.Name, k.Seq),
+				"a revoked key's signature is never accepted (`bridge keys show` lists the host's keys)")
+		}
+		return bridge.WithHint(fmt.Errorf("result %s: %w: signed by host %q's key of generation %d, whose overlap after its rotation ended %s: no longer accepted, as whoever holds an old key could sign one now",
+			id, err, p.Name, k.Seq, time.Unix(k.ValidUntil, 0).UTC().Format(time.DateTime+" UTC")),
+			"an answer read before then is kept in the home once acked; this one was not: send the request again if it is still needed")
+	}
+	if first := p.Keys[0]; first.Seq > 0 {
+		return bridge.WithHint(fmt.Errorf("result %s: %w: host %q's keys this home holds begin at its generation %d, as it was made from an agent secret exported after the host rotated; "+
+			"signed by an earlier key (or forged), the result cannot be checked here", id, ErrEarlierHostKey, p.Name, first.Seq),
+			"a home that held the host's earlier key reads it (the one the secret came from, if it followed the rotation); or send the request again if it is still needed")
+	}
+	return err
 }

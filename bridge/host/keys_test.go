@@ -3,6 +3,7 @@ package host
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/agent"
+	bcrypto "github.com/syncbridge/bridge/crypto"
 )
 
 // The host rotates its key while requests sealed to the old one are queued:
@@ -248,4 +250,64 @@ func TestJunkRotationsLoggedOnce(t *testing.T) {
 	if out := p.run(t, agent.SubmitOptions{Op: "echo", Args: map[string]string{"msg": "still"}}); out.Receipt.Status != bridge.StatusDone {
 		t.Fatalf("a request beside junk statements: %s", out.Receipt.Status)
 	}
+}
+
+// A result signed by a host key this agent home no longer accepts, or
+// cannot know, is named for what it is, never a bare "bad signature"
+// (issue 27, wrong 4): past the overlap of the host's rotation, "whose
+// overlap ended"; in a home rebuilt from an agent secret exported after
+// the host rotated, which knows the host only from its new key on,
+// "signed by none of the host's keys this home holds ... cannot be checked
+// here". A result signed by the new key reads in both.
+func TestResultOfAnEarlierHostKeySaysWhatIsTrue(t *testing.T) {
+	p := newPair(t, testPolicy)
+	p.start(t, nil)
+	old := p.run(t, agent.SubmitOptions{Op: "echo", Args: map[string]string{"msg": "before"}})
+	if old.Receipt.Status != bridge.StatusDone {
+		t.Fatalf("before the rotation: %s", old.Receipt.Status)
+	}
+	old.Close()
+	id := old.Result.ID
+	p.stop(t)
+	if _, err := p.host.Rotate(300 * time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	p.start(t, nil)
+	fresh := p.run(t, agent.SubmitOptions{Op: "echo", Args: map[string]string{"msg": "after"}})
+	fresh.Close()
+	// Past the overlap (a wait for the clock, not for an absence).
+	time.Sleep(time.Second)
+	_, err := p.client.Result(id)
+	var he *bridge.HintError
+	if !errors.Is(err, bcrypto.ErrBadSignature) || !strings.Contains(err.Error(), `signed by host "laptop"'s key of generation 0, whose overlap after its rotation ended`) || !errors.As(err, &he) {
+		t.Fatalf("a result of the rotated-out key, past the overlap: %v", err)
+	}
+
+	secret, err := p.agent.ExportAgentSecret()
+	if err != nil {
+		t.Fatal(err)
+	}
+	home, err := bridge.RestoreAgentHome(filepath.Join(t.TempDir(), "rebuilt"), p.folder, secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, err := agent.OpenClient(home)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	_, err = cl.Result(id)
+	if !errors.Is(err, agent.ErrEarlierHostKey) || !strings.Contains(err.Error(), `host "laptop"'s keys this home holds begin at its generation 1`) ||
+		!strings.Contains(err.Error(), "exported after the host rotated") || errors.Is(err, bcrypto.ErrBadSignature) {
+		t.Fatalf("a result of the host's earlier key, in a home rebuilt after the rotation: %v", err)
+	}
+	st, err := cl.Status(id)
+	if err == nil || !errors.Is(err, agent.ErrEarlierHostKey) {
+		t.Fatalf("status in the rebuilt home: %+v, %v", st, err)
+	}
+	out, err := cl.Result(fresh.Result.ID)
+	if err != nil || out.Receipt.Status != bridge.StatusDone {
+		t.Fatalf("a result of the new key, in the rebuilt home: %v", err)
+	}
+	out.Close()
 }

@@ -386,8 +386,15 @@ func (c *PairCmd) Run(g *Globals) error {
 			"pass the fingerprint `bridge keys export` shows on the other side (its \"fingerprint\" line, 6 groups of 4, not the bundle line); if it has 4 groups, that side runs an older bridge: upgrade it")}
 	}
 	if given != compactFingerprint(cd.Fingerprint) {
+		if cd.Seq > 0 {
+			// A fingerprint covers the keys, and this party has rotated
+			// them: one noted before a rotation (the one `init` printed)
+			// no longer matches, which is no sign of an attacker.
+			return &codeError{code: exitRejected, err: withHintf(fmt.Errorf("pair: fingerprint mismatch: the bundle in the folder shows %s, of key generation %d: this %s has rotated its keys since it first showed one (`bridge keys rotate`), and a fingerprint noted before a rotation no longer matches", cd.Fingerprint, cd.Seq, cd.Role),
+				"run `bridge keys export` on that %s now and compare with what it shows; if that differs too, do not trust this bundle: someone else may have written it", cd.Role)}
+		}
 		return &codeError{code: exitRejected, err: withHintf(fmt.Errorf("pair: fingerprint mismatch: the bundle in the folder shows %s", cd.Fingerprint),
-			"do not trust it: someone else may have written it; check you are comparing with the right machine")}
+			"do not trust it: someone else may have written it; check you are comparing with the right machine (`bridge keys export` there shows its fingerprint now)")}
 	}
 	p, err := h.Trust(cd.Bundle, c.Name)
 	if err != nil {
