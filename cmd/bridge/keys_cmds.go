@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -9,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/alecthomas/kong"
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/host"
 	bcrypto "github.com/syncbridge/bridge/crypto"
@@ -274,7 +276,33 @@ type PairCmd struct {
 	Peer        string `placeholder:"ID" help:"The peer's id, when several are in the folder."`
 	Name        string `placeholder:"NAME" help:"Local name for the peer (host: the [agents.NAME] of the policy)."`
 	Fingerprint string `placeholder:"FP" help:"The fingerprint the other side shows; without it, bridge asks on the terminal."`
+	Wait        optDuration `help:"Wait for the other side's bundle to arrive in the folder: 2 minutes, or --wait=DUR (the other side's init or pair has just run, and the sync client has yet to bring it)."`
 }
+
+// optDuration is a flag with an optional duration: alone it means the
+// default, --flag=DUR that duration.
+type optDuration struct {
+	set bool
+	d   time.Duration
+}
+
+const defaultPairWait = 2 * time.Minute
+
+func (o *optDuration) Decode(ctx *kong.DecodeContext) error {
+	o.set, o.d = true, defaultPairWait
+	if ctx.Scan.Peek().Type != kong.FlagValueToken {
+		return nil
+	}
+	v := fmt.Sprint(ctx.Scan.Pop().Value)
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		return fmt.Errorf("--wait=%s: want a duration above 0, such as 30s or 5m", v)
+	}
+	o.d = d
+	return nil
+}
+
+func (o *optDuration) IsBool() bool { return true }
 
 func (c *PairCmd) Run(g *Globals) error {
 	if err := checkEmpty(g.args, "--fingerprint", "--name", "--peer"); err != nil {
@@ -284,14 +312,48 @@ func (c *PairCmd) Run(g *Globals) error {
 	if err != nil {
 		return err
 	}
-	cands, err := h.Candidates()
+	pickNew := func() ([]bridge.Candidate, error) {
+		cands, err := h.Candidates()
+		if err != nil {
+			return nil, err
+		}
+		var pick []bridge.Candidate
+		for _, cd := range cands {
+			if (c.Peer == "" && (!cd.Trusted || cd.Revoked)) || cd.ID == c.Peer {
+				pick = append(pick, cd)
+			}
+		}
+		return pick, nil
+	}
+	pick, err := pickNew()
 	if err != nil {
 		return err
 	}
-	var pick []bridge.Candidate
-	for _, cd := range cands {
-		if (c.Peer == "" && (!cd.Trusted || cd.Revoked)) || cd.ID == c.Peer {
-			pick = append(pick, cd)
+	if len(pick) == 0 && c.Wait.set {
+		// Until a new bundle (or the --peer named) is in the folder: a
+		// second's poll of a few files, the sync client's pace anyway.
+		ctx, stop := signalContext()
+		defer stop()
+		ctx, cancel := context.WithTimeout(ctx, c.Wait.d)
+		defer cancel()
+		g.note("waiting up to %s for the other side's bundle to arrive in the folder (Ctrl-C stops)", c.Wait.d)
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for len(pick) == 0 && ctx.Err() == nil {
+			select {
+			case <-ctx.Done():
+			case <-t.C:
+				if pick, err = pickNew(); err != nil {
+					return err
+				}
+			}
+		}
+		if len(pick) == 0 {
+			if errors.Is(ctx.Err(), context.Canceled) {
+				return &codeError{code: exitInterrupt, err: errors.New("pair: interrupted while waiting for the other side's bundle")}
+			}
+			return &codeError{code: exitWaitTime, err: withHintf(fmt.Errorf("pair: no new peer bundle arrived in the folder within %s", c.Wait.d),
+				"did the other side run `bridge init host` (host) or `bridge pair`/`bridge keys trust` (agent) with this very folder? `bridge doctor` on both sides checks the folder and its sync")}
 		}
 	}
 	if want := strings.ToLower(strings.TrimSpace(c.Fingerprint)); len(pick) > 1 && want != "" {
@@ -353,7 +415,7 @@ func (c *PairCmd) Run(g *Globals) error {
 		return nil
 	case len(pick) == 0:
 		return withHintf(errors.New("pair: no new peer bundle in the folder"),
-			"the other side publishes its bundle with `bridge init host` (host) or `bridge keys trust` (agent); wait for the sync, or pass --peer ID")
+			"the other side publishes its bundle with `bridge init host` (host) or `bridge pair`/`bridge keys trust` (agent); if it just did, the sync client has yet to bring it: `bridge pair --wait` waits for it (or pass --peer ID)")
 	case len(pick) > 1:
 		for _, cd := range pick {
 			g.printf("%s %q  id %s  fingerprint %s\n", cd.Role, cd.Name, cd.ID, cd.Fingerprint)
