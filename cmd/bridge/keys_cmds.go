@@ -273,9 +273,9 @@ func (c *KeysRemoveCmd) Run(g *Globals) error {
 // PairCmd trusts a peer whose bundle is in the folder, after the user
 // confirmed its fingerprint.
 type PairCmd struct {
-	Peer        string `placeholder:"ID" help:"The peer's id, when several are in the folder."`
-	Name        string `placeholder:"NAME" help:"Local name for the peer (host: the [agents.NAME] of the policy)."`
-	Fingerprint string `placeholder:"FP" help:"The fingerprint the other side shows; without it, bridge asks on the terminal."`
+	Peer        string      `placeholder:"ID" help:"The peer's id, when several are in the folder."`
+	Name        string      `placeholder:"NAME" help:"Local name for the peer (host: the [agents.NAME] of the policy)."`
+	Fingerprint string      `placeholder:"FP" help:"The fingerprint the other side shows; without it, bridge asks on the terminal."`
 	Wait        optDuration `help:"Wait for the other side's bundle to arrive in the folder: 2 minutes, or --wait=DUR (the other side's init or pair has just run, and the sync client has yet to bring it)."`
 }
 
