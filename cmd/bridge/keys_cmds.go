@@ -50,6 +50,7 @@ func (c *InitCmd) Run(g *Globals) error {
 		return err
 	}
 	if c.FromSecret {
+		g.noteNoNudge(h)
 		peers, _ := h.Peers()
 		var names []string
 		for _, p := range peers {

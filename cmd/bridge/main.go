@@ -491,5 +491,9 @@ func (g *Globals) openHomeOnly() (*bridge.Home, error) {
 		return nil, rerr
 	}
 	g.note("restored the agent's home %s from its secret", g.Home)
-	return bridge.OpenHome(g.Home)
+	h, err = bridge.OpenHome(g.Home)
+	if err == nil {
+		g.noteNoNudge(h)
+	}
+	return h, err
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"log/slog"
 	"os"
+	"path/filepath"
 
 	"github.com/syncbridge/bridge/bridge"
 )
@@ -84,4 +85,22 @@ func (g *Globals) homeNudger(h *bridge.Home) error {
 func mustSyncthingConfig(h *bridge.Home) bridge.SyncthingConfig {
 	c, _ := h.SyncthingConfig()
 	return c
+}
+
+// noteNoNudge says, after a home was rebuilt from an agent secret, that the
+// folder is Syncthing's and nothing sets a nudge: the secret does not carry
+// the nudge settings (they name this machine's Syncthing, not the agent),
+// and without them every hop waits for Syncthing's watcher.
+func (g *Globals) noteNoNudge(h *bridge.Home) {
+	if fi, err := os.Stat(filepath.Join(h.Config.Folder, ".stfolder")); err != nil || !fi.IsDir() {
+		return
+	}
+	if os.Getenv("BRIDGE_SYNCTHING_API") != "" || (g.syncthing != nil && g.syncthing.SyncthingAPI != "") {
+		return
+	}
+	if cfg, err := h.SyncthingConfig(); err == nil && cfg.API != "" {
+		return
+	}
+	g.note("warning: the folder is Syncthing's, and this rebuilt home has no Syncthing nudge (the secret does not carry it): each hop waits for Syncthing's watcher, about 20 s a round trip; " +
+		"run `bridge syncthing setup` here (with --share-results if the host shares its results), or set BRIDGE_SYNCTHING_API, BRIDGE_SYNCTHING_KEY and BRIDGE_SYNCTHING_FOLDER")
 }
