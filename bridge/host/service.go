@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/syncbridge/bridge/bridge"
@@ -21,6 +22,36 @@ type ServiceUnit struct {
 	// Enable and Disable are the commands that start and stop it (printed,
 	// and run by `bridge service install|uninstall` unless --dry-run).
 	Enable, Disable [][]string
+	// MainPID is the command that prints the pid the service manager runs
+	// for the unit (0 or nothing when none): `service status` tells the
+	// service's daemon from one started by hand.
+	MainPID []string
+	root    bool
+}
+
+// ManagerMissing says why the service manager cannot start the unit on this
+// machine, or "": no systemd running (a container, WSL without it, an init
+// of another kind), or for a user unit no user manager (no login session,
+// or lingering off). A unit written there would never start, and the
+// commands suggested would fail.
+func (u *ServiceUnit) ManagerMissing() string {
+	if u.System != "systemd" {
+		return ""
+	}
+	if _, err := os.Stat("/run/systemd/system"); err != nil {
+		return "systemd is not running on this machine (no /run/systemd/system)"
+	}
+	if u.root {
+		return ""
+	}
+	run := os.Getenv("XDG_RUNTIME_DIR")
+	if run == "" {
+		run = fmt.Sprintf("/run/user/%d", os.Getuid())
+	}
+	if _, err := os.Stat(filepath.Join(run, "systemd")); err != nil {
+		return fmt.Sprintf("no systemd user manager runs for this user (no %s)", filepath.Join(run, "systemd"))
+	}
+	return ""
 }
 
 // Path is where the unit file goes.
@@ -70,6 +101,8 @@ func NewServiceUnit(o ServiceOptions) (*ServiceUnit, error) {
 		return &ServiceUnit{System: "systemd", Name: unit, Dir: dir, Text: systemdUnit(o),
 			Enable:  [][]string{with("daemon-reload"), with("enable", "--now", unit)},
 			Disable: [][]string{with("disable", "--now", unit)},
+			MainPID: with("show", "--property=MainPID", "--value", unit),
+			root:    o.Root,
 		}, nil
 	case "darwin":
 		if dir == "" {
@@ -80,6 +113,7 @@ func NewServiceUnit(o ServiceOptions) (*ServiceUnit, error) {
 		return &ServiceUnit{System: "launchd", Name: label + ".plist", Dir: dir, Text: launchdPlist(label, o),
 			Enable:  [][]string{{"launchctl", "load", "-w", p}},
 			Disable: [][]string{{"launchctl", "unload", "-w", p}},
+			MainPID: []string{"launchctl", "list", label},
 		}, nil
 	}
 	return nil, bridge.WithHint(fmt.Errorf("service: no user service manager known for %s", o.GOOS), "run `bridge serve --home %s` under your own supervisor", o.Home)
@@ -189,4 +223,20 @@ func SafePath(path string) (kept string, dropped []string) {
 		}
 	}
 	return strings.Join(out, string(filepath.ListSeparator)), dropped
+}
+
+// ParseMainPID reads what MainPID printed: systemd's bare number, or
+// launchd's `"PID" = N;` line. 0 when the service runs nothing.
+func ParseMainPID(out string) int {
+	out = strings.TrimSpace(out)
+	if n, err := strconv.Atoi(out); err == nil {
+		return n
+	}
+	for _, line := range strings.Split(out, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), `"PID" = `); ok {
+			n, _ := strconv.Atoi(strings.TrimSuffix(v, ";"))
+			return n
+		}
+	}
+	return 0
 }

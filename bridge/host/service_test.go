@@ -102,3 +102,20 @@ func TestSafePath(t *testing.T) {
 		}
 	}
 }
+
+// The pid a service manager runs for the unit, as `service status` reads
+// it to tell the service's daemon from one started by hand: systemd's
+// `show --property=MainPID --value` and launchd's `launchctl list LABEL`.
+func TestParseMainPID(t *testing.T) {
+	for out, want := range map[string]int{
+		"4242\n": 4242,
+		"0\n":    0,
+		"":       0,
+		"{\n\t\"LimitLoadToSessionType\" = \"Aqua\";\n\t\"Label\" = \"dev.syncbridge.laptop\";\n\t\"PID\" = 977;\n\t\"Program\" = \"/usr/local/bin/bridge\";\n};\n": 977,
+		"{\n\t\"Label\" = \"dev.syncbridge.laptop\";\n\t\"LastExitStatus\" = 256;\n};\n": 0,
+	} {
+		if got := ParseMainPID(out); got != want {
+			t.Errorf("ParseMainPID(%q) = %d, want %d", out, got, want)
+		}
+	}
+}

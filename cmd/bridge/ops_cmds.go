@@ -273,20 +273,27 @@ func isRoot() bool { return runtime.GOOS != "windows" && os.Geteuid() == 0 }
 
 func (c *ServiceInstallCmd) Run(g *Globals) error {
 	root := isRoot()
-	_, u, err := c.unit(g, root && c.AllowRoot)
+	// As root, the dry run shows the unit --allow-root would write (the
+	// only one install writes as root), with the refusal beside it.
+	h, u, err := c.unit(g, root && (c.AllowRoot || c.DryRun))
 	if err != nil {
 		return err
 	}
 	refused := withHintf(errors.New("service install: refusing to install a service that runs as root"),
 		"install it as the user whose tools the ops use; if you really mean root, pass --allow-root")
+	noManager := u.ManagerMissing()
 	if c.DryRun {
 		if g.JSON {
-			return g.printJSON(map[string]any{"path": u.Path(), "unit": u.Text, "would_run": cmdsOrEmpty(u.Enable), "dry_run": true})
+			return g.printJSON(map[string]any{"path": u.Path(), "unit": u.Text, "would_run": cmdsOrEmpty(u.Enable), "dry_run": true,
+				"refused_without_allow_root": root && !c.AllowRoot, "manager_missing": noManager})
 		}
 		g.printf("# %s\n%s", u.Path(), u.Text)
 		g.note("would run: %s", joinCmds(u.Enable))
 		if root && !c.AllowRoot {
-			g.note("warning: %v (%s)", refused, refused.(*bridge.HintError).Hint)
+			g.note("warning: %v without --allow-root (%s)", refused, refused.(*bridge.HintError).Hint)
+		}
+		if noManager != "" && !c.FilesOnly {
+			g.note("warning: %s: install would refuse, as the unit would never start; run `bridge serve` under this machine's own supervisor, or pass --files-only to write the unit anyway", noManager)
 		}
 		return nil
 	}
@@ -294,6 +301,12 @@ func (c *ServiceInstallCmd) Run(g *Globals) error {
 		// serve refuses root without --allow-root: the unit would fail and
 		// restart every few seconds.
 		return &codeError{code: exitError, err: refused}
+	}
+	if noManager != "" && !c.FilesOnly {
+		// Written, the unit would never start, and the systemctl commands
+		// suggested would fail too.
+		return &codeError{code: exitError, err: withHintf(fmt.Errorf("service install: %s: a unit written here would never start", noManager),
+			"run `bridge serve --home %s` under this machine's own supervisor (a container's entry point, supervisord, runit, a tmux session: docs/OPERATIONS.md); or pass --files-only to write the unit for a machine that boots with systemd", absDir(h.Dir))}
 	}
 	if err := os.MkdirAll(u.Dir, 0o755); err != nil {
 		return err
@@ -375,10 +388,23 @@ func (c *ServiceStatusCmd) Run(g *Globals) error {
 	}
 	_, serr := os.Stat(u.Path())
 	pid, running := host.DaemonRunning(h)
+	// Whether the daemon that runs is the service's: the service manager's
+	// pid for the unit, when it answers (unknown otherwise: no systemd, a
+	// --dir unit it does not know).
+	servicePID, known := 0, false
+	if serr == nil && u.ManagerMissing() == "" && len(u.MainPID) > 0 {
+		if out, err := exec.Command(u.MainPID[0], u.MainPID[1:]...).Output(); err == nil {
+			servicePID, known = host.ParseMainPID(string(out)), true
+		}
+	}
+	asService := known && running && servicePID == pid
 	if g.JSON {
 		v := map[string]any{"system": u.System, "unit": u.Path(), "installed": serr == nil, "running": running}
 		if running {
 			v["pid"] = pid
+		}
+		if known {
+			v["service_pid"], v["as_service"] = servicePID, asService
 		}
 		return g.printJSON(v)
 	}
@@ -387,10 +413,25 @@ func (c *ServiceStatusCmd) Run(g *Globals) error {
 	} else {
 		g.printf("not installed (%s)\n", u.Path())
 	}
-	if running {
-		g.printf("bridge serve is running (pid %d)\n", pid)
-	} else {
+	switch {
+	case !running:
 		g.printf("bridge serve is not running\n")
+	case asService:
+		g.printf("bridge serve is running as the service (pid %d)\n", pid)
+	case known && servicePID != 0:
+		g.printf("bridge serve is running (pid %d), not the service's (it runs pid %d)\n", pid, servicePID)
+	case known || serr != nil:
+		g.printf("bridge serve is running (pid %d), started by hand, not by the service\n", pid)
+	default:
+		g.printf("bridge serve is running (pid %d); whether as the service, %s does not say\n", pid, u.System)
 	}
 	return nil
+}
+
+// absDir is dir made absolute, as it is if that fails.
+func absDir(dir string) string {
+	if a, err := filepath.Abs(dir); err == nil {
+		return a
+	}
+	return dir
 }
