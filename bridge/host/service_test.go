@@ -112,7 +112,7 @@ func TestParseMainPID(t *testing.T) {
 		"0\n":    0,
 		"":       0,
 		"{\n\t\"LimitLoadToSessionType\" = \"Aqua\";\n\t\"Label\" = \"dev.syncbridge.laptop\";\n\t\"PID\" = 977;\n\t\"Program\" = \"/usr/local/bin/bridge\";\n};\n": 977,
-		"{\n\t\"Label\" = \"dev.syncbridge.laptop\";\n\t\"LastExitStatus\" = 256;\n};\n": 0,
+		"{\n\t\"Label\" = \"dev.syncbridge.laptop\";\n\t\"LastExitStatus\" = 256;\n};\n":                                                                            0,
 	} {
 		if got := ParseMainPID(out); got != want {
 			t.Errorf("ParseMainPID(%q) = %d, want %d", out, got, want)
