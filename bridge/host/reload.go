@@ -93,9 +93,17 @@ func (d *Daemon) checkPolicyFile() {
 		}
 		return
 	}
+	wasFailed := d.policyFailed != version{}
 	d.policyFailed = version{}
 	d.rulesP.Store(&rules{p: p, red: newRedactor(p.Redaction()), stamp: stamp})
 	if p.SHA256 == cur.p.SHA256 {
+		if wasFailed {
+			// The error line said the file did not load; say that it does
+			// again (a new user's trial: the fix went unremarked), and that
+			// nothing changed.
+			d.log.Info("the policy file loads again: the same policy as in force, nothing changed", "policy", p.SHA256[:12])
+			d.audit.log(AuditEvent{Event: "policy-reload", Detail: "loads again, unchanged: policy " + p.SHA256})
+		}
 		return // touched, not changed
 	}
 	d.mu.Lock()

@@ -40,6 +40,15 @@ func (o *op) runsTreeCode() string {
 	if filepath.IsAbs(prog) && within(o.dir, prog) {
 		return fmt.Sprintf("its program %s is inside its working directory %s", prog, o.dir)
 	}
+	if shells[filepath.Base(prog)] && len(o.argv) > 2 && o.argv[1].String() == "-c" {
+		// A shell's -c runs its script, not a file of the tree: what the
+		// script itself runs decides (a new user's trial: `sh -c "git
+		// status && git log -1"` was said to run tree code).
+		if len(o.argv[2]) != 1 || o.argv[2][0].ref != "" {
+			return fmt.Sprintf("%s -c runs a script made from the request's arguments, in its working directory %s", filepath.Base(prog), o.dir)
+		}
+		return scriptRunsTreeCode(filepath.Base(prog), o.argv[2][0].lit, o.dir)
+	}
 	subs, ok := codeRunners[filepath.Base(prog)]
 	if !ok {
 		return ""
@@ -57,6 +66,67 @@ func (o *op) runsTreeCode() string {
 	}
 	return ""
 }
+
+// scriptRunsTreeCode reports why a literal shell script runs code from its
+// working directory dir, or "": a command of it (the first word after a
+// separator, past assignments and words such as if, then, exec, env) that
+// is a code runner (with its subcommand, as for argv), a relative path
+// with a slash (./configure, scripts/x), or . and source; or any word
+// starting ./ or ../ (an argument that is a script of the tree). It reads
+// the script as words, not as a shell would: quoting and expansions aside,
+// it errs towards warning.
+func scriptRunsTreeCode(shell, script, dir string) string {
+	var words []string
+	starts := map[int]bool{0: true} // indexes of words that begin a command
+	word := strings.Builder{}
+	flush := func() {
+		if word.Len() > 0 {
+			words = append(words, word.String())
+			word.Reset()
+		}
+	}
+	for _, r := range script {
+		switch r {
+		case ' ', '\t':
+			flush()
+		case ';', '&', '|', '(', ')', '`', '{', '}', '\n':
+			flush()
+			starts[len(words)] = true
+		default:
+			word.WriteRune(r)
+		}
+	}
+	flush()
+	for i := 0; i < len(words); i++ {
+		w := words[i]
+		if strings.HasPrefix(w, "./") || strings.HasPrefix(w, "../") {
+			return fmt.Sprintf("its %s -c script names %s, in its working directory %s", shell, w, dir)
+		}
+		if !starts[i] {
+			continue
+		}
+		switch {
+		case prefixWords[w] || (strings.Contains(w, "=") && !strings.HasPrefix(w, "=")):
+			starts[i+1] = true // a command follows
+			continue
+		case w == "." || w == "source" || (!filepath.IsAbs(w) && strings.Contains(w, "/")):
+			return fmt.Sprintf("its %s -c script runs %q from its working directory %s", shell, strings.Join(words[i:min(i+2, len(words))], " "), dir)
+		}
+		subs, ok := codeRunners[filepath.Base(w)]
+		switch {
+		case !ok:
+		case subs == nil:
+			return fmt.Sprintf("its %s -c script runs %s, which runs code it finds in its working directory %s", shell, filepath.Base(w), dir)
+		case i+1 < len(words) && slices.Contains(subs, words[i+1]):
+			return fmt.Sprintf("its %s -c script runs %s %s, which runs code from its working directory %s", shell, filepath.Base(w), words[i+1], dir)
+		}
+	}
+	return ""
+}
+
+// prefixWords come before a command in a shell script.
+var prefixWords = map[string]bool{"if": true, "then": true, "else": true, "elif": true, "while": true, "until": true, "do": true,
+	"!": true, "exec": true, "command": true, "env": true, "time": true, "nice": true, "nohup": true, "xargs": true, "sudo": true}
 
 // Warnings are what `bridge policy check` says of a policy that loads but
 // may not mean what its author thinks: today, an op labelled read-only that

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -114,6 +115,31 @@ scope = "execute"
 [ops.apply]
 argv = ["git", "apply"]
 dir = "/src/app"
+[ops.shlit]
+argv = ["sh", "-c", "git status --short && git log -1 | cat; echo go test"]
+dir = "/src/app"
+scope = "read"
+[ops.shmake]
+argv = ["bash", "-c", "cd sub && X=1 make -j4"]
+dir = "/src/app"
+scope = "read"
+[ops.shgo]
+argv = ["sh", "-c", "go version; if true; then go test ./...; fi"]
+dir = "/src/app"
+scope = "read"
+[ops.shdot]
+argv = ["sh", "-c", "echo start && ./configure --prefix=/usr"]
+dir = "/src/app"
+scope = "read"
+[ops.shsrc]
+argv = ["sh", "-c", ". venv/bin/activate"]
+dir = "/src/app"
+scope = "read"
+[ops.shtmpl]
+argv = ["sh", "-c", "echo {x}"]
+args.x = { type = "enum", values = ["a"] }
+dir = "/src/app"
+scope = "read"
 `))
 	if err != nil {
 		t.Fatal(err)
@@ -124,6 +150,30 @@ dir = "/src/app"
 			ws = append(ws, w)
 		}
 	}
+	// A shell's -c: what its literal script runs decides, never the shell
+	// itself (a new user's trial: `sh -c "git status && git log -1"`).
+	var sh []string
+	for _, w := range ws {
+		if strings.Contains(w, `op "sh`) {
+			sh = append(sh, w)
+		}
+	}
+	wantSh := []string{
+		`op "shdot" has scope "read", but its sh -c script names ./configure`,
+		`op "shgo" has scope "read", but its sh -c script runs go test, which runs code`,
+		`op "shmake" has scope "read", but its bash -c script runs make, which runs code it finds`,
+		`op "shsrc" has scope "read", but its sh -c script runs ". venv/bin/activate"`,
+		`op "shtmpl" has scope "read", but sh -c runs a script made from the request's arguments`,
+	}
+	if len(sh) != len(wantSh) {
+		t.Fatalf("shell warnings:\n%s\nwant %d", strings.Join(sh, "\n"), len(wantSh))
+	}
+	for i, w := range wantSh {
+		if !strings.HasPrefix(sh[i], w) {
+			t.Errorf("shell warning %d: %s\nwant %s", i, sh[i], w)
+		}
+	}
+	ws = slices.DeleteFunc(ws, func(w string) bool { return strings.Contains(w, `op "sh`) })
 	if len(ws) != 2 {
 		t.Fatalf("warnings %q, want 2 (script, test)", ws)
 	}
