@@ -55,7 +55,7 @@ func (c *Client) Ops(host string) (*bridge.Catalog, error) {
 	}
 	cat, err := bridge.OpenCatalog(data, hb.ID, c.home.Config.ID, hostKeys)
 	if err != nil {
-		return nil, err
+		return nil, newerHost(err, p.Name)
 	}
 	var warnings []string
 	ahead := func(ms int64) bool { return time.UnixMilli(ms).Sub(now) > futureSlack }
@@ -217,4 +217,14 @@ func issuedText(ms int64) string {
 		return "by a release before catalogs were dated"
 	}
 	return time.UnixMilli(ms).UTC().Format(time.RFC3339)
+}
+
+// newerHost adds to an unknown-version refusal of something the host wrote
+// what it means: the host runs a newer bridge, whose formats this agent
+// does not read (SPEC §13), and the fix.
+func newerHost(err error, host string) error {
+	if !errors.Is(err, bcrypto.ErrUnknownVersion) {
+		return err
+	}
+	return bridge.WithHint(err, "host %q writes a format this agent does not read: it runs a newer bridge; upgrade this agent (`bridge version` names each side's; docs/OPERATIONS.md, \"Upgrading\")", host)
 }

@@ -141,6 +141,9 @@ func (c *Client) hostLiveness(hostID string) (*Liveness, error) {
 		// Still arriving, or not the host's: nothing can be told from it.
 		lv.Verdict = LivenessNoStamp
 		lv.Message = fmt.Sprintf("host %q's liveness stamp for this agent is refused (%s): nothing can be told from it", p.Name, bridge.Reason(err))
+		if errors.Is(err, bcrypto.ErrUnknownVersion) {
+			lv.Message += "; the host runs a newer bridge than this agent, which does not read its stamps: upgrade this agent"
+		}
 		return lv, nil
 	}
 	own, err := c.home.OwnKeys()

@@ -123,7 +123,7 @@ func (c *Client) Result(id string) (ret *Outcome, _ error) {
 	} else if errors.Is(err, bcrypto.ErrBadSignature) {
 		return nil, c.whyBadSignature(s.Host, id, data, err)
 	} else if err != nil {
-		return nil, err // OpenResult names the result
+		return nil, newerHost(err, s.HostName) // OpenResult names the result
 	}
 	// The output is copied into a private spool as it is checked against
 	// the manifest's pin, and opened from there: never held whole in memory.

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/syncbridge/bridge/bridge"
 )
 
 // A tool result carries at most maxToolOutput of each stream, whatever the
@@ -37,5 +39,14 @@ func TestHeadTailBoundsAnOutput(t *testing.T) {
 		if got != wantText || h.left() != int64(c.n-64) || !strings.HasPrefix(got, string(data[:32])) {
 			t.Errorf("n=%d chunk=%d:\n got %q\nwant %q", c.n, c.chunk, got, wantText)
 		}
+	}
+}
+
+// The MCP hint for a request the host cannot read names the host as the
+// side behind, as the CLI's does (TestHintForUnknownVersion).
+func TestHintForUnknownVersion(t *testing.T) {
+	rc := &bridge.Receipt{Status: bridge.StatusRejected, Reason: "unknown-version"}
+	if h := hintFor(rc); !strings.Contains(h, "it runs an older bridge than this agent") {
+		t.Fatalf("hint: %q", h)
 	}
 }

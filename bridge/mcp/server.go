@@ -545,6 +545,8 @@ func hintFor(rc *bridge.Receipt) string {
 		return "the request never arrived complete; check the sync, then call again with the same _key"
 	case rc.Reason == "ceiling":
 		return "the host's policy caps this agent's runs; try again later (the detail names the ceiling)"
+	case rc.Reason == "unknown-version":
+		return "the host does not read this request's format: it runs an older bridge than this agent; ask the human to upgrade the host"
 	}
 	return ""
 }

@@ -71,3 +71,13 @@ func TestProgressSaysTheResultsRouteOnce(t *testing.T) {
 		t.Fatalf("time-out's hint: %v", err)
 	}
 }
+
+// A request the host cannot read (a later format) is answered rejected
+// unknown-version: the hint names the host as the side behind, in the CLI
+// and in MCP's words alike (docs/OPERATIONS.md, "Upgrading").
+func TestHintForUnknownVersion(t *testing.T) {
+	rc := &bridge.Receipt{ID: "0123456789abcdef0123456789abcdef", Status: bridge.StatusRejected, Reason: "unknown-version"}
+	if h := hintFor(rc, "cloud-1"); !strings.Contains(h, "it runs an older bridge than this agent; upgrade the host") {
+		t.Fatalf("hint: %q", h)
+	}
+}

@@ -629,6 +629,8 @@ func hintFor(rc *bridge.Receipt, agent string) string {
 		return "the payload never arrived complete; check the sync client, then run the command again"
 	case host.ReasonCeiling:
 		return "the host's policy caps this agent's runs; try again later (the detail names the ceiling)"
+	case "unknown-version":
+		return "the host does not read this request's format: it runs an older bridge than this agent; upgrade the host (`bridge version` on each side; docs/OPERATIONS.md, \"Upgrading\")"
 	}
 	return ""
 }
