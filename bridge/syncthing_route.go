@@ -71,8 +71,11 @@ func (n *Nudger) ResultsRoute(ctx context.Context, bridgeDir string, hosts []Rou
 				p.Message = fmt.Sprintf("device %s shares this host's results as Syncthing folder %s, which this Syncthing does not: "+
 					"that agent reads results only from it, so no answer of this host reaches it", shortDevice(devs[0]), id)
 			} else {
-				p.Message = fmt.Sprintf("%s Syncthing shares its results as folder %s, which this machine's Syncthing does not have: "+
-					"no result, liveness stamp or catalog of that host arrives here", whose, id)
+				// Any device that shares the bridge folder can offer a
+				// folder under this id (it is derived from the host's):
+				// the device is named, and the host as the likely one.
+				p.Message = fmt.Sprintf("Syncthing device %s offers %s results as folder %s, which this machine's Syncthing does not have: "+
+					"if that is the host's device, no result, liveness stamp or catalog of that host arrives here", shortDevice(devs[0]), whose, id)
 			}
 			out = append(out, p)
 			continue

@@ -121,7 +121,7 @@ func (c *Client) Result(id string) (ret *Outcome, _ error) {
 	if errors.Is(err, bcrypto.ErrTruncated) {
 		return nil, ErrNoResult // still arriving
 	} else if errors.Is(err, bcrypto.ErrBadSignature) {
-		return nil, c.whyBadSignature(s.Host, id, data, err)
+		return nil, c.whyBadSignature(s, id, data, err)
 	} else if err != nil {
 		return nil, newerHost(err, s.HostName) // OpenResult names the result
 	}
@@ -657,22 +657,26 @@ func checkPayloadFile(f *os.File, p bridge.Payload) error {
 }
 
 // ErrEarlierHostKey: a result verifies under none of the host's keys this
-// home holds, and the home knows the host only from a later key generation
-// on (it was rebuilt from an agent secret exported after the host
-// rotated): signed before that rotation, it cannot be checked here.
+// home holds, the home knows the host only from a later key generation on,
+// and the request was made before that generation came into use: signed by
+// an earlier key (or forged), it cannot be checked here. It wraps
+// bcrypto.ErrBadSignature too.
 var ErrEarlierHostKey = errors.New("signed by none of the host's keys this home holds")
 
 // whyBadSignature says what is true of a result whose signature verified
 // under none of the host's keys valid now: signed by a key of the host's
 // that this home holds but no longer accepts (its overlap after a rotation
-// ended, or revoked here), or by none this home can know of, or simply a
-// bad signature.
-func (c *Client) whyBadSignature(host, id string, data []byte, err error) error {
-	p, _, perr := c.home.Peer(host)
+// ended, or revoked here), or possibly by an earlier key this home never
+// held, or simply a bad signature. None of them says to send the request
+// again: the host may have run it (a folder writer who spoils a result
+// must not get a second run out of the agent).
+func (c *Client) whyBadSignature(s *Sent, id string, data []byte, err error) error {
+	p, _, perr := c.home.Peer(s.Host)
 	env, eerr := bcrypto.Parse(bcrypto.KindResult, data)
 	if perr != nil || eerr != nil || len(p.Keys) == 0 {
 		return err
 	}
+	const noResend = "whether it ran cannot be told from here: `bridge ls` on the host shows it; send it again only if it did not run"
 	now := time.Now()
 	for _, k := range p.Keys {
 		st := p.State(k, now)
@@ -680,17 +684,36 @@ func (c *Client) whyBadSignature(host, id string, data []byte, err error) error 
 			continue
 		}
 		if st == bridge.KeyRevoked {
-			return bridge.WithHint(fmt.Errorf("result %s: %w: signed by host %q's key of generation %d, which is revoked here", id, err, p.Name, k.Seq),
-				"a revoked key's signature is never accepted (`bridge keys show` lists the host's keys)")
+			return bridge.WithHint(fmt.Errorf("result %s: %w: signed by host %q's key of generation %d, which is revoked here", id, err, p.Name, k.Seq), "%s", noResend)
 		}
 		return bridge.WithHint(fmt.Errorf("result %s: %w: signed by host %q's key of generation %d, whose overlap after its rotation ended %s: no longer accepted, as whoever holds an old key could sign one now",
 			id, err, p.Name, k.Seq, time.Unix(k.ValidUntil, 0).UTC().Format(time.DateTime+" UTC")),
-			"an answer read before then is kept in the home once acked; this one was not: send the request again if it is still needed")
+			"an answer read before then is kept in the home once acked; this one was not: %s", noResend)
 	}
-	if first := p.Keys[0]; first.Seq > 0 {
-		return bridge.WithHint(fmt.Errorf("result %s: %w: host %q's keys this home holds begin at its generation %d, as it was made from an agent secret exported after the host rotated; "+
-			"signed by an earlier key (or forged), the result cannot be checked here", id, ErrEarlierHostKey, p.Name, first.Seq),
-			"a home that held the host's earlier key reads it (the one the secret came from, if it followed the rotation); or send the request again if it is still needed")
+	if first := p.Keys[0]; first.Seq > 0 && c.madeBeforeHeldKeys(p, s) {
+		return bridge.WithHint(fmt.Errorf("result %s: %w: %w: host %q's keys this home holds begin at its generation %d, and the request was made before the host took it up "+
+			"(the home was made from an agent secret exported after that rotation, or paired since); signed by an earlier key (or forged), the result cannot be checked here",
+			id, ErrEarlierHostKey, err, p.Name, first.Seq),
+			"a home that held the host's earlier key reads it (the one the secret came from, while the host's overlap lasts); %s", noResend)
 	}
 	return err
+}
+
+// madeBeforeHeldKeys reports whether request s was made before the first
+// host key this home holds came into use, so that its answer may be signed
+// by an earlier key: by the time of the host's rotation statement to that
+// key when it is in the folder (verified by that key's own signature),
+// else by when this home began to trust the host.
+func (c *Client) madeBeforeHeldKeys(p *bridge.Peer, s *Sent) bool {
+	first := p.Keys[0]
+	data, err := c.folder.ReadFile(bridge.HostDir(p.ID)+"/"+bridge.RotationName(first.Seq), bcrypto.KindRotation.MaxSize())
+	if err == nil {
+		if env, err := bcrypto.Parse(bcrypto.KindRotation, data); err == nil && env.Verify(1, first.SignPub) == nil {
+			var r bcrypto.Rotation
+			if bcrypto.DecodeBody(env.Body(), &r) == nil && r.ID == p.ID && r.Seq == first.Seq {
+				return s.Created < r.Created
+			}
+		}
+	}
+	return s.Created < p.Trusted
 }

@@ -269,6 +269,9 @@ func TestResultOfAnEarlierHostKeySaysWhatIsTrue(t *testing.T) {
 	old.Close()
 	id := old.Result.ID
 	p.stop(t)
+	// Times are whole seconds: the old request's must be before the
+	// rotation's, and the next one's not (a wait for the clock).
+	time.Sleep(1100 * time.Millisecond)
 	if _, err := p.host.Rotate(300 * time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
@@ -297,8 +300,8 @@ func TestResultOfAnEarlierHostKeySaysWhatIsTrue(t *testing.T) {
 	}
 	defer cl.Close()
 	_, err = cl.Result(id)
-	if !errors.Is(err, agent.ErrEarlierHostKey) || !strings.Contains(err.Error(), `host "laptop"'s keys this home holds begin at its generation 1`) ||
-		!strings.Contains(err.Error(), "exported after the host rotated") || errors.Is(err, bcrypto.ErrBadSignature) {
+	if !errors.Is(err, agent.ErrEarlierHostKey) || !strings.Contains(err.Error(), `host "laptop"'s keys this home holds begin at its generation 1, and the request was made before the host took it up`) ||
+		!errors.Is(err, bcrypto.ErrBadSignature) || !errors.As(err, &he) || strings.Contains(he.Hint, "send the request again") || !strings.Contains(he.Hint, "send it again only if it did not run") {
 		t.Fatalf("a result of the host's earlier key, in a home rebuilt after the rotation: %v", err)
 	}
 	st, err := cl.Status(id)
@@ -310,4 +313,22 @@ func TestResultOfAnEarlierHostKeySaysWhatIsTrue(t *testing.T) {
 		t.Fatalf("a result of the new key, in the rebuilt home: %v", err)
 	}
 	out.Close()
+
+	// A result of a request made after the rotation, spoiled by a folder
+	// writer: a bad signature, never "an earlier key" (which would excuse
+	// it), and no hint to send it again (red team: a second run).
+	resPath := filepath.Join(p.folder, filepath.FromSlash(bridge.ResultPath(p.host.Config.ID, p.agent.Config.ID, fresh.Result.ID, bridge.ExtResult)))
+	data, err := os.ReadFile(resPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data[len(data)-1] ^= 1 // in the signature
+	if err := os.WriteFile(resPath, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cl2 := p.freshAgentClient(t)
+	_, err = cl2.Result(fresh.Result.ID)
+	if !errors.Is(err, bcrypto.ErrBadSignature) || errors.Is(err, agent.ErrEarlierHostKey) || strings.Contains(err.Error(), "earlier") {
+		t.Fatalf("a spoiled result of a request made after the rotation: %v", err)
+	}
 }

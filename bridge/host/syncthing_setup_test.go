@@ -141,8 +141,8 @@ func TestHalfDoneFastPath(t *testing.T) {
 	setup(p.agent, st.B, false)
 	waitFor(t, 60*time.Second, "the agent's Syncthing offered the results folder", func() bool { return len(route(p.agent)) > 0 })
 	got := route(p.agent)[0]
-	if got.Folder != folderID || !strings.Contains(got.Message, `host "laptop"'s Syncthing shares its results as folder `+folderID) ||
-		!strings.Contains(got.Message, "no result, liveness stamp or catalog") || !strings.Contains(got.Hint, "bridge syncthing setup --share-results` here") {
+	if got.Folder != folderID || !strings.Contains(got.Message, "Syncthing device "+st.A.id[:7]+` offers host "laptop"'s results as folder `+folderID) ||
+		!strings.Contains(got.Message, "if that is the host's device, no result, liveness stamp or catalog") || !strings.Contains(got.Hint, "bridge syncthing setup --share-results` here") {
 		t.Fatalf("agent, host set up alone: %+v", got)
 	}
 	if msg := doctorSays(p.agent, "syncthing-results", bridge.SeverityProblem); !strings.Contains(msg, folderID) {

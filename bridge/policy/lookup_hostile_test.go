@@ -419,9 +419,10 @@ func TestInterpreterOptionPaths(t *testing.T) {
 // Run as nobody, in a child process of this test binary.
 func TestUnreadableScriptRefused(t *testing.T) {
 	if os.Getenv("BRIDGE_TEST_UNREADABLE") != "" {
-		prog := os.Getenv("BRIDGE_TEST_UNREADABLE")
-		_, err := lookPath(prog, func() string { return "" })
-		fmt.Printf("lookPath: %v\n", err)
+		for _, prog := range strings.Split(os.Getenv("BRIDGE_TEST_UNREADABLE"), ",") {
+			_, err := lookPath(prog, func() string { return "" })
+			fmt.Printf("lookPath: %v\n", err)
+		}
 		return
 	}
 	if os.Geteuid() != 0 {
@@ -432,6 +433,12 @@ func TestUnreadableScriptRefused(t *testing.T) {
 	rtMust(t, os.WriteFile(filepath.Join(open, "evil"), []byte("#!/bin/sh\necho EVIL\n"), 0o755))
 	prog := filepath.Join(bin, "xo")
 	rtMust(t, os.WriteFile(prog, []byte("#!"+filepath.Join(open, "evil")+"\n"), 0o111))
+	rtMust(t, os.Chown(prog, 65534, 65534)) // nobody's own, run-only: its line unread is refused
+	// Root's run-only program (RHEL's sudo is ---s--x--x): root wrote its
+	// every byte, so it passes unread (red team: a false refusal).
+	sudo := filepath.Join(bin, "sudo")
+	rtMust(t, os.WriteFile(sudo, []byte("#!/bin/sh\n"), 0o755))
+	rtMust(t, os.Chmod(sudo, 0o4111))
 	// The test binary, where nobody may run it.
 	self, err := os.Executable()
 	rtMust(t, err)
@@ -440,14 +447,15 @@ func TestUnreadableScriptRefused(t *testing.T) {
 	exe := filepath.Join(base, "policy.test")
 	rtMust(t, os.WriteFile(exe, data, 0o755))
 	cmd := exec.Command(exe, "-test.run=^TestUnreadableScriptRefused$")
-	cmd.Env = append(os.Environ(), "BRIDGE_TEST_UNREADABLE="+prog)
+	cmd.Env = append(os.Environ(), "BRIDGE_TEST_UNREADABLE="+prog+","+sudo)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("as nobody: %v\n%s", err, out)
 	}
 	// The directories are root's, which nobody's walk accepts as safe.
-	if !strings.Contains(string(out), "lookPath: program "+prog) || !strings.Contains(string(out), "cannot be read to check it") {
-		t.Fatalf("an execute-only script, checked as nobody:\n%s", out)
+	if !strings.Contains(string(out), "lookPath: program "+prog) || !strings.Contains(string(out), "cannot be read to check it") ||
+		!strings.Contains(string(out), "lookPath: <nil>") {
+		t.Fatalf("nobody's execute-only script (refused), root's run-only program (passed), checked as nobody:\n%s", out)
 	}
 }

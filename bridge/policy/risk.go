@@ -73,8 +73,8 @@ func (o *op) runsTreeCode() string {
 // is a code runner (with its subcommand, as for argv), a relative path
 // with a slash (./configure, scripts/x), or . and source; or any word
 // starting ./ or ../ (an argument that is a script of the tree). It reads
-// the script as words, not as a shell would: quoting and expansions aside,
-// it errs towards warning.
+// the script as words, not as a shell would, and errs towards warning: a
+// command word with an expansion in it, or eval, is warned of.
 func scriptRunsTreeCode(shell, script, dir string) string {
 	var words []string
 	starts := map[int]bool{0: true} // indexes of words that begin a command
@@ -98,7 +98,9 @@ func scriptRunsTreeCode(shell, script, dir string) string {
 	}
 	flush()
 	for i := 0; i < len(words); i++ {
-		w := words[i]
+		// Quotes and backslashes only hide a word from this reading
+		// ('make', \make): gone, as the shell removes them.
+		w := strings.NewReplacer(`'`, "", `"`, "", `\`, "").Replace(words[i])
 		if strings.HasPrefix(w, "./") || strings.HasPrefix(w, "../") {
 			return fmt.Sprintf("its %s -c script names %s, in its working directory %s", shell, w, dir)
 		}
@@ -106,8 +108,19 @@ func scriptRunsTreeCode(shell, script, dir string) string {
 			continue
 		}
 		switch {
-		case prefixWords[w] || (strings.Contains(w, "=") && !strings.HasPrefix(w, "=")):
-			starts[i+1] = true // a command follows
+		case strings.Contains(w, "$") || w == "eval":
+			// "$@", $CMD, eval: the command is chosen when it runs.
+			return fmt.Sprintf("its %s -c script runs a command it only knows when it runs (%s), in its working directory %s", shell, words[i], dir)
+		case prefixWords[w]:
+			// Its options and their values (nice -n 5, sudo -u bob) come
+			// before the command: every word up to the next separator is
+			// taken for one.
+			for j := i + 1; j < len(words) && !starts[j]; j++ {
+				starts[j] = true
+			}
+			continue
+		case strings.Contains(w, "=") && !strings.HasPrefix(w, "="):
+			starts[i+1] = true // NAME=VALUE: a command follows
 			continue
 		case w == "." || w == "source" || (!filepath.IsAbs(w) && strings.Contains(w, "/")):
 			return fmt.Sprintf("its %s -c script runs %q from its working directory %s", shell, strings.Join(words[i:min(i+2, len(words))], " "), dir)

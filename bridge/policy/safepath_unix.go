@@ -193,6 +193,16 @@ func unsafeDir(dir string, last bool) string {
 	return ""
 }
 
+// rootsOwn reports whether root owns path and nobody else may write it.
+func rootsOwn(path string) bool {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return false
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	return ok && st.Uid == 0 && fi.Mode().Perm()&0o022 == 0
+}
+
 // devOf is the device of path, followed.
 func devOf(path string) (uint64, bool) {
 	var st syscall.Stat_t
@@ -227,6 +237,11 @@ func unsafeInterpreter(path string, pathEnv func() string, depth int) string {
 	f, err := os.Open(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return "" // the exec will say
+	} else if errors.Is(err, fs.ErrPermission) && rootsOwn(path) {
+		// A program root made run-only (RHEL's sudo, ---s--x--x): whatever
+		// its first line says, root wrote it and only root can change it,
+		// like any other byte of it (its directories were checked).
+		return ""
 	} else if err != nil {
 		// The kernel reads the line of a script this user may run but
 		// not read (mode 0111), and of any other: fail closed (red team

@@ -135,6 +135,22 @@ scope = "read"
 argv = ["sh", "-c", ". venv/bin/activate"]
 dir = "/src/app"
 scope = "read"
+[ops.shquoted]
+argv = ["sh", "-c", "'make' test"]
+dir = "/src/app"
+scope = "read"
+[ops.shargs]
+argv = ["sh", "-c", "\"$@\"", "sh", "make", "test"]
+dir = "/src/app"
+scope = "read"
+[ops.shnice]
+argv = ["sh", "-c", "nice -n 5 make"]
+dir = "/src/app"
+scope = "read"
+[ops.sheval]
+argv = ["sh", "-c", "eval make"]
+dir = "/src/app"
+scope = "read"
 [ops.shtmpl]
 argv = ["sh", "-c", "echo {x}"]
 args.x = { type = "enum", values = ["a"] }
@@ -159,9 +175,13 @@ scope = "read"
 		}
 	}
 	wantSh := []string{
+		`op "shargs" has scope "read", but its sh -c script runs a command it only knows when it runs ("$@")`,
 		`op "shdot" has scope "read", but its sh -c script names ./configure`,
+		`op "sheval" has scope "read", but its sh -c script runs a command it only knows when it runs (eval)`,
 		`op "shgo" has scope "read", but its sh -c script runs go test, which runs code`,
 		`op "shmake" has scope "read", but its bash -c script runs make, which runs code it finds`,
+		`op "shnice" has scope "read", but its sh -c script runs make, which runs code it finds`,
+		`op "shquoted" has scope "read", but its sh -c script runs make, which runs code it finds`,
 		`op "shsrc" has scope "read", but its sh -c script runs ". venv/bin/activate"`,
 		`op "shtmpl" has scope "read", but sh -c runs a script made from the request's arguments`,
 	}

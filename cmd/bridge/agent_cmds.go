@@ -17,10 +17,90 @@ import (
 
 // StatusCmd shows a request's state.
 type StatusCmd struct {
-	ID string `arg:"" help:"Request id."`
+	ID string `arg:"" optional:"" help:"Request id; without one, each host's liveness and every request whose answer this home has not acked."`
+}
+
+// statusSummary is `bridge status` without an id: what an agent asks first
+// ("is the host there, and what have I got going?").
+type statusSummary struct {
+	Hosts       []*agent.Liveness `json:"hosts"`
+	Outstanding []*agent.State    `json:"outstanding"`
+}
+
+func (c *StatusCmd) summary(g *Globals) error {
+	h, err := g.openHome()
+	if err != nil {
+		return err
+	}
+	if h.Config.Role == "host" {
+		return &codeError{code: exitUsage, err: withHintf(errors.New("status: on a host, without a request id"),
+			"`bridge ls` lists the requests and their states, `bridge service status` whether serve runs, `bridge doctor` checks everything")}
+	}
+	cl, err := agent.OpenClient(h)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	sum := statusSummary{Hosts: []*agent.Liveness{}, Outstanding: []*agent.State{}}
+	peers, err := h.Peers()
+	if err != nil {
+		return err
+	}
+	for _, p := range peers {
+		if p.Role != "host" {
+			continue
+		}
+		if lv, err := cl.HostLiveness(p.ID); err == nil {
+			sum.Hosts = append(sum.Hosts, lv)
+		}
+	}
+	ids, err := cl.Outstanding()
+	if err != nil {
+		return err
+	}
+	for _, id := range ids {
+		st, err := cl.Status(id)
+		if err != nil {
+			st = &agent.State{ID: id, State: "error: " + err.Error()}
+		}
+		sum.Outstanding = append(sum.Outstanding, st)
+	}
+	if g.JSON {
+		return g.printJSON(sum)
+	}
+	if len(sum.Hosts) == 0 {
+		g.printf("no host is trusted: pair with one (`bridge pair`)\n")
+	}
+	for _, lv := range sum.Hosts {
+		g.printf("%s\n", escapeControls(lv.Message))
+	}
+	if len(sum.Outstanding) == 0 {
+		g.printf("nothing outstanding: every request this home sent has its answer, acked (`bridge ls` lists them all)\n")
+		return nil
+	}
+	g.printf("%d outstanding (answers not acked: `bridge wait --all --ack` collects them):\n", len(sum.Outstanding))
+	for _, st := range sum.Outstanding {
+		g.printf("  %s\n", statusLine(st))
+	}
+	return nil
+}
+
+// statusLine is one request's state as `status` prints it.
+func statusLine(st *agent.State) string {
+	line := fmt.Sprintf("%s  %s  %s", st.ID, st.Op, st.State)
+	if st.Reason != "" && st.Reason != st.State {
+		line += " (" + st.Reason + ")"
+	}
+	if st.ExitCode != nil {
+		line += fmt.Sprintf(" exit %d", *st.ExitCode)
+	}
+	return escapeControls(line)
 }
 
 func (c *StatusCmd) Run(g *Globals) error {
+	if c.ID == "" {
+		return c.summary(g)
+	}
 	cl, err := clientFor(g, &c.ID)
 	if err != nil {
 		return err
@@ -33,14 +113,7 @@ func (c *StatusCmd) Run(g *Globals) error {
 	if g.JSON {
 		return g.printJSON(st)
 	}
-	g.printf("%s  %s  %s", st.ID, st.Op, st.State)
-	if st.Reason != "" {
-		g.printf(" (%s)", st.Reason)
-	}
-	if st.ExitCode != nil {
-		g.printf(" exit %d", *st.ExitCode)
-	}
-	g.printf("\n")
+	g.printf("%s\n", statusLine(st))
 	return nil
 }
 
@@ -118,7 +191,7 @@ func (c *CancelCmd) Run(g *Globals) error {
 		switch {
 		case rc.Status == bridge.StatusDone:
 			how += fmt.Sprintf(", exit %d", rc.ExitCode)
-		case rc.Reason != "":
+		case rc.Reason != "" && rc.Reason != rc.Status:
 			how += " (" + rc.Reason + ")"
 		}
 		ended := ""

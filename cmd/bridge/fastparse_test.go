@@ -42,13 +42,14 @@ func TestFastParseOnlyWhatParses(t *testing.T) {
 		{"--json", "run", "echo", "msg=hi"},
 		{"--home=h", "run", "--key", "k", "echo", "msg=hi"},
 		{"version"},
+		{"status"}, // without an id: each host's liveness and what is outstanding
 	} {
 		if kctx, _ := fastParse(args, nil, io.Discard, io.Discard); kctx == nil {
 			t.Errorf("%q: not parsed by the fast path", args)
 		}
 	}
 	for _, args := range [][]string{
-		{"run", "--help"}, {"--help"}, {"run", "-h"}, {"--version"}, {"run"}, {"status"},
+		{"run", "--help"}, {"--help"}, {"run", "-h"}, {"--version"}, {"run"}, {"status", "a", "b"},
 		{"run", "--bogus", "echo"}, {"ls"}, {"help", "run"}, {"--home", "run", "ops"},
 	} {
 		if kctx, _ := fastParse(args, nil, io.Discard, io.Discard); kctx != nil {

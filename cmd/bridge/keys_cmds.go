@@ -330,9 +330,26 @@ func (c *PairCmd) Run(g *Globals) error {
 	if err != nil {
 		return err
 	}
-	if len(pick) == 0 && c.Wait.set {
-		// Until a new bundle (or the --peer named) is in the folder: a
-		// second's poll of a few files, the sync client's pace anyway.
+	// What the wait waits for: a new bundle (or the --peer named), and with
+	// --fingerprint one that shows it (a stale or planted bundle does not
+	// end the wait early).
+	want := compactFingerprint(c.Fingerprint)
+	waiting := func() bool {
+		if len(pick) == 0 {
+			return true
+		}
+		if want == "" {
+			return false
+		}
+		for _, cd := range pick {
+			if compactFingerprint(cd.Fingerprint) == want {
+				return false
+			}
+		}
+		return true
+	}
+	if c.Wait.set && waiting() {
+		// A second's poll of a few files: the sync client's pace anyway.
 		ctx, stop := signalContext()
 		defer stop()
 		ctx, cancel := context.WithTimeout(ctx, c.Wait.d)
@@ -340,7 +357,7 @@ func (c *PairCmd) Run(g *Globals) error {
 		g.note("waiting up to %s for the other side's bundle to arrive in the folder (Ctrl-C stops)", c.Wait.d)
 		t := time.NewTicker(time.Second)
 		defer t.Stop()
-		for len(pick) == 0 && ctx.Err() == nil {
+		for waiting() && ctx.Err() == nil {
 			select {
 			case <-ctx.Done():
 			case <-t.C:
@@ -450,11 +467,15 @@ func (c *PairCmd) Run(g *Globals) error {
 	}
 	if given != compactFingerprint(cd.Fingerprint) {
 		if cd.Seq > 0 {
-			// A fingerprint covers the keys, and this party has rotated
-			// them: one noted before a rotation (the one `init` printed)
-			// no longer matches, which is no sign of an attacker.
-			return &codeError{code: exitRejected, err: withHintf(fmt.Errorf("pair: fingerprint mismatch: the bundle in the folder shows %s, of key generation %d: this %s has rotated its keys since it first showed one (`bridge keys rotate`), and a fingerprint noted before a rotation no longer matches", cd.Fingerprint, cd.Seq, cd.Role),
-				"run `bridge keys export` on that %s now and compare with what it shows; if that differs too, do not trust this bundle: someone else may have written it", cd.Role)}
+			// A fingerprint covers the keys: one noted before a rotation
+			// (the one `init` printed) no longer matches. But the
+			// generation is the bundle's own claim, which a folder writer
+			// makes as easily: said as a possibility, never as the cause,
+			// and the fingerprint to trust comes from the host, not this
+			// message.
+			return &codeError{code: exitRejected, err: withHintf(fmt.Errorf("pair: fingerprint mismatch: the bundle in the folder shows another fingerprint, and says it is key generation %d of its %s: "+
+				"if that %s has rotated its keys since you noted its fingerprint (`bridge keys rotate`), a fingerprint from before no longer matches; or someone else wrote this bundle", cd.Seq, cd.Role, cd.Role),
+				"run `bridge keys export` on that %s now and compare what it shows there with the bundle's (`bridge pair` shows it); until they match, trust nothing", cd.Role)}
 		}
 		return &codeError{code: exitRejected, err: withHintf(fmt.Errorf("pair: fingerprint mismatch: the bundle in the folder shows %s", cd.Fingerprint),
 			"do not trust it: someone else may have written it; check you are comparing with the right machine (`bridge keys export` there shows its fingerprint now)")}

@@ -477,10 +477,14 @@ func printOutcomeTo(g *Globals, out *agent.Outcome, stdout, stderr io.Writer) er
 				g.note("%s was killed by %s", rc.Op, rc.Signal)
 			}
 		default:
+			how := rc.Status
+			if rc.Reason != "" && rc.Reason != rc.Status {
+				how += " (" + rc.Reason + ")" // never "cancelled (cancelled)"
+			}
 			if rc.Detail != "" {
-				g.note("error: request %s %s (%s): %s", rc.ID, rc.Status, rc.Reason, rc.Detail)
+				g.note("error: request %s %s: %s", rc.ID, how, rc.Detail)
 			} else {
-				g.note("error: request %s %s (%s)", rc.ID, rc.Status, rc.Reason)
+				g.note("error: request %s %s", rc.ID, how)
 			}
 			if h := hintFor(rc, out.Result.Agent); h != "" {
 				g.note("hint: %s", h)
