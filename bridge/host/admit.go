@@ -374,7 +374,7 @@ func (d *Daemon) run(j *job, inv *policy.Invocation, stdin spool, resume bool, a
 		d.log.Error("spool stdin", "err", err)
 		return
 	}
-	d.audit.log(AuditEvent{Event: "run", Agent: j.agent, ID: j.req.ID, Op: inv.Op, Detail: strings.Join(inv.Argv, " ")})
+	d.audit.log(AuditEvent{Event: "run", Agent: j.agent, ID: j.req.ID, Op: inv.Op, Detail: policy.QuoteArgv(inv.Argv)})
 	prog := d.newProgress(j)
 	progStop, progDone := make(chan struct{}), make(chan struct{})
 	go func() { defer close(progDone); prog.loop(progStop) }()

@@ -60,7 +60,7 @@ func (d *Daemon) approvedAsShown(j *job, inv *policy.Invocation) bool {
 	}
 	if e.Reason != approvalText(inv) {
 		d.log.Warn("approved request not run: what it would run changed since it was shown", "key", j.key, "op", inv.Op)
-		d.audit.log(AuditEvent{Event: "approval-mismatch", Agent: j.agent, ID: j.req.ID, Op: inv.Op, Detail: strings.Join(inv.Argv, " ")})
+		d.audit.log(AuditEvent{Event: "approval-mismatch", Agent: j.agent, ID: j.req.ID, Op: inv.Op, Detail: policy.QuoteArgv(inv.Argv)})
 		return false
 	}
 	return true
@@ -79,7 +79,7 @@ func (d *Daemon) awaitApproval(j *job, inv *policy.Invocation, stdin io.ReadSeek
 		return false
 	}
 	ref := j.keys.name + "/" + j.req.ID
-	d.audit.log(AuditEvent{Event: "awaiting-approval", Agent: j.agent, ID: j.req.ID, Op: inv.Op, Detail: strings.Join(inv.Argv, " ")})
+	d.audit.log(AuditEvent{Event: "awaiting-approval", Agent: j.agent, ID: j.req.ID, Op: inv.Op, Detail: policy.QuoteArgv(inv.Argv)})
 	d.log.Info("waiting for approval", "agent", j.keys.name, "id", j.req.ID, "op", inv.Op, "hint", "bridge approve "+ref)
 	d.notify(j.agent, bridge.Note{Event: "approval-pending", Request: j.req.ID,
 		Text: fmt.Sprintf("request %s (%s) waits for a human on the host to approve it", j.req.ID, inv.Op)})

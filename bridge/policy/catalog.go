@@ -246,6 +246,11 @@ func (p *Policy) Explain(opName string) (string, error) {
 	return b.String(), nil
 }
 
+// QuoteArgv is argv as Invocation.String shows it (quoted as a shell would
+// need it, for reading only): the audit log's lines say it the same way as
+// `bridge pending`.
+func QuoteArgv(argv []string) string { return quoteArgv(argv) }
+
 // String prints the invocation for a human: argv quoted as a shell would
 // need it ($'...' for a value with a line break, a control or an invisible
 // character; for reading only: it is never run through a shell) and environment

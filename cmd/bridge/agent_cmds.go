@@ -344,23 +344,19 @@ func (c *OpsCmd) Run(g *Globals) error {
 			if a.Required {
 				req = "required"
 			}
-			g.printf("    %s (%s, %s)", a.Name, a.Type, req)
-			if a.Pattern != "" {
-				g.printf(" pattern %s", a.Pattern)
-			}
-			if len(a.Values) > 0 {
-				g.printf(" one of %s", strings.Join(a.Values, ", "))
-			}
+			g.printf("    %s (%s, %s", a.Name, a.Type, req)
 			if a.Default != nil {
-				g.printf(" default %q", *a.Default)
+				g.printf(", default %q", *a.Default)
 			}
-			if a.Type == "path" {
-				// The root is the host's detail, left out of the catalog,
-				// and it need not be the op's working directory.
-				g.printf(" — relative to the root the host set for this argument")
-				if a.MustExist {
-					g.printf("; must exist")
-				}
+			g.printf(")")
+			if a.Description != "" {
+				g.printf(" — %s", a.Description)
+			}
+			// The same rules, in the same words, as the guide's (a new
+			// user's trial: ops showed no int range, and glued a pattern
+			// to the type).
+			if rules := argRules(a, func(s string) string { return s }); len(rules) > 0 {
+				g.printf(": %s", strings.Join(rules, "; "))
 			}
 			g.printf("\n")
 		}

@@ -28,7 +28,7 @@ import (
 // GuideCmd writes the guide.
 type GuideCmd struct {
 	Host   string `placeholder:"NAME" help:"Only this host (default: every trusted host)."`
-	Format string `enum:"text,agents-md" default:"text" help:"text (Markdown on standard output) or agents-md (a section between markers, for AGENTS.md)."`
+	Format string `enum:"text,agents-md,json" default:"text" help:"text (Markdown on standard output), agents-md (a section between markers, for AGENTS.md), or json (the same as --json: the guide as data)."`
 	Out    string `placeholder:"FILE" help:"Write to FILE instead of standard output; with agents-md, replace the section between its markers in FILE (or append it), keeping the rest."`
 	Skill  string `placeholder:"DIR" help:"Write a Claude Code skill: DIR/SKILL.md (e.g. .claude/skills/syncbridge)."`
 }
@@ -106,6 +106,13 @@ func (c *GuideCmd) Run(g *Globals) error {
 	}
 	if c.Skill != "" && c.Format != "text" {
 		return &codeError{code: exitUsage, err: errors.New("--skill writes its own format: drop --format")}
+	}
+	if c.Format == "json" {
+		// What a new user tried first: the same as --json.
+		if c.Out != "" {
+			return &codeError{code: exitUsage, err: withHintf(errors.New("--format json writes to standard output only"), "drop --out, and redirect: `bridge guide --format json > guide.json`")}
+		}
+		g.JSON = true
 	}
 	h, err := g.openHome()
 	if err != nil {
@@ -599,59 +606,14 @@ func renderGuide(doc *guideDoc, h1 string) string {
 				if a.Description != "" {
 					p(": %s", oneLine(a.Description))
 				}
-				var rules []string
-				switch a.Type {
-				case "enum":
-					var vs []string
-					for _, v := range a.Values {
-						vs = append(vs, code(v))
+				// Rules after a colon (or a dash after the description),
+				// never glued to the type with a semicolon.
+				if rules := argRules(a, code); len(rules) > 0 {
+					sep := ": "
+					if a.Description != "" {
+						sep = " — "
 					}
-					rules = append(rules, "one of "+strings.Join(vs, ", "))
-				case "int":
-					lo := "0"
-					if a.Min != nil {
-						lo = strconv.FormatInt(*a.Min, 10)
-					}
-					if a.Max != nil {
-						rules = append(rules, fmt.Sprintf("an integer from %s to %d", lo, *a.Max))
-					} else {
-						rules = append(rules, "an integer, at least "+lo)
-					}
-				case "bool":
-					rules = append(rules, "`true` or `false`")
-				case "path":
-					// The catalog does not carry the root (a host detail), so
-					// whether it is the op's working directory is not known here.
-					r := "a path on the host, relative to the root the host set for this argument (not necessarily the op's working directory; no leaving it through `..` or symlinks)"
-					if a.MustExist {
-						r += ", which must exist"
-					}
-					rules = append(rules, r)
-				case "string":
-					if a.Pattern != "" {
-						rules = append(rules, "must match "+code(a.Pattern)+" as a whole")
-					}
-					ml := a.MaxLen
-					if ml == 0 {
-						ml = 256
-					}
-					rules = append(rules, fmt.Sprintf("at most %d bytes", ml))
-					var lead []string
-					if !a.AllowDash {
-						lead = append(lead, "`-`")
-					}
-					if !a.AllowAt {
-						lead = append(lead, "`@`")
-					}
-					if !a.AllowPlus {
-						lead = append(lead, "`+`")
-					}
-					if len(lead) > 0 {
-						rules = append(rules, "may not start with "+strings.Join(lead, ", "))
-					}
-				}
-				if len(rules) > 0 {
-					p("; %s", strings.Join(rules, "; "))
+					p("%s%s", sep, strings.Join(rules, "; "))
 				}
 				p(".\n")
 			}
@@ -832,4 +794,62 @@ func writeSkill(dir string, doc *guideDoc) (string, error) {
 	body := "---\nname: " + name + "\ndescription: " + string(q) + "\n---\n\n" + renderGuide(doc, "#")
 	path := filepath.Join(dir, "SKILL.md")
 	return path, writeFileAtomic(path, []byte(body))
+}
+
+// argRules are the rules of one argument's values, in words, each a clause
+// (the guide joins them with "; ", `bridge ops` too): quote shows a
+// literal (backticks in the guide, plain quotes on a terminal).
+func argRules(a bridge.ArgInfo, quote func(string) string) []string {
+	var rules []string
+	switch a.Type {
+	case "enum":
+		var vs []string
+		for _, v := range a.Values {
+			vs = append(vs, quote(v))
+		}
+		rules = append(rules, "one of "+strings.Join(vs, ", "))
+	case "int":
+		lo := "0"
+		if a.Min != nil {
+			lo = strconv.FormatInt(*a.Min, 10)
+		}
+		if a.Max != nil {
+			rules = append(rules, fmt.Sprintf("an integer from %s to %d", lo, *a.Max))
+		} else {
+			rules = append(rules, "an integer, at least "+lo)
+		}
+	case "bool":
+		rules = append(rules, quote("true")+" or "+quote("false"))
+	case "path":
+		// The catalog does not carry the root (a host detail), so
+		// whether it is the op's working directory is not known here.
+		r := "a path on the host, relative to the root the host set for this argument (not necessarily the op's working directory; no leaving it through " + quote("..") + " or symlinks)"
+		if a.MustExist {
+			r += ", which must exist"
+		}
+		rules = append(rules, r)
+	case "string":
+		if a.Pattern != "" {
+			rules = append(rules, "must match "+quote(a.Pattern)+" as a whole")
+		}
+		ml := a.MaxLen
+		if ml == 0 {
+			ml = 256
+		}
+		rules = append(rules, fmt.Sprintf("at most %d bytes", ml))
+		var lead []string
+		if !a.AllowDash {
+			lead = append(lead, quote("-"))
+		}
+		if !a.AllowAt {
+			lead = append(lead, quote("@"))
+		}
+		if !a.AllowPlus {
+			lead = append(lead, quote("+"))
+		}
+		if len(lead) > 0 {
+			rules = append(rules, "may not start with "+strings.Join(lead, ", "))
+		}
+	}
+	return rules
 }

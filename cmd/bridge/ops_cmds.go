@@ -132,10 +132,16 @@ func (c *DoctorCmd) Run(g *Globals) error {
 			return err
 		}
 	} else {
+		// The check column as wide as its longest name (untrusted-agents,
+		// syncthing-results): the messages start in one column.
+		w := 0
 		for _, f := range found {
-			g.printf("%-7s %-13s %s\n", f.Severity, f.Check, f.Message)
+			w = max(w, len(f.Check))
+		}
+		for _, f := range found {
+			g.printf("%-7s %-*s  %s\n", f.Severity, w, f.Check, f.Message)
 			if f.Fix != "" && f.Severity != bridge.SeverityOK {
-				g.printf("        %-13s fix: %s\n", "", f.Fix)
+				g.printf("        %-*s  fix: %s\n", w, "", f.Fix)
 			}
 		}
 	}
