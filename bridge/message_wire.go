@@ -32,7 +32,7 @@ type Message struct {
 type Note struct {
 	V       int    `json:"v"`
 	Kind    string `json:"kind"`    // "text" (from `bridge send`) or "notice" (from the daemon)
-	Event   string `json:"event"`   // notices: started, stopping, approval-pending, rerun-ordered, rerun-lost, key-rotated, policy-changed
+	Event   string `json:"event"`   // notices: started, stopping, approval-pending, approved, rerun-ordered, rerun-lost, key-rotated, policy-changed
 	Request string `json:"request"` // the request a notice is about, if any
 	Text    string `json:"text"`
 	// Supersedes, for rerun-ordered: the SHA-256 of the result manifest

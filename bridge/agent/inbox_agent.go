@@ -24,6 +24,9 @@ type InboxItem struct {
 	Created  time.Time   `json:"created"`
 	Note     bridge.Note `json:"note"`
 	New      bool        `json:"new"`
+	// Answered: a notice about a request whose answer is in already
+	// (approval-pending, approved): old news, never shown as new.
+	Answered bool `json:"answered,omitempty"`
 	sha      string
 }
 
@@ -89,6 +92,9 @@ func (c *Client) Inbox() ([]InboxItem, error) {
 				continue // not (yet) a valid message from this host: ignore it
 			}
 			it.New = !slices.Contains(st.Seen, it.ID)
+			if it.Note.Kind == "notice" && it.Note.Request != "" && (it.Note.Event == "approval-pending" || it.Note.Event == "approved") && c.answered(p.ID, it.Note.Request) {
+				it.New, it.Answered = false, true
+			}
 			items = append(items, *it)
 		}
 	}
@@ -141,4 +147,29 @@ func (c *Client) MarkSeen(items []InboxItem, ack bool) error {
 	}
 	data, _ := json.Marshal(st)
 	return syncsafe.WriteFileAtomic(c.home.Path("inbox.json"), data)
+}
+
+// answered reports whether request id to host has an answer in: a result
+// in the folder or kept in the home (a look at names, not a verification:
+// it only decides whether a notice about it is news).
+func (c *Client) answered(host, id string) bool {
+	if _, err := c.folder.Lstat(bridge.ResultPath(host, c.home.Config.ID, id, bridge.ExtResult)); err == nil {
+		return true
+	}
+	return c.keptStatus(id) != ""
+}
+
+// Approval is the text of the host's notice that a human approved request
+// id ("" if there is none): when, and as whom.
+func (c *Client) Approval(id string) string {
+	items, err := c.Inbox()
+	if err != nil {
+		return ""
+	}
+	for _, it := range items {
+		if it.Note.Kind == "notice" && it.Note.Event == "approved" && it.Note.Request == id {
+			return it.Note.Text
+		}
+	}
+	return ""
 }

@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"os/exec"
+	"os/user"
 	"runtime"
 	"sort"
 	"strings"
@@ -162,6 +163,10 @@ func (d *Daemon) decide(key string, approve bool, why string) error {
 		return fmt.Errorf("request %s was answered before the approval: %s", key, d.stateOf(key))
 	}
 	d.audit.log(AuditEvent{Event: "approved", Agent: e.Agent, ID: e.ID, Op: e.Op})
+	// The agent learns who approved it and when (its MCP result says so;
+	// a denial says it in the answer itself).
+	d.notify(e.Agent, bridge.Note{Event: "approved", Request: e.ID,
+		Text: fmt.Sprintf("request %s (%s) was approved on the host at %s by %s", e.ID, e.Op, d.opt.Now().UTC().Format(time.DateTime+" UTC"), approver())})
 	in, err := d.settle(j)
 	if err != nil {
 		return fmt.Errorf("approve %s: the payload is no longer there: %w", key, err)
@@ -353,4 +358,13 @@ func PendingInput(h *bridge.Home, ref string, w io.Writer) (*Waiting, error) {
 		return nil, err
 	}
 	return &Waiting{Listed: l, Input: in}, nil
+}
+
+// approver names who approves on this host: the account whose `bridge
+// approve` the daemon carries out (a home is one account's).
+func approver() string {
+	if u, err := user.Current(); err == nil && u.Username != "" {
+		return "the host account " + u.Username
+	}
+	return fmt.Sprintf("the host account with uid %d", os.Getuid())
 }

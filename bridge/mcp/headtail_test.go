@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/syncbridge/bridge/bridge"
 )
@@ -48,5 +49,22 @@ func TestHintForUnknownVersion(t *testing.T) {
 	rc := &bridge.Receipt{Status: bridge.StatusRejected, Reason: "unknown-version"}
 	if h := hintFor(rc); !strings.Contains(h, "it runs an older bridge than this agent") {
 		t.Fatalf("hint: %q", h)
+	}
+}
+
+// A progress notification carries only the new chunk, at most
+// maxProgressMessage of it, and says when it is cut (never inside a
+// character) and what the host left out.
+func TestProgressMessageIsBounded(t *testing.T) {
+	if m := progressMessage([]byte("step 1\n"), nil, 0); m != "step 1\n" {
+		t.Errorf("a small chunk: %q", m)
+	}
+	big := bytes.Repeat([]byte("é"), maxProgressMessage) // 2 bytes each
+	m := progressMessage(big, []byte("err\n"), 3)
+	head, note, ok := strings.Cut(m, "\n[")
+	if !ok || len(head) > maxProgressMessage || !utf8.ValidString(head) ||
+		!strings.Contains(note, fmt.Sprintf("%d more bytes of this chunk are not in this notification", 2*maxProgressMessage+4-len(head))) ||
+		!strings.HasSuffix(m, "[3 bytes of output were not streamed; the result has them]") {
+		t.Fatalf("a big chunk: %d bytes, ends %q", len(m), m[len(m)-200:])
 	}
 }

@@ -66,7 +66,7 @@ func TestArgSchema(t *testing.T) {
 		t.Errorf("pattern %q, description %q", s.Pattern, s.Description)
 	}
 	tool, err := newOpTool("hostid", "laptop", bridge.OpInfo{Name: "op", Args: []bridge.ArgInfo{
-		{Name: "s", Type: "string", Pattern: "(?i)[a-z]+", Required: true}}}, false)
+		{Name: "s", Type: "string", Pattern: "(?i)[a-z]+", Required: true}}}, false, waits{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +89,7 @@ func TestParseCall(t *testing.T) {
 		{Name: "on", Type: "bool"},
 		{Name: "s", Type: "string", Pattern: "[a-z]+", MaxLen: 5, Required: true},
 	}}
-	tool, err := newOpTool("hostid", "laptop", op, false)
+	tool, err := newOpTool("hostid", "laptop", op, false, waits{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +123,7 @@ func TestParseCall(t *testing.T) {
 			t.Errorf("%s: err = %v, want %q", c.in, err, c.want)
 		}
 	}
-	noStdin, _ := newOpTool("hostid", "laptop", bridge.OpInfo{Name: "quiet"}, false)
+	noStdin, _ := newOpTool("hostid", "laptop", bridge.OpInfo{Name: "quiet"}, false, waits{})
 	if _, err := noStdin.parseCall(json.RawMessage(`{"_stdin": "x"}`)); err == nil {
 		t.Error("_stdin was accepted by an op that takes no standard input")
 	}
@@ -363,7 +363,7 @@ func TestPendingSaysTheHostStopped(t *testing.T) {
 // checked, without a panic.
 func TestParseCallOnAStaleCatalog(t *testing.T) {
 	op := bridge.OpInfo{Name: "op", MaxStdin: 0, Args: []bridge.ArgInfo{{Name: "env", Type: "enum", Values: []string{"staging"}, Required: true}}}
-	tool, err := newOpTool("hostid", "laptop", op, false)
+	tool, err := newOpTool("hostid", "laptop", op, false, waits{})
 	if err != nil {
 		t.Fatal(err)
 	}

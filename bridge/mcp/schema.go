@@ -60,8 +60,24 @@ func toolName(hostName, op string, severalHosts bool) string {
 // written before it).
 func stdinMode(op bridge.OpInfo) string { return op.StdinMode() }
 
+// waits are how long a call waits by default and at most (Options.Wait,
+// MaxWait): the schema and the description say them.
+type waits struct{ def, max time.Duration }
+
+// orDefault fills in New's defaults.
+func (w waits) orDefault() waits {
+	if w.def <= 0 {
+		w.def = 50 * time.Second
+	}
+	if w.max <= 0 {
+		w.max = 10 * time.Minute
+	}
+	return w
+}
+
 // newOpTool derives the tool for op of host from its catalog entry.
-func newOpTool(hostID, hostName string, op bridge.OpInfo, severalHosts bool) (*opTool, error) {
+func newOpTool(hostID, hostName string, op bridge.OpInfo, severalHosts bool, w waits) (*opTool, error) {
+	w = w.orDefault()
 	in := &jsonschema.Schema{
 		Type:                 "object",
 		Properties:           map[string]*jsonschema.Schema{},
@@ -81,8 +97,7 @@ func newOpTool(hostID, hostName string, op bridge.OpInfo, severalHosts bool) (*o
 	sort.Strings(in.Required)
 	in.Properties[inKey] = &jsonschema.Schema{Type: "string", MinLength: ptr(1), MaxLength: ptr(256),
 		Description: "Idempotency key: calling again with the same arguments and the same key returns the first call's result instead of running the op again. Use it to retry safely after a lost answer."}
-	in.Properties[inWait] = &jsonschema.Schema{Type: "integer", Minimum: ptr(0.0),
-		Description: "How long this call waits for the result, in seconds (the server caps it). If the op takes longer, the call returns its request_id with status pending; continue with bridge_wait."}
+	in.Properties[inWait] = waitSchema(w, "If the op takes longer (or waits longer for a human's approval), the call returns its request_id with status pending; continue with bridge_wait.")
 	switch stdinMode(op) {
 	case "optional", "required":
 		in.Properties[inIn] = &jsonschema.Schema{Type: "string",
@@ -98,9 +113,10 @@ func newOpTool(hostID, hostName string, op bridge.OpInfo, severalHosts bool) (*o
 	readOnly := op.Scope == "read"
 	destructive := !readOnly
 	t := &sdk.Tool{
-		Name:        toolName(hostName, op.Name, severalHosts),
-		Description: describe(hostName, op),
-		InputSchema: in,
+		Name:         toolName(hostName, op.Name, severalHosts),
+		Description:  describe(hostName, op, w),
+		InputSchema:  in,
+		OutputSchema: outcomeSchema,
 		Annotations: &sdk.ToolAnnotations{
 			Title:           op.Name + " on " + hostName,
 			ReadOnlyHint:    readOnly,
@@ -211,7 +227,7 @@ func typedValue(typ, v string) (json.RawMessage, error) {
 
 // describe is the tool's description: the op's own, then the facts an
 // agent needs before it calls.
-func describe(hostName string, op bridge.OpInfo) string {
+func describe(hostName string, op bridge.OpInfo, w waits) string {
 	var b strings.Builder
 	if op.Description != "" {
 		// The host's own words, quoted as such (sanitised by
@@ -228,7 +244,9 @@ func describe(hostName string, op bridge.OpInfo) string {
 		b.WriteString(" Scope: write (it may change things on the host).")
 	}
 	if op.Approve {
-		b.WriteString(" A human on the host must approve each call: expect it to return pending; then call bridge_wait.")
+		fmt.Fprintf(&b, " A human on the host must approve each call: the call waits for the approval and the run up to _wait_seconds (%d by default, at most %d); "+
+			"if that takes longer it returns status pending with the request_id: then call bridge_wait with it, never the op again. The result says when it was approved.",
+			int(w.def/time.Second), int(w.max/time.Second))
 	}
 	if op.Idempotent {
 		b.WriteString(" Idempotent: safe to run again.")
@@ -401,3 +419,12 @@ func (t *opTool) parseCall(raw json.RawMessage) (*call, error) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// waitSchema is the schema of _wait_seconds: the server's default and cap
+// stated (a larger value waits the cap; it is not refused).
+func waitSchema(w waits, then string) *jsonschema.Schema {
+	w = w.orDefault()
+	return &jsonschema.Schema{Type: "integer", Minimum: ptr(0.0), Default: json.RawMessage(strconv.Itoa(int(w.def / time.Second))),
+		Description: fmt.Sprintf("How long this call waits for the result, in seconds: %d when not given, at most %d (a larger value waits %d). %s",
+			int(w.def/time.Second), int(w.max/time.Second), int(w.max/time.Second), then)}
+}

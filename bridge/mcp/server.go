@@ -16,7 +16,9 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
+	"github.com/google/jsonschema-go/jsonschema"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/syncbridge/bridge/bridge"
@@ -50,8 +52,9 @@ type Server struct {
 	said map[string]bool // warnings given, so a poll does not repeat them (refresh only)
 }
 
-const instructions = `This server runs allow-listed operations ("ops") on another machine, the host, through a folder that a file-sync client keeps in sync. Each op tool submits a signed request and returns the host's verified result: exit_code, stdout, stderr. The answer takes as long as the sync takes (seconds to minutes); nothing runs on this machine.
-If a call returns status "pending", the op is still queued or running (or waits for a human's approval on the host): call bridge_wait with its request_id. To retry after a lost answer, call the op again with the same _key: it returns the first result and does not run twice. A tool error says why the host refused and what to do; on "uncertain", do not retry: ask the human on the host. bridge_inbox shows the host's messages.`
+const instructions = `This server runs allow-listed operations ("ops") on another machine, the host, through a folder that a file-sync client keeps in sync. Each op tool submits a signed request and returns the host's verified result; nothing runs on this machine. The answer takes as long as the sync takes (seconds to minutes).
+Each result's text carries the op's output once, under "--- stdout ---" and "--- stderr ---"; its structured content (the outputSchema) carries the facts without the output: request_id; status (done: the op ran and exit_code says how it ended; failed: it never started, a retry is safe; rejected: the host refused it, see reason and detail; expired; cancelled; uncertain: the host stopped while it ran, do not retry, ask the human; pending: no answer yet); state (while pending: submitted, awaiting-approval, running); reason and detail; exit_code; stdout_bytes and stderr_bytes; stdout_truncated and stderr_truncated; approval (when a human approved it); hint (what to do next). A tool error has error and hint.
+If a call returns status "pending", the op is still queued or running (or waits for a human's approval on the host): call bridge_wait with its request_id, never the op again. To retry after a lost answer, call the op again with the same _key: it returns the first result and does not run twice. bridge_inbox shows the host's messages.`
 
 // New returns a server for the agent home h. It reads the catalogs once
 // now; Run keeps them current.
@@ -230,7 +233,7 @@ func (s *Server) refresh() {
 			if strings.HasPrefix(op.Name, "bridge.") {
 				continue // built in (bridge.ping): not an op to offer
 			}
-			t, err := newOpTool(h.ID, h.Name, op, len(hosts) > 1)
+			t, err := newOpTool(h.ID, h.Name, op, len(hosts) > 1, waits{s.opts.Wait, s.opts.MaxWait})
 			if err == nil {
 				t.stale = cat.Stale
 			}
@@ -331,7 +334,7 @@ func (s *Server) await(ctx context.Context, req *sdk.CallToolRequest, cl *agent.
 		if cl.Ack(out) != nil {
 			s.opts.Logger.Warn("could not ack", "id", id)
 		}
-		return outcomeResult(out)
+		return outcomeResult(cl, out)
 	}
 	if ctx.Err() != nil {
 		// The client gave up on the call; the request stays queued.
@@ -365,10 +368,7 @@ func (s *Server) streamProgress(ctx context.Context, ss *sdk.ServerSession, toke
 		}
 		chunks, err := cl.Progress(id, next, prev)
 		for _, ch := range chunks {
-			msg := string(ch.Stdout) + string(ch.Stderr)
-			if ch.Dropped > 0 {
-				msg += fmt.Sprintf("\n[%d bytes of output were not streamed; the result has them]", ch.Dropped)
-			}
+			msg := progressMessage(ch.Stdout, ch.Stderr, ch.Dropped)
 			ss.NotifyProgress(ctx, &sdk.ProgressNotificationParams{ProgressToken: token, Progress: float64(ch.Seq), Message: msg})
 			next, prev = ch.Seq+1, ch.ChunkHash()
 		}
@@ -383,7 +383,32 @@ func (s *Server) streamProgress(ctx context.Context, ss *sdk.ServerSession, toke
 	}
 }
 
-// Outcome is a tool's structured answer about one request.
+// maxProgressMessage bounds one progress notification: it carries only
+// the new chunk of output, and at most this much of it.
+const maxProgressMessage = 8 << 10
+
+// progressMessage is one progress notification's text: the chunk's new
+// output, cut at maxProgressMessage with a line that says so, and what
+// the host left out of the stream.
+func progressMessage(stdout, stderr []byte, dropped int64) string {
+	msg := string(stdout) + string(stderr)
+	if len(msg) > maxProgressMessage {
+		cut := maxProgressMessage
+		for cut > 0 && !utf8.RuneStart(msg[cut]) {
+			cut--
+		}
+		msg = msg[:cut] + fmt.Sprintf("\n[%d more bytes of this chunk are not in this notification; the result has them]", len(msg)-cut)
+	}
+	if dropped > 0 {
+		msg += fmt.Sprintf("\n[%d bytes of output were not streamed; the result has them]", dropped)
+	}
+	return msg
+}
+
+// Outcome is a tool's structured answer about one request. The op's
+// output is not in it: it is in the result's text, once (a client that
+// shows the model both the text and the structured content showed it
+// twice); stdout_bytes and stderr_bytes say how much there is.
 type Outcome struct {
 	RequestID       string `json:"request_id"`
 	Host            string `json:"host"`
@@ -395,21 +420,56 @@ type Outcome struct {
 	ExitCode        *int   `json:"exit_code,omitempty"`
 	Signal          string `json:"signal,omitempty"`
 	TimedOut        bool   `json:"timed_out,omitempty"`
-	Stdout          string `json:"stdout"`
-	Stderr          string `json:"stderr"`
+	StdoutBytes     int64  `json:"stdout_bytes"`
+	StderrBytes     int64  `json:"stderr_bytes"`
 	StdoutTruncated bool   `json:"stdout_truncated"`
 	StderrTruncated bool   `json:"stderr_truncated"`
 	EarlierSend     bool   `json:"earlier_send,omitempty"`
-	Hint            string `json:"hint,omitempty"`
+	// Approval: the host's notice that a human approved the request
+	// (when, and as whom), for an op that needs approval.
+	Approval string `json:"approval,omitempty"`
+	Hint     string `json:"hint,omitempty"`
 	// HostLiveness: on a pending answer, what the host's stamp says when
 	// it is not plainly serving (stopped, silent, refusing this agent).
 	HostLiveness *agent.Liveness `json:"host_liveness,omitempty"`
+
+	stdout, stderr string // in the text only
 }
+
+// outcomeSchema is the output schema of the tools that answer with an
+// Outcome (every op tool, bridge_wait, bridge_result): what the server
+// instructions describe. A tool error has error and hint instead.
+var outcomeSchema = func() *jsonschema.Schema {
+	str := func(d string) *jsonschema.Schema { return &jsonschema.Schema{Type: "string", Description: d} }
+	boolean := func(d string) *jsonschema.Schema { return &jsonschema.Schema{Type: "boolean", Description: d} }
+	integer := func(d string) *jsonschema.Schema { return &jsonschema.Schema{Type: "integer", Description: d} }
+	return &jsonschema.Schema{Type: "object", Properties: map[string]*jsonschema.Schema{
+		"request_id":       str("The request's id: bridge_wait, bridge_status, bridge_logs and bridge_cancel take it."),
+		"host":             str("The host's name."),
+		"op":               str("The op."),
+		"status":           {Type: "string", Enum: []any{"done", "failed", "rejected", "expired", "cancelled", "uncertain", "pending"}, Description: "done: the op ran (exit_code says how it ended); failed: it never started, or a human settled it as failed; rejected: the host refused it (reason); expired; cancelled; uncertain: the host stopped while it ran and it may have had its effect (do not retry); pending: no answer yet (call bridge_wait)."},
+		"state":            str("While pending: submitted, awaiting-approval, running, rerun-ordered."),
+		"reason":           str("Why it was not done: not-allowed, bad-argument, denied, approval-expired, policy-changed, past-expiry, ..."),
+		"detail":           str("The host's words about the reason."),
+		"exit_code":        integer("The op's exit code, when it ran (status done)."),
+		"signal":           str("The signal that ended the op, if one did."),
+		"timed_out":        boolean("The op's time limit on the host stopped it."),
+		"stdout_bytes":     integer("Bytes of standard output: the text of this result carries them after --- stdout --- (head and tail when over 1 MiB)."),
+		"stderr_bytes":     integer("Bytes of standard error, after --- stderr --- in the text."),
+		"stdout_truncated": boolean("Part of standard output was left out (over the op's cap on the host, or over what a tool result carries)."),
+		"stderr_truncated": boolean("Part of standard error was left out."),
+		"earlier_send":     boolean("The answer to an earlier call with the same _key: it did not run again."),
+		"approval":         str("For an op that needs approval: the host's notice of when it was approved."),
+		"hint":             str("What to do next."),
+		"host_liveness":    {Type: "object", Description: "While pending: what the host's signed liveness stamp says, when it is not plainly serving."},
+		"error":            str("A tool error: what went wrong (with hint)."),
+	}}
+}()
 
 // outcomeResult is a verified result as a tool result: an answer when the
 // op ran (whatever its exit code), a tool error when the host refused it
 // or did not finish it.
-func outcomeResult(out *agent.Outcome) *sdk.CallToolResult {
+func outcomeResult(cl *agent.Client, out *agent.Outcome) *sdk.CallToolResult {
 	defer out.Close()
 	rc := out.Receipt
 	stdout, stderr := &headTail{most: maxToolOutput}, &headTail{most: maxToolOutput}
@@ -417,8 +477,9 @@ func outcomeResult(out *agent.Outcome) *sdk.CallToolResult {
 		return errorResult(err, "the result did not open; `bridge result "+rc.ID+"` on this machine says why")
 	}
 	o := Outcome{RequestID: rc.ID, Host: out.Sent.HostName, Op: rc.Op, Status: rc.Status, Reason: rc.Reason, Detail: rc.Detail,
-		Signal: rc.Signal, TimedOut: rc.TimedOut, Stdout: stdout.String(), Stderr: stderr.String(),
-		StdoutTruncated: rc.StdoutTruncated || stdout.left() > 0, StderrTruncated: rc.StderrTruncated || stderr.left() > 0, EarlierSend: out.Earlier}
+		Signal: rc.Signal, TimedOut: rc.TimedOut, stdout: stdout.String(), stderr: stderr.String(), StdoutBytes: stdout.total, StderrBytes: stderr.total,
+		StdoutTruncated: rc.StdoutTruncated || stdout.left() > 0, StderrTruncated: rc.StderrTruncated || stderr.left() > 0, EarlierSend: out.Earlier,
+		Approval: cl.Approval(rc.ID)}
 	var b strings.Builder
 	if rc.Status == bridge.StatusDone {
 		code := rc.ExitCode
@@ -434,7 +495,7 @@ func outcomeResult(out *agent.Outcome) *sdk.CallToolResult {
 		}
 	} else {
 		fmt.Fprintf(&b, "request %s %s", rc.ID, rc.Status)
-		if rc.Reason != "" {
+		if rc.Reason != "" && rc.Reason != rc.Status {
 			fmt.Fprintf(&b, " (%s)", rc.Reason)
 		}
 		if rc.Detail != "" {
@@ -443,24 +504,16 @@ func outcomeResult(out *agent.Outcome) *sdk.CallToolResult {
 		b.WriteString("\n")
 		o.Hint = hintFor(rc)
 	}
+	if o.Approval != "" {
+		fmt.Fprintf(&b, "approval: %s\n", o.Approval)
+	}
 	if out.Earlier {
 		b.WriteString("note: this is the answer to an earlier send of the same call with this _key; it did not run again\n")
 	}
 	if o.Hint != "" {
 		fmt.Fprintf(&b, "hint: %s\n", o.Hint)
 	}
-	if o.Stdout != "" {
-		fmt.Fprintf(&b, "--- stdout ---\n%s", o.Stdout)
-		if !strings.HasSuffix(o.Stdout, "\n") {
-			b.WriteString("\n")
-		}
-	}
-	if o.Stderr != "" {
-		fmt.Fprintf(&b, "--- stderr ---\n%s", o.Stderr)
-		if !strings.HasSuffix(o.Stderr, "\n") {
-			b.WriteString("\n")
-		}
-	}
+	writeStreams(&b, "", o.stdout, o.stderr)
 	if rc.StdoutTruncated || rc.StderrTruncated {
 		b.WriteString("warning: the output was over the op's cap; the middle was dropped\n")
 	}
@@ -478,7 +531,7 @@ func outcomeResult(out *agent.Outcome) *sdk.CallToolResult {
 // pendingResult: no result within the wait. Not an error: the request
 // goes on, and its id is the way back to it.
 func pendingResult(cl *agent.Client, id string, waited time.Duration) *sdk.CallToolResult {
-	o := Outcome{RequestID: id, Status: "pending", State: "submitted", Stdout: "", Stderr: ""}
+	o := Outcome{RequestID: id, Status: "pending", State: "submitted"}
 	if st, err := cl.Status(id); err == nil {
 		o.Host, o.Op, o.State, o.Reason = st.Host, st.Op, st.State, st.Reason
 	}
@@ -503,9 +556,37 @@ func pendingResult(cl *agent.Client, id string, waited time.Duration) *sdk.CallT
 			o.Hint = "tell the human the host is not serving; the request waits in the folder, and bridge_wait returns its answer once the host runs again"
 		}
 	}
+	// What it has streamed so far (verified chunks), as the result would
+	// carry it: a long op's pending answer is not empty-handed.
+	var b strings.Builder
+	b.WriteString(text + "\nhint: " + o.Hint + "\n")
+	if chunks, _ := cl.Progress(id, 1, ""); len(chunks) > 0 {
+		stdout, stderr := &headTail{most: maxToolOutput}, &headTail{most: maxToolOutput}
+		for _, ch := range chunks {
+			stdout.Write(ch.Stdout)
+			stderr.Write(ch.Stderr)
+		}
+		o.StdoutBytes, o.StderrBytes = stdout.total, stderr.total
+		o.StdoutTruncated, o.StderrTruncated = stdout.left() > 0, stderr.left() > 0
+		writeStreams(&b, " so far", stdout.String(), stderr.String())
+	}
 	return &sdk.CallToolResult{
-		Content:           []sdk.Content{&sdk.TextContent{Text: text + "\nhint: " + o.Hint + "\n"}},
+		Content:           []sdk.Content{&sdk.TextContent{Text: b.String()}},
 		StructuredContent: o,
+	}
+}
+
+// writeStreams writes the op's output into a result's text: each stream
+// under its own line (--- stdout ---), ending in a line break.
+func writeStreams(b *strings.Builder, suffix, stdout, stderr string) {
+	for _, st := range []struct{ name, text string }{{"stdout", stdout}, {"stderr", stderr}} {
+		if st.text == "" {
+			continue
+		}
+		fmt.Fprintf(b, "--- %s%s ---\n%s", st.name, suffix, st.text)
+		if !strings.HasSuffix(st.text, "\n") {
+			b.WriteString("\n")
+		}
 	}
 }
 

@@ -30,13 +30,13 @@ func objectSchema(props map[string]*jsonschema.Schema, required ...string) *json
 type idTool struct {
 	name, desc string
 	readOnly   bool
+	outcome    bool // it answers with an Outcome (outcomeSchema)
 	extra      map[string]*jsonschema.Schema
 	run        func(ctx context.Context, req *sdk.CallToolRequest, cl *agent.Client, id string, in map[string]any) *sdk.CallToolResult
 }
 
 func (s *Server) addBridgeTools() {
-	wait := &jsonschema.Schema{Type: "integer", Minimum: ptr(0.0),
-		Description: "How long to wait for the result, in seconds (the server caps it)."}
+	wait := waitSchema(waits{s.opts.Wait, s.opts.MaxWait}, "If the wait ends first, it returns status pending again, with the output streamed so far.")
 	tools := []idTool{
 		{name: "bridge_status", readOnly: true,
 			desc: "The state of a request sent earlier: submitted, awaiting-approval, or its result's status with reason and exit code. Reads only.",
@@ -47,7 +47,7 @@ func (s *Server) addBridgeTools() {
 				}
 				return jsonResult(st)
 			}},
-		{name: "bridge_wait", readOnly: true, extra: map[string]*jsonschema.Schema{inWait: wait},
+		{name: "bridge_wait", readOnly: true, outcome: true, extra: map[string]*jsonschema.Schema{inWait: wait},
 			desc: "Wait for the result of a request sent earlier and return it as the op's tool would (with progress notifications of its output). Returns status pending again if the wait ends first.",
 			run: func(ctx context.Context, req *sdk.CallToolRequest, cl *agent.Client, id string, in map[string]any) *sdk.CallToolResult {
 				var d *time.Duration
@@ -57,7 +57,7 @@ func (s *Server) addBridgeTools() {
 				}
 				return s.await(ctx, req, cl, id, d)
 			}},
-		{name: "bridge_result", readOnly: true,
+		{name: "bridge_result", readOnly: true, outcome: true,
 			desc: "The result of a request sent earlier if it is in already (no waiting); status pending if not.",
 			run: func(_ context.Context, _ *sdk.CallToolRequest, cl *agent.Client, id string, _ map[string]any) *sdk.CallToolResult {
 				out, err := cl.Result(id)
@@ -67,7 +67,7 @@ func (s *Server) addBridgeTools() {
 					return errorResult(err, "")
 				}
 				cl.Ack(out)
-				return outcomeResult(out)
+				return outcomeResult(cl, out)
 			}},
 		{name: "bridge_cancel",
 			desc: "Ask the host to cancel a request: it does not run, or is stopped if it runs (its result then says cancelled). An op stopped while running may have had part of its effect.",
@@ -124,8 +124,12 @@ func (s *Server) addBridgeTools() {
 		if err != nil {
 			panic(fmt.Sprintf("bridge mcp: internal error: %s schema: %v", t.name, err))
 		}
-		s.srv.AddTool(&sdk.Tool{Name: t.name, Description: t.desc, InputSchema: schema,
-			Annotations: &sdk.ToolAnnotations{ReadOnlyHint: t.readOnly, OpenWorldHint: ptr(false)}},
+		tool := &sdk.Tool{Name: t.name, Description: t.desc, InputSchema: schema,
+			Annotations: &sdk.ToolAnnotations{ReadOnlyHint: t.readOnly, OpenWorldHint: ptr(false)}}
+		if t.outcome {
+			tool.OutputSchema = outcomeSchema
+		}
+		s.srv.AddTool(tool,
 			func(ctx context.Context, req *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
 				in, err := checkInput(req.Params.Arguments, resolved)
 				if err != nil {

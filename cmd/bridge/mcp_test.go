@@ -219,6 +219,28 @@ func TestMCP(t *testing.T) {
 	if !strings.Contains(tools["echo"].Description, "Say something back.") || !strings.Contains(tools["gate"].Description, "approve") {
 		t.Errorf("descriptions: echo %q, gate %q", tools["echo"].Description, tools["gate"].Description)
 	}
+	// An approval-gated op says what the call does; every op tool, and
+	// bridge_wait and bridge_result, declare their structured answer; the
+	// wait's default and cap are in the schema.
+	if d := tools["gate"].Description; !strings.Contains(d, "waits for the approval and the run up to _wait_seconds (50 by default, at most 600)") || !strings.Contains(d, "never the op again") {
+		t.Errorf("gate's description: %q", d)
+	}
+	for _, name := range []string{"echo", "gate", "bridge_wait", "bridge_result"} {
+		var os map[string]any
+		data, _ := json.Marshal(tools[name].OutputSchema)
+		json.Unmarshal(data, &os)
+		props, _ := os["properties"].(map[string]any)
+		if props["status"] == nil || props["exit_code"] == nil || props["hint"] == nil || props["stdout_bytes"] == nil || props["stdout"] != nil {
+			t.Errorf("%s's output schema: %s", name, data)
+		}
+	}
+	if tools["bridge_status"].OutputSchema != nil {
+		t.Error("bridge_status declares an Outcome it does not return")
+	}
+	checkField("echo", "_wait_seconds", "default", 50.0)
+	if d, _ := prop("echo", "_wait_seconds")["description"].(string); !strings.Contains(d, "50 when not given, at most 600") {
+		t.Errorf("_wait_seconds description: %q", d)
+	}
 
 	call := func(name string, args map[string]any, token any) *sdk.CallToolResult {
 		t.Helper()
@@ -247,19 +269,42 @@ func TestMCP(t *testing.T) {
 		json.Unmarshal(data, &m)
 		return m
 	}
+	// stdout is the op's standard output as the result carries it: in
+	// the text, once, and nowhere in the structured content (which says
+	// its size).
+	stdout := func(res *sdk.CallToolResult) string {
+		t.Helper()
+		s := structured(res)
+		if _, ok := s["stdout"]; ok {
+			t.Errorf("the structured content carries the output: %v", s)
+		}
+		txt := text(res)
+		_, after, found := strings.Cut(txt, "--- stdout ---\n")
+		if !found {
+			return ""
+		}
+		out, _, _ := strings.Cut(after, "--- stderr ---\n")
+		if strings.Count(txt, "--- stdout") != 1 {
+			t.Errorf("the output is in the text more than once: %q", txt)
+		}
+		if n, _ := s["stdout_bytes"].(float64); int(n) != len(out) {
+			t.Errorf("stdout_bytes %v, the text carries %d bytes", s["stdout_bytes"], len(out))
+		}
+		return out
+	}
 
 	// An op runs on the host and its verified output comes back.
 	res := call("echo", map[string]any{"msg": "hi there"}, nil)
-	if s := structured(res); res.IsError || s["status"] != "done" || s["exit_code"] != 0.0 || s["stdout"] != "hi there\n" {
+	if s := structured(res); res.IsError || s["status"] != "done" || s["exit_code"] != 0.0 || stdout(res) != "hi there\n" {
 		t.Fatalf("echo: error %v, %v\n%s", res.IsError, s, text(res))
 	}
 	res = call("count", map[string]any{"mode": "slow", "n": 4, "loud": true}, nil)
-	if s := structured(res); s["stdout"] != "n=4 mode=slow loud=true\n" {
-		t.Errorf("count: %v", s)
+	if out := stdout(res); out != "n=4 mode=slow loud=true\n" {
+		t.Errorf("count: %q", out)
 	}
 	res = call("cat", map[string]any{"_stdin": "from stdin\n"}, nil)
-	if s := structured(res); s["stdout"] != "from stdin\n" {
-		t.Errorf("cat: %v", s)
+	if out := stdout(res); out != "from stdin\n" {
+		t.Errorf("cat: %q", out)
 	}
 
 	// Bad arguments: a tool error that names the problem; nothing is sent.
@@ -292,15 +337,15 @@ func TestMCP(t *testing.T) {
 		t.Errorf("show out of root: error %v, %q", res.IsError, text(res))
 	}
 	res = call("show", map[string]any{"file": "note.txt"}, nil)
-	if s := structured(res); s["stdout"] != "a note\n" {
-		t.Errorf("show: %v %s", s, text(res))
+	if out := stdout(res); out != "a note\n" {
+		t.Errorf("show: %q %s", out, text(res))
 	}
 
 	// A long op: its output arrives as progress notifications, then the
 	// result.
 	res = call("slow", nil, "slow-1")
-	if s := structured(res); res.IsError || s["stdout"] != "step 1\nstep 2\nstep 3\nend\n" {
-		t.Fatalf("slow: %v %s", s, text(res))
+	if out := stdout(res); res.IsError || out != "step 1\nstep 2\nstep 3\nend\n" {
+		t.Fatalf("slow: %q %s", out, text(res))
 	}
 	progMu.Lock()
 	streamed := strings.Join(progress, "")
@@ -309,10 +354,49 @@ func TestMCP(t *testing.T) {
 		t.Errorf("progress notifications %q do not carry the op's output", streamed)
 	}
 
+	// A pending answer carries what the op streamed so far.
+	res = call("slow", map[string]any{"_wait_seconds": 2}, nil)
+	if s := structured(res); s["status"] != "pending" || !strings.Contains(text(res), "--- stdout so far ---\nstep 1\n") || s["stdout_bytes"] == 0.0 {
+		t.Errorf("slow, pending: %v %q", s, text(res))
+	} else {
+		id, _ := s["request_id"].(string)
+		if out := stdout(call("bridge_wait", map[string]any{"request_id": id, "_wait_seconds": 60}, nil)); out != "step 1\nstep 2\nstep 3\nend\n" {
+			t.Errorf("slow, waited for: %q", out)
+		}
+	}
+
+	// An approval-gated op a human approves: the result says when and as
+	// whom, and the notices about it are old news once it is answered.
+	res = call("gate", map[string]any{"_wait_seconds": 1}, nil)
+	s := structured(res)
+	gid, _ := s["request_id"].(string)
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		if st := structured(call("bridge_status", map[string]any{"request_id": gid}, nil)); st["state"] == "awaiting-approval" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("gate never awaited approval")
+		}
+	}
+	bridgeCmd("", "--home", hostHome, "approve", "cloud-1/"+gid)
+	res = call("bridge_wait", map[string]any{"request_id": gid, "_wait_seconds": 120}, nil)
+	if s := structured(res); res.IsError || stdout(res) != "gated\n" || !strings.Contains(fmt.Sprint(s["approval"]), "was approved on the host at") ||
+		!strings.Contains(text(res), "approval: request "+gid+" (gate) was approved on the host at ") {
+		t.Errorf("approved gate: %v %q", s, text(res))
+	}
+	var inbox []map[string]any
+	json.Unmarshal([]byte(bridgeCmd("", "--home", agentHome, "--json", "inbox", "--all", "--no-ack")), &inbox)
+	for _, it := range inbox {
+		note, _ := it["note"].(map[string]any)
+		if note["request"] == gid && (it["new"] == true || it["answered"] != true) {
+			t.Errorf("a notice about an answered request is news: %v", it)
+		}
+	}
+
 	// An op that waits for a human: the call returns the request id, the
 	// human denies it, and bridge_wait returns a tool error that says so.
 	res = call("gate", map[string]any{"_wait_seconds": 1}, nil)
-	s := structured(res)
+	s = structured(res)
 	id, _ := s["request_id"].(string)
 	if res.IsError || s["status"] != "pending" || len(id) != 32 {
 		t.Fatalf("gate: %v %s", s, text(res))
@@ -364,7 +448,7 @@ func TestMCP(t *testing.T) {
 		t.Fatal("no notifications/tools/list_changed after the new catalog")
 	}
 	tools = waitTools("cat", "count", "gate", "later", "show", "slow")
-	if res := call("later", nil, nil); structured(res)["stdout"] != "later\n" {
+	if res := call("later", nil, nil); stdout(res) != "later\n" {
 		t.Errorf("later: %s", text(res))
 	}
 	stopServe()
