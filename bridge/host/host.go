@@ -461,3 +461,13 @@ func indent(text, prefix string) string {
 	lines := strings.SplitAfter(strings.TrimSuffix(text, "\n"), "\n")
 	return prefix + strings.Join(lines, prefix) + "\n"
 }
+
+// PolicyPresets are the presets of `bridge policy init --preset`
+// (policy.Presets), for the command line, which reaches the policy
+// package only through the host's.
+func PolicyPresets() []policy.Preset { return policy.Presets() }
+
+// RenderPolicyPresets is policy.RenderPresets.
+func RenderPolicyPresets(names []string, repo, agent string) (string, []string, error) {
+	return policy.RenderPresets(names, repo, agent)
+}

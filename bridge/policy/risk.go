@@ -49,6 +49,13 @@ func (o *op) runsTreeCode() string {
 		}
 		return scriptRunsTreeCode(filepath.Base(prog), o.argv[2][0].lit, o.dir)
 	}
+	if b := filepath.Base(prog); (b == "python3" || b == "python") && len(o.argv) > 3 && o.argv[1].String() == "-I" && o.argv[2].String() == "-c" &&
+		len(o.argv[3]) == 1 && o.argv[3][0].ref == "" {
+		// Isolated (-I: neither the working directory nor PYTHON* on
+		// its import path), running a literal of the policy's: no
+		// module of the tree is imported in place of the standard ones.
+		return ""
+	}
 	subs, ok := codeRunners[filepath.Base(prog)]
 	if !ok {
 		return ""

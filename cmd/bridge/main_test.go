@@ -80,6 +80,9 @@ func scriptSetup(env *testscript.Env) error {
 		return err
 	}
 	env.Setenv("HOME", home)
+	// The real home, for a script that runs a toolchain found through it
+	// (rustup's, pyenv's, Go's build cache: presets.txt).
+	env.Setenv("REAL_HOME", os.Getenv("HOME"))
 	env.Setenv("XDG_CONFIG_HOME", filepath.Join(home, ".config"))
 	// Tests (and CI) run as root; `serve` refuses that unless
 	// allowed. errors.txt unsets it to check the refusal.

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -16,7 +18,8 @@ import (
 
 // PolicyCmd groups policy commands.
 type PolicyCmd struct {
-	Init    PolicyInitCmd    `cmd:"" help:"Write a starter policy into the host's home: one harmless op for one agent."`
+	Init    PolicyInitCmd    `cmd:"" help:"Write a starter policy into the host's home: one harmless op, or reviewed ops for a repository (--preset)."`
+	Presets PolicyPresetsCmd `cmd:"" help:"List the presets of 'policy init --preset' and what each op does."`
 	Check   PolicyCheckCmd   `cmd:"" help:"Check the policy file and list what each agent may run."`
 	Explain PolicyExplainCmd `cmd:"" help:"Render an op's argv for given arguments, without running it."`
 }
@@ -70,7 +73,48 @@ func (g *Globals) homePolicy(what string) (string, error) {
 
 // PolicyInitCmd writes a starter policy.
 type PolicyInitCmd struct {
-	Agent string `default:"cloud-1" placeholder:"NAME" help:"The agent's local name (as paired: 'bridge keys show')."`
+	Agent  string   `default:"cloud-1" placeholder:"NAME" help:"The agent's local name (as paired: 'bridge keys show')."`
+	Preset []string `sep:"," placeholder:"NAME,..." help:"Reviewed ops for a repository instead of the one harmless op: git, go, node, python, rust, composed (--preset git,go); 'bridge policy presets' lists them."`
+	Repo   string   `placeholder:"DIR" help:"With --preset: the repository the ops work in (required)."`
+	Print  bool     `help:"Print the policy on standard output instead of writing it (to merge into a policy you have)."`
+}
+
+// PolicyPresetsCmd lists the presets.
+type PolicyPresetsCmd struct{}
+
+func (c *PolicyPresetsCmd) Run(g *Globals) error {
+	ps := host.PolicyPresets()
+	if g.JSON {
+		type op struct {
+			Name string `json:"name"`
+			Does string `json:"does"`
+		}
+		type preset struct {
+			Name    string `json:"name"`
+			Summary string `json:"summary"`
+			Ops     []op   `json:"ops"`
+		}
+		out := []preset{}
+		for _, p := range ps {
+			pr := preset{Name: p.Name, Summary: p.Summary, Ops: []op{}}
+			for _, o := range p.Ops {
+				pr.Ops = append(pr.Ops, op{o.Name, o.Does})
+			}
+			out = append(out, pr)
+		}
+		return g.printJSON(out)
+	}
+	for i, p := range ps {
+		if i > 0 {
+			g.printf("\n")
+		}
+		g.printf("%s: %s\n", p.Name, p.Summary)
+		for _, o := range p.Ops {
+			g.printf("  %-13s %s\n", o.Name, o.Does)
+		}
+	}
+	g.note("compose them: `bridge policy init --preset git,go --repo DIR` (git brings reading, patching, writing and committing; a stack its checks)")
+	return nil
 }
 
 // starterPolicy allows one agent one harmless op, and shows, commented
@@ -109,13 +153,25 @@ func (c *PolicyInitCmd) Run(g *Globals) error {
 	if !bridge.ValidPeerName(c.Agent) {
 		return &codeError{code: exitUsage, err: withHintf(fmt.Errorf("policy init: %q cannot be an agent name", c.Agent), "use the name the agent was paired under (`bridge keys show`)")}
 	}
+	text, ops := fmt.Sprintf(starterPolicy, c.Agent), []string{"hello"}
+	if len(c.Preset) > 0 {
+		if text, ops, err = c.presetPolicy(g); err != nil {
+			return err
+		}
+	} else if c.Repo != "" {
+		return &codeError{code: exitUsage, err: withHintf(errors.New("policy init: --repo goes with --preset"), "`bridge policy presets` lists them")}
+	}
+	if c.Print {
+		g.printf("%s", text)
+		return nil
+	}
 	f, err := os.OpenFile(file, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if errors.Is(err, fs.ErrExist) {
-		return withHintf(fmt.Errorf("policy init: %s exists; nothing was written", file), "edit it, or check it with `bridge policy check`")
+		return withHintf(fmt.Errorf("policy init: %s exists; nothing was written", file), "edit it, or check it with `bridge policy check`; --print prints the new one to merge by hand")
 	} else if err != nil {
 		return err
 	}
-	if _, err := fmt.Fprintf(f, starterPolicy, c.Agent); err != nil {
+	if _, err := f.WriteString(text); err != nil {
 		f.Close()
 		return err
 	}
@@ -123,11 +179,51 @@ func (c *PolicyInitCmd) Run(g *Globals) error {
 		return err
 	}
 	if g.JSON {
-		return g.printJSON(map[string]any{"file": file, "agent": c.Agent, "ops": []string{"hello"}})
+		return g.printJSON(map[string]any{"file": file, "agent": c.Agent, "ops": ops})
 	}
-	g.printf("wrote %s: agent %q may run hello\n", file, c.Agent)
-	g.note("edit it to add the ops you want; `bridge serve` takes edits live")
+	g.printf("wrote %s: agent %q may run %s\n", file, c.Agent, strings.Join(ops, ", "))
+	if len(c.Preset) > 0 {
+		g.note("check it here with `bridge policy check` (it says if a tool is missing); `bridge serve` takes edits live")
+	} else {
+		g.note("edit it to add the ops you want; `bridge serve` takes edits live")
+	}
 	return nil
+}
+
+// presetPolicy is the policy of the presets asked for, working in --repo.
+func (c *PolicyInitCmd) presetPolicy(g *Globals) (string, []string, error) {
+	if c.Repo == "" {
+		return "", nil, &codeError{code: exitUsage, err: withHintf(errors.New("policy init --preset: which repository? --repo DIR is required"),
+			"the ops work in that directory, and write-file and git-add are confined to it: `bridge policy init --preset %s --repo ~/src/app`", strings.Join(c.Preset, ","))}
+	}
+	repo, err := filepath.Abs(expandHome(c.Repo))
+	if err != nil {
+		return "", nil, err
+	}
+	fi, err := os.Stat(repo)
+	if err != nil || !fi.IsDir() {
+		return "", nil, &codeError{code: exitUsage, err: withHintf(fmt.Errorf("policy init --preset: --repo %s is not a directory here", repo), "name the repository's directory on this host")}
+	}
+	if slices.Contains(c.Preset, "git") {
+		if _, err := os.Stat(filepath.Join(repo, ".git")); err != nil {
+			g.note("warning: %s has no .git: the git ops fail until it is a repository (`git init` there)", repo)
+		}
+	}
+	text, ops, err := host.RenderPolicyPresets(c.Preset, repo, c.Agent)
+	if err != nil {
+		return "", nil, &codeError{code: exitUsage, err: withHintf(fmt.Errorf("policy init: %w", err), "`bridge policy presets` lists them and what each op does")}
+	}
+	return text, ops, nil
+}
+
+// expandHome expands a leading ~/ (a shell does, but not in --repo=~/x).
+func expandHome(p string) string {
+	if rest, ok := strings.CutPrefix(p, "~/"); ok {
+		if h, err := os.UserHomeDir(); err == nil {
+			return filepath.Join(h, rest)
+		}
+	}
+	return p
 }
 
 // policyError: a policy that does not load or does not allow the call is

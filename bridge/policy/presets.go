@@ -1,0 +1,270 @@
+package policy
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// A preset is a reviewed set of ops for one kind of repository, written
+// into a policy by `bridge policy init --preset`: what an agent needs to
+// work on code (read the tree and its history, run the stack's checks,
+// change files only through a confined, checkable path, commit with a
+// human's approval), and nothing that runs a shell of the agent's making.
+// Presets compose: git holds the introspection, the safe-write ops and
+// the commit; a stack preset adds its test, lint and build.
+type Preset struct {
+	Name    string
+	Summary string
+	Ops     []PresetOp
+}
+
+// PresetOp is one op of a preset: its name, what it does, and its TOML
+// table with {{repo}} where the repository directory goes.
+type PresetOp struct {
+	Name string
+	Does string
+	toml string
+}
+
+// The environment the ops pass: the tool's own settings where the daemon
+// has them (a version manager's root, a build cache), nothing else.
+const (
+	envBase   = `env = ["PATH", "HOME"]`
+	envGo     = `env = ["PATH", "HOME", "GOPATH", "GOCACHE", "GOMODCACHE", "GOFLAGS", "GOPROXY", "GOTOOLCHAIN"]`
+	envNode   = `env = ["PATH", "HOME", "NVM_DIR", "NODE_OPTIONS"]`
+	envPython = `env = ["PATH", "HOME", "PYENV_ROOT", "PYENV_VERSION", "VIRTUAL_ENV"]`
+	envRust   = `env = ["PATH", "HOME", "CARGO_HOME", "RUSTUP_HOME", "RUSTUP_TOOLCHAIN"]`
+)
+
+// writeFileScript writes standard input to the path argument ($1), a
+// resolved absolute path the policy confined to the repository; with
+// dry_run ($2) it shows the change as a diff and writes nothing. Nothing
+// under .git (any case: a case-insensitive disk): hooks and config there
+// would run code at the next commit.
+const writeFileScript = `set -eu
+f=$1
+lc=$(printf '%s' "$f" | tr '[:upper:]' '[:lower:]')
+case "$lc/" in */.git/*) echo "write-file: refused: $f is inside .git, where hooks and config run code" >&2; exit 2;; esac
+if [ -d "$f" ]; then echo "write-file: $f is a directory" >&2; exit 2; fi
+if [ "$2" = true ]; then
+  old=$f; [ -e "$f" ] || old=/dev/null
+  diff -u -- "$old" - || [ $? -eq 1 ]
+  exit 0
+fi
+mkdir -p -- "$(dirname -- "$f")"
+cat > "$f"
+echo "wrote $f ($(wc -c < "$f") bytes)"`
+
+// tomlString quotes s as a TOML basic string.
+func tomlString(s string) string {
+	r := strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`, "\t", `\t`)
+	return `"` + r.Replace(s) + `"`
+}
+
+var presets = []Preset{
+	{Name: "git", Summary: "read the repository and its history; change files only by a checked patch or a confined write, undoable; commit with a human's approval", Ops: []PresetOp{
+		{"git-status", "the branch and the changed files (git status --short --branch)", `argv = ["git", "status", "--short", "--branch"]
+scope = "read"
+idempotent = true
+stdin = "none"`},
+		{"git-log", "the last n commits, one line each (git log --oneline)", `argv = ["git", "log", "--oneline", "--decorate", "-n", "{n}"]
+scope = "read"
+idempotent = true
+stdin = "none"
+[ops.git-log.args.n]
+type = "int"
+description = "how many commits"
+min = 1
+max = 500
+default = 20`},
+		{"git-show", "one commit (or other revision): its message and patch", `argv = ["git", "show", "--stat", "--patch", "{rev}", "--"]
+scope = "read"
+idempotent = true
+stdin = "none"
+[ops.git-show.args.rev]
+type = "string"
+description = "a commit, branch or tag (HEAD~2, main, v1.0)"
+pattern = "[A-Za-z0-9._/~^]{1,100}"
+default = "HEAD"`},
+		{"git-diff", "every uncommitted change, against HEAD", `argv = ["git", "diff", "--stat", "--patch", "HEAD", "--"]
+scope = "read"
+idempotent = true
+stdin = "none"`},
+		{"git-ls-files", "the files git tracks", `argv = ["git", "ls-files"]
+scope = "read"
+idempotent = true
+stdin = "none"`},
+		{"git-grep", "lines of tracked files that match a pattern (git grep -n)", `argv = ["git", "grep", "-n", "-I", "-e", "{pattern}", "--"]
+scope = "read"
+idempotent = true
+stdin = "none"
+[ops.git-grep.args.pattern]
+type = "string"
+description = "a basic regular expression, as git grep reads it"
+max_len = 200`},
+		{"patch-check", "whether a unified diff on standard input applies cleanly; changes nothing (git apply --check)", `argv = ["git", "apply", "--check", "--verbose"]
+scope = "read"
+idempotent = true
+stdin = "required"
+max_stdin = "4MiB"`},
+		{"patch-apply", "apply a unified diff from standard input to the working tree (git apply); patch-undo with the same diff takes it back", `argv = ["git", "apply", "--verbose"]
+scope = "write"
+dry_run = "patch-check"
+undo = "patch-undo"
+stdin = "required"
+max_stdin = "4MiB"`},
+		{"patch-undo", "take back a diff patch-apply applied: the same diff on standard input, applied in reverse (git apply -R)", `argv = ["git", "apply", "-R", "--verbose"]
+scope = "write"
+stdin = "required"
+max_stdin = "4MiB"`},
+		{"write-file", "write standard input to a file of the repository (never under .git); dry_run=true shows the change as a diff and writes nothing", `argv = ["sh", "-c", ` + tomlString(writeFileScript) + `, "write-file", "{path}", "{dry_run}"]
+scope = "write"
+stdin = "required"
+max_stdin = "4MiB"
+[ops.write-file.args.path]
+type = "path"
+description = "the file, relative to the repository (made with its directories if new)"
+root = "{{repo}}"
+[ops.write-file.args.dry_run]
+type = "bool"
+description = "true: show the change as a unified diff and write nothing"
+default = false`},
+		{"git-add", "stage a path for the next commit (git add)", `argv = ["git", "add", "--", "{path}"]
+scope = "write"
+stdin = "none"
+[ops.git-add.args.path]
+type = "path"
+description = "a file or directory of the repository"
+root = "{{repo}}"
+must_exist = true`},
+		{"git-commit", "commit what is staged, with a message; a human approves each", `argv = ["git", "commit", "-m", "{message}"]
+scope = "write"
+approve = true
+stdin = "none"
+[ops.git-commit.args.message]
+type = "string"
+description = "the commit message"
+max_len = 2000`},
+	}},
+	{Name: "go", Summary: "a Go module's tests, vet and build", Ops: []PresetOp{
+		{"go-test", "run the tests (go test ./...)", `argv = ["go", "test", "./..."]
+scope = "execute"
+stdin = "none"
+timeout = "20m"
+` + envGo},
+		{"go-vet", "go vet ./...", `argv = ["go", "vet", "./..."]
+scope = "execute"
+stdin = "none"
+timeout = "10m"
+` + envGo},
+		{"go-build", "build every package (go build ./...)", `argv = ["go", "build", "./..."]
+scope = "execute"
+stdin = "none"
+timeout = "20m"
+` + envGo},
+	}},
+	{Name: "node", Summary: "an npm package's test, lint and build scripts", Ops: []PresetOp{
+		{"npm-test", "the package's test script (npm test)", `argv = ["npm", "test"]
+scope = "execute"
+stdin = "none"
+timeout = "20m"
+` + envNode + `
+set_env = { NPM_CONFIG_UPDATE_NOTIFIER = "false", NPM_CONFIG_FUND = "false", NPM_CONFIG_AUDIT = "false" }`},
+		{"npm-lint", "the package's lint script, if it has one (npm run --if-present lint)", `argv = ["npm", "run", "--if-present", "lint"]
+scope = "execute"
+stdin = "none"
+timeout = "10m"
+` + envNode + `
+set_env = { NPM_CONFIG_UPDATE_NOTIFIER = "false", NPM_CONFIG_FUND = "false", NPM_CONFIG_AUDIT = "false" }`},
+		{"npm-build", "the package's build script, if it has one (npm run --if-present build)", `argv = ["npm", "run", "--if-present", "build"]
+scope = "execute"
+stdin = "none"
+timeout = "20m"
+` + envNode + `
+set_env = { NPM_CONFIG_UPDATE_NOTIFIER = "false", NPM_CONFIG_FUND = "false", NPM_CONFIG_AUDIT = "false" }`},
+	}},
+	{Name: "python", Summary: "a Python project's unittest tests and a syntax check of every .py file", Ops: []PresetOp{
+		{"py-test", "run the tests (python3 -m unittest discover)", `argv = ["python3", "-m", "unittest", "discover", "-v"]
+scope = "execute"
+stdin = "none"
+timeout = "20m"
+` + envPython},
+		{"py-lint", "check that every .py file parses (writes nothing; add your own linter as an op for more)", `argv = ["python3", "-I", "-c", "import ast, pathlib, sys\nbad = 0\nfor p in sorted(pathlib.Path('.').rglob('*.py')):\n    try:\n        ast.parse(p.read_bytes(), str(p))\n    except SyntaxError as e:\n        print('%s:%s: %s' % (e.filename, e.lineno, e.msg)); bad += 1\nsys.exit(1 if bad else 0)"]
+scope = "read"
+idempotent = true
+stdin = "none"
+` + envPython},
+	}},
+	{Name: "rust", Summary: "a Cargo package's tests, check and build, offline", Ops: []PresetOp{
+		{"cargo-test", "run the tests (cargo test --offline)", `argv = ["cargo", "test", "--offline"]
+scope = "execute"
+stdin = "none"
+timeout = "30m"
+` + envRust},
+		{"cargo-check", "type-check without building (cargo check --offline)", `argv = ["cargo", "check", "--offline"]
+scope = "execute"
+stdin = "none"
+timeout = "20m"
+` + envRust},
+		{"cargo-build", "build (cargo build --offline)", `argv = ["cargo", "build", "--offline"]
+scope = "execute"
+stdin = "none"
+timeout = "30m"
+` + envRust},
+	}},
+}
+
+// Presets are the presets `bridge policy init --preset` knows, in order.
+func Presets() []Preset { return slices.Clone(presets) }
+
+// RenderPresets is the policy text of the named presets (each once, in
+// the order given), every op working in repo (an absolute directory, or
+// ~/...), allowed to agent.
+func RenderPresets(names []string, repo, agent string) (string, []string, error) {
+	var picked []Preset
+	for _, n := range names {
+		i := slices.IndexFunc(presets, func(p Preset) bool { return p.Name == n })
+		if i < 0 {
+			var all []string
+			for _, p := range presets {
+				all = append(all, p.Name)
+			}
+			return "", nil, fmt.Errorf("no preset %q: the presets are %s", n, strings.Join(all, ", "))
+		}
+		if !slices.ContainsFunc(picked, func(p Preset) bool { return p.Name == n }) {
+			picked = append(picked, presets[i])
+		}
+	}
+	var b strings.Builder
+	var ops []string
+	fmt.Fprintf(&b, "# Written by `bridge policy init --preset %s`: reviewed ops for the repository\n", strings.Join(names, ","))
+	fmt.Fprintf(&b, "# %s. A running `bridge serve` takes edits live; `bridge policy check` checks\n", repo)
+	b.WriteString("# them, `bridge policy explain OP` shows one as it would run. Every key: docs/POLICY.md.\n")
+	for _, p := range picked {
+		fmt.Fprintf(&b, "\n# --- %s: %s\n", p.Name, p.Summary)
+		for _, op := range p.Ops {
+			ops = append(ops, op.Name)
+			body := strings.ReplaceAll(op.toml, "{{repo}}", repo)
+			// The op's own table first, then its argument tables (a
+			// TOML table cannot take keys after its subtables).
+			head, args, _ := strings.Cut(body, "\n[ops.")
+			if !strings.Contains(head, "env = [") {
+				head += "\n" + envBase
+			}
+			fmt.Fprintf(&b, "\n[ops.%s]\ndescription = %s\ndir = %s\n%s\n", op.Name, tomlString(op.Does), tomlString(repo), head)
+			if args != "" {
+				b.WriteString("[ops." + args + "\n")
+			}
+		}
+	}
+	fmt.Fprintf(&b, "\n[agents.%s]\nops = [", agent)
+	for i, o := range ops {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(tomlString(o))
+	}
+	b.WriteString("]\n")
+	return b.String(), ops, nil
+}
