@@ -175,10 +175,10 @@ func (c *Catalog) CheckCall(op string, args map[string]string, in CallInput) err
 		if len(names) == 0 {
 			hint = "the host's policy lets this agent run no op; ask the host's owner"
 		}
-		return &CallError{Reason: "not-allowed", Err: WithHint(fmt.Errorf("op %q is not in the host's catalog; nothing was sent", op), "%s", hint)}
+		return &CallError{Reason: ReasonNotAllowed, Err: WithHint(fmt.Errorf("op %q is not in the host's catalog; nothing was sent", op), "%s", hint)}
 	}
 	if err := info.CheckArgs(args); err != nil {
-		return &CallError{Reason: "bad-argument", Err: WithHint(fmt.Errorf("%w; nothing was sent", err), "%s", usageHint(info))}
+		return &CallError{Reason: ReasonBadArgument, Err: WithHint(fmt.Errorf("%w; nothing was sent", err), "%s", usageHint(info))}
 	}
 	what := "standard input"
 	if info.StdinHint != "" {
@@ -189,7 +189,7 @@ func (c *Catalog) CheckCall(op string, args map[string]string, in CallInput) err
 		return &CallError{Reason: "too-large", Err: WithHint(fmt.Errorf("op %q takes no standard input; nothing was sent", op),
 			"drop --stdin (and any < redirection); %s", usageHint(info))}
 	case mode == policy.StdinRequired && (!in.Given || in.Len == 0):
-		return &CallError{Reason: "bad-argument", Err: WithHint(fmt.Errorf("op %q needs %s and none was given; nothing was sent", op, what),
+		return &CallError{Reason: ReasonBadArgument, Err: WithHint(fmt.Errorf("op %q needs %s and none was given; nothing was sent", op, what),
 			"%s", usageHint(info))}
 	case in.Given && in.Len > info.MaxStdin:
 		return &CallError{Reason: "too-large", Err: WithHint(fmt.Errorf("%w: standard input is %d bytes; op %s takes at most %d (max_stdin in the host's catalog); nothing was sent", ErrTooLarge, in.Len, op, info.MaxStdin),

@@ -118,14 +118,14 @@ func (d *Daemon) admit(j *job, in spool, mode admitMode) bool {
 		return refuse(ev, rc)
 	}
 	if counted.n == 0 && j.rules.p.StdinMode(call.Op) == policy.StdinRequired {
-		return refuse(evRefuse, bridge.Receipt{Status: bridge.StatusRejected, Reason: "bad-argument", Op: call.Op, PolicySHA256: j.rules.p.SHA256,
+		return refuse(evRefuse, bridge.Receipt{Status: bridge.StatusRejected, Reason: bridge.ReasonBadArgument, Op: call.Op, PolicySHA256: j.rules.p.SHA256,
 			Detail: "op " + call.Op + " needs standard input and the request carried none"})
 	}
 	// The synced folder is never a source of code or a working directory:
 	// anything in it may have been written by anyone who can write the folder.
 	for _, p := range []string{inv.Argv[0], inv.Dir} {
 		if bridge.InsideDir(p, d.home.Config.Folder) {
-			return refuse(evHostError, bridge.Receipt{Status: bridge.StatusFailed, Reason: "host-error", Op: inv.Op,
+			return refuse(evHostError, bridge.Receipt{Status: bridge.StatusFailed, Reason: bridge.ReasonHostError, Op: inv.Op,
 				Detail: "the op would run code or work inside the synced folder (" + p + "); the host refuses"})
 		}
 	}
@@ -233,7 +233,7 @@ func (d *Daemon) reconcileCheck(j *job, inv *policy.Invocation, stdin spool) {
 		}
 	}()
 	unsure := func(detail string) {
-		d.answerOrRetry(j, evCrashUnsure, bridge.Receipt{Status: bridge.StatusUncertain, Reason: "crashed", Op: inv.Op, Detail: detail}, nil, nil)
+		d.answerOrRetry(j, evCrashUnsure, bridge.Receipt{Status: bridge.StatusUncertain, Reason: bridge.ReasonCrashed, Op: inv.Op, Detail: detail}, nil, nil)
 	}
 	if len(inv.Reconcile) == 0 {
 		unsure("the host stopped while the op ran; it may or may not have had its effect. A human on the host resolves it with `bridge reconcile`")
@@ -250,7 +250,7 @@ func (d *Daemon) reconcileCheck(j *job, inv *policy.Invocation, stdin spool) {
 		// The daemon is stopping: the next start asks again.
 		d.log.Info("reconcile check stopped by the shutdown: left for the next start", "key", j.key)
 	case clean && out.ExitCode == 0:
-		d.answerOrRetryOut(j, evCrashDone, bridge.Receipt{Status: bridge.StatusDone, Reason: "reconciled", Op: inv.Op, Argv: inv.Reconcile,
+		d.answerOrRetryOut(j, evCrashDone, bridge.Receipt{Status: bridge.StatusDone, Reason: bridge.ReasonReconciled, Op: inv.Op, Argv: inv.Reconcile,
 			PolicySHA256: j.rules.p.SHA256, Started: out.Started.UnixMilli(), Finished: out.Finished.UnixMilli(),
 			StdoutTotal: out.Stdout.Total, StdoutTruncated: out.Stdout.Truncated, StderrTotal: out.Stderr.Total, StderrTruncated: out.Stderr.Truncated,
 			Detail: "the host stopped while the op ran; its reconcile command reports the effect happened, so it was not run again"},
@@ -310,10 +310,10 @@ func (d *Daemon) run(j *job, inv *policy.Invocation, stdin spool, resume bool, a
 			return
 		}
 		if !resume {
-			d.answer(j, evCancelEarly, bridge.Receipt{Status: bridge.StatusCancelled, Reason: "cancelled", Op: inv.Op, Detail: "cancelled before it ran"}, nil, nil)
+			d.answer(j, evCancelEarly, bridge.Receipt{Status: bridge.StatusCancelled, Reason: bridge.ReasonCancelled, Op: inv.Op, Detail: "cancelled before it ran"}, nil, nil)
 			return
 		}
-		d.answerOrRetry(j, evCrashUnsure, bridge.Receipt{Status: bridge.StatusUncertain, Reason: "crashed", Op: inv.Op,
+		d.answerOrRetry(j, evCrashUnsure, bridge.Receipt{Status: bridge.StatusUncertain, Reason: bridge.ReasonCrashed, Op: inv.Op,
 			Detail: "the host stopped while the op ran, and it was cancelled before it could run again; it may or may not have had its effect"}, nil, nil)
 		return
 	}
@@ -330,7 +330,7 @@ func (d *Daemon) run(j *job, inv *policy.Invocation, stdin spool, resume bool, a
 	// Right before the start: what may have changed while it waited.
 	if err := d.standing(j); err != nil {
 		if resume {
-			d.answerOrRetry(j, evCrashUnsure, bridge.Receipt{Status: bridge.StatusUncertain, Reason: "crashed", Op: inv.Op,
+			d.answerOrRetry(j, evCrashUnsure, bridge.Receipt{Status: bridge.StatusUncertain, Reason: bridge.ReasonCrashed, Op: inv.Op,
 				Detail: "the host stopped while the op ran, and its key was revoked since, so it is not run again: " + err.Error()}, nil, nil)
 		} else {
 			d.answer(j, evRevoke, bridge.Receipt{Status: bridge.StatusRejected, Reason: bridge.Reason(err), Op: inv.Op, Detail: err.Error()}, nil, nil)
@@ -342,7 +342,7 @@ func (d *Daemon) run(j *job, inv *policy.Invocation, stdin spool, resume bool, a
 			return
 		}
 		if d.cancelled(j.agent, j.req.ID) {
-			d.answer(j, evCancelEarly, bridge.Receipt{Status: bridge.StatusCancelled, Reason: "cancelled", Op: inv.Op, Detail: "cancelled before it ran"}, nil, nil)
+			d.answer(j, evCancelEarly, bridge.Receipt{Status: bridge.StatusCancelled, Reason: bridge.ReasonCancelled, Op: inv.Op, Detail: "cancelled before it ran"}, nil, nil)
 			return
 		}
 		if err := d.stillAsAdmitted(j, inv); err != nil {

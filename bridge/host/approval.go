@@ -31,12 +31,12 @@ const DefaultApprovalTTL = time.Hour
 
 // ReasonApprovalMismatch is the reason of an approved request that was not
 // run because what it would run changed since the human was shown it.
-const ReasonApprovalMismatch = "approval-mismatch"
+const ReasonApprovalMismatch = bridge.ReasonApprovalMismatch
 
 // ReasonPolicyChanged answers a request the host claimed and that waited for
 // a slot of its op while the policy changed so that it would no longer run
 // as admitted (reload.go).
-const ReasonPolicyChanged = "policy-changed"
+const ReasonPolicyChanged = bridge.ReasonPolicyChanged
 
 // approvalText is what `bridge pending` shows a human about a request that
 // waits for approval, and what the approval is bound to: the rendered argv,
@@ -156,7 +156,7 @@ func (d *Daemon) decide(key string, approve bool, why string) error {
 		if why != "" {
 			detail += ": " + why
 		}
-		return d.answer(j, evDeny, bridge.Receipt{Status: bridge.StatusRejected, Reason: "denied", Op: e.Op, Detail: detail}, nil, nil)
+		return d.answer(j, evDeny, bridge.Receipt{Status: bridge.StatusRejected, Reason: bridge.ReasonDenied, Op: e.Op, Detail: detail}, nil, nil)
 	}
 	// What may have happened since it was parked answers it instead.
 	if d.holdBehind(j, e) || d.decideWaiting(j, e) {
@@ -187,7 +187,7 @@ func (d *Daemon) decideWaiting(j *job, e ledger.Entry) bool {
 	switch err := d.standing(j); {
 	case d.cancelled(j.agent, j.req.ID):
 		ends()
-		d.answer(j, evCancelEarly, bridge.Receipt{Status: bridge.StatusCancelled, Reason: "cancelled", Op: e.Op, Detail: "cancelled while it waited for approval"}, nil, nil)
+		d.answer(j, evCancelEarly, bridge.Receipt{Status: bridge.StatusCancelled, Reason: bridge.ReasonCancelled, Op: e.Op, Detail: "cancelled while it waited for approval"}, nil, nil)
 	case err != nil:
 		ends()
 		d.answer(j, evRevoke, bridge.Receipt{Status: bridge.StatusRejected, Reason: bridge.Reason(err), Op: e.Op, Detail: err.Error()}, nil, nil)
@@ -195,11 +195,11 @@ func (d *Daemon) decideWaiting(j *job, e ledger.Entry) bool {
 		ends()
 		// Its own validity ended while it waited: an approval now must
 		// not run what the agent no longer asks for.
-		d.answer(j, evApprovalTTL, bridge.Receipt{Status: bridge.StatusExpired, Reason: "past-expiry", Op: e.Op,
+		d.answer(j, evApprovalTTL, bridge.Receipt{Status: bridge.StatusExpired, Reason: bridge.ReasonPastExpiry, Op: e.Op,
 			Detail: "its validity ended while it waited for approval"}, nil, nil)
 	case d.opt.Now().Sub(e.Updated) >= ttl:
 		ends()
-		d.answer(j, evApprovalTTL, bridge.Receipt{Status: bridge.StatusExpired, Reason: "approval-expired", Op: e.Op,
+		d.answer(j, evApprovalTTL, bridge.Receipt{Status: bridge.StatusExpired, Reason: bridge.ReasonApprovalExpired, Op: e.Op,
 			Detail: fmt.Sprintf("nobody approved it within %s", ttl)}, nil, nil)
 	default:
 		return false

@@ -44,7 +44,7 @@ type cpuUsage struct {
 }
 
 // ReasonCeiling is the reason of a request rejected for an agent's ceiling.
-const ReasonCeiling = "ceiling"
+const ReasonCeiling = bridge.ReasonCeiling
 
 func (d *Daemon) loadCeilings() {
 	s := &d.ceil

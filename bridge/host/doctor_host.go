@@ -144,7 +144,7 @@ func uncertainFindings(h *bridge.Home, entries []LedgerEntry) []bridge.Finding {
 		if e.State != ledger.StateUncertain {
 			continue
 		}
-		if e.Reason == "record-lost" {
+		if e.Reason == bridge.ReasonRecordLost {
 			lost = append(lost, refName(names, e))
 		} else {
 			crashed = append(crashed, refName(names, e))

@@ -169,7 +169,7 @@ func (d *Daemon) evaluate(agent, id string) bool {
 			}
 		}
 		if d.opt.Now().Sub(ent.FirstSeen) > d.opt.PendingTimeout {
-			d.answer(j, evIncomplete, bridge.Receipt{Status: bridge.StatusRejected, Reason: "incomplete",
+			d.answer(j, evIncomplete, bridge.Receipt{Status: bridge.StatusRejected, Reason: bridge.ReasonIncomplete,
 				Detail: fmt.Sprintf("payload not complete after %s: %v", d.opt.PendingTimeout, err)}, nil, nil)
 		} else {
 			d.waiting(bridge.RequestPath(d.me, agent, id, bridge.ExtPayload), -1, err)
@@ -245,7 +245,7 @@ func (d *Daemon) deliver(j *job, expires time.Time) (ledger.Entry, bool) {
 			d.log.Warn("a request this host answered came back, and the ledger had no record of it: recording the answer it signed",
 				"key", j.key, "result", lostStatus)
 			d.count(evCatchUp)
-			d.record(j, evCatchUp, ent.State, ent.ResultSHA256, bridge.Receipt{Status: lostStatus, Reason: "record-lost"}, false)
+			d.record(j, evCatchUp, ent.State, ent.ResultSHA256, bridge.Receipt{Status: lostStatus, Reason: bridge.ReasonRecordLost}, false)
 			ent, _ = d.ledger.Get(j.key)
 			return ent, true
 		}
@@ -279,7 +279,7 @@ func (d *Daemon) answerLost(j *job, why string, notBefore time.Time) (resSHA, st
 	if _, ok := d.agentAck(j.agent, j.req.ID); ok {
 		return "", "" // the agent holds an answer, and took its files away
 	}
-	rc := bridge.Receipt{Status: bridge.StatusUncertain, Reason: "record-lost", PolicySHA256: d.pol().SHA256,
+	rc := bridge.Receipt{Status: bridge.StatusUncertain, Reason: bridge.ReasonRecordLost, PolicySHA256: d.pol().SHA256,
 		Detail: "the host's ledger lost this request's record (a repaired or restored ledger), and the host admitted it before (" +
 			why + "): it may have run. A human on the host settles it with `bridge reconcile`"}
 	resSHA, status, err := d.publishResult(j, rc, runner.Output{}, runner.Output{})
@@ -372,7 +372,7 @@ func (d *Daemon) cancelledBefore(j *job) bool {
 	if !d.cancelled(j.agent, j.req.ID) {
 		return false
 	}
-	d.answer(j, evCancelEarly, bridge.Receipt{Status: bridge.StatusCancelled, Reason: "cancelled", Detail: "cancelled before it ran"}, nil, nil)
+	d.answer(j, evCancelEarly, bridge.Receipt{Status: bridge.StatusCancelled, Reason: bridge.ReasonCancelled, Detail: "cancelled before it ran"}, nil, nil)
 	return true
 }
 

@@ -149,7 +149,7 @@ func (d *Daemon) catchUp(j *job, ent ledger.Entry, sha, status string) {
 	d.audit.log(AuditEvent{Event: "record-lost", Agent: ent.Agent, ID: ent.ID,
 		Detail: fmt.Sprintf("ledger %s; the folder holds a newer %s result of this host", ent.State, status)})
 	d.log.Warn("the ledger is behind a result this host signed: recording that result", "key", ent.Key, "state", ent.State, "result", status)
-	rc := bridge.Receipt{Status: status, Reason: "record-lost", Op: ent.Op}
+	rc := bridge.Receipt{Status: status, Reason: bridge.ReasonRecordLost, Op: ent.Op}
 	ev := evAdopt
 	if ent.State == ledger.StateUncertain {
 		ev = evCatchUp
@@ -240,11 +240,11 @@ func (d *Daemon) holdBehind(j *job, ent ledger.Entry) bool {
 	d.audit.log(AuditEvent{Event: "record-lost", Agent: ent.Agent, ID: ent.ID, Detail: fmt.Sprintf("ledger %s: %s", ent.State, why)})
 	if status != "" && status != bridge.StatusUncertain {
 		d.log.Warn("the ledger is behind a result this host signed: recording that result", "key", ent.Key, "state", ent.State, "result", status)
-		d.record(j, evAdopt, ent.State, resSHA, bridge.Receipt{Status: status, Reason: "record-lost", Op: ent.Op}, true)
+		d.record(j, evAdopt, ent.State, resSHA, bridge.Receipt{Status: status, Reason: bridge.ReasonRecordLost, Op: ent.Op}, true)
 		return true
 	}
 	d.count(evRecordLost)
-	rc := bridge.Receipt{Status: bridge.StatusUncertain, Reason: "record-lost", Op: ent.Op}
+	rc := bridge.Receipt{Status: bridge.StatusUncertain, Reason: bridge.ReasonRecordLost, Op: ent.Op}
 	if err := d.record(j, evRecordLost, ent.State, resSHA, rc, false); err != nil {
 		return true // violation: the daemon stops
 	}

@@ -249,7 +249,7 @@ func (d *Daemon) reconcile(key, as string) (*LedgerEntry, error) {
 	if as == "failed" {
 		status = bridge.StatusFailed
 	}
-	if err := d.answer(j, evSettle, bridge.Receipt{Status: status, Reason: "reconciled", Op: e.Op,
+	if err := d.answer(j, evSettle, bridge.Receipt{Status: status, Reason: bridge.ReasonReconciled, Op: e.Op,
 		Detail: "an operator settled the uncertain run as " + as}, nil, nil); err != nil {
 		return nil, err
 	}

@@ -120,7 +120,7 @@ func (d *Daemon) recoverOne(ent ledger.Entry) bool {
 		return false
 	}
 	unsure := func(detail string) {
-		d.answerOrRetry(j, evCrashUnsure, bridge.Receipt{Status: bridge.StatusUncertain, Reason: "crashed", Op: ent.Op, Detail: detail}, nil, nil)
+		d.answerOrRetry(j, evCrashUnsure, bridge.Receipt{Status: bridge.StatusUncertain, Reason: bridge.ReasonCrashed, Op: ent.Op, Detail: detail}, nil, nil)
 	}
 	if d.runsUnsure != "" {
 		// A process of the interrupted run may still be at work: neither a

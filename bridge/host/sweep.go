@@ -71,7 +71,7 @@ func (d *Daemon) sweepStalled() {
 			continue
 		}
 		if j, err := d.reload(e, keys); err == nil && !d.adopt(j, e) && !d.holdBehind(j, e) {
-			d.answer(j, evIncomplete, bridge.Receipt{Status: bridge.StatusRejected, Reason: "incomplete", Op: e.Op,
+			d.answer(j, evIncomplete, bridge.Receipt{Status: bridge.StatusRejected, Reason: bridge.ReasonIncomplete, Op: e.Op,
 				Detail: fmt.Sprintf("its files left the folder, and %s passed", d.opt.PendingTimeout)}, nil, nil)
 		}
 		d.release(e.Key)

@@ -1,0 +1,59 @@
+package bridge
+
+import (
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// SPEC §12 and the code name the same reasons: its list of file codes is
+// what Reason gives a refused file (and the receipt reasons that are file
+// codes too), and its table's reasons are ReceiptReasons. A reason added
+// on either side alone fails here (issue 28: past-expiry was written by
+// the host and in no table).
+func TestReasonsAreSpecTwelve(t *testing.T) {
+	spec, err := os.ReadFile("../docs/SPEC.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, sec, ok := strings.Cut(string(spec), "\n## 12. Reason codes\n")
+	if !ok {
+		t.Fatal("SPEC.md has no §12")
+	}
+	sec, _, _ = strings.Cut(sec, "\n## ")
+	list, table, ok := strings.Cut(sec, "| reason | status | meaning |")
+	if !ok {
+		t.Fatal("§12 has no table")
+	}
+	list, _, _ = strings.Cut(list, "A receipt's")
+	code := regexp.MustCompile("`([a-z-]+)`")
+	var files []string
+	for _, m := range code.FindAllStringSubmatch(list, -1) {
+		files = append(files, m[1])
+	}
+	row := regexp.MustCompile("(?m)^\\| `([a-z-]+)` \\|")
+	var receipts []string
+	for _, m := range row.FindAllStringSubmatch(table, -1) {
+		if !slices.Contains(receipts, m[1]) {
+			receipts = append(receipts, m[1])
+		}
+	}
+	// Reason's table also maps two receipt reasons (not-allowed, revoked,
+	// key-expired come from errors as well); the file list is the rest.
+	var fromErrors []string
+	for _, c := range FileReasons() {
+		if !slices.Contains(ReceiptReasons, c) {
+			fromErrors = append(fromErrors, c)
+		}
+	}
+	slices.Sort(files)
+	slices.Sort(fromErrors)
+	if !slices.Equal(files, fromErrors) {
+		t.Errorf("SPEC §12's file codes %v, Reason gives %v", files, fromErrors)
+	}
+	if !slices.Equal(receipts, ReceiptReasons) {
+		t.Errorf("SPEC §12's table %v, ReceiptReasons %v", receipts, ReceiptReasons)
+	}
+}
