@@ -31,7 +31,7 @@ func TestArgSchema(t *testing.T) {
 	}{
 		{"string", bridge.ArgInfo{Type: "string", Pattern: "[a-z]+", MaxLen: 10, AllowDash: true},
 			map[string]any{"type": "string", "pattern": "^(?:[a-z]+)$", "maxLength": 10.0,
-				"description": "(at most 10 bytes; must not start with '@'; must not start with '+')"}},
+				"description": "(one line: no line break or other control character (for text of several lines, an op that takes standard input); at most 10 bytes; must not start with '@'; must not start with '+')"}},
 		{"int", bridge.ArgInfo{Type: "int", Min: ptrTo(int64(-3)), Max: ptrTo(int64(9)), Default: ptrTo("4")},
 			map[string]any{"type": "integer", "minimum": -3.0, "maximum": 9.0, "default": 4.0, "description": "(default 4)"}},
 		{"bool", bridge.ArgInfo{Type: "bool", Default: ptrTo("true"), Description: "Loud."},
@@ -40,7 +40,7 @@ func TestArgSchema(t *testing.T) {
 			map[string]any{"type": "string", "enum": []any{"a", "b"}}},
 		{"path", bridge.ArgInfo{Type: "path", MustExist: true, Default: ptrTo("src")},
 			map[string]any{"type": "string", "minLength": 1.0, "maxLength": 4096.0, "default": "src",
-				"description": "(a path on the host, relative to the root the host set for this argument (it may not leave it); must exist; default \"src\")"}},
+				"description": "(a path on the host, relative to the root the host set for this argument, which it may not leave; must exist; default \"src\")"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

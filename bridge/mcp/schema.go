@@ -141,6 +141,9 @@ func argSchema(a bridge.ArgInfo) (*jsonschema.Schema, error) {
 	switch a.Type {
 	case "string":
 		s.Type = "string"
+		// The host refuses a line break or other control character in
+		// any value (a trial agent met it only in the error).
+		notes = append(notes, "one line: no line break or other control character (for text of several lines, an op that takes standard input)")
 		if a.MaxLen > 0 {
 			// max_len counts bytes, maxLength characters: the schema is
 			// at most looser, and the host holds the byte bound.
@@ -183,7 +186,7 @@ func argSchema(a bridge.ArgInfo) (*jsonschema.Schema, error) {
 	case "path":
 		s.Type = "string"
 		s.MinLength, s.MaxLength = ptr(1), ptr(maxPathLen)
-		notes = append(notes, "a path on the host, relative to the root the host set for this argument (it may not leave it)")
+		notes = append(notes, "a path on the host, relative to the root the host set for this argument, which it may not leave")
 		if a.MustExist {
 			notes = append(notes, "must exist")
 		}

@@ -440,29 +440,16 @@ type Outcome struct {
 // Outcome (every op tool, bridge_wait, bridge_result): what the server
 // instructions describe. A tool error has error and hint instead.
 var outcomeSchema = func() *jsonschema.Schema {
-	str := func(d string) *jsonschema.Schema { return &jsonschema.Schema{Type: "string", Description: d} }
-	boolean := func(d string) *jsonschema.Schema { return &jsonschema.Schema{Type: "boolean", Description: d} }
-	integer := func(d string) *jsonschema.Schema { return &jsonschema.Schema{Type: "integer", Description: d} }
+	// Types only: the server instructions describe the fields once (a
+	// trial found tools/list at 67 KB with them repeated per tool).
+	t := func(typ string) *jsonschema.Schema { return &jsonschema.Schema{Type: typ} }
+	status := t("string")
+	status.Enum = []any{"done", "failed", "rejected", "expired", "cancelled", "uncertain", "pending"}
 	return &jsonschema.Schema{Type: "object", Properties: map[string]*jsonschema.Schema{
-		"request_id":       str("The request's id: bridge_wait, bridge_status, bridge_logs and bridge_cancel take it."),
-		"host":             str("The host's name."),
-		"op":               str("The op."),
-		"status":           {Type: "string", Enum: []any{"done", "failed", "rejected", "expired", "cancelled", "uncertain", "pending"}, Description: "done: the op ran (exit_code says how it ended); failed: it never started, or a human settled it as failed; rejected: the host refused it (reason); expired; cancelled; uncertain: the host stopped while it ran and it may have had its effect (do not retry); pending: no answer yet (call bridge_wait)."},
-		"state":            str("While pending: submitted, awaiting-approval, running, rerun-ordered."),
-		"reason":           str("Why it was not done: not-allowed, bad-argument, denied, approval-expired, policy-changed, past-expiry, ..."),
-		"detail":           str("The host's words about the reason."),
-		"exit_code":        integer("The op's exit code, when it ran (status done)."),
-		"signal":           str("The signal that ended the op, if one did."),
-		"timed_out":        boolean("The op's time limit on the host stopped it."),
-		"stdout_bytes":     integer("Bytes of standard output: the text of this result carries them after --- stdout --- (head and tail when over 1 MiB)."),
-		"stderr_bytes":     integer("Bytes of standard error, after --- stderr --- in the text."),
-		"stdout_truncated": boolean("Part of standard output was left out (over the op's cap on the host, or over what a tool result carries)."),
-		"stderr_truncated": boolean("Part of standard error was left out."),
-		"earlier_send":     boolean("The answer to an earlier call with the same _key: it did not run again."),
-		"approval":         str("For an op that needs approval: the host's notice of when it was approved."),
-		"hint":             str("What to do next."),
-		"host_liveness":    {Type: "object", Description: "While pending: what the host's signed liveness stamp says, when it is not plainly serving."},
-		"error":            str("A tool error: what went wrong (with hint)."),
+		"request_id": t("string"), "host": t("string"), "op": t("string"), "status": status, "state": t("string"),
+		"reason": t("string"), "detail": t("string"), "exit_code": t("integer"), "signal": t("string"), "timed_out": t("boolean"),
+		"stdout_bytes": t("integer"), "stderr_bytes": t("integer"), "stdout_truncated": t("boolean"), "stderr_truncated": t("boolean"),
+		"earlier_send": t("boolean"), "approval": t("string"), "hint": t("string"), "host_liveness": t("object"), "error": t("string"),
 	}}
 }()
 

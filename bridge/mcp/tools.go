@@ -125,7 +125,7 @@ func (s *Server) addBridgeTools() {
 			panic(fmt.Sprintf("bridge mcp: internal error: %s schema: %v", t.name, err))
 		}
 		tool := &sdk.Tool{Name: t.name, Description: t.desc, InputSchema: schema,
-			Annotations: &sdk.ToolAnnotations{ReadOnlyHint: t.readOnly, OpenWorldHint: ptr(false)}}
+			Annotations: &sdk.ToolAnnotations{ReadOnlyHint: t.readOnly, IdempotentHint: t.readOnly, OpenWorldHint: ptr(false)}}
 		if t.outcome {
 			tool.OutputSchema = outcomeSchema
 		}

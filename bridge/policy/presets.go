@@ -38,23 +38,39 @@ const (
 )
 
 // writeFileScript writes standard input to the path argument ($1), a
-// resolved absolute path the policy confined to the repository; with
-// dry_run ($2) it shows the change as a diff and writes nothing. Nothing
-// under .git (any case: a case-insensitive disk): hooks and config there
-// would run code at the next commit.
+// resolved absolute path the policy confined to the repository (the op's
+// directory: what it says names the file relative to it, never the host's
+// path); with dry_run ($2) it shows the change as a diff that patch-apply
+// takes (a/ and b/ prefixes) and writes nothing. Nothing under .git (any
+// case: a case-insensitive disk): hooks and config there would run code
+// at the next commit, and config may hold credentials.
 const writeFileScript = `set -eu
 f=$1
+rel=${{f#"$PWD"/}}
 lc=$(printf '%s' "$f" | tr '[:upper:]' '[:lower:]')
-case "$lc/" in */.git/*) echo "write-file: refused: $f is inside .git, where hooks and config run code" >&2; exit 2;; esac
-if [ -d "$f" ]; then echo "write-file: $f is a directory" >&2; exit 2; fi
+case "$lc/" in */.git/*) echo "write-file: refused: $rel is inside .git, where hooks and config run code" >&2; exit 2;; esac
+if [ -d "$f" ]; then echo "write-file: $rel is a directory" >&2; exit 2; fi
 if [ "$2" = true ]; then
-  old=$f; [ -e "$f" ] || old=/dev/null
-  diff -u -- "$old" - || [ $? -eq 1 ]
+  if [ -e "$f" ]; then diff -u --label "a/$rel" --label "b/$rel" -- "$f" - || [ $? -eq 1 ]
+  else diff -u --label /dev/null --label "b/$rel" -- /dev/null - || [ $? -eq 1 ]; fi
   exit 0
 fi
 mkdir -p -- "$(dirname -- "$f")"
 cat > "$f"
-echo "wrote $f ($(wc -c < "$f") bytes)"`
+echo "wrote $rel ($(wc -c < "$f") bytes)"`
+
+// readFileScript prints the path argument ($1), a file of the repository,
+// never one under .git (its config may hold credentials).
+const readFileScript = `set -eu
+f=$1
+rel=${{f#"$PWD"/}}
+lc=$(printf '%s' "$f" | tr '[:upper:]' '[:lower:]')
+case "$lc/" in */.git/*) echo "read-file: refused: $rel is inside .git" >&2; exit 2;; esac
+if [ -d "$f" ]; then echo "read-file: $rel is a directory (git-ls-files lists the files)" >&2; exit 2; fi
+cat -- "$f"`
+
+// (A brace in an argv element is written twice: one alone starts a
+// template reference, {path}.)
 
 // tomlString quotes s as a TOML basic string.
 func tomlString(s string) string {
@@ -91,6 +107,15 @@ default = "HEAD"`},
 scope = "read"
 idempotent = true
 stdin = "none"`},
+		{"read-file", "print a file of the repository as it is now (never under .git)", `argv = ["sh", "-c", ` + tomlString(readFileScript) + `, "read-file", "{path}"]
+scope = "read"
+idempotent = true
+stdin = "none"
+[ops.read-file.args.path]
+type = "path"
+description = "the file, relative to the repository"
+root = "{{repo}}"
+must_exist = true`},
 		{"git-ls-files", "the files git tracks", `argv = ["git", "ls-files"]
 scope = "read"
 idempotent = true
@@ -138,14 +163,12 @@ type = "path"
 description = "a file or directory of the repository"
 root = "{{repo}}"
 must_exist = true`},
-		{"git-commit", "commit what is staged, with a message; a human approves each", `argv = ["git", "commit", "-m", "{message}"]
+		{"git-commit", "commit what is staged, with the message on standard input (a subject line, a blank line, a body); a human approves each, seeing the message", `argv = ["git", "commit", "--file", "-", "--cleanup", "strip"]
 scope = "write"
 approve = true
-stdin = "none"
-[ops.git-commit.args.message]
-type = "string"
-description = "the commit message"
-max_len = 2000`},
+stdin = "required"
+stdin_hint = "the commit message"
+max_stdin = "64KiB"`},
 	}},
 	{Name: "go", Summary: "a Go module's tests, vet and build", Ops: []PresetOp{
 		{"go-test", "run the tests (go test ./...)", `argv = ["go", "test", "./..."]

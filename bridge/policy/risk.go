@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 )
@@ -92,7 +93,19 @@ func scriptRunsTreeCode(shell, script, dir string) string {
 			word.Reset()
 		}
 	}
-	for _, r := range script {
+	rs := []rune(script)
+	for k := 0; k < len(rs); k++ {
+		r := rs[k]
+		if r == '$' && k+1 < len(rs) && rs[k+1] == '{' {
+			// ${NAME...}: a parameter expansion, part of its word.
+			end := k + 1
+			for end < len(rs) && rs[end] != '}' {
+				end++
+			}
+			word.WriteString(string(rs[k:min(end+1, len(rs))]))
+			k = end
+			continue
+		}
 		switch r {
 		case ' ', '\t':
 			flush()
@@ -115,9 +128,15 @@ func scriptRunsTreeCode(shell, script, dir string) string {
 			continue
 		}
 		switch {
+		case assignment.MatchString(w):
+			starts[i+1] = true // NAME=VALUE (its value may expand): a command follows
+			continue
 		case strings.Contains(w, "$") || w == "eval":
 			// "$@", $CMD, eval: the command is chosen when it runs.
 			return fmt.Sprintf("its %s -c script runs a command it only knows when it runs (%s), in its working directory %s", shell, words[i], dir)
+		case keywords[w]:
+			starts[i+1] = true // if, then, while, !: a command follows
+			continue
 		case prefixWords[w]:
 			// Its options and their values (nice -n 5, sudo -u bob) come
 			// before the command: every word up to the next separator is
@@ -125,9 +144,6 @@ func scriptRunsTreeCode(shell, script, dir string) string {
 			for j := i + 1; j < len(words) && !starts[j]; j++ {
 				starts[j] = true
 			}
-			continue
-		case strings.Contains(w, "=") && !strings.HasPrefix(w, "="):
-			starts[i+1] = true // NAME=VALUE: a command follows
 			continue
 		case w == "." || w == "source" || (!filepath.IsAbs(w) && strings.Contains(w, "/")):
 			return fmt.Sprintf("its %s -c script runs %q from its working directory %s", shell, strings.Join(words[i:min(i+2, len(words))], " "), dir)
@@ -144,9 +160,16 @@ func scriptRunsTreeCode(shell, script, dir string) string {
 	return ""
 }
 
-// prefixWords come before a command in a shell script.
-var prefixWords = map[string]bool{"if": true, "then": true, "else": true, "elif": true, "while": true, "until": true, "do": true,
-	"!": true, "exec": true, "command": true, "env": true, "time": true, "nice": true, "nohup": true, "xargs": true, "sudo": true}
+// assignment is a shell word that sets a variable (before a command, or
+// alone).
+var assignment = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*=`)
+
+// prefixWords come before a command in a shell script, with options of
+// their own.
+var prefixWords = map[string]bool{"exec": true, "command": true, "env": true, "time": true, "nice": true, "nohup": true, "xargs": true, "sudo": true}
+
+// keywords of the shell come before a command.
+var keywords = map[string]bool{"if": true, "then": true, "else": true, "elif": true, "while": true, "until": true, "do": true, "!": true}
 
 // Warnings are what `bridge policy check` says of a policy that loads but
 // may not mean what its author thinks: today, an op labelled read-only that

@@ -829,6 +829,7 @@ func argRules(a bridge.ArgInfo, quote func(string) string) []string {
 		}
 		rules = append(rules, r)
 	case "string":
+		rules = append(rules, "one line")
 		if a.Pattern != "" {
 			rules = append(rules, "must match "+quote(a.Pattern)+" as a whole")
 		}
