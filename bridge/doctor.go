@@ -2,6 +2,7 @@ package bridge
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io/fs"
 	"net/url"
@@ -179,6 +180,7 @@ func CheckHome(h *Home, opt DoctorOptions) []Finding {
 	// The Syncthing nudge: without it every hop waits for Syncthing's
 	// watcher, which people take for the bridge being slow.
 	if fi, err := os.Stat(filepath.Join(folder, ".stfolder")); err == nil && fi.IsDir() {
+		doctorStignore(folder, add)
 		cfg, cerr := h.SyncthingConfig()
 		switch {
 		case cerr != nil:
@@ -302,5 +304,38 @@ func doctorResultsRoute(h *Home, n *Nudger, add func(check, sev, fix, format str
 	}
 	for _, p := range problems {
 		add("syncthing-results", SeverityProblem, p.Hint, "%s", p.Message)
+	}
+}
+
+// doctorStignore checks that a Syncthing bridge folder leaves out the sync
+// clients' temporary files (docs/OPERATIONS.md): without the lines, one
+// side's partial files travel as files of the folder.
+func doctorStignore(folder string, add func(check, sev, fix, format string, args ...any)) {
+	data, err := os.ReadFile(filepath.Join(folder, ".stignore"))
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		add("syncthing-ignore", SeverityWarn, "", "cannot read the bridge folder's .stignore: %v", err)
+		return
+	}
+	lines := map[string]bool{}
+	include := false
+	for _, l := range strings.Split(string(data), "\n") {
+		l = strings.TrimSpace(l)
+		include = include || strings.HasPrefix(l, "#include")
+		lines[strings.TrimPrefix(l, "(?d)")] = true
+	}
+	var missing []string
+	for _, want := range tempIgnores {
+		if !lines[strings.TrimPrefix(want, "(?d)")] {
+			missing = append(missing, want)
+		}
+	}
+	switch {
+	case len(missing) == 0:
+		add("syncthing-ignore", SeverityOK, "", "the bridge folder's .stignore leaves out the sync clients' temporary files")
+	case include:
+		add("syncthing-ignore", SeverityOK, "", "the bridge folder's .stignore includes other files; make sure they leave out %s", strings.Join(missing, " and "))
+	default:
+		add("syncthing-ignore", SeverityWarn, "bridge syncthing setup adds them (or add the lines to .stignore by hand, docs/OPERATIONS.md)",
+			"the bridge folder's .stignore lacks %s: the sync clients' temporary files would travel as files of the folder", strings.Join(missing, " and "))
 	}
 }

@@ -230,6 +230,11 @@ func plainDirIn(base, rel string, create bool) (string, error) {
 	return cur, nil
 }
 
+// tempIgnores are the ignore lines of the sync clients' temporary files
+// (docs/OPERATIONS.md), which `syncthing setup` puts in the bridge
+// folder's rules when they are missing.
+var tempIgnores = []string{"(?d)~$*", "(?d)*.tmp"}
+
 // resultsFolderID is the Syncthing folder id of a host's results directory
 // shared on its own: derived from the host's id, so the host's and the
 // agent's setup make the same one.
@@ -289,7 +294,13 @@ func SyncthingSetup(h *Home, o SyncthingSetupOptions) (*SyncthingSetupReport, er
 		if errors.Is(err, errSyncthingKey) {
 			return nil, WithHint(fmt.Errorf("syncthing setup: %w", err), "the key is Settings > GUI > API Key in Syncthing; pass it with --key")
 		}
-		return nil, WithHint(fmt.Errorf("syncthing setup: %w", err), "is Syncthing running on this machine, with its GUI at %s?", rep.API)
+		hint := fmt.Sprintf("is Syncthing running on this machine, with its GUI at %s?", rep.API)
+		if rep.ConfigXML != "" {
+			// Syncthing started with --gui-address listens elsewhere than
+			// its config.xml says.
+			hint += fmt.Sprintf(" (read from %s; a Syncthing started with --gui-address listens elsewhere: pass --api URL)", rep.ConfigXML)
+		}
+		return nil, WithHint(fmt.Errorf("syncthing setup: %w", err), "%s", hint)
 	}
 	bridgeDir := h.Config.Folder
 	var root *stFolderConfig
@@ -310,6 +321,22 @@ func SyncthingSetup(h *Home, o SyncthingSetupOptions) (*SyncthingSetupReport, er
 			inside[filepath.ToSlash(rel)] = f.ID
 		}
 	}
+	// The bridge folder's ignore rules: the temporary files of the sync
+	// clients (OPERATIONS.md), and with --share-results each results
+	// directory, which travels as a folder of its own.
+	var ignores struct {
+		Ignore []string `json:"ignore"`
+	}
+	if err := c.call("GET", "/rest/db/ignores?folder="+url.QueryEscape(root.ID), nil, &ignores); err != nil {
+		return nil, fmt.Errorf("syncthing setup: %w", err)
+	}
+	newIgnores := slices.Clone(ignores.Ignore)
+	for _, line := range tempIgnores {
+		if !slices.ContainsFunc(newIgnores, func(l string) bool { return strings.TrimPrefix(l, "(?d)") == strings.TrimPrefix(line, "(?d)") }) {
+			newIgnores = append(newIgnores, line)
+			rep.IgnoreLine = append(rep.IgnoreLine, line)
+		}
+	}
 	if o.ShareResults {
 		var hosts []string
 		if h.Config.Role == "host" {
@@ -328,13 +355,6 @@ func SyncthingSetup(h *Home, o SyncthingSetupOptions) (*SyncthingSetupReport, er
 				return nil, WithHint(errors.New("syncthing setup: --share-results: this agent trusts no host yet"), "pair first (`bridge pair`), then run this again")
 			}
 		}
-		var ignores struct {
-			Ignore []string `json:"ignore"`
-		}
-		if err := c.call("GET", "/rest/db/ignores?folder="+url.QueryEscape(root.ID), nil, &ignores); err != nil {
-			return nil, fmt.Errorf("syncthing setup: %w", err)
-		}
-		newIgnores := slices.Clone(ignores.Ignore)
 		for _, host := range hosts {
 			rel := HostDir(host) + "/" + toAgentDir
 			line := "/" + rel
@@ -361,14 +381,14 @@ func SyncthingSetup(h *Home, o SyncthingSetupOptions) (*SyncthingSetupReport, er
 			if err := c.call("PUT", "/rest/config/folders/"+url.PathEscape(id), nf, nil); err != nil {
 				return nil, fmt.Errorf("syncthing setup: add the results folder: %w", err)
 			}
-			if err := c.call("POST", "/rest/db/ignores?folder="+url.QueryEscape(id), map[string]any{"ignore": []string{"(?d)~$*", "(?d)*.tmp"}}, nil); err != nil {
+			if err := c.call("POST", "/rest/db/ignores?folder="+url.QueryEscape(id), map[string]any{"ignore": tempIgnores}, nil); err != nil {
 				return nil, fmt.Errorf("syncthing setup: ignore rules of the results folder: %w", err)
 			}
 		}
-		if len(rep.IgnoreLine) > 0 && !o.DryRun {
-			if err := c.call("POST", "/rest/db/ignores?folder="+url.QueryEscape(root.ID), map[string]any{"ignore": newIgnores}, nil); err != nil {
-				return nil, fmt.Errorf("syncthing setup: leave the results out of the bridge folder: %w", err)
-			}
+	}
+	if len(rep.IgnoreLine) > 0 && !o.DryRun {
+		if err := c.call("POST", "/rest/db/ignores?folder="+url.QueryEscape(root.ID), map[string]any{"ignore": newIgnores}, nil); err != nil {
+			return nil, fmt.Errorf("syncthing setup: the bridge folder's ignore rules: %w", err)
 		}
 	}
 	spec := []string{root.ID}

@@ -159,16 +159,18 @@ func (c *Client) answered(host, id string) bool {
 	return c.keptStatus(id) != ""
 }
 
-// Approval is the text of the host's notice that a human approved request
-// id ("" if there is none): when, and as whom.
-func (c *Client) Approval(id string) string {
+// Approval is the host's notice that a human approved request id sent to
+// host ("" if there is none): when, and as which account, made one line,
+// escaped and cut as any host text (bridge.HostText). Only that host's
+// notice counts: another host this agent trusts cannot speak for it.
+func (c *Client) Approval(host, id string) string {
 	items, err := c.Inbox()
 	if err != nil {
 		return ""
 	}
 	for _, it := range items {
-		if it.Note.Kind == "notice" && it.Note.Event == "approved" && it.Note.Request == id {
-			return it.Note.Text
+		if it.Host == host && it.Note.Kind == "notice" && it.Note.Event == "approved" && it.Note.Request == id {
+			return bridge.HostText(it.Note.Text)
 		}
 	}
 	return ""

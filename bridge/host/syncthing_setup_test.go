@@ -54,6 +54,20 @@ func TestSyncthingSetup(t *testing.T) {
 		if folder.Path != side.in.folderPath(rel) || len(folder.Devices) != 2 {
 			t.Fatalf("results folder on %s: %+v", side.in.name, folder)
 		}
+		// The bridge folder leaves out the sync clients' temporary files
+		// (a new user found only the results line there).
+		var ign struct {
+			Ignore []string `json:"ignore"`
+		}
+		if err := st.api(side.in, "GET", "/rest/db/ignores?folder="+stFolderID, nil, &ign); err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Contains(ign.Ignore, "(?d)~$*") || !slices.Contains(ign.Ignore, "(?d)*.tmp") || !slices.Contains(ign.Ignore, "/"+rel) {
+			t.Fatalf("the bridge folder's ignore rules on %s: %v", side.in.name, ign.Ignore)
+		}
+		if f := doctorFinding(t, side.home, "syncthing-ignore"); f.Severity != bridge.SeverityOK {
+			t.Fatalf("doctor on %s: %+v", side.in.name, f)
+		}
 		// Run again: nothing more to add.
 		again, err := bridge.SyncthingSetup(side.home, bridge.SyncthingSetupOptions{ConfigXML: filepath.Join(side.in.home, "config.xml"), ShareResults: true})
 		if err != nil || len(again.Created) != 0 || len(again.IgnoreLine) != 0 || again.Folders != want {
@@ -188,4 +202,16 @@ func TestHalfDoneFastPath(t *testing.T) {
 	if msg := doctorSays(p.agent, "syncthing-nudge", bridge.SeverityProblem); !strings.Contains(msg, "does not answer") || !strings.Contains(msg, "start Syncthing here") {
 		t.Fatalf("agent's doctor, Syncthing stopped: %s", msg)
 	}
+}
+
+// doctorFinding is CheckHome's finding of check (fails the test if none).
+func doctorFinding(t *testing.T, h *bridge.Home, check string) bridge.Finding {
+	t.Helper()
+	for _, f := range bridge.CheckHome(h, bridge.DoctorOptions{}) {
+		if f.Check == check {
+			return f
+		}
+	}
+	t.Fatalf("doctor: no %s finding", check)
+	return bridge.Finding{}
 }

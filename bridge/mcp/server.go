@@ -334,7 +334,7 @@ func (s *Server) await(ctx context.Context, req *sdk.CallToolRequest, cl *agent.
 		if cl.Ack(out) != nil {
 			s.opts.Logger.Warn("could not ack", "id", id)
 		}
-		return outcomeResult(cl, out)
+		return outcomeResult(cl, out, s.needsApproval(out))
 	}
 	if ctx.Err() != nil {
 		// The client gave up on the call; the request stays queued.
@@ -456,7 +456,7 @@ var outcomeSchema = func() *jsonschema.Schema {
 // outcomeResult is a verified result as a tool result: an answer when the
 // op ran (whatever its exit code), a tool error when the host refused it
 // or did not finish it.
-func outcomeResult(cl *agent.Client, out *agent.Outcome) *sdk.CallToolResult {
+func outcomeResult(cl *agent.Client, out *agent.Outcome, approve bool) *sdk.CallToolResult {
 	defer out.Close()
 	rc := out.Receipt
 	stdout, stderr := &headTail{most: maxToolOutput}, &headTail{most: maxToolOutput}
@@ -465,8 +465,11 @@ func outcomeResult(cl *agent.Client, out *agent.Outcome) *sdk.CallToolResult {
 	}
 	o := Outcome{RequestID: rc.ID, Host: out.Sent.HostName, Op: rc.Op, Status: rc.Status, Reason: rc.Reason, Detail: rc.Detail,
 		Signal: rc.Signal, TimedOut: rc.TimedOut, stdout: stdout.String(), stderr: stderr.String(), StdoutBytes: stdout.total, StderrBytes: stderr.total,
-		StdoutTruncated: rc.StdoutTruncated || stdout.left() > 0, StderrTruncated: rc.StderrTruncated || stderr.left() > 0, EarlierSend: out.Earlier,
-		Approval: cl.Approval(rc.ID)}
+		StdoutTruncated: rc.StdoutTruncated || stdout.left() > 0, StderrTruncated: rc.StderrTruncated || stderr.left() > 0, EarlierSend: out.Earlier}
+	if approve {
+		// Only for an op that needs approval: the inbox is read whole.
+		o.Approval = cl.Approval(out.Sent.Host, rc.ID)
+	}
 	var b strings.Builder
 	if rc.Status == bridge.StatusDone {
 		code := rc.ExitCode
@@ -719,4 +722,17 @@ func (h *headTail) String() string {
 		return string(h.head) + string(h.kept())
 	}
 	return fmt.Sprintf("%s\n[… %d bytes left out …]\n%s", h.head, h.left(), h.kept())
+}
+
+// needsApproval reports whether the op of out's request needs a human's
+// approval, by the tools served now.
+func (s *Server) needsApproval(out *agent.Outcome) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, t := range s.tools {
+		if t.host == out.Sent.Host && t.op.Name == out.Receipt.Op {
+			return t.op.Approve
+		}
+	}
+	return false
 }

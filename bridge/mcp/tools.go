@@ -67,7 +67,7 @@ func (s *Server) addBridgeTools() {
 					return errorResult(err, "")
 				}
 				cl.Ack(out)
-				return outcomeResult(cl, out)
+				return outcomeResult(cl, out, s.needsApproval(out))
 			}},
 		{name: "bridge_cancel",
 			desc: "Ask the host to cancel a request: it does not run, or is stopped if it runs (its result then says cancelled). An op stopped while running may have had part of its effect.",

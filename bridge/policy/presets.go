@@ -37,40 +37,66 @@ const (
 	envRust   = `env = ["PATH", "HOME", "CARGO_HOME", "RUSTUP_HOME", "RUSTUP_TOOLCHAIN"]`
 )
 
-// writeFileScript writes standard input to the path argument ($1), a
-// resolved absolute path the policy confined to the repository (the op's
-// directory: what it says names the file relative to it, never the host's
-// path); with dry_run ($2) it shows the change as a diff that patch-apply
-// takes (a/ and b/ prefixes) and writes nothing. Nothing under .git (any
-// case: a case-insensitive disk): hooks and config there would run code
-// at the next commit, and config may hold credentials.
-const writeFileScript = `set -eu
+// The file ops check, in the directory itself, what the daemon checked at
+// render time: a path is confined as the tree is then, and another op
+// could change the tree in between (a patch that turns a directory into a
+// link to .git, red team of the presets). So each moves into the file's
+// directory (cd -P: from then on no rename on the way can move it
+// elsewhere), checks that the real directory is inside the repository and
+// not under .git (any case: a case-insensitive disk; hooks and config
+// there run code at the next git command, and config may hold
+// credentials), refuses a link at the name, and works on the name from
+// there. The preset's agent also runs one op at a time (max_concurrent).
+// What they say names the file relative to the repository, never the
+// host's path. (A brace in a script is written twice: {path} is a
+// template reference.)
+const fileOpPrologue = `set -eu
 f=$1
 rel=${{f#"$PWD"/}}
-lc=$(printf '%s' "$f" | tr '[:upper:]' '[:lower:]')
-case "$lc/" in */.git/*) echo "write-file: refused: $rel is inside .git, where hooks and config run code" >&2; exit 2;; esac
-if [ -d "$f" ]; then echo "write-file: $rel is a directory" >&2; exit 2; fi
-if [ "$2" = true ]; then
-  if [ -e "$f" ]; then diff -u --label "a/$rel" --label "b/$rel" -- "$f" - || [ $? -eq 1 ]
+root=$(pwd -P)
+refuse() {{ echo "$op: refused: $rel $1" >&2; exit 2; }}
+lower() {{ printf '%s/' "$1" | tr '[:upper:]' '[:lower:]'; }}
+case "$(lower "$f")" in */.git/*) refuse "is inside .git, where hooks and config run code";; esac
+dir=$(dirname -- "$f")
+base=$(basename -- "$f")
+`
+
+// enterDir moves into the file's directory and checks it there.
+const enterDir = `cd -P -- "$dir" 2>/dev/null || refuse "has no directory to go into"
+here=$(pwd -P)
+case "$here/" in "$root"/*) ;; *) refuse "is not inside the repository (a link on the way)";; esac
+case "$(lower "$here")" in */.git/*) refuse "is inside .git";; esac
+if [ -L "$base" ]; then refuse "is a symbolic link"; fi
+if [ -d "$base" ]; then refuse "is a directory"; fi
+`
+
+// writeFileScript writes standard input to the path argument ($1), a
+// resolved absolute path the policy confined to the repository: through a
+// new file in the same directory, made with noclobber (O_EXCL: never
+// through a link), then renamed over the name (which replaces a link
+// rather than following it), the old file's executable bit kept. With
+// dry_run ($2) it shows the change as a diff that patch-apply takes (a/
+// and b/ prefixes) and writes nothing.
+const writeFileScript = `op=write-file
+` + fileOpPrologue + `if [ "$2" = true ]; then
+  if [ -d "$dir" ]; then
+` + enterDir + `  fi
+  if [ -e "./$base" ] && [ -d "$dir" ]; then diff -u --label "a/$rel" --label "b/$rel" -- "./$base" - || [ $? -eq 1 ]
   else diff -u --label /dev/null --label "b/$rel" -- /dev/null - || [ $? -eq 1 ]; fi
   exit 0
 fi
-mkdir -p -- "$(dirname -- "$f")"
-cat > "$f"
-echo "wrote $rel ($(wc -c < "$f") bytes)"`
+mkdir -p -- "$dir"
+` + enterDir + `tmp=".write-file.$$.tmp"
+set -C
+cat > "$tmp"
+if [ -x "$base" ]; then chmod +x "$tmp"; fi
+mv -f -- "$tmp" "$base"
+echo "wrote $rel ($(wc -c < "$base") bytes)"`
 
 // readFileScript prints the path argument ($1), a file of the repository,
-// never one under .git (its config may hold credentials).
-const readFileScript = `set -eu
-f=$1
-rel=${{f#"$PWD"/}}
-lc=$(printf '%s' "$f" | tr '[:upper:]' '[:lower:]')
-case "$lc/" in */.git/*) echo "read-file: refused: $rel is inside .git" >&2; exit 2;; esac
-if [ -d "$f" ]; then echo "read-file: $rel is a directory (git-ls-files lists the files)" >&2; exit 2; fi
-cat -- "$f"`
-
-// (A brace in an argv element is written twice: one alone starts a
-// template reference, {path}.)
+// never one under .git, checked as writeFileScript checks.
+const readFileScript = `op=read-file
+` + fileOpPrologue + enterDir + `cat -- "./$base"`
 
 // tomlString quotes s as a TOML basic string.
 func tomlString(s string) string {
@@ -79,7 +105,7 @@ func tomlString(s string) string {
 }
 
 var presets = []Preset{
-	{Name: "git", Summary: "read the repository and its history; change files only by a checked patch or a confined write, undoable; commit with a human's approval", Ops: []PresetOp{
+	{Name: "git", Summary: "read the repository and its history; change files only by a patch (checked first, undone with the same diff) or a confined write (previewed with dry_run); commit with a human's approval", Ops: []PresetOp{
 		{"git-status", "the branch and the changed files (git status --short --branch)", `argv = ["git", "status", "--short", "--branch"]
 scope = "read"
 idempotent = true
@@ -213,7 +239,7 @@ scope = "execute"
 stdin = "none"
 timeout = "20m"
 ` + envPython},
-		{"py-lint", "check that every .py file parses (writes nothing; add your own linter as an op for more)", `argv = ["python3", "-I", "-c", "import ast, pathlib, sys\nbad = 0\nfor p in sorted(pathlib.Path('.').rglob('*.py')):\n    try:\n        ast.parse(p.read_bytes(), str(p))\n    except SyntaxError as e:\n        print('%s:%s: %s' % (e.filename, e.lineno, e.msg)); bad += 1\nsys.exit(1 if bad else 0)"]
+		{"py-lint", "check that every .py file parses (writes nothing; files that are links or over 4 MiB are left out; add your own linter as an op for more)", `argv = ["python3", "-I", "-c", "import ast, pathlib, sys\nbad = 0\nfor p in sorted(pathlib.Path('.').rglob('*.py')):\n    if p.is_symlink() or not p.is_file() or p.stat().st_size > 4 << 20:\n        continue\n    try:\n        ast.parse(p.read_bytes(), str(p))\n    except SyntaxError as e:\n        print('%s:%s: %s' % (e.filename, e.lineno, e.msg)); bad += 1\nsys.exit(1 if bad else 0)"]
 scope = "read"
 idempotent = true
 stdin = "none"
@@ -281,7 +307,9 @@ func RenderPresets(names []string, repo, agent string) (string, []string, error)
 			}
 		}
 	}
-	fmt.Fprintf(&b, "\n[agents.%s]\nops = [", agent)
+	// One op at a time: the file ops check the tree as it is when they
+	// run, and a patch applied meanwhile must not change it under them.
+	fmt.Fprintf(&b, "\n[agents.%s]\nmax_concurrent = 1 # one op at a time: ops that change the tree never race each other (a second one sent meanwhile is refused \"ceiling\": send it again)\nops = [", agent)
 	for i, o := range ops {
 		if i > 0 {
 			b.WriteString(", ")

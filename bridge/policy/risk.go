@@ -79,8 +79,9 @@ func (o *op) runsTreeCode() string {
 // working directory dir, or "": a command of it (the first word after a
 // separator, past assignments and words such as if, then, exec, env) that
 // is a code runner (with its subcommand, as for argv), a relative path
-// with a slash (./configure, scripts/x), or . and source; or any word
-// starting ./ or ../ (an argument that is a script of the tree). It reads
+// with a slash (./configure, scripts/x), or . and source. (An argument
+// such as cat's ./file reads the tree; sh ./x.sh is the code runner sh.)
+// It reads
 // the script as words, not as a shell would, and errs towards warning: a
 // command word with an expansion in it, or eval, is warned of.
 func scriptRunsTreeCode(shell, script, dir string) string {
@@ -121,9 +122,6 @@ func scriptRunsTreeCode(shell, script, dir string) string {
 		// Quotes and backslashes only hide a word from this reading
 		// ('make', \make): gone, as the shell removes them.
 		w := strings.NewReplacer(`'`, "", `"`, "", `\`, "").Replace(words[i])
-		if strings.HasPrefix(w, "./") || strings.HasPrefix(w, "../") {
-			return fmt.Sprintf("its %s -c script names %s, in its working directory %s", shell, w, dir)
-		}
 		if !starts[i] {
 			continue
 		}

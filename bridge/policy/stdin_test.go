@@ -176,7 +176,7 @@ scope = "read"
 	}
 	wantSh := []string{
 		`op "shargs" has scope "read", but its sh -c script runs a command it only knows when it runs ("$@")`,
-		`op "shdot" has scope "read", but its sh -c script names ./configure`,
+		`op "shdot" has scope "read", but its sh -c script runs "./configure --prefix=/usr" from its working directory`,
 		`op "sheval" has scope "read", but its sh -c script runs a command it only knows when it runs (eval)`,
 		`op "shgo" has scope "read", but its sh -c script runs go test, which runs code`,
 		`op "shmake" has scope "read", but its bash -c script runs make, which runs code it finds`,

@@ -224,7 +224,8 @@ func buildGuide(h *bridge.Home, cl *agent.Client, only string) (*guideDoc, error
 				var args []guideArg
 				for _, a := range op.Args {
 					args = append(args, guideArg{name: a.Name, typ: a.Type, pattern: a.Pattern, required: a.Required, values: a.Values,
-						min: a.Min, max: a.Max, maxLen: a.MaxLen, allowDash: a.AllowDash, allowAt: a.AllowAt, allowP: a.AllowPlus})
+						min: a.Min, max: a.Max, maxLen: a.MaxLen, allowDash: a.AllowDash, allowAt: a.AllowAt, allowP: a.AllowPlus,
+						newFile: a.Type == "path" && !a.MustExist && op.StdinMode() == bridge.StdinRequired})
 				}
 				cmd, complete := exampleCommand(hostFlag, op.Name, op.Idempotent, args)
 				if op.StdinMode() == bridge.StdinRequired {
@@ -280,6 +281,10 @@ type guideArg struct {
 	min, max                   *int64
 	maxLen                     int
 	allowDash, allowAt, allowP bool
+	// newFile: a path that need not exist, of an op that takes its input
+	// (a file it writes, such as write-file): the root itself, a
+	// directory, would not do as the example.
+	newFile bool
 }
 
 // exampleCommand is a `bridge run` line for op with a value for each
@@ -332,6 +337,9 @@ func exampleValue(a guideArg) (string, bool) {
 		}
 		return strconv.FormatInt(v, 10), true
 	case "path":
+		if a.newFile {
+			return "example.txt", true
+		}
 		return ".", true // relative to the argument's root on the host: the root itself
 	case "string":
 		v := "example"

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -70,12 +71,12 @@ func (c *InitCmd) Run(g *Globals) error {
 	}
 	g.printf("initialised %s %q in %s\n", c.Role, h.Config.Name, h.Dir)
 	g.printf("id          %s\nfingerprint %s\n\n", h.Config.ID, h.Bundle().Fingerprint())
-	g.printf("Give this line to the other side (`bridge keys trust LINE`):\n%s\n", h.BundleText())
+	g.printf("The other side pairs with it from the folder (`bridge pair`, comparing this fingerprint); or give it this line (`bridge keys trust LINE`):\n%s\n", h.BundleText())
 	if c.Role == "host" {
-		g.printf("\nNext: `bridge policy init --agent NAME` writes a starter policy (%s); run `bridge serve`;\n", h.Path(bridge.PolicyName))
-		g.printf("once the agent has paired, pair it here: `bridge pair --fingerprint <the agent's fingerprint>`.\n")
+		g.printf("\nNext: `bridge policy init --agent NAME` writes a starter policy (%s; or --preset git,go --repo DIR for a repository); run `bridge serve`;\n", h.Path(bridge.PolicyName))
+		g.printf("once the agent has paired, pair it here: `bridge pair --wait --fingerprint <the agent's fingerprint>`.\n")
 	} else {
-		g.printf("\nNext: `bridge pair --fingerprint <the host's fingerprint>`; then on the host, `bridge pair --fingerprint %s`.\n", h.Bundle().Fingerprint())
+		g.printf("\nNext: `bridge pair --fingerprint <the host's fingerprint>`; then on the host, `bridge pair --wait --fingerprint %s`.\n", h.Bundle().Fingerprint())
 		// The agent is usually an AI: tell the human how to tell it.
 		g.printf("Once the host serves, tell your AI agent how to use it, from the host's catalog:\n")
 		g.printf("  bridge guide --format agents-md --out AGENTS.md    (a section of AGENTS.md, replaced on each run)\n")
@@ -348,7 +349,23 @@ func (c *PairCmd) Run(g *Globals) error {
 		}
 		return true
 	}
-	if c.Wait.set && waiting() {
+	// A fingerprint of a peer trusted already: nothing to wait for (a
+	// script re-runs `pair --wait --fingerprint X`; without --wait it says
+	// "already paired").
+	trustedFP := false
+	if want != "" && c.Peer == "" {
+		if peers, err := h.Peers(); err == nil {
+			for _, p := range peers {
+				if _, b, err := h.Peer(p.ID); err == nil && compactFingerprint(b.Fingerprint()) == want {
+					trustedFP = true
+				}
+			}
+		}
+		if trustedFP && !slices.ContainsFunc(pick, func(cd bridge.Candidate) bool { return compactFingerprint(cd.Fingerprint) == want }) {
+			pick = nil // the peer named is trusted: other bundles in the folder are not the question
+		}
+	}
+	if c.Wait.set && !trustedFP && waiting() {
 		// A second's poll of a few files: the sync client's pace anyway.
 		ctx, stop := signalContext()
 		defer stop()
@@ -370,8 +387,12 @@ func (c *PairCmd) Run(g *Globals) error {
 			if errors.Is(ctx.Err(), context.Canceled) {
 				return &codeError{code: exitInterrupt, err: errors.New("pair: interrupted while waiting for the other side's bundle")}
 			}
+			other := "did the host run `bridge init host` with this very folder?"
+			if h.Config.Role == "host" {
+				other = "did the agent run `bridge pair` (or `bridge keys trust`) with this very folder? It publishes its bundle then"
+			}
 			return &codeError{code: exitWaitTime, err: withHintf(fmt.Errorf("pair: no new peer bundle arrived in the folder within %s", c.Wait.d),
-				"did the other side run `bridge init host` (host) or `bridge pair`/`bridge keys trust` (agent) with this very folder? `bridge doctor` on both sides checks the folder and its sync")}
+				"%s `bridge doctor` on both sides checks the folder and its sync", other)}
 		}
 	}
 	if want := strings.ToLower(strings.TrimSpace(c.Fingerprint)); len(pick) > 1 && want != "" {
@@ -489,7 +510,24 @@ func (c *PairCmd) Run(g *Globals) error {
 		return g.printJSON(map[string]any{"name": p.Name, "role": p.Role, "id": p.ID, "fingerprint": cd.Fingerprint})
 	}
 	g.printf("paired with %s %q (id %s)\n", p.Role, p.Name, p.ID)
+	g.notePolicyGrantsNothing(h, p.Role, p.Name)
 	return nil
+}
+
+// notePolicyGrantsNothing says, on a host that just trusted an agent, when
+// its policy lets that agent run no op (the agent would learn it only from
+// an empty catalog).
+func (g *Globals) notePolicyGrantsNothing(h *bridge.Home, role, name string) {
+	if h.Config.Role != "host" || role != "agent" {
+		return
+	}
+	sum, err := host.CheckPolicy(h.Path(bridge.PolicyName))
+	if err != nil {
+		return // no policy yet, or one that does not load: policy check says it
+	}
+	if len(sum.Agents[name]) == 0 {
+		g.note("warning: the policy grants agent %q no op: add [agents.%s] with its ops to %s (`bridge policy presets` for a start)", name, name, h.Path(bridge.PolicyName))
+	}
 }
 
 type KeysExportCmd struct{}
@@ -542,6 +580,7 @@ func (c *KeysTrustCmd) Run(g *Globals) error {
 		return g.printJSON(map[string]any{"name": p.Name, "role": p.Role, "id": p.ID, "fingerprint": b.Fingerprint()})
 	}
 	g.printf("trusted %s %q (id %s)\nfingerprint %s — check it matches what the other side shows\n", p.Role, p.Name, p.ID, b.Fingerprint())
+	g.notePolicyGrantsNothing(h, p.Role, p.Name)
 	return nil
 }
 

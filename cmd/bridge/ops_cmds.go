@@ -312,7 +312,7 @@ func (c *ServiceInstallCmd) Run(g *Globals) error {
 		// Written, the unit would never start, and the systemctl commands
 		// suggested would fail too.
 		return &codeError{code: exitError, err: withHintf(fmt.Errorf("service install: %s: a unit written here would never start", noManager),
-			"run `bridge serve --home %s` under this machine's own supervisor (a container's entry point, supervisord, runit, a tmux session: docs/OPERATIONS.md); or pass --files-only to write the unit for a machine that boots with systemd", absDir(h.Dir))}
+			"run `%s` under this machine's own supervisor (a container's entry point, supervisord, runit, a tmux session: docs/OPERATIONS.md); or pass --files-only to write the unit for a machine that boots with systemd", serveLine(h, root))}
 	}
 	if err := os.MkdirAll(u.Dir, 0o755); err != nil {
 		return err
@@ -322,10 +322,14 @@ func (c *ServiceInstallCmd) Run(g *Globals) error {
 	}
 	if c.FilesOnly {
 		if g.JSON {
-			return g.printJSON(map[string]any{"path": u.Path(), "wrote": true, "started": false, "start_with": cmdsOrEmpty(u.Enable)})
+			return g.printJSON(map[string]any{"path": u.Path(), "wrote": true, "started": false, "start_with": cmdsOrEmpty(u.Enable), "manager_missing": noManager})
 		}
 		g.printf("wrote %s\n", u.Path())
-		g.note("start it with: %s", joinCmds(u.Enable))
+		if noManager != "" {
+			g.note("%s here: start it on a machine that boots with systemd (%s), or run `%s` under this machine's own supervisor", noManager, joinCmds(u.Enable), serveLine(h, root))
+		} else {
+			g.note("start it with: %s", joinCmds(u.Enable))
+		}
 		return nil
 	}
 	if !g.JSON {
@@ -404,8 +408,9 @@ func (c *ServiceStatusCmd) Run(g *Globals) error {
 		}
 	}
 	asService := known && running && servicePID == pid
+	noManager := u.ManagerMissing()
 	if g.JSON {
-		v := map[string]any{"system": u.System, "unit": u.Path(), "installed": serr == nil, "running": running}
+		v := map[string]any{"system": u.System, "unit": u.Path(), "installed": serr == nil, "running": running, "manager_missing": noManager}
 		if running {
 			v["pid"] = pid
 		}
@@ -418,6 +423,9 @@ func (c *ServiceStatusCmd) Run(g *Globals) error {
 		g.printf("installed %s (%s)\n", u.Path(), u.System)
 	} else {
 		g.printf("not installed (%s)\n", u.Path())
+	}
+	if noManager != "" {
+		g.printf("%s: no unit of it can run here\n", noManager)
 	}
 	switch {
 	case !running:
@@ -440,4 +448,14 @@ func absDir(dir string) string {
 		return a
 	}
 	return dir
+}
+
+// serveLine is the command that runs this home's daemon, as a supervisor
+// would run it.
+func serveLine(h *bridge.Home, root bool) string {
+	line := "bridge serve --home " + absDir(h.Dir)
+	if root {
+		line += " --allow-root"
+	}
+	return line
 }

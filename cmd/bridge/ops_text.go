@@ -20,7 +20,7 @@ func stdinSummary(op *bridge.OpInfo) string {
 	if op.StdinHint != "" {
 		s += ", " + op.StdinHint
 	}
-	return fmt.Sprintf("%s, at most %d bytes (send with --stdin=FILE, or --stdin=- for a pipe)", s, op.MaxStdin)
+	return fmt.Sprintf("%s, at most %s (send with --stdin=FILE, or --stdin=- for a pipe)", s, sizeText(op.MaxStdin))
 }
 
 // scopeSummary: the scope, the policy author's risk note, approval, and

@@ -167,7 +167,8 @@ func (c *PolicyInitCmd) Run(g *Globals) error {
 	}
 	f, err := os.OpenFile(file, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if errors.Is(err, fs.ErrExist) {
-		return withHintf(fmt.Errorf("policy init: %s exists; nothing was written", file), "edit it, or check it with `bridge policy check`; --print prints the new one to merge by hand")
+		return withHintf(fmt.Errorf("policy init: %s exists; nothing was written", file),
+			"edit it (`bridge policy check` checks it); to start again from this one, move it aside (mv %s %s.old) and run this again; --print prints the new one to merge by hand", file, file)
 	} else if err != nil {
 		return err
 	}
