@@ -143,6 +143,14 @@ func (d *Daemon) decide(key string, approve bool, why string) error {
 	if keys == nil {
 		return fmt.Errorf("request %s: agent %s is no longer trusted", key, e.Agent)
 	}
+	if approve && d.concurrentFull(keys.name) {
+		// The agent runs as many ops as max_concurrent allows: the
+		// approval waits for a place (the order is tried again each
+		// second) instead of being refused "ceiling", which would throw
+		// the human's decision away (red team of the presets, whose
+		// agent runs one op at a time).
+		return errBusy
+	}
 	j, err := d.reload(e, keys)
 	if err != nil {
 		return err

@@ -105,3 +105,46 @@ func TestDesktopNotifierNotFromOthersDirectory(t *testing.T) {
 		t.Fatal("the notify-send from a directory others may write ran")
 	}
 }
+
+// An approval given while the agent runs as many ops as its max_concurrent
+// allows waits for a place, and runs: it is not refused "ceiling", which
+// would throw the human's decision away (red team of the presets, whose
+// agent runs one op at a time).
+func TestApprovalWaitsForTheAgentsCeiling(t *testing.T) {
+	pol := strings.Replace(gatedPolicy(), "[agents.cloud-1]\n", "[agents.cloud-1]\nmax_concurrent = 1\n", 1)
+	p := newPair(t, pol)
+	count := filepath.Join(t.TempDir(), "count")
+	p.start(t, map[string]string{"COUNT_FILE": count})
+	gated, err := p.client.Submit(agent.SubmitOptions{Op: "gated", TTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "the request to wait for approval", func() bool {
+		return p.entry(t, gated.ID).State == ledger.StateAwaitingApproval
+	})
+	slow, err := p.client.Submit(agent.SubmitOptions{Op: "slow", TTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the slow op to run", func() bool {
+		data, _ := os.ReadFile(count)
+		return strings.Contains(string(data), "started")
+	})
+	w0 := p.daemon.controlWakes.Load()
+	if _, err := Approve(p.host, gated.ID); err != nil {
+		t.Fatal(err)
+	}
+	// While the slow op holds the agent's one place, the approval waits:
+	// the order stays, the request awaits approval, nothing is refused
+	// (two control ticks, each trying the order).
+	waitFor(t, 10*time.Second, "two ticks to try the order", func() bool { return p.daemon.controlWakes.Load() >= w0+2 })
+	if st := p.entry(t, gated.ID).State; st != ledger.StateAwaitingApproval {
+		t.Fatalf("approved while the agent's place was taken: %s", st)
+	}
+	if err := p.client.Cancel(slow.ID); err != nil {
+		t.Fatal(err)
+	}
+	if out := p.wait(t, gated.ID); out.Receipt.Status != bridge.StatusDone || string(out.Stdout) != "gated\n" {
+		t.Fatalf("the approved request: %s (%s) %q", out.Receipt.Status, out.Receipt.Reason, out.Stdout)
+	}
+}

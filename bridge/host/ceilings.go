@@ -73,6 +73,18 @@ func (d *Daemon) saveCeilings() {
 	}
 }
 
+// concurrentFull reports whether agent runs as many ops as its
+// max_concurrent allows now.
+func (d *Daemon) concurrentFull(agent string) bool {
+	c := d.pol().Ceilings(agent)
+	if c.MaxConcurrent <= 0 {
+		return false
+	}
+	d.ceil.mu.Lock()
+	defer d.ceil.mu.Unlock()
+	return d.ceil.running[agent] >= c.MaxConcurrent
+}
+
 // reserveCeiling takes a place under agent's ceilings for a run of inv, or
 // returns the rejection to answer with. The release function ends the run's
 // place in max_concurrent. The op's CPU limit is lowered to what is left of

@@ -10,9 +10,11 @@ import (
 // into a policy by `bridge policy init --preset`: what an agent needs to
 // work on code (read the tree and its history, run the stack's checks,
 // change files only through a confined, checkable path, commit with a
-// human's approval), and nothing that runs a shell of the agent's making.
-// Presets compose: git holds the introspection, the safe-write ops and
-// the commit; a stack preset adds its test, lint and build.
+// human's approval), and no shell of the agent's making. Presets compose:
+// git holds the introspection, the safe-write ops and the commit; a stack
+// preset adds its test, lint and build, which run code from the tree, and
+// so code the agent wrote (scope "execute"): with one, what the agent
+// writes runs as the daemon's user, .git included.
 type Preset struct {
 	Name    string
 	Summary string
@@ -72,9 +74,11 @@ if [ -d "$base" ]; then refuse "is a directory"; fi
 
 // writeFileScript writes standard input to the path argument ($1), a
 // resolved absolute path the policy confined to the repository: through a
-// new file in the same directory, made with noclobber (O_EXCL: never
-// through a link), then renamed over the name (which replaces a link
-// rather than following it), the old file's executable bit kept. With
+// new file in the same directory that mktemp makes (O_EXCL, under a name
+// nobody can guess: a guessable one was a link planted in advance to a
+// FIFO or a device, which the shell's noclobber follows), then renamed
+// over the name (which replaces a link rather than following it), mode
+// 0644 or, if the old file was executable, 0755. With
 // dry_run ($2) it shows the change as a diff that patch-apply takes (a/
 // and b/ prefixes) and writes nothing.
 const writeFileScript = `op=write-file
@@ -86,12 +90,13 @@ const writeFileScript = `op=write-file
   exit 0
 fi
 mkdir -p -- "$dir"
-` + enterDir + `tmp=".write-file.$$.tmp"
-set -C
+` + enterDir + `tmp=$(mktemp ./.write-file.XXXXXXXXXX)
 cat > "$tmp"
+chmod u=rw,go=r "$tmp"
 if [ -x "$base" ]; then chmod +x "$tmp"; fi
-mv -f -- "$tmp" "$base"
-echo "wrote $rel ($(wc -c < "$base") bytes)"`
+n=$(wc -c < "$tmp")
+mv -f -- "$tmp" "./$base"
+echo "wrote $rel ($n bytes)"`
 
 // readFileScript prints the path argument ($1), a file of the repository,
 // never one under .git, checked as writeFileScript checks.

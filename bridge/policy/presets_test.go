@@ -113,8 +113,18 @@ func TestFileOpsCheckTheTreeWhereTheyWrite(t *testing.T) {
 	if out, code := run(strings.ReplaceAll(strings.ReplaceAll(writeFileScript, "{{", "{"), "}}", "}"), "write-file", filepath.Join(repo, "src", "run.sh"), "false"); code != 0 || !strings.Contains(out, "wrote src/run.sh (") {
 		t.Fatalf("a plain write: exit %d, %q", code, out)
 	}
-	if fi, err := os.Stat(filepath.Join(repo, "src", "run.sh")); err != nil || fi.Mode().Perm()&0o100 == 0 {
+	if fi, err := os.Stat(filepath.Join(repo, "src", "run.sh")); err != nil || fi.Mode().Perm() != 0o755 {
 		t.Errorf("the executable bit was lost: %v %v", fi.Mode(), err)
+	}
+	// A new file is 0644, and no temporary file is left beside it.
+	if _, code := run(strings.ReplaceAll(strings.ReplaceAll(writeFileScript, "{{", "{"), "}}", "}"), "write-file", filepath.Join(repo, "src", "new.txt"), "false"); code != 0 {
+		t.Fatalf("a new file: exit %d", code)
+	}
+	if fi, err := os.Stat(filepath.Join(repo, "src", "new.txt")); err != nil || fi.Mode().Perm() != 0o644 {
+		t.Errorf("a new file's mode: %v %v", fi.Mode(), err)
+	}
+	if left, _ := filepath.Glob(filepath.Join(repo, "src", ".write-file.*")); len(left) != 0 {
+		t.Errorf("temporary files left: %v", left)
 	}
 	text, _, _ := RenderPresets([]string{"git"}, repo, "cloud-1")
 	if !strings.Contains(text, "max_concurrent = 1") {

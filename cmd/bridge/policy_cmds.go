@@ -184,6 +184,9 @@ func (c *PolicyInitCmd) Run(g *Globals) error {
 	}
 	g.printf("wrote %s: agent %q may run %s\n", file, c.Agent, strings.Join(ops, ", "))
 	if len(c.Preset) > 0 {
+		if slices.ContainsFunc(c.Preset, func(p string) bool { return p != "git" }) {
+			g.note("note: the test and build ops run code from the repository, which the agent writes: what it writes runs as this user (docs/POLICY.md, presets)")
+		}
 		g.note("check it here with `bridge policy check` (it says if a tool is missing); `bridge serve` takes edits live")
 	} else {
 		g.note("edit it to add the ops you want; `bridge serve` takes edits live")
