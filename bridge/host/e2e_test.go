@@ -59,7 +59,7 @@ func TestLostOutputIsRepublished(t *testing.T) {
 		t.Fatal(err)
 	}
 	p.wait(t, s.ID)
-	settleFor()
+	settleRescans(t, p.daemon)
 	os.Remove(filepath.Join(p.toAgent(), s.ID+".output"))
 	waitFor(t, 5*time.Second, "the output to be re-published", func() bool {
 		out, err := p.client.Result(s.ID)
@@ -113,7 +113,7 @@ func TestFinishedCacheAcrossRestart(t *testing.T) {
 		p.wait(t, s.ID)
 		ids = append(ids, s.ID)
 	}
-	settleFor()
+	settleRescans(t, p.daemon)
 	p.stop(t)
 	cache, err := os.ReadFile(p.host.Path(finishedName))
 	if err != nil {

@@ -111,10 +111,10 @@ func TestHostErrorIsFinal(t *testing.T) {
 	if err := os.WriteFile(prog, []byte("#!/bin/sh\necho missing-$1 >> \"$RUNS\"\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	settleFor()
+	settleRescans(t, d)
 	stopDaemon(d, context.Background())
-	e.daemon(t)
-	settleFor()
+	d = e.daemon(t)
+	settleRescans(t, d)
 	if n := e.starts(t, "missing", id); n != 0 {
 		t.Fatalf("a request answered failed (host-error) ran %d times once its program existed", n)
 	}
@@ -235,9 +235,9 @@ func TestLostRecordNeverRunsAgain(t *testing.T) {
 			if got := e.entry(t, id); got.State != "" {
 				t.Fatalf("the test did not lose the record: %s", got.State)
 			}
-			e.daemon(t)
+			d = e.daemon(t)
 			waitFor(t, 10*time.Second, "the request to be recorded again", func() bool { return e.entry(t, id).State != "" })
-			settleFor()
+			settleRescans(t, d)
 			if n := e.starts(t, "blockidem", id); n != 1 {
 				t.Fatalf("a request whose record was lost ran %d times", n)
 			}
@@ -683,12 +683,12 @@ func TestLedgerBehindNeverRunsAgain(t *testing.T) {
 		if _, err := RepairLedger(e.host); err != nil {
 			t.Fatal(err)
 		}
-		e.daemon(t)
+		d = e.daemon(t)
 		waitFor(t, 10*time.Second, "the ledger to record the result this host signed", func() bool {
 			got := e.entry(t, id)
 			return got.State == ledger.StateDone && got.Reason == "record-lost"
 		})
-		settleFor()
+		settleRescans(t, d)
 		if n := e.starts(t, "blockidem", id); n != 1 {
 			t.Fatalf("ran %d times after the home was restored", n)
 		}

@@ -337,9 +337,9 @@ func TestRestoredHomeAndReplayNeverRunsTwice(t *testing.T) {
 	restoreHome(t, e, backup)
 	os.WriteFile(filepath.Join(e.toHost(), id+".payload"), payload, 0o644)
 	os.WriteFile(filepath.Join(e.toHost(), id+".manifest"), manifest, 0o644)
-	e.daemon(t)
+	d = e.daemon(t)
 	waitFor(t, 10*time.Second, "the ledger to record the answer", func() bool { return e.entry(t, id).State.Terminal() })
-	settleFor()
+	settleRescans(t, d)
 	if n := e.starts(t, "block", id); n != 1 {
 		t.Fatalf("ran %d times after the home was restored and the request replayed", n)
 	}
@@ -499,12 +499,12 @@ func TestRestoredHomeKeepsNewerResult(t *testing.T) {
 	t.Run("backup while it ran", func(t *testing.T) {
 		e, id, backup, done := doneAfterBackup(t)
 		restoreHome(t, e, backup)
-		e.daemon(t)
+		d := e.daemon(t)
 		waitFor(t, 10*time.Second, "the ledger to catch up", func() bool {
 			got := e.entry(t, id)
 			return got.State == ledger.StateDone && got.Reason == "record-lost"
 		})
-		settleFor()
+		settleRescans(t, d)
 		if out, err := e.client.Result(id); err != nil || string(out.Manifest) != string(done.Manifest) {
 			t.Fatalf("the agent's answer changed: %v", err)
 		}

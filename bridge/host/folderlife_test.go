@@ -85,7 +85,7 @@ func TestServeWatchesOnlyLayoutDirs(t *testing.T) {
 		must(t, os.MkdirAll(filepath.Join(p.toHost(), "junk", string(rune('a'+i%26))+string(rune('a'+i/26)), "deeper"), 0o755))
 		must(t, os.MkdirAll(filepath.Join(filepath.Dir(p.toHost()), "nobody"+string(rune('a'+i%26))+string(rune('a'+i/26))), 0o755))
 	}
-	settleFor() // a few rescans
+	settleRescans(t, p.daemon) // a few rescans
 	p.echo(t, "after")
 	if got := inotifyWatches(t) - base; got > 0 {
 		t.Errorf("400 junk directories cost %d more kernel watches", got)
@@ -190,7 +190,7 @@ func TestUntrustedAgentSaidOnce(t *testing.T) {
 	must(t, os.MkdirAll(dir, 0o755))
 	must(t, os.WriteFile(filepath.Join(dir, bridge.NewRequestID()+"."+bridge.ExtManifest), []byte("x"), 0o644))
 	p.start(t, nil)
-	settleFor() // several rescans
+	settleRescans(t, p.daemon) // several rescans
 	p.echo(t, "still serving")
 	if n := bytes.Count([]byte(logs.String()), []byte("agent="+stranger)); n != 1 {
 		t.Errorf("the untrusted agent was mentioned %d times, want once:\n%s", n, logs.String())
@@ -267,13 +267,13 @@ func TestRefusedFileReadOnce(t *testing.T) {
 	names := p.plantJunk(t, 300, false)
 	p.start(t, nil)
 	p.echo(t, "first")
-	settleFor() // three rescans
+	settleRescans(t, p.daemon) // three rescans
 	p.echo(t, "second")
 	if n := p.auditCount(t, "refused"); n != 300 {
 		t.Fatalf("300 junk manifests made %d refused lines over several rescans, want 300", n)
 	}
 	must(t, os.WriteFile(filepath.Join(p.toHost(), names[0]), []byte("changed, and still junk"), 0o644))
-	settleFor()
+	settleRescans(t, p.daemon)
 	if n := p.auditCount(t, "refused"); n != 301 {
 		t.Errorf("a changed junk manifest: %d refused lines, want 301", n)
 	}
@@ -286,7 +286,7 @@ func TestFolderLinesBounded(t *testing.T) {
 	p := newPair(t, testPolicy)
 	p.plantJunk(t, 400, false)
 	p.start(t, nil)
-	settleFor()
+	settleRescans(t, p.daemon)
 	p.echo(t, "served")
 	if n := p.auditCount(t, "refused"); n > 100 {
 		t.Errorf("400 junk manifests made %d refused lines, want at most the budget of 100", n)
@@ -363,7 +363,7 @@ func TestRefusedManifestNotReadForItsPayload(t *testing.T) {
 	p.start(t, nil)
 	p.echo(t, "first")
 	before := p.daemon.manifestReads.Load()
-	settleFor() // three rescans
+	settleRescans(t, p.daemon) // three rescans
 	p.echo(t, "second")
 	if n := p.daemon.manifestReads.Load() - before; n > 5 {
 		t.Errorf("%d manifest reads over three rescans beside 50 refused manifests with payloads, want about 1 (the echo's)", n)
@@ -382,7 +382,7 @@ func TestUntrustedNamesShareOneBudget(t *testing.T) {
 	var logs lockedBuffer
 	p.log = slog.New(slog.NewTextHandler(&logs, nil))
 	p.start(t, nil)
-	settleFor()
+	settleRescans(t, p.daemon)
 	if n := bytes.Count([]byte(logs.String()), []byte("does not trust")); n > 50 {
 		t.Errorf("200 untrusted directories made %d lines, want at most the budget of 50", n)
 	}
@@ -424,7 +424,7 @@ func TestRefusedFutureMtimeReadOnce(t *testing.T) {
 	p.start(t, nil)
 	p.echo(t, "first")
 	before := p.daemon.manifestReads.Load()
-	settleFor()
+	settleRescans(t, p.daemon)
 	p.echo(t, "second")
 	if n := p.daemon.manifestReads.Load() - before; n > 5 {
 		t.Errorf("%d manifest reads over three rescans beside 50 refused manifests from the future, want about 1", n)
@@ -492,9 +492,9 @@ func TestJunkCancelsReadOnce(t *testing.T) {
 	out := p.run(t, agent.SubmitOptions{Host: "laptop", Op: "echo", Args: map[string]string{"msg": "first"}})
 	// A cancel beside the finished request: it changes nothing now.
 	must(t, p.client.Cancel(out.Receipt.ID))
-	settleFor()
+	settleRescans(t, p.daemon)
 	before := p.daemon.cancelReads.Load()
-	settleFor() // three rescans
+	settleRescans(t, p.daemon) // three rescans
 	p.echo(t, "second")
 	if n := p.daemon.cancelReads.Load() - before; n > 3 {
 		t.Errorf("%d cancel reads over three rescans beside 50 junk cancels and a finished request's cancel, want next to none", n)
@@ -505,17 +505,7 @@ func TestJunkCancelsReadOnce(t *testing.T) {
 // a test of what did not happen waits for counted rescans, not a time.
 func (p *pair) waitRescans(t *testing.T, n int) {
 	t.Helper()
-	count := func() int {
-		p.daemon.mu.Lock()
-		defer p.daemon.mu.Unlock()
-		return p.daemon.rescans
-	}
-	want := count() + n
-	for deadline := time.Now().Add(60 * time.Second); count() < want; time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("only %d of %d rescans in a minute", count()-want+n, n)
-		}
-	}
+	waitDaemonRescans(t, p.daemon, n)
 }
 
 // TestJunkMemoryIsBounded: junk at request names in a trusted agent's

@@ -86,7 +86,7 @@ func TestGCCollectsAndForgets(t *testing.T) {
 	d := runDaemon(t, p.host, DaemonOptions{Now: later, Rescan: 200 * time.Millisecond, Env: envWith(map[string]string{"COUNT_FILE": countFile})})
 	os.WriteFile(filepath.Join(p.toHost(), id+".payload"), payload, 0o644)
 	os.WriteFile(filepath.Join(p.toHost(), id+".manifest"), manifest, 0o644)
-	settleFor()
+	settleRescans(t, d)
 	if n := count(t, countFile, "run"); n != 1 {
 		t.Fatalf("ran %d times", n)
 	}

@@ -1110,7 +1110,7 @@ func TestHostileBattery(t *testing.T) {
 	}
 
 	// Nothing ran but what the cases declare and the probes.
-	settleFor()
+	settleRescans(t, p.daemon)
 	runs := map[string]int{}
 	for _, id := range lines(t, h.countFile) {
 		runs[id]++

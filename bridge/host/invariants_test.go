@@ -156,8 +156,33 @@ func (p *pair) wait(t *testing.T, id string) *agent.Outcome {
 	return out
 }
 
-// settleFor gives the daemon time for a few rescans.
+// settleFor gives the daemon time for a few rescans. Only where no daemon
+// of the test counts them (a test of absence waits for settleRescans instead).
 func settleFor() { time.Sleep(1500 * time.Millisecond) }
+
+// settleRescans waits until d has dispatched three more full rescans: a test of
+// what did not happen waits for counted events, never a time a slow
+// machine can outrun (issue 28: settleFor proved absence by sleeping).
+func settleRescans(t *testing.T, d *Daemon) {
+	t.Helper()
+	waitDaemonRescans(t, d, 3)
+}
+
+// waitDaemonRescans waits until d has dispatched n more full rescans.
+func waitDaemonRescans(t *testing.T, d *Daemon, n int) {
+	t.Helper()
+	count := func() int {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		return d.rescans
+	}
+	want := count() + n
+	for deadline := time.Now().Add(60 * time.Second); count() < want; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d of %d rescans in a minute", count()-want+n, n)
+		}
+	}
+}
 
 // Invariant 1: one writer per file and per tree. The host writes nothing in
 // the agent's to-host tree and the agent nothing in the host's to-agent tree.
@@ -184,7 +209,7 @@ func TestInvariant1OneWriterPerTree(t *testing.T) {
 	for _, id := range ids {
 		p.wait(t, id)
 	}
-	settleFor()
+	settleRescans(t, p.daemon)
 	sameTree(t, "host in the agent's tree", before, snapshot(t, p.toHost()))
 
 	results := snapshot(t, p.toAgent())
@@ -231,7 +256,7 @@ func TestInvariant2CompleteMeansHashComplete(t *testing.T) {
 		if err := os.WriteFile(ppath, s, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		settleFor()
+		settleRescans(t, p.daemon)
 		if e := p.entry(t, id); e.State != ledger.StatePending || e.Runs != 0 {
 			t.Fatalf("step %d: state %s runs %d; want pending, 0", i, e.State, e.Runs)
 		}
@@ -312,7 +337,7 @@ func TestInvariant4IDRunsAtMostOnce(t *testing.T) {
 	} {
 		os.WriteFile(filepath.Join(dir, name), manifest, 0o644)
 	}
-	settleFor()
+	settleRescans(t, p.daemon)
 	// A lost result is re-published, not re-run.
 	os.Remove(filepath.Join(p.toAgent(), id+".result"))
 	os.Remove(filepath.Join(p.toAgent(), id+".output"))
@@ -326,7 +351,7 @@ func TestInvariant4IDRunsAtMostOnce(t *testing.T) {
 	os.Remove(filepath.Join(dir, id+".payload"))
 	os.WriteFile(filepath.Join(dir, id+".payload"), otherPayload, 0o644)
 	os.WriteFile(filepath.Join(dir, id+".manifest"), other, 0o644)
-	settleFor()
+	settleRescans(t, p.daemon)
 	if n := count(t, countFile, "run"); n != 1 {
 		t.Fatalf("the op ran %d times", n)
 	}
@@ -381,7 +406,7 @@ func TestInvariant6ListingIsTheTruth(t *testing.T) {
 	}
 	wg.Wait()
 	p.wait(t, id)
-	settleFor()
+	settleRescans(t, p.daemon)
 	if n := count(t, countFile, "run"); n != 6 {
 		t.Fatalf("6 requests ran %d times", n)
 	}
@@ -512,7 +537,7 @@ func TestInvariant7NothingTrustedBeforeVerification(t *testing.T) {
 	countFile := filepath.Join(t.TempDir(), "count")
 	audited := hostileFiles(t, p)
 	p.start(t, map[string]string{"COUNT_FILE": countFile})
-	settleFor()
+	settleRescans(t, p.daemon)
 	audit, _ := os.ReadFile(p.host.Path("audit.log"))
 	for _, id := range audited {
 		found := false
@@ -566,7 +591,7 @@ func TestInvariant10PollingIsPureRead(t *testing.T) {
 	pendingID, _, _ := p.sealManual(t, "echo", map[string]string{"msg": "never sent"}, nil)
 	p.start(t, nil)
 	p.wait(t, s.ID)
-	settleFor()
+	settleRescans(t, p.daemon)
 	before := snapshot(t, p.folder)
 	for i := 0; i < 3; i++ {
 		for _, id := range []string{s.ID, pendingID} {

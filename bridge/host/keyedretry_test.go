@@ -58,7 +58,7 @@ func TestKeyedRetryFromRestoredAgentHome(t *testing.T) {
 		t.Fatalf("the retry got %s (earlier send %v) %q, want the first answer", out.Receipt.Status, out.Earlier, out.Stdout)
 	}
 	must(t, c.Ack(out))
-	settleFor()
+	settleRescans(t, p.daemon)
 	if n := count(t, countFile, "run"); n != 1 {
 		t.Fatalf("the op ran %d times", n)
 	}
@@ -97,7 +97,7 @@ func TestKeyedRetryRestoresAnOverwrittenManifest(t *testing.T) {
 			if out.Receipt.Status != bridge.StatusDone {
 				t.Fatalf("answer: %s (%s)", out.Receipt.Status, out.Receipt.Reason)
 			}
-			settleFor()
+			settleRescans(t, p.daemon)
 			if n := count(t, countFile, "run"); n != 1 {
 				t.Fatalf("the op ran %d times", n)
 			}

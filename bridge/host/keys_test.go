@@ -110,7 +110,7 @@ func TestRotationReplayAndRevocation(t *testing.T) {
 	// Replay: statement 1 arrives again (as a resurrected file would).
 	os.Remove(filepath.Join(dir, bridge.RotationName(1)))
 	os.WriteFile(filepath.Join(dir, bridge.RotationName(1)), first, 0o644)
-	settleFor()
+	settleRescans(t, p.daemon)
 	if peer, _, _ := p.host.Peer(p.agent.Config.ID); len(peer.Keys) != 3 || peer.Keys[2].Seq != 2 {
 		t.Fatalf("a replayed statement changed the record: %+v", peer.Keys)
 	}
@@ -150,7 +150,7 @@ func TestRotationReplayAndRevocation(t *testing.T) {
 	if _, err := p.agent.Rotate(time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	settleFor()
+	settleRescans(t, p.daemon)
 	rec, err := p.host.PeerRecord(p.agent.Config.ID)
 	if err != nil {
 		t.Fatal(err)
@@ -243,7 +243,7 @@ func TestJunkRotationsLoggedOnce(t *testing.T) {
 		return bytes.Count(audit, []byte(`"event":"rotation"`))
 	}
 	waitFor(t, 5*time.Second, "the junk statements to be refused", func() bool { return count() >= n })
-	settleFor() // three rescans
+	settleRescans(t, p.daemon) // three rescans
 	if got := count(); got != n {
 		t.Fatalf("%d junk statements gave %d rotation lines in the audit log, want %d", n, got, n)
 	}

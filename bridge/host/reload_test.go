@@ -91,7 +91,12 @@ func TestBrokenPolicyEditKeepsTheOld(t *testing.T) {
 	d := e.daemon(t)
 	before := d.pol().SHA256
 	e.writePolicy(t, edgePolicy+"\n[ops.broken\n")
-	settleFor()
+	// The daemon read it and refused it: its audit line says so (the
+	// event, counted, never a time).
+	waitFor(t, 30*time.Second, "the refused reload in the audit log", func() bool {
+		data, _ := os.ReadFile(e.host.Path("audit.log"))
+		return strings.Contains(string(data), `"policy-reload"`) && strings.Contains(string(data), "refused")
+	})
 	if d.pol().SHA256 != before {
 		t.Fatal("a policy that does not load replaced the one in force")
 	}
@@ -279,7 +284,7 @@ concurrency = %d
 		st := e.entry(t, c).State
 		return st == ledger.StateClaimed || st == ledger.StateRunning
 	})
-	settleFor()
+	settleRescans(t, d)
 	if n := e.starts(t, "par", c); n != 0 {
 		t.Fatalf("a third run started under a limit of 1 with two running")
 	}

@@ -113,6 +113,7 @@ func newOpTool(hostID, hostName string, op bridge.OpInfo, severalHosts bool, w w
 	readOnly := op.Scope == "read"
 	destructive := !readOnly
 	t := &sdk.Tool{
+		Title:        op.Name + " on " + hostName,
 		Name:         toolName(hostName, op.Name, severalHosts),
 		Description:  describe(hostName, op, w),
 		InputSchema:  in,

@@ -133,6 +133,7 @@ stdin = "none"
 type = "string"
 description = "a commit, branch or tag (HEAD~2, main, v1.0)"
 pattern = "[A-Za-z0-9._/~^]{1,100}"
+max_len = 100
 default = "HEAD"`},
 		{"git-diff", "every uncommitted change, against HEAD", `argv = ["git", "diff", "--stat", "--patch", "HEAD", "--"]
 scope = "read"
@@ -202,11 +203,16 @@ stdin_hint = "the commit message"
 max_stdin = "64KiB"`},
 	}},
 	{Name: "go", Summary: "a Go module's tests, vet and build", Ops: []PresetOp{
-		{"go-test", "run the tests (go test ./...)", `argv = ["go", "test", "./..."]
+		{"go-test", "run the tests afresh, never from the cache (go test -count=1 ./...); run= picks tests by name, as go test -run does", `argv = ["go", "test", "-count=1", "-run", "{run}", "./..."]
 scope = "execute"
 stdin = "none"
 timeout = "20m"
-` + envGo},
+` + envGo + `
+[ops.go-test.args.run]
+type = "string"
+description = "a regular expression of test names (go test -run); . runs them all"
+pattern = "[A-Za-z0-9_.*+?|^$()/\\[\\]-]{1,200}"
+default = "."`},
 		{"go-vet", "go vet ./...", `argv = ["go", "vet", "./..."]
 scope = "execute"
 stdin = "none"
