@@ -57,3 +57,41 @@ func TestReasonsAreSpecTwelve(t *testing.T) {
 		t.Errorf("SPEC §12's table %v, ReceiptReasons %v", receipts, ReceiptReasons)
 	}
 }
+
+// Every way a request can end other than a plain success has a next step
+// in the one hint table the command line and the MCP server share: each
+// (status, reason) of SPEC §12's table, said in either's words.
+func TestNextStepForEveryReason(t *testing.T) {
+	spec, err := os.ReadFile("../docs/SPEC.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, sec, _ := strings.Cut(string(spec), "\n## 12. Reason codes\n")
+	sec, _, _ = strings.Cut(sec, "\n## ")
+	row := regexp.MustCompile("(?m)^\\| `([a-z-]+)` \\| ([^|]+) \\|")
+	status := regexp.MustCompile("`([a-z]+)`")
+	words := HintWords{Ops: "OPS", Again: "AGAIN", Retry: "RETRY", Settle: "SETTLE"}
+	n := 0
+	for _, m := range row.FindAllStringSubmatch(sec, -1) {
+		for _, st := range status.FindAllStringSubmatch(m[2], -1) {
+			rc := &Receipt{Status: st[1], Reason: m[1]}
+			h := NextStep(rc, words)
+			n++
+			switch {
+			case st[1] == StatusDone:
+				// The op ran (a time-out, a reconcile that found the effect):
+				// its exit code is the answer, nothing more to do.
+			case h == "":
+				t.Errorf("%s (%s): no next step", st[1], m[1])
+			case strings.Contains(h, "{"):
+				t.Errorf("%s (%s): words left unfilled: %q", st[1], m[1], h)
+			}
+		}
+	}
+	if n < len(ReceiptReasons) {
+		t.Fatalf("read %d (status, reason) pairs of §12, fewer than its reasons", n)
+	}
+	if h := NextStep(&Receipt{Status: StatusUncertain, Reason: ReasonCrashed}, words); !strings.HasPrefix(h, "do not retry") || !strings.HasSuffix(h, "SETTLE") {
+		t.Errorf("uncertain: %q", h)
+	}
+}

@@ -583,43 +583,8 @@ func writeStreams(b *strings.Builder, suffix, stdout, stderr string) {
 // hintFor says what an agent does next about a result that is not done;
 // the CLI's hints (cmd/bridge) in the tools' terms.
 func hintFor(rc *bridge.Receipt) string {
-	switch {
-	case rc.Status == bridge.StatusUncertain:
-		return "do not retry: it may have had its effect. Ask the human on the host to check and settle it (`bridge reconcile`); bridge_status then shows the new answer, and bridge_wait waits for a rerun's"
-	case rc.Status == bridge.StatusFailed && rc.Reason == bridge.ReasonReconciled:
-		return "a human on the host found it had no effect: a retry is safe"
-	case rc.Status == bridge.StatusFailed:
-		return "it never started, so a retry is safe once the host is fixed (the detail says what is missing)"
-	case rc.Reason == bridge.ReasonDenied:
-		return "a human on the host refused it (the detail may say why); do not send it again unchanged"
-	case rc.Reason == bridge.ReasonApprovalExpired:
-		return "nobody on the host approved it in time; call it again when someone can approve it"
-	case rc.Reason == bridge.ReasonApprovalMismatch:
-		return "what it would run changed on the host after a human saw it, so it did not run; call it again to ask again"
-	case rc.Status == bridge.StatusExpired:
-		return "it waited past its expiry and never ran: call it again"
-	case rc.Status == bridge.StatusCancelled:
-		return "cancelled as asked; an op stopped while running may have had part of its effect"
-	case rc.Reason == bridge.ReasonRevoked:
-		return "the key that signed it is revoked on the host: the agent must be paired with the host again"
-	case rc.Reason == "not-yet-valid":
-		return "nothing ran: this machine's clock is ahead of the host's by more than the host allows (the detail says by how much); do not change the call: ask the human to enable NTP on both machines, then call it again"
-	case rc.Reason == bridge.ReasonPolicyChanged:
-		return "the host's policy changed while it waited for its op, so it did not run; list the tools again, then call it again"
-	case rc.Reason == bridge.ReasonNotAllowed:
-		return "the host's policy does not let this agent run it; list the tools again (the catalog may have changed) and ask the human if it is needed"
-	case rc.Reason == bridge.ReasonBadArgument:
-		return "an argument broke the op's rule on the host (the detail names it); fix it and call again"
-	case rc.Reason == "too-large":
-		return "the standard input is over the op's limit; send less"
-	case rc.Reason == bridge.ReasonIncomplete:
-		return "the request never arrived complete; check the sync, then call again with the same _key"
-	case rc.Reason == bridge.ReasonCeiling:
-		return "the host's policy caps this agent's runs; try again later (the detail names the ceiling)"
-	case rc.Reason == "unknown-version":
-		return "the host does not read this request's format: it runs an older bridge than this agent; ask the human to upgrade the host"
-	}
-	return ""
+	return bridge.NextStep(rc, bridge.HintWords{Ops: "list the tools again", Again: "call it again", Retry: "call again with the same _key",
+		Settle: "Ask the human on the host to check and settle it (`bridge reconcile`); bridge_status then shows the new answer, and bridge_wait waits for a rerun's"})
 }
 
 // errorResult is an error of ours or of the folder as a tool error, with

@@ -593,47 +593,7 @@ func exitFor(rc *bridge.Receipt) int {
 }
 
 func hintFor(rc *bridge.Receipt, agent string) string {
-	if rc.Status == bridge.StatusUncertain {
-		return fmt.Sprintf("do not retry: it may have had its effect. A human on the host checks, then runs `bridge reconcile %s/%s --as done|failed|rerun`; "+
-			"`bridge status %s` then shows the new answer, and `bridge wait %s` waits for a rerun's",
-			agent, rc.ID, rc.ID, rc.ID)
-	}
-	switch {
-	case rc.Status == bridge.StatusFailed && rc.Reason == bridge.ReasonReconciled:
-		return "a human on the host found it had no effect: a retry is safe"
-	case rc.Status == bridge.StatusFailed:
-		return "it never started, so a retry is safe once the host is fixed (the detail says what is missing)"
-	case rc.Reason == bridge.ReasonDenied:
-		return "a human on the host refused it (the detail may say why); do not send it again unchanged"
-	case rc.Reason == bridge.ReasonApprovalMismatch:
-		return "what it would run changed on the host after a human saw it, so it did not run; send it again to ask again"
-	case rc.Reason == bridge.ReasonPolicyChanged:
-		return "the host's policy changed while it waited for its op, so it did not run; `bridge ops` shows the new catalog, then send it again"
-	case rc.Reason == bridge.ReasonApprovalExpired:
-		return "nobody on the host approved it in time; send it again when someone can (`bridge pending` on the host lists what waits)"
-	case rc.Status == bridge.StatusExpired:
-		return "it waited past its expiry and never ran: send it again, with a longer --ttl if the host is often away"
-	case rc.Status == bridge.StatusCancelled:
-		return "cancelled as asked; an op stopped while running may have had part of its effect"
-	case rc.Reason == bridge.ReasonRevoked:
-		return "the key that signed it is revoked on the host: pair this agent with the host again (docs/KEYS.md)"
-	case rc.Reason == reasonNotYetValid:
-		return "nothing ran: this machine's clock is ahead of the host's by more than the host allows (the detail says by how much); " +
-			"set both clocks by NTP (`timedatectl set-ntp true`, or the system's time settings), then send it again"
-	}
-	switch rc.Reason {
-	case bridge.ReasonNotAllowed:
-		return "run `bridge ops` to see what this agent may run; the host's policy decides"
-	case bridge.ReasonBadArgument:
-		return "run `bridge ops` to see each argument's type and pattern"
-	case "too-large":
-		return "run `bridge ops` to see how much standard input each op takes (max_stdin)"
-	case bridge.ReasonIncomplete:
-		return "the payload never arrived complete; check the sync client, then run the command again"
-	case bridge.ReasonCeiling:
-		return "the host's policy caps this agent's runs; try again later (the detail names the ceiling)"
-	case "unknown-version":
-		return "the host does not read this request's format: it runs an older bridge than this agent; upgrade the host (`bridge version` on each side; docs/OPERATIONS.md, \"Upgrading\")"
-	}
-	return ""
+	return bridge.NextStep(rc, bridge.HintWords{Ops: "run `bridge ops`", Again: "send it again", Retry: "run the command again",
+		Settle: fmt.Sprintf("A human on the host checks, then runs `bridge reconcile %s/%s --as done|failed|rerun`; "+
+			"`bridge status %s` then shows the new answer, and `bridge wait %s` waits for a rerun's", agent, rc.ID, rc.ID, rc.ID)})
 }
