@@ -96,8 +96,8 @@ func newOpTool(hostID, hostName string, op bridge.OpInfo, severalHosts bool, w w
 	}
 	sort.Strings(in.Required)
 	in.Properties[inKey] = &jsonschema.Schema{Type: "string", MinLength: ptr(1), MaxLength: ptr(256),
-		Description: "Idempotency key: calling again with the same arguments and the same key returns the first call's result instead of running the op again. Use it to retry safely after a lost answer."}
-	in.Properties[inWait] = waitSchema(w, "If the op takes longer (or waits longer for a human's approval), the call returns its request_id with status pending; continue with bridge_wait.")
+		Description: "Retry key: the same call with the same key returns the first call's result; it never runs twice."}
+	in.Properties[inWait] = waitSchema(w, "Then status pending: continue with bridge_wait.")
 	switch stdinMode(op) {
 	case "optional", "required":
 		in.Properties[inIn] = &jsonschema.Schema{Type: "string",
@@ -429,6 +429,6 @@ func ptr[T any](v T) *T { return &v }
 func waitSchema(w waits, then string) *jsonschema.Schema {
 	w = w.orDefault()
 	return &jsonschema.Schema{Type: "integer", Minimum: ptr(0.0), Default: json.RawMessage(strconv.Itoa(int(w.def / time.Second))),
-		Description: fmt.Sprintf("How long this call waits for the result, in seconds: %d when not given, at most %d (a larger value waits %d). %s",
+		Description: fmt.Sprintf("Seconds to wait for the result: %d when not given, at most %d (more waits %d). %s",
 			int(w.def/time.Second), int(w.max/time.Second), int(w.max/time.Second), then)}
 }

@@ -36,7 +36,7 @@ type idTool struct {
 }
 
 func (s *Server) addBridgeTools() {
-	wait := waitSchema(waits{s.opts.Wait, s.opts.MaxWait}, "If the wait ends first, it returns status pending again, with the output streamed so far.")
+	wait := waitSchema(waits{s.opts.Wait, s.opts.MaxWait}, "Then status pending again, with the output so far.")
 	tools := []idTool{
 		{name: "bridge_status", readOnly: true,
 			desc: "The state of a request sent earlier: submitted, awaiting-approval, or its result's status with reason and exit code. Reads only.",
