@@ -30,7 +30,8 @@ func objectSchema(props map[string]*jsonschema.Schema, required ...string) *json
 type idTool struct {
 	name, desc string
 	readOnly   bool
-	outcome    bool // it answers with an Outcome (outcomeSchema)
+	outcome    bool               // it answers with an Outcome (outcomeSchema)
+	output     *jsonschema.Schema // else, what it answers with
 	extra      map[string]*jsonschema.Schema
 	run        func(ctx context.Context, req *sdk.CallToolRequest, cl *agent.Client, id string, in map[string]any) *sdk.CallToolResult
 }
@@ -38,7 +39,8 @@ type idTool struct {
 func (s *Server) addBridgeTools() {
 	wait := waitSchema(waits{s.opts.Wait, s.opts.MaxWait}, "Then status pending again, with the output so far.")
 	tools := []idTool{
-		{name: "bridge_status", readOnly: true,
+		{name: "bridge_status", readOnly: true, output: typedObject(map[string]string{"id": "string", "op": "string", "host": "string",
+			"state": "string", "reason": "string", "exit_code": "integer", "created": "string", "expires": "string", "acked": "boolean", "error": "string", "hint": "string"}),
 			desc: "The state of a request sent earlier: submitted, awaiting-approval, or its result's status with reason and exit code. Reads only.",
 			run: func(_ context.Context, _ *sdk.CallToolRequest, cl *agent.Client, id string, _ map[string]any) *sdk.CallToolResult {
 				st, err := cl.Status(id)
@@ -69,7 +71,7 @@ func (s *Server) addBridgeTools() {
 				cl.Ack(out)
 				return outcomeResult(cl, out, s.needsApproval(out))
 			}},
-		{name: "bridge_cancel",
+		{name: "bridge_cancel", output: typedObject(map[string]string{"request_id": "string", "cancel": "string", "note": "string", "error": "string", "hint": "string"}),
 			desc: "Ask the host to cancel a request: it does not run, or is stopped if it runs (its result then says cancelled). An op stopped while running may have had part of its effect.",
 			run: func(_ context.Context, _ *sdk.CallToolRequest, cl *agent.Client, id string, _ map[string]any) *sdk.CallToolResult {
 				if _, err := cl.Result(id); err == nil {
@@ -80,7 +82,8 @@ func (s *Server) addBridgeTools() {
 				}
 				return jsonResult(map[string]string{"request_id": id, "cancel": "sent", "note": "the host stops it when the cancel arrives; bridge_wait returns its final result"})
 			}},
-		{name: "bridge_logs", readOnly: true,
+		{name: "bridge_logs", readOnly: true, output: typedObject(map[string]string{"request_id": "string", "stdout": "string", "stderr": "string",
+			"next_from": "integer", "error": "string", "hint": "string"}),
 			extra: map[string]*jsonschema.Schema{"from": {Type: "integer", Minimum: ptr(1.0), Description: "The first chunk to return (1, or the next_from of an earlier call)."}},
 			desc:  "The output a running op has streamed so far (verified chunks), and next_from to continue from. The result, when it comes, holds all of it.",
 			run: func(_ context.Context, _ *sdk.CallToolRequest, cl *agent.Client, id string, in map[string]any) *sdk.CallToolResult {
@@ -126,8 +129,11 @@ func (s *Server) addBridgeTools() {
 		}
 		tool := &sdk.Tool{Name: t.name, Description: t.desc, InputSchema: schema,
 			Annotations: &sdk.ToolAnnotations{ReadOnlyHint: t.readOnly, IdempotentHint: t.readOnly, OpenWorldHint: ptr(false)}}
-		if t.outcome {
+		switch {
+		case t.outcome:
 			tool.OutputSchema = outcomeSchema
+		case t.output != nil:
+			tool.OutputSchema = t.output
 		}
 		s.srv.AddTool(tool,
 			func(ctx context.Context, req *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
@@ -202,4 +208,19 @@ func checkInput(raw json.RawMessage, schema *jsonschema.Resolved) (map[string]an
 		return nil, fmt.Errorf("%q is not a request id", id)
 	}
 	return in, nil
+}
+
+// typedObject is an output schema of an object's property types only (the
+// tool's description says what they mean). An integer that may be null
+// (exit_code before the op ran) is said so.
+func typedObject(props map[string]string) *jsonschema.Schema {
+	out := &jsonschema.Schema{Type: "object", Properties: map[string]*jsonschema.Schema{}}
+	for name, typ := range props {
+		if typ == "integer" {
+			out.Properties[name] = &jsonschema.Schema{Types: []string{"integer", "null"}}
+			continue
+		}
+		out.Properties[name] = &jsonschema.Schema{Type: typ}
+	}
+	return out
 }
