@@ -266,7 +266,11 @@ func (d *Daemon) record(j *job, ev event, from ledger.State, resSHA string, rc b
 		return d.violation(j.key, ev, fmt.Errorf("a %s result is published, and the ledger cannot go from %s to %s", rc.Status, from, to))
 	}
 	if cur, err := d.ledger.Transition(j.key, []ledger.State{from}, to, func(e *ledger.Entry) {
-		e.ResultSHA256, e.Reason = resSHA, rc.Reason
+		e.ResultSHA256, e.Reason, e.Exit = resSHA, rc.Reason, nil
+		if rc.Status == bridge.StatusDone {
+			code := rc.ExitCode
+			e.Exit = &code
+		}
 		if rc.Op != "" {
 			e.Op = rc.Op
 		}

@@ -735,7 +735,7 @@ func (l *Ledger) transition(key string, from []State, to State, mutate func(*Ent
 			mutate(&next)
 		}
 		// Only the fields the caller owns survive mutate.
-		cur.Op, cur.Idempotent, cur.ResultSHA256, cur.Reason = next.Op, next.Idempotent, next.ResultSHA256, next.Reason
+		cur.Op, cur.Idempotent, cur.ResultSHA256, cur.Reason, cur.Exit = next.Op, next.Idempotent, next.ResultSHA256, next.Reason, next.Exit
 		now := time.Now()
 		cur.State, cur.Updated = to, now
 		if to == StateRunning {

@@ -25,6 +25,7 @@ type Entry struct {
 	Idempotent     bool         `json:"idempotent"`      // the policy marks Op safe to re-run after a crash
 	ResultSHA256   string       `json:"result_sha256"`   // SHA-256 of the published result manifest
 	Reason         string       `json:"reason"`          // why the entry is failed, rejected, uncertain, ...
+	Exit           *int         `json:"exit,omitempty"`  // the op's exit code, when it ran (done): `bridge ls` shows a failing one
 	Updated        time.Time    `json:"updated"`         // host clock of the last write
 	Runs           int          `json:"runs"`            // how many times execution was started (entries into running)
 	History        []Transition `json:"history"`
@@ -73,6 +74,7 @@ type record struct {
 	Idempotent     bool            `json:"idempotent"`
 	ResultSHA256   string          `json:"result_sha256"`
 	Reason         string          `json:"reason"`
+	Exit           *int            `json:"exit,omitempty"` // an older record has none
 	Updated        string          `json:"updated"`
 	Runs           int             `json:"runs"`
 	History        []historyRecord `json:"history"`
@@ -133,7 +135,7 @@ func encodeEntry(e Entry) ([]byte, error) {
 		V: formatVersion, Key: e.Key, Agent: e.Agent, ID: e.ID, State: e.State,
 		ManifestSHA256: e.ManifestSHA256, FirstSeen: formatTime(e.FirstSeen),
 		Expires: formatTime(e.Expires), Op: e.Op, Idempotent: e.Idempotent,
-		ResultSHA256: e.ResultSHA256, Reason: e.Reason, Updated: formatTime(e.Updated),
+		ResultSHA256: e.ResultSHA256, Reason: e.Reason, Exit: e.Exit, Updated: formatTime(e.Updated),
 		Runs: e.Runs, History: make([]historyRecord, len(e.History)),
 	}
 	for i, t := range e.History {
@@ -219,7 +221,7 @@ func decodeRecord(data []byte) (Entry, error) {
 	}
 	e := Entry{
 		Key: r.Key, Agent: r.Agent, ID: r.ID, State: r.State, ManifestSHA256: r.ManifestSHA256,
-		Op: r.Op, Idempotent: r.Idempotent, ResultSHA256: r.ResultSHA256, Reason: r.Reason,
+		Op: r.Op, Idempotent: r.Idempotent, ResultSHA256: r.ResultSHA256, Reason: r.Reason, Exit: r.Exit,
 		Runs: r.Runs, History: make([]Transition, len(r.History)),
 	}
 	var err error

@@ -255,6 +255,11 @@ func (c *LsCmd) Run(g *Globals) error {
 		g.printf("%-5s  %-*s  %-*s  %-*s  %s\n", "AGE", wRef, "REQUEST", wOp, "OP", wState, "STATE", "REASON")
 		for _, e := range entries {
 			reason, _, _ := strings.Cut(e.Reason, "\n")
+			if e.State == "done" && e.Exit != nil && *e.Exit != 0 {
+				// It ran and failed: the op's own code says how (a new
+				// user saw a refused write as a bare "done").
+				reason = strings.TrimSpace(fmt.Sprintf("exit %d %s", *e.Exit, reason))
+			}
 			if e.State == "awaiting-approval" {
 				reason = "`bridge pending` shows what it would run" // its first line ends in "it would run:"
 			}
