@@ -351,7 +351,7 @@ func (c *Client) Status(id string) (*State, error) {
 	}
 	if errors.Is(err, ErrNoResult) {
 		if time.Now().Unix() >= s.Expires {
-			st.Reason = "past-expiry" // the host answers it expired once it sees it
+			st.Reason = bridge.ReasonPastExpiry // the host answers it expired once it sees it
 		}
 		// The host tells, in the inbox, when a request waits for a human.
 		if items, err := c.Inbox(); err == nil {

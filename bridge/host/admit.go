@@ -52,7 +52,7 @@ func (d *Daemon) admit(j *job, in spool, mode admitMode) bool {
 	refuse := func(ev event, rc bridge.Receipt) bool {
 		if mode.crashed() {
 			ev = evCrashUnsure
-			rc.Status, rc.Reason = bridge.StatusUncertain, "crashed"
+			rc.Status, rc.Reason = bridge.StatusUncertain, bridge.ReasonCrashed
 			rc.Detail = "the host stopped while the op ran, and it cannot be run or checked again now (" + rc.Detail +
 				"); it may or may not have had its effect. A human on the host resolves it with `bridge reconcile`"
 		}
@@ -409,13 +409,13 @@ func (d *Daemon) run(j *job, inv *policy.Invocation, stdin spool, resume bool, a
 		// The runner lost track of the start (the op's keeper was killed
 		// or stopped by something at that moment): the program may have
 		// run. Never "could not start", which a client would retry.
-		ev, rc.Status, rc.Reason = evCrashUnsure, bridge.StatusUncertain, "crashed"
+		ev, rc.Status, rc.Reason = evCrashUnsure, bridge.StatusUncertain, bridge.ReasonCrashed
 		rc.Detail = out.StartErr.Error() + "; it may or may not have had its effect. A human on the host resolves it with `bridge reconcile`"
 	case out.StartErr != nil:
 		// The process never started: "failed" is true, and a retry safe.
-		ev, rc.Status, rc.Reason, rc.Detail = evStartFailed, bridge.StatusFailed, "start-failed", out.StartErr.Error()
+		ev, rc.Status, rc.Reason, rc.Detail = evStartFailed, bridge.StatusFailed, bridge.ReasonStartFailed, out.StartErr.Error()
 		if shutdown {
-			rc.Reason, rc.Detail = "host-shutdown", "the host daemon stopped before the op started"
+			rc.Reason, rc.Detail = bridge.ReasonHostShutdown, "the host daemon stopped before the op started"
 		}
 	case out.Cancelled && shutdown:
 		// Stopped by the signal ladder after the drain deadline: it ran,
@@ -426,13 +426,13 @@ func (d *Daemon) run(j *job, inv *policy.Invocation, stdin spool, resume bool, a
 			d.audit.log(AuditEvent{Event: "interrupted", Agent: j.agent, ID: j.req.ID, Op: inv.Op, Detail: "stopped by the shutdown; left for the next start"})
 			return
 		}
-		ev, rc.Status, rc.Reason = evDrainAbort, bridge.StatusUncertain, "host-shutdown"
+		ev, rc.Status, rc.Reason = evDrainAbort, bridge.StatusUncertain, bridge.ReasonHostShutdown
 		rc.Detail = "the host daemon was stopped while the op ran, and it was killed after the drain; it may or may not have had its effect. A human on the host resolves it with `bridge reconcile`"
 	case out.Cancelled:
-		ev, rc.Status, rc.Reason = evCancelRun, bridge.StatusCancelled, "cancelled"
+		ev, rc.Status, rc.Reason = evCancelRun, bridge.StatusCancelled, bridge.ReasonCancelled
 		rc.Detail = "the agent cancelled it while it ran; it was stopped (it may have had part of its effect)"
 	case out.TimedOut:
-		rc.Reason, rc.Detail = "timeout", fmt.Sprintf("timed out after %s", inv.Timeout)
+		rc.Reason, rc.Detail = bridge.ReasonTimeout, fmt.Sprintf("timed out after %s", inv.Timeout)
 	}
 	if len(out.Notes) > 0 && rc.Detail == "" {
 		rc.Detail = strings.Join(out.Notes, "; ")

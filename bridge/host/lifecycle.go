@@ -207,7 +207,7 @@ func (d *Daemon) answerOut(j *job, ev event, rc bridge.Receipt, stdout, stderr r
 		ev, t = evRerunRefused, lifecycle[evRerunRefused]
 		rc.Detail = fmt.Sprintf("a human asked to run it again, and it could not start (%s: %s); it ran before and may or may not have had its effect",
 			rc.Reason, rc.Detail)
-		rc.Status, rc.Reason = bridge.StatusUncertain, "rerun-refused"
+		rc.Status, rc.Reason = bridge.StatusUncertain, bridge.ReasonRerunRefused
 	}
 	if !slices.Contains(t.from, cur.State) {
 		// Nothing was published: the request stays as the ledger has it.
@@ -249,16 +249,16 @@ func (d *Daemon) record(j *job, ev event, from ledger.State, resSHA string, rc b
 		d.audit.log(AuditEvent{Event: "record-lost", Agent: j.agent, ID: j.req.ID, Detail: fmt.Sprintf("ledger %s, sealed result %s", from, rc.Status)})
 		d.count(evRecordLost)
 		if !ledger.CanTransition(ledger.StateUncertain, to) {
-			ev, to, rc.Reason = evRecordLost, ledger.StateUncertain, "record-lost"
+			ev, to, rc.Reason = evRecordLost, ledger.StateUncertain, bridge.ReasonRecordLost
 		} else {
 			// A crash between the two steps leaves it uncertain: held, as
 			// where no result says more.
 			if _, err := d.ledger.Transition(j.key, []ledger.State{from}, ledger.StateUncertain, func(e *ledger.Entry) {
-				e.ResultSHA256, e.Reason = resSHA, "record-lost"
+				e.ResultSHA256, e.Reason = resSHA, bridge.ReasonRecordLost
 			}); err != nil {
 				return d.violation(j.key, evRecordLost, fmt.Errorf("a %s result is published, and the ledger refused to hold it: %w", rc.Status, err))
 			}
-			from, ev, rc.Reason = ledger.StateUncertain, evCatchUp, "record-lost"
+			from, ev, rc.Reason = ledger.StateUncertain, evCatchUp, bridge.ReasonRecordLost
 			d.count(ev)
 		}
 	}
