@@ -158,8 +158,9 @@ func (s *Server) addBridgeTools() {
 		panic(fmt.Sprintf("bridge mcp: internal error: inbox schema: %v", err))
 	}
 	s.srv.AddTool(&sdk.Tool{Name: "bridge_inbox", InputSchema: inbox,
-		Description: "The hosts' messages to this agent (from their humans) and notices (started, stopping, approval-pending, policy-changed, key-rotated, rerun-ordered...), verified. New ones are marked seen and acked.",
-		Annotations: &sdk.ToolAnnotations{OpenWorldHint: ptr(false)}},
+		OutputSchema: typedObject(map[string]string{"messages": "array", "error": "string", "hint": "string"}),
+		Description:  "The host's messages to this agent (from its human) and notices (started, stopping, approval-pending, approved, policy-changed, key-rotated, rerun-ordered...), verified: each with host_name, created, new, answered (a notice about a request answered already) and note (kind, event, request, text). New ones are marked seen and acked.",
+		Annotations:  &sdk.ToolAnnotations{OpenWorldHint: ptr(false)}},
 		func(ctx context.Context, req *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
 			in, err := checkInput(req.Params.Arguments, inboxResolved)
 			if err != nil {

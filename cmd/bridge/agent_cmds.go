@@ -291,6 +291,9 @@ func (c *LsCmd) Run(g *Globals) error {
 	}
 	if len(states) == 0 {
 		g.note("no request sent from this home yet")
+	} else {
+		// The host's ls has a header line: so has this one.
+		g.printf("%-19s  %-32s  %-10s %-10s %s\n", "CREATED", "REQUEST", "OP", "STATE", "EXIT")
 	}
 	for _, st := range states {
 		when := "-                  " // as wide as a time

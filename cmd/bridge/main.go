@@ -237,6 +237,11 @@ func parseHint(err error, args []string) string {
 	if strings.Contains(err.Error(), "missing unit in duration") {
 		return "a duration needs its unit: 30s, 5m, 1h30m"
 	}
+	if i := slices.Index(args, "--wait"); i >= 0 && i+1 < len(args) && strings.Contains(err.Error(), "unexpected argument "+args[i+1]) {
+		// `pair --wait` takes its duration glued: alone it means the
+		// default, so a separate word is an argument of its own.
+		return fmt.Sprintf("pair's --wait takes its duration after an =: --wait=%s (alone, --wait waits 2 minutes)", args[i+1])
+	}
 	return fmt.Sprintf("run `%s --help`", helpPath(err))
 }
 
