@@ -81,7 +81,7 @@ func (n *Nudger) ResultsRoute(ctx context.Context, bridgeDir string, hosts []Rou
 			continue
 		}
 		f := folders[i]
-		if want := filepath.Join(bridgeDir, filepath.FromSlash(rel)); !samePath(expandTilde(f.Path), want) {
+		if want := filepath.Join(bridgeDir, filepath.FromSlash(rel)); !samePath(ExpandTilde(f.Path), want) {
 			out = append(out, RouteProblem{Host: h.ID, Folder: id,
 				Message: fmt.Sprintf("%s results folder %s is at %s, not at %s, where the bridge reads and writes them", whose, id, f.Path, want),
 				Hint:    "change that folder's path in Syncthing (remove it and run `bridge syncthing setup --share-results` again)"})

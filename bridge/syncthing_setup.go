@@ -185,8 +185,9 @@ func samePath(a, b string) bool {
 	return filepath.Clean(a) == filepath.Clean(b)
 }
 
-// expandTilde turns Syncthing's ~/ into the user's home.
-func expandTilde(p string) string {
+// ExpandTilde turns a leading ~/ (Syncthing's paths, a flag a shell did
+// not expand: --repo=~/src) into the user's home.
+func ExpandTilde(p string) string {
 	if rest, ok := strings.CutPrefix(p, "~"+string(filepath.Separator)); ok {
 		if home, err := os.UserHomeDir(); err == nil {
 			return filepath.Join(home, rest)
@@ -305,7 +306,7 @@ func SyncthingSetup(h *Home, o SyncthingSetupOptions) (*SyncthingSetupReport, er
 	bridgeDir := h.Config.Folder
 	var root *stFolderConfig
 	for i := range folders {
-		if samePath(expandTilde(folders[i].Path), bridgeDir) {
+		if samePath(ExpandTilde(folders[i].Path), bridgeDir) {
 			root = &folders[i]
 		}
 	}
@@ -316,7 +317,7 @@ func SyncthingSetup(h *Home, o SyncthingSetupOptions) (*SyncthingSetupReport, er
 	rep.Folder = root.ID
 	inside := map[string]string{} // rel path → folder id
 	for _, f := range folders {
-		p := expandTilde(f.Path)
+		p := ExpandTilde(f.Path)
 		if rel, err := filepath.Rel(bridgeDir, p); err == nil && rel != "." && !strings.HasPrefix(rel, "..") && !filepath.IsAbs(rel) {
 			inside[filepath.ToSlash(rel)] = f.ID
 		}

@@ -32,9 +32,10 @@ type PresetOp struct {
 // The environment the ops pass: the tool's own settings where the daemon
 // has them (a version manager's root, a build cache), nothing else.
 const (
-	envBase   = `env = ["PATH", "HOME"]`
-	envGo     = `env = ["PATH", "HOME", "GOPATH", "GOCACHE", "GOMODCACHE", "GOFLAGS", "GOPROXY", "GOTOOLCHAIN"]`
-	envNode   = `env = ["PATH", "HOME", "NVM_DIR", "NODE_OPTIONS"]`
+	envBase = `env = ["PATH", "HOME"]`
+	envGo   = `env = ["PATH", "HOME", "GOPATH", "GOCACHE", "GOMODCACHE", "GOFLAGS", "GOPROXY", "GOTOOLCHAIN"]`
+	envNode = `env = ["PATH", "HOME", "NVM_DIR", "NODE_OPTIONS"]
+set_env = { NPM_CONFIG_UPDATE_NOTIFIER = "false", NPM_CONFIG_FUND = "false", NPM_CONFIG_AUDIT = "false" }`
 	envPython = `env = ["PATH", "HOME", "PYENV_ROOT", "PYENV_VERSION", "VIRTUAL_ENV"]`
 	envRust   = `env = ["PATH", "HOME", "CARGO_HOME", "RUSTUP_HOME", "RUSTUP_TOOLCHAIN"]`
 )
@@ -213,43 +214,16 @@ type = "string"
 description = "a regular expression of test names (go test -run); . runs them all"
 pattern = "[A-Za-z0-9_.*+?|^$()/\\[\\]-]{1,200}"
 default = "."`},
-		{"go-vet", "go vet ./...", `argv = ["go", "vet", "./..."]
-scope = "execute"
-stdin = "none"
-timeout = "10m"
-` + envGo},
-		{"go-build", "build every package (go build ./...)", `argv = ["go", "build", "./..."]
-scope = "execute"
-stdin = "none"
-timeout = "20m"
-` + envGo},
+		{"go-vet", "go vet ./...", stackOp(`["go", "vet", "./..."]`, "10m", envGo)},
+		{"go-build", "build every package (go build ./...)", stackOp(`["go", "build", "./..."]`, "20m", envGo)},
 	}},
 	{Name: "node", Summary: "an npm package's test, lint and build scripts", Ops: []PresetOp{
-		{"npm-test", "the package's test script (npm test)", `argv = ["npm", "test"]
-scope = "execute"
-stdin = "none"
-timeout = "20m"
-` + envNode + `
-set_env = { NPM_CONFIG_UPDATE_NOTIFIER = "false", NPM_CONFIG_FUND = "false", NPM_CONFIG_AUDIT = "false" }`},
-		{"npm-lint", "the package's lint script, if it has one (npm run --if-present lint)", `argv = ["npm", "run", "--if-present", "lint"]
-scope = "execute"
-stdin = "none"
-timeout = "10m"
-` + envNode + `
-set_env = { NPM_CONFIG_UPDATE_NOTIFIER = "false", NPM_CONFIG_FUND = "false", NPM_CONFIG_AUDIT = "false" }`},
-		{"npm-build", "the package's build script, if it has one (npm run --if-present build)", `argv = ["npm", "run", "--if-present", "build"]
-scope = "execute"
-stdin = "none"
-timeout = "20m"
-` + envNode + `
-set_env = { NPM_CONFIG_UPDATE_NOTIFIER = "false", NPM_CONFIG_FUND = "false", NPM_CONFIG_AUDIT = "false" }`},
+		{"npm-test", "the package's test script (npm test)", stackOp(`["npm", "test"]`, "20m", envNode)},
+		{"npm-lint", "the package's lint script, if it has one (npm run --if-present lint)", stackOp(`["npm", "run", "--if-present", "lint"]`, "10m", envNode)},
+		{"npm-build", "the package's build script, if it has one (npm run --if-present build)", stackOp(`["npm", "run", "--if-present", "build"]`, "20m", envNode)},
 	}},
 	{Name: "python", Summary: "a Python project's unittest tests and a syntax check of every .py file", Ops: []PresetOp{
-		{"py-test", "run the tests (python3 -m unittest discover)", `argv = ["python3", "-m", "unittest", "discover", "-v"]
-scope = "execute"
-stdin = "none"
-timeout = "20m"
-` + envPython},
+		{"py-test", "run the tests (python3 -m unittest discover)", stackOp(`["python3", "-m", "unittest", "discover", "-v"]`, "20m", envPython)},
 		{"py-lint", "check that every .py file parses (writes nothing; files that are links or over 4 MiB are left out; add your own linter as an op for more)", `argv = ["python3", "-I", "-c", "import ast, pathlib, sys\nbad = 0\nfor p in sorted(pathlib.Path('.').rglob('*.py')):\n    if p.is_symlink() or not p.is_file() or p.stat().st_size > 4 << 20:\n        continue\n    try:\n        ast.parse(p.read_bytes(), str(p))\n    except SyntaxError as e:\n        print('%s:%s: %s' % (e.filename, e.lineno, e.msg)); bad += 1\nsys.exit(1 if bad else 0)"]
 scope = "read"
 idempotent = true
@@ -257,22 +231,17 @@ stdin = "none"
 ` + envPython},
 	}},
 	{Name: "rust", Summary: "a Cargo package's tests, check and build, offline", Ops: []PresetOp{
-		{"cargo-test", "run the tests (cargo test --offline)", `argv = ["cargo", "test", "--offline"]
-scope = "execute"
-stdin = "none"
-timeout = "30m"
-` + envRust},
-		{"cargo-check", "type-check without building (cargo check --offline)", `argv = ["cargo", "check", "--offline"]
-scope = "execute"
-stdin = "none"
-timeout = "20m"
-` + envRust},
-		{"cargo-build", "build (cargo build --offline)", `argv = ["cargo", "build", "--offline"]
-scope = "execute"
-stdin = "none"
-timeout = "30m"
-` + envRust},
+		{"cargo-test", "run the tests (cargo test --offline)", stackOp(`["cargo", "test", "--offline"]`, "30m", envRust)},
+		{"cargo-check", "type-check without building (cargo check --offline)", stackOp(`["cargo", "check", "--offline"]`, "20m", envRust)},
+		{"cargo-build", "build (cargo build --offline)", stackOp(`["cargo", "build", "--offline"]`, "30m", envRust)},
 	}},
+}
+
+// stackOp is the table of a stack's check (a test, lint or build): it runs
+// the tree's code (scope execute), takes no input, within timeout, with
+// the tool's environment.
+func stackOp(argv, timeout, env string) string {
+	return "argv = " + argv + "\nscope = \"execute\"\nstdin = \"none\"\ntimeout = \"" + timeout + "\"\n" + env
 }
 
 // Presets are the presets `bridge policy init --preset` knows, in order.

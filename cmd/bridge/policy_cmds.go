@@ -200,7 +200,7 @@ func (c *PolicyInitCmd) presetPolicy(g *Globals) (string, []string, error) {
 		return "", nil, &codeError{code: exitUsage, err: withHintf(errors.New("policy init --preset: which repository? --repo DIR is required"),
 			"the ops work in that directory, and write-file and git-add are confined to it: `bridge policy init --preset %s --repo ~/src/app`", strings.Join(c.Preset, ","))}
 	}
-	repo, err := filepath.Abs(expandHome(c.Repo))
+	repo, err := filepath.Abs(bridge.ExpandTilde(c.Repo))
 	if err != nil {
 		return "", nil, err
 	}
@@ -218,16 +218,6 @@ func (c *PolicyInitCmd) presetPolicy(g *Globals) (string, []string, error) {
 		return "", nil, &codeError{code: exitUsage, err: withHintf(fmt.Errorf("policy init: %w", err), "`bridge policy presets` lists them and what each op does")}
 	}
 	return text, ops, nil
-}
-
-// expandHome expands a leading ~/ (a shell does, but not in --repo=~/x).
-func expandHome(p string) string {
-	if rest, ok := strings.CutPrefix(p, "~/"); ok {
-		if h, err := os.UserHomeDir(); err == nil {
-			return filepath.Join(h, rest)
-		}
-	}
-	return p
 }
 
 // policyError: a policy that does not load or does not allow the call is
