@@ -420,7 +420,11 @@ func (d *Daemon) run(j *job, inv *policy.Invocation, stdin spool, resume bool, a
 	case out.Cancelled && shutdown:
 		// Stopped by the signal ladder after the drain deadline: it ran,
 		// so it did not "fail to start". A retry-safe op, or one that can
-		// check itself, is left running for the next start's recovery.
+		// check itself, is left running for the next start's recovery; so
+		// is every op a second signal killed (Abort): the process is exiting.
+		if d.killed.Load() {
+			return
+		}
 		if inv.Idempotent || len(inv.Reconcile) > 0 {
 			d.log.Warn("op stopped by the shutdown: the next start runs it again or checks it", "key", j.key, "op", inv.Op)
 			d.audit.log(AuditEvent{Event: "interrupted", Agent: j.agent, ID: j.req.ID, Op: inv.Op, Detail: "stopped by the shutdown; left for the next start"})

@@ -108,6 +108,7 @@ type Daemon struct {
 
 	runCtx   context.Context // parent of every running op; cancelled on abort
 	abortRun context.CancelFunc
+	killed   atomic.Bool   // Abort ran: what it killed is left running, for the next start
 	stopCtl  chan struct{} // stops the control loop
 
 	// crashAt names a durable step at which the daemon exits abruptly, as
@@ -176,6 +177,10 @@ func (d *Daemon) stopped() bool {
 // for a second signal: the caller exits right after. The ledger keeps them
 // running, and the next start recovers them as after a crash.
 func (d *Daemon) Abort() int {
+	// Before the cancel, so a run it stops sees it: the process exits at
+	// once, and an answer half written by then would make the next start's
+	// verdict depend on which came first.
+	d.killed.Store(true)
 	if d.abortRun != nil {
 		d.abortRun()
 	}

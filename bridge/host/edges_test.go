@@ -159,6 +159,41 @@ func TestDrainAbortNeverFailed(t *testing.T) {
 	}
 }
 
+// Row "crash-unsure" by a second signal: Abort kills what runs and the
+// process exits right after. This daemon answers nothing it killed (a CI run
+// once had the answer half written before the exit, and the next start
+// adopted "host-shutdown" where it says "crashed"): the entry stays running,
+// and the next start's verdict never depends on which came first.
+func TestSecondSignalLeavesItsKillsToTheNextStart(t *testing.T) {
+	e := newEdge(t)
+	e.block()
+	d := e.daemon(t)
+	id := e.submit(t, "block")
+	waitFor(t, 10*time.Second, "the op to start", func() bool { return e.starts(t, "block", id) == 1 })
+	closed := make(chan struct{})
+	go func() { defer close(closed); stopDaemon(d, context.Background()) }() // a drain with no deadline
+	waitFor(t, 10*time.Second, "the drain to begin", d.isClosing)
+	d.Abort() // the op ends by its SIGTERM or the SIGKILL, whichever comes first
+	<-closed  // Close returns once the run's goroutine has ended
+	if st := e.entry(t, id).State; st != ledger.StateRunning {
+		t.Fatalf("ledger after the kill: %s, want running (for the next start)", st)
+	}
+	for _, dir := range []string{e.host.Path("results", e.agent.Config.ID), e.toAgent()} {
+		if m, _ := filepath.Glob(filepath.Join(dir, id+".*")); len(m) > 0 {
+			t.Fatalf("an answer to the killed op was written: %v", m)
+		}
+	}
+	e.unblock()
+	e.daemon(t)
+	out := e.wait(t, id)
+	if out.Receipt.Status != bridge.StatusUncertain || out.Receipt.Reason != bridge.ReasonCrashed {
+		t.Errorf("after the restart: %s (%s), want uncertain (crashed)", out.Receipt.Status, out.Receipt.Reason)
+	}
+	if n := e.starts(t, "block", id); n != 1 {
+		t.Errorf("the op started %d times", n)
+	}
+}
+
 // Rows "record-lost" and "catch-up": a ledger repaired after damage, or
 // restored from a backup, has lost the record of a request that ran. Its
 // files are still in the folder; the evidence in the home and the folder
