@@ -11,6 +11,7 @@ import (
 	"os"
 	"regexp"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -118,7 +119,9 @@ const (
 
 // inputLine is the approval text's line for the input (policy.Invocation's
 // Stdin).
-var inputLine = regexp.MustCompile(`(?m)^\s*stdin:\s+(\d+) bytes, sha256 ([0-9a-f]{64})$`)
+var inputLine = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`(?m)^\s*stdin:\s+(\d+) bytes, sha256 ([0-9a-f]{64})$`)
+})
 
 // approvalInput reads what a pending request's approval says of its input
 // and the kept copy; nil when the request takes none.
@@ -134,7 +137,7 @@ func approvalInput(h *bridge.Home, e Listed) *ApprovalInput {
 // when it is the input the approval is bound to (nil otherwise): what was
 // checked is what is read.
 func openApprovalInput(h *bridge.Home, e Listed) (*ApprovalInput, *os.File) {
-	all := inputLine.FindAllStringSubmatch(e.Reason, -1)
+	all := inputLine().FindAllStringSubmatch(e.Reason, -1)
 	if all == nil {
 		return nil, nil
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 )
 
 // A preset is a reviewed set of ops for one kind of repository, written
@@ -110,13 +111,16 @@ func tomlString(s string) string {
 	return `"` + r.Replace(s) + `"`
 }
 
-var presets = []Preset{
-	{Name: "git", Summary: "read the repository and its history; change files only by a patch (checked first, undone with the same diff) or a confined write (previewed with dry_run); commit with a human's approval", Ops: []PresetOp{
-		{"git-status", "the branch and the changed files (git status --short --branch)", `argv = ["git", "status", "--short", "--branch"]
+// presets is built on first use, not at every bridge process's start
+// (its texts are put together from the pieces above).
+var presets = sync.OnceValue(func() []Preset {
+	return []Preset{
+		{Name: "git", Summary: "read the repository and its history; change files only by a patch (checked first, undone with the same diff) or a confined write (previewed with dry_run); commit with a human's approval", Ops: []PresetOp{
+			{"git-status", "the branch and the changed files (git status --short --branch)", `argv = ["git", "status", "--short", "--branch"]
 scope = "read"
 idempotent = true
 stdin = "none"`},
-		{"git-log", "the last n commits, one line each (git log --oneline)", `argv = ["git", "log", "--oneline", "--decorate", "-n", "{n}"]
+			{"git-log", "the last n commits, one line each (git log --oneline)", `argv = ["git", "log", "--oneline", "--decorate", "-n", "{n}"]
 scope = "read"
 idempotent = true
 stdin = "none"
@@ -126,7 +130,7 @@ description = "how many commits"
 min = 1
 max = 500
 default = 20`},
-		{"git-show", "one commit (or other revision): its message and patch", `argv = ["git", "show", "--stat", "--patch", "{rev}", "--"]
+			{"git-show", "one commit (or other revision): its message and patch", `argv = ["git", "show", "--stat", "--patch", "{rev}", "--"]
 scope = "read"
 idempotent = true
 stdin = "none"
@@ -136,11 +140,11 @@ description = "a commit, branch or tag (HEAD~2, main, v1.0)"
 pattern = "[A-Za-z0-9._/~^]{1,100}"
 max_len = 100
 default = "HEAD"`},
-		{"git-diff", "every uncommitted change, against HEAD", `argv = ["git", "diff", "--stat", "--patch", "HEAD", "--"]
+			{"git-diff", "every uncommitted change, against HEAD", `argv = ["git", "diff", "--stat", "--patch", "HEAD", "--"]
 scope = "read"
 idempotent = true
 stdin = "none"`},
-		{"read-file", "print a file of the repository as it is now (never under .git)", `argv = ["sh", "-c", ` + tomlString(readFileScript) + `, "read-file", "{path}"]
+			{"read-file", "print a file of the repository as it is now (never under .git)", `argv = ["sh", "-c", ` + tomlString(readFileScript) + `, "read-file", "{path}"]
 scope = "read"
 idempotent = true
 stdin = "none"
@@ -149,11 +153,11 @@ type = "path"
 description = "the file, relative to the repository"
 root = "{{repo}}"
 must_exist = true`},
-		{"git-ls-files", "the files git tracks", `argv = ["git", "ls-files"]
+			{"git-ls-files", "the files git tracks", `argv = ["git", "ls-files"]
 scope = "read"
 idempotent = true
 stdin = "none"`},
-		{"git-grep", "lines of tracked files that match a pattern (git grep -n)", `argv = ["git", "grep", "-n", "-I", "-e", "{pattern}", "--"]
+			{"git-grep", "lines of tracked files that match a pattern (git grep -n)", `argv = ["git", "grep", "-n", "-I", "-e", "{pattern}", "--"]
 scope = "read"
 idempotent = true
 stdin = "none"
@@ -161,22 +165,22 @@ stdin = "none"
 type = "string"
 description = "a basic regular expression, as git grep reads it"
 max_len = 200`},
-		{"patch-check", "whether a unified diff on standard input applies cleanly; changes nothing (git apply --check)", `argv = ["git", "apply", "--check", "--verbose"]
+			{"patch-check", "whether a unified diff on standard input applies cleanly; changes nothing (git apply --check)", `argv = ["git", "apply", "--check", "--verbose"]
 scope = "read"
 idempotent = true
 stdin = "required"
 max_stdin = "4MiB"`},
-		{"patch-apply", "apply a unified diff from standard input to the working tree (git apply); patch-undo with the same diff takes it back", `argv = ["git", "apply", "--verbose"]
+			{"patch-apply", "apply a unified diff from standard input to the working tree (git apply); patch-undo with the same diff takes it back", `argv = ["git", "apply", "--verbose"]
 scope = "write"
 dry_run = "patch-check"
 undo = "patch-undo"
 stdin = "required"
 max_stdin = "4MiB"`},
-		{"patch-undo", "take back a diff patch-apply applied: the same diff on standard input, applied in reverse (git apply -R)", `argv = ["git", "apply", "-R", "--verbose"]
+			{"patch-undo", "take back a diff patch-apply applied: the same diff on standard input, applied in reverse (git apply -R)", `argv = ["git", "apply", "-R", "--verbose"]
 scope = "write"
 stdin = "required"
 max_stdin = "4MiB"`},
-		{"write-file", "write standard input to a file of the repository (never under .git); dry_run=true shows the change as a diff and writes nothing", `argv = ["sh", "-c", ` + tomlString(writeFileScript) + `, "write-file", "{path}", "{dry_run}"]
+			{"write-file", "write standard input to a file of the repository (never under .git); dry_run=true shows the change as a diff and writes nothing", `argv = ["sh", "-c", ` + tomlString(writeFileScript) + `, "write-file", "{path}", "{dry_run}"]
 scope = "write"
 stdin = "required"
 max_stdin = "4MiB"
@@ -188,7 +192,7 @@ root = "{{repo}}"
 type = "bool"
 description = "true: show the change as a unified diff and write nothing"
 default = false`},
-		{"git-add", "stage a path for the next commit (git add)", `argv = ["git", "add", "--", "{path}"]
+			{"git-add", "stage a path for the next commit (git add)", `argv = ["git", "add", "--", "{path}"]
 scope = "write"
 stdin = "none"
 [ops.git-add.args.path]
@@ -196,15 +200,15 @@ type = "path"
 description = "a file or directory of the repository"
 root = "{{repo}}"
 must_exist = true`},
-		{"git-commit", "commit what is staged, with the message on standard input (a subject line, a blank line, a body); a human approves each, seeing the message", `argv = ["git", "commit", "--file", "-", "--cleanup", "strip"]
+			{"git-commit", "commit what is staged, with the message on standard input (a subject line, a blank line, a body); a human approves each, seeing the message", `argv = ["git", "commit", "--file", "-", "--cleanup", "strip"]
 scope = "write"
 approve = true
 stdin = "required"
 stdin_hint = "the commit message"
 max_stdin = "64KiB"`},
-	}},
-	{Name: "go", Summary: "a Go module's tests, vet and build", Ops: []PresetOp{
-		{"go-test", "run the tests afresh, never from the cache (go test -count=1 ./...); run= picks tests by name, as go test -run does", `argv = ["go", "test", "-count=1", "-run", "{run}", "./..."]
+		}},
+		{Name: "go", Summary: "a Go module's tests, vet and build", Ops: []PresetOp{
+			{"go-test", "run the tests afresh, never from the cache (go test -count=1 ./...); run= picks tests by name, as go test -run does", `argv = ["go", "test", "-count=1", "-run", "{run}", "./..."]
 scope = "execute"
 stdin = "none"
 timeout = "20m"
@@ -214,28 +218,29 @@ type = "string"
 description = "a regular expression of test names (go test -run); . runs them all"
 pattern = "[A-Za-z0-9_.*+?|^$()/\\[\\]-]{1,200}"
 default = "."`},
-		{"go-vet", "go vet ./...", stackOp(`["go", "vet", "./..."]`, "10m", envGo)},
-		{"go-build", "build every package (go build ./...)", stackOp(`["go", "build", "./..."]`, "20m", envGo)},
-	}},
-	{Name: "node", Summary: "an npm package's test, lint and build scripts", Ops: []PresetOp{
-		{"npm-test", "the package's test script (npm test)", stackOp(`["npm", "test"]`, "20m", envNode)},
-		{"npm-lint", "the package's lint script, if it has one (npm run --if-present lint)", stackOp(`["npm", "run", "--if-present", "lint"]`, "10m", envNode)},
-		{"npm-build", "the package's build script, if it has one (npm run --if-present build)", stackOp(`["npm", "run", "--if-present", "build"]`, "20m", envNode)},
-	}},
-	{Name: "python", Summary: "a Python project's unittest tests and a syntax check of every .py file", Ops: []PresetOp{
-		{"py-test", "run the tests (python3 -m unittest discover)", stackOp(`["python3", "-m", "unittest", "discover", "-v"]`, "20m", envPython)},
-		{"py-lint", "check that every .py file parses (writes nothing; files that are links or over 4 MiB are left out; add your own linter as an op for more)", `argv = ["python3", "-I", "-c", "import ast, pathlib, sys\nbad = 0\nfor p in sorted(pathlib.Path('.').rglob('*.py')):\n    if p.is_symlink() or not p.is_file() or p.stat().st_size > 4 << 20:\n        continue\n    try:\n        ast.parse(p.read_bytes(), str(p))\n    except SyntaxError as e:\n        print('%s:%s: %s' % (e.filename, e.lineno, e.msg)); bad += 1\nsys.exit(1 if bad else 0)"]
+			{"go-vet", "go vet ./...", stackOp(`["go", "vet", "./..."]`, "10m", envGo)},
+			{"go-build", "build every package (go build ./...)", stackOp(`["go", "build", "./..."]`, "20m", envGo)},
+		}},
+		{Name: "node", Summary: "an npm package's test, lint and build scripts", Ops: []PresetOp{
+			{"npm-test", "the package's test script (npm test)", stackOp(`["npm", "test"]`, "20m", envNode)},
+			{"npm-lint", "the package's lint script, if it has one (npm run --if-present lint)", stackOp(`["npm", "run", "--if-present", "lint"]`, "10m", envNode)},
+			{"npm-build", "the package's build script, if it has one (npm run --if-present build)", stackOp(`["npm", "run", "--if-present", "build"]`, "20m", envNode)},
+		}},
+		{Name: "python", Summary: "a Python project's unittest tests and a syntax check of every .py file", Ops: []PresetOp{
+			{"py-test", "run the tests (python3 -m unittest discover)", stackOp(`["python3", "-m", "unittest", "discover", "-v"]`, "20m", envPython)},
+			{"py-lint", "check that every .py file parses (writes nothing; files that are links or over 4 MiB are left out; add your own linter as an op for more)", `argv = ["python3", "-I", "-c", "import ast, pathlib, sys\nbad = 0\nfor p in sorted(pathlib.Path('.').rglob('*.py')):\n    if p.is_symlink() or not p.is_file() or p.stat().st_size > 4 << 20:\n        continue\n    try:\n        ast.parse(p.read_bytes(), str(p))\n    except SyntaxError as e:\n        print('%s:%s: %s' % (e.filename, e.lineno, e.msg)); bad += 1\nsys.exit(1 if bad else 0)"]
 scope = "read"
 idempotent = true
 stdin = "none"
 ` + envPython},
-	}},
-	{Name: "rust", Summary: "a Cargo package's tests, check and build, offline", Ops: []PresetOp{
-		{"cargo-test", "run the tests (cargo test --offline)", stackOp(`["cargo", "test", "--offline"]`, "30m", envRust)},
-		{"cargo-check", "type-check without building (cargo check --offline)", stackOp(`["cargo", "check", "--offline"]`, "20m", envRust)},
-		{"cargo-build", "build (cargo build --offline)", stackOp(`["cargo", "build", "--offline"]`, "30m", envRust)},
-	}},
-}
+		}},
+		{Name: "rust", Summary: "a Cargo package's tests, check and build, offline", Ops: []PresetOp{
+			{"cargo-test", "run the tests (cargo test --offline)", stackOp(`["cargo", "test", "--offline"]`, "30m", envRust)},
+			{"cargo-check", "type-check without building (cargo check --offline)", stackOp(`["cargo", "check", "--offline"]`, "20m", envRust)},
+			{"cargo-build", "build (cargo build --offline)", stackOp(`["cargo", "build", "--offline"]`, "30m", envRust)},
+		}},
+	}
+})
 
 // stackOp is the table of a stack's check (a test, lint or build): it runs
 // the tree's code (scope execute), takes no input, within timeout, with
@@ -245,13 +250,14 @@ func stackOp(argv, timeout, env string) string {
 }
 
 // Presets are the presets `bridge policy init --preset` knows, in order.
-func Presets() []Preset { return slices.Clone(presets) }
+func Presets() []Preset { return slices.Clone(presets()) }
 
 // RenderPresets is the policy text of the named presets (each once, in
 // the order given), every op working in repo (an absolute directory, or
 // ~/...), allowed to agent.
 func RenderPresets(names []string, repo, agent string) (string, []string, error) {
 	var picked []Preset
+	presets := presets()
 	for _, n := range names {
 		i := slices.IndexFunc(presets, func(p Preset) bool { return p.Name == n })
 		if i < 0 {

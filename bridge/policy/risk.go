@@ -6,7 +6,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 )
@@ -126,7 +125,7 @@ func scriptRunsTreeCode(shell, script, dir string) string {
 			continue
 		}
 		switch {
-		case assignment.MatchString(w):
+		case assignment().MatchString(w):
 			starts[i+1] = true // NAME=VALUE (its value may expand): a command follows
 			continue
 		case strings.Contains(w, "$") || w == "eval":
@@ -160,7 +159,7 @@ func scriptRunsTreeCode(shell, script, dir string) string {
 
 // assignment is a shell word that sets a variable (before a command, or
 // alone).
-var assignment = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*=`)
+var assignment = lazyRegexp(`^[A-Za-z_][A-Za-z0-9_]*=`)
 
 // prefixWords come before a command in a shell script, with options of
 // their own.

@@ -9,7 +9,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"syscall"
 )
@@ -337,7 +336,7 @@ func unsafeInterpreter(path string, pathEnv func() string, depth int) string {
 			// anything else before the slash (-Ilib/x, -I./x) is a
 			// relative one, read from the op's directory.
 			i := strings.IndexByte(a, '/')
-			if !optionBeforePath.MatchString(a[:i]) {
+			if !optionBeforePath().MatchString(a[:i]) {
 				return fmt.Sprintf("its interpreter line names a relative path in %q: it would be read from the op's directory", a)
 			}
 			a = a[i:]
@@ -362,7 +361,7 @@ func unsafeInterpreter(path string, pathEnv func() string, depth int) string {
 
 // optionBeforePath is what may come before the absolute path in an
 // interpreter's option: one letter (-I/x) or a long name and = (--x=/y).
-var optionBeforePath = regexp.MustCompile(`^(-[A-Za-z]|--[A-Za-z][A-Za-z-]*=)$`)
+var optionBeforePath = lazyRegexp(`^(-[A-Za-z]|--[A-Za-z][A-Za-z-]*=)$`)
 
 // checkInterp checks one interpreter named by an absolute path.
 func checkInterp(interp string, pathEnv func() string, depth int) string {

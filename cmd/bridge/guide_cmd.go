@@ -13,6 +13,7 @@ import (
 	"regexp/syntax"
 	"strconv"
 	"strings"
+	"sync"
 	"unicode"
 
 	"github.com/syncbridge/bridge/bridge"
@@ -763,13 +764,13 @@ func writeFileAtomic(path string, data []byte) error {
 
 // skillName is the Agent Skills rule for a skill's name, which must also
 // be its directory's name.
-var skillName = regexp.MustCompile(`^[a-z0-9]+(-[a-z0-9]+)*$`)
+var skillName = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9]+(-[a-z0-9]+)*$`) })
 
 // writeSkill writes dir/SKILL.md: YAML front matter (name, description),
 // then the guide.
 func writeSkill(dir string, doc *guideDoc) (string, error) {
 	name := filepath.Base(filepath.Clean(dir))
-	if len(name) > 64 || !skillName.MatchString(name) {
+	if len(name) > 64 || !skillName().MatchString(name) {
 		return "", &codeError{code: exitUsage, err: withHintf(fmt.Errorf("guide: skill directory %q: a skill's name is its directory's name, lower-case letters, digits and single hyphens, at most 64", name),
 			"use e.g. .claude/skills/syncbridge")}
 	}
