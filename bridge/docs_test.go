@@ -71,3 +71,69 @@ func TestDocsClientSettings(t *testing.T) {
 		}
 	}
 }
+
+// TestDocPointersResolve keeps the pointers into the docs true: every
+// "DESIGN §N" or "SPEC §N" (with or without .md) in the code and the docs
+// names a section the document has, no code points at the seed's design
+// notes (design.md, which is not in this repository), and TESTING.md counts
+// the vectors fixtures/vectors holds.
+func TestDocPointersResolve(t *testing.T) {
+	sections := map[string]map[string]bool{}
+	for _, doc := range []string{"DESIGN", "SPEC"} {
+		b, err := os.ReadFile("../docs/" + doc + ".md")
+		if err != nil {
+			t.Fatal(err)
+		}
+		sections[doc] = map[string]bool{}
+		for _, m := range regexp.MustCompile(`(?m)^## ([0-9]+[a-z]?)\. `).FindAllStringSubmatch(string(b), -1) {
+			sections[doc][m[1]] = true
+		}
+		if len(sections[doc]) < 5 {
+			t.Fatalf("%s.md: only %d numbered sections found", doc, len(sections[doc]))
+		}
+	}
+	pointer := regexp.MustCompile(`\b(DESIGN|SPEC)(?:\.md)?,? §+([0-9]+[a-z]?)`)
+	seed := regexp.MustCompile(`\bdesign\.md §`)
+	checked := 0
+	filepath.WalkDir("..", func(p string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() && strings.HasPrefix(d.Name(), ".") && p != ".." {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(p, ".go") && !strings.HasSuffix(p, ".md") && !strings.HasSuffix(p, ".txt") {
+			return nil
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Error(err)
+			return nil
+		}
+		for _, m := range pointer.FindAllStringSubmatch(string(b), -1) {
+			checked++
+			if !sections[m[1]][m[2]] {
+				t.Errorf("%s: %q points at a section %s.md does not have", p, m[0], m[1])
+			}
+		}
+		if strings.HasSuffix(p, ".go") && seed.Match(b) {
+			t.Errorf("%s: points at design.md, the seed's notes, not at docs/DESIGN.md", p)
+		}
+		return nil
+	})
+	if checked < 50 {
+		t.Fatalf("only %d pointers found: is the pattern right?", checked)
+	}
+	vectors, err := filepath.Glob("../fixtures/vectors/*.txtar")
+	if err != nil || len(vectors) == 0 {
+		t.Fatalf("no vectors: %v", err)
+	}
+	testing_, err := os.ReadFile("../docs/TESTING.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile("every archive in `fixtures/vectors/` \\(([0-9]+) of them\\)").FindSubmatch(testing_)
+	if m == nil {
+		t.Fatal("TESTING.md no longer counts the vectors where this test looks")
+	}
+	if n, _ := strconv.Atoi(string(m[1])); n != len(vectors) {
+		t.Errorf("TESTING.md counts %d vectors; fixtures/vectors holds %d", n, len(vectors))
+	}
+}

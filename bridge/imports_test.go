@@ -13,7 +13,7 @@ import (
 
 const modulePath = "github.com/syncbridge/bridge"
 
-// importRules are the one-way arrows of design.md §8: for each package of the
+// importRules are the one-way arrows of DESIGN §3 (further rules): for each package of the
 // module, the packages of the module it may import. crypto and syncsafe are
 // leaves; the bridge wire package may import a leaf and the ledger, policy
 // and runner packages below it, never the host or agent side; host and

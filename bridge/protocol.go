@@ -249,20 +249,6 @@ func checkTimes(created, expires int64, now time.Time, skew time.Duration) error
 	return nil
 }
 
-// CheckPayloadBytes compares an in-memory payload with its pin: shorter is
-// pending, anything else that differs is a hash mismatch. The daemon uses
-// syncsafe.Settle on files instead; this is for callers that hold the bytes.
-func CheckPayloadBytes(data []byte, p Payload) error {
-	if int64(len(data)) < p.Len {
-		return fmt.Errorf("%w: %d of %d bytes", ErrPending, len(data), p.Len)
-	}
-	sum := sha256.Sum256(data)
-	if int64(len(data)) != p.Len || hex.EncodeToString(sum[:]) != p.SHA256 {
-		return ErrHashMismatch
-	}
-	return nil
-}
-
 // writeHeader writes the plaintext framing: u32 length ‖ canonical JSON.
 func writeHeader(w io.Writer, v any) error {
 	body, err := bcrypto.EncodeBody(v)

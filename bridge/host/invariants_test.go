@@ -1,6 +1,6 @@
 package host
 
-// One test per invariant of design.md §2 (docs/DESIGN.md names them). Each
+// One test per invariant of DESIGN §3 (docs/DESIGN.md names them). Each
 // runs the real daemon and agent client on real directories.
 
 import (

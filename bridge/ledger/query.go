@@ -258,20 +258,3 @@ func (l *Ledger) Settled(updatedBefore, expiresBefore time.Time, want func(key s
 	}
 	return out, nil
 }
-
-// InFlight returns the claimed and running entries, in key order: what a
-// crash may have interrupted. The daemon calls it at start-up, before it
-// serves, and re-runs an entry only if it is Idempotent; otherwise it moves
-// it to uncertain.
-func (l *Ledger) InFlight() ([]Entry, error) {
-	l.mu.RLock()
-	defer l.mu.RUnlock()
-	if err := l.usable(); err != nil {
-		return nil, fmt.Errorf("in-flight entries: %w", err)
-	}
-	out, err := l.byState(StateClaimed, StateRunning)
-	if err != nil {
-		return nil, fmt.Errorf("in-flight entries: %w", err)
-	}
-	return out, nil
-}

@@ -83,7 +83,7 @@ type Globals struct {
 	args []string
 }
 
-// CLI is the whole command line (design.md §7).
+// CLI is the whole command line (docs/CLI.md).
 type CLI struct {
 	Globals
 
