@@ -108,8 +108,14 @@ type Daemon struct {
 
 	runCtx   context.Context // parent of every running op; cancelled on abort
 	abortRun context.CancelFunc
-	killed   atomic.Bool   // Abort ran: what it killed is left running, for the next start
-	stopCtl  chan struct{} // stops the control loop
+	killed   atomic.Bool // Abort ran: what it killed is left running, for the next start
+	// stopMu keeps Abort apart from Open and from Close's last steps (its
+	// stamp, closing the folder, the ledger and the lock): a second signal
+	// comes while Close drains, and Close goes on once the kill ends the
+	// runs, so the two would otherwise use the folder at once (one closing
+	// the directory the other publishes through).
+	stopMu  sync.Mutex
+	stopCtl chan struct{} // stops the control loop
 
 	// crashAt names a durable step at which the daemon exits abruptly, as
 	// a power cut would stop it ("step" or "step#n" for the n-th time).
@@ -181,17 +187,20 @@ func (d *Daemon) Abort() int {
 	// once, and an answer half written by then would make the next start's
 	// verdict depend on which came first.
 	d.killed.Store(true)
-	if d.abortRun != nil {
-		d.abortRun()
-	}
+	d.stopMu.Lock()
 	if d.folder != nil && d.watcher != nil {
 		// As a clean stop says it: agents learn at once that the host
 		// stopped, not after two intervals of a stamp that says serving.
 		// Before the kill, so the process exits right after it, with no
 		// answer written for what was killed (the next start gives it).
+		// A folder Close already closed has its stamp already.
 		if err := d.publishLiveness(bridge.LivenessStopped); err != nil {
 			d.log.Warn("publish liveness stamps", "err", err)
 		}
+	}
+	d.stopMu.Unlock()
+	if d.abortRun != nil {
+		d.abortRun()
 	}
 	n := runner.KillAll()
 	if n > 0 {
@@ -272,6 +281,10 @@ const evalWorkers = 4
 // Open takes the single-instance lock, opens the ledger, the policy and the
 // folder, recovers what a crash interrupted, and starts watching.
 func (d *Daemon) Open() (err error) {
+	// A second signal while Open runs (Abort) waits for it: it sets up
+	// what Abort reads (the folder, the watcher, the runs' context).
+	d.stopMu.Lock()
+	defer d.stopMu.Unlock()
 	defer func() {
 		if err != nil {
 			d.closeResources()
@@ -540,6 +553,8 @@ func (d *Daemon) Close(ctx context.Context) error {
 		}
 		<-done
 	}
+	d.stopMu.Lock()
+	defer d.stopMu.Unlock()
 	if d.ledger != nil {
 		if err := d.saveFinished(); err != nil {
 			d.log.Warn("save the finished-requests cache", "err", err)
