@@ -3,7 +3,8 @@
 // opening them, the folder layout, request ids, and the trust store of
 // peers and keys. It runs nothing and watches nothing: the host daemon is
 // in package host, the agent's client in package agent, and neither
-// imports the other.
+// imports the other; the Syncthing client is package syncthing, the
+// checks of `bridge doctor` package doctor.
 //
 // Entry points:
 //

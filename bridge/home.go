@@ -103,8 +103,13 @@ type Home struct {
 	// folder opened by OpenFolder publishes or removes (requests, results,
 	// acks, cancels, rotation statements, progress, the catalog). Set it
 	// before OpenFolder.
-	Nudger *Nudger
+	Nudger Nudger
 }
+
+// Nudger asks the sync client to send the files at rels (slash-separated,
+// relative to the folder) at once (syncthing.Nudger). It must return at
+// once.
+type Nudger interface{ Nudge(rels ...string) }
 
 // InitHome creates a new home for role ("host" or "agent") bound to folder.
 // A host also writes the folder marker and its tree; an agent requires the
@@ -227,9 +232,9 @@ func InsideDir(p, dir string) bool {
 	return a == b || strings.HasPrefix(a, b+string(filepath.Separator))
 }
 
-// checkOutside refuses a state directory inside the synced folder: keys,
+// CheckOutside refuses a state directory inside the synced folder: keys,
 // ledger and policy would then be synced, conflicted and resurrected.
-func checkOutside(home, folder string) error {
+func CheckOutside(home, folder string) error {
 	real := func(p string) string {
 		// Resolve the longest existing prefix, so a home that does not exist
 		// yet is still judged by where it will be.
@@ -283,7 +288,7 @@ func OpenHome(dir string) (*Home, error) {
 	if h.Config.V != 1 || (h.Config.Role != "host" && h.Config.Role != "agent") {
 		return nil, fmt.Errorf("read %s: unsupported config", filepath.Join(absDir, configName))
 	}
-	if err := checkOutside(absDir, h.Config.Folder); err != nil {
+	if err := CheckOutside(absDir, h.Config.Folder); err != nil {
 		return nil, err
 	}
 	secret, err := os.ReadFile(filepath.Join(absDir, IdentityName))
@@ -324,7 +329,11 @@ func (h *Home) OpenFolder() (*syncsafe.Folder, error) {
 	if err := os.MkdirAll(staging, 0o700); err != nil {
 		return nil, err
 	}
-	return h.openFolder(syncsafe.WithStaging(staging), syncsafe.WithOnChange(func(rels ...string) { h.Nudger.Nudge(rels...) }))
+	return h.openFolder(syncsafe.WithStaging(staging), syncsafe.WithOnChange(func(rels ...string) {
+		if h.Nudger != nil {
+			h.Nudger.Nudge(rels...)
+		}
+	}))
 }
 
 // ReadFolder opens the synced folder for reading only: unlike OpenFolder
@@ -629,7 +638,7 @@ func newHomePaths(verb, dir, folder string) (absDir, absFolder string, err error
 	if absDir, err = filepath.Abs(dir); err != nil {
 		return "", "", err
 	}
-	if err := checkOutside(absDir, absFolder); err != nil {
+	if err := CheckOutside(absDir, absFolder); err != nil {
 		return "", "", err
 	}
 	if _, err := os.Stat(filepath.Join(absDir, configName)); err == nil {
@@ -656,4 +665,15 @@ func ValidPeerName(name string) bool { return syncsafe.ValidName(name) && !looks
 
 func looksLikeID(name string) bool {
 	return len(name) >= 8 && strings.Trim(name, "0123456789abcdef") == ""
+}
+
+// ExpandTilde turns a leading ~/ (Syncthing's paths, a flag a shell did
+// not expand: --repo=~/src) into the user's home.
+func ExpandTilde(p string) string {
+	if rest, ok := strings.CutPrefix(p, "~"+string(filepath.Separator)); ok {
+		if home, err := os.UserHomeDir(); err == nil {
+			return filepath.Join(home, rest)
+		}
+	}
+	return p
 }

@@ -16,10 +16,11 @@ const modulePath = "github.com/syncbridge/bridge"
 // importRules are the one-way arrows of DESIGN §3 (further rules): for each package of the
 // module, the packages of the module it may import. crypto and syncsafe are
 // leaves; the bridge wire package may import a leaf and the ledger, policy
-// and runner packages below it, never the host or agent side; host and
-// agent are separate rooms: each imports the wire, and neither the other.
-// cmd reaches everything through them. A new package must be added here on
-// purpose, or the test fails.
+// and runner packages below it, never the host or agent side; the
+// Syncthing client and the doctor stand on the wire and the home, beside
+// the sides; host and agent are separate rooms: each imports the wire, and
+// neither the other. cmd reaches everything through them. A new package
+// must be added here on purpose, or the test fails.
 var importRules = map[string][]string{
 	"crypto":           {},
 	"syncsafe":         {},
@@ -27,11 +28,13 @@ var importRules = map[string][]string{
 	"bridge/policy":    {"crypto", "syncsafe"},
 	"bridge/runner":    {"crypto", "syncsafe"},
 	"bridge":           {"crypto", "syncsafe", "bridge/policy"},
-	"bridge/host":      {"bridge", "crypto", "syncsafe", "bridge/ledger", "bridge/policy", "bridge/runner"},
+	"bridge/syncthing": {"bridge", "syncsafe"},
+	"bridge/doctor":    {"bridge", "bridge/syncthing", "syncsafe"},
+	"bridge/host":      {"bridge", "bridge/doctor", "crypto", "syncsafe", "bridge/ledger", "bridge/policy", "bridge/runner"},
 	"bridge/agent":     {"bridge", "crypto", "syncsafe"},
 	"bridge/mcp":       {"bridge", "bridge/agent"},
-	"cmd/bridge":       {"bridge", "bridge/host", "bridge/agent", "bridge/mcp", "crypto"},
-	"cmd/bridge-bench": {"bridge", "bridge/host", "bridge/agent", "crypto", "syncsafe"},
+	"cmd/bridge":       {"bridge", "bridge/host", "bridge/agent", "bridge/mcp", "bridge/doctor", "bridge/syncthing", "crypto"},
+	"cmd/bridge-bench": {"bridge", "bridge/host", "bridge/agent", "bridge/doctor", "crypto", "syncsafe"},
 }
 
 // testImportRules are what a package's test files may import beyond its
@@ -39,7 +42,7 @@ var importRules = map[string][]string{
 // agent client (no mock of the other side); the agent's tests never need
 // the daemon.
 var testImportRules = map[string][]string{
-	"bridge/host": {"bridge/agent"},
+	"bridge/host": {"bridge/agent", "bridge/syncthing"}, // and the real Syncthing client against real Syncthings
 }
 
 // checkArrows walks the module rooted at root and returns every import that

@@ -1,9 +1,11 @@
-package bridge
+package doctor
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/syncbridge/bridge/bridge"
+	"github.com/syncbridge/bridge/bridge/syncthing"
 	"io/fs"
 	"net/url"
 	"os"
@@ -33,8 +35,8 @@ type Finding struct {
 	Fix      string `json:"fix,omitempty"`
 }
 
-// DoctorOptions tunes Doctor; zero fields take the defaults.
-type DoctorOptions struct {
+// Options tunes CheckHome; zero fields take the defaults.
+type Options struct {
 	Now         func() time.Time // default time.Now
 	InotifyPath string           // default /proc/sys/fs/inotify/max_user_watches
 	MinFree     uint64           // bytes free below which the disk is a problem; default 256 MiB
@@ -46,7 +48,7 @@ type DoctorOptions struct {
 }
 
 // defaults fills in the zero fields.
-func (opt *DoctorOptions) Defaults() {
+func (opt *Options) Defaults() {
 	if opt.Now == nil {
 		opt.Now = time.Now
 	}
@@ -71,7 +73,7 @@ func (opt *DoctorOptions) Defaults() {
 // that make a bridge misbehave quietly. It only reads. A host's own checks
 // (the daemon, the ledger, the agents' clocks) are added by the host's
 // Doctor.
-func CheckHome(h *Home, opt DoctorOptions) []Finding {
+func CheckHome(h *bridge.Home, opt Options) []Finding {
 	opt.Defaults()
 	var out []Finding
 	add := func(check, sev, fix, format string, args ...any) {
@@ -88,7 +90,7 @@ func CheckHome(h *Home, opt DoctorOptions) []Finding {
 	}
 
 	// State outside the folder.
-	if err := checkOutside(h.Dir, folder); err != nil {
+	if err := bridge.CheckOutside(h.Dir, folder); err != nil {
 		add("state-outside", SeverityProblem, "move the home out of the folder and point --home at it", "%v", err)
 	} else {
 		add("state-outside", SeverityOK, "", "the home %s is outside the folder", h.Dir)
@@ -181,7 +183,7 @@ func CheckHome(h *Home, opt DoctorOptions) []Finding {
 	// watcher, which people take for the bridge being slow.
 	if fi, err := os.Stat(filepath.Join(folder, ".stfolder")); err == nil && fi.IsDir() {
 		doctorStignore(folder, add)
-		cfg, cerr := h.SyncthingConfig()
+		cfg, cerr := syncthing.LoadConfig(h)
 		switch {
 		case cerr != nil:
 			add("syncthing-nudge", SeverityWarn, "bridge syncthing setup", "%v", cerr)
@@ -192,7 +194,7 @@ func CheckHome(h *Home, opt DoctorOptions) []Finding {
 			if api == "" {
 				api, key, folders, from = os.Getenv("BRIDGE_SYNCTHING_API"), os.Getenv("BRIDGE_SYNCTHING_KEY"), os.Getenv("BRIDGE_SYNCTHING_FOLDER"), " (from the environment)"
 			}
-			n, nerr := NewNudger(api, key, folders, nil)
+			n, nerr := syncthing.NewNudger(api, key, folders, nil)
 			if nerr != nil {
 				add("syncthing-nudge", SeverityProblem, "bridge syncthing setup (or set --syncthing-api, --syncthing-key and --syncthing-folder together)",
 					"the nudge settings%s are wrong: %v", from, nerr)
@@ -278,15 +280,15 @@ func humanBytes(n uint64) string {
 // a Syncthing folder of its own on one side only (`syncthing setup
 // --share-results` run on one side): every answer then goes where the
 // agent does not read, and each wait hangs.
-func doctorResultsRoute(h *Home, n *Nudger, add func(check, sev, fix, format string, args ...any)) {
-	var hosts []RouteHost
+func doctorResultsRoute(h *bridge.Home, n *syncthing.Nudger, add func(check, sev, fix, format string, args ...any)) {
+	var hosts []syncthing.RouteHost
 	isHost := h.Config.Role == "host"
 	if isHost {
-		hosts = []RouteHost{{ID: h.Config.ID, Name: h.Config.Name}}
+		hosts = []syncthing.RouteHost{{ID: h.Config.ID, Name: h.Config.Name}}
 	} else if peers, err := h.Peers(); err == nil {
 		for _, p := range peers {
 			if p.Role == "host" {
-				hosts = append(hosts, RouteHost{ID: p.ID, Name: p.Name})
+				hosts = append(hosts, syncthing.RouteHost{ID: p.ID, Name: p.Name})
 			}
 		}
 	}
@@ -324,7 +326,7 @@ func doctorStignore(folder string, add func(check, sev, fix, format string, args
 		lines[strings.TrimPrefix(l, "(?d)")] = true
 	}
 	var missing []string
-	for _, want := range tempIgnores {
+	for _, want := range syncthing.TempIgnores() {
 		if !lines[strings.TrimPrefix(want, "(?d)")] {
 			missing = append(missing, want)
 		}

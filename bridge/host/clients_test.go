@@ -3,6 +3,7 @@ package host
 import (
 	"errors"
 	"fmt"
+	"github.com/syncbridge/bridge/bridge/doctor"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -35,8 +36,8 @@ func TestRcloneBisyncEndToEnd(t *testing.T) {
 		lockedOut = rcloneLockout(t, c, p)
 	})
 	// The loop recovered: doctor finds nothing stuck any more.
-	for _, f := range Doctor(c.p.host, bridge.DoctorOptions{RcloneWorkdirs: []string{c.rcloneWorkdir()}}) {
-		if f.Check == "rclone" && f.Severity != bridge.SeverityOK {
+	for _, f := range Doctor(c.p.host, doctor.Options{RcloneWorkdirs: []string{c.rcloneWorkdir()}}) {
+		if f.Check == "rclone" && f.Severity != doctor.SeverityOK {
 			t.Errorf("doctor after the loop recovered: %s: %s", f.Severity, f.Message)
 		}
 	}
@@ -309,7 +310,7 @@ func loopClientEndToEnd(t *testing.T, c *loopClient, neverName string, whileStop
 		}
 	}
 	var conflictsFinding string
-	for _, f := range Doctor(p.host, bridge.DoctorOptions{}) {
+	for _, f := range Doctor(p.host, doctor.Options{}) {
 		if f.Check == "conflicts" {
 			conflictsFinding = f.Message
 		}
@@ -371,8 +372,8 @@ func rcloneLockout(t *testing.T, c *loopClient, p *pair) bool {
 			continue
 		}
 		var found []string
-		for _, f := range Doctor(p.host, bridge.DoctorOptions{RcloneWorkdirs: []string{c.rcloneWorkdir()}}) {
-			if f.Check == "rclone" && f.Severity == bridge.SeverityProblem && strings.Contains(f.Message, "locked out") {
+		for _, f := range Doctor(p.host, doctor.Options{RcloneWorkdirs: []string{c.rcloneWorkdir()}}) {
+			if f.Check == "rclone" && f.Severity == doctor.SeverityProblem && strings.Contains(f.Message, "locked out") {
 				found = append(found, f.Message)
 			}
 		}

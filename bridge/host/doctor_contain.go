@@ -2,6 +2,7 @@ package host
 
 import (
 	"fmt"
+	"github.com/syncbridge/bridge/bridge/doctor"
 	"os"
 	"os/user"
 	"path/filepath"
@@ -18,7 +19,7 @@ import (
 // daemon's mechanism, or with none running what a daemon started like this
 // command would use; what it cannot guarantee; and how to get a cgroup of
 // its own where it has none. It only reads.
-func containmentFinding(h *bridge.Home) bridge.Finding {
+func containmentFinding(h *bridge.Home) doctor.Finding {
 	pid, ok := DaemonRunning(h)
 	if !ok {
 		pid = 0
@@ -37,7 +38,7 @@ func containmentFinding(h *bridge.Home) bridge.Finding {
 	if b, err := os.ReadFile(h.Path("run", "mode")); !ok && err == nil && strings.TrimSpace(string(b)) != how {
 		last = strings.TrimSpace(string(b))
 	}
-	f := bridge.Finding{Check: "containment", Severity: bridge.SeverityOK, Message: "op containment: " + how}
+	f := doctor.Finding{Check: "containment", Severity: doctor.SeverityOK, Message: "op containment: " + how}
 	if !ok {
 		f.Message += " (bridge serve is not running: as it would be here"
 		if last != "" {
@@ -52,20 +53,20 @@ func containmentFinding(h *bridge.Home) bridge.Finding {
 			" for an op (systemd-run, at)"
 	case strings.HasPrefix(how, "process tree"):
 		// As sound, but dearer per op.
-		f.Severity = bridge.SeverityWarn
+		f.Severity = doctor.SeverityWarn
 		f.Message += "; every process of an op ends with its run and is charged to it, also when the daemon is killed outright," +
 			" with a keeper process per running op, except an op that kills its own keeper process (it outlives a crash" +
 			" of the daemon) and what another service starts for an op (systemd-run, at)"
 		f.Fix = cgroupFix(h)
 	default:
-		f.Severity = bridge.SeverityWarn
+		f.Severity = doctor.SeverityWarn
 		f.Fix = "none on this system: a program an op starts can outlive it by calling setsid, and a daemon killed outright" +
 			" leaves its ops running; allow only ops that do not daemonize"
 	}
 	if ok && pid == 1 {
 		// Init of its pid namespace: it adopts every orphan there, not
 		// only its ops', and kills none it cannot tie to a run.
-		f.Severity = bridge.SeverityWarn
+		f.Severity = doctor.SeverityWarn
 		f.Message += "; as PID 1 of its container it adopts every orphan there and ends only those it can tie to a run"
 		f.Fix = "run the daemon under an init (`docker run --init`, tini) so that it is not PID 1"
 	}

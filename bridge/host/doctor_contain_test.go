@@ -1,6 +1,7 @@
 package host
 
 import (
+	"github.com/syncbridge/bridge/bridge/doctor"
 	"strings"
 	"testing"
 	"time"
@@ -13,15 +14,15 @@ import (
 // process of an op, the running daemon's once it has run one.
 func TestDoctorContainment(t *testing.T) {
 	p := newPair(t, testPolicy)
-	find := func() bridge.Finding {
+	find := func() doctor.Finding {
 		t.Helper()
-		for _, f := range Doctor(p.host, bridge.DoctorOptions{}) {
+		for _, f := range Doctor(p.host, doctor.Options{}) {
 			if f.Check == "containment" {
 				return f
 			}
 		}
 		t.Fatal("no containment finding")
-		return bridge.Finding{}
+		return doctor.Finding{}
 	}
 	f := find()
 	if !strings.HasPrefix(f.Message, "op containment: ") || !strings.Contains(f.Message, "bridge serve is not running") {
@@ -32,9 +33,9 @@ func TestDoctorContainment(t *testing.T) {
 		t.Fatalf("echo: %+v", out.Receipt)
 	}
 	f = find()
-	cgroup := strings.HasPrefix(f.Message, "op containment: cgroup v2 (a cgroup per run, under ") && f.Severity == bridge.SeverityOK && f.Fix == ""
+	cgroup := strings.HasPrefix(f.Message, "op containment: cgroup v2 (a cgroup per run, under ") && f.Severity == doctor.SeverityOK && f.Fix == ""
 	keeper := strings.HasPrefix(f.Message, "op containment: process tree tracking, a keeper process per run (") &&
-		f.Severity == bridge.SeverityWarn && strings.Contains(f.Fix, "Op containment")
+		f.Severity == doctor.SeverityWarn && strings.Contains(f.Fix, "Op containment")
 	if !cgroup && !keeper || !strings.Contains(f.Message, "killed outright") || strings.Contains(f.Message, "not running") {
 		t.Errorf("with the daemon (in this process) after an op: %+v", f)
 	}

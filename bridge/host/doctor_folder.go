@@ -3,6 +3,7 @@ package host
 import (
 	"errors"
 	"fmt"
+	"github.com/syncbridge/bridge/bridge/doctor"
 	"io/fs"
 
 	"github.com/syncbridge/bridge/bridge"
@@ -12,7 +13,7 @@ import (
 // directory of an agent this host does not trust holds requests that are
 // never read (an agent not paired, or revoked), and the requests directory
 // itself must be a directory reached without a link.
-func folderFindings(h *bridge.Home) []bridge.Finding {
+func folderFindings(h *bridge.Home) []doctor.Finding {
 	f, err := h.OpenFolder()
 	if err != nil {
 		return nil // CheckHome has said why
@@ -30,7 +31,7 @@ func folderFindings(h *bridge.Home) []bridge.Finding {
 		case !errors.Is(err, fs.ErrNotExist):
 			what = "behind a link (" + err.Error() + ")"
 		}
-		return []bridge.Finding{{Check: "folder", Severity: bridge.SeverityWarn,
+		return []doctor.Finding{{Check: "folder", Severity: doctor.SeverityWarn,
 			Message: fmt.Sprintf("the requests directory %s is %s: no request can arrive", root, what),
 			Fix:     "`bridge serve` makes it at its start; if a sync client is applying a rename or a restore, wait for it"}}
 	}
@@ -52,12 +53,12 @@ func folderFindings(h *bridge.Home) []bridge.Finding {
 			strangers = append(strangers, fmt.Sprintf("%s (%s)", e.Name, nOf(len(files), "file")))
 		}
 	}
-	out := []bridge.Finding{{Check: "folder", Severity: bridge.SeverityOK, Message: "the requests directory " + root + " is in place"}}
+	out := []doctor.Finding{{Check: "folder", Severity: doctor.SeverityOK, Message: "the requests directory " + root + " is in place"}}
 	if len(strangers) == 0 {
-		return append(out, bridge.Finding{Check: "untrusted-agents", Severity: bridge.SeverityOK,
+		return append(out, doctor.Finding{Check: "untrusted-agents", Severity: doctor.SeverityOK,
 			Message: "every agent directory in the requests directory is a trusted agent's"})
 	}
-	return append(out, bridge.Finding{Check: "untrusted-agents", Severity: bridge.SeverityWarn,
+	return append(out, doctor.Finding{Check: "untrusted-agents", Severity: doctor.SeverityWarn,
 		Message: fmt.Sprintf("the requests of %s this host does not trust are never read: %s", nOf(len(strangers), "agent"), fewOf(strangers)),
 		Fix:     "pair the agent (`bridge pair`) if you expect it; otherwise its directory is litter a folder writer may have made"})
 }

@@ -2,6 +2,7 @@ package host
 
 import (
 	"fmt"
+	"github.com/syncbridge/bridge/bridge/doctor"
 	"maps"
 	"os"
 	"slices"
@@ -19,13 +20,13 @@ import (
 
 // Doctor checks a host's home: the checks of CheckHome, then the daemon,
 // the policy and the agents' clocks. It only reads.
-func Doctor(h *bridge.Home, opt bridge.DoctorOptions) []bridge.Finding {
+func Doctor(h *bridge.Home, opt doctor.Options) []doctor.Finding {
 	opt.Defaults()
-	out := bridge.CheckHome(h, opt)
+	out := doctor.CheckHome(h, opt)
 	if pid, ok := DaemonRunning(h); ok {
-		out = append(out, bridge.Finding{Check: "daemon", Severity: bridge.SeverityOK, Message: fmt.Sprintf("bridge serve is running (pid %d)", pid)})
+		out = append(out, doctor.Finding{Check: "daemon", Severity: doctor.SeverityOK, Message: fmt.Sprintf("bridge serve is running (pid %d)", pid)})
 	} else {
-		out = append(out, bridge.Finding{Check: "daemon", Severity: bridge.SeverityWarn, Message: "bridge serve is not running: requests wait",
+		out = append(out, doctor.Finding{Check: "daemon", Severity: doctor.SeverityWarn, Message: "bridge serve is not running: requests wait",
 			Fix: "bridge service install (or run `bridge serve` yourself)"})
 	}
 	out = append(out, containmentFinding(h))
@@ -42,15 +43,15 @@ func Doctor(h *bridge.Home, opt bridge.DoctorOptions) []bridge.Finding {
 		if served != "" {
 			msg = "the policy file is gone" + served
 		}
-		out = append(out, bridge.Finding{Check: "policy", Severity: bridge.SeverityProblem, Message: msg, Fix: "write " + h.Path(bridge.PolicyName) + " and check it with `bridge policy check`"})
+		out = append(out, doctor.Finding{Check: "policy", Severity: doctor.SeverityProblem, Message: msg, Fix: "write " + h.Path(bridge.PolicyName) + " and check it with `bridge policy check`"})
 	} else if p, err := policy.Load(h.Path(bridge.PolicyName)); err != nil {
 		fix := "bridge policy check (it names the file and line); `bridge serve` refuses to start until it loads"
 		if served != "" {
 			fix = "bridge policy check (it names the file and line); the daemon takes the file once it loads"
 		}
-		out = append(out, bridge.Finding{Check: "policy", Severity: bridge.SeverityProblem, Message: fmt.Sprintf("the policy does not load: %v%s", err, served), Fix: fix})
+		out = append(out, doctor.Finding{Check: "policy", Severity: doctor.SeverityProblem, Message: fmt.Sprintf("the policy does not load: %v%s", err, served), Fix: fix})
 	} else {
-		out = append(out, bridge.Finding{Check: "policy", Severity: bridge.SeverityOK, Message: fmt.Sprintf("the policy loads (sha256 %.12s)", p.SHA256)})
+		out = append(out, doctor.Finding{Check: "policy", Severity: doctor.SeverityOK, Message: fmt.Sprintf("the policy loads (sha256 %.12s)", p.SHA256)})
 	}
 
 	out = append(out, folderFindings(h)...)
@@ -58,11 +59,11 @@ func Doctor(h *bridge.Home, opt bridge.DoctorOptions) []bridge.Finding {
 	// Requests a human must settle, and ids a repair found without a record.
 	entries, err := LedgerEntries(h)
 	if err != nil {
-		out = append(out, bridge.Finding{Check: "ledger", Severity: bridge.SeverityProblem, Message: fmt.Sprintf("the ledger cannot be read: %v", err),
+		out = append(out, doctor.Finding{Check: "ledger", Severity: doctor.SeverityProblem, Message: fmt.Sprintf("the ledger cannot be read: %v", err),
 			Fix: "stop `bridge serve`, then run `bridge ledger repair`"})
 		return out
 	}
-	out = append(out, bridge.Finding{Check: "ledger", Severity: bridge.SeverityOK, Message: fmt.Sprintf("the ledger reads back: %d requests", len(entries))})
+	out = append(out, doctor.Finding{Check: "ledger", Severity: doctor.SeverityOK, Message: fmt.Sprintf("the ledger reads back: %d requests", len(entries))})
 	out = append(out, uncertainFindings(h, entries)...)
 	if _, ok := DaemonRunning(h); !ok {
 		out = append(out, cutOffFindings(h, entries)...)
@@ -111,15 +112,15 @@ func Doctor(h *bridge.Home, opt bridge.DoctorOptions) []bridge.Finding {
 		}
 		switch {
 		case diff > opt.MaxSkew:
-			out = append(out, bridge.Finding{Check: "clock-skew", Severity: bridge.SeverityWarn,
+			out = append(out, doctor.Finding{Check: "clock-skew", Severity: doctor.SeverityWarn,
 				Message: fmt.Sprintf("agent %s's clock runs %s ahead of the host's", who, diff.Round(time.Second)),
 				Fix:     "enable NTP on both machines (timedatectl set-ntp true); requests from too far ahead are refused"})
 		case -diff > opt.MaxSkew+10*time.Minute:
-			out = append(out, bridge.Finding{Check: "clock-skew", Severity: bridge.SeverityWarn,
+			out = append(out, doctor.Finding{Check: "clock-skew", Severity: doctor.SeverityWarn,
 				Message: fmt.Sprintf("agent %s's requests reach the host %s after they were made", who, (-diff).Round(time.Second)),
 				Fix:     "a slow sync or a host clock ahead: check the sync client and NTP (timedatectl)"})
 		default:
-			out = append(out, bridge.Finding{Check: "clock-skew", Severity: bridge.SeverityOK, Message: fmt.Sprintf("agent %s's clock agrees with the host's", who)})
+			out = append(out, doctor.Finding{Check: "clock-skew", Severity: doctor.SeverityOK, Message: fmt.Sprintf("agent %s's clock agrees with the host's", who)})
 		}
 	}
 	return out
@@ -137,7 +138,7 @@ func DaemonRunning(h *bridge.Home) (int, bool) {
 // uncertainFindings lists the requests held uncertain for a human (a run a
 // crash or a stop interrupted, a request whose ledger record was lost), and
 // the ids a ledger repair found without a record.
-func uncertainFindings(h *bridge.Home, entries []LedgerEntry) []bridge.Finding {
+func uncertainFindings(h *bridge.Home, entries []LedgerEntry) []doctor.Finding {
 	names := agentNames(h)
 	var crashed, lost []string
 	for _, e := range entries {
@@ -150,25 +151,25 @@ func uncertainFindings(h *bridge.Home, entries []LedgerEntry) []bridge.Finding {
 			crashed = append(crashed, refName(names, e))
 		}
 	}
-	var out []bridge.Finding
+	var out []doctor.Finding
 	if len(crashed) > 0 {
-		out = append(out, bridge.Finding{Check: "uncertain", Severity: bridge.SeverityWarn,
+		out = append(out, doctor.Finding{Check: "uncertain", Severity: doctor.SeverityWarn,
 			Message: fmt.Sprintf("%s interrupted while running, and may or may not have had %s effect: %s", plural(len(crashed), "request"), theirOrIts(len(crashed)), fewOf(crashed)),
 			Fix:     "check each on this machine, then `bridge reconcile AGENT/ID --as done|failed|rerun`"})
 	}
 	if len(lost) > 0 {
-		out = append(out, bridge.Finding{Check: "record-lost", Severity: bridge.SeverityWarn,
+		out = append(out, doctor.Finding{Check: "record-lost", Severity: doctor.SeverityWarn,
 			Message: fmt.Sprintf("%s lost to the ledger (a repair or a restored backup) and came back: held, not run: %s", plural(len(lost), "request"), fewOf(lost)),
 			Fix:     "the host admitted each before: check whether it ran, then `bridge reconcile AGENT/ID --as done|failed|rerun`"})
 	}
 	if data, err := os.ReadFile(h.Path(lostName)); err == nil {
 		if n := len(strings.Fields(string(data))); n > 0 {
-			out = append(out, bridge.Finding{Check: "record-lost", Severity: bridge.SeverityOK,
+			out = append(out, doctor.Finding{Check: "record-lost", Severity: doctor.SeverityOK,
 				Message: fmt.Sprintf("a ledger repair found requests without a record (%d, listed in %s); none of them runs if it comes back", n, h.Path(lostName))})
 		}
 	}
 	if len(out) == 0 {
-		out = append(out, bridge.Finding{Check: "uncertain", Severity: bridge.SeverityOK, Message: "no request waits for a human to settle it"})
+		out = append(out, doctor.Finding{Check: "uncertain", Severity: doctor.SeverityOK, Message: "no request waits for a human to settle it"})
 	}
 	return out
 }
@@ -178,7 +179,7 @@ func uncertainFindings(h *bridge.Home, entries []LedgerEntry) []bridge.Finding {
 // cut) in their midst, or a drained stop that left an idempotent op (or
 // one with a reconcile command) for the next start, which settles them.
 // (A claimed request only waits to start.)
-func cutOffFindings(h *bridge.Home, entries []LedgerEntry) []bridge.Finding {
+func cutOffFindings(h *bridge.Home, entries []LedgerEntry) []doctor.Finding {
 	names := agentNames(h)
 	var cut []string
 	for _, e := range entries {
@@ -189,7 +190,7 @@ func cutOffFindings(h *bridge.Home, entries []LedgerEntry) []bridge.Finding {
 	if len(cut) == 0 {
 		return nil
 	}
-	return []bridge.Finding{{Check: "cut-off", Severity: bridge.SeverityWarn,
+	return []doctor.Finding{{Check: "cut-off", Severity: doctor.SeverityWarn,
 		Message: fmt.Sprintf("%s running when bridge serve stopped: %s", plural(len(cut), "request"), fewOf(cut)),
 		Fix:     "start `bridge serve`: it settles them (an idempotent op runs again, an op with a reconcile command is checked, any other is held uncertain for `bridge reconcile`)"}}
 }

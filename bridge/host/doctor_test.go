@@ -1,6 +1,7 @@
 package host
 
 import (
+	"github.com/syncbridge/bridge/bridge/doctor"
 	"os"
 	"path/filepath"
 	"strings"
@@ -22,7 +23,7 @@ func TestDoctorFindings(t *testing.T) {
 	}
 	inotify := filepath.Join(t.TempDir(), "max_user_watches")
 	os.WriteFile(inotify, []byte("100\n"), 0o644)
-	found := Doctor(p.host, bridge.DoctorOptions{InotifyPath: inotify, MinFree: 1 << 62, MaxKeyAge: time.Nanosecond,
+	found := Doctor(p.host, doctor.Options{InotifyPath: inotify, MinFree: 1 << 62, MaxKeyAge: time.Nanosecond,
 		Now: func() time.Time { return time.Now().Add(48 * time.Hour) }})
 	want := map[string]string{
 		"clock-skew": "warn agent cloud-1's clock runs ", // about 5m ahead
@@ -34,7 +35,7 @@ func TestDoctorFindings(t *testing.T) {
 	}
 	got := map[string]string{}
 	for _, f := range found {
-		if f.Severity != bridge.SeverityOK && f.Fix == "" {
+		if f.Severity != doctor.SeverityOK && f.Fix == "" {
 			t.Errorf("%s: %s has no fix", f.Check, f.Message)
 		}
 		got[f.Check] = f.Severity + " " + f.Message

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"github.com/syncbridge/bridge/bridge/doctor"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -289,8 +290,8 @@ func TestLostRecordNeverRunsAgain(t *testing.T) {
 				if err != nil || !bytes.Equal(out.Manifest, first.Manifest) {
 					t.Fatalf("the agent's answer changed: %v", err)
 				}
-				for _, f := range Doctor(e.host, bridge.DoctorOptions{}) {
-					if f.Severity != bridge.SeverityOK && strings.Contains(f.Message, id) {
+				for _, f := range Doctor(e.host, doctor.Options{}) {
+					if f.Severity != doctor.SeverityOK && strings.Contains(f.Message, id) {
 						t.Fatalf("doctor asks a human about a request whose answer is known: %+v", f)
 					}
 				}
@@ -301,8 +302,8 @@ func TestLostRecordNeverRunsAgain(t *testing.T) {
 			}
 			// doctor names it, with what to do.
 			found := false
-			for _, f := range Doctor(e.host, bridge.DoctorOptions{}) {
-				found = found || f.Check == "record-lost" && f.Severity == bridge.SeverityWarn && strings.Contains(f.Message, "cloud-1/"+id)
+			for _, f := range Doctor(e.host, doctor.Options{}) {
+				found = found || f.Check == "record-lost" && f.Severity == doctor.SeverityWarn && strings.Contains(f.Message, "cloud-1/"+id)
 			}
 			if !found {
 				t.Fatalf("doctor does not name the request held for its lost record")

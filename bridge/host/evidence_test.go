@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/syncbridge/bridge/bridge/doctor"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -65,7 +66,7 @@ func TestEveryRerunRuns(t *testing.T) {
 			t.Fatal(err)
 		}
 		// Claimed for the next start: it waits to start, it was not cut off.
-		for _, f := range Doctor(e.host, bridge.DoctorOptions{}) {
+		for _, f := range Doctor(e.host, doctor.Options{}) {
 			if f.Check == "cut-off" {
 				t.Fatalf("doctor: %s", f.Message)
 			}

@@ -3,6 +3,7 @@ package host
 import (
 	"bytes"
 	"fmt"
+	"github.com/syncbridge/bridge/bridge/doctor"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -325,7 +326,7 @@ func TestDoctorShowsUntrustedAgents(t *testing.T) {
 	must(t, os.MkdirAll(dir, 0o755))
 	must(t, os.WriteFile(filepath.Join(dir, bridge.NewRequestID()+"."+bridge.ExtManifest), []byte("x"), 0o644))
 	var found bool
-	for _, f := range Doctor(p.host, bridge.DoctorOptions{}) {
+	for _, f := range Doctor(p.host, doctor.Options{}) {
 		if f.Check == "untrusted-agents" {
 			found = strings.Contains(f.Message, stranger) && strings.Contains(f.Message, "1 file")
 		}
@@ -345,7 +346,7 @@ func TestDoctorShowsLinkedRequestsDir(t *testing.T) {
 	hostDir := filepath.Join(p.folder, "hosts", p.host.Config.ID)
 	must(t, os.RemoveAll(hostDir))
 	must(t, os.Symlink(t.TempDir(), hostDir))
-	for _, f := range Doctor(p.host, bridge.DoctorOptions{}) {
+	for _, f := range Doctor(p.host, doctor.Options{}) {
 		if f.Check == "folder" && strings.Contains(f.Message, "link") {
 			return
 		}

@@ -2,6 +2,7 @@ package host
 
 import (
 	"context"
+	"github.com/syncbridge/bridge/bridge/syncthing"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -84,18 +85,18 @@ func (r *scanRecorder) waitSubs(t *testing.T, want ...string) {
 }
 
 func TestNewNudger(t *testing.T) {
-	n, err := bridge.NewNudger("", "k", "fid", nil)
+	n, err := syncthing.NewNudger("", "k", "fid", nil)
 	if n != nil || err != nil {
 		t.Fatalf("no URL: got %v, %v; want nudging off", n, err)
 	}
 	n.Nudge("a/b") // a nil Nudger does nothing
 	for _, bad := range []string{"localhost:8384", "ftp://x/", "http://"} {
-		if _, err := bridge.NewNudger(bad, "k", "fid", nil); err == nil {
+		if _, err := syncthing.NewNudger(bad, "k", "fid", nil); err == nil {
 			t.Errorf("NewNudger(%q) accepted a bad URL", bad)
 		}
 	}
 	for _, bad := range []string{"", " ", "fid,", "=fid", "a/../b=fid", "../b=fid", "a//b=fid", "a/./b=fid", "fid,x=res,x/=res2", "fid,=res"} {
-		if _, err := bridge.NewNudger("http://127.0.0.1:8384", "k", bad, nil); err == nil {
+		if _, err := syncthing.NewNudger("http://127.0.0.1:8384", "k", bad, nil); err == nil {
 			t.Errorf("NewNudger accepted folders %q", bad)
 		}
 	}
@@ -107,14 +108,14 @@ func TestNewNudger(t *testing.T) {
 // nudge makes one request per folder.
 func TestNudgerFolders(t *testing.T) {
 	r := newScanRecorder(t, "k")
-	n, err := bridge.NewNudger(r.srv.URL, "k", " hosts/h1/to-agent = res , fid", nil)
+	n, err := syncthing.NewNudger(r.srv.URL, "k", " hosts/h1/to-agent = res , fid", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	n.Nudge("hosts/h1/to-agent/a1/x.output", "hosts/h1/to-agent/a1/x.result", "hosts/h1/to-host/a1/x.ack", "hosts/h1/to-agentx/y")
 	r.waitSubs(t, "res:a1/x.output", "res:a1/x.result", "hosts/h1/to-host/a1/x.ack", "hosts/h1/to-agentx/y")
 	// Without a folder at the root, a path outside the others is left alone.
-	only, err := bridge.NewNudger(r.srv.URL, "k", "hosts/h1/to-agent=res", nil)
+	only, err := syncthing.NewNudger(r.srv.URL, "k", "hosts/h1/to-agent=res", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,7 +133,7 @@ func TestNudgerFolders(t *testing.T) {
 // id and every path; a failing Syncthing costs a log line, nothing else.
 func TestNudgerPosts(t *testing.T) {
 	r := newScanRecorder(t, "secret")
-	n, err := bridge.NewNudger(r.srv.URL+"/", "secret", "fid", nil)
+	n, err := syncthing.NewNudger(r.srv.URL+"/", "secret", "fid", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,10 +154,10 @@ func TestNudgeHooks(t *testing.T) {
 	r := newScanRecorder(t, "k")
 	p := newPair(t, testPolicy)
 	var err error
-	if p.agent.Nudger, err = bridge.NewNudger(r.srv.URL, "k", "fid", nil); err != nil {
+	if p.agent.Nudger, err = syncthing.NewNudger(r.srv.URL, "k", "fid", nil); err != nil {
 		t.Fatal(err)
 	}
-	if p.host.Nudger, err = bridge.NewNudger(r.srv.URL, "k", "fid", nil); err != nil {
+	if p.host.Nudger, err = syncthing.NewNudger(r.srv.URL, "k", "fid", nil); err != nil {
 		t.Fatal(err)
 	}
 	d, err := NewDaemon(p.host, DaemonOptions{AllowRoot: true, Rescan: 500 * time.Millisecond, Env: envWith(map[string]string{"COUNT_FILE": filepath.Join(t.TempDir(), "count")})})

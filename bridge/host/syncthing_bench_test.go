@@ -3,6 +3,7 @@ package host
 import (
 	"context"
 	"fmt"
+	"github.com/syncbridge/bridge/bridge/syncthing"
 	"net/url"
 	"os"
 	"slices"
@@ -80,16 +81,16 @@ func TestSyncthingRoundTripBench(t *testing.T) {
 			}
 		}
 		st.WaitInSync(60 * time.Second)
-		var hostN, agentN *bridge.Nudger
+		var hostN, agentN *syncthing.Nudger
 		if m.nudge {
 			spec := stFolderID
 			if split {
 				spec += "," + resultsDir + "=" + stResultsFolderID
 			}
-			if hostN, err = bridge.NewNudger(fmt.Sprintf("http://127.0.0.1:%d", st.A.gui), st.A.key, spec, nil); err != nil {
+			if hostN, err = syncthing.NewNudger(fmt.Sprintf("http://127.0.0.1:%d", st.A.gui), st.A.key, spec, nil); err != nil {
 				t.Fatal(err)
 			}
-			if agentN, err = bridge.NewNudger(fmt.Sprintf("http://127.0.0.1:%d", st.B.gui), st.B.key, spec, nil); err != nil {
+			if agentN, err = syncthing.NewNudger(fmt.Sprintf("http://127.0.0.1:%d", st.B.gui), st.B.key, spec, nil); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -3,6 +3,8 @@ package host
 import (
 	"context"
 	"errors"
+	"github.com/syncbridge/bridge/bridge/doctor"
+	"github.com/syncbridge/bridge/bridge/syncthing"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -26,12 +28,12 @@ func TestSyncthingSetup(t *testing.T) {
 	st := startSyncthingPairWith(t, false)
 	p := syncthingHomes(t, st)
 	rel := bridge.HostDir(p.host.Config.ID) + "/to-agent"
-	var saved []bridge.SyncthingConfig
+	var saved []syncthing.Config
 	for _, side := range []struct {
 		home *bridge.Home
 		in   *stInstance
 	}{{p.host, st.A}, {p.agent, st.B}} {
-		rep, err := bridge.SyncthingSetup(side.home, bridge.SyncthingSetupOptions{ConfigXML: filepath.Join(side.in.home, "config.xml"), ShareResults: true})
+		rep, err := syncthing.Setup(side.home, syncthing.SetupOptions{ConfigXML: filepath.Join(side.in.home, "config.xml"), ShareResults: true})
 		if err != nil {
 			t.Fatalf("setup on %s: %v", side.in.name, err)
 		}
@@ -39,7 +41,7 @@ func TestSyncthingSetup(t *testing.T) {
 			t.Fatalf("setup on %s: %+v", side.in.name, rep)
 		}
 		want := stFolderID + "," + rel + "=" + rep.Created[0]
-		cfg, err := side.home.SyncthingConfig()
+		cfg, err := syncthing.LoadConfig(side.home)
 		if err != nil || cfg.Folders != want || cfg.Key != side.in.key || !strings.HasSuffix(cfg.API, ":"+strconv.Itoa(side.in.gui)) {
 			t.Fatalf("saved settings on %s: %+v, %v; want folders %s", side.in.name, cfg, err, want)
 		}
@@ -65,11 +67,11 @@ func TestSyncthingSetup(t *testing.T) {
 		if !slices.Contains(ign.Ignore, "(?d)~$*") || !slices.Contains(ign.Ignore, "(?d)*.tmp") || !slices.Contains(ign.Ignore, "/"+rel) {
 			t.Fatalf("the bridge folder's ignore rules on %s: %v", side.in.name, ign.Ignore)
 		}
-		if f := doctorFinding(t, side.home, "syncthing-ignore"); f.Severity != bridge.SeverityOK {
+		if f := doctorFinding(t, side.home, "syncthing-ignore"); f.Severity != doctor.SeverityOK {
 			t.Fatalf("doctor on %s: %+v", side.in.name, f)
 		}
 		// Run again: nothing more to add.
-		again, err := bridge.SyncthingSetup(side.home, bridge.SyncthingSetupOptions{ConfigXML: filepath.Join(side.in.home, "config.xml"), ShareResults: true})
+		again, err := syncthing.Setup(side.home, syncthing.SetupOptions{ConfigXML: filepath.Join(side.in.home, "config.xml"), ShareResults: true})
 		if err != nil || len(again.Created) != 0 || len(again.IgnoreLine) != 0 || again.Folders != want {
 			t.Fatalf("setup again on %s: %+v, %v", side.in.name, again, err)
 		}
@@ -78,10 +80,10 @@ func TestSyncthingSetup(t *testing.T) {
 		t.Fatalf("the two sides' results folders differ: %s, %s", saved[0].Folders, saved[1].Folders)
 	}
 	var err error
-	if p.host.Nudger, err = bridge.NewNudger(saved[0].API, saved[0].Key, saved[0].Folders, nil); err != nil {
+	if p.host.Nudger, err = syncthing.NewNudger(saved[0].API, saved[0].Key, saved[0].Folders, nil); err != nil {
 		t.Fatal(err)
 	}
-	if p.agent.Nudger, err = bridge.NewNudger(saved[1].API, saved[1].Key, saved[1].Folders, nil); err != nil {
+	if p.agent.Nudger, err = syncthing.NewNudger(saved[1].API, saved[1].Key, saved[1].Folders, nil); err != nil {
 		t.Fatal(err)
 	}
 	runDaemon(t, p.host, DaemonOptions{})
@@ -90,7 +92,7 @@ func TestSyncthingSetup(t *testing.T) {
 			t.Fatalf("ping %d through the split folders: %s", i, out.Receipt.Status)
 		}
 	}
-	_, err = bridge.SyncthingSetup(p.agent, bridge.SyncthingSetupOptions{API: "http://127.0.0.1:" + strconv.Itoa(st.B.gui), Key: "wrong"})
+	_, err = syncthing.Setup(p.agent, syncthing.SetupOptions{API: "http://127.0.0.1:" + strconv.Itoa(st.B.gui), Key: "wrong"})
 	var he *bridge.HintError
 	if err == nil || !strings.Contains(err.Error(), "API key is refused") || !errors.As(err, &he) || !strings.Contains(he.Hint, "API Key") {
 		t.Fatalf("a wrong key: %v", err)
@@ -107,26 +109,26 @@ func TestSyncthingSetup(t *testing.T) {
 func TestHalfDoneFastPath(t *testing.T) {
 	st := startSyncthingPairWith(t, false)
 	p := syncthingHomes(t, st)
-	hosts := []bridge.RouteHost{{ID: p.host.Config.ID, Name: "laptop"}}
+	hosts := []syncthing.RouteHost{{ID: p.host.Config.ID, Name: "laptop"}}
 	setup := func(h *bridge.Home, in *stInstance, share bool) {
 		t.Helper()
-		if _, err := bridge.SyncthingSetup(h, bridge.SyncthingSetupOptions{ConfigXML: filepath.Join(in.home, "config.xml"), ShareResults: share}); err != nil {
+		if _, err := syncthing.Setup(h, syncthing.SetupOptions{ConfigXML: filepath.Join(in.home, "config.xml"), ShareResults: share}); err != nil {
 			t.Fatalf("setup on %s (share %v): %v", in.name, share, err)
 		}
 	}
-	nudger := func(h *bridge.Home) *bridge.Nudger {
+	nudger := func(h *bridge.Home) *syncthing.Nudger {
 		t.Helper()
-		cfg, err := h.SyncthingConfig()
+		cfg, err := syncthing.LoadConfig(h)
 		if err != nil {
 			t.Fatal(err)
 		}
-		n, err := bridge.NewNudger(cfg.API, cfg.Key, cfg.Folders, nil)
+		n, err := syncthing.NewNudger(cfg.API, cfg.Key, cfg.Folders, nil)
 		if err != nil || n == nil {
 			t.Fatalf("nudger of %s: %v", h.Config.Role, err)
 		}
 		return n
 	}
-	route := func(h *bridge.Home) []bridge.RouteProblem {
+	route := func(h *bridge.Home) []syncthing.RouteProblem {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -139,7 +141,7 @@ func TestHalfDoneFastPath(t *testing.T) {
 	doctorSays := func(h *bridge.Home, check, sev string) string {
 		t.Helper()
 		var all []string
-		for _, f := range bridge.CheckHome(h, bridge.DoctorOptions{}) {
+		for _, f := range doctor.CheckHome(h, doctor.Options{}) {
 			if f.Check == check && f.Severity == sev {
 				return f.Message + " / " + f.Fix
 			}
@@ -159,7 +161,7 @@ func TestHalfDoneFastPath(t *testing.T) {
 		!strings.Contains(got.Message, "if that is the host's device, no result, liveness stamp or catalog") || !strings.Contains(got.Hint, "bridge syncthing setup --share-results` here") {
 		t.Fatalf("agent, host set up alone: %+v", got)
 	}
-	if msg := doctorSays(p.agent, "syncthing-results", bridge.SeverityProblem); !strings.Contains(msg, folderID) {
+	if msg := doctorSays(p.agent, "syncthing-results", doctor.SeverityProblem); !strings.Contains(msg, folderID) {
 		t.Fatalf("agent's doctor: %s", msg)
 	}
 	if ps := route(p.host); len(ps) != 0 {
@@ -171,7 +173,7 @@ func TestHalfDoneFastPath(t *testing.T) {
 	if ps := route(p.agent); len(ps) != 0 {
 		t.Fatalf("agent, both set up: %+v", ps)
 	}
-	doctorSays(p.agent, "syncthing-results", bridge.SeverityOK)
+	doctorSays(p.agent, "syncthing-results", doctor.SeverityOK)
 	p.host.Nudger, p.agent.Nudger = nudger(p.host), nudger(p.agent)
 	d := runDaemon(t, p.host, DaemonOptions{})
 	if out := p.run(t, agent.SubmitOptions{Op: bridge.PingOp}); out.Receipt.Status != bridge.StatusDone {
@@ -193,25 +195,25 @@ func TestHalfDoneFastPath(t *testing.T) {
 		!strings.Contains(got.Message, "no answer of this host reaches it") {
 		t.Fatalf("host, agent set up alone: %+v", got)
 	}
-	if msg := doctorSays(p.host, "syncthing-results", bridge.SeverityProblem); !strings.Contains(msg, "--share-results") {
+	if msg := doctorSays(p.host, "syncthing-results", doctor.SeverityProblem); !strings.Contains(msg, "--share-results") {
 		t.Fatalf("host's doctor: %s", msg)
 	}
 
 	// A stopped Syncthing: doctor says so, with what to do.
 	st.Stop()
-	if msg := doctorSays(p.agent, "syncthing-nudge", bridge.SeverityProblem); !strings.Contains(msg, "does not answer") || !strings.Contains(msg, "start Syncthing here") {
+	if msg := doctorSays(p.agent, "syncthing-nudge", doctor.SeverityProblem); !strings.Contains(msg, "does not answer") || !strings.Contains(msg, "start Syncthing here") {
 		t.Fatalf("agent's doctor, Syncthing stopped: %s", msg)
 	}
 }
 
 // doctorFinding is CheckHome's finding of check (fails the test if none).
-func doctorFinding(t *testing.T, h *bridge.Home, check string) bridge.Finding {
+func doctorFinding(t *testing.T, h *bridge.Home, check string) doctor.Finding {
 	t.Helper()
-	for _, f := range bridge.CheckHome(h, bridge.DoctorOptions{}) {
+	for _, f := range doctor.CheckHome(h, doctor.Options{}) {
 		if f.Check == check {
 			return f
 		}
 	}
 	t.Fatalf("doctor: no %s finding", check)
-	return bridge.Finding{}
+	return doctor.Finding{}
 }

@@ -1,9 +1,10 @@
-package bridge
+package syncthing
 
 import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/syncbridge/bridge/bridge"
 	"maps"
 	"net/url"
 	"path/filepath"
@@ -54,7 +55,7 @@ func (n *Nudger) ResultsRoute(ctx context.Context, bridgeDir string, hosts []Rou
 
 	var out []RouteProblem
 	for _, h := range hosts {
-		id, rel := resultsFolderID(h.ID), ToAgentRoot(h.ID)
+		id, rel := resultsFolderID(h.ID), bridge.ToAgentRoot(h.ID)
 		whose := fmt.Sprintf("host %q's", h.Name)
 		if isHost {
 			whose = "this host's"
@@ -81,7 +82,7 @@ func (n *Nudger) ResultsRoute(ctx context.Context, bridgeDir string, hosts []Rou
 			continue
 		}
 		f := folders[i]
-		if want := filepath.Join(bridgeDir, filepath.FromSlash(rel)); !samePath(ExpandTilde(f.Path), want) {
+		if want := filepath.Join(bridgeDir, filepath.FromSlash(rel)); !samePath(bridge.ExpandTilde(f.Path), want) {
 			out = append(out, RouteProblem{Host: h.ID, Folder: id,
 				Message: fmt.Sprintf("%s results folder %s is at %s, not at %s, where the bridge reads and writes them", whose, id, f.Path, want),
 				Hint:    "change that folder's path in Syncthing (remove it and run `bridge syncthing setup --share-results` again)"})

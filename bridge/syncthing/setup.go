@@ -1,4 +1,4 @@
-package bridge
+package syncthing
 
 import (
 	"bytes"
@@ -7,6 +7,7 @@ import (
 	"encoding/xml"
 	"errors"
 	"fmt"
+	"github.com/syncbridge/bridge/bridge"
 	"io"
 	"io/fs"
 	"maps"
@@ -22,12 +23,12 @@ import (
 	"github.com/syncbridge/bridge/syncsafe"
 )
 
-// SyncthingSetupOptions say where the local Syncthing is; empty fields are
+// SetupOptions say where the local Syncthing is; empty fields are
 // found in its config.xml.
-type SyncthingSetupOptions struct {
+type SetupOptions struct {
 	API, Key string
 	// ConfigXML is Syncthing's config.xml; "" looks in the places
-	// Syncthing keeps it (SyncthingConfigPaths).
+	// Syncthing keeps it (ConfigPaths).
 	ConfigXML string
 	// ShareResults shares each results directory this side reads or
 	// writes (hosts/<host>/to-agent) as a Syncthing folder of its own, with
@@ -40,8 +41,8 @@ type SyncthingSetupOptions struct {
 	DryRun       bool
 }
 
-// SyncthingSetupReport is what SyncthingSetup found and did.
-type SyncthingSetupReport struct {
+// SetupReport is what Setup found and did.
+type SetupReport struct {
 	API        string   `json:"api"`
 	ConfigXML  string   `json:"config_xml,omitempty"` // where the key was read, if it was
 	Folder     string   `json:"folder_id"`            // the Syncthing folder whose root is the bridge folder
@@ -54,9 +55,9 @@ type SyncthingSetupReport struct {
 	IgnoreLine []string `json:"ignore_lines_added"`
 }
 
-// SyncthingConfigPaths are where Syncthing keeps config.xml, most likely
+// ConfigPaths are where Syncthing keeps config.xml, most likely
 // first: its state directory since 1.27, its config directory before.
-func SyncthingConfigPaths() []string {
+func ConfigPaths() []string {
 	var out []string
 	if d := os.Getenv("STHOMEDIR"); d != "" {
 		out = append(out, filepath.Join(d, "config.xml"))
@@ -185,17 +186,6 @@ func samePath(a, b string) bool {
 	return filepath.Clean(a) == filepath.Clean(b)
 }
 
-// ExpandTilde turns a leading ~/ (Syncthing's paths, a flag a shell did
-// not expand: --repo=~/src) into the user's home.
-func ExpandTilde(p string) string {
-	if rest, ok := strings.CutPrefix(p, "~"+string(filepath.Separator)); ok {
-		if home, err := os.UserHomeDir(); err == nil {
-			return filepath.Join(home, rest)
-		}
-	}
-	return p
-}
-
 // plainDirIn returns rel (slash-separated) inside base, refusing any
 // component that is a link or not a directory, and creating missing ones
 // if create. A folder writer can plant a link where the results directory
@@ -216,7 +206,7 @@ func plainDirIn(base, rel string, create bool) (string, error) {
 		case err != nil:
 			return "", fmt.Errorf("syncthing setup: %w", err)
 		case !fi.IsDir():
-			return "", WithHint(fmt.Errorf("syncthing setup: %s is not a plain directory (%s): refusing to share it", cur, fi.Mode().Type()),
+			return "", bridge.WithHint(fmt.Errorf("syncthing setup: %s is not a plain directory (%s): refusing to share it", cur, fi.Mode().Type()),
 				"something in the folder put it there, maybe on purpose: remove it (`bridge doctor` checks the folder), then run this again")
 		}
 	}
@@ -236,20 +226,24 @@ func plainDirIn(base, rel string, create bool) (string, error) {
 // folder's rules when they are missing.
 var tempIgnores = []string{"(?d)~$*", "(?d)*.tmp"}
 
+// TempIgnores returns the ignore lines every bridge folder's .stignore
+// needs (the doctor checks them).
+func TempIgnores() []string { return slices.Clone(tempIgnores) }
+
 // resultsFolderID is the Syncthing folder id of a host's results directory
 // shared on its own: derived from the host's id, so the host's and the
 // agent's setup make the same one.
 func resultsFolderID(hostID string) string { return "bridge-results-" + hostID[:16] }
 
-// SyncthingSetup finds the local Syncthing, the folder that holds the
+// Setup finds the local Syncthing, the folder that holds the
 // bridge folder and any folder inside it, optionally shares the results
 // directories as folders of their own, checks that a nudge is accepted,
-// and saves the nudge settings in the home (SyncthingConfigName).
-func SyncthingSetup(h *Home, o SyncthingSetupOptions) (*SyncthingSetupReport, error) {
-	rep := &SyncthingSetupReport{DryRun: o.DryRun, Results: []string{}, Created: []string{}, IgnoreLine: []string{}}
+// and saves the nudge settings in the home (ConfigName).
+func Setup(h *bridge.Home, o SetupOptions) (*SetupReport, error) {
+	rep := &SetupReport{DryRun: o.DryRun, Results: []string{}, Created: []string{}, IgnoreLine: []string{}}
 	api, key := o.API, o.Key
 	if api == "" || key == "" {
-		paths := SyncthingConfigPaths()
+		paths := ConfigPaths()
 		if o.ConfigXML != "" {
 			paths = []string{o.ConfigXML}
 		}
@@ -277,23 +271,23 @@ func SyncthingSetup(h *Home, o SyncthingSetupOptions) (*SyncthingSetupReport, er
 				missing += ": " + err.Error()
 			}
 			if o.API != "" {
-				return nil, WithHint(fmt.Errorf("syncthing setup: --api without --key, and %s", missing),
+				return nil, bridge.WithHint(fmt.Errorf("syncthing setup: --api without --key, and %s", missing),
 					"pass --key KEY too: Syncthing's Settings > GUI > API Key")
 			}
-			return nil, WithHint(fmt.Errorf("syncthing setup: %s", missing),
+			return nil, bridge.WithHint(fmt.Errorf("syncthing setup: %s", missing),
 				"pass --config FILE, or --api URL and --key KEY (Syncthing's Settings > GUI shows both)")
 		}
 	}
 	u, err := url.Parse(api)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, WithHint(fmt.Errorf("syncthing setup: API %q is not a URL", api), "pass the GUI address as a URL, such as --api http://127.0.0.1:8384")
+		return nil, bridge.WithHint(fmt.Errorf("syncthing setup: API %q is not a URL", api), "pass the GUI address as a URL, such as --api http://127.0.0.1:8384")
 	}
 	rep.API = strings.TrimRight(api, "/")
 	c := &stClient{api: rep.API, key: key, http: &http.Client{Timeout: 30 * time.Second, CheckRedirect: noRedirect}}
 	var folders []stFolderConfig
 	if err := c.call("GET", "/rest/config/folders", nil, &folders); err != nil {
 		if errors.Is(err, errSyncthingKey) {
-			return nil, WithHint(fmt.Errorf("syncthing setup: %w", err), "the key is Settings > GUI > API Key in Syncthing; pass it with --key")
+			return nil, bridge.WithHint(fmt.Errorf("syncthing setup: %w", err), "the key is Settings > GUI > API Key in Syncthing; pass it with --key")
 		}
 		hint := fmt.Sprintf("is Syncthing running on this machine, with its GUI at %s?", rep.API)
 		if rep.ConfigXML != "" {
@@ -301,23 +295,23 @@ func SyncthingSetup(h *Home, o SyncthingSetupOptions) (*SyncthingSetupReport, er
 			// its config.xml says.
 			hint += fmt.Sprintf(" (read from %s; a Syncthing started with --gui-address listens elsewhere: pass --api URL)", rep.ConfigXML)
 		}
-		return nil, WithHint(fmt.Errorf("syncthing setup: %w", err), "%s", hint)
+		return nil, bridge.WithHint(fmt.Errorf("syncthing setup: %w", err), "%s", hint)
 	}
 	bridgeDir := h.Config.Folder
 	var root *stFolderConfig
 	for i := range folders {
-		if samePath(ExpandTilde(folders[i].Path), bridgeDir) {
+		if samePath(bridge.ExpandTilde(folders[i].Path), bridgeDir) {
 			root = &folders[i]
 		}
 	}
 	if root == nil {
-		return nil, WithHint(fmt.Errorf("syncthing setup: no Syncthing folder has its root at the bridge folder %s", bridgeDir),
+		return nil, bridge.WithHint(fmt.Errorf("syncthing setup: no Syncthing folder has its root at the bridge folder %s", bridgeDir),
 			"share that very directory in Syncthing (Add Folder, its path), with the other side's device, then run this again")
 	}
 	rep.Folder = root.ID
 	inside := map[string]string{} // rel path → folder id
 	for _, f := range folders {
-		p := ExpandTilde(f.Path)
+		p := bridge.ExpandTilde(f.Path)
 		if rel, err := filepath.Rel(bridgeDir, p); err == nil && rel != "." && !strings.HasPrefix(rel, "..") && !filepath.IsAbs(rel) {
 			inside[filepath.ToSlash(rel)] = f.ID
 		}
@@ -353,11 +347,11 @@ func SyncthingSetup(h *Home, o SyncthingSetupOptions) (*SyncthingSetupReport, er
 				}
 			}
 			if len(hosts) == 0 {
-				return nil, WithHint(errors.New("syncthing setup: --share-results: this agent trusts no host yet"), "pair first (`bridge pair`), then run this again")
+				return nil, bridge.WithHint(errors.New("syncthing setup: --share-results: this agent trusts no host yet"), "pair first (`bridge pair`), then run this again")
 			}
 		}
 		for _, host := range hosts {
-			rel := HostDir(host) + "/" + toAgentDir
+			rel := bridge.ToAgentRoot(host)
 			line := "/" + rel
 			if !slices.Contains(newIgnores, line) {
 				newIgnores = append(newIgnores, line)
@@ -408,9 +402,9 @@ func SyncthingSetup(h *Home, o SyncthingSetupOptions) (*SyncthingSetupReport, er
 	if err := c.call("POST", "/rest/db/scan?folder="+url.QueryEscape(root.ID)+"&sub="+url.QueryEscape(syncsafe.MarkerName), nil, nil); err != nil {
 		return nil, fmt.Errorf("syncthing setup: a test nudge: %w", err)
 	}
-	if err := h.SaveSyncthingConfig(SyncthingConfig{API: rep.API, Key: key, Folders: rep.Folders}); err != nil {
+	if err := SaveConfig(h, Config{API: rep.API, Key: key, Folders: rep.Folders}); err != nil {
 		return nil, err
 	}
-	rep.SavedTo = h.Path(SyncthingConfigName)
+	rep.SavedTo = h.Path(ConfigName)
 	return rep, nil
 }

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/syncbridge/bridge/bridge/doctor"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -69,7 +70,7 @@ func measureOpCost(c config, base string, progress func(string, ...any)) (*opCos
 	}
 	if out, err := exec.Command(bin, "--home", l.host.Dir, "doctor", "--json").Output(); err == nil || len(out) > 0 {
 		var d struct {
-			Findings []bridge.Finding `json:"findings"`
+			Findings []doctor.Finding `json:"findings"`
 		}
 		if json.Unmarshal(out, &d) == nil {
 			for _, f := range d.Findings {

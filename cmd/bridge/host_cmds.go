@@ -54,10 +54,14 @@ func (c *ServeCmd) Run(g *Globals) error {
 	}
 	if h.Nudger != nil {
 		// The daemon's nudge failures go to its log, in its format.
-		if h.Nudger, err = c.SyncthingFlags.over(mustSyncthingConfig(h)).nudger(logger); err != nil {
+		n, err := c.SyncthingFlags.over(mustSyncthingConfig(h)).nudger(logger)
+		if err != nil {
 			return err
 		}
-		g.nudger = h.Nudger
+		g.nudger, h.Nudger = n, nil
+		if n != nil { // never a nil pointer in the interface
+			h.Nudger = n
+		}
 	}
 	d, err := host.NewDaemon(h, host.DaemonOptions{Rescan: c.Rescan, PendingTimeout: c.PendingTimeout, MaxQueueAge: c.MaxQueueAge,
 		AllowRoot: c.AllowRoot, ApprovalTTL: c.ApprovalTTL, Logger: logger})

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/syncbridge/bridge/bridge/syncthing"
 	"io"
 	"os"
 	"os/signal"
@@ -72,9 +73,9 @@ type Globals struct {
 	// it opens the home (homeNudger); nil: the environment and the home's
 	// file decide.
 	syncthing *SyncthingFlags
-	nudger    *bridge.Nudger // the home's, flushed at exit
-	folder    string         // the home's bridge folder (with nudger)
-	saidNudge bool           // its failure was said already (in a timeout's hint)
+	nudger    *syncthing.Nudger // the home's, flushed at exit
+	folder    string            // the home's bridge folder (with nudger)
+	saidNudge bool              // its failure was said already (in a timeout's hint)
 	// pipeNote, if set, says the warning of a piped standard input that
 	// was not sent, once its look is done: before the op's output is
 	// printed (waitAndPrint), else when the command ends.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"github.com/syncbridge/bridge/bridge/syncthing"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -27,7 +28,7 @@ func envSyncthing() SyncthingFlags {
 }
 
 // over returns s with each empty setting taken from the home's file.
-func (s SyncthingFlags) over(c bridge.SyncthingConfig) SyncthingFlags {
+func (s SyncthingFlags) over(c syncthing.Config) SyncthingFlags {
 	if s.SyncthingAPI == "" {
 		s.SyncthingAPI = c.API
 	}
@@ -42,8 +43,8 @@ func (s SyncthingFlags) over(c bridge.SyncthingConfig) SyncthingFlags {
 
 // nudger returns the nudger these settings ask for, or nil; failures are
 // logged on log.
-func (s SyncthingFlags) nudger(log *slog.Logger) (*bridge.Nudger, error) {
-	n, err := bridge.NewNudger(s.SyncthingAPI, s.SyncthingKey, s.SyncthingFolder, log)
+func (s SyncthingFlags) nudger(log *slog.Logger) (*syncthing.Nudger, error) {
+	n, err := syncthing.NewNudger(s.SyncthingAPI, s.SyncthingKey, s.SyncthingFolder, log)
 	if err != nil {
 		return nil, &codeError{code: exitUsage, err: withHintf(err,
 			"--syncthing-api takes a URL such as http://127.0.0.1:8384, and --syncthing-folder a folder id, then any PATH=ID (docs/CLI.md); `bridge syncthing setup` finds them")}
@@ -61,7 +62,7 @@ func (g *Globals) homeNudger(h *bridge.Home) error {
 	if explicit {
 		s = *g.syncthing
 	}
-	cfg, err := h.SyncthingConfig()
+	cfg, err := syncthing.LoadConfig(h)
 	if err != nil {
 		if explicit {
 			return err
@@ -77,13 +78,16 @@ func (g *Globals) homeNudger(h *bridge.Home) error {
 		}
 		g.note("warning: %v: the Syncthing nudge is off", err)
 	}
-	h.Nudger, g.nudger, g.folder = n, n, h.Config.Folder
+	g.nudger, g.folder = n, h.Config.Folder
+	if n != nil { // never a nil pointer in the interface: h.Nudger == nil means none
+		h.Nudger = n
+	}
 	return nil
 }
 
 // mustSyncthingConfig is the home's file, which homeNudger read already.
-func mustSyncthingConfig(h *bridge.Home) bridge.SyncthingConfig {
-	c, _ := h.SyncthingConfig()
+func mustSyncthingConfig(h *bridge.Home) syncthing.Config {
+	c, _ := syncthing.LoadConfig(h)
 	return c
 }
 
@@ -98,7 +102,7 @@ func (g *Globals) noteNoNudge(h *bridge.Home) {
 	if os.Getenv("BRIDGE_SYNCTHING_API") != "" || (g.syncthing != nil && g.syncthing.SyncthingAPI != "") {
 		return
 	}
-	if cfg, err := h.SyncthingConfig(); err == nil && cfg.API != "" {
+	if cfg, err := syncthing.LoadConfig(h); err == nil && cfg.API != "" {
 		return
 	}
 	g.note("warning: the folder is Syncthing's, and this rebuilt home has no Syncthing nudge (the secret does not carry it): each hop waits for Syncthing's watcher, about 20 s a round trip; " +

@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"github.com/syncbridge/bridge/bridge/doctor"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -114,16 +115,16 @@ func (c *DoctorCmd) Run(g *Globals) error {
 	}
 	// An agent's home has no daemon, policy or ledger: those checks are
 	// the host's alone.
-	var found []bridge.Finding
+	var found []doctor.Finding
 	if h.Config.Role == "host" {
-		found = host.Doctor(h, bridge.DoctorOptions{})
+		found = host.Doctor(h, doctor.Options{})
 	} else {
-		found = bridge.CheckHome(h, bridge.DoctorOptions{})
+		found = doctor.CheckHome(h, doctor.Options{})
 		found = append(found, livenessFindings(h)...)
 	}
 	problems := 0
 	for _, f := range found {
-		if f.Severity == bridge.SeverityProblem {
+		if f.Severity == doctor.SeverityProblem {
 			problems++
 		}
 	}
@@ -140,7 +141,7 @@ func (c *DoctorCmd) Run(g *Globals) error {
 		}
 		for _, f := range found {
 			g.printf("%-7s %-*s  %s\n", f.Severity, w, f.Check, f.Message)
-			if f.Fix != "" && f.Severity != bridge.SeverityOK {
+			if f.Fix != "" && f.Severity != doctor.SeverityOK {
 				g.printf("        %-*s  fix: %s\n", w, "", f.Fix)
 			}
 		}
@@ -153,32 +154,32 @@ func (c *DoctorCmd) Run(g *Globals) error {
 
 // livenessFindings judges, on an agent, each trusted host's liveness
 // stamp: one host-liveness finding per host.
-func livenessFindings(h *bridge.Home) []bridge.Finding {
+func livenessFindings(h *bridge.Home) []doctor.Finding {
 	peers, err := h.Peers()
 	if err != nil {
 		return nil // CheckHome reports the home's trouble
 	}
 	cl, err := agent.OpenClient(h)
 	if err != nil {
-		return []bridge.Finding{{Check: "host-liveness", Severity: bridge.SeverityProblem, Message: "cannot open the folder: " + err.Error()}}
+		return []doctor.Finding{{Check: "host-liveness", Severity: doctor.SeverityProblem, Message: "cannot open the folder: " + err.Error()}}
 	}
 	defer cl.Close()
-	var out []bridge.Finding
+	var out []doctor.Finding
 	for _, p := range peers {
 		if p.Role != "host" {
 			continue
 		}
 		lv, err := cl.HostLiveness(p.ID)
 		if err != nil {
-			out = append(out, bridge.Finding{Check: "host-liveness", Severity: bridge.SeverityProblem, Message: fmt.Sprintf("host %q: %v", p.Name, err)})
+			out = append(out, doctor.Finding{Check: "host-liveness", Severity: doctor.SeverityProblem, Message: fmt.Sprintf("host %q: %v", p.Name, err)})
 			continue
 		}
-		f := bridge.Finding{Check: "host-liveness", Severity: bridge.SeverityWarn, Message: lv.Message}
+		f := doctor.Finding{Check: "host-liveness", Severity: doctor.SeverityWarn, Message: lv.Message}
 		switch lv.Verdict {
 		case agent.LivenessOK:
-			f.Severity = bridge.SeverityOK
+			f.Severity = doctor.SeverityOK
 		case agent.LivenessNotAccepted:
-			f.Severity = bridge.SeverityProblem
+			f.Severity = doctor.SeverityProblem
 			f.Fix = "on the host, `bridge keys show`; pair this agent again if it is missing or revoked (docs/KEYS.md)"
 		case agent.LivenessStopped:
 			f.Fix = "start `bridge serve` on the host (or its service); requests wait in the folder meanwhile"

@@ -3,12 +3,12 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/syncbridge/bridge/bridge/syncthing"
 	"io"
 	"os"
 	"sync"
 	"time"
 
-	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/agent"
 )
 
@@ -47,9 +47,9 @@ type progress struct {
 	// travel by a folder of their own on one side only (routeAfter into
 	// the wait, once): then no answer ever arrives, and the wait says so
 	// instead of hanging.
-	route    func() []bridge.RouteProblem
+	route    func() []syncthing.RouteProblem
 	routed   bool
-	problems []bridge.RouteProblem
+	problems []syncthing.RouteProblem
 }
 
 // routeAfter is how far into a wait the results route is checked: an
@@ -201,7 +201,7 @@ func (p *progress) checkRouteLocked(elapsed time.Duration) {
 }
 
 // routeProblem is the first results-route problem the wait found, or nil.
-func (p *progress) routeProblem() *bridge.RouteProblem {
+func (p *progress) routeProblem() *syncthing.RouteProblem {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if len(p.problems) == 0 {
@@ -213,15 +213,15 @@ func (p *progress) routeProblem() *bridge.RouteProblem {
 // routeCheck returns, when a Syncthing nudge is set, the progress's route
 // check of host's results (nil otherwise: without the local Syncthing's
 // API nothing can be asked).
-func (g *Globals) routeCheck(host, name string) func() []bridge.RouteProblem {
+func (g *Globals) routeCheck(host, name string) func() []syncthing.RouteProblem {
 	if g.nudger == nil || g.folder == "" {
 		return nil
 	}
 	n, folder := g.nudger, g.folder
-	return func() []bridge.RouteProblem {
+	return func() []syncthing.RouteProblem {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 		defer cancel()
-		ps, _ := n.ResultsRoute(ctx, folder, []bridge.RouteHost{{ID: host, Name: name}}, false)
+		ps, _ := n.ResultsRoute(ctx, folder, []syncthing.RouteHost{{ID: host, Name: name}}, false)
 		return ps
 	}
 }

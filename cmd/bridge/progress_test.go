@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"errors"
+	"github.com/syncbridge/bridge/bridge/syncthing"
 	"strings"
 	"testing"
 	"time"
@@ -45,9 +46,9 @@ func TestProgressSaysTheResultsRouteOnce(t *testing.T) {
 	id := "0123456789abcdef0123456789abcdef"
 	p := newProgress(&out, id)
 	asked := 0
-	p.route = func() []bridge.RouteProblem {
+	p.route = func() []syncthing.RouteProblem {
 		asked++
-		return []bridge.RouteProblem{{Folder: "bridge-results-x", Message: "host \"laptop\"'s Syncthing shares its results as folder bridge-results-x\x1b[2J", Hint: "run `bridge syncthing setup --share-results` here"}}
+		return []syncthing.RouteProblem{{Folder: "bridge-results-x", Message: "host \"laptop\"'s Syncthing shares its results as folder bridge-results-x\x1b[2J", Hint: "run `bridge syncthing setup --share-results` here"}}
 	}
 	if routeTimeout(p, id, time.Second) != nil {
 		t.Fatal("a time-out names a route problem before any was found")

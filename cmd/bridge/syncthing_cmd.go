@@ -1,9 +1,8 @@
 package main
 
 import (
+	"github.com/syncbridge/bridge/bridge/syncthing"
 	"strings"
-
-	"github.com/syncbridge/bridge/bridge"
 )
 
 // SyncthingCmd groups the Syncthing helpers.
@@ -25,7 +24,7 @@ func (c *SyncthingSetupCmd) Run(g *Globals) error {
 	if err != nil {
 		return err
 	}
-	rep, err := bridge.SyncthingSetup(h, bridge.SyncthingSetupOptions{API: c.API, Key: c.Key, ConfigXML: c.Config, ShareResults: c.ShareResults, DryRun: c.DryRun})
+	rep, err := syncthing.Setup(h, syncthing.SetupOptions{API: c.API, Key: c.Key, ConfigXML: c.Config, ShareResults: c.ShareResults, DryRun: c.DryRun})
 	if err != nil {
 		return err
 	}
