@@ -139,7 +139,7 @@ type CallInput struct {
 // host's reason code for the same refusal (not-allowed, bad-argument,
 // too-large); Err carries a hint (a *HintError).
 type CallError struct {
-	Reason string
+	Reason ReasonCode
 	Err    error
 }
 

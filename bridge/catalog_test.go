@@ -21,7 +21,7 @@ func TestCatalogCheckCall(t *testing.T) {
 		op     string
 		args   map[string]string
 		in     CallInput
-		reason string // "" = fine
+		reason ReasonCode // "" = fine
 		msg    string
 		hint   string
 	}{

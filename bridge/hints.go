@@ -20,7 +20,9 @@ type HintWords struct {
 // {again} and {retry} are the front end's words. First match wins; an
 // empty reason matches any.
 var nextSteps = []struct {
-	status, reason, text string
+	status string
+	reason ReasonCode
+	text   string
 }{
 	{StatusFailed, ReasonReconciled, "a human on the host found it had no effect: a retry is safe"},
 	{StatusFailed, "", "it never started, so a retry is safe once the host is fixed (the detail says what is missing)"},

@@ -117,7 +117,7 @@ func TestOpenNoteMakesEachLineSafe(t *testing.T) {
 		t.Fatal(err)
 	}
 	text := "maintenance tonight\n\x1b]0;pwned\x07 at 10\u202e\u200d\nthanks"
-	data, _, err := SealMessage(NewMessage{Host: host, HostID: host.SignKid(), Agent: "agent", AgentBoxPub: ag.BoxPublic(), Seq: 1, Note: Note{Kind: "text", Text: text}, Created: time.Now()})
+	data, _, err := SealMessage(NewMessage{Host: host, HostID: host.SignKid(), Agent: "agent", AgentBoxPub: ag.BoxPublic(), Seq: 1, Note: Note{Kind: NoteText, Text: text}, Created: time.Now()})
 	if err != nil {
 		t.Fatal(err)
 	}

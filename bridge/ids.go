@@ -101,7 +101,7 @@ func parseIdempotencySecret(text []byte) ([]byte, error) {
 
 // Reason turns an error from this package or crypto into the short code used
 // in audit lines, rejected results and test vectors (SPEC §12).
-func Reason(err error) string {
+func Reason(err error) ReasonCode {
 	if err == nil {
 		return "ok"
 	}
@@ -115,7 +115,7 @@ func Reason(err error) string {
 
 var reasons = []struct {
 	err  error
-	code string
+	code ReasonCode
 }{
 	{ErrWrongRecipient, "wrong-recipient"},
 	{ErrExpired, "expired"},

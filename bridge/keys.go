@@ -307,11 +307,11 @@ func (h *Home) FollowRotations(f *syncsafe.Folder, peerID, dir string) ([]Rotati
 		r, err := bcrypto.ParseRotation(data, cur.SignPub)
 		switch {
 		case err != nil:
-			ev.Result = "refused: " + Reason(err)
+			ev.Result = "refused: " + string(Reason(err))
 		case p.State(cur, time.Now()) == KeyRevoked:
 			ev.Result = "refused: signed by a revoked key"
 		case r.ID != p.ID || r.Role != p.Role || r.Seq != s.seq:
-			ev.Result = "refused: " + Reason(ErrNameMismatch)
+			ev.Result = "refused: " + string(Reason(ErrNameMismatch))
 		case h.keptRevoked(r.NewSignPub, r.NewBoxPub):
 			ev.Result = "refused: its new key was revoked here with a removed peer"
 		default:

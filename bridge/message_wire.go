@@ -30,16 +30,42 @@ type Message struct {
 
 // Note is the sealed content of a message.
 type Note struct {
-	V       int    `json:"v"`
-	Kind    string `json:"kind"`    // "text" (from `bridge send`) or "notice" (from the daemon)
-	Event   string `json:"event"`   // notices: started, stopping, approval-pending, approved, rerun-ordered, rerun-lost, key-rotated, policy-changed
-	Request string `json:"request"` // the request a notice is about, if any
-	Text    string `json:"text"`
+	V       int       `json:"v"`
+	Kind    string    `json:"kind"`    // NoteText (from `bridge send`) or NoteNotice (from the daemon)
+	Event   NoteEvent `json:"event"`   // a notice's: one of NoteEvents
+	Request string    `json:"request"` // the request a notice is about, if any
+	Text    string    `json:"text"`
 	// Supersedes, for rerun-ordered: the SHA-256 of the result manifest
 	// (an uncertain one) that the rerun's answer will replace; for
 	// rerun-lost: of that same manifest, which stands after all.
 	Supersedes string `json:"supersedes,omitempty"`
 }
+
+// The kinds of note (SPEC §10b).
+const (
+	NoteText   = "text"   // a human's, from `bridge send`
+	NoteNotice = "notice" // the host daemon's own, with an Event
+)
+
+// NoteEvent is what a notice says happened (SPEC §10b), typed so that the
+// host that posts one and the agent that reads it use the same words.
+type NoteEvent string
+
+// The notices the host daemon posts by itself.
+const (
+	EventStarted         NoteEvent = "started"          // the daemon serves
+	EventStopping        NoteEvent = "stopping"         // the daemon stopped; requests wait
+	EventPolicyChanged   NoteEvent = "policy-changed"   // the catalog changed
+	EventKeyRotated      NoteEvent = "key-rotated"      // the host rotated its keys
+	EventApprovalPending NoteEvent = "approval-pending" // a request waits for a human (with request)
+	EventApproved        NoteEvent = "approved"         // a human approved it (with request)
+	EventRerunOrdered    NoteEvent = "rerun-ordered"    // a human ordered a rerun (with request, supersedes)
+	EventRerunLost       NoteEvent = "rerun-lost"       // the rerun's answer was lost; the uncertain one stands
+)
+
+// NoteEvents are the notices of SPEC §10b, in its order.
+var NoteEvents = []NoteEvent{EventStarted, EventStopping, EventPolicyChanged, EventKeyRotated,
+	EventApprovalPending, EventApproved, EventRerunOrdered, EventRerunLost}
 
 // MaxMessageText caps a message's text.
 const MaxMessageText = 32 << 10
@@ -120,8 +146,8 @@ func OpenNote(m *Message, me *bcrypto.Identity) (*Note, error) {
 	// bidi override reaches the agent's terminal or model), its spacing
 	// kept.
 	switch {
-	case n.Kind != "text" && n.Kind != "notice",
-		n.Event != "" && !bcrypto.ValidName(n.Event),
+	case n.Kind != NoteText && n.Kind != NoteNotice,
+		n.Event != "" && !bcrypto.ValidName(string(n.Event)),
 		n.Request != "" && !ValidID(n.Request),
 		n.Supersedes != "" && !validSHA256Hex(n.Supersedes):
 		return nil, fmt.Errorf("host message: %w: a kind, event, request or superseded hash no host writes", bcrypto.ErrMalformed)

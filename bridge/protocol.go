@@ -107,28 +107,28 @@ const (
 // under which policy, and how it ended. The signature on the result manifest
 // covers it through the pinned output hash.
 type Receipt struct {
-	V               int      `json:"v"`
-	ID              string   `json:"id"`
-	RequestSHA256   string   `json:"request_sha256"`
-	Status          string   `json:"status"`
-	Reason          string   `json:"reason"`
-	Detail          string   `json:"detail"`
-	Op              string   `json:"op"`
-	Argv            []string `json:"argv"`
-	PolicySHA256    string   `json:"policy_sha256"`
-	ExitCode        int      `json:"exit_code"`
-	Signal          string   `json:"signal"`
-	TimedOut        bool     `json:"timed_out"`
-	Started         int64    `json:"started_ms"`
-	Finished        int64    `json:"finished_ms"`
-	StdoutLen       int64    `json:"stdout_len"`
-	StdoutTotal     int64    `json:"stdout_total"`
-	StdoutTruncated bool     `json:"stdout_truncated"`
-	StderrLen       int64    `json:"stderr_len"`
-	StderrTotal     int64    `json:"stderr_total"`
-	StderrTruncated bool     `json:"stderr_truncated"`
-	ProgressCount   int      `json:"progress_count"` // progress chunks published while it ran (SPEC §9.3)
-	ProgressHead    string   `json:"progress_head"`  // hex SHA-256 of the last chunk's file, "" if none
+	V               int        `json:"v"`
+	ID              string     `json:"id"`
+	RequestSHA256   string     `json:"request_sha256"`
+	Status          string     `json:"status"`
+	Reason          ReasonCode `json:"reason"`
+	Detail          string     `json:"detail"`
+	Op              string     `json:"op"`
+	Argv            []string   `json:"argv"`
+	PolicySHA256    string     `json:"policy_sha256"`
+	ExitCode        int        `json:"exit_code"`
+	Signal          string     `json:"signal"`
+	TimedOut        bool       `json:"timed_out"`
+	Started         int64      `json:"started_ms"`
+	Finished        int64      `json:"finished_ms"`
+	StdoutLen       int64      `json:"stdout_len"`
+	StdoutTotal     int64      `json:"stdout_total"`
+	StdoutTruncated bool       `json:"stdout_truncated"`
+	StderrLen       int64      `json:"stderr_len"`
+	StderrTotal     int64      `json:"stderr_total"`
+	StderrTruncated bool       `json:"stderr_truncated"`
+	ProgressCount   int        `json:"progress_count"` // progress chunks published while it ran (SPEC §9.3)
+	ProgressHead    string     `json:"progress_head"`  // hex SHA-256 of the last chunk's file, "" if none
 }
 
 // Cancel is the signed body of <id>.cancel.

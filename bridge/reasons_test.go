@@ -34,10 +34,10 @@ func TestReasonsAreSpecTwelve(t *testing.T) {
 		files = append(files, m[1])
 	}
 	row := regexp.MustCompile("(?m)^\\| `([a-z-]+)` \\|")
-	var receipts []string
+	var receipts []ReasonCode
 	for _, m := range row.FindAllStringSubmatch(table, -1) {
-		if !slices.Contains(receipts, m[1]) {
-			receipts = append(receipts, m[1])
+		if !slices.Contains(receipts, ReasonCode(m[1])) {
+			receipts = append(receipts, ReasonCode(m[1]))
 		}
 	}
 	// Reason's table also maps two receipt reasons (not-allowed, revoked,
@@ -45,7 +45,7 @@ func TestReasonsAreSpecTwelve(t *testing.T) {
 	var fromErrors []string
 	for _, c := range FileReasons() {
 		if !slices.Contains(ReceiptReasons, c) {
-			fromErrors = append(fromErrors, c)
+			fromErrors = append(fromErrors, string(c))
 		}
 	}
 	slices.Sort(files)
@@ -74,7 +74,7 @@ func TestNextStepForEveryReason(t *testing.T) {
 	n := 0
 	for _, m := range row.FindAllStringSubmatch(sec, -1) {
 		for _, st := range status.FindAllStringSubmatch(m[2], -1) {
-			rc := &Receipt{Status: st[1], Reason: m[1]}
+			rc := &Receipt{Status: st[1], Reason: ReasonCode(m[1])}
 			h := NextStep(rc, words)
 			n++
 			switch {
@@ -93,5 +93,30 @@ func TestNextStepForEveryReason(t *testing.T) {
 	}
 	if h := NextStep(&Receipt{Status: StatusUncertain, Reason: ReasonCrashed}, words); !strings.HasPrefix(h, "do not retry") || !strings.HasSuffix(h, "SETTLE") {
 		t.Errorf("uncertain: %q", h)
+	}
+}
+
+// The notices the host posts are SPEC §10b's list, in its order: the host
+// writes them and the agent reads them by these constants only.
+func TestNoteEventsAreSpecTenB(t *testing.T) {
+	spec, err := os.ReadFile("../docs/SPEC.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, sec, _ := strings.Cut(string(spec), "\n## 10b. ")
+	sec, _, _ = strings.Cut(sec, "\n## ")
+	_, list, ok := strings.Cut(sec, "Notices the host daemon posts by itself:")
+	list, _, ok2 := strings.Cut(list, "The agent verifies")
+	if !ok || !ok2 {
+		t.Fatal("SPEC §10b no longer lists the notices where this test looks")
+	}
+	var spec10b []NoteEvent
+	for _, m := range regexp.MustCompile("`([a-z-]+)`").FindAllStringSubmatch(list, -1) {
+		if e := NoteEvent(m[1]); !slices.Contains(spec10b, e) && m[1] != "request" && m[1] != "supersedes" && m[1] != "created" {
+			spec10b = append(spec10b, e)
+		}
+	}
+	if !slices.Equal(spec10b, NoteEvents) {
+		t.Errorf("SPEC §10b's notices %v, NoteEvents %v", spec10b, NoteEvents)
 	}
 }

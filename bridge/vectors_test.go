@@ -229,15 +229,15 @@ func runVector(t *testing.T, k testKeys, v *vector) string {
 		stem := strings.TrimSuffix(v.fields["name"], ".manifest")
 		req, err := OpenRequest(v.files["manifest.b64"], stem, check)
 		if err != nil {
-			return Reason(err)
+			return string(Reason(err))
 		}
 		if err := checkPayloadBytes(v.files["payload.b64"], req.Payload); err != nil {
-			return Reason(err)
+			return string(Reason(err))
 		}
 		var stdin bytes.Buffer
 		call, err := OpenCall(bytes.NewReader(v.files["payload.b64"]), req, k.host, &stdin, nil)
 		if err != nil {
-			return Reason(err)
+			return string(Reason(err))
 		}
 		if want := v.fields["op"]; call.Op != want {
 			t.Fatalf("op %q, header says %q", call.Op, want)
@@ -258,15 +258,15 @@ func runVector(t *testing.T, k testKeys, v *vector) string {
 			RequestSHA256: SHA256Hex(v.files["request.b64"]),
 		})
 		if err != nil {
-			return Reason(err)
+			return string(Reason(err))
 		}
 		if err := checkPayloadBytes(v.files["output.b64"], res.Payload); err != nil {
-			return Reason(err)
+			return string(Reason(err))
 		}
 		var stdout, stderr bytes.Buffer
 		rc, err := OpenOutput(bytes.NewReader(v.files["output.b64"]), res, k.agent, &stdout, &stderr)
 		if err != nil {
-			return Reason(err)
+			return string(Reason(err))
 		}
 		if want, _ := strconv.Unquote(v.fields["stdout"]); stdout.String() != want || rc.ExitCode != 0 {
 			t.Fatalf("stdout %q exit %d", stdout.String(), rc.ExitCode)
@@ -280,7 +280,7 @@ func runVector(t *testing.T, k testKeys, v *vector) string {
 	case "bundle":
 		b, raw, err := bcrypto.ParseBundleText(string(v.files["bundle.txt"]))
 		if err != nil {
-			return Reason(err)
+			return string(Reason(err))
 		}
 		if strings.TrimSpace(string(v.files["bundle.txt"])) != bcrypto.BundleText(raw) {
 			t.Fatal("accepted bundle text is not canonical")
@@ -292,7 +292,7 @@ func runVector(t *testing.T, k testKeys, v *vector) string {
 	case "rotation":
 		r, err := bcrypto.ParseRotation(v.files["rotation.b64"], agent.SignPub)
 		if err != nil {
-			return Reason(err)
+			return string(Reason(err))
 		}
 		body, _ := bcrypto.EncodeBody(r)
 		env, _ := bcrypto.Parse(bcrypto.KindRotation, v.files["rotation.b64"])
@@ -303,7 +303,7 @@ func runVector(t *testing.T, k testKeys, v *vector) string {
 	case "keyed-id":
 		secret, err := parseIdempotencySecret(v.files["secret.b64"])
 		if err != nil {
-			return Reason(err)
+			return string(Reason(err))
 		}
 		if !bytes.Equal(marshalIdempotencySecret(secret), v.files["secret.b64"]) {
 			t.Fatal("accepted secret does not re-encode to the same bytes")
@@ -320,7 +320,7 @@ func runVector(t *testing.T, k testKeys, v *vector) string {
 	case "agent-secret":
 		s, err := ParseAgentSecret(string(v.files["secret.b64"]))
 		if err != nil {
-			return Reason(err)
+			return string(Reason(err))
 		}
 		again, _ := s.MarshalText()
 		if again != strings.TrimSpace(string(v.files["secret.b64"])) {
@@ -334,7 +334,7 @@ func runVector(t *testing.T, k testKeys, v *vector) string {
 	case "catalog":
 		cat, err := OpenCatalog(v.files["catalog.b64"], host.ID, agent.ID, [][]byte{host.SignPub})
 		if err != nil {
-			return Reason(err)
+			return string(Reason(err))
 		}
 		var modes []string
 		for i := range cat.Ops {
@@ -351,14 +351,14 @@ func runVector(t *testing.T, k testKeys, v *vector) string {
 		return "ok"
 	case "cancel":
 		_, err := OpenCancel(v.files["cancel.b64"], v.fields["id"], host.ID, agent.ID, [][]byte{agent.SignPub})
-		return Reason(err)
+		return string(Reason(err))
 	case "ack":
 		_, err := OpenAck(v.files["ack.b64"], v.fields["id"], host.ID, agent.ID, [][]byte{agent.SignPub})
-		return Reason(err)
+		return string(Reason(err))
 	case "liveness":
 		st, err := OpenLiveness(v.files["liveness.b64"], host.ID, agent.ID, [][]byte{host.SignPub})
 		if err != nil {
-			return Reason(err)
+			return string(Reason(err))
 		}
 		again, _ := SignLiveness(*st, k.host)
 		if !bytes.Equal(again, v.files["liveness.b64"]) {

@@ -92,7 +92,7 @@ func (c *Client) Inbox() ([]InboxItem, error) {
 				continue // not (yet) a valid message from this host: ignore it
 			}
 			it.New = !slices.Contains(st.Seen, it.ID)
-			if it.Note.Kind == "notice" && it.Note.Request != "" && (it.Note.Event == "approval-pending" || it.Note.Event == "approved") && c.answered(p.ID, it.Note.Request) {
+			if it.Note.Kind == bridge.NoteNotice && it.Note.Request != "" && (it.Note.Event == bridge.EventApprovalPending || it.Note.Event == bridge.EventApproved) && c.answered(p.ID, it.Note.Request) {
 				it.New, it.Answered = false, true
 			}
 			items = append(items, *it)
@@ -169,7 +169,7 @@ func (c *Client) Approval(host, id string) string {
 		return ""
 	}
 	for _, it := range items {
-		if it.Host == host && it.Note.Kind == "notice" && it.Note.Event == "approved" && it.Note.Request == id {
+		if it.Host == host && it.Note.Kind == bridge.NoteNotice && it.Note.Event == bridge.EventApproved && it.Note.Request == id {
 			return bridge.HostText(it.Note.Text)
 		}
 	}

@@ -321,9 +321,9 @@ func (c *Client) RerunOrdered(out *Outcome) bool {
 			continue
 		}
 		switch it.Note.Event {
-		case "rerun-ordered":
+		case bridge.EventRerunOrdered:
 			ordered = later(ordered, it.Created)
-		case "rerun-lost":
+		case bridge.EventRerunLost:
 			lost = later(lost, it.Created)
 		}
 	}
@@ -343,7 +343,7 @@ func (c *Client) Status(id string) (*State, error) {
 	if err != nil {
 		return nil, err
 	}
-	st := &State{ID: id, Op: s.Op, Host: s.HostName, State: "submitted",
+	st := &State{ID: id, Op: s.Op, Host: s.HostName, State: bridge.StateSubmitted,
 		Created: UnixTime(s.Created), Expires: UnixTime(s.Expires), Acked: s.Acked}
 	out, err := c.Result(id)
 	if err == nil {
@@ -351,29 +351,29 @@ func (c *Client) Status(id string) (*State, error) {
 	}
 	if errors.Is(err, ErrNoResult) {
 		if time.Now().Unix() >= s.Expires {
-			st.Reason = bridge.ReasonPastExpiry // the host answers it expired once it sees it
+			st.Reason = string(bridge.ReasonPastExpiry) // the host answers it expired once it sees it
 		}
 		// The host tells, in the inbox, when a request waits for a human.
 		if items, err := c.Inbox(); err == nil {
 			for _, it := range items {
-				if it.Note.Request == id && it.Note.Event == "approval-pending" {
-					st.State = "awaiting-approval"
+				if it.Note.Request == id && it.Note.Event == bridge.EventApprovalPending {
+					st.State = bridge.StateAwaitingApproval
 				}
 			}
 		}
-		if st.State == "submitted" && c.Started(id) {
-			st.State = "running"
+		if st.State == bridge.StateSubmitted && c.Started(id) {
+			st.State = bridge.StateRunning
 		}
 		return st, nil
 	} else if err != nil {
 		return nil, err
 	}
-	st.State, st.Reason = out.Receipt.Status, out.Receipt.Reason
+	st.State, st.Reason = out.Receipt.Status, string(out.Receipt.Reason)
 	if st.Op == "" {
 		st.Op = out.Receipt.Op // a request recovered from the folder: the receipt names it
 	}
 	if c.RerunOrdered(out) {
-		st.State, st.Reason = "rerun-ordered", "" // the uncertain answer's replacement is to come
+		st.State, st.Reason = bridge.StateRerunOrdered, "" // the uncertain answer's replacement is to come
 	}
 	if out.Receipt.Status == bridge.StatusDone {
 		code := out.Receipt.ExitCode

@@ -82,7 +82,7 @@ func (d *Daemon) awaitApproval(j *job, inv *policy.Invocation, stdin io.ReadSeek
 	ref := j.keys.name + "/" + j.req.ID
 	d.audit.log(AuditEvent{Event: "awaiting-approval", Agent: j.agent, ID: j.req.ID, Op: inv.Op, Detail: policy.QuoteArgv(inv.Argv)})
 	d.log.Info("waiting for approval", "agent", j.keys.name, "id", j.req.ID, "op", inv.Op, "hint", "bridge approve "+ref)
-	d.notify(j.agent, bridge.Note{Event: "approval-pending", Request: j.req.ID,
+	d.notify(j.agent, bridge.Note{Event: bridge.EventApprovalPending, Request: j.req.ID,
 		Text: fmt.Sprintf("request %s (%s) waits for a human on the host to approve it", j.req.ID, inv.Op)})
 	desktopNotify("bridge: approval needed", fmt.Sprintf("%s asks to run %s (bridge approve %s)", j.keys.name, inv.Op, ref))
 	return false
@@ -173,7 +173,7 @@ func (d *Daemon) decide(key string, approve bool, why string) error {
 	d.audit.log(AuditEvent{Event: "approved", Agent: e.Agent, ID: e.ID, Op: e.Op})
 	// The agent learns who approved it and when (its MCP result says so;
 	// a denial says it in the answer itself).
-	d.notify(e.Agent, bridge.Note{Event: "approved", Request: e.ID,
+	d.notify(e.Agent, bridge.Note{Event: bridge.EventApproved, Request: e.ID,
 		Text: fmt.Sprintf("request %s (%s) was approved on the host at %s by %s", e.ID, e.Op, d.opt.Now().UTC().Format(time.DateTime+" UTC"), approver())})
 	in, err := d.settle(j)
 	if err != nil {

@@ -208,7 +208,7 @@ func TestCrashWithChildrenOutlivingTheLeader(t *testing.T) {
 						out.Receipt.Status, crashed[0], runner.Containment(0))
 				}
 				p.stop(t)
-				if out.Receipt.Status != tc.status || out.Receipt.Reason != tc.reason {
+				if out.Receipt.Status != tc.status || string(out.Receipt.Reason) != tc.reason {
 					t.Errorf("answered %s (%s: %s), want %s (%s)", out.Receipt.Status, out.Receipt.Reason, out.Receipt.Detail, tc.status, tc.reason)
 				}
 				starts, ends := count(t, countFile, "start-"+s.ID), count(t, countFile, "end-"+s.ID)

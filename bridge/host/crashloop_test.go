@@ -470,7 +470,7 @@ func crashInPipeline(t *testing.T, p *pair, at string, op crashOp, countFile str
 	if out.Receipt.Status != want.status {
 		t.Fatalf("status %s (%s: %s), want %s", out.Receipt.Status, out.Receipt.Reason, out.Receipt.Detail, want.status)
 	}
-	if out.Receipt.Reason != want.reason {
+	if string(out.Receipt.Reason) != want.reason {
 		t.Errorf("%s with reason %q (%s), want %q", out.Receipt.Status, out.Receipt.Reason, out.Receipt.Detail, want.reason)
 	}
 	switch {
@@ -519,7 +519,7 @@ func crashInPipeline(t *testing.T, p *pair, at string, op crashOp, countFile str
 	}
 	result := out.Receipt.Status
 	if out.Receipt.Reason != "" {
-		result += "/" + out.Receipt.Reason
+		result += "/" + string(out.Receipt.Reason)
 	}
 	outcome := fmt.Sprintf("%s→%s runs=%d starts=%d", crashed.State, result, e.Runs, starts)
 	if staged != nil || published != nil {

@@ -358,13 +358,13 @@ func (d *Daemon) Open() (err error) {
 	d.audit.log(AuditEvent{Event: "start", Detail: "policy " + d.pol().SHA256})
 	first, changed := d.policyChanged()
 	if changed {
-		d.notify("", bridge.Note{Event: "policy-changed", Text: "the host's policy changed; `bridge ops` shows what you may run now"})
+		d.notify("", bridge.Note{Event: bridge.EventPolicyChanged, Text: "the host's policy changed; `bridge ops` shows what you may run now"})
 	}
 	started := "the host is serving requests again"
 	if first {
 		started = "the host is serving requests"
 	}
-	d.notify("", bridge.Note{Event: "started", Text: started})
+	d.notify("", bridge.Note{Event: bridge.EventStarted, Text: started})
 	d.log.Info("serving", "host", d.me, "folder", d.home.Config.Folder, "agents", len(d.agents()), "policy", d.pol().SHA256[:12],
 		"containment", runner.Containment(0))
 	return nil
@@ -569,7 +569,7 @@ func (d *Daemon) Close(ctx context.Context) error {
 		if err := d.publishLiveness(bridge.LivenessStopped); err != nil {
 			d.log.Warn("publish liveness stamps", "err", err)
 		}
-		d.notify("", bridge.Note{Event: "stopping", Text: "the host daemon stopped; requests wait in the folder until it is back"})
+		d.notify("", bridge.Note{Event: bridge.EventStopping, Text: "the host daemon stopped; requests wait in the folder until it is back"})
 	}
 	return d.closeResources()
 }

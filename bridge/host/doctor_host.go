@@ -145,7 +145,7 @@ func uncertainFindings(h *bridge.Home, entries []LedgerEntry) []doctor.Finding {
 		if e.State != ledger.StateUncertain {
 			continue
 		}
-		if e.Reason == bridge.ReasonRecordLost {
+		if e.Reason == string(bridge.ReasonRecordLost) {
 			lost = append(lost, refName(names, e))
 		} else {
 			crashed = append(crashed, refName(names, e))

@@ -204,7 +204,7 @@ func (d *Daemon) deliver(j *job, expires time.Time) (ledger.Entry, bool) {
 		// host signed is what happened: the entry records it (an answer
 		// the ledger can only reach through uncertain, catch-up, below).
 		d.count(evRecordLost)
-		e.State, e.Reason = ledger.StateUncertain, bridge.ReasonRecordLost
+		e.State, e.Reason = ledger.StateUncertain, string(bridge.ReasonRecordLost)
 		e.ResultSHA256, lostStatus = d.answerLost(j, why, time.Time{})
 		if st, ok := statusState[lostStatus]; ok && st != ledger.StateUncertain && ledger.CanAdmit(st) {
 			e.State = st

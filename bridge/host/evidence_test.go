@@ -477,7 +477,7 @@ func TestWaitFollowsAnOrderedRerun(t *testing.T) {
 	}
 	waitFor(t, 10*time.Second, "the agent to see the rerun ordered", func() bool {
 		st, err := e.client.Status(id)
-		return err == nil && st.State == "rerun-ordered"
+		return err == nil && st.State == bridge.StateRerunOrdered
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()

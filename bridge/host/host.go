@@ -236,7 +236,7 @@ func (d *Daemon) reconcile(key, as string) (*LedgerEntry, error) {
 		d.unfinish(key) // its uncertain answer no longer ends it: rescans must look at it
 		// The agent holds the uncertain answer: tell it that another one
 		// comes, so that `bridge wait` and `logs -f` wait for it.
-		d.notify(e.Agent, bridge.Note{Event: "rerun-ordered", Request: e.ID, Supersedes: e.ResultSHA256,
+		d.notify(e.Agent, bridge.Note{Event: bridge.EventRerunOrdered, Request: e.ID, Supersedes: e.ResultSHA256,
 			Text: fmt.Sprintf("a human on the host ordered request %s (%s) run again; its answer replaces the uncertain one", e.ID, e.Op)})
 		if d.watcher != nil { // serving: run it now
 			if ent, err = d.step(key, evUnclaim, nil); err == nil {

@@ -1215,8 +1215,8 @@ func (h *hostileEnv) judge(t *testing.T, w hostileWant, audit []AuditEvent, logT
 		} else if err != nil {
 			return "result refused: " + err.Error(), false, true
 		}
-		got = out.Receipt.Status + "/" + out.Receipt.Reason
-		if out.Receipt.Status != w.status || out.Receipt.Reason != w.reason {
+		got = out.Receipt.Status + "/" + string(out.Receipt.Reason)
+		if out.Receipt.Status != w.status || string(out.Receipt.Reason) != w.reason {
 			return got, false, true
 		}
 		if w.check != nil {
@@ -1240,7 +1240,7 @@ func (h *hostileEnv) judge(t *testing.T, w hostileWant, audit []AuditEvent, logT
 		if w.err == nil {
 			return "accepted", false, true
 		}
-		return bridge.Reason(w.err), bridge.Reason(w.err) == w.reason, true
+		return string(bridge.Reason(w.err)), string(bridge.Reason(w.err)) == w.reason, true
 	default:
 		return w.note, true, true
 	}

@@ -67,7 +67,7 @@ func Send(h *bridge.Home, agent, text string) (*bridge.Message, error) {
 		return nil, err
 	}
 	defer f.Close()
-	return postMessage(h, f, h.Identity(), p.ID, b.BoxPub, bridge.Note{Kind: "text", Text: text})
+	return postMessage(h, f, h.Identity(), p.ID, b.BoxPub, bridge.Note{Kind: bridge.NoteText, Text: text})
 }
 
 // notify posts a daemon notice to one agent, or to every trusted agent when

@@ -254,7 +254,7 @@ func (d *Daemon) record(j *job, ev event, from ledger.State, resSHA string, rc b
 			// A crash between the two steps leaves it uncertain: held, as
 			// where no result says more.
 			if _, err := d.ledger.Transition(j.key, []ledger.State{from}, ledger.StateUncertain, func(e *ledger.Entry) {
-				e.ResultSHA256, e.Reason = resSHA, bridge.ReasonRecordLost
+				e.ResultSHA256, e.Reason = resSHA, string(bridge.ReasonRecordLost)
 			}); err != nil {
 				return d.violation(j.key, evRecordLost, fmt.Errorf("a %s result is published, and the ledger refused to hold it: %w", rc.Status, err))
 			}
@@ -266,7 +266,7 @@ func (d *Daemon) record(j *job, ev event, from ledger.State, resSHA string, rc b
 		return d.violation(j.key, ev, fmt.Errorf("a %s result is published, and the ledger cannot go from %s to %s", rc.Status, from, to))
 	}
 	if cur, err := d.ledger.Transition(j.key, []ledger.State{from}, to, func(e *ledger.Entry) {
-		e.ResultSHA256, e.Reason, e.Exit = resSHA, rc.Reason, nil
+		e.ResultSHA256, e.Reason, e.Exit = resSHA, string(rc.Reason), nil
 		if rc.Status == bridge.StatusDone {
 			code := rc.ExitCode
 			e.Exit = &code
@@ -281,7 +281,7 @@ func (d *Daemon) record(j *job, ev event, from ledger.State, resSHA string, rc b
 	}
 	d.keptDurable(j.key)
 	d.markFinished(j.agent, j.req.ID)
-	line := AuditEvent{Event: "result", Agent: j.agent, ID: j.req.ID, Op: rc.Op, Status: rc.Status, Reason: rc.Reason, Detail: rc.Detail}
+	line := AuditEvent{Event: "result", Agent: j.agent, ID: j.req.ID, Op: rc.Op, Status: rc.Status, Reason: string(rc.Reason), Detail: rc.Detail}
 	if rc.Status == bridge.StatusDone {
 		code := rc.ExitCode
 		line.Exit = &code
@@ -309,7 +309,7 @@ func (d *Daemon) adopt(j *job, cur ledger.Entry) bool {
 	}
 	d.log.Info("adopting the sealed result", "key", j.key, "status", status)
 	d.count(evAdopt)
-	d.record(j, evAdopt, cur.State, resSHA, bridge.Receipt{Status: status, Op: cur.Op, Reason: cur.Reason}, true)
+	d.record(j, evAdopt, cur.State, resSHA, bridge.Receipt{Status: status, Op: cur.Op, Reason: bridge.ReasonCode(cur.Reason)}, true)
 	return true
 }
 

@@ -159,7 +159,7 @@ func TestApprovalNoticeIsTheRequestsHosts(t *testing.T) {
 		}
 		defer f.Close()
 		if _, err := postMessage(h, f, h.Identity(), a.Config.ID, a.Identity().BoxPublic(),
-			bridge.Note{Kind: "notice", Event: "approved", Request: id, Text: text}); err != nil {
+			bridge.Note{Kind: bridge.NoteNotice, Event: bridge.EventApproved, Request: id, Text: text}); err != nil {
 			t.Fatal(err)
 		}
 	}

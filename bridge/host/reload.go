@@ -128,7 +128,7 @@ func (d *Daemon) checkPolicyFile() {
 		d.log.Warn("publish catalog", "err", err)
 	}
 	d.policyChanged()
-	d.notify("", bridge.Note{Event: "policy-changed", Text: "the host's policy changed; `bridge ops` shows what you may run now"})
+	d.notify("", bridge.Note{Event: bridge.EventPolicyChanged, Text: "the host's policy changed; `bridge ops` shows what you may run now"})
 	// What waits for an approval or a slot is judged again when it moves
 	// (approvedAsShown, stillAsAdmitted); what waits to be claimed is
 	// evaluated afresh.

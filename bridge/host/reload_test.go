@@ -75,7 +75,7 @@ func TestPolicyReloadsLive(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.ContainsFunc(items, func(it agent.InboxItem) bool { return it.Note.Event == "policy-changed" }) {
+	if !slices.ContainsFunc(items, func(it agent.InboxItem) bool { return it.Note.Event == bridge.EventPolicyChanged }) {
 		t.Fatalf("no policy-changed notice in the agent's inbox: %+v", items)
 	}
 	log, _ := os.ReadFile(e.host.Path("audit.log"))

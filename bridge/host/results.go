@@ -293,7 +293,7 @@ func (d *Daemon) publishPair(agent, id string, manifest []byte, outSrc string) (
 			d.log.Error("a newer result of this host lost its output, and the ledger does not know it (was this home restored from a backup?): publishing the ledger's answer again",
 				"agent", agent, "id", id, "lost", old.Status, "published", status)
 			if status == bridge.StatusUncertain {
-				d.notify(agent, bridge.Note{Event: "rerun-lost", Request: id, Supersedes: bridge.SHA256Hex(manifest),
+				d.notify(agent, bridge.Note{Event: bridge.EventRerunLost, Request: id, Supersedes: bridge.SHA256Hex(manifest),
 					Text: fmt.Sprintf("the answer of the rerun of request %s was lost on the host; the uncertain answer stands: ask the human", id)})
 			}
 		} else if d.folderLine(bridge.ToHostDir(d.me, agent) + "/" + id) { // a folder writer's replay: within the budget
@@ -423,7 +423,7 @@ func (d *Daemon) restoreSuperseded(ent ledger.Entry) bool {
 		Detail: "a human's settlement or rerun of this uncertain request is not in the ledger (cut short, or a ledger restored from a backup): the uncertain answer stands"})
 	d.log.Warn("a settlement or rerun of an uncertain request was lost: its uncertain answer stands", "key", ent.Key,
 		"hint", "run `bridge reconcile "+ent.Key+" --as done|failed|rerun` again if it still applies")
-	d.notify(ent.Agent, bridge.Note{Event: "rerun-lost", Request: ent.ID, Supersedes: ent.ResultSHA256,
+	d.notify(ent.Agent, bridge.Note{Event: bridge.EventRerunLost, Request: ent.ID, Supersedes: ent.ResultSHA256,
 		Text: fmt.Sprintf("the rerun of request %s was lost on the host; the uncertain answer stands: ask the human", ent.ID)})
 	return true
 }
@@ -495,7 +495,7 @@ func (d *Daemon) refuseFile(p string, err error) {
 		return
 	}
 	d.log.Warn("refused", "file", p, "reason", bridge.Reason(err), "err", err)
-	d.audit.log(AuditEvent{Event: "refused", File: p, Reason: bridge.Reason(err), Detail: err.Error()})
+	d.audit.log(AuditEvent{Event: "refused", File: p, Reason: string(bridge.Reason(err)), Detail: err.Error()})
 }
 
 // waiting records, once per file and state, that a file is not complete
@@ -506,7 +506,7 @@ func (d *Daemon) waiting(p string, size int, err error) {
 		return
 	}
 	d.log.Debug("waiting for a file to complete", "file", p, "reason", bridge.Reason(err), "err", err)
-	d.audit.log(AuditEvent{Event: "waiting", File: p, Reason: bridge.Reason(err), Detail: err.Error()})
+	d.audit.log(AuditEvent{Event: "waiting", File: p, Reason: string(bridge.Reason(err)), Detail: err.Error()})
 }
 
 // resultDir makes sure the agent's result directory, which this host

@@ -369,7 +369,7 @@ func (w *simWorld) readResult(r *simReq) {
 		}
 		return
 	}
-	r.result, r.status, r.reason = sha, rc.Status, rc.Reason
+	r.result, r.status, r.reason = sha, rc.Status, string(rc.Reason)
 	w.sim.logf("agent accepted the result of %s: %s/%s", r.label(), rc.Status, rc.Reason)
 	if r.valid && r.ack && !r.acked {
 		if err := w.client.Ack(out); err != nil {

@@ -160,7 +160,7 @@ func (d *Daemon) loadOwnKeys() error {
 	prev := d.own()
 	d.ownP.Store(&ownKeys{current: h.Identity(), all: all, stamp: fi.ModTime()})
 	if prev != nil && prev.current.SignKid() != h.Identity().SignKid() && d.folder != nil {
-		d.notify("", bridge.Note{Event: "key-rotated", Text: "the host rotated its keys; agents follow the rotation statement by themselves"})
+		d.notify("", bridge.Note{Event: bridge.EventKeyRotated, Text: "the host rotated its keys; agents follow the rotation statement by themselves"})
 		if err := d.publishForAgents(); err != nil {
 			d.log.Warn("publish catalog", "err", err)
 		}

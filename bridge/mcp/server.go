@@ -360,7 +360,7 @@ func (s *Server) streamProgress(ctx context.Context, ss *sdk.ServerSession, toke
 		if next == 1 && !told && time.Since(lastLook) >= 2*time.Second {
 			// Nothing streamed yet: say so if it waits for a human.
 			lastLook = time.Now()
-			if st, err := cl.Status(id); err == nil && st.State == "awaiting-approval" {
+			if st, err := cl.Status(id); err == nil && st.State == bridge.StateAwaitingApproval {
 				told = true
 				ss.NotifyProgress(ctx, &sdk.ProgressNotificationParams{ProgressToken: token, Progress: 0,
 					Message: "waiting for a human on the host to approve " + id})
@@ -463,7 +463,7 @@ func outcomeResult(cl *agent.Client, out *agent.Outcome, approve bool) *sdk.Call
 	if err := out.WriteOutput(stdout, stderr); err != nil {
 		return errorResult(err, "the result did not open; `bridge result "+rc.ID+"` on this machine says why")
 	}
-	o := Outcome{RequestID: rc.ID, Host: out.Sent.HostName, Op: rc.Op, Status: rc.Status, Reason: rc.Reason, Detail: rc.Detail,
+	o := Outcome{RequestID: rc.ID, Host: out.Sent.HostName, Op: rc.Op, Status: rc.Status, Reason: string(rc.Reason), Detail: rc.Detail,
 		Signal: rc.Signal, TimedOut: rc.TimedOut, stdout: stdout.String(), stderr: stderr.String(), StdoutBytes: stdout.total, StderrBytes: stderr.total,
 		StdoutTruncated: rc.StdoutTruncated || stdout.left() > 0, StderrTruncated: rc.StderrTruncated || stderr.left() > 0, EarlierSend: out.Earlier}
 	if approve {
@@ -485,7 +485,7 @@ func outcomeResult(cl *agent.Client, out *agent.Outcome, approve bool) *sdk.Call
 		}
 	} else {
 		fmt.Fprintf(&b, "request %s %s", rc.ID, rc.Status)
-		if rc.Reason != "" && rc.Reason != rc.Status {
+		if rc.Reason != "" && string(rc.Reason) != rc.Status {
 			fmt.Fprintf(&b, " (%s)", rc.Reason)
 		}
 		if rc.Detail != "" {
@@ -521,15 +521,15 @@ func outcomeResult(cl *agent.Client, out *agent.Outcome, approve bool) *sdk.Call
 // pendingResult: no result within the wait. Not an error: the request
 // goes on, and its id is the way back to it.
 func pendingResult(cl *agent.Client, id string, waited time.Duration) *sdk.CallToolResult {
-	o := Outcome{RequestID: id, Status: "pending", State: "submitted"}
+	o := Outcome{RequestID: id, Status: "pending", State: bridge.StateSubmitted}
 	if st, err := cl.Status(id); err == nil {
 		o.Host, o.Op, o.State, o.Reason = st.Host, st.Op, st.State, st.Reason
 	}
 	text := fmt.Sprintf("request %s is still pending after %s (state: %s).", id, waited.Round(time.Second), o.State)
 	switch {
-	case o.State == "awaiting-approval":
+	case o.State == bridge.StateAwaitingApproval:
 		o.Hint = "a human on the host must approve it; call bridge_wait with this request_id later"
-	case o.Reason == bridge.ReasonPastExpiry:
+	case o.Reason == string(bridge.ReasonPastExpiry):
 		o.Hint = "it is past its expiry and will not run; call the op again if it is still needed"
 	default:
 		o.Hint = "call bridge_wait with this request_id to keep waiting (bridge_logs shows its output so far)"

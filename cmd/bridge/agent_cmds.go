@@ -191,8 +191,8 @@ func (c *CancelCmd) Run(g *Globals) error {
 		switch {
 		case rc.Status == bridge.StatusDone:
 			how += fmt.Sprintf(", exit %d", rc.ExitCode)
-		case rc.Reason != "" && rc.Reason != rc.Status:
-			how += " (" + rc.Reason + ")"
+		case rc.Reason != "" && string(rc.Reason) != rc.Status:
+			how += " (" + string(rc.Reason) + ")"
 		}
 		ended := ""
 		if rc.Finished > 0 {
@@ -260,7 +260,7 @@ func (c *LsCmd) Run(g *Globals) error {
 				// user saw a refused write as a bare "done").
 				reason = strings.TrimSpace(fmt.Sprintf("exit %d %s", *e.Exit, reason))
 			}
-			if e.State == "awaiting-approval" {
+			if e.State == "awaiting-approval" { // the ledger's state (this is the host's ls)
 				reason = "`bridge pending` shows what it would run" // its first line ends in "it would run:"
 			}
 			line := fmt.Sprintf("%-5s  %-*s  %-*s  %-*s  %s", shortAge(now.Sub(e.FirstSeen)), wRef, e.Ref, wOp, e.Op, wState, e.State, reason)
@@ -487,8 +487,8 @@ func (c *InboxCmd) Run(g *Globals) error {
 				continue
 			}
 			from := it.HostName
-			if it.Note.Kind == "notice" {
-				from += " (" + it.Note.Event + ")"
+			if it.Note.Kind == bridge.NoteNotice {
+				from += " (" + string(it.Note.Event) + ")"
 			}
 			// Continuation lines indented: none can pass for an entry.
 			g.printf("%s  %s  %s\n", it.Created.Local().Format(time.DateTime), from, strings.ReplaceAll(it.Note.Text, "\n", "\n    "))

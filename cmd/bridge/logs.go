@@ -94,7 +94,7 @@ func (c *LogsCmd) Run(g *Globals) error {
 			if code := exitFor(rc); code != 0 {
 				how := rc.Status
 				if rc.Reason != "" {
-					how += " (" + rc.Reason + ")"
+					how += " (" + string(rc.Reason) + ")"
 				}
 				if rc.Status == bridge.StatusDone {
 					how += fmt.Sprintf(", exit %d", rc.ExitCode)

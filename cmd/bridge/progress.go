@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/syncthing"
 	"io"
 	"os"
@@ -86,7 +87,7 @@ func (p *progress) tick(elapsed time.Duration) {
 	p.checkRouteLocked(elapsed)
 	if p.state != nil && !p.awaiting && elapsed >= time.Second && (p.lastState == 0 || elapsed-p.lastState >= 5*time.Second) {
 		p.lastState = elapsed
-		if p.state() == "awaiting-approval" {
+		if p.state() == bridge.StateAwaitingApproval {
 			p.awaiting = true
 			if p.tty && p.shown {
 				fmt.Fprint(p.w, "\r\033[K")

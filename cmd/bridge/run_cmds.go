@@ -345,10 +345,10 @@ func waitAndPrint(g *Globals, cl *agent.Client, id string, timeout time.Duration
 			}
 			if st, err := cl.Status(id); err == nil {
 				switch {
-				case st.Reason == bridge.ReasonPastExpiry:
+				case st.Reason == string(bridge.ReasonPastExpiry):
 					return &codeError{code: exitWaitTime, id: id, err: withHintf(fmt.Errorf("no result for %s after %s, and it is past its expiry", id, timeout),
 						"it will not run: the host answers it expired once it sees it (if the host is up and the folder syncs); send it again if it is still needed")}
-				case st.State == "rerun-ordered":
+				case st.State == bridge.StateRerunOrdered:
 					return &codeError{code: exitWaitTime, id: id, err: withHintf(fmt.Errorf("no new answer for %s after %s: a human on the host ordered it run again", id, timeout),
 						"run `bridge wait %s` later for the rerun's answer", id)}
 				}
@@ -477,8 +477,8 @@ func printOutcomeTo(g *Globals, out *agent.Outcome, stdout, stderr io.Writer) er
 			}
 		default:
 			how := rc.Status
-			if rc.Reason != "" && rc.Reason != rc.Status {
-				how += " (" + rc.Reason + ")" // never "cancelled (cancelled)"
+			if rc.Reason != "" && string(rc.Reason) != rc.Status {
+				how += " (" + string(rc.Reason) + ")" // never "cancelled (cancelled)"
 			}
 			if rc.Detail != "" {
 				g.note("error: request %s %s: %s", rc.ID, how, rc.Detail)
