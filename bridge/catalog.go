@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/syncbridge/bridge/bridge/policy"
+	"github.com/syncbridge/bridge/bridge/opspec"
 	bcrypto "github.com/syncbridge/bridge/crypto"
 )
 
@@ -23,7 +23,7 @@ type Catalog struct {
 	// catalog the host ever signed; the agent keeps the newest it has seen
 	// (v 2; 0 in a v 1 catalog, from before the field).
 	Issued int64           `json:"issued,omitempty"`
-	Ops    []policy.OpInfo `json:"ops"`
+	Ops    []opspec.OpInfo `json:"ops"`
 
 	// Warning and Stale are set by the agent that read the catalog, never
 	// signed. Warning: why it may not be what the host runs now (an older
@@ -72,7 +72,7 @@ func OpenCatalog(data []byte, host, agent string, hostKeys [][]byte) (*Catalog, 
 	for i := range cat.Ops {
 		op := &cat.Ops[i]
 		switch op.Stdin {
-		case "", policy.StdinNone, policy.StdinOptional, policy.StdinRequired:
+		case "", opspec.StdinNone, opspec.StdinOptional, opspec.StdinRequired:
 		default:
 			return nil, fmt.Errorf("host catalog: %w: op %q: unknown stdin mode", bcrypto.ErrMalformed, op.Name)
 		}
@@ -94,12 +94,12 @@ func OpenCatalog(data []byte, host, agent string, hostKeys [][]byte) (*Catalog, 
 }
 
 // checkCatalogOp refuses what no policy writes in a catalog entry.
-func checkCatalogOp(op *policy.OpInfo) error {
+func checkCatalogOp(op *opspec.OpInfo) error {
 	// What the host's own policy refuses at load in a pattern, an enum
-	// value or a default (policy.CatalogTextProblem), so that no catalog a
+	// value or a default (opspec.TextProblem), so that no catalog a
 	// policy writes is refused and none a hostile host writes carries
 	// invisible text to the model.
-	printable := func(s string, tab bool) bool { return policy.CatalogTextProblem(s, tab) == "" }
+	printable := func(s string, tab bool) bool { return opspec.TextProblem(s, tab) == "" }
 	switch {
 	case !validOpName(op.Name) && op.Name != PingOp:
 		return errors.New("not an op name")
@@ -147,7 +147,7 @@ func (e *CallError) Error() string { return e.Err.Error() }
 func (e *CallError) Unwrap() error { return e.Err }
 
 // CheckCall checks a call against the catalog before it is sent: the op is
-// listed, its arguments fit their schema (policy.OpInfo.CheckArgs), and its
+// listed, its arguments fit their schema (opspec.OpInfo.CheckArgs), and its
 // standard input fits the op's stdin mode and max_stdin. A typo is refused
 // in milliseconds with a "did you mean" instead of after a round trip
 // through the sync. The catalog may lag the host's policy by one sync, so a
@@ -157,7 +157,7 @@ func (c *Catalog) CheckCall(op string, args map[string]string, in CallInput) err
 	if op == PingOp {
 		return nil
 	}
-	var info *policy.OpInfo
+	var info *opspec.OpInfo
 	names := make([]string, len(c.Ops))
 	for i := range c.Ops {
 		names[i] = c.Ops[i].Name
@@ -167,7 +167,7 @@ func (c *Catalog) CheckCall(op string, args map[string]string, in CallInput) err
 	}
 	if info == nil {
 		hint := "`bridge ops` lists what this agent may run: " + strings.Join(names, ", ")
-		if s := policy.Suggest(op, names); s != "" {
+		if s := opspec.Suggest(op, names); s != "" {
 			hint = fmt.Sprintf("did you mean %q? %s", s, hint)
 		} else {
 			hint += "; if the host's policy added it since this catalog was signed, `--no-check` sends it for the host to decide"
@@ -185,10 +185,10 @@ func (c *Catalog) CheckCall(op string, args map[string]string, in CallInput) err
 		what += " (" + info.StdinHint + ")"
 	}
 	switch mode := info.StdinMode(); {
-	case mode == policy.StdinNone && in.Given && in.Len != 0:
+	case mode == opspec.StdinNone && in.Given && in.Len != 0:
 		return &CallError{Reason: "too-large", Err: WithHint(fmt.Errorf("op %q takes no standard input; nothing was sent", op),
 			"drop --stdin (and any < redirection); %s", usageHint(info))}
-	case mode == policy.StdinRequired && (!in.Given || in.Len == 0):
+	case mode == opspec.StdinRequired && (!in.Given || in.Len == 0):
 		return &CallError{Reason: ReasonBadArgument, Err: WithHint(fmt.Errorf("op %q needs %s and none was given; nothing was sent", op, what),
 			"%s", usageHint(info))}
 	case in.Given && in.Len > info.MaxStdin:
@@ -199,7 +199,7 @@ func (c *Catalog) CheckCall(op string, args map[string]string, in CallInput) err
 }
 
 // usageHint is "usage: " and the op's example line.
-func usageHint(info *policy.OpInfo) string {
+func usageHint(info *opspec.OpInfo) string {
 	return "usage: " + ExampleLine(info)
 }
 
@@ -208,7 +208,7 @@ func usageHint(info *policy.OpInfo) string {
 // <path>), then each optional one (or one with a default) as
 // [NAME=<type>], and --stdin=FILE when the op needs input ([--stdin=FILE]
 // when its policy declares it optional).
-func ExampleLine(info *policy.OpInfo) string {
+func ExampleLine(info *opspec.OpInfo) string {
 	parts := []string{"bridge run", info.Name}
 	var optional []string
 	for _, a := range info.Args {
@@ -224,9 +224,9 @@ func ExampleLine(info *policy.OpInfo) string {
 	}
 	parts = append(parts, optional...)
 	switch {
-	case info.StdinMode() == policy.StdinRequired:
+	case info.StdinMode() == opspec.StdinRequired:
 		parts = append(parts, "--stdin=FILE")
-	case info.Stdin == policy.StdinOptional:
+	case info.Stdin == opspec.StdinOptional:
 		// Said only when the policy says it: every op takes input by
 		// default, and most want none.
 		parts = append(parts, "[--stdin=FILE]")
@@ -247,25 +247,25 @@ func shellWord(s string) string {
 }
 
 // Invisible reports whether r shows as nothing though it is printable
-// (policy.Invisible), for the command line's escaping.
-func Invisible(r rune) bool { return policy.Invisible(r) }
+// (opspec.Invisible), for the command line's escaping.
+func Invisible(r rune) bool { return opspec.Invisible(r) }
 
 // Suggest returns the name in names closest to s (at most two edits
 // away), or "": the "did you mean" of a mistyped op, for the command line,
 // which does not import the policy package.
-func Suggest(s string, names []string) string { return policy.Suggest(s, names) }
+func Suggest(s string, names []string) string { return opspec.Suggest(s, names) }
 
 // OpInfo and ArgInfo are the catalog's public descriptions of an op and its
-// arguments (policy.OpInfo, policy.ArgInfo), named here so the command line
+// arguments (opspec.OpInfo, opspec.ArgInfo), named here so the command line
 // and the MCP server need not import the host's policy package.
 type (
-	OpInfo  = policy.OpInfo
-	ArgInfo = policy.ArgInfo
+	OpInfo  = opspec.OpInfo
+	ArgInfo = opspec.ArgInfo
 )
 
-// Stdin modes of an op (policy.StdinNone, ...), for the same readers.
+// Stdin modes of an op (opspec.StdinNone, ...), for the same readers.
 const (
-	StdinNone     = policy.StdinNone
-	StdinOptional = policy.StdinOptional
-	StdinRequired = policy.StdinRequired
+	StdinNone     = opspec.StdinNone
+	StdinOptional = opspec.StdinOptional
+	StdinRequired = opspec.StdinRequired
 )

@@ -8,7 +8,7 @@ import (
 	"os"
 	"syscall"
 
-	"github.com/syncbridge/bridge/bridge/policy"
+	"github.com/syncbridge/bridge/bridge/safepath"
 )
 
 // foreignHome says why dir (absolute) must not become this user's home, or
@@ -24,7 +24,7 @@ func foreignHome(dir string) string {
 	// owns a link on the way, may rename or re-point what is below it and
 	// put their own in its place (the red team of 8612227: a link of ours
 	// into another user's directory was followed unchecked).
-	real, exists, why := policy.WalkOwned(dir)
+	real, exists, why := safepath.WalkOwned(dir)
 	if why != "" {
 		return "on its path: " + why
 	}

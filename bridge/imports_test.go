@@ -15,8 +15,11 @@ const modulePath = "github.com/syncbridge/bridge"
 
 // importRules are the one-way arrows of DESIGN §3 (further rules): for each package of the
 // module, the packages of the module it may import. crypto and syncsafe are
-// leaves; the bridge wire package may import a leaf and the ledger, policy
-// and runner packages below it, never the host or agent side; the
+// leaves, and so are opspec (an op's description and its arguments' rules,
+// which the agent shares with the policy) and safepath (the walk that says
+// whether another user could change what a path names); the bridge wire
+// package may import those, never the policy compiler, the host or the agent
+// side (so the agent links none of the host's code); the
 // Syncthing client and the doctor stand on the wire and the home, beside
 // the sides; host and agent are separate rooms: each imports the wire, and
 // neither the other. cmd reaches everything through them. A new package
@@ -24,10 +27,12 @@ const modulePath = "github.com/syncbridge/bridge"
 var importRules = map[string][]string{
 	"crypto":           {},
 	"syncsafe":         {},
+	"bridge/opspec":    {},
+	"bridge/safepath":  {},
 	"bridge/ledger":    {"crypto", "syncsafe"},
-	"bridge/policy":    {"crypto", "syncsafe"},
+	"bridge/policy":    {"crypto", "syncsafe", "bridge/opspec", "bridge/safepath"},
 	"bridge/runner":    {"crypto", "syncsafe"},
-	"bridge":           {"crypto", "syncsafe", "bridge/policy"},
+	"bridge":           {"crypto", "syncsafe", "bridge/opspec", "bridge/safepath"},
 	"bridge/syncthing": {"bridge", "syncsafe"},
 	"bridge/doctor":    {"bridge", "bridge/syncthing", "syncsafe"},
 	"bridge/host":      {"bridge", "bridge/doctor", "crypto", "syncsafe", "bridge/ledger", "bridge/policy", "bridge/runner"},
@@ -42,6 +47,7 @@ var importRules = map[string][]string{
 // agent client (no mock of the other side); the agent's tests never need
 // the daemon.
 var testImportRules = map[string][]string{
+	"bridge":      {"bridge/policy"},                    // catalogs and vectors built from a real policy
 	"bridge/host": {"bridge/agent", "bridge/syncthing"}, // and the real Syncthing client against real Syncthings
 }
 

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"github.com/syncbridge/bridge/bridge/opspec"
 	"regexp"
 	"sort"
 	"strings"
@@ -17,7 +18,7 @@ const (
 	defaultMaxStdin    = 1 << 20
 	maxMaxStdin        = 4 << 30 // the largest payload a request may pin
 	defaultMaxLen      = 256
-	maxMaxLen          = 4096
+	maxMaxLen          = opspec.MaxLen
 	defaultConcurrency = 1
 	maxConcurrency     = 1 << 16
 	maxDescription     = 4096
@@ -25,16 +26,15 @@ const (
 
 // Argument types.
 const (
-	typeString = "string"
-	typeInt    = "int"
-	typeBool   = "bool"
-	typeEnum   = "enum"
-	typePath   = "path"
+	typeString = opspec.TypeString
+	typeInt    = opspec.TypeInt
+	typeBool   = opspec.TypeBool
+	typeEnum   = opspec.TypeEnum
+	typePath   = opspec.TypePath
 )
 
 var (
 	nameRE    = lazyRegexp(`^[a-z0-9][a-z0-9._-]{0,63}$`)
-	argNameRE = lazyRegexp(`^[a-z][a-z0-9_]{0,31}$`)
 	envNameRE = lazyRegexp(`^[A-Z_][A-Z0-9_]*$`)
 )
 
@@ -214,7 +214,7 @@ func (b *builder) op(name string, d *opDoc, defTimeout time.Duration, defMaxOutp
 		ad := d.Args[an]
 		k := at("args", an)
 		switch {
-		case !argNameRE().MatchString(an):
+		case !opspec.ValidArgName(an):
 			b.errAt(k, "argument names are [a-z][a-z0-9_]{0,31}", "invalid argument name %q", an)
 			continue
 		case reservedVars[an]:
@@ -486,19 +486,14 @@ const (
 
 // Stdin modes: whether an op reads standard input.
 const (
-	StdinNone     = "none"     // takes none (max_stdin 0)
-	StdinOptional = "optional" // may be given
-	StdinRequired = "required" // must be given, at least one byte
+	StdinNone     = opspec.StdinNone     // takes none (max_stdin 0)
+	StdinOptional = opspec.StdinOptional // may be given
+	StdinRequired = opspec.StdinRequired // must be given, at least one byte
 )
 
 // DefaultStdin is the mode of an op whose policy (or catalog) does not say:
 // optional when it takes any input, none when max_stdin is 0.
-func DefaultStdin(maxStdin int64) string {
-	if maxStdin > 0 {
-		return StdinOptional
-	}
-	return StdinNone
-}
+func DefaultStdin(maxStdin int64) string { return opspec.DefaultStdin(maxStdin) }
 
 // stdinMode reads stdin and stdin_hint, and squares them with max_stdin.
 func (b *builder) stdinMode(o *op, d *opDoc, at []string) {

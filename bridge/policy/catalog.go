@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"github.com/syncbridge/bridge/bridge/opspec"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -10,54 +11,12 @@ import (
 	"unicode/utf8"
 )
 
-// OpInfo is the public description of an op: what an agent may see. It
-// carries no argv, dir, env or path roots; those stay on the host.
-type OpInfo struct {
-	Name        string `json:"name"`
-	Description string `json:"description,omitempty"`
-	Scope       string `json:"scope"`
-	Approve     bool   `json:"approve"`
-	Idempotent  bool   `json:"idempotent"`
-	Timeout     string `json:"timeout"`
-	MaxOutput   int64  `json:"max_output"`
-	MaxStdin    int64  `json:"max_stdin"` // bytes of standard input a request may carry; 0: none
-	// Stdin is none, optional or required; absent (catalogs from before
-	// the field, and policies that do not set it) means DefaultStdin(MaxStdin):
-	// read it with StdinMode.
-	Stdin     string    `json:"stdin,omitempty"`
-	StdinHint string    `json:"stdin_hint,omitempty"` // what the input is: "unified diff"
-	Risk      string    `json:"risk,omitempty"`       // the policy author's note on what the op really does
-	DryRun    string    `json:"dry_run,omitempty"`    // an op that shows what this one would do, doing nothing
-	Undo      string    `json:"undo,omitempty"`       // an op that undoes this one
-	Args      []ArgInfo `json:"args"`
-}
-
-// StdinMode is the op's stdin mode, with the default for a catalog that
-// does not carry one.
-func (o *OpInfo) StdinMode() string {
-	if o.Stdin != "" {
-		return o.Stdin
-	}
-	return DefaultStdin(o.MaxStdin)
-}
-
-// ArgInfo is the public description of one argument.
-type ArgInfo struct {
-	Name        string   `json:"name"`
-	Type        string   `json:"type"`
-	Description string   `json:"description,omitempty"`
-	Required    bool     `json:"required"`
-	Default     *string  `json:"default,omitempty"`
-	Pattern     string   `json:"pattern,omitempty"` // as written; matched against the whole value
-	MaxLen      int      `json:"max_len,omitempty"`
-	AllowDash   bool     `json:"allow_dash,omitempty"`
-	AllowAt     bool     `json:"allow_at,omitempty"`
-	AllowPlus   bool     `json:"allow_plus,omitempty"`
-	Min         *int64   `json:"min,omitempty"`
-	Max         *int64   `json:"max,omitempty"`
-	Values      []string `json:"values,omitempty"`
-	MustExist   bool     `json:"must_exist,omitempty"`
-}
+// OpInfo and ArgInfo are the catalog's descriptions of an op and its
+// arguments (package opspec, which the agent shares).
+type (
+	OpInfo  = opspec.OpInfo
+	ArgInfo = opspec.ArgInfo
+)
 
 // Catalog describes every op, sorted by name, arguments sorted by name.
 // Filter with AgentOps to show an agent only what it may run.

@@ -2,7 +2,7 @@ package policy
 
 import (
 	"errors"
-	"fmt"
+	"github.com/syncbridge/bridge/bridge/opspec"
 	"strconv"
 	"strings"
 )
@@ -18,7 +18,7 @@ var (
 	ErrUnknownOp = errors.New("unknown op")
 	// ErrInvalidArg: an argument the request supplied (or left out) does not
 	// satisfy the op's schema. The reason is safe to send back to the agent.
-	ErrInvalidArg = errors.New("invalid argument")
+	ErrInvalidArg = opspec.ErrInvalidArg
 )
 
 // PolicyError is one problem in a policy file: where it is, what is wrong and
@@ -53,18 +53,6 @@ func (e *PolicyError) Error() string {
 	return b.String()
 }
 
-// ArgError reports why one argument of a request was refused. It matches
-// ErrInvalidArg under errors.Is. Value is never included: it is hostile input
-// and may be huge or contain terminal escapes.
-type ArgError struct {
-	Op     string
-	Arg    string
-	Reason string
-}
-
-func (e *ArgError) Error() string {
-	return fmt.Sprintf("op %q: argument %q: %s", e.Op, e.Arg, e.Reason)
-}
-
-// Is makes errors.Is(err, ErrInvalidArg) true.
-func (e *ArgError) Is(target error) bool { return target == ErrInvalidArg }
+// ArgError reports why one argument of a request was refused (opspec's):
+// it matches ErrInvalidArg under errors.Is.
+type ArgError = opspec.ArgError

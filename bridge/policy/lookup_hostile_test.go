@@ -7,6 +7,7 @@ package policy
 
 import (
 	"fmt"
+	"github.com/syncbridge/bridge/bridge/safepath"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -327,7 +328,7 @@ func TestMissingInterpreterWithDotDot(t *testing.T) {
 			t.Errorf("#!%s accepted", interp)
 		}
 	}
-	if _, exists, why := WalkOwned(sticky + "/nx/../mine"); exists || why == "" {
+	if _, exists, why := safepath.WalkOwned(sticky + "/nx/../mine"); exists || why == "" {
 		t.Errorf("WalkOwned through a missing name and ..: exists %v, %q", exists, why)
 	}
 }
@@ -372,7 +373,7 @@ func TestHostileDotDotOutOfAnothersDirectory(t *testing.T) {
 	if _, err := lookPath(through, func() string { return "" }); err == nil {
 		t.Errorf("program %s accepted", through)
 	}
-	if _, _, why := WalkOwned(sticky + "/nx/../mine"); why == "" {
+	if _, _, why := safepath.WalkOwned(sticky + "/nx/../mine"); why == "" {
 		t.Errorf("WalkOwned out of nobody's directory by ..: accepted")
 	}
 	// The same through a directory of this user's: nobody else may rename

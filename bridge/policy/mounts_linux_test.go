@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"github.com/syncbridge/bridge/bridge/safepath"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -60,7 +61,7 @@ func TestHostileFUSEMountOfAnotherUser(t *testing.T) {
 	if _, err := lookPath("tool", func() string { return theirs }); err == nil {
 		t.Errorf("a PATH entry on nobody's FUSE mount: found")
 	}
-	if _, _, why := WalkOwned(filepath.Join(theirs, "home")); !strings.Contains(why, "FUSE mount of user 65534") {
+	if _, _, why := safepath.WalkOwned(filepath.Join(theirs, "home")); !strings.Contains(why, "FUSE mount of user 65534") {
 		t.Errorf("a home on nobody's FUSE mount: %q", why)
 	}
 	// This user's own FUSE mount is as much theirs as any directory.

@@ -3,17 +3,15 @@ package policy
 import (
 	"errors"
 	"fmt"
+	"github.com/syncbridge/bridge/bridge/opspec"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
-	"unicode"
-	"unicode/utf8"
 )
 
 // RenderContext is what the daemon supplies to Render besides the request.
@@ -115,7 +113,7 @@ func (p *Policy) Render(agent, opName string, args map[string]string, ctx Render
 			if len(o.args) > 0 {
 				reason = "this op takes: " + strings.Join(sortedKeys(o.args), ", ")
 			}
-			if !argNameRE().MatchString(n) {
+			if !opspec.ValidArgName(n) {
 				n = "(invalid name)" // hostile input: do not echo it
 			}
 			return nil, &ArgError{Op: opName, Arg: n, Reason: "unknown argument; " + reason}
@@ -408,92 +406,24 @@ type argReason string
 
 func (r argReason) Error() string { return string(r) }
 
-var canonicalIntRE = lazyRegexp(`^-?(0|[1-9][0-9]*)$`)
-
 // checkStatic validates v without touching the filesystem and returns its
-// canonical form ("" reason means valid). Paths are only checked lexically.
+// canonical form ("" reason means valid): by the argument's opspec.Rule, the
+// agent's own check; a path only lexically, against its root.
 func (a *arg) checkStatic(v string) (string, string) {
-	switch a.typ {
-	case typeString:
-		if r := badText(v); r != "" {
-			return "", r
-		}
-		if r := a.leading(v); r != "" {
-			return "", r
-		}
-		if len(v) > a.maxLen {
-			return "", fmt.Sprintf("longer than %d bytes", a.maxLen)
-		}
-		if a.pattern != nil && !a.pattern.MatchString(v) {
-			return "", fmt.Sprintf("does not match pattern %q", a.patternSrc)
-		}
-		return v, ""
-	case typeInt:
-		if !canonicalIntRE().MatchString(v) || v == "-0" {
-			return "", "not a canonical decimal integer (no sign +, leading zeros, spaces or exponent)"
-		}
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil {
-			return "", "out of the 64-bit integer range"
-		}
-		if a.min != nil && n < *a.min {
-			return "", fmt.Sprintf("below the minimum %d", *a.min)
-		}
-		if a.max != nil && n > *a.max {
-			return "", fmt.Sprintf("above the maximum %d", *a.max)
-		}
-		return v, ""
-	case typeBool:
-		if v != "true" && v != "false" {
-			return "", "want true or false"
-		}
-		return v, ""
-	case typeEnum:
-		for _, x := range a.values {
-			if x == v {
-				return v, ""
-			}
-		}
-		return "", "not one of " + strings.Join(a.values, ", ")
-	case typePath:
-		if r := badText(v); r != "" {
-			return "", r
-		}
-		if v == "" {
-			return "", "empty path"
-		}
-		if len(v) > maxMaxLen {
-			return "", fmt.Sprintf("longer than %d bytes", maxMaxLen)
-		}
-		c := v
-		if !filepath.IsAbs(c) {
-			c = filepath.Join(a.root, c)
-		}
-		c = filepath.Clean(c)
-		if !within(a.root, c) {
-			return "", "escapes the op's path root"
-		}
-		return c, ""
+	r := opspec.Rule{Type: a.typ, MaxLen: a.maxLen, AllowDash: a.allowDash, AllowAt: a.allowAt, AllowPlus: a.allowPlus,
+		Min: a.min, Max: a.max, Values: a.values, Pattern: a.pattern, PatternSrc: a.patternSrc}
+	c, why := r.Check(v)
+	if why != "" || a.typ != typePath {
+		return c, why
 	}
-	return "", "unknown type"
-}
-
-// leading explains why a string value may not start as it does: a program
-// reads a leading '-' as an option, '@' as a file of more arguments (gcc,
-// javac, ld and many others), '+' as a forced refspec (git push +main) or an
-// option of its own (sort +1, more). The value may stand anywhere in its
-// element, but is refused wherever it is used: one rule, the same in every
-// template. "" means fine.
-func (a *arg) leading(v string) string {
-	switch {
-	case strings.HasPrefix(v, "-") && !a.allowDash:
-		return "starts with '-' and could be read as an option (an argument takes one only with allow_dash = true in the host's policy)"
-	case strings.HasPrefix(v, "@") && !a.allowAt:
-		return "starts with '@' and could be read as a file of more arguments (an argument takes one only with allow_at = true in the host's policy)"
-	case strings.HasPrefix(v, "+") && !a.allowPlus:
-		return "starts with '+' and could be read as a forced ref or an option (an argument takes one only with allow_plus = true in the host's policy)"
+	if !filepath.IsAbs(c) {
+		c = filepath.Join(a.root, c)
 	}
-	return ""
+	c = filepath.Clean(c)
+	if !within(a.root, c) {
+		return "", "escapes the op's path root"
+	}
+	return c, ""
 }
 
 // check is checkStatic plus, for paths, confinement on the real filesystem.
@@ -566,63 +496,13 @@ func within(root, p string) bool {
 	return strings.HasPrefix(p, root)
 }
 
-// badText explains why s may not be an argument value: not UTF-8, NUL and
-// other control characters (newline too: it splits log lines and fools
-// line-based tools), or bidirectional overrides (text that reads differently
-// than it runs). "" means fine.
-func badText(s string) string {
-	if !utf8.ValidString(s) {
-		return "not valid UTF-8"
-	}
-	for _, r := range s {
-		switch {
-		case r == 0:
-			return "contains NUL"
-		case r == '\n' || r == '\r':
-			return "contains a line break"
-		case unicode.IsControl(r):
-			return "contains a control character"
-		case r >= 0x202A && r <= 0x202E, r >= 0x2066 && r <= 0x2069, r == 0x200E, r == 0x200F:
-			return "contains a bidirectional control character"
-		}
-	}
-	return ""
-}
+// badText says why s is unacceptable as a value (opspec.BadText).
+func badText(s string) string { return opspec.BadText(s) }
 
 // CatalogTextProblem says what is wrong with s as a value the catalog
-// carries verbatim to the agent and its model (an argument's pattern, enum
-// value or default), "" if nothing: at most 4,096 bytes of valid UTF-8, and
-// every character one a person can see or a plain space (a tab too where
-// tab is true: a pattern may hold one, as regexp reads it). Controls,
-// format characters (bidi marks, zero-width characters, the tag characters
-// that spell text a model reads and a person does not), line and paragraph
-// separators, private-use and unassigned characters are refused. The policy
-// refuses them at load and the agent refuses a catalog that holds them, so
-// that no catalog a policy writes is refused.
-func CatalogTextProblem(s string, tab bool) string {
-	if !utf8.ValidString(s) {
-		return "not valid UTF-8"
-	}
-	if len(s) > maxMaxLen {
-		return fmt.Sprintf("longer than %d bytes", maxMaxLen)
-	}
-	for _, r := range s {
-		if !unicode.IsGraphic(r) && !(tab && r == '\t') {
-			return fmt.Sprintf("contains a control or invisible character (%U)", r)
-		}
-	}
-	return ""
-}
+// carries verbatim (opspec.TextProblem).
+func CatalogTextProblem(s string, tab bool) string { return opspec.TextProblem(s, tab) }
 
-// Invisible reports whether r shows as nothing (or as a blank) though Go
-// calls it printable: variation selectors, default-ignorable code points
-// (the combining grapheme joiner), the Hangul fillers and the Braille
-// blank. A value a human is asked to judge writes them as escapes, as it
-// does controls (a file "main\u034f" must not read as "main").
-func Invisible(r rune) bool {
-	switch r {
-	case 0x115F, 0x1160, 0x3164, 0xFFA0, 0x2800:
-		return true
-	}
-	return unicode.Is(unicode.Variation_Selector, r) || unicode.Is(unicode.Other_Default_Ignorable_Code_Point, r)
-}
+// Invisible reports whether r shows as nothing though it is printable
+// (opspec.Invisible).
+func Invisible(r rune) bool { return opspec.Invisible(r) }

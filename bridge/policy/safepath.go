@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"github.com/syncbridge/bridge/bridge/safepath"
 	"os"
 	"path/filepath"
 	"slices"
@@ -35,7 +36,7 @@ func SafePATH(value string) (kept string, dropped []string) {
 			// and where its first missing name would be made, a sticky
 			// directory is not enough (it stops others renaming, not
 			// creating: the red team of 887f99e).
-			if resolved, exists, w := WalkOwned(dir); !exists && w == "" && madeOnlyByUs(resolved) {
+			if resolved, exists, w := safepath.WalkOwned(dir); !exists && w == "" && madeOnlyByUs(resolved) {
 				why = ""
 			}
 		}
@@ -63,7 +64,7 @@ const defaultOpPATH = "/usr/bin:/bin"
 func madeOnlyByUs(path string) bool {
 	for dir := filepath.Dir(path); ; dir = filepath.Dir(dir) {
 		if _, err := os.Lstat(dir); err == nil {
-			return unsafeDir(dir, true) == ""
+			return safepath.UnsafeDir(dir, true) == ""
 		}
 		if dir == filepath.Dir(dir) {
 			return false

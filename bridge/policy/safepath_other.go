@@ -29,12 +29,3 @@ func unsafeChain(string) string { return "" }
 
 // unsafeInterpreter: ownership and modes are Unix checks.
 func unsafeInterpreter(string, func() string, int) string { return "" }
-
-// WalkOwned: ownership and modes are Unix checks; the path is taken as it is.
-func WalkOwned(path string) (resolved string, exists bool, why string) {
-	_, err := os.Stat(path)
-	return path, err == nil, ""
-}
-
-// unsafeDir: ownership and modes are Unix checks.
-func unsafeDir(string, bool) string { return "" }

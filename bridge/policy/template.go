@@ -1,6 +1,10 @@
 package policy
 
-import "strings"
+import (
+	"strings"
+
+	"github.com/syncbridge/bridge/bridge/opspec"
+)
 
 // segment is one piece of an argv template: literal text, or a reference to a
 // variable ({name}).
@@ -40,7 +44,7 @@ func parseTemplate(s string) (tmpl, string) {
 				return nil, "unclosed {"
 			}
 			name := s[i+1 : i+1+end]
-			if !argNameRE().MatchString(name) {
+			if !opspec.ValidArgName(name) {
 				return nil, "bad reference {" + name + "}"
 			}
 			flush()

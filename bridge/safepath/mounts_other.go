@@ -1,6 +1,6 @@
 //go:build unix && !linux
 
-package policy
+package safepath
 
 // foreignMount is Linux's FUSE check; elsewhere nothing is known of who
 // mounted what (macFUSE mounts are the mounting user's own by default).
