@@ -1,10 +1,11 @@
-// Package bridge is the wire format both sides of a bridge speak, and the
-// private home each side keeps: request and result bodies, sealing and
-// opening them, the folder layout, request ids, and the trust store of
-// peers and keys. It runs nothing and watches nothing: the host daemon is
-// in package host, the agent's client in package agent, and neither
-// imports the other; the Syncthing client is package syncthing, the
-// checks of `bridge doctor` package doctor.
+// Package bridge is the wire format both sides of a bridge speak: request
+// and result bodies, sealing and opening them, the folder layout, request
+// ids, the signed catalog, liveness stamps, messages and progress, the
+// agent secret's text, and the one vocabulary of reasons, notices and next
+// steps. It runs nothing, watches nothing and keeps no state: each side's
+// home and trust store is package trust, the host daemon package host, the
+// agent's client package agent (neither imports the other), the Syncthing
+// client package syncthing, the checks of `bridge doctor` package doctor.
 //
 // Entry points:
 //
@@ -12,8 +13,6 @@
 //     sealed payload (docs/SPEC.md §7, §8).
 //   - [SealResult] and [OpenResult], [OpenOutput]: a result and its sealed
 //     output with the receipt (§9).
-//   - [InitHome] and [OpenHome]: a party's state directory, its keys and
-//     trusted peers; [Home.Trust], [Home.Rotate], [Home.Revoke].
 //   - [RequestPath], [ResultPath] and the other path functions: every name
 //     in the synced folder comes from them.
 //

@@ -79,14 +79,14 @@ func FuzzOpenOutput(f *testing.F) {
 func FuzzIdempotencySecret(f *testing.F) {
 	seedFromVectors(f, "secret.b64")
 	f.Fuzz(func(t *testing.T, data []byte) {
-		secret, err := parseIdempotencySecret(data)
+		secret, err := ParseIdempotencySecret(data)
 		if err != nil {
 			if secret != nil {
 				t.Fatal("a rejected secret file yielded a secret")
 			}
 			return
 		}
-		if !bytes.Equal(marshalIdempotencySecret(secret), data) {
+		if !bytes.Equal(MarshalIdempotencySecret(secret), data) {
 			t.Fatal("accepted secret file is not canonical")
 		}
 	})

@@ -1,6 +1,9 @@
 package bridge
 
-import "strings"
+import (
+	"fmt"
+	"strings"
+)
 
 // HintWords are the words a front end uses for the steps a hint names: the
 // command line's commands, or the MCP server's tools.
@@ -56,4 +59,19 @@ func NextStep(rc *Receipt, w HintWords) string {
 		}
 	}
 	return ""
+}
+
+// HintError carries a next step for the user along with the error.
+type HintError struct {
+	Err  error
+	Hint string
+}
+
+func (e *HintError) Error() string { return e.Err.Error() }
+func (e *HintError) Unwrap() error { return e.Err }
+
+// WithHint wraps err with a next step for the user (hint, formatted with
+// args).
+func WithHint(err error, hint string, args ...any) error {
+	return &HintError{Err: err, Hint: fmt.Sprintf(hint, args...)}
 }

@@ -10,9 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"maps"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -29,7 +27,7 @@ const labelIdempotency = "bridge/v1/idempotency\x00"
 const (
 	IdempotencySecretName = "idempotency.secret"
 	idempotencyPrefix     = "bridge-idempotency-v1:"
-	idempotencySecretSize = 32
+	IdempotencySecretSize = 32
 )
 
 // NewRequestID returns a random 128-bit request id.
@@ -41,15 +39,15 @@ func NewRequestID() string {
 	return hex.EncodeToString(b[:])
 }
 
-// keyedRequestID derives the request id from an idempotency key (SPEC §7.2):
+// KeyedID derives the request id from an idempotency key (SPEC §7.2):
 // the same agent asking the same host for the same op with the same arguments
 // under the same key gets the same id, so a retry is answered from the host's
 // ledger instead of running again. It is an HMAC under the agent's secret,
 // not a hash of the inputs alone: the op names and argument values are in the
 // catalog a folder writer can read, and a plain hash of them with a guessable
 // key would give the sealed call away.
-func keyedRequestID(secret []byte, agent, host, op string, args map[string]string, key string) string {
-	if len(secret) != idempotencySecretSize {
+func KeyedID(secret []byte, agent, host, op string, args map[string]string, key string) string {
+	if len(secret) != IdempotencySecretSize {
 		panic("bridge: internal error: idempotency secret of " + strconv.Itoa(len(secret)) + " bytes")
 	}
 	m := hmac.New(sha256.New, secret)
@@ -75,14 +73,14 @@ func keyedRequestID(secret []byte, agent, host, op string, args map[string]strin
 	return hex.EncodeToString(m.Sum(nil)[:16])
 }
 
-// marshalIdempotencySecret is the one text form of the secret file.
-func marshalIdempotencySecret(secret []byte) []byte {
+// MarshalIdempotencySecret is the one text form of the secret file.
+func MarshalIdempotencySecret(secret []byte) []byte {
 	return []byte(idempotencyPrefix + base64.RawURLEncoding.EncodeToString(secret) + "\n")
 }
 
-// parseIdempotencySecret reads the secret file strictly, like an identity
+// ParseIdempotencySecret reads the secret file strictly, like an identity
 // file (SPEC §2.5): one line, one encoding, exactly 32 bytes.
-func parseIdempotencySecret(text []byte) ([]byte, error) {
+func ParseIdempotencySecret(text []byte) ([]byte, error) {
 	s := string(text)
 	if !strings.HasPrefix(s, idempotencyPrefix) || !strings.HasSuffix(s, "\n") || strings.Count(s, "\n") != 1 {
 		return nil, fmt.Errorf("parse idempotency secret: %w: not a bridge-idempotency-v1 line", bcrypto.ErrMalformed)
@@ -93,7 +91,7 @@ func parseIdempotencySecret(text []byte) ([]byte, error) {
 		return nil, fmt.Errorf("parse idempotency secret: %w: line break inside the secret", bcrypto.ErrMalformed)
 	}
 	raw, err := base64.RawURLEncoding.Strict().DecodeString(enc)
-	if err != nil || len(raw) != idempotencySecretSize {
+	if err != nil || len(raw) != IdempotencySecretSize {
 		return nil, fmt.Errorf("parse idempotency secret: %w: bad encoding", bcrypto.ErrMalformed)
 	}
 	return raw, nil
@@ -140,48 +138,4 @@ var reasons = []struct {
 	{bcrypto.ErrBadKey, "bad-key"},
 	{bcrypto.ErrUnauthenticated, "unauthenticated"},
 	{bcrypto.ErrMalformed, "malformed"},
-}
-
-// KeyedRequestID is the id of a keyed request this home's agent sends to
-// host (SPEC §7.2). A home from before the idempotency secret existed gets
-// one on its first keyed request.
-func (h *Home) KeyedRequestID(host, op string, args map[string]string, key string) (string, error) {
-	secret, err := h.idempotencySecret()
-	if err != nil {
-		return "", err
-	}
-	return keyedRequestID(secret, h.Config.ID, host, op, args, key), nil
-}
-
-// idempotencySecret reads the home's idempotency secret, creating it if the
-// home has none. A file that is there but damaged is an error, never
-// replaced: a new secret would give every keyed request a new id, and a
-// retry of one sent before would run again.
-func (h *Home) idempotencySecret() ([]byte, error) {
-	p := h.Path(IdempotencySecretName)
-	text, err := os.ReadFile(p)
-	if errors.Is(err, fs.ErrNotExist) {
-		fresh := make([]byte, idempotencySecretSize)
-		if _, err := io.ReadFull(rand.Reader, fresh); err != nil {
-			panic("bridge: internal error: no randomness: " + err.Error())
-		}
-		err = syncsafe.CreateFileAtomic(p, marshalIdempotencySecret(fresh))
-		if err == nil {
-			return fresh, nil
-		}
-		if !errors.Is(err, fs.ErrExist) {
-			return nil, fmt.Errorf("create idempotency secret: %w", err)
-		}
-		// Another command of this home created it first: use that one.
-		text, err = os.ReadFile(p)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("read idempotency secret: %w", err)
-	}
-	secret, err := parseIdempotencySecret(text)
-	if err != nil {
-		return nil, WithHint(fmt.Errorf("read %s: %w", p, err),
-			"restore it from a backup of this home (docs/KEYS.md); a new secret would give keyed requests new ids, and a retry of an earlier one could run again")
-	}
-	return secret, nil
 }

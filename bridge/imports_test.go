@@ -18,8 +18,10 @@ const modulePath = "github.com/syncbridge/bridge"
 // leaves, and so are opspec (an op's description and its arguments' rules,
 // which the agent shares with the policy) and safepath (the walk that says
 // whether another user could change what a path names); the bridge wire
-// package may import those, never the policy compiler, the host or the agent
-// side (so the agent links none of the host's code); the
+// package may import opspec, never the policy compiler, the host or the
+// agent side (so the agent links none of the host's code); trust (each
+// side's home: keys, peers, the trust store) stands on the wire and
+// safepath, and everything above it may use it; the
 // Syncthing client and the doctor stand on the wire and the home, beside
 // the sides; host and agent are separate rooms: each imports the wire, and
 // neither the other. cmd reaches everything through them. A new package
@@ -32,14 +34,15 @@ var importRules = map[string][]string{
 	"bridge/ledger":    {"crypto", "syncsafe"},
 	"bridge/policy":    {"crypto", "syncsafe", "bridge/opspec", "bridge/safepath"},
 	"bridge/runner":    {"crypto", "syncsafe"},
-	"bridge":           {"crypto", "syncsafe", "bridge/opspec", "bridge/safepath"},
-	"bridge/syncthing": {"bridge", "syncsafe"},
-	"bridge/doctor":    {"bridge", "bridge/syncthing", "syncsafe"},
-	"bridge/host":      {"bridge", "bridge/doctor", "crypto", "syncsafe", "bridge/ledger", "bridge/policy", "bridge/runner"},
-	"bridge/agent":     {"bridge", "crypto", "syncsafe"},
-	"bridge/mcp":       {"bridge", "bridge/agent"},
-	"cmd/bridge":       {"bridge", "bridge/host", "bridge/agent", "bridge/mcp", "bridge/doctor", "bridge/syncthing", "crypto"},
-	"cmd/bridge-bench": {"bridge", "bridge/host", "bridge/agent", "bridge/doctor", "crypto", "syncsafe"},
+	"bridge":           {"crypto", "syncsafe", "bridge/opspec"},
+	"bridge/trust":     {"bridge", "bridge/safepath", "crypto", "syncsafe"},
+	"bridge/syncthing": {"bridge", "bridge/trust", "syncsafe"},
+	"bridge/doctor":    {"bridge", "bridge/trust", "bridge/syncthing", "syncsafe"},
+	"bridge/host":      {"bridge", "bridge/trust", "bridge/doctor", "crypto", "syncsafe", "bridge/ledger", "bridge/policy", "bridge/runner"},
+	"bridge/agent":     {"bridge", "bridge/trust", "crypto", "syncsafe"},
+	"bridge/mcp":       {"bridge", "bridge/trust", "bridge/agent"},
+	"cmd/bridge":       {"bridge", "bridge/trust", "bridge/host", "bridge/agent", "bridge/mcp", "bridge/doctor", "bridge/syncthing", "crypto"},
+	"cmd/bridge-bench": {"bridge", "bridge/trust", "bridge/host", "bridge/agent", "bridge/doctor", "crypto", "syncsafe"},
 }
 
 // testImportRules are what a package's test files may import beyond its

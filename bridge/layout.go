@@ -28,6 +28,9 @@ const (
 	AgentBundleName = "agent.bundle"
 )
 
+// HostsRoot is the folder's directory of hosts: hosts/<host> each.
+const HostsRoot = hostsDir
+
 // File kinds under to-host (agent writes) and to-agent (host writes).
 const (
 	ExtManifest = "manifest"

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	bcrypto "github.com/syncbridge/bridge/crypto"
+	"github.com/syncbridge/bridge/syncsafe"
 )
 
 // Hand-written forms of the wire's name patterns (SPEC §3, §5, §7): a CLI
@@ -74,4 +75,12 @@ func ParseRotationName(name string) (uint64, bool) {
 		return 0, false
 	}
 	return decimal(rest, 19, true)
+}
+
+// ValidPeerName reports whether name can be a peer's local name (and so an
+// agent's name in a policy).
+func ValidPeerName(name string) bool { return syncsafe.ValidName(name) && !looksLikeID(name) }
+
+func looksLikeID(name string) bool {
+	return len(name) >= 8 && strings.Trim(name, "0123456789abcdef") == ""
 }

@@ -56,7 +56,7 @@ func generateVectors(t *testing.T, k testKeys) {
 	// mkReq seals a request; tweak may change the inputs before sealing.
 	mkReq := func(name string, tweak func(*NewRequest)) ([]byte, []byte, *Request) {
 		n := NewRequest{
-			ID: keyedRequestID(k.agentIdempotency, agent.ID, host.ID, "echo", nil, name), Agent: k.agent, AgentID: agent.ID, Host: host,
+			ID: KeyedID(k.agentIdempotency, agent.ID, host.ID, "echo", nil, name), Agent: k.agent, AgentID: agent.ID, Host: host,
 			Call:    Call{Op: "echo", Args: map[string]string{"msg": "hi"}},
 			Created: created, Expires: created.Add(time.Hour), Rand: detRand("vector:" + name),
 		}
@@ -315,7 +315,7 @@ func generateVectors(t *testing.T, k testKeys) {
 	write(&vector{name: "ack-as-cancel", expect: "bad-signature", kind: "cancel", note: "an ack relabelled as a cancel: domain separation refuses it", fields: map[string]string{"id": id}, files: map[string][]byte{"cancel.b64": ackAsCancel}})
 	// Keyed request ids (SPEC §7.2) and the secret file they are keyed by
 	// (SPEC §2.7).
-	secretText := marshalIdempotencySecret(k.agentIdempotency)
+	secretText := MarshalIdempotencySecret(k.agentIdempotency)
 	keyedVector := func(name, expect, note, op string, args map[string]string, key string, secret []byte) {
 		if args == nil {
 			args = map[string]string{}
@@ -323,7 +323,7 @@ func generateVectors(t *testing.T, k testKeys) {
 		a, _ := json.Marshal(args)
 		f := map[string]string{"agent": agent.ID, "host": host.ID, "op": op, "args": string(a), "key": key, "id": ""}
 		if expect == "ok" {
-			f["id"] = keyedRequestID(k.agentIdempotency, agent.ID, host.ID, op, args, key)
+			f["id"] = KeyedID(k.agentIdempotency, agent.ID, host.ID, op, args, key)
 		}
 		write(&vector{name: "keyed-id-" + name, expect: expect, kind: "keyed-id", note: note, fields: f,
 			files: map[string][]byte{"secret.b64": secret}})
@@ -336,7 +336,7 @@ func generateVectors(t *testing.T, k testKeys) {
 	keyedVector("secret-padding", "malformed", "the secret's base64 with padding", "echo", nil, "x",
 		[]byte(strings.TrimSuffix(string(secretText), "\n")+"=\n"))
 	keyedVector("secret-no-newline", "malformed", "the secret line without its newline", "echo", nil, "x", bytes.TrimSuffix(secretText, []byte("\n")))
-	keyedVector("secret-short", "malformed", "a secret of 31 bytes", "echo", nil, "x", marshalIdempotencySecret(k.agentIdempotency[:31]))
+	keyedVector("secret-short", "malformed", "a secret of 31 bytes", "echo", nil, "x", MarshalIdempotencySecret(k.agentIdempotency[:31]))
 	keyedVector("secret-identity-file", "malformed", "an identity file where the idempotency secret belongs", "echo", nil, "x",
 		func() []byte { b, _ := k.agent.MarshalText(); return b }())
 	// Agent secrets (SPEC §2.8): the test agent trusting the test host.

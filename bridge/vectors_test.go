@@ -20,7 +20,6 @@ import (
 	"time"
 
 	"github.com/rogpeppe/go-internal/txtar"
-
 	bcrypto "github.com/syncbridge/bridge/crypto"
 )
 
@@ -76,9 +75,9 @@ func loadKeys(t testing.TB) testKeys {
 	// The agent's idempotency secret (SPEC §2.7), also derived from a seed.
 	p := filepath.Join(keyDir, "TEST-ONLY-agent."+IdempotencySecretName)
 	if *update {
-		secret := make([]byte, idempotencySecretSize)
+		secret := make([]byte, IdempotencySecretSize)
 		io.ReadFull(detRand("key:agent-idempotency"), secret)
-		if err := os.WriteFile(p, marshalIdempotencySecret(secret), 0o600); err != nil {
+		if err := os.WriteFile(p, MarshalIdempotencySecret(secret), 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -86,7 +85,7 @@ func loadKeys(t testing.TB) testKeys {
 	if err != nil {
 		t.Fatal(err)
 	}
-	idem, err := parseIdempotencySecret(text)
+	idem, err := ParseIdempotencySecret(text)
 	if err != nil {
 		t.Fatalf("%s: %v", p, err)
 	}
@@ -301,18 +300,18 @@ func runVector(t *testing.T, k testKeys, v *vector) string {
 		}
 		return "ok"
 	case "keyed-id":
-		secret, err := parseIdempotencySecret(v.files["secret.b64"])
+		secret, err := ParseIdempotencySecret(v.files["secret.b64"])
 		if err != nil {
 			return string(Reason(err))
 		}
-		if !bytes.Equal(marshalIdempotencySecret(secret), v.files["secret.b64"]) {
+		if !bytes.Equal(MarshalIdempotencySecret(secret), v.files["secret.b64"]) {
 			t.Fatal("accepted secret does not re-encode to the same bytes")
 		}
 		var args map[string]string
 		if err := json.Unmarshal([]byte(v.fields["args"]), &args); err != nil {
 			t.Fatalf("args header: %v", err)
 		}
-		id := keyedRequestID(secret, v.fields["agent"], v.fields["host"], v.fields["op"], args, v.fields["key"])
+		id := KeyedID(secret, v.fields["agent"], v.fields["host"], v.fields["op"], args, v.fields["key"])
 		if id != v.fields["id"] {
 			t.Fatalf("keyed id %s, header says %s", id, v.fields["id"])
 		}

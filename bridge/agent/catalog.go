@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/syncbridge/bridge/bridge"
+	"github.com/syncbridge/bridge/bridge/trust"
 	bcrypto "github.com/syncbridge/bridge/crypto"
 	"github.com/syncbridge/bridge/syncsafe"
 )
@@ -50,7 +51,7 @@ func (c *Client) Ops(host string) (*bridge.Catalog, error) {
 	}
 	now := time.Now()
 	var hostKeys [][]byte
-	for _, k := range p.KeysIn(bridge.KeyValid, now) {
+	for _, k := range p.KeysIn(trust.KeyValid, now) {
 		hostKeys = append(hostKeys, k.SignPub)
 	}
 	cat, err := bridge.OpenCatalog(data, hb.ID, c.home.Config.ID, hostKeys)

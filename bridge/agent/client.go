@@ -20,7 +20,7 @@ import (
 	"time"
 
 	"github.com/syncbridge/bridge/bridge"
-
+	"github.com/syncbridge/bridge/bridge/trust"
 	bcrypto "github.com/syncbridge/bridge/crypto"
 	"github.com/syncbridge/bridge/syncsafe"
 )
@@ -28,10 +28,10 @@ import (
 // Client is the agent side: it submits requests, reads results and acks
 // them. Status and Wait are pure reads of the folder (invariant 10).
 type Client struct {
-	home   *bridge.Home
+	home   *trust.Home
 	folder *syncsafe.Folder
 	// Rotations are the hosts' key rotations this client followed on open.
-	Rotations []bridge.RotationEvent
+	Rotations []trust.RotationEvent
 	// StreamOutput: outcomes leave Stdout and Stderr nil and give the
 	// output through WriteOutput, so it is never held in memory whole.
 	StreamOutput bool
@@ -42,7 +42,7 @@ type Client struct {
 }
 
 // OpenClient opens an agent home's folder.
-func OpenClient(home *bridge.Home) (*Client, error) {
+func OpenClient(home *trust.Home) (*Client, error) {
 	if home.Config.Role != "agent" {
 		return nil, bridge.WithHint(errors.New("this home belongs to a host"), "run agent commands with an agent's --home")
 	}
@@ -85,13 +85,13 @@ func (c *Client) followHost(host string) bool {
 
 // resultCheck is what verifies results from host h for request s: the host's
 // signing keys valid now, the agent's own encryption keys still kept.
-func (c *Client) resultCheck(s *Sent) (bridge.ResultCheck, []bridge.OwnKey, error) {
+func (c *Client) resultCheck(s *Sent) (bridge.ResultCheck, []trust.OwnKey, error) {
 	p, _, err := c.home.Peer(s.Host)
 	if err != nil {
 		return bridge.ResultCheck{}, nil, err
 	}
 	var hostKeys [][]byte
-	for _, k := range p.KeysIn(bridge.KeyValid, time.Now()) {
+	for _, k := range p.KeysIn(trust.KeyValid, time.Now()) {
 		hostKeys = append(hostKeys, k.SignPub)
 	}
 	own, err := c.home.OwnKeys()
@@ -147,14 +147,14 @@ type SubmitOptions struct {
 var ErrAmbiguousHost = errors.New("several hosts are trusted")
 
 // ErrUnknownHost: the host named (--host) is none this agent trusts. It is
-// a bridge.ErrUnknownPeer too.
-var ErrUnknownHost = fmt.Errorf("%w", bridge.ErrUnknownPeer)
+// a trust.ErrUnknownPeer too.
+var ErrUnknownHost = fmt.Errorf("%w", trust.ErrUnknownPeer)
 
 // host finds the trusted host by name or id, or the only one.
-func (c *Client) host(name string) (*bridge.Peer, *bcrypto.Bundle, error) {
+func (c *Client) host(name string) (*trust.Peer, *bcrypto.Bundle, error) {
 	if name != "" {
 		p, b, err := c.home.Peer(name)
-		if errors.Is(err, bridge.ErrUnknownPeer) {
+		if errors.Is(err, trust.ErrUnknownPeer) {
 			err = c.unknownHost(name)
 		}
 		return p, b, err
@@ -165,7 +165,7 @@ func (c *Client) host(name string) (*bridge.Peer, *bcrypto.Bundle, error) {
 	}
 	switch len(hosts) {
 	case 0:
-		return nil, nil, bridge.WithHint(fmt.Errorf("%w: no host is trusted", bridge.ErrUnknownPeer), "run `bridge keys trust BUNDLE` with the line `bridge keys export` printed on the host")
+		return nil, nil, bridge.WithHint(fmt.Errorf("%w: no host is trusted", trust.ErrUnknownPeer), "run `bridge keys trust BUNDLE` with the line `bridge keys export` printed on the host")
 	case 1:
 		return c.home.Peer(hosts[0].ID)
 	}
@@ -173,7 +173,7 @@ func (c *Client) host(name string) (*bridge.Peer, *bcrypto.Bundle, error) {
 }
 
 // peerNames is the peers' names, comma-separated, for a hint.
-func peerNames(peers []bridge.Peer) string {
+func peerNames(peers []trust.Peer) string {
 	names := make([]string, len(peers))
 	for i, p := range peers {
 		names[i] = p.Name
@@ -182,12 +182,12 @@ func peerNames(peers []bridge.Peer) string {
 }
 
 // hosts lists the trusted hosts.
-func (c *Client) hosts() ([]bridge.Peer, error) {
+func (c *Client) hosts() ([]trust.Peer, error) {
 	peers, err := c.home.Peers()
 	if err != nil {
 		return nil, err
 	}
-	var hosts []bridge.Peer
+	var hosts []trust.Peer
 	for _, p := range peers {
 		if p.Role == "host" {
 			hosts = append(hosts, p)

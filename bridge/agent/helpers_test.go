@@ -5,14 +5,14 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/syncbridge/bridge/bridge"
+	"github.com/syncbridge/bridge/bridge/trust"
 )
 
 // homes is an agent and the host it trusts, sharing one folder, with no
 // daemon: the agent side on its own.
 type homes struct {
 	folder      string
-	host, agent *bridge.Home
+	host, agent *trust.Home
 	client      *Client
 }
 
@@ -24,10 +24,10 @@ func newHomes(t *testing.T) *homes {
 		t.Fatal(err)
 	}
 	var err error
-	if h.host, err = bridge.InitHome(filepath.Join(base, "host"), "host", "laptop", h.folder); err != nil {
+	if h.host, err = trust.InitHome(filepath.Join(base, "host"), "host", "laptop", h.folder); err != nil {
 		t.Fatal(err)
 	}
-	if h.agent, err = bridge.InitHome(filepath.Join(base, "agent"), "agent", "cloud-1", h.folder); err != nil {
+	if h.agent, err = trust.InitHome(filepath.Join(base, "agent"), "agent", "cloud-1", h.folder); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := h.host.Trust(h.agent.BundleText(), "cloud-1"); err != nil {

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/syncbridge/bridge/bridge"
-
+	"github.com/syncbridge/bridge/bridge/trust"
 	bcrypto "github.com/syncbridge/bridge/crypto"
 	"github.com/syncbridge/bridge/syncsafe"
 )
@@ -75,7 +75,7 @@ func (c *Client) Inbox() ([]InboxItem, error) {
 			return nil, err
 		}
 		var hostKeys [][]byte
-		for _, k := range p.KeysIn(bridge.KeyValid, time.Now()) {
+		for _, k := range p.KeysIn(trust.KeyValid, time.Now()) {
 			hostKeys = append(hostKeys, k.SignPub)
 		}
 		for _, e := range entries {
@@ -107,7 +107,7 @@ func (c *Client) Inbox() ([]InboxItem, error) {
 	return items, nil
 }
 
-func (c *Client) openMessage(data []byte, stem string, p bridge.Peer, hostKeys [][]byte, own []bridge.OwnKey) (*InboxItem, error) {
+func (c *Client) openMessage(data []byte, stem string, p trust.Peer, hostKeys [][]byte, own []trust.OwnKey) (*InboxItem, error) {
 	m, err := bridge.OpenMessage(data, stem, p.ID, c.home.Config.ID, hostKeys)
 	if err != nil {
 		return nil, err

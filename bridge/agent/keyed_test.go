@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/syncbridge/bridge/bridge"
+	"github.com/syncbridge/bridge/bridge/trust"
 	bcrypto "github.com/syncbridge/bridge/crypto"
 )
 
@@ -155,7 +156,7 @@ func TestKeyedIDSameAcrossRotation(t *testing.T) {
 	if _, err := h.agent.Rotate(time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	rotated, err := bridge.OpenHome(h.agent.Dir)
+	rotated, err := trust.OpenHome(h.agent.Dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,15 +182,15 @@ func TestKeyedIDSameAcrossRotation(t *testing.T) {
 
 // restoreHome copies what docs/KEYS.md says an agent must back up into a
 // fresh directory, as a new sandbox restored from that backup would hold.
-func restoreHome(t *testing.T, from *bridge.Home, files ...string) *bridge.Home {
+func restoreHome(t *testing.T, from *trust.Home, files ...string) *trust.Home {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "restored")
-	if err := os.MkdirAll(filepath.Join(dir, bridge.PeersDir), 0o700); err != nil {
+	if err := os.MkdirAll(filepath.Join(dir, trust.PeersDir), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	peers, _ := filepath.Glob(from.Path(bridge.PeersDir, "*.json"))
+	peers, _ := filepath.Glob(from.Path(trust.PeersDir, "*.json"))
 	for _, p := range peers {
-		files = append(files, filepath.Join(bridge.PeersDir, filepath.Base(p)))
+		files = append(files, filepath.Join(trust.PeersDir, filepath.Base(p)))
 	}
 	for _, f := range files {
 		data, err := os.ReadFile(from.Path(f))
@@ -200,7 +201,7 @@ func restoreHome(t *testing.T, from *bridge.Home, files ...string) *bridge.Home 
 			t.Fatal(err)
 		}
 	}
-	h, err := bridge.OpenHome(dir)
+	h, err := trust.OpenHome(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -216,7 +217,7 @@ func TestKeyedIDSameFromRestoredHome(t *testing.T) {
 	if _, err := h.agent.Rotate(time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	agentHome, err := bridge.OpenHome(h.agent.Dir)
+	agentHome, err := trust.OpenHome(h.agent.Dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -225,7 +226,7 @@ func TestKeyedIDSameFromRestoredHome(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	backup := []string{"config.json", bridge.IdentityName, bridge.BundleName, bridge.IdempotencySecretName}
+	backup := []string{"config.json", trust.IdentityName, trust.BundleName, bridge.IdempotencySecretName}
 	restored := restoreHome(t, agentHome, backup...)
 	got, err := restored.KeyedRequestID(h.host.Config.ID, "deploy", args, "deploy-42")
 	if err != nil {
@@ -255,12 +256,12 @@ func TestKeyedIDSameFromRestoredHome(t *testing.T) {
 // arguments and another key.
 func TestKeyedIDsDifferPerAgentAndSecret(t *testing.T) {
 	h := newHomes(t)
-	second, err := bridge.InitHome(filepath.Join(t.TempDir(), "agent2"), "agent", "cloud-2", h.folder)
+	second, err := trust.InitHome(filepath.Join(t.TempDir(), "agent2"), "agent", "cloud-2", h.folder)
 	if err != nil {
 		t.Fatal(err)
 	}
 	host := h.host.Config.ID
-	id := func(home *bridge.Home, op string, args map[string]string, key string) string {
+	id := func(home *trust.Home, op string, args map[string]string, key string) string {
 		t.Helper()
 		s, err := home.KeyedRequestID(host, op, args, key)
 		if err != nil {

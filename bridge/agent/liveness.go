@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/syncbridge/bridge/bridge"
+	"github.com/syncbridge/bridge/bridge/trust"
 	bcrypto "github.com/syncbridge/bridge/crypto"
 	"github.com/syncbridge/bridge/syncsafe"
 )
@@ -111,7 +112,7 @@ func (c *Client) hostLiveness(hostID string) (*Liveness, error) {
 			// This agent verified one before (catalog.go keeps the newest):
 			// the host paired it; the folder lost the stamp since.
 			var keys [][]byte
-			for _, k := range p.KeysIn(bridge.KeyValid, now) {
+			for _, k := range p.KeysIn(trust.KeyValid, now) {
 				keys = append(keys, k.SignPub)
 			}
 			if st, err := bridge.OpenLiveness(b, p.ID, c.home.Config.ID, keys); err == nil {
@@ -127,7 +128,7 @@ func (c *Client) hostLiveness(hostID string) (*Liveness, error) {
 	hostKeys := func() [][]byte {
 		var keys [][]byte
 		if q, _, err := c.home.Peer(p.ID); err == nil {
-			for _, k := range q.KeysIn(bridge.KeyValid, now) {
+			for _, k := range q.KeysIn(trust.KeyValid, now) {
 				keys = append(keys, k.SignPub)
 			}
 		}
@@ -162,7 +163,7 @@ func (c *Client) hostLiveness(hostID string) (*Liveness, error) {
 }
 
 // judge fills in the verdict of a verified stamp at time now.
-func judge(lv *Liveness, st *bridge.LivenessStamp, current string, own []bridge.OwnKey, now, arrived time.Time) {
+func judge(lv *Liveness, st *bridge.LivenessStamp, current string, own []trust.OwnKey, now, arrived time.Time) {
 	seen := time.Unix(st.Time, 0)
 	age := max(now.Sub(seen), 0)
 	interval := time.Duration(st.Interval) * time.Second

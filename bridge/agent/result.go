@@ -14,10 +14,9 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/syncbridge/bridge/bridge"
-
 	"github.com/cenkalti/backoff/v4"
-
+	"github.com/syncbridge/bridge/bridge"
+	"github.com/syncbridge/bridge/bridge/trust"
 	bcrypto "github.com/syncbridge/bridge/crypto"
 	"github.com/syncbridge/bridge/syncsafe"
 )
@@ -159,7 +158,7 @@ func (c *Client) Result(id string) (ret *Outcome, _ error) {
 // openOutcome opens the verified sealed output (size bytes of f, which it
 // owns from here): the whole stream is authenticated, and the output kept
 // in memory unless the client streams.
-func (c *Client) openOutcome(s *Sent, res *bridge.Result, manifest []byte, f *os.File, size int64, own []bridge.OwnKey) (*Outcome, error) {
+func (c *Client) openOutcome(s *Sent, res *bridge.Result, manifest []byte, f *os.File, size int64, own []trust.OwnKey) (*Outcome, error) {
 	var me *bcrypto.Identity
 	for _, k := range own {
 		if k.Identity.BoxKid() == res.AgentBoxKid {
@@ -243,7 +242,7 @@ func (c *Client) spoolFile() (*os.File, error) {
 }
 
 // keptResult reads the copy of an acked result from the home.
-func (c *Client) keptResult(s *Sent, check bridge.ResultCheck, own []bridge.OwnKey) (*Outcome, error) {
+func (c *Client) keptResult(s *Sent, check bridge.ResultCheck, own []trust.OwnKey) (*Outcome, error) {
 	data, err := c.keptManifest(s.ID)
 	if err != nil {
 		return nil, err
@@ -253,7 +252,7 @@ func (c *Client) keptResult(s *Sent, check bridge.ResultCheck, own []bridge.OwnK
 	if p, _, err := c.home.Peer(s.Host); err == nil {
 		check.HostKeys = nil
 		for _, k := range p.Keys {
-			if p.State(k, time.Now()) != bridge.KeyRevoked {
+			if p.State(k, time.Now()) != trust.KeyRevoked {
 				check.HostKeys = append(check.HostKeys, k.SignPub)
 			}
 		}
@@ -680,10 +679,10 @@ func (c *Client) whyBadSignature(s *Sent, id string, data []byte, err error) err
 	now := time.Now()
 	for _, k := range p.Keys {
 		st := p.State(k, now)
-		if st == bridge.KeyValid || env.Verify(0, k.SignPub) != nil {
+		if st == trust.KeyValid || env.Verify(0, k.SignPub) != nil {
 			continue
 		}
-		if st == bridge.KeyRevoked {
+		if st == trust.KeyRevoked {
 			return bridge.WithHint(fmt.Errorf("result %s: %w: signed by host %q's key of generation %d, which is revoked here", id, err, p.Name, k.Seq), "%s", noResend)
 		}
 		return bridge.WithHint(fmt.Errorf("result %s: %w: signed by host %q's key of generation %d, whose overlap after its rotation ended %s: no longer accepted, as whoever holds an old key could sign one now",
@@ -704,7 +703,7 @@ func (c *Client) whyBadSignature(s *Sent, id string, data []byte, err error) err
 // by an earlier key: by the time of the host's rotation statement to that
 // key when it is in the folder (verified by that key's own signature),
 // else by when this home began to trust the host.
-func (c *Client) madeBeforeHeldKeys(p *bridge.Peer, s *Sent) bool {
+func (c *Client) madeBeforeHeldKeys(p *trust.Peer, s *Sent) bool {
 	first := p.Keys[0]
 	data, err := c.folder.ReadFile(bridge.HostDir(p.ID)+"/"+bridge.RotationName(first.Seq), bcrypto.KindRotation.MaxSize())
 	if err == nil {

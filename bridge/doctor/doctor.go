@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/syncbridge/bridge/bridge"
-	"github.com/syncbridge/bridge/bridge/syncthing"
 	"io/fs"
 	"net/url"
 	"os"
@@ -16,6 +14,8 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/syncbridge/bridge/bridge/syncthing"
+	"github.com/syncbridge/bridge/bridge/trust"
 	"github.com/syncbridge/bridge/syncsafe"
 )
 
@@ -73,7 +73,7 @@ func (opt *Options) Defaults() {
 // that make a bridge misbehave quietly. It only reads. A host's own checks
 // (the daemon, the ledger, the agents' clocks) are added by the host's
 // Doctor.
-func CheckHome(h *bridge.Home, opt Options) []Finding {
+func CheckHome(h *trust.Home, opt Options) []Finding {
 	opt.Defaults()
 	var out []Finding
 	add := func(check, sev, fix, format string, args ...any) {
@@ -90,7 +90,7 @@ func CheckHome(h *bridge.Home, opt Options) []Finding {
 	}
 
 	// State outside the folder.
-	if err := bridge.CheckOutside(h.Dir, folder); err != nil {
+	if err := trust.CheckOutside(h.Dir, folder); err != nil {
 		add("state-outside", SeverityProblem, "move the home out of the folder and point --home at it", "%v", err)
 	} else {
 		add("state-outside", SeverityOK, "", "the home %s is outside the folder", h.Dir)
@@ -280,7 +280,7 @@ func humanBytes(n uint64) string {
 // a Syncthing folder of its own on one side only (`syncthing setup
 // --share-results` run on one side): every answer then goes where the
 // agent does not read, and each wait hangs.
-func doctorResultsRoute(h *bridge.Home, n *syncthing.Nudger, add func(check, sev, fix, format string, args ...any)) {
+func doctorResultsRoute(h *trust.Home, n *syncthing.Nudger, add func(check, sev, fix, format string, args ...any)) {
 	var hosts []syncthing.RouteHost
 	isHost := h.Config.Role == "host"
 	if isHost {

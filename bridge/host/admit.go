@@ -15,11 +15,11 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
-
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/ledger"
 	"github.com/syncbridge/bridge/bridge/policy"
 	"github.com/syncbridge/bridge/bridge/runner"
+	"github.com/syncbridge/bridge/bridge/trust"
 )
 
 // The back of the host pipeline: admit decrypts a settled request and
@@ -124,7 +124,7 @@ func (d *Daemon) admit(j *job, in spool, mode admitMode) bool {
 	// The synced folder is never a source of code or a working directory:
 	// anything in it may have been written by anyone who can write the folder.
 	for _, p := range []string{inv.Argv[0], inv.Dir} {
-		if bridge.InsideDir(p, d.home.Config.Folder) {
+		if trust.InsideDir(p, d.home.Config.Folder) {
 			return refuse(evHostError, bridge.Receipt{Status: bridge.StatusFailed, Reason: bridge.ReasonHostError, Op: inv.Op,
 				Detail: "the op would run code or work inside the synced folder (" + p + "); the host refuses"})
 		}
@@ -199,7 +199,7 @@ func (d *Daemon) standing(j *job) error {
 		return fmt.Errorf("%w: the agent is no longer trusted (%v)", bridge.ErrKeyRevoked, err)
 	}
 	for _, k := range p.Keys {
-		if k.SignKid() == j.req.AgentKid && p.State(k, d.opt.Now()) == bridge.KeyRevoked {
+		if k.SignKid() == j.req.AgentKid && p.State(k, d.opt.Now()) == trust.KeyRevoked {
 			return fmt.Errorf("%w: key %s of %s was revoked on this host", bridge.ErrKeyRevoked, k.SignKid(), p.Name)
 		}
 	}

@@ -15,10 +15,10 @@ import (
 	"time"
 
 	"github.com/syncbridge/bridge/bridge"
-	bcrypto "github.com/syncbridge/bridge/crypto"
-
 	"github.com/syncbridge/bridge/bridge/ledger"
 	"github.com/syncbridge/bridge/bridge/policy"
+	"github.com/syncbridge/bridge/bridge/trust"
+	bcrypto "github.com/syncbridge/bridge/crypto"
 )
 
 // Human approval: an op with `approve = true` waits in awaiting-approval
@@ -225,7 +225,7 @@ func (d *Daemon) stateOf(key string) ledger.State {
 // within a second, or at its next start). ref names the request: its id,
 // or AGENT/ID (see resolveRef). Approving a request whose signing key has
 // been revoked is refused at once: the daemon answers it rejected.
-func Approve(h *bridge.Home, ref string) (*Decision, error) {
+func Approve(h *trust.Home, ref string) (*Decision, error) {
 	return decideOrder(h, ref, "approve", "", false)
 }
 
@@ -234,7 +234,7 @@ func Approve(h *bridge.Home, ref string) (*Decision, error) {
 // is missing or changed, or the approval text is not as the host writes
 // it): the human says they approve the hash they were shown anyway.
 // Approve refuses that.
-func ApproveDespiteInput(h *bridge.Home, ref string) (*Decision, error) {
+func ApproveDespiteInput(h *trust.Home, ref string) (*Decision, error) {
 	return decideOrder(h, ref, "approve", "", true)
 }
 
@@ -243,7 +243,7 @@ func ApproveDespiteInput(h *bridge.Home, ref string) (*Decision, error) {
 var ErrInputNotShown = errors.New("the input shown is not the one the approval is bound to")
 
 // Deny refuses a request awaiting approval; why is passed to the agent.
-func Deny(h *bridge.Home, ref, why string) (*Decision, error) {
+func Deny(h *trust.Home, ref, why string) (*Decision, error) {
 	return decideOrder(h, ref, "deny", why, false)
 }
 
@@ -253,7 +253,7 @@ type Decision struct {
 	Queued bool `json:"queued"` // handed to the running daemon (or its next start), which applies it within a second
 }
 
-func decideOrder(h *bridge.Home, ref, as, why string, despiteInput bool) (*Decision, error) {
+func decideOrder(h *trust.Home, ref, as, why string, despiteInput bool) (*Decision, error) {
 	if err := hostOnly(h, as); err != nil {
 		return nil, err
 	}
@@ -281,7 +281,7 @@ func decideOrder(h *bridge.Home, ref, as, why string, despiteInput bool) (*Decis
 }
 
 // hostOnly refuses a command that acts on a host's requests in another home.
-func hostOnly(h *bridge.Home, what string) error {
+func hostOnly(h *trust.Home, what string) error {
 	if h.Config.Role != "host" {
 		return bridge.WithHint(fmt.Errorf("%s: this home belongs to an agent; it is a command of the host", what),
 			"run it with the host's --home")
@@ -292,7 +292,7 @@ func hostOnly(h *bridge.Home, what string) error {
 // revokedSigner reports, from the home alone (the daemon may not run), that
 // the key that signed an entry's request is revoked or its agent no longer
 // trusted.
-func revokedSigner(h *bridge.Home, e LedgerEntry) error {
+func revokedSigner(h *trust.Home, e LedgerEntry) error {
 	p, err := h.PeerByID(e.Agent)
 	if err != nil {
 		return fmt.Errorf("%w: its agent is no longer trusted", bridge.ErrKeyRevoked)
@@ -306,7 +306,7 @@ func revokedSigner(h *bridge.Home, e LedgerEntry) error {
 	}
 	for _, k := range p.Keys {
 		var req bridge.Request
-		if bridge.OpenBody(bcrypto.KindRequest, data, [][]byte{k.SignPub}, &req) == nil && p.State(k, time.Now()) == bridge.KeyRevoked {
+		if bridge.OpenBody(bcrypto.KindRequest, data, [][]byte{k.SignPub}, &req) == nil && p.State(k, time.Now()) == trust.KeyRevoked {
 			return fmt.Errorf("it was signed by key %s of %s, which is revoked on this host", k.SignKid(), p.Name)
 		}
 	}
@@ -314,7 +314,7 @@ func revokedSigner(h *bridge.Home, e LedgerEntry) error {
 }
 
 // Pending lists the requests awaiting approval, oldest first.
-func Pending(h *bridge.Home) ([]Waiting, error) {
+func Pending(h *trust.Home) ([]Waiting, error) {
 	if err := hostOnly(h, "pending"); err != nil {
 		return nil, err
 	}
@@ -342,7 +342,7 @@ type Waiting struct {
 // PendingInput writes to w the whole input of the request ref that waits
 // for approval, once the kept copy is checked against the SHA-256 the
 // approval is bound to.
-func PendingInput(h *bridge.Home, ref string, w io.Writer) (*Waiting, error) {
+func PendingInput(h *trust.Home, ref string, w io.Writer) (*Waiting, error) {
 	if err := hostOnly(h, "pending"); err != nil {
 		return nil, err
 	}

@@ -15,8 +15,8 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/ledger"
+	"github.com/syncbridge/bridge/bridge/trust"
 	"github.com/syncbridge/bridge/syncsafe"
 )
 
@@ -33,7 +33,7 @@ import (
 const approvalsDir = "approvals"
 
 // approvalInputPath is where the input of agent's request id is kept.
-func approvalInputPath(h *bridge.Home, agent, id string) string {
+func approvalInputPath(h *trust.Home, agent, id string) string {
 	return h.Path(approvalsDir, agent, id+".stdin")
 }
 
@@ -125,7 +125,7 @@ var inputLine = sync.OnceValue(func() *regexp.Regexp {
 
 // approvalInput reads what a pending request's approval says of its input
 // and the kept copy; nil when the request takes none.
-func approvalInput(h *bridge.Home, e Listed) *ApprovalInput {
+func approvalInput(h *trust.Home, e Listed) *ApprovalInput {
 	in, f := openApprovalInput(h, e)
 	if f != nil {
 		f.Close()
@@ -136,7 +136,7 @@ func approvalInput(h *bridge.Home, e Listed) *ApprovalInput {
 // openApprovalInput is approvalInput, and the kept copy, open at its start,
 // when it is the input the approval is bound to (nil otherwise): what was
 // checked is what is read.
-func openApprovalInput(h *bridge.Home, e Listed) (*ApprovalInput, *os.File) {
+func openApprovalInput(h *trust.Home, e Listed) (*ApprovalInput, *os.File) {
 	all := inputLine().FindAllStringSubmatch(e.Reason, -1)
 	if all == nil {
 		return nil, nil

@@ -15,7 +15,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/syncbridge/bridge/bridge"
+	"github.com/syncbridge/bridge/bridge/trust"
 )
 
 // auditLog appends one JSON line per event to audit.log in the host's home,
@@ -171,7 +171,7 @@ func (a *auditLog) close() error {
 
 // ReadAudit returns the events of a host's audit log, oldest first; n > 0
 // keeps only the last n.
-func ReadAudit(h *bridge.Home, n int) ([]AuditEvent, error) {
+func ReadAudit(h *trust.Home, n int) ([]AuditEvent, error) {
 	if err := hostOnly(h, "audit"); err != nil {
 		return nil, err
 	}
@@ -211,7 +211,7 @@ type AuditCheck struct {
 // VerifyAudit checks the audit log's hash chain and its tail checkpoint:
 // an edited, inserted or removed line, and a cut tail, are each reported
 // with the line where the chain breaks.
-func VerifyAudit(h *bridge.Home) (*AuditCheck, error) {
+func VerifyAudit(h *trust.Home) (*AuditCheck, error) {
 	if err := hostOnly(h, "audit verify"); err != nil {
 		return nil, err
 	}

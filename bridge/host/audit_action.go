@@ -8,7 +8,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/syncbridge/bridge/bridge"
+	"github.com/syncbridge/bridge/bridge/trust"
 	"github.com/syncbridge/bridge/syncsafe"
 )
 
@@ -34,7 +34,7 @@ const auditOrderPrefix = "audit-"
 // AuditAction records an operator's action in a host's audit log; on an
 // agent's home it does nothing (an agent home keeps no audit log). It
 // reports whether the line was left for the running daemon.
-func AuditAction(h *bridge.Home, e AuditEvent) (queued bool, err error) {
+func AuditAction(h *trust.Home, e AuditEvent) (queued bool, err error) {
 	if h.Config.Role != "host" {
 		return false, nil
 	}
@@ -58,7 +58,7 @@ func AuditAction(h *bridge.Home, e AuditEvent) (queued bool, err error) {
 	return false, nil
 }
 
-func writeAuditOrder(h *bridge.Home, e AuditEvent) error {
+func writeAuditOrder(h *trust.Home, e AuditEvent) error {
 	data, _ := json.Marshal(controlOrder{Audit: &e})
 	if err := os.MkdirAll(h.Path("control"), 0o700); err != nil {
 		return err
@@ -70,7 +70,7 @@ func writeAuditOrder(h *bridge.Home, e AuditEvent) error {
 
 // logAuditOrders appends the audit orders waiting in the control
 // directory, oldest first, and removes them. The caller holds serve.lock.
-func logAuditOrders(h *bridge.Home, a *auditLog) {
+func logAuditOrders(h *trust.Home, a *auditLog) {
 	files, _ := filepath.Glob(h.Path("control", auditOrderPrefix+"*.json"))
 	for _, f := range files {
 		if e, ok := readAuditOrder(f); ok {

@@ -10,14 +10,14 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/syncbridge/bridge/bridge"
+	"github.com/syncbridge/bridge/bridge/trust"
 	"github.com/syncbridge/bridge/syncsafe"
 )
 
 // writeAudit logs n events to a fresh audit log in a home of its own.
-func writeAudit(t *testing.T, n int) *bridge.Home {
+func writeAudit(t *testing.T, n int) *trust.Home {
 	t.Helper()
-	h := &bridge.Home{Dir: t.TempDir(), Config: bridge.Config{Role: "host"}}
+	h := &trust.Home{Dir: t.TempDir(), Config: trust.Config{Role: "host"}}
 	a, err := openAudit(h.Path(auditName))
 	if err != nil {
 		t.Fatal(err)
@@ -31,7 +31,7 @@ func writeAudit(t *testing.T, n int) *bridge.Home {
 	return h
 }
 
-func verifyAudit(t *testing.T, h *bridge.Home) *AuditCheck {
+func verifyAudit(t *testing.T, h *trust.Home) *AuditCheck {
 	t.Helper()
 	c, err := VerifyAudit(h)
 	if err != nil {
@@ -40,7 +40,7 @@ func verifyAudit(t *testing.T, h *bridge.Home) *AuditCheck {
 	return c
 }
 
-func auditLines(t *testing.T, h *bridge.Home) [][]byte {
+func auditLines(t *testing.T, h *trust.Home) [][]byte {
 	data, err := os.ReadFile(h.Path(auditName))
 	if err != nil {
 		t.Fatal(err)
@@ -132,7 +132,7 @@ func TestAuditCrashLeftovers(t *testing.T) {
 // window, and a torn line longer than that, still resume the chain where it
 // ends; a log that is all torn line starts over.
 func TestAuditResumeLongLines(t *testing.T) {
-	h := &bridge.Home{Dir: t.TempDir(), Config: bridge.Config{Role: "host"}}
+	h := &trust.Home{Dir: t.TempDir(), Config: trust.Config{Role: "host"}}
 	a, err := openAudit(h.Path(auditName))
 	if err != nil {
 		t.Fatal(err)
@@ -153,7 +153,7 @@ func TestAuditResumeLongLines(t *testing.T) {
 		t.Fatalf("after reopening a log of long lines with a long torn one: %+v", c)
 	}
 
-	h = &bridge.Home{Dir: t.TempDir(), Config: bridge.Config{Role: "host"}}
+	h = &trust.Home{Dir: t.TempDir(), Config: trust.Config{Role: "host"}}
 	if err := os.WriteFile(h.Path(auditName), []byte(strings.Repeat("y", 200<<10)), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -172,7 +172,7 @@ func TestAuditResumeLongLines(t *testing.T) {
 // and the next holder of the lock logs it first: the lines keep the order
 // of the actions and the chain verifies.
 func TestAuditActionOrders(t *testing.T) {
-	h := &bridge.Home{Dir: t.TempDir(), Config: bridge.Config{Role: "host"}}
+	h := &trust.Home{Dir: t.TempDir(), Config: trust.Config{Role: "host"}}
 	if q, err := AuditAction(h, AuditEvent{Event: "trust", Detail: "one"}); err != nil || q {
 		t.Fatalf("unlocked: queued %v, %v", q, err)
 	}
@@ -205,7 +205,7 @@ func TestAuditActionOrders(t *testing.T) {
 	if left, _ := filepath.Glob(h.Path("control", "audit-*")); len(left) != 0 {
 		t.Errorf("orders left: %v", left)
 	}
-	agent := &bridge.Home{Dir: t.TempDir(), Config: bridge.Config{Role: "agent"}}
+	agent := &trust.Home{Dir: t.TempDir(), Config: trust.Config{Role: "agent"}}
 	if q, err := AuditAction(agent, AuditEvent{Event: "trust"}); err != nil || q {
 		t.Errorf("agent home: %v %v", q, err)
 	}
@@ -218,7 +218,7 @@ func TestAuditActionOrders(t *testing.T) {
 // daemon's: only the CLI's trust actions pass, stripped of a request, an
 // op, a status and an exit code; a FIFO there is skipped, never waited on.
 func TestAuditOrdersCannotForgeTheDaemon(t *testing.T) {
-	h := &bridge.Home{Dir: t.TempDir(), Config: bridge.Config{Role: "host"}}
+	h := &trust.Home{Dir: t.TempDir(), Config: trust.Config{Role: "host"}}
 	if err := os.MkdirAll(h.Path("control"), 0o700); err != nil {
 		t.Fatal(err)
 	}

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/syncbridge/bridge/bridge"
-
 	"github.com/syncbridge/bridge/bridge/policy"
+	"github.com/syncbridge/bridge/bridge/trust"
 )
 
 func ceilingDaemon(t *testing.T, dir string, now *time.Time, src string) *Daemon {
@@ -18,7 +18,7 @@ func ceilingDaemon(t *testing.T, dir string, now *time.Time, src string) *Daemon
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := &Daemon{home: &bridge.Home{Dir: dir}, log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	d := &Daemon{home: &trust.Home{Dir: dir}, log: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		opt: DaemonOptions{Now: func() time.Time { return *now }}}
 	d.rulesP.Store(&rules{p: p})
 	return d

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/syncbridge/bridge/bridge"
+	"github.com/syncbridge/bridge/bridge/trust"
 	"github.com/syncbridge/bridge/syncsafe"
 )
 
@@ -255,7 +255,7 @@ func loopHomes(t *testing.T, c *loopClient) *pair {
 	base := t.TempDir()
 	p := &pair{folder: c.A, hostHome: filepath.Join(base, "host"), agentHome: filepath.Join(base, "agent")}
 	var err error
-	if p.host, err = bridge.InitHome(p.hostHome, "host", "laptop", c.A); err != nil {
+	if p.host, err = trust.InitHome(p.hostHome, "host", "laptop", c.A); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(60 * time.Second)

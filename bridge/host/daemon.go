@@ -16,9 +16,9 @@ import (
 	"time"
 
 	"github.com/syncbridge/bridge/bridge"
-
 	"github.com/syncbridge/bridge/bridge/ledger"
 	"github.com/syncbridge/bridge/bridge/runner"
+	"github.com/syncbridge/bridge/bridge/trust"
 	"github.com/syncbridge/bridge/syncsafe"
 )
 
@@ -58,7 +58,7 @@ type DaemonOptions struct {
 // complete and authentic requests, runs what the policy allows and publishes
 // sealed results. Lifecycle: NewDaemon, Open, Run, Close.
 type Daemon struct {
-	home   *bridge.Home
+	home   *trust.Home
 	opt    DaemonOptions
 	log    *slog.Logger
 	me     string
@@ -237,7 +237,7 @@ func (d *Daemon) crashPoint(step string) {
 }
 
 // NewDaemon prepares a daemon for a host home. Nothing is opened yet.
-func NewDaemon(home *bridge.Home, opt DaemonOptions) (*Daemon, error) {
+func NewDaemon(home *trust.Home, opt DaemonOptions) (*Daemon, error) {
 	if home.Config.Role != "host" {
 		return nil, bridge.WithHint(errors.New("serve: this home belongs to an agent"), "run `bridge serve` with a host's --home")
 	}
@@ -413,10 +413,10 @@ func (d *Daemon) openCore() (err error) {
 	if d.lock, err = syncsafe.Lock(d.home.Path("serve.lock")); err != nil {
 		return bridge.WithHint(fmt.Errorf("serve: %w", err), "another `bridge serve` is running on %s; stop it first", d.home.Dir)
 	}
-	pol, stamp, err := loadPolicy(d.home.Path(bridge.PolicyName))
+	pol, stamp, err := loadPolicy(d.home.Path(trust.PolicyName))
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
-			return bridge.WithHint(fmt.Errorf("serve: no policy: %w", err), "write %s (see `bridge policy check` and docs/CLI.md); without a policy nothing may run", d.home.Path(bridge.PolicyName))
+			return bridge.WithHint(fmt.Errorf("serve: no policy: %w", err), "write %s (see `bridge policy check` and docs/CLI.md); without a policy nothing may run", d.home.Path(trust.PolicyName))
 		}
 		return fmt.Errorf("serve: %w", err)
 	}

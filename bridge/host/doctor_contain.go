@@ -2,15 +2,15 @@ package host
 
 import (
 	"fmt"
-	"github.com/syncbridge/bridge/bridge/doctor"
 	"os"
 	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
 
-	"github.com/syncbridge/bridge/bridge"
+	"github.com/syncbridge/bridge/bridge/doctor"
 	"github.com/syncbridge/bridge/bridge/runner"
+	"github.com/syncbridge/bridge/bridge/trust"
 )
 
 // containmentFinding says what holds every process of an op, so that one
@@ -19,7 +19,7 @@ import (
 // daemon's mechanism, or with none running what a daemon started like this
 // command would use; what it cannot guarantee; and how to get a cgroup of
 // its own where it has none. It only reads.
-func containmentFinding(h *bridge.Home) doctor.Finding {
+func containmentFinding(h *trust.Home) doctor.Finding {
 	pid, ok := DaemonRunning(h)
 	if !ok {
 		pid = 0
@@ -74,7 +74,7 @@ func containmentFinding(h *bridge.Home) doctor.Finding {
 }
 
 // cgroupFix says how to give the daemon a cgroup v2 of its own.
-func cgroupFix(h *bridge.Home) string {
+func cgroupFix(h *trust.Home) string {
 	if os.Geteuid() == 0 {
 		return "give the daemon a writable cgroup v2: run it outside a container, or in one whose /sys/fs/cgroup is writable" +
 			" (docker run --cgroupns=private --privileged, or a systemd unit with Delegate=yes); docs/OPERATIONS.md, Op containment"

@@ -3,17 +3,18 @@ package host
 import (
 	"errors"
 	"fmt"
-	"github.com/syncbridge/bridge/bridge/doctor"
 	"io/fs"
 
 	"github.com/syncbridge/bridge/bridge"
+	"github.com/syncbridge/bridge/bridge/doctor"
+	"github.com/syncbridge/bridge/bridge/trust"
 )
 
 // folderFindings looks at the top of the host's requests directory: a
 // directory of an agent this host does not trust holds requests that are
 // never read (an agent not paired, or revoked), and the requests directory
 // itself must be a directory reached without a link.
-func folderFindings(h *bridge.Home) []doctor.Finding {
+func folderFindings(h *trust.Home) []doctor.Finding {
 	f, err := h.OpenFolder()
 	if err != nil {
 		return nil // CheckHome has said why

@@ -2,7 +2,6 @@ package host
 
 import (
 	"fmt"
-	"github.com/syncbridge/bridge/bridge/doctor"
 	"maps"
 	"os"
 	"slices"
@@ -12,15 +11,16 @@ import (
 	"time"
 
 	"github.com/syncbridge/bridge/bridge"
+	"github.com/syncbridge/bridge/bridge/doctor"
 	"github.com/syncbridge/bridge/bridge/ledger"
 	"github.com/syncbridge/bridge/bridge/policy"
-
+	"github.com/syncbridge/bridge/bridge/trust"
 	bcrypto "github.com/syncbridge/bridge/crypto"
 )
 
 // Doctor checks a host's home: the checks of CheckHome, then the daemon,
 // the policy and the agents' clocks. It only reads.
-func Doctor(h *bridge.Home, opt doctor.Options) []doctor.Finding {
+func Doctor(h *trust.Home, opt doctor.Options) []doctor.Finding {
 	opt.Defaults()
 	out := doctor.CheckHome(h, opt)
 	if pid, ok := DaemonRunning(h); ok {
@@ -38,13 +38,13 @@ func Doctor(h *bridge.Home, opt doctor.Options) []doctor.Finding {
 			served = fmt.Sprintf("; the running `bridge serve` keeps serving the policy it loaded before (sha256 %.12s)", sha)
 		}
 	}
-	if _, err := os.Stat(h.Path(bridge.PolicyName)); err != nil {
+	if _, err := os.Stat(h.Path(trust.PolicyName)); err != nil {
 		msg := "no policy: nothing may run"
 		if served != "" {
 			msg = "the policy file is gone" + served
 		}
-		out = append(out, doctor.Finding{Check: "policy", Severity: doctor.SeverityProblem, Message: msg, Fix: "write " + h.Path(bridge.PolicyName) + " and check it with `bridge policy check`"})
-	} else if p, err := policy.Load(h.Path(bridge.PolicyName)); err != nil {
+		out = append(out, doctor.Finding{Check: "policy", Severity: doctor.SeverityProblem, Message: msg, Fix: "write " + h.Path(trust.PolicyName) + " and check it with `bridge policy check`"})
+	} else if p, err := policy.Load(h.Path(trust.PolicyName)); err != nil {
 		fix := "bridge policy check (it names the file and line); `bridge serve` refuses to start until it loads"
 		if served != "" {
 			fix = "bridge policy check (it names the file and line); the daemon takes the file once it loads"
@@ -129,7 +129,7 @@ func Doctor(h *bridge.Home, opt doctor.Options) []doctor.Finding {
 // DaemonRunning reports whether `bridge serve` runs on h, by the pid it
 // wrote into its lock file; a stale file after a crash names a dead process
 // (or, rarely, a reused pid).
-func DaemonRunning(h *bridge.Home) (int, bool) {
+func DaemonRunning(h *trust.Home) (int, bool) {
 	data, _ := os.ReadFile(h.Path("serve.lock"))
 	pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
 	return pid, err == nil && pid > 0 && processAlive(pid)
@@ -138,7 +138,7 @@ func DaemonRunning(h *bridge.Home) (int, bool) {
 // uncertainFindings lists the requests held uncertain for a human (a run a
 // crash or a stop interrupted, a request whose ledger record was lost), and
 // the ids a ledger repair found without a record.
-func uncertainFindings(h *bridge.Home, entries []LedgerEntry) []doctor.Finding {
+func uncertainFindings(h *trust.Home, entries []LedgerEntry) []doctor.Finding {
 	names := agentNames(h)
 	var crashed, lost []string
 	for _, e := range entries {
@@ -179,7 +179,7 @@ func uncertainFindings(h *bridge.Home, entries []LedgerEntry) []doctor.Finding {
 // cut) in their midst, or a drained stop that left an idempotent op (or
 // one with a reconcile command) for the next start, which settles them.
 // (A claimed request only waits to start.)
-func cutOffFindings(h *bridge.Home, entries []LedgerEntry) []doctor.Finding {
+func cutOffFindings(h *trust.Home, entries []LedgerEntry) []doctor.Finding {
 	names := agentNames(h)
 	var cut []string
 	for _, e := range entries {

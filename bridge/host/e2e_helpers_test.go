@@ -9,15 +9,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/agent"
+	"github.com/syncbridge/bridge/bridge/trust"
 )
 
 // pair is a host and an agent sharing one folder, with the host daemon
 // running in this process.
 type pair struct {
 	folder, hostHome, agentHome string
-	host, agent                 *bridge.Home
+	host, agent                 *trust.Home
 	daemon                      *Daemon
 	cancel                      context.CancelFunc
 	done                        chan error
@@ -68,10 +68,10 @@ func newPair(t *testing.T, policyText string) *pair {
 		t.Fatal(err)
 	}
 	var err error
-	if p.host, err = bridge.InitHome(p.hostHome, "host", "laptop", p.folder); err != nil {
+	if p.host, err = trust.InitHome(p.hostHome, "host", "laptop", p.folder); err != nil {
 		t.Fatal(err)
 	}
-	if p.agent, err = bridge.InitHome(p.agentHome, "agent", "cloud-1", p.folder); err != nil {
+	if p.agent, err = trust.InitHome(p.agentHome, "agent", "cloud-1", p.folder); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := p.host.Trust(p.agent.BundleText(), "cloud-1"); err != nil {
@@ -80,7 +80,7 @@ func newPair(t *testing.T, policyText string) *pair {
 	if _, err := p.agent.Trust(p.host.BundleText(), "laptop"); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(p.host.Path(bridge.PolicyName), []byte(policyText), 0o600); err != nil {
+	if err := os.WriteFile(p.host.Path(trust.PolicyName), []byte(policyText), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if p.client, err = agent.OpenClient(p.agent); err != nil {
@@ -93,7 +93,7 @@ func newPair(t *testing.T, policyText string) *pair {
 // runDaemon opens a daemon for home and runs it until the test ends (or
 // stopDaemon). It is the in-process `bridge serve` of tests that need their
 // own options.
-func runDaemon(t *testing.T, home *bridge.Home, opt DaemonOptions) *Daemon {
+func runDaemon(t *testing.T, home *trust.Home, opt DaemonOptions) *Daemon {
 	t.Helper()
 	opt.AllowRoot = true // tests run as root
 	d, err := NewDaemon(home, opt)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/agent"
+	"github.com/syncbridge/bridge/bridge/trust"
 )
 
 func TestEndToEndEcho(t *testing.T) {
@@ -77,9 +78,9 @@ argv = ["cat"]
 max_output = "4MiB"
 max_stdin = "4MiB"
 `)
-	policy, _ := os.ReadFile(p.host.Path(bridge.PolicyName))
+	policy, _ := os.ReadFile(p.host.Path(trust.PolicyName))
 	policy = bytes.Replace(policy, []byte(`ops = ["echo", "count"`), []byte(`ops = ["cat", "echo", "count"`), 1)
-	if err := os.WriteFile(p.host.Path(bridge.PolicyName), policy, 0o600); err != nil {
+	if err := os.WriteFile(p.host.Path(trust.PolicyName), policy, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	p.start(t, nil)

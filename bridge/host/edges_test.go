@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"github.com/syncbridge/bridge/bridge/doctor"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,7 +14,9 @@ import (
 
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/agent"
+	"github.com/syncbridge/bridge/bridge/doctor"
 	"github.com/syncbridge/bridge/bridge/ledger"
+	"github.com/syncbridge/bridge/bridge/trust"
 )
 
 // The edges of a request's life where "at most once, else uncertain" broke
@@ -464,7 +465,7 @@ func TestProgressChainSurvivesRerun(t *testing.T) {
 // AGENT/ID, and an id alone when one request of that id awaits approval.
 func TestDecisionsByAgentAndID(t *testing.T) {
 	e := newEdge(t)
-	other, err := bridge.InitHome(filepath.Join(t.TempDir(), "other"), "agent", "other", e.folder)
+	other, err := trust.InitHome(filepath.Join(t.TempDir(), "other"), "agent", "other", e.folder)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -549,7 +550,7 @@ func TestDecisionsByAgentAndID(t *testing.T) {
 	})
 }
 
-func mustEntries(t *testing.T, h *bridge.Home) []ledger.Entry {
+func mustEntries(t *testing.T, h *trust.Home) []ledger.Entry {
 	t.Helper()
 	entries, err := LedgerEntries(h)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {

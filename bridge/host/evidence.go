@@ -17,6 +17,7 @@ import (
 
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/ledger"
+	"github.com/syncbridge/bridge/bridge/trust"
 	bcrypto "github.com/syncbridge/bridge/crypto"
 	"github.com/syncbridge/bridge/syncsafe"
 )
@@ -340,7 +341,7 @@ func (r RepairReport) Files() []ledger.RepairReport {
 // complete record. Then it compares what the ledger kept with the audit
 // log, the kept manifests and the sealed results, and records the requests
 // whose records were lost, so that none of them runs again.
-func RepairLedger(h *bridge.Home) (RepairReport, error) {
+func RepairLedger(h *trust.Home) (RepairReport, error) {
 	if h.Config.Role != "host" {
 		return RepairReport{}, bridge.WithHint(errors.New("ledger repair: only a host has a ledger"), "run it with the host's --home")
 	}
@@ -366,7 +367,7 @@ func RepairLedger(h *bridge.Home) (RepairReport, error) {
 // the ledger entry is not yet running. It adds them to the lost file and
 // returns every key the file holds: those of an earlier repair that have
 // not come back yet too, so that running it twice says the same.
-func findLost(h *bridge.Home) ([]string, error) {
+func findLost(h *trust.Home) ([]string, error) {
 	entries, err := ledger.Snapshot(h.Path("ledger"))
 	if err != nil {
 		return nil, err
@@ -432,7 +433,7 @@ const (
 // request went, except keys collected for good afterwards (forgotten, past
 // their expiry: a copy of them is refused as expired anyway). A human's
 // rerun starts a request's way again from claimed.
-func auditKeys(h *bridge.Home) (map[string]int, error) {
+func auditKeys(h *trust.Home) (map[string]int, error) {
 	f, err := os.Open(h.Path(auditName))
 	if errors.Is(err, fs.ErrNotExist) {
 		return map[string]int{}, nil

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/syncbridge/bridge/bridge/doctor"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -16,7 +15,9 @@ import (
 
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/agent"
+	"github.com/syncbridge/bridge/bridge/doctor"
 	"github.com/syncbridge/bridge/bridge/ledger"
+	"github.com/syncbridge/bridge/bridge/trust"
 )
 
 // The evidence a host finds of what it did with a request, when its ledger
@@ -869,7 +870,7 @@ func TestFinishedCacheAloneKeepsARequestFromRunningAgain(t *testing.T) {
 var ledgerFiles = []string{"ledger.db", "ledger.archive"}
 
 // backupLedger copies the ledger's files (the daemon stopped).
-func backupLedger(t *testing.T, h *bridge.Home) map[string][]byte {
+func backupLedger(t *testing.T, h *trust.Home) map[string][]byte {
 	t.Helper()
 	b := map[string][]byte{}
 	for _, name := range ledgerFiles {
@@ -888,7 +889,7 @@ func backupLedger(t *testing.T, h *bridge.Home) map[string][]byte {
 
 // restoreLedger puts a backup of the ledger's files back: a file the
 // backup lacks is removed, and so is the record of checked bytes.
-func restoreLedger(t *testing.T, h *bridge.Home, b map[string][]byte) {
+func restoreLedger(t *testing.T, h *trust.Home, b map[string][]byte) {
 	t.Helper()
 	for _, name := range ledgerFiles {
 		p := h.Path("ledger", name)

@@ -3,7 +3,6 @@ package host
 import (
 	"bytes"
 	"fmt"
-	"github.com/syncbridge/bridge/bridge/doctor"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -15,6 +14,8 @@ import (
 
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/agent"
+	"github.com/syncbridge/bridge/bridge/doctor"
+	"github.com/syncbridge/bridge/bridge/trust"
 )
 
 // The daemon's life on a folder someone else controls (issue 13): no folder
@@ -113,7 +114,7 @@ func TestServeNeverFollowsPlantedLink(t *testing.T) {
 	}
 	// The daemon also watches its home (the control loop's hints), which
 	// is not in the folder.
-	home := []string{p.host.Dir, p.host.Path(bridge.PeersDir), p.host.Path("control")}
+	home := []string{p.host.Dir, p.host.Path(trust.PeersDir), p.host.Path("control")}
 	if got := inotifyWatches(t) - before - inotifyWatchesOn(t, home...); got > 2 {
 		t.Errorf("%d kernel watches in the folder, want only the requests directory's and its parent's", got)
 	}

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/syncbridge/bridge/bridge"
-
 	"github.com/syncbridge/bridge/bridge/ledger"
+	"github.com/syncbridge/bridge/bridge/trust"
 	bcrypto "github.com/syncbridge/bridge/crypto"
 	"github.com/syncbridge/bridge/syncsafe"
 )
@@ -325,10 +325,10 @@ func (d *Daemon) runGC(o GCOptions) {
 // (ErrQueued). A dry run only reads, whether the daemon runs or not: the
 // folder, the trusted agents and a snapshot of the ledger; it takes no
 // lock and writes nothing, in the home or the folder.
-func GC(h *bridge.Home, o GCOptions) (*GCReport, error) { return gcAt(h, o, nil) }
+func GC(h *trust.Home, o GCOptions) (*GCReport, error) { return gcAt(h, o, nil) }
 
 // gcAt is GC with the daemon's clock (nil: the real one).
-func gcAt(h *bridge.Home, o GCOptions, now func() time.Time) (*GCReport, error) {
+func gcAt(h *trust.Home, o GCOptions, now func() time.Time) (*GCReport, error) {
 	d, err := NewDaemon(h, DaemonOptions{Now: now})
 	if err != nil {
 		return nil, err

@@ -6,8 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/syncbridge/bridge/bridge"
-
+	"github.com/syncbridge/bridge/bridge/trust"
 	bcrypto "github.com/syncbridge/bridge/crypto"
 )
 
@@ -38,7 +37,7 @@ func TestTrustRefusesTakeover(t *testing.T) {
 		t.Fatal("an existing peer's name was reused")
 	}
 	// The same id with other keys cannot overwrite the record.
-	peerFile := p.host.Path(bridge.PeersDir, p.agent.Config.ID+".json")
+	peerFile := p.host.Path(trust.PeersDir, p.agent.Config.ID+".json")
 	before, _ := os.ReadFile(peerFile)
 	other, _ := bcrypto.GenerateIdentity(nil)
 	if _, err := p.host.Trust(bcrypto.BundleText(mustBundle(t, other, "agent")), "x"); err != nil {
@@ -87,7 +86,7 @@ func mustBundle(t *testing.T, id *bcrypto.Identity, role string) []byte {
 // The state directory may never be inside the synced folder.
 func TestHomeInsideFolderRefused(t *testing.T) {
 	folder := t.TempDir()
-	if _, err := bridge.InitHome(filepath.Join(folder, "state"), "host", "h", folder); err == nil || !strings.Contains(err.Error(), "inside the synced folder") {
+	if _, err := trust.InitHome(filepath.Join(folder, "state"), "host", "h", folder); err == nil || !strings.Contains(err.Error(), "inside the synced folder") {
 		t.Fatalf("a home inside the folder was accepted: %v", err)
 	}
 }

@@ -11,10 +11,10 @@ import (
 	"time"
 
 	"github.com/syncbridge/bridge/bridge"
-
 	"github.com/syncbridge/bridge/bridge/ledger"
 	"github.com/syncbridge/bridge/bridge/policy"
 	"github.com/syncbridge/bridge/bridge/runner"
+	"github.com/syncbridge/bridge/bridge/trust"
 	"github.com/syncbridge/bridge/syncsafe"
 )
 
@@ -110,7 +110,7 @@ type controlOrder struct {
 }
 
 // writeOrder leaves an order in the home's control directory.
-func writeOrder(h *bridge.Home, o controlOrder) error {
+func writeOrder(h *trust.Home, o controlOrder) error {
 	data, _ := json.Marshal(o)
 	if err := os.MkdirAll(h.Path("control"), 0o700); err != nil {
 		return err
@@ -130,7 +130,7 @@ var ErrQueued = errors.New("queued for the running daemon")
 // (its id, or AGENT/ID). With the daemon stopped it acts at once; with the
 // daemon running it leaves an order the daemon picks up within a second
 // (Queued), and returns the request as it stands.
-func Reconcile(h *bridge.Home, ref, as string) (*Decision, error) {
+func Reconcile(h *trust.Home, ref, as string) (*Decision, error) {
 	if err := hostOnly(h, "reconcile"); err != nil {
 		return nil, err
 	}
@@ -268,8 +268,8 @@ func (d *Daemon) reconcile(key, as string) (*LedgerEntry, error) {
 // at once as a rule.
 func (d *Daemon) controlLoop(stop <-chan struct{}) {
 	os.MkdirAll(d.home.Path("control"), 0o700)
-	dirs := []string{d.home.Dir, d.home.Path(bridge.PeersDir), d.home.Path("control")}
-	if real, err := filepath.EvalSymlinks(d.home.Path(bridge.PolicyName)); err == nil && filepath.Dir(real) != d.home.Dir {
+	dirs := []string{d.home.Dir, d.home.Path(trust.PeersDir), d.home.Path("control")}
+	if real, err := filepath.EvalSymlinks(d.home.Path(trust.PolicyName)); err == nil && filepath.Dir(real) != d.home.Dir {
 		dirs = append(dirs, filepath.Dir(real)) // a linked policy is edited where it lives
 	}
 	hints, err := syncsafe.WatchDirs(dirs...)
@@ -390,7 +390,7 @@ func (d *Daemon) controlLoop(stop <-chan struct{}) {
 // name, size and modification time. (The directory's own time alone can
 // miss a change made within the same clock tick as the one before.)
 func (d *Daemon) peersVersion() string {
-	ents, err := os.ReadDir(d.home.Path(bridge.PeersDir))
+	ents, err := os.ReadDir(d.home.Path(trust.PeersDir))
 	if err != nil {
 		return ""
 	}

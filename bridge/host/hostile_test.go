@@ -26,8 +26,8 @@ import (
 
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/agent"
-
 	"github.com/syncbridge/bridge/bridge/ledger"
+	"github.com/syncbridge/bridge/bridge/trust"
 	bcrypto "github.com/syncbridge/bridge/crypto"
 )
 
@@ -140,7 +140,7 @@ type hostileCase struct {
 // hostileEnv is the pair under attack plus what the cases need.
 type hostileEnv struct {
 	p          *pair
-	agent2     *bridge.Home // a second trusted agent ("other")
+	agent2     *trust.Home // a second trusted agent ("other")
 	hostBundle *bcrypto.Bundle
 	other      *bcrypto.Identity // a host nobody trusts
 	otherB     *bcrypto.Bundle
@@ -1012,7 +1012,7 @@ func TestHostileBattery(t *testing.T) {
 	p := newPair(t, strings.Replace(hostilePolicy, `"ROOT"`, fmt.Sprintf("%q", root), 1))
 	h := &hostileEnv{p: p, countFile: filepath.Join(t.TempDir(), "count"), log: &lockedBuffer{}}
 	var err error
-	if h.agent2, err = bridge.InitHome(filepath.Join(filepath.Dir(p.agentHome), "agent2"), "agent", "cloud-2", p.folder); err != nil {
+	if h.agent2, err = trust.InitHome(filepath.Join(filepath.Dir(p.agentHome), "agent2"), "agent", "cloud-2", p.folder); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := p.host.Trust(h.agent2.BundleText(), "other"); err != nil {

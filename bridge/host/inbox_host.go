@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/syncbridge/bridge/bridge"
-
+	"github.com/syncbridge/bridge/bridge/trust"
 	bcrypto "github.com/syncbridge/bridge/crypto"
 	"github.com/syncbridge/bridge/syncsafe"
 )
@@ -18,7 +18,7 @@ import (
 // postMessage seals and publishes a message from the host in home h to the
 // agent; the per-agent sequence number is kept in the home under a lock, so
 // the daemon and `bridge send` can post at once.
-func postMessage(h *bridge.Home, f *syncsafe.Folder, host *bcrypto.Identity, agent string, agentBox []byte, n bridge.Note) (*bridge.Message, error) {
+func postMessage(h *trust.Home, f *syncsafe.Folder, host *bcrypto.Identity, agent string, agentBox []byte, n bridge.Note) (*bridge.Message, error) {
 	if len(n.Text) > bridge.MaxMessageText {
 		return nil, fmt.Errorf("message: %w: %d bytes of text, cap %d", bridge.ErrTooLarge, len(n.Text), bridge.MaxMessageText)
 	}
@@ -51,7 +51,7 @@ func postMessage(h *bridge.Home, f *syncsafe.Folder, host *bcrypto.Identity, age
 }
 
 // Send posts a text message from a host to a trusted agent (by name or id).
-func Send(h *bridge.Home, agent, text string) (*bridge.Message, error) {
+func Send(h *trust.Home, agent, text string) (*bridge.Message, error) {
 	if h.Config.Role != "host" {
 		return nil, bridge.WithHint(errors.New("send: this home belongs to an agent"), "agents write requests; hosts send messages")
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/agent"
+	"github.com/syncbridge/bridge/bridge/trust"
 )
 
 // TestKeyedRetryFromRestoredAgentHome: an agent home restored from the files
@@ -27,18 +28,18 @@ func TestKeyedRetryFromRestoredAgentHome(t *testing.T) {
 	}
 
 	dir := filepath.Join(t.TempDir(), "restored")
-	must(t, os.MkdirAll(filepath.Join(dir, bridge.PeersDir), 0o700))
-	files := []string{"config.json", bridge.IdentityName, bridge.BundleName, bridge.IdempotencySecretName}
-	peers, _ := filepath.Glob(p.agent.Path(bridge.PeersDir, "*.json"))
+	must(t, os.MkdirAll(filepath.Join(dir, trust.PeersDir), 0o700))
+	files := []string{"config.json", trust.IdentityName, trust.BundleName, bridge.IdempotencySecretName}
+	peers, _ := filepath.Glob(p.agent.Path(trust.PeersDir, "*.json"))
 	for _, f := range peers {
-		files = append(files, filepath.Join(bridge.PeersDir, filepath.Base(f)))
+		files = append(files, filepath.Join(trust.PeersDir, filepath.Base(f)))
 	}
 	for _, f := range files {
 		data, err := os.ReadFile(p.agent.Path(f))
 		must(t, err)
 		must(t, os.WriteFile(filepath.Join(dir, f), data, 0o600))
 	}
-	home, err := bridge.OpenHome(dir)
+	home, err := trust.OpenHome(dir)
 	must(t, err)
 	c, err := agent.OpenClient(home)
 	must(t, err)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/agent"
+	"github.com/syncbridge/bridge/bridge/trust"
 	bcrypto "github.com/syncbridge/bridge/crypto"
 )
 
@@ -202,9 +203,9 @@ func TestRetiredKeysDestroyed(t *testing.T) {
 		t.Fatalf("after rotation: %d keys, %v", len(keys), err)
 	}
 	// Move the keep time into the past, as time passing would.
-	meta := p.host.Path(bridge.OwnKeysDir, "0.json")
+	meta := p.host.Path(trust.OwnKeysDir, "0.json")
 	data, _ := os.ReadFile(meta)
-	var r bridge.RetiredKey
+	var r trust.RetiredKey
 	json.Unmarshal(data, &r)
 	r.KeepUntil = time.Now().Add(-time.Second).Unix()
 	data, _ = json.Marshal(r)
@@ -213,7 +214,7 @@ func TestRetiredKeysDestroyed(t *testing.T) {
 	if err != nil || len(keys) != 1 {
 		t.Fatalf("after the keep time: %d keys, %v", len(keys), err)
 	}
-	if _, err := os.Stat(p.host.Path(bridge.OwnKeysDir, "0.secret")); !os.IsNotExist(err) {
+	if _, err := os.Stat(p.host.Path(trust.OwnKeysDir, "0.secret")); !os.IsNotExist(err) {
 		t.Fatalf("the retired secret key is still there: %v", err)
 	}
 }
@@ -290,7 +291,7 @@ func TestResultOfAnEarlierHostKeySaysWhatIsTrue(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	home, err := bridge.RestoreAgentHome(filepath.Join(t.TempDir(), "rebuilt"), p.folder, secret)
+	home, err := trust.RestoreAgentHome(filepath.Join(t.TempDir(), "rebuilt"), p.folder, secret)
 	if err != nil {
 		t.Fatal(err)
 	}

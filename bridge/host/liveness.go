@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/syncbridge/bridge/bridge"
+	"github.com/syncbridge/bridge/bridge/trust"
 	bcrypto "github.com/syncbridge/bridge/crypto"
 	"github.com/syncbridge/bridge/syncsafe"
 )
@@ -45,7 +46,7 @@ func (d *Daemon) publishLiveness(state string) error {
 	agents := d.agents()
 	for id, k := range agents {
 		accepts := []string{}
-		valid := k.peer.KeysIn(bridge.KeyValid, now)
+		valid := k.peer.KeysIn(trust.KeyValid, now)
 		if len(valid) > bridge.MaxLivenessAccepts {
 			valid = valid[len(valid)-bridge.MaxLivenessAccepts:] // the newest generations
 		}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/agent"
+	"github.com/syncbridge/bridge/bridge/trust"
 )
 
 // readStamp reads and verifies the stamp the daemon published for the
@@ -61,7 +62,7 @@ func TestLivenessStampFollowsTheHost(t *testing.T) {
 	}
 
 	// A policy reload is in the stamp at once, not at the next interval.
-	if err := os.WriteFile(p.host.Path(bridge.PolicyName), []byte(testPolicy+"\n# changed\n"), 0o600); err != nil {
+	if err := os.WriteFile(p.host.Path(trust.PolicyName), []byte(testPolicy+"\n# changed\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	was := st.Policy

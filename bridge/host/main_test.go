@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/syncbridge/bridge/bridge"
+	"github.com/syncbridge/bridge/bridge/trust"
 )
 
 // serveEnv makes the test binary act as `bridge serve` for the home it
@@ -33,7 +34,7 @@ func TestMain(m *testing.M) {
 // that gets one line per lifecycle event taken, for coverage). As the real
 // serve, a second signal kills the running ops and exits 130.
 func serveForTest(home string) int {
-	h, err := bridge.OpenHome(home)
+	h, err := trust.OpenHome(home)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1

@@ -17,6 +17,7 @@ import (
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/agent"
 	"github.com/syncbridge/bridge/bridge/ledger"
+	"github.com/syncbridge/bridge/bridge/trust"
 	bcrypto "github.com/syncbridge/bridge/crypto"
 )
 
@@ -164,7 +165,7 @@ type modelReq struct {
 
 type modelAgent struct {
 	name    string
-	home    *bridge.Home
+	home    *trust.Home
 	client  *agent.Client
 	revoked time.Time // when its key was revoked (zero: never)
 }
@@ -196,7 +197,7 @@ func runModel(t *testing.T, seed uint64, events string) {
 	m.p.client.Close() // the pair's own agent is not in the policy
 	// Two agents, a and b, as the policy names them.
 	for _, name := range []string{"a", "b"} {
-		h, err := bridge.InitHome(filepath.Join(dir, "agent-"+name), "agent", name, m.p.folder)
+		h, err := trust.InitHome(filepath.Join(dir, "agent-"+name), "agent", name, m.p.folder)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/agent"
+	"github.com/syncbridge/bridge/bridge/trust"
 )
 
 // Two hosts and three agents share one folder, each agent allowed other ops
@@ -21,15 +22,15 @@ func TestManyHostsManyAgents(t *testing.T) {
 	folder := filepath.Join(base, "folder")
 	os.Mkdir(folder, 0o755)
 	logFile := filepath.Join(base, "runs")
-	mk := func(name, role string) *bridge.Home {
-		h, err := bridge.InitHome(filepath.Join(base, name), role, name, folder)
+	mk := func(name, role string) *trust.Home {
+		h, err := trust.InitHome(filepath.Join(base, name), role, name, folder)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return h
 	}
-	hosts := []*bridge.Home{mk("h1", "host"), mk("h2", "host")}
-	agents := []*bridge.Home{mk("a1", "agent"), mk("a2", "agent"), mk("a3", "agent")}
+	hosts := []*trust.Home{mk("h1", "host"), mk("h2", "host")}
+	agents := []*trust.Home{mk("a1", "agent"), mk("a2", "agent"), mk("a3", "agent")}
 	for _, h := range hosts {
 		for _, a := range agents {
 			if _, err := h.Trust(a.BundleText(), a.Config.Name); err != nil {
@@ -54,7 +55,7 @@ func TestManyHostsManyAgents(t *testing.T) {
 		for _, a := range []string{"a1", "a2", "a3"} {
 			fmt.Fprintf(&pol, "[agents.%s]\nops = [%s]\n", a, quoteList(allowed[h.Config.Name][a]))
 		}
-		if err := os.WriteFile(h.Path(bridge.PolicyName), []byte(pol.String()), 0o600); err != nil {
+		if err := os.WriteFile(h.Path(trust.PolicyName), []byte(pol.String()), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		runDaemon(t, h, DaemonOptions{Rescan: 300 * time.Millisecond, Env: envWith(map[string]string{"RUNS": logFile})})
@@ -134,15 +135,15 @@ func TestApprovalNoticeIsTheRequestsHosts(t *testing.T) {
 	base := t.TempDir()
 	folder := filepath.Join(base, "folder")
 	os.Mkdir(folder, 0o755)
-	mk := func(name, role string) *bridge.Home {
-		h, err := bridge.InitHome(filepath.Join(base, name), role, name, folder)
+	mk := func(name, role string) *trust.Home {
+		h, err := trust.InitHome(filepath.Join(base, name), role, name, folder)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return h
 	}
 	h1, h2, a := mk("h1", "host"), mk("h2", "host"), mk("a1", "agent")
-	for _, h := range []*bridge.Home{h1, h2} {
+	for _, h := range []*trust.Home{h1, h2} {
 		if _, err := h.Trust(a.BundleText(), "a1"); err != nil {
 			t.Fatal(err)
 		}
@@ -151,7 +152,7 @@ func TestApprovalNoticeIsTheRequestsHosts(t *testing.T) {
 		}
 	}
 	id := strings.Repeat("ab", 16)
-	post := func(h *bridge.Home, text string) {
+	post := func(h *trust.Home, text string) {
 		t.Helper()
 		f, err := h.OpenFolder()
 		if err != nil {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/agent"
+	"github.com/syncbridge/bridge/bridge/trust"
 )
 
 // agentMemEnv makes the test binary an agent that opens one result and
@@ -109,7 +110,7 @@ func agentMemChild(spec string) {
 		fmt.Println("error:", err)
 		os.Exit(1)
 	}
-	h, err := bridge.OpenHome(f[0])
+	h, err := trust.OpenHome(f[0])
 	if err != nil {
 		fail(err)
 	}

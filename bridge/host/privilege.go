@@ -8,6 +8,7 @@ import (
 	"runtime"
 
 	"github.com/syncbridge/bridge/bridge"
+	"github.com/syncbridge/bridge/bridge/trust"
 )
 
 // checkPrivilege refuses to serve with more rights than needed, or with
@@ -40,8 +41,8 @@ func (d *Daemon) checkPrivilege() error {
 	if err := check(d.home.Dir, 0o700, "chmod 700 %s"); err != nil {
 		return err
 	}
-	secrets, _ := filepath.Glob(d.home.Path(bridge.OwnKeysDir, "*.secret"))
-	for _, p := range append([]string{d.home.Path(bridge.IdentityName)}, secrets...) {
+	secrets, _ := filepath.Glob(d.home.Path(trust.OwnKeysDir, "*.secret"))
+	for _, p := range append([]string{d.home.Path(trust.IdentityName)}, secrets...) {
 		if err := check(p, 0o600, "chmod 600 %s"); err != nil {
 			return err
 		}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/ledger"
+	"github.com/syncbridge/bridge/bridge/trust"
 )
 
 // Request references. Agents choose their request ids, so two agents can
@@ -36,7 +37,7 @@ type Listed struct {
 
 // List reads the host's ledger (a snapshot: a running daemon is not
 // disturbed) with each entry's reference, oldest first.
-func List(h *bridge.Home) ([]Listed, error) {
+func List(h *trust.Home) ([]Listed, error) {
 	entries, err := LedgerEntries(h)
 	if err != nil {
 		return nil, err
@@ -52,7 +53,7 @@ func List(h *bridge.Home) ([]Listed, error) {
 }
 
 // LedgerEntries reads the host's ledger without disturbing a running daemon.
-func LedgerEntries(h *bridge.Home) ([]LedgerEntry, error) {
+func LedgerEntries(h *trust.Home) ([]LedgerEntry, error) {
 	entries, err := ledger.Snapshot(h.Path("ledger"))
 	var le *ledger.Error
 	switch {
@@ -65,7 +66,7 @@ func LedgerEntries(h *bridge.Home) ([]LedgerEntry, error) {
 }
 
 // agentNames maps agent ids to their local names.
-func agentNames(h *bridge.Home) map[string]string {
+func agentNames(h *trust.Home) map[string]string {
 	names := map[string]string{}
 	peers, _ := h.Peers()
 	for _, p := range peers {
@@ -84,7 +85,7 @@ func refName(names map[string]string, e LedgerEntry) string {
 }
 
 // AgentNames maps the trusted agents' ids to their local names.
-func AgentNames(h *bridge.Home) map[string]string { return agentNames(h) }
+func AgentNames(h *trust.Home) map[string]string { return agentNames(h) }
 
 func listed(names map[string]string, e LedgerEntry) Listed {
 	name := names[e.Agent]
@@ -95,14 +96,14 @@ func listed(names map[string]string, e LedgerEntry) Listed {
 }
 
 // listedOf is one entry with its reference and agent name.
-func listedOf(h *bridge.Home, e LedgerEntry) Listed { return listed(agentNames(h), e) }
+func listedOf(h *trust.Home, e LedgerEntry) Listed { return listed(agentNames(h), e) }
 
 // refOf is the reference of one entry.
-func refOf(h *bridge.Home, e LedgerEntry) string { return refName(agentNames(h), e) }
+func refOf(h *trust.Home, e LedgerEntry) string { return refName(agentNames(h), e) }
 
 // snapshotEntry resolves ref in a snapshot of the ledger (beside a running
 // daemon) and checks the entry is in state want.
-func snapshotEntry(h *bridge.Home, ref string, want ledger.State) (*LedgerEntry, error) {
+func snapshotEntry(h *trust.Home, ref string, want ledger.State) (*LedgerEntry, error) {
 	entries, err := LedgerEntries(h)
 	if err != nil {
 		return nil, err
@@ -112,7 +113,7 @@ func snapshotEntry(h *bridge.Home, ref string, want ledger.State) (*LedgerEntry,
 
 // resolveRef finds the entry ref names among entries, and checks that it
 // is in state want.
-func resolveRef(h *bridge.Home, entries []LedgerEntry, ref string, want ledger.State) (*LedgerEntry, error) {
+func resolveRef(h *trust.Home, entries []LedgerEntry, ref string, want ledger.State) (*LedgerEntry, error) {
 	agentPart, idPart, scoped := strings.Cut(ref, "/")
 	if !scoped {
 		agentPart, idPart = "", ref
@@ -167,7 +168,7 @@ func resolveRef(h *bridge.Home, entries []LedgerEntry, ref string, want ledger.S
 
 // stateHint says what becomes of a request that is not yet in the state a
 // command wants, when that is not plain.
-func stateHint(h *bridge.Home, e LedgerEntry, want ledger.State) string {
+func stateHint(h *trust.Home, e LedgerEntry, want ledger.State) string {
 	if want != ledger.StateUncertain || (e.State != ledger.StateClaimed && e.State != ledger.StateRunning) {
 		return ""
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/policy"
+	"github.com/syncbridge/bridge/bridge/trust"
 )
 
 // rules is the policy in force and what is built from it. A reload
@@ -71,7 +72,7 @@ func hasPattern(res []secretPattern, sp secretPattern) bool {
 // as it is, with one error line per version of the file; `bridge doctor`
 // says the same from the file.
 func (d *Daemon) checkPolicyFile() {
-	file := d.home.Path(bridge.PolicyName)
+	file := d.home.Path(trust.PolicyName)
 	fi, err := os.Stat(file)
 	cur := d.rules()
 	if err != nil {

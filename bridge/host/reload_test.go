@@ -13,6 +13,7 @@ import (
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/agent"
 	"github.com/syncbridge/bridge/bridge/ledger"
+	"github.com/syncbridge/bridge/bridge/trust"
 )
 
 // newOpPolicy is edgePolicy with one more op for cloud-1.
@@ -28,11 +29,11 @@ func (e *edge) writePolicy(t *testing.T, text string) {
 	// Through a rename, as editors and `cp` to a temp then `mv` do; the
 	// reload also settles in-place writes, which TestPolicyEditInPlace
 	// covers.
-	tmp := e.host.Path(bridge.PolicyName) + ".new"
+	tmp := e.host.Path(trust.PolicyName) + ".new"
 	if err := os.WriteFile(tmp, []byte(text), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Rename(tmp, e.host.Path(bridge.PolicyName)); err != nil {
+	if err := os.Rename(tmp, e.host.Path(trust.PolicyName)); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -303,18 +304,18 @@ func TestRequestOfANewlyTrustedAgentIsReadAtOnce(t *testing.T) {
 	if err := os.Mkdir(folder, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	h, err := bridge.InitHome(filepath.Join(base, "host"), "host", "laptop", folder)
+	h, err := trust.InitHome(filepath.Join(base, "host"), "host", "laptop", folder)
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := bridge.InitHome(filepath.Join(base, "agent"), "agent", "cloud-1", folder)
+	a, err := trust.InitHome(filepath.Join(base, "agent"), "agent", "cloud-1", folder)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := a.Trust(h.BundleText(), "laptop"); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(h.Path(bridge.PolicyName), []byte(testPolicy), 0o600); err != nil {
+	if err := os.WriteFile(h.Path(trust.PolicyName), []byte(testPolicy), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	c, err := agent.OpenClient(a)

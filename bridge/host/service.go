@@ -10,6 +10,7 @@ import (
 
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/policy"
+	"github.com/syncbridge/bridge/bridge/trust"
 )
 
 // ServiceUnit is a user service that runs `bridge serve` for one home:
@@ -84,7 +85,7 @@ func NewServiceUnit(o ServiceOptions) (*ServiceUnit, error) {
 		return nil, err
 	}
 	dir := o.Dir
-	name := bridge.SanitizeName(o.Name, "host")
+	name := trust.SanitizeName(o.Name, "host")
 	switch o.GOOS {
 	case "linux":
 		unit := "bridge-" + name + ".service"

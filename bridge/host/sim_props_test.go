@@ -26,8 +26,8 @@ import (
 
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/agent"
-
 	"github.com/syncbridge/bridge/bridge/ledger"
+	"github.com/syncbridge/bridge/bridge/trust"
 	bcrypto "github.com/syncbridge/bridge/crypto"
 )
 
@@ -91,8 +91,8 @@ type simWorld struct {
 	t         *testing.T
 	seed      uint64
 	sim       *syncSim
-	host      *bridge.Home
-	agent     *bridge.Home
+	host      *trust.Home
+	agent     *trust.Home
 	client    *agent.Client
 	daemon    *Daemon
 	cancel    context.CancelFunc
@@ -155,12 +155,12 @@ func newSimWorld(t *testing.T, seed uint64) *simWorld {
 	// Init and trust through the simulated sync, without faults: the host
 	// first, then the agent once the marker has arrived on A.
 	var err error
-	if w.host, err = bridge.InitHome(filepath.Join(base, "host"), "host", "laptop", hdir); err != nil {
+	if w.host, err = trust.InitHome(filepath.Join(base, "host"), "host", "laptop", hdir); err != nil {
 		t.Fatal(err)
 	}
 	w.hostID = w.host.Config.ID
 	w.sim.bootstrap()
-	if w.agent, err = bridge.InitHome(filepath.Join(base, "agent"), "agent", "cloud-1", adir); err != nil {
+	if w.agent, err = trust.InitHome(filepath.Join(base, "agent"), "agent", "cloud-1", adir); err != nil {
 		t.Fatalf("init agent on A: %v", err)
 	}
 	w.agentID = w.agent.Config.ID
@@ -170,7 +170,7 @@ func newSimWorld(t *testing.T, seed uint64) *simWorld {
 	if _, err := w.host.Trust(w.agent.BundleText(), "cloud-1"); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(w.host.Path(bridge.PolicyName), []byte(simPolicy), 0o600); err != nil {
+	if err := os.WriteFile(w.host.Path(trust.PolicyName), []byte(simPolicy), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	w.sim.bootstrap()

@@ -21,9 +21,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/agent"
-
+	"github.com/syncbridge/bridge/bridge/trust"
 	"github.com/syncbridge/bridge/syncsafe"
 )
 
@@ -550,7 +549,7 @@ func syncthingHomes(t *testing.T, st *stPair) *pair {
 	base := t.TempDir()
 	p := &pair{folder: st.A.data, hostHome: filepath.Join(base, "host"), agentHome: filepath.Join(base, "agent")}
 	var err error
-	if p.host, err = bridge.InitHome(p.hostHome, "host", "laptop", st.A.data); err != nil {
+	if p.host, err = trust.InitHome(p.hostHome, "host", "laptop", st.A.data); err != nil {
 		t.Fatal(err)
 	}
 	st.WaitInSync(60 * time.Second)
@@ -575,7 +574,7 @@ func syncthingHomes(t *testing.T, st *stPair) *pair {
 func (p *pair) pairAcross(t *testing.T, agentFolder string, wait func()) {
 	t.Helper()
 	var err error
-	if p.agent, err = bridge.InitHome(p.agentHome, "agent", "cloud-1", agentFolder); err != nil {
+	if p.agent, err = trust.InitHome(p.agentHome, "agent", "cloud-1", agentFolder); err != nil {
 		t.Fatalf("init agent after the sync: %v", err)
 	}
 	if _, err := p.agent.Trust(p.host.BundleText(), "laptop"); err != nil {
@@ -584,7 +583,7 @@ func (p *pair) pairAcross(t *testing.T, agentFolder string, wait func()) {
 	if _, err := p.host.Trust(p.agent.BundleText(), "cloud-1"); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(p.host.Path(bridge.PolicyName), []byte(syncthingPolicy), 0o600); err != nil {
+	if err := os.WriteFile(p.host.Path(trust.PolicyName), []byte(syncthingPolicy), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	wait()

@@ -3,8 +3,6 @@ package host
 import (
 	"context"
 	"errors"
-	"github.com/syncbridge/bridge/bridge/doctor"
-	"github.com/syncbridge/bridge/bridge/syncthing"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -14,6 +12,9 @@ import (
 
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/agent"
+	"github.com/syncbridge/bridge/bridge/doctor"
+	"github.com/syncbridge/bridge/bridge/syncthing"
+	"github.com/syncbridge/bridge/bridge/trust"
 )
 
 // TestSyncthingSetup runs `bridge syncthing setup --share-results` against
@@ -30,7 +31,7 @@ func TestSyncthingSetup(t *testing.T) {
 	rel := bridge.HostDir(p.host.Config.ID) + "/to-agent"
 	var saved []syncthing.Config
 	for _, side := range []struct {
-		home *bridge.Home
+		home *trust.Home
 		in   *stInstance
 	}{{p.host, st.A}, {p.agent, st.B}} {
 		rep, err := syncthing.Setup(side.home, syncthing.SetupOptions{ConfigXML: filepath.Join(side.in.home, "config.xml"), ShareResults: true})
@@ -110,13 +111,13 @@ func TestHalfDoneFastPath(t *testing.T) {
 	st := startSyncthingPairWith(t, false)
 	p := syncthingHomes(t, st)
 	hosts := []syncthing.RouteHost{{ID: p.host.Config.ID, Name: "laptop"}}
-	setup := func(h *bridge.Home, in *stInstance, share bool) {
+	setup := func(h *trust.Home, in *stInstance, share bool) {
 		t.Helper()
 		if _, err := syncthing.Setup(h, syncthing.SetupOptions{ConfigXML: filepath.Join(in.home, "config.xml"), ShareResults: share}); err != nil {
 			t.Fatalf("setup on %s (share %v): %v", in.name, share, err)
 		}
 	}
-	nudger := func(h *bridge.Home) *syncthing.Nudger {
+	nudger := func(h *trust.Home) *syncthing.Nudger {
 		t.Helper()
 		cfg, err := syncthing.LoadConfig(h)
 		if err != nil {
@@ -128,7 +129,7 @@ func TestHalfDoneFastPath(t *testing.T) {
 		}
 		return n
 	}
-	route := func(h *bridge.Home) []syncthing.RouteProblem {
+	route := func(h *trust.Home) []syncthing.RouteProblem {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -138,7 +139,7 @@ func TestHalfDoneFastPath(t *testing.T) {
 		}
 		return ps
 	}
-	doctorSays := func(h *bridge.Home, check, sev string) string {
+	doctorSays := func(h *trust.Home, check, sev string) string {
 		t.Helper()
 		var all []string
 		for _, f := range doctor.CheckHome(h, doctor.Options{}) {
@@ -207,7 +208,7 @@ func TestHalfDoneFastPath(t *testing.T) {
 }
 
 // doctorFinding is CheckHome's finding of check (fails the test if none).
-func doctorFinding(t *testing.T, h *bridge.Home, check string) doctor.Finding {
+func doctorFinding(t *testing.T, h *trust.Home, check string) doctor.Finding {
 	t.Helper()
 	for _, f := range doctor.CheckHome(h, doctor.Options{}) {
 		if f.Check == check {

@@ -14,8 +14,8 @@ import (
 
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/agent"
-
 	"github.com/syncbridge/bridge/bridge/ledger"
+	"github.com/syncbridge/bridge/bridge/trust"
 )
 
 // syncthingPolicy's op appends the request id to a file outside the folder:
@@ -348,7 +348,7 @@ func TestSyncthingEndToEnd(t *testing.T) {
 }
 
 // auditHas reports whether the host's audit log has an event about file.
-func auditHas(t *testing.T, h *bridge.Home, event, file string) bool {
+func auditHas(t *testing.T, h *trust.Home, event, file string) bool {
 	t.Helper()
 	data, err := os.ReadFile(h.Path("audit.log"))
 	if err != nil {

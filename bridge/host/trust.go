@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/syncbridge/bridge/bridge"
-
+	"github.com/syncbridge/bridge/bridge/trust"
 	bcrypto "github.com/syncbridge/bridge/crypto"
 )
 
@@ -19,7 +19,7 @@ import (
 // record, whose keys are judged at the time of use.
 type agentKeys struct {
 	name string
-	peer bridge.Peer
+	peer trust.Peer
 }
 
 // allSign returns the signing keys of every generation, revoked ones too:
@@ -35,7 +35,7 @@ func (k *agentKeys) allSign() [][]byte {
 // sign returns the signing keys valid now.
 func (k *agentKeys) sign(now time.Time) [][]byte {
 	var out [][]byte
-	for _, pk := range k.peer.KeysIn(bridge.KeyValid, now) {
+	for _, pk := range k.peer.KeysIn(trust.KeyValid, now) {
 		out = append(out, pk.SignPub)
 	}
 	return out
@@ -47,9 +47,9 @@ func (k *agentKeys) sign(now time.Time) [][]byte {
 func (k *agentKeys) invalidSign(now time.Time) (keys [][]byte, reasons []string) {
 	for _, pk := range k.peer.Keys {
 		switch k.peer.State(pk, now) {
-		case bridge.KeyRevoked:
+		case trust.KeyRevoked:
 			keys, reasons = append(keys, pk.SignPub), append(reasons, "revoked")
-		case bridge.KeyExpired:
+		case trust.KeyExpired:
 			keys, reasons = append(keys, pk.SignPub), append(reasons, "key-expired")
 		}
 	}
@@ -68,7 +68,7 @@ func (k *agentKeys) boxPub(kid string) ([]byte, bool) {
 
 // boxValid reports whether kid names a box key of the agent valid now.
 func (k *agentKeys) boxValid(kid string, now time.Time) bool {
-	for _, pk := range k.peer.KeysIn(bridge.KeyValid, now) {
+	for _, pk := range k.peer.KeysIn(trust.KeyValid, now) {
 		if pk.BoxKid() == kid {
 			return true
 		}
@@ -80,7 +80,7 @@ func (k *agentKeys) boxValid(kid string, now time.Time) bool {
 // ones still kept to open requests sealed to them.
 type ownKeys struct {
 	current *bcrypto.Identity
-	all     []bridge.OwnKey
+	all     []trust.OwnKey
 	stamp   time.Time // mtime of the home's bundle when loaded
 }
 
@@ -142,14 +142,14 @@ func (d *Daemon) loadAgents() error {
 // loadOwnKeys reads the host's own identities, if the home's bundle changed
 // since they were last read (a `bridge keys rotate` while serving).
 func (d *Daemon) loadOwnKeys() error {
-	fi, err := os.Stat(d.home.Path(bridge.BundleName))
+	fi, err := os.Stat(d.home.Path(trust.BundleName))
 	if err != nil {
 		return err
 	}
 	if o := d.own(); o != nil && o.stamp.Equal(fi.ModTime()) {
 		return nil
 	}
-	h, err := bridge.OpenHome(d.home.Dir)
+	h, err := trust.OpenHome(d.home.Dir)
 	if err != nil {
 		return err
 	}

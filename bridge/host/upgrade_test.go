@@ -10,6 +10,7 @@ import (
 
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/agent"
+	"github.com/syncbridge/bridge/bridge/trust"
 	bcrypto "github.com/syncbridge/bridge/crypto"
 )
 
@@ -94,7 +95,7 @@ func (p *pair) freshAgentClient(t *testing.T) *agent.Client {
 	if err != nil {
 		t.Fatal(err)
 	}
-	home, err := bridge.RestoreAgentHome(filepath.Join(t.TempDir(), "fresh"), p.folder, secret)
+	home, err := trust.RestoreAgentHome(filepath.Join(t.TempDir(), "fresh"), p.folder, secret)
 	if err != nil {
 		t.Fatal(err)
 	}

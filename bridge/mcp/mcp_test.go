@@ -14,9 +14,9 @@ import (
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
-
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/agent"
+	"github.com/syncbridge/bridge/bridge/trust"
 )
 
 func ptrTo[T any](v T) *T { return &v }
@@ -225,16 +225,16 @@ func TestSeveralHosts(t *testing.T) {
 // fixture is an agent that trusts two hosts, laptop and ci, in one
 // folder, with no daemon: catalogs are published by hand.
 type fixture struct {
-	laptop, ci, agent *bridge.Home
-	publish           func(h *bridge.Home, ops ...string) string
+	laptop, ci, agent *trust.Home
+	publish           func(h *trust.Home, ops ...string) string
 }
 
 func newFixture(t *testing.T) *fixture {
 	base := t.TempDir()
 	folder := filepath.Join(base, "folder")
 	os.Mkdir(folder, 0o755)
-	mk := func(role, name string) *bridge.Home {
-		h, err := bridge.InitHome(filepath.Join(base, name), role, name, folder)
+	mk := func(role, name string) *trust.Home {
+		h, err := trust.InitHome(filepath.Join(base, name), role, name, folder)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -242,7 +242,7 @@ func newFixture(t *testing.T) *fixture {
 	}
 	laptop, ci := mk("host", "laptop"), mk("host", "ci")
 	ag := mk("agent", "cloud-1")
-	for _, h := range []*bridge.Home{laptop, ci} {
+	for _, h := range []*trust.Home{laptop, ci} {
 		if _, err := h.Trust(ag.BundleText(), "cloud-1"); err != nil {
 			t.Fatal(err)
 		}
@@ -250,7 +250,7 @@ func newFixture(t *testing.T) *fixture {
 			t.Fatal(err)
 		}
 	}
-	publish := func(h *bridge.Home, ops ...string) string {
+	publish := func(h *trust.Home, ops ...string) string {
 		cat := bridge.Catalog{Host: h.Config.ID, Agent: ag.Config.ID, Issued: time.Now().UnixMilli()}
 		for _, op := range ops {
 			cat.Ops = append(cat.Ops, bridge.OpInfo{Name: op, Scope: "read", Timeout: "1m", Args: []bridge.ArgInfo{}})

@@ -20,9 +20,9 @@ import (
 
 	"github.com/google/jsonschema-go/jsonschema"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
-
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/agent"
+	"github.com/syncbridge/bridge/bridge/trust"
 )
 
 // Options tune a Server. Zero values take the defaults.
@@ -42,7 +42,7 @@ type Options struct {
 // Server is the agent's MCP server: a client of the synced folder that
 // shows each op of each paired host's signed catalog as a tool.
 type Server struct {
-	home *bridge.Home
+	home *trust.Home
 	opts Options
 	srv  *sdk.Server
 
@@ -58,7 +58,7 @@ If a call returns status "pending", the op is still queued or running (or waits 
 
 // New returns a server for the agent home h. It reads the catalogs once
 // now; Run keeps them current.
-func New(h *bridge.Home, o Options) (*Server, error) {
+func New(h *trust.Home, o Options) (*Server, error) {
 	if h.Config.Role != "agent" {
 		return nil, bridge.WithHint(errors.New("this home belongs to a host"), "run `bridge mcp` with an agent's --home")
 	}
@@ -193,7 +193,7 @@ func (s *Server) refresh() {
 		warn("bridge mcp: cannot read the trusted hosts", "err", err)
 		return
 	}
-	var hosts []bridge.Peer
+	var hosts []trust.Peer
 	for _, p := range peers {
 		if p.Role == "host" {
 			hosts = append(hosts, p)

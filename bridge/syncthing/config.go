@@ -4,10 +4,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/syncbridge/bridge/bridge"
 	"io/fs"
 	"os"
 
+	"github.com/syncbridge/bridge/bridge"
+	"github.com/syncbridge/bridge/bridge/trust"
 	"github.com/syncbridge/bridge/syncsafe"
 )
 
@@ -28,7 +29,7 @@ type Config struct {
 
 // LoadConfig reads the home's Syncthing settings; none is the zero
 // value.
-func LoadConfig(h *bridge.Home) (Config, error) {
+func LoadConfig(h *trust.Home) (Config, error) {
 	var c Config
 	data, err := os.ReadFile(h.Path(ConfigName))
 	if errors.Is(err, fs.ErrNotExist) {
@@ -44,7 +45,7 @@ func LoadConfig(h *bridge.Home) (Config, error) {
 }
 
 // SaveConfig writes the home's Syncthing settings.
-func SaveConfig(h *bridge.Home, c Config) error {
+func SaveConfig(h *trust.Home, c Config) error {
 	c.V = 1
 	data, _ := json.MarshalIndent(c, "", "  ")
 	return syncsafe.WriteFileAtomic(h.Path(ConfigName), append(data, '\n'))

@@ -8,5 +8,5 @@
 //
 // Unlike the wire package, this one talks to a process and starts
 // goroutines (a nudge is sent in the background, coalesced); a home holds a
-// Nudger through the wire's [bridge.Nudger] interface.
+// Nudger through the trust.Nudger interface.
 package syncthing

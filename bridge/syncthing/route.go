@@ -4,11 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/syncbridge/bridge/bridge"
 	"maps"
 	"net/url"
 	"path/filepath"
 	"slices"
+
+	"github.com/syncbridge/bridge/bridge"
+	"github.com/syncbridge/bridge/bridge/trust"
 )
 
 // RouteHost is a host whose results a results-route check looks at.
@@ -82,7 +84,7 @@ func (n *Nudger) ResultsRoute(ctx context.Context, bridgeDir string, hosts []Rou
 			continue
 		}
 		f := folders[i]
-		if want := filepath.Join(bridgeDir, filepath.FromSlash(rel)); !samePath(bridge.ExpandTilde(f.Path), want) {
+		if want := filepath.Join(bridgeDir, filepath.FromSlash(rel)); !samePath(trust.ExpandTilde(f.Path), want) {
 			out = append(out, RouteProblem{Host: h.ID, Folder: id,
 				Message: fmt.Sprintf("%s results folder %s is at %s, not at %s, where the bridge reads and writes them", whose, id, f.Path, want),
 				Hint:    "change that folder's path in Syncthing (remove it and run `bridge syncthing setup --share-results` again)"})

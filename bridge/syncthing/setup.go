@@ -7,7 +7,6 @@ import (
 	"encoding/xml"
 	"errors"
 	"fmt"
-	"github.com/syncbridge/bridge/bridge"
 	"io"
 	"io/fs"
 	"maps"
@@ -20,6 +19,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/syncbridge/bridge/bridge"
+	"github.com/syncbridge/bridge/bridge/trust"
 	"github.com/syncbridge/bridge/syncsafe"
 )
 
@@ -239,7 +240,7 @@ func resultsFolderID(hostID string) string { return "bridge-results-" + hostID[:
 // bridge folder and any folder inside it, optionally shares the results
 // directories as folders of their own, checks that a nudge is accepted,
 // and saves the nudge settings in the home (ConfigName).
-func Setup(h *bridge.Home, o SetupOptions) (*SetupReport, error) {
+func Setup(h *trust.Home, o SetupOptions) (*SetupReport, error) {
 	rep := &SetupReport{DryRun: o.DryRun, Results: []string{}, Created: []string{}, IgnoreLine: []string{}}
 	api, key := o.API, o.Key
 	if api == "" || key == "" {
@@ -300,7 +301,7 @@ func Setup(h *bridge.Home, o SetupOptions) (*SetupReport, error) {
 	bridgeDir := h.Config.Folder
 	var root *stFolderConfig
 	for i := range folders {
-		if samePath(bridge.ExpandTilde(folders[i].Path), bridgeDir) {
+		if samePath(trust.ExpandTilde(folders[i].Path), bridgeDir) {
 			root = &folders[i]
 		}
 	}
@@ -311,7 +312,7 @@ func Setup(h *bridge.Home, o SetupOptions) (*SetupReport, error) {
 	rep.Folder = root.ID
 	inside := map[string]string{} // rel path → folder id
 	for _, f := range folders {
-		p := bridge.ExpandTilde(f.Path)
+		p := trust.ExpandTilde(f.Path)
 		if rel, err := filepath.Rel(bridgeDir, p); err == nil && rel != "." && !strings.HasPrefix(rel, "..") && !filepath.IsAbs(rel) {
 			inside[filepath.ToSlash(rel)] = f.ID
 		}

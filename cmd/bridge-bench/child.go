@@ -18,8 +18,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/host"
+	"github.com/syncbridge/bridge/bridge/trust"
 	bcrypto "github.com/syncbridge/bridge/crypto"
 	"golang.org/x/crypto/chacha20poly1305"
 )
@@ -159,7 +159,7 @@ func scaleChild(home string) error {
 		defer func() { pprof.StopCPUProfile(); f.Close() }()
 	}
 	host.TuneDaemonGC() // as `bridge serve` does
-	h, err := bridge.OpenHome(home)
+	h, err := trust.OpenHome(home)
 	if err != nil {
 		return err
 	}

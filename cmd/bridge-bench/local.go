@@ -16,6 +16,7 @@ import (
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/agent"
 	"github.com/syncbridge/bridge/bridge/host"
+	"github.com/syncbridge/bridge/bridge/trust"
 )
 
 // benchPolicy allows the exec'd no-op and echo (users.go). Their concurrency is raised from the
@@ -41,7 +42,7 @@ const noopOp = "noop"
 // local is a host and an agent sharing one directory, as in bridge demo.
 type local struct {
 	base, folder string
-	host, agent  *bridge.Home
+	host, agent  *trust.Home
 	client       *agent.Client
 	daemon       *host.Daemon
 	cancel       context.CancelFunc
@@ -54,10 +55,10 @@ func setupLocal(base string) (*local, error) {
 		return nil, err
 	}
 	var err error
-	if l.host, err = bridge.InitHome(filepath.Join(base, "host"), "host", "bench-host", l.folder); err != nil {
+	if l.host, err = trust.InitHome(filepath.Join(base, "host"), "host", "bench-host", l.folder); err != nil {
 		return nil, err
 	}
-	if l.agent, err = bridge.InitHome(filepath.Join(base, "agent"), "agent", "bench", l.folder); err != nil {
+	if l.agent, err = trust.InitHome(filepath.Join(base, "agent"), "agent", "bench", l.folder); err != nil {
 		return nil, err
 	}
 	if _, err := l.host.Trust(l.agent.BundleText(), "bench"); err != nil {
@@ -66,7 +67,7 @@ func setupLocal(base string) (*local, error) {
 	if _, err := l.agent.Trust(l.host.BundleText(), "bench-host"); err != nil {
 		return nil, err
 	}
-	if err := os.WriteFile(l.host.Path(bridge.PolicyName), []byte(benchPolicy), 0o600); err != nil {
+	if err := os.WriteFile(l.host.Path(trust.PolicyName), []byte(benchPolicy), 0o600); err != nil {
 		return nil, err
 	}
 	if l.client, err = agent.OpenClient(l.agent); err != nil {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/agent"
+	"github.com/syncbridge/bridge/bridge/trust"
 )
 
 // The sections here measure what users do, with the real `bridge` binary:
@@ -604,7 +605,7 @@ func (u *users) pyIdle(base, root string, settle time.Duration) (idleStats, stri
 func libClientMain(home string) error {
 	n, _ := strconv.Atoi(os.Getenv(childNEnv))
 	pause, _ := time.ParseDuration(os.Getenv(childPollEnv))
-	h, err := bridge.OpenHome(home)
+	h, err := trust.OpenHome(home)
 	if err != nil {
 		return err
 	}

@@ -21,6 +21,7 @@ import (
 
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/agent"
+	"github.com/syncbridge/bridge/bridge/trust"
 )
 
 // The cost budget (issue 25): what one round trip costs, counted, not
@@ -193,7 +194,7 @@ func newBudgetWorld(t *testing.T) *budgetWorld {
 	w.cli(t, w.agent, "init", "agent", "--name", "agent", "--folder", w.folder)
 	w.cli(t, w.agent, "pair", "--fingerprint", w.fingerprint(t, w.host))
 	w.cli(t, w.host, "pair", "--fingerprint", w.fingerprint(t, w.agent))
-	if err := os.WriteFile(filepath.Join(w.host, bridge.PolicyName), []byte(budgetPolicy), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(w.host, trust.PolicyName), []byte(budgetPolicy), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	return w
@@ -479,7 +480,7 @@ func TestBudgetLibClient(t *testing.T) {
 	if home == "" {
 		t.Skip("run by TestCostBudget")
 	}
-	h, err := bridge.OpenHome(home)
+	h, err := trust.OpenHome(home)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -509,12 +510,12 @@ func TestBudgetLibClient(t *testing.T) {
 // allocs counts the heap allocations of one round trip of each op,
 // through the library, with the daemon in this process: the least of five.
 func (w *budgetWorld) allocs(t *testing.T, got map[string]int64) {
-	hh, err := bridge.OpenHome(w.host)
+	hh, err := trust.OpenHome(w.host)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer serveInProcess(t, hh)()
-	ah, err := bridge.OpenHome(w.agent)
+	ah, err := trust.OpenHome(w.agent)
 	if err != nil {
 		t.Fatal(err)
 	}

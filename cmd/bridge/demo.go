@@ -15,6 +15,7 @@ import (
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/agent"
 	"github.com/syncbridge/bridge/bridge/host"
+	"github.com/syncbridge/bridge/bridge/trust"
 )
 
 // DemoCmd runs the whole loop on temporary folders: a host and an agent
@@ -68,11 +69,11 @@ func (c *DemoCmd) Run(g *Globals) error {
 		return err
 	}
 	step("set up: a host and an agent share %s", folder)
-	hh, err := bridge.InitHome(filepath.Join(base, "host-home"), "host", "laptop", folder)
+	hh, err := trust.InitHome(filepath.Join(base, "host-home"), "host", "laptop", folder)
 	if err != nil {
 		return err
 	}
-	ah, err := bridge.InitHome(filepath.Join(base, "agent-home"), "agent", "cloud-1", folder)
+	ah, err := trust.InitHome(filepath.Join(base, "agent-home"), "agent", "cloud-1", folder)
 	if err != nil {
 		return err
 	}
@@ -85,7 +86,7 @@ func (c *DemoCmd) Run(g *Globals) error {
 	say("host  laptop   fingerprint %s", hh.Bundle().Fingerprint())
 	say("agent cloud-1  fingerprint %s", ah.Bundle().Fingerprint())
 	say("each side trusts the other's bundle (`bridge keys export` / `bridge keys trust`)")
-	if err := os.WriteFile(hh.Path(bridge.PolicyName), []byte(demoPolicy), 0o600); err != nil {
+	if err := os.WriteFile(hh.Path(trust.PolicyName), []byte(demoPolicy), 0o600); err != nil {
 		return err
 	}
 	say("policy: cloud-1 may run echo and count; deploy exists but is not allowed")

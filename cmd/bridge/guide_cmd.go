@@ -18,6 +18,7 @@ import (
 
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/agent"
+	"github.com/syncbridge/bridge/bridge/trust"
 )
 
 // `bridge guide`: what an AI agent needs to know to use the bridge, written
@@ -170,12 +171,12 @@ func (g *Globals) wrote(path, format string) error {
 }
 
 // buildGuide reads the catalog of each trusted host (or of the one named).
-func buildGuide(h *bridge.Home, cl *agent.Client, only string) (*guideDoc, error) {
+func buildGuide(h *trust.Home, cl *agent.Client, only string) (*guideDoc, error) {
 	peers, err := h.Peers()
 	if err != nil {
 		return nil, err
 	}
-	var hosts []bridge.Peer
+	var hosts []trust.Peer
 	for _, p := range peers {
 		if p.Role == "host" && (only == "" || only == p.Name || only == p.ID) {
 			hosts = append(hosts, p)
@@ -183,7 +184,7 @@ func buildGuide(h *bridge.Home, cl *agent.Client, only string) (*guideDoc, error
 	}
 	if len(hosts) == 0 {
 		if only != "" {
-			var all []bridge.Peer
+			var all []trust.Peer
 			for _, p := range peers {
 				if p.Role == "host" {
 					all = append(all, p)
@@ -195,7 +196,7 @@ func buildGuide(h *bridge.Home, cl *agent.Client, only string) (*guideDoc, error
 			}
 			return nil, &codeError{code: exitUsage, err: withHintf(fmt.Errorf("guide: --host %s: %w", only, agent.ErrUnknownHost), "%s", hint)}
 		}
-		return nil, withHintf(fmt.Errorf("guide: %w: no host is trusted", bridge.ErrUnknownPeer),
+		return nil, withHintf(fmt.Errorf("guide: %w: no host is trusted", trust.ErrUnknownPeer),
 			"run `bridge keys trust BUNDLE` with the line `bridge keys export` printed on the host, or `bridge pair`")
 	}
 	doc := &guideDoc{
@@ -266,7 +267,7 @@ func buildGuide(h *bridge.Home, cl *agent.Client, only string) (*guideDoc, error
 	return doc, nil
 }
 
-func hostNames(hosts []bridge.Peer) string {
+func hostNames(hosts []trust.Peer) string {
 	var n []string
 	for _, p := range hosts {
 		n = append(n, p.Name)

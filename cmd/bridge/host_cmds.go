@@ -18,6 +18,7 @@ import (
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/agent"
 	"github.com/syncbridge/bridge/bridge/host"
+	"github.com/syncbridge/bridge/bridge/trust"
 )
 
 // Host commands: serve, and the operator's decisions on requests
@@ -103,7 +104,7 @@ func (c *ServeCmd) Run(g *Globals) error {
 
 // logStopped writes the daemon's last line: how it stopped, and what it
 // leaves for its next start (requests the ledger holds unanswered).
-func logStopped(logger *slog.Logger, h *bridge.Home, how string) {
+func logStopped(logger *slog.Logger, h *trust.Home, how string) {
 	entries, err := host.LedgerEntries(h)
 	if err != nil {
 		logger.Info("stopped "+how, "left", "unknown: "+err.Error())
@@ -294,7 +295,7 @@ func (c *ApproveCmd) Run(g *Globals) error {
 }
 
 // whenServed says when the daemon acts on an order left for it.
-func whenServed(h *bridge.Home, what string) string {
+func whenServed(h *trust.Home, what string) string {
 	if _, ok := host.DaemonRunning(h); ok {
 		return "`bridge serve` " + what + " within a second"
 	}

@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/alecthomas/kong"
-	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/host"
+	"github.com/syncbridge/bridge/bridge/trust"
 	bcrypto "github.com/syncbridge/bridge/crypto"
 )
 
@@ -29,7 +29,7 @@ type InitCmd struct {
 }
 
 func (c *InitCmd) Run(g *Globals) error {
-	var h *bridge.Home
+	var h *trust.Home
 	var err error
 	if c.FromSecret {
 		if c.Role != "agent" {
@@ -43,9 +43,9 @@ func (c *InitCmd) Run(g *Globals) error {
 			return &codeError{code: exitUsage, err: withHintf(errors.New("--from-secret: no secret given"),
 				"set BRIDGE_AGENT_KEY to the line `bridge keys export-secret` printed, or pass --secret-file FILE")}
 		}
-		h, err = bridge.RestoreAgentHome(g.Home, c.Folder, secret)
+		h, err = trust.RestoreAgentHome(g.Home, c.Folder, secret)
 	} else {
-		h, err = bridge.InitHome(g.Home, c.Role, c.Name, c.Folder)
+		h, err = trust.InitHome(g.Home, c.Role, c.Name, c.Folder)
 	}
 	if err != nil {
 		return err
@@ -73,7 +73,7 @@ func (c *InitCmd) Run(g *Globals) error {
 	g.printf("id          %s\nfingerprint %s\n\n", h.Config.ID, h.Bundle().Fingerprint())
 	g.printf("The other side pairs with it from the folder (`bridge pair`, comparing this fingerprint); or give it this line (`bridge keys trust LINE`):\n%s\n", h.BundleText())
 	if c.Role == "host" {
-		g.printf("\nNext: `bridge policy init --agent NAME` writes a starter policy (%s; or --preset git,go --repo DIR for a repository); run `bridge serve`;\n", h.Path(bridge.PolicyName))
+		g.printf("\nNext: `bridge policy init --agent NAME` writes a starter policy (%s; or --preset git,go --repo DIR for a repository); run `bridge serve`;\n", h.Path(trust.PolicyName))
 		g.printf("once the agent has paired, pair it here: `bridge pair --wait --fingerprint <the agent's fingerprint>`.\n")
 	} else {
 		g.printf("\nNext: `bridge pair --fingerprint <the host's fingerprint>`; then on the host, `bridge pair --wait --fingerprint %s`.\n", h.Bundle().Fingerprint())
@@ -151,9 +151,9 @@ func (c *KeysShowCmd) Run(g *Globals) error {
 			k := p.Keys[i]
 			v := keyView{Seq: k.Seq, SignKid: k.SignKid(), BoxKid: k.BoxKid(), ValidUntil: k.ValidUntil}
 			switch p.State(k, now) {
-			case bridge.KeyRevoked:
+			case trust.KeyRevoked:
 				v.State = "revoked"
-			case bridge.KeyExpired:
+			case trust.KeyExpired:
 				v.State = "expired"
 			default:
 				v.State = "current"
@@ -264,7 +264,7 @@ func (c *KeysRemoveCmd) Run(g *Globals) error {
 	}
 	g.printf("removed %s %q (%s)\n", p.Role, p.Name, p.ID)
 	if len(p.Revoked) > 0 {
-		g.printf("its %d revoked key id(s) stay revoked in %s: they can never be trusted again\n", len(p.Revoked), h.Path(bridge.RevokedName))
+		g.printf("its %d revoked key id(s) stay revoked in %s: they can never be trusted again\n", len(p.Revoked), h.Path(trust.RevokedName))
 	}
 	if _, ok := p.Current(); ok {
 		g.note("hint: its current key was not revoked, so it can be paired again; `bridge keys revoke` it first if it was stolen")
@@ -314,12 +314,12 @@ func (c *PairCmd) Run(g *Globals) error {
 	if err != nil {
 		return err
 	}
-	pickNew := func() ([]bridge.Candidate, error) {
+	pickNew := func() ([]trust.Candidate, error) {
 		cands, err := h.Candidates()
 		if err != nil {
 			return nil, err
 		}
-		var pick []bridge.Candidate
+		var pick []trust.Candidate
 		for _, cd := range cands {
 			if (c.Peer == "" && (!cd.Trusted || cd.Revoked)) || cd.ID == c.Peer {
 				pick = append(pick, cd)
@@ -361,7 +361,7 @@ func (c *PairCmd) Run(g *Globals) error {
 				}
 			}
 		}
-		if trustedFP && !slices.ContainsFunc(pick, func(cd bridge.Candidate) bool { return compactFingerprint(cd.Fingerprint) == want }) {
+		if trustedFP && !slices.ContainsFunc(pick, func(cd trust.Candidate) bool { return compactFingerprint(cd.Fingerprint) == want }) {
 			pick = nil // the peer named is trusted: other bundles in the folder are not the question
 		}
 	}
@@ -397,7 +397,7 @@ func (c *PairCmd) Run(g *Globals) error {
 	}
 	if want := strings.ToLower(strings.TrimSpace(c.Fingerprint)); len(pick) > 1 && want != "" {
 		// The fingerprint the other side shows names one of them.
-		var byFP []bridge.Candidate
+		var byFP []trust.Candidate
 		for _, cd := range pick {
 			if cd.Fingerprint == want {
 				byFP = append(byFP, cd)
@@ -517,16 +517,16 @@ func (c *PairCmd) Run(g *Globals) error {
 // notePolicyGrantsNothing says, on a host that just trusted an agent, when
 // its policy lets that agent run no op (the agent would learn it only from
 // an empty catalog).
-func (g *Globals) notePolicyGrantsNothing(h *bridge.Home, role, name string) {
+func (g *Globals) notePolicyGrantsNothing(h *trust.Home, role, name string) {
 	if h.Config.Role != "host" || role != "agent" {
 		return
 	}
-	sum, err := host.CheckPolicy(h.Path(bridge.PolicyName))
+	sum, err := host.CheckPolicy(h.Path(trust.PolicyName))
 	if err != nil {
 		return // no policy yet, or one that does not load: policy check says it
 	}
 	if len(sum.Agents[name]) == 0 {
-		g.note("warning: the policy grants agent %q no op: add [agents.%s] with its ops to %s (`bridge policy presets` for a start)", name, name, h.Path(bridge.PolicyName))
+		g.note("warning: the policy grants agent %q no op: add [agents.%s] with its ops to %s (`bridge policy presets` for a start)", name, name, h.Path(trust.PolicyName))
 	}
 }
 
@@ -644,7 +644,7 @@ func agentSecret(g *Globals, file string) (string, error) {
 // audit records an operator's action on a host's trust in its audit log (on
 // an agent's home, nothing). A failure to record is said, not fatal: the
 // action is done.
-func (g *Globals) audit(h *bridge.Home, e host.AuditEvent) {
+func (g *Globals) audit(h *trust.Home, e host.AuditEvent) {
 	queued, err := host.AuditAction(h, e)
 	switch {
 	case err != nil:

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/syncbridge/bridge/bridge/syncthing"
 	"io"
 	"os"
 	"os/signal"
@@ -21,10 +20,11 @@ import (
 	"unicode/utf8"
 
 	"github.com/alecthomas/kong"
-
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/agent"
 	"github.com/syncbridge/bridge/bridge/host"
+	"github.com/syncbridge/bridge/bridge/syncthing"
+	"github.com/syncbridge/bridge/bridge/trust"
 )
 
 // Exit codes (docs/CLI.md, "Exit status"). `bridge run` and `bridge result`
@@ -472,7 +472,7 @@ func escapeArgs(args []any) []any {
 // openHome opens the home. An ephemeral sandbox has none: with the agent's
 // secret ($BRIDGE_AGENT_KEY or $BRIDGE_AGENT_KEY_FILE) and $BRIDGE_FOLDER
 // set, it is rebuilt from them first (KEYS.md "Ephemeral sandboxes").
-func (g *Globals) openHome() (*bridge.Home, error) {
+func (g *Globals) openHome() (*trust.Home, error) {
 	h, err := g.openHomeOnly()
 	if err != nil {
 		return nil, err
@@ -483,21 +483,21 @@ func (g *Globals) openHome() (*bridge.Home, error) {
 	return h, nil
 }
 
-func (g *Globals) openHomeOnly() (*bridge.Home, error) {
-	h, err := bridge.OpenHome(g.Home)
+func (g *Globals) openHomeOnly() (*trust.Home, error) {
+	h, err := trust.OpenHome(g.Home)
 	folder := os.Getenv("BRIDGE_FOLDER")
-	if !errors.Is(err, bridge.ErrNoHome) || folder == "" {
+	if !errors.Is(err, trust.ErrNoHome) || folder == "" {
 		return h, err
 	}
 	secret, serr := agentSecret(g, os.Getenv("BRIDGE_AGENT_KEY_FILE"))
 	if serr != nil || secret == "" {
 		return h, err
 	}
-	if _, rerr := bridge.RestoreAgentHome(g.Home, folder, secret); rerr != nil && !errors.Is(rerr, bridge.ErrHomeExists) {
+	if _, rerr := trust.RestoreAgentHome(g.Home, folder, secret); rerr != nil && !errors.Is(rerr, trust.ErrHomeExists) {
 		return nil, rerr
 	}
 	g.note("restored the agent's home %s from its secret", g.Home)
-	h, err = bridge.OpenHome(g.Home)
+	h, err = trust.OpenHome(g.Home)
 	if err == nil {
 		g.noteNoNudge(h)
 	}

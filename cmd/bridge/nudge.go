@@ -1,12 +1,12 @@
 package main
 
 import (
-	"github.com/syncbridge/bridge/bridge/syncthing"
 	"log/slog"
 	"os"
 	"path/filepath"
 
-	"github.com/syncbridge/bridge/bridge"
+	"github.com/syncbridge/bridge/bridge/syncthing"
+	"github.com/syncbridge/bridge/bridge/trust"
 )
 
 // SyncthingFlags turn on the Syncthing nudge: after publishing a file, ask
@@ -56,7 +56,7 @@ func (s SyncthingFlags) nudger(log *slog.Logger) (*syncthing.Nudger, error) {
 // environment, over the home's file. A bad setting given on the command
 // line is a usage error; one from the environment or the file, for a
 // command that has no such flags, is said once and nudging is off.
-func (g *Globals) homeNudger(h *bridge.Home) error {
+func (g *Globals) homeNudger(h *trust.Home) error {
 	explicit := g.syncthing != nil
 	s := envSyncthing()
 	if explicit {
@@ -86,7 +86,7 @@ func (g *Globals) homeNudger(h *bridge.Home) error {
 }
 
 // mustSyncthingConfig is the home's file, which homeNudger read already.
-func mustSyncthingConfig(h *bridge.Home) syncthing.Config {
+func mustSyncthingConfig(h *trust.Home) syncthing.Config {
 	c, _ := syncthing.LoadConfig(h)
 	return c
 }
@@ -95,7 +95,7 @@ func mustSyncthingConfig(h *bridge.Home) syncthing.Config {
 // folder is Syncthing's and nothing sets a nudge: the secret does not carry
 // the nudge settings (they name this machine's Syncthing, not the agent),
 // and without them every hop waits for Syncthing's watcher.
-func (g *Globals) noteNoNudge(h *bridge.Home) {
+func (g *Globals) noteNoNudge(h *trust.Home) {
 	if fi, err := os.Stat(filepath.Join(h.Config.Folder, ".stfolder")); err != nil || !fi.IsDir() {
 		return
 	}

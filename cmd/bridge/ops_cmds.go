@@ -3,7 +3,6 @@ package main
 import (
 	"errors"
 	"fmt"
-	"github.com/syncbridge/bridge/bridge/doctor"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -14,7 +13,9 @@ import (
 
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/agent"
+	"github.com/syncbridge/bridge/bridge/doctor"
 	"github.com/syncbridge/bridge/bridge/host"
+	"github.com/syncbridge/bridge/bridge/trust"
 )
 
 // Operator tools: the audit log, doctor and the user service.
@@ -154,7 +155,7 @@ func (c *DoctorCmd) Run(g *Globals) error {
 
 // livenessFindings judges, on an agent, each trusted host's liveness
 // stamp: one host-liveness finding per host.
-func livenessFindings(h *bridge.Home) []doctor.Finding {
+func livenessFindings(h *trust.Home) []doctor.Finding {
 	peers, err := h.Peers()
 	if err != nil {
 		return nil // CheckHome reports the home's trouble
@@ -214,7 +215,7 @@ type serviceFlags struct {
 	FilesOnly bool   `name:"files-only" help:"Only write or remove the unit file; do not call systemctl or launchctl."`
 }
 
-func (f *serviceFlags) unit(g *Globals, allowRoot bool) (*bridge.Home, *host.ServiceUnit, error) {
+func (f *serviceFlags) unit(g *Globals, allowRoot bool) (*trust.Home, *host.ServiceUnit, error) {
 	h, err := g.openHome()
 	if err != nil {
 		return nil, nil, err
@@ -453,7 +454,7 @@ func absDir(dir string) string {
 
 // serveLine is the command that runs this home's daemon, as a supervisor
 // would run it.
-func serveLine(h *bridge.Home, root bool) string {
+func serveLine(h *trust.Home, root bool) string {
 	line := "bridge serve --home " + absDir(h.Dir)
 	if root {
 		line += " --allow-root"

@@ -12,6 +12,7 @@ import (
 
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/host"
+	"github.com/syncbridge/bridge/bridge/trust"
 )
 
 // The host's policy: check and explain.
@@ -68,7 +69,7 @@ func (g *Globals) homePolicy(what string) (string, error) {
 		return "", withHintf(fmt.Errorf("%s: this home belongs to an agent; the policy is the host's", what),
 			"run it with the host's --home, or name a policy file: bridge policy check FILE")
 	}
-	return h.Path(bridge.PolicyName), nil
+	return h.Path(trust.PolicyName), nil
 }
 
 // PolicyInitCmd writes a starter policy.
@@ -200,7 +201,7 @@ func (c *PolicyInitCmd) presetPolicy(g *Globals) (string, []string, error) {
 		return "", nil, &codeError{code: exitUsage, err: withHintf(errors.New("policy init --preset: which repository? --repo DIR is required"),
 			"the ops work in that directory, and write-file and git-add are confined to it: `bridge policy init --preset %s --repo ~/src/app`", strings.Join(c.Preset, ","))}
 	}
-	repo, err := filepath.Abs(bridge.ExpandTilde(c.Repo))
+	repo, err := filepath.Abs(trust.ExpandTilde(c.Repo))
 	if err != nil {
 		return "", nil, err
 	}

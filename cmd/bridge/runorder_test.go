@@ -10,6 +10,7 @@ import (
 
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/host"
+	"github.com/syncbridge/bridge/bridge/trust"
 )
 
 // ackSpy is the stdout of a `bridge run`: at its first write it notes
@@ -65,18 +66,18 @@ func TestRunPrintsBeforeAck(t *testing.T) {
 // pairedHomes makes a host home "laptop" and an agent home "cloud-1" on one
 // folder, the agent trusting the host (the host's trust of the agent is
 // the caller's to add).
-func pairedHomes(t *testing.T) (folder string, h, a *bridge.Home) {
+func pairedHomes(t *testing.T) (folder string, h, a *trust.Home) {
 	t.Helper()
 	base := t.TempDir()
 	folder = filepath.Join(base, "folder")
 	if err := os.Mkdir(folder, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	h, err := bridge.InitHome(filepath.Join(base, "host"), "host", "laptop", folder)
+	h, err := trust.InitHome(filepath.Join(base, "host"), "host", "laptop", folder)
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err = bridge.InitHome(filepath.Join(base, "agent"), "agent", "cloud-1", folder)
+	a, err = trust.InitHome(filepath.Join(base, "agent"), "agent", "cloud-1", folder)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +88,7 @@ func pairedHomes(t *testing.T) (folder string, h, a *bridge.Home) {
 }
 
 // serveInProcess runs a daemon for home h in this process until stop.
-func serveInProcess(t *testing.T, h *bridge.Home) (stop func()) {
+func serveInProcess(t *testing.T, h *trust.Home) (stop func()) {
 	t.Helper()
 	d, err := host.NewDaemon(h, host.DaemonOptions{AllowRoot: true})
 	if err != nil {

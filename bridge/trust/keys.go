@@ -1,4 +1,4 @@
-package bridge
+package trust
 
 import (
 	"encoding/json"
@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/syncbridge/bridge/bridge"
 	bcrypto "github.com/syncbridge/bridge/crypto"
 	"github.com/syncbridge/bridge/syncsafe"
 )
@@ -184,11 +185,11 @@ func (h *Home) Rotate(overlap time.Duration) (*RotationInfo, error) {
 		return nil, err
 	}
 	meta, _ := json.Marshal(RetiredKey{V: 1, Seq: oldBundle.Seq, SignKid: old.SignKid(), BoxKid: old.BoxKid(), Retired: now.Unix(),
-		ValidTill: validUntil.Unix(), KeepUntil: validUntil.Add(MaxValidity + DefaultSkew).Unix()})
+		ValidTill: validUntil.Unix(), KeepUntil: validUntil.Add(bridge.MaxValidity + bridge.DefaultSkew).Unix()})
 	if err := syncsafe.WriteFileAtomic(h.Path(OwnKeysDir, name+".json"), meta); err != nil {
 		return nil, err
 	}
-	if err := syncsafe.WriteFileAtomic(h.Path(OwnKeysDir, RotationName(seq)), statement); err != nil {
+	if err := syncsafe.WriteFileAtomic(h.Path(OwnKeysDir, bridge.RotationName(seq)), statement); err != nil {
 		return nil, err
 	}
 	nextText, _ := next.MarshalText()
@@ -225,8 +226,8 @@ func (h *Home) publishKeys() (int, error) {
 	var dirs []string
 	var bundlePath func(dir string) string
 	if h.Config.Role == "host" {
-		dirs = []string{HostDir(h.Config.ID)}
-		bundlePath = func(string) string { return HostBundlePath(h.Config.ID) }
+		dirs = []string{bridge.HostDir(h.Config.ID)}
+		bundlePath = func(string) string { return bridge.HostBundlePath(h.Config.ID) }
 	} else {
 		peers, err := h.Peers()
 		if err != nil {
@@ -234,10 +235,10 @@ func (h *Home) publishKeys() (int, error) {
 		}
 		for _, p := range peers {
 			if p.Role == "host" {
-				dirs = append(dirs, ToHostDir(p.ID, h.Config.ID))
+				dirs = append(dirs, bridge.ToHostDir(p.ID, h.Config.ID))
 			}
 		}
-		bundlePath = func(dir string) string { return dir + "/" + AgentBundleName }
+		bundlePath = func(dir string) string { return dir + "/" + bridge.AgentBundleName }
 	}
 	var errs []error
 	for _, dir := range dirs {
@@ -247,11 +248,11 @@ func (h *Home) publishKeys() (int, error) {
 				errs = append(errs, err)
 				continue
 			}
-			if err := f.Publish(dir+"/"+filepath.Base(s), WriteBytes(data), syncsafe.WithMode(0o644)); err != nil && !errors.Is(err, syncsafe.ErrExists) {
+			if err := f.Publish(dir+"/"+filepath.Base(s), bridge.WriteBytes(data), syncsafe.WithMode(0o644)); err != nil && !errors.Is(err, syncsafe.ErrExists) {
 				errs = append(errs, err)
 			}
 		}
-		errs = append(errs, f.PublishReplace(bundlePath(dir), WriteBytes(signed), syncsafe.WithMode(0o644)))
+		errs = append(errs, f.PublishReplace(bundlePath(dir), bridge.WriteBytes(signed), syncsafe.WithMode(0o644)))
 	}
 	return len(dirs), errors.Join(errs...)
 }
@@ -270,7 +271,7 @@ type RotationEvent struct {
 // statements are ignored; anything else is refused. Only the home is
 // written, never the folder.
 func (h *Home) FollowRotations(f *syncsafe.Folder, peerID, dir string) ([]RotationEvent, error) {
-	entries, err := f.ListFunc(dir, func(name string) bool { _, ok := ParseRotationName(name); return ok })
+	entries, err := f.ListFunc(dir, func(name string) bool { _, ok := bridge.ParseRotationName(name); return ok })
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	} else if err != nil {
@@ -282,7 +283,7 @@ func (h *Home) FollowRotations(f *syncsafe.Folder, peerID, dir string) ([]Rotati
 	}
 	var stmts []stmt
 	for _, e := range entries {
-		if seq, ok := ParseRotationName(e.Name); ok && e.Type == 0 {
+		if seq, ok := bridge.ParseRotationName(e.Name); ok && e.Type == 0 {
 			stmts = append(stmts, stmt{seq, e.Name})
 		}
 	}
@@ -307,11 +308,11 @@ func (h *Home) FollowRotations(f *syncsafe.Folder, peerID, dir string) ([]Rotati
 		r, err := bcrypto.ParseRotation(data, cur.SignPub)
 		switch {
 		case err != nil:
-			ev.Result = "refused: " + string(Reason(err))
+			ev.Result = "refused: " + string(bridge.Reason(err))
 		case p.State(cur, time.Now()) == KeyRevoked:
 			ev.Result = "refused: signed by a revoked key"
 		case r.ID != p.ID || r.Role != p.Role || r.Seq != s.seq:
-			ev.Result = "refused: " + string(Reason(ErrNameMismatch))
+			ev.Result = "refused: " + string(bridge.Reason(bridge.ErrNameMismatch))
 		case h.keptRevoked(r.NewSignPub, r.NewBoxPub):
 			ev.Result = "refused: its new key was revoked here with a removed peer"
 		default:
@@ -349,7 +350,7 @@ func (h *Home) PeerRecord(id string) (*Peer, error) {
 // now on nothing signed by it is accepted, and no rotation it signs.
 func (h *Home) Revoke(kid string) (*Peer, error) {
 	if !bcrypto.ValidKid(kid) {
-		return nil, WithHint(fmt.Errorf("revoke: %q is not a key id", kid), "`bridge keys show` lists the key ids of every peer")
+		return nil, bridge.WithHint(fmt.Errorf("revoke: %q is not a key id", kid), "`bridge keys show` lists the key ids of every peer")
 	}
 	peers, err := h.Peers()
 	if err != nil {
@@ -368,7 +369,7 @@ func (h *Home) Revoke(kid string) (*Peer, error) {
 			}
 		}
 	}
-	return nil, WithHint(fmt.Errorf("revoke: no trusted peer has key %s", kid), "`bridge keys show` lists the key ids of every peer")
+	return nil, bridge.WithHint(fmt.Errorf("revoke: no trusted peer has key %s", kid), "`bridge keys show` lists the key ids of every peer")
 }
 
 // Candidate is a peer bundle found in the folder, for `bridge pair`.
@@ -394,23 +395,23 @@ func (h *Home) Candidates() ([]Candidate, error) {
 	defer f.Close()
 	var paths []string
 	if h.Config.Role == "agent" {
-		hosts, err := f.List(hostsDir)
+		hosts, err := f.List(bridge.HostsRoot)
 		if err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return nil, err
 		}
 		for _, e := range hosts {
 			if bcrypto.ValidKid(e.Name) && e.Type.IsDir() {
-				paths = append(paths, HostBundlePath(e.Name))
+				paths = append(paths, bridge.HostBundlePath(e.Name))
 			}
 		}
 	} else {
-		agents, err := f.List(ToHostRoot(h.Config.ID))
+		agents, err := f.List(bridge.ToHostRoot(h.Config.ID))
 		if err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return nil, err
 		}
 		for _, e := range agents {
 			if bcrypto.ValidKid(e.Name) && e.Type.IsDir() {
-				paths = append(paths, AgentBundlePath(h.Config.ID, e.Name))
+				paths = append(paths, bridge.AgentBundlePath(h.Config.ID, e.Name))
 			}
 		}
 	}

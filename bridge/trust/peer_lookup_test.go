@@ -1,10 +1,12 @@
-package bridge
+package trust
 
 import (
 	"errors"
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/syncbridge/bridge/bridge"
 )
 
 // A peer is found by id from its own record's file: another peer's broken
@@ -30,7 +32,7 @@ func TestPeerByIDBesideABrokenRecord(t *testing.T) {
 		t.Fatalf("Peers beside a broken record: %v, want the broken file named", err)
 	}
 	// It says what to do about it.
-	var h *HintError
+	var h *bridge.HintError
 	if !errors.As(err, &h) || !strings.Contains(h.Hint, "move it out of") || !strings.Contains(h.Hint, agent.Path(PeersDir)) {
 		t.Fatalf("a broken record's error without the hint to move it away: %#v", err)
 	}

@@ -1,6 +1,6 @@
 //go:build !unix
 
-package bridge
+package trust
 
 // foreignHome: ownership and modes are Unix checks.
 func foreignHome(string) string { return "" }

@@ -1,4 +1,4 @@
-package bridge
+package trust
 
 import (
 	"bytes"
@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/syncbridge/bridge/bridge"
 	bcrypto "github.com/syncbridge/bridge/crypto"
 	"github.com/syncbridge/bridge/syncsafe"
 )
@@ -50,19 +51,6 @@ var (
 	ErrHomeExists  = errors.New("already initialised")
 	ErrUnknownPeer = errors.New("no such trusted peer")
 )
-
-// HintError carries a next step for the user along with the error.
-type HintError struct {
-	Err  error
-	Hint string
-}
-
-func (e *HintError) Error() string { return e.Err.Error() }
-func (e *HintError) Unwrap() error { return e.Err }
-
-func WithHint(err error, hint string, args ...any) error {
-	return &HintError{Err: err, Hint: fmt.Sprintf(hint, args...)}
-}
 
 // Config is a home's config.json.
 type Config struct {
@@ -123,14 +111,14 @@ func InitHome(dir, role, name, folder string) (*Home, error) {
 		name = SanitizeName(name, role)
 	}
 	if !syncsafe.ValidName(name) {
-		return nil, WithHint(fmt.Errorf("init: name %q is not a valid name", name), "use lower-case letters, digits, '.', '_' or '-', at most 64")
+		return nil, bridge.WithHint(fmt.Errorf("init: name %q is not a valid name", name), "use lower-case letters, digits, '.', '_' or '-', at most 64")
 	}
 	absDir, absFolder, err := newHomePaths("init", dir, folder)
 	if err != nil {
 		return nil, err
 	}
 	if fi, err := os.Stat(absFolder); err != nil || !fi.IsDir() {
-		return nil, WithHint(fmt.Errorf("init: folder %s is not a directory", absFolder), "create it and share it with your sync client first")
+		return nil, bridge.WithHint(fmt.Errorf("init: folder %s is not a directory", absFolder), "create it and share it with your sync client first")
 	}
 	if err := os.MkdirAll(absDir, 0o700); err != nil {
 		return nil, fmt.Errorf("init: %w", err)
@@ -154,7 +142,7 @@ func InitHome(dir, role, name, folder string) (*Home, error) {
 			return nil, err
 		}
 	} else if err := syncsafe.CheckMarker(f); err != nil {
-		return nil, WithHint(fmt.Errorf("init agent: %w", err), "run `bridge init host --folder ...` on the host first and wait until the sync client has copied %s", syncsafe.MarkerName)
+		return nil, bridge.WithHint(fmt.Errorf("init agent: %w", err), "run `bridge init host --folder ...` on the host first and wait until the sync client has copied %s", syncsafe.MarkerName)
 	}
 	id, err := bcrypto.GenerateIdentity(nil)
 	if err != nil {
@@ -182,12 +170,12 @@ func InitHome(dir, role, name, folder string) (*Home, error) {
 		return nil, err
 	}
 	if role == "host" {
-		for _, d := range []string{HostDir(h.Config.ID), ToHostRoot(h.Config.ID), path2(HostDir(h.Config.ID), toAgentDir)} {
+		for _, d := range []string{bridge.HostDir(h.Config.ID), bridge.ToHostRoot(h.Config.ID), bridge.ToAgentRoot(h.Config.ID)} {
 			if err := f.MkdirAll(d); err != nil {
 				return nil, err
 			}
 		}
-		if err := f.PublishReplace(HostBundlePath(h.Config.ID), WriteBytes(signed), syncsafe.WithMode(0o644)); err != nil {
+		if err := f.PublishReplace(bridge.HostBundlePath(h.Config.ID), bridge.WriteBytes(signed), syncsafe.WithMode(0o644)); err != nil {
 			return nil, err
 		}
 	}
@@ -197,8 +185,6 @@ func InitHome(dir, role, name, folder string) (*Home, error) {
 	}
 	return h, nil
 }
-
-func path2(a, b string) string { return a + "/" + b }
 
 func SanitizeName(s, fallback string) string {
 	s = strings.ToLower(s)
@@ -253,7 +239,7 @@ func CheckOutside(home, folder string) error {
 	}
 	h, f := real(home), real(folder)
 	if h == f || strings.HasPrefix(h, f+string(filepath.Separator)) {
-		return WithHint(fmt.Errorf("state directory %s is inside the synced folder %s", home, folder),
+		return bridge.WithHint(fmt.Errorf("state directory %s is inside the synced folder %s", home, folder),
 			"keys, ledger and policy must never be synced: use a --home outside the folder (the default is fine)")
 	}
 	return nil
@@ -270,12 +256,12 @@ func OpenHome(dir string) (*Home, error) {
 	// user's keys and trust, whatever it holds (the red team of 8612227:
 	// an agent home re-pointed by another user's link was used as it was).
 	if why := foreignHome(absDir); why != "" {
-		return nil, WithHint(fmt.Errorf("open %s: not a directory of this user's own: %s", absDir, why),
+		return nil, bridge.WithHint(fmt.Errorf("open %s: not a directory of this user's own: %s", absDir, why),
 			"a home holds this user's keys: keep it in a directory only you can write (`chmod 700` it if it is yours), reached without another user's links")
 	}
 	data, err := os.ReadFile(filepath.Join(absDir, configName))
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, WithHint(fmt.Errorf("open %s: %w", absDir, ErrNoHome), "if this party has a home elsewhere, pass --home DIR or set BRIDGE_HOME; else `bridge init host --folder DIR` or `bridge init agent --folder DIR` (a new home is a new identity, to be paired)")
+		return nil, bridge.WithHint(fmt.Errorf("open %s: %w", absDir, ErrNoHome), "if this party has a home elsewhere, pass --home DIR or set BRIDGE_HOME; else `bridge init host --folder DIR` or `bridge init agent --folder DIR` (a new home is a new identity, to be paired)")
 	} else if err != nil {
 		return nil, err
 	}
@@ -343,11 +329,11 @@ func (h *Home) ReadFolder() (*syncsafe.Folder, error) { return h.openFolder() }
 func (h *Home) openFolder(opts ...syncsafe.FolderOption) (*syncsafe.Folder, error) {
 	f, err := syncsafe.OpenFolder(h.Config.Folder, opts...)
 	if err != nil {
-		return nil, WithHint(err, "is the synced folder %s mounted and shared?", h.Config.Folder)
+		return nil, bridge.WithHint(err, "is the synced folder %s mounted and shared?", h.Config.Folder)
 	}
 	if err := syncsafe.CheckMarker(f); err != nil {
 		f.Close()
-		return nil, WithHint(err, "refusing to act on %s: without %s it may be unmounted or not synced yet", h.Config.Folder, syncsafe.MarkerName)
+		return nil, bridge.WithHint(err, "refusing to act on %s: without %s it may be unmounted or not synced yet", h.Config.Folder, syncsafe.MarkerName)
 	}
 	return f, nil
 }
@@ -358,7 +344,7 @@ func (h *Home) openFolder(opts ...syncsafe.FolderOption) (*syncsafe.Folder, erro
 func (h *Home) Trust(text, name string) (*Peer, error) {
 	b, _, err := bcrypto.ParseBundleText(text)
 	if err != nil {
-		return nil, WithHint(fmt.Errorf("trust: %w", err), "paste the whole line printed by `bridge keys export` on the other side")
+		return nil, bridge.WithHint(fmt.Errorf("trust: %w", err), "paste the whole line printed by `bridge keys export` on the other side")
 	}
 	if b.Role == h.Config.Role {
 		return nil, fmt.Errorf("trust: that is a %s bundle; a %s trusts %ss", b.Role, h.Config.Role, otherRole(h.Config.Role))
@@ -369,8 +355,8 @@ func (h *Home) Trust(text, name string) (*Peer, error) {
 	if name == "" {
 		name = b.Name
 	}
-	if !syncsafe.ValidName(name) || looksLikeID(name) {
-		return nil, WithHint(fmt.Errorf("trust: %q cannot be a peer name", name), "pass --name with lower-case letters, digits, '.', '_' or '-', not 8 or more hex digits alone (they read as an id)")
+	if !bridge.ValidPeerName(name) {
+		return nil, bridge.WithHint(fmt.Errorf("trust: %q cannot be a peer name", name), "pass --name with lower-case letters, digits, '.', '_' or '-', not 8 or more hex digits alone (they read as an id)")
 	}
 	if k, err := h.revokedForever(b.SignKid(), b.BoxKid()); err != nil {
 		return nil, err
@@ -386,17 +372,17 @@ func (h *Home) Trust(text, name string) (*Peer, error) {
 		case p.ID == b.ID && func() bool { _, ok := p.Current(); return !ok }():
 			// Trusted once, every key revoked since: "trusted" again would
 			// change nothing and say it did.
-			return nil, WithHint(fmt.Errorf("trust: %s %q is trusted, but its keys are revoked", p.Role, p.Name),
+			return nil, bridge.WithHint(fmt.Errorf("trust: %s %q is trusted, but its keys are revoked", p.Role, p.Name),
 				"a revoked key is never trusted again: it rotates (`bridge keys rotate` on its side), then `bridge keys remove %s` here and pair with its new bundle", p.Name)
 		case p.ID == b.ID && p.Bundle == strings.TrimSpace(text) && p.Name == name:
 			// Trusted already: keep the record (and the rotations it has
 			// followed since); just make sure the directories exist.
 			return &p, h.trustDirs(b.ID)
 		case p.ID == b.ID:
-			return nil, WithHint(fmt.Errorf("trust: %s is already trusted as %q with other keys", b.ID, p.Name),
+			return nil, bridge.WithHint(fmt.Errorf("trust: %s is already trusted as %q with other keys", b.ID, p.Name),
 				"if its keys really changed, run `bridge keys remove %s` and trust it again after comparing fingerprints", p.Name)
 		case p.Name == name && p.ID != b.ID:
-			return nil, WithHint(fmt.Errorf("trust: the name %q is already used for %s", name, p.ID), "choose another --name")
+			return nil, bridge.WithHint(fmt.Errorf("trust: the name %q is already used for %s", name, p.ID), "choose another --name")
 		}
 	}
 	p := &Peer{V: 1, Name: name, Role: b.Role, ID: b.ID, Bundle: strings.TrimSpace(text), Trusted: time.Now().Unix(),
@@ -425,16 +411,16 @@ func (h *Home) trustDirs(peer string) error {
 	}
 	defer f.Close()
 	if h.Config.Role == "host" {
-		return f.MkdirAll(ToAgentDir(h.Config.ID, peer))
+		return f.MkdirAll(bridge.ToAgentDir(h.Config.ID, peer))
 	}
-	if err := f.MkdirAll(ToHostDir(peer, h.Config.ID)); err != nil {
+	if err := f.MkdirAll(bridge.ToHostDir(peer, h.Config.ID)); err != nil {
 		return err
 	}
 	signed, err := os.ReadFile(h.Path(BundleName))
 	if err != nil {
 		return err
 	}
-	return f.PublishReplace(AgentBundlePath(peer, h.Config.ID), WriteBytes(signed), syncsafe.WithMode(0o644))
+	return f.PublishReplace(bridge.AgentBundlePath(peer, h.Config.ID), bridge.WriteBytes(signed), syncsafe.WithMode(0o644))
 }
 
 func otherRole(r string) string {
@@ -476,7 +462,7 @@ func (h *Home) Peer(nameOrID string) (*Peer, *bcrypto.Bundle, error) {
 	}
 	cur, ok := p.Current()
 	if !ok {
-		return nil, nil, WithHint(fmt.Errorf("peer %s: every key of it is revoked", p.Name),
+		return nil, nil, bridge.WithHint(fmt.Errorf("peer %s: every key of it is revoked", p.Name),
 			"pair with it again: `bridge keys remove %s`, then `bridge pair` or `bridge keys trust` its new bundle", p.Name)
 	}
 	return &p, &bcrypto.Bundle{V: 1, Role: p.Role, Name: p.Name, ID: p.ID, Seq: cur.Seq, SignPub: cur.SignPub, BoxPub: cur.BoxPub}, nil
@@ -548,7 +534,7 @@ type peerCache struct {
 }
 
 type cachedPeer struct {
-	ino   [2]int64 // fileIdentity
+	ino   [2]int64 // bridge.fileIdentity
 	size  int64
 	mtime time.Time
 	peer  Peer
@@ -576,7 +562,7 @@ func (h *Home) readPeer(name string) (Peer, error) {
 	}
 	var p Peer
 	if err := json.Unmarshal(data, &p); err != nil {
-		return Peer{}, WithHint(fmt.Errorf("read peer %s: %w", name, err),
+		return Peer{}, bridge.WithHint(fmt.Errorf("read peer %s: %w", name, err),
 			"%s is not a peer record: move it out of %s (a trusted peer's record is its id + .json, written by `bridge pair` or `bridge keys trust`); if it was a peer's, pair with that peer again", path, h.Path(PeersDir))
 	}
 	p.bad = p.Check()
@@ -642,7 +628,7 @@ func newHomePaths(verb, dir, folder string) (absDir, absFolder string, err error
 		return "", "", err
 	}
 	if _, err := os.Stat(filepath.Join(absDir, configName)); err == nil {
-		return "", "", WithHint(fmt.Errorf("%s %s: %w", verb, absDir, ErrHomeExists), "use another --home, or remove %s to start over", absDir)
+		return "", "", bridge.WithHint(fmt.Errorf("%s %s: %w", verb, absDir, ErrHomeExists), "use another --home, or remove %s to start over", absDir)
 	}
 	if err := checkOwnHome(verb, absDir); err != nil {
 		return "", "", err
@@ -654,17 +640,9 @@ func newHomePaths(verb, dir, folder string) (absDir, absFolder string, err error
 // (foreignHome), before anything is written in it.
 func checkOwnHome(verb, absDir string) error {
 	if why := foreignHome(absDir); why != "" {
-		return WithHint(fmt.Errorf("%s %s: not a directory of this user's own: %s", verb, absDir, why), "give a --home that does not exist yet, under a directory only you can write (bridge creates it 0700); or, if the directory is yours and empty, `chmod 700` it first")
+		return bridge.WithHint(fmt.Errorf("%s %s: not a directory of this user's own: %s", verb, absDir, why), "give a --home that does not exist yet, under a directory only you can write (bridge creates it 0700); or, if the directory is yours and empty, `chmod 700` it first")
 	}
 	return nil
-}
-
-// ValidPeerName reports whether name can be a peer's local name (and so an
-// agent's name in a policy).
-func ValidPeerName(name string) bool { return syncsafe.ValidName(name) && !looksLikeID(name) }
-
-func looksLikeID(name string) bool {
-	return len(name) >= 8 && strings.Trim(name, "0123456789abcdef") == ""
 }
 
 // ExpandTilde turns a leading ~/ (Syncthing's paths, a flag a shell did

@@ -1,4 +1,4 @@
-package bridge
+package trust
 
 import (
 	"encoding/json"
@@ -9,6 +9,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/syncbridge/bridge/bridge"
 	bcrypto "github.com/syncbridge/bridge/crypto"
 	"github.com/syncbridge/bridge/syncsafe"
 )
@@ -41,7 +42,7 @@ func (h *Home) RevokedForever() ([]RevokedKey, error) {
 	}
 	var f revokedFile
 	if err := json.Unmarshal(data, &f); err != nil || f.V != 1 {
-		return nil, WithHint(fmt.Errorf("read %s: not a list of revoked keys (%v)", h.Path(RevokedName), err),
+		return nil, bridge.WithHint(fmt.Errorf("read %s: not a list of revoked keys (%v)", h.Path(RevokedName), err),
 			"restore it from a backup: without it, keys of removed peers that were revoked could be trusted again")
 	}
 	return f.Keys, nil
@@ -74,7 +75,7 @@ func (h *Home) Remove(nameOrID string) (*Peer, error) {
 		i = slices.IndexFunc(peers, func(p Peer) bool { return p.Name == nameOrID })
 	}
 	if i < 0 {
-		return nil, WithHint(fmt.Errorf("keys remove: %w: %q", ErrUnknownPeer, nameOrID), "`bridge keys show` lists the trusted peers")
+		return nil, bridge.WithHint(fmt.Errorf("keys remove: %w: %q", ErrUnknownPeer, nameOrID), "`bridge keys show` lists the trusted peers")
 	}
 	p := peers[i]
 	if len(p.Revoked) > 0 {
@@ -106,8 +107,8 @@ func (h *Home) Remove(nameOrID string) (*Peer, error) {
 // refuseRevokedForever is the error for a bundle or rotation that names a
 // key revoked with a removed peer.
 func refuseRevokedForever(what string, k *RevokedKey) error {
-	return WithHint(fmt.Errorf("%s: %w: key %s was revoked here with %q (%s), which was removed; a revoked key is never trusted again",
-		what, ErrKeyRevoked, k.Kid, k.Peer, k.ID),
+	return bridge.WithHint(fmt.Errorf("%s: %w: key %s was revoked here with %q (%s), which was removed; a revoked key is never trusted again",
+		what, bridge.ErrKeyRevoked, k.Kid, k.Peer, k.ID),
 		"if the peer is really yours, give it new keys (`bridge keys rotate` on its side, or `bridge init` in a fresh home) and pair with those, comparing fingerprints")
 }
 

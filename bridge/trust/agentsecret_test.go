@@ -1,9 +1,11 @@
-package bridge
+package trust
 
 import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/syncbridge/bridge/bridge"
 )
 
 // pairedHomes makes a host and an agent home that trust each other, on one
@@ -77,7 +79,7 @@ func TestRestoreRefusesReplacedHostBundle(t *testing.T) {
 		t.Fatal(err)
 	}
 	data, _ := os.ReadFile(imposter.Path(BundleName))
-	if err := os.WriteFile(filepath.Join(folder, HostBundlePath(host.Config.ID)), data, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(folder, bridge.HostBundlePath(host.Config.ID)), data, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	dir := filepath.Join(t.TempDir(), "fresh")

@@ -1,6 +1,6 @@
 //go:build unix
 
-package bridge
+package trust
 
 import (
 	"errors"
@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/syncbridge/bridge/bridge"
 )
 
 // init refuses, before it writes anything, a home another user owns, one
@@ -28,7 +30,7 @@ func TestInitRefusesAHomeNotOfThisUsersOwn(t *testing.T) {
 	refused := func(dir, want string) {
 		t.Helper()
 		err := init(dir)
-		var h *HintError
+		var h *bridge.HintError
 		if err == nil || !strings.Contains(err.Error(), want) || !errors.As(err, &h) || h.Hint == "" {
 			t.Fatalf("init %s: %v; want a refusal saying %q, with a hint", dir, err, want)
 		}
@@ -121,7 +123,7 @@ func TestOpenHomeRefusesAForeignHome(t *testing.T) {
 		t.Fatal(err)
 	}
 	must(t, os.Chmod(dir, 0o770))
-	var h *HintError
+	var h *bridge.HintError
 	if _, err := OpenHome(dir); err == nil || !strings.Contains(err.Error(), "group or others may write it") || !errors.As(err, &h) {
 		t.Fatalf("a home group may write: %v", err)
 	}
