@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/syncbridge/bridge/bridge/opspec"
+	"github.com/syncbridge/bridge/bridge/internal/opspec"
 	bcrypto "github.com/syncbridge/bridge/crypto"
 )
 

@@ -27,22 +27,22 @@ const modulePath = "github.com/syncbridge/bridge"
 // neither the other. cmd reaches everything through them. A new package
 // must be added here on purpose, or the test fails.
 var importRules = map[string][]string{
-	"crypto":           {},
-	"syncsafe":         {},
-	"bridge/opspec":    {},
-	"bridge/safepath":  {},
-	"bridge/ledger":    {"crypto", "syncsafe"},
-	"bridge/policy":    {"crypto", "syncsafe", "bridge/opspec", "bridge/safepath"},
-	"bridge/runner":    {"crypto", "syncsafe"},
-	"bridge":           {"crypto", "syncsafe", "bridge/opspec"},
-	"bridge/trust":     {"bridge", "bridge/safepath", "crypto", "syncsafe"},
-	"bridge/syncthing": {"bridge", "bridge/trust", "syncsafe"},
-	"bridge/doctor":    {"bridge", "bridge/trust", "bridge/syncthing", "syncsafe"},
-	"bridge/host":      {"bridge", "bridge/trust", "bridge/doctor", "crypto", "syncsafe", "bridge/ledger", "bridge/policy", "bridge/runner"},
-	"bridge/agent":     {"bridge", "bridge/trust", "crypto", "syncsafe"},
-	"bridge/mcp":       {"bridge", "bridge/trust", "bridge/agent"},
-	"cmd/bridge":       {"bridge", "bridge/trust", "bridge/host", "bridge/agent", "bridge/mcp", "bridge/doctor", "bridge/syncthing", "crypto"},
-	"cmd/bridge-bench": {"bridge", "bridge/trust", "bridge/host", "bridge/agent", "bridge/doctor", "crypto", "syncsafe"},
+	"crypto":                   {},
+	"syncsafe":                 {},
+	"bridge/internal/opspec":   {},
+	"bridge/internal/safepath": {},
+	"bridge/ledger":            {"crypto", "syncsafe"},
+	"bridge/policy":            {"crypto", "syncsafe", "bridge/internal/opspec", "bridge/internal/safepath"},
+	"bridge/runner":            {"crypto", "syncsafe"},
+	"bridge":                   {"crypto", "syncsafe", "bridge/internal/opspec"},
+	"bridge/trust":             {"bridge", "bridge/internal/safepath", "crypto", "syncsafe"},
+	"bridge/syncthing":         {"bridge", "bridge/trust", "syncsafe"},
+	"bridge/doctor":            {"bridge", "bridge/trust", "bridge/syncthing", "syncsafe"},
+	"bridge/host":              {"bridge", "bridge/trust", "bridge/doctor", "crypto", "syncsafe", "bridge/ledger", "bridge/policy", "bridge/runner"},
+	"bridge/agent":             {"bridge", "bridge/trust", "crypto", "syncsafe"},
+	"bridge/mcp":               {"bridge", "bridge/trust", "bridge/agent"},
+	"cmd/bridge":               {"bridge", "bridge/trust", "bridge/host", "bridge/agent", "bridge/mcp", "bridge/doctor", "bridge/syncthing", "crypto"},
+	"cmd/bridge-bench":         {"bridge", "bridge/trust", "bridge/host", "bridge/agent", "bridge/doctor", "crypto", "syncsafe"},
 }
 
 // testImportRules are what a package's test files may import beyond its

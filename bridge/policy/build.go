@@ -2,11 +2,12 @@ package policy
 
 import (
 	"fmt"
-	"github.com/syncbridge/bridge/bridge/opspec"
 	"regexp"
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/syncbridge/bridge/bridge/internal/opspec"
 )
 
 // Limits and defaults of the schema (see doc.go).

@@ -2,13 +2,14 @@ package policy
 
 import (
 	"fmt"
-	"github.com/syncbridge/bridge/bridge/opspec"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/syncbridge/bridge/bridge/internal/opspec"
 )
 
 // OpInfo and ArgInfo are the catalog's descriptions of an op and its

@@ -1,6 +1,6 @@
 package policy
 
-import "github.com/syncbridge/bridge/bridge/opspec"
+import "github.com/syncbridge/bridge/bridge/internal/opspec"
 
 // Suggest returns the candidate closest to s (at most two edits away), or
 // "": the "did you mean" of op and argument names (opspec.Suggest).

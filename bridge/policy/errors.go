@@ -2,9 +2,10 @@ package policy
 
 import (
 	"errors"
-	"github.com/syncbridge/bridge/bridge/opspec"
 	"strconv"
 	"strings"
+
+	"github.com/syncbridge/bridge/bridge/internal/opspec"
 )
 
 // Sentinels the daemon branches on. Each is wrapped with a reason; test with

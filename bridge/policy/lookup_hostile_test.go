@@ -7,7 +7,6 @@ package policy
 
 import (
 	"fmt"
-	"github.com/syncbridge/bridge/bridge/safepath"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +14,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/syncbridge/bridge/bridge/internal/safepath"
 )
 
 func rtMust(t *testing.T, err error) {

@@ -2,13 +2,14 @@ package policy
 
 import (
 	"fmt"
-	"github.com/syncbridge/bridge/bridge/safepath"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/syncbridge/bridge/bridge/internal/safepath"
 )
 
 // A FUSE file system another user mounts (where /etc/fuse.conf allows

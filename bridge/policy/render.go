@@ -3,7 +3,6 @@ package policy
 import (
 	"errors"
 	"fmt"
-	"github.com/syncbridge/bridge/bridge/opspec"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -12,6 +11,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/syncbridge/bridge/bridge/internal/opspec"
 )
 
 // RenderContext is what the daemon supplies to Render besides the request.

@@ -2,11 +2,12 @@ package policy
 
 import (
 	"fmt"
-	"github.com/syncbridge/bridge/bridge/safepath"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/syncbridge/bridge/bridge/internal/safepath"
 )
 
 // SafePATH is value, a PATH, without the entries a program must not be

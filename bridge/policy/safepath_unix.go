@@ -5,12 +5,13 @@ package policy
 import (
 	"errors"
 	"fmt"
-	"github.com/syncbridge/bridge/bridge/safepath"
 	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/syncbridge/bridge/bridge/internal/safepath"
 )
 
 // UnsafePathDir says why a program must not be looked up in dir, or "":

@@ -3,7 +3,7 @@ package policy
 import (
 	"strings"
 
-	"github.com/syncbridge/bridge/bridge/opspec"
+	"github.com/syncbridge/bridge/bridge/internal/opspec"
 )
 
 // segment is one piece of an argv template: literal text, or a reference to a

@@ -8,7 +8,7 @@ import (
 	"os"
 	"syscall"
 
-	"github.com/syncbridge/bridge/bridge/safepath"
+	"github.com/syncbridge/bridge/bridge/internal/safepath"
 )
 
 // foreignHome says why dir (absolute) must not become this user's home, or
