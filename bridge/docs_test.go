@@ -137,3 +137,53 @@ func TestDocPointersResolve(t *testing.T) {
 		t.Errorf("TESTING.md counts %d vectors; fixtures/vectors holds %d", n, len(vectors))
 	}
 }
+
+// TestOperationsNamesEveryDoctorCheck keeps docs/OPERATIONS.md's table of
+// `bridge doctor`'s checks whole: every check the code reports (a finding
+// made with add("name", ...) or Check: "name") has a row, and every row is
+// a check the code reports (a new user met four missing rows).
+func TestOperationsNamesEveryDoctorCheck(t *testing.T) {
+	doc, err := os.ReadFile("../docs/OPERATIONS.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, table, ok := strings.Cut(string(doc), "| check | problem / warning | fix |")
+	if !ok {
+		t.Fatal("OPERATIONS.md has no table of doctor's checks where this test looks")
+	}
+	table, _, _ = strings.Cut(table, "\n\n")
+	rows := map[string]bool{}
+	for _, m := range regexp.MustCompile("(?m)^\\| `([a-z-]+)` \\|").FindAllStringSubmatch(table, -1) {
+		rows[m[1]] = true
+	}
+	made := map[string]string{}
+	finding := regexp.MustCompile(`\badd\("([a-z-]+)"|\bCheck: +"([a-z-]+)"`)
+	for _, dir := range []string{"doctor", "host", "../cmd/bridge"} {
+		files, _ := filepath.Glob(filepath.Join(dir, "*.go"))
+		for _, f := range files {
+			if strings.HasSuffix(f, "_test.go") {
+				continue
+			}
+			b, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, m := range finding.FindAllStringSubmatch(string(b), -1) {
+				made[m[1]+m[2]] = f
+			}
+		}
+	}
+	if len(made) < 15 {
+		t.Fatalf("found only %d checks in the code: is the pattern right?", len(made))
+	}
+	for name, f := range made {
+		if !rows[name] {
+			t.Errorf("doctor's check %q (%s) has no row in OPERATIONS.md", name, f)
+		}
+	}
+	for name := range rows {
+		if made[name] == "" {
+			t.Errorf("OPERATIONS.md has a row for check %q, which the code does not report", name)
+		}
+	}
+}

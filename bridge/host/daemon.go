@@ -205,7 +205,7 @@ func (d *Daemon) Abort() int {
 	n := runner.KillAll()
 	if n > 0 {
 		d.log.Warn("stopped at once: killed the running ops and everything they started", "killed", n,
-			"hint", "the next `bridge serve` settles them: an idempotent op runs again, any other is held uncertain")
+			"hint", "the next `bridge serve` settles them: an idempotent op runs again, one with a reconcile command is checked, any other is held uncertain")
 	} else {
 		d.log.Info("stopped at once: nothing was running")
 	}

@@ -46,6 +46,8 @@ func scopeSummary(op *bridge.OpInfo) string {
 // it ran ("exit 1"), the reason when it was refused, "-" while it waits.
 func exitColumn(st *agent.State) string {
 	switch {
+	case st.Reason == string(bridge.ReasonReconciled):
+		return st.Reason // the op's run was cut off: no exit of its own to show
 	case st.ExitCode != nil:
 		return "exit " + strconv.Itoa(*st.ExitCode)
 	case st.Reason != "":

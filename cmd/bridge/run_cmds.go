@@ -474,6 +474,9 @@ func printOutcomeTo(g *Globals, out *agent.Outcome, stdout, stderr io.Writer) er
 				g.note("hint: the policy's timeout for %s stopped it; it may have had part of its effect", rc.Op)
 			} else if rc.Signal != "" {
 				g.note("%s was killed by %s", rc.Op, rc.Signal)
+			} else if rc.Reason == bridge.ReasonReconciled {
+				// Its run was cut off; the output (if any) is the check's.
+				g.note("note: request %s done (reconciled): %s", rc.ID, rc.Detail)
 			}
 		default:
 			how := rc.Status
