@@ -422,6 +422,9 @@ func (d *Daemon) run(j *job, inv *policy.Invocation, stdin spool, resume bool, a
 		// so it did not "fail to start". A retry-safe op, or one that can
 		// check itself, is left running for the next start's recovery; so
 		// is every op a second signal killed (Abort): the process is exiting.
+		// (One it stopped before its process started is answered failed
+		// above, maybe not durably before the exit: either way it is true
+		// or safe, since nothing ran.)
 		if d.killed.Load() {
 			return
 		}

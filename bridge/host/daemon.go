@@ -187,21 +187,22 @@ func (d *Daemon) Abort() int {
 	// once, and an answer half written by then would make the next start's
 	// verdict depend on which came first.
 	d.killed.Store(true)
+	// The cancel first, and without a lock: it ends what Open may be
+	// stuck in (recovery retrying an answer on a full disk), which holds
+	// stopMu until it returns (red team of 1eee7e3: a second signal then
+	// never got past the lock). A run it stops answers nothing (killed).
+	d.abortRun()
 	d.stopMu.Lock()
 	if d.folder != nil && d.watcher != nil {
 		// As a clean stop says it: agents learn at once that the host
 		// stopped, not after two intervals of a stamp that says serving.
-		// Before the kill, so the process exits right after it, with no
-		// answer written for what was killed (the next start gives it).
-		// A folder Close already closed has its stamp already.
+		// Before the kill, so the process exits right after it. A folder
+		// Close already closed has its stamp already.
 		if err := d.publishLiveness(bridge.LivenessStopped); err != nil {
 			d.log.Warn("publish liveness stamps", "err", err)
 		}
 	}
 	d.stopMu.Unlock()
-	if d.abortRun != nil {
-		d.abortRun()
-	}
 	n := runner.KillAll()
 	if n > 0 {
 		d.log.Warn("stopped at once: killed the running ops and everything they started", "killed", n,
@@ -270,6 +271,9 @@ func NewDaemon(home *trust.Home, opt DaemonOptions) (*Daemon, error) {
 		controlPoke: make(chan struct{}, 1),
 	}
 	d.life, d.stopLife = context.WithCancelCause(context.Background())
+	// From the start, so that Abort cancels every run (and every retry of
+	// an answer, recovery's in Open included) without waiting for anyone.
+	d.runCtx, d.abortRun = context.WithCancel(context.Background())
 	d.cond = sync.NewCond(&d.mu)
 	return d, nil
 }
@@ -452,7 +456,6 @@ func (d *Daemon) openCore() (err error) {
 	if err := d.loadOwnKeys(); err != nil {
 		return err
 	}
-	d.runCtx, d.abortRun = context.WithCancel(context.Background())
 	return nil
 }
 

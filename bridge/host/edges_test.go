@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -193,6 +194,73 @@ func TestSecondSignalLeavesItsKillsToTheNextStart(t *testing.T) {
 	}
 	if n := e.starts(t, "block", id); n != 1 {
 		t.Errorf("the op started %d times", n)
+	}
+}
+
+// A second signal while the start's recovery is stuck retrying an answer
+// (the interrupted request's files left the folder and nothing can be
+// published: a full disk) ends it: Abort cancels the retry without waiting
+// for Open, which returns, and the process can exit (red team of 1eee7e3:
+// Abort waited for Open's lock while Open waited for Abort's cancel).
+func TestSecondSignalEndsAStuckRecovery(t *testing.T) {
+	e := newEdge(t)
+	e.block()
+	d := e.daemon(t)
+	id := e.submit(t, "block")
+	waitFor(t, 10*time.Second, "the op to start", func() bool { return e.starts(t, "block", id) == 1 })
+	closed := make(chan struct{})
+	go func() { defer close(closed); stopDaemon(d, context.Background()) }()
+	waitFor(t, 10*time.Second, "the drain to begin", d.isClosing)
+	d.Abort()
+	<-closed
+	e.unblock()
+	// The request's files leave the folder, and every publish fails: a
+	// file where the private copies' directory belongs.
+	files, _ := filepath.Glob(filepath.Join(e.toHost(), id+".*"))
+	for _, f := range files {
+		must(t, os.Remove(f))
+	}
+	results := e.host.Path("results", e.agent.Config.ID)
+	must(t, os.RemoveAll(results))
+	must(t, os.WriteFile(results, nil, 0o600))
+	var logs lockedBuffer
+	d2, err := NewDaemon(e.host, DaemonOptions{AllowRoot: true, Rescan: 300 * time.Millisecond, Grace: 100 * time.Millisecond, Env: envWith(e.env),
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	opened := make(chan error, 1)
+	go func() { opened <- d2.Open() }()
+	for deadline := time.Now().Add(20 * time.Second); !strings.Contains(logs.String(), "answer: trying again"); time.Sleep(20 * time.Millisecond) {
+		select {
+		case err := <-opened:
+			t.Fatalf("Open returned before its recovery retried an answer: %v; the log:\n%s", err, logs.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("recovery never retried its answer; the log:\n%s", logs.String())
+		}
+	}
+	select {
+	case err := <-opened:
+		t.Fatalf("Open returned while its answer could not be published: %v", err)
+	default:
+	}
+	aborted := make(chan struct{})
+	go func() { d2.Abort(); close(aborted) }() // the second signal
+	select {
+	case <-aborted:
+	case <-time.After(20 * time.Second):
+		t.Fatal("Abort still waits for Open: the second signal would never end the process")
+	}
+	select {
+	case <-opened:
+	case <-time.After(20 * time.Second):
+		t.Fatal("Open did not return once Abort cancelled its retry")
+	}
+	d2.Close(context.Background())
+	if st := e.entry(t, id).State; st != ledger.StateRunning {
+		t.Errorf("ledger after the stuck start was aborted: %s, want running (for the next start)", st)
 	}
 }
 
