@@ -319,8 +319,9 @@ func (d *Daemon) run(j *job, inv *policy.Invocation, stdin spool, resume bool, a
 	}
 	freeSlot := sync.OnceFunc(slot)
 	defer freeSlot()
-	if d.isClosing() {
-		// The daemon is stopping: nothing starts any more. A request that
+	if d.isClosing() || d.runCtx.Err() != nil {
+		// The daemon is stopping (or a second signal came while it
+		// started up, before Close): nothing starts any more. A request that
 		// waited for its slot never started (claimed: the next start
 		// evaluates it again); a crash re-run stays running for the next
 		// start's recovery, as it was.
@@ -354,6 +355,9 @@ func (d *Daemon) run(j *job, inv *policy.Invocation, stdin spool, resume bool, a
 	ev := evStart
 	if resume {
 		ev = evCrashRerun
+	}
+	if d.runCtx.Err() != nil {
+		return // aborted while it was checked: left as it was, as above
 	}
 	// Ledger before effect (invariant 3): running is durable before the
 	// process exists.
@@ -422,9 +426,10 @@ func (d *Daemon) run(j *job, inv *policy.Invocation, stdin spool, resume bool, a
 		// so it did not "fail to start". A retry-safe op, or one that can
 		// check itself, is left running for the next start's recovery; so
 		// is every op a second signal killed (Abort): the process is exiting.
-		// (One it stopped before its process started is answered failed
-		// above, maybe not durably before the exit: either way it is true
-		// or safe, since nothing ran.)
+		// (One aborted before its running step is left as it was, above;
+		// in the instant between that step and the exec, the runner's
+		// refusal is answered above: failed, or rerun-refused for a crash
+		// re-run, maybe not durably before the exit.)
 		if d.killed.Load() {
 			return
 		}

@@ -187,23 +187,28 @@ func (d *Daemon) Abort() int {
 	// once, and an answer half written by then would make the next start's
 	// verdict depend on which came first.
 	d.killed.Store(true)
+	d.mu.Lock()
+	n := len(d.cancels) - len(d.slotWait) // the runs underway, as Close counts them
+	d.mu.Unlock()
 	// The cancel first, and without a lock: it ends what Open may be
 	// stuck in (recovery retrying an answer on a full disk), which holds
 	// stopMu until it returns (red team of 1eee7e3: a second signal then
-	// never got past the lock). A run it stops answers nothing (killed).
+	// never got past the lock); a run it stops answers nothing (killed).
+	// Then the kill, at once: not the signal ladder's SIGTERM and grace,
+	// and not after waiting for the lock. (Before the cancel, a run would
+	// see its process die of SIGKILL as an exit of its own.)
 	d.abortRun()
+	runner.KillAll()
 	d.stopMu.Lock()
 	if d.folder != nil && d.watcher != nil {
 		// As a clean stop says it: agents learn at once that the host
 		// stopped, not after two intervals of a stamp that says serving.
-		// Before the kill, so the process exits right after it. A folder
-		// Close already closed has its stamp already.
+		// A folder Close already closed has its stamp already.
 		if err := d.publishLiveness(bridge.LivenessStopped); err != nil {
 			d.log.Warn("publish liveness stamps", "err", err)
 		}
 	}
 	d.stopMu.Unlock()
-	n := runner.KillAll()
 	if n > 0 {
 		d.log.Warn("stopped at once: killed the running ops and everything they started", "killed", n,
 			"hint", "the next `bridge serve` settles them: an idempotent op runs again, one with a reconcile command is checked, any other is held uncertain")

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -261,6 +262,110 @@ func TestSecondSignalEndsAStuckRecovery(t *testing.T) {
 	d2.Close(context.Background())
 	if st := e.entry(t, id).State; st != ledger.StateRunning {
 		t.Errorf("ledger after the stuck start was aborted: %s, want running (for the next start)", st)
+	}
+}
+
+// hookHandler runs fn, once, when a record whose message holds msg is
+// logged, before the record is written: a test's way to act at a named
+// point of the daemon's work, a counted event rather than a time.
+type hookHandler struct {
+	slog.Handler
+	msg  string
+	once *sync.Once
+	fn   func()
+}
+
+func (h hookHandler) Handle(ctx context.Context, r slog.Record) error {
+	if strings.Contains(r.Message, h.msg) {
+		h.once.Do(h.fn)
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h hookHandler) WithAttrs(a []slog.Attr) slog.Handler {
+	return hookHandler{h.Handler.WithAttrs(a), h.msg, h.once, h.fn}
+}
+
+func (h hookHandler) WithGroup(g string) slog.Handler {
+	return hookHandler{h.Handler.WithGroup(g), h.msg, h.once, h.fn}
+}
+
+// A second signal while the start recovers what the last stop left: what
+// recovery hands on (an idempotent op to run again, a request to evaluate
+// again) must not be answered by a daemon that is exiting, but left as it
+// was for the next start (red team of 1186b36: the idempotent op ended
+// uncertain (rerun-refused) every time). And Abort
+// counts the runs it stopped, also those that die of the cancel's SIGTERM.
+func TestSecondSignalWhileStartingLeavesWhatItRecovers(t *testing.T) {
+	e := newEdge(t)
+	e.block()
+	d := e.daemon(t)
+	idem, once, queued := e.submit(t, "blockidem"), e.submit(t, "block"), e.submit(t, "block")
+	waitFor(t, 10*time.Second, "the ops to start", func() bool {
+		return e.starts(t, "blockidem", idem) == 1 && e.starts(t, "block", once)+e.starts(t, "block", queued) == 1
+	})
+	if e.starts(t, "block", queued) == 1 {
+		once, queued = queued, once // block's concurrency is 1: one runs, one waits claimed
+	}
+	waitFor(t, 10*time.Second, "the other to wait, claimed", func() bool { return e.entry(t, queued).State == ledger.StateClaimed })
+	closed := make(chan struct{})
+	go func() { defer close(closed); stopDaemon(d, context.Background()) }()
+	waitFor(t, 10*time.Second, "the drain to begin", d.isClosing)
+	if n := d.Abort(); n != 2 {
+		t.Errorf("Abort says it stopped %d runs, want 2 (they die of SIGTERM before the kill)", n)
+	}
+	<-closed
+	e.unblock()
+	var logs lockedBuffer
+	var d2 *Daemon
+	var once2 sync.Once
+	aborted := make(chan struct{})
+	h := hookHandler{slog.NewTextHandler(&logs, nil), "recover: re-running an idempotent op", &once2, func() {
+		// The second signal, as recovery hands the idempotent op on: in
+		// the signal goroutine (it waits for Open's lock to publish the
+		// stamp), its cancel seen before recovery goes on.
+		go func() { defer close(aborted); d2.Abort() }()
+		for d2.runCtx.Err() == nil {
+			time.Sleep(time.Millisecond)
+		}
+	}}
+	d2, err := NewDaemon(e.host, DaemonOptions{AllowRoot: true, Rescan: 300 * time.Millisecond, Grace: 100 * time.Millisecond, Env: envWith(e.env),
+		Logger: slog.New(h)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d2.Open(); err != nil {
+		t.Fatal(err)
+	}
+	<-aborted
+	d2.Close(context.Background()) // waits until what Open handed on has ended
+	if !strings.Contains(logs.String(), "recover: re-running an idempotent op") {
+		t.Fatalf("recovery never re-ran the idempotent op; the log:\n%s", logs.String())
+	}
+	if st := e.entry(t, idem).State; st != ledger.StateRunning {
+		t.Errorf("the idempotent op, aborted as recovery re-ran it: %s, want running (the next start runs it again)", st)
+	}
+	if out, err := e.client.Result(idem); err == nil {
+		t.Errorf("the idempotent op answered %s (%s) by a daemon that was exiting", out.Receipt.Status, out.Receipt.Reason)
+	}
+	// The request that never started is left for the next start, or, if
+	// the abort came in the instant between its running step and its exec
+	// (its evaluation runs beside recovery), answered failed: true, since
+	// nothing ran, and never uncertain.
+	switch ent := e.entry(t, queued); ent.State {
+	case ledger.StateClaimed, ledger.StatePending:
+	case ledger.StateFailed:
+		if ent.Reason != string(bridge.ReasonHostShutdown) {
+			t.Errorf("the request that never started: failed (%s), want host-shutdown", ent.Reason)
+		}
+	default:
+		t.Errorf("the request that never started: %s, want claimed or pending (or failed: host-shutdown)", ent.State)
+	}
+	if n := e.starts(t, "blockidem", idem); n != 1 {
+		t.Errorf("the idempotent op started %d times during the aborted start, want 1 (the first run only)", n)
+	}
+	if n := e.starts(t, "block", queued); n != 0 {
+		t.Errorf("the request that waited for its slot started %d times", n)
 	}
 }
 
