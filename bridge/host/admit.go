@@ -408,6 +408,15 @@ func (d *Daemon) run(j *job, inv *policy.Invocation, stdin spool, resume bool, a
 	// The signed result commits to the progress chunks published meanwhile.
 	rc.ProgressCount, rc.ProgressHead = prog.head()
 	ev = evExit
+	if d.killed.Load() && (out.StartErr == nil || resume) {
+		// A second signal (Abort) came: whatever ended this run (its kill,
+		// which the runner may report as an exit of its own when the
+		// SIGKILL and the cancel land together, or its own end at that
+		// moment), the process is exiting, and the next start settles the
+		// entry as after a crash (red team of 89cc37a). So is a crash
+		// re-run the abort refused to start: its entry was running already.
+		return
+	}
 	switch shutdown := d.runCtx.Err() != nil; {
 	case errors.Is(out.StartErr, runner.ErrMayHaveStarted):
 		// The runner lost track of the start (the op's keeper was killed
@@ -425,14 +434,10 @@ func (d *Daemon) run(j *job, inv *policy.Invocation, stdin spool, resume bool, a
 		// Stopped by the signal ladder after the drain deadline: it ran,
 		// so it did not "fail to start". A retry-safe op, or one that can
 		// check itself, is left running for the next start's recovery; so
-		// is every op a second signal killed (Abort): the process is exiting.
-		// (One aborted before its running step is left as it was, above;
-		// in the instant between that step and the exec, the runner's
-		// refusal is answered above: failed, or rerun-refused for a crash
-		// re-run, maybe not durably before the exit.)
-		if d.killed.Load() {
-			return
-		}
+		// is every op a second signal killed (Abort), above. (One aborted
+		// before its running step is left as it was; a new one aborted
+		// between that step and its exec is answered failed, since nothing
+		// ran, maybe not durably before the exit.)
 		if inv.Idempotent || len(inv.Reconcile) > 0 {
 			d.log.Warn("op stopped by the shutdown: the next start runs it again or checks it", "key", j.key, "op", inv.Op)
 			d.audit.log(AuditEvent{Event: "interrupted", Agent: j.agent, ID: j.req.ID, Op: inv.Op, Detail: "stopped by the shutdown; left for the next start"})

@@ -196,9 +196,10 @@ func (d *Daemon) Abort() int {
 	// never got past the lock); a run it stops answers nothing (killed).
 	// Then the kill, at once: not the signal ladder's SIGTERM and grace,
 	// and not after waiting for the lock. (Before the cancel, a run would
-	// see its process die of SIGKILL as an exit of its own.)
+	// see its process die of SIGKILL as an exit of its own; after it, it
+	// still may, and run() leaves every run of a killed daemon unanswered.)
 	d.abortRun()
-	runner.KillAll()
+	n = max(n, runner.KillAll()) // reconcile checks are not in d.cancels
 	d.stopMu.Lock()
 	if d.folder != nil && d.watcher != nil {
 		// As a clean stop says it: agents learn at once that the host
@@ -209,6 +210,9 @@ func (d *Daemon) Abort() int {
 		}
 	}
 	d.stopMu.Unlock()
+	// Again: a run that passed the runner's check of the cancel as it came
+	// may have been started since the first kill.
+	runner.KillAll()
 	if n > 0 {
 		d.log.Warn("stopped at once: killed the running ops and everything they started", "killed", n,
 			"hint", "the next `bridge serve` settles them: an idempotent op runs again, one with a reconcile command is checked, any other is held uncertain")

@@ -369,6 +369,51 @@ func TestSecondSignalWhileStartingLeavesWhatItRecovers(t *testing.T) {
 	}
 }
 
+// The second signal lands while a crash re-run writes its durable running
+// step: the runner then refuses to start it, and the entry, running since
+// the last stop, stays running for the next start to run it again (red team
+// of 89cc37a: it was answered uncertain, rerun-refused).
+func TestSecondSignalDuringARerunsStepLeavesItRunning(t *testing.T) {
+	e := newEdge(t)
+	e.block()
+	d := e.daemon(t)
+	idem := e.submit(t, "blockidem")
+	waitFor(t, 10*time.Second, "the op to start", func() bool { return e.starts(t, "blockidem", idem) == 1 })
+	closed := make(chan struct{})
+	go func() { defer close(closed); stopDaemon(d, context.Background()) }()
+	waitFor(t, 10*time.Second, "the drain to begin", d.isClosing)
+	d.Abort()
+	<-closed
+	e.unblock()
+	d2, err := NewDaemon(e.host, DaemonOptions{AllowRoot: true, Rescan: 300 * time.Millisecond, Grace: 100 * time.Millisecond, Env: envWith(e.env)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	aborted := make(chan struct{})
+	d2.onEvent = func(ev event) {
+		if ev == evCrashRerun {
+			once.Do(func() {
+				go func() { defer close(aborted); d2.Abort() }() // the signal goroutine
+				for d2.runCtx.Err() == nil {
+					time.Sleep(time.Millisecond)
+				}
+			})
+		}
+	}
+	if err := d2.Open(); err != nil {
+		t.Fatal(err)
+	}
+	<-aborted
+	d2.Close(context.Background())
+	if ent := e.entry(t, idem); ent.State != ledger.StateRunning {
+		t.Errorf("an idempotent op whose re-run the second signal refused: %s (%s), want running (the next start runs it again)", ent.State, ent.Reason)
+	}
+	if n := e.starts(t, "blockidem", idem); n != 1 {
+		t.Errorf("the op started %d times, want 1", n)
+	}
+}
+
 // Rows "record-lost" and "catch-up": a ledger repaired after damage, or
 // restored from a backup, has lost the record of a request that ran. Its
 // files are still in the folder; the evidence in the home and the folder
