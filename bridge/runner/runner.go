@@ -322,6 +322,14 @@ func execute(ctx context.Context, s Spec, path string, o *Outcome, state *State)
 	}
 	live.add(l, h)
 	defer live.remove(l)
+	if ctx.Err() != nil {
+		// Cancelled while it was launched: a KillAll that follows the
+		// cancel (a daemon's second signal) may have run before it was in
+		// live, and nothing else would end it where no keeper or cgroup
+		// does (red team of 4677449). Killed now, as KillAll would have.
+		_ = signalGroup(l, syscall.SIGKILL)
+		h.kill()
+	}
 	if statusR != nil {
 		// The shim is our own code: it either execs (status "R", then EOF
 		// from close-on-exec) or reports why not and exits, promptly.
@@ -468,6 +476,13 @@ func supervise(ctx context.Context, timeout, grace time.Duration, l *leader, h *
 	for {
 		select {
 		case <-l.exited:
+			if next == 0 && ctx.Err() != nil {
+				// It ended while its run was cancelled, before the ladder's
+				// first step: killed at once (KillAll, or above), or ending
+				// on its own at that moment. Either way the caller cancelled
+				// it, and must not read its end as an exit of its own.
+				o.Cancelled = true
+			}
 			return
 		case <-done:
 			done = nil
