@@ -268,7 +268,7 @@ func TestContainmentTreeTracking(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(exe, "-test.run", "^(TestEscape.*|TestContainedNormalOp|TestContainmentTreeTracking|TestOnlyStandardDescriptors|TestCPUCountsEveryProcess|TestDaemonDeathEndsTheRun|TestDaemonDeathKillsChild|TestForkTenThousand|TestForkBombUnderProcessLimit|TestLimitProcessesStopsForkLoop|TestStoppedKeeperDoesNotHangTheRun|TestKilledKeeperRunIsSwept|TestOrphansReapedMidRun|TestStateIDFollowsTheDirectory|TestKeeperServesRunAfterRun|TestStoppedKeeperAtStartIsNotAFailedStart|TestKilledPooledKeeperChargesItsRunOnly|TestChangedKeeperIsNotReused|TestChainIsSweptWhole|TestBackgroundGrandchildKilled|TestEscapedGrandchildDoesNotHangRun|TestKillAll|TestCancel|TestTimeout)$", "-test.count=1", "-test.v",
+	cmd := exec.Command(exe, "-test.run", "^(TestEscape.*|TestContainedNormalOp|TestContainmentTreeTracking|TestOnlyStandardDescriptors|TestCPUCountsEveryProcess|TestDaemonDeathEndsTheRun|TestDaemonDeathKillsChild|TestForkTenThousand|TestForkBombUnderProcessLimit|TestLimitProcessesStopsForkLoop|TestStoppedKeeperDoesNotHangTheRun|TestKilledKeeperRunIsSwept|TestOrphansReapedMidRun|TestStateIDFollowsTheDirectory|TestKeeperServesRunAfterRun|TestStoppedKeeperAtStartIsNotAFailedStart|TestKilledPooledKeeperChargesItsRunOnly|TestChangedKeeperIsNotReused|TestChainIsSweptWhole|TestBackgroundGrandchildKilled|TestEscapedGrandchildDoesNotHangRun|TestKillAll|TestKillAllRightAfterCancelIsCancelled|TestKillAllDuringLaunchKillsAtRegistration|TestCancel|TestTimeout)$", "-test.count=1", "-test.v",
 		// The tests mostly wait (the escape timeouts take a second each):
 		// run more of them at once than there are CPUs.
 		"-test.parallel=8")

@@ -88,7 +88,9 @@ type Outcome struct {
 	Signal string
 	// TimedOut and Cancelled tell why the signal ladder was started; at most
 	// one is set, the first cause wins. The program may still have exited on
-	// its own terms (ExitCode 0 after SIGINT, say).
+	// its own terms (ExitCode 0 after SIGINT, say). Cancelled is set too when
+	// the program ended while its run was cancelled before the ladder's
+	// first step (killed at once by KillAll, or ending on its own then).
 	TimedOut, Cancelled bool
 	// StartErr says why the program was not started: a bad Spec, an
 	// executable not found ([exec.ErrNotFound]), a failed execve or setrlimit,
@@ -154,12 +156,16 @@ func run(ctx context.Context, s Spec, st *State) *Outcome {
 		o.StartErr = err
 		return o
 	}
+	// Read before the cancel is checked: a KillAll from here on (which a
+	// daemon's second signal makes right after its cancel) is one the
+	// launch below may have missed.
+	epoch := live.epoch()
 	if err := ctx.Err(); err != nil {
 		o.Cancelled = true
 		o.StartErr = fmt.Errorf("not started: %w", err)
 		return o
 	}
-	execute(ctx, s, path, o, st)
+	execute(ctx, s, path, o, st, epoch)
 	return o
 }
 
@@ -237,7 +243,7 @@ func lookPath(name, pathList string) (string, error) {
 }
 
 // execute starts the checked Spec and supervises it to the end.
-func execute(ctx context.Context, s Spec, path string, o *Outcome, state *State) {
+func execute(ctx context.Context, s Spec, path string, o *Outcome, state *State, epoch uint64) {
 	grace := s.Grace
 	if grace == 0 {
 		grace = DefaultGrace
@@ -322,13 +328,16 @@ func execute(ctx context.Context, s Spec, path string, o *Outcome, state *State)
 	}
 	live.add(l, h)
 	defer live.remove(l)
-	if ctx.Err() != nil {
-		// Cancelled while it was launched: a KillAll that follows the
-		// cancel (a daemon's second signal) may have run before it was in
-		// live, and nothing else would end it where no keeper or cgroup
-		// does (red team of 4677449). Killed now, as KillAll would have.
+	killedAtLaunch := false
+	if live.killedSince(epoch) && ctx.Err() != nil {
+		// A KillAll ran while it was launched, after its run was
+		// cancelled (a daemon's second signal): it was not in live yet,
+		// and nothing else would end it where no keeper or cgroup does
+		// (red team of 4677449). Killed now, as KillAll would have. A
+		// cancel alone is left to supervise's ladder (red team of c938015).
 		_ = signalGroup(l, syscall.SIGKILL)
 		h.kill()
+		killedAtLaunch = true
 	}
 	if statusR != nil {
 		// The shim is our own code: it either execs (status "R", then EOF
@@ -343,6 +352,12 @@ func execute(ctx context.Context, s Spec, path string, o *Outcome, state *State)
 			_, _ = l.reap()
 			h.await(time.Second)
 			o.StartErr = fmt.Errorf("start %s: %w", path, err)
+			if killedAtLaunch {
+				// The shim died of that kill before it could say: the
+				// program never ran, and not for want of runner.Main.
+				o.Cancelled = true
+				o.StartErr = fmt.Errorf("not started: %w (killed as it was launched)", ctx.Err())
+			}
 			return
 		}
 	}
@@ -529,9 +544,20 @@ func closeAll(fs []*os.File) {
 var live = &leaders{m: map[*leader]*hold{}}
 
 type leaders struct {
-	mu sync.Mutex
-	m  map[*leader]*hold
+	mu    sync.Mutex
+	m     map[*leader]*hold
+	kills uint64 // KillAll calls so far
 }
+
+// epoch is how many KillAll calls have run.
+func (ls *leaders) epoch() uint64 {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	return ls.kills
+}
+
+// killedSince reports whether a KillAll ran after epoch was read.
+func (ls *leaders) killedSince(epoch uint64) bool { return ls.epoch() != epoch }
 
 func (ls *leaders) add(l *leader, h *hold) {
 	ls.mu.Lock()
@@ -553,6 +579,7 @@ func (ls *leaders) remove(l *leader) {
 func KillAll() int {
 	live.mu.Lock()
 	defer live.mu.Unlock()
+	live.kills++
 	for l, h := range live.m {
 		_ = signalGroup(l, syscall.SIGKILL)
 		h.kill()
