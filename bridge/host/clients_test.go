@@ -231,7 +231,7 @@ func loopClientEndToEnd(t *testing.T, c *loopClient, neverName string, whileStop
 	}
 	logf("all %d requests answered", len(ids))
 	c.waitSame(60 * time.Second)
-	time.Sleep(2 * time.Second) // a few daemon rescans: a late admission would show
+	daemon.waitRescans(t, 5) // a late admission would show
 
 	// At most once; done, or uncertain for a run the kill cut off.
 	seen := map[string]int{}

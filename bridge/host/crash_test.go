@@ -7,7 +7,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -35,9 +37,10 @@ ops = ["once", "again"]
 
 // daemonProcess runs the test binary as `bridge serve` for the pair's host.
 type daemonProcess struct {
-	cmd  *exec.Cmd
-	log  *os.File
-	done chan struct{} // closed once the process exited (and was reaped)
+	cmd     *exec.Cmd
+	log     *os.File
+	done    chan struct{} // closed once the process exited (and was reaped)
+	rescans atomic.Int64  // full rescans the process dispatched so far
 }
 
 func startDaemonProcess(t *testing.T, p *pair, env ...string) *daemonProcess {
@@ -57,23 +60,28 @@ func tryDaemonProcess(t *testing.T, p *pair, env ...string) (*daemonProcess, err
 		return nil, err
 	}
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(append(os.Environ(), serveEnv+"="+p.hostHome), env...)
+	cmd.Env = append(append(os.Environ(), serveEnv+"="+p.hostHome, "BRIDGE_TEST_RESCANS=1"), env...)
 	cmd.Stderr = logf
 	out, _ := cmd.StdoutPipe()
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
 	ready := make(chan bool, 1)
+	d := &daemonProcess{cmd: cmd, log: logf, done: make(chan struct{})}
 	go func() {
 		sc := bufio.NewScanner(out)
 		for sc.Scan() {
 			if sc.Text() == "ready" {
 				ready <- true
 			}
+			if n, ok := strings.CutPrefix(sc.Text(), "rescans "); ok {
+				if v, err := strconv.ParseInt(n, 10, 64); err == nil {
+					d.rescans.Store(v)
+				}
+			}
 		}
 		ready <- false
 	}()
-	d := &daemonProcess{cmd: cmd, log: logf, done: make(chan struct{})}
 	go func() { cmd.Wait(); close(d.done) }()
 	select {
 	case ok := <-ready:
@@ -107,6 +115,14 @@ func lockHolders(file string) string {
 }
 
 // exited reports whether the process ended by itself.
+// waitRescans waits until the process has dispatched n more full rescans
+// (every 200 ms): a test of what it did not do waits for counted events.
+func (d *daemonProcess) waitRescans(t *testing.T, n int) {
+	t.Helper()
+	want := d.rescans.Load() + int64(n)
+	waitFor(t, time.Minute, fmt.Sprintf("%d more rescans of the daemon process", n), func() bool { return d.rescans.Load() >= want })
+}
+
 func (d *daemonProcess) exited() bool {
 	select {
 	case <-d.done:

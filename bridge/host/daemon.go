@@ -493,6 +493,10 @@ func (d *Daemon) Run(ctx context.Context) error {
 				d.log.Warn("cannot watch the requests directory: waiting for it to come back", "err", err,
 					"hint", "a sync client may be applying a rename or a restore; if this lasts, see `bridge doctor`")
 				d.audit.log(AuditEvent{Event: "folder", Reason: "watch", Detail: trouble})
+			} else {
+				// Each look again, for a debug log (and for a test that
+				// counts them rather than sleeping past them).
+				d.log.Debug("the requests directory is still not watchable", "err", err)
 			}
 			continue
 		}

@@ -538,9 +538,9 @@ func TestRestoredHomeKeepsNewerResult(t *testing.T) {
 		waitFor(t, 5*time.Second, "the ledger to record it", func() bool { return e.entry(t, id).State == ledger.StateDone })
 		d.kill()
 		restoreHome(t, e, backup)
-		startDaemonProcess(t, e.pair, env...)
+		dp := startDaemonProcess(t, e.pair, env...)
 		waitFor(t, 10*time.Second, "the ledger to catch up", func() bool { return e.entry(t, id).State == ledger.StateDone })
-		settleFor()
+		dp.waitRescans(t, 3)
 		if out, err := e.client.Result(id); err != nil || string(out.Manifest) != string(done.Manifest) {
 			t.Fatalf("the agent's answer changed: %v", err)
 		}

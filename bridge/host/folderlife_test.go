@@ -46,14 +46,15 @@ func (p *pair) echo(t *testing.T, msg string) {
 func TestServeFollowsReplacedRequestsDir(t *testing.T) {
 	p := newPair(t, testPolicy)
 	var logs lockedBuffer
-	p.log = slog.New(slog.NewTextHandler(&logs, nil))
+	p.log = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	p.start(t, nil)
 	p.echo(t, "before")
 	root := filepath.Join(p.folder, bridge.ToHostRoot(p.host.Config.ID))
 
 	// Moved away and copied back.
+	gone := func() int { return strings.Count(logs.String(), "cannot watch the requests directory") }
 	must(t, os.Rename(root, root+".away"))
-	time.Sleep(300 * time.Millisecond)
+	waitFor(t, 20*time.Second, "the daemon to see the directory gone", func() bool { return gone() == 1 })
 	if out, err := exec.Command("cp", "-a", root+".away", root).CombinedOutput(); err != nil {
 		t.Fatalf("cp: %v %s", err, out)
 	}
@@ -63,16 +64,19 @@ func TestServeFollowsReplacedRequestsDir(t *testing.T) {
 
 	// Deleted, past several rescans, and made again.
 	must(t, os.RemoveAll(root))
-	time.Sleep(1500 * time.Millisecond)
+	waitFor(t, 20*time.Second, "the daemon to see the directory gone again", func() bool { return gone() == 2 })
+	// Past three more looks for it, each counted in the debug log.
+	looks := func() int { return strings.Count(logs.String(), "the requests directory is still not watchable") }
+	n := looks()
+	waitFor(t, time.Minute, "three more looks for the directory", func() bool { return looks() >= n+3 })
 	p.alive(t)
 	must(t, os.MkdirAll(root, 0o755))
 	p.echo(t, "after a delete")
 	p.alive(t)
 	// Each time it went, said once; each time it came back, too.
-	gone := bytes.Count([]byte(logs.String()), []byte("cannot watch the requests directory"))
-	back := bytes.Count([]byte(logs.String()), []byte("the requests directory is back"))
-	if gone != 2 || back != 2 {
-		t.Errorf("gone reported %d times and back %d times, want 2 and 2:\n%s", gone, back, logs.String())
+	back := strings.Count(logs.String(), "the requests directory is back")
+	if n := gone(); n != 2 || back != 2 {
+		t.Errorf("gone reported %d times and back %d times, want 2 and 2:\n%s", n, back, logs.String())
 	}
 }
 

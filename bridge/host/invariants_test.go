@@ -156,10 +156,6 @@ func (p *pair) wait(t *testing.T, id string) *agent.Outcome {
 	return out
 }
 
-// settleFor gives the daemon time for a few rescans. Only where no daemon
-// of the test counts them (a test of absence waits for settleRescans instead).
-func settleFor() { time.Sleep(1500 * time.Millisecond) }
-
 // settleRescans waits until d has dispatched three more full rescans: a test of
 // what did not happen waits for counted events, never a time a slow
 // machine can outrun (issue 28: settleFor proved absence by sleeping).

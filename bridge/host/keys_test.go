@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -124,7 +125,8 @@ func TestRotationReplayAndRevocation(t *testing.T) {
 	if _, err := p.host.Revoke(cur.SignKid()); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(1500 * time.Millisecond) // the running daemon notices within a second
+	// The running daemon notices: its stamp stops accepting the key.
+	p.eventuallyStamp(t, "dropped the revoked key", func(s *bridge.LivenessStamp) bool { return !slices.Contains(s.Accepts, cur.SignKid()) })
 	out := p.run(t, agent.SubmitOptions{Op: "echo", Args: map[string]string{"msg": "stolen"}})
 	if out.Receipt.Status != bridge.StatusRejected || out.Receipt.Reason != "revoked" {
 		t.Fatalf("request signed by a revoked key: %s (%s)", out.Receipt.Status, out.Receipt.Reason)

@@ -100,9 +100,17 @@ func TestLivenessStampInterval(t *testing.T) {
 	if st.Interval != 60 {
 		t.Fatalf("interval %d, want 60", st.Interval)
 	}
-	// Several control ticks within the interval change nothing.
+	// Several control ticks within the interval change nothing (each
+	// one counted: an idle loop need not wake by itself for seconds).
 	offset.Store(int64(50 * time.Second))
-	time.Sleep(2500 * time.Millisecond)
+	for range 3 {
+		w := d.controlWakes.Load()
+		select {
+		case d.controlPoke <- struct{}{}:
+		default:
+		}
+		waitFor(t, 10*time.Second, "a control tick", func() bool { return d.controlWakes.Load() > w })
+	}
 	again, _ := os.ReadFile(p.folder + "/" + bridge.LivenessPath(p.host.Config.ID, p.agent.Config.ID))
 	if string(again) != string(first) {
 		t.Fatal("the stamp was rewritten within its interval")

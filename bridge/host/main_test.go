@@ -28,7 +28,8 @@ func TestMain(m *testing.M) {
 // serveForTest is `bridge serve` for the crash and model tests, tuned by
 // the environment: BRIDGE_TEST_DRAIN (how long the first signal drains,
 // default 5s), BRIDGE_TEST_APPROVAL_TTL, BRIDGE_TEST_PENDING_TIMEOUT,
-// BRIDGE_TEST_SKEW, BRIDGE_TEST_CRASH_AT (the crash-injection step, see
+// BRIDGE_TEST_SKEW, BRIDGE_TEST_RESCANS (print the count of full rescans
+// on stdout as it grows), BRIDGE_TEST_CRASH_AT (the crash-injection step, see
 // Daemon.crashAt), BRIDGE_TEST_POWER_CUT (the crash loses the ledger's
 // unsynced writes, Daemon.powerCut), and BRIDGE_TEST_EVENTS (a file
 // that gets one line per lifecycle event taken, for coverage). As the real
@@ -72,6 +73,24 @@ func serveForTest(home string) int {
 		os.Exit(130)
 	}()
 	fmt.Println("ready")
+	if os.Getenv("BRIDGE_TEST_RESCANS") != "" {
+		// Each full rescan dispatched, as a line on stdout: a test of what
+		// a daemon process did not do waits for counted rescans, never a
+		// time (daemonProcess.waitRescans).
+		go func() {
+			last := -1
+			for {
+				d.mu.Lock()
+				n := d.rescans
+				d.mu.Unlock()
+				if n != last {
+					fmt.Printf("rescans %d\n", n)
+					last = n
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+		}()
+	}
 	d.Run(ctx)
 	cctx, stop := context.WithTimeout(context.Background(), drain)
 	defer stop()

@@ -46,6 +46,7 @@ func TestManyHostsManyAgents(t *testing.T) {
 		"h1": {"a1": {"alpha"}, "a2": {"beta"}, "a3": {}},
 		"h2": {"a1": {"beta"}, "a2": {}, "a3": {"alpha", "beta"}},
 	}
+	var daemons []*Daemon
 	for _, h := range hosts {
 		var pol strings.Builder
 		for _, op := range []string{"alpha", "beta"} {
@@ -58,7 +59,7 @@ func TestManyHostsManyAgents(t *testing.T) {
 		if err := os.WriteFile(h.Path(trust.PolicyName), []byte(pol.String()), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		runDaemon(t, h, DaemonOptions{Rescan: 300 * time.Millisecond, Env: envWith(map[string]string{"RUNS": logFile})})
+		daemons = append(daemons, runDaemon(t, h, DaemonOptions{Rescan: 300 * time.Millisecond, Env: envWith(map[string]string{"RUNS": logFile})}))
 	}
 	type sent struct {
 		client         *agent.Client
@@ -102,7 +103,9 @@ func TestManyHostsManyAgents(t *testing.T) {
 			t.Errorf("%s: %s (%s), want %s", s.line, out.Receipt.Status, out.Receipt.Reason, s.want)
 		}
 	}
-	time.Sleep(700 * time.Millisecond)
+	for _, d := range daemons {
+		settleRescans(t, d) // a second run would show
+	}
 	runs, _ := os.ReadFile(logFile)
 	counts := map[string]int{}
 	for _, l := range strings.Fields(string(runs)) {

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"strconv"
@@ -179,6 +180,8 @@ ops = ["leak"]
 	if err := os.WriteFile(block, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
+	var logs lockedBuffer
+	p.log = slog.New(slog.NewTextHandler(&logs, nil))
 	p.start(t, nil)
 	s, err := p.client.Submit(agent.SubmitOptions{Op: "leak"})
 	if err != nil {
@@ -188,7 +191,9 @@ ops = ["leak"]
 		e := p.entry(t, s.ID)
 		return e.Runs > 0
 	})
-	time.Sleep(time.Second) // a few failed attempts
+	waitFor(t, 30*time.Second, "three failed attempts to answer", func() bool {
+		return strings.Count(logs.String(), `msg="answer: trying again"`) >= 3
+	})
 	if err := os.Remove(block); err != nil {
 		t.Fatal(err)
 	}
