@@ -349,12 +349,15 @@ func execute(ctx context.Context, s Spec, path string, o *Outcome, state *State,
 			}
 			_ = signalGroup(l, syscall.SIGKILL)
 			<-l.exited
+			live.reaping(l)
 			_, _ = l.reap()
 			h.await(time.Second)
 			o.StartErr = fmt.Errorf("start %s: %w", path, err)
-			if killedAtLaunch {
-				// The shim died of that kill before it could say: the
-				// program never ran, and not for want of runner.Main.
+			if killedAtLaunch || (len(status) == 0 && rerr == nil && ctx.Err() != nil) {
+				// The shim died before it could say, its run cancelled:
+				// killed at registration, or by a KillAll that found it
+				// registered (a second signal). The program never ran,
+				// and not for want of runner.Main (red team of 38665c6).
 				o.Cancelled = true
 				o.StartErr = fmt.Errorf("not started: %w (killed as it was launched)", ctx.Err())
 			}
@@ -412,6 +415,7 @@ func execute(ctx context.Context, s Spec, path string, o *Outcome, state *State,
 	// also lets the wait below see an empty group with one kill(-pgid, 0)
 	// in the common case, instead of scanning /proc past the leader's
 	// zombie after every op.
+	live.reaping(l)
 	st, werr := l.reap()
 	o.Finished = time.Now()
 	// SIGKILL cannot be caught, but dying takes a scheduler slot; on a loaded
@@ -541,12 +545,25 @@ func closeAll(fs []*os.File) {
 
 // live are the leaders of the process groups Run supervises now, and their
 // containments, for KillAll.
-var live = &leaders{m: map[*leader]*hold{}}
+var live = &leaders{m: map[*leader]*hold{}, reaped: map[*leader]bool{}}
 
 type leaders struct {
 	mu    sync.Mutex
 	m     map[*leader]*hold
 	kills uint64 // KillAll calls so far
+	// reaped holds the leaders about to be reaped or reaped: their pid, so
+	// their group's id, may belong to a stranger's group from then on, and
+	// KillAll must not signal it (their containment it still kills).
+	reaped map[*leader]bool
+}
+
+// reaping marks l as about to be reaped. Under the lock KillAll holds: a
+// KillAll either signals the group before this, while the leader's zombie
+// still holds its id, or sees the mark.
+func (ls *leaders) reaping(l *leader) {
+	ls.mu.Lock()
+	ls.reaped[l] = true
+	ls.mu.Unlock()
 }
 
 // epoch is how many KillAll calls have run.
@@ -568,6 +585,7 @@ func (ls *leaders) add(l *leader, h *hold) {
 func (ls *leaders) remove(l *leader) {
 	ls.mu.Lock()
 	delete(ls.m, l)
+	delete(ls.reaped, l)
 	ls.mu.Unlock()
 }
 
@@ -581,7 +599,9 @@ func KillAll() int {
 	defer live.mu.Unlock()
 	live.kills++
 	for l, h := range live.m {
-		_ = signalGroup(l, syscall.SIGKILL)
+		if !live.reaped[l] {
+			_ = signalGroup(l, syscall.SIGKILL)
+		}
 		h.kill()
 	}
 	return len(live.m)
