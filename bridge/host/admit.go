@@ -366,9 +366,6 @@ func (d *Daemon) run(j *job, inv *policy.Invocation, stdin spool, resume bool, a
 		return
 	}
 	d.crashPoint("running")
-	if d.crashAt == "mid-run" {
-		go func() { time.Sleep(300 * time.Millisecond); d.crashPoint("mid-run") }()
-	}
 	// No input: the program gets /dev/null rather than an empty pipe (the
 	// same EOF, without a pipe and a copy for every run).
 	var in io.Reader = stdin
@@ -382,10 +379,17 @@ func (d *Daemon) run(j *job, inv *policy.Invocation, stdin spool, resume bool, a
 	prog := d.newProgress(j)
 	progStop, progDone := make(chan struct{}), make(chan struct{})
 	go func() { defer close(progDone); prog.loop(progStop) }()
+	onOutput := prog.write
+	if d.crashAt == "mid-run" {
+		// The crash test's step: at the op's first output, when it surely
+		// runs (a counted event; a time after the start is one a loaded
+		// machine can outrun).
+		onOutput = func(stream int, p []byte) { d.crashPoint("mid-run"); prog.write(stream, p) }
+	}
 	out := d.runs.Run(ctx, runner.Spec{
 		Argv: inv.Argv, Dir: inv.Dir, Env: inv.Env, Stdin: in, Timeout: inv.Timeout,
 		MaxOutput: inv.MaxOutput, Grace: d.opt.Grace, Limits: runnerLimits(inv.Limits),
-		OnOutput: prog.write, Spool: d.home.Path("spool"), // the output is never held in memory whole
+		OnOutput: onOutput, Spool: d.home.Path("spool"), // the output is never held in memory whole
 	})
 	defer out.Stdout.Close() // answerOrRetryOut closes them too; a run left for the next start does not answer
 	defer out.Stderr.Close()

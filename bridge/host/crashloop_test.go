@@ -26,28 +26,29 @@ import (
 
 // crashLoopPolicy's ops append "start-<id>" and "end-<id>" to COUNT_FILE,
 // so the test counts how often each request's op started and finished.
-// They sleep between the two lines so that the "mid-run" crash (300 ms after
-// the op started) falls inside the run.
+// Each prints "started-<id>" once it started (and, for those with a child,
+// once the child is on its way): the "mid-run" crash comes at the op's
+// first output, so inside the run, whatever the machine's load.
 const crashLoopPolicy = `
 [ops.once]
-argv = ["sh", "-c", "echo start-$1 >> \"$COUNT_FILE\"; sleep 0.8; echo end-$1 >> \"$COUNT_FILE\"; echo out-$1", "once", "{request_id}"]
+argv = ["sh", "-c", "echo start-$1 >> \"$COUNT_FILE\"; echo started-$1; sleep 0.8; echo end-$1 >> \"$COUNT_FILE\"; echo out-$1", "once", "{request_id}"]
 env = ["PATH", "COUNT_FILE"]
 idempotent = false
 
 [ops.again]
-argv = ["sh", "-c", "echo start-$1 >> \"$COUNT_FILE\"; sleep 0.8; echo end-$1 >> \"$COUNT_FILE\"; echo out-$1", "again", "{request_id}"]
+argv = ["sh", "-c", "echo start-$1 >> \"$COUNT_FILE\"; echo started-$1; sleep 0.8; echo end-$1 >> \"$COUNT_FILE\"; echo out-$1", "again", "{request_id}"]
 env = ["PATH", "COUNT_FILE"]
 idempotent = true
 
 [ops.fails]
-argv = ["sh", "-c", "echo start-$1 >> \"$COUNT_FILE\"; sleep 0.8; echo end-$1 >> \"$COUNT_FILE\"; echo out-$1; echo err-$1 >&2; exit 3", "fails", "{request_id}"]
+argv = ["sh", "-c", "echo start-$1 >> \"$COUNT_FILE\"; echo started-$1; sleep 0.8; echo end-$1 >> \"$COUNT_FILE\"; echo out-$1; echo err-$1 >&2; exit 3", "fails", "{request_id}"]
 env = ["PATH", "COUNT_FILE"]
 idempotent = true
 
 # Not idempotent, but its reconcile command can tell whether the op
 # started: after a crash while it ran, it is run once more only if not.
 [ops.checked]
-argv = ["sh", "-c", "echo start-$1 >> \"$COUNT_FILE\"; sleep 0.8; echo end-$1 >> \"$COUNT_FILE\"; echo out-$1", "checked", "{request_id}"]
+argv = ["sh", "-c", "echo start-$1 >> \"$COUNT_FILE\"; echo started-$1; sleep 0.8; echo end-$1 >> \"$COUNT_FILE\"; echo out-$1", "checked", "{request_id}"]
 reconcile = ["sh", "-c", "if grep -qx start-$1 \"$COUNT_FILE\"; then echo seen-$1; exit 0; fi; exit 3", "checked", "{request_id}"]
 env = ["PATH", "COUNT_FILE"]
 idempotent = false
@@ -57,13 +58,13 @@ idempotent = false
 # it: the child notes its pid in COUNT_FILE.<id>.children, so the test can
 # tell that none lives when the answer comes.
 [ops.bgonce]
-argv = ["sh", "-c", "echo start-$1 >> \"$COUNT_FILE\"; sh -c 'echo $$ >> \"$COUNT_FILE.$1.children\"; sleep 0.5; echo end-$1 >> \"$COUNT_FILE\"' child \"$1\" </dev/null >/dev/null 2>&1 & sleep 0.8; echo out-$1", "bgonce", "{request_id}"]
+argv = ["sh", "-c", "echo start-$1 >> \"$COUNT_FILE\"; sh -c 'echo $$ >> \"$COUNT_FILE.$1.children\"; sleep 0.5; echo end-$1 >> \"$COUNT_FILE\"' child \"$1\" </dev/null >/dev/null 2>&1 & echo started-$1; sleep 0.8; echo out-$1", "bgonce", "{request_id}"]
 env = ["PATH", "COUNT_FILE"]
 idempotent = false
 
 # The same, with a reconcile command that looks for the child's effect.
 [ops.bgchecked]
-argv = ["sh", "-c", "echo start-$1 >> \"$COUNT_FILE\"; sh -c 'echo $$ >> \"$COUNT_FILE.$1.children\"; sleep 0.5; echo end-$1 >> \"$COUNT_FILE\"' child \"$1\" </dev/null >/dev/null 2>&1 & sleep 0.8; echo out-$1", "bgchecked", "{request_id}"]
+argv = ["sh", "-c", "echo start-$1 >> \"$COUNT_FILE\"; sh -c 'echo $$ >> \"$COUNT_FILE.$1.children\"; sleep 0.5; echo end-$1 >> \"$COUNT_FILE\"' child \"$1\" </dev/null >/dev/null 2>&1 & echo started-$1; sleep 0.8; echo out-$1", "bgchecked", "{request_id}"]
 reconcile = ["sh", "-c", "if grep -qx end-$1 \"$COUNT_FILE\"; then echo seen-$1; exit 0; fi; exit 3", "bgchecked", "{request_id}"]
 env = ["PATH", "COUNT_FILE"]
 idempotent = false
@@ -138,7 +139,7 @@ func wantAfterCrash(step string, op crashOp) crashWant {
 		default:
 			w = crashWant{status: bridge.StatusUncertain, reason: "crashed", runs: 1, crashedState: ledger.StateRunning}
 		}
-	case "mid-run": // the op started (almost surely) and was killed with the daemon
+	case "mid-run": // the op started (it printed) and was killed with the daemon
 		switch {
 		case op.idempotent:
 			w.startsMax, w.runs = 2, 2
@@ -483,8 +484,8 @@ func crashInPipeline(t *testing.T, p *pair, at string, op crashOp, countFile str
 		if op.exit != 0 {
 			wantErr = "err-" + id + "\n"
 		}
-		if out.Receipt.ExitCode != op.exit || string(out.Stdout) != "out-"+id+"\n" || string(out.Stderr) != wantErr {
-			t.Errorf("done with exit %d, stdout %q and stderr %q; want %d, out-%s and %q", out.Receipt.ExitCode, out.Stdout, out.Stderr, op.exit, id, wantErr)
+		if out.Receipt.ExitCode != op.exit || string(out.Stdout) != "started-"+id+"\nout-"+id+"\n" || string(out.Stderr) != wantErr {
+			t.Errorf("done with exit %d, stdout %q and stderr %q; want %d, started-%s out-%s and %q", out.Receipt.ExitCode, out.Stdout, out.Stderr, op.exit, id, id, wantErr)
 		}
 	}
 	if staged != nil && !bytes.Equal(out.Manifest, staged) {
