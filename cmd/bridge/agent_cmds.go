@@ -291,16 +291,23 @@ func (c *LsCmd) Run(g *Globals) error {
 	}
 	if len(states) == 0 {
 		g.note("no request sent from this home yet")
-	} else {
-		// The host's ls has a header line: so has this one.
-		g.printf("%-19s  %-32s  %-10s %-10s %s\n", "CREATED", "REQUEST", "OP", "STATE", "EXIT")
+		return nil
 	}
+	// The host's columns, so one reading serves both sides: the age since
+	// it was sent, the id, op, state, and how it ended (`exit N` for an op
+	// that ran, else the reason, `-` while there is no answer).
+	now := time.Now()
+	wOp, wState := len("OP"), len("STATE")
 	for _, st := range states {
-		when := "-                  " // as wide as a time
+		wOp, wState = max(wOp, len(st.Op)), max(wState, len(st.State))
+	}
+	g.printf("%-5s  %-32s  %-*s  %-*s  %s\n", "AGE", "REQUEST", wOp, "OP", wState, "STATE", "REASON")
+	for _, st := range states {
+		age := "-"
 		if st.Created != nil {
-			when = st.Created.Format("2006-01-02 15:04:05")
+			age = shortAge(now.Sub(*st.Created))
 		}
-		g.printf("%s  %s  %-10s %-10s %s\n", when, st.ID, st.Op, st.State, exitColumn(st))
+		g.printf("%-5s  %-32s  %-*s  %-*s  %s\n", age, st.ID, wOp, st.Op, wState, st.State, exitColumn(st))
 	}
 	return nil
 }
