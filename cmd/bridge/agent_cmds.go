@@ -255,9 +255,10 @@ func (c *LsCmd) Run(g *Globals) error {
 		g.printf("%-5s  %-*s  %-*s  %-*s  %s\n", "AGE", wRef, "REQUEST", wOp, "OP", wState, "STATE", "REASON")
 		for _, e := range entries {
 			reason, _, _ := strings.Cut(e.Reason, "\n")
-			if e.State == "done" && e.Exit != nil && *e.Exit != 0 {
-				// It ran and failed: the op's own code says how (a new
-				// user saw a refused write as a bare "done").
+			if e.State == "done" && e.Exit != nil && reason != string(bridge.ReasonReconciled) {
+				// It ran: the op's own code says how, 0 included, as the
+				// agent's ls does (a new user saw a refused write as a
+				// bare "done"). A reconciled one has no exit of its own.
 				reason = strings.TrimSpace(fmt.Sprintf("exit %d %s", *e.Exit, reason))
 			}
 			if e.State == "awaiting-approval" { // the ledger's state (this is the host's ls)
@@ -303,11 +304,15 @@ func (c *LsCmd) Run(g *Globals) error {
 	}
 	g.printf("%-5s  %-32s  %-*s  %-*s  %s\n", "AGE", "REQUEST", wOp, "OP", wState, "STATE", "REASON")
 	for _, st := range states {
+		op := st.Op
+		if op == "" {
+			op = "-" // sealed to the host: known once the result's receipt names it
+		}
 		age := "-"
 		if st.Created != nil {
 			age = shortAge(now.Sub(*st.Created))
 		}
-		g.printf("%-5s  %-32s  %-*s  %-*s  %s\n", age, st.ID, wOp, st.Op, wState, st.State, exitColumn(st))
+		g.printf("%-5s  %-32s  %-*s  %-*s  %s\n", age, st.ID, wOp, op, wState, st.State, exitColumn(st))
 	}
 	return nil
 }
