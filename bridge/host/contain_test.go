@@ -330,8 +330,8 @@ ops = ["again"]
 }
 
 // containHostilePolicy's ops are bad input from an allowed agent: a program that
-// forks 2,000 processes and exits (the runner's TestForkTenThousand takes
-// 10,000: a fork costs 3 ms and more on the CI's machines), a fork bomb under a process limit, and
+// forks 2,000 processes and exits (the runner's TestForkThousands takes
+// 4,000: a fork costs 3 ms and more on the CI's machines), a fork bomb under a process limit, and
 // one that closes its standard streams and daemonizes. Every process carries
 // TAG in its environment.
 const containHostilePolicy = `
