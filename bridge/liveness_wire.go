@@ -18,7 +18,11 @@ import (
 // Liveness states.
 const (
 	LivenessServing = "serving"
-	LivenessStopped = "stopped"
+	// LivenessDraining: the daemon was told to stop while ops ran; it lets
+	// them finish (for up to its drain), starts nothing new, and writes a
+	// stopped stamp when it exits.
+	LivenessDraining = "draining"
+	LivenessStopped  = "stopped"
 )
 
 // Liveness limits (SPEC §10c).
@@ -96,7 +100,7 @@ func (s *LivenessStamp) check() error {
 	switch {
 	case !bcrypto.ValidKid(s.Host) || !bcrypto.ValidKid(s.HostKid) || !bcrypto.ValidKid(s.Agent):
 		return bad("bad id")
-	case s.State != LivenessServing && s.State != LivenessStopped:
+	case s.State != LivenessServing && s.State != LivenessDraining && s.State != LivenessStopped:
 		return bad("state " + s.State)
 	case s.Time <= 0:
 		return bad("time")

@@ -437,6 +437,9 @@ func generateVectors(t *testing.T, k testKeys) {
 	lvStopped := lvStamp
 	lvStopped.State, lvStopped.Accepts = LivenessStopped, nil
 	liveVector("stopped-refusing", "ok", "a clean stop, accepting no key of the agent (accepts is [] on the wire)", signStamp(lvStopped, k.host))
+	lvDraining := lvStamp
+	lvDraining.State = LivenessDraining
+	liveVector("draining", "ok", "a daemon told to stop while ops ran: they may finish, nothing new starts", signStamp(lvDraining, k.host))
 	lvOther := lvStamp
 	lvOther.Agent = stranger.ID
 	liveVector("other-agent", "wrong-recipient", "another agent's stamp copied into this agent's directory", signStamp(lvOther, k.host))
@@ -453,7 +456,7 @@ func generateVectors(t *testing.T, k testKeys) {
 	if stranger.ID < agent.ID {
 		t.Fatal("test keys: the stranger's id must sort after the agent's")
 	}
-	liveVector("bad-state", "malformed", "a state lvOther than serving or stopped", lvRaw(lvBody("asleep", "[]", 300)))
+	liveVector("bad-state", "malformed", "a state other than serving, draining or stopped", lvRaw(lvBody("asleep", "[]", 300)))
 	liveVector("interval-zero", "malformed", "an interval of 0 would never go stale", lvRaw(lvBody("serving", "[]", 0)))
 	liveVector("interval-too-long", "malformed", "an interval over an hour", lvRaw(lvBody("serving", "[]", 3601)))
 	catalogAsStamp := append([]byte("BRL1"), sign(bcrypto.KindCatalog, []byte(lvBody("serving", "[]", 300)), k.host)[4:]...)

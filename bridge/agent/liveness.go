@@ -25,6 +25,10 @@ const (
 	LivenessNotAccepted = "not-accepted"
 	// LivenessStopped: the host's daemon stopped cleanly and said so.
 	LivenessStopped = "stopped"
+	// LivenessDraining: a fresh stamp says the host's daemon is stopping:
+	// the ops it runs may finish, it starts nothing new, and new requests
+	// wait in the folder for its next start.
+	LivenessDraining = "draining"
 	// LivenessStale: the stamp is older than twice its interval: the host
 	// is down, or the sync (its side or this one) stalled.
 	LivenessStale = "stale"
@@ -202,6 +206,10 @@ func judge(lv *Liveness, st *bridge.LivenessStamp, current string, own []trust.O
 	case st.State == bridge.LivenessStopped:
 		lv.Verdict = LivenessStopped
 		lv.Message = fmt.Sprintf("host %q stopped %s ago: requests wait in the folder until its daemon runs again", lv.HostName, ago)
+	case st.State == bridge.LivenessDraining && fresh:
+		lv.Verdict = LivenessDraining
+		lv.Message = fmt.Sprintf("host %q is stopping (told %s ago): the ops it runs may finish, it starts nothing new, and new requests wait in the folder until its daemon runs again",
+			lv.HostName, ago)
 	case !fresh:
 		lv.Verdict = LivenessStale
 		lv.Message = fmt.Sprintf("host %q last seen %s ago: it may be down or its sync stalled (or this machine's)", lv.HostName, ago)

@@ -69,6 +69,11 @@ func TestHostLivenessVerdicts(t *testing.T) {
 			`host "laptop" last seen 12 min ago: it may be down or its sync stalled (or this machine's); or this machine's clock is about 12 min ahead of the host's, as the stamp arrived here 0 s ago (a request dated ahead of the host's clock by more than its skew is refused as not-yet-valid): compare the clocks, enable NTP on both`},
 		{"stopped", bridge.LivenessStamp{Time: now - 180, State: bridge.LivenessStopped, Accepts: []string{me}}, false, LivenessStopped,
 			`host "laptop" stopped 3 min ago: requests wait in the folder until its daemon runs again`},
+		{"draining", bridge.LivenessStamp{Time: now - 2, State: bridge.LivenessDraining, Accepts: []string{me}}, false, LivenessDraining,
+			`host "laptop" is stopping (told 2 s ago): the ops it runs may finish, it starts nothing new, and new requests wait in the folder until its daemon runs again`},
+		// A drain that went silent: the daemon died in it, or the sync
+		// stalled.
+		{"draining long ago", bridge.LivenessStamp{Time: now - 3600, State: bridge.LivenessDraining, Accepts: []string{me}}, false, LivenessStale, ""},
 		{"revoked", bridge.LivenessStamp{Time: now - 5, Accepts: []string{}}, false, LivenessNotAccepted,
 			`host "laptop" does not accept this agent's key (not paired, or revoked) as of 5 s ago`},
 		{"other key", bridge.LivenessStamp{Time: now - 5, Accepts: []string{strings.Repeat("0", 32)}, AgentSeq: 3}, false, LivenessNotAccepted, ""},

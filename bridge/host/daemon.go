@@ -550,6 +550,16 @@ func (d *Daemon) Close(ctx context.Context) error {
 		if dl, ok := ctx.Deadline(); ok {
 			until = "for up to " + time.Until(dl).Round(time.Second).String()
 		}
+		// Agents learn it now, not when the drain ends: their new
+		// requests wait for the next start (SPEC §10c, draining). Before
+		// the log line, which thus says the stamps are out.
+		d.stopMu.Lock()
+		if d.folder != nil && d.watcher != nil && !d.killed.Load() {
+			if err := d.publishLiveness(bridge.LivenessDraining); err != nil {
+				d.log.Warn("publish liveness stamps", "err", err)
+			}
+		}
+		d.stopMu.Unlock()
 		d.log.Info("stopping: no new work; running ops may finish "+until+", then they are stopped (a second signal stops them at once)",
 			"running", running)
 	} else if d.watcher != nil {

@@ -544,6 +544,8 @@ func pendingResult(cl *agent.Client, id string, waited time.Duration) *sdk.CallT
 			o.Hint = "the host does not accept this agent's key: this request will not run; ask the human to pair this agent again on the host (docs/KEYS.md)"
 		case agent.LivenessStopped, agent.LivenessStale:
 			o.Hint = "tell the human the host is not serving; the request waits in the folder, and bridge_wait returns its answer once the host runs again"
+		case agent.LivenessDraining:
+			o.Hint = "the host's daemon is stopping: an op it already runs may still finish; a new request waits in the folder, and bridge_wait returns its answer once the host runs again"
 		}
 	}
 	// What it has streamed so far (verified chunks), as the result would

@@ -184,6 +184,8 @@ func livenessFindings(h *trust.Home) []doctor.Finding {
 			f.Fix = "on the host, `bridge keys show`; pair this agent again if it is missing or revoked (docs/KEYS.md)"
 		case agent.LivenessStopped:
 			f.Fix = "start `bridge serve` on the host (or its service); requests wait in the folder meanwhile"
+		case agent.LivenessDraining:
+			f.Fix = "the host's daemon is stopping: start `bridge serve` (or its service) again once it stopped; requests wait in the folder meanwhile"
 		case agent.LivenessStale:
 			f.Fix = "check that `bridge serve` runs on the host and that the sync client runs on both machines"
 			if lv.ClockAheadSeconds > 0 {

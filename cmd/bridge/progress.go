@@ -114,15 +114,15 @@ func (p *progress) tick(elapsed time.Duration) {
 	}
 }
 
-// sayLiveness prints a line when the host's verdict turns to stopped or
-// stale (or from one to the other), and when it is serving again.
+// sayLiveness prints a line when the host's verdict turns to draining,
+// stopped or stale (or from one to another), and when it is serving again.
 func (p *progress) sayLiveness(lv *agent.Liveness) {
 	if lv == nil {
 		return
 	}
 	prev := p.lastLive
 	p.lastLive = lv
-	alarm := lv.Verdict == agent.LivenessStopped || lv.Verdict == agent.LivenessStale
+	alarm := lv.Verdict == agent.LivenessStopped || lv.Verdict == agent.LivenessDraining || lv.Verdict == agent.LivenessStale
 	line := ""
 	switch {
 	case lv.Verdict == agent.LivenessNoStamp && p.elapsed >= noStampAfter && !p.saidNoStamp:
@@ -149,7 +149,7 @@ func (p *progress) sayLiveness(lv *agent.Liveness) {
 func (p *progress) alarm() *agent.Liveness {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if lv := p.lastLive; lv != nil && (lv.Verdict == agent.LivenessStopped || lv.Verdict == agent.LivenessStale || lv.Verdict == agent.LivenessNoStamp) {
+	if lv := p.lastLive; lv != nil && (lv.Verdict == agent.LivenessStopped || lv.Verdict == agent.LivenessDraining || lv.Verdict == agent.LivenessStale || lv.Verdict == agent.LivenessNoStamp) {
 		return lv
 	}
 	return nil

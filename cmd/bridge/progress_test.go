@@ -82,3 +82,37 @@ func TestHintForUnknownVersion(t *testing.T) {
 		t.Fatalf("hint: %q", h)
 	}
 }
+
+// A wait whose host is told to stop says so once when its stamp turns to
+// draining, again when it turns to stopped, and that it serves again when
+// it is back; the time-out names the drain.
+func TestProgressFollowsADrain(t *testing.T) {
+	var out bytes.Buffer
+	p := newProgress(&out, "0123456789abcdef0123456789abcdef")
+	verdict := agent.LivenessOK
+	p.liveness = func() *agent.Liveness {
+		return &agent.Liveness{Verdict: verdict, HostName: "laptop", Message: "host \"laptop\" is " + verdict}
+	}
+	s := 0
+	tick := func(n int) {
+		for range n {
+			p.tick(time.Duration(s) * time.Second)
+			s++
+		}
+	}
+	tick(3)
+	verdict = agent.LivenessDraining
+	tick(3)
+	if lv := p.alarm(); lv == nil || lv.Verdict != agent.LivenessDraining {
+		t.Errorf("alarm while draining: %+v", lv)
+	}
+	verdict = agent.LivenessStopped
+	tick(3)
+	verdict = agent.LivenessOK
+	tick(3)
+	for _, want := range []string{"is draining", "is stopped", "is serving again"} {
+		if n := strings.Count(out.String(), want); n != 1 {
+			t.Errorf("%q said %d times, want once:\n%s", want, n, out.String())
+		}
+	}
+}
