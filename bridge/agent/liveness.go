@@ -208,7 +208,7 @@ func judge(lv *Liveness, st *bridge.LivenessStamp, current string, own []trust.O
 		lv.Message = fmt.Sprintf("host %q stopped %s ago: requests wait in the folder until its daemon runs again", lv.HostName, ago)
 	case st.State == bridge.LivenessDraining && fresh:
 		lv.Verdict = LivenessDraining
-		lv.Message = fmt.Sprintf("host %q is stopping (told %s ago): the ops it runs may finish, it starts nothing new, and new requests wait in the folder until its daemon runs again",
+		lv.Message = fmt.Sprintf("host %q has been stopping for %s: the ops it runs may finish, it starts nothing new, and new requests wait in the folder until its daemon runs again",
 			lv.HostName, ago)
 	case !fresh:
 		lv.Verdict = LivenessStale

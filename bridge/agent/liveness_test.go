@@ -70,7 +70,7 @@ func TestHostLivenessVerdicts(t *testing.T) {
 		{"stopped", bridge.LivenessStamp{Time: now - 180, State: bridge.LivenessStopped, Accepts: []string{me}}, false, LivenessStopped,
 			`host "laptop" stopped 3 min ago: requests wait in the folder until its daemon runs again`},
 		{"draining", bridge.LivenessStamp{Time: now - 2, State: bridge.LivenessDraining, Accepts: []string{me}}, false, LivenessDraining,
-			`host "laptop" is stopping (told 2 s ago): the ops it runs may finish, it starts nothing new, and new requests wait in the folder until its daemon runs again`},
+			`host "laptop" has been stopping for 2 s: the ops it runs may finish, it starts nothing new, and new requests wait in the folder until its daemon runs again`},
 		// A drain that went silent: the daemon died in it, or the sync
 		// stalled.
 		{"draining long ago", bridge.LivenessStamp{Time: now - 3600, State: bridge.LivenessDraining, Accepts: []string{me}}, false, LivenessStale, ""},
