@@ -21,6 +21,9 @@ import (
 // real Unison (fixtures/clients/unison.prf, repeat = 1); see
 // loopClientEndToEnd for what it does and requires.
 func TestUnisonEndToEnd(t *testing.T) {
+	// In parallel with the other real sync clients' tests and the crash
+	// loop's steps: they mostly wait on processes of their own.
+	t.Parallel()
 	loopClientEndToEnd(t, startUnison(t), "never (conflict_on_2020-01-01).manifest", nil)
 }
 
@@ -30,6 +33,9 @@ func TestUnisonEndToEnd(t *testing.T) {
 // locks bisync out ("Must run --resync") and the loop's --resync recovers;
 // see loopClientEndToEnd for the rest.
 func TestRcloneBisyncEndToEnd(t *testing.T) {
+	// In parallel with the other real sync clients' tests and the crash
+	// loop's steps: they mostly wait on processes of their own.
+	t.Parallel()
 	c := startRclone(t)
 	lockedOut := false
 	loopClientEndToEnd(t, c, "never.manifest..path1", func(p *pair) {

@@ -26,6 +26,9 @@ import (
 // product's nudges (the harness scans nothing itself). A wrong key is
 // refused with a hint.
 func TestSyncthingSetup(t *testing.T) {
+	// In parallel with the other real sync clients' tests and the crash
+	// loop's steps: they mostly wait on processes of their own.
+	t.Parallel()
 	st := startSyncthingPairWith(t, false)
 	p := syncthingHomes(t, st)
 	rel := bridge.HostDir(p.host.Config.ID) + "/to-agent"
@@ -108,6 +111,9 @@ func TestSyncthingSetup(t *testing.T) {
 // ping goes through. Then a stopped Syncthing: doctor says it does not
 // answer.
 func TestHalfDoneFastPath(t *testing.T) {
+	// In parallel with the other real sync clients' tests and the crash
+	// loop's steps: they mostly wait on processes of their own.
+	t.Parallel()
 	st := startSyncthingPairWith(t, false)
 	p := syncthingHomes(t, st)
 	hosts := []syncthing.RouteHost{{ID: p.host.Config.ID, Name: "laptop"}}

@@ -52,6 +52,9 @@ const syncthingOpConcurrency = 4
 // one times, and there are at most as many of those as runs the kill could
 // interrupt.
 func TestSyncthingEndToEnd(t *testing.T) {
+	// In parallel with the other real sync clients' tests and the crash
+	// loop's steps: they mostly wait on processes of their own.
+	t.Parallel()
 	st := startSyncthingPair(t)
 	t0 := time.Now()
 	logf := func(format string, args ...any) {
