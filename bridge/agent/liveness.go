@@ -56,7 +56,7 @@ type Liveness struct {
 	Host     string     `json:"host"`      // the host's id
 	HostName string     `json:"host_name"` // its local name here
 	Verdict  string     `json:"verdict"`   // one of the Liveness* verdicts
-	State    string     `json:"state"`     // the stamp's: serving | stopped | "" (none)
+	State    string     `json:"state"`     // the stamp's: serving | draining | stopped | "" (none)
 	LastSeen *time.Time `json:"last_seen"` // the stamp's time, on the host's clock; null: none
 	// AgeSeconds is how old the stamp is by this machine's clock (0 if
 	// the host's clock is ahead).

@@ -114,7 +114,12 @@ type Daemon struct {
 	// comes while Close drains, and Close goes on once the kill ends the
 	// runs, so the two would otherwise use the folder at once (one closing
 	// the directory the other publishes through).
-	stopMu  sync.Mutex
+	stopMu sync.Mutex
+	// stampMu orders the liveness stamps' rounds: once the daemon is
+	// closing none says serving again, and after a second signal none but
+	// stopped (red team of 1a2e763: a control-loop round under way wrote
+	// serving over draining).
+	stampMu sync.Mutex
 	stopCtl chan struct{} // stops the control loop
 
 	// crashAt names a durable step at which the daemon exits abruptly, as
@@ -553,13 +558,7 @@ func (d *Daemon) Close(ctx context.Context) error {
 		// Agents learn it now, not when the drain ends: their new
 		// requests wait for the next start (SPEC §10c, draining). Before
 		// the log line, which thus says the stamps are out.
-		d.stopMu.Lock()
-		if d.folder != nil && d.watcher != nil && !d.killed.Load() {
-			if err := d.publishLiveness(bridge.LivenessDraining); err != nil {
-				d.log.Warn("publish liveness stamps", "err", err)
-			}
-		}
-		d.stopMu.Unlock()
+		d.publishDraining()
 		d.log.Info("stopping: no new work; running ops may finish "+until+", then they are stopped (a second signal stops them at once)",
 			"running", running)
 	} else if d.watcher != nil {
@@ -567,17 +566,32 @@ func (d *Daemon) Close(ctx context.Context) error {
 	}
 	done := make(chan struct{})
 	go func() { d.wg.Wait(); close(done) }()
-	select {
-	case <-done:
-		if running > 0 {
-			d.log.Info("drained: every running op ended in time")
+	// A drain longer than the stamps' interval rewrites them, or the agents
+	// would call a host that drains as told "stale" (it may be down).
+	var again <-chan time.Time
+	if running > 0 {
+		t := time.NewTicker(d.livenessInterval())
+		defer t.Stop()
+		again = t.C
+	}
+drain:
+	for {
+		select {
+		case <-done:
+			if running > 0 {
+				d.log.Info("drained: every running op ended in time")
+			}
+			break drain
+		case <-ctx.Done():
+			d.log.Warn("aborting running operations: the drain is over", "hint", "each is answered uncertain, or left for the next start if it is idempotent or has a reconcile command")
+			if d.abortRun != nil {
+				d.abortRun()
+			}
+			<-done
+			break drain
+		case <-again:
+			d.publishDraining()
 		}
-	case <-ctx.Done():
-		d.log.Warn("aborting running operations: the drain is over", "hint", "each is answered uncertain, or left for the next start if it is idempotent or has a reconcile command")
-		if d.abortRun != nil {
-			d.abortRun()
-		}
-		<-done
 	}
 	d.stopMu.Lock()
 	defer d.stopMu.Unlock()
@@ -598,6 +612,18 @@ func (d *Daemon) Close(ctx context.Context) error {
 		d.notify("", bridge.Note{Event: bridge.EventStopping, Text: "the host daemon stopped; requests wait in the folder until it is back"})
 	}
 	return d.closeResources()
+}
+
+// publishDraining writes the stamps of a daemon that drains (not after a
+// second signal: its stopped stamps are the last).
+func (d *Daemon) publishDraining() {
+	d.stopMu.Lock()
+	defer d.stopMu.Unlock()
+	if d.folder != nil && d.watcher != nil && !d.killed.Load() {
+		if err := d.publishLiveness(bridge.LivenessDraining); err != nil {
+			d.log.Warn("publish liveness stamps", "err", err)
+		}
+	}
 }
 
 func (d *Daemon) closeResources() error {

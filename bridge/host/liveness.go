@@ -26,6 +26,14 @@ const maxFormerAgents = 256
 // the host no longer trusts at all (removed) keep being told, in the
 // directory where they had a stamp, that none of their keys is accepted.
 func (d *Daemon) publishLiveness(state string) error {
+	d.stampMu.Lock()
+	defer d.stampMu.Unlock()
+	switch {
+	case state == bridge.LivenessServing && (d.isClosing() || d.killed.Load()):
+		return nil // a round under way when the stop came: the stop's stamps stand
+	case state == bridge.LivenessDraining && d.killed.Load():
+		return nil
+	}
 	now := d.opt.Now()
 	pol, own := d.pol(), d.own()
 	if pol == nil || own == nil || d.folder == nil {

@@ -1,9 +1,12 @@
 package host
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"os"
+	"path/filepath"
+	"runtime"
 	"slices"
 	"sync/atomic"
 	"testing"
@@ -139,5 +142,95 @@ func TestLivenessStampInterval(t *testing.T) {
 	stopDaemon(d, ctx)
 	if st := p.readStamp(t); st.State != bridge.LivenessStopped || len(st.Accepts) != 0 {
 		t.Fatalf("removed agent's stamp after the stop: %+v", st)
+	}
+}
+
+// A control-loop round under way when the stop comes does not write
+// serving over the draining stamp (red team of 1a2e763: a round past its
+// stop check, paused here in refreshLiveness, wrote serving, and agents
+// were told "serving" for the whole drain).
+func TestDrainingStampIsNotOverwritten(t *testing.T) {
+	p := newPair(t, testPolicy)
+	count := filepath.Join(t.TempDir(), "count")
+	var armed atomic.Bool
+	blocked, release := make(chan struct{}), make(chan struct{})
+	now := func() time.Time {
+		if armed.Load() {
+			buf := make([]byte, 8192)
+			st := buf[:runtime.Stack(buf, false)]
+			if bytes.Contains(st, []byte("refreshLiveness")) && !bytes.Contains(st, []byte("publishLiveness")) && armed.CompareAndSwap(true, false) {
+				close(blocked)
+				<-release
+				return time.Now().Add(time.Hour) // past the interval: it publishes
+			}
+		}
+		return time.Now()
+	}
+	d := runDaemon(t, p.host, DaemonOptions{Rescan: 500 * time.Millisecond, Grace: 100 * time.Millisecond, Now: now,
+		Env: envWith(map[string]string{"COUNT_FILE": count})})
+	if _, err := p.client.Submit(agent.SubmitOptions{Op: "slow"}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 20*time.Second, "the op to start", func() bool { b, _ := os.ReadFile(count); return len(b) > 0 })
+	armed.Store(true)
+	select {
+	case d.controlPoke <- struct{}{}:
+	default:
+	}
+	<-blocked // the control loop is in a round, past its stop check
+	closed := make(chan struct{})
+	go func() {
+		defer close(closed)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second) // then the op is stopped
+		defer cancel()
+		stopDaemon(d, ctx)
+	}()
+	p.eventuallyStamp(t, "said draining", func(s *bridge.LivenessStamp) bool { return s.State == bridge.LivenessDraining })
+	close(release)
+	// The round ends (its goroutine leaves controlLoop): a counted event.
+	waitFor(t, 20*time.Second, "the control loop to end", func() bool {
+		buf := make([]byte, 1<<20)
+		return !bytes.Contains(buf[:runtime.Stack(buf, true)], []byte("controlLoop"))
+	})
+	select {
+	case <-closed:
+		t.Fatal("the drain ended before the check")
+	default:
+	}
+	if st := p.readStamp(t); st.State != bridge.LivenessDraining {
+		t.Errorf("the stamp during the drain says %q, want draining", st.State)
+	}
+	<-closed
+	if st := p.readStamp(t); st.State != bridge.LivenessStopped {
+		t.Errorf("the stamp after the stop says %q, want stopped", st.State)
+	}
+}
+
+// A drain longer than the stamps' interval rewrites its draining stamp,
+// or agents would call a host that drains as told "stale" (red team of
+// 1a2e763).
+func TestLongDrainRewritesItsStamp(t *testing.T) {
+	p := newPair(t, testPolicy)
+	count := filepath.Join(t.TempDir(), "count")
+	d := runDaemon(t, p.host, DaemonOptions{Rescan: 500 * time.Millisecond, Grace: 100 * time.Millisecond, LivenessInterval: time.Second,
+		Env: envWith(map[string]string{"COUNT_FILE": count})})
+	if _, err := p.client.Submit(agent.SubmitOptions{Op: "slow"}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 20*time.Second, "the op to start", func() bool { b, _ := os.ReadFile(count); return len(b) > 0 })
+	closed := make(chan struct{})
+	go func() {
+		defer close(closed)
+		ctx, cancel := context.WithTimeout(context.Background(), 6*time.Second) // then the op is stopped
+		defer cancel()
+		stopDaemon(d, ctx)
+	}()
+	first := p.eventuallyStamp(t, "said draining", func(s *bridge.LivenessStamp) bool { return s.State == bridge.LivenessDraining })
+	p.eventuallyStamp(t, "rewrote its draining stamp", func(s *bridge.LivenessStamp) bool {
+		return s.State == bridge.LivenessDraining && s.Time > first.Time
+	})
+	<-closed
+	if st := p.readStamp(t); st.State != bridge.LivenessStopped {
+		t.Errorf("the stamp after the stop says %q, want stopped", st.State)
 	}
 }
