@@ -151,7 +151,6 @@ func TestLivenessStampInterval(t *testing.T) {
 // were told "serving" for the whole drain).
 func TestDrainingStampIsNotOverwritten(t *testing.T) {
 	p := newPair(t, testPolicy)
-	count := filepath.Join(t.TempDir(), "count")
 	var armed atomic.Bool
 	blocked, release := make(chan struct{}), make(chan struct{})
 	now := func() time.Time {
@@ -166,25 +165,14 @@ func TestDrainingStampIsNotOverwritten(t *testing.T) {
 		}
 		return time.Now()
 	}
-	d := runDaemon(t, p.host, DaemonOptions{Rescan: 500 * time.Millisecond, Grace: 100 * time.Millisecond, Now: now,
-		Env: envWith(map[string]string{"COUNT_FILE": count})})
-	if _, err := p.client.Submit(agent.SubmitOptions{Op: "slow"}); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, 20*time.Second, "the op to start", func() bool { b, _ := os.ReadFile(count); return len(b) > 0 })
+	d := p.runningSlowOp(t, DaemonOptions{Now: now})
 	armed.Store(true)
 	select {
 	case d.controlPoke <- struct{}{}:
 	default:
 	}
 	<-blocked // the control loop is in a round, past its stop check
-	closed := make(chan struct{})
-	go func() {
-		defer close(closed)
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second) // then the op is stopped
-		defer cancel()
-		stopDaemon(d, ctx)
-	}()
+	closed := stopWithin(d, 5*time.Second)
 	p.eventuallyStamp(t, "said draining", func(s *bridge.LivenessStamp) bool { return s.State == bridge.LivenessDraining })
 	close(release)
 	// The round ends (its goroutine leaves controlLoop): a counted event.
@@ -206,25 +194,39 @@ func TestDrainingStampIsNotOverwritten(t *testing.T) {
 	}
 }
 
+// runningSlowOp runs a daemon for the pair and an op that sleeps 30 s in
+// it, and returns once the op started.
+func (p *pair) runningSlowOp(t *testing.T, opt DaemonOptions) *Daemon {
+	t.Helper()
+	count := filepath.Join(t.TempDir(), "count")
+	opt.Rescan, opt.Grace, opt.Env = 500*time.Millisecond, 100*time.Millisecond, envWith(map[string]string{"COUNT_FILE": count})
+	d := runDaemon(t, p.host, opt)
+	if _, err := p.client.Submit(agent.SubmitOptions{Op: "slow"}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 20*time.Second, "the op to start", func() bool { b, _ := os.ReadFile(count); return len(b) > 0 })
+	return d
+}
+
+// stopWithin stops d as a first signal does, with a drain of drain (then
+// the op is stopped); the channel closes once it stopped.
+func stopWithin(d *Daemon, drain time.Duration) <-chan struct{} {
+	closed := make(chan struct{})
+	go func() {
+		defer close(closed)
+		ctx, cancel := context.WithTimeout(context.Background(), drain)
+		defer cancel()
+		stopDaemon(d, ctx)
+	}()
+	return closed
+}
+
 // A drain longer than the stamps' interval rewrites its draining stamp,
 // or agents would call a host that drains as told "stale" (red team of
 // 1a2e763).
 func TestLongDrainRewritesItsStamp(t *testing.T) {
 	p := newPair(t, testPolicy)
-	count := filepath.Join(t.TempDir(), "count")
-	d := runDaemon(t, p.host, DaemonOptions{Rescan: 500 * time.Millisecond, Grace: 100 * time.Millisecond, LivenessInterval: time.Second,
-		Env: envWith(map[string]string{"COUNT_FILE": count})})
-	if _, err := p.client.Submit(agent.SubmitOptions{Op: "slow"}); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, 20*time.Second, "the op to start", func() bool { b, _ := os.ReadFile(count); return len(b) > 0 })
-	closed := make(chan struct{})
-	go func() {
-		defer close(closed)
-		ctx, cancel := context.WithTimeout(context.Background(), 6*time.Second) // then the op is stopped
-		defer cancel()
-		stopDaemon(d, ctx)
-	}()
+	closed := stopWithin(p.runningSlowOp(t, DaemonOptions{LivenessInterval: time.Second}), 6*time.Second)
 	first := p.eventuallyStamp(t, "said draining", func(s *bridge.LivenessStamp) bool { return s.State == bridge.LivenessDraining })
 	p.eventuallyStamp(t, "rewrote its draining stamp", func(s *bridge.LivenessStamp) bool {
 		return s.State == bridge.LivenessDraining && s.Time > first.Time
