@@ -592,8 +592,11 @@ func (m *model) fixMissing() {
 		return
 	}
 	prog := filepath.Join(m.bin, "bridge-model-missing")
-	os.WriteFile(prog, []byte("#!/bin/sh\necho start-$1-$(date +%s%N) >> \"$RUNS\"\necho end-$1 >> \"$RUNS\"\n"), 0o755)
+	// The time first: a running daemon may start the program the moment
+	// it exists, before this goroutine reads the clock again (CI, seed 11:
+	// its start line was dated before a time taken after the write).
 	m.fixedAt = time.Now()
+	os.WriteFile(prog, []byte("#!/bin/sh\necho start-$1-$(date +%s%N) >> \"$RUNS\"\necho end-$1 >> \"$RUNS\"\n"), 0o755)
 	m.logf("the missing program exists now")
 }
 
