@@ -63,7 +63,7 @@ func (d *Daemon) admit(j *job, in spool, mode admitMode) bool {
 		d.log.Error("read spool", "err", err)
 		return false
 	}
-	stdin, err := d.newSpool(j.req.ID, "stdin", j.req.Payload.Len)
+	stdin, err := newSpool(d.home.Path("spool"), j.req.ID, "stdin", j.req.Payload.Len)
 	if err != nil {
 		d.log.Error("spool stdin", "err", err)
 		return false
@@ -136,7 +136,7 @@ func (d *Daemon) admit(j *job, in spool, mode admitMode) bool {
 			inv.Stdin = fmt.Sprintf("%d bytes, sha256 %x", counted.n, counted.h.Sum(nil))
 		}
 	}
-	if mode == admitApproved && !d.approvedAsShown(j, inv) {
+	if mode == admitApproved && !d.policy.approvedAsShown(j, inv) {
 		return refuse(evRefuse, bridge.Receipt{Status: bridge.StatusRejected, Reason: ReasonApprovalMismatch, Op: inv.Op, PolicySHA256: j.rules.p.SHA256,
 			Detail: "what it would run now differs from what the human approved (the policy, a path argument's target or the program's location changed since): nothing ran; send it again to ask again"})
 	}
@@ -154,14 +154,14 @@ func (d *Daemon) admit(j *job, in spool, mode admitMode) bool {
 		// Not for an approved request: a human's decision must not wait
 		// for a rescan.
 		var ok bool
-		if queueDone, ok = d.reserveQueue(inv.Op, inv.Concurrency, j.key); !ok {
+		if queueDone, ok = d.sched.reserveQueue(inv.Op, inv.Concurrency, j.key); !ok {
 			d.log.Debug("op full: evaluated again when a run of it ends", "key", j.key, "op", inv.Op)
 			return false
 		}
 	}
 	if mode == admitNew || mode == admitApproved {
 		var over *bridge.Receipt
-		if ceilingDone, over = d.reserveCeiling(j.keys.name, inv); over != nil {
+		if ceilingDone, over = d.sched.ceil.reserve(j.keys.name, inv); over != nil {
 			queueDone()
 			return refuse(evRefuse, *over)
 		}
@@ -228,7 +228,7 @@ func (d *Daemon) reconcileCheck(j *job, inv *policy.Invocation, stdin spool) {
 	defer func() {
 		if !handed {
 			stdin.Close()
-			d.release(j.key)
+			d.sched.release(j.key)
 			d.wg.Done()
 		}
 	}()
@@ -277,7 +277,7 @@ func (d *Daemon) run(j *job, inv *policy.Invocation, stdin spool, resume bool, a
 	if after != nil {
 		defer after() // once the key is released, before the slot
 	}
-	defer d.release(j.key)
+	defer d.sched.release(j.key)
 	defer stdin.Close()
 	// The cancel function is registered before the last cancel check, so a
 	// cancel arriving at any moment from here on reaches the run.
@@ -319,7 +319,7 @@ func (d *Daemon) run(j *job, inv *policy.Invocation, stdin spool, resume bool, a
 	}
 	freeSlot := sync.OnceFunc(slot)
 	defer freeSlot()
-	if d.isClosing() || d.runCtx.Err() != nil {
+	if d.closing.Load() || d.runCtx.Err() != nil {
 		// The daemon is stopping (or a second signal came while it
 		// started up, before Close): nothing starts any more. A request that
 		// waited for its slot never started (claimed: the next start
@@ -346,7 +346,7 @@ func (d *Daemon) run(j *job, inv *policy.Invocation, stdin spool, resume bool, a
 			d.answer(j, evCancelEarly, bridge.Receipt{Status: bridge.StatusCancelled, Reason: bridge.ReasonCancelled, Op: inv.Op, Detail: "cancelled before it ran"}, nil, nil)
 			return
 		}
-		if err := d.stillAsAdmitted(j, inv); err != nil {
+		if err := d.policy.stillAsAdmitted(j, inv); err != nil {
 			d.answer(j, evRefuse, bridge.Receipt{Status: bridge.StatusRejected, Reason: ReasonPolicyChanged, Op: inv.Op, PolicySHA256: d.pol().SHA256,
 				Detail: err.Error() + "; nothing ran: send it again to have the new policy judge it"}, nil, nil)
 			return
@@ -376,11 +376,11 @@ func (d *Daemon) run(j *job, inv *policy.Invocation, stdin spool, resume bool, a
 		return
 	}
 	d.audit.log(AuditEvent{Event: "run", Agent: j.agent, ID: j.req.ID, Op: inv.Op, Detail: policy.QuoteArgv(inv.Argv)})
-	prog := d.newProgress(j)
+	prog := d.out.newProgress(j)
 	progStop, progDone := make(chan struct{}), make(chan struct{})
 	go func() { defer close(progDone); prog.loop(progStop) }()
 	onOutput := prog.write
-	if d.crashAt == "mid-run" {
+	if d.probe.crashing("mid-run") {
 		// The crash test's step: at the op's first output, when it surely
 		// runs (a counted event; a time after the start is one a loaded
 		// machine can outrun).
@@ -401,7 +401,7 @@ func (d *Daemon) run(j *job, inv *policy.Invocation, stdin spool, resume bool, a
 	close(progStop)
 	<-progDone
 	prog.final()
-	d.chargeCPU(j.keys.name, out.CPU)
+	d.sched.ceil.chargeCPU(j.keys.name, out.CPU)
 	rc := bridge.Receipt{
 		Status: bridge.StatusDone, Op: inv.Op, Argv: inv.Argv, PolicySHA256: j.rules.p.SHA256,
 		ExitCode: out.ExitCode, Signal: out.Signal, TimedOut: out.TimedOut,
@@ -503,11 +503,11 @@ func (d *Daemon) answerOrRetryOut(j *job, ev event, rc bridge.Receipt, stdout, s
 // re-run (resume) was started before and waits without a deadline.
 func (d *Daemon) waitSlot(ctx context.Context, j *job, inv *policy.Invocation, resume bool) (slot func(), expired bool) {
 	if resume || inv.Concurrency <= 0 {
-		return d.acquire(ctx, inv.Op, inv.Concurrency), false
+		return d.sched.acquire(ctx, inv.Op, inv.Concurrency), false
 	}
 	ent, err := d.ledger.Get(j.key)
 	if err != nil {
-		return d.acquire(ctx, inv.Op, inv.Concurrency), false
+		return d.sched.acquire(ctx, inv.Op, inv.Concurrency), false
 	}
 	deadline := ent.FirstSeen.Add(d.opt.MaxQueueAge)
 	if exp := time.Unix(j.req.Expires, 0); exp.Before(deadline) {
@@ -516,14 +516,14 @@ func (d *Daemon) waitSlot(ctx context.Context, j *job, inv *policy.Invocation, r
 	for {
 		// A millisecond past the deadline: expired's checks are strict.
 		wait, stop := context.WithTimeout(ctx, deadline.Sub(d.opt.Now())+time.Millisecond)
-		slot = d.acquire(wait, inv.Op, inv.Concurrency)
+		slot = d.sched.acquire(wait, inv.Op, inv.Concurrency)
 		stop()
 		if slot != nil || ctx.Err() != nil {
 			return slot, false
 		}
 		ent, err := d.ledger.Get(j.key)
 		if err != nil {
-			return d.acquire(ctx, inv.Op, inv.Concurrency), false
+			return d.sched.acquire(ctx, inv.Op, inv.Concurrency), false
 		}
 		if d.expired(j, ent) {
 			return nil, true
@@ -538,47 +538,47 @@ func (d *Daemon) waitSlot(ctx context.Context, j *job, inv *policy.Invocation, r
 // reloads: a limit lowered while runs hold their slots lets nothing more
 // start until enough of them end, and a limit raised frees the waiters
 // it allows at once.
-func (d *Daemon) acquire(ctx context.Context, op string, limit int) func() {
+func (s *scheduler) acquire(ctx context.Context, op string, limit int) func() {
 	// The limit in force now, not the one the request was admitted under:
 	// a request evaluated across a reload must not bring an old limit back.
-	if r := d.rules(); r != nil {
+	if r := s.rules(); r != nil {
 		if c, ok := r.p.Concurrency(op); ok {
 			limit = c
 		}
 	}
-	d.mu.Lock()
-	s := d.slots[op]
-	if s == nil {
-		s = &opSlots{}
-		d.slots[op] = s
+	s.mu.Lock()
+	o := s.slots[op]
+	if o == nil {
+		o = &opSlots{}
+		s.slots[op] = o
 	}
 	// Runs are counted when there is no limit too, so that a limit a
 	// reload sets counts the runs going already.
-	s.limit = limit
+	o.limit = limit
 	if limit <= 0 {
-		s.limit = math.MaxInt
+		o.limit = math.MaxInt
 	}
-	if s.busy < s.limit && len(s.waiters) == 0 {
-		s.busy++
-		d.mu.Unlock()
-		return d.slotRelease(s)
+	if o.busy < o.limit && len(o.waiters) == 0 {
+		o.busy++
+		s.mu.Unlock()
+		return s.slotRelease(o)
 	}
 	ready := make(chan struct{})
-	s.waiters = append(s.waiters, ready)
-	d.grantSlots(s)
-	d.mu.Unlock()
+	o.waiters = append(o.waiters, ready)
+	s.grantSlots(o)
+	s.mu.Unlock()
 	select {
 	case <-ready:
-		return d.slotRelease(s)
+		return s.slotRelease(o)
 	case <-ctx.Done():
-		d.mu.Lock()
-		defer d.mu.Unlock()
+		s.mu.Lock()
+		defer s.mu.Unlock()
 		select {
 		case <-ready: // granted as the context ended: give it back
-			s.busy--
-			d.grantSlots(s)
+			o.busy--
+			s.grantSlots(o)
 		default:
-			s.waiters = slices.DeleteFunc(s.waiters, func(c chan struct{}) bool { return c == ready })
+			o.waiters = slices.DeleteFunc(o.waiters, func(c chan struct{}) bool { return c == ready })
 		}
 		return nil
 	}
@@ -591,21 +591,21 @@ type opSlots struct {
 	waiters     []chan struct{}
 }
 
-// grantSlots hands free slots to waiters in order. d.mu is held.
-func (d *Daemon) grantSlots(s *opSlots) {
-	for s.busy < s.limit && len(s.waiters) > 0 {
-		s.busy++
-		close(s.waiters[0])
-		s.waiters = s.waiters[1:]
+// grantSlots hands free slots to waiters in order. s.mu is held.
+func (s *scheduler) grantSlots(o *opSlots) {
+	for o.busy < o.limit && len(o.waiters) > 0 {
+		o.busy++
+		close(o.waiters[0])
+		o.waiters = o.waiters[1:]
 	}
 }
 
-func (d *Daemon) slotRelease(s *opSlots) func() {
+func (s *scheduler) slotRelease(o *opSlots) func() {
 	return func() {
-		d.mu.Lock()
-		defer d.mu.Unlock()
-		s.busy--
-		d.grantSlots(s)
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		o.busy--
+		s.grantSlots(o)
 	}
 }
 
@@ -615,7 +615,7 @@ func (d *Daemon) slotRelease(s *opSlots) func() {
 // verifies, decrypts, records and answers, and an agent at its ceiling must
 // not be able to make the host do that without bound.
 func (d *Daemon) ping(j *job) bool {
-	release, over := d.reserveCeiling(j.keys.name, &policy.Invocation{Op: bridge.PingOp})
+	release, over := d.sched.ceil.reserve(j.keys.name, &policy.Invocation{Op: bridge.PingOp})
 	if over != nil {
 		d.answer(j, evRefuse, *over, nil, nil)
 		return false

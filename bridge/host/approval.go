@@ -54,14 +54,14 @@ func approvalText(inv *policy.Invocation) string {
 // symlink may point elsewhere now), the policy may have changed across a
 // restart, a program may resolve to another file in PATH. Anything else
 // must be asked again, never run.
-func (d *Daemon) approvedAsShown(j *job, inv *policy.Invocation) bool {
-	e, err := d.ledger.Get(j.key)
+func (w *policyWatch) approvedAsShown(j *job, inv *policy.Invocation) bool {
+	e, err := w.ledger.Get(j.key)
 	if err != nil {
 		return false
 	}
 	if e.Reason != approvalText(inv) {
-		d.log.Warn("approved request not run: what it would run changed since it was shown", "key", j.key, "op", inv.Op)
-		d.audit.log(AuditEvent{Event: "approval-mismatch", Agent: j.agent, ID: j.req.ID, Op: inv.Op, Detail: policy.QuoteArgv(inv.Argv)})
+		w.log.Warn("approved request not run: what it would run changed since it was shown", "key", j.key, "op", inv.Op)
+		w.audit.log(AuditEvent{Event: "approval-mismatch", Agent: j.agent, ID: j.req.ID, Op: inv.Op, Detail: policy.QuoteArgv(inv.Argv)})
 		return false
 	}
 	return true
@@ -72,7 +72,7 @@ func (d *Daemon) approvedAsShown(j *job, inv *policy.Invocation) bool {
 // approvedAsShown), the agent gets a notice.
 func (d *Daemon) awaitApproval(j *job, inv *policy.Invocation, stdin io.ReadSeeker, n int64) bool {
 	if n > 0 {
-		d.keepApprovalInput(j, stdin) // before it is listed: `bridge pending` shows it
+		d.out.keepApprovalInput(j, stdin) // before it is listed: `bridge pending` shows it
 	}
 	what := approvalText(inv)
 	if _, err := d.step(j.key, evAwaitApproval, func(e *ledger.Entry) { e.Op, e.Reason = inv.Op, what }); err != nil {
@@ -82,7 +82,7 @@ func (d *Daemon) awaitApproval(j *job, inv *policy.Invocation, stdin io.ReadSeek
 	ref := j.keys.name + "/" + j.req.ID
 	d.audit.log(AuditEvent{Event: "awaiting-approval", Agent: j.agent, ID: j.req.ID, Op: inv.Op, Detail: policy.QuoteArgv(inv.Argv)})
 	d.log.Info("waiting for approval", "agent", j.keys.name, "id", j.req.ID, "op", inv.Op, "hint", "bridge approve "+ref)
-	d.notify(j.agent, bridge.Note{Event: bridge.EventApprovalPending, Request: j.req.ID,
+	d.out.notify(j.agent, bridge.Note{Event: bridge.EventApprovalPending, Request: j.req.ID,
 		Text: fmt.Sprintf("request %s (%s) waits for a human on the host to approve it", j.req.ID, inv.Op)})
 	desktopNotify("bridge: approval needed", fmt.Sprintf("%s asks to run %s (bridge approve %s)", j.keys.name, inv.Op, ref))
 	return false
@@ -123,13 +123,13 @@ var errBusy = errors.New("the request is busy; trying again")
 // decide applies a human's decision on a request awaiting approval. The
 // key is taken first, so nothing else answers it meanwhile.
 func (d *Daemon) decide(key string, approve bool, why string) error {
-	if !d.take(key) {
+	if !d.sched.take(key) {
 		return errBusy
 	}
 	handed := false
 	defer func() {
 		if !handed {
-			d.release(key)
+			d.sched.release(key)
 		}
 	}()
 	e, err := d.ledger.Get(key)
@@ -143,7 +143,7 @@ func (d *Daemon) decide(key string, approve bool, why string) error {
 	if keys == nil {
 		return fmt.Errorf("request %s: agent %s is no longer trusted", key, e.Agent)
 	}
-	if approve && d.concurrentFull(keys.name) {
+	if approve && d.sched.ceil.concurrentFull(keys.name) {
 		// The agent runs as many ops as max_concurrent allows: the
 		// approval waits for a place (the order is tried again each
 		// second) instead of being refused "ceiling", which would throw
@@ -157,7 +157,7 @@ func (d *Daemon) decide(key string, approve bool, why string) error {
 	}
 	// Decided: it waits no more, whatever comes of it (gone before the
 	// answer, which the agent may read at once).
-	d.dropApprovalInput(key)
+	d.out.dropApprovalInput(key)
 	if !approve {
 		d.audit.log(AuditEvent{Event: "denied", Agent: e.Agent, ID: e.ID, Op: e.Op, Detail: why})
 		detail := "a human on the host denied it"
@@ -168,12 +168,12 @@ func (d *Daemon) decide(key string, approve bool, why string) error {
 	}
 	// What may have happened since it was parked answers it instead.
 	if d.holdBehind(j, e) || d.decideWaiting(j, e) {
-		return fmt.Errorf("request %s was answered before the approval: %s", key, d.stateOf(key))
+		return fmt.Errorf("request %s was answered before the approval: %s", key, stateOf(d.ledger, key))
 	}
 	d.audit.log(AuditEvent{Event: "approved", Agent: e.Agent, ID: e.ID, Op: e.Op})
 	// The agent learns who approved it and when (its MCP result says so;
 	// a denial says it in the answer itself).
-	d.notify(e.Agent, bridge.Note{Event: bridge.EventApproved, Request: e.ID,
+	d.out.notify(e.Agent, bridge.Note{Event: bridge.EventApproved, Request: e.ID,
 		Text: fmt.Sprintf("request %s (%s) was approved on the host at %s by %s", e.ID, e.Op, d.opt.Now().UTC().Format(time.DateTime+" UTC"), approver())})
 	in, err := d.settle(j)
 	if err != nil {
@@ -191,7 +191,7 @@ func (d *Daemon) decideWaiting(j *job, e ledger.Entry) bool {
 	if ttl <= 0 {
 		ttl = DefaultApprovalTTL
 	}
-	ends := func() { d.dropApprovalInput(j.key) } // before the answer, as in decide
+	ends := func() { d.out.dropApprovalInput(j.key) } // before the answer, as in decide
 	switch err := d.standing(j); {
 	case d.cancelled(j.agent, j.req.ID):
 		ends()
@@ -216,8 +216,8 @@ func (d *Daemon) decideWaiting(j *job, e ledger.Entry) bool {
 }
 
 // stateOf is the ledger state of key, for messages.
-func (d *Daemon) stateOf(key string) ledger.State {
-	e, _ := d.ledger.Get(key)
+func stateOf(l *ledger.Ledger, key string) ledger.State {
+	e, _ := l.Get(key)
 	return e.State
 }
 

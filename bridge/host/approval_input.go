@@ -40,41 +40,41 @@ func approvalInputPath(h *trust.Home, agent, id string) string {
 // keepApprovalInput copies the request's input from its spool into the
 // home. A failure is logged, not fatal: the approval still binds the hash,
 // and `bridge pending` says the input is not kept.
-func (d *Daemon) keepApprovalInput(j *job, stdin io.ReadSeeker) {
+func (o *outbox) keepApprovalInput(j *job, stdin io.ReadSeeker) {
 	if _, err := stdin.Seek(0, io.SeekStart); err != nil {
-		d.log.Warn("keep the input of a request awaiting approval", "key", j.key, "err", err)
+		o.log.Warn("keep the input of a request awaiting approval", "key", j.key, "err", err)
 		return
 	}
-	dir := d.home.Path(approvalsDir, j.agent)
+	dir := o.home.Path(approvalsDir, j.agent)
 	err := os.MkdirAll(dir, 0o700)
 	if err == nil {
-		err = syncsafe.WriteFileAtomicFrom(approvalInputPath(d.home, j.agent, j.req.ID), func(w io.Writer) error {
+		err = syncsafe.WriteFileAtomicFrom(approvalInputPath(o.home, j.agent, j.req.ID), func(w io.Writer) error {
 			_, err := io.Copy(w, stdin)
 			return err
 		})
 	}
 	if err != nil {
-		d.log.Warn("keep the input of a request awaiting approval", "key", j.key, "err", err)
+		o.log.Warn("keep the input of a request awaiting approval", "key", j.key, "err", err)
 	}
 }
 
 // dropApprovalInput removes the kept input of the request at key, if any.
-func (d *Daemon) dropApprovalInput(key string) {
+func (o *outbox) dropApprovalInput(key string) {
 	agent, id, _ := strings.Cut(key, "/")
-	if err := os.Remove(approvalInputPath(d.home, agent, id)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		d.log.Warn("remove the kept input of a request no longer awaiting approval", "key", key, "err", err)
+	if err := os.Remove(approvalInputPath(o.home, agent, id)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		o.log.Warn("remove the kept input of a request no longer awaiting approval", "key", key, "err", err)
 	}
 }
 
 // sweepApprovalInputs removes kept inputs whose request no longer waits
 // for approval (a crash between a decision and the removal).
-func (d *Daemon) sweepApprovalInputs() {
-	agents, err := os.ReadDir(d.home.Path(approvalsDir))
+func (c *collector) sweepApprovalInputs() {
+	agents, err := os.ReadDir(c.home.Path(approvalsDir))
 	if err != nil {
 		return
 	}
 	for _, a := range agents {
-		files, _ := os.ReadDir(d.home.Path(approvalsDir, a.Name()))
+		files, _ := os.ReadDir(c.home.Path(approvalsDir, a.Name()))
 		for _, f := range files {
 			id, ok := strings.CutSuffix(f.Name(), ".stdin")
 			if !ok {
@@ -85,10 +85,10 @@ func (d *Daemon) sweepApprovalInputs() {
 			if fi, err := f.Info(); err != nil || time.Since(fi.ModTime()) < time.Minute {
 				continue
 			}
-			if e, err := d.ledger.Get(a.Name() + "/" + id); err == nil && e.State == ledger.StateAwaitingApproval {
+			if e, err := c.ledger.Get(a.Name() + "/" + id); err == nil && e.State == ledger.StateAwaitingApproval {
 				continue
 			}
-			d.dropApprovalInput(a.Name() + "/" + id)
+			c.out.dropApprovalInput(a.Name() + "/" + id)
 		}
 	}
 }

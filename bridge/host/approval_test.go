@@ -130,14 +130,14 @@ func TestApprovalWaitsForTheAgentsCeiling(t *testing.T) {
 		data, _ := os.ReadFile(count)
 		return strings.Contains(string(data), "started")
 	})
-	w0 := p.daemon.controlWakes.Load()
+	w0 := p.daemon.probe.n(controlWakes)
 	if _, err := Approve(p.host, gated.ID); err != nil {
 		t.Fatal(err)
 	}
 	// While the slow op holds the agent's one place, the approval waits:
 	// the order stays, the request awaits approval, nothing is refused
 	// (two control ticks, each trying the order).
-	waitFor(t, 10*time.Second, "two ticks to try the order", func() bool { return p.daemon.controlWakes.Load() >= w0+2 })
+	waitFor(t, 10*time.Second, "two ticks to try the order", func() bool { return p.daemon.probe.n(controlWakes) >= w0+2 })
 	if st := p.entry(t, gated.ID).State; st != ledger.StateAwaitingApproval {
 		t.Fatalf("approved while the agent's place was taken: %s", st)
 	}

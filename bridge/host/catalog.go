@@ -28,57 +28,57 @@ type publishedCatalog struct {
 
 // publishCatalog publishes, for each trusted agent, the signed list of the
 // ops that agent may run, so it can discover what to ask before it asks.
-func (d *Daemon) publishCatalog() error {
-	pol, own := d.pol(), d.own()
-	if pol == nil || own == nil || d.folder == nil {
+func (o *outbox) publishCatalog() error {
+	pol, own := o.pol(), o.own()
+	if pol == nil || own == nil || o.folder == nil {
 		return nil
 	}
-	d.catMu.Lock()
-	defer d.catMu.Unlock()
-	if d.catalogs == nil {
-		d.catalogs = map[string]*publishedCatalog{}
+	o.catMu.Lock()
+	defer o.catMu.Unlock()
+	if o.catalogs == nil {
+		o.catalogs = map[string]*publishedCatalog{}
 	}
 	var errs []error
 	var floors map[string]int64 // the home's record, read at the first publication after a start
-	for agentID, keys := range d.agents() {
-		rel := bridge.CatalogPath(d.me, agentID)
+	for agentID, keys := range o.agents() {
+		rel := bridge.CatalogPath(o.me, agentID)
 		last := int64(0)
-		if p := d.catalogs[agentID]; p != nil {
+		if p := o.catalogs[agentID]; p != nil {
 			last = p.issued
 		} else {
 			if floors == nil {
-				floors = d.readCatalogFloors()
+				floors = o.readCatalogFloors()
 			}
 			// The folder's catalog only within a few minutes of this clock:
 			// a folder writer could put back one signed while it was ahead.
-			folder := d.folderCatalogIssued(rel, agentID, own)
-			if time.UnixMilli(folder).Sub(d.opt.Now()) > 5*time.Minute {
+			folder := o.folderCatalogIssued(rel, agentID, own)
+			if time.UnixMilli(folder).Sub(o.opt.Now()) > 5*time.Minute {
 				folder = 0
 			}
 			last = max(floors[agentID], folder)
-			if ahead := time.UnixMilli(last).Sub(d.opt.Now()); ahead > futureFloor {
+			if ahead := time.UnixMilli(last).Sub(o.opt.Now()); ahead > futureFloor {
 				// Dated by a clock that was ahead (or a catalog a folder
 				// writer kept from then): following it would date every
 				// catalog ahead, and agents would call them all stale.
-				d.log.Warn("the last op catalog was dated ahead of this clock: dated by the clock again", "agent", keys.name, "ahead", ahead.Round(time.Second))
+				o.log.Warn("the last op catalog was dated ahead of this clock: dated by the clock again", "agent", keys.name, "ahead", ahead.Round(time.Second))
 				last = 0
 			}
 		}
 		// Above the last even if the clock stepped back: an agent that
 		// saw that one would take this one for older.
-		issued := max(d.opt.Now().UnixMilli(), last+1)
-		signed, err := bridge.SignCatalog(bridge.Catalog{Host: d.me, Agent: agentID, Policy: pol.SHA256, Issued: issued,
+		issued := max(o.opt.Now().UnixMilli(), last+1)
+		signed, err := bridge.SignCatalog(bridge.Catalog{Host: o.me, Agent: agentID, Policy: pol.SHA256, Issued: issued,
 			Ops: pol.AgentCatalog(keys.name)}, own.current)
 		if err != nil {
 			return err
 		}
-		if err := d.folder.PublishReplace(rel, bridge.WriteBytes(signed), syncsafe.WithMode(0o644)); err != nil {
+		if err := o.folder.PublishReplace(rel, bridge.WriteBytes(signed), syncsafe.WithMode(0o644)); err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		d.catalogs[agentID] = &publishedCatalog{issued: issued, data: signed}
+		o.catalogs[agentID] = &publishedCatalog{issued: issued, data: signed}
 	}
-	errs = append(errs, d.saveCatalogFloors())
+	errs = append(errs, o.saveCatalogFloors())
 	return errors.Join(errs...)
 }
 
@@ -95,32 +95,32 @@ const futureFloor = 24 * time.Hour
 // start, even when the folder lost the catalog and the clock stepped back.
 const catalogFloorsName = "catalogs.json"
 
-func (d *Daemon) readCatalogFloors() map[string]int64 {
+func (o *outbox) readCatalogFloors() map[string]int64 {
 	floors := map[string]int64{}
-	if b, err := os.ReadFile(d.home.Path("inbox", catalogFloorsName)); err == nil {
+	if b, err := os.ReadFile(o.home.Path("inbox", catalogFloorsName)); err == nil {
 		json.Unmarshal(b, &floors) // damaged: the folder's catalog and the clock are the floor
 	}
 	return floors
 }
 
 // saveCatalogFloors records what publishCatalog published (catMu held).
-func (d *Daemon) saveCatalogFloors() error {
-	floors := d.readCatalogFloors()
-	for agent, p := range d.catalogs {
+func (o *outbox) saveCatalogFloors() error {
+	floors := o.readCatalogFloors()
+	for agent, p := range o.catalogs {
 		floors[agent] = max(floors[agent], p.issued)
 	}
 	b, _ := json.Marshal(floors)
-	if err := os.MkdirAll(d.home.Path("inbox"), 0o700); err != nil {
+	if err := os.MkdirAll(o.home.Path("inbox"), 0o700); err != nil {
 		return err
 	}
-	return syncsafe.WriteFileAtomic(d.home.Path("inbox", catalogFloorsName), b)
+	return syncsafe.WriteFileAtomic(o.home.Path("inbox", catalogFloorsName), b)
 }
 
 // folderCatalogIssued is the issue time of the catalog this host signed
 // that the folder holds for agent, 0 if none verifies: at the first
 // publication after a start, the floor of the next one's.
-func (d *Daemon) folderCatalogIssued(rel, agent string, own *ownKeys) int64 {
-	data, err := d.folder.ReadFile(rel, bcrypto.KindCatalog.MaxSize())
+func (o *outbox) folderCatalogIssued(rel, agent string, own *ownKeys) int64 {
+	data, err := o.folder.ReadFile(rel, bcrypto.KindCatalog.MaxSize())
 	if err != nil {
 		return 0
 	}
@@ -128,7 +128,7 @@ func (d *Daemon) folderCatalogIssued(rel, agent string, own *ownKeys) int64 {
 	for _, k := range own.all {
 		keys = append(keys, k.Identity.SignPublic())
 	}
-	cat, err := bridge.OpenCatalog(data, d.me, agent, keys)
+	cat, err := bridge.OpenCatalog(data, o.me, agent, keys)
 	if err != nil {
 		return 0
 	}
@@ -142,30 +142,30 @@ func (d *Daemon) folderCatalogIssued(rel, agent string, own *ownKeys) int64 {
 // bytes are compared each time (a catalog is a few KiB, read once per
 // stamp interval): a copy put back with the size and time of the host's
 // would pass a look at those.
-func (d *Daemon) guardCatalogs() {
-	if d.folder == nil {
+func (o *outbox) guardCatalogs() {
+	if o.folder == nil {
 		return
 	}
-	d.catMu.Lock()
-	defer d.catMu.Unlock()
-	agents := d.agents()
-	for agentID, p := range d.catalogs {
+	o.catMu.Lock()
+	defer o.catMu.Unlock()
+	agents := o.agents()
+	for agentID, p := range o.catalogs {
 		keys := agents[agentID]
 		if keys == nil {
 			continue
 		}
-		rel := bridge.CatalogPath(d.me, agentID)
-		data, err := d.folder.ReadFile(rel, bcrypto.KindCatalog.MaxSize())
+		rel := bridge.CatalogPath(o.me, agentID)
+		data, err := o.folder.ReadFile(rel, bcrypto.KindCatalog.MaxSize())
 		if err == nil && bytes.Equal(data, p.data) {
 			continue
 		}
 		if err != nil && !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, syncsafe.ErrTooLarge) && !errors.Is(err, syncsafe.ErrNotRegular) {
 			continue // the directory is being repaired (resultDir) or unreadable: next round
 		}
-		if err := d.folder.PublishReplace(rel, bridge.WriteBytes(p.data), syncsafe.WithMode(0o644)); err != nil {
-			d.log.Warn("put back the op catalog", "agent", keys.name, "err", err)
+		if err := o.folder.PublishReplace(rel, bridge.WriteBytes(p.data), syncsafe.WithMode(0o644)); err != nil {
+			o.log.Warn("put back the op catalog", "agent", keys.name, "err", err)
 			continue
 		}
-		d.log.Warn("the op catalog in the folder was not the one this host published: put back", "agent", keys.name)
+		o.log.Warn("the op catalog in the folder was not the one this host published: put back", "agent", keys.name)
 	}
 }

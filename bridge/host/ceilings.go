@@ -26,7 +26,8 @@ import (
 
 const ceilingsName = "ceilings.json"
 
-type ceilingState struct {
+type ceilings struct {
+	*base   // the policy's ceilings, the home where the usage is kept
 	mu      sync.Mutex
 	loaded  bool
 	running map[string]int // by agent name
@@ -46,68 +47,66 @@ type cpuUsage struct {
 // ReasonCeiling is the reason of a request rejected for an agent's ceiling.
 const ReasonCeiling = bridge.ReasonCeiling
 
-func (d *Daemon) loadCeilings() {
-	s := &d.ceil
-	if s.loaded {
+func (cs *ceilings) load() {
+	if cs.loaded {
 		return
 	}
-	s.loaded = true
-	s.running = map[string]int{}
-	if data, err := os.ReadFile(d.home.Path(ceilingsName)); err == nil {
-		if err := json.Unmarshal(data, &s.usage); err != nil {
-			d.log.Warn("ceilings: unreadable usage file; counting from zero", "err", err)
+	cs.loaded = true
+	cs.running = map[string]int{}
+	if data, err := os.ReadFile(cs.home.Path(ceilingsName)); err == nil {
+		if err := json.Unmarshal(data, &cs.usage); err != nil {
+			cs.log.Warn("ceilings: unreadable usage file; counting from zero", "err", err)
 		}
 	}
-	if s.usage.Runs == nil {
-		s.usage.Runs = map[string][]int64{}
+	if cs.usage.Runs == nil {
+		cs.usage.Runs = map[string][]int64{}
 	}
-	if s.usage.CPU == nil {
-		s.usage.CPU = map[string]cpuUsage{}
+	if cs.usage.CPU == nil {
+		cs.usage.CPU = map[string]cpuUsage{}
 	}
 }
 
-func (d *Daemon) saveCeilings() {
-	data, _ := json.Marshal(d.ceil.usage)
-	if err := syncsafe.WriteFileAtomic(d.home.Path(ceilingsName), data); err != nil {
-		d.log.Warn("ceilings: save usage", "err", err)
+func (cs *ceilings) save() {
+	data, _ := json.Marshal(cs.usage)
+	if err := syncsafe.WriteFileAtomic(cs.home.Path(ceilingsName), data); err != nil {
+		cs.log.Warn("ceilings: save usage", "err", err)
 	}
 }
 
 // concurrentFull reports whether agent runs as many ops as its
 // max_concurrent allows now.
-func (d *Daemon) concurrentFull(agent string) bool {
-	c := d.pol().Ceilings(agent)
+func (cs *ceilings) concurrentFull(agent string) bool {
+	c := cs.pol().Ceilings(agent)
 	if c.MaxConcurrent <= 0 {
 		return false
 	}
-	d.ceil.mu.Lock()
-	defer d.ceil.mu.Unlock()
-	return d.ceil.running[agent] >= c.MaxConcurrent
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	return cs.running[agent] >= c.MaxConcurrent
 }
 
 // reserveCeiling takes a place under agent's ceilings for a run of inv, or
 // returns the rejection to answer with. The release function ends the run's
 // place in max_concurrent. The op's CPU limit is lowered to what is left of
 // the agent's CPU for the day, so one run cannot overdraw it by much.
-func (d *Daemon) reserveCeiling(agent string, inv *policy.Invocation) (release func(), over *bridge.Receipt) {
-	c := d.pol().Ceilings(agent)
+func (cs *ceilings) reserve(agent string, inv *policy.Invocation) (release func(), over *bridge.Receipt) {
+	c := cs.pol().Ceilings(agent)
 	if c == (policy.Ceilings{}) {
 		return func() {}, nil
 	}
-	s := &d.ceil
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	d.loadCeilings()
-	now := d.opt.Now()
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	cs.load()
+	now := cs.opt.Now()
 	reject := func(name string, limit int64, format string, args ...any) (func(), *bridge.Receipt) {
 		return nil, &bridge.Receipt{Status: bridge.StatusRejected, Reason: ReasonCeiling, Op: inv.Op,
 			Detail: fmt.Sprintf("agent %s is at its ceiling %s = %d (%s); try again later", agent, name, limit, fmt.Sprintf(format, args...))}
 	}
-	if c.MaxConcurrent > 0 && s.running[agent] >= c.MaxConcurrent {
-		return reject("max_concurrent", int64(c.MaxConcurrent), "%d runs now", s.running[agent])
+	if c.MaxConcurrent > 0 && cs.running[agent] >= c.MaxConcurrent {
+		return reject("max_concurrent", int64(c.MaxConcurrent), "%d runs now", cs.running[agent])
 	}
-	runs := s.usage.Runs[agent][:0:0]
-	for _, t := range s.usage.Runs[agent] {
+	runs := cs.usage.Runs[agent][:0:0]
+	for _, t := range cs.usage.Runs[agent] {
 		if now.Sub(time.Unix(t, 0)) < time.Hour {
 			runs = append(runs, t)
 		}
@@ -116,7 +115,7 @@ func (d *Daemon) reserveCeiling(agent string, inv *policy.Invocation) (release f
 		return reject("max_runs_per_hour", int64(c.MaxRunsPerHour), "%d runs in the last hour", len(runs))
 	}
 	if c.MaxCPUSecondsPerDay > 0 {
-		used := s.usage.CPU[agent]
+		used := cs.usage.CPU[agent]
 		if used.Day != now.UTC().Format(time.DateOnly) {
 			used = cpuUsage{}
 		}
@@ -128,38 +127,37 @@ func (d *Daemon) reserveCeiling(agent string, inv *policy.Invocation) (release f
 			inv.Limits.CPUSeconds = uint64(left)
 		}
 	}
-	s.running[agent]++
+	cs.running[agent]++
 	if c.MaxRunsPerHour > 0 {
-		s.usage.Runs[agent] = append(runs, now.Unix())
-		d.saveCeilings()
+		cs.usage.Runs[agent] = append(runs, now.Unix())
+		cs.save()
 	}
 	var once sync.Once
 	return func() {
 		once.Do(func() {
-			s.mu.Lock()
-			s.running[agent]--
-			s.mu.Unlock()
+			cs.mu.Lock()
+			cs.running[agent]--
+			cs.mu.Unlock()
 		})
 	}, nil
 }
 
 // chargeCPU adds a finished run's CPU time to its agent's day.
-func (d *Daemon) chargeCPU(agent string, cpu time.Duration) {
-	if d.pol().Ceilings(agent).MaxCPUSecondsPerDay == 0 || cpu <= 0 {
+func (cs *ceilings) chargeCPU(agent string, cpu time.Duration) {
+	if cs.pol().Ceilings(agent).MaxCPUSecondsPerDay == 0 || cpu <= 0 {
 		return
 	}
-	s := &d.ceil
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	d.loadCeilings()
-	day := d.opt.Now().UTC().Format(time.DateOnly)
-	u := s.usage.CPU[agent]
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	cs.load()
+	day := cs.opt.Now().UTC().Format(time.DateOnly)
+	u := cs.usage.CPU[agent]
 	if u.Day != day {
 		u = cpuUsage{Day: day}
 	}
 	u.MS += cpu.Milliseconds()
-	s.usage.CPU[agent] = u
-	d.saveCeilings()
+	cs.usage.CPU[agent] = u
+	cs.save()
 }
 
 // runnerLimits converts the policy's limits for the runner.

@@ -12,16 +12,16 @@ import (
 	"github.com/syncbridge/bridge/bridge/trust"
 )
 
-func ceilingDaemon(t *testing.T, dir string, now *time.Time, src string) *Daemon {
+func ceilingDaemon(t *testing.T, dir string, now *time.Time, src string) *ceilings {
 	t.Helper()
 	p, err := policy.Parse("p.toml", []byte(src))
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := &Daemon{home: &trust.Home{Dir: dir}, log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	b := &base{home: &trust.Home{Dir: dir}, log: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		opt: DaemonOptions{Now: func() time.Time { return *now }}}
-	d.rulesP.Store(&rules{p: p})
-	return d
+	b.rulesP.Store(&rules{p: p})
+	return &ceilings{base: b}
 }
 
 func TestCeilings(t *testing.T) {
@@ -42,9 +42,9 @@ ops = ["t"]
 	now := time.Date(2026, 1, 2, 23, 0, 0, 0, time.UTC)
 	d := ceilingDaemon(t, dir, &now, src)
 	inv := func() *policy.Invocation { return &policy.Invocation{Op: "t", Limits: policy.Limits{CPUSeconds: 100}} }
-	over := func(d *Daemon, name string) *bridge.Receipt {
+	over := func(d *ceilings, name string) *bridge.Receipt {
 		t.Helper()
-		release, rc := d.reserveCeiling("a", inv())
+		release, rc := d.reserve("a", inv())
 		if rc == nil {
 			release()
 		}
@@ -56,7 +56,7 @@ ops = ["t"]
 
 	// max_concurrent: a second run while one runs is refused, not queued.
 	i1 := inv()
-	release, rc := d.reserveCeiling("a", i1)
+	release, rc := d.reserve("a", i1)
 	if rc != nil {
 		t.Fatal(rc)
 	}
@@ -84,7 +84,7 @@ ops = ["t"]
 
 	// An agent without ceilings is never refused and writes nothing.
 	for range 5 {
-		if release, rc := d2.reserveCeiling("free", inv()); rc != nil {
+		if release, rc := d2.reserve("free", inv()); rc != nil {
 			t.Fatal(rc)
 		} else {
 			release()

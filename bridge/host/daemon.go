@@ -58,12 +58,13 @@ type DaemonOptions struct {
 // complete and authentic requests, runs what the policy allows and publishes
 // sealed results. Lifecycle: NewDaemon, Open, Run, Close.
 type Daemon struct {
-	home   *trust.Home
-	opt    DaemonOptions
-	log    *slog.Logger
-	me     string
-	folder *syncsafe.Folder
-	ledger *ledger.Ledger
+	*base
+	out    *outbox      // what the daemon writes into the folder and keeps of it
+	sched  *scheduler   // when each request's key is worked on
+	fin    *finishedSet // what the daemon knows finished beside the ledger
+	keys   *keyring     // the keys in force, kept in step with the home
+	policy *policyWatch // the policy in force, kept in step with its file
+	gc     *collector   // what the agents no longer need, removed
 	lock   *syncsafe.Lockfile
 	runs   *runner.State // the runner's records of the ops it starts (run/)
 	// runsUnsure, when set, says why a process of a run the last daemon
@@ -71,96 +72,36 @@ type Daemon struct {
 	// if it were over (recover.go).
 	runsUnsure string
 	runsWait   time.Duration // how long a start waits for them (0: runsWait)
-	audit      *auditLog
 	watcher    *syncsafe.Watcher
-	agentsP    atomic.Pointer[map[string]*agentKeys] // by agent id; replaced whole when keys change
-	ownP       atomic.Pointer[ownKeys]
 
-	// The work queue: keys ("agent/id") wait in queue until one of a fixed
-	// number of evaluation workers takes them, so hostile volume costs queue
-	// entries, not goroutines. A key is active from the moment a worker
-	// takes it until its evaluation ends or, if it runs, its run ends; a key
-	// scheduled while active is marked dirty and queued again afterwards.
+	// The requests' state in memory beside the ledger (the queue is the
+	// scheduler's, under its own lock).
 	mu       sync.Mutex
-	cond     *sync.Cond
-	queue    []string
-	queued   map[string]bool
-	active   map[string]bool
-	dirty    map[string]bool
-	closing  bool
-	finished map[string]stamp              // keys known terminal, with their published result's stamp (finished.go)
-	acks     map[string]bool               // finished keys whose ack file the watcher saw (gc.go)
-	rescans  int                           // full batches seen, for dispatchFull's rotation (0: the start-up scan is not dispatched yet)
 	cancels  map[string]context.CancelFunc // keys past claim, until their run ends
 	slotWait map[string]*job               // keys whose run waits for a slot of its op (revokeWaiting)
-	noted    map[uint64]bool               // log-once set, by maphash of the note (bounded; firstTime)
-	budget   lineBudget                    // lines folder input may make us write (refused.go)
 
-	refusedMu     sync.Mutex
-	refused       map[uint64]refusedMark // refused manifests by markKey of their path below to-host, not read again until they change
-	markSeed      maphash.Seed           // markKey's
-	manifestReads atomic.Int64           // manifests read for an evaluation, for tests
-	cancelReads   atomic.Int64           // cancel files read, for tests
-	slots         map[string]*opSlots    // per-op concurrency (admit.go)
-	opQueued      map[string]int         // per op with a concurrency: requests claimed and not yet ended (queue.go)
-	deferred      map[string]*keyQueue   // per op: keys left unclaimed while it was full (queue.go)
-	wg            sync.WaitGroup
+	refusals *refusals // manifests refused for good, not read again until they change
+	wg       sync.WaitGroup
 
 	runCtx   context.Context // parent of every running op; cancelled on abort
 	abortRun context.CancelFunc
-	killed   atomic.Bool // Abort ran: what it killed is left running, for the next start
 	// stopMu keeps Abort apart from Open and from Close's last steps (its
 	// stamp, closing the folder, the ledger and the lock): a second signal
 	// comes while Close drains, and Close goes on once the kill ends the
 	// runs, so the two would otherwise use the folder at once (one closing
 	// the directory the other publishes through).
-	stopMu sync.Mutex
-	// stampMu orders the liveness stamps' rounds: once the daemon is
-	// closing none says serving again, and after a second signal none but
-	// stopped (red team of 1a2e763: a control-loop round under way wrote
-	// serving over draining).
-	stampMu sync.Mutex
+	stopMu  sync.Mutex
 	stopCtl chan struct{} // stops the control loop
 
-	// crashAt names a durable step at which the daemon exits abruptly, as
-	// a power cut would stop it ("step" or "step#n" for the n-th time).
-	// Only the test binary sets it (serveForTest, from its environment's
-	// BRIDGE_TEST_CRASH_AT): a production `serve` never reads that
-	// variable, so nothing in its environment can make it exit mid-step.
-	crashAt    string
-	crashCount atomic.Int64
-	// powerCut makes the crash lose what a power cut would: the ledger
-	// file is cut to its length at its last fsync (lazy writes gone).
-	powerCut bool
-
-	livenessAt atomic.Int64 // host clock (Unix ns) of the last liveness stamps (liveness.go)
-
-	catMu    sync.Mutex                   // guards catalogs
-	catalogs map[string]*publishedCatalog // per agent: the catalog last published (catalog.go)
-
-	// The control loop (host.go): its wake-ups and the sweeps' ledger
-	// scans, for tests; whether an entry may await approval or wait in
-	// seen/pending (set at start and by noteState, cleared by a sweep
-	// that finds none), so that an idle daemon scans nothing.
-	controlWakes  atomic.Int64
-	sweepScans    atomic.Int64
+	// Whether an entry may await approval or wait in seen/pending (set
+	// at start and by noteState, cleared by a sweep that finds none), so
+	// that an idle daemon's control loop scans nothing.
 	awaitingMaybe atomic.Bool
 	stalledMaybe  atomic.Bool
 	// controlPoke wakes the control loop when an entry starts waiting for
 	// one of its sweeps, so that an idle loop asleep on its long fallback
 	// sets the sweep's timer (buffered: one poke is enough).
 	controlPoke chan struct{}
-
-	rulesP atomic.Pointer[rules] // the policy in force and its redactor (reload.go)
-	// The policy file's version last seen and last refused, for the
-	// control loop's reload (reload.go).
-	policySeen   settle
-	policyFailed version
-	ceil         ceilingState // per-agent ceilings (ceilings.go)
-
-	lost    map[string]bool // keys a ledger repair found lost (evidence.go)
-	events  map[event]int   // lifecycle events taken, for the model test's coverage
-	onEvent func(event)     // tests only: sees every event as it is taken
 
 	// life ends when the daemon must stop by itself (a broken invariant,
 	// fatal): Run returns its cause.
@@ -170,13 +111,6 @@ type Daemon struct {
 
 // fatal stops the daemon: Run returns err (the first one given).
 func (d *Daemon) fatal(err error) { d.stopLife(err) }
-
-// isClosing reports whether Close was called: no new run may start.
-func (d *Daemon) isClosing() bool {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.closing
-}
 
 // stopped reports whether the daemon is stopping for good: aborting its
 // runs, or stopped by a fatal error.
@@ -210,7 +144,7 @@ func (d *Daemon) Abort() int {
 		// As a clean stop says it: agents learn at once that the host
 		// stopped, not after two intervals of a stamp that says serving.
 		// A folder Close already closed has its stamp already.
-		if err := d.publishLiveness(bridge.LivenessStopped); err != nil {
+		if err := d.out.publishLiveness(bridge.LivenessStopped); err != nil {
 			d.log.Warn("publish liveness stamps", "err", err)
 		}
 	}
@@ -225,30 +159,6 @@ func (d *Daemon) Abort() int {
 		d.log.Info("stopped at once: nothing was running")
 	}
 	return n
-}
-
-// Crash-injection steps, in pipeline order (DESIGN §4).
-var crashSteps = []string{"claimed", "running", "mid-run", "published-output", "published", "staged", "gc"}
-
-// crashExit is the exit status of an injected crash.
-const crashExit = 86
-
-// crashPoint exits at once if the tests asked for a crash at this step.
-func (d *Daemon) crashPoint(step string) {
-	if d.crashAt == "" {
-		return
-	}
-	name, nth, _ := strings.Cut(d.crashAt, "#")
-	if name != step {
-		return
-	}
-	if nth != "" && fmt.Sprint(d.crashCount.Add(1)) != nth {
-		return
-	}
-	if d.powerCut {
-		os.Truncate(d.ledger.Path(), d.ledger.SyncedSize())
-	}
-	os.Exit(crashExit)
 }
 
 // NewDaemon prepares a daemon for a host home. Nothing is opened yet.
@@ -278,17 +188,26 @@ func NewDaemon(home *trust.Home, opt DaemonOptions) (*Daemon, error) {
 		opt.Now = time.Now
 	}
 	d := &Daemon{
-		home: home, opt: opt, log: opt.Logger, me: home.Config.ID,
-		queued: map[string]bool{}, active: map[string]bool{}, dirty: map[string]bool{}, finished: map[string]stamp{}, acks: map[string]bool{},
-		cancels: map[string]context.CancelFunc{}, slotWait: map[string]*job{}, noted: map[uint64]bool{}, slots: map[string]*opSlots{},
-		opQueued: map[string]int{}, deferred: map[string]*keyQueue{}, events: map[event]int{}, refused: map[uint64]refusedMark{}, markSeed: maphash.MakeSeed(),
+		base:    &base{home: home, opt: opt, log: opt.Logger, me: home.Config.ID},
+		cancels: map[string]context.CancelFunc{}, slotWait: map[string]*job{},
+
 		controlPoke: make(chan struct{}, 1),
 	}
 	d.life, d.stopLife = context.WithCancelCause(context.Background())
 	// From the start, so that Abort cancels every run (and every retry of
 	// an answer, recovery's in Open included) without waiting for anyone.
 	d.runCtx, d.abortRun = context.WithCancel(context.Background())
-	d.cond = sync.NewCond(&d.mu)
+	if newProbe != nil {
+		d.probe = newProbe()
+	}
+	// The rooms, each with the base and what it hands work to.
+	d.out = &outbox{base: d.base}
+	d.sched = newScheduler(d.base)
+	d.fin = &finishedSet{base: d.base, done: map[string]stamp{}, acks: map[string]bool{}}
+	d.refusals = &refusals{base: d.base, marks: map[uint64]refusedMark{}, seed: maphash.MakeSeed()}
+	d.keys = &keyring{base: d.base, out: d.out}
+	d.policy = &policyWatch{base: d.base, sched: d.sched, out: d.out}
+	d.gc = &collector{base: d.base, fin: d.fin, out: d.out}
 	return d, nil
 }
 
@@ -308,7 +227,7 @@ func (d *Daemon) Open() (err error) {
 			d.closeResources()
 		}
 	}()
-	if err := d.checkPrivilege(); err != nil {
+	if err := checkPrivilege(d.home, d.opt.AllowRoot); err != nil {
 		return err
 	}
 	endLoad := gcLoading() // the ledger and the finished set: the heap grows from nothing
@@ -319,8 +238,8 @@ func (d *Daemon) Open() (err error) {
 	if err := d.openRuns(); err != nil {
 		return err
 	}
-	d.loadFinished()
-	d.loadLost()
+	d.fin.load()
+	d.fin.loadLost()
 	endLoad()
 	// Private copies a crash left in the spool are of no use: payloads are
 	// settled again from the folder.
@@ -332,9 +251,9 @@ func (d *Daemon) Open() (err error) {
 	d.folder.SweepStaging(0)
 	for id := range d.agents() {
 		d.folder.SweepTemps(bridge.ToAgentDir(d.me, id), 0)
-		d.followRotations(id)
+		d.keys.followRotations(id)
 	}
-	if err := d.publishForAgents(); err != nil {
+	if err := d.out.publishForAgents(); err != nil {
 		d.log.Warn("publish catalog", "err", err)
 	}
 	for i := 0; i < evalWorkers; i++ {
@@ -348,7 +267,7 @@ func (d *Daemon) Open() (err error) {
 	// watches: a link planted at hosts/<host> would have it create and
 	// watch a tree outside the folder.
 	root := bridge.ToHostRoot(d.me)
-	if err := d.ownDir(root); err != nil {
+	if err := d.out.ownDir(root); err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
 	// Only the trusted agents' directories are watched, one level deep: a
@@ -374,15 +293,15 @@ func (d *Daemon) Open() (err error) {
 	d.wg.Add(1)
 	go func() { defer d.wg.Done(); d.controlLoop(stop) }()
 	d.audit.log(AuditEvent{Event: "start", Detail: "policy " + d.pol().SHA256})
-	first, changed := d.policyChanged()
+	first, changed := d.out.policyChanged()
 	if changed {
-		d.notify("", bridge.Note{Event: bridge.EventPolicyChanged, Text: "the host's policy changed; `bridge ops` shows what you may run now"})
+		d.out.notify("", bridge.Note{Event: bridge.EventPolicyChanged, Text: "the host's policy changed; `bridge ops` shows what you may run now"})
 	}
 	started := "the host is serving requests again"
 	if first {
 		started = "the host is serving requests"
 	}
-	d.notify("", bridge.Note{Event: bridge.EventStarted, Text: started})
+	d.out.notify("", bridge.Note{Event: bridge.EventStarted, Text: started})
 	d.log.Info("serving", "host", d.me, "folder", d.home.Config.Folder, "agents", len(d.agents()), "policy", d.pol().SHA256[:12],
 		"containment", runner.Containment(0))
 	return nil
@@ -464,10 +383,10 @@ func (d *Daemon) openCore() (err error) {
 	if d.folder, err = d.home.OpenFolder(); err != nil {
 		return err
 	}
-	if err := d.loadAgents(); err != nil {
+	if err := d.keys.loadAgents(); err != nil {
 		return err
 	}
-	if err := d.loadOwnKeys(); err != nil {
+	if err := d.keys.loadOwnKeys(); err != nil {
 		return err
 	}
 	return nil
@@ -516,16 +435,16 @@ func (d *Daemon) Run(ctx context.Context) error {
 			d.log.Warn("the requests directory was replaced by another one: watching the new one")
 		}
 		if batch.Full {
-			if err := d.loadOwnKeys(); err != nil {
+			if err := d.keys.loadOwnKeys(); err != nil {
 				d.log.Error("reload own keys", "err", err)
 			}
 		}
 		// Rotation statements first: a request signed by an agent's new key
 		// may arrive in the same batch as the statement that introduces it.
-		paths := d.followBatchRotations(batch.Paths)
+		paths := d.keys.followBatchRotations(batch.Paths)
 		if batch.Full {
 			d.dispatchFull(paths)
-			d.refuseIrregular(batch.Irregular)
+			d.refusals.refuseIrregular(batch.Irregular)
 			continue
 		}
 		for _, p := range paths {
@@ -546,8 +465,7 @@ func (d *Daemon) Close(ctx context.Context) error {
 		d.stopCtl = nil
 	}
 	d.mu.Lock()
-	d.closing = true
-	d.cond.Broadcast()
+	d.sched.close()
 	running := len(d.cancels) - len(d.slotWait)
 	d.mu.Unlock()
 	if running > 0 {
@@ -570,7 +488,7 @@ func (d *Daemon) Close(ctx context.Context) error {
 	// would call a host that drains as told "stale" (it may be down).
 	var again <-chan time.Time
 	if running > 0 {
-		t := time.NewTicker(d.livenessInterval())
+		t := time.NewTicker(d.out.livenessInterval())
 		defer t.Stop()
 		again = t.C
 	}
@@ -596,7 +514,7 @@ drain:
 	d.stopMu.Lock()
 	defer d.stopMu.Unlock()
 	if d.ledger != nil {
-		if err := d.saveFinished(); err != nil {
+		if err := d.fin.save(); err != nil {
 			d.log.Warn("save the finished-requests cache", "err", err)
 		}
 	}
@@ -606,10 +524,10 @@ drain:
 	if d.folder != nil && d.watcher != nil {
 		// Agents waiting on this host learn at once that it stopped,
 		// rather than after two intervals of silence.
-		if err := d.publishLiveness(bridge.LivenessStopped); err != nil {
+		if err := d.out.publishLiveness(bridge.LivenessStopped); err != nil {
 			d.log.Warn("publish liveness stamps", "err", err)
 		}
-		d.notify("", bridge.Note{Event: bridge.EventStopping, Text: "the host daemon stopped; requests wait in the folder until it is back"})
+		d.out.notify("", bridge.Note{Event: bridge.EventStopping, Text: "the host daemon stopped; requests wait in the folder until it is back"})
 	}
 	return d.closeResources()
 }
@@ -620,7 +538,7 @@ func (d *Daemon) publishDraining() {
 	d.stopMu.Lock()
 	defer d.stopMu.Unlock()
 	if d.folder != nil && d.watcher != nil && !d.killed.Load() {
-		if err := d.publishLiveness(bridge.LivenessDraining); err != nil {
+		if err := d.out.publishLiveness(bridge.LivenessDraining); err != nil {
 			d.log.Warn("publish liveness stamps", "err", err)
 		}
 	}

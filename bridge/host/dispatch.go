@@ -3,7 +3,6 @@ package host
 import (
 	"bytes"
 	"fmt"
-	"hash/maphash"
 	"os"
 	"strings"
 
@@ -19,31 +18,32 @@ import (
 // startScanDone reports whether the start-up scan was dispatched and the
 // evaluations it queued were taken (long runs may go on).
 func (d *Daemon) startScanDone() bool {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.rescans > 0 && len(d.queue) == 0
+	d.fin.mu.Lock()
+	scanned := d.fin.rescans > 0
+	d.fin.mu.Unlock()
+	return scanned && d.sched.idle()
 }
 
 // refuseIrregular audits entries at request names that are not regular files
 // (symlinks, FIFOs, directories, devices), from a full walk's list of them:
 // the watcher reports regular files only, so without this they would be
 // ignored without a reason.
-func (d *Daemon) refuseIrregular(paths []string) {
+func (r *refusals) refuseIrregular(paths []string) {
 	for _, p := range paths {
 		agent, name, ok := strings.Cut(p, "/")
 		if !ok {
-			d.untrustedDir(p)
+			r.untrustedDir(p)
 			continue
 		}
-		if strings.Contains(name, "/") || d.agents()[agent] == nil {
+		if strings.Contains(name, "/") || r.agents()[agent] == nil {
 			continue
 		}
 		if _, _, ok := bridge.ParseToHostName(name); !ok {
 			continue
 		}
-		rel := bridge.ToHostDir(d.me, agent) + "/" + name
-		if fi, err := d.folder.Lstat(rel); err == nil && !fi.Mode().IsRegular() {
-			d.refuseFile(rel, fmt.Errorf("%w: %v", syncsafe.ErrNotRegular, fi.Mode().Type()))
+		rel := bridge.ToHostDir(r.me, agent) + "/" + name
+		if fi, err := r.folder.Lstat(rel); err == nil && !fi.Mode().IsRegular() {
+			r.refuseFile(rel, fmt.Errorf("%w: %v", syncsafe.ErrNotRegular, fi.Mode().Type()))
 		}
 	}
 }
@@ -52,14 +52,14 @@ func (d *Daemon) refuseIrregular(paths []string) {
 // belongs to no agent this host trusts: requests there are never read, and
 // a user who forgot to pair (or revoked) an agent should learn why it gets
 // no answer.
-func (d *Daemon) untrustedDir(name string) {
+func (r *refusals) untrustedDir(name string) {
 	if !bridge.ValidID(name) {
 		return // not an agent's id: folder litter, not worth a line
 	}
-	if fi, err := d.folder.Lstat(bridge.ToHostDir(d.me, name)); err != nil || !fi.IsDir() {
+	if fi, err := r.folder.Lstat(bridge.ToHostDir(r.me, name)); err != nil || !fi.IsDir() {
 		return
 	}
-	d.noteFolder(name, "agent:"+name, "ignoring the requests of an agent this host does not trust (not paired, or revoked)", "agent", name,
+	r.noteFolder(name, "agent:"+name, "ignoring the requests of an agent this host does not trust (not paired, or revoked)", "agent", name,
 		"hint", "pair it with `bridge pair` if you expect it; `bridge doctor` lists such directories")
 }
 
@@ -87,7 +87,7 @@ func (d *Daemon) dispatch(p string) {
 	}
 	switch ext {
 	case bridge.ExtManifest, bridge.ExtPayload:
-		d.schedule(agent, id)
+		d.sched.schedule(agent, id)
 	case bridge.ExtCancel:
 		d.handleCancel(agent, id)
 	case bridge.ExtAck:
@@ -97,47 +97,12 @@ func (d *Daemon) dispatch(p string) {
 		// finished one; an ack seen before its request finished is seen
 		// again by the next full walk.
 		key := agent + "/" + id
-		d.mu.Lock()
-		if _, ok := d.finished[key]; ok {
-			d.acks[key] = true
+		d.fin.mu.Lock()
+		if _, ok := d.fin.done[key]; ok {
+			d.fin.acks[key] = true
 		}
-		d.mu.Unlock()
+		d.fin.mu.Unlock()
 	}
-}
-
-// noteFolder logs a line about the folder entry p (relative to to-host),
-// once per key and within the budget of its agent directory.
-func (d *Daemon) noteFolder(p, key, msg string, args ...any) {
-	if d.firstTime(key) && d.folderLine(p) {
-		d.log.Info(msg, args...)
-	}
-}
-
-// maxNoted bounds the log-once set: names come from the folder, so a
-// writer could otherwise grow it forever. (A variable for tests.)
-var maxNoted = 100_000
-
-// firstTime reports whether key was not noted before. When the set is full
-// it forgets a random half (map order), not all of it: a folder with more
-// refused files than the bound has some of them logged again by a rescan,
-// not every one by every rescan.
-func (d *Daemon) firstTime(key string) bool {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	k := maphash.String(d.markSeed, key) // a fixed 8 bytes per note, whatever the names in key
-	if d.noted[k] {
-		return false
-	}
-	if len(d.noted) >= maxNoted {
-		for k := range d.noted {
-			if len(d.noted) <= maxNoted/2 {
-				break
-			}
-			delete(d.noted, k)
-		}
-	}
-	d.noted[k] = true
-	return true
 }
 
 // stamp identifies a published result file cheaply: a rescan compares it
@@ -152,13 +117,13 @@ type stamp struct {
 
 // resultStamp covers both files of a published result: losing or changing
 // either makes a rescan look at the request again.
-func (d *Daemon) resultStamp(agent, id string) stamp {
-	return d.resultStamps([]string{agent + "/" + id})[0]
+func (o *outbox) resultStamp(agent, id string) stamp {
+	return o.resultStamps([]string{agent + "/" + id})[0]
 }
 
 // resultStamps is resultStamp of many "agent/id" keys, each agent's result
 // directory opened once for a run of its keys.
-func (d *Daemon) resultStamps(keys []string) []stamp {
+func (o *outbox) resultStamps(keys []string) []stamp {
 	out := make([]stamp, len(keys))
 	for i := 0; i < len(keys); {
 		agent, _, _ := strings.Cut(keys[i], "/")
@@ -168,7 +133,7 @@ func (d *Daemon) resultStamps(keys []string) []stamp {
 			id := keys[j][len(agent)+1:]
 			names = append(names, id+"."+bridge.ExtResult, id+"."+bridge.ExtOutput)
 		}
-		fis, err := d.folder.LstatIn(bridge.ToAgentDir(d.me, agent), names)
+		fis, err := o.folder.LstatIn(bridge.ToAgentDir(o.me, agent), names)
 		for k := i; k < j; k++ {
 			st := stamp{size: -1, outSize: -1}
 			if err == nil {
@@ -188,21 +153,21 @@ func (d *Daemon) resultStamps(keys []string) []stamp {
 
 // unfinish drops key from the finished set: it is not answered (any more),
 // so a rescan must evaluate its files, not skip them.
-func (d *Daemon) unfinish(key string) {
-	d.mu.Lock()
-	delete(d.finished, key)
-	d.mu.Unlock()
+func (f *finishedSet) drop(key string) {
+	f.mu.Lock()
+	delete(f.done, key)
+	f.mu.Unlock()
 }
 
 // markFinished records that key is terminal and its result is in place:
 // the stamp is taken only after the folder's bytes were seen to equal the
 // private copy, so a file swapped in meanwhile is never taken for ours.
 func (d *Daemon) markFinished(agent, id string) {
-	st := d.resultStamp(agent, id)
+	st := d.out.resultStamp(agent, id)
 	want, err := os.ReadFile(d.home.Path("results", agent, id+"."+bridge.ExtResult))
 	if err == nil {
 		have, err := d.folder.ReadFile(bridge.ResultPath(d.me, agent, id, bridge.ExtResult), bcrypto.KindResult.MaxSize())
-		if err != nil || !bytes.Equal(have, want) || d.resultStamp(agent, id) != st {
+		if err != nil || !bytes.Equal(have, want) || d.out.resultStamp(agent, id) != st {
 			return
 		}
 		// The output too, as kept: one the sync lost (or renamed away as a
@@ -212,7 +177,7 @@ func (d *Daemon) markFinished(agent, id string) {
 			return
 		}
 	}
-	d.mu.Lock()
-	d.finished[agent+"/"+id] = st
-	d.mu.Unlock()
+	d.fin.mu.Lock()
+	d.fin.done[agent+"/"+id] = st
+	d.fin.mu.Unlock()
 }

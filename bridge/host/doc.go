@@ -7,6 +7,32 @@
 // Entry points: [NewDaemon], then [Daemon.Open], [Daemon.Run] and
 // [Daemon.Close].
 //
+// # Rooms
+//
+// The Daemon holds the lifecycle: evaluate (evaluate.go), admit and run
+// (admit.go), answer and record (lifecycle.go), recover and adopt
+// (recover.go, evidence.go), and the control loop (host.go). What it hands
+// work to are rooms of their own, each with a lock of its own where it
+// keeps state, sharing only the base (base.go: home, folder, ledger, audit
+// log, keys and policy in force, the log and its budget, the tests' probe):
+//
+//   - outbox (outbox.go, results.go, liveness.go, catalog.go, inbox_host.go,
+//     progress_host.go): what the daemon writes into the folder for the
+//     agents and the private copies it keeps of it; it decides nothing.
+//   - scheduler (queue.go, ceilings.go): when a request's key is worked on,
+//     the ops' slots and the agents' ceilings.
+//   - finishedSet (finished.go): what is known finished, acked or lost
+//     beside the ledger.
+//   - refusals (refused.go): files refused for good, not read again until
+//     they change.
+//   - keyring (trust.go), policyWatch (reload.go): the keys and the policy
+//     in force, kept in step with the home.
+//   - collector (gc.go): what the agents no longer need, removed.
+//
+// A room never calls back into the Daemon: what follows from its work (a
+// sweep after a policy change, a request to evaluate again) the Daemon
+// does, or the scheduler queues.
+//
 // # The request lifecycle
 //
 // Every change of a request's state goes through one table (lifecycle.go;

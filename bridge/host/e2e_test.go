@@ -142,8 +142,8 @@ func TestFinishedCacheAcrossRestart(t *testing.T) {
 	}
 	if d, err := NewDaemon(p.host, DaemonOptions{AllowRoot: true}); err != nil {
 		t.Fatal(err)
-	} else if d.loadFinished(); len(d.finished) != 0 {
-		t.Fatalf("a damaged cache gave %d entries", len(d.finished))
+	} else if d.fin.load(); len(d.fin.done) != 0 {
+		t.Fatalf("a damaged cache gave %d entries", len(d.fin.done))
 	}
 	os.Remove(filepath.Join(p.toAgent(), ids[1]+".result"))
 	p.start(t, nil)
@@ -154,9 +154,9 @@ func TestFinishedCacheAcrossRestart(t *testing.T) {
 }
 
 func (p *pair) finishedCount() int {
-	p.daemon.mu.Lock()
-	defer p.daemon.mu.Unlock()
-	return len(p.daemon.finished)
+	p.daemon.fin.mu.Lock()
+	defer p.daemon.fin.mu.Unlock()
+	return len(p.daemon.fin.done)
 }
 
 // A keyed retry re-delivers the very manifest first sent when the folder

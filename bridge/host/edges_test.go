@@ -176,7 +176,7 @@ func TestSecondSignalLeavesItsKillsToTheNextStart(t *testing.T) {
 	waitFor(t, 10*time.Second, "the op to start", func() bool { return e.starts(t, "block", id) == 1 })
 	closed := make(chan struct{})
 	go func() { defer close(closed); stopDaemon(d, context.Background()) }() // a drain with no deadline
-	waitFor(t, 10*time.Second, "the drain to begin", d.isClosing)
+	waitFor(t, 10*time.Second, "the drain to begin", d.closing.Load)
 	d.Abort() // the op ends by its SIGTERM or the SIGKILL, whichever comes first
 	<-closed  // Close returns once the run's goroutine has ended
 	if st := e.entry(t, id).State; st != ledger.StateRunning {
@@ -211,7 +211,7 @@ func TestSecondSignalEndsAStuckRecovery(t *testing.T) {
 	waitFor(t, 10*time.Second, "the op to start", func() bool { return e.starts(t, "block", id) == 1 })
 	closed := make(chan struct{})
 	go func() { defer close(closed); stopDaemon(d, context.Background()) }()
-	waitFor(t, 10*time.Second, "the drain to begin", d.isClosing)
+	waitFor(t, 10*time.Second, "the drain to begin", d.closing.Load)
 	d.Abort()
 	<-closed
 	e.unblock()
@@ -310,7 +310,7 @@ func TestSecondSignalWhileStartingLeavesWhatItRecovers(t *testing.T) {
 	waitFor(t, 10*time.Second, "the other to wait, claimed", func() bool { return e.entry(t, queued).State == ledger.StateClaimed })
 	closed := make(chan struct{})
 	go func() { defer close(closed); stopDaemon(d, context.Background()) }()
-	waitFor(t, 10*time.Second, "the drain to begin", d.isClosing)
+	waitFor(t, 10*time.Second, "the drain to begin", d.closing.Load)
 	if n := d.Abort(); n != 2 {
 		t.Errorf("Abort says it stopped %d runs, want 2 (they die of SIGTERM before the kill)", n)
 	}
@@ -381,7 +381,7 @@ func TestSecondSignalDuringARerunsStepLeavesItRunning(t *testing.T) {
 	waitFor(t, 10*time.Second, "the op to start", func() bool { return e.starts(t, "blockidem", idem) == 1 })
 	closed := make(chan struct{})
 	go func() { defer close(closed); stopDaemon(d, context.Background()) }()
-	waitFor(t, 10*time.Second, "the drain to begin", d.isClosing)
+	waitFor(t, 10*time.Second, "the drain to begin", d.closing.Load)
 	d.Abort()
 	<-closed
 	e.unblock()
@@ -391,7 +391,7 @@ func TestSecondSignalDuringARerunsStepLeavesItRunning(t *testing.T) {
 	}
 	var once sync.Once
 	aborted := make(chan struct{})
-	d2.onEvent = func(ev event) {
+	d2.probe.onEvent = func(ev event) {
 		if ev == evCrashRerun {
 			once.Do(func() {
 				go func() { defer close(aborted); d2.Abort() }() // the signal goroutine
@@ -906,6 +906,57 @@ func TestSquattedResultNamesAreCleared(t *testing.T) {
 	waitFor(t, 5*time.Second, "the ledger to record both", func() bool {
 		return e.entry(t, first).State == ledger.StateDone && e.entry(t, next).State == ledger.StateDone
 	})
+}
+
+// Row "adopt" from no entry: a request denied on the host comes back after
+// its record was lost (a ledger restored from a backup). The rejection this
+// host signed is what happened: the entry is created rejected (record-lost)
+// with that very result, and the request never waits for a human again.
+func TestLostRecordOfARefusalKeepsItsAnswer(t *testing.T) {
+	e := newEdge(t)
+	d := e.daemon(t)
+	warm := e.submit(t, "blockidem") // something for the ledger to keep
+	e.wait(t, warm)
+	stopDaemon(d, context.Background())
+	before := backupLedger(t, e.host)
+	d = e.daemon(t)
+	id := e.submit(t, "gated")
+	waitFor(t, 10*time.Second, "the request to await approval", func() bool {
+		return e.entry(t, id).State == ledger.StateAwaitingApproval
+	})
+	if _, err := Deny(e.host, id, "not today"); err != nil {
+		t.Fatal(err)
+	}
+	first := e.wait(t, id)
+	if first.Receipt.Status != bridge.StatusRejected || first.Receipt.Reason != "denied" {
+		t.Fatalf("denied: %s (%s)", first.Receipt.Status, first.Receipt.Reason)
+	}
+	waitFor(t, 5*time.Second, "the ledger to record the denial", func() bool { return e.entry(t, id).State == ledger.StateRejected })
+	stopDaemon(d, context.Background())
+	restoreLedger(t, e.host, before)
+	if rep, err := RepairLedger(e.host); err != nil || !slices.Contains(rep.Lost, "cloud-1/"+id) {
+		t.Fatalf("repair after the restore: %v, lost %v", err, rep.Lost)
+	}
+	if got := e.entry(t, id); got.State != "" {
+		t.Fatalf("the test did not lose the record: %s", got.State)
+	}
+	d = e.daemon(t)
+	waitFor(t, 10*time.Second, "the request to be recorded again", func() bool { return e.entry(t, id).State != "" })
+	settleRescans(t, d)
+	got := e.entry(t, id)
+	if got.State != ledger.StateRejected || got.Reason != "record-lost" || got.ResultSHA256 != bridge.SHA256Hex(first.Manifest) {
+		t.Fatalf("ledger: %s (%s), result %.12s; want rejected, record-lost, the denial's result %.12s",
+			got.State, got.Reason, got.ResultSHA256, bridge.SHA256Hex(first.Manifest))
+	}
+	if out, err := e.client.Result(id); err != nil || !bytes.Equal(out.Manifest, first.Manifest) {
+		t.Fatalf("the agent's answer changed: %v", err)
+	}
+	if n := e.starts(t, "gated", id); n != 0 {
+		t.Fatalf("a denied request ran %d times", n)
+	}
+	if w, err := Pending(e.host); err != nil || len(w) != 0 {
+		t.Fatalf("a denied request waits for a human again: %+v, %v", w, err)
+	}
 }
 
 // Rows "record-lost" and "catch-up" for an entry that exists but is behind

@@ -79,20 +79,20 @@ func (d *Daemon) evaluate(agent, id string) bool {
 		d.evaluateKept(ent, keys)
 		return false
 	}
-	if !exists && d.stillRefused(mpath) {
+	if !exists && d.refusals.still(mpath) {
 		return false // read once per version (refused.go)
 	}
-	d.manifestReads.Add(1)
+	d.probe.add(manifestReads)
 	data, err := d.folder.ReadFile(mpath, bcrypto.KindRequest.MaxSize())
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		if exists && d.hasSealedResult(agent, id) {
+		if exists && d.out.hasSealedResult(agent, id) {
 			d.evaluateKept(ent, keys) // answered before the agent's files went
 		}
 		return false // the payload came first; the manifest will follow
 	case errors.Is(err, syncsafe.ErrTooLarge), errors.Is(err, syncsafe.ErrNotRegular):
 		d.refuseFile(mpath, err)
-		d.markRefused(mpath)
+		d.refusals.mark(mpath)
 		return false
 	case err != nil:
 		d.log.Warn("read manifest", "file", mpath, "err", err)
@@ -106,10 +106,10 @@ func (d *Daemon) evaluate(agent, id string) bool {
 	if verr != nil && req == nil {
 		if errors.Is(verr, bcrypto.ErrTruncated) {
 			d.waiting(mpath, len(data), verr) // may still be arriving
-			d.markRefused(mpath)              // until it changes, as it does while it arrives
+			d.refusals.mark(mpath)            // until it changes, as it does while it arrives
 		} else {
 			d.refuseFile(mpath, verr)
-			d.markRefused(mpath) // not authentic: no time makes it so
+			d.refusals.mark(mpath) // not authentic: no time makes it so
 		}
 		return false
 	}
@@ -138,7 +138,7 @@ func (d *Daemon) evaluate(agent, id string) bool {
 			return false // not recorded, or record-lost: held for a human
 		}
 	} else if d.ledger.Durable(key) {
-		if err := d.keepManifest(j); err != nil {
+		if err := d.out.keepManifest(j); err != nil {
 			d.log.Error("keep manifest", "key", key, "err", err)
 			return false
 		}
@@ -157,7 +157,7 @@ func (d *Daemon) evaluate(agent, id string) bool {
 	if d.expired(j, ent) || d.cancelledBefore(j) {
 		return false
 	}
-	if err := d.payloadBound(j); err != nil {
+	if err := payloadBound(j); err != nil {
 		d.answer(j, evRefuse, bridge.Receipt{Status: bridge.StatusRejected, Reason: bridge.Reason(err), Detail: err.Error(), PolicySHA256: d.pol().SHA256}, nil, nil)
 		return false
 	}
@@ -193,33 +193,28 @@ func (d *Daemon) deliver(j *job, expires time.Time) (ledger.Entry, bool) {
 	// its files are still in the folder, and a crash between the two
 	// neither strands a record without its manifest nor makes a request
 	// that never ran look admitted.
-	if err := d.keepUnrecorded(j); err != nil {
+	if err := d.out.keepUnrecorded(j); err != nil {
 		d.log.Error("keep manifest", "key", j.key, "err", err)
 		return ledger.Entry{}, false
 	}
 	var lostStatus string
+	ev := evDeliver
 	if why != "" {
 		// An answer before its record, as always: a crash in between
 		// leaves the sealed copy, which is evidence itself. A result this
-		// host signed is what happened: the entry records it (an answer
-		// the ledger can only reach through uncertain, catch-up, below).
-		d.count(evRecordLost)
-		e.State, e.Reason = ledger.StateUncertain, string(bridge.ReasonRecordLost)
+		// host signed is what happened: the entry records it, created in
+		// its state (adopt) where the ledger can, else through uncertain
+		// (record-lost, then catch-up, below).
+		ev, e.State, e.Reason = evRecordLost, ledger.StateUncertain, string(bridge.ReasonRecordLost)
 		e.ResultSHA256, lostStatus = d.answerLost(j, why, time.Time{})
 		if st, ok := statusState[lostStatus]; ok && st != ledger.StateUncertain && ledger.CanAdmit(st) {
-			e.State = st
+			ev, e.State = evAdopt, st
 		}
-	} else {
-		d.count(evDeliver)
 	}
-	admit := d.ledger.Admit
-	if why == "" {
-		// Seen need not be on disk before anything: a crash that loses it
-		// leaves a request that is evaluated again from its kept copy
-		// (DESIGN §3, invariant 3). Running is durable, and takes it along.
-		admit = d.ledger.AdmitLazy
-	}
-	ent, created, err := admit(e)
+	// Seen need not be on disk before anything: a crash that loses it
+	// leaves a request that is evaluated again from its kept copy (DESIGN
+	// §3, invariant 3). Running is durable, and takes it along.
+	ent, created, err := d.create(ev, e, why != "")
 	if errors.Is(err, ledger.ErrConflict) {
 		d.refuseFile(bridge.RequestPath(d.me, j.agent, j.req.ID, bridge.ExtManifest), fmt.Errorf("%w: %s", bridge.ErrReplay, j.req.ID))
 		return ent, false
@@ -229,7 +224,7 @@ func (d *Daemon) deliver(j *job, expires time.Time) (ledger.Entry, bool) {
 	}
 	d.noteState(ent.State)
 	if d.ledger.Durable(j.key) {
-		if err := d.keepManifest(j); err != nil {
+		if err := d.out.keepManifest(j); err != nil {
 			d.log.Warn("keep manifest", "key", j.key, "err", err) // its unrecorded copy serves
 		}
 	} // else renamed once the record is on disk (keptDurable)
@@ -239,12 +234,12 @@ func (d *Daemon) deliver(j *job, expires time.Time) (ledger.Entry, bool) {
 		d.audit.log(AuditEvent{Event: "seen", Agent: j.agent, ID: j.req.ID})
 	default:
 		d.markFinished(j.agent, j.req.ID)
-		d.forgetLost(j.key)
+		d.fin.forgetLost(j.key)
 		d.audit.log(AuditEvent{Event: "record-lost", Agent: j.agent, ID: j.req.ID, Detail: why})
 		if st := statusState[lostStatus]; ent.State == ledger.StateUncertain && ledger.CanTransition(ledger.StateUncertain, st) {
 			d.log.Warn("a request this host answered came back, and the ledger had no record of it: recording the answer it signed",
 				"key", j.key, "result", lostStatus)
-			d.count(evCatchUp)
+			d.probe.event(evCatchUp)
 			d.record(j, evCatchUp, ent.State, ent.ResultSHA256, bridge.Receipt{Status: lostStatus, Reason: bridge.ReasonRecordLost}, false)
 			ent, _ = d.ledger.Get(j.key)
 			return ent, true
@@ -266,23 +261,23 @@ func (d *Daemon) deliver(j *job, expires time.Time) (ledger.Entry, bool) {
 // or an ack of one. It returns the hash and status of the result the agent
 // holds or was sent (none if it acked one and none is in the folder).
 func (d *Daemon) answerLost(j *job, why string, notBefore time.Time) (resSHA, status string) {
-	if sha, status, ok := d.folderResult(j.agent, j.req.ID, j.sha, notBefore); ok {
+	if sha, status, ok := d.out.folderResult(j.agent, j.req.ID, j.sha, notBefore); ok {
 		return sha, status
 	}
-	if d.sealedFor(j) {
-		resSHA, status, err := d.publishResult(j, bridge.Receipt{}, runner.Output{}, runner.Output{})
+	if d.out.sealedFor(j) {
+		resSHA, status, err := d.out.publishResult(j, bridge.Receipt{}, runner.Output{}, runner.Output{})
 		if err != nil {
 			d.log.Warn("re-publish result", "key", j.key, "err", err)
 		}
 		return resSHA, status
 	}
-	if _, ok := d.agentAck(j.agent, j.req.ID); ok {
+	if _, ok := d.gc.agentAck(j.agent, j.req.ID); ok {
 		return "", "" // the agent holds an answer, and took its files away
 	}
 	rc := bridge.Receipt{Status: bridge.StatusUncertain, Reason: bridge.ReasonRecordLost, PolicySHA256: d.pol().SHA256,
 		Detail: "the host's ledger lost this request's record (a repaired or restored ledger), and the host admitted it before (" +
 			why + "): it may have run. A human on the host settles it with `bridge reconcile`"}
-	resSHA, status, err := d.publishResult(j, rc, runner.Output{}, runner.Output{})
+	resSHA, status, err := d.out.publishResult(j, rc, runner.Output{}, runner.Output{})
 	if err != nil {
 		d.log.Error("publish result", "key", j.key, "err", err)
 		return "", ""
@@ -379,30 +374,30 @@ func (d *Daemon) cancelledBefore(j *job) bool {
 // The kept manifest of a request: manifests/<agent>/<id>.manifest once the
 // ledger recorded the id (evidence of admission, evidence.go), and
 // <id>.unrecorded just before.
-func (d *Daemon) keptPath(agent, id, ext string) string {
-	return d.home.Path("manifests", agent, id+"."+ext)
+func (o *outbox) keptPath(agent, id, ext string) string {
+	return o.home.Path("manifests", agent, id+"."+ext)
 }
 
 const extUnrecorded = "unrecorded"
 
 // keepUnrecorded keeps a manifest about to be recorded.
-func (d *Daemon) keepUnrecorded(j *job) error {
-	if err := os.MkdirAll(d.home.Path("manifests", j.agent), 0o700); err != nil {
+func (o *outbox) keepUnrecorded(j *job) error {
+	if err := os.MkdirAll(o.home.Path("manifests", j.agent), 0o700); err != nil {
 		return err
 	}
-	return syncsafe.WriteFileAtomic(d.keptPath(j.agent, j.req.ID, extUnrecorded), j.manifest)
+	return syncsafe.WriteFileAtomic(o.keptPath(j.agent, j.req.ID, extUnrecorded), j.manifest)
 }
 
 // keepManifest keeps the admitted manifest of a recorded request in the
 // home, once: its unrecorded copy renamed, or written anew. (The rename
 // needs no directory fsync: lost to a crash, the copy is found under its
 // first name.)
-func (d *Daemon) keepManifest(j *job) error {
-	p := d.keptPath(j.agent, j.req.ID, bridge.ExtManifest)
+func (o *outbox) keepManifest(j *job) error {
+	p := o.keptPath(j.agent, j.req.ID, bridge.ExtManifest)
 	if _, err := os.Stat(p); err == nil {
 		return nil
 	}
-	if err := os.Rename(d.keptPath(j.agent, j.req.ID, extUnrecorded), p); err == nil {
+	if err := os.Rename(o.keptPath(j.agent, j.req.ID, extUnrecorded), p); err == nil {
 		return nil
 	}
 	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
@@ -415,20 +410,20 @@ func (d *Daemon) keepManifest(j *job) error {
 // kept name once the ledger's record of it is on disk: the kept name is
 // evidence of admission (evidence.go), and a record lost to a crash with
 // the name in place would hold a request that never ran as uncertain.
-func (d *Daemon) keptDurable(key string) {
+func (o *outbox) keptDurable(key string) {
 	agent, id, _ := strings.Cut(key, "/")
-	p := d.keptPath(agent, id, bridge.ExtManifest)
+	p := o.keptPath(agent, id, bridge.ExtManifest)
 	if _, err := os.Stat(p); err == nil {
 		return
 	}
-	os.Rename(d.keptPath(agent, id, extUnrecorded), p) // absent: kept already, or never
+	os.Rename(o.keptPath(agent, id, extUnrecorded), p) // absent: kept already, or never
 }
 
 // settle copies the payload into a private spool if it matches the pin.
 func (d *Daemon) settle(j *job) (spool, error) {
 	// A spool of its own per evaluation: two evaluations of one id
 	// (harmless by design, invariant 6) must not share a copy.
-	f, err := d.newSpool(j.req.ID, bridge.ExtPayload, j.req.Payload.Len)
+	f, err := newSpool(d.home.Path("spool"), j.req.ID, bridge.ExtPayload, j.req.Payload.Len)
 	if err != nil {
 		return nil, err
 	}
@@ -452,12 +447,12 @@ func (d *Daemon) settle(j *job) (spool, error) {
 // cancelled reports whether a verified cancel file exists for the request.
 func (d *Daemon) cancelled(agent, id string) bool {
 	p := bridge.RequestPath(d.me, agent, id, bridge.ExtCancel)
-	d.cancelReads.Add(1)
+	d.probe.add(cancelReads)
 	data, err := d.folder.ReadFile(p, bcrypto.KindCancel.MaxSize())
 	if err != nil {
 		if !errors.Is(err, fs.ErrNotExist) {
 			d.refuseFile(p, err)
-			d.markRefused(p) // read again once it changes, not at every rescan
+			d.refusals.mark(p) // read again once it changes, not at every rescan
 		}
 		return false
 	}
@@ -478,7 +473,7 @@ func (d *Daemon) cancelled(agent, id string) bool {
 		// None of these becomes valid as it is (a key revoked or rotated
 		// out stays so; a cancel still arriving changes its version): a
 		// rescan need not read it again until it changes (refused.go).
-		d.markRefused(p)
+		d.refusals.mark(p)
 		return false
 	}
 	return true
@@ -501,7 +496,7 @@ func (d *Daemon) handleCancel(agent, id string) {
 		cancel()
 		return
 	}
-	d.schedule(agent, id)
+	d.sched.schedule(agent, id)
 }
 
 // reload re-reads and re-verifies the manifest a ledger entry admitted,
@@ -510,9 +505,9 @@ func (d *Daemon) handleCancel(agent, id string) {
 // authentic when admitted, and reload only rebuilds it. Whether it may
 // still start is standing's to say; the times are not checked again.
 func (d *Daemon) reload(ent ledger.Entry, keys *agentKeys) (*job, error) {
-	data, err := os.ReadFile(d.keptPath(ent.Agent, ent.ID, bridge.ExtManifest))
+	data, err := os.ReadFile(d.out.keptPath(ent.Agent, ent.ID, bridge.ExtManifest))
 	if errors.Is(err, fs.ErrNotExist) {
-		data, err = os.ReadFile(d.keptPath(ent.Agent, ent.ID, extUnrecorded)) // a crash before the rename
+		data, err = os.ReadFile(d.out.keptPath(ent.Agent, ent.ID, extUnrecorded)) // a crash before the rename
 	}
 	if err != nil {
 		return nil, err

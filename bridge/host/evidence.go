@@ -40,24 +40,24 @@ const lostName = "lost"
 // Cheapest first: memory, the home, then the folder.
 func (d *Daemon) evidence(agent, id string) string {
 	key := agent + "/" + id
-	d.mu.Lock()
-	_, finished := d.finished[key]
-	lost := d.lost[key]
-	d.mu.Unlock()
+	d.fin.mu.Lock()
+	_, finished := d.fin.done[key]
+	lost := d.fin.lost[key]
+	d.fin.mu.Unlock()
 	switch {
 	case lost:
 		return "the audit log recorded it before the ledger was repaired"
 	case finished:
 		return "the finished-requests cache lists it"
 	}
-	if _, err := os.Stat(d.keptPath(agent, id, bridge.ExtManifest)); err == nil {
+	if _, err := os.Stat(d.out.keptPath(agent, id, bridge.ExtManifest)); err == nil {
 		return "its manifest was kept in the home"
 	}
-	if d.hasSealedResult(agent, id) {
+	if d.out.hasSealedResult(agent, id) {
 		return "its result was sealed in the home"
 	}
 	if data, err := d.folder.ReadFile(bridge.ResultPath(d.me, agent, id, bridge.ExtResult), bcrypto.KindResult.MaxSize()); err == nil {
-		if _, err := d.ownResult(data, agent, id); err == nil {
+		if _, err := d.out.ownResult(data, agent, id); err == nil {
 			return "its result, signed by this host, is in the folder"
 		}
 	}
@@ -67,7 +67,7 @@ func (d *Daemon) evidence(agent, id string) string {
 			return "its output, signed by this host, is in the folder"
 		}
 	}
-	if _, ok := d.agentAck(agent, id); ok {
+	if _, ok := d.gc.agentAck(agent, id); ok {
 		return "the agent acked a result of it"
 	}
 	return ""
@@ -79,17 +79,17 @@ func (d *Daemon) evidence(agent, id string) string {
 // thief must not make evidence that holds a fresh request (DESIGN §3). The
 // keys' standing is read fresh from the home, as for a start: a revocation
 // counts from the moment `bridge keys revoke` returned.
-func (d *Daemon) agentAck(agent, id string) (*bridge.Ack, bool) {
-	data, err := d.folder.ReadFile(bridge.RequestPath(d.me, agent, id, bridge.ExtAck), bcrypto.KindAck.MaxSize())
+func (c *collector) agentAck(agent, id string) (*bridge.Ack, bool) {
+	data, err := c.folder.ReadFile(bridge.RequestPath(c.me, agent, id, bridge.ExtAck), bcrypto.KindAck.MaxSize())
 	if err != nil {
 		return nil, false
 	}
-	p, err := d.home.PeerByID(agent)
+	p, err := c.home.PeerByID(agent)
 	if err != nil {
 		return nil, false
 	}
 	keys := &agentKeys{name: p.Name, peer: *p}
-	a, err := bridge.OpenAck(data, id, d.me, agent, keys.sign(d.opt.Now()))
+	a, err := bridge.OpenAck(data, id, c.me, agent, keys.sign(c.opt.Now()))
 	return a, err == nil
 }
 
@@ -100,16 +100,16 @@ func (d *Daemon) agentAck(agent, id string) (*bridge.Ack, bool) {
 // id, one older than what the ledger recorded last (a folder writer putting
 // back an earlier answer), and one whose output is gone (nobody can use it,
 // and the home could not keep it) are not.
-func (d *Daemon) folderResult(agent, id, manifestSHA string, notBefore time.Time) (sha, status string, ok bool) {
-	data, err := d.folder.ReadFile(bridge.ResultPath(d.me, agent, id, bridge.ExtResult), bcrypto.KindResult.MaxSize())
+func (o *outbox) folderResult(agent, id, manifestSHA string, notBefore time.Time) (sha, status string, ok bool) {
+	data, err := o.folder.ReadFile(bridge.ResultPath(o.me, agent, id, bridge.ExtResult), bcrypto.KindResult.MaxSize())
 	if err != nil {
 		return "", "", false
 	}
-	res, err := d.openOwnResult(data, agent, id)
+	res, err := o.openOwnResult(data, agent, id)
 	if err != nil || res.RequestSHA256 != manifestSHA || !notBefore.IsZero() && res.Created < notBefore.Unix() {
 		return "", "", false
 	}
-	if !d.outputIntact(data, bridge.ResultPath(d.me, agent, id, bridge.ExtOutput)) {
+	if !o.outputIntact(data, bridge.ResultPath(o.me, agent, id, bridge.ExtOutput)) {
 		return "", "", false
 	}
 	return bridge.SHA256Hex(data), res.Status, true
@@ -119,8 +119,8 @@ func (d *Daemon) folderResult(agent, id, manifestSHA string, notBefore time.Time
 // made since the entry last moved (its time, in the result's whole
 // seconds), which the entry therefore does not account for if its hash is
 // not the one recorded.
-func (d *Daemon) newerResult(ent ledger.Entry) (sha, status string, ok bool) {
-	return d.folderResult(ent.Agent, ent.ID, ent.ManifestSHA256, ent.Updated)
+func (o *outbox) newerResult(ent ledger.Entry) (sha, status string, ok bool) {
+	return o.folderResult(ent.Agent, ent.ID, ent.ManifestSHA256, ent.Updated)
 }
 
 // catchUp records a result this host signed that the folder holds and the
@@ -135,7 +135,7 @@ func (d *Daemon) catchUp(j *job, ent ledger.Entry, sha, status string) {
 		// ran again. The home keeps the newer answer, so nothing publishes
 		// the older.
 		if d.firstTime("keep:" + ent.Key + ":" + sha) {
-			d.keepFolderResult(ent.Agent, ent.ID)
+			d.out.keepFolderResult(ent.Agent, ent.ID)
 			d.audit.log(AuditEvent{Event: "record-lost", Agent: ent.Agent, ID: ent.ID, Status: status,
 				Detail: "ledger uncertain; the folder holds a newer uncertain result of this host: it was run again after the ledger's last record (a home restored from a backup?)"})
 			d.log.Error("the ledger is behind a rerun of an uncertain request, which was interrupted too: it may have run more often than the ledger's count says",
@@ -143,10 +143,10 @@ func (d *Daemon) catchUp(j *job, ent ledger.Entry, sha, status string) {
 		}
 		return
 	}
-	if !d.keepFolderResult(ent.Agent, ent.ID) {
+	if !d.out.keepFolderResult(ent.Agent, ent.ID) {
 		return // read again by the next look (newerResult found it whole a moment ago)
 	}
-	d.forgetLost(ent.Key)
+	d.fin.forgetLost(ent.Key)
 	d.audit.log(AuditEvent{Event: "record-lost", Agent: ent.Agent, ID: ent.ID,
 		Detail: fmt.Sprintf("ledger %s; the folder holds a newer %s result of this host", ent.State, status)})
 	d.log.Warn("the ledger is behind a result this host signed: recording that result", "key", ent.Key, "state", ent.State, "result", status)
@@ -155,28 +155,28 @@ func (d *Daemon) catchUp(j *job, ent ledger.Entry, sha, status string) {
 	if ent.State == ledger.StateUncertain {
 		ev = evCatchUp
 	}
-	d.count(ev)
+	d.probe.event(ev)
 	d.record(j, ev, ent.State, sha, rc, true)
 }
 
 // keepFolderResult copies the result pair the folder holds for agent/id
 // into the home's private copies, and reports whether it did (the folder's
 // stays in place either way).
-func (d *Daemon) keepFolderResult(agent, id string) bool {
-	dir := d.home.Path("results", agent)
+func (o *outbox) keepFolderResult(agent, id string) bool {
+	dir := o.home.Path("results", agent)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return false
 	}
-	manifest, err := d.folder.ReadFile(bridge.ResultPath(d.me, agent, id, bridge.ExtResult), bcrypto.KindResult.MaxSize())
+	manifest, err := o.folder.ReadFile(bridge.ResultPath(o.me, agent, id, bridge.ExtResult), bcrypto.KindResult.MaxSize())
 	if err != nil {
 		return false
 	}
-	res, err := d.openOwnResult(manifest, agent, id)
+	res, err := o.openOwnResult(manifest, agent, id)
 	if err != nil {
 		return false
 	}
 	var out bytes.Buffer
-	if syncsafe.Settle(d.folder, bridge.ResultPath(d.me, agent, id, bridge.ExtOutput), res.Payload.Len, res.Payload.Digest(), &out) != nil {
+	if syncsafe.Settle(o.folder, bridge.ResultPath(o.me, agent, id, bridge.ExtOutput), res.Payload.Len, res.Payload.Digest(), &out) != nil {
 		return false
 	}
 	// Output first, the manifest last: the manifest copy says the pair is
@@ -196,13 +196,13 @@ func (d *Daemon) keepFolderResult(agent, id string) bool {
 // new answer); for an entry the ledger knows ran or was answered before (a
 // human's rerun), the output and acks of those earlier runs.
 func (d *Daemon) behind(ent ledger.Entry) string {
-	d.mu.Lock()
-	lost := d.lost[ent.Key]
-	d.mu.Unlock()
+	d.fin.mu.Lock()
+	lost := d.fin.lost[ent.Key]
+	d.fin.mu.Unlock()
 	if lost {
 		return "the audit log shows it went further than the ledger before the ledger was repaired"
 	}
-	if sha, _, ok := d.newerResult(ent); ok && sha != ent.ResultSHA256 {
+	if sha, _, ok := d.out.newerResult(ent); ok && sha != ent.ResultSHA256 {
 		return "a result of it, signed by this host, is in the folder"
 	}
 	if ranBefore(ent) || ent.ResultSHA256 != "" {
@@ -214,7 +214,7 @@ func (d *Daemon) behind(ent ledger.Entry) string {
 			return "its output, signed by this host, is in the folder"
 		}
 	}
-	if _, ok := d.agentAck(ent.Agent, ent.ID); ok {
+	if _, ok := d.gc.agentAck(ent.Agent, ent.ID); ok {
 		return "the agent acked a result of it"
 	}
 	return ""
@@ -228,7 +228,7 @@ func (d *Daemon) behind(ent ledger.Entry) string {
 // result, which its agent holds or will: the host's own signed answer is
 // what happened, and a human has nothing to settle.
 func (d *Daemon) holdBehind(j *job, ent ledger.Entry) bool {
-	if sha, status, ok := d.newerResult(ent); ok && sha != ent.ResultSHA256 {
+	if sha, status, ok := d.out.newerResult(ent); ok && sha != ent.ResultSHA256 {
 		d.catchUp(j, ent, sha, status)
 		return true
 	}
@@ -237,14 +237,14 @@ func (d *Daemon) holdBehind(j *job, ent ledger.Entry) bool {
 		return false
 	}
 	resSHA, status := d.answerLost(j, why, ent.Updated)
-	d.forgetLost(ent.Key)
+	d.fin.forgetLost(ent.Key)
 	d.audit.log(AuditEvent{Event: "record-lost", Agent: ent.Agent, ID: ent.ID, Detail: fmt.Sprintf("ledger %s: %s", ent.State, why)})
 	if status != "" && status != bridge.StatusUncertain {
 		d.log.Warn("the ledger is behind a result this host signed: recording that result", "key", ent.Key, "state", ent.State, "result", status)
 		d.record(j, evAdopt, ent.State, resSHA, bridge.Receipt{Status: status, Reason: bridge.ReasonRecordLost, Op: ent.Op}, true)
 		return true
 	}
-	d.count(evRecordLost)
+	d.probe.event(evRecordLost)
 	rc := bridge.Receipt{Status: bridge.StatusUncertain, Reason: bridge.ReasonRecordLost, Op: ent.Op}
 	if err := d.record(j, evRecordLost, ent.State, resSHA, rc, false); err != nil {
 		return true // violation: the daemon stops
@@ -256,46 +256,46 @@ func (d *Daemon) holdBehind(j *job, ent ledger.Entry) bool {
 
 // forgetLost drops a key from the repair's lost list once it is recorded
 // (held uncertain): a human's rerun of it later must not be held again.
-func (d *Daemon) forgetLost(key string) {
-	d.mu.Lock()
-	if !d.lost[key] {
-		d.mu.Unlock()
+func (f *finishedSet) forgetLost(key string) {
+	f.mu.Lock()
+	if !f.lost[key] {
+		f.mu.Unlock()
 		return
 	}
-	delete(d.lost, key)
-	keys := slices.Sorted(maps.Keys(d.lost))
-	d.mu.Unlock()
+	delete(f.lost, key)
+	keys := slices.Sorted(maps.Keys(f.lost))
+	f.mu.Unlock()
 	var b bytes.Buffer
 	for _, k := range keys {
 		fmt.Fprintln(&b, k)
 	}
-	if err := syncsafe.WriteFileAtomic(d.home.Path(lostName), b.Bytes()); err != nil {
-		d.log.Warn("rewrite the lost list", "err", err)
+	if err := syncsafe.WriteFileAtomic(f.home.Path(lostName), b.Bytes()); err != nil {
+		f.log.Warn("rewrite the lost list", "err", err)
 	}
 }
 
 // sealedFor reports whether the home holds a result sealed for the job's
 // very request (a home restored from a backup may hold one for another
 // manifest of the id, which its agent could not open).
-func (d *Daemon) sealedFor(j *job) bool {
-	data, err := os.ReadFile(d.home.Path("results", j.agent, j.req.ID+"."+bridge.ExtResult))
+func (o *outbox) sealedFor(j *job) bool {
+	data, err := os.ReadFile(o.home.Path("results", j.agent, j.req.ID+"."+bridge.ExtResult))
 	if err != nil {
 		return false
 	}
-	res, err := d.openOwnResult(data, j.agent, j.req.ID)
+	res, err := o.openOwnResult(data, j.agent, j.req.ID)
 	return err == nil && res.RequestSHA256 == j.sha
 }
 
 // hasSealedResult reports whether a result for agent/id was sealed into the
 // home (the manifest copy is written last: it implies a complete pair).
-func (d *Daemon) hasSealedResult(agent, id string) bool {
-	_, err := os.Stat(d.home.Path("results", agent, id+"."+bridge.ExtResult))
+func (o *outbox) hasSealedResult(agent, id string) bool {
+	_, err := os.Stat(o.home.Path("results", agent, id+"."+bridge.ExtResult))
 	return err == nil
 }
 
 // loadLost reads the keys a ledger repair found lost.
-func (d *Daemon) loadLost() {
-	data, err := os.ReadFile(d.home.Path(lostName))
+func (f *finishedSet) loadLost() {
+	data, err := os.ReadFile(f.home.Path(lostName))
 	if err != nil {
 		return
 	}
@@ -303,14 +303,14 @@ func (d *Daemon) loadLost() {
 	for _, k := range strings.Fields(string(data)) {
 		m[k] = true
 	}
-	d.mu.Lock()
-	d.lost = m
+	f.mu.Lock()
+	f.lost = m
 	// The finished-requests cache vouches for what a ledger once recorded;
 	// for a key the repair found lost, the request must be looked at again.
 	for k := range m {
-		delete(d.finished, k)
+		delete(f.done, k)
 	}
-	d.mu.Unlock()
+	f.mu.Unlock()
 }
 
 // RepairReport is what RepairLedger did: the ledger's own repair, and the

@@ -7,13 +7,27 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/syncbridge/bridge/bridge"
 
 	"github.com/syncbridge/bridge/syncsafe"
 )
 
-// The finished set (Daemon.finished) lets a rescan skip requests whose
+// finishedSet is what the daemon knows of requests beside the ledger, in
+// memory under a lock of its own: the requests known finished with their
+// published result's stamp, which of them the agent acked, and the keys a
+// ledger repair found lost.
+type finishedSet struct {
+	*base
+	mu      sync.Mutex
+	done    map[string]stamp // keys known terminal, with their published result's stamp
+	acks    map[string]bool  // done keys whose ack file the watcher saw (gc.go)
+	lost    map[string]bool  // keys a ledger repair found lost (evidence.go)
+	rescans int              // full batches seen, for dispatchFull's rotation (0: the start-up scan is not dispatched yet)
+}
+
+// The finished set lets a rescan skip requests whose
 // result is published and unchanged. It is kept across restarts in the
 // home's "finished" file, so a daemon starting beside 100,000 finished
 // requests does not verify each of them again before it serves new ones.
@@ -36,29 +50,29 @@ const finishedHeader = "bridge-finished v1"
 
 // saveFinished writes the finished set (atomically; a crash keeps the old
 // file). Called on Close and after each periodic collection.
-func (d *Daemon) saveFinished() error {
-	d.mu.Lock()
+func (f *finishedSet) save() error {
+	f.mu.Lock()
 	var b bytes.Buffer
-	b.Grow(len(d.finished)*100 + 32)
+	b.Grow(len(f.done)*100 + 32)
 	b.WriteString(finishedHeader + "\n")
-	for k, st := range d.finished {
+	for k, st := range f.done {
 		fmt.Fprintf(&b, "%s %d %d %d %d\n", k, st.size, st.mtime, st.outSize, st.outMtime)
 	}
-	d.mu.Unlock()
-	return syncsafe.WriteFileAtomic(d.home.Path(finishedName), b.Bytes())
+	f.mu.Unlock()
+	return syncsafe.WriteFileAtomic(f.home.Path(finishedName), b.Bytes())
 }
 
 // loadFinished reads the file saveFinished wrote. Anything malformed
 // discards the whole file: it is only a cache.
-func (d *Daemon) loadFinished() {
-	f, err := os.Open(d.home.Path(finishedName))
+func (f *finishedSet) load() {
+	file, err := os.Open(f.home.Path(finishedName))
 	if err != nil {
 		return
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
+	defer file.Close()
+	sc := bufio.NewScanner(file)
 	if !sc.Scan() || sc.Text() != finishedHeader {
-		d.log.Warn("ignoring the finished-requests cache: unknown format", "file", f.Name())
+		f.log.Warn("ignoring the finished-requests cache: unknown format", "file", file.Name())
 		return
 	}
 	m := map[string]stamp{}
@@ -72,7 +86,7 @@ func (d *Daemon) loadFinished() {
 		}
 		agent, id, cut := strings.Cut(fields[0], "/")
 		if !ok || !cut || !bridge.ValidID(id) || agent == "" {
-			d.log.Warn("ignoring the finished-requests cache: damaged", "file", f.Name())
+			f.log.Warn("ignoring the finished-requests cache: damaged", "file", file.Name())
 			return
 		}
 		st := stamp{size: n[0], outSize: n[2]}
@@ -89,13 +103,13 @@ func (d *Daemon) loadFinished() {
 	if sc.Err() != nil {
 		return
 	}
-	d.mu.Lock()
+	f.mu.Lock()
 	for k, st := range m {
-		if _, ok := d.finished[k]; !ok {
-			d.finished[k] = st
+		if _, ok := f.done[k]; !ok {
+			f.done[k] = st
 		}
 	}
-	d.mu.Unlock()
+	f.mu.Unlock()
 }
 
 // pruneFinished evaluates the requests of the finished set that the ledger
@@ -105,12 +119,12 @@ func (d *Daemon) loadFinished() {
 // Once, after the start-up scan; recovery has dropped the entries the
 // ledger holds unanswered already.
 func (d *Daemon) pruneFinished() {
-	d.mu.Lock()
-	keys := make([]string, 0, len(d.finished))
-	for k := range d.finished {
+	d.fin.mu.Lock()
+	keys := make([]string, 0, len(d.fin.done))
+	for k := range d.fin.done {
 		keys = append(keys, k)
 	}
-	d.mu.Unlock()
+	d.fin.mu.Unlock()
 	missing, err := d.ledger.Missing(keys)
 	if err != nil {
 		d.log.Warn("check the finished-requests cache against the ledger", "err", err)
@@ -122,7 +136,7 @@ func (d *Daemon) pruneFinished() {
 		// evaluation records it (record-lost, or the state of the result
 		// the folder holds) and never runs it again.
 		agent, id, _ := strings.Cut(k, "/")
-		d.schedule(agent, id)
+		d.sched.schedule(agent, id)
 	}
 	if len(missing) > 0 {
 		d.log.Warn("the finished-requests cache named requests the ledger does not hold (a ledger restored or repaired?): looking at them again", "requests", len(missing))
@@ -145,23 +159,23 @@ const maxFinishedChecks = 1_000
 // known finished request (new work must not wait behind the checks), then
 // this rescan's share of the finished ones, once per request.
 func (d *Daemon) dispatchFull(paths []string) {
-	paths = d.skipRefused(paths)
+	paths = d.refusals.skip(paths)
 	// The finished requests' paths are most of a full batch (100,000
 	// requests are 200,000 paths): they are not copied aside, only this
 	// rescan's share of their keys is kept, so an idle rescan allocates
 	// little and the collector seldom runs (gctune.go).
 	var now, check []string         // check: this rescan's share, in key order
 	lastKey, lastKnown := "", false // a request's two files are adjacent in the sorted batch
-	d.mu.Lock()
-	shares := max(1, (len(d.finished)+maxFinishedChecks-1)/maxFinishedChecks)
-	turn := d.rescans % shares
+	d.fin.mu.Lock()
+	shares := max(1, (len(d.fin.done)+maxFinishedChecks-1)/maxFinishedChecks)
+	turn := d.fin.rescans % shares
 	for _, p := range paths {
 		// The shape first, the id's digits only for a key the finished set
 		// lacks: its keys are valid ones, and most paths of a full batch
 		// are theirs (requestKeyOf's answer either way).
 		key, ok := requestKeyShape(p)
 		if ok && key != lastKey {
-			_, known := d.finished[key]
+			_, known := d.fin.done[key]
 			if ok = known || bridge.ValidID(key[len(key)-32:]); ok {
 				lastKey, lastKnown = key, known
 				if known && (shares == 1 || int(fnv32a(key))%shares == turn) {
@@ -174,26 +188,26 @@ func (d *Daemon) dispatchFull(paths []string) {
 		}
 		now = append(now, p)
 	}
-	d.mu.Unlock()
+	d.fin.mu.Unlock()
 	for _, p := range now {
 		d.dispatch(p)
 	}
-	d.mu.Lock()
-	d.rescans++
-	d.mu.Unlock()
+	d.fin.mu.Lock()
+	d.fin.rescans++
+	d.fin.mu.Unlock()
 	// A rescan need not verify finished requests again; it checks that
 	// their result is still what was recorded, the stamps taken together.
 	// One that is not is evaluated again (a lost result is re-published).
-	stamps := d.resultStamps(check)
+	stamps := d.out.resultStamps(check)
 	agents := d.agents()
 	for i, key := range check {
 		agent, id, _ := strings.Cut(key, "/")
 		if agents[agent] == nil {
 			continue // no longer trusted: dispatch ignores its files too (no evaluation)
 		}
-		d.mu.Lock()
-		st, known := d.finished[key]
-		d.mu.Unlock()
+		d.fin.mu.Lock()
+		st, known := d.fin.done[key]
+		d.fin.mu.Unlock()
 		if known && st == stamps[i] {
 			continue
 		}
@@ -202,15 +216,15 @@ func (d *Daemon) dispatchFull(paths []string) {
 		// treating the request as changed, or a collected result would be
 		// published again.
 		if known {
-			now := d.resultStamp(agent, id)
-			d.mu.Lock()
-			st = d.finished[key]
-			d.mu.Unlock()
+			now := d.out.resultStamp(agent, id)
+			d.fin.mu.Lock()
+			st = d.fin.done[key]
+			d.fin.mu.Unlock()
 			if st == now {
 				continue
 			}
 		}
-		d.schedule(agent, id)
+		d.sched.schedule(agent, id)
 	}
 }
 

@@ -52,7 +52,7 @@ func TestLostOutputIsNotTakenForFinished(t *testing.T) {
 	}
 	defer d.closeResources()
 	d.markFinished(agentID, id)
-	if _, ok := d.finished[agentID+"/"+id]; ok {
+	if _, ok := d.fin.done[agentID+"/"+id]; ok {
 		t.Fatal("a result without its output was taken for in place")
 	}
 }

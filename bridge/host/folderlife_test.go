@@ -368,10 +368,10 @@ func TestRefusedManifestNotReadForItsPayload(t *testing.T) {
 	p.plantJunk(t, 50, true)
 	p.start(t, nil)
 	p.echo(t, "first")
-	before := p.daemon.manifestReads.Load()
+	before := p.daemon.probe.n(manifestReads)
 	settleRescans(t, p.daemon) // three rescans
 	p.echo(t, "second")
-	if n := p.daemon.manifestReads.Load() - before; n > 5 {
+	if n := p.daemon.probe.n(manifestReads) - before; n > 5 {
 		t.Errorf("%d manifest reads over three rescans beside 50 refused manifests with payloads, want about 1 (the echo's)", n)
 	}
 }
@@ -429,10 +429,10 @@ func TestRefusedFutureMtimeReadOnce(t *testing.T) {
 	p.plantJunkAt(t, 50, false, time.Now().Add(365*24*time.Hour))
 	p.start(t, nil)
 	p.echo(t, "first")
-	before := p.daemon.manifestReads.Load()
+	before := p.daemon.probe.n(manifestReads)
 	settleRescans(t, p.daemon)
 	p.echo(t, "second")
-	if n := p.daemon.manifestReads.Load() - before; n > 5 {
+	if n := p.daemon.probe.n(manifestReads) - before; n > 5 {
 		t.Errorf("%d manifest reads over three rescans beside 50 refused manifests from the future, want about 1", n)
 	}
 }
@@ -499,10 +499,10 @@ func TestJunkCancelsReadOnce(t *testing.T) {
 	// A cancel beside the finished request: it changes nothing now.
 	must(t, p.client.Cancel(out.Receipt.ID))
 	settleRescans(t, p.daemon)
-	before := p.daemon.cancelReads.Load()
+	before := p.daemon.probe.n(cancelReads)
 	settleRescans(t, p.daemon) // three rescans
 	p.echo(t, "second")
-	if n := p.daemon.cancelReads.Load() - before; n > 3 {
+	if n := p.daemon.probe.n(cancelReads) - before; n > 3 {
 		t.Errorf("%d cancel reads over three rescans beside 50 junk cancels and a finished request's cancel, want next to none", n)
 	}
 }
@@ -533,12 +533,12 @@ func TestJunkMemoryIsBounded(t *testing.T) {
 	p.echo(t, "among the junk")
 	p.waitRescans(t, 3)
 	d := p.daemon
-	d.refusedMu.Lock()
-	marks := len(d.refused)
-	d.refusedMu.Unlock()
-	d.mu.Lock()
-	noted := len(d.noted)
-	d.mu.Unlock()
+	d.refusals.mu.Lock()
+	marks := len(d.refusals.marks)
+	d.refusals.mu.Unlock()
+	d.notes.mu.Lock()
+	noted := len(d.notes.seen)
+	d.notes.mu.Unlock()
 	if marks != maxRefusedMarks {
 		t.Errorf("%d refused marks for 600 junk files, want the bound %d", marks, maxRefusedMarks)
 	}
@@ -548,9 +548,9 @@ func TestJunkMemoryIsBounded(t *testing.T) {
 	// Past the bound the junk is read again at each rescan; between two,
 	// once the queue is empty, nothing of the burst is kept.
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(time.Millisecond) {
-		d.mu.Lock()
-		n, c := len(d.queue), cap(d.queue)
-		d.mu.Unlock()
+		d.sched.mu.Lock()
+		n, c := len(d.sched.queue), cap(d.sched.queue)
+		d.sched.mu.Unlock()
 		if n == 0 {
 			if c != 0 {
 				t.Errorf("an empty queue keeps an array of %d", c)

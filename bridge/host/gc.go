@@ -100,17 +100,26 @@ func (o *GCOptions) defaults() {
 	}
 }
 
+// collector removes what the agents no longer need: results acked (or past
+// their retention), messages, progress chunks, and ledger entries past their
+// request's expiry, and the inputs kept for approvals no longer waiting.
+type collector struct {
+	*base
+	fin *finishedSet // what it collects is recorded there
+	out *outbox      // the kept copies' names and the results' stamps
+}
+
 // collect runs one garbage collection over the ledger entries given (all
 // of them; a dry run may pass a read-only snapshot).
-func (d *Daemon) collect(o GCOptions, all []ledger.Entry) (*GCReport, error) {
+func (c *collector) collect(o GCOptions, all []ledger.Entry) (*GCReport, error) {
 	o.defaults()
-	now := d.opt.Now()
+	now := c.opt.Now()
 	rep := &GCReport{DryRun: o.DryRun, Items: []GCItem{}}
-	progress := &progressFiles{d: d}
+	progress := &progressFiles{base: c.base}
 	listed := map[string]bool{} // a dry run's results listed for removal
 	var old []ledger.Entry
 	for _, e := range all {
-		if e.State.Terminal() && e.Expires.Add(d.opt.Skew).Before(now) {
+		if e.State.Terminal() && e.Expires.Add(c.opt.Skew).Before(now) {
 			old = append(old, e)
 		}
 	}
@@ -121,11 +130,11 @@ func (d *Daemon) collect(o GCOptions, all []ledger.Entry) (*GCReport, error) {
 			}
 			continue
 		}
-		if _, err := d.folder.Lstat(bridge.ResultPath(d.me, e.Agent, e.ID, bridge.ExtResult)); err != nil {
+		if _, err := c.folder.Lstat(bridge.ResultPath(c.me, e.Agent, e.ID, bridge.ExtResult)); err != nil {
 			// Nothing published, or collected already; a lone output is
 			// what a crash between the two removals leaves: finish it.
-			if _, oerr := d.folder.Lstat(bridge.ResultPath(d.me, e.Agent, e.ID, bridge.ExtOutput)); oerr == nil && !o.DryRun && d.acked(e) {
-				d.folder.Remove(bridge.ResultPath(d.me, e.Agent, e.ID, bridge.ExtOutput))
+			if _, oerr := c.folder.Lstat(bridge.ResultPath(c.me, e.Agent, e.ID, bridge.ExtOutput)); oerr == nil && !o.DryRun && c.acked(e) {
+				c.folder.Remove(bridge.ResultPath(c.me, e.Agent, e.ID, bridge.ExtOutput))
 			}
 			continue
 		}
@@ -136,15 +145,15 @@ func (d *Daemon) collect(o GCOptions, all []ledger.Entry) (*GCReport, error) {
 		// a copy of the request may come back, and should the ledger have
 		// been restored from a backup meanwhile, this result is what shows
 		// that the host answered it (DESIGN §6, record-lost).
-		case age > o.Grace && e.Expires.Add(d.opt.Skew).Before(now) && d.acked(e):
+		case age > o.Grace && e.Expires.Add(c.opt.Skew).Before(now) && c.acked(e):
 			why = "acked"
 		// The retention is for results nobody acked: an acked one waits
 		// for its request's expiry above, however short the retention.
-		case age > o.Retention && (e.Expires.Add(d.opt.Skew).Before(now) || !d.acked(e)):
+		case age > o.Retention && (e.Expires.Add(c.opt.Skew).Before(now) || !c.acked(e)):
 			why = "retention"
 		default:
 			if o.Explain {
-				if expires := e.Expires.Add(d.opt.Skew); d.acked(e) {
+				if expires := e.Expires.Add(c.opt.Skew); c.acked(e) {
 					rep.keep(keptAcked, later(e.Updated.Add(o.Grace), expires))
 				} else {
 					rep.keep(keptUnacked, e.Updated.Add(o.Retention))
@@ -161,37 +170,37 @@ func (d *Daemon) collect(o GCOptions, all []ledger.Entry) (*GCReport, error) {
 		// manifest, which the next collection finds and finishes.
 		progress.remove(e.Agent, e.ID)
 		for _, ext := range []string{bridge.ExtOutput, bridge.ExtResult} {
-			if err := d.folder.Remove(bridge.ResultPath(d.me, e.Agent, e.ID, ext)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			if err := c.folder.Remove(bridge.ResultPath(c.me, e.Agent, e.ID, ext)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 				return rep, err
 			}
-			d.crashPoint("gc")
+			c.crashPoint("gc")
 		}
 		// Recorded as finished with no result: a rescan then leaves it be
 		// (the agent holds the result it acked), and the next periodic
 		// collection passes over it until it expires.
-		st := d.resultStamp(e.Agent, e.ID)
-		d.mu.Lock()
-		d.finished[e.Key] = st
-		d.mu.Unlock()
-		d.audit.log(AuditEvent{Event: "collected", Agent: e.Agent, ID: e.ID, Reason: why})
+		st := c.out.resultStamp(e.Agent, e.ID)
+		c.fin.mu.Lock()
+		c.fin.done[e.Key] = st
+		c.fin.mu.Unlock()
+		c.audit.log(AuditEvent{Event: "collected", Agent: e.Agent, ID: e.ID, Reason: why})
 	}
 	if o.Explain {
 		for _, e := range all {
-			if !e.State.Terminal() || e.Expires.Add(d.opt.Skew).Before(now) {
+			if !e.State.Terminal() || e.Expires.Add(c.opt.Skew).Before(now) {
 				continue // unfinished: told above; expired: forgotten below
 			}
-			if _, err := d.folder.Lstat(bridge.ResultPath(d.me, e.Agent, e.ID, bridge.ExtResult)); err != nil || listed[e.Key] {
-				rep.keep(keptEntry, e.Expires.Add(d.opt.Skew))
+			if _, err := c.folder.Lstat(bridge.ResultPath(c.me, e.Agent, e.ID, bridge.ExtResult)); err != nil || listed[e.Key] {
+				rep.keep(keptEntry, e.Expires.Add(c.opt.Skew))
 			}
 		}
 	}
-	d.collectMessages(o, rep)
+	c.collectMessages(o, rep)
 	for _, e := range old {
 		// An entry is forgotten only once its result is gone from the
 		// folder, or the retention passed: an agent that never acked may
 		// still come back for it.
-		_, resErr := d.folder.Lstat(bridge.ResultPath(d.me, e.Agent, e.ID, bridge.ExtResult))
-		_, outErr := d.folder.Lstat(bridge.ResultPath(d.me, e.Agent, e.ID, bridge.ExtOutput))
+		_, resErr := c.folder.Lstat(bridge.ResultPath(c.me, e.Agent, e.ID, bridge.ExtResult))
+		_, outErr := c.folder.Lstat(bridge.ResultPath(c.me, e.Agent, e.ID, bridge.ExtOutput))
 		published := (resErr == nil || outErr == nil) && !listed[e.Key]
 		if published && now.Sub(e.Updated) <= o.Retention {
 			continue // told above, as its result
@@ -202,32 +211,32 @@ func (d *Daemon) collect(o GCOptions, all []ledger.Entry) (*GCReport, error) {
 		}
 		progress.remove(e.Agent, e.ID)
 		for _, ext := range []string{bridge.ExtOutput, bridge.ExtResult} {
-			if err := d.folder.Remove(bridge.ResultPath(d.me, e.Agent, e.ID, ext)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			if err := c.folder.Remove(bridge.ResultPath(c.me, e.Agent, e.ID, ext)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 				return rep, err
 			}
 		}
-		for _, p := range []string{d.home.Path("results", e.Agent, e.ID+"."+bridge.ExtResult), d.home.Path("results", e.Agent, e.ID+"."+bridge.ExtOutput),
-			d.home.Path("results", e.Agent, e.ID+"."+bridge.ExtResult+supersededSuffix), d.home.Path("results", e.Agent, e.ID+"."+bridge.ExtOutput+supersededSuffix),
-			d.keptPath(e.Agent, e.ID, bridge.ExtManifest), d.keptPath(e.Agent, e.ID, extUnrecorded)} {
+		for _, p := range []string{c.home.Path("results", e.Agent, e.ID+"."+bridge.ExtResult), c.home.Path("results", e.Agent, e.ID+"."+bridge.ExtOutput),
+			c.home.Path("results", e.Agent, e.ID+"."+bridge.ExtResult+supersededSuffix), c.home.Path("results", e.Agent, e.ID+"."+bridge.ExtOutput+supersededSuffix),
+			c.out.keptPath(e.Agent, e.ID, bridge.ExtManifest), c.out.keptPath(e.Agent, e.ID, extUnrecorded)} {
 			os.Remove(p)
 		}
 		// The ledger entry goes last: while it exists the id cannot run
 		// again, and once it is gone the request is past its expiry plus
 		// skew and is refused as expired.
-		if _, err := d.ledger.Forget(e.Key, now, d.opt.Skew); err != nil {
+		if _, err := c.ledger.Forget(e.Key, now, c.opt.Skew); err != nil {
 			return rep, err
 		}
 		// The finished set (kept across restarts) forgets it too, so it
 		// holds no more than the ledger.
-		d.mu.Lock()
-		delete(d.finished, e.Key)
-		delete(d.acks, e.Key)
-		d.mu.Unlock()
+		c.fin.mu.Lock()
+		delete(c.fin.done, e.Key)
+		delete(c.fin.acks, e.Key)
+		c.fin.mu.Unlock()
 		// A repair reading the audit log later must not take the id for
 		// one whose record was lost (evidence.go).
-		d.audit.log(AuditEvent{Event: "forgotten", Agent: e.Agent, ID: e.ID})
+		c.audit.log(AuditEvent{Event: "forgotten", Agent: e.Agent, ID: e.ID})
 	}
-	names := d.agents()
+	names := c.agents()
 	for i := range rep.Items {
 		rep.Items[i].AgentName = rep.Items[i].Agent
 		if k := names[rep.Items[i].Agent]; k != nil {
@@ -256,17 +265,17 @@ func later(a, b time.Time) time.Time {
 // those conditions holds. At 100,000 unacked finished requests this is the
 // difference between decoding them all and 400,000 file lookups every ten
 // minutes, and a scan of raw records.
-func (d *Daemon) gcWants(o GCOptions, now time.Time) func(key string, updated, expires time.Time) bool {
+func (f *finishedSet) gcWants(o GCOptions, now time.Time) func(key string, updated, expires time.Time) bool {
 	retained := now.Add(-o.Retention)
-	expired := now.Add(-d.opt.Skew)
+	expired := now.Add(-f.opt.Skew)
 	return func(key string, updated, expires time.Time) bool {
 		if updated.Before(retained) {
 			return true
 		}
-		d.mu.Lock()
-		st, known := d.finished[key]
-		acked := d.acks[key]
-		d.mu.Unlock()
+		f.mu.Lock()
+		st, known := f.done[key]
+		acked := f.acks[key]
+		f.mu.Unlock()
 		published := st.size >= 0 || st.outSize >= 0
 		switch {
 		case !known:
@@ -281,42 +290,42 @@ func (d *Daemon) gcWants(o GCOptions, now time.Time) func(key string, updated, e
 
 // acked reports whether the agent published a valid ack naming the result
 // the host published for e.
-func (d *Daemon) acked(e ledger.Entry) bool {
-	keys := d.agents()[e.Agent]
+func (c *collector) acked(e ledger.Entry) bool {
+	keys := c.agents()[e.Agent]
 	if keys == nil {
 		return false
 	}
-	p := bridge.RequestPath(d.me, e.Agent, e.ID, bridge.ExtAck)
-	data, err := d.folder.ReadFile(p, bcrypto.KindAck.MaxSize())
+	p := bridge.RequestPath(c.me, e.Agent, e.ID, bridge.ExtAck)
+	data, err := c.folder.ReadFile(p, bcrypto.KindAck.MaxSize())
 	if err != nil {
 		return false
 	}
-	a, err := bridge.OpenAck(data, e.ID, d.me, e.Agent, keys.sign(d.opt.Now()))
+	a, err := bridge.OpenAck(data, e.ID, c.me, e.Agent, keys.sign(c.opt.Now()))
 	if err != nil {
-		d.refuseFile(p, err)
+		c.refuseFile(p, err)
 		return false
 	}
 	return a.ResultSHA256 == e.ResultSHA256
 }
 
 // runGC is the daemon's periodic (and ordered) collection.
-func (d *Daemon) runGC(o GCOptions) {
+func (c *collector) run(o GCOptions) {
 	// Only entries old enough for collect to act on: it collects nothing
 	// younger than both the grace and the retention unless it expired (a
 	// lone output that a crash left behind is removed once its entry is
 	// that old).
 	o.defaults()
-	d.sweepApprovalInputs()
-	now := d.opt.Now()
-	all, err := d.ledger.Settled(now.Add(-min(o.Grace, o.Retention)), now.Add(-d.opt.Skew), d.gcWants(o, now))
+	c.sweepApprovalInputs()
+	now := c.opt.Now()
+	all, err := c.ledger.Settled(now.Add(-min(o.Grace, o.Retention)), now.Add(-c.opt.Skew), c.fin.gcWants(o, now))
 	if err == nil {
 		var rep *GCReport
-		if rep, err = d.collect(o, all); err == nil && len(rep.Items) > 0 {
-			d.log.Info("collected", "items", len(rep.Items))
+		if rep, err = c.collect(o, all); err == nil && len(rep.Items) > 0 {
+			c.log.Info("collected", "items", len(rep.Items))
 		}
 	}
 	if err != nil {
-		d.log.Warn("gc", "err", err)
+		c.log.Warn("gc", "err", err)
 	}
 }
 
@@ -338,14 +347,14 @@ func gcAt(h *trust.Home, o GCOptions, now func() time.Time) (*GCReport, error) {
 			return nil, err
 		}
 		defer d.folder.Close()
-		if err := d.loadAgents(); err != nil {
+		if err := d.keys.loadAgents(); err != nil {
 			return nil, err
 		}
 		all, err := LedgerEntries(h)
 		if err != nil {
 			return nil, err
 		}
-		return d.collect(o, all)
+		return d.gc.collect(o, all)
 	}
 	err = d.openCore()
 	if errors.Is(err, syncsafe.ErrLocked) {
@@ -367,13 +376,13 @@ func gcAt(h *trust.Home, o GCOptions, now func() time.Time) (*GCReport, error) {
 	defer d.closeResources()
 	// The finished-requests cache forgets what the ledger forgets, or the
 	// next start would take a forgotten id for one it knows.
-	d.loadFinished()
+	d.fin.load()
 	all, err := d.ledger.List(nil)
 	if err != nil {
 		return nil, err
 	}
-	rep, err := d.collect(o, all)
-	if serr := d.saveFinished(); serr != nil && err == nil {
+	rep, err := d.gc.collect(o, all)
+	if serr := d.fin.save(); serr != nil && err == nil {
 		err = serr
 	}
 	return rep, err
@@ -384,7 +393,7 @@ func gcAt(h *trust.Home, o GCOptions, now func() time.Time) (*GCReport, error) {
 // requests is collected, not once per request (it holds two files for
 // every result kept).
 type progressFiles struct {
-	d     *Daemon
+	*base
 	names map[string]map[string][]string // agent → request id → chunk names
 }
 
@@ -397,7 +406,7 @@ func (p *progressFiles) remove(agent, id string) {
 	if !ok {
 		byID = map[string][]string{}
 		p.names[agent] = byID
-		entries, _ := p.d.folder.ListFunc(bridge.ToAgentDir(p.d.me, agent), func(name string) bool {
+		entries, _ := p.folder.ListFunc(bridge.ToAgentDir(p.me, agent), func(name string) bool {
 			_, _, ok := bridge.ParseProgressName(name)
 			return ok
 		})
@@ -407,7 +416,7 @@ func (p *progressFiles) remove(agent, id string) {
 		}
 	}
 	for _, name := range byID[id] {
-		p.d.folder.Remove(bridge.ToAgentDir(p.d.me, agent) + "/" + name)
+		p.folder.Remove(bridge.ToAgentDir(p.me, agent) + "/" + name)
 	}
 	delete(byID, id)
 }

@@ -93,9 +93,9 @@ func TestGCCollectsAndForgets(t *testing.T) {
 	if p.entry(t, id).ID != "" {
 		t.Fatal("the late redelivery was admitted again")
 	}
-	d.mu.Lock()
-	_, kept := d.finished[p.agent.Config.ID+"/"+id]
-	d.mu.Unlock()
+	d.fin.mu.Lock()
+	_, kept := d.fin.done[p.agent.Config.ID+"/"+id]
+	d.fin.mu.Unlock()
 	if kept {
 		t.Fatal("the finished set holds a forgotten request")
 	}
@@ -133,7 +133,7 @@ func TestGCRetentionOfUnackedResults(t *testing.T) {
 		}
 		defer d.closeResources()
 		all, _ := d.ledger.List(nil)
-		if _, err := d.collect(GCOptions{}, all); err != nil {
+		if _, err := d.gc.collect(GCOptions{}, all); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -179,15 +179,15 @@ func TestPeriodicGCReadsOnlyWhatItCanAct(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, 5*time.Second, "a walk to see the ack", func() bool {
-		d.mu.Lock()
-		defer d.mu.Unlock()
-		return d.acks[acked]
+		d.fin.mu.Lock()
+		defer d.fin.mu.Unlock()
+		return d.fin.acks[acked]
 	})
 	wants := func(o GCOptions) map[string]bool {
 		t.Helper()
 		o.defaults()
 		got := map[string]bool{}
-		all, err := d.ledger.Settled(now().Add(-o.Grace), now().Add(-d.opt.Skew), d.gcWants(o, now()))
+		all, err := d.ledger.Settled(now().Add(-o.Grace), now().Add(-d.opt.Skew), d.fin.gcWants(o, now()))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -203,7 +203,7 @@ func TestPeriodicGCReadsOnlyWhatItCanAct(t *testing.T) {
 	if got := wants(GCOptions{Retention: time.Hour}); !got[acked] || !got[unacked] {
 		t.Fatalf("past the retention, the collection reads %v; want both", got)
 	}
-	d.runGC(GCOptions{})
+	d.gc.run(GCOptions{})
 	for _, id := range ids {
 		if _, err := os.Stat(filepath.Join(p.toAgent(), id+".result")); err != nil {
 			t.Fatalf("a result was collected before its request expired: %v", err)
@@ -213,7 +213,7 @@ func TestPeriodicGCReadsOnlyWhatItCanAct(t *testing.T) {
 	if got := wants(GCOptions{}); !got[acked] || got[unacked] {
 		t.Fatalf("past the expiry, the collection reads %v; want only the acked %s", got, acked)
 	}
-	d.runGC(GCOptions{})
+	d.gc.run(GCOptions{})
 	if _, err := os.Stat(filepath.Join(p.toAgent(), ids[0]+".result")); !os.IsNotExist(err) {
 		t.Fatalf("the acked result was not collected: %v", err)
 	}
@@ -229,9 +229,9 @@ func TestPeriodicGCReadsOnlyWhatItCanAct(t *testing.T) {
 	if got := wants(GCOptions{}); len(got) != 0 {
 		t.Fatalf("after collecting, the collection reads %v; want nothing", got)
 	}
-	d.mu.Lock()
-	_, inAcks := d.acks[acked]
-	d.mu.Unlock()
+	d.fin.mu.Lock()
+	_, inAcks := d.fin.acks[acked]
+	d.fin.mu.Unlock()
 	if inAcks {
 		t.Fatal("the ack set still holds a forgotten request")
 	}

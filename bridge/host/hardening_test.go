@@ -234,7 +234,9 @@ ops = ["show"]
 
 // BRIDGE_TEST_CRASH_AT makes a daemon exit at a durable step; only the
 // crash-injection tests may set it (serveForTest). A production daemon
-// whose environment happens to carry it must ignore it.
+// whose environment happens to carry it must ignore it: it has no probe at
+// all (only the test binary sets newProbe), and the test binary's daemons
+// read the variable only in serveForTest.
 func TestCrashHookNotReadFromEnvironment(t *testing.T) {
 	t.Setenv("BRIDGE_TEST_CRASH_AT", "claimed")
 	p := newPair(t, testPolicy)
@@ -242,8 +244,18 @@ func TestCrashHookNotReadFromEnvironment(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d.crashAt != "" {
-		t.Fatalf("NewDaemon read BRIDGE_TEST_CRASH_AT=%q from its environment", d.crashAt)
+	if d.probe == nil || d.probe.crashAt != "" {
+		t.Fatalf("NewDaemon in the test binary: probe %v, want one that read nothing from the environment", d.probe)
+	}
+	saved := newProbe
+	newProbe = nil // as in a production binary
+	defer func() { newProbe = saved }()
+	d, err = NewDaemon(p.host, DaemonOptions{AllowRoot: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.probe != nil || d.probe.crashing("claimed") {
+		t.Fatal("a daemon of a binary without newProbe has a probe")
 	}
 }
 
@@ -320,13 +332,13 @@ ops = ["apply"]
 	// the next collection.
 	stale := approvalInputPath(p.host, p.agent.Config.ID, bridge.NewRequestID())
 	must(t, os.WriteFile(stale, []byte("left"), 0o600))
-	p.daemon.runGC(GCOptions{})
+	p.daemon.gc.run(GCOptions{})
 	if _, err := os.Stat(stale); err != nil {
 		t.Fatalf("a copy younger than a minute (its request may be on its way to waiting) was swept: %v", err)
 	}
 	old := time.Now().Add(-2 * time.Minute)
 	must(t, os.Chtimes(stale, old, old))
-	p.daemon.runGC(GCOptions{})
+	p.daemon.gc.run(GCOptions{})
 	if _, err := os.Stat(stale); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("a kept input without a waiting request stays: %v", err)
 	}

@@ -178,10 +178,10 @@ func Reconcile(h *trust.Home, ref, as string) (*Decision, error) {
 
 // reconcile applies a human's settlement of an uncertain request.
 func (d *Daemon) reconcile(key, as string) (*LedgerEntry, error) {
-	if !d.take(key) {
+	if !d.sched.take(key) {
 		return nil, errBusy
 	}
-	defer d.release(key)
+	defer d.sched.release(key)
 	e, err := d.ledger.Get(key)
 	if err != nil {
 		return nil, err
@@ -233,14 +233,14 @@ func (d *Daemon) reconcile(key, as string) (*LedgerEntry, error) {
 		if err != nil {
 			return nil, err
 		}
-		d.unfinish(key) // its uncertain answer no longer ends it: rescans must look at it
+		d.fin.drop(key) // its uncertain answer no longer ends it: rescans must look at it
 		// The agent holds the uncertain answer: tell it that another one
 		// comes, so that `bridge wait` and `logs -f` wait for it.
-		d.notify(e.Agent, bridge.Note{Event: bridge.EventRerunOrdered, Request: e.ID, Supersedes: e.ResultSHA256,
+		d.out.notify(e.Agent, bridge.Note{Event: bridge.EventRerunOrdered, Request: e.ID, Supersedes: e.ResultSHA256,
 			Text: fmt.Sprintf("a human on the host ordered request %s (%s) run again; its answer replaces the uncertain one", e.ID, e.Op)})
 		if d.watcher != nil { // serving: run it now
 			if ent, err = d.step(key, evUnclaim, nil); err == nil {
-				d.schedule(e.Agent, e.ID) // queued once the key is released
+				d.sched.schedule(e.Agent, e.ID) // queued once the key is released
 			}
 		}
 		return &ent, err
@@ -280,7 +280,7 @@ func (d *Daemon) controlLoop(stop <-chan struct{}) {
 	// Entries from before the start may wait for the sweeps.
 	d.awaitingMaybe.Store(true)
 	d.stalledMaybe.Store(true)
-	peersStamp := d.peersVersion()
+	peersStamp := d.keys.peersVersion()
 	// The first collection waits until the start-up scan has been
 	// evaluated: on a folder of 100,000 finished requests it scans every
 	// ledger record, which must not delay the first answers.
@@ -311,32 +311,32 @@ func (d *Daemon) controlLoop(stop <-chan struct{}) {
 			// An entry began to wait for a sweep: only the timer is set
 			// again, from the loop's own schedule.
 		}
-		d.controlWakes.Add(1)
+		d.probe.add(controlWakes)
 		now := time.Now()
 		soon := false // something asks to be looked at again in a second
 		if !collected {
 			if d.startScanDone() {
 				collected, lastGC = true, now
 				d.pruneFinished()
-				d.runGC(GCOptions{})
+				d.gc.run(GCOptions{})
 			} else {
 				soon = true
 			}
 		} else if now.Sub(lastGC) >= gcEvery {
 			lastGC = now
-			d.runGC(GCOptions{})
-			if err := d.saveFinished(); err != nil {
+			d.gc.run(GCOptions{})
+			if err := d.fin.save(); err != nil {
 				d.log.Warn("save the finished-requests cache", "err", err)
 			}
 		}
 		sweep := d.awaitingMaybe.Load() && now.Sub(lastWaiting) >= sweepWaitingEvery
-		if v := d.peersVersion(); v != peersStamp {
+		if v := d.keys.peersVersion(); v != peersStamp {
 			peersStamp = v
-			if err := d.loadAgents(); err != nil {
+			if err := d.keys.loadAgents(); err != nil {
 				d.log.Error("reload trusted agents", "err", err)
 			} else {
 				d.log.Info("trusted agents reloaded", "agents", len(d.agents()))
-				d.publishForAgents()
+				d.out.publishForAgents()
 				// A newly trusted agent's requests may be in the folder
 				// already, seen and ignored: read them now, not at the
 				// next rescan (up to --rescan, 30 s, for a first op).
@@ -351,16 +351,21 @@ func (d *Daemon) controlLoop(stop <-chan struct{}) {
 			lastWaiting = now
 			d.sweepWaiting()
 		}
-		if d.stalledMaybe.Load() && now.Sub(lastStalled) >= d.stalledEvery() {
+		if d.stalledMaybe.Load() && now.Sub(lastStalled) >= stalledEvery(d.opt.PendingTimeout) {
 			lastStalled = now
 			d.sweepStalled()
 		}
-		d.checkPolicyFile()
-		if d.policyUnsettled() {
+		if d.policy.check() {
+			// What waits for an approval or a slot is judged again when it
+			// moves (approvedAsShown, stillAsAdmitted); what waits to be
+			// claimed is evaluated afresh.
+			d.sweepWaiting()
+		}
+		if d.policy.unsettled() {
 			soon = true // read again once it stays as it is
 		}
-		d.refreshLiveness()
-		if err := d.loadOwnKeys(); err != nil {
+		d.out.refreshLiveness()
+		if err := d.keys.loadOwnKeys(); err != nil {
 			d.log.Error("reload own keys", "err", err)
 		}
 		if d.applyOrders() {
@@ -379,9 +384,9 @@ func (d *Daemon) controlLoop(stop <-chan struct{}) {
 			next = min(next, lastWaiting.Add(sweepWaitingEvery).Sub(now))
 		}
 		if d.stalledMaybe.Load() {
-			next = min(next, lastStalled.Add(d.stalledEvery()).Sub(now))
+			next = min(next, lastStalled.Add(stalledEvery(d.opt.PendingTimeout)).Sub(now))
 		}
-		next = min(next, d.livenessDue())
+		next = min(next, d.out.livenessDue())
 		timer.Reset(max(next, 10*time.Millisecond))
 	}
 }
@@ -389,8 +394,8 @@ func (d *Daemon) controlLoop(stop <-chan struct{}) {
 // peersVersion identifies what the peers directory holds: each entry's
 // name, size and modification time. (The directory's own time alone can
 // miss a change made within the same clock tick as the one before.)
-func (d *Daemon) peersVersion() string {
-	ents, err := os.ReadDir(d.home.Path(trust.PeersDir))
+func (k *keyring) peersVersion() string {
+	ents, err := os.ReadDir(k.home.Path(trust.PeersDir))
 	if err != nil {
 		return ""
 	}
@@ -433,7 +438,7 @@ func (d *Daemon) applyOrders() (left bool) {
 				d.log.Warn("an audit order that is not an operator's action was dropped", "file", f)
 			}
 		case o.GC:
-			d.runGC(GCOptions{Grace: o.Grace, Retention: o.Retention})
+			d.gc.run(GCOptions{Grace: o.Grace, Retention: o.Retention})
 		case o.As == "approve" || o.As == "deny":
 			err = d.decide(o.Key, o.As == "approve", o.Why)
 		default:

@@ -18,12 +18,12 @@ func TestIdleDaemonSleeps(t *testing.T) {
 	waitFor(t, 20*time.Second, "the first collection and sweeps", func() bool {
 		return d.startScanDone() && !d.awaitingMaybe.Load() && !d.stalledMaybe.Load()
 	})
-	wakes, scans := d.controlWakes.Load(), d.sweepScans.Load()
+	wakes, scans := d.probe.n(controlWakes), d.probe.n(sweepScans)
 	time.Sleep(4 * time.Second)
-	if n := d.controlWakes.Load() - wakes; n > 1 {
+	if n := d.probe.n(controlWakes) - wakes; n > 1 {
 		t.Errorf("the idle control loop woke %d times in 4 s, want at most 1", n)
 	}
-	if n := d.sweepScans.Load() - scans; n != 0 {
+	if n := d.probe.n(sweepScans) - scans; n != 0 {
 		t.Errorf("the idle daemon scanned the ledger %d times in 4 s, want none", n)
 	}
 }
@@ -37,7 +37,7 @@ func TestIdleLoopWokenByAWaitingEntry(t *testing.T) {
 	waitFor(t, 20*time.Second, "the first collection and sweeps", func() bool {
 		return d.startScanDone() && !d.awaitingMaybe.Load() && !d.stalledMaybe.Load()
 	})
-	wakes := d.controlWakes.Load()
+	wakes := d.probe.n(controlWakes)
 	d.noteState(ledger.StateAwaitingApproval)
-	waitFor(t, 5*time.Second, "the control loop to wake", func() bool { return d.controlWakes.Load() > wakes })
+	waitFor(t, 5*time.Second, "the control loop to wake", func() bool { return d.probe.n(controlWakes) > wakes })
 }

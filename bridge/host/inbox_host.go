@@ -72,9 +72,9 @@ func Send(h *trust.Home, agent, text string) (*bridge.Message, error) {
 
 // notify posts a daemon notice to one agent, or to every trusted agent when
 // agent is "". Failures are logged, never fatal.
-func (d *Daemon) notify(agent string, n bridge.Note) {
+func (o *outbox) notify(agent string, n bridge.Note) {
 	n.Kind = "notice"
-	for id, keys := range d.agents() {
+	for id, keys := range o.agents() {
 		if agent != "" && id != agent {
 			continue
 		}
@@ -82,21 +82,21 @@ func (d *Daemon) notify(agent string, n bridge.Note) {
 		if !ok {
 			continue
 		}
-		if _, err := postMessage(d.home, d.folder, d.own().current, id, cur.BoxPub, n); err != nil {
-			d.log.Warn("post notice", "agent", keys.name, "event", n.Event, "err", err)
+		if _, err := postMessage(o.home, o.folder, o.own().current, id, cur.BoxPub, n); err != nil {
+			o.log.Warn("post notice", "agent", keys.name, "event", n.Event, "err", err)
 		}
 	}
 }
 
 // collectMessages removes messages the agent acked, after the grace period
 // (or any message past the retention), as results are collected.
-func (d *Daemon) collectMessages(o GCOptions, rep *GCReport) {
-	now := d.opt.Now()
-	for agent, keys := range d.agents() {
-		dir := bridge.ToAgentDir(d.me, agent)
+func (c *collector) collectMessages(o GCOptions, rep *GCReport) {
+	now := c.opt.Now()
+	for agent, keys := range c.agents() {
+		dir := bridge.ToAgentDir(c.me, agent)
 		// The directory holds two files per result kept: only the
 		// messages are kept from the listing, unsorted until then.
-		entries, err := d.folder.ListFunc(dir, func(name string) bool {
+		entries, err := c.folder.ListFunc(dir, func(name string) bool {
 			_, ext, ok := bridge.ParseToAgentName(name)
 			return ok && ext == bridge.ExtMessage
 		})
@@ -105,16 +105,16 @@ func (d *Daemon) collectMessages(o GCOptions, rep *GCReport) {
 		}
 		for _, e := range entries {
 			id, _, _ := bridge.ParseToAgentName(e.Name)
-			fi, err := d.folder.Lstat(dir + "/" + e.Name)
+			fi, err := c.folder.Lstat(dir + "/" + e.Name)
 			if err != nil {
 				continue
 			}
 			age := now.Sub(fi.ModTime())
 			why := ""
 			if age > o.Grace {
-				if data, err := d.folder.ReadFile(bridge.RequestPath(d.me, agent, id, bridge.ExtAck), bcrypto.KindAck.MaxSize()); err == nil {
-					msg, _ := d.folder.ReadFile(dir+"/"+e.Name, bcrypto.KindMessage.MaxSize())
-					if a, err := bridge.OpenAck(data, id, d.me, agent, keys.sign(now)); err == nil && a.ResultSHA256 == bridge.SHA256Hex(msg) {
+				if data, err := c.folder.ReadFile(bridge.RequestPath(c.me, agent, id, bridge.ExtAck), bcrypto.KindAck.MaxSize()); err == nil {
+					msg, _ := c.folder.ReadFile(dir+"/"+e.Name, bcrypto.KindMessage.MaxSize())
+					if a, err := bridge.OpenAck(data, id, c.me, agent, keys.sign(now)); err == nil && a.ResultSHA256 == bridge.SHA256Hex(msg) {
 						why = "acked"
 					}
 				}
@@ -127,7 +127,7 @@ func (d *Daemon) collectMessages(o GCOptions, rep *GCReport) {
 			}
 			rep.Items = append(rep.Items, GCItem{Agent: agent, ID: id, What: "message", Why: why})
 			if !o.DryRun {
-				d.folder.Remove(dir + "/" + e.Name)
+				c.folder.Remove(dir + "/" + e.Name)
 			}
 		}
 	}
@@ -135,11 +135,11 @@ func (d *Daemon) collectMessages(o GCOptions, rep *GCReport) {
 
 // inboxStamp names the home file that records the policy a daemon last
 // served, to notice a change across restarts.
-func (d *Daemon) policyChanged() (first, changed bool) {
-	p := d.home.Path("inbox", "policy.sha256")
+func (o *outbox) policyChanged() (first, changed bool) {
+	p := o.home.Path("inbox", "policy.sha256")
 	old, _ := os.ReadFile(p)
 	os.MkdirAll(filepath.Dir(p), 0o700)
-	sha := d.pol().SHA256
+	sha := o.pol().SHA256
 	syncsafe.WriteFileAtomic(p, []byte(sha))
 	return len(old) == 0, len(old) > 0 && string(old) != sha
 }

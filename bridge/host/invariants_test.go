@@ -168,9 +168,9 @@ func settleRescans(t *testing.T, d *Daemon) {
 func waitDaemonRescans(t *testing.T, d *Daemon, n int) {
 	t.Helper()
 	count := func() int {
-		d.mu.Lock()
-		defer d.mu.Unlock()
-		return d.rescans
+		d.fin.mu.Lock()
+		defer d.fin.mu.Unlock()
+		return d.fin.rescans
 	}
 	want := count() + n
 	for deadline := time.Now().Add(60 * time.Second); count() < want; time.Sleep(20 * time.Millisecond) {
@@ -392,11 +392,11 @@ func TestInvariant6ListingIsTheTruth(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := 0; i < 16; i++ {
 		wg.Add(2)
-		go func() { defer wg.Done(); p.daemon.schedule(p.agent.Config.ID, id) }()
+		go func() { defer wg.Done(); p.daemon.sched.schedule(p.agent.Config.ID, id) }()
 		go func() {
 			defer wg.Done()
-			if p.daemon.take(key) && !p.daemon.evaluate(p.agent.Config.ID, id) {
-				p.daemon.release(key)
+			if p.daemon.sched.take(key) && !p.daemon.evaluate(p.agent.Config.ID, id) {
+				p.daemon.sched.release(key)
 			}
 		}()
 	}

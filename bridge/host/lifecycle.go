@@ -70,7 +70,7 @@ type transition struct {
 }
 
 // stateNone stands for "no entry": an event from it creates the entry
-// (ledger.Admit).
+// (Daemon.create).
 const stateNone ledger.State = ""
 
 var (
@@ -111,7 +111,7 @@ var lifecycle = map[event]transition{
 	evSettle:        {one(ledger.StateUncertain), one(ledger.StateDone, ledger.StateFailed), true},
 	evRerun:         {one(ledger.StateUncertain), one(ledger.StateClaimed), false},
 	evRerunRefused:  {append(slices.Clone(unstarted), ledger.StateRunning), one(ledger.StateUncertain), true},
-	evAdopt:         {inFlux, sealed, true},
+	evAdopt:         {append(slices.Clone(inFlux), stateNone), sealed, true},
 	evCatchUp:       {one(ledger.StateUncertain), one(ledger.StateDone, ledger.StateFailed, ledger.StateCancelled), true},
 }
 
@@ -138,7 +138,7 @@ func (d *Daemon) step(key string, ev event, mutate func(*ledger.Entry)) (ledger.
 	if !ok || t.answer || len(t.to) != 1 || slices.Contains(t.from, stateNone) {
 		panic(fmt.Sprintf("bridge: internal error: %s is not a step without an answer", ev))
 	}
-	d.count(ev)
+	d.probe.event(ev)
 	transition := d.ledger.Transition
 	if lazySteps[ev] {
 		transition = d.ledger.TransitionLazy
@@ -150,10 +150,31 @@ func (d *Daemon) step(key string, ev event, mutate func(*ledger.Entry)) (ledger.
 	if err == nil {
 		d.noteState(e.State)
 		if !lazySteps[ev] {
-			d.keptDurable(key)
+			d.out.keptDurable(key)
 		}
 	}
 	return e, err
+}
+
+// create makes the entry of a request new to the ledger, by an event the
+// table lets start from no entry, in a state the event may enter: the only
+// way an entry comes to be. durable: on disk before it returns; else with
+// the next durable write (ledger.AdmitLazy). created is false for an id the
+// ledger holds already (e is then its entry).
+func (d *Daemon) create(ev event, e ledger.Entry, durable bool) (ent ledger.Entry, created bool, err error) {
+	t, ok := lifecycle[ev]
+	if !ok || !slices.Contains(t.from, stateNone) || !slices.Contains(t.to, e.State) {
+		panic(fmt.Sprintf("bridge: internal error: %s does not create an entry in %s", ev, e.State))
+	}
+	admit := d.ledger.AdmitLazy
+	if durable {
+		admit = d.ledger.Admit
+	}
+	ent, created, err = admit(e)
+	if created {
+		d.probe.event(ev)
+	}
+	return ent, created, err
 }
 
 // lazySteps are the steps whose record need not be on disk before the
@@ -209,12 +230,13 @@ func (d *Daemon) answerOut(j *job, ev event, rc bridge.Receipt, stdout, stderr r
 			rc.Reason, rc.Detail)
 		rc.Status, rc.Reason = bridge.StatusUncertain, bridge.ReasonRerunRefused
 	}
-	if !slices.Contains(t.from, cur.State) {
-		// Nothing was published: the request stays as the ledger has it.
+	if cur.State == stateNone || !slices.Contains(t.from, cur.State) {
+		// Nothing was published: the request stays as the ledger has it
+		// (an answer moves an entry; only create makes one).
 		d.refusedStep(j.key, ev, cur.State)
 		return fmt.Errorf("%s from %s: %w", ev, cur.State, errLifecycle)
 	}
-	d.count(ev)
+	d.probe.event(ev)
 	if rc.PolicySHA256 == "" && d.rules() != nil {
 		rc.PolicySHA256 = d.pol().SHA256
 	}
@@ -223,7 +245,7 @@ func (d *Daemon) answerOut(j *job, ev event, rc bridge.Receipt, stdout, stderr r
 		d.log.Error("read output", "key", j.key, "err", err)
 		return err
 	}
-	resSHA, status, err := d.publishResult(j, rc, stdout, stderr)
+	resSHA, status, err := d.out.publishResult(j, rc, stdout, stderr)
 	if err != nil {
 		// The entry stays where it is; the next evaluation publishes the
 		// sealed copies (adopt) or tries again.
@@ -247,7 +269,7 @@ func (d *Daemon) record(j *job, ev event, from ledger.State, resSHA string, rc b
 	if adopted && !ledger.CanTransition(from, to) && ledger.CanTransition(from, ledger.StateUncertain) {
 		d.log.Warn("the ledger is behind a result this host signed: recording that result", "key", j.key, "state", from, "result", rc.Status)
 		d.audit.log(AuditEvent{Event: "record-lost", Agent: j.agent, ID: j.req.ID, Detail: fmt.Sprintf("ledger %s, sealed result %s", from, rc.Status)})
-		d.count(evRecordLost)
+		d.probe.event(evRecordLost)
 		if !ledger.CanTransition(ledger.StateUncertain, to) {
 			ev, to, rc.Reason = evRecordLost, ledger.StateUncertain, bridge.ReasonRecordLost
 		} else {
@@ -259,7 +281,7 @@ func (d *Daemon) record(j *job, ev event, from ledger.State, resSHA string, rc b
 				return d.violation(j.key, evRecordLost, fmt.Errorf("a %s result is published, and the ledger refused to hold it: %w", rc.Status, err))
 			}
 			from, ev, rc.Reason = ledger.StateUncertain, evCatchUp, bridge.ReasonRecordLost
-			d.count(ev)
+			d.probe.event(ev)
 		}
 	}
 	if !ledger.CanTransition(from, to) {
@@ -279,7 +301,7 @@ func (d *Daemon) record(j *job, ev event, from ledger.State, resSHA string, rc b
 	} else if err != nil {
 		return d.violation(j.key, ev, fmt.Errorf("a %s result is published, and the ledger refused to record it: %w", rc.Status, err))
 	}
-	d.keptDurable(j.key)
+	d.out.keptDurable(j.key)
 	d.markFinished(j.agent, j.req.ID)
 	line := AuditEvent{Event: "result", Agent: j.agent, ID: j.req.ID, Op: rc.Op, Status: rc.Status, Reason: string(rc.Reason), Detail: rc.Detail}
 	if rc.Status == bridge.StatusDone {
@@ -299,16 +321,16 @@ func (d *Daemon) record(j *job, ev event, from ledger.State, resSHA string, rc b
 // crash or a failed publish between the two), and records it. It reports
 // whether there was one.
 func (d *Daemon) adopt(j *job, cur ledger.Entry) bool {
-	if !d.hasSealedResult(j.agent, j.req.ID) {
+	if !d.out.hasSealedResult(j.agent, j.req.ID) {
 		return false
 	}
-	resSHA, status, err := d.publishResult(j, bridge.Receipt{}, runner.Output{}, runner.Output{})
+	resSHA, status, err := d.out.publishResult(j, bridge.Receipt{}, runner.Output{}, runner.Output{})
 	if err != nil {
 		d.log.Error("publish the sealed result", "key", j.key, "err", err)
 		return true // it is there; the next evaluation tries again
 	}
 	d.log.Info("adopting the sealed result", "key", j.key, "status", status)
-	d.count(evAdopt)
+	d.probe.event(evAdopt)
 	d.record(j, evAdopt, cur.State, resSHA, bridge.Receipt{Status: status, Op: cur.Op, Reason: bridge.ReasonCode(cur.Reason)}, true)
 	return true
 }
@@ -332,17 +354,6 @@ func (d *Daemon) violation(key string, ev event, err error) error {
 	err = fmt.Errorf("serve: request %s: %s: %w: %w", key, ev, errViolation, err)
 	d.fatal(bridge.WithHint(err, "start `bridge serve` again: it adopts the published result; if this repeats, run `bridge doctor` and keep the audit log"))
 	return err
-}
-
-// count records that an event was taken (for the lifecycle coverage of
-// the model test; a map bump under the daemon's lock).
-func (d *Daemon) count(ev event) {
-	d.mu.Lock()
-	d.events[ev]++
-	d.mu.Unlock()
-	if d.onEvent != nil {
-		d.onEvent(ev)
-	}
 }
 
 // ranBefore reports whether a request may have run before the attempt at

@@ -23,6 +23,14 @@ func TestLifecycleTableMatchesLedger(t *testing.T) {
 			// Whatever was sealed is recorded where the ledger can go, and
 			// as uncertain (the ledger is behind) where it cannot.
 			for _, from := range tr.from {
+				if from == stateNone {
+					// Created in the sealed result's state where Admit
+					// can, else uncertain (record-lost, then catch-up).
+					if !ledger.CanAdmit(ledger.StateUncertain) {
+						t.Error("adopt: Admit refuses uncertain for a new entry whose sealed result it cannot create")
+					}
+					continue
+				}
 				if !ledger.CanTransition(from, ledger.StateUncertain) {
 					t.Errorf("adopt: no way from %s to uncertain for a sealed result the ledger cannot reach", from)
 				}

@@ -25,33 +25,33 @@ const maxFormerAgents = 256
 // publishLiveness writes every agent's stamp with the given state. Agents
 // the host no longer trusts at all (removed) keep being told, in the
 // directory where they had a stamp, that none of their keys is accepted.
-func (d *Daemon) publishLiveness(state string) error {
-	d.stampMu.Lock()
-	defer d.stampMu.Unlock()
+func (o *outbox) publishLiveness(state string) error {
+	o.stampMu.Lock()
+	defer o.stampMu.Unlock()
 	switch {
-	case state == bridge.LivenessServing && (d.isClosing() || d.killed.Load()):
+	case state == bridge.LivenessServing && (o.closing.Load() || o.killed.Load()):
 		return nil // a round under way when the stop came: the stop's stamps stand
-	case state == bridge.LivenessDraining && d.killed.Load():
+	case state == bridge.LivenessDraining && o.killed.Load():
 		return nil
 	}
-	now := d.opt.Now()
-	pol, own := d.pol(), d.own()
-	if pol == nil || own == nil || d.folder == nil {
+	now := o.opt.Now()
+	pol, own := o.pol(), o.own()
+	if pol == nil || own == nil || o.folder == nil {
 		return nil
 	}
-	stamp := bridge.LivenessStamp{Host: d.me, State: state, Time: now.Unix(),
-		Interval: int64(d.livenessInterval() / time.Second), Policy: pol.SHA256}
+	stamp := bridge.LivenessStamp{Host: o.me, State: state, Time: now.Unix(),
+		Interval: int64(o.livenessInterval() / time.Second), Policy: pol.SHA256}
 	var errs []error
 	publish := func(agent string, accepts []string, seq uint64, trusted bool) {
 		s := stamp
 		s.Agent, s.Accepts, s.AgentSeq, s.Trusted = agent, accepts, seq, trusted
 		signed, err := bridge.SignLiveness(s, own.current)
 		if err == nil {
-			err = d.folder.PublishReplace(bridge.LivenessPath(d.me, agent), bridge.WriteBytes(signed), syncsafe.WithMode(0o644))
+			err = o.folder.PublishReplace(bridge.LivenessPath(o.me, agent), bridge.WriteBytes(signed), syncsafe.WithMode(0o644))
 		}
 		errs = append(errs, err)
 	}
-	agents := d.agents()
+	agents := o.agents()
 	for id, k := range agents {
 		accepts := []string{}
 		valid := k.peer.KeysIn(trust.KeyValid, now)
@@ -67,7 +67,7 @@ func (d *Daemon) publishLiveness(state string) error {
 		}
 		publish(id, accepts, seq, true)
 	}
-	entries, err := d.folder.ListFunc(bridge.ToAgentRoot(d.me), func(name string) bool { return bcrypto.ValidKid(name) && agents[name] == nil })
+	entries, err := o.folder.ListFunc(bridge.ToAgentRoot(o.me), func(name string) bool { return bcrypto.ValidKid(name) && agents[name] == nil })
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		errs = append(errs, err)
 	}
@@ -76,50 +76,50 @@ func (d *Daemon) publishLiveness(state string) error {
 		if !e.Type.IsDir() || n >= maxFormerAgents {
 			continue
 		}
-		if fi, err := d.folder.Lstat(bridge.LivenessPath(d.me, e.Name)); err != nil || !fi.Mode().IsRegular() {
+		if fi, err := o.folder.Lstat(bridge.LivenessPath(o.me, e.Name)); err != nil || !fi.Mode().IsRegular() {
 			continue
 		}
 		n++
 		publish(e.Name, []string{}, 0, false)
 	}
-	d.livenessAt.Store(now.UnixNano())
+	o.livenessAt.Store(now.UnixNano())
 	return errors.Join(errs...)
 }
 
 // livenessInterval is how often a serving daemon rewrites its stamps.
-func (d *Daemon) livenessInterval() time.Duration {
-	if d.opt.LivenessInterval > 0 {
-		return d.opt.LivenessInterval
+func (o *outbox) livenessInterval() time.Duration {
+	if o.opt.LivenessInterval > 0 {
+		return o.opt.LivenessInterval
 	}
 	return bridge.DefaultLivenessInterval
 }
 
 // refreshLiveness rewrites the stamps once their interval has passed (the
 // control loop calls it every tick).
-func (d *Daemon) refreshLiveness() {
-	last := time.Unix(0, d.livenessAt.Load())
-	if now := d.opt.Now(); now.Sub(last) < d.livenessInterval() && !now.Before(last) {
+func (o *outbox) refreshLiveness() {
+	last := time.Unix(0, o.livenessAt.Load())
+	if now := o.opt.Now(); now.Sub(last) < o.livenessInterval() && !now.Before(last) {
 		return
 	}
-	if err := d.publishLiveness(bridge.LivenessServing); err != nil {
-		d.log.Warn("publish liveness stamps", "err", err)
+	if err := o.publishLiveness(bridge.LivenessServing); err != nil {
+		o.log.Warn("publish liveness stamps", "err", err)
 	}
-	d.guardCatalogs()
+	o.guardCatalogs()
 }
 
 // livenessDue is how long until refreshLiveness rewrites the stamps.
-func (d *Daemon) livenessDue() time.Duration {
-	last := time.Unix(0, d.livenessAt.Load())
-	now := d.opt.Now()
+func (o *outbox) livenessDue() time.Duration {
+	last := time.Unix(0, o.livenessAt.Load())
+	now := o.opt.Now()
 	if now.Before(last) {
 		return 0 // the clock stepped back: rewritten at once
 	}
-	return d.livenessInterval() - now.Sub(last)
+	return o.livenessInterval() - now.Sub(last)
 }
 
 // publishForAgents publishes what each agent is shown of this host: its
 // catalog and its liveness stamp. Called whenever either may change.
-func (d *Daemon) publishForAgents() error {
-	err := d.publishCatalog()
-	return errors.Join(err, d.publishLiveness(bridge.LivenessServing))
+func (o *outbox) publishForAgents() error {
+	err := o.publishCatalog()
+	return errors.Join(err, o.publishLiveness(bridge.LivenessServing))
 }

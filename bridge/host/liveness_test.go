@@ -107,12 +107,12 @@ func TestLivenessStampInterval(t *testing.T) {
 	// one counted: an idle loop need not wake by itself for seconds).
 	offset.Store(int64(50 * time.Second))
 	for range 3 {
-		w := d.controlWakes.Load()
+		w := d.probe.n(controlWakes)
 		select {
 		case d.controlPoke <- struct{}{}:
 		default:
 		}
-		waitFor(t, 10*time.Second, "a control tick", func() bool { return d.controlWakes.Load() > w })
+		waitFor(t, 10*time.Second, "a control tick", func() bool { return d.probe.n(controlWakes) > w })
 	}
 	again, _ := os.ReadFile(p.folder + "/" + bridge.LivenessPath(p.host.Config.ID, p.agent.Config.ID))
 	if string(again) != string(first) {

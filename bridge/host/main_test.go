@@ -18,6 +18,7 @@ import (
 const serveEnv = "BRIDGE_TEST_SERVE"
 
 func TestMain(m *testing.M) {
+	newProbe = func() *probe { return &probe{} }
 	RunnerMain()
 	if home := os.Getenv(serveEnv); home != "" {
 		os.Exit(serveForTest(home))
@@ -30,8 +31,8 @@ func TestMain(m *testing.M) {
 // default 5s), BRIDGE_TEST_APPROVAL_TTL, BRIDGE_TEST_PENDING_TIMEOUT,
 // BRIDGE_TEST_SKEW, BRIDGE_TEST_RESCANS (print the count of full rescans
 // on stdout as it grows), BRIDGE_TEST_CRASH_AT (the crash-injection step, see
-// Daemon.crashAt), BRIDGE_TEST_POWER_CUT (the crash loses the ledger's
-// unsynced writes, Daemon.powerCut), and BRIDGE_TEST_EVENTS (a file
+// probe.crashAt), BRIDGE_TEST_POWER_CUT (the crash loses the ledger's
+// unsynced writes, probe.powerCut), and BRIDGE_TEST_EVENTS (a file
 // that gets one line per lifecycle event taken, for coverage). As the real
 // serve, a second signal kills the running ops and exits 130.
 func serveForTest(home string) int {
@@ -48,15 +49,15 @@ func serveForTest(home string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	d.crashAt = os.Getenv("BRIDGE_TEST_CRASH_AT")
-	d.powerCut = os.Getenv("BRIDGE_TEST_POWER_CUT") != ""
+	d.probe.crashAt = os.Getenv("BRIDGE_TEST_CRASH_AT")
+	d.probe.powerCut = os.Getenv("BRIDGE_TEST_POWER_CUT") != ""
 	if p := os.Getenv("BRIDGE_TEST_EVENTS"); p != "" {
 		f, err := os.OpenFile(p, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}
-		d.onEvent = func(ev event) { f.Write([]byte(string(ev) + "\n")) }
+		d.probe.onEvent = func(ev event) { f.Write([]byte(string(ev) + "\n")) }
 	}
 	if err := d.Open(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -80,9 +81,9 @@ func serveForTest(home string) int {
 		go func() {
 			last := -1
 			for {
-				d.mu.Lock()
-				n := d.rescans
-				d.mu.Unlock()
+				d.fin.mu.Lock()
+				n := d.fin.rescans
+				d.fin.mu.Unlock()
 				if n != last {
 					fmt.Printf("rescans %d\n", n)
 					last = n
@@ -116,3 +117,14 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool)
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// n is a tally's count so far (0 without a probe).
+func (p *probe) n(t tally) int64 {
+	if p == nil {
+		return 0
+	}
+	return p.counts[t].Load()
+}
+
+// Crash-injection steps, in pipeline order (DESIGN §4).
+var crashSteps = []string{"claimed", "running", "mid-run", "published-output", "published", "staged", "gc"}

@@ -15,11 +15,11 @@ import (
 // state others could read or change (issue: least privilege): not as root
 // unless allowed; the home owned by this user and closed to group and
 // world; private keys closed to group and world. Each refusal names the fix.
-func (d *Daemon) checkPrivilege() error {
+func checkPrivilege(home *trust.Home, allowRoot bool) error {
 	if runtime.GOOS == "windows" {
 		return nil
 	}
-	if os.Geteuid() == 0 && !d.opt.AllowRoot {
+	if os.Geteuid() == 0 && !allowRoot {
 		return bridge.WithHint(errors.New("serve: refusing to run as root"),
 			"run `bridge serve` as the user whose tools the ops use; if you really mean root, pass --allow-root")
 	}
@@ -38,11 +38,11 @@ func (d *Daemon) checkPrivilege() error {
 		}
 		return nil
 	}
-	if err := check(d.home.Dir, 0o700, "chmod 700 %s"); err != nil {
+	if err := check(home.Dir, 0o700, "chmod 700 %s"); err != nil {
 		return err
 	}
-	secrets, _ := filepath.Glob(d.home.Path(trust.OwnKeysDir, "*.secret"))
-	for _, p := range append([]string{d.home.Path(trust.IdentityName)}, secrets...) {
+	secrets, _ := filepath.Glob(home.Path(trust.OwnKeysDir, "*.secret"))
+	for _, p := range append([]string{home.Path(trust.IdentityName)}, secrets...) {
 		if err := check(p, 0o600, "chmod 600 %s"); err != nil {
 			return err
 		}

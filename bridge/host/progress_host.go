@@ -27,7 +27,7 @@ import (
 // in pieces; the stream halts there, as after a gap (outStream.halted).
 // The verified result remains what counts (SPEC §9.3).
 type progress struct {
-	d     *Daemon
+	o     *outbox
 	j     *job
 	start time.Time
 
@@ -73,22 +73,22 @@ var (
 // the result commits to its head: it follows the chunks this host signed,
 // in order, from the first. Anything after them at a chunk name is not part
 // of the chain and is replaced (the host owns those names).
-func (d *Daemon) newProgress(j *job) *progress {
-	p := &progress{d: d, j: j, start: time.Now()}
-	keys := d.own().signPubs()
+func (o *outbox) newProgress(j *job) *progress {
+	p := &progress{o: o, j: j, start: time.Now()}
+	keys := o.own().signPubs()
 	for seq := 1; ; seq++ {
-		data, err := d.folder.ReadFile(bridge.ProgressPath(d.me, j.agent, j.req.ID, seq), bcrypto.KindProgress.MaxSize())
+		data, err := o.folder.ReadFile(bridge.ProgressPath(o.me, j.agent, j.req.ID, seq), bcrypto.KindProgress.MaxSize())
 		if err != nil {
 			break
 		}
-		c := bridge.ProgressCheck{ID: j.req.ID, Host: d.me, Agent: j.agent, Seq: seq, Prev: p.prev, HostKeys: keys}
+		c := bridge.ProgressCheck{ID: j.req.ID, Host: o.me, Agent: j.agent, Seq: seq, Prev: p.prev, HostKeys: keys}
 		if _, err := bridge.OpenProgress(data, c); err != nil {
 			break
 		}
 		p.seq, p.prev = seq, bridge.SHA256Hex(data)
 	}
 	if p.seq > 0 {
-		d.log.Info("progress: continuing the chain of an earlier run", "key", j.key, "chunks", p.seq)
+		o.log.Info("progress: continuing the chain of an earlier run", "key", j.key, "chunks", p.seq)
 	}
 	return p
 }
@@ -137,7 +137,7 @@ func (p *progress) loop(stop <-chan struct{}) {
 // flush publishes one chunk with the output that may go out (all of it
 // once the op has exited), or a heartbeat when it is due.
 func (p *progress) flush(all bool) {
-	red := p.d.redactorFor(p.j)
+	red := p.o.redactorFor(p.j)
 	p.mu.Lock()
 	out, d1 := p.out.take(red, all)
 	errb, d2 := p.err.take(red, all)
@@ -154,7 +154,7 @@ func (p *progress) flush(all bool) {
 		p.mu.Unlock()
 		return
 	}
-	body := bridge.Progress{ID: p.j.req.ID, Host: p.d.me, Agent: p.j.agent, Seq: p.seq + 1, Prev: p.prev,
+	body := bridge.Progress{ID: p.j.req.ID, Host: p.o.me, Agent: p.j.agent, Seq: p.seq + 1, Prev: p.prev,
 		ElapsedMS: time.Since(p.start).Milliseconds(), StdoutTotal: p.out.total, StderrTotal: p.err.total, Dropped: dropped}
 	p.dropped = 0
 	p.mu.Unlock()
@@ -162,13 +162,13 @@ func (p *progress) flush(all bool) {
 	if !ok {
 		return
 	}
-	signed, err := bridge.SealProgress(body, out, errb, p.d.own().current, box)
+	signed, err := bridge.SealProgress(body, out, errb, p.o.own().current, box)
 	if err != nil {
-		p.d.log.Warn("progress", "err", err)
+		p.o.log.Warn("progress", "err", err)
 		return
 	}
-	if err := p.d.folder.PublishReplace(bridge.ProgressPath(p.d.me, p.j.agent, p.j.req.ID, body.Seq), bridge.WriteBytes(signed), syncsafe.WithMode(0o644)); err != nil {
-		p.d.log.Warn("publish progress", "err", err)
+	if err := p.o.folder.PublishReplace(bridge.ProgressPath(p.o.me, p.j.agent, p.j.req.ID, body.Seq), bridge.WriteBytes(signed), syncsafe.WithMode(0o644)); err != nil {
+		p.o.log.Warn("publish progress", "err", err)
 		return
 	}
 	p.mu.Lock()

@@ -37,49 +37,49 @@ func (d *Daemon) recover() error {
 		// A rerun lost before the stop: the uncertain answer stands, and
 		// its copies come back (not left to a rescan: the finished set may
 		// skip the request's files).
-		d.restoreSuperseded(ent)
-		if sha, status, ok := d.newerResult(ent); ok && sha != ent.ResultSHA256 && d.take(ent.Key) {
+		d.out.restoreSuperseded(ent)
+		if sha, status, ok := d.out.newerResult(ent); ok && sha != ent.ResultSHA256 && d.sched.take(ent.Key) {
 			if keys := d.agents()[ent.Agent]; keys != nil {
 				if j, err := d.reload(ent, keys); err == nil {
 					d.catchUp(j, ent, sha, status)
 				}
 			}
-			d.release(ent.Key)
+			d.sched.release(ent.Key)
 		}
 	}
 	for _, ent := range unanswered {
 		// Not finished, whatever the cache says: a rerun ordered before
 		// the stop left its uncertain answer there, and the start-up scan
 		// would skip the request's files for ever.
-		d.unfinish(ent.Key)
+		d.fin.drop(ent.Key)
 		// A result sealed and maybe published before the crash, but not
 		// yet kept: kept now, so that it is adopted below, not taken from
 		// the folder (which a folder writer may have emptied since).
-		d.promoteStaged(ent.Agent, ent.ID, ent.ManifestSHA256)
+		d.out.promoteStaged(ent.Agent, ent.ID, ent.ManifestSHA256)
 		if !ent.State.InFlight() {
-			sealed := d.hasSealedResult(ent.Agent, ent.ID)
+			sealed := d.out.hasSealedResult(ent.Agent, ent.ID)
 			if !sealed {
 				// Published before the private copies were kept (a crash
 				// between the two, results.go): the folder's is the answer.
-				if sha, _, ok := d.newerResult(ent); !ok || sha == ent.ResultSHA256 {
+				if sha, _, ok := d.out.newerResult(ent); !ok || sha == ent.ResultSHA256 {
 					continue
 				}
 			}
-			if d.take(ent.Key) {
+			if d.sched.take(ent.Key) {
 				if keys := d.agents()[ent.Agent]; keys != nil {
 					if j, err := d.reload(ent, keys); err == nil && !d.adopt(j, ent) {
 						d.holdBehind(j, ent)
 					}
 				}
-				d.release(ent.Key)
+				d.sched.release(ent.Key)
 			}
 			continue
 		}
-		if !d.take(ent.Key) {
+		if !d.sched.take(ent.Key) {
 			continue // cannot happen before the first evaluation: nothing else runs yet
 		}
 		if !d.recoverOne(ent) {
-			d.release(ent.Key)
+			d.sched.release(ent.Key)
 		}
 	}
 	return nil
@@ -101,7 +101,7 @@ func (d *Daemon) recoverOne(ent ledger.Entry) bool {
 	if d.adopt(j, ent) {
 		return false
 	}
-	if sha, status, ok := d.newerResult(ent); ok && sha != ent.ResultSHA256 {
+	if sha, status, ok := d.out.newerResult(ent); ok && sha != ent.ResultSHA256 {
 		// Answered since the ledger last moved (a home restored from a
 		// backup taken while it ran): that answer is what happened.
 		d.catchUp(j, ent, sha, status)
@@ -116,7 +116,7 @@ func (d *Daemon) recoverOne(ent ledger.Entry) bool {
 			return false
 		}
 		d.log.Info("recover: claimed but never started; evaluating again", "key", ent.Key)
-		d.schedule(ent.Agent, ent.ID) // queued once the key is released
+		d.sched.schedule(ent.Agent, ent.ID) // queued once the key is released
 		return false
 	}
 	unsure := func(detail string) {

@@ -1,7 +1,6 @@
 package host
 
 import (
-	"fmt"
 	"hash/maphash"
 	"io/fs"
 	"strings"
@@ -27,6 +26,16 @@ type version struct {
 
 func versionOf(fi fs.FileInfo) version {
 	return version{size: fi.Size(), mtime: fi.ModTime().UnixNano(), ctime: syncsafe.ChangeTime(fi).UnixNano(), ino: fileIno(fi)}
+}
+
+// refusals remembers the manifests refused for good as they were, so that a
+// rescan does not read and verify them again until they change, under a
+// lock of its own.
+type refusals struct {
+	*base // the folder, and the keys a mark was checked against
+	mu    sync.Mutex
+	marks map[uint64]refusedMark // by markKey of the path below to-host
+	seed  maphash.Seed           // markKey's
 }
 
 // refusedMark is a refused manifest's version and the keys it was checked
@@ -56,8 +65,8 @@ const lstatChunk = 2048
 // refusals that new time cannot lift (a bad signature, a damaged file, an
 // unknown key, a file cut short: one still arriving changes its version as
 // the rest comes).
-func (d *Daemon) markRefused(p string) {
-	fi, err := d.folder.Lstat(p)
+func (r *refusals) mark(p string) {
+	fi, err := r.folder.Lstat(p)
 	if err != nil || !fi.Mode().IsRegular() {
 		return
 	}
@@ -70,16 +79,16 @@ func (d *Daemon) markRefused(p string) {
 		// ahead of now means the clock stepped back since.
 		return
 	}
-	rel, ok := strings.CutPrefix(p, bridge.ToHostRoot(d.me)+"/")
+	rel, ok := strings.CutPrefix(p, bridge.ToHostRoot(r.me)+"/")
 	if !ok {
 		return
 	}
-	d.refusedMu.Lock()
-	defer d.refusedMu.Unlock()
-	if len(d.refused) >= maxRefusedMarks {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.marks) >= maxRefusedMarks {
 		return
 	}
-	d.refused[d.markKey(rel)] = refusedMark{v: versionOf(fi), agents: d.agentsP.Load(), own: d.ownP.Load()}
+	r.marks[r.markKey(rel)] = refusedMark{v: versionOf(fi), agents: r.agentsP.Load(), own: r.ownP.Load()}
 }
 
 // markKey is a refused mark's key: a seeded 64-bit hash of the path below
@@ -88,37 +97,37 @@ func (d *Daemon) markRefused(p string) {
 // mark only while both files had the very same version (size, times,
 // inode): a file can only be skipped as refused when it is the file that
 // was refused.
-func (d *Daemon) markKey(rel string) uint64 { return maphash.String(d.markSeed, rel) }
+func (r *refusals) markKey(rel string) uint64 { return maphash.String(r.seed, rel) }
 
 // skipRefused takes out of a full batch's paths (relative to to-host) the
 // manifests refused before that have not changed since, looking at them all
 // with one batched lstat per agent directory; and forgets marks of files
 // that are gone. Event batches are not filtered: an event means a change.
-func (d *Daemon) skipRefused(paths []string) []string {
-	d.refusedMu.Lock()
-	defer d.refusedMu.Unlock()
-	if len(d.refused) == 0 {
+func (r *refusals) skip(paths []string) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.marks) == 0 {
 		return paths
 	}
 	// Positions, flags and hashes rather than maps of names: a rescan of a
 	// directory full of refused junk costs a few bytes per name, and
 	// nothing of it stays.
-	agents, own := d.agentsP.Load(), d.ownP.Load()
-	marked := make([]int, 0, len(d.refused)) // positions in paths of marked manifests
+	agents, own := r.agentsP.Load(), r.ownP.Load()
+	marked := make([]int, 0, len(r.marks)) // positions in paths of marked manifests
 	for i, p := range paths {
-		if _, ok := d.refused[d.markKey(p)]; ok {
+		if _, ok := r.marks[r.markKey(p)]; ok {
 			marked = append(marked, i)
 		}
 	}
-	if len(marked) < len(d.refused) {
+	if len(marked) < len(r.marks) {
 		// Some marked files are gone: forget their marks.
 		present := make(map[uint64]bool, len(marked))
 		for _, i := range marked {
-			present[d.markKey(paths[i])] = true
+			present[r.markKey(paths[i])] = true
 		}
-		for k := range d.refused {
+		for k := range r.marks {
 			if !present[k] {
-				delete(d.refused, k)
+				delete(r.marks, k)
 			}
 		}
 	}
@@ -136,15 +145,15 @@ func (d *Daemon) skipRefused(paths []string) []string {
 		for ; j < len(marked) && j-i < lstatChunk && strings.HasPrefix(paths[marked[j]], prefix); j++ {
 			names = append(names, paths[marked[j]][len(prefix):])
 		}
-		fis, err := d.folder.LstatIn(bridge.ToHostDir(d.me, agent), names)
+		fis, err := r.folder.LstatIn(bridge.ToHostDir(r.me, agent), names)
 		for k := i; k < j; k++ {
-			key := d.markKey(paths[marked[k]])
-			m := d.refused[key]
+			key := r.markKey(paths[marked[k]])
+			m := r.marks[key]
 			if err == nil && fis[k-i] != nil && versionOf(fis[k-i]) == m.v && m.agents == agents && m.own == own {
 				skip[marked[k]] = true
 				skipped++
 			} else {
-				delete(d.refused, key)
+				delete(r.marks, key)
 			}
 		}
 		i = j
@@ -176,19 +185,19 @@ func (d *Daemon) skipRefused(paths []string) []string {
 // stillRefused reports whether the manifest at p (relative to the folder)
 // is the version refused before, against the same keys: an event about its
 // payload, or about nothing new, must not have it read again.
-func (d *Daemon) stillRefused(p string) bool {
-	rel, ok := strings.CutPrefix(p, bridge.ToHostRoot(d.me)+"/")
+func (r *refusals) still(p string) bool {
+	rel, ok := strings.CutPrefix(p, bridge.ToHostRoot(r.me)+"/")
 	if !ok {
 		return false
 	}
-	d.refusedMu.Lock()
-	m, marked := d.refused[d.markKey(rel)]
-	d.refusedMu.Unlock()
+	r.mu.Lock()
+	m, marked := r.marks[r.markKey(rel)]
+	r.mu.Unlock()
 	if !marked {
 		return false
 	}
-	fi, err := d.folder.Lstat(p)
-	return err == nil && versionOf(fi) == m.v && m.agents == d.agentsP.Load() && m.own == d.ownP.Load()
+	fi, err := r.folder.Lstat(p)
+	return err == nil && versionOf(fi) == m.v && m.agents == r.agentsP.Load() && m.own == r.ownP.Load()
 }
 
 // lineBudget bounds the log and audit lines that folder input makes the
@@ -244,27 +253,4 @@ func (b *lineBudget) take(dir string, now time.Time) (ok bool, suppressed int) {
 	k.tokens--
 	suppressed, k.suppressed = k.suppressed, 0
 	return true, suppressed
-}
-
-// folderLine asks the budget of the agent directory of p (relative to the
-// folder, or to to-host) for one line, and says how many were left out
-// since the last one.
-func (d *Daemon) folderLine(p string) bool {
-	dir := p
-	if rel, ok := strings.CutPrefix(p, bridge.ToHostRoot(d.me)+"/"); ok {
-		dir = rel
-	}
-	dir, _, _ = strings.Cut(dir, "/")
-	if d.agents()[dir] == nil {
-		// Names a folder writer makes up share one budget: the top of
-		// to-host counts as one directory, however many are in it.
-		dir = ""
-	}
-	ok, left := d.budget.take(dir, time.Now())
-	if left > 0 {
-		d.log.Warn(fmt.Sprintf("left out %d lines about refused or ignored files (at most %d an hour per agent directory)", left, budgetLines),
-			"dir", dir, "hint", "a folder writer may be flooding the folder; see `bridge doctor`")
-		d.audit.log(AuditEvent{Event: "suppressed", File: dir, Detail: fmt.Sprintf("%d lines left out", left)})
-	}
-	return ok
 }

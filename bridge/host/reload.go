@@ -3,7 +3,6 @@ package host
 import (
 	"errors"
 	"fmt"
-	"math"
 	"os"
 	"reflect"
 
@@ -21,9 +20,6 @@ type rules struct {
 	stamp version   // of the file it was loaded from
 }
 
-func (d *Daemon) rules() *rules       { return d.rulesP.Load() }
-func (d *Daemon) pol() *policy.Policy { return d.rules().p }
-
 // loadPolicy loads the policy file with the version it had before it was
 // read: a write that lands while it is read changes the version again, so
 // the next check loads it once more.
@@ -40,8 +36,8 @@ func loadPolicy(file string) (*policy.Policy, version, error) {
 // it was admitted under and of the one in force now. A reload that adds a
 // pattern (someone saw a secret go by) applies to the ops running already,
 // and one that drops a pattern does not unveil what they print.
-func (d *Daemon) redactorFor(j *job) *redactor {
-	now := d.rules().red
+func (b *base) redactorFor(j *job) *redactor {
+	now := b.rules().red
 	if j == nil || j.rules == nil || j.rules.red == now || j.rules.red == nil {
 		return now
 	}
@@ -66,74 +62,72 @@ func hasPattern(res []secretPattern, sp secretPattern) bool {
 	return false
 }
 
-// checkPolicyFile reloads the policy when its file changed and has stayed
+// policyWatch reloads the policy when its file changes, and judges a
+// request admitted under an earlier policy against the one in force.
+type policyWatch struct {
+	*base
+	sched *scheduler // the ops' concurrency limits
+	out   *outbox    // what the agents are shown of a change
+	// The policy file's version last seen and last refused, for the
+	// control loop's reload.
+	seen   settle
+	failed version
+}
+
+// check reloads the policy when its file changed and has stayed
 // the same for one control tick (an editor that writes in several steps is
 // not read half-way). A file that does not load leaves the policy in force
 // as it is, with one error line per version of the file; `bridge doctor`
-// says the same from the file.
-func (d *Daemon) checkPolicyFile() {
-	file := d.home.Path(trust.PolicyName)
+// says the same from the file. It reports whether another policy took
+// force.
+func (w *policyWatch) check() (changed bool) {
+	file := w.home.Path(trust.PolicyName)
 	fi, err := os.Stat(file)
-	cur := d.rules()
+	cur := w.rules()
 	if err != nil {
-		if d.firstTime("policy-missing") {
-			d.log.Error("policy file gone: the policy loaded before stays in force until a valid one is written", "file", file, "err", err)
+		if w.firstTime("policy-missing") {
+			w.log.Error("policy file gone: the policy loaded before stays in force until a valid one is written", "file", file, "err", err)
 		}
-		return
+		return false
 	}
-	if !d.policySeen.settled(versionOf(fi), cur.stamp) {
-		return
+	if !w.seen.settled(versionOf(fi), cur.stamp) {
+		return false
 	}
 	p, stamp, err := loadPolicy(file)
 	if err != nil {
-		if stamp != d.policyFailed {
-			d.policyFailed = stamp
-			d.log.Error("the changed policy does not load: the one loaded before stays in force", "file", file, "err", err,
+		if stamp != w.failed {
+			w.failed = stamp
+			w.log.Error("the changed policy does not load: the one loaded before stays in force", "file", file, "err", err,
 				"hint", "bridge policy check")
-			d.audit.log(AuditEvent{Event: "policy-reload", Detail: "refused: " + err.Error()})
+			w.audit.log(AuditEvent{Event: "policy-reload", Detail: "refused: " + err.Error()})
 		}
-		return
+		return false
 	}
-	wasFailed := d.policyFailed != version{}
-	d.policyFailed = version{}
-	d.rulesP.Store(&rules{p: p, red: newRedactor(p.Redaction()), stamp: stamp})
+	wasFailed := w.failed != version{}
+	w.failed = version{}
+	w.rulesP.Store(&rules{p: p, red: newRedactor(p.Redaction()), stamp: stamp})
 	if p.SHA256 == cur.p.SHA256 {
 		if wasFailed {
 			// The error line said the file did not load; say that it does
 			// again (a new user's trial: the fix went unremarked), and that
 			// nothing changed.
-			d.log.Info("the policy file loads again: the same policy as in force, nothing changed", "policy", p.SHA256[:12])
-			d.audit.log(AuditEvent{Event: "policy-reload", Detail: "loads again, unchanged: policy " + p.SHA256})
+			w.log.Info("the policy file loads again: the same policy as in force, nothing changed", "policy", p.SHA256[:12])
+			w.audit.log(AuditEvent{Event: "policy-reload", Detail: "loads again, unchanged: policy " + p.SHA256})
 		}
-		return // touched, not changed
+		return false // touched, not changed
 	}
-	d.mu.Lock()
-	for op, s := range d.slots {
-		// A raised limit frees its waiters now; a removed op's waiters
-		// stay until a slot frees, and are then refused (stillAsAdmitted).
-		switch c, ok := p.Concurrency(op); {
-		case ok && c > 0:
-			s.limit = c
-		case ok:
-			s.limit = math.MaxInt
-		}
-		d.grantSlots(s)
+	w.sched.relimit(p)
+	w.log.Info("policy reloaded", "policy", p.SHA256[:12], "was", cur.p.SHA256[:12])
+	for _, warning := range p.PathWarnings() {
+		w.log.Warn("policy: "+warning, "hint", "`bridge policy check` lists every warning")
 	}
-	d.mu.Unlock()
-	d.log.Info("policy reloaded", "policy", p.SHA256[:12], "was", cur.p.SHA256[:12])
-	for _, w := range p.PathWarnings() {
-		d.log.Warn("policy: "+w, "hint", "`bridge policy check` lists every warning")
+	w.audit.log(AuditEvent{Event: "policy-reload", Detail: "policy " + p.SHA256})
+	if err := w.out.publishForAgents(); err != nil {
+		w.log.Warn("publish catalog", "err", err)
 	}
-	d.audit.log(AuditEvent{Event: "policy-reload", Detail: "policy " + p.SHA256})
-	if err := d.publishForAgents(); err != nil {
-		d.log.Warn("publish catalog", "err", err)
-	}
-	d.policyChanged()
-	d.notify("", bridge.Note{Event: bridge.EventPolicyChanged, Text: "the host's policy changed; `bridge ops` shows what you may run now"})
-	// What waits for an approval or a slot is judged again when it moves
-	// (approvedAsShown, stillAsAdmitted); what waits to be claimed is
-	// evaluated afresh.
-	d.sweepWaiting()
+	w.out.policyChanged()
+	w.out.notify("", bridge.Note{Event: bridge.EventPolicyChanged, Text: "the host's policy changed; `bridge ops` shows what you may run now"})
+	return true
 }
 
 // settle remembers the version of a file last seen, so that a change is
@@ -142,11 +136,11 @@ type settle struct{ seen version }
 
 // settled reports whether v differs from the version in force and was
 // already seen at the previous check.
-// policyUnsettled reports whether the policy file was seen changed and is
+// unsettled reports whether the policy file was seen changed and is
 // to be read once it stays so (the next check reads it).
-func (d *Daemon) policyUnsettled() bool {
-	cur := d.rules()
-	return cur != nil && d.policySeen.seen != cur.stamp && d.policySeen.seen != d.policyFailed
+func (w *policyWatch) unsettled() bool {
+	cur := w.rules()
+	return cur != nil && w.seen.seen != cur.stamp && w.seen.seen != w.failed
 }
 
 func (s *settle) settled(v, inForce version) bool {
@@ -170,12 +164,12 @@ var errPolicyChanged = errors.New("the host's policy changed while the request w
 // not. A request that waited for a slot must not start what the policy no
 // longer allows, nor anything other than what it was admitted (and maybe
 // approved) to run.
-func (d *Daemon) stillAsAdmitted(j *job, inv *policy.Invocation) error {
-	now := d.rules()
+func (w *policyWatch) stillAsAdmitted(j *job, inv *policy.Invocation) error {
+	now := w.rules()
 	if j.rules == nil || now == j.rules || now.p.SHA256 == j.rules.p.SHA256 {
 		return nil
 	}
-	fresh, err := now.p.Render(j.keys.name, inv.Op, j.args, policy.RenderContext{Env: d.opt.Env, Vars: map[string]string{"request_id": j.req.ID}})
+	fresh, err := now.p.Render(j.keys.name, inv.Op, j.args, policy.RenderContext{Env: w.opt.Env, Vars: map[string]string{"request_id": j.req.ID}})
 	if err != nil {
 		return fmt.Errorf("%w: %w", errPolicyChanged, err)
 	}

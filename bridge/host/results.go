@@ -34,15 +34,15 @@ import (
 // ledger has it. If copies exist from an earlier attempt, they are
 // published instead of new ones: one id has one result. It returns the
 // result manifest's SHA-256 and its status.
-func (d *Daemon) publishResult(j *job, rc bridge.Receipt, stdout, stderr runner.Output) (string, string, error) {
-	dir := d.home.Path("results", j.agent)
+func (o *outbox) publishResult(j *job, rc bridge.Receipt, stdout, stderr runner.Output) (string, string, error) {
+	dir := o.home.Path("results", j.agent)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", "", err
 	}
 	resCopy := filepath.Join(dir, j.req.ID+"."+bridge.ExtResult)
 	manifest, err := os.ReadFile(resCopy)
 	if err == nil {
-		status, err := d.publishCopies(j.agent, j.req.ID)
+		status, err := o.publishCopies(j.agent, j.req.ID)
 		return bridge.SHA256Hex(manifest), status, err
 	}
 	if !errors.Is(err, fs.ErrNotExist) {
@@ -75,9 +75,9 @@ func (d *Daemon) publishResult(j *job, rc bridge.Receipt, stdout, stderr runner.
 		resultWriters.Put(bw)
 	}()
 	manifest, err = bridge.SealResult(bw, bridge.NewResult{
-		Host: d.own().current, HostID: d.me, AgentBoxPub: replyKey, Request: j.req, RequestSHA: j.sha,
+		Host: o.own().current, HostID: o.me, AgentBoxPub: replyKey, Request: j.req, RequestSHA: j.sha,
 		Receipt: rc, StdoutFrom: stdout.Reader(), StdoutLen: stdout.Len(), StderrFrom: stderr.Reader(), StderrLen: stderr.Len(),
-		Created: d.opt.Now(),
+		Created: o.opt.Now(),
 	})
 	if err == nil {
 		err = bw.Flush()
@@ -98,14 +98,14 @@ func (d *Daemon) publishResult(j *job, rc bridge.Receipt, stdout, stderr runner.
 	if _, err := res.Write(manifest); err != nil {
 		return "", "", err
 	}
-	status, pubErr := d.publishPair(j.agent, j.req.ID, manifest, out.Name())
+	status, pubErr := o.publishPair(j.agent, j.req.ID, manifest, out.Name())
 	// Kept whether or not the publish worked: a failed publish is tried
 	// again from the copies (adopt), never with a second result.
-	if err := d.keepCopies(dir, j.req.ID, out, res); err != nil {
+	if err := o.keepCopies(dir, j.req.ID, out, res); err != nil {
 		return "", "", errors.Join(pubErr, err)
 	}
 	kept = true
-	d.crashPoint("staged")
+	o.crashPoint("staged")
 	return bridge.SHA256Hex(manifest), status, pubErr
 }
 
@@ -117,7 +117,7 @@ var resultWriters = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, 
 // keepCopies makes the staged output and manifest (files of dir) the
 // private copies of a result: both fsynced, the output renamed first, the
 // manifest last, and one fsync of the directory for the two.
-func (d *Daemon) keepCopies(dir, id string, out, res *os.File) error {
+func (o *outbox) keepCopies(dir, id string, out, res *os.File) error {
 	if err := out.Sync(); err != nil {
 		return err
 	}
@@ -146,8 +146,8 @@ func stagedPath(dir, id, ext string) string {
 // A staged pair that does not check out (cut short by a power cut, whose
 // publish then never happened durably either) is removed. It reports
 // whether copies were kept.
-func (d *Daemon) promoteStaged(agent, id, requestSHA string) bool {
-	dir := d.home.Path("results", agent)
+func (o *outbox) promoteStaged(agent, id, requestSHA string) bool {
+	dir := o.home.Path("results", agent)
 	outPath, resPath := stagedPath(dir, id, bridge.ExtOutput), stagedPath(dir, id, bridge.ExtResult)
 	manifest, err := os.ReadFile(resPath) // the home's own file, as publishResult reads its copy
 	if errors.Is(err, fs.ErrNotExist) {
@@ -157,7 +157,7 @@ func (d *Daemon) promoteStaged(agent, id, requestSHA string) bool {
 	ok := err == nil
 	var res *bridge.Result
 	if ok {
-		res, err = d.openOwnResult(manifest, agent, id)
+		res, err = o.openOwnResult(manifest, agent, id)
 		ok = err == nil && res.RequestSHA256 == requestSHA
 	}
 	if ok {
@@ -172,10 +172,10 @@ func (d *Daemon) promoteStaged(agent, id, requestSHA string) bool {
 	}
 	if ok && os.Rename(outPath, filepath.Join(dir, id+"."+bridge.ExtOutput)) == nil &&
 		os.Rename(resPath, filepath.Join(dir, id+"."+bridge.ExtResult)) == nil && syncsafe.SyncDir(dir) == nil {
-		d.log.Info("recover: kept the result a crash left staged", "agent", agent, "id", id)
+		o.log.Info("recover: kept the result a crash left staged", "agent", agent, "id", id)
 		return true
 	}
-	d.log.Warn("recover: a staged result did not check out; removed", "agent", agent, "id", id, "err", err)
+	o.log.Warn("recover: a staged result did not check out; removed", "agent", agent, "id", id, "err", err)
 	os.Remove(outPath)
 	os.Remove(resPath)
 	return false
@@ -209,8 +209,8 @@ func syncFile(path string) error {
 
 // ownResult verifies a result manifest as one this host signed for agent
 // and id, and returns its status.
-func (d *Daemon) ownResult(data []byte, agent, id string) (string, error) {
-	res, err := d.openOwnResult(data, agent, id)
+func (o *outbox) ownResult(data []byte, agent, id string) (string, error) {
+	res, err := o.openOwnResult(data, agent, id)
 	if err != nil {
 		return "", err
 	}
@@ -218,12 +218,12 @@ func (d *Daemon) ownResult(data []byte, agent, id string) (string, error) {
 }
 
 // openOwnResult is ownResult returning the whole manifest body.
-func (d *Daemon) openOwnResult(data []byte, agent, id string) (*bridge.Result, error) {
+func (o *outbox) openOwnResult(data []byte, agent, id string) (*bridge.Result, error) {
 	var res bridge.Result
-	if err := bridge.OpenBody(bcrypto.KindResult, data, d.own().signPubs(), &res); err != nil {
+	if err := bridge.OpenBody(bcrypto.KindResult, data, o.own().signPubs(), &res); err != nil {
 		return nil, err
 	}
-	if res.ID != id || res.Agent != agent || res.Host != d.me {
+	if res.ID != id || res.Agent != agent || res.Host != o.me {
 		return nil, fmt.Errorf("result %s: %w", id, bridge.ErrNameMismatch)
 	}
 	return &res, nil
@@ -240,46 +240,46 @@ var errNewerResult = errors.New("the folder holds a newer result of this host fo
 // what stands there otherwise is replaced, whether a folder writer's junk,
 // a damaged copy, or an earlier result of this host that a human has since
 // settled (an uncertain run, a request whose record was lost).
-func (d *Daemon) publishCopies(agent, id string) (string, error) {
-	dir := d.home.Path("results", agent)
+func (o *outbox) publishCopies(agent, id string) (string, error) {
+	dir := o.home.Path("results", agent)
 	manifest, err := os.ReadFile(filepath.Join(dir, id+"."+bridge.ExtResult))
 	if err != nil {
 		return "", err
 	}
-	return d.publishPair(agent, id, manifest, filepath.Join(dir, id+"."+bridge.ExtOutput))
+	return o.publishPair(agent, id, manifest, filepath.Join(dir, id+"."+bridge.ExtOutput))
 }
 
 // publishPair is publishCopies of a result manifest and the file holding
 // its sealed output (a private copy, or the temp it is about to become).
-func (d *Daemon) publishPair(agent, id string, manifest []byte, outSrc string) (string, error) {
-	status, err := d.ownResult(manifest, agent, id)
+func (o *outbox) publishPair(agent, id string, manifest []byte, outSrc string) (string, error) {
+	status, err := o.ownResult(manifest, agent, id)
 	if err != nil {
 		return "", fmt.Errorf("private result copy: %w", err)
 	}
-	resPath, outPath := bridge.ResultPath(d.me, agent, id, bridge.ExtResult), bridge.ResultPath(d.me, agent, id, bridge.ExtOutput)
-	if err := d.resultDir(agent); err != nil {
+	resPath, outPath := bridge.ResultPath(o.me, agent, id, bridge.ExtResult), bridge.ResultPath(o.me, agent, id, bridge.ExtOutput)
+	if err := o.resultDir(agent); err != nil {
 		return "", err
 	}
 	replace := false
-	existing, err := d.folder.ReadFile(resPath, bcrypto.KindResult.MaxSize())
+	existing, err := o.folder.ReadFile(resPath, bcrypto.KindResult.MaxSize())
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 	case err == nil && bytes.Equal(existing, manifest):
 		// Published already; make sure the output is intact too.
-		if d.outputIntact(manifest, outPath) {
+		if o.outputIntact(manifest, outPath) {
 			return status, nil
 		}
-		return status, d.publishFile(outPath, outSrc, true)
+		return status, o.publishFile(outPath, outSrc, true)
 	case err == nil:
-		if old, verr := d.openOwnResult(existing, agent, id); verr != nil {
-			d.refuseFile(resPath, fmt.Errorf("replacing a file at a result name that this host did not sign: %w", verr))
-		} else if mine, _ := d.openOwnResult(manifest, agent, id); mine != nil && d.newerOwn(old, mine, existing) {
-			if d.outputIntact(existing, outPath) {
+		if old, verr := o.openOwnResult(existing, agent, id); verr != nil {
+			o.refuseFile(resPath, fmt.Errorf("replacing a file at a result name that this host did not sign: %w", verr))
+		} else if mine, _ := o.openOwnResult(manifest, agent, id); mine != nil && o.newerOwn(old, mine, existing) {
+			if o.outputIntact(existing, outPath) {
 				// A newer answer of this host that the ledger does not
 				// know: the ledger is behind it (a home restored from a
 				// backup), and the catch-up records it.
-				if d.firstTime("newer:" + resPath) {
-					d.log.Error("not replacing a newer result of this host with an older one (was this home restored from a backup?)", "agent", agent, "id", id,
+				if o.firstTime("newer:" + resPath) {
+					o.log.Error("not replacing a newer result of this host with an older one (was this home restored from a backup?)", "agent", agent, "id", id,
 						"folder", old.Status, "home", mine.Status)
 				}
 				return "", fmt.Errorf("publish result %s: %w", id, errNewerResult)
@@ -288,27 +288,27 @@ func (d *Daemon) publishPair(agent, id string, manifest []byte, outSrc string) (
 			// ledger's answer is what stands. The agent was told a
 			// rerun's answer would come: tell it that this one stands
 			// after all.
-			d.audit.log(AuditEvent{Event: "record-lost", Agent: agent, ID: id, Status: status,
+			o.audit.log(AuditEvent{Event: "record-lost", Agent: agent, ID: id, Status: status,
 				Detail: "a newer " + old.Status + " result of this host lost its output; the ledger's answer is published again"})
-			d.log.Error("a newer result of this host lost its output, and the ledger does not know it (was this home restored from a backup?): publishing the ledger's answer again",
+			o.log.Error("a newer result of this host lost its output, and the ledger does not know it (was this home restored from a backup?): publishing the ledger's answer again",
 				"agent", agent, "id", id, "lost", old.Status, "published", status)
 			if status == bridge.StatusUncertain {
-				d.notify(agent, bridge.Note{Event: bridge.EventRerunLost, Request: id, Supersedes: bridge.SHA256Hex(manifest),
+				o.notify(agent, bridge.Note{Event: bridge.EventRerunLost, Request: id, Supersedes: bridge.SHA256Hex(manifest),
 					Text: fmt.Sprintf("the answer of the rerun of request %s was lost on the host; the uncertain answer stands: ask the human", id)})
 			}
-		} else if d.folderLine(bridge.ToHostDir(d.me, agent) + "/" + id) { // a folder writer's replay: within the budget
-			d.audit.log(AuditEvent{Event: "replaced", Agent: agent, ID: id, Status: status, Detail: "an earlier " + old.Status + " result of this host, since settled"})
+		} else if o.folderLine(bridge.ToHostDir(o.me, agent) + "/" + id) { // a folder writer's replay: within the budget
+			o.audit.log(AuditEvent{Event: "replaced", Agent: agent, ID: id, Status: status, Detail: "an earlier " + old.Status + " result of this host, since settled"})
 		}
 		replace = true
 	default: // not a regular file, too large: not ours either
-		if err := d.clearName(resPath, err); err != nil {
+		if err := o.clearName(resPath, err); err != nil {
 			return "", err
 		}
 	}
 	// The output's name too may hold what a folder writer planted there
 	// (a directory cannot be renamed over).
-	if fi, err := d.folder.Lstat(outPath); err == nil && !fi.Mode().IsRegular() {
-		if err := d.clearName(outPath, fmt.Errorf("%w: %v", syncsafe.ErrNotRegular, fi.Mode().Type())); err != nil {
+	if fi, err := o.folder.Lstat(outPath); err == nil && !fi.Mode().IsRegular() {
+		if err := o.clearName(outPath, fmt.Errorf("%w: %v", syncsafe.ErrNotRegular, fi.Mode().Type())); err != nil {
 			return "", err
 		}
 	}
@@ -321,20 +321,20 @@ func (d *Daemon) publishPair(agent, id string, manifest []byte, outSrc string) (
 	// The output's directory entry becomes durable with the manifest's
 	// publish into the same directory; until then the ledger is not done,
 	// and a crash publishes both again from the private copies.
-	if err := d.publishFile(outPath, outSrc, true, syncsafe.WithoutDirSync()); err != nil {
+	if err := o.publishFile(outPath, outSrc, true, syncsafe.WithoutDirSync()); err != nil {
 		return "", err
 	}
-	d.crashPoint("published-output")
-	if err := d.publishBytes(resPath, manifest, replace); err != nil {
+	o.crashPoint("published-output")
+	if err := o.publishBytes(resPath, manifest, replace); err != nil {
 		return "", err
 	}
-	d.crashPoint("published")
+	o.crashPoint("published")
 	return status, nil
 }
 
 // outputIntact reports whether the folder's output file matches the pin in
 // the result manifest (streamed: outputs can be large).
-func (d *Daemon) outputIntact(manifest []byte, rel string) bool {
+func (o *outbox) outputIntact(manifest []byte, rel string) bool {
 	env, err := bcrypto.Parse(bcrypto.KindResult, manifest)
 	if err != nil {
 		return false
@@ -343,10 +343,10 @@ func (d *Daemon) outputIntact(manifest []byte, rel string) bool {
 	if bcrypto.DecodeBody(env.Body(), &res) != nil {
 		return false
 	}
-	return syncsafe.Settle(d.folder, rel, res.Payload.Len, res.Payload.Digest(), io.Discard) == nil
+	return syncsafe.Settle(o.folder, rel, res.Payload.Len, res.Payload.Digest(), io.Discard) == nil
 }
 
-func (d *Daemon) publishFile(rel, src string, replace bool, opts ...syncsafe.PublishOption) error {
+func (o *outbox) publishFile(rel, src string, replace bool, opts ...syncsafe.PublishOption) error {
 	f, err := os.Open(src)
 	if err != nil {
 		return err
@@ -358,21 +358,21 @@ func (d *Daemon) publishFile(rel, src string, replace bool, opts ...syncsafe.Pub
 	}
 	opts = append(opts, syncsafe.WithMode(0o644))
 	if replace {
-		return d.folder.PublishReplace(rel, write, opts...)
+		return o.folder.PublishReplace(rel, write, opts...)
 	}
-	return d.folder.Publish(rel, write, opts...)
+	return o.folder.Publish(rel, write, opts...)
 }
 
 // publishBytes is publishFile of bytes in memory (a result manifest).
-func (d *Daemon) publishBytes(rel string, data []byte, replace bool) error {
+func (o *outbox) publishBytes(rel string, data []byte, replace bool) error {
 	write := func(w io.Writer) error {
 		_, err := w.Write(data)
 		return err
 	}
 	if replace {
-		return d.folder.PublishReplace(rel, write, syncsafe.WithMode(0o644))
+		return o.folder.PublishReplace(rel, write, syncsafe.WithMode(0o644))
 	}
-	return d.folder.Publish(rel, write, syncsafe.WithMode(0o644))
+	return o.folder.Publish(rel, write, syncsafe.WithMode(0o644))
 }
 
 // supersededSuffix names the private copies of an uncertain answer that a
@@ -386,11 +386,11 @@ const supersededSuffix = ".superseded"
 // backup), and without the copies nothing could publish the answer again
 // (invariant 4). The agent, told that a rerun was ordered, is told that it
 // was lost and that the uncertain answer stands. It reports whether it did.
-func (d *Daemon) restoreSuperseded(ent ledger.Entry) bool {
+func (o *outbox) restoreSuperseded(ent ledger.Entry) bool {
 	if ent.State != ledger.StateUncertain || ent.ResultSHA256 == "" {
 		return false
 	}
-	dir := d.home.Path("results", ent.Agent)
+	dir := o.home.Path("results", ent.Agent)
 	res, out := filepath.Join(dir, ent.ID+"."+bridge.ExtResult), filepath.Join(dir, ent.ID+"."+bridge.ExtOutput)
 	if _, err := os.Lstat(res); !errors.Is(err, fs.ErrNotExist) {
 		return false // kept as it should be (or unreadable: not ours to mend)
@@ -399,7 +399,7 @@ func (d *Daemon) restoreSuperseded(ent ledger.Entry) bool {
 	if err != nil || bridge.SHA256Hex(manifest) != ent.ResultSHA256 {
 		return false
 	}
-	r, err := d.openOwnResult(manifest, ent.Agent, ent.ID)
+	r, err := o.openOwnResult(manifest, ent.Agent, ent.ID)
 	if err != nil {
 		return false
 	}
@@ -419,11 +419,11 @@ func (d *Daemon) restoreSuperseded(ent ledger.Entry) bool {
 		return false
 	}
 	syncsafe.SyncDir(dir)
-	d.audit.log(AuditEvent{Event: "record-lost", Agent: ent.Agent, ID: ent.ID, Status: bridge.StatusUncertain,
+	o.audit.log(AuditEvent{Event: "record-lost", Agent: ent.Agent, ID: ent.ID, Status: bridge.StatusUncertain,
 		Detail: "a human's settlement or rerun of this uncertain request is not in the ledger (cut short, or a ledger restored from a backup): the uncertain answer stands"})
-	d.log.Warn("a settlement or rerun of an uncertain request was lost: its uncertain answer stands", "key", ent.Key,
+	o.log.Warn("a settlement or rerun of an uncertain request was lost: its uncertain answer stands", "key", ent.Key,
 		"hint", "run `bridge reconcile "+ent.Key+" --as done|failed|rerun` again if it still applies")
-	d.notify(ent.Agent, bridge.Note{Event: bridge.EventRerunLost, Request: ent.ID, Supersedes: ent.ResultSHA256,
+	o.notify(ent.Agent, bridge.Note{Event: bridge.EventRerunLost, Request: ent.ID, Supersedes: ent.ResultSHA256,
 		Text: fmt.Sprintf("the rerun of request %s was lost on the host; the uncertain answer stands: ask the human", ent.ID)})
 	return true
 }
@@ -432,11 +432,11 @@ func (d *Daemon) restoreSuperseded(ent ledger.Entry) bool {
 // again (invariant 4); its stored result is re-published if it is missing
 // or was replaced.
 func (d *Daemon) duplicate(ent ledger.Entry, keys *agentKeys) {
-	d.restoreSuperseded(ent)
+	d.out.restoreSuperseded(ent)
 	if ent.State == ledger.StateUncertain {
 		// A home restored from a backup may hold the uncertain answer that a
 		// rerun has since replaced in the folder: the ledger catches up.
-		if sha, status, ok := d.newerResult(ent); ok && sha != ent.ResultSHA256 {
+		if sha, status, ok := d.out.newerResult(ent); ok && sha != ent.ResultSHA256 {
 			if j, err := d.reload(ent, keys); err == nil {
 				d.catchUp(j, ent, sha, status)
 			}
@@ -446,8 +446,8 @@ func (d *Daemon) duplicate(ent ledger.Entry, keys *agentKeys) {
 	copyPath := d.home.Path("results", ent.Agent, ent.ID+"."+bridge.ExtResult)
 	if want, err := os.ReadFile(copyPath); err == nil {
 		have, err := d.folder.ReadFile(bridge.ResultPath(d.me, ent.Agent, ent.ID, bridge.ExtResult), bcrypto.KindResult.MaxSize())
-		if err != nil || !bytes.Equal(have, want) || !d.outputIntact(want, bridge.ResultPath(d.me, ent.Agent, ent.ID, bridge.ExtOutput)) {
-			if _, err := d.publishCopies(ent.Agent, ent.ID); err != nil {
+		if err != nil || !bytes.Equal(have, want) || !d.out.outputIntact(want, bridge.ResultPath(d.me, ent.Agent, ent.ID, bridge.ExtOutput)) {
+			if _, err := d.out.publishCopies(ent.Agent, ent.ID); err != nil {
 				d.log.Warn("re-publish result", "key", ent.Key, "err", err)
 				return
 			}
@@ -470,60 +470,32 @@ func (d *Daemon) duplicate(ent ledger.Entry, keys *agentKeys) {
 // uncertain entry can have been answered again since (a rerun, a
 // settlement); a settled entry's answer is final, and anything else is a
 // replay.
-func (d *Daemon) newerOwn(old, mine *bridge.Result, oldFile []byte) bool {
+func (o *outbox) newerOwn(old, mine *bridge.Result, oldFile []byte) bool {
 	if old.RequestSHA256 != mine.RequestSHA256 || old.Created < mine.Created {
 		return false
 	}
-	ent, err := d.ledger.Get(mine.Agent + "/" + mine.ID)
+	ent, err := o.ledger.Get(mine.Agent + "/" + mine.ID)
 	if err != nil || ent.ResultSHA256 == bridge.SHA256Hex(oldFile) {
 		return false
 	}
 	return old.Created > mine.Created || ent.State == ledger.StateUncertain
 }
 
-// refuseFile records a file that will never be admitted as it is, once per
-// version of the file and reason.
-func (d *Daemon) refuseFile(p string, err error) {
-	// Once per version of the file: a changed file refused for the same
-	// reason is news, whether or not the log-once set still holds the
-	// line of its earlier version (it forgets at random when full).
-	var v version
-	if fi, err := d.folder.Lstat(p); err == nil {
-		v = versionOf(fi)
-	}
-	if !d.firstTime(fmt.Sprintf("refused:%s:%v:%s", p, v, err)) || !d.folderLine(p) {
-		return
-	}
-	d.log.Warn("refused", "file", p, "reason", bridge.Reason(err), "err", err)
-	d.audit.log(AuditEvent{Event: "refused", File: p, Reason: string(bridge.Reason(err)), Detail: err.Error()})
-}
-
-// waiting records, once per file and state, that a file is not complete
-// yet: not an error (it may still be arriving), but visible in the audit log
-// with its reason, and turned into a signed rejection after PendingTimeout.
-func (d *Daemon) waiting(p string, size int, err error) {
-	if !d.firstTime(fmt.Sprintf("waiting:%s:%d:%s", p, size, bridge.Reason(err))) || !d.folderLine(p) {
-		return
-	}
-	d.log.Debug("waiting for a file to complete", "file", p, "reason", bridge.Reason(err), "err", err)
-	d.audit.log(AuditEvent{Event: "waiting", File: p, Reason: string(bridge.Reason(err)), Detail: err.Error()})
-}
-
 // resultDir makes sure the agent's result directory, which this host
 // owns, is a directory: a folder writer may have removed it, or put a file
 // or a link at its name or at one of the host's own directories above it,
 // which would stop every answer to the agent.
-func (d *Daemon) resultDir(agent string) error {
-	dir := bridge.ToAgentDir(d.me, agent)
-	if fi, err := d.folder.Lstat(dir); err == nil && fi.IsDir() {
+func (o *outbox) resultDir(agent string) error {
+	dir := bridge.ToAgentDir(o.me, agent)
+	if fi, err := o.folder.Lstat(dir); err == nil && fi.IsDir() {
 		return nil
 	}
-	if err := d.ownDir(dir); err != nil {
+	if err := o.ownDir(dir); err != nil {
 		return err
 	}
 	// The op catalog lived there too.
-	if err := d.publishForAgents(); err != nil {
-		d.log.Warn("publish the op catalog", "err", err)
+	if err := o.publishForAgents(); err != nil {
+		o.log.Warn("publish the op catalog", "err", err)
 	}
 	return nil
 }
@@ -532,33 +504,33 @@ func (d *Daemon) resultDir(agent string) error {
 // hosts/<host>, is a directory reached without a link: whatever a folder
 // writer put at its name or at one of the host's names above it (a file, a
 // link) is cleared first.
-func (d *Daemon) ownDir(dir string) error {
-	if fi, err := d.folder.Lstat(dir); err == nil && fi.IsDir() {
+func (o *outbox) ownDir(dir string) error {
+	if fi, err := o.folder.Lstat(dir); err == nil && fi.IsDir() {
 		return nil
 	}
 	parts := strings.Split(dir, "/")
 	for i := 2; i <= len(parts); i++ { // from hosts/<host>: "hosts" is everyone's
 		p := strings.Join(parts[:i], "/")
-		fi, err := d.folder.Lstat(p)
+		fi, err := o.folder.Lstat(p)
 		if errors.Is(err, fs.ErrNotExist) {
 			break
 		}
 		if err == nil && !fi.IsDir() {
-			if err := d.clearName(p, fmt.Errorf("%w: %v where the host keeps a directory", syncsafe.ErrNotRegular, fi.Mode().Type())); err != nil {
+			if err := o.clearName(p, fmt.Errorf("%w: %v where the host keeps a directory", syncsafe.ErrNotRegular, fi.Mode().Type())); err != nil {
 				return err
 			}
 			break
 		}
 	}
-	return d.folder.MkdirAll(dir)
+	return o.folder.MkdirAll(dir)
 }
 
 // clearName removes what stands at one of the host's own names in the
 // folder and is not a file it wrote (a directory, a link, a huge file a
 // folder writer planted), so that a result can be published there.
-func (d *Daemon) clearName(rel string, why error) error {
-	d.refuseFile(rel, fmt.Errorf("replacing what stands at a result name: %w", why))
-	if err := d.folder.RemoveAll(rel); err != nil && !errors.Is(err, fs.ErrNotExist) {
+func (o *outbox) clearName(rel string, why error) error {
+	o.refuseFile(rel, fmt.Errorf("replacing what stands at a result name: %w", why))
+	if err := o.folder.RemoveAll(rel); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
 	return nil

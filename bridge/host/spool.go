@@ -33,7 +33,7 @@ const memSpoolMax = 256 << 10
 // most standard input any of its ops takes (max_stdin). Which op a request
 // asks for is sealed inside it; admit holds the stdin to that op's own bound
 // once the header is open, still before copying it.
-func (d *Daemon) payloadBound(j *job) error {
+func payloadBound(j *job) error {
 	most := 4 + bridge.MaxHeader + j.rules.p.MaxStdin(j.keys.name, "")
 	if size := bcrypto.OpenedSize(j.req.Payload.Len); size > most {
 		return fmt.Errorf("%w: the payload holds %d bytes; this agent may send at most %d (a call header and the largest max_stdin of its ops)",
@@ -42,11 +42,11 @@ func (d *Daemon) payloadBound(j *job) error {
 	return nil
 }
 
-func (d *Daemon) newSpool(id, ext string, size int64) (spool, error) {
+func newSpool(dir, id, ext string, size int64) (spool, error) {
 	if size >= 0 && size <= memSpoolMax {
 		return &memSpool{}, nil
 	}
-	f, err := os.CreateTemp(d.home.Path("spool"), id+"-*."+ext)
+	f, err := os.CreateTemp(dir, id+"-*."+ext)
 	if err != nil {
 		return nil, err
 	}

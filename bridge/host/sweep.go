@@ -7,6 +7,7 @@ import (
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/ledger"
 	bcrypto "github.com/syncbridge/bridge/crypto"
+	"github.com/syncbridge/bridge/syncsafe"
 )
 
 // Sweeps: the requests no file event brings back to the daemon, looked at
@@ -20,7 +21,7 @@ func (d *Daemon) sweepWaiting() {
 	// Cleared before the scan, set again by any entry it finds or that
 	// enters the state meanwhile (noteState): never cleared past one.
 	d.awaitingMaybe.Store(false)
-	d.sweepScans.Add(1)
+	d.probe.add(sweepScans)
 	waiting, err := d.ledger.InState(ledger.StateAwaitingApproval)
 	if err != nil {
 		d.awaitingMaybe.Store(true)
@@ -31,13 +32,13 @@ func (d *Daemon) sweepWaiting() {
 	}
 	for _, e := range waiting {
 		keys := d.agents()[e.Agent]
-		if keys == nil || !d.take(e.Key) {
+		if keys == nil || !d.sched.take(e.Key) {
 			continue
 		}
 		if j, err := d.reload(e, keys); err == nil {
 			d.decideWaiting(j, e)
 		}
-		d.release(e.Key)
+		d.sched.release(e.Key)
 	}
 }
 
@@ -49,7 +50,7 @@ func (d *Daemon) sweepWaiting() {
 // (rerun-refused, by answer).
 func (d *Daemon) sweepStalled() {
 	d.stalledMaybe.Store(false) // as in sweepWaiting
-	d.sweepScans.Add(1)
+	d.probe.add(sweepScans)
 	stalled, err := d.ledger.InState(ledger.StateSeen, ledger.StatePending)
 	if err != nil {
 		d.stalledMaybe.Store(true)
@@ -63,18 +64,18 @@ func (d *Daemon) sweepStalled() {
 		if now.Sub(e.Updated) <= d.opt.PendingTimeout {
 			continue
 		}
-		if d.manifestThere(e) {
+		if manifestThere(d.folder, d.me, e) {
 			continue // there: evaluations (events, rescans) take care of it
 		}
 		keys := d.agents()[e.Agent]
-		if keys == nil || !d.take(e.Key) {
+		if keys == nil || !d.sched.take(e.Key) {
 			continue
 		}
 		if j, err := d.reload(e, keys); err == nil && !d.adopt(j, e) && !d.holdBehind(j, e) {
 			d.answer(j, evIncomplete, bridge.Receipt{Status: bridge.StatusRejected, Reason: bridge.ReasonIncomplete, Op: e.Op,
 				Detail: fmt.Sprintf("its files left the folder, and %s passed", d.opt.PendingTimeout)}, nil, nil)
 		}
-		d.release(e.Key)
+		d.sched.release(e.Key)
 	}
 }
 
@@ -83,16 +84,16 @@ func (d *Daemon) sweepStalled() {
 // Anything else at its name (junk, another manifest of the id, a link, a
 // directory) is refused by them, and marked so that rescans skip it: the
 // request would wait for ever if the sweep took it for its manifest.
-func (d *Daemon) manifestThere(e ledger.Entry) bool {
-	data, err := d.folder.ReadFile(bridge.RequestPath(d.me, e.Agent, e.ID, bridge.ExtManifest), bcrypto.KindRequest.MaxSize())
+func manifestThere(f *syncsafe.Folder, me string, e ledger.Entry) bool {
+	data, err := f.ReadFile(bridge.RequestPath(me, e.Agent, e.ID, bridge.ExtManifest), bcrypto.KindRequest.MaxSize())
 	return err == nil && bridge.SHA256Hex(data) == e.ManifestSHA256
 }
 
 // stalledEvery is how often the stalled sweep runs while an entry may
 // wait: a minute, or the pending timeout if that is shorter (it reads the
 // ledger's waiting entries, a scan of raw records).
-func (d *Daemon) stalledEvery() time.Duration {
-	return max(time.Second, min(time.Minute, d.opt.PendingTimeout))
+func stalledEvery(pendingTimeout time.Duration) time.Duration {
+	return max(time.Second, min(time.Minute, pendingTimeout))
 }
 
 // noteState tells the control loop's sweeps that an entry entered a state

@@ -109,17 +109,18 @@ func (o *ownKeys) signPubs() [][]byte {
 	return out
 }
 
-func (d *Daemon) agents() map[string]*agentKeys {
-	if m := d.agentsP.Load(); m != nil {
-		return *m
-	}
-	return nil
+// keyring keeps the keys in force (the base's atomics) in step with the
+// home: the trusted agents' records, the host's own identities after a
+// rotation, and the agents' rotation statements in the folder. What the
+// agents are shown of a change (stamps, catalogs, a note) the outbox
+// publishes.
+type keyring struct {
+	*base
+	out *outbox
 }
 
-func (d *Daemon) own() *ownKeys { return d.ownP.Load() }
-
-func (d *Daemon) loadAgents() error {
-	peers, err := d.home.Peers()
+func (k *keyring) loadAgents() error {
+	peers, err := k.home.Peers()
 	if err != nil {
 		return err
 	}
@@ -135,21 +136,21 @@ func (d *Daemon) loadAgents() error {
 		}
 		agents[p.ID] = &agentKeys{name: p.Name, peer: p}
 	}
-	d.agentsP.Store(&agents)
+	k.agentsP.Store(&agents)
 	return nil
 }
 
 // loadOwnKeys reads the host's own identities, if the home's bundle changed
 // since they were last read (a `bridge keys rotate` while serving).
-func (d *Daemon) loadOwnKeys() error {
-	fi, err := os.Stat(d.home.Path(trust.BundleName))
+func (k *keyring) loadOwnKeys() error {
+	fi, err := os.Stat(k.home.Path(trust.BundleName))
 	if err != nil {
 		return err
 	}
-	if o := d.own(); o != nil && o.stamp.Equal(fi.ModTime()) {
+	if o := k.own(); o != nil && o.stamp.Equal(fi.ModTime()) {
 		return nil
 	}
-	h, err := trust.OpenHome(d.home.Dir)
+	h, err := trust.OpenHome(k.home.Dir)
 	if err != nil {
 		return err
 	}
@@ -157,43 +158,43 @@ func (d *Daemon) loadOwnKeys() error {
 	if err != nil {
 		return err
 	}
-	prev := d.own()
-	d.ownP.Store(&ownKeys{current: h.Identity(), all: all, stamp: fi.ModTime()})
-	if prev != nil && prev.current.SignKid() != h.Identity().SignKid() && d.folder != nil {
-		d.notify("", bridge.Note{Event: bridge.EventKeyRotated, Text: "the host rotated its keys; agents follow the rotation statement by themselves"})
-		if err := d.publishForAgents(); err != nil {
-			d.log.Warn("publish catalog", "err", err)
+	prev := k.own()
+	k.ownP.Store(&ownKeys{current: h.Identity(), all: all, stamp: fi.ModTime()})
+	if prev != nil && prev.current.SignKid() != h.Identity().SignKid() && k.folder != nil {
+		k.out.notify("", bridge.Note{Event: bridge.EventKeyRotated, Text: "the host rotated its keys; agents follow the rotation statement by themselves"})
+		if err := k.out.publishForAgents(); err != nil {
+			k.log.Warn("publish catalog", "err", err)
 		}
 	}
 	if len(all) > 1 {
-		d.log.Info("own keys", "current", h.Identity().SignKid(), "kept", len(all)-1)
+		k.log.Info("own keys", "current", h.Identity().SignKid(), "kept", len(all)-1)
 	}
 	return nil
 }
 
 // followRotations applies the rotation statements an agent published.
-func (d *Daemon) followRotations(agent string) {
-	events, err := d.home.FollowRotations(d.folder, agent, bridge.ToHostDir(d.me, agent))
+func (k *keyring) followRotations(agent string) {
+	events, err := k.home.FollowRotations(k.folder, agent, bridge.ToHostDir(k.me, agent))
 	if err != nil {
-		d.log.Warn("follow rotations", "agent", agent, "err", err)
+		k.log.Warn("follow rotations", "agent", agent, "err", err)
 	}
 	changed := false
 	for _, ev := range events {
 		changed = changed || ev.Result == "accepted"
 		// A statement that stays in the folder is read again by every
 		// rescan: say why it is refused or ignored once, not every time.
-		if ev.Result != "accepted" && !d.firstTime(fmt.Sprintf("rotation:%s:%d:%s", agent, ev.Seq, ev.Result)) {
+		if ev.Result != "accepted" && !k.firstTime(fmt.Sprintf("rotation:%s:%d:%s", agent, ev.Seq, ev.Result)) {
 			continue
 		}
-		d.audit.log(AuditEvent{Event: "rotation", Agent: agent, Detail: fmt.Sprintf("seq %d: %s", ev.Seq, ev.Result)})
-		d.log.Info("agent key rotation", "agent", ev.Peer, "seq", ev.Seq, "result", ev.Result)
+		k.audit.log(AuditEvent{Event: "rotation", Agent: agent, Detail: fmt.Sprintf("seq %d: %s", ev.Seq, ev.Result)})
+		k.log.Info("agent key rotation", "agent", ev.Peer, "seq", ev.Seq, "result", ev.Result)
 	}
 	if changed {
-		if err := d.loadAgents(); err != nil {
-			d.log.Error("reload agents", "err", err)
+		if err := k.loadAgents(); err != nil {
+			k.log.Error("reload agents", "err", err)
 		}
-		if err := d.publishForAgents(); err != nil {
-			d.log.Warn("publish catalog", "err", err)
+		if err := k.out.publishForAgents(); err != nil {
+			k.log.Warn("publish catalog", "err", err)
 		}
 	}
 }
@@ -201,7 +202,7 @@ func (d *Daemon) followRotations(agent string) {
 // followBatchRotations follows the rotation statements of every trusted
 // agent with one in paths, once per agent however many it has (each
 // following reads all of them), and returns the other paths in order.
-func (d *Daemon) followBatchRotations(paths []string) []string {
+func (k *keyring) followBatchRotations(paths []string) []string {
 	// Rotation statements are rare and a full batch is every path in the
 	// folder: copy the batch only when it holds one.
 	i := slices.IndexFunc(paths, func(p string) bool { return strings.HasSuffix(p, ".rotation") })
@@ -213,7 +214,7 @@ func (d *Daemon) followBatchRotations(paths []string) []string {
 	for _, p := range paths[i:] {
 		if strings.HasSuffix(p, ".rotation") {
 			agent, name, ok := strings.Cut(p, "/")
-			if _, isRot := bridge.ParseRotationName(name); ok && isRot && !strings.Contains(name, "/") && d.agents()[agent] != nil {
+			if _, isRot := bridge.ParseRotationName(name); ok && isRot && !strings.Contains(name, "/") && k.agents()[agent] != nil {
 				if !slices.Contains(agents, agent) {
 					agents = append(agents, agent)
 				}
@@ -223,7 +224,7 @@ func (d *Daemon) followBatchRotations(paths []string) []string {
 		rest = append(rest, p)
 	}
 	for _, agent := range agents {
-		d.followRotations(agent)
+		k.followRotations(agent)
 	}
 	return rest
 }

@@ -1,0 +1,223 @@
+package host
+
+import (
+	"fmt"
+	"hash/maphash"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/syncbridge/bridge/bridge"
+	"github.com/syncbridge/bridge/bridge/ledger"
+	"github.com/syncbridge/bridge/bridge/policy"
+	"github.com/syncbridge/bridge/bridge/trust"
+	"github.com/syncbridge/bridge/syncsafe"
+)
+
+// base is what every room of the daemon shares (the Daemon, its outbox):
+// the home and the folder, the ledger and the audit log, the keys and the
+// policy in force, the log and what may be written to it. NewDaemon makes
+// it and Open fills it in; from then on the pointers stay, and what changes
+// (keys, policy) is swapped whole through atomics.
+type base struct {
+	home    *trust.Home
+	opt     DaemonOptions
+	log     *slog.Logger
+	me      string
+	folder  *syncsafe.Folder
+	ledger  *ledger.Ledger
+	audit   *auditLog
+	agentsP atomic.Pointer[map[string]*agentKeys] // by agent id; replaced whole when keys change
+	ownP    atomic.Pointer[ownKeys]
+	rulesP  atomic.Pointer[rules] // the policy in force and its redactor (reload.go)
+	notes   noted                 // lines folder input may make us write
+	// The daemon's stop: Close sets closing (under the Daemon's lock: the
+	// queue waits on it) before anything drains; Abort sets killed, and
+	// what it killed is left running for the next start.
+	closing, killed atomic.Bool
+	probe           *probe // nil but in the test binary
+}
+
+func (b *base) agents() map[string]*agentKeys {
+	if m := b.agentsP.Load(); m != nil {
+		return *m
+	}
+	return nil
+}
+
+func (b *base) own() *ownKeys       { return b.ownP.Load() }
+func (b *base) rules() *rules       { return b.rulesP.Load() }
+func (b *base) pol() *policy.Policy { return b.rules().p }
+
+// noted is the log-once set and the line budget of folder input, under a
+// lock of their own: the rooms that write about the folder share them.
+type noted struct {
+	mu     sync.Mutex
+	seen   map[uint64]bool // by maphash of the note (bounded; firstTime)
+	seed   maphash.Seed
+	budget lineBudget // lines folder input may make us write (refused.go)
+}
+
+// maxNoted bounds the log-once set: names come from the folder, so a
+// writer could otherwise grow it forever. (A variable for tests.)
+var maxNoted = 100_000
+
+// firstTime reports whether key was not noted before. When the set is full
+// it forgets a random half (map order), not all of it: a folder with more
+// refused files than the bound has some of them logged again by a rescan,
+// not every one by every rescan.
+func (b *base) firstTime(key string) bool {
+	n := &b.notes
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.seen == nil {
+		n.seen, n.seed = map[uint64]bool{}, maphash.MakeSeed()
+	}
+	k := maphash.String(n.seed, key) // a fixed 8 bytes per note, whatever the names in key
+	if n.seen[k] {
+		return false
+	}
+	if len(n.seen) >= maxNoted {
+		for k := range n.seen {
+			if len(n.seen) <= maxNoted/2 {
+				break
+			}
+			delete(n.seen, k)
+		}
+	}
+	n.seen[k] = true
+	return true
+}
+
+// noteFolder logs msg about the folder's p once per key and within the
+// budget of its agent directory.
+func (b *base) noteFolder(p, key, msg string, args ...any) {
+	if b.firstTime(key) && b.folderLine(p) {
+		b.log.Info(msg, args...)
+	}
+}
+
+// folderLine asks the budget of the agent directory of p (relative to the
+// folder, or to to-host) for one line, and says how many were left out
+// since the last one.
+func (b *base) folderLine(p string) bool {
+	dir := p
+	if rel, ok := strings.CutPrefix(p, bridge.ToHostRoot(b.me)+"/"); ok {
+		dir = rel
+	}
+	dir, _, _ = strings.Cut(dir, "/")
+	if b.agents()[dir] == nil {
+		// Names a folder writer makes up share one budget: the top of
+		// to-host counts as one directory, however many are in it.
+		dir = ""
+	}
+	ok, left := b.notes.budget.take(dir, time.Now())
+	if left > 0 {
+		b.log.Warn(fmt.Sprintf("left out %d lines about refused or ignored files (at most %d an hour per agent directory)", left, budgetLines),
+			"dir", dir, "hint", "a folder writer may be flooding the folder; see `bridge doctor`")
+		b.audit.log(AuditEvent{Event: "suppressed", File: dir, Detail: fmt.Sprintf("%d lines left out", left)})
+	}
+	return ok
+}
+
+// refuseFile records a file that will never be admitted as it is, once per
+// version of the file and reason.
+func (b *base) refuseFile(p string, err error) {
+	// Once per version of the file: a changed file refused for the same
+	// reason is news, whether or not the log-once set still holds the
+	// line of its earlier version (it forgets at random when full).
+	var v version
+	if fi, err := b.folder.Lstat(p); err == nil {
+		v = versionOf(fi)
+	}
+	if !b.firstTime(fmt.Sprintf("refused:%s:%v:%s", p, v, err)) || !b.folderLine(p) {
+		return
+	}
+	b.log.Warn("refused", "file", p, "reason", bridge.Reason(err), "err", err)
+	b.audit.log(AuditEvent{Event: "refused", File: p, Reason: string(bridge.Reason(err)), Detail: err.Error()})
+}
+
+// waiting records, once per file and state, that a file is not complete
+// yet: not an error (it may still be arriving), but visible in the audit log
+// with its reason, and turned into a signed rejection after PendingTimeout.
+func (b *base) waiting(p string, size int, err error) {
+	if !b.firstTime(fmt.Sprintf("waiting:%s:%d:%s", p, size, bridge.Reason(err))) || !b.folderLine(p) {
+		return
+	}
+	b.log.Debug("waiting for a file to complete", "file", p, "reason", bridge.Reason(err), "err", err)
+	b.audit.log(AuditEvent{Event: "waiting", File: p, Reason: string(bridge.Reason(err)), Detail: err.Error()})
+}
+
+// probe is what the tests see of a daemon and make it do: counters of what
+// it read and woke for, the lifecycle events it took, and a crash at a named
+// step. Only the test binary makes one (newProbe); a production daemon's is
+// nil, and every method is a no-op on nil, so nothing in a `serve`'s
+// environment can make it exit mid-step.
+type probe struct {
+	// crashAt names a durable step at which the daemon exits abruptly, as
+	// a power cut would stop it ("step" or "step#n" for the n-th time).
+	crashAt    string
+	crashCount atomic.Int64
+	// powerCut makes the crash lose what a power cut would: the ledger
+	// file is cut to its length at its last fsync (lazy writes gone).
+	powerCut bool
+	onEvent  func(event) // sees every lifecycle event as it is taken
+	counts   [tallies]atomic.Int64
+}
+
+// A tally is one of the probe's counters.
+type tally int
+
+const (
+	manifestReads tally = iota // manifests read for an evaluation
+	cancelReads                // cancel files read
+	controlWakes               // the control loop's wake-ups
+	sweepScans                 // the sweeps' scans of the ledger
+	tallies
+)
+
+// newProbe makes a daemon's probe; set only by the test binary.
+var newProbe func() *probe
+
+func (p *probe) add(t tally) {
+	if p != nil {
+		p.counts[t].Add(1)
+	}
+}
+
+func (p *probe) event(ev event) {
+	if p != nil && p.onEvent != nil {
+		p.onEvent(ev)
+	}
+}
+
+// crashing reports whether the tests asked for a crash at step (its first
+// or any time), without counting it.
+func (p *probe) crashing(step string) bool {
+	if p == nil {
+		return false
+	}
+	name, _, _ := strings.Cut(p.crashAt, "#")
+	return p.crashAt != "" && name == step
+}
+
+// crashExit is the exit status of an injected crash.
+const crashExit = 86
+
+// crashPoint exits at once if the tests asked for a crash at this step.
+func (b *base) crashPoint(step string) {
+	p := b.probe
+	if !p.crashing(step) {
+		return
+	}
+	if _, nth, _ := strings.Cut(p.crashAt, "#"); nth != "" && fmt.Sprint(p.crashCount.Add(1)) != nth {
+		return
+	}
+	if p.powerCut {
+		os.Truncate(b.ledger.Path(), b.ledger.SyncedSize())
+	}
+	os.Exit(crashExit)
+}
