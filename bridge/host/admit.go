@@ -146,6 +146,9 @@ func (d *Daemon) admit(j *job, in spool, mode admitMode) bool {
 	if mode == admitReconcile {
 		handed = true
 		d.wg.Add(1)
+		d.mu.Lock()
+		d.checks++ // a drain waits for it as for a run (Close)
+		d.mu.Unlock()
 		go d.reconcileCheck(j, inv, stdin)
 		return true
 	}
@@ -224,6 +227,12 @@ func withRequestEnv(inv *policy.Invocation, id string) {
 // with the check's output); exit 3 means it did not (run the op now, once);
 // anything else leaves the request uncertain for a human.
 func (d *Daemon) reconcileCheck(j *job, inv *policy.Invocation, stdin spool) {
+	checked := sync.OnceFunc(func() {
+		d.mu.Lock()
+		d.checks--
+		d.mu.Unlock()
+	})
+	defer checked()
 	handed := false
 	defer func() {
 		if !handed {
@@ -258,6 +267,7 @@ func (d *Daemon) reconcileCheck(j *job, inv *policy.Invocation, stdin spool) {
 	case clean && out.ExitCode == 3:
 		d.log.Info("reconcile: the op had no effect; running it now", "key", j.key, "op", inv.Op)
 		handed = true
+		checked()                       // the run counts itself (cancels)
 		d.run(j, inv, stdin, true, nil) // owns the key, stdin and the WaitGroup slot from here
 	default:
 		detail := fmt.Sprintf("exit %d", out.ExitCode)
@@ -539,14 +549,17 @@ func (d *Daemon) waitSlot(ctx context.Context, j *job, inv *policy.Invocation, r
 // start until enough of them end, and a limit raised frees the waiters
 // it allows at once.
 func (s *scheduler) acquire(ctx context.Context, op string, limit int) func() {
+	s.mu.Lock()
 	// The limit in force now, not the one the request was admitted under:
 	// a request evaluated across a reload must not bring an old limit back.
+	// Read under the lock: a reload swaps the policy in before relimit takes
+	// it, so whichever comes second sets the new limit (red team of the
+	// rooms: read before, a relimit in between was overwritten).
 	if r := s.rules(); r != nil {
 		if c, ok := r.p.Concurrency(op); ok {
 			limit = c
 		}
 	}
-	s.mu.Lock()
 	o := s.slots[op]
 	if o == nil {
 		o = &opSlots{}

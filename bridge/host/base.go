@@ -34,9 +34,10 @@ type base struct {
 	ownP    atomic.Pointer[ownKeys]
 	rulesP  atomic.Pointer[rules] // the policy in force and its redactor (reload.go)
 	notes   noted                 // lines folder input may make us write
-	// The daemon's stop: Close sets closing (under the Daemon's lock: the
-	// queue waits on it) before anything drains; Abort sets killed, and
-	// what it killed is left running for the next start.
+	// The daemon's stop. closing is set only by scheduler.close, under the
+	// scheduler's lock (its workers wait on its condition for it), before
+	// anything drains; Abort sets killed, and what it killed is left
+	// running for the next start.
 	closing, killed atomic.Bool
 	probe           *probe // nil but in the test binary
 }

@@ -79,6 +79,7 @@ type Daemon struct {
 	mu       sync.Mutex
 	cancels  map[string]context.CancelFunc // keys past claim, until their run ends
 	slotWait map[string]*job               // keys whose run waits for a slot of its op (revokeWaiting)
+	checks   int                           // reconcile commands running after a crash (reconcileCheck)
 
 	refusals *refusals // manifests refused for good, not read again until they change
 	wg       sync.WaitGroup
@@ -127,7 +128,7 @@ func (d *Daemon) Abort() int {
 	// verdict depend on which came first.
 	d.killed.Store(true)
 	d.mu.Lock()
-	n := len(d.cancels) - len(d.slotWait) // the runs underway, as Close counts them
+	n := len(d.cancels) - len(d.slotWait) + d.checks // the runs underway, as Close counts them
 	d.mu.Unlock()
 	// The cancel first, and without a lock: it ends what Open may be
 	// stuck in (recovery retrying an answer on a full disk), which holds
@@ -466,7 +467,10 @@ func (d *Daemon) Close(ctx context.Context) error {
 	}
 	d.mu.Lock()
 	d.sched.close()
-	running := len(d.cancels) - len(d.slotWait)
+	// What a drain waits for: the ops that run and the reconcile commands
+	// that check one a crash interrupted (not the requests waiting for a
+	// slot: nothing starts any more).
+	running := len(d.cancels) - len(d.slotWait) + d.checks
 	d.mu.Unlock()
 	if running > 0 {
 		until := "until they end"

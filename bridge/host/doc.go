@@ -10,26 +10,36 @@
 // # Rooms
 //
 // The Daemon holds the lifecycle: evaluate (evaluate.go), admit and run
-// (admit.go), answer and record (lifecycle.go), recover and adopt
-// (recover.go, evidence.go), and the control loop (host.go). What it hands
-// work to are rooms of their own, each with a lock of its own where it
-// keeps state, sharing only the base (base.go: home, folder, ledger, audit
-// log, keys and policy in force, the log and its budget, the tests' probe):
+// (admit.go, approval.go), answer, record and create (lifecycle.go),
+// recover and adopt (recover.go, evidence.go), the watcher's batches
+// (dispatch.go), the sweeps (sweep.go) and the control loop (host.go). Its
+// own lock guards what runs (cancels, the runs waiting for a slot, the
+// reconcile checks). What it hands work to are rooms, sharing only the base
+// (base.go): home, folder, ledger, audit log, the log and the tests' probe,
+// and the keys and policy in force (held by the base, replaced by the
+// keyring and the policy watch). The base's log-once set and line budget
+// have a lock of their own.
 //
 //   - outbox (outbox.go, results.go, liveness.go, catalog.go, inbox_host.go,
-//     progress_host.go): what the daemon writes into the folder for the
-//     agents and the private copies it keeps of it; it decides nothing.
-//   - scheduler (queue.go, ceilings.go): when a request's key is worked on,
-//     the ops' slots and the agents' ceilings.
+//     progress_host.go, the kept manifests in evaluate.go, the approval
+//     inputs in approval_input.go): what the daemon writes into the folder
+//     for the agents and the private copies it keeps; it decides nothing.
+//     Its locks order the stamps' rounds and guard the catalogs.
+//   - scheduler (queue.go; its slots' methods in admit.go): when a request's
+//     key is worked on, and the ops' slots, under its lock and condition;
+//     the agents' ceilings (ceilings.go) under a lock of their own.
 //   - finishedSet (finished.go): what is known finished, acked or lost
-//     beside the ledger.
+//     beside the ledger, under its lock.
 //   - refusals (refused.go): files refused for good, not read again until
-//     they change.
-//   - keyring (trust.go), policyWatch (reload.go): the keys and the policy
-//     in force, kept in step with the home.
-//   - collector (gc.go): what the agents no longer need, removed.
+//     they change, under its lock.
+//   - keyring (trust.go), policyWatch (reload.go): keep the keys and the
+//     policy in force in step with the home.
+//   - collector (gc.go): what the agents no longer need, removed; it forgets
+//     ledger entries only once they are final and past their expiry.
 //
-// A room never calls back into the Daemon: what follows from its work (a
+// Rooms read the ledger; only the Daemon moves an entry, through
+// lifecycle.go. A room never calls back into the Daemon and never holds
+// its lock while it calls another room: what follows from its work (a
 // sweep after a policy change, a request to evaluate again) the Daemon
 // does, or the scheduler queues.
 //

@@ -93,10 +93,40 @@ func (e *edge) submit(t *testing.T, op string) string {
 	return s.ID
 }
 
+// options are the edge's daemon options: its environment, quick rescans and
+// signal ladder.
+func (e *edge) options() DaemonOptions {
+	return DaemonOptions{AllowRoot: true, Rescan: 300 * time.Millisecond, Grace: 100 * time.Millisecond, Env: envWith(e.env)}
+}
+
 // daemon starts an in-process daemon with the edge's environment.
 func (e *edge) daemon(t *testing.T) *Daemon {
 	t.Helper()
-	return runDaemon(t, e.host, DaemonOptions{Rescan: 300 * time.Millisecond, Grace: 100 * time.Millisecond, Env: envWith(e.env)})
+	return runDaemon(t, e.host, e.options())
+}
+
+// running blocks the edge's block ops, starts a daemon and submits op, and
+// returns once its run has started.
+func (e *edge) running(t *testing.T, op string) (*Daemon, string) {
+	t.Helper()
+	e.block()
+	d := e.daemon(t)
+	id := e.submit(t, op)
+	waitFor(t, 10*time.Second, "the op to start", func() bool { return e.starts(t, op, id) == 1 })
+	return d, id
+}
+
+// secondSignal stops d as two signals do: a drain with no deadline, and
+// the second signal (Abort) once the drain began. It returns once Close
+// has, with the count of runs Abort said it stopped.
+func secondSignal(t *testing.T, d *Daemon) int {
+	t.Helper()
+	closed := make(chan struct{})
+	go func() { defer close(closed); stopDaemon(d, context.Background()) }()
+	waitFor(t, 10*time.Second, "the drain to begin", d.closing.Load)
+	n := d.Abort() // the op ends by its SIGTERM or the SIGKILL, whichever comes first
+	<-closed       // Close returns once the run's goroutine has ended
+	return n
 }
 
 // Row "host-error": an op the host cannot prepare (its program is missing)
@@ -170,15 +200,8 @@ func TestDrainAbortNeverFailed(t *testing.T) {
 // and the next start's verdict never depends on which came first.
 func TestSecondSignalLeavesItsKillsToTheNextStart(t *testing.T) {
 	e := newEdge(t)
-	e.block()
-	d := e.daemon(t)
-	id := e.submit(t, "block")
-	waitFor(t, 10*time.Second, "the op to start", func() bool { return e.starts(t, "block", id) == 1 })
-	closed := make(chan struct{})
-	go func() { defer close(closed); stopDaemon(d, context.Background()) }() // a drain with no deadline
-	waitFor(t, 10*time.Second, "the drain to begin", d.closing.Load)
-	d.Abort() // the op ends by its SIGTERM or the SIGKILL, whichever comes first
-	<-closed  // Close returns once the run's goroutine has ended
+	d, id := e.running(t, "block")
+	secondSignal(t, d)
 	if st := e.entry(t, id).State; st != ledger.StateRunning {
 		t.Fatalf("ledger after the kill: %s, want running (for the next start)", st)
 	}
@@ -205,15 +228,8 @@ func TestSecondSignalLeavesItsKillsToTheNextStart(t *testing.T) {
 // Abort waited for Open's lock while Open waited for Abort's cancel).
 func TestSecondSignalEndsAStuckRecovery(t *testing.T) {
 	e := newEdge(t)
-	e.block()
-	d := e.daemon(t)
-	id := e.submit(t, "block")
-	waitFor(t, 10*time.Second, "the op to start", func() bool { return e.starts(t, "block", id) == 1 })
-	closed := make(chan struct{})
-	go func() { defer close(closed); stopDaemon(d, context.Background()) }()
-	waitFor(t, 10*time.Second, "the drain to begin", d.closing.Load)
-	d.Abort()
-	<-closed
+	d, id := e.running(t, "block")
+	secondSignal(t, d)
 	e.unblock()
 	// The request's files leave the folder, and every publish fails: a
 	// file where the private copies' directory belongs.
@@ -225,8 +241,9 @@ func TestSecondSignalEndsAStuckRecovery(t *testing.T) {
 	must(t, os.RemoveAll(results))
 	must(t, os.WriteFile(results, nil, 0o600))
 	var logs lockedBuffer
-	d2, err := NewDaemon(e.host, DaemonOptions{AllowRoot: true, Rescan: 300 * time.Millisecond, Grace: 100 * time.Millisecond, Env: envWith(e.env),
-		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	opt := e.options()
+	opt.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	d2, err := NewDaemon(e.host, opt)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -308,18 +325,14 @@ func TestSecondSignalWhileStartingLeavesWhatItRecovers(t *testing.T) {
 		once, queued = queued, once // block's concurrency is 1: one runs, one waits claimed
 	}
 	waitFor(t, 10*time.Second, "the other to wait, claimed", func() bool { return e.entry(t, queued).State == ledger.StateClaimed })
-	closed := make(chan struct{})
-	go func() { defer close(closed); stopDaemon(d, context.Background()) }()
-	waitFor(t, 10*time.Second, "the drain to begin", d.closing.Load)
-	if n := d.Abort(); n != 2 {
+	if n := secondSignal(t, d); n != 2 {
 		t.Errorf("Abort says it stopped %d runs, want 2 (they die of SIGTERM before the kill)", n)
 	}
-	<-closed
 	e.unblock()
 	var logs lockedBuffer
 	var d2 *Daemon
 	var once2 sync.Once
-	aborted := make(chan struct{})
+	aborted, cancelSeen := make(chan struct{}), make(chan struct{})
 	h := hookHandler{slog.NewTextHandler(&logs, nil), "recover: re-running an idempotent op", &once2, func() {
 		// The second signal, as recovery hands the idempotent op on: in
 		// the signal goroutine (it waits for Open's lock to publish the
@@ -328,11 +341,23 @@ func TestSecondSignalWhileStartingLeavesWhatItRecovers(t *testing.T) {
 		for d2.runCtx.Err() == nil {
 			time.Sleep(time.Millisecond)
 		}
+		close(cancelSeen)
 	}}
-	d2, err := NewDaemon(e.host, DaemonOptions{AllowRoot: true, Rescan: 300 * time.Millisecond, Grace: 100 * time.Millisecond, Env: envWith(e.env),
-		Logger: slog.New(h)})
+	opt := e.options()
+	opt.Logger = slog.New(h)
+	d2, err := NewDaemon(e.host, opt)
 	if err != nil {
 		t.Fatal(err)
+	}
+	// The request that waited for its slot is unclaimed by recovery and
+	// claimed again by a worker beside it: held at that claim until the
+	// second signal, so that it meets the stop before its start. (A worker
+	// that outran recovery to the idempotent op started it: 4 runs in 30
+	// under -race, the signal then a moment too late to be the one tested.)
+	d2.probe.onEvent = func(ev event) {
+		if ev == evClaim {
+			<-cancelSeen
+		}
 	}
 	if err := d2.Open(); err != nil {
 		t.Fatal(err)
@@ -375,17 +400,10 @@ func TestSecondSignalWhileStartingLeavesWhatItRecovers(t *testing.T) {
 // of 89cc37a: it was answered uncertain, rerun-refused).
 func TestSecondSignalDuringARerunsStepLeavesItRunning(t *testing.T) {
 	e := newEdge(t)
-	e.block()
-	d := e.daemon(t)
-	idem := e.submit(t, "blockidem")
-	waitFor(t, 10*time.Second, "the op to start", func() bool { return e.starts(t, "blockidem", idem) == 1 })
-	closed := make(chan struct{})
-	go func() { defer close(closed); stopDaemon(d, context.Background()) }()
-	waitFor(t, 10*time.Second, "the drain to begin", d.closing.Load)
-	d.Abort()
-	<-closed
+	d, idem := e.running(t, "blockidem")
+	secondSignal(t, d)
 	e.unblock()
-	d2, err := NewDaemon(e.host, DaemonOptions{AllowRoot: true, Rescan: 300 * time.Millisecond, Grace: 100 * time.Millisecond, Env: envWith(e.env)})
+	d2, err := NewDaemon(e.host, e.options())
 	if err != nil {
 		t.Fatal(err)
 	}

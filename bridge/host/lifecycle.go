@@ -163,7 +163,7 @@ func (d *Daemon) step(key string, ev event, mutate func(*ledger.Entry)) (ledger.
 // ledger holds already (e is then its entry).
 func (d *Daemon) create(ev event, e ledger.Entry, durable bool) (ent ledger.Entry, created bool, err error) {
 	t, ok := lifecycle[ev]
-	if !ok || !slices.Contains(t.from, stateNone) || !slices.Contains(t.to, e.State) {
+	if !ok || !slices.Contains(t.from, stateNone) || !slices.Contains(t.to, e.State) || !ledger.CanAdmit(e.State) {
 		panic(fmt.Sprintf("bridge: internal error: %s does not create an entry in %s", ev, e.State))
 	}
 	admit := d.ledger.AdmitLazy

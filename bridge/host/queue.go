@@ -18,6 +18,7 @@ import (
 // admit.go) and the places of the requests waiting for them.
 type scheduler struct {
 	*base // the policy in force (the limits) and the daemon's closing
+	// mu is taken after the Daemon's lock (Close), never before it.
 	mu    sync.Mutex
 	cond  *sync.Cond
 	queue []string

@@ -81,3 +81,51 @@ ops = ["happened", "nothappened", "unknown"]
 		t.Errorf("ledger for the op without reconcile: %s", e.State)
 	}
 }
+
+// A drain waits for a reconcile command that checks an op a crash
+// interrupted as it waits for a running op: the agents are told the host
+// is stopping (draining), not left with a serving stamp going stale, and
+// the check's answer is published before the stop.
+func TestDrainWaitsForAReconcileCheck(t *testing.T) {
+	policy := `
+[ops.checked]
+argv = ["sh", "-c", "echo run-$0 >> \"$COUNT_FILE\"; while [ -f \"$COUNT_FILE.block\" ]; do sleep 0.05; done", "{request_id}"]
+reconcile = ["sh", "-c", "echo check >> \"$COUNT_FILE\"; while [ -f \"$COUNT_FILE.hold\" ]; do sleep 0.05; done; echo checked"]
+env = ["PATH", "COUNT_FILE"]
+
+[agents.cloud-1]
+ops = ["checked"]
+`
+	p := newPair(t, policy)
+	countFile := filepath.Join(t.TempDir(), "count")
+	must(t, os.WriteFile(countFile+".block", nil, 0o644))
+	s, err := p.client.Submit(agent.SubmitOptions{Op: "checked"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	crashed := startDaemonProcess(t, p, "COUNT_FILE="+countFile)
+	waitFor(t, 15*time.Second, "the op to start", func() bool { return count(t, countFile, "run-"+s.ID) == 1 })
+	crashed.kill()
+	must(t, os.Remove(countFile+".block"))
+	must(t, os.WriteFile(countFile+".hold", nil, 0o644))
+	d := runDaemon(t, p.host, DaemonOptions{Rescan: 500 * time.Millisecond, Grace: 100 * time.Millisecond,
+		Env: envWith(map[string]string{"COUNT_FILE": countFile})})
+	waitFor(t, 15*time.Second, "the reconcile command to run", func() bool { return count(t, countFile, "check") == 1 })
+	closed := stopWithin(d, time.Minute)
+	p.eventuallyStamp(t, "said draining", func(st *bridge.LivenessStamp) bool { return st.State == bridge.LivenessDraining })
+	must(t, os.Remove(countFile+".hold"))
+	<-closed
+	if st := p.readStamp(t); st.State != bridge.LivenessStopped {
+		t.Errorf("the stamp after the stop says %q, want stopped", st.State)
+	}
+	out, err := p.client.Result(s.ID)
+	if err != nil {
+		t.Fatalf("no answer from the check the drain waited for: %v", err)
+	}
+	if out.Receipt.Status != bridge.StatusDone || out.Receipt.Reason != "reconciled" {
+		t.Errorf("answer: %s (%s), want done (reconciled)", out.Receipt.Status, out.Receipt.Reason)
+	}
+	if n := count(t, countFile, "run-"+s.ID); n != 1 {
+		t.Errorf("the op ran %d times", n)
+	}
+}
