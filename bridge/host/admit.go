@@ -147,7 +147,7 @@ func (d *Daemon) admit(j *job, in spool, mode admitMode) bool {
 		handed = true
 		d.wg.Add(1)
 		d.mu.Lock()
-		d.checks++ // a drain waits for it as for a run (Close)
+		d.checks[j.key] = true // a drain waits for it as for a run (Close)
 		d.mu.Unlock()
 		go d.reconcileCheck(j, inv, stdin)
 		return true
@@ -227,12 +227,11 @@ func withRequestEnv(inv *policy.Invocation, id string) {
 // with the check's output); exit 3 means it did not (run the op now, once);
 // anything else leaves the request uncertain for a human.
 func (d *Daemon) reconcileCheck(j *job, inv *policy.Invocation, stdin spool) {
-	checked := sync.OnceFunc(func() {
+	defer func() {
 		d.mu.Lock()
-		d.checks--
+		delete(d.checks, j.key) // gone already if it handed a run on
 		d.mu.Unlock()
-	})
-	defer checked()
+	}()
 	handed := false
 	defer func() {
 		if !handed {
@@ -267,7 +266,6 @@ func (d *Daemon) reconcileCheck(j *job, inv *policy.Invocation, stdin spool) {
 	case clean && out.ExitCode == 3:
 		d.log.Info("reconcile: the op had no effect; running it now", "key", j.key, "op", inv.Op)
 		handed = true
-		checked()                       // the run counts itself (cancels)
 		d.run(j, inv, stdin, true, nil) // owns the key, stdin and the WaitGroup slot from here
 	default:
 		detail := fmt.Sprintf("exit %d", out.ExitCode)
@@ -295,6 +293,7 @@ func (d *Daemon) run(j *job, inv *policy.Invocation, stdin spool, resume bool, a
 	defer cancel()
 	d.mu.Lock()
 	d.cancels[j.key] = cancel
+	delete(d.checks, j.key) // a reconcile check's run: counted as a run from here, never as neither (Close)
 	d.mu.Unlock()
 	defer func() {
 		d.mu.Lock()

@@ -79,7 +79,7 @@ type Daemon struct {
 	mu       sync.Mutex
 	cancels  map[string]context.CancelFunc // keys past claim, until their run ends
 	slotWait map[string]*job               // keys whose run waits for a slot of its op (revokeWaiting)
-	checks   int                           // reconcile commands running after a crash (reconcileCheck)
+	checks   map[string]bool               // keys whose reconcile command runs after a crash (reconcileCheck), until it ends or hands a run on
 
 	refusals *refusals // manifests refused for good, not read again until they change
 	wg       sync.WaitGroup
@@ -128,7 +128,7 @@ func (d *Daemon) Abort() int {
 	// verdict depend on which came first.
 	d.killed.Store(true)
 	d.mu.Lock()
-	n := len(d.cancels) - len(d.slotWait) + d.checks // the runs underway, as Close counts them
+	n := len(d.cancels) - len(d.slotWait) + len(d.checks) // the runs underway, as Close counts them
 	d.mu.Unlock()
 	// The cancel first, and without a lock: it ends what Open may be
 	// stuck in (recovery retrying an answer on a full disk), which holds
@@ -139,7 +139,7 @@ func (d *Daemon) Abort() int {
 	// see its process die of SIGKILL as an exit of its own; after it, it
 	// still may, and run() leaves every run of a killed daemon unanswered.)
 	d.abortRun()
-	n = max(n, runner.KillAll()) // reconcile checks are not in d.cancels
+	n = max(n, runner.KillAll()) // the runner's own count, if higher (a run between the steps of its registration)
 	d.stopMu.Lock()
 	if d.folder != nil && d.watcher != nil {
 		// As a clean stop says it: agents learn at once that the host
@@ -190,7 +190,7 @@ func NewDaemon(home *trust.Home, opt DaemonOptions) (*Daemon, error) {
 	}
 	d := &Daemon{
 		base:    &base{home: home, opt: opt, log: opt.Logger, me: home.Config.ID},
-		cancels: map[string]context.CancelFunc{}, slotWait: map[string]*job{},
+		cancels: map[string]context.CancelFunc{}, slotWait: map[string]*job{}, checks: map[string]bool{},
 
 		controlPoke: make(chan struct{}, 1),
 	}
@@ -470,7 +470,7 @@ func (d *Daemon) Close(ctx context.Context) error {
 	// What a drain waits for: the ops that run and the reconcile commands
 	// that check one a crash interrupted (not the requests waiting for a
 	// slot: nothing starts any more).
-	running := len(d.cancels) - len(d.slotWait) + d.checks
+	running := len(d.cancels) - len(d.slotWait) + len(d.checks)
 	d.mu.Unlock()
 	if running > 0 {
 		until := "until they end"

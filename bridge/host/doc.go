@@ -9,10 +9,11 @@
 //
 // # Rooms
 //
-// The Daemon holds the lifecycle: evaluate (evaluate.go), admit and run
-// (admit.go, approval.go), answer, record and create (lifecycle.go),
-// recover and adopt (recover.go, evidence.go), the watcher's batches
-// (dispatch.go), the sweeps (sweep.go) and the control loop (host.go). Its
+// The Daemon holds the lifecycle: evaluate (evaluate.go: SPEC §8's checks
+// as named steps, evaluationSteps), admit and run (admit.go, approval.go),
+// answer, record and create (lifecycle.go), recover and adopt (recover.go,
+// evidence.go), the watcher's batches (dispatch.go), the sweeps (sweep.go)
+// and the control loop (host.go). Its
 // own lock guards what runs (cancels, the runs waiting for a slot, the
 // reconcile checks). What it hands work to are rooms, sharing only the base
 // (base.go): home, folder, ledger, audit log, the log and the tests' probe,

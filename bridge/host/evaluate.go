@@ -45,108 +45,182 @@ func (d *Daemon) check(agent string, keys *agentKeys) bridge.RequestCheck {
 // uncertain (which only a human moves on).
 func answered(s ledger.State) bool { return s.Terminal() || s == ledger.StateUncertain }
 
-// evaluate runs the pipeline for one request id. It is safe to call any
-// number of times (invariant 6): the ledger decides what happens. The
-// caller owns the key; evaluate reports whether it handed it to a run
-// goroutine, which then releases it.
+// evaluate runs the pipeline for one request id: SPEC §8's checks, as the
+// steps of evaluation below. It is safe to call any number of times
+// (invariant 6): the ledger decides what happens. The caller owns the key;
+// evaluate reports whether it handed it to a run goroutine, which then
+// releases it.
 func (d *Daemon) evaluate(agent, id string) bool {
 	keys := d.agents()[agent]
 	if keys == nil {
 		return false // trust was withdrawn
 	}
-	key := agent + "/" + id
-	mpath := bridge.RequestPath(d.me, agent, id, bridge.ExtManifest)
-	ent, err := d.ledger.Get(key)
-	exists := err == nil
+	e := &evaluation{d: d, agent: agent, id: id, keys: keys, key: agent + "/" + id,
+		mpath: bridge.RequestPath(d.me, agent, id, bridge.ExtManifest)}
+	for _, st := range evaluationSteps {
+		if !st.next(e) {
+			break
+		}
+	}
+	return e.handed
+}
+
+// evaluation is one pass of evaluate over a request: what each step found,
+// for the steps after it.
+type evaluation struct {
+	d          *Daemon
+	agent, id  string
+	keys       *agentKeys
+	key, mpath string
+	ent        ledger.Entry // the ledger's entry, if exists
+	exists     bool
+	data       []byte    // the manifest file's bytes
+	j          *job      // from the envelope step on
+	refused    error     // an authentic request's refusal for its times or key (§8.2–3), answered by the ledger step
+	expires    time.Time // the expiry the ledger records
+	in         spool     // the settled payload
+	handed     bool      // the key went to a run goroutine (admit)
+}
+
+// evaluationSteps are SPEC §8's checks in the order the host takes them;
+// each reports whether the evaluation goes on. Two are taken out of §8's
+// order, and say why. TestEvaluationStepsFollowSpec holds the list to SPEC
+// §8: every item named, the others in order.
+var evaluationSteps = []struct {
+	spec       string // the items of SPEC §8 the step checks
+	outOfOrder string // why it is not where §8 has it
+	next       func(*evaluation) bool
+}{
+	{"4", "the ledger first: a request it answered or holds past seen and pending is never read from the folder again", (*evaluation).known},
+	{"1", "", (*evaluation).file},
+	{"2, 3", "", (*evaluation).envelope},
+	{"4", "", (*evaluation).record},
+	{"3", "the first sight plus the maximum queue age, and a cancel: both need the recorded entry", (*evaluation).inTime},
+	{"5", "", (*evaluation).payload},
+	{"6, 7", "", (*evaluation).call},
+}
+
+// known: an id the ledger answered is never run again (invariant 4): its
+// result is published again if it is missing (duplicate); an authentic
+// manifest under it with other content is a forgery or a bug, and is
+// reported. One past seen and pending is taken on from its kept manifest.
+func (e *evaluation) known() bool {
+	d := e.d
+	ent, err := d.ledger.Get(e.key)
+	e.ent, e.exists = ent, err == nil
 	if err != nil && !errors.Is(err, ledger.ErrNotFound) {
-		d.log.Error("ledger read", "key", key, "err", err)
+		d.log.Error("ledger read", "key", e.key, "err", err)
 		return false
 	}
-	if exists && answered(ent.State) {
-		// Never run again (invariant 4). An authentic manifest under this id
-		// with other content is a forgery or a bug, and is reported.
-		if data, err := d.folder.ReadFile(mpath, bcrypto.KindRequest.MaxSize()); err == nil && bridge.SHA256Hex(data) != ent.ManifestSHA256 {
-			if req, err := bridge.OpenRequest(data, id, d.check(agent, keys)); req != nil || err == nil {
-				d.refuseFile(mpath, fmt.Errorf("%w: %s was recorded with another manifest", bridge.ErrReplay, id))
+	if e.exists && answered(ent.State) {
+		if data, err := d.folder.ReadFile(e.mpath, bcrypto.KindRequest.MaxSize()); err == nil && bridge.SHA256Hex(data) != ent.ManifestSHA256 {
+			if req, err := bridge.OpenRequest(data, e.id, d.check(e.agent, e.keys)); req != nil || err == nil {
+				d.refuseFile(e.mpath, fmt.Errorf("%w: %s was recorded with another manifest", bridge.ErrReplay, e.id))
 			} else if !errors.Is(err, bcrypto.ErrTruncated) {
-				d.refuseFile(mpath, err)
+				d.refuseFile(e.mpath, err)
 			}
 		}
-		d.duplicate(ent, keys)
+		d.duplicate(ent, e.keys)
 		return false
 	}
-	if exists && ent.State != ledger.StateSeen && ent.State != ledger.StatePending {
-		d.evaluateKept(ent, keys)
+	if e.exists && ent.State != ledger.StateSeen && ent.State != ledger.StatePending {
+		d.evaluateKept(ent, e.keys)
 		return false
 	}
-	if !exists && d.refusals.still(mpath) {
-		return false // read once per version (refused.go)
+	return true
+}
+
+// file reads the manifest: a regular file of at most its cap (§8.1), once
+// per version when it was refused before (refused.go).
+func (e *evaluation) file() bool {
+	d := e.d
+	if !e.exists && d.refusals.still(e.mpath) {
+		return false
 	}
 	d.probe.add(manifestReads)
-	data, err := d.folder.ReadFile(mpath, bcrypto.KindRequest.MaxSize())
+	data, err := d.folder.ReadFile(e.mpath, bcrypto.KindRequest.MaxSize())
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		if exists && d.out.hasSealedResult(agent, id) {
-			d.evaluateKept(ent, keys) // answered before the agent's files went
+		if e.exists && d.out.hasSealedResult(e.agent, e.id) {
+			d.evaluateKept(e.ent, e.keys) // answered before the agent's files went
 		}
 		return false // the payload came first; the manifest will follow
 	case errors.Is(err, syncsafe.ErrTooLarge), errors.Is(err, syncsafe.ErrNotRegular):
-		d.refuseFile(mpath, err)
-		d.refusals.mark(mpath)
+		d.refuseFile(e.mpath, err)
+		d.refusals.mark(e.mpath)
 		return false
 	case err != nil:
-		d.log.Warn("read manifest", "file", mpath, "err", err)
+		d.log.Warn("read manifest", "file", e.mpath, "err", err)
 		return false
 	}
-	j := &job{agent: agent, keys: keys, manifest: data, sha: bridge.SHA256Hex(data), key: key, rules: d.rules()}
-	req, verr := bridge.OpenRequest(data, id, d.check(agent, keys))
+	e.data = data
+	return true
+}
+
+// envelope opens the signed manifest (§8.2–3). An authentic request
+// refused for its times or its key goes on to be recorded and answered
+// (refused); anything not authentic ends here.
+func (e *evaluation) envelope() bool {
+	d := e.d
+	e.j = &job{agent: e.agent, keys: e.keys, manifest: e.data, sha: bridge.SHA256Hex(e.data), key: e.key, rules: d.rules()}
+	req, verr := bridge.OpenRequest(e.data, e.id, d.check(e.agent, e.keys))
 	if errors.Is(verr, bcrypto.ErrBadSignature) || errors.Is(verr, bcrypto.ErrUnknownKey) {
-		req, verr = d.invalidKey(data, id, agent, keys, verr)
+		req, verr = d.invalidKey(e.data, e.id, e.agent, e.keys, verr)
 	}
 	if verr != nil && req == nil {
 		if errors.Is(verr, bcrypto.ErrTruncated) {
-			d.waiting(mpath, len(data), verr) // may still be arriving
-			d.refusals.mark(mpath)            // until it changes, as it does while it arrives
+			d.waiting(e.mpath, len(e.data), verr) // may still be arriving
+			d.refusals.mark(e.mpath)              // until it changes, as it does while it arrives
 		} else {
-			d.refuseFile(mpath, verr)
-			d.refusals.mark(mpath) // not authentic: no time makes it so
+			d.refuseFile(e.mpath, verr)
+			d.refusals.mark(e.mpath) // not authentic: no time makes it so
 		}
 		return false
 	}
-	j.req = req
-	if exists && ent.ManifestSHA256 != j.sha {
-		d.refuseFile(mpath, fmt.Errorf("%w: %s was recorded with another manifest", bridge.ErrReplay, id))
+	e.j.req, e.refused = req, verr
+	return true
+}
+
+// record is the ledger's check (§8.4): another manifest under a recorded
+// id is a replay; a new id is recorded (deliver) inside its record window,
+// and refused without an entry or a result outside it; a request refused
+// for its times or key is answered so once recorded.
+func (e *evaluation) record() bool {
+	d, j := e.d, e.j
+	if e.exists && e.ent.ManifestSHA256 != j.sha {
+		d.refuseFile(e.mpath, fmt.Errorf("%w: %s was recorded with another manifest", bridge.ErrReplay, e.id))
 		return false
 	}
-	expires := recordedExpiry(req)
-	if !exists && verr != nil && outsideRecordWindow(req, expires, d.opt.Now(), d.opt.Skew) {
+	e.expires = recordedExpiry(j.req)
+	if verr := e.refused; !e.exists && verr != nil && outsideRecordWindow(j.req, e.expires, d.opt.Now(), d.opt.Skew) {
 		// Refused, and either past its (effective) expiry beyond the skew
 		// or created absurdly far ahead: the ledger may have forgotten the
 		// id after it was answered (GC), or would have to keep it for
 		// ever. Refuse it without an entry or a result, so it never gets a
 		// second one. Whatever the reason it is refused for (a revoked or
 		// expired key too), the times decide this.
-		if !errors.Is(verr, bridge.ErrExpired) && d.opt.Now().After(expires.Add(d.opt.Skew)) {
-			verr = fmt.Errorf("%w (and at %s: %w)", verr, expires.UTC().Format(time.RFC3339), bridge.ErrExpired)
+		if !errors.Is(verr, bridge.ErrExpired) && d.opt.Now().After(e.expires.Add(d.opt.Skew)) {
+			verr = fmt.Errorf("%w (and at %s: %w)", verr, e.expires.UTC().Format(time.RFC3339), bridge.ErrExpired)
 		}
-		d.refuseFile(mpath, verr)
+		d.refuseFile(e.mpath, verr)
 		return false
 	}
-	if !exists {
-		var ok bool
-		if ent, ok = d.deliver(j, expires); !ok || answered(ent.State) {
+	if !e.exists {
+		ent, ok := d.deliver(j, e.expires)
+		if !ok || answered(ent.State) {
 			return false // not recorded, or record-lost: held for a human
 		}
-	} else if d.ledger.Durable(key) {
+		e.ent = ent
+	} else if d.ledger.Durable(e.key) {
 		if err := d.out.keepManifest(j); err != nil {
-			d.log.Error("keep manifest", "key", key, "err", err)
+			d.log.Error("keep manifest", "key", e.key, "err", err)
 			return false
 		}
-		if d.adopt(j, ent) || d.holdBehind(j, ent) {
+		if d.adopt(j, e.ent) || d.holdBehind(j, e.ent) {
 			return false
 		}
 	}
-	if verr != nil { // authentic but refused for its times or key
+	if verr := e.refused; verr != nil { // authentic but refused for its times or key
 		if errors.Is(verr, bridge.ErrExpired) {
 			d.answer(j, evExpire, bridge.Receipt{Status: bridge.StatusExpired, Reason: "expired", Detail: verr.Error()}, nil, nil)
 		} else {
@@ -154,29 +228,49 @@ func (d *Daemon) evaluate(agent, id string) bool {
 		}
 		return false
 	}
-	if d.expired(j, ent) || d.cancelledBefore(j) {
-		return false
-	}
+	return true
+}
+
+// inTime: not expired by the host's first sight plus the maximum queue age
+// (§8.3's last clause, which needs the recorded entry), nor cancelled.
+func (e *evaluation) inTime() bool {
+	return !e.d.expired(e.j, e.ent) && !e.d.cancelledBefore(e.j)
+}
+
+// payload holds the payload to what this agent may send, then settles it
+// into a private spool by its pinned length and hash, or leaves the request
+// pending (§8.5), to be answered incomplete after the pending timeout.
+func (e *evaluation) payload() bool {
+	d, j := e.d, e.j
 	if err := payloadBound(j); err != nil {
 		d.answer(j, evRefuse, bridge.Receipt{Status: bridge.StatusRejected, Reason: bridge.Reason(err), Detail: err.Error(), PolicySHA256: d.pol().SHA256}, nil, nil)
 		return false
 	}
 	in, err := d.settle(j)
 	if err != nil {
-		if ent.State == ledger.StateSeen {
-			if _, err := d.step(key, evWaitPayload, nil); err != nil {
-				d.log.Warn("ledger", "key", key, "err", err)
+		if e.ent.State == ledger.StateSeen {
+			if _, err := d.step(e.key, evWaitPayload, nil); err != nil {
+				d.log.Warn("ledger", "key", e.key, "err", err)
 			}
 		}
-		if d.opt.Now().Sub(ent.FirstSeen) > d.opt.PendingTimeout {
+		if d.opt.Now().Sub(e.ent.FirstSeen) > d.opt.PendingTimeout {
 			d.answer(j, evIncomplete, bridge.Receipt{Status: bridge.StatusRejected, Reason: bridge.ReasonIncomplete,
 				Detail: fmt.Sprintf("payload not complete after %s: %v", d.opt.PendingTimeout, err)}, nil, nil)
 		} else {
-			d.waiting(bridge.RequestPath(d.me, agent, id, bridge.ExtPayload), -1, err)
+			d.waiting(bridge.RequestPath(d.me, e.agent, e.id, bridge.ExtPayload), -1, err)
 		}
 		return false
 	}
-	return d.admit(j, in, admitNew)
+	e.in = in
+	return true
+}
+
+// call decrypts and decodes the call from the settled spool, then holds
+// it to the policy (§8.6–7): admit (admit.go) owns the spool from here, and
+// decides what runs.
+func (e *evaluation) call() bool {
+	e.handed = e.d.admit(e.j, e.in, admitNew)
+	return false
 }
 
 // deliver records an authentic request new to the ledger (event deliver),

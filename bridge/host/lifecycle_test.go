@@ -4,6 +4,7 @@ import (
 	"os"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -126,4 +127,53 @@ func names(ss []ledger.State) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// evaluate's steps check what SPEC §8 lists: every item of it is named by a
+// step, no step names an item it does not have, and the steps are in §8's
+// order but for those that say why not.
+func TestEvaluationStepsFollowSpec(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/SPEC.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(doc)
+	start := strings.Index(text, "\n## 8. ")
+	end := strings.Index(text[start+1:], "\n## ")
+	if start < 0 || end < 0 {
+		t.Fatal("SPEC.md has no §8")
+	}
+	items := regexp.MustCompile(`(?m)^(\d+)\. `).FindAllStringSubmatch(text[start:start+1+end], -1)
+	if len(items) == 0 {
+		t.Fatal("SPEC §8 lists no checks")
+	}
+	named := map[string]bool{}
+	last := 0
+	for i, st := range evaluationSteps {
+		for _, n := range strings.Split(st.spec, ", ") {
+			named[n] = true
+			k, err := strconv.Atoi(n)
+			if err != nil {
+				t.Fatalf("step %d names %q, not an item of §8", i, n)
+			}
+			if st.outOfOrder == "" {
+				if k < last {
+					t.Errorf("step %d checks §8.%d after §8.%d, and does not say why", i, k, last)
+				}
+				last = k
+			}
+		}
+	}
+	have := map[string]bool{}
+	for _, m := range items {
+		have[m[1]] = true
+		if !named[m[1]] {
+			t.Errorf("SPEC §8.%s is checked by no step of evaluate", m[1])
+		}
+	}
+	for n := range named {
+		if !have[n] {
+			t.Errorf("a step of evaluate names SPEC §8.%s, which SPEC §8 does not have", n)
+		}
+	}
 }
