@@ -33,14 +33,6 @@ type job struct {
 	args     map[string]string // the request's arguments as sent, once opened
 }
 
-func (d *Daemon) check(agent string, keys *agentKeys) bridge.RequestCheck {
-	return bridge.RequestCheck{
-		Host: d.me, HostBoxKids: d.own().boxKids(), Agent: agent, AgentKeys: keys.sign(d.opt.Now()),
-		AgentBoxKid: func(kid string) bool { return keys.boxValid(kid, d.opt.Now()) },
-		Now:         d.opt.Now(), Skew: d.opt.Skew,
-	}
-}
-
 // answered reports whether an entry has its answer: a final state, or
 // uncertain (which only a human moves on).
 func answered(s ledger.State) bool { return s.Terminal() || s == ledger.StateUncertain }
@@ -114,7 +106,7 @@ func (e *evaluation) known() bool {
 	}
 	if e.exists && answered(ent.State) {
 		if data, err := d.folder.ReadFile(e.mpath, bcrypto.KindRequest.MaxSize()); err == nil && bridge.SHA256Hex(data) != ent.ManifestSHA256 {
-			if req, err := bridge.OpenRequest(data, e.id, d.check(e.agent, e.keys)); req != nil || err == nil {
+			if req, err := bridge.OpenRequest(data, e.id, d.keys.check(e.agent, e.keys)); req != nil || err == nil {
 				d.refuseFile(e.mpath, fmt.Errorf("%w: %s was recorded with another manifest", bridge.ErrReplay, e.id))
 			} else if !errors.Is(err, bcrypto.ErrTruncated) {
 				d.refuseFile(e.mpath, err)
@@ -163,7 +155,7 @@ func (e *evaluation) file() bool {
 func (e *evaluation) envelope() bool {
 	d := e.d
 	e.j = &job{agent: e.agent, keys: e.keys, manifest: e.data, sha: bridge.SHA256Hex(e.data), key: e.key, rules: d.rules()}
-	req, verr := bridge.OpenRequest(e.data, e.id, d.check(e.agent, e.keys))
+	req, verr := bridge.OpenRequest(e.data, e.id, d.keys.check(e.agent, e.keys))
 	if errors.Is(verr, bcrypto.ErrBadSignature) || errors.Is(verr, bcrypto.ErrUnknownKey) {
 		req, verr = d.invalidKey(e.data, e.id, e.agent, e.keys, verr)
 	}
@@ -426,7 +418,7 @@ func outsideRecordWindow(req *bridge.Request, expires, now time.Time, skew time.
 func (d *Daemon) invalidKey(data []byte, id, agent string, keys *agentKeys, verr error) (*bridge.Request, error) {
 	bad, reasons := keys.invalidSign(d.opt.Now())
 	for i, k := range bad {
-		c := d.check(agent, keys)
+		c := d.keys.check(agent, keys)
 		c.AgentKeys = [][]byte{k}
 		c.AgentBoxKid = func(kid string) bool { _, ok := keys.boxPub(kid); return ok }
 		if req, _ := bridge.OpenRequest(data, id, c); req != nil {
@@ -609,7 +601,7 @@ func (d *Daemon) reload(ent ledger.Entry, keys *agentKeys) (*job, error) {
 	if bridge.SHA256Hex(data) != ent.ManifestSHA256 {
 		return nil, fmt.Errorf("%w: the kept manifest changed", bridge.ErrReplay)
 	}
-	c := d.check(ent.Agent, keys)
+	c := d.keys.check(ent.Agent, keys)
 	c.AgentKeys = keys.allSign()
 	c.AgentBoxKid = func(kid string) bool { _, ok := keys.boxPub(kid); return ok }
 	req, err := bridge.OpenRequest(data, ent.ID, c)

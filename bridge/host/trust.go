@@ -119,6 +119,16 @@ type keyring struct {
 	out *outbox
 }
 
+// check is what a request of agent is verified against (SPEC §8.2–3):
+// this host's keys and the agent's valid now, and the clock.
+func (k *keyring) check(agent string, keys *agentKeys) bridge.RequestCheck {
+	return bridge.RequestCheck{
+		Host: k.me, HostBoxKids: k.own().boxKids(), Agent: agent, AgentKeys: keys.sign(k.opt.Now()),
+		AgentBoxKid: func(kid string) bool { return keys.boxValid(kid, k.opt.Now()) },
+		Now:         k.opt.Now(), Skew: k.opt.Skew,
+	}
+}
+
 func (k *keyring) loadAgents() error {
 	peers, err := k.home.Peers()
 	if err != nil {
