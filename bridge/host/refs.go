@@ -32,6 +32,11 @@ const minRefDigits = 8
 type Listed struct {
 	Ref       string `json:"ref"`        // AGENT/ID, AGENT the agent's local name
 	AgentName string `json:"agent_name"` // the agent's local name; its id if it is no longer trusted (agent is the id)
+	// ExitCode is the op's exit code when it ran (the entry's Exit), under
+	// the name the agent's `ls --json` and `run --json` give it; null when
+	// it did not run, or a reconcile command settled it (its exit is the
+	// check's, not the op's).
+	ExitCode *int `json:"exit_code"`
 	LedgerEntry
 }
 
@@ -92,7 +97,11 @@ func listed(names map[string]string, e LedgerEntry) Listed {
 	if name == "" {
 		name = e.Agent
 	}
-	return Listed{Ref: refName(names, e), AgentName: name, LedgerEntry: e}
+	l := Listed{Ref: refName(names, e), AgentName: name, LedgerEntry: e}
+	if e.State == ledger.StateDone && e.Exit != nil && e.Reason != string(bridge.ReasonReconciled) {
+		l.ExitCode = e.Exit
+	}
+	return l
 }
 
 // listedOf is one entry with its reference and agent name.

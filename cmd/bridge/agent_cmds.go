@@ -255,11 +255,11 @@ func (c *LsCmd) Run(g *Globals) error {
 		g.printf("%-5s  %-*s  %-*s  %-*s  %s\n", "AGE", wRef, "REQUEST", wOp, "OP", wState, "STATE", "REASON")
 		for _, e := range entries {
 			reason, _, _ := strings.Cut(e.Reason, "\n")
-			if e.State == "done" && e.Exit != nil && reason != string(bridge.ReasonReconciled) {
+			if e.ExitCode != nil {
 				// It ran: the op's own code says how, 0 included, as the
 				// agent's ls does (a new user saw a refused write as a
 				// bare "done"). A reconciled one has no exit of its own.
-				reason = strings.TrimSpace(fmt.Sprintf("exit %d %s", *e.Exit, reason))
+				reason = strings.TrimSpace(fmt.Sprintf("exit %d %s", *e.ExitCode, reason))
 			}
 			if e.State == "awaiting-approval" { // the ledger's state (this is the host's ls)
 				reason = "`bridge pending` shows what it would run" // its first line ends in "it would run:"

@@ -7,6 +7,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,6 +23,7 @@ import (
 
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/agent"
+	"github.com/syncbridge/bridge/bridge/host"
 	"github.com/syncbridge/bridge/bridge/trust"
 )
 
@@ -514,7 +517,19 @@ func (w *budgetWorld) allocs(t *testing.T, got map[string]int64) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer serveInProcess(t, hh)()
+	// The daemon's log says "result" as the last step of a round trip (the
+	// private copies kept, the ledger's final state recorded): a counted
+	// event to read the count at, not a time after the agent's wait.
+	done := make(chan struct{}, 8)
+	d, err := host.NewDaemon(hh, host.DaemonOptions{AllowRoot: true,
+		Logger: slog.New(resultHook{slog.NewTextHandler(io.Discard, nil), done})}) // what NewDaemon logs to by default, and the hook
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Open(); err != nil {
+		t.Fatal(err)
+	}
+	defer runDaemon(d)()
 	ah, err := trust.OpenHome(w.agent)
 	if err != nil {
 		t.Fatal(err)
@@ -527,6 +542,9 @@ func (w *budgetWorld) allocs(t *testing.T, got map[string]int64) {
 	for _, op := range []string{"ping", "noop"} {
 		best, bestBytes := int64(-1), int64(-1)
 		for i := range 6 {
+			for len(done) > 0 {
+				<-done
+			}
 			var before, after runtime.MemStats
 			runtime.ReadMemStats(&before)
 			s, err := c.Submit(agent.SubmitOptions{Op: opName(op)})
@@ -539,7 +557,11 @@ func (w *budgetWorld) allocs(t *testing.T, got map[string]int64) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			time.Sleep(100 * time.Millisecond) // its private copies, the ledger's last state
+			select {
+			case <-done:
+			case <-time.After(time.Minute):
+				t.Fatal("the daemon never logged the round trip's result")
+			}
 			runtime.ReadMemStats(&after)
 			if n := int64(after.Mallocs - before.Mallocs); i > 0 && (best < 0 || n < best) {
 				best = n
@@ -558,6 +580,32 @@ func (w *budgetWorld) allocs(t *testing.T, got map[string]int64) {
 			got["lib "+op+" alloc-bytes ceiling"] = bestBytes
 		}
 	}
+}
+
+// resultHook passes every record on, and signals done at each "result"
+// line (the daemon's last step of a round trip).
+type resultHook struct {
+	slog.Handler
+	done chan<- struct{}
+}
+
+func (h resultHook) Handle(ctx context.Context, r slog.Record) error {
+	err := h.Handler.Handle(ctx, r)
+	if r.Message == "result" {
+		select {
+		case h.done <- struct{}{}:
+		default:
+		}
+	}
+	return err
+}
+
+func (h resultHook) WithAttrs(a []slog.Attr) slog.Handler {
+	return resultHook{h.Handler.WithAttrs(a), h.done}
+}
+
+func (h resultHook) WithGroup(g string) slog.Handler {
+	return resultHook{h.Handler.WithGroup(g), h.done}
 }
 
 // idle counts the context switches of an idle `bridge serve` over ten
