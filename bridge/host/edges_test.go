@@ -432,6 +432,18 @@ func TestSecondSignalDuringARerunsStepLeavesItRunning(t *testing.T) {
 	}
 }
 
+// backedUp answers a request (something for the ledger to keep), backs
+// the ledger up with the daemon stopped, and starts a daemon again: the
+// backup is the ledger a test restores later, behind what happens next.
+func (e *edge) backedUp(t *testing.T) (*Daemon, map[string][]byte) {
+	t.Helper()
+	d := e.daemon(t)
+	e.wait(t, e.submit(t, "blockidem"))
+	stopDaemon(d, context.Background())
+	before := backupLedger(t, e.host)
+	return e.daemon(t), before
+}
+
 // Rows "record-lost" and "catch-up": a ledger repaired after damage, or
 // restored from a backup, has lost the record of a request that ran. Its
 // files are still in the folder; the evidence in the home and the folder
@@ -444,12 +456,7 @@ func TestLostRecordNeverRunsAgain(t *testing.T) {
 	for _, how := range []string{"repair", "restore", "restore, result collected"} {
 		t.Run(how, func(t *testing.T) {
 			e := newEdge(t)
-			d := e.daemon(t)
-			warm := e.submit(t, "blockidem") // something for the ledger to keep
-			e.wait(t, warm)
-			stopDaemon(d, context.Background())
-			before := backupLedger(t, e.host)
-			d = e.daemon(t)
+			d, before := e.backedUp(t)
 			id := e.submit(t, "blockidem")
 			first := e.wait(t, id)
 			if first.Receipt.Status != bridge.StatusDone {
@@ -932,12 +939,7 @@ func TestSquattedResultNamesAreCleared(t *testing.T) {
 // with that very result, and the request never waits for a human again.
 func TestLostRecordOfARefusalKeepsItsAnswer(t *testing.T) {
 	e := newEdge(t)
-	d := e.daemon(t)
-	warm := e.submit(t, "blockidem") // something for the ledger to keep
-	e.wait(t, warm)
-	stopDaemon(d, context.Background())
-	before := backupLedger(t, e.host)
-	d = e.daemon(t)
+	d, before := e.backedUp(t)
 	id := e.submit(t, "gated")
 	waitFor(t, 10*time.Second, "the request to await approval", func() bool {
 		return e.entry(t, id).State == ledger.StateAwaitingApproval
