@@ -85,7 +85,7 @@ func (cs *ceilings) concurrentFull(agent string) bool {
 	return cs.running[agent] >= c.MaxConcurrent
 }
 
-// reserveCeiling takes a place under agent's ceilings for a run of inv, or
+// reserve takes a place under agent's ceilings for a run of inv, or
 // returns the rejection to answer with. The release function ends the run's
 // place in max_concurrent. The op's CPU limit is lowered to what is left of
 // the agent's CPU for the day, so one run cannot overdraw it by much.

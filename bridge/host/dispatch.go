@@ -151,7 +151,7 @@ func (o *outbox) resultStamps(keys []string) []stamp {
 	return out
 }
 
-// unfinish drops key from the finished set: it is not answered (any more),
+// drop takes key out of the finished set: it is not answered (any more),
 // so a rescan must evaluate its files, not skip them.
 func (f *finishedSet) drop(key string) {
 	f.mu.Lock()

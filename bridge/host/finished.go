@@ -48,7 +48,7 @@ const finishedName = "finished"
 
 const finishedHeader = "bridge-finished v1"
 
-// saveFinished writes the finished set (atomically; a crash keeps the old
+// save writes the finished set (atomically; a crash keeps the old
 // file). Called on Close and after each periodic collection.
 func (f *finishedSet) save() error {
 	f.mu.Lock()
@@ -62,7 +62,7 @@ func (f *finishedSet) save() error {
 	return syncsafe.WriteFileAtomic(f.home.Path(finishedName), b.Bytes())
 }
 
-// loadFinished reads the file saveFinished wrote. Anything malformed
+// load reads the file save wrote. Anything malformed
 // discards the whole file: it is only a cache.
 func (f *finishedSet) load() {
 	file, err := os.Open(f.home.Path(finishedName))

@@ -308,7 +308,7 @@ func (c *collector) acked(e ledger.Entry) bool {
 	return a.ResultSHA256 == e.ResultSHA256
 }
 
-// runGC is the daemon's periodic (and ordered) collection.
+// run is the daemon's periodic (and ordered) collection.
 func (c *collector) run(o GCOptions) {
 	// Only entries old enough for collect to act on: it collects nothing
 	// younger than both the grace and the retention unless it expired (a

@@ -56,11 +56,11 @@ var markSettle = 2 * time.Second
 // the lines they make are bounded by the budget).
 var maxRefusedMarks = 1 << 18
 
-// lstatChunk is how many refused marks skipRefused checks with one batched
+// lstatChunk is how many refused marks skip checks with one batched
 // lstat.
 const lstatChunk = 2048
 
-// markRefused remembers that the manifest at p (relative to the folder), as
+// mark remembers that the manifest at p (relative to the folder), as
 // it is now, will never be admitted against the keys of now. Only for
 // refusals that new time cannot lift (a bad signature, a damaged file, an
 // unknown key, a file cut short: one still arriving changes its version as
@@ -99,7 +99,7 @@ func (r *refusals) mark(p string) {
 // was refused.
 func (r *refusals) markKey(rel string) uint64 { return maphash.String(r.seed, rel) }
 
-// skipRefused takes out of a full batch's paths (relative to to-host) the
+// skip takes out of a full batch's paths (relative to to-host) the
 // manifests refused before that have not changed since, looking at them all
 // with one batched lstat per agent directory; and forgets marks of files
 // that are gone. Event batches are not filtered: an event means a change.
@@ -182,7 +182,7 @@ func (r *refusals) skip(paths []string) []string {
 	return out
 }
 
-// stillRefused reports whether the manifest at p (relative to the folder)
+// still reports whether the manifest at p (relative to the folder)
 // is the version refused before, against the same keys: an event about its
 // payload, or about nothing new, must not have it read again.
 func (r *refusals) still(p string) bool {
