@@ -27,8 +27,10 @@ fi
 step "go test -race"
 # The sync simulator's property test runs once more below, without the race
 # detector, with enough seeds for 10,000+ simulated requests; here it is left
-# out to keep the race run short (its regression seeds still run here).
-go test -race -count=1 -timeout 20m -skip '^TestSimProperties$' ./...
+# out to keep the race run short (its regression seeds still run here). So is
+# the cost budget, which runs below without the race detector: its counts are
+# the same either way, and only there are its allocations checked too.
+go test -race -count=1 -timeout 20m -skip '^TestSimProperties$|^TestCostBudget$' ./...
 
 step "cost budget without the race detector (its allocated bytes)"
 go test -count=1 -timeout 10m -run '^TestCostBudget$' ./cmd/bridge/

@@ -44,8 +44,9 @@
 // A bridge folder has a regular file [MarkerName] ("bridge.folder") at its
 // root holding exactly [MarkerContent] ("syncbridge folder v1\n"). Without it
 // [CheckMarker] fails with [ErrNoMarker]: an unmounted, empty or not yet
-// synced folder must never be read as "everything was deleted". Other
-// content is an error naming it. [WriteMarker] creates it without replacing.
+// synced folder must never be read as "everything was deleted". So does a
+// marker holding a beginning of that content (a sync client that writes in
+// place is still copying it). Other content is an error naming it. [WriteMarker] creates it without replacing.
 //
 // # Publishing
 //

@@ -450,7 +450,8 @@ func syncDirRel(root *os.Root, dir string) {
 }
 
 // CheckMarker verifies the marker file at the folder root: ErrNoMarker when
-// it is missing, an error naming the content when it is not ours.
+// it is missing or holds only a beginning of its content (still being
+// copied), an error naming the content when it is not ours.
 func CheckMarker(f *Folder) error {
 	b, err := f.ReadFile(MarkerName, 256)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -458,6 +459,14 @@ func CheckMarker(f *Folder) error {
 	}
 	if err != nil {
 		return fmt.Errorf("check folder %s: %w", f.path, err)
+	}
+	if len(b) < len(MarkerContent) && strings.HasPrefix(MarkerContent, string(b)) {
+		// The beginning of ours, the empty file included: a sync client
+		// that writes in place (rclone before 1.63, a Dropbox mid-copy)
+		// has not finished copying it. Not yet synced, not another
+		// program's folder.
+		return fmt.Errorf("check folder %s: %w: %s holds %d of its %d bytes (a sync client may still be copying it)",
+			f.path, ErrNoMarker, MarkerName, len(b), len(MarkerContent))
 	}
 	if string(b) != MarkerContent {
 		return fmt.Errorf("check folder %s: marker %s holds %q, want %q (another program's folder or another bridge version)",

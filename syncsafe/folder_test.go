@@ -230,6 +230,20 @@ func TestMarker(t *testing.T) {
 		t.Errorf("WriteMarker changed a foreign marker to %q", b)
 	}
 
+	// A marker still being copied in place (empty, or a beginning of its
+	// content) is not yet synced, not another program's folder.
+	for _, part := range []string{"", "syncbridge fol", MarkerContent[:len(MarkerContent)-1]} {
+		p, pdir := newFolder(t)
+		writeFile(t, filepath.Join(pdir, MarkerName), part)
+		err := CheckMarker(p)
+		if !errors.Is(err, ErrNoMarker) || !strings.Contains(err.Error(), "still be copying") {
+			t.Errorf("CheckMarker(%q) = %v, want ErrNoMarker saying it is still being copied", part, err)
+		}
+		if err := WriteMarker(p); err == nil {
+			t.Errorf("WriteMarker over a marker being copied (%q) succeeded", part)
+		}
+	}
+
 	h, hdir := newFolder(t)
 	must(t, os.Symlink(filepath.Join(dir, MarkerName), filepath.Join(hdir, MarkerName)))
 	if err := CheckMarker(h); err == nil || errors.Is(err, ErrNoMarker) {

@@ -28,6 +28,7 @@ approve = true
 }
 
 func TestApprovalSurvivesAgentRotation(t *testing.T) {
+	t.Parallel()
 	p := newPair(t, gatedPolicy())
 	p.start(t, nil)
 	var ids []string
@@ -65,6 +66,7 @@ func TestApprovalSurvivesAgentRotation(t *testing.T) {
 // A request whose own validity ends while it waits for approval is answered
 // expired by the next sweep, not left waiting (a red team's side note).
 func TestApprovalWaitEndsAtExpiry(t *testing.T) {
+	t.Parallel()
 	p := newPair(t, gatedPolicy())
 	p.start(t, nil)
 	s, err := p.client.Submit(agent.SubmitOptions{Op: "gated", TTL: 3 * time.Second})
@@ -81,6 +83,8 @@ func TestApprovalWaitEndsAtExpiry(t *testing.T) {
 // another user put in a PATH directory they may write never runs as the
 // daemon's user (issue 26, the red team of the PATH fix: it ran with text
 // an agent chose at every approval).
+//
+// Not in parallel: t.Setenv changes the environment of every test of the process.
 func TestDesktopNotifierNotFromOthersDirectory(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("notify-send is looked up on Linux")
@@ -111,6 +115,7 @@ func TestDesktopNotifierNotFromOthersDirectory(t *testing.T) {
 // would throw the human's decision away (red team of the presets, whose
 // agent runs one op at a time).
 func TestApprovalWaitsForTheAgentsCeiling(t *testing.T) {
+	t.Parallel()
 	pol := strings.Replace(gatedPolicy(), "[agents.cloud-1]\n", "[agents.cloud-1]\nmax_concurrent = 1\n", 1)
 	p := newPair(t, pol)
 	count := filepath.Join(t.TempDir(), "count")

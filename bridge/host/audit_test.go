@@ -49,6 +49,7 @@ func auditLines(t *testing.T, h *trust.Home) [][]byte {
 }
 
 func TestAuditChainVerifies(t *testing.T) {
+	t.Parallel()
 	h := writeAudit(t, 5)
 	// Reopening continues the chain.
 	a, err := openAudit(h.Path(auditName))
@@ -67,6 +68,7 @@ func TestAuditChainVerifies(t *testing.T) {
 }
 
 func TestAuditVerifyDetectsTampering(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name   string
 		tamper func(lines [][]byte) []byte
@@ -102,6 +104,7 @@ func TestAuditVerifyDetectsTampering(t *testing.T) {
 // A crash between the append and the checkpoint leaves one line more than
 // the checkpoint names; a torn last line is dropped when the log reopens.
 func TestAuditCrashLeftovers(t *testing.T) {
+	t.Parallel()
 	h := writeAudit(t, 3)
 	tail, _ := os.ReadFile(h.Path(auditTailName))
 	a, _ := openAudit(h.Path(auditName))
@@ -132,6 +135,7 @@ func TestAuditCrashLeftovers(t *testing.T) {
 // window, and a torn line longer than that, still resume the chain where it
 // ends; a log that is all torn line starts over.
 func TestAuditResumeLongLines(t *testing.T) {
+	t.Parallel()
 	h := &trust.Home{Dir: t.TempDir(), Config: trust.Config{Role: "host"}}
 	a, err := openAudit(h.Path(auditName))
 	if err != nil {
@@ -172,6 +176,7 @@ func TestAuditResumeLongLines(t *testing.T) {
 // and the next holder of the lock logs it first: the lines keep the order
 // of the actions and the chain verifies.
 func TestAuditActionOrders(t *testing.T) {
+	t.Parallel()
 	h := &trust.Home{Dir: t.TempDir(), Config: trust.Config{Role: "host"}}
 	if q, err := AuditAction(h, AuditEvent{Event: "trust", Detail: "one"}); err != nil || q {
 		t.Fatalf("unlocked: queued %v, %v", q, err)
@@ -218,6 +223,7 @@ func TestAuditActionOrders(t *testing.T) {
 // daemon's: only the CLI's trust actions pass, stripped of a request, an
 // op, a status and an exit code; a FIFO there is skipped, never waited on.
 func TestAuditOrdersCannotForgeTheDaemon(t *testing.T) {
+	t.Parallel()
 	h := &trust.Home{Dir: t.TempDir(), Config: trust.Config{Role: "host"}}
 	if err := os.MkdirAll(h.Path("control"), 0o700); err != nil {
 		t.Fatal(err)

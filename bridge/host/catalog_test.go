@@ -31,6 +31,7 @@ func (p *pair) readCatalog(t *testing.T) (*bridge.Catalog, []byte) {
 // over the host's own (an older one it signed, as a folder writer would)
 // is replaced by the host's at its next stamp round (issue 26, item 1).
 func TestHostDatesAndPutsBackItsCatalog(t *testing.T) {
+	t.Parallel()
 	p := newPair(t, testPolicy)
 	var offset atomic.Int64
 	now := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
@@ -88,6 +89,7 @@ func TestHostDatesAndPutsBackItsCatalog(t *testing.T) {
 // next once the clock is right (the red team of 5da3cff: every catalog
 // after it was dated a year ahead, and every agent called it stale).
 func TestCatalogFloorFromAClockAheadIsDropped(t *testing.T) {
+	t.Parallel()
 	p := newPair(t, testPolicy)
 	var offset atomic.Int64
 	offset.Store(int64(365 * 24 * time.Hour))

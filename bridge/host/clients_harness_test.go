@@ -260,7 +260,9 @@ func loopHomes(t *testing.T, c *loopClient) *pair {
 	}
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		if _, err := os.Stat(filepath.Join(c.B, syncsafe.MarkerName)); err == nil {
+		// Whole, not just there: rclone 1.60 copies in place, and an
+		// agent's init refuses a marker it is still writing.
+		if b, err := os.ReadFile(filepath.Join(c.B, syncsafe.MarkerName)); err == nil && string(b) == syncsafe.MarkerContent {
 			break
 		}
 		if time.Now().After(deadline) {

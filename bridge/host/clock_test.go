@@ -12,6 +12,7 @@ import (
 // is refused not-yet-valid with both clocks in its detail, so that the
 // agent can say which clock is off and by how much (issue 27, wrong item 3).
 func TestNotYetValidNamesTheClocks(t *testing.T) {
+	t.Parallel()
 	p := newPair(t, testPolicy)
 	runDaemon(t, p.host, DaemonOptions{Rescan: 500 * time.Millisecond, Now: func() time.Time { return time.Now().Add(-time.Hour) }})
 	s, err := p.client.Submit(agent.SubmitOptions{Op: "echo", Args: map[string]string{"msg": "hi"}})

@@ -43,6 +43,7 @@ func (e *edge) answerReaches(t *testing.T, id string, state ledger.State) {
 // replaces; it must reach the agent all the same (a red team found it
 // refused for ever as "a newer result of this host").
 func TestClockStepBackRerun(t *testing.T) {
+	t.Parallel()
 	e, id := uncertainAhead(t)
 	e.daemon(t)
 	if _, err := Reconcile(e.host, "cloud-1/"+id, "rerun"); err != nil {
@@ -56,6 +57,7 @@ func TestClockStepBackRerun(t *testing.T) {
 
 // TestClockStepBackSettle: the same for a human settling it as done.
 func TestClockStepBackSettle(t *testing.T) {
+	t.Parallel()
 	e, id := uncertainAhead(t)
 	e.daemon(t)
 	if _, err := Reconcile(e.host, "cloud-1/"+id, "done"); err != nil {

@@ -170,6 +170,7 @@ func alive(pid int) bool {
 // command that looks for the effect the op runs once more and the effect
 // happens once, without one it is answered uncertain with no effect.
 func TestCrashWithChildrenOutlivingTheLeader(t *testing.T) {
+	t.Parallel()
 	bothModes(t, func(t *testing.T) {
 		p := newPair(t, containPolicy)
 		countFile := filepath.Join(t.TempDir(), "count")
@@ -227,6 +228,7 @@ func TestCrashWithChildrenOutlivingTheLeader(t *testing.T) {
 // CPU its program never waits for is charged that CPU (finding 3), so the
 // agent's daily ceiling refuses the next request.
 func TestCPUCeilingChargesEveryProcess(t *testing.T) {
+	t.Parallel()
 	bothModes(t, func(t *testing.T) {
 		p := newPair(t, containPolicy)
 		p.start(t, map[string]string{"COUNT_FILE": filepath.Join(t.TempDir(), "count")})
@@ -252,6 +254,7 @@ func TestCPUCeilingChargesEveryProcess(t *testing.T) {
 // epoll instance and wake-up pipe open), an op starts with descriptors 0, 1
 // and 2 only (finding 4).
 func TestOpInheritsNoDescriptor(t *testing.T) {
+	t.Parallel()
 	bothModes(t, func(t *testing.T) {
 		p := newPair(t, containPolicy)
 		p.start(t, nil)
@@ -267,6 +270,7 @@ func TestOpInheritsNoDescriptor(t *testing.T) {
 // wait), an interrupted op is answered uncertain, idempotent or not: it is
 // neither run again nor checked while it may still have its effect.
 func TestLingeringRunHoldsRequestUncertain(t *testing.T) {
+	t.Parallel()
 	if runtime.GOOS != "linux" {
 		t.Skip("containment records are Linux's")
 	}
@@ -361,6 +365,7 @@ ops = ["forks", "bomb", "daemonize", "echo"]
 // TestHostileOpsContained: each hostile op is answered, none of its
 // processes outlives the answer, and the daemon serves the next request.
 func TestHostileOpsContained(t *testing.T) {
+	t.Parallel()
 	bothModes(t, func(t *testing.T) {
 		p := newPair(t, containHostilePolicy)
 		tag := fmt.Sprintf("bridge-hostile-%d-%d", os.Getpid(), time.Now().UnixNano())

@@ -144,6 +144,7 @@ func (d *daemonProcess) kill() {
 // is not run again and ends uncertain (the agent is told); the idempotent op
 // is run again and completes once; nothing finished twice.
 func TestInvariant5CrashLeavesNoSilentDoubleRun(t *testing.T) {
+	t.Parallel()
 	p := newPair(t, crashPolicy)
 	countFile := filepath.Join(t.TempDir(), "count")
 	os.WriteFile(countFile+".block", nil, 0o644)

@@ -13,6 +13,7 @@ import (
 // TestDoctorContainment: doctor names the mechanism that holds every
 // process of an op, the running daemon's once it has run one.
 func TestDoctorContainment(t *testing.T) {
+	t.Parallel()
 	p := newPair(t, testPolicy)
 	find := func() doctor.Finding {
 		t.Helper()

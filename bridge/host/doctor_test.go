@@ -15,6 +15,7 @@ import (
 // TestDoctorFindings plants what a testscript cannot: an agent clock ahead
 // of the host's, few inotify watches, a full disk and old keys.
 func TestDoctorFindings(t *testing.T) {
+	t.Parallel()
 	p := newPair(t, testPolicy)
 	// The host's clock runs 5 minutes behind: the agent's looks ahead.
 	runDaemon(t, p.host, DaemonOptions{Rescan: 500 * time.Millisecond, Now: func() time.Time { return time.Now().Add(-5 * time.Minute) }})

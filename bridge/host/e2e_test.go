@@ -14,6 +14,7 @@ import (
 )
 
 func TestEndToEndEcho(t *testing.T) {
+	t.Parallel()
 	p := newPair(t, testPolicy)
 	p.start(t, nil)
 	out := p.run(t, agent.SubmitOptions{Op: "echo", Args: map[string]string{"msg": "hi"}})
@@ -30,6 +31,7 @@ func TestEndToEndEcho(t *testing.T) {
 // replaces what it did not sign, and the agent keeps waiting for the real
 // result instead of giving up on the junk.
 func TestResultSquatIsReplaced(t *testing.T) {
+	t.Parallel()
 	p := newPair(t, testPolicy)
 	id, manifest, payload := p.sealManual(t, "echo", map[string]string{"msg": "mine"}, nil)
 	os.WriteFile(filepath.Join(p.toAgent(), id+".result"), []byte("BRR1junk"), 0o644)
@@ -53,6 +55,7 @@ func TestResultSquatIsReplaced(t *testing.T) {
 // the agent to wait on forever (found by the sync simulator: rclone 1.60
 // conflict handling renames a file away on both sides).
 func TestLostOutputIsRepublished(t *testing.T) {
+	t.Parallel()
 	p := newPair(t, testPolicy)
 	p.start(t, nil)
 	s, err := p.client.Submit(agent.SubmitOptions{Op: "echo", Args: map[string]string{"msg": "again"}})
@@ -72,6 +75,7 @@ func TestLostOutputIsRepublished(t *testing.T) {
 // small payload, in a file of the home's spool/ for a large one, which is
 // gone afterwards.
 func TestStdinSpools(t *testing.T) {
+	t.Parallel()
 	p := newPair(t, testPolicy+`
 [ops.cat]
 argv = ["cat"]
@@ -92,9 +96,10 @@ max_stdin = "4MiB"
 			t.Fatalf("%d bytes: status %s (%s), %d bytes back, equal %v", n, out.Receipt.Status, out.Receipt.Detail, len(out.Stdout), bytes.Equal(out.Stdout, in))
 		}
 	}
+	p.stop(t) // a run's input goes as its goroutine ends, after the answer
 	left, err := os.ReadDir(p.host.Path("spool"))
 	if err != nil || len(left) != 0 {
-		t.Fatalf("spool/ after the runs: %v, %v", left, err)
+		t.Fatalf("spool/ after the runs and the stop: %v, %v", left, err)
 	}
 }
 
@@ -103,6 +108,7 @@ max_stdin = "4MiB"
 // only while the result files are as they were recorded. A damaged cache is
 // ignored.
 func TestFinishedCacheAcrossRestart(t *testing.T) {
+	t.Parallel()
 	p := newPair(t, testPolicy)
 	p.start(t, nil)
 	var ids []string
@@ -162,6 +168,7 @@ func (p *pair) finishedCount() int {
 // A keyed retry re-delivers the very manifest first sent when the folder
 // lost it, from the agent's one private record of the request.
 func TestKeyedRetryRedeliversManifest(t *testing.T) {
+	t.Parallel()
 	p := newPair(t, testPolicy)
 	first, err := p.client.Submit(agent.SubmitOptions{Op: "echo", Args: map[string]string{"msg": "k"}, Key: "retry"})
 	if err != nil {

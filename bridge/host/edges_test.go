@@ -133,6 +133,7 @@ func secondSignal(t *testing.T, d *Daemon) int {
 // is answered failed and recorded failed; once the program exists, rescans
 // and a restart never run it.
 func TestHostErrorIsFinal(t *testing.T) {
+	t.Parallel()
 	e := newEdge(t)
 	d := e.daemon(t)
 	id := e.submit(t, "missing")
@@ -162,6 +163,7 @@ func TestHostErrorIsFinal(t *testing.T) {
 // (could not start), which an agent may retry: a non-idempotent one is
 // uncertain, an idempotent one is run again by the next start.
 func TestDrainAbortNeverFailed(t *testing.T) {
+	t.Parallel()
 	e := newEdge(t)
 	e.block()
 	d := e.daemon(t)
@@ -198,6 +200,8 @@ func TestDrainAbortNeverFailed(t *testing.T) {
 // once had the answer half written before the exit, and the next start
 // adopted "host-shutdown" where it says "crashed"): the entry stays running,
 // and the next start's verdict never depends on which came first.
+//
+// Not in parallel: the second signal kills every op the process runs (runner.KillAll), other tests' ops too.
 func TestSecondSignalLeavesItsKillsToTheNextStart(t *testing.T) {
 	e := newEdge(t)
 	d, id := e.running(t, "block")
@@ -226,6 +230,8 @@ func TestSecondSignalLeavesItsKillsToTheNextStart(t *testing.T) {
 // published: a full disk) ends it: Abort cancels the retry without waiting
 // for Open, which returns, and the process can exit (red team of 1eee7e3:
 // Abort waited for Open's lock while Open waited for Abort's cancel).
+//
+// Not in parallel: the second signal kills every op the process runs (runner.KillAll), other tests' ops too.
 func TestSecondSignalEndsAStuckRecovery(t *testing.T) {
 	e := newEdge(t)
 	d, id := e.running(t, "block")
@@ -313,6 +319,8 @@ func (h hookHandler) WithGroup(g string) slog.Handler {
 // was for the next start (red team of 1186b36: the idempotent op ended
 // uncertain (rerun-refused) every time). And Abort
 // counts the runs it stopped, also those that die of the cancel's SIGTERM.
+//
+// Not in parallel: the second signal kills every op the process runs (runner.KillAll), other tests' ops too.
 func TestSecondSignalWhileStartingLeavesWhatItRecovers(t *testing.T) {
 	e := newEdge(t)
 	e.block()
@@ -398,6 +406,8 @@ func TestSecondSignalWhileStartingLeavesWhatItRecovers(t *testing.T) {
 // step: the runner then refuses to start it, and the entry, running since
 // the last stop, stays running for the next start to run it again (red team
 // of 89cc37a: it was answered uncertain, rerun-refused).
+//
+// Not in parallel: the second signal kills every op the process runs (runner.KillAll), other tests' ops too.
 func TestSecondSignalDuringARerunsStepLeavesItRunning(t *testing.T) {
 	e := newEdge(t)
 	d, idem := e.running(t, "blockidem")
@@ -453,6 +463,7 @@ func (e *edge) backedUp(t *testing.T) (*Daemon, map[string][]byte) {
 // agent's ack remains), the request is held uncertain for a human. A second
 // repair still lists what the first found and has not come back.
 func TestLostRecordNeverRunsAgain(t *testing.T) {
+	t.Parallel()
 	for _, how := range []string{"repair", "restore", "restore, result collected"} {
 		t.Run(how, func(t *testing.T) {
 			e := newEdge(t)
@@ -570,6 +581,7 @@ func TestLostRecordNeverRunsAgain(t *testing.T) {
 // nothing signed by that key starts, even within the second the daemon
 // takes to reload its peers.
 func TestRevokeIsImmediate(t *testing.T) {
+	t.Parallel()
 	e := newEdge(t)
 	e.daemon(t)
 	warm := e.submit(t, "blockidem")
@@ -590,6 +602,7 @@ func TestRevokeIsImmediate(t *testing.T) {
 // Row "revoke" while claimed: a request admitted before the revocation and
 // waiting for its op's slot never starts after it.
 func TestRevokedWhileQueuedNeverStarts(t *testing.T) {
+	t.Parallel()
 	e := newEdge(t)
 	e.block()
 	e.daemon(t)
@@ -623,6 +636,7 @@ func TestRevokedWhileQueuedNeverStarts(t *testing.T) {
 // revoked key is refused at once, naming the revocation, and the daemon
 // answers the request rejected (revoked) instead of leaving it pending.
 func TestApproveOfRevokedRefused(t *testing.T) {
+	t.Parallel()
 	e := newEdge(t)
 	e.daemon(t)
 	id := e.submit(t, "gated")
@@ -649,6 +663,7 @@ func TestApproveOfRevokedRefused(t *testing.T) {
 // Row "cancel" while awaiting approval: the request is answered cancelled
 // at once, without anyone approving it.
 func TestCancelAwaitingApproval(t *testing.T) {
+	t.Parallel()
 	e := newEdge(t)
 	e.daemon(t)
 	id := e.submit(t, "gated")
@@ -678,6 +693,7 @@ func TestCancelAwaitingApproval(t *testing.T) {
 // progress chain its first run started, so the live output reads as one
 // verified stream and the result commits to its head.
 func TestProgressChainSurvivesRerun(t *testing.T) {
+	t.Parallel()
 	e := newEdge(t)
 	e.block() // chatty prints until unblocked
 	id := e.submit(t, "chatty")
@@ -707,6 +723,7 @@ func TestProgressChainSurvivesRerun(t *testing.T) {
 // agent publishing the same id must not block a decision. A decision takes
 // AGENT/ID, and an id alone when one request of that id awaits approval.
 func TestDecisionsByAgentAndID(t *testing.T) {
+	t.Parallel()
 	e := newEdge(t)
 	other, err := trust.InitHome(filepath.Join(t.TempDir(), "other"), "agent", "other", e.folder)
 	if err != nil {
@@ -808,6 +825,7 @@ func mustEntries(t *testing.T, h *trust.Home) []ledger.Entry {
 // sealed result, so the ledger does not stay non-terminal behind an answer
 // (found by TestLifecycleModel).
 func TestAnsweredBeforeCrashIsRecorded(t *testing.T) {
+	t.Parallel()
 	e := newEdge(t)
 	id := e.submit(t, "missing") // answered failed (host-error): no run needed
 	d := startDaemonProcess(t, e.pair, "RUNS="+e.runs, "PATH="+e.env["PATH"], "BRIDGE_TEST_CRASH_AT=published")
@@ -830,6 +848,7 @@ func TestAnsweredBeforeCrashIsRecorded(t *testing.T) {
 // crash is uncertain; a human's rerun runs it exactly once more, and its
 // answer replaces the uncertain one.
 func TestReconcileRerunRunsOnce(t *testing.T) {
+	t.Parallel()
 	e := newEdge(t)
 	id, out, d, env := e.uncertainBlock(t)
 	if out.Receipt.Reason != "crashed" {
@@ -879,6 +898,7 @@ func TestReconcileRerunRunsOnce(t *testing.T) {
 // during the drain: it never started, so the next start runs it, and it is
 // never answered uncertain (found by the red team).
 func TestDrainStartsNothingNew(t *testing.T) {
+	t.Parallel()
 	e := newEdge(t)
 	e.block()
 	d := e.daemon(t)
@@ -910,6 +930,7 @@ func TestDrainStartsNothingNew(t *testing.T) {
 // the next request for the op (concurrency 1) is not held up (found by the
 // red team: the answer was retried for ever while the op's slot was held).
 func TestSquattedResultNamesAreCleared(t *testing.T) {
+	t.Parallel()
 	e := newEdge(t)
 	e.block()
 	e.daemon(t)
@@ -938,6 +959,7 @@ func TestSquattedResultNamesAreCleared(t *testing.T) {
 // host signed is what happened: the entry is created rejected (record-lost)
 // with that very result, and the request never waits for a human again.
 func TestLostRecordOfARefusalKeepsItsAnswer(t *testing.T) {
+	t.Parallel()
 	e := newEdge(t)
 	d, before := e.backedUp(t)
 	id := e.submit(t, "gated")
@@ -985,6 +1007,7 @@ func TestLostRecordOfARefusalKeepsItsAnswer(t *testing.T) {
 // records the result found in the folder), and a repair that drops the
 // record of a run (held uncertain). Neither runs the request again.
 func TestLedgerBehindNeverRunsAgain(t *testing.T) {
+	t.Parallel()
 	t.Run("home restored", func(t *testing.T) {
 		e := newEdge(t)
 		id, manifest, payload := e.sealManual(t, "blockidem", map[string]string{}, nil)
@@ -1067,6 +1090,7 @@ func TestLedgerBehindNeverRunsAgain(t *testing.T) {
 // waiting for ever where no file event brings the daemon back to it
 // (found by the red team and a new user: a rerun stayed pending).
 func TestStalledRequestsAreAnswered(t *testing.T) {
+	t.Parallel()
 	e := newEdge(t)
 	// Never complete: the payload never comes, then the manifest goes.
 	id, manifest, _ := e.sealManual(t, "blockidem", map[string]string{}, nil)
@@ -1115,6 +1139,7 @@ func TestStalledRequestsAreAnswered(t *testing.T) {
 // answers done, never uncertain: its kept manifest takes the name that is
 // evidence of admission only once its record is on disk.
 func TestLostLazyRecordRunsOnce(t *testing.T) {
+	t.Parallel()
 	e := newEdge(t)
 	id := e.submit(t, "block") // not idempotent; runs at once without .block
 	env := []string{"RUNS=" + e.runs, "PATH=" + e.env["PATH"]}
@@ -1145,6 +1170,7 @@ func TestLostLazyRecordRunsOnce(t *testing.T) {
 // it), so the stalled sweep counts the request's manifest as gone unless
 // the bytes there are the ones the ledger recorded (found by the red team).
 func TestJunkAtAWaitingManifestStillAnswered(t *testing.T) {
+	t.Parallel()
 	e := newEdge(t)
 	id, manifest, _ := e.sealManual(t, "blockidem", map[string]string{}, nil) // its payload never comes
 	mpath := filepath.Join(e.toHost(), id+".manifest")
@@ -1162,6 +1188,7 @@ func TestJunkAtAWaitingManifestStillAnswered(t *testing.T) {
 // would stand), so the op is cancelled, and `bridge cancel` never reports
 // a cancel that the host will refuse (found by the red team).
 func TestCancelReplacesJunkAtItsName(t *testing.T) {
+	t.Parallel()
 	e := newEdge(t)
 	e.block()
 	defer e.unblock()

@@ -43,6 +43,7 @@ func (e *edge) waitAnswer(t *testing.T, id string, not *agent.Outcome) *agent.Ou
 // of an earlier uncertain answer is no evidence against a later rerun, and
 // the agent's ack of the final answer names it, so the host collects it.
 func TestEveryRerunRuns(t *testing.T) {
+	t.Parallel()
 	e := newEdge(t)
 	env := []string{"RUNS=" + e.runs, "PATH=" + e.env["PATH"]}
 	id := e.submit(t, "block")
@@ -96,6 +97,7 @@ func TestEveryRerunRuns(t *testing.T) {
 // (record-lost); a human's rerun of it runs, and is not held again for
 // the output of the run the ledger lost.
 func TestRerunOfRecordLostRuns(t *testing.T) {
+	t.Parallel()
 	e := newEdge(t)
 	e.block()
 	id := e.submit(t, "chatty") // its output streams: progress chunks in the folder
@@ -165,6 +167,7 @@ func lastIndex(data []byte, s string) int {
 // not answered failed, which tells the agent a retry is safe: the request
 // ran before, so it stays uncertain (rerun-refused).
 func TestRerunThatCannotStartIsUncertain(t *testing.T) {
+	t.Parallel()
 	e := newEdge(t)
 	prog := filepath.Join(e.bin, "bridge-test-missing-prog")
 	if err := os.WriteFile(prog, []byte("#!/bin/sh\necho missing-$1 >> \"$RUNS\"\nwhile [ -f \"$RUNS.block\" ]; do sleep 0.05; done\n"), 0o755); err != nil {
@@ -274,6 +277,7 @@ func restoreHome(t *testing.T, e *edge, backup string) {
 // files away. No answer of the restored ledger's (approval expired, a
 // denial) replaces the result the host signed; the ledger records it.
 func TestRestoredApprovalKeepsItsAnswer(t *testing.T) {
+	t.Parallel()
 	e := newEdge(t)
 	d := e.daemon(t)
 	id := e.submit(t, "gated")
@@ -313,6 +317,7 @@ func TestRestoredApprovalKeepsItsAnswer(t *testing.T) {
 // kept comes back before it expires. The result the host keeps until the
 // request expires shows it was answered: it never runs twice.
 func TestRestoredHomeAndReplayNeverRunsTwice(t *testing.T) {
+	t.Parallel()
 	e := newEdge(t)
 	id, manifest, payload := e.sealManual(t, "block", map[string]string{}, nil)
 	os.WriteFile(filepath.Join(e.toHost(), id+".manifest"), manifest, 0o644)
@@ -351,6 +356,7 @@ func TestRestoredHomeAndReplayNeverRunsTwice(t *testing.T) {
 // (its thief may write to the folder): an ack signed by it is no evidence,
 // and does not keep a request of the new key from running.
 func TestOldKeyMakesNoEvidence(t *testing.T) {
+	t.Parallel()
 	for _, how := range []string{"revoked", "expired"} {
 		t.Run(how, func(t *testing.T) {
 			e := newEdge(t)
@@ -401,6 +407,7 @@ func TestOldKeyMakesNoEvidence(t *testing.T) {
 // answered, so it never runs, but it is not that request's answer (its
 // agent could not open it): the request is held uncertain and told so.
 func TestResultOfAnotherManifestIsHeld(t *testing.T) {
+	t.Parallel()
 	e := newEdge(t)
 	d := e.daemon(t)
 	warm := e.submit(t, "blockidem")
@@ -434,6 +441,7 @@ func TestResultOfAnotherManifestIsHeld(t *testing.T) {
 // A folder writer without keys puts a file where the host keeps the
 // agent's result directory: it is cleared, and the answer goes out.
 func TestSquattedResultDirectoryIsCleared(t *testing.T) {
+	t.Parallel()
 	e := newEdge(t)
 	e.block()
 	e.daemon(t)
@@ -460,6 +468,7 @@ func TestSquattedResultDirectoryIsCleared(t *testing.T) {
 // (rerun-ordered), its status says so, and waiting waits for the rerun's
 // answer instead of returning the uncertain one at once.
 func TestWaitFollowsAnOrderedRerun(t *testing.T) {
+	t.Parallel()
 	e := newEdge(t)
 	env := []string{"RUNS=" + e.runs, "PATH=" + e.env["PATH"]}
 	e.block()
@@ -498,6 +507,7 @@ func TestWaitFollowsAnOrderedRerun(t *testing.T) {
 // result in the folder is what happened: the ledger catches up to it, it
 // is never replaced by an older answer, and nothing runs again.
 func TestRestoredHomeKeepsNewerResult(t *testing.T) {
+	t.Parallel()
 	t.Run("backup while it ran", func(t *testing.T) {
 		e, id, backup, done := doneAfterBackup(t)
 		restoreHome(t, e, backup)
@@ -560,6 +570,7 @@ func TestRestoredHomeKeepsNewerResult(t *testing.T) {
 // uncertain answer stands, and the agent, told a rerun's answer would
 // come, must be told it will not (not wait for ever).
 func TestLostRerunAnswerAfterRestore(t *testing.T) {
+	t.Parallel()
 	e, _, id, backup, _, d := rerunAfterBackup(t)
 	waitFor(t, 5*time.Second, "the ledger to record it", func() bool { return e.entry(t, id).State == ledger.StateDone })
 	d.kill()
@@ -611,6 +622,7 @@ func TestLostRerunAnswerAfterRestore(t *testing.T) {
 // rerun waits: an answer older than the ledger's last move is no evidence
 // that the ledger is behind, and the rerun runs.
 func TestOlderResultIsNoEvidence(t *testing.T) {
+	t.Parallel()
 	e := newEdge(t)
 	env := []string{"RUNS=" + e.runs, "PATH=" + e.env["PATH"]}
 	id := e.submit(t, "block")
@@ -682,6 +694,7 @@ func (e *edge) uncertainBlock(t *testing.T) (id string, out *agent.Outcome, d *d
 // a request whose manifest is in the folder: it waited for ever (found by
 // the lifecycle model, seed 42 under load).
 func TestRerunLeftPendingRunsAfterRestart(t *testing.T) {
+	t.Parallel()
 	e := newEdge(t)
 	id, out, d, env := e.uncertainBlock(t)
 	manifest := filepath.Join(e.toHost(), id+".manifest")
@@ -713,6 +726,7 @@ func TestRerunLeftPendingRunsAfterRestart(t *testing.T) {
 // that it was lost instead of waiting for ever. Nothing runs again (found
 // by the red team: the copies were removed, and the agent waited).
 func TestLostRerunKeepsTheUncertainAnswer(t *testing.T) {
+	t.Parallel()
 	e := newEdge(t)
 	id, out, d, env := e.uncertainBlock(t)
 	d.stop(t, 1)
@@ -751,6 +765,7 @@ func TestLostRerunKeepsTheUncertainAnswer(t *testing.T) {
 // the manifest pins goes back with it, or the agent could never open the
 // answer published again (found by the red team).
 func TestCutShortSecondRerunKeepsAMatchingPair(t *testing.T) {
+	t.Parallel()
 	e := newEdge(t)
 	id, u1, d, env := e.uncertainBlock(t)
 	d.stop(t, 1)
@@ -818,6 +833,7 @@ func (e *edge) doneThenRestoredLedger(t *testing.T) (id string, env []string) {
 // did (catch-up from its published result) and can collect it; the
 // cache alone made rescans skip it for ever (found by the red team).
 func TestRestoredLedgerBesideFinishedCacheRecordsTheRequest(t *testing.T) {
+	t.Parallel()
 	e := newEdge(t)
 	id, env := e.doneThenRestoredLedger(t)
 	startDaemonProcess(t, e.pair, env...)
@@ -833,6 +849,7 @@ func TestRestoredLedgerBesideFinishedCacheRecordsTheRequest(t *testing.T) {
 // it is held uncertain (record-lost), never run a second time (found by the
 // red team: the look dropped the key from the cache first).
 func TestFinishedCacheAloneKeepsARequestFromRunningAgain(t *testing.T) {
+	t.Parallel()
 	e := newEdge(t)
 	id, env := e.doneThenRestoredLedger(t)
 	ag := e.agent.Config.ID

@@ -16,6 +16,7 @@ import (
 // it, so that every key falls in one share and each is checked once every
 // `shares` rescans.
 func TestFinishedShareHash(t *testing.T) {
+	t.Parallel()
 	for i := range 1000 {
 		key := bridge.NewRequestID()[:i%33] + "/" + bridge.NewRequestID()
 		h := fnv.New32a()
@@ -35,6 +36,7 @@ func TestFinishedShareHash(t *testing.T) {
 // wait for ever for an output that no one publishes again (the simulator,
 // seed 26 under load: an rclone conflict renamed the output on both sides).
 func TestLostOutputIsNotTakenForFinished(t *testing.T) {
+	t.Parallel()
 	p := newPair(t, testPolicy)
 	p.start(t, nil)
 	out := p.run(t, agent.SubmitOptions{Op: "echo", Args: map[string]string{"msg": "hi"}})
@@ -60,6 +62,7 @@ func TestLostOutputIsNotTakenForFinished(t *testing.T) {
 // requestKeyOf, now the shape and then the digits, answers as the file-name
 // parser does for every kind of path a rescan meets.
 func TestRequestKeyOfMatchesParser(t *testing.T) {
+	t.Parallel()
 	const id = "0123456789abcdef0123456789abcdef"
 	agent := strings.Repeat("ab", 16)
 	var paths []string

@@ -44,6 +44,7 @@ func (p *pair) echo(t *testing.T, msg string) {
 // rename of to-host as a rename away and a copy back, or deletes it and
 // brings it back. The daemon must notice, say so, and go on serving.
 func TestServeFollowsReplacedRequestsDir(t *testing.T) {
+	t.Parallel()
 	p := newPair(t, testPolicy)
 	var logs lockedBuffer
 	p.log = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
@@ -82,6 +83,8 @@ func TestServeFollowsReplacedRequestsDir(t *testing.T) {
 
 // TestServeWatchesOnlyLayoutDirs: junk directories in a trusted agent's
 // directory and at the top of to-host cost no kernel watch.
+//
+// Not in parallel: it counts the inotify watches of the whole process.
 func TestServeWatchesOnlyLayoutDirs(t *testing.T) {
 	p := newPair(t, testPolicy)
 	p.start(t, nil)
@@ -101,6 +104,8 @@ func TestServeWatchesOnlyLayoutDirs(t *testing.T) {
 // TestServeNeverFollowsPlantedLink: hosts/<host> replaced by a link before
 // `serve` starts must not make the daemon create or watch anything where
 // the link points.
+//
+// Not in parallel: it counts the inotify watches of the whole process.
 func TestServeNeverFollowsPlantedLink(t *testing.T) {
 	p := newPair(t, testPolicy)
 	outside := t.TempDir()
@@ -188,6 +193,7 @@ func inotifyWatchesOn(t *testing.T, dirs ...string) int {
 // trust are never read, and the log says so once, not never and not at
 // every rescan.
 func TestUntrustedAgentSaidOnce(t *testing.T) {
+	t.Parallel()
 	p := newPair(t, testPolicy)
 	var logs lockedBuffer
 	p.log = slog.New(slog.NewTextHandler(&logs, nil))
@@ -264,6 +270,8 @@ func (p *pair) auditCount(t *testing.T, event string) int {
 // changes: no rescan reads it or logs it again, even when the log-once set
 // is far smaller than the junk (it forgets), and a changed one is looked
 // at again.
+//
+// Not in parallel: noSettle sets markSettle for every daemon of the process.
 func TestRefusedFileReadOnce(t *testing.T) {
 	noSettle(t)
 	old := maxNoted
@@ -287,6 +295,8 @@ func TestRefusedFileReadOnce(t *testing.T) {
 
 // TestFolderLinesBounded: however much junk the folder holds, the lines it
 // makes the daemon write are bounded per agent directory and hour.
+//
+// Not in parallel: withBudget sets the line budget for every daemon of the process.
 func TestFolderLinesBounded(t *testing.T) {
 	withBudget(t, 100)
 	p := newPair(t, testPolicy)
@@ -301,6 +311,7 @@ func TestFolderLinesBounded(t *testing.T) {
 
 // TestLineBudget: the budget refills steadily and says what it left out.
 func TestLineBudget(t *testing.T) {
+	t.Parallel()
 	var b lineBudget
 	now := time.Unix(1_700_000_000, 0)
 	for i := range budgetLines {
@@ -325,6 +336,7 @@ func TestLineBudget(t *testing.T) {
 // TestDoctorShowsUntrustedAgents: doctor names the directories of agents
 // the host does not trust, whose requests are never read.
 func TestDoctorShowsUntrustedAgents(t *testing.T) {
+	t.Parallel()
 	p := newPair(t, testPolicy)
 	stranger := bridge.NewRequestID()
 	dir := filepath.Join(filepath.Dir(p.toHost()), stranger)
@@ -347,6 +359,7 @@ func TestDoctorShowsUntrustedAgents(t *testing.T) {
 // TestDoctorShowsLinkedRequestsDir: a link planted at hosts/<host> (the
 // daemon clears it at its start) is named by doctor meanwhile.
 func TestDoctorShowsLinkedRequestsDir(t *testing.T) {
+	t.Parallel()
 	p := newPair(t, testPolicy)
 	hostDir := filepath.Join(p.folder, "hosts", p.host.Config.ID)
 	must(t, os.RemoveAll(hostDir))
@@ -362,6 +375,8 @@ func TestDoctorShowsLinkedRequestsDir(t *testing.T) {
 // TestRefusedManifestNotReadForItsPayload: a payload beside a refused
 // manifest must not have the manifest read again at every rescan (a red
 // team measured 2 GiB read every 30 s from 50,000 such pairs).
+//
+// Not in parallel: noSettle sets markSettle for every daemon of the process.
 func TestRefusedManifestNotReadForItsPayload(t *testing.T) {
 	noSettle(t)
 	p := newPair(t, testPolicy)
@@ -378,6 +393,8 @@ func TestRefusedManifestNotReadForItsPayload(t *testing.T) {
 
 // TestUntrustedNamesShareOneBudget: id-shaped directories a folder writer
 // makes at the top of to-host share one line budget, not one each.
+//
+// Not in parallel: withBudget sets the line budget for every daemon of the process.
 func TestUntrustedNamesShareOneBudget(t *testing.T) {
 	withBudget(t, 50)
 	p := newPair(t, testPolicy)
@@ -396,6 +413,8 @@ func TestUntrustedNamesShareOneBudget(t *testing.T) {
 
 // TestRequestsDirFlapsWithinBudget: moving to-host away and back again and
 // again makes no more lines than the budget allows.
+//
+// Not in parallel: withBudget sets the line budget for every daemon of the process.
 func TestRequestsDirFlapsWithinBudget(t *testing.T) {
 	withBudget(t, 10)
 	p := newPair(t, testPolicy)
@@ -423,6 +442,8 @@ func TestRequestsDirFlapsWithinBudget(t *testing.T) {
 // TestRefusedFutureMtimeReadOnce: junk with a modification time in the
 // future (a folder writer sets it; sync clients copy it) is remembered like
 // any other: a red team had 20,000 such files read again at every rescan.
+//
+// Not in parallel: noSettle sets markSettle for every daemon of the process.
 func TestRefusedFutureMtimeReadOnce(t *testing.T) {
 	noSettle(t)
 	p := newPair(t, testPolicy)
@@ -441,6 +462,8 @@ func TestRefusedFutureMtimeReadOnce(t *testing.T) {
 // place, at the same size, with its modification time put back (a client
 // writing in place and copying the source's time) is a new version: the
 // change time says so, and the real request runs.
+//
+// Not in parallel: noSettle sets markSettle for every daemon of the process.
 func TestRefusedRewrittenInPlaceIsReadAgain(t *testing.T) {
 	noSettle(t)
 	p := newPair(t, testPolicy)
@@ -466,6 +489,8 @@ func TestRefusedRewrittenInPlaceIsReadAgain(t *testing.T) {
 // TestRepublishLinesBounded: a folder writer removing a result as fast as
 // the daemon puts it back makes a "republished" line each time; those lines
 // too count against the agent directory's budget (found by the red team).
+//
+// Not in parallel: withBudget sets the line budget for every daemon of the process.
 func TestRepublishLinesBounded(t *testing.T) {
 	withBudget(t, 3)
 	p := newPair(t, testPolicy)
@@ -485,6 +510,8 @@ func TestRepublishLinesBounded(t *testing.T) {
 // by a key no longer valid) are read once per version, like manifests, and
 // a cancel beside a finished request is skipped with it: a red team had
 // 5,000 junk cancels read (twice each) at every rescan.
+//
+// Not in parallel: noSettle sets markSettle for every daemon of the process.
 func TestJunkCancelsReadOnce(t *testing.T) {
 	noSettle(t)
 	p := newPair(t, testPolicy)
@@ -519,6 +546,8 @@ func (p *pair) waitRescans(t *testing.T, n int) {
 // bounded sets (refused marks, log-once notes) and nothing that stays from
 // the burst of reading it (the queue's array and map); the request among
 // the junk is served (issue 26, item 5; DESIGN "A folder writer").
+//
+// Not in parallel: noSettle sets markSettle for every daemon of the process.
 func TestJunkMemoryIsBounded(t *testing.T) {
 	noSettle(t)
 	oldMarks, oldNoted := maxRefusedMarks, maxNoted

@@ -19,6 +19,7 @@ import (
 // and a late redelivery of the request is then refused as expired:
 // collected ids never run again.
 func TestGCCollectsAndForgets(t *testing.T) {
+	t.Parallel()
 	p := newPair(t, testPolicy)
 	countFile := filepath.Join(t.TempDir(), "count")
 	p.start(t, map[string]string{"COUNT_FILE": countFile})
@@ -114,6 +115,7 @@ func TestGCCollectsAndForgets(t *testing.T) {
 // retention passes, even after the request expired: an agent may still come
 // back for it. Then both go.
 func TestGCRetentionOfUnackedResults(t *testing.T) {
+	t.Parallel()
 	p := newPair(t, testPolicy)
 	p.start(t, nil)
 	s, err := p.client.Submit(agent.SubmitOptions{Op: "echo", Args: map[string]string{"msg": "keep"}, TTL: time.Hour})
@@ -160,6 +162,7 @@ func TestGCRetentionOfUnackedResults(t *testing.T) {
 // decoded) until its retention, and an acked one until the grace passed
 // and it expired; then its result is collected and it is forgotten.
 func TestPeriodicGCReadsOnlyWhatItCanAct(t *testing.T) {
+	t.Parallel()
 	p := newPair(t, testPolicy)
 	var offset atomic.Int64
 	now := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
@@ -240,6 +243,7 @@ func TestPeriodicGCReadsOnlyWhatItCanAct(t *testing.T) {
 // A dry run changes nothing: not the home (no ledger check file, no lock
 // file, no staging directory), not the folder.
 func TestGCDryRunChangesNothing(t *testing.T) {
+	t.Parallel()
 	p := newPair(t, testPolicy)
 	p.start(t, nil)
 	out := p.run(t, agent.SubmitOptions{Op: "echo", Args: map[string]string{"msg": "hi"}})

@@ -11,6 +11,8 @@ import (
 // TuneDaemonGC keeps the default GC percent and follows the live heap with
 // a soft memory limit, set again after each collection; GOGC or GOMEMLIMIT
 // in the environment leave both alone.
+//
+// Not in parallel: it sets the process's memory limit, and t.Setenv.
 func TestTuneDaemonGC(t *testing.T) {
 	limit := func() int64 { return debug.SetMemoryLimit(-1) }
 	defer debug.SetMemoryLimit(limit())
@@ -44,6 +46,8 @@ func TestTuneDaemonGC(t *testing.T) {
 
 // While a daemon loads, the soft limit is lifted, and set again from the
 // live heap when the load ends; collections during the load leave it lifted.
+//
+// Not in parallel: it sets the process's memory limit, and t.Setenv.
 func TestGCLoadingLiftsTheLimit(t *testing.T) {
 	limit := func() int64 { return debug.SetMemoryLimit(-1) }
 	defer debug.SetMemoryLimit(limit())

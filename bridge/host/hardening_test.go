@@ -26,6 +26,7 @@ import (
 // spooled, and the built-in ping takes none. The catalog shows the bounds,
 // and the agent holds its input to them before it sends.
 func TestStdinBoundedByPolicy(t *testing.T) {
+	t.Parallel()
 	p := newPair(t, `
 [ops.cat]
 argv = ["cat"]
@@ -97,9 +98,6 @@ ops = ["cat", "big", "plain"]
 	// The no-op takes no input at all.
 	tooLarge("ping 1", "op bridge.ping takes at most 0")
 	done("ping 0", "pong")
-	if left, _ := filepath.Glob(p.host.Path("spool", "*")); len(left) != 0 {
-		t.Errorf("spool files left: %v", left)
-	}
 
 	cat, err := p.client.Ops("")
 	if err != nil {
@@ -127,12 +125,20 @@ ops = ["cat", "big", "plain"]
 	if out := p.run(t, agent.SubmitOptions{Op: "cat", TTL: time.Hour, Stdin: input(1024)}); out.Receipt.Status != bridge.StatusDone {
 		t.Errorf("1 KiB with the catalog: %s (%s)", out.Receipt.Status, out.Receipt.Reason)
 	}
+	// Once the daemon has stopped, nothing it spooled is left. (Not at an
+	// answer: a run's input is removed as its goroutine ends, after the
+	// publish the agent saw, and a rescan may be evaluating the id again.)
+	p.stop(t)
+	if left, _ := filepath.Glob(p.host.Path("spool", "*")); len(left) != 0 {
+		t.Errorf("spool files left: %v", left)
+	}
 }
 
 // The built-in ping counts against the agent's ceilings like any op: an
 // agent at its ceiling cannot keep the host verifying, recording and
 // answering pings.
 func TestPingCountsAgainstCeilings(t *testing.T) {
+	t.Parallel()
 	p := newPair(t, `
 [ops.echo]
 argv = ["echo", "hi"]
@@ -160,6 +166,7 @@ max_runs_per_hour = 2
 // if it resolves elsewhere now (a symlink swapped), what runs would not be
 // what was approved. It is refused, and nothing runs.
 func TestApprovalBoundToWhatWasShown(t *testing.T) {
+	t.Parallel()
 	root := t.TempDir()
 	for name, text := range map[string]string{"a.txt": "approved file\n", "b.txt": "other file\n"} {
 		if err := os.WriteFile(filepath.Join(root, name), []byte(text), 0o600); err != nil {
@@ -237,6 +244,8 @@ ops = ["show"]
 // whose environment happens to carry it must ignore it: it has no probe at
 // all (only the test binary sets newProbe), and the test binary's daemons
 // read the variable only in serveForTest.
+//
+// Not in parallel: it unsets newProbe for every daemon of the process, and t.Setenv.
 func TestCrashHookNotReadFromEnvironment(t *testing.T) {
 	t.Setenv("BRIDGE_TEST_CRASH_AT", "claimed")
 	p := newPair(t, testPolicy)
@@ -264,6 +273,7 @@ func TestCrashHookNotReadFromEnvironment(t *testing.T) {
 // bound to) names the standard input's size and SHA-256, or "none" (issue
 // 26, item 2: a patch or script on stdin was approved unseen).
 func TestApprovalShowsTheInput(t *testing.T) {
+	t.Parallel()
 	p := newPair(t, `
 [ops.apply]
 argv = ["cat"]

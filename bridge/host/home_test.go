@@ -12,6 +12,7 @@ import (
 
 // A trusted bundle must not let one party take over another's id or name.
 func TestTrustRefusesTakeover(t *testing.T) {
+	t.Parallel()
 	p := newPair(t, testPolicy)
 	mallory, _ := bcrypto.GenerateIdentity(nil)
 	// A later key generation claiming the agent's id, with Mallory's keys.
@@ -85,6 +86,7 @@ func mustBundle(t *testing.T, id *bcrypto.Identity, role string) []byte {
 
 // The state directory may never be inside the synced folder.
 func TestHomeInsideFolderRefused(t *testing.T) {
+	t.Parallel()
 	folder := t.TempDir()
 	if _, err := trust.InitHome(filepath.Join(folder, "state"), "host", "h", folder); err == nil || !strings.Contains(err.Error(), "inside the synced folder") {
 		t.Fatalf("a home inside the folder was accepted: %v", err)

@@ -1002,6 +1002,7 @@ func hostileCases() []hostileCase {
 // TestHostileBattery plants every case of hostileCases while one daemon
 // serves, in batches; after each batch a valid request must complete.
 func TestHostileBattery(t *testing.T) {
+	t.Parallel()
 	root := t.TempDir()
 	if err := os.WriteFile(filepath.Join(root, "inside.txt"), []byte("x"), 0o644); err != nil {
 		t.Fatal(err)

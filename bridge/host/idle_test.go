@@ -13,6 +13,7 @@ import (
 // nothing waiting) and scans no ledger records. It used to wake every
 // second and scan the ledger every five.
 func TestIdleDaemonSleeps(t *testing.T) {
+	t.Parallel()
 	p := newPair(t, testPolicy)
 	d := runDaemon(t, p.host, DaemonOptions{PendingTimeout: 2 * time.Second})
 	waitFor(t, 20*time.Second, "the first collection and sweeps", func() bool {
@@ -32,6 +33,7 @@ func TestIdleDaemonSleeps(t *testing.T) {
 // once, to set the sweep's timer: asleep on its 30 s fallback, the loop
 // would otherwise sweep it that late (a red team's finding).
 func TestIdleLoopWokenByAWaitingEntry(t *testing.T) {
+	t.Parallel()
 	p := newPair(t, testPolicy)
 	d := runDaemon(t, p.host, DaemonOptions{PendingTimeout: 2 * time.Second})
 	waitFor(t, 20*time.Second, "the first collection and sweeps", func() bool {

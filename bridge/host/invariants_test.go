@@ -183,6 +183,7 @@ func waitDaemonRescans(t *testing.T, d *Daemon, n int) {
 // Invariant 1: one writer per file and per tree. The host writes nothing in
 // the agent's to-host tree and the agent nothing in the host's to-agent tree.
 func TestInvariant1OneWriterPerTree(t *testing.T) {
+	t.Parallel()
 	p := newPair(t, testPolicy)
 	var ids []string
 	for _, msg := range []string{"a", "b", "c"} {
@@ -231,6 +232,7 @@ func TestInvariant1OneWriterPerTree(t *testing.T) {
 // is a prefix, or of the right length with other bytes, is pending arrival;
 // the request runs once, when the bytes match the signed pin.
 func TestInvariant2CompleteMeansHashComplete(t *testing.T) {
+	t.Parallel()
 	p := newPair(t, testPolicy)
 	countFile := filepath.Join(t.TempDir(), "count")
 	p.start(t, map[string]string{"COUNT_FILE": countFile})
@@ -273,6 +275,7 @@ func TestInvariant2CompleteMeansHashComplete(t *testing.T) {
 // says running (the op reads the ledger file itself); once a result is
 // visible to the agent, the host has published it before recording done.
 func TestInvariant3LedgerBeforeEffect(t *testing.T) {
+	t.Parallel()
 	policy := testPolicy + `
 [ops.ledger]
 argv = ["sh", "-c", "cat \"$LEDGER_FILE\""]
@@ -310,6 +313,7 @@ ops = ["ledger"]
 // resurrection after the agent removed its files, conflict copies, a lost
 // result, and the same id with other content.
 func TestInvariant4IDRunsAtMostOnce(t *testing.T) {
+	t.Parallel()
 	p := newPair(t, testPolicy)
 	countFile := filepath.Join(t.TempDir(), "count")
 	p.start(t, map[string]string{"COUNT_FILE": countFile})
@@ -367,6 +371,7 @@ func TestInvariant4IDRunsAtMostOnce(t *testing.T) {
 // that were there before the daemon started are found by its first scan,
 // and evaluating one id many times at once runs it once.
 func TestInvariant6ListingIsTheTruth(t *testing.T) {
+	t.Parallel()
 	p := newPair(t, testPolicy)
 	countFile := filepath.Join(t.TempDir(), "count")
 	var ids []string
@@ -411,6 +416,8 @@ func TestInvariant6ListingIsTheTruth(t *testing.T) {
 // Invariant 8: no shell, no inherited secrets. The child sees only the
 // variables the policy names; an argument is one argv element, never
 // interpreted.
+//
+// Not in parallel: t.Setenv changes the environment of every test of the process.
 func TestInvariant8NoShellNoInheritedSecrets(t *testing.T) {
 	policy := testPolicy + `
 [ops.lit]
@@ -529,6 +536,7 @@ func hostileFiles(t *testing.T, p *pair) []string {
 // Invariant 7: nothing from the folder is trusted before verification.
 // Each hostile file is refused with a reason in the audit log; nothing runs.
 func TestInvariant7NothingTrustedBeforeVerification(t *testing.T) {
+	t.Parallel()
 	p := newPair(t, testPolicy)
 	countFile := filepath.Join(t.TempDir(), "count")
 	audited := hostileFiles(t, p)
@@ -560,6 +568,7 @@ func TestInvariant7NothingTrustedBeforeVerification(t *testing.T) {
 // Invariant 9: bad input never stops the queue. With every kind of hostile
 // file present, a valid request still runs, and so does one after each.
 func TestInvariant9BadInputNeverStopsTheQueue(t *testing.T) {
+	t.Parallel()
 	p := newPair(t, testPolicy)
 	countFile := filepath.Join(t.TempDir(), "count")
 	p.start(t, map[string]string{"COUNT_FILE": countFile})
@@ -579,6 +588,7 @@ func TestInvariant9BadInputNeverStopsTheQueue(t *testing.T) {
 // Invariant 10: polling is a pure read. Status, Wait, Result, List and Ops
 // change nothing in the folder.
 func TestInvariant10PollingIsPureRead(t *testing.T) {
+	t.Parallel()
 	p := newPair(t, testPolicy)
 	s, err := p.client.Submit(agent.SubmitOptions{Op: "echo", Args: map[string]string{"msg": "x"}})
 	if err != nil {
@@ -608,6 +618,7 @@ func TestInvariant10PollingIsPureRead(t *testing.T) {
 // A payload that never arrives complete ends, after the host's pending
 // timeout, as a signed rejection the agent can read, not as silence.
 func TestPendingTimeoutRejectsIncomplete(t *testing.T) {
+	t.Parallel()
 	p := newPair(t, testPolicy)
 	id, manifest, payload := p.sealManual(t, "count", nil, nil)
 	os.WriteFile(filepath.Join(p.toHost(), id+".manifest"), manifest, 0o644)

@@ -19,6 +19,7 @@ import (
 // at once, not wait for an answer that never comes (a new user waited ten
 // minutes).
 func TestKeyedRetryFromRestoredAgentHome(t *testing.T) {
+	t.Parallel()
 	p := newPair(t, testPolicy)
 	countFile := filepath.Join(t.TempDir(), "count")
 	p.start(t, map[string]string{"COUNT_FILE": countFile})
@@ -70,6 +71,7 @@ func TestKeyedRetryFromRestoredAgentHome(t *testing.T) {
 // rclone --resync, a planted directory): without it the request would never
 // be answered. The op runs once.
 func TestKeyedRetryRestoresAnOverwrittenManifest(t *testing.T) {
+	t.Parallel()
 	for _, clobber := range []string{"junk", "directory"} {
 		t.Run(clobber, func(t *testing.T) {
 			p := newPair(t, testPolicy)

@@ -21,6 +21,7 @@ import (
 // every one completes, the agent follows the rotation and verifies results
 // signed with the new key.
 func TestRotateHostWhileQueued(t *testing.T) {
+	t.Parallel()
 	p := newPair(t, testPolicy)
 	var ids []string
 	for i := 0; i < 10; i++ {
@@ -55,6 +56,7 @@ func TestRotateHostWhileQueued(t *testing.T) {
 // The agent rotates: a request signed with the old key is accepted during
 // the overlap, and refused (key-expired, visible in status) after it.
 func TestRotateAgentOverlap(t *testing.T) {
+	t.Parallel()
 	p := newPair(t, testPolicy)
 	early, err := p.client.Submit(agent.SubmitOptions{Op: "echo", Args: map[string]string{"msg": "early"}})
 	if err != nil {
@@ -95,6 +97,7 @@ func TestRotateAgentOverlap(t *testing.T) {
 // A replayed old statement is ignored; a statement signed by a rotated-out
 // key (a fork of the chain) or by a revoked key is refused.
 func TestRotationReplayAndRevocation(t *testing.T) {
+	t.Parallel()
 	p := newPair(t, testPolicy)
 	p.start(t, nil)
 	dir := p.toHost()
@@ -170,6 +173,7 @@ func TestRotationReplayAndRevocation(t *testing.T) {
 // A catalog changed in the folder is refused; the real one lists only the
 // ops this agent may run.
 func TestTamperedCatalogRejected(t *testing.T) {
+	t.Parallel()
 	p := newPair(t, testPolicy)
 	p.start(t, nil)
 	cat, err := p.client.Ops("")
@@ -196,6 +200,7 @@ func TestTamperedCatalogRejected(t *testing.T) {
 
 // Retired private keys are destroyed once nothing can need them.
 func TestRetiredKeysDestroyed(t *testing.T) {
+	t.Parallel()
 	p := newPair(t, testPolicy)
 	if _, err := p.host.Rotate(0); err != nil {
 		t.Fatal(err)
@@ -226,6 +231,7 @@ func TestRetiredKeysDestroyed(t *testing.T) {
 // statement, again at every rescan (30 files once gave 900 audit lines per
 // rescan).
 func TestJunkRotationsLoggedOnce(t *testing.T) {
+	t.Parallel()
 	p := newPair(t, testPolicy)
 	p.start(t, nil)
 	const n = 30
@@ -263,6 +269,7 @@ func TestJunkRotationsLoggedOnce(t *testing.T) {
 // "signed by none of the host's keys this home holds ... cannot be checked
 // here". A result signed by the new key reads in both.
 func TestResultOfAnEarlierHostKeySaysWhatIsTrue(t *testing.T) {
+	t.Parallel()
 	p := newPair(t, testPolicy)
 	p.start(t, nil)
 	old := p.run(t, agent.SubmitOptions{Op: "echo", Args: map[string]string{"msg": "before"}})

@@ -16,6 +16,7 @@ import (
 // other from → to is a ledger transition. An answer that the ledger could
 // not record is therefore refused before anything is published.
 func TestLifecycleTableMatchesLedger(t *testing.T) {
+	t.Parallel()
 	for ev, tr := range lifecycle {
 		if len(tr.from) == 0 || len(tr.to) == 0 {
 			t.Errorf("%s: empty row", ev)
@@ -71,6 +72,7 @@ func TestLifecycleTableMatchesLedger(t *testing.T) {
 // DESIGN.md §6 holds the same table as the code: one row per event, with
 // the same states, and a test named for each row.
 func TestDesignLifecycleTable(t *testing.T) {
+	t.Parallel()
 	doc, err := os.ReadFile("../../docs/DESIGN.md")
 	if err != nil {
 		t.Fatal(err)
@@ -133,6 +135,7 @@ func names(ss []ledger.State) []string {
 // step, no step names an item it does not have, and the steps are in §8's
 // order but for those that say why not.
 func TestEvaluationStepsFollowSpec(t *testing.T) {
+	t.Parallel()
 	doc, err := os.ReadFile("../../docs/SPEC.md")
 	if err != nil {
 		t.Fatal(err)

@@ -51,6 +51,7 @@ func (p *pair) eventuallyStamp(t *testing.T, what string, ok func(*bridge.Livene
 // in force after a reload, and "stopped" after a clean stop. The agent's
 // client reads each as its verdict.
 func TestLivenessStampFollowsTheHost(t *testing.T) {
+	t.Parallel()
 	p := newPair(t, testPolicy)
 	p.start(t, nil)
 	kid := p.agent.Identity().SignKid()
@@ -91,6 +92,7 @@ func TestLivenessStampFollowsTheHost(t *testing.T) {
 // Quiet churn: a serving daemon rewrites its stamp once per interval, not
 // on every control tick; a removed agent keeps being told it is refused.
 func TestLivenessStampInterval(t *testing.T) {
+	t.Parallel()
 	p := newPair(t, testPolicy)
 	var offset atomic.Int64
 	now := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
@@ -149,6 +151,8 @@ func TestLivenessStampInterval(t *testing.T) {
 // serving over the draining stamp (red team of 1a2e763: a round past its
 // stop check, paused here in refreshLiveness, wrote serving, and agents
 // were told "serving" for the whole drain).
+//
+// Not in parallel: it reads every goroutine's stack of the process.
 func TestDrainingStampIsNotOverwritten(t *testing.T) {
 	p := newPair(t, testPolicy)
 	var armed atomic.Bool
@@ -225,6 +229,7 @@ func stopWithin(d *Daemon, drain time.Duration) <-chan struct{} {
 // or agents would call a host that drains as told "stale" (red team of
 // 1a2e763).
 func TestLongDrainRewritesItsStamp(t *testing.T) {
+	t.Parallel()
 	p := newPair(t, testPolicy)
 	closed := stopWithin(p.runningSlowOp(t, DaemonOptions{LivenessInterval: time.Second}), 6*time.Second)
 	first := p.eventuallyStamp(t, "said draining", func(s *bridge.LivenessStamp) bool { return s.State == bridge.LivenessDraining })

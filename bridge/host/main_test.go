@@ -2,9 +2,11 @@ package host
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -23,7 +25,22 @@ func TestMain(m *testing.M) {
 	if home := os.Getenv(serveEnv); home != "" {
 		os.Exit(serveForTest(home))
 	}
+	parallelByDefault(8)
 	os.Exit(m.Run())
+}
+
+// parallelByDefault runs up to n tests at once unless -test.parallel says
+// otherwise. The tests here mostly wait (on daemons, their processes, the
+// folder's events), a fraction of a core each even under the race detector:
+// run GOMAXPROCS at a time, as go test does by default, a 2-core machine
+// would sit idle most of the package's run.
+func parallelByDefault(n int) {
+	flag.Parse()
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
+	if !set {
+		flag.Set("test.parallel", strconv.Itoa(n))
+	}
 }
 
 // serveForTest is `bridge serve` for the crash and model tests, tuned by

@@ -14,6 +14,7 @@ import (
 // A message the agent acked is collected after the grace; one it did not
 // ack stays until the retention.
 func TestMessagesCollectedOnceAcked(t *testing.T) {
+	t.Parallel()
 	p := newPair(t, testPolicy)
 	acked, err := Send(p.host, p.agent.Config.ID, "read me")
 	if err != nil {

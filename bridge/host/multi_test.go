@@ -18,6 +18,7 @@ import (
 // on each host: every request runs on the host it names, only if allowed,
 // exactly once; a host never touches another host's queue.
 func TestManyHostsManyAgents(t *testing.T) {
+	t.Parallel()
 	base := t.TempDir()
 	folder := filepath.Join(base, "folder")
 	os.Mkdir(folder, 0o755)
@@ -135,6 +136,7 @@ func quoteList(xs []string) string {
 // stdout section, into another host's MCP result), and its text comes
 // back as one escaped line.
 func TestApprovalNoticeIsTheRequestsHosts(t *testing.T) {
+	t.Parallel()
 	base := t.TempDir()
 	folder := filepath.Join(base, "folder")
 	os.Mkdir(folder, 0o755)

@@ -85,6 +85,7 @@ func (r *scanRecorder) waitSubs(t *testing.T, want ...string) {
 }
 
 func TestNewNudger(t *testing.T) {
+	t.Parallel()
 	n, err := syncthing.NewNudger("", "k", "fid", nil)
 	if n != nil || err != nil {
 		t.Fatalf("no URL: got %v, %v; want nudging off", n, err)
@@ -107,6 +108,7 @@ func TestNewNudger(t *testing.T) {
 // it, and anything else in the folder rooted at the bridge folder; one
 // nudge makes one request per folder.
 func TestNudgerFolders(t *testing.T) {
+	t.Parallel()
 	r := newScanRecorder(t, "k")
 	n, err := syncthing.NewNudger(r.srv.URL, "k", " hosts/h1/to-agent = res , fid", nil)
 	if err != nil {
@@ -132,6 +134,7 @@ func TestNudgerFolders(t *testing.T) {
 // TestNudgerPosts: a nudge is a POST /rest/db/scan with the key, the folder
 // id and every path; a failing Syncthing costs a log line, nothing else.
 func TestNudgerPosts(t *testing.T) {
+	t.Parallel()
 	r := newScanRecorder(t, "secret")
 	n, err := syncthing.NewNudger(r.srv.URL+"/", "secret", "fid", nil)
 	if err != nil {
@@ -151,6 +154,7 @@ func TestNudgerPosts(t *testing.T) {
 // result the daemon published (its two files in one scan), the ack, a
 // cancel, a rotation statement, the catalog.
 func TestNudgeHooks(t *testing.T) {
+	t.Parallel()
 	r := newScanRecorder(t, "k")
 	p := newPair(t, testPolicy)
 	var err error

@@ -44,6 +44,7 @@ ops = ["big"]
 // detector, whose shadow memory grows with the heap: there only the flow is
 // checked).
 func TestOutputMemoryBounded(t *testing.T) {
+	t.Parallel()
 	if spec := os.Getenv(agentMemEnv); spec != "" {
 		agentMemChild(spec)
 		return
@@ -163,6 +164,7 @@ func vmHWM(pid int) int64 {
 // An answer whose publish fails is tried again with the same spooled
 // output, redacted again: the spool outlives every attempt.
 func TestSpooledOutputSurvivesAnswerRetry(t *testing.T) {
+	t.Parallel()
 	p := newPair(t, `
 [ops.leak]
 argv = ["sh", "-c", "echo before; echo token sk-abcdefghijklmnopqrstuvwxyz012345; echo after"]

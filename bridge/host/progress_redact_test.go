@@ -58,6 +58,7 @@ func streamed(t *testing.T, cl *agent.Client, id string) (out []byte, withData i
 // was streamed is the result's output (no "differs" warning for `run`),
 // and plain output still streams in several chunks.
 func TestProgressRedactsAcrossChunks(t *testing.T) {
+	t.Parallel()
 	p := newPair(t, carryPolicy)
 	p.start(t, nil)
 	ids := map[string]string{}
@@ -97,6 +98,7 @@ func TestProgressRedactsAcrossChunks(t *testing.T) {
 // lines on both sides of the gap with it: the rest of a token whose start
 // fell into the gap would match no pattern.
 func TestProgressGapDropsCutLines(t *testing.T) {
+	t.Parallel()
 	red := newRedactor(policy.Redaction{Enabled: true})
 	p := &progress{}
 	var got bytes.Buffer
@@ -126,6 +128,7 @@ func TestProgressGapDropsCutLines(t *testing.T) {
 // carry cannot keep its matches whole); the default patterns cannot, save
 // the private key's, which the carry holds on its own.
 func TestRedactDefaultsStayOnOneLine(t *testing.T) {
+	t.Parallel()
 	for _, sp := range defaultSecrets() {
 		pem := strings.Contains(sp.re.String(), "PRIVATE KEY")
 		if matchesNewline(sp.re) != pem {
@@ -154,6 +157,7 @@ func TestRedactDefaultsStayOnOneLine(t *testing.T) {
 // half of a token redacted alone would match nothing): the stream halts,
 // and the result carries the rest.
 func TestProgressLongLineHaltsTheStream(t *testing.T) {
+	t.Parallel()
 	red := newRedactor(policy.Redaction{Enabled: true})
 	p := &progress{}
 	p.write(1, []byte("ok\n"+strings.Repeat("x", maxCarry)+" ghp_abcdefghijklmnop"))

@@ -15,6 +15,8 @@ import (
 // Requests for an op beyond what its concurrency and the waiting bound
 // allow are left unclaimed, not claimed and spooled to wait; each runs
 // once, as a run of the op ends.
+//
+// Not in parallel: it sets maxWaitingPerSlot for every daemon of the process.
 func TestOpQueueIsBounded(t *testing.T) {
 	defer func(n int) { maxWaitingPerSlot = n }(maxWaitingPerSlot)
 	maxWaitingPerSlot = 2 // at most 3 claimed: 1 running, 2 waiting

@@ -16,6 +16,7 @@ import (
 // waited MaxQueueAge, while the op ahead of it still runs: the agent learns
 // at the deadline, not when the slot frees (here 30 s later).
 func TestMaxQueueAgeAnsweredAtItsDeadline(t *testing.T) {
+	t.Parallel()
 	p := newPair(t, testPolicy)
 	countFile := filepath.Join(t.TempDir(), "count")
 	runDaemon(t, p.host, DaemonOptions{Rescan: 500 * time.Millisecond, Grace: 200 * time.Millisecond,

@@ -16,6 +16,7 @@ import (
 // process while the op runs): exit 0 → done without running again; exit 3 →
 // run exactly once more; no reconcile command → uncertain.
 func TestReconcileCommandAfterCrash(t *testing.T) {
+	t.Parallel()
 	policy := `
 [ops.happened]
 argv = ["sh", "-c", "echo happened-$0 >> \"$COUNT_FILE\"; while [ -f \"$COUNT_FILE.block\" ]; do sleep 0.05; done", "{request_id}"]
@@ -87,6 +88,7 @@ ops = ["happened", "nothappened", "unknown"]
 // is stopping (draining), not left with a serving stamp going stale, and
 // the check's answer is published before the stop.
 func TestDrainWaitsForAReconcileCheck(t *testing.T) {
+	t.Parallel()
 	policy := `
 [ops.checked]
 argv = ["sh", "-c", "echo run-$0 >> \"$COUNT_FILE\"; while [ -f \"$COUNT_FILE.block\" ]; do sleep 0.05; done", "{request_id}"]

@@ -16,6 +16,7 @@ import (
 )
 
 func TestRedactDefaults(t *testing.T) {
+	t.Parallel()
 	r := newRedactor(policy.Redaction{Enabled: true})
 	cases := []struct{ in, want string }{
 		{"token ghp_" + strings.Repeat("a1B2", 9) + " end", "token [REDACTED] end"},
@@ -47,6 +48,7 @@ func TestRedactDefaults(t *testing.T) {
 }
 
 func TestRedactPolicyPatternsAndOff(t *testing.T) {
+	t.Parallel()
 	r := newRedactor(policy.Redaction{Enabled: true, Patterns: []*regexp.Regexp{
 		regexp.MustCompile(`corp_[a-z0-9]{8}`), regexp.MustCompile(`password=(\S+)`)}})
 	got, n := r.bytes([]byte("a corp_abcd1234 b password=xyz c corp_00000000"))
@@ -72,6 +74,7 @@ func TestRedactPolicyPatternsAndOff(t *testing.T) {
 // whose needle straddles a block of the stream scan is found, and an
 // output without any needle stays in its file, unread into memory.
 func TestRedactSpooledOutput(t *testing.T) {
+	t.Parallel()
 	r := newRedactor(policy.Redaction{Enabled: true})
 	run := func(script string) runner.Output {
 		t.Helper()
@@ -108,6 +111,7 @@ func TestRedactSpooledOutput(t *testing.T) {
 // generated text of the characters the patterns are made of, against the
 // regexp run alone.
 func TestRedactNeedlesNeverSkipAMatch(t *testing.T) {
+	t.Parallel()
 	alphabet := "ghpousr_thubaitkAKISzxbB-eEr :/@.=~+-----BEGIN PRIVATE KEY-----\n\tbearer BEARER 0123456789abcdefXYZ"
 	rng := rand.New(rand.NewPCG(1, 2))
 	for i := 0; i < 20000; i++ {

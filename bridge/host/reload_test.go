@@ -55,6 +55,7 @@ func (e *edge) catalogOps(t *testing.T) []string {
 // An edited policy is served without a restart: an op it adds runs, the
 // catalog names it, the agent gets a notice, and the audit log records it.
 func TestPolicyReloadsLive(t *testing.T) {
+	t.Parallel()
 	e := newEdge(t)
 	d := e.daemon(t)
 	before := d.pol().SHA256
@@ -89,6 +90,7 @@ func TestPolicyReloadsLive(t *testing.T) {
 // A policy edit that does not load leaves the one in force serving, and a
 // later good edit is taken.
 func TestBrokenPolicyEditKeepsTheOld(t *testing.T) {
+	t.Parallel()
 	e := newEdge(t)
 	d := e.daemon(t)
 	before := d.pol().SHA256
@@ -112,6 +114,7 @@ func TestBrokenPolicyEditKeepsTheOld(t *testing.T) {
 // A policy written in place in several steps is not read half-way: a
 // changed file is loaded once it kept its version for one control tick.
 func TestPolicyReloadWaitsForTheFileToSettle(t *testing.T) {
+	t.Parallel()
 	file := filepath.Join(t.TempDir(), "policy.toml")
 	write := func(text string) version {
 		t.Helper()
@@ -147,6 +150,7 @@ func TestPolicyReloadWaitsForTheFileToSettle(t *testing.T) {
 // (policy-changed) and never starts; one whose op the edit left as it was
 // runs.
 func TestQueuedRequestJudgedByTheNewPolicy(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name, policy string
 		want         string
@@ -196,6 +200,7 @@ concurrency = 1`, 1), bridge.StatusRejected},
 // A concurrency limit raised by a reload lets a request waiting for its
 // op's slot start at once, while the run ahead of it still runs.
 func TestRaisedConcurrencyFreesWaiters(t *testing.T) {
+	t.Parallel()
 	e := newEdge(t)
 	e.block()
 	d := e.daemon(t)
@@ -218,6 +223,7 @@ func TestRaisedConcurrencyFreesWaiters(t *testing.T) {
 // A lowered limit counts the runs that hold their slots already: nothing
 // more starts until enough of them end.
 func TestLoweredConcurrencyCountsRunningOnes(t *testing.T) {
+	t.Parallel()
 	s := newScheduler(&base{})
 	waiters := func() (busy, n int) {
 		s.mu.Lock()
@@ -259,6 +265,7 @@ func TestLoweredConcurrencyCountsRunningOnes(t *testing.T) {
 // A limit a reload sets on an op that had none counts the runs going
 // already: under a new limit of 1, nothing more starts while two run.
 func TestLimitSetByReloadCountsRunningOnes(t *testing.T) {
+	t.Parallel()
 	par := `
 [ops.par]
 argv = ["sh", "-c", "echo par-$0 >> \"$RUNS\"; while [ -f \"$RUNS.block\" ]; do sleep 0.05; done", "{request_id}"]
@@ -297,6 +304,7 @@ concurrency = %d
 // host pairs it, without waiting for the next rescan (here an hour): the
 // first op after pairing took up to --rescan (30 s) on a local folder.
 func TestRequestOfANewlyTrustedAgentIsReadAtOnce(t *testing.T) {
+	t.Parallel()
 	base := t.TempDir()
 	folder := filepath.Join(base, "folder")
 	if err := os.Mkdir(folder, 0o755); err != nil {

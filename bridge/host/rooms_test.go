@@ -16,6 +16,7 @@ import (
 const maxMethods = 60
 
 func TestNoTypeOutgrowsARoom(t *testing.T) {
+	t.Parallel()
 	ents, err := os.ReadDir(".")
 	if err != nil {
 		t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 )
 
 func TestServiceUnits(t *testing.T) {
+	t.Parallel()
 	u, err := NewServiceUnit(ServiceOptions{GOOS: "linux", Exe: "/usr/local/bin/bridge", Home: "/home/me/bridge state", Name: "Laptop", Dir: "/u"})
 	if err != nil {
 		t.Fatal(err)
@@ -55,6 +56,7 @@ func TestServiceUnits(t *testing.T) {
 // TestOperationsShowsUnits keeps the unit texts in docs/OPERATIONS.md equal
 // to what `bridge service install` writes.
 func TestOperationsShowsUnits(t *testing.T) {
+	t.Parallel()
 	doc, err := os.ReadFile("../../docs/OPERATIONS.md")
 	if err != nil {
 		t.Fatal(err)
@@ -74,6 +76,7 @@ func TestOperationsShowsUnits(t *testing.T) {
 // user's directory, or one anyone may write (/tmp), would let them put a
 // program in front of the ops' own; relative entries mean nothing there.
 func TestSafePath(t *testing.T) {
+	t.Parallel()
 	base := t.TempDir()
 	good, open := filepath.Join(base, "good"), filepath.Join(base, "open")
 	for _, d := range []string{good, open} {
@@ -107,6 +110,7 @@ func TestSafePath(t *testing.T) {
 // it to tell the service's daemon from one started by hand: systemd's
 // `show --property=MainPID --value` and launchd's `launchctl list LABEL`.
 func TestParseMainPID(t *testing.T) {
+	t.Parallel()
 	for out, want := range map[string]int{
 		"4242\n": 4242,
 		"0\n":    0,

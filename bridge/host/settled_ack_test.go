@@ -16,6 +16,7 @@ import (
 // the host collects it once the grace passed and the request expired, not
 // only at the retention.
 func TestSettledResultCollectedAfterAck(t *testing.T) {
+	t.Parallel()
 	for _, serving := range []bool{true, false} {
 		t.Run(map[bool]string{true: "settled while serving", false: "settled while stopped"}[serving], func(t *testing.T) {
 			testSettledResultCollectedAfterAck(t, serving)

@@ -839,6 +839,7 @@ func TestSimProperties(t *testing.T) {
 // execution, an executed invalid request, an unknown id, a ledger entry
 // started twice.
 func TestSimCheckersCatch(t *testing.T) {
+	t.Parallel()
 	good, bad := &simReq{i: 1, valid: true, kind: bridge.PingOp}, &simReq{i: 2, kind: "expired"}
 	byID := map[string]*simReq{"a": good, "b": bad}
 	f := filepath.Join(t.TempDir(), "count")

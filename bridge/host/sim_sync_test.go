@@ -1343,6 +1343,7 @@ func runScripted(t *testing.T, seed uint64) *syncSim {
 // never match a protocol pattern; and the writers, which keep to their
 // trees, are never reported.
 func TestSimReplicatorDeterministic(t *testing.T) {
+	t.Parallel()
 	seed := uint64(7)
 	if *simSeedFlag >= 0 {
 		seed = uint64(*simSeedFlag)
@@ -1444,6 +1445,7 @@ func TestSimReplicatorDeterministic(t *testing.T) {
 // agent deleting in the host's tree, and a writer removing a sync client's
 // file are each reported by the next scan.
 func TestSimCatchesWriterViolations(t *testing.T) {
+	t.Parallel()
 	base := t.TempDir()
 	h, a, scratch := filepath.Join(base, "H"), filepath.Join(base, "A"), filepath.Join(base, "scratch")
 	toHost, toAgent := "hosts/h/to-host/a", "hosts/h/to-agent/a"

@@ -49,6 +49,8 @@ func dirSize(root string) int64 {
 // flooding files and directories, while real requests flow. Every request is
 // answered, none runs twice, the host's home grows by a bounded amount and
 // the daemon's kernel watches stay bounded.
+//
+// Not in parallel: it counts the inotify watches of the whole process.
 func TestHostileWriterSoak(t *testing.T) {
 	e := newEdge(t)
 	e.daemon(t)

@@ -26,6 +26,7 @@ import (
 //
 //	BRIDGE_BENCH_SYNCTHING=1 go test -run TestSyncthingRoundTripBench -v ./bridge
 func TestSyncthingRoundTripBench(t *testing.T) {
+	t.Parallel()
 	if os.Getenv("BRIDGE_BENCH_SYNCTHING") != "1" {
 		t.Skip("a benchmark: set BRIDGE_BENCH_SYNCTHING=1 to run it")
 	}

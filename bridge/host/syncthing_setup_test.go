@@ -111,6 +111,7 @@ func TestSyncthingSetup(t *testing.T) {
 // ping goes through. Then a stopped Syncthing: doctor says it does not
 // answer.
 func TestHalfDoneFastPath(t *testing.T) {
+	t.Parallel()
 	// Not in parallel with the other clients' tests: its ping's 20 s wait
 	// counts on the nudge, and a loaded machine (CI, with them beside it)
 	// once outran it.

@@ -232,10 +232,11 @@ func TestSyncthingEndToEnd(t *testing.T) {
 	}
 	logf("all %d results verified", len(ids))
 
-	// Let the sync and a few daemon rescans settle, so a late admission of
-	// a conflict copy would have happened by now.
+	// Let the sync settle, then five more full rescans of the daemon: a
+	// late admission of a conflict copy would have happened by then
+	// (counted, not slept: a slow machine waits longer, not less).
 	st.WaitInSync(60 * time.Second)
-	time.Sleep(time.Second)
+	daemon.waitRescans(t, 5)
 
 	// Exactly one result per request, done or (for a run the kill
 	// interrupted) uncertain; at most once per id in the count file.

@@ -21,6 +21,7 @@ import (
 // rejected unknown-version: TestHostileBattery's call/v2; the CLI's hint
 // for it is TestHintForUnknownVersion.)
 func TestANewerHostFormatNamesTheAgentAsBehind(t *testing.T) {
+	t.Parallel()
 	p := newPair(t, testPolicy)
 	p.start(t, nil)
 	hostID, agentID := p.host.Config.ID, p.agent.Config.ID
