@@ -24,7 +24,11 @@ const modulePath = "github.com/syncbridge/bridge"
 // safepath, and everything above it may use it; the
 // Syncthing client and the doctor stand on the wire and the home, beside
 // the sides; host and agent are separate rooms: each imports the wire, and
-// neither the other. cmd reaches everything through them. A new package
+// neither the other. The operator's commands on a host's home (approve,
+// deny, pending, the ledger's listing and references, the orders they leave
+// the daemon, policy check and explain) stand beside the daemon, which
+// reads their orders: host imports operator, never the reverse. cmd reaches
+// everything through them. A new package
 // must be added here on purpose, or the test fails.
 var importRules = map[string][]string{
 	"crypto":                   {},
@@ -38,10 +42,11 @@ var importRules = map[string][]string{
 	"bridge/trust":             {"bridge", "bridge/internal/safepath", "crypto", "syncsafe"},
 	"bridge/syncthing":         {"bridge", "bridge/trust", "syncsafe"},
 	"bridge/doctor":            {"bridge", "bridge/trust", "bridge/syncthing", "syncsafe"},
-	"bridge/host":              {"bridge", "bridge/trust", "bridge/doctor", "crypto", "syncsafe", "bridge/ledger", "bridge/policy", "bridge/runner"},
+	"bridge/operator":          {"bridge", "bridge/trust", "crypto", "syncsafe", "bridge/ledger", "bridge/policy"},
+	"bridge/host":              {"bridge", "bridge/trust", "bridge/doctor", "crypto", "syncsafe", "bridge/ledger", "bridge/policy", "bridge/runner", "bridge/operator"},
 	"bridge/agent":             {"bridge", "bridge/trust", "crypto", "syncsafe"},
 	"bridge/mcp":               {"bridge", "bridge/trust", "bridge/agent"},
-	"cmd/bridge":               {"bridge", "bridge/trust", "bridge/host", "bridge/agent", "bridge/mcp", "bridge/doctor", "bridge/syncthing", "crypto"},
+	"cmd/bridge":               {"bridge", "bridge/trust", "bridge/host", "bridge/operator", "bridge/agent", "bridge/mcp", "bridge/doctor", "bridge/syncthing", "crypto"},
 	"cmd/bridge-bench":         {"bridge", "bridge/trust", "bridge/host", "bridge/agent", "bridge/doctor", "crypto", "syncsafe"},
 }
 

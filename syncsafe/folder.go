@@ -460,19 +460,29 @@ func CheckMarker(f *Folder) error {
 	if err != nil {
 		return fmt.Errorf("check folder %s: %w", f.path, err)
 	}
-	if len(b) < len(MarkerContent) && strings.HasPrefix(MarkerContent, string(b)) {
-		// The beginning of ours, the empty file included: a sync client
-		// that writes in place (rclone before 1.63, a Dropbox mid-copy)
-		// has not finished copying it. Not yet synced, not another
-		// program's folder.
+	if partialMarker(b) {
+		// A sync client that writes in place (rclone before 1.63) or
+		// sizes the file first has not finished copying it. Not yet
+		// synced, not another program's folder.
 		return fmt.Errorf("check folder %s: %w: %s holds %d of its %d bytes (a sync client may still be copying it)",
-			f.path, ErrNoMarker, MarkerName, len(b), len(MarkerContent))
+			f.path, ErrNoMarker, MarkerName, len(bytes.TrimRight(b, "\x00")), len(MarkerContent))
 	}
 	if string(b) != MarkerContent {
 		return fmt.Errorf("check folder %s: marker %s holds %q, want %q (another program's folder or another bridge version)",
 			f.path, MarkerName, truncate(b, 64), MarkerContent)
 	}
 	return nil
+}
+
+// partialMarker reports whether b is the marker's content being copied in
+// place: no longer than it, and a proper prefix of it followed only by
+// zero bytes (SPEC §5, "Marker").
+func partialMarker(b []byte) bool {
+	if len(b) > len(MarkerContent) {
+		return false
+	}
+	head := bytes.TrimRight(b, "\x00")
+	return len(head) < len(MarkerContent) && strings.HasPrefix(MarkerContent, string(head))
 }
 
 // WriteMarker publishes the marker file. An existing correct marker is left

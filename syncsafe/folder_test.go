@@ -5,6 +5,7 @@ package syncsafe
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io/fs"
 	"net"
 	"os"
@@ -232,15 +233,30 @@ func TestMarker(t *testing.T) {
 
 	// A marker still being copied in place (empty, or a beginning of its
 	// content) is not yet synced, not another program's folder.
-	for _, part := range []string{"", "syncbridge fol", MarkerContent[:len(MarkerContent)-1]} {
+	zeros := strings.Repeat("\x00", len(MarkerContent))
+	for _, part := range []string{"", "syncbridge fol", MarkerContent[:len(MarkerContent)-1], zeros, "syncbridge" + zeros[10:]} {
 		p, pdir := newFolder(t)
 		writeFile(t, filepath.Join(pdir, MarkerName), part)
 		err := CheckMarker(p)
-		if !errors.Is(err, ErrNoMarker) || !strings.Contains(err.Error(), "still be copying") {
+		if !errors.Is(err, ErrNoMarker) || !strings.Contains(err.Error(), "still be copying") ||
+			!strings.Contains(err.Error(), fmt.Sprintf("holds %d of its", len(strings.TrimRight(part, "\x00")))) {
 			t.Errorf("CheckMarker(%q) = %v, want ErrNoMarker saying it is still being copied", part, err)
 		}
 		if err := WriteMarker(p); err == nil {
 			t.Errorf("WriteMarker over a marker being copied (%q) succeeded", part)
+		}
+		if b, _ := os.ReadFile(filepath.Join(pdir, MarkerName)); string(b) != part {
+			t.Errorf("WriteMarker changed a marker being copied from %q to %q", part, b)
+		}
+	}
+
+	// Not a copy under way: longer than the content, or other bytes after
+	// a prefix.
+	for _, other := range []string{MarkerContent + "\x00", "syncbridge" + zeros[10:] + "\x00", "syncbridge\x00x", "sync\n"} {
+		p, pdir := newFolder(t)
+		writeFile(t, filepath.Join(pdir, MarkerName), other)
+		if err := CheckMarker(p); err == nil || errors.Is(err, ErrNoMarker) {
+			t.Errorf("CheckMarker(%q) = %v, want another program's folder", other, err)
 		}
 	}
 

@@ -69,6 +69,22 @@ func (opt *Options) Defaults() {
 	}
 }
 
+// shellQuote quotes s for a POSIX shell, in single quotes; printf reads
+// the backslash sequences itself.
+func shellQuote(s string) string {
+	return "'" + strings.ReplaceAll(strings.ReplaceAll(s, "\n", `\n`), "'", `'\''`) + "'"
+}
+
+// checkMarker opens the folder and checks its marker.
+func checkMarker(folder string) error {
+	f, err := syncsafe.OpenFolder(folder)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return syncsafe.CheckMarker(f)
+}
+
 // CheckHome checks a home and its folder, of either role, for the mistakes
 // that make a bridge misbehave quietly. It only reads. A host's own checks
 // (the daemon, the ledger, the agents' clocks) are added by the host's
@@ -82,9 +98,22 @@ func CheckHome(h *trust.Home, opt Options) []Finding {
 	folder := h.Config.Folder
 
 	// The folder and its marker.
-	if fi, err := os.Stat(filepath.Join(folder, syncsafe.MarkerName)); err != nil || !fi.Mode().IsRegular() {
+	// As every command checks it (syncsafe.CheckMarker), not only that a
+	// file is there: one cut short or not ours makes them all refuse.
+	marker := filepath.Join(folder, syncsafe.MarkerName)
+	if fi, err := os.Lstat(marker); errors.Is(err, fs.ErrNotExist) {
 		add("marker", SeverityProblem, "check that the folder is mounted and synced; on the host, `bridge init host` wrote the marker",
 			"%s has no %s: it may be unmounted or not synced yet", folder, syncsafe.MarkerName)
+	} else if err := checkMarker(folder); err != nil {
+		// A command to write the marker only for a regular file cut short:
+		// a link planted by a folder writer would take the write out of
+		// the folder, and another version's marker is not to be replaced.
+		fix := "check --folder: a marker that is not a regular file or holds other content is another program's or another bridge version's folder; do not write into it"
+		if errors.Is(err, syncsafe.ErrNoMarker) && fi != nil && fi.Mode().IsRegular() {
+			fix = fmt.Sprintf("wait for the sync client to finish copying it; if it stays so, and this is the right folder, write it again: printf %s > %s",
+				shellQuote(syncsafe.MarkerContent), shellQuote(marker))
+		}
+		add("marker", SeverityProblem, fix, "%v", err)
 	} else {
 		add("marker", SeverityOK, "", "%s is a bridge folder", folder)
 	}

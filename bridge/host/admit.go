@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
+
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/ledger"
 	"github.com/syncbridge/bridge/bridge/policy"
@@ -129,7 +130,7 @@ func (d *Daemon) admit(j *job, in spool, mode admitMode) bool {
 				Detail: "the op would run code or work inside the synced folder (" + p + "); the host refuses"})
 		}
 	}
-	withRequestEnv(inv, j.req.ID)
+	inv.SetRequestEnv(j.req.ID)
 	if inv.Approve && counted.h != nil {
 		inv.Stdin = "none"
 		if counted.n > 0 {
@@ -207,19 +208,6 @@ func (d *Daemon) standing(j *job) error {
 		}
 	}
 	return nil
-}
-
-// withRequestEnv hands the request id to the op (SPEC §7.3): as
-// BRIDGE_REQUEST_ID and BRIDGE_IDEMPOTENCY_KEY, so a downstream system can
-// deduplicate on it. A keyed request keeps its id across retries.
-func withRequestEnv(inv *policy.Invocation, id string) {
-	env := inv.Env[:0:0]
-	for _, kv := range inv.Env {
-		if !strings.HasPrefix(kv, "BRIDGE_REQUEST_ID=") && !strings.HasPrefix(kv, "BRIDGE_IDEMPOTENCY_KEY=") {
-			env = append(env, kv)
-		}
-	}
-	inv.Env = append(env, "BRIDGE_REQUEST_ID="+id, "BRIDGE_IDEMPOTENCY_KEY="+id)
 }
 
 // reconcileCheck runs an op's reconcile command after a crash left the op

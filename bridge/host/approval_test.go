@@ -10,8 +10,8 @@ import (
 
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/agent"
-
 	"github.com/syncbridge/bridge/bridge/ledger"
+	"github.com/syncbridge/bridge/bridge/operator"
 )
 
 // A request waiting for approval stays manageable after its agent rotated
@@ -84,7 +84,8 @@ func TestApprovalWaitEndsAtExpiry(t *testing.T) {
 // daemon's user (issue 26, the red team of the PATH fix: it ran with text
 // an agent chose at every approval).
 //
-// Not in parallel: t.Setenv changes the environment of every test of the process.
+// Not in parallel: t.Setenv changes the environment of every test of the
+// process.
 func TestDesktopNotifierNotFromOthersDirectory(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("notify-send is looked up on Linux")
@@ -136,7 +137,7 @@ func TestApprovalWaitsForTheAgentsCeiling(t *testing.T) {
 		return strings.Contains(string(data), "started")
 	})
 	w0 := p.daemon.probe.n(controlWakes)
-	if _, err := Approve(p.host, gated.ID); err != nil {
+	if _, err := operator.Approve(p.host, gated.ID); err != nil {
 		t.Fatal(err)
 	}
 	// While the slow op holds the agent's one place, the approval waits:

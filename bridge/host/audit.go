@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/syncbridge/bridge/bridge/operator"
 	"github.com/syncbridge/bridge/bridge/trust"
 )
 
@@ -172,7 +173,7 @@ func (a *auditLog) close() error {
 // ReadAudit returns the events of a host's audit log, oldest first; n > 0
 // keeps only the last n.
 func ReadAudit(h *trust.Home, n int) ([]AuditEvent, error) {
-	if err := hostOnly(h, "audit"); err != nil {
+	if err := operator.HostOnly(h, "audit"); err != nil {
 		return nil, err
 	}
 	f, err := os.Open(h.Path(auditName))
@@ -212,7 +213,7 @@ type AuditCheck struct {
 // an edited, inserted or removed line, and a cut tail, are each reported
 // with the line where the chain breaks.
 func VerifyAudit(h *trust.Home) (*AuditCheck, error) {
-	if err := hostOnly(h, "audit verify"); err != nil {
+	if err := operator.HostOnly(h, "audit verify"); err != nil {
 		return nil, err
 	}
 	data, err := os.ReadFile(h.Path(auditName))

@@ -58,8 +58,13 @@ func AuditAction(h *trust.Home, e AuditEvent) (queued bool, err error) {
 	return false, nil
 }
 
+// auditOrder is an operator.Order that carries a line of the audit log.
+type auditOrder struct {
+	Audit *AuditEvent `json:"audit"`
+}
+
 func writeAuditOrder(h *trust.Home, e AuditEvent) error {
-	data, _ := json.Marshal(controlOrder{Audit: &e})
+	data, _ := json.Marshal(auditOrder{Audit: &e})
 	if err := os.MkdirAll(h.Path("control"), 0o700); err != nil {
 		return err
 	}
@@ -93,7 +98,7 @@ func readAuditOrder(f string) (AuditEvent, bool) {
 		return AuditEvent{}, false
 	}
 	data, err := os.ReadFile(f)
-	var o controlOrder
+	var o auditOrder
 	if err != nil || json.Unmarshal(data, &o) != nil || o.Audit == nil || !operatorEvents[o.Audit.Event] {
 		return AuditEvent{}, false
 	}

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/syncbridge/bridge/bridge"
-
 	"github.com/syncbridge/bridge/bridge/policy"
 	"github.com/syncbridge/bridge/bridge/runner"
 	"github.com/syncbridge/bridge/syncsafe"

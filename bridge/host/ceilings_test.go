@@ -24,7 +24,8 @@ func ceilingDaemon(t *testing.T, dir string, now *time.Time, src string) *ceilin
 	return &ceilings{base: b}
 }
 
-// Not in parallel: t.Setenv changes the environment of every test of the process.
+// Not in parallel: t.Setenv changes the environment of every test of the
+// process.
 func TestCeilings(t *testing.T) {
 	t.Setenv("HOME", t.TempDir())
 	const src = `

@@ -3,7 +3,6 @@ package host
 import (
 	"errors"
 	"fmt"
-	"github.com/syncbridge/bridge/bridge/doctor"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +13,8 @@ import (
 
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/agent"
+	"github.com/syncbridge/bridge/bridge/doctor"
+	"github.com/syncbridge/bridge/bridge/operator"
 	"github.com/syncbridge/bridge/syncsafe"
 )
 
@@ -267,7 +268,7 @@ func loopClientEndToEnd(t *testing.T, c *loopClient, neverName string, whileStop
 	if uncertain > syncthingOpConcurrency {
 		t.Errorf("%d requests uncertain after one kill; at most %d runs were in flight", uncertain, syncthingOpConcurrency)
 	}
-	entries, err := LedgerEntries(p.host)
+	entries, err := operator.LedgerEntries(p.host)
 	if err != nil {
 		t.Fatal(err)
 	}

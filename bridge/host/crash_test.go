@@ -16,7 +16,6 @@ import (
 
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/agent"
-
 	"github.com/syncbridge/bridge/bridge/ledger"
 )
 

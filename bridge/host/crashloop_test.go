@@ -19,8 +19,8 @@ import (
 
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/agent"
-
 	"github.com/syncbridge/bridge/bridge/ledger"
+	"github.com/syncbridge/bridge/bridge/operator"
 	"github.com/syncbridge/bridge/syncsafe"
 )
 
@@ -315,6 +315,10 @@ func crashFolderFiles(t *testing.T, p *pair, id string) []string {
 // in the state the result names, with the right count of runs; the folder
 // holds exactly the request's result pair; and a collection a crash
 // interrupted completes after the restart.
+//
+// Not in parallel: its steps run in parallel with each other, each with
+// bounded waits for its crash and restart; they share the machine among
+// themselves only.
 func TestCrashAtEveryDurableStep(t *testing.T) {
 	var (
 		mu    sync.Mutex
@@ -557,8 +561,8 @@ func crashInGC(t *testing.T, p *pair, at string, op crashOp, countFile string) s
 
 	c := startCrashProc(t, p, at, countFile)
 	c.waitReady(t)
-	if _, err := GC(p.host, GCOptions{Grace: time.Nanosecond}); !errors.Is(err, ErrQueued) {
-		t.Fatalf("gc beside a running daemon: %v, want ErrQueued", err)
+	if _, err := GC(p.host, GCOptions{Grace: time.Nanosecond}); !errors.Is(err, operator.ErrQueued) {
+		t.Fatalf("gc beside a running daemon: %v, want operator.ErrQueued", err)
 	}
 	c.waitCrash(t, at)
 	left := crashFolderFiles(t, p, id)
@@ -571,8 +575,8 @@ func crashInGC(t *testing.T, p *pair, at string, op crashOp, countFile string) s
 	}
 
 	p.start(t, map[string]string{"COUNT_FILE": countFile})
-	if _, err := GC(p.host, GCOptions{Grace: time.Nanosecond}); !errors.Is(err, ErrQueued) {
-		t.Fatalf("gc beside a running daemon: %v, want ErrQueued", err)
+	if _, err := GC(p.host, GCOptions{Grace: time.Nanosecond}); !errors.Is(err, operator.ErrQueued) {
+		t.Fatalf("gc beside a running daemon: %v, want operator.ErrQueued", err)
 	}
 	deadline := time.Now().Add(5 * time.Second)
 	for len(crashFolderFiles(t, p, id)) > 0 && time.Now().Before(deadline) {

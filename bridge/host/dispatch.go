@@ -7,7 +7,6 @@ import (
 	"strings"
 
 	"github.com/syncbridge/bridge/bridge"
-
 	bcrypto "github.com/syncbridge/bridge/crypto"
 	"github.com/syncbridge/bridge/syncsafe"
 )
@@ -18,10 +17,7 @@ import (
 // startScanDone reports whether the start-up scan was dispatched and the
 // evaluations it queued were taken (long runs may go on).
 func (d *Daemon) startScanDone() bool {
-	d.fin.mu.Lock()
-	scanned := d.fin.rescans > 0
-	d.fin.mu.Unlock()
-	return scanned && d.sched.idle()
+	return d.fin.walked() && d.sched.idle()
 }
 
 // refuseIrregular audits entries at request names that are not regular files

@@ -1,8 +1,12 @@
 // Package host is the host daemon, `bridge serve`: it watches the agents'
 // request trees, admits complete and authentic requests, runs what the
 // policy allows, and publishes sealed, signed results. It also holds the
-// operator's tools that act on a host's home: approve and deny, reconcile,
-// gc, the audit log, doctor, ledger repair, the user service.
+// operator's tools that need the daemon's own code: reconcile and gc (with
+// no daemon running they settle and collect as it would), the audit log,
+// doctor, ledger repair, the user service. Approve, deny, pending, the
+// ledger's listing and request references, policy check and explain and
+// the presets are in package operator, whose orders the control loop
+// carries out (host.go).
 //
 // Entry points: [NewDaemon], then [Daemon.Open], [Daemon.Run] and
 // [Daemon.Close].

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/syncbridge/bridge/bridge/doctor"
+	"github.com/syncbridge/bridge/bridge/operator"
 	"github.com/syncbridge/bridge/bridge/runner"
 	"github.com/syncbridge/bridge/bridge/trust"
 )
@@ -20,7 +21,7 @@ import (
 // command would use; what it cannot guarantee; and how to get a cgroup of
 // its own where it has none. It only reads.
 func containmentFinding(h *trust.Home) doctor.Finding {
-	pid, ok := DaemonRunning(h)
+	pid, ok := operator.DaemonRunning(h)
 	if !ok {
 		pid = 0
 	}

@@ -1,13 +1,13 @@
 package host
 
 import (
-	"github.com/syncbridge/bridge/bridge/doctor"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/agent"
+	"github.com/syncbridge/bridge/bridge/doctor"
 )
 
 // TestDoctorContainment: doctor names the mechanism that holds every

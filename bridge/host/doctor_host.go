@@ -6,13 +6,13 @@ import (
 	"os"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/doctor"
 	"github.com/syncbridge/bridge/bridge/ledger"
+	"github.com/syncbridge/bridge/bridge/operator"
 	"github.com/syncbridge/bridge/bridge/policy"
 	"github.com/syncbridge/bridge/bridge/trust"
 	bcrypto "github.com/syncbridge/bridge/crypto"
@@ -23,7 +23,7 @@ import (
 func Doctor(h *trust.Home, opt doctor.Options) []doctor.Finding {
 	opt.Defaults()
 	out := doctor.CheckHome(h, opt)
-	if pid, ok := DaemonRunning(h); ok {
+	if pid, ok := operator.DaemonRunning(h); ok {
 		out = append(out, doctor.Finding{Check: "daemon", Severity: doctor.SeverityOK, Message: fmt.Sprintf("bridge serve is running (pid %d)", pid)})
 	} else {
 		out = append(out, doctor.Finding{Check: "daemon", Severity: doctor.SeverityWarn, Message: "bridge serve is not running: requests wait",
@@ -33,7 +33,7 @@ func Doctor(h *trust.Home, opt doctor.Options) []doctor.Finding {
 	// What a running daemon serves when the file is gone or broken: the
 	// policy it loaded before (reload.go keeps it).
 	served := ""
-	if _, ok := DaemonRunning(h); ok {
+	if _, ok := operator.DaemonRunning(h); ok {
 		if sha, err := os.ReadFile(h.Path("inbox", "policy.sha256")); err == nil && len(sha) >= 12 {
 			served = fmt.Sprintf("; the running `bridge serve` keeps serving the policy it loaded before (sha256 %.12s)", sha)
 		}
@@ -57,7 +57,7 @@ func Doctor(h *trust.Home, opt doctor.Options) []doctor.Finding {
 	out = append(out, folderFindings(h)...)
 
 	// Requests a human must settle, and ids a repair found without a record.
-	entries, err := LedgerEntries(h)
+	entries, err := operator.LedgerEntries(h)
 	if err != nil {
 		out = append(out, doctor.Finding{Check: "ledger", Severity: doctor.SeverityProblem, Message: fmt.Sprintf("the ledger cannot be read: %v", err),
 			Fix: "stop `bridge serve`, then run `bridge ledger repair`"})
@@ -65,7 +65,7 @@ func Doctor(h *trust.Home, opt doctor.Options) []doctor.Finding {
 	}
 	out = append(out, doctor.Finding{Check: "ledger", Severity: doctor.SeverityOK, Message: fmt.Sprintf("the ledger reads back: %d requests", len(entries))})
 	out = append(out, uncertainFindings(h, entries)...)
-	if _, ok := DaemonRunning(h); !ok {
+	if _, ok := operator.DaemonRunning(h); !ok {
 		out = append(out, cutOffFindings(h, entries)...)
 	}
 
@@ -126,29 +126,20 @@ func Doctor(h *trust.Home, opt doctor.Options) []doctor.Finding {
 	return out
 }
 
-// DaemonRunning reports whether `bridge serve` runs on h, by the pid it
-// wrote into its lock file; a stale file after a crash names a dead process
-// (or, rarely, a reused pid).
-func DaemonRunning(h *trust.Home) (int, bool) {
-	data, _ := os.ReadFile(h.Path("serve.lock"))
-	pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
-	return pid, err == nil && pid > 0 && processAlive(pid)
-}
-
 // uncertainFindings lists the requests held uncertain for a human (a run a
 // crash or a stop interrupted, a request whose ledger record was lost), and
 // the ids a ledger repair found without a record.
 func uncertainFindings(h *trust.Home, entries []LedgerEntry) []doctor.Finding {
-	names := agentNames(h)
+	names := operator.AgentNames(h)
 	var crashed, lost []string
 	for _, e := range entries {
 		if e.State != ledger.StateUncertain {
 			continue
 		}
 		if e.Reason == string(bridge.ReasonRecordLost) {
-			lost = append(lost, refName(names, e))
+			lost = append(lost, operator.RefName(names, e))
 		} else {
-			crashed = append(crashed, refName(names, e))
+			crashed = append(crashed, operator.RefName(names, e))
 		}
 	}
 	var out []doctor.Finding
@@ -180,11 +171,11 @@ func uncertainFindings(h *trust.Home, entries []LedgerEntry) []doctor.Finding {
 // one with a reconcile command) for the next start, which settles them.
 // (A claimed request only waits to start.)
 func cutOffFindings(h *trust.Home, entries []LedgerEntry) []doctor.Finding {
-	names := agentNames(h)
+	names := operator.AgentNames(h)
 	var cut []string
 	for _, e := range entries {
 		if e.State == ledger.StateRunning {
-			cut = append(cut, refName(names, e))
+			cut = append(cut, operator.RefName(names, e))
 		}
 	}
 	if len(cut) == 0 {

@@ -1,7 +1,6 @@
 package host
 
 import (
-	"github.com/syncbridge/bridge/bridge/doctor"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,6 +9,7 @@ import (
 
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/agent"
+	"github.com/syncbridge/bridge/bridge/doctor"
 )
 
 // TestDoctorFindings plants what a testscript cannot: an agent clock ahead

@@ -18,6 +18,7 @@ import (
 	"github.com/syncbridge/bridge/bridge/agent"
 	"github.com/syncbridge/bridge/bridge/doctor"
 	"github.com/syncbridge/bridge/bridge/ledger"
+	"github.com/syncbridge/bridge/bridge/operator"
 	"github.com/syncbridge/bridge/bridge/trust"
 )
 
@@ -201,7 +202,8 @@ func TestDrainAbortNeverFailed(t *testing.T) {
 // adopted "host-shutdown" where it says "crashed"): the entry stays running,
 // and the next start's verdict never depends on which came first.
 //
-// Not in parallel: the second signal kills every op the process runs (runner.KillAll), other tests' ops too.
+// Not in parallel: the second signal kills every op the process runs
+// (runner.KillAll), other tests' ops too.
 func TestSecondSignalLeavesItsKillsToTheNextStart(t *testing.T) {
 	e := newEdge(t)
 	d, id := e.running(t, "block")
@@ -231,7 +233,8 @@ func TestSecondSignalLeavesItsKillsToTheNextStart(t *testing.T) {
 // for Open, which returns, and the process can exit (red team of 1eee7e3:
 // Abort waited for Open's lock while Open waited for Abort's cancel).
 //
-// Not in parallel: the second signal kills every op the process runs (runner.KillAll), other tests' ops too.
+// Not in parallel: the second signal kills every op the process runs
+// (runner.KillAll), other tests' ops too.
 func TestSecondSignalEndsAStuckRecovery(t *testing.T) {
 	e := newEdge(t)
 	d, id := e.running(t, "block")
@@ -320,7 +323,8 @@ func (h hookHandler) WithGroup(g string) slog.Handler {
 // uncertain (rerun-refused) every time). And Abort
 // counts the runs it stopped, also those that die of the cancel's SIGTERM.
 //
-// Not in parallel: the second signal kills every op the process runs (runner.KillAll), other tests' ops too.
+// Not in parallel: the second signal kills every op the process runs
+// (runner.KillAll), other tests' ops too.
 func TestSecondSignalWhileStartingLeavesWhatItRecovers(t *testing.T) {
 	e := newEdge(t)
 	e.block()
@@ -407,7 +411,8 @@ func TestSecondSignalWhileStartingLeavesWhatItRecovers(t *testing.T) {
 // the last stop, stays running for the next start to run it again (red team
 // of 89cc37a: it was answered uncertain, rerun-refused).
 //
-// Not in parallel: the second signal kills every op the process runs (runner.KillAll), other tests' ops too.
+// Not in parallel: the second signal kills every op the process runs
+// (runner.KillAll), other tests' ops too.
 func TestSecondSignalDuringARerunsStepLeavesItRunning(t *testing.T) {
 	e := newEdge(t)
 	d, idem := e.running(t, "blockidem")
@@ -646,7 +651,7 @@ func TestApproveOfRevokedRefused(t *testing.T) {
 	if _, err := e.host.Revoke(e.agent.Identity().SignKid()); err != nil {
 		t.Fatal(err)
 	}
-	_, err := Approve(e.host, id)
+	_, err := operator.Approve(e.host, id)
 	if err == nil || !strings.Contains(err.Error(), "revoked") {
 		t.Fatalf("approve of a request signed by a revoked key: %v", err)
 	}
@@ -654,7 +659,7 @@ func TestApproveOfRevokedRefused(t *testing.T) {
 	if out.Receipt.Status != bridge.StatusRejected || out.Receipt.Reason != "revoked" {
 		t.Fatalf("answer: %s (%s)", out.Receipt.Status, out.Receipt.Reason)
 	}
-	waitFor(t, 5*time.Second, "pending to list nothing", func() bool { list, _ := Pending(e.host); return len(list) == 0 })
+	waitFor(t, 5*time.Second, "pending to list nothing", func() bool { list, _ := operator.Pending(e.host); return len(list) == 0 })
 	if n := e.starts(t, "gated", id); n != 0 {
 		t.Fatalf("ran %d times", n)
 	}
@@ -684,7 +689,7 @@ func TestCancelAwaitingApproval(t *testing.T) {
 	}
 	// (The answer is out a moment before the ledger records it.)
 	waitFor(t, 5*time.Second, "the ledger to record it", func() bool { return e.entry(t, id).State == ledger.StateCancelled })
-	if _, err := Approve(e.host, id); err == nil {
+	if _, err := operator.Approve(e.host, id); err == nil {
 		t.Fatal("a cancelled request could be approved")
 	}
 }
@@ -758,25 +763,25 @@ func TestDecisionsByAgentAndID(t *testing.T) {
 	os.WriteFile(filepath.Join(dir, mine+".payload"), []byte(payload.String()), 0o644)
 	os.WriteFile(filepath.Join(dir, mine+".manifest"), m, 0o644)
 	waitFor(t, 10*time.Second, "both requests to await approval", func() bool {
-		list, _ := Pending(e.host)
+		list, _ := operator.Pending(e.host)
 		return len(list) == 2
 	})
-	if _, err := Approve(e.host, mine); err == nil || !strings.Contains(err.Error(), "cloud-1/"+mine) {
+	if _, err := operator.Approve(e.host, mine); err == nil || !strings.Contains(err.Error(), "cloud-1/"+mine) {
 		t.Fatalf("approve by a shared id: %v; want a refusal naming cloud-1/%s", err, mine)
 	}
 	// The agent half is a local name or a whole id, never an id's prefix:
 	// a peer could otherwise pick a name that reads as another's id (and
 	// a name of hex digits alone is refused at trust for that reason).
-	if _, err := Approve(e.host, e.agent.Config.ID[:8]+"/"+mine); err == nil {
+	if _, err := operator.Approve(e.host, e.agent.Config.ID[:8]+"/"+mine); err == nil {
 		t.Fatal("approve by an agent id's prefix was accepted")
 	}
 	if _, err := e.host.Trust(other.BundleText(), other.Config.ID[:8]); err == nil {
 		t.Fatal("trust accepted a peer name that reads as an id")
 	}
-	if dec, err := Approve(e.host, e.agent.Config.ID+"/"+mine); err != nil || dec.Ref != "cloud-1/"+mine {
+	if dec, err := operator.Approve(e.host, e.agent.Config.ID+"/"+mine); err != nil || dec.Ref != "cloud-1/"+mine {
 		t.Fatalf("approve by the whole agent id: %+v, %v", dec, err)
 	}
-	if _, err := Deny(e.host, "other/"+mine, "copied id"); err != nil {
+	if _, err := operator.Deny(e.host, "other/"+mine, "copied id"); err != nil {
 		t.Fatalf("deny other/ID: %v", err)
 	}
 	// The same request by its local name: queued again, unless the daemon
@@ -790,7 +795,7 @@ func TestDecisionsByAgentAndID(t *testing.T) {
 		}
 		return false
 	}
-	if dec, err := Approve(e.host, "cloud-1/"+mine); err != nil && !taken(err) ||
+	if dec, err := operator.Approve(e.host, "cloud-1/"+mine); err != nil && !taken(err) ||
 		err == nil && (dec.Ref != "cloud-1/"+mine || !dec.Queued) {
 		t.Fatalf("approve cloud-1/ID: %+v, %v", dec, err)
 	}
@@ -812,7 +817,7 @@ func TestDecisionsByAgentAndID(t *testing.T) {
 
 func mustEntries(t *testing.T, h *trust.Home) []ledger.Entry {
 	t.Helper()
-	entries, err := LedgerEntries(h)
+	entries, err := operator.LedgerEntries(h)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		t.Fatal(err)
 	}
@@ -966,7 +971,7 @@ func TestLostRecordOfARefusalKeepsItsAnswer(t *testing.T) {
 	waitFor(t, 10*time.Second, "the request to await approval", func() bool {
 		return e.entry(t, id).State == ledger.StateAwaitingApproval
 	})
-	if _, err := Deny(e.host, id, "not today"); err != nil {
+	if _, err := operator.Deny(e.host, id, "not today"); err != nil {
 		t.Fatal(err)
 	}
 	first := e.wait(t, id)
@@ -996,7 +1001,7 @@ func TestLostRecordOfARefusalKeepsItsAnswer(t *testing.T) {
 	if n := e.starts(t, "gated", id); n != 0 {
 		t.Fatalf("a denied request ran %d times", n)
 	}
-	if w, err := Pending(e.host); err != nil || len(w) != 0 {
+	if w, err := operator.Pending(e.host); err != nil || len(w) != 0 {
 		t.Fatalf("a denied request waits for a human again: %+v, %v", w, err)
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/ledger"
+	"github.com/syncbridge/bridge/bridge/operator"
 	"github.com/syncbridge/bridge/bridge/runner"
 	bcrypto "github.com/syncbridge/bridge/crypto"
 	"github.com/syncbridge/bridge/syncsafe"
@@ -457,21 +458,18 @@ func (d *Daemon) cancelledBefore(j *job) bool {
 	return true
 }
 
-// The kept manifest of a request: manifests/<agent>/<id>.manifest once the
-// ledger recorded the id (evidence of admission, evidence.go), and
-// <id>.unrecorded just before.
+// The kept manifest of a request (operator.KeptManifestPath): the
+// evidence of admission of evidence.go, read by `bridge approve` too.
 func (o *outbox) keptPath(agent, id, ext string) string {
-	return o.home.Path("manifests", agent, id+"."+ext)
+	return operator.KeptManifestPath(o.home, agent, id, ext)
 }
-
-const extUnrecorded = "unrecorded"
 
 // keepUnrecorded keeps a manifest about to be recorded.
 func (o *outbox) keepUnrecorded(j *job) error {
 	if err := os.MkdirAll(o.home.Path("manifests", j.agent), 0o700); err != nil {
 		return err
 	}
-	return syncsafe.WriteFileAtomic(o.keptPath(j.agent, j.req.ID, extUnrecorded), j.manifest)
+	return syncsafe.WriteFileAtomic(o.keptPath(j.agent, j.req.ID, operator.ExtUnrecorded), j.manifest)
 }
 
 // keepManifest keeps the admitted manifest of a recorded request in the
@@ -483,7 +481,7 @@ func (o *outbox) keepManifest(j *job) error {
 	if _, err := os.Stat(p); err == nil {
 		return nil
 	}
-	if err := os.Rename(o.keptPath(j.agent, j.req.ID, extUnrecorded), p); err == nil {
+	if err := os.Rename(o.keptPath(j.agent, j.req.ID, operator.ExtUnrecorded), p); err == nil {
 		return nil
 	}
 	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
@@ -502,7 +500,7 @@ func (o *outbox) keptDurable(key string) {
 	if _, err := os.Stat(p); err == nil {
 		return
 	}
-	os.Rename(o.keptPath(agent, id, extUnrecorded), p) // absent: kept already, or never
+	os.Rename(o.keptPath(agent, id, operator.ExtUnrecorded), p) // absent: kept already, or never
 }
 
 // settle copies the payload into a private spool if it matches the pin.
@@ -593,7 +591,7 @@ func (d *Daemon) handleCancel(agent, id string) {
 func (d *Daemon) reload(ent ledger.Entry, keys *agentKeys) (*job, error) {
 	data, err := os.ReadFile(d.out.keptPath(ent.Agent, ent.ID, bridge.ExtManifest))
 	if errors.Is(err, fs.ErrNotExist) {
-		data, err = os.ReadFile(d.out.keptPath(ent.Agent, ent.ID, extUnrecorded)) // a crash before the rename
+		data, err = os.ReadFile(d.out.keptPath(ent.Agent, ent.ID, operator.ExtUnrecorded)) // a crash before the rename
 	}
 	if err != nil {
 		return nil, err

@@ -17,6 +17,7 @@ import (
 
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/ledger"
+	"github.com/syncbridge/bridge/bridge/operator"
 	"github.com/syncbridge/bridge/bridge/trust"
 	bcrypto "github.com/syncbridge/bridge/crypto"
 	"github.com/syncbridge/bridge/syncsafe"
@@ -354,10 +355,10 @@ func RepairLedger(h *trust.Home) (RepairReport, error) {
 		return out, err
 	}
 	keys, err := findLost(h)
-	names := agentNames(h)
+	names := operator.AgentNames(h)
 	for _, k := range keys {
 		agent, id, _ := strings.Cut(k, "/")
-		out.Lost = append(out.Lost, refName(names, LedgerEntry{Agent: agent, ID: id}))
+		out.Lost = append(out.Lost, operator.RefName(names, LedgerEntry{Agent: agent, ID: id}))
 	}
 	return out, err
 }

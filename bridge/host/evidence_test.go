@@ -17,6 +17,7 @@ import (
 	"github.com/syncbridge/bridge/bridge/agent"
 	"github.com/syncbridge/bridge/bridge/doctor"
 	"github.com/syncbridge/bridge/bridge/ledger"
+	"github.com/syncbridge/bridge/bridge/operator"
 	"github.com/syncbridge/bridge/bridge/trust"
 )
 
@@ -285,7 +286,7 @@ func TestRestoredApprovalKeepsItsAnswer(t *testing.T) {
 	stopDaemon(d, context.Background())
 	backup := backupHome(t, e)
 	d = e.daemon(t)
-	if _, err := Approve(e.host, "cloud-1/"+id); err != nil {
+	if _, err := operator.Approve(e.host, "cloud-1/"+id); err != nil {
 		t.Fatal(err)
 	}
 	done := e.wait(t, id)
@@ -388,7 +389,7 @@ func TestOldKeyMakesNoEvidence(t *testing.T) {
 				t.Fatal(err)
 			}
 			os.WriteFile(filepath.Join(e.toHost(), id+".ack"), forged, 0o644)
-			if _, err := Approve(e.host, "cloud-1/"+id); err != nil {
+			if _, err := operator.Approve(e.host, "cloud-1/"+id); err != nil {
 				t.Fatal(err)
 			}
 			if out := e.wait(t, id); out.Receipt.Status != bridge.StatusDone {

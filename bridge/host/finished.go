@@ -10,7 +10,6 @@ import (
 	"sync"
 
 	"github.com/syncbridge/bridge/bridge"
-
 	"github.com/syncbridge/bridge/syncsafe"
 )
 
@@ -194,7 +193,11 @@ func (d *Daemon) dispatchFull(paths []string) {
 	}
 	d.fin.mu.Lock()
 	d.fin.rescans++
+	first := d.fin.rescans == 1
 	d.fin.mu.Unlock()
+	if first {
+		poke(d.controlPoke) // a collection ordered before this walk waits for it
+	}
 	// A rescan need not verify finished requests again; it checks that
 	// their result is still what was recorded, the stamps taken together.
 	// One that is not is evaluated again (a lost result is re-published).
@@ -249,6 +252,14 @@ func requestKeyOf(p string) (string, bool) {
 		return "", false
 	}
 	return key, true
+}
+
+// walked reports whether a full walk of the folder has been dispatched
+// since the daemon started: until then, the acks it knows are none.
+func (f *finishedSet) walked() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.rescans > 0
 }
 
 // requestKeyShape is requestKeyOf without the check of the id's digits:

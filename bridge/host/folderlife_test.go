@@ -296,7 +296,8 @@ func TestRefusedFileReadOnce(t *testing.T) {
 // TestFolderLinesBounded: however much junk the folder holds, the lines it
 // makes the daemon write are bounded per agent directory and hour.
 //
-// Not in parallel: withBudget sets the line budget for every daemon of the process.
+// Not in parallel: withBudget sets the line budget for every daemon of the
+// process.
 func TestFolderLinesBounded(t *testing.T) {
 	withBudget(t, 100)
 	p := newPair(t, testPolicy)
@@ -394,7 +395,8 @@ func TestRefusedManifestNotReadForItsPayload(t *testing.T) {
 // TestUntrustedNamesShareOneBudget: id-shaped directories a folder writer
 // makes at the top of to-host share one line budget, not one each.
 //
-// Not in parallel: withBudget sets the line budget for every daemon of the process.
+// Not in parallel: withBudget sets the line budget for every daemon of the
+// process.
 func TestUntrustedNamesShareOneBudget(t *testing.T) {
 	withBudget(t, 50)
 	p := newPair(t, testPolicy)
@@ -414,7 +416,8 @@ func TestUntrustedNamesShareOneBudget(t *testing.T) {
 // TestRequestsDirFlapsWithinBudget: moving to-host away and back again and
 // again makes no more lines than the budget allows.
 //
-// Not in parallel: withBudget sets the line budget for every daemon of the process.
+// Not in parallel: withBudget sets the line budget for every daemon of the
+// process.
 func TestRequestsDirFlapsWithinBudget(t *testing.T) {
 	withBudget(t, 10)
 	p := newPair(t, testPolicy)
@@ -490,7 +493,8 @@ func TestRefusedRewrittenInPlaceIsReadAgain(t *testing.T) {
 // the daemon puts it back makes a "republished" line each time; those lines
 // too count against the agent directory's budget (found by the red team).
 //
-// Not in parallel: withBudget sets the line budget for every daemon of the process.
+// Not in parallel: withBudget sets the line budget for every daemon of the
+// process.
 func TestRepublishLinesBounded(t *testing.T) {
 	withBudget(t, 3)
 	p := newPair(t, testPolicy)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/ledger"
+	"github.com/syncbridge/bridge/bridge/operator"
 	"github.com/syncbridge/bridge/bridge/trust"
 	bcrypto "github.com/syncbridge/bridge/crypto"
 	"github.com/syncbridge/bridge/syncsafe"
@@ -28,6 +29,11 @@ type GCOptions struct {
 	// Explain fills GCReport.Kept: what stays and until when (for `bridge
 	// gc`; the daemon's own collections skip the reading of acks it costs).
 	Explain bool
+	// Before bounds a collection ordered by `bridge gc` to what finished
+	// before the order: the daemon may carry it out later (after its
+	// first walk), and what finished since was in no list the operator
+	// saw. Zero: no bound.
+	Before time.Time
 }
 
 // GCItem is one thing a collection removes (or would remove).
@@ -118,12 +124,16 @@ func (c *collector) collect(o GCOptions, all []ledger.Entry) (*GCReport, error) 
 	progress := &progressFiles{base: c.base}
 	listed := map[string]bool{} // a dry run's results listed for removal
 	var old []ledger.Entry
+	late := func(e ledger.Entry) bool { return !o.Before.IsZero() && e.Updated.After(o.Before) }
 	for _, e := range all {
-		if e.State.Terminal() && e.Expires.Add(c.opt.Skew).Before(now) {
+		if e.State.Terminal() && e.Expires.Add(c.opt.Skew).Before(now) && !late(e) {
 			old = append(old, e)
 		}
 	}
 	for _, e := range all {
+		if late(e) {
+			continue // finished after the order: the next collection's
+		}
 		if !e.State.Terminal() {
 			if o.Explain {
 				rep.keep(keptUnfinished, time.Time{})
@@ -217,7 +227,7 @@ func (c *collector) collect(o GCOptions, all []ledger.Entry) (*GCReport, error) 
 		}
 		for _, p := range []string{c.home.Path("results", e.Agent, e.ID+"."+bridge.ExtResult), c.home.Path("results", e.Agent, e.ID+"."+bridge.ExtOutput),
 			c.home.Path("results", e.Agent, e.ID+"."+bridge.ExtResult+supersededSuffix), c.home.Path("results", e.Agent, e.ID+"."+bridge.ExtOutput+supersededSuffix),
-			c.out.keptPath(e.Agent, e.ID, bridge.ExtManifest), c.out.keptPath(e.Agent, e.ID, extUnrecorded)} {
+			c.out.keptPath(e.Agent, e.ID, bridge.ExtManifest), c.out.keptPath(e.Agent, e.ID, operator.ExtUnrecorded)} {
 			os.Remove(p)
 		}
 		// The ledger entry goes last: while it exists the id cannot run
@@ -330,8 +340,9 @@ func (c *collector) run(o GCOptions) {
 }
 
 // GC runs one collection on a host home. With the daemon running, a real
-// collection is left as an order the daemon carries out within a second
-// (ErrQueued). A dry run only reads, whether the daemon runs or not: the
+// collection is left as an order the daemon carries out within a second,
+// or after its first walk when it has just started, bounded to what
+// finished before the order (operator.ErrQueued). A dry run only reads, whether the daemon runs or not: the
 // folder, the trusted agents and a snapshot of the ledger; it takes no
 // lock and writes nothing, in the home or the folder.
 func GC(h *trust.Home, o GCOptions) (*GCReport, error) { return gcAt(h, o, nil) }
@@ -350,7 +361,7 @@ func gcAt(h *trust.Home, o GCOptions, now func() time.Time) (*GCReport, error) {
 		if err := d.keys.loadAgents(); err != nil {
 			return nil, err
 		}
-		all, err := LedgerEntries(h)
+		all, err := operator.LedgerEntries(h)
 		if err != nil {
 			return nil, err
 		}
@@ -358,7 +369,11 @@ func gcAt(h *trust.Home, o GCOptions, now func() time.Time) (*GCReport, error) {
 	}
 	err = d.openCore()
 	if errors.Is(err, syncsafe.ErrLocked) {
-		if err := writeOrder(h, controlOrder{GC: true, Grace: o.Grace, Retention: o.Retention}); err != nil {
+		at := time.Now()
+		if now != nil {
+			at = now()
+		}
+		if err := operator.WriteOrder(h, operator.Order{GC: true, Grace: o.Grace, Retention: o.Retention, At: at}); err != nil {
 			return nil, err
 		}
 		// What the daemon will do, from a snapshot: a dry run of the same.
@@ -369,7 +384,7 @@ func gcAt(h *trust.Home, o GCOptions, now func() time.Time) (*GCReport, error) {
 		} else {
 			rep.Queued = true
 		}
-		return rep, fmt.Errorf("%w: `bridge serve` runs on this home and collects within a second (see its log)", ErrQueued)
+		return rep, fmt.Errorf("%w: `bridge serve` runs on this home and collects what finished until now, within a second or, when it has just started, after its first walk of the folder (see its log)", operator.ErrQueued)
 	} else if err != nil {
 		return nil, err
 	}

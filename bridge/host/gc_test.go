@@ -1,7 +1,10 @@
 package host
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,6 +14,7 @@ import (
 
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/agent"
+	"github.com/syncbridge/bridge/bridge/operator"
 )
 
 // GC removes an acked result once the grace passed and the request
@@ -178,6 +182,12 @@ func TestPeriodicGCReadsOnlyWhatItCanAct(t *testing.T) {
 		outs[i] = p.wait(t, s.ID)
 	}
 	acked, unacked := p.agent.Config.ID+"/"+ids[0], p.agent.Config.ID+"/"+ids[1]
+	// Recorded before the clock moves: the ledger's last write of an
+	// entry comes after the publish the agent saw, and one made on the
+	// moved clock would be an hour and a half younger.
+	for _, id := range ids {
+		waitFor(t, 10*time.Second, "the ledger to record the result", func() bool { return p.entry(t, id).ResultSHA256 != "" })
+	}
 	if err := p.client.Ack(outs[0]); err != nil {
 		t.Fatal(err)
 	}
@@ -300,4 +310,110 @@ func treeState(t *testing.T, roots ...string) string {
 		}
 	}
 	return b.String()
+}
+
+// A collection ordered (`bridge gc` beside a running daemon) before the
+// daemon's first full walk waits for it: the acks it goes by are the
+// walks', and run at once it kept every result acked while the daemon was
+// down (CI of b400e2c: the crash loop's gc step waited for a collection
+// that never came). It is carried out as soon as the walk is done.
+func TestOrderedGCWaitsForTheFirstWalk(t *testing.T) {
+	t.Parallel()
+	p := newPair(t, testPolicy)
+	p.skew = time.Millisecond
+	p.start(t, nil)
+	s, err := p.client.Submit(agent.SubmitOptions{Op: "echo", Args: map[string]string{"msg": "gc"}, TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := p.wait(t, s.ID)
+	if err := p.client.Ack(out); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the ledger to record the result", func() bool { return p.entry(t, s.ID).ResultSHA256 != "" })
+	p.stop(t)
+	result := filepath.Join(p.toAgent(), s.ID+".result")
+	if _, err := os.Stat(result); err != nil {
+		t.Fatal(err)
+	}
+
+	// Opened, not yet walking the folder: its clock past the request's
+	// expiry, so that the acked result is due.
+	d, err := NewDaemon(p.host, DaemonOptions{AllowRoot: true, Skew: time.Millisecond, Logger: p.log,
+		Now: func() time.Time { return time.Now().Add(time.Hour) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Open(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := GC(p.host, GCOptions{Grace: time.Nanosecond}); !errors.Is(err, operator.ErrQueued) {
+		t.Fatalf("gc beside an open daemon: %v, want ErrQueued", err)
+	}
+	// A look at the orders, here rather than by the control loop (which
+	// may look too): the order stays, and is not said to be busy (the
+	// loop is not to look every second for it).
+	if left := d.applyOrders(); left {
+		t.Error("a collection ordered before the first walk is left as busy: the loop would look every second")
+	}
+	if orders, _ := filepath.Glob(p.host.Path("control", "*.json")); len(orders) != 1 {
+		t.Fatalf("before the first walk the control directory holds %v, want the gc order", orders)
+	}
+	if _, err := os.Stat(result); err != nil {
+		t.Fatalf("collected before the first walk: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	defer func() {
+		cancel()
+		<-done
+		d.Close(context.Background())
+	}()
+	waitFor(t, 20*time.Second, "the acked result to be collected once the folder is walked", func() bool {
+		_, err := os.Stat(result)
+		return errors.Is(err, fs.ErrNotExist)
+	})
+}
+
+// A collection ordered by `bridge gc` takes only what had finished when it
+// was ordered (GCOptions.Before, the order's time): the daemon may carry it
+// out later, and what finished since was in no list the operator saw (a
+// red team's finding, with --retention 0 and a folder the daemon could
+// not walk yet).
+func TestOrderedGCTakesOnlyWhatFinishedBeforeIt(t *testing.T) {
+	t.Parallel()
+	p := newPair(t, testPolicy)
+	var offset atomic.Int64
+	now := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
+	d := runDaemon(t, p.host, DaemonOptions{Now: now})
+	finish := func() string {
+		t.Helper()
+		s, err := p.client.Submit(agent.SubmitOptions{Op: "echo", Args: map[string]string{"msg": "gc"}, TTL: 3 * time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.wait(t, s.ID)
+		waitFor(t, 10*time.Second, "the ledger to record the result", func() bool { return p.entry(t, s.ID).ResultSHA256 != "" })
+		return s.ID
+	}
+	before := finish()
+	ordered := now()
+	after := finish()
+	if !p.entry(t, after).Updated.After(ordered) {
+		t.Fatal("the second request finished before the order's time")
+	}
+	offset.Store(int64(2 * time.Hour)) // both past a retention of an hour, unacked
+	collected := func(id string) bool {
+		_, err := os.Stat(filepath.Join(p.toAgent(), id+".result"))
+		return errors.Is(err, fs.ErrNotExist)
+	}
+	d.gc.run(GCOptions{Retention: time.Hour, Before: ordered})
+	if !collected(before) || collected(after) {
+		t.Fatalf("the ordered collection: collected %v (finished before the order), %v (after it); want true, false", collected(before), collected(after))
+	}
+	d.gc.run(GCOptions{Retention: time.Hour})
+	if !collected(after) {
+		t.Fatal("the next collection left what finished after the order")
+	}
 }

@@ -43,7 +43,7 @@ var (
 	tuneOnce sync.Once
 	tuned    atomic.Bool  // TuneDaemonGC set the limit: loading may lift it
 	loading  atomic.Bool  // between gcLoading and its end: no limit
-	follows  atomic.Int64 // times followLiveHeap ran: a collection's cleanup, counted
+	follows  atomic.Int64 // times followLiveHeap ran and re-armed: a collection's cleanup, counted
 )
 
 // gcLoading lifts the soft limit while a daemon loads its ledger and its
@@ -69,12 +69,15 @@ func gcLoading() (end func()) {
 // collection found, and arms itself for the next collection: a cleanup
 // runs once the collector finds its object unreachable.
 func followLiveHeap(struct{}) {
-	follows.Add(1)
 	if !loading.Load() {
 		setLimitFromLive()
 	}
 	// Large enough not to share an allocation with anything else.
 	runtime.AddCleanup(new([64]byte), followLiveHeap, struct{}{})
+	// Counted last: a count seen means the next collection's cleanup is
+	// armed (a test that collected as soon as it saw the count could
+	// collect before the arming, and wait for a cleanup that never came).
+	follows.Add(1)
 }
 
 // setLimitFromLive sets the soft limit to the live heap the last

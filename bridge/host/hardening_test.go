@@ -15,6 +15,7 @@ import (
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/agent"
 	"github.com/syncbridge/bridge/bridge/ledger"
+	"github.com/syncbridge/bridge/bridge/operator"
 )
 
 // Tests for the hardening of issue 13: bounds and bindings the policy sets,
@@ -245,7 +246,8 @@ ops = ["show"]
 // all (only the test binary sets newProbe), and the test binary's daemons
 // read the variable only in serveForTest.
 //
-// Not in parallel: it unsets newProbe for every daemon of the process, and t.Setenv.
+// Not in parallel: it unsets newProbe for every daemon of the process, and
+// t.Setenv.
 func TestCrashHookNotReadFromEnvironment(t *testing.T) {
 	t.Setenv("BRIDGE_TEST_CRASH_AT", "claimed")
 	p := newPair(t, testPolicy)
@@ -300,7 +302,7 @@ ops = ["apply"]
 		waitFor(t, 5*time.Second, "the request to wait for approval", func() bool {
 			return p.entry(t, s.ID).State == ledger.StateAwaitingApproval
 		})
-		pending, err := Pending(p.host)
+		pending, err := operator.Pending(p.host)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -313,13 +315,13 @@ ops = ["apply"]
 		if !strings.Contains(shown, "stdin:       "+c.want+"\n") {
 			t.Fatalf("pending shows:\n%s\nwant a stdin line %q", shown, c.want)
 		}
-		kept := approvalInputPath(p.host, p.agent.Config.ID, s.ID)
+		kept := operator.ApprovalInputPath(p.host, p.agent.Config.ID, s.ID)
 		if got, err := os.ReadFile(kept); c.stdin != "" && (err != nil || string(got) != c.stdin) {
 			t.Fatalf("the input kept for the human: %q, %v", got, err)
 		}
 		if c.stdin != "" {
 			var buf strings.Builder
-			if _, err := PendingInput(p.host, s.ID, &buf); err != nil || buf.String() != c.stdin {
+			if _, err := operator.PendingInput(p.host, s.ID, &buf); err != nil || buf.String() != c.stdin {
 				t.Fatalf("pending --stdin: %q, %v", buf.String(), err)
 			}
 		}
@@ -340,7 +342,7 @@ ops = ["apply"]
 	}
 	// A copy a crash left behind (its request no longer waits) goes at
 	// the next collection.
-	stale := approvalInputPath(p.host, p.agent.Config.ID, bridge.NewRequestID())
+	stale := operator.ApprovalInputPath(p.host, p.agent.Config.ID, bridge.NewRequestID())
 	must(t, os.WriteFile(stale, []byte("left"), 0o600))
 	p.daemon.gc.run(GCOptions{})
 	if _, err := os.Stat(stale); err != nil {

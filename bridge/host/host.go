@@ -12,7 +12,7 @@ import (
 
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/ledger"
-	"github.com/syncbridge/bridge/bridge/policy"
+	"github.com/syncbridge/bridge/bridge/operator"
 	"github.com/syncbridge/bridge/bridge/runner"
 	"github.com/syncbridge/bridge/bridge/trust"
 	"github.com/syncbridge/bridge/syncsafe"
@@ -26,112 +26,13 @@ func RunnerMain() { runner.Main() }
 // LedgerEntry is one request in the host's ledger.
 type LedgerEntry = ledger.Entry
 
-// PolicySummary is what `bridge policy check` reports.
-type PolicySummary struct {
-	File   string              `json:"file"`
-	SHA256 string              `json:"sha256"`
-	Agents map[string][]string `json:"agents"`
-	Ops    []policy.OpInfo     `json:"ops"`
-	// Warnings: the policy loads but may not say what its author means
-	// (policy.Policy.Warnings).
-	Warnings []string `json:"warnings"`
-}
-
-// CheckPolicy loads a policy file strictly and summarises it.
-func CheckPolicy(file string) (*PolicySummary, error) {
-	p, err := policy.Load(file)
-	if err != nil {
-		return nil, err
-	}
-	s := &PolicySummary{File: file, SHA256: p.SHA256, Agents: map[string][]string{}, Ops: p.Catalog(), Warnings: append([]string{}, p.Warnings()...)}
-	for _, a := range p.Agents() {
-		s.Agents[a] = p.AgentOps(a)
-	}
-	return s, nil
-}
-
-// Explanation is what `bridge policy explain` reports.
-type Explanation struct {
-	Op    string   `json:"op"`
-	Agent string   `json:"agent"`
-	Argv  []string `json:"argv"`
-	Dir   string   `json:"dir"`
-	Env   []string `json:"env_names"`
-	Text  string   `json:"text"`
-}
-
-// ExplainPolicy renders an op for the given arguments without running it.
-func ExplainPolicy(file, agent, op string, args map[string]string) (*Explanation, error) {
-	p, err := policy.Load(file)
-	if err != nil {
-		return nil, err
-	}
-	if agent == "" {
-		for _, a := range p.Agents() {
-			if p.Allowed(a, op) == nil {
-				agent = a
-				break
-			}
-		}
-		if agent == "" {
-			return nil, fmt.Errorf("explain: %w: no agent may run %q", policy.ErrNotAllowed, op)
-		}
-	}
-	zero := strings.Repeat("0", 32)
-	inv, err := p.Render(agent, op, args, policy.RenderContext{Env: os.LookupEnv, Vars: map[string]string{"request_id": zero}})
-	if err != nil {
-		return nil, err
-	}
-	withRequestEnv(inv, zero) // as serve adds them
-	desc, err := p.Explain(op)
-	if err != nil {
-		return nil, err
-	}
-	var names []string
-	for _, kv := range inv.Env {
-		k, _, _ := strings.Cut(kv, "=")
-		names = append(names, k)
-	}
-	text := desc + "\nas agent " + agent + " it would run:\n" + indent(inv.String(), "  ")
-	return &Explanation{Op: op, Agent: agent, Argv: inv.Argv, Dir: inv.Dir, Env: names, Text: text}, nil
-}
-
-// controlOrder is a control file the CLI leaves for a running daemon: a
-// decision on a request (Key, As), a garbage collection (GC), or a line of
-// the audit log (Audit, audit_action.go).
-type controlOrder struct {
-	Audit     *AuditEvent   `json:"audit,omitempty"`
-	Key       string        `json:"key,omitempty"` // the ledger key, agent/id
-	As        string        `json:"as,omitempty"`  // done|failed|rerun (reconcile), approve|deny
-	Why       string        `json:"why,omitempty"`
-	GC        bool          `json:"gc,omitempty"`
-	Grace     time.Duration `json:"grace,omitempty"`
-	Retention time.Duration `json:"retention,omitempty"`
-}
-
-// writeOrder leaves an order in the home's control directory.
-func writeOrder(h *trust.Home, o controlOrder) error {
-	data, _ := json.Marshal(o)
-	if err := os.MkdirAll(h.Path("control"), 0o700); err != nil {
-		return err
-	}
-	name := strings.ReplaceAll(o.Key, "/", "-")
-	if o.GC {
-		name = "gc"
-	}
-	return syncsafe.WriteFileAtomic(h.Path("control", name+".json"), data)
-}
-
-// ErrQueued: the daemon is running; the order was handed to it.
-var ErrQueued = errors.New("queued for the running daemon")
-
 // Reconcile settles an uncertain request: as "done" (the op had its effect),
 // "failed" (it did not) or "rerun" (run it again). ref names the request
 // (its id, or AGENT/ID). With the daemon stopped it acts at once; with the
 // daemon running it leaves an order the daemon picks up within a second
 // (Queued), and returns the request as it stands.
-func Reconcile(h *trust.Home, ref, as string) (*Decision, error) {
-	if err := hostOnly(h, "reconcile"); err != nil {
+func Reconcile(h *trust.Home, ref, as string) (*operator.Decision, error) {
+	if err := operator.HostOnly(h, "reconcile"); err != nil {
 		return nil, err
 	}
 	if as != "done" && as != "failed" && as != "rerun" {
@@ -145,7 +46,7 @@ func Reconcile(h *trust.Home, ref, as string) (*Decision, error) {
 		if !errors.Is(err, syncsafe.ErrLocked) {
 			return nil, err
 		}
-		e, err := snapshotEntry(h, ref, ledger.StateUncertain)
+		e, err := operator.SnapshotEntry(h, ref, ledger.StateUncertain)
 		if err != nil {
 			return nil, err
 		}
@@ -155,17 +56,17 @@ func Reconcile(h *trust.Home, ref, as string) (*Decision, error) {
 				return nil, rerunRefused(e.Key, err)
 			}
 		}
-		if err := writeOrder(h, controlOrder{Key: e.Key, As: as}); err != nil {
+		if err := operator.WriteOrder(h, operator.Order{Key: e.Key, As: as}); err != nil {
 			return nil, err
 		}
-		return &Decision{Listed: listedOf(h, *e), Queued: true}, nil
+		return &operator.Decision{Listed: operator.ListedOf(h, *e), Queued: true}, nil
 	}
 	defer d.closeResources()
 	all, err := d.ledger.List(nil)
 	if err != nil {
 		return nil, err
 	}
-	e, err := resolveRef(h, all, ref, ledger.StateUncertain)
+	e, err := operator.ResolveRef(h, all, ref, ledger.StateUncertain)
 	if err != nil {
 		return nil, err
 	}
@@ -173,7 +74,7 @@ func Reconcile(h *trust.Home, ref, as string) (*Decision, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Decision{Listed: listedOf(h, *got)}, nil
+	return &operator.Decision{Listed: operator.ListedOf(h, *got)}, nil
 }
 
 // reconcile applies a human's settlement of an uncertain request.
@@ -420,25 +321,36 @@ var (
 
 // applyOrders carries out the orders the CLI left in the control directory.
 // An order whose request is busy at the moment stays for the next look; it
-// reports whether one did.
+// reports whether one did. A collection ordered before the first full walk
+// stays until that walk pokes the loop.
 func (d *Daemon) applyOrders() (left bool) {
 	files, _ := filepath.Glob(d.home.Path("control", "*.json"))
 	for _, f := range files {
 		data, err := os.ReadFile(f)
-		var o controlOrder
+		var o operator.Order
 		if err != nil || json.Unmarshal(data, &o) != nil {
 			os.Remove(f)
 			continue
 		}
 		switch {
-		case o.Audit != nil:
+		case o.IsAudit():
 			if e, ok := readAuditOrder(f); ok && strings.HasPrefix(filepath.Base(f), auditOrderPrefix) {
 				d.audit.log(e)
 			} else {
 				d.log.Warn("an audit order that is not an operator's action was dropped", "file", f)
 			}
+		case o.GC && !d.fin.walked():
+			if d.firstTime("gc-order-waits") {
+				d.log.Info("a collection ordered by `bridge gc` waits for the first walk of the folder", "hint", "it runs once the daemon has read the folder's acks; if the folder cannot be walked, see `bridge doctor`")
+			}
+			// The acks a collection goes by are the walks' (gcWants): run
+			// now, it would keep every result acked while the daemon was
+			// down, and say nothing of it. Left for the first walk, which
+			// pokes the loop (not looked at every second meanwhile: a
+			// folder that cannot be walked may stay so for long).
+			continue
 		case o.GC:
-			d.gc.run(GCOptions{Grace: o.Grace, Retention: o.Retention})
+			d.gc.run(GCOptions{Grace: o.Grace, Retention: o.Retention, Before: o.At})
 		case o.As == "approve" || o.As == "deny":
 			err = d.decide(o.Key, o.As == "approve", o.Why)
 		default:
@@ -459,20 +371,4 @@ func (d *Daemon) applyOrders() (left bool) {
 func rerunRefused(key string, err error) error {
 	return bridge.WithHint(fmt.Errorf("reconcile %s --as rerun: the request's payload is not in the folder: %w", key, err),
 		"settle it as done or failed; if it must run again, the agent sends it again as a new request")
-}
-
-// indent puts prefix before every line of text.
-func indent(text, prefix string) string {
-	lines := strings.SplitAfter(strings.TrimSuffix(text, "\n"), "\n")
-	return prefix + strings.Join(lines, prefix) + "\n"
-}
-
-// PolicyPresets are the presets of `bridge policy init --preset`
-// (policy.Presets), for the command line, which reaches the policy
-// package only through the host's.
-func PolicyPresets() []policy.Preset { return policy.Presets() }
-
-// RenderPolicyPresets is policy.RenderPresets.
-func RenderPolicyPresets(names []string, repo, agent string) (string, []string, error) {
-	return policy.RenderPresets(names, repo, agent)
 }

@@ -18,8 +18,8 @@ import (
 
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/agent"
-
 	"github.com/syncbridge/bridge/bridge/ledger"
+	"github.com/syncbridge/bridge/bridge/operator"
 	bcrypto "github.com/syncbridge/bridge/crypto"
 )
 
@@ -107,7 +107,7 @@ func count(t *testing.T, path, word string) int {
 
 func (p *pair) entry(t *testing.T, id string) ledger.Entry {
 	t.Helper()
-	entries, err := LedgerEntries(p.host)
+	entries, err := operator.LedgerEntries(p.host)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -417,7 +417,8 @@ func TestInvariant6ListingIsTheTruth(t *testing.T) {
 // variables the policy names; an argument is one argv element, never
 // interpreted.
 //
-// Not in parallel: t.Setenv changes the environment of every test of the process.
+// Not in parallel: t.Setenv changes the environment of every test of the
+// process.
 func TestInvariant8NoShellNoInheritedSecrets(t *testing.T) {
 	policy := testPolicy + `
 [ops.lit]

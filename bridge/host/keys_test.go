@@ -326,7 +326,9 @@ func TestResultOfAnEarlierHostKeySaysWhatIsTrue(t *testing.T) {
 
 	// A result of a request made after the rotation, spoiled by a folder
 	// writer: a bad signature, never "an earlier key" (which would excuse
-	// it), and no hint to send it again (red team: a second run).
+	// it), and no hint to send it again (red team: a second run). The
+	// daemon is stopped first: a running one puts its kept copy back.
+	p.stop(t)
 	resPath := filepath.Join(p.folder, filepath.FromSlash(bridge.ResultPath(p.host.Config.ID, p.agent.Config.ID, fresh.Result.ID, bridge.ExtResult)))
 	data, err := os.ReadFile(resPath)
 	if err != nil {

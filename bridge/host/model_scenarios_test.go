@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/syncbridge/bridge/bridge/ledger"
+	"github.com/syncbridge/bridge/bridge/operator"
 )
 
 // modelScenarios are the scripted beginnings of the lifecycle model's first
@@ -20,7 +21,7 @@ var modelScenarios = []struct {
 	{"deny", func(m *model) {
 		r := m.awaiting(m.agents[0])
 		r.decided = true
-		Deny(m.p.host, r.agent.name+"/"+r.id, "scenario")
+		operator.Deny(m.p.host, r.agent.name+"/"+r.id, "scenario")
 	}},
 	{"approval-ttl", func(m *model) { r := m.awaiting(m.agents[0]); r.decided = true; m.answered(r, 15*time.Second) }},
 	{"cancel-early", func(m *model) { m.cancelOn(m.awaiting(m.agents[0])) }},
@@ -127,7 +128,7 @@ func (m *model) state(r *modelReq) ledger.State { return m.entryOf(r).State }
 func (m *model) reason(r *modelReq) string { return m.entryOf(r).Reason }
 
 func (m *model) entryOf(r *modelReq) ledger.Entry {
-	entries, _ := LedgerEntries(m.p.host)
+	entries, _ := operator.LedgerEntries(m.p.host)
 	for _, e := range entries {
 		if e.Agent == r.agent.home.Config.ID && e.ID == r.id {
 			return e
@@ -173,7 +174,7 @@ func (m *model) crashedTTL(op string, ttl time.Duration) *modelReq {
 
 func (m *model) approveOn(r *modelReq) {
 	r.decided = true
-	if _, err := Approve(m.p.host, r.agent.name+"/"+r.id); err == nil {
+	if _, err := operator.Approve(m.p.host, r.agent.name+"/"+r.id); err == nil {
 		r.approved = true
 	}
 	m.answered(r, 15*time.Second)

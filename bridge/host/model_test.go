@@ -17,6 +17,7 @@ import (
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/agent"
 	"github.com/syncbridge/bridge/bridge/ledger"
+	"github.com/syncbridge/bridge/bridge/operator"
 	"github.com/syncbridge/bridge/bridge/trust"
 	bcrypto "github.com/syncbridge/bridge/crypto"
 )
@@ -43,6 +44,10 @@ import (
 //
 // Each daemon counts the lifecycle events it takes; over the seeds of
 // ./test.sh (-model.n) every row of the table in DESIGN.md §6 is hit.
+//
+// Not in parallel: its seeds run in parallel with each other, against daemon
+// processes with bounded waits; they share the machine among themselves
+// only.
 func TestLifecycleModel(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts daemon processes")
@@ -431,11 +436,11 @@ func (m *model) decideOn(r *modelReq) {
 	ref := r.agent.name + "/" + r.id
 	r.decided = true
 	if m.rnd.IntN(3) == 0 {
-		_, err := Deny(m.p.host, ref, "model")
+		_, err := operator.Deny(m.p.host, ref, "model")
 		m.logf("deny %s: %v", short(r.id), err)
 		return
 	}
-	_, err := Approve(m.p.host, ref)
+	_, err := operator.Approve(m.p.host, ref)
 	if err == nil {
 		r.approved = true
 	}
@@ -472,7 +477,7 @@ func (m *model) redeliver() {
 }
 
 func (m *model) reconcile() {
-	entries, _ := LedgerEntries(m.p.host)
+	entries, _ := operator.LedgerEntries(m.p.host)
 	var unsure []ledger.Entry
 	for _, e := range entries {
 		if e.State == ledger.StateUncertain {
@@ -628,7 +633,7 @@ func (m *model) settle() {
 			}
 		}
 		// And the ledger has settled too: a human's rerun answers anew.
-		entries, _ := LedgerEntries(m.p.host)
+		entries, _ := operator.LedgerEntries(m.p.host)
 		for _, e := range entries {
 			if !answered(e.State) {
 				missing = append(missing, short(e.ID)+" "+e.Op+" ("+string(e.State)+" in the ledger)")
@@ -650,7 +655,7 @@ func (m *model) settle() {
 // approval approved or denied.
 func (m *model) operatorRound() {
 	time.Sleep(time.Second) // recovery answers what the stop interrupted
-	entries, _ := LedgerEntries(m.p.host)
+	entries, _ := operator.LedgerEntries(m.p.host)
 	for _, e := range entries {
 		if e.State == ledger.StateUncertain {
 			m.reconcileEntry(e)
@@ -710,7 +715,7 @@ func (l *problemList) Errorf(format string, args ...any) {
 func (m *model) problems() []string {
 	var t problemList
 	starts := m.starts()
-	entries, err := LedgerEntries(m.p.host)
+	entries, err := operator.LedgerEntries(m.p.host)
 	if err != nil {
 		return []string{err.Error()}
 	}

@@ -2,7 +2,6 @@ package host
 
 import (
 	"context"
-	"github.com/syncbridge/bridge/bridge/syncthing"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/agent"
+	"github.com/syncbridge/bridge/bridge/syncthing"
 )
 
 // scanRecorder is a real HTTP server standing in for Syncthing's REST API:

@@ -9,8 +9,11 @@ import (
 	"testing"
 )
 
-// Every test of the package runs beside the others, or says why it cannot
-// (a line "Not in parallel: why" in its comment). The tests here mostly
+// Every test of the package runs beside the others, calling t.Parallel()
+// before anything else (what it does before would overlap the sequential
+// tests), or says why it cannot (a line "Not in parallel: why" in its doc
+// comment; a test whose subtests run in parallel among themselves says so
+// too). The tests here mostly
 // wait on daemons and their processes: one at a time, the package took
 // twice as long on two cores (issue 28). A test that changes what the
 // whole process shares (the environment, a package variable every daemon
@@ -41,15 +44,8 @@ func TestEveryTestRunsInParallelOrSaysWhy(t *testing.T) {
 			if fd.Doc != nil && strings.Contains(fd.Doc.Text(), "Not in parallel: ") {
 				continue
 			}
-			parallel := false
-			ast.Inspect(fd.Body, func(n ast.Node) bool {
-				if sel, ok := n.(*ast.SelectorExpr); ok && sel.Sel.Name == "Parallel" {
-					parallel = true
-				}
-				return !parallel
-			})
-			if !parallel {
-				t.Errorf("%s (%s): call t.Parallel(), or say in its comment \"Not in parallel: \" and why",
+			if !startsParallel(fd) {
+				t.Errorf("%s (%s): call t.Parallel() first, or say in its doc comment \"Not in parallel: \" and why",
 					fd.Name.Name, fset.Position(fd.Pos()))
 			}
 		}
@@ -57,4 +53,25 @@ func TestEveryTestRunsInParallelOrSaysWhy(t *testing.T) {
 	if tests < 100 {
 		t.Fatalf("found %d tests: the parse went wrong", tests)
 	}
+}
+
+// startsParallel reports whether a test's first statement is t.Parallel().
+func startsParallel(fd *ast.FuncDecl) bool {
+	if len(fd.Body.List) == 0 || len(fd.Type.Params.List) != 1 || len(fd.Type.Params.List[0].Names) != 1 {
+		return false
+	}
+	es, ok := fd.Body.List[0].(*ast.ExprStmt)
+	if !ok {
+		return false
+	}
+	call, ok := es.X.(*ast.CallExpr)
+	if !ok || len(call.Args) != 0 {
+		return false
+	}
+	sel, ok := call.Fun.(*ast.SelectorExpr)
+	if !ok || sel.Sel.Name != "Parallel" {
+		return false
+	}
+	recv, ok := sel.X.(*ast.Ident)
+	return ok && recv.Name == fd.Type.Params.List[0].Names[0].Name
 }

@@ -8,7 +8,6 @@ import (
 
 	"github.com/syncbridge/bridge/bridge"
 	bcrypto "github.com/syncbridge/bridge/crypto"
-
 	"github.com/syncbridge/bridge/syncsafe"
 )
 

@@ -10,7 +10,6 @@ import (
 	"testing"
 
 	"github.com/syncbridge/bridge/bridge"
-
 	"github.com/syncbridge/bridge/bridge/policy"
 	"github.com/syncbridge/bridge/bridge/runner"
 )

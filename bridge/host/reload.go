@@ -173,7 +173,7 @@ func (w *policyWatch) stillAsAdmitted(j *job, inv *policy.Invocation) error {
 	if err != nil {
 		return fmt.Errorf("%w: %w", errPolicyChanged, err)
 	}
-	withRequestEnv(fresh, j.req.ID)
+	fresh.SetRequestEnv(j.req.ID)
 	// How many may run at once is when it runs, not what runs.
 	fresh.Concurrency = inv.Concurrency
 	if !reflect.DeepEqual(fresh, inv) {

@@ -17,6 +17,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -797,6 +798,10 @@ func runSimSeed(t *testing.T, seed uint64) simSeedStats {
 // changes. At the end, under fair delivery, every valid request has exactly
 // one final result. Over the CI seeds every fault kind and client style
 // must have been injected.
+//
+// Not in parallel: its seeds run in parallel with each other, each within
+// the simulator's wall-clock limit for fair delivery; they share the machine
+// among themselves only.
 func TestSimProperties(t *testing.T) {
 	seeds := simSeedList(t)
 	var total simTotals
@@ -805,6 +810,7 @@ func TestSimProperties(t *testing.T) {
 		for _, seed := range seeds {
 			t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
 				t.Parallel()
+				defer simSlot()()
 				total.add(runSimSeed(t, seed))
 			})
 		}
@@ -887,6 +893,9 @@ var simRegressions = []struct {
 }
 
 // TestSimRegressions replays the seeds that found product bugs.
+//
+// Not in parallel: as TestSimProperties, its seeds run in parallel with each
+// other only.
 func TestSimRegressions(t *testing.T) {
 	if *simSeedFlag >= 0 {
 		t.Skip("-sim.seed replays one seed (TestSimProperties)")
@@ -894,7 +903,20 @@ func TestSimRegressions(t *testing.T) {
 	for _, c := range simRegressions {
 		t.Run(fmt.Sprintf("%s/seed=%d", c.name, c.seed), func(t *testing.T) {
 			t.Parallel()
+			defer simSlot()()
 			runSimSeed(t, c.seed)
 		})
 	}
+}
+
+// simSlots bound the seeds that run at once to the CPUs: a seed keeps its
+// CPU busy, and its fair-delivery limit is wall-clock time. (The package
+// runs 8 tests at once by default, parallelByDefault, for tests that
+// mostly wait; a seed does not.)
+var simSlots = make(chan struct{}, runtime.GOMAXPROCS(0))
+
+// simSlot takes a slot and returns its release.
+func simSlot() func() {
+	simSlots <- struct{}{}
+	return func() { <-simSlots }
 }

@@ -48,7 +48,6 @@ import (
 	"time"
 
 	"github.com/syncbridge/bridge/bridge"
-
 	"github.com/syncbridge/bridge/syncsafe"
 )
 

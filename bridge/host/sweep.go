@@ -108,9 +108,15 @@ func (d *Daemon) noteState(s ledger.State) {
 		flipped = d.stalledMaybe.CompareAndSwap(false, true)
 	}
 	if flipped {
-		select {
-		case d.controlPoke <- struct{}{}:
-		default:
-		}
+		poke(d.controlPoke)
+	}
+}
+
+// poke wakes a loop waiting on c (buffered 1), once however often it is
+// called before the loop looks.
+func poke(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
 	}
 }

@@ -3,7 +3,6 @@ package host
 import (
 	"context"
 	"fmt"
-	"github.com/syncbridge/bridge/bridge/syncthing"
 	"net/url"
 	"os"
 	"slices"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/agent"
+	"github.com/syncbridge/bridge/bridge/syncthing"
 )
 
 // TestSyncthingRoundTripBench measures ping round trips through two real

@@ -15,6 +15,7 @@ import (
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/agent"
 	"github.com/syncbridge/bridge/bridge/ledger"
+	"github.com/syncbridge/bridge/bridge/operator"
 	"github.com/syncbridge/bridge/bridge/trust"
 )
 
@@ -285,7 +286,7 @@ func TestSyncthingEndToEnd(t *testing.T) {
 
 	// The ledger: one entry per request, none for the conflict-named
 	// request, never more than one run.
-	entries, err := LedgerEntries(p.host)
+	entries, err := operator.LedgerEntries(p.host)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -387,7 +388,7 @@ func plantFile(t *testing.T, scratch, dst string, data []byte, mtime time.Time) 
 // files are and what the ledger holds, plus the daemon log tails.
 func syncthingDiagnosis(t *testing.T, st *stPair, p *pair, ids []string, outcomes map[string]*agent.Outcome, refused map[string]error, daemonLogs []string) string {
 	var b strings.Builder
-	entries, err := LedgerEntries(p.host)
+	entries, err := operator.LedgerEntries(p.host)
 	if err != nil {
 		fmt.Fprintf(&b, "ledger: %v\n", err)
 	}

@@ -52,6 +52,20 @@ type Invocation struct {
 	Stdin string
 }
 
+// SetRequestEnv hands the request id to the op (SPEC §7.3): as
+// BRIDGE_REQUEST_ID and BRIDGE_IDEMPOTENCY_KEY, so a downstream system can
+// deduplicate on it. A keyed request keeps its id across retries. Set by
+// the daemon for each run, and by `bridge policy explain` as serve would.
+func (inv *Invocation) SetRequestEnv(id string) {
+	env := inv.Env[:0:0]
+	for _, kv := range inv.Env {
+		if !strings.HasPrefix(kv, "BRIDGE_REQUEST_ID=") && !strings.HasPrefix(kv, "BRIDGE_IDEMPOTENCY_KEY=") {
+			env = append(env, kv)
+		}
+	}
+	inv.Env = append(env, "BRIDGE_REQUEST_ID="+id, "BRIDGE_IDEMPOTENCY_KEY="+id)
+}
+
 // Allowed reports whether agent may run op: nil, or an error wrapping
 // ErrNotAllowed or ErrUnknownOp. An unknown agent gets ErrNotAllowed whatever
 // the op, so it learns nothing about which ops exist.

@@ -333,6 +333,9 @@ func (h *Home) openFolder(opts ...syncsafe.FolderOption) (*syncsafe.Folder, erro
 	}
 	if err := syncsafe.CheckMarker(f); err != nil {
 		f.Close()
+		if !errors.Is(err, syncsafe.ErrNoMarker) {
+			return nil, bridge.WithHint(err, "refusing to act on %s: check --folder (and `bridge doctor`): its %s is not this release's", h.Config.Folder, syncsafe.MarkerName)
+		}
 		return nil, bridge.WithHint(err, "refusing to act on %s: without %s it may be unmounted or not synced yet", h.Config.Folder, syncsafe.MarkerName)
 	}
 	return f, nil

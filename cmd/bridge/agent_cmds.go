@@ -9,7 +9,7 @@ import (
 
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/agent"
-	"github.com/syncbridge/bridge/bridge/host"
+	"github.com/syncbridge/bridge/bridge/operator"
 )
 
 // Agent commands that read what the host answered: status, wait, result,
@@ -232,7 +232,7 @@ func (c *LsCmd) Run(g *Globals) error {
 		return err
 	}
 	if h.Config.Role == "host" {
-		entries, err := host.List(h)
+		entries, err := operator.List(h)
 		if err != nil {
 			return err
 		}

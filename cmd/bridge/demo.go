@@ -15,6 +15,7 @@ import (
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/agent"
 	"github.com/syncbridge/bridge/bridge/host"
+	"github.com/syncbridge/bridge/bridge/operator"
 	"github.com/syncbridge/bridge/bridge/trust"
 )
 
@@ -189,7 +190,7 @@ func (c *DemoCmd) Run(g *Globals) error {
 		return err
 	}
 	time.Sleep(time.Second) // a few rescans
-	entries, err := host.LedgerEntries(hh)
+	entries, err := operator.LedgerEntries(hh)
 	if err != nil {
 		return err
 	}

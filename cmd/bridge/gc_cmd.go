@@ -7,6 +7,7 @@ import (
 
 	"github.com/syncbridge/bridge/bridge/agent"
 	"github.com/syncbridge/bridge/bridge/host"
+	"github.com/syncbridge/bridge/bridge/operator"
 )
 
 // bridge gc, on either side: each removes only its own files.
@@ -37,7 +38,7 @@ func (c *GCCmd) Run(g *Globals) error {
 	var kept []host.GCKept
 	if h.Config.Role == "host" {
 		rep, err := host.GC(h, host.GCOptions{Grace: c.Grace, Retention: c.Retention, DryRun: c.DryRun, Explain: true})
-		if errors.Is(err, host.ErrQueued) {
+		if errors.Is(err, operator.ErrQueued) {
 			// The daemon collects; what it will do is a dry run's.
 			g.note("%v", err)
 			if rep == nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/agent"
 	"github.com/syncbridge/bridge/bridge/host"
+	"github.com/syncbridge/bridge/bridge/operator"
 	"github.com/syncbridge/bridge/bridge/trust"
 )
 
@@ -105,7 +106,7 @@ func (c *ServeCmd) Run(g *Globals) error {
 // logStopped writes the daemon's last line: how it stopped, and what it
 // leaves for its next start (requests the ledger holds unanswered).
 func logStopped(logger *slog.Logger, h *trust.Home, how string) {
-	entries, err := host.LedgerEntries(h)
+	entries, err := operator.LedgerEntries(h)
 	if err != nil {
 		logger.Info("stopped "+how, "left", "unknown: "+err.Error())
 		return
@@ -166,7 +167,7 @@ func (c *ReconcileCmd) Run(g *Globals) error {
 		// The entry as it stood (queued: the daemon applies "as" within a
 		// second), or as it stands now.
 		return g.printJSON(struct {
-			*host.Decision
+			*operator.Decision
 			As string `json:"as"`
 		}{dec, c.As})
 	}
@@ -195,14 +196,14 @@ func (c *PendingCmd) Run(g *Globals) error {
 		}
 		if !isTerminal(g.stdout) {
 			// The input as it is, for a pager or a file.
-			_, err := host.PendingInput(h, c.Stdin, g.stdout)
+			_, err := operator.PendingInput(h, c.Stdin, g.stdout)
 			return refError(err)
 		}
 		// To a terminal, the agent's bytes could move the cursor and
 		// erase what was shown: every control written as an escape, as
 		// it streams (an input may be as large as the op's max_stdin).
 		w := &escapeWriter{w: g.stdout}
-		if _, err := host.PendingInput(h, c.Stdin, w); err != nil {
+		if _, err := operator.PendingInput(h, c.Stdin, w); err != nil {
 			return refError(err)
 		}
 		if err := w.Close(); err != nil {
@@ -211,7 +212,7 @@ func (c *PendingCmd) Run(g *Globals) error {
 		g.note("note: standard output is a terminal, so control characters are shown escaped (\\x1b); pipe it (| less, > FILE) for the bytes as they are")
 		return nil
 	}
-	list, err := host.Pending(h)
+	list, err := operator.Pending(h)
 	if err != nil {
 		return err
 	}
@@ -238,7 +239,7 @@ func (c *PendingCmd) Run(g *Globals) error {
 
 // printPendingInput shows the start of a waiting request's input, each line
 // escaped (it is the agent's text), and how to see all of it.
-func printPendingInput(g *Globals, e host.Waiting) {
+func printPendingInput(g *Globals, e operator.Waiting) {
 	in := e.Input
 	switch {
 	case in == nil:
@@ -277,12 +278,12 @@ func (c *ApproveCmd) Run(g *Globals) error {
 	if err != nil {
 		return err
 	}
-	approve := host.Approve
+	approve := operator.Approve
 	if c.DespiteInput {
-		approve = host.ApproveDespiteInput
+		approve = operator.ApproveDespiteInput
 	}
 	dec, err := approve(h, c.ID)
-	if errors.Is(err, host.ErrInputNotShown) {
+	if errors.Is(err, operator.ErrInputNotShown) {
 		return &codeError{code: exitRejected, err: err}
 	} else if err != nil {
 		return refError(err)
@@ -296,7 +297,7 @@ func (c *ApproveCmd) Run(g *Globals) error {
 
 // whenServed says when the daemon acts on an order left for it.
 func whenServed(h *trust.Home, what string) string {
-	if _, ok := host.DaemonRunning(h); ok {
+	if _, ok := operator.DaemonRunning(h); ok {
 		return "`bridge serve` " + what + " within a second"
 	}
 	return "`bridge serve` is not running: it " + what + " when it starts"
@@ -313,7 +314,7 @@ func (c *DenyCmd) Run(g *Globals) error {
 	if err != nil {
 		return err
 	}
-	dec, err := host.Deny(h, c.ID, c.Reason)
+	dec, err := operator.Deny(h, c.ID, c.Reason)
 	if err != nil {
 		return refError(err)
 	}
@@ -420,7 +421,7 @@ func (c *LedgerRepairCmd) Run(g *Globals) error {
 
 // refError gives a reference that cannot name a request the usage exit code.
 func refError(err error) error {
-	if errors.Is(err, host.ErrBadRef) {
+	if errors.Is(err, operator.ErrBadRef) {
 		return &codeError{code: exitUsage, err: err}
 	}
 	return err

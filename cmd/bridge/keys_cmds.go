@@ -13,6 +13,7 @@ import (
 
 	"github.com/alecthomas/kong"
 	"github.com/syncbridge/bridge/bridge/host"
+	"github.com/syncbridge/bridge/bridge/operator"
 	"github.com/syncbridge/bridge/bridge/trust"
 	bcrypto "github.com/syncbridge/bridge/crypto"
 )
@@ -521,7 +522,7 @@ func (g *Globals) notePolicyGrantsNothing(h *trust.Home, role, name string) {
 	if h.Config.Role != "host" || role != "agent" {
 		return
 	}
-	sum, err := host.CheckPolicy(h.Path(trust.PolicyName))
+	sum, err := operator.CheckPolicy(h.Path(trust.PolicyName))
 	if err != nil {
 		return // no policy yet, or one that does not load: policy check says it
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/syncbridge/bridge/bridge/agent"
 	"github.com/syncbridge/bridge/bridge/doctor"
 	"github.com/syncbridge/bridge/bridge/host"
+	"github.com/syncbridge/bridge/bridge/operator"
 	"github.com/syncbridge/bridge/bridge/trust"
 )
 
@@ -40,7 +41,7 @@ func (c *AuditShowCmd) Run(g *Globals) error {
 	if err != nil {
 		return err
 	}
-	names := host.AgentNames(h)
+	names := operator.AgentNames(h)
 	if g.JSON {
 		// The events as stored (agent is the id: the chain hashes those
 		// bytes), with the agent's local name beside it.
@@ -401,7 +402,7 @@ func (c *ServiceStatusCmd) Run(g *Globals) error {
 		return err
 	}
 	_, serr := os.Stat(u.Path())
-	pid, running := host.DaemonRunning(h)
+	pid, running := operator.DaemonRunning(h)
 	// Whether the daemon that runs is the service's: the service manager's
 	// pid for the unit, when it answers (unknown otherwise: no systemd, a
 	// --dir unit it does not know).

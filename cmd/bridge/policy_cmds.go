@@ -11,7 +11,7 @@ import (
 	"strings"
 
 	"github.com/syncbridge/bridge/bridge"
-	"github.com/syncbridge/bridge/bridge/host"
+	"github.com/syncbridge/bridge/bridge/operator"
 	"github.com/syncbridge/bridge/bridge/trust"
 )
 
@@ -36,7 +36,7 @@ func (c *PolicyCheckCmd) Run(g *Globals) (err error) {
 			return err
 		}
 	}
-	sum, err := host.CheckPolicy(file)
+	sum, err := operator.CheckPolicy(file)
 	if err != nil {
 		return policyError(err)
 	}
@@ -84,7 +84,7 @@ type PolicyInitCmd struct {
 type PolicyPresetsCmd struct{}
 
 func (c *PolicyPresetsCmd) Run(g *Globals) error {
-	ps := host.PolicyPresets()
+	ps := operator.PolicyPresets()
 	if g.JSON {
 		type op struct {
 			Name string `json:"name"`
@@ -214,7 +214,7 @@ func (c *PolicyInitCmd) presetPolicy(g *Globals) (string, []string, error) {
 			g.note("warning: %s has no .git: the git ops fail until it is a repository (`git init` there)", repo)
 		}
 	}
-	text, ops, err := host.RenderPolicyPresets(c.Preset, repo, c.Agent)
+	text, ops, err := operator.RenderPolicyPresets(c.Preset, repo, c.Agent)
 	if err != nil {
 		return "", nil, &codeError{code: exitUsage, err: withHintf(fmt.Errorf("policy init: %w", err), "`bridge policy presets` lists them and what each op does")}
 	}
@@ -250,7 +250,7 @@ func (c *PolicyExplainCmd) Run(g *Globals) error {
 			return err
 		}
 	}
-	ex, err := host.ExplainPolicy(file, c.Agent, c.Op, m)
+	ex, err := operator.ExplainPolicy(file, c.Agent, c.Op, m)
 	if err != nil {
 		return policyError(opHint(file, c.Op, err))
 	}
@@ -260,7 +260,7 @@ func (c *PolicyExplainCmd) Run(g *Globals) error {
 	}
 	// The catalog adds what the text says beyond the rendered command: the
 	// op's input, what it does and its safety net.
-	sum, err := host.CheckPolicy(file)
+	sum, err := operator.CheckPolicy(file)
 	if err != nil {
 		return policyError(err)
 	}
@@ -274,7 +274,7 @@ func (c *PolicyExplainCmd) Run(g *Globals) error {
 // opHint adds a "did you mean" to an explain that failed because the
 // policy has no such op (a typo: `policy explain tst`).
 func opHint(file, op string, err error) error {
-	sum, lerr := host.CheckPolicy(file)
+	sum, lerr := operator.CheckPolicy(file)
 	if lerr != nil {
 		return err // the load error is err itself
 	}
@@ -326,7 +326,7 @@ type safetyNet struct {
 	Undoes   []string `json:"undoes"`
 }
 
-func explainJSON(ex *host.Explanation, ops []bridge.OpInfo) (*explainOutput, bool) {
+func explainJSON(ex *operator.Explanation, ops []bridge.OpInfo) (*explainOutput, bool) {
 	var info *bridge.OpInfo
 	net := safetyNet{DryRunOf: []string{}, Undoes: []string{}}
 	for i := range ops {

@@ -1,4 +1,4 @@
-package host
+package operator
 
 import (
 	"errors"
@@ -21,6 +21,9 @@ import (
 // as one), and ID the request id or a unique prefix of at least 8 of its
 // digits. An id alone is enough when it names one request, or one in the
 // state the command acts on.
+
+// LedgerEntry is one request in the host's ledger.
+type LedgerEntry = ledger.Entry
 
 // ErrBadRef: what was given cannot name a request (a usage error).
 var ErrBadRef = errors.New("not a request reference")
@@ -47,7 +50,7 @@ func List(h *trust.Home) ([]Listed, error) {
 	if err != nil {
 		return nil, err
 	}
-	names := agentNames(h)
+	names := AgentNames(h)
 	out := make([]Listed, len(entries))
 	for i, e := range entries {
 		out[i] = listed(names, e)
@@ -70,8 +73,8 @@ func LedgerEntries(h *trust.Home) ([]LedgerEntry, error) {
 	return entries, err
 }
 
-// agentNames maps agent ids to their local names.
-func agentNames(h *trust.Home) map[string]string {
+// AgentNames maps the trusted agents' ids to their local names.
+func AgentNames(h *trust.Home) map[string]string {
 	names := map[string]string{}
 	peers, _ := h.Peers()
 	for _, p := range peers {
@@ -82,47 +85,45 @@ func agentNames(h *trust.Home) map[string]string {
 	return names
 }
 
-func refName(names map[string]string, e LedgerEntry) string {
+// RefName is an entry's reference, AGENT/ID, with names from AgentNames.
+func RefName(names map[string]string, e LedgerEntry) string {
 	if n := names[e.Agent]; n != "" {
 		return n + "/" + e.ID
 	}
 	return e.Agent + "/" + e.ID
 }
 
-// AgentNames maps the trusted agents' ids to their local names.
-func AgentNames(h *trust.Home) map[string]string { return agentNames(h) }
-
 func listed(names map[string]string, e LedgerEntry) Listed {
 	name := names[e.Agent]
 	if name == "" {
 		name = e.Agent
 	}
-	l := Listed{Ref: refName(names, e), AgentName: name, LedgerEntry: e}
+	l := Listed{Ref: RefName(names, e), AgentName: name, LedgerEntry: e}
 	if e.State == ledger.StateDone && e.Exit != nil && e.Reason != string(bridge.ReasonReconciled) {
 		l.ExitCode = e.Exit
 	}
 	return l
 }
 
-// listedOf is one entry with its reference and agent name.
-func listedOf(h *trust.Home, e LedgerEntry) Listed { return listed(agentNames(h), e) }
+// ListedOf is one entry with its reference and agent name.
+func ListedOf(h *trust.Home, e LedgerEntry) Listed { return listed(AgentNames(h), e) }
 
 // refOf is the reference of one entry.
-func refOf(h *trust.Home, e LedgerEntry) string { return refName(agentNames(h), e) }
+func refOf(h *trust.Home, e LedgerEntry) string { return RefName(AgentNames(h), e) }
 
-// snapshotEntry resolves ref in a snapshot of the ledger (beside a running
+// SnapshotEntry resolves ref in a snapshot of the ledger (beside a running
 // daemon) and checks the entry is in state want.
-func snapshotEntry(h *trust.Home, ref string, want ledger.State) (*LedgerEntry, error) {
+func SnapshotEntry(h *trust.Home, ref string, want ledger.State) (*LedgerEntry, error) {
 	entries, err := LedgerEntries(h)
 	if err != nil {
 		return nil, err
 	}
-	return resolveRef(h, entries, ref, want)
+	return ResolveRef(h, entries, ref, want)
 }
 
-// resolveRef finds the entry ref names among entries, and checks that it
+// ResolveRef finds the entry ref names among entries, and checks that it
 // is in state want.
-func resolveRef(h *trust.Home, entries []LedgerEntry, ref string, want ledger.State) (*LedgerEntry, error) {
+func ResolveRef(h *trust.Home, entries []LedgerEntry, ref string, want ledger.State) (*LedgerEntry, error) {
 	agentPart, idPart, scoped := strings.Cut(ref, "/")
 	if !scoped {
 		agentPart, idPart = "", ref
@@ -131,7 +132,7 @@ func resolveRef(h *trust.Home, entries []LedgerEntry, ref string, want ledger.St
 		return nil, bridge.WithHint(fmt.Errorf("%w: %q", ErrBadRef, ref),
 			"give the request id (32 hex digits, or a unique prefix of at least %d), or AGENT/ID as `bridge pending` and `bridge ls` show it", minRefDigits)
 	}
-	names := agentNames(h)
+	names := AgentNames(h)
 	var found []LedgerEntry
 	for _, e := range entries {
 		if !strings.HasPrefix(e.ID, idPart) {
@@ -159,7 +160,7 @@ func resolveRef(h *trust.Home, entries []LedgerEntry, ref string, want ledger.St
 	case 1:
 		e := &found[0]
 		if e.State != want {
-			err := fmt.Errorf("request %s is %s, not %s", refName(names, *e), e.State, want)
+			err := fmt.Errorf("request %s is %s, not %s", RefName(names, *e), e.State, want)
 			if hint := stateHint(h, *e, want); hint != "" {
 				return nil, bridge.WithHint(err, "%s", hint)
 			}
@@ -169,7 +170,7 @@ func resolveRef(h *trust.Home, entries []LedgerEntry, ref string, want ledger.St
 	}
 	var refs []string
 	for _, e := range found {
-		refs = append(refs, fmt.Sprintf("%s (%s)", refName(names, e), e.State))
+		refs = append(refs, fmt.Sprintf("%s (%s)", RefName(names, e), e.State))
 	}
 	return nil, bridge.WithHint(fmt.Errorf("%s names %d requests: %s", ref, len(found), strings.Join(refs, ", ")),
 		"name one as AGENT/ID")

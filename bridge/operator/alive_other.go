@@ -1,5 +1,5 @@
 //go:build !unix
 
-package host
+package operator
 
 func processAlive(int) bool { return false }
