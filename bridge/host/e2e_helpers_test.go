@@ -90,6 +90,21 @@ func newPair(t *testing.T, policyText string) *pair {
 	return p
 }
 
+// serveOpened runs an opened daemon until the test ends, for a test that
+// does something between Open and Run (runDaemon does both at once).
+func serveOpened(t *testing.T, d *Daemon) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		cctx, ccancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer ccancel()
+		d.Close(cctx)
+	})
+}
+
 // runDaemon opens a daemon for home and runs it until the test ends (or
 // stopDaemon). It is the in-process `bridge serve` of tests that need their
 // own options.

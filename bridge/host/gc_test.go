@@ -1,7 +1,6 @@
 package host
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -362,14 +361,7 @@ func TestOrderedGCWaitsForTheFirstWalk(t *testing.T) {
 	if _, err := os.Stat(result); err != nil {
 		t.Fatalf("collected before the first walk: %v", err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- d.Run(ctx) }()
-	defer func() {
-		cancel()
-		<-done
-		d.Close(context.Background())
-	}()
+	serveOpened(t, d)
 	waitFor(t, 20*time.Second, "the acked result to be collected once the folder is walked", func() bool {
 		_, err := os.Stat(result)
 		return errors.Is(err, fs.ErrNotExist)

@@ -1,7 +1,6 @@
 package host
 
 import (
-	"context"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -171,16 +170,7 @@ func TestNudgeHooks(t *testing.T) {
 	if err := d.Open(); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- d.Run(ctx) }()
-	defer func() {
-		cancel()
-		<-done
-		cctx, ccancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer ccancel()
-		d.Close(cctx)
-	}()
+	serveOpened(t, d)
 	out := p.run(t, agent.SubmitOptions{Op: bridge.PingOp})
 	if err := p.client.Ack(out); err != nil {
 		t.Fatal(err)
