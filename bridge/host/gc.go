@@ -373,16 +373,20 @@ func gcAt(h *trust.Home, o GCOptions, now func() time.Time) (*GCReport, error) {
 		if now != nil {
 			at = now()
 		}
-		if err := operator.WriteOrder(h, operator.Order{GC: true, Grace: o.Grace, Retention: o.Retention, At: at}); err != nil {
-			return nil, err
-		}
-		// What the daemon will do, from a snapshot: a dry run of the same.
-		o.DryRun = true
-		rep, derr := gcAt(h, o, now)
+		// What the daemon will do, from a snapshot: a dry run of the same,
+		// bounded as the order is, and read before the order is handed
+		// over (after it, a quick daemon has collected already, and the
+		// list would be empty).
+		dry := o
+		dry.DryRun, dry.Before = true, at
+		rep, derr := gcAt(h, dry, now)
 		if derr != nil {
 			rep = nil
 		} else {
 			rep.Queued = true
+		}
+		if err := operator.WriteOrder(h, operator.Order{GC: true, Grace: o.Grace, Retention: o.Retention, At: at}); err != nil {
+			return nil, err
 		}
 		return rep, fmt.Errorf("%w: `bridge serve` runs on this home and collects what finished until now, within a second or, when it has just started, after its first walk of the folder (see its log)", operator.ErrQueued)
 	} else if err != nil {
