@@ -21,6 +21,15 @@ const (
 	DefaultMaxOutput = 1 << 20
 )
 
+// deathWait is how long an op's processes, every one sent SIGKILL, are
+// given to die before its outcome is returned anyway, with a note. It is
+// not the grace: SIGKILL cannot be caught, but each death takes a
+// scheduler slot, and the thousands of processes a hostile op can leave
+// took a loaded two-core machine more than a second (an answer written
+// while they lived would say the op was over when it was not). The wait
+// ends as soon as none is left.
+const deathWait = 30 * time.Second
+
 // Stream numbers passed to [Spec.OnOutput]: the child's file descriptors.
 const (
 	StreamStdout = 1
@@ -351,7 +360,7 @@ func execute(ctx context.Context, s Spec, path string, o *Outcome, state *State,
 			<-l.exited
 			live.reaping(l)
 			_, _ = l.reap()
-			h.await(time.Second)
+			h.await(deathWait)
 			o.StartErr = fmt.Errorf("start %s: %w", path, err)
 			if killedAtLaunch || (len(status) == 0 && rerr == nil && ctx.Err() != nil) {
 				// The shim died before it could say, its run cancelled:
@@ -421,11 +430,11 @@ func execute(ctx context.Context, s Spec, path string, o *Outcome, state *State,
 	// SIGKILL cannot be caught, but dying takes a scheduler slot; on a loaded
 	// machine that can exceed a short Grace. A containment holds the group
 	// too: its await covers it.
-	if !h.contained() && !awaitGroupGone(l, max(grace, time.Second)) {
+	if !h.contained() && !awaitGroupGone(l, deathWait) {
 		o.Notes = append(o.Notes, "process group still alive after SIGKILL")
 	}
 	// Then the rest of the containment (h.await kills it first).
-	if !h.await(max(grace, time.Second)) {
+	if !h.await(deathWait) {
 		o.Notes = append(o.Notes, "processes of the op still alive after SIGKILL")
 	}
 	select {
