@@ -193,11 +193,7 @@ func (d *Daemon) dispatchFull(paths []string) {
 	}
 	d.fin.mu.Lock()
 	d.fin.rescans++
-	first := d.fin.rescans == 1
 	d.fin.mu.Unlock()
-	if first {
-		poke(d.controlPoke) // a collection ordered before this walk waits for it
-	}
 	// A rescan need not verify finished requests again; it checks that
 	// their result is still what was recorded, the stamps taken together.
 	// One that is not is evaluated again (a lost result is re-published).

@@ -30,9 +30,9 @@ type GCOptions struct {
 	// gc`; the daemon's own collections skip the reading of acks it costs).
 	Explain bool
 	// Before bounds a collection ordered by `bridge gc` to what finished
-	// before the order: the daemon may carry it out later (after its
-	// first walk), and what finished since was in no list the operator
-	// saw. Zero: no bound.
+	// before the order: the daemon carries it out a moment later (or at
+	// its next start), and what finished since was in no list the
+	// operator saw. Zero: no bound.
 	Before time.Time
 }
 
@@ -97,6 +97,17 @@ func (r *GCReport) keep(kind string, until time.Time) {
 	r.Kept = append(r.Kept, k)
 }
 
+// at is the time a collection goes by: now, or the order's time when it
+// was ordered earlier (a daemon carries out an order left while it was
+// down at its next start). What passed its grace, retention or expiry
+// since was in no list the operator saw.
+func (o *GCOptions) at(now time.Time) time.Time {
+	if !o.Before.IsZero() && o.Before.Before(now) {
+		return o.Before
+	}
+	return now
+}
+
 func (o *GCOptions) defaults() {
 	if o.Grace <= 0 {
 		o.Grace = time.Hour
@@ -119,7 +130,7 @@ type collector struct {
 // of them; a dry run may pass a read-only snapshot).
 func (c *collector) collect(o GCOptions, all []ledger.Entry) (*GCReport, error) {
 	o.defaults()
-	now := c.opt.Now()
+	now := o.at(c.opt.Now())
 	rep := &GCReport{DryRun: o.DryRun, Items: []GCItem{}}
 	progress := &progressFiles{base: c.base}
 	listed := map[string]bool{} // a dry run's results listed for removal
@@ -204,7 +215,7 @@ func (c *collector) collect(o GCOptions, all []ledger.Entry) (*GCReport, error) 
 			}
 		}
 	}
-	c.collectMessages(o, rep)
+	c.collectMessages(o, rep, now)
 	for _, e := range old {
 		// An entry is forgotten only once its result is gone from the
 		// folder, or the retention passed: an agent that never acked may
@@ -269,8 +280,8 @@ func later(a, b time.Time) time.Time {
 // whose result stamp says what is published needs nothing until one of
 // these: its agent acks (the watcher sees every ack file, each full walk
 // again), its retention passes, or it expires with nothing published.
-// Anything the daemon has no stamp for is read, as are entries an order
-// (`bridge gc`) collects. Skipping only delays a collection: a request is
+// Anything the daemon has no stamp for is read (an order, `bridge gc`,
+// reads every entry without this filter). Skipping only delays a collection: a request is
 // never run again for it, and every skipped entry is read once one of
 // those conditions holds. At 100,000 unacked finished requests this is the
 // difference between decoding them all and 400,000 file lookups every ten
@@ -326,8 +337,17 @@ func (c *collector) run(o GCOptions) {
 	// that old).
 	o.defaults()
 	c.sweepApprovalInputs()
-	now := c.opt.Now()
-	all, err := c.ledger.Settled(now.Add(-min(o.Grace, o.Retention)), now.Add(-c.opt.Skew), c.fin.gcWants(o, now))
+	now := o.at(c.opt.Now())
+	// An order (`bridge gc`) reads every settled entry: the acks gcWants
+	// goes by are those the watcher saw, none before the daemon's first
+	// walk, while collect reads each ack from the folder. Skipping by the
+	// cache there would keep every result acked while the daemon was
+	// down, and say nothing of it.
+	want := c.fin.gcWants(o, now)
+	if !o.Before.IsZero() {
+		want = nil
+	}
+	all, err := c.ledger.Settled(now.Add(-min(o.Grace, o.Retention)), now.Add(-c.opt.Skew), want)
 	if err == nil {
 		var rep *GCReport
 		if rep, err = c.collect(o, all); err == nil && len(rep.Items) > 0 {
@@ -341,10 +361,10 @@ func (c *collector) run(o GCOptions) {
 
 // GC runs one collection on a host home. With the daemon running, a real
 // collection is left as an order the daemon carries out within a second,
-// or after its first walk when it has just started, bounded to what
-// finished before the order (operator.ErrQueued). A dry run only reads, whether the daemon runs or not: the
-// folder, the trusted agents and a snapshot of the ledger; it takes no
-// lock and writes nothing, in the home or the folder.
+// bounded to what finished before the order (operator.ErrQueued). A dry
+// run only reads, whether the daemon runs or not: the folder, the trusted
+// agents and a snapshot of the ledger; it takes no lock and writes
+// nothing, in the home or the folder.
 func GC(h *trust.Home, o GCOptions) (*GCReport, error) { return gcAt(h, o, nil) }
 
 // gcAt is GC with the daemon's clock (nil: the real one).
@@ -388,7 +408,7 @@ func gcAt(h *trust.Home, o GCOptions, now func() time.Time) (*GCReport, error) {
 		if err := operator.WriteOrder(h, operator.Order{GC: true, Grace: o.Grace, Retention: o.Retention, At: at}); err != nil {
 			return nil, err
 		}
-		return rep, fmt.Errorf("%w: `bridge serve` runs on this home and collects what finished until now, within a second or, when it has just started, after its first walk of the folder (see its log)", operator.ErrQueued)
+		return rep, fmt.Errorf("%w: `bridge serve` runs on this home and collects what finished until now within a second (see its log)", operator.ErrQueued)
 	} else if err != nil {
 		return nil, err
 	}

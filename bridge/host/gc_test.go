@@ -1,6 +1,7 @@
 package host
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/agent"
+	"github.com/syncbridge/bridge/bridge/ledger"
 	"github.com/syncbridge/bridge/bridge/operator"
 )
 
@@ -311,12 +313,13 @@ func treeState(t *testing.T, roots ...string) string {
 	return b.String()
 }
 
-// A collection ordered (`bridge gc` beside a running daemon) before the
-// daemon's first full walk waits for it: the acks it goes by are the
-// walks', and run at once it kept every result acked while the daemon was
-// down (CI of b400e2c: the crash loop's gc step waited for a collection
-// that never came). It is carried out as soon as the walk is done.
-func TestOrderedGCWaitsForTheFirstWalk(t *testing.T) {
+// A collection ordered (`bridge gc` beside a running daemon) reads the
+// acks from the folder, not from what the daemon's walks saw: carried out
+// before its first walk (here, by the daemon just opened), it collects a
+// result acked while the daemon was down. Going by the walks' acks it kept
+// it and said nothing (CI of b400e2c: the crash loop's gc step waited for a
+// collection that never came).
+func TestOrderedGCReadsAcksFromTheFolder(t *testing.T) {
 	t.Parallel()
 	p := newPair(t, testPolicy)
 	p.skew = time.Millisecond
@@ -326,17 +329,17 @@ func TestOrderedGCWaitsForTheFirstWalk(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := p.wait(t, s.ID)
-	if err := p.client.Ack(out); err != nil {
-		t.Fatal(err)
-	}
 	waitFor(t, 10*time.Second, "the ledger to record the result", func() bool { return p.entry(t, s.ID).ResultSHA256 != "" })
 	p.stop(t)
+	if err := p.client.Ack(out); err != nil { // while the daemon is down
+		t.Fatal(err)
+	}
 	result := filepath.Join(p.toAgent(), s.ID+".result")
 	if _, err := os.Stat(result); err != nil {
 		t.Fatal(err)
 	}
 
-	// Opened, not yet walking the folder: its clock past the request's
+	// Opened, not walking the folder: its clock past the request's
 	// expiry, so that the acked result is due.
 	d, err := NewDaemon(p.host, DaemonOptions{AllowRoot: true, Skew: time.Millisecond, Logger: p.log,
 		Now: func() time.Time { return time.Now().Add(time.Hour) }})
@@ -346,65 +349,76 @@ func TestOrderedGCWaitsForTheFirstWalk(t *testing.T) {
 	if err := d.Open(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := GC(p.host, GCOptions{Grace: time.Nanosecond}); !errors.Is(err, operator.ErrQueued) {
+	t.Cleanup(func() { d.Close(context.Background()) })
+	if d.fin.walked() {
+		t.Fatal("the daemon walked the folder before it was served")
+	}
+	if _, err := gcAt(p.host, GCOptions{Grace: time.Nanosecond}, d.opt.Now); !errors.Is(err, operator.ErrQueued) {
 		t.Fatalf("gc beside an open daemon: %v, want ErrQueued", err)
 	}
-	// A look at the orders, here rather than by the control loop (which
-	// may look too): the order stays, and is not said to be busy (the
-	// loop is not to look every second for it).
+	// The control loop's look at the orders, here, before any walk.
 	if left := d.applyOrders(); left {
-		t.Error("a collection ordered before the first walk is left as busy: the loop would look every second")
+		t.Error("the gc order was left for a later look")
 	}
-	if orders, _ := filepath.Glob(p.host.Path("control", "*.json")); len(orders) != 1 {
-		t.Fatalf("before the first walk the control directory holds %v, want the gc order", orders)
+	if orders, _ := filepath.Glob(p.host.Path("control", "*.json")); len(orders) != 0 {
+		t.Fatalf("the control directory still holds %v", orders)
 	}
-	if _, err := os.Stat(result); err != nil {
-		t.Fatalf("collected before the first walk: %v", err)
+	if _, err := os.Stat(result); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("the ordered collection left the result acked while the daemon was down: %v", err)
 	}
-	serveOpened(t, d)
-	waitFor(t, 20*time.Second, "the acked result to be collected once the folder is walked", func() bool {
-		_, err := os.Stat(result)
-		return errors.Is(err, fs.ErrNotExist)
-	})
 }
 
 // A collection ordered by `bridge gc` takes only what had finished when it
-// was ordered (GCOptions.Before, the order's time): the daemon may carry it
-// out later, and what finished since was in no list the operator saw (a
-// red team's finding, with --retention 0 and a folder the daemon could
-// not walk yet).
+// was ordered (GCOptions.Before, the order's time), and goes by the order's
+// time: the daemon may carry it out later (an order left while it was down,
+// at its next start), and what finished or came due since was in no list
+// the operator saw (a red team's finding, with --retention 0 and a folder
+// the daemon could not walk yet).
 func TestOrderedGCTakesOnlyWhatFinishedBeforeIt(t *testing.T) {
 	t.Parallel()
 	p := newPair(t, testPolicy)
-	var offset atomic.Int64
-	now := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
-	d := runDaemon(t, p.host, DaemonOptions{Now: now})
-	finish := func() string {
+	d := runDaemon(t, p.host, DaemonOptions{})
+	// Real times throughout: the ledger stamps its entries with the
+	// machine's clock, not the daemon's.
+	const retention = 300 * time.Millisecond
+	finish := func() ledger.Entry {
 		t.Helper()
-		s, err := p.client.Submit(agent.SubmitOptions{Op: "echo", Args: map[string]string{"msg": "gc"}, TTL: 3 * time.Hour})
+		s, err := p.client.Submit(agent.SubmitOptions{Op: "echo", Args: map[string]string{"msg": "gc"}, TTL: time.Hour})
 		if err != nil {
 			t.Fatal(err)
 		}
 		p.wait(t, s.ID)
 		waitFor(t, 10*time.Second, "the ledger to record the result", func() bool { return p.entry(t, s.ID).ResultSHA256 != "" })
-		return s.ID
+		return p.entry(t, s.ID)
 	}
-	before := finish()
-	ordered := now()
-	after := finish()
-	if !p.entry(t, after).Updated.After(ordered) {
-		t.Fatal("the second request finished before the order's time")
+	untilPast := func(at time.Time) {
+		for time.Now().Before(at) {
+			time.Sleep(time.Until(at))
+		}
 	}
-	offset.Store(int64(2 * time.Hour)) // both past a retention of an hour, unacked
-	collected := func(id string) bool {
-		_, err := os.Stat(filepath.Join(p.toAgent(), id+".result"))
+	collected := func(e ledger.Entry) bool {
+		_, err := os.Stat(filepath.Join(p.toAgent(), e.ID+".result"))
 		return errors.Is(err, fs.ErrNotExist)
 	}
-	d.gc.run(GCOptions{Retention: time.Hour, Before: ordered})
+	before := finish()
+	// Ordered when half the retention had passed, carried out once all of
+	// it had: the order goes by its own time.
+	untilPast(before.Updated.Add(retention))
+	d.gc.run(GCOptions{Retention: retention, Before: before.Updated.Add(retention / 2)})
+	if collected(before) {
+		t.Fatal("an ordered collection carried out later took a result whose retention passed only after the order")
+	}
+	ordered := time.Now()
+	after := finish()
+	if !after.Updated.After(ordered) {
+		t.Fatalf("the second request finished at %v, before the order's time %v", after.Updated, ordered)
+	}
+	d.gc.run(GCOptions{Retention: retention, Before: ordered})
 	if !collected(before) || collected(after) {
 		t.Fatalf("the ordered collection: collected %v (finished before the order), %v (after it); want true, false", collected(before), collected(after))
 	}
-	d.gc.run(GCOptions{Retention: time.Hour})
+	untilPast(after.Updated.Add(retention))
+	d.gc.run(GCOptions{Retention: retention})
 	if !collected(after) {
 		t.Fatal("the next collection left what finished after the order")
 	}

@@ -321,8 +321,7 @@ var (
 
 // applyOrders carries out the orders the CLI left in the control directory.
 // An order whose request is busy at the moment stays for the next look; it
-// reports whether one did. A collection ordered before the first full walk
-// stays until that walk pokes the loop.
+// reports whether one did.
 func (d *Daemon) applyOrders() (left bool) {
 	files, _ := filepath.Glob(d.home.Path("control", "*.json"))
 	for _, f := range files {
@@ -339,16 +338,6 @@ func (d *Daemon) applyOrders() (left bool) {
 			} else {
 				d.log.Warn("an audit order that is not an operator's action was dropped", "file", f)
 			}
-		case o.GC && !d.fin.walked():
-			if d.firstTime("gc-order-waits") {
-				d.log.Info("a collection ordered by `bridge gc` waits for the first walk of the folder", "hint", "it runs once the daemon has read the folder's acks; if the folder cannot be walked, see `bridge doctor`")
-			}
-			// The acks a collection goes by are the walks' (gcWants): run
-			// now, it would keep every result acked while the daemon was
-			// down, and say nothing of it. Left for the first walk, which
-			// pokes the loop (not looked at every second meanwhile: a
-			// folder that cannot be walked may stay so for long).
-			continue
 		case o.GC:
 			d.gc.run(GCOptions{Grace: o.Grace, Retention: o.Retention, Before: o.At})
 		case o.As == "approve" || o.As == "deny":

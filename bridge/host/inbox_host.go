@@ -90,8 +90,9 @@ func (o *outbox) notify(agent string, n bridge.Note) {
 
 // collectMessages removes messages the agent acked, after the grace period
 // (or any message past the retention), as results are collected.
-func (c *collector) collectMessages(o GCOptions, rep *GCReport) {
-	now := c.opt.Now()
+func (c *collector) collectMessages(o GCOptions, rep *GCReport, now time.Time) {
+	// now is the order's time for an ordered collection: a message
+	// published since is younger than any grace.
 	for agent, keys := range c.agents() {
 		dir := bridge.ToAgentDir(c.me, agent)
 		// The directory holds two files per result kept: only the
