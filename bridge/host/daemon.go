@@ -101,8 +101,7 @@ type Daemon struct {
 	stalledMaybe  atomic.Bool
 	// controlPoke wakes the control loop when an entry starts waiting for
 	// one of its sweeps, so that an idle loop asleep on its long fallback
-	// sets the sweep's timer, and when the first full walk is done, for a
-	// collection ordered before it (buffered: one poke is enough).
+	// sets the sweep's timer (buffered: one poke is enough).
 	controlPoke chan struct{}
 
 	// life ends when the daemon must stop by itself (a broken invariant,

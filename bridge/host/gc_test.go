@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -165,7 +167,9 @@ func TestGCRetentionOfUnackedResults(t *testing.T) {
 // The periodic collection reads only the settled entries it may act on: a
 // finished request whose result is published and not acked is skipped (not
 // decoded) until its retention, and an acked one until the grace passed
-// and it expired; then its result is collected and it is forgotten.
+// and it expired; then its result is collected and it is forgotten. An
+// ordered collection, which reads each ack from the folder, reads by times
+// alone: what passed its retention or expired, not the whole ledger.
 func TestPeriodicGCReadsOnlyWhatItCanAct(t *testing.T) {
 	t.Parallel()
 	p := newPair(t, testPolicy)
@@ -201,7 +205,7 @@ func TestPeriodicGCReadsOnlyWhatItCanAct(t *testing.T) {
 		t.Helper()
 		o.defaults()
 		got := map[string]bool{}
-		all, err := d.ledger.Settled(now().Add(-o.Grace), now().Add(-d.opt.Skew), d.fin.gcWants(o, now()))
+		all, err := d.gc.due(o, now())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -217,6 +221,14 @@ func TestPeriodicGCReadsOnlyWhatItCanAct(t *testing.T) {
 	if got := wants(GCOptions{Retention: time.Hour}); !got[acked] || !got[unacked] {
 		t.Fatalf("past the retention, the collection reads %v; want both", got)
 	}
+	// An order (`bridge gc`) reads the acks from the folder, and so goes
+	// by times alone: nothing before the expiry or the retention.
+	if got := wants(GCOptions{Before: now()}); len(got) != 0 {
+		t.Fatalf("past the grace, before the expiry, an ordered collection reads %v; want nothing", got)
+	}
+	if got := wants(GCOptions{Retention: time.Hour, Before: now()}); !got[acked] || !got[unacked] {
+		t.Fatalf("past the retention, an ordered collection reads %v; want both", got)
+	}
 	d.gc.run(GCOptions{})
 	for _, id := range ids {
 		if _, err := os.Stat(filepath.Join(p.toAgent(), id+".result")); err != nil {
@@ -226,6 +238,9 @@ func TestPeriodicGCReadsOnlyWhatItCanAct(t *testing.T) {
 	offset.Store(int64(4 * time.Hour)) // past the expiry and skew
 	if got := wants(GCOptions{}); !got[acked] || got[unacked] {
 		t.Fatalf("past the expiry, the collection reads %v; want only the acked %s", got, acked)
+	}
+	if got := wants(GCOptions{Before: now()}); !got[acked] || !got[unacked] {
+		t.Fatalf("past the expiry, an ordered collection reads %v; want both (it reads each ack from the folder)", got)
 	}
 	d.gc.run(GCOptions{})
 	if _, err := os.Stat(filepath.Join(p.toAgent(), ids[0]+".result")); !os.IsNotExist(err) {
@@ -323,6 +338,8 @@ func TestOrderedGCReadsAcksFromTheFolder(t *testing.T) {
 	t.Parallel()
 	p := newPair(t, testPolicy)
 	p.skew = time.Millisecond
+	var logs lockedBuffer
+	p.log = slog.New(slog.NewTextHandler(&logs, nil))
 	p.start(t, nil)
 	s, err := p.client.Submit(agent.SubmitOptions{Op: "echo", Args: map[string]string{"msg": "gc"}, TTL: time.Minute})
 	if err != nil {
@@ -365,6 +382,16 @@ func TestOrderedGCReadsAcksFromTheFolder(t *testing.T) {
 	}
 	if _, err := os.Stat(result); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("the ordered collection left the result acked while the daemon was down: %v", err)
+	}
+	// The operator was told to look in the log: an ordered collection
+	// says it ran, even when it took nothing.
+	if _, err := gcAt(p.host, GCOptions{Grace: time.Nanosecond}, d.opt.Now); !errors.Is(err, operator.ErrQueued) {
+		t.Fatalf("a second gc beside the open daemon: %v, want ErrQueued", err)
+	}
+	d.applyOrders()
+	said := regexp.MustCompile("as `bridge gc` ordered\" items=([0-9]+)").FindAllStringSubmatch(logs.String(), -1)
+	if len(said) != 2 || said[0][1] == "0" || said[1][1] != "0" {
+		t.Errorf("the log does not say both ordered collections ran, the second taking nothing:\n%s", logs.String())
 	}
 }
 

@@ -115,7 +115,7 @@ func (c *collector) collectMessages(o GCOptions, rep *GCReport, now time.Time) {
 			if age > o.Grace {
 				if data, err := c.folder.ReadFile(bridge.RequestPath(c.me, agent, id, bridge.ExtAck), bcrypto.KindAck.MaxSize()); err == nil {
 					msg, _ := c.folder.ReadFile(dir+"/"+e.Name, bcrypto.KindMessage.MaxSize())
-					if a, err := bridge.OpenAck(data, id, c.me, agent, keys.sign(now)); err == nil && a.ResultSHA256 == bridge.SHA256Hex(msg) {
+					if a, err := bridge.OpenAck(data, id, c.me, agent, keys.sign(c.opt.Now())); err == nil && a.ResultSHA256 == bridge.SHA256Hex(msg) {
 						why = "acked"
 					}
 				}

@@ -477,12 +477,16 @@ func (h *hold) kill() {
 // await kills and waits until no process of the run is left, for at most d,
 // and learns the run's CPU time.
 func (h *hold) await(d time.Duration) bool {
+	// One deadline for every step: d bounds the whole wait (each step
+	// still looks once when it has run out).
+	deadline := time.Now().Add(d)
+	left := func() time.Duration { return max(0, time.Until(deadline)) }
 	switch h.kind {
 	case containCgroup:
 		ok := h.cg.await(d)
 		h.cpu = h.cg.cpuUsage()
 		h.cg.unlist()
-		return sweepDaemon(d) && ok
+		return sweepDaemon(left()) && ok
 	case containKeeper:
 		ok, cpu, died := h.kp.end(d)
 		h.cpu, h.clean = cpu, ok && !died && h.kp.reusable
@@ -490,8 +494,8 @@ func (h *hold) await(d time.Duration) bool {
 			// The keeper died (the op killed it, say), or was killed for
 			// not answering: what was in its subtree is the daemon's now,
 			// swept, and charged to this run as it is reaped.
-			ok := sweepDaemon(d)
-			reapDead(d)
+			ok := sweepDaemon(left())
+			reapDead(left())
 			spare.mu.Lock()
 			h.cpu += spare.reaped - h.reaped0
 			spare.mu.Unlock()
