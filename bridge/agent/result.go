@@ -350,7 +350,10 @@ func (c *Client) Status(id string) (*State, error) {
 	}
 	if errors.Is(err, ErrNoResult) {
 		if time.Now().Unix() >= s.Expires {
-			st.Reason = string(bridge.ReasonPastExpiry) // the host answers it expired once it sees it
+			// It will not start now: the host answers it expired if it
+			// sees it within its clock skew, and refuses it without an
+			// answer later (SPEC §8); one that started still answers.
+			st.Reason = string(bridge.ReasonPastExpiry)
 		}
 		// The host tells, in the inbox, when a request waits for a human.
 		if items, err := c.Inbox(); err == nil {

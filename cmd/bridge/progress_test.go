@@ -116,3 +116,25 @@ func TestProgressFollowsADrain(t *testing.T) {
 		}
 	}
 }
+
+// The hint for a request with no answer past its expiry: none before it;
+// within the host's clock skew after it, the host still answers it
+// `expired`; past that, no answer comes unless the op started in time.
+func TestPastExpiryHint(t *testing.T) {
+	t.Parallel()
+	id := "0123456789abcdef0123456789abcdef"
+	at := func(d time.Duration) *agent.Sent { return &agent.Sent{ID: id, Expires: time.Now().Add(d).Unix()} }
+	if h := pastExpiry(at(time.Minute), id); h != "" {
+		t.Errorf("before its expiry: %q, want none", h)
+	}
+	if h := pastExpiry(nil, id); h != "" {
+		t.Errorf("a request not known here: %q, want none", h)
+	}
+	if h := pastExpiry(at(-time.Minute), id); !strings.Contains(h, "will not start now") || !strings.Contains(h, "it answers it `expired`") {
+		t.Errorf("a minute past its expiry: %q", h)
+	}
+	h := pastExpiry(at(-bridge.DefaultSkew-time.Minute), id)
+	if !strings.Contains(h, "no answer will come") || !strings.Contains(h, "unless it started before its expiry") || strings.Contains(h, "it answers it `expired`") {
+		t.Errorf("past its expiry by more than the skew: %q", h)
+	}
+}

@@ -346,8 +346,9 @@ func waitAndPrint(g *Globals, cl *agent.Client, id string, timeout time.Duration
 			if st, err := cl.Status(id); err == nil {
 				switch {
 				case st.Reason == string(bridge.ReasonPastExpiry):
+					s, _ := cl.Sent(id)
 					return &codeError{code: exitWaitTime, id: id, err: withHintf(fmt.Errorf("no result for %s after %s, and it is past its expiry", id, timeout),
-						"it will not run: the host answers it expired once it sees it (if the host is up and the folder syncs); send it again if it is still needed")}
+						"%s", pastExpiry(s, id))}
 				case st.State == bridge.StateRerunOrdered:
 					return &codeError{code: exitWaitTime, id: id, err: withHintf(fmt.Errorf("no new answer for %s after %s: a human on the host ordered it run again", id, timeout),
 						"run `bridge wait %s` later for the rerun's answer", id)}
@@ -530,6 +531,9 @@ func outcomeJSON(out *agent.Outcome) (map[string]any, error) {
 // host looked alive (or nothing says otherwise): what may still happen to
 // the request, until when, and how to withdraw it.
 func notWithdrawn(s *agent.Sent, id string) string {
+	if h := pastExpiry(s, id); h != "" {
+		return h
+	}
 	until := expiryOf(s)
 	return fmt.Sprintf("the request is not withdrawn: if the host is up it goes on with it (queued, running, or waiting for a human's approval), "+
 		"and it may still run until %s; run `bridge wait %s` later, or `bridge status %s`; `bridge cancel %s` withdraws it", until, id, id, id)
@@ -551,6 +555,27 @@ func (g *Globals) withNudgeFailure(err error) error {
 	}
 	ce.err = withHintf(fmt.Errorf("%w; and %v", cause, f), "%s", hint)
 	return ce
+}
+
+// pastExpiry is the hint for a request s with no answer once its expiry
+// passed ("" before): it will not start now, and the host answers it
+// `expired` only within its clock skew after the expiry (SPEC §8: later it
+// refuses it without an answer, since its collection may have forgotten an
+// earlier one). An op that started before the expiry still answers.
+func pastExpiry(s *agent.Sent, id string) string {
+	if s == nil || s.Expires == 0 || time.Now().Unix() < s.Expires {
+		return ""
+	}
+	expires := time.Unix(s.Expires, 0)
+	if until := expires.Add(bridge.DefaultSkew); time.Now().Before(until) {
+		return fmt.Sprintf("it is past its expiry (%s) and will not start now: if the host sees it by %s (by the host's clock) it answers it `expired`; "+
+			"if it started before its expiry, its answer still comes (`bridge status %s` says `running`); send it again if it is still needed",
+			expires.Local().Format(time.DateTime), until.Local().Format(time.DateTime), id)
+	}
+	return fmt.Sprintf("it is past its expiry (%s) by more than the host's clock skew (%s): unless it started before its expiry "+
+		"(`bridge status %s` says `running`), no answer will come, as the host refuses it without one (an answer the host's collection removed "+
+		"before this home read it, by a short `--retention`, is gone too); send it again if it is still needed",
+		expires.Local().Format(time.DateTime), bridge.DefaultSkew, id)
 }
 
 // expiryOf says when the request s expires: "its expiry (TIME)", or "its
