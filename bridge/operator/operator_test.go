@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/ledger"
@@ -105,9 +106,12 @@ func TestOrdersAndHostOnly(t *testing.T) {
 	if err := HostOnly(h, "approve"); err != nil {
 		t.Error(err)
 	}
+	at := time.Now().UTC().Round(0) // as it reads back
 	for name, o := range map[string]Order{
 		"agent-id.json": {Key: "agent/id", As: "approve"},
-		"gc.json":       {GC: true, Grace: 5},
+		// Two collections ordered before the daemon looked: both stay.
+		fmt.Sprintf("gc-%019d.json", at.UnixNano()):                  {GC: true, Grace: 5, At: at},
+		fmt.Sprintf("gc-%019d.json", at.Add(time.Second).UnixNano()): {GC: true, Retention: 7, At: at.Add(time.Second)},
 	} {
 		if err := WriteOrder(h, o); err != nil {
 			t.Fatal(err)

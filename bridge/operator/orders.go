@@ -44,7 +44,14 @@ func WriteOrder(h *trust.Home, o Order) error {
 	}
 	name := strings.ReplaceAll(o.Key, "/", "-")
 	if o.GC {
-		name = "gc"
+		// One file per order, named by its time (carried out in that
+		// order): a second `bridge gc` before the daemon looked must not
+		// replace the first, whose list its operator saw.
+		at := o.At
+		if at.IsZero() {
+			at = time.Now()
+		}
+		name = fmt.Sprintf("gc-%019d", at.UnixNano())
 	}
 	return syncsafe.WriteFileAtomic(h.Path("control", name+".json"), data)
 }
