@@ -36,13 +36,6 @@ func (c *Client) noAnswer(s *Sent) bool {
 	return s.Expires > 0 && time.Now().After(time.Unix(s.Expires, 0).Add(NoAnswerAfter)) && !c.Started(s.ID)
 }
 
-// hasResultFile reports whether the folder holds a file at the name of s's
-// result (verified or not: Outstanding's cheap look).
-func (c *Client) hasResultFile(s *Sent) bool {
-	_, err := c.folder.Lstat(bridge.ResultPath(s.Host, c.home.Config.ID, s.ID, bridge.ExtResult))
-	return err == nil
-}
-
 // SettleNoAnswer records that no answer will come for request id (the
 // wait ended with a *NoAnswerError), so that it is no longer outstanding
 // (Outstanding, `bridge wait --all`), and GC may remove its files from the

@@ -164,8 +164,7 @@ func (c *Client) dropNotAccepted(byHost map[string][]string, pending map[string]
 
 // Outstanding lists, oldest first, the requests this home sent whose answer
 // it has not acked: those with none yet, those whose answer is in the folder
-// unacked (not those settled as getting none, SettleNoAnswer, unless one
-// came after all), and those
+// unacked (not those settled as getting none: SettleNoAnswer), and those
 // whose acked answer was uncertain and a human on the host
 // has since settled it (a new answer in the folder) or ordered it run again
 // (its new answer is to come). A wait for all of them (WaitAll) is what an
@@ -178,10 +177,8 @@ func (c *Client) Outstanding() ([]string, error) {
 	var ids []string
 	for i := len(sent) - 1; i >= 0; i-- {
 		id := sent[i].ID
-		if sent[i].NoAnswer != 0 && !c.hasResultFile(&sent[i]) {
-			// Settled: no answer will come. One that comes all the same
-			// (a folder writer hid that the op started) is outstanding.
-			continue
+		if sent[i].NoAnswer != 0 {
+			continue // settled: no answer will come
 		}
 		if sent[i].Acked {
 			// The acked answer's manifest is read again only for these.
