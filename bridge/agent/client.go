@@ -127,9 +127,6 @@ type Sent struct {
 	Earlier bool `json:"-"`
 	// Acked: the record holds the answer this home acked (read with it).
 	Acked bool `json:"-"`
-	// NoAnswer: when this home settled that no answer will come (see
-	// NoAnswerError); it is no longer outstanding (Unix seconds, 0: not).
-	NoAnswer int64 `json:"no_answer,omitempty"`
 }
 
 // SubmitOptions describe a request.

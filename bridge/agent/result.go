@@ -413,9 +413,6 @@ func (c *Client) Wait(ctx context.Context, id string, tick func(elapsed time.Dur
 		if err == nil && !c.RerunOrdered(out) {
 			return out, nil
 		}
-		if errors.Is(err, ErrNoResult) && c.noAnswer(s) {
-			return nil, &NoAnswerError{Expires: time.Unix(s.Expires, 0)}
-		}
 		if err == nil {
 			out.Close()
 			err = ErrNoResult // the uncertain answer a rerun will replace: wait for that one
@@ -574,8 +571,7 @@ func (c *Client) Cancel(id string) error {
 
 // GC removes this agent's own files the host no longer needs: acks of
 // results the host has collected, and cancels and request files of requests
-// whose result this agent holds or that it settled as getting none
-// (SettleNoAnswer). It never touches the host's files.
+// whose result this agent holds. It never touches the host's files.
 func (c *Client) GC(dryRun bool) ([]string, error) {
 	sent, err := c.List()
 	if err != nil {
@@ -591,10 +587,6 @@ func (c *Client) GC(dryRun bool) ([]string, error) {
 		}
 		_, resErr := c.folder.Lstat(bridge.ResultPath(s.Host, c.home.Config.ID, s.ID, bridge.ExtResult))
 		var exts []string
-		if s.NoAnswer != 0 && kept == "" {
-			// Settled here as getting no answer: the host refuses it now.
-			exts = append(exts, bridge.ExtManifest, bridge.ExtPayload, bridge.ExtCancel)
-		}
 		if kept != "" {
 			exts = append(exts, bridge.ExtManifest, bridge.ExtPayload, bridge.ExtCancel)
 			if errors.Is(resErr, fs.ErrNotExist) {

@@ -3,7 +3,6 @@ package agent
 import (
 	"bytes"
 	"context"
-	"errors"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -75,11 +74,6 @@ func (c *Client) WaitAll(ctx context.Context, ids []string, got func(id string, 
 		out, err := c.Result(id)
 		if err == nil && c.RerunOrdered(out) {
 			out.Close() // the uncertain answer a rerun will replace: wait for that one
-			return
-		}
-		if s := pending[id]; errors.Is(err, ErrNoResult) && c.noAnswer(s) {
-			delete(pending, id)
-			got(id, nil, &NoAnswerError{Expires: time.Unix(s.Expires, 0)})
 			return
 		}
 		if err != nil {
@@ -164,8 +158,7 @@ func (c *Client) dropNotAccepted(byHost map[string][]string, pending map[string]
 
 // Outstanding lists, oldest first, the requests this home sent whose answer
 // it has not acked: those with none yet, those whose answer is in the folder
-// unacked (not those settled as getting none: SettleNoAnswer), and those
-// whose acked answer was uncertain and a human on the host
+// unacked, and those whose acked answer was uncertain and a human on the host
 // has since settled it (a new answer in the folder) or ordered it run again
 // (its new answer is to come). A wait for all of them (WaitAll) is what an
 // agent's loop of `submit --batch` then `wait --all --ack` waits on.
@@ -177,9 +170,6 @@ func (c *Client) Outstanding() ([]string, error) {
 	var ids []string
 	for i := len(sent) - 1; i >= 0; i-- {
 		id := sent[i].ID
-		if sent[i].NoAnswer != 0 {
-			continue // settled: no answer will come
-		}
 		if sent[i].Acked {
 			// The acked answer's manifest is read again only for these.
 			acked, err := c.keptManifest(id)

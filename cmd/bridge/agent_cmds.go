@@ -430,10 +430,6 @@ func (c *PingCmd) Run(g *Globals) error {
 	if errors.As(err, &na) {
 		return notAccepted(s.ID, na.Liveness)
 	}
-	var none *agent.NoAnswerError
-	if errors.As(err, &none) {
-		return noAnswer(cl, s.ID, none, false)
-	}
 	if errors.Is(err, context.DeadlineExceeded) {
 		if err := routeTimeout(prog, s.ID, c.Timeout); err != nil {
 			return err

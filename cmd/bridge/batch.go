@@ -514,11 +514,8 @@ func waitMany(g *Globals, ids []string, all, ack bool, timeout time.Duration) er
 	left, werr := cl.WaitAll(ctx, ids, func(id string, out *agent.Outcome, err error) {
 		if err != nil {
 			var na *agent.NotAcceptedError
-			var none *agent.NoAnswerError
 			if errors.As(err, &na) {
 				err = notAccepted(id, na.Liveness)
-			} else if errors.As(err, &none) {
-				err = noAnswer(cl, id, none, ack)
 			}
 			note(printItemError(g, id, err))
 			return

@@ -377,10 +377,6 @@ func waitAndPrint(g *Globals, cl *agent.Client, id string, timeout time.Duration
 	if errors.As(err, &na) {
 		return notAccepted(id, na.Liveness)
 	}
-	var none *agent.NoAnswerError
-	if errors.As(err, &none) {
-		return noAnswer(cl, id, none, ack)
-	}
 	if errors.Is(err, context.Canceled) {
 		// Interrupting the wait does not withdraw the request.
 		return &codeError{code: exitInterrupt, id: id, err: withHintf(fmt.Errorf("interrupted while waiting for %s", id),
@@ -409,25 +405,6 @@ func waitAndPrint(g *Globals, cl *agent.Client, id string, timeout time.Duration
 		}
 	}
 	return perr
-}
-
-// noAnswer is the error of a wait that ended because no answer will come
-// for id (an *agent.NoAnswerError); settle (`--ack`): record so here, so
-// that it is no longer outstanding. Exit 67, as for a request the host
-// answered `expired`: it never started, unless a host's collection removed
-// its answer before this home read it.
-func noAnswer(cl *agent.Client, id string, na *agent.NoAnswerError, settle bool) error {
-	hint := fmt.Sprintf("it did not run, unless the host's collection removed its answer before this home read it (a short `--retention` there); "+
-		"send it again if it is still needed; `bridge wait %s --ack` settles it here: no longer outstanding, and `bridge gc` removes its files", id)
-	if settle {
-		if err := cl.SettleNoAnswer(id); err != nil {
-			hint += fmt.Sprintf(" (settling it failed: %v)", err)
-		} else {
-			hint = "it did not run, unless the host's collection removed its answer before this home read it (a short `--retention` there); " +
-				"settled here: no longer outstanding, and `bridge gc` removes its files; send it again if it is still needed"
-		}
-	}
-	return &codeError{code: exitExpired, id: id, err: withHintf(fmt.Errorf("%s: %w", id, na), "%s", hint)}
 }
 
 // notAccepted is the error of a command that stops because the host's
@@ -582,24 +559,23 @@ func (g *Globals) withNudgeFailure(err error) error {
 
 // pastExpiry is the hint for a request s with no answer once its expiry
 // passed ("" before): it will not start now, and the host answers it
-// `expired` only within its clock skew after the expiry, by its clock
-// (SPEC §8: later it refuses it without an answer, since its collection may
-// have forgotten an earlier one). An op that started before the expiry
-// still answers; past agent.NoAnswerAfter a wait for one that did not ends
-// (noAnswer).
+// `expired` only within its clock skew after the expiry (SPEC §8: later it
+// refuses it without an answer, since its collection may have forgotten an
+// earlier one). An op that started before the expiry still answers.
 func pastExpiry(s *agent.Sent, id string) string {
 	if s == nil || s.Expires == 0 || time.Now().Unix() < s.Expires {
 		return ""
 	}
 	expires := time.Unix(s.Expires, 0)
-	if time.Now().Before(expires.Add(agent.NoAnswerAfter)) {
-		return fmt.Sprintf("it is past its expiry (%s) and will not start now: if the host sees it within %s of that, by the host's clock, it answers it `expired`; "+
+	if until := expires.Add(bridge.DefaultSkew); time.Now().Before(until) {
+		return fmt.Sprintf("it is past its expiry (%s) and will not start now: if the host sees it by %s (by the host's clock) it answers it `expired`; "+
 			"if it started before its expiry, its answer still comes (`bridge status %s` says `running`); send it again if it is still needed",
-			expires.Local().Format(time.DateTime), bridge.DefaultSkew, id)
+			expires.Local().Format(time.DateTime), until.Local().Format(time.DateTime), id)
 	}
-	return fmt.Sprintf("it is past its expiry (%s) by more than %s: no answer comes now unless it started before its expiry "+
-		"(`bridge status %s` says `running`); send it again if it is still needed",
-		expires.Local().Format(time.DateTime), agent.NoAnswerAfter, id)
+	return fmt.Sprintf("it is past its expiry (%s) by more than the host's clock skew (%s): unless it started before its expiry "+
+		"(`bridge status %s` says `running`), no answer will come, as the host refuses it without one (an answer the host's collection removed "+
+		"before this home read it, by a short `--retention`, is gone too); send it again if it is still needed",
+		expires.Local().Format(time.DateTime), bridge.DefaultSkew, id)
 }
 
 // expiryOf says when the request s expires: "its expiry (TIME)", or "its
