@@ -640,7 +640,11 @@ func printAnswer(g *Globals, out *agent.Outcome) (code int, printed bool) {
 	if !w.atLineStart() {
 		w.Write([]byte("\n"))
 	}
-	if _, err := fmt.Fprintf(w, "== %s %s: %s\n", rc.ID, escapeControls(rc.Op), head); err != nil {
+	op := rc.Op
+	if op == "" && out.Sent != nil {
+		op = out.Sent.Op // a request the host refused unread (expired) names none
+	}
+	if _, err := fmt.Fprintf(w, "== %s %s: %s\n", rc.ID, escapeControls(op), head); err != nil {
 		return printItemError(g, rc.ID, fmt.Errorf("print the answer to %s: %w", rc.ID, err)), false
 	}
 	err := printOutcome(g, out)

@@ -347,8 +347,16 @@ func waitAndPrint(g *Globals, cl *agent.Client, id string, timeout time.Duration
 				switch {
 				case st.Reason == string(bridge.ReasonPastExpiry):
 					s, _ := cl.Sent(id)
-					return &codeError{code: exitWaitTime, id: id, err: withHintf(fmt.Errorf("no result for %s after %s, and it is past its expiry", id, timeout),
-						"%s", pastExpiry(s, id))}
+					// The host's stamp goes with it, as with any time-out:
+					// whether the host can still answer in time is its.
+					var lv *agent.Liveness
+					msg := fmt.Sprintf("no result for %s after %s, and it is past its expiry", id, timeout)
+					if s != nil {
+						if lv, _ = cl.HostLiveness(s.Host); lv != nil && lv.Verdict != agent.LivenessOK {
+							msg += ": " + lv.Message
+						}
+					}
+					return &codeError{code: exitWaitTime, id: id, liveness: lv, err: withHintf(errors.New(msg), "%s", pastExpiry(s, id))}
 				case st.State == bridge.StateRerunOrdered:
 					return &codeError{code: exitWaitTime, id: id, err: withHintf(fmt.Errorf("no new answer for %s after %s: a human on the host ordered it run again", id, timeout),
 						"run `bridge wait %s` later for the rerun's answer", id)}
@@ -567,15 +575,15 @@ func pastExpiry(s *agent.Sent, id string) string {
 		return ""
 	}
 	expires := time.Unix(s.Expires, 0)
-	if until := expires.Add(bridge.DefaultSkew); time.Now().Before(until) {
-		return fmt.Sprintf("it is past its expiry (%s) and will not start now: if the host sees it by %s (by the host's clock) it answers it `expired`; "+
-			"if it started before its expiry, its answer still comes (`bridge status %s` says `running`); send it again if it is still needed",
-			expires.Local().Format(time.DateTime), until.Local().Format(time.DateTime), id)
+	if time.Now().Before(expires.Add(bridge.DefaultSkew)) {
+		return fmt.Sprintf("it is past its expiry (%s) and will not start now: if the host sees it within %s of that, by the host's clock, it answers it `expired`; "+
+			"if it started before its expiry, its answer still comes (`bridge status %s` says `running` once the host's progress shows it); send it again if it is still needed",
+			expires.Local().Format(time.DateTime), bridge.DefaultSkew, id)
 	}
-	return fmt.Sprintf("it is past its expiry (%s) by more than the host's clock skew (%s): unless it started before its expiry "+
-		"(`bridge status %s` says `running`), no answer will come, as the host refuses it without one (an answer the host's collection removed "+
-		"before this home read it, by a short `--retention`, is gone too); send it again if it is still needed",
-		expires.Local().Format(time.DateTime), bridge.DefaultSkew, id)
+	return fmt.Sprintf("it is past its expiry (%s) by more than the host's clock skew (%s): it will not start now, and a host that sees it only now "+
+		"refuses it without an answer (SPEC §8); an answer still comes if the host saw or started it in time and was out of reach since "+
+		"(`bridge doctor` shows its liveness); send it again if it is still needed (if the op must not run twice, check on the host first: `bridge ls` there)",
+		expires.Local().Format(time.DateTime), bridge.DefaultSkew)
 }
 
 // expiryOf says when the request s expires: "its expiry (TIME)", or "its
