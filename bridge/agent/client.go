@@ -127,6 +127,10 @@ type Sent struct {
 	Earlier bool `json:"-"`
 	// Acked: the record holds the answer this home acked (read with it).
 	Acked bool `json:"-"`
+	// Forgotten: when this home stopped waiting for it (Forget; Unix
+	// seconds, 0: not). It is no longer outstanding unless an answer
+	// comes all the same.
+	Forgotten int64 `json:"forgotten,omitempty"`
 }
 
 // SubmitOptions describe a request.

@@ -542,6 +542,29 @@ func (c *Client) Ack(out *Outcome) error {
 	return nil
 }
 
+// Forget stops this home from waiting for request id, which has no answer:
+// it leaves Outstanding (`bridge status`, `bridge wait --all`) unless an
+// answer comes all the same. It is the user's decision, never inferred: an
+// agent cannot tell from the folder whether a host that was out of reach
+// ran a request, so one past its expiry may still be answered. A cancel is
+// what withdraws it from the host (`bridge cancel --forget` sends both).
+func (c *Client) Forget(id string) error {
+	s, err := c.Sent(id)
+	if err != nil {
+		return err
+	}
+	rec := sentRecord{Sent: *s}
+	if old, err := c.readSent(id); err == nil {
+		rec = *old
+	} else {
+		rec.Manifest = c.sentManifest(id)
+	}
+	rec.Forgotten = time.Now().Unix()
+	// A cache as the record is until an ack (Remember): lost, the request
+	// is outstanding again.
+	return c.writeRecord(rec, false)
+}
+
 // Cancel publishes a signed cancel for a request this agent sent.
 func (c *Client) Cancel(id string) error {
 	s, err := c.Sent(id)

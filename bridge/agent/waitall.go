@@ -157,7 +157,8 @@ func (c *Client) dropNotAccepted(byHost map[string][]string, pending map[string]
 }
 
 // Outstanding lists, oldest first, the requests this home sent whose answer
-// it has not acked: those with none yet, those whose answer is in the folder
+// it has not acked: those with none yet (unless forgotten, Forget, with no
+// answer come since), those whose answer is in the folder
 // unacked, and those whose acked answer was uncertain and a human on the host
 // has since settled it (a new answer in the folder) or ordered it run again
 // (its new answer is to come). A wait for all of them (WaitAll) is what an
@@ -170,6 +171,13 @@ func (c *Client) Outstanding() ([]string, error) {
 	var ids []string
 	for i := len(sent) - 1; i >= 0; i-- {
 		id := sent[i].ID
+		if sent[i].Forgotten != 0 {
+			// Forgotten here (Forget), unless an answer came all the
+			// same: a cheap look at the name, verified by the wait.
+			if _, err := c.folder.Lstat(bridge.ResultPath(sent[i].Host, c.home.Config.ID, id, bridge.ExtResult)); err != nil {
+				continue
+			}
+		}
 		if sent[i].Acked {
 			// The acked answer's manifest is read again only for these.
 			acked, err := c.keptManifest(id)

@@ -173,7 +173,8 @@ func (c *ResultCmd) Run(g *Globals) error {
 
 // CancelCmd asks the host to cancel.
 type CancelCmd struct {
-	ID string `arg:"" help:"Request id."`
+	ID     string `arg:"" help:"Request id."`
+	Forget bool   `help:"Also stop waiting for it here: it leaves status and wait --all (an answer that comes all the same puts it back)."`
 }
 
 func (c *CancelCmd) Run(g *Globals) error {
@@ -211,13 +212,25 @@ func (c *CancelCmd) Run(g *Globals) error {
 			return g.printJSON(m)
 		}
 		g.note("%s (%s) is answered already: %s; nothing to cancel, no cancel was sent", c.ID, rc.Op, how)
+		if c.Forget {
+			g.note("hint: nothing to forget: its answer is here (`bridge result %s --ack` acks it, and it is no longer outstanding)", c.ID)
+		}
 		return nil
 	}
 	if err := cl.Cancel(c.ID); err != nil {
 		return err
 	}
+	if c.Forget {
+		if err := cl.Forget(c.ID); err != nil {
+			return fmt.Errorf("cancel for %s published, but forget it here: %w", c.ID, err)
+		}
+	}
 	if g.JSON {
-		return g.printJSON(map[string]any{"id": c.ID, "cancel": "sent"})
+		return g.printJSON(map[string]any{"id": c.ID, "cancel": "sent", "forgotten": c.Forget})
+	}
+	if c.Forget {
+		g.note("cancel for %s published, and no longer waited for here (`bridge status`, `bridge wait --all`); an answer that comes all the same is shown again", c.ID)
+		return nil
 	}
 	g.note("cancel for %s published; the host stops it when the file arrives", c.ID)
 	return nil

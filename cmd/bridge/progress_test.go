@@ -140,6 +140,7 @@ func TestPastExpiryHint(t *testing.T) {
 	// the hint says both, and never that no answer will come.
 	h := pastExpiry(at(-bridge.DefaultSkew-time.Minute), id)
 	if !strings.Contains(h, "refuses it without an answer") || !strings.Contains(h, "an answer still comes if the host saw or started it in time") ||
+		!strings.Contains(h, "`bridge cancel "+id+" --forget`") ||
 		strings.Contains(h, "it answers it `expired`") || strings.Contains(h, "no answer will come") {
 		t.Errorf("past its expiry by more than the skew: %q", h)
 	}

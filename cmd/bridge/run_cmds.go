@@ -582,8 +582,9 @@ func pastExpiry(s *agent.Sent, id string) string {
 	}
 	return fmt.Sprintf("it is past its expiry (%s) by more than the host's clock skew (%s): it will not start now, and a host that sees it only now "+
 		"refuses it without an answer (SPEC §8); an answer still comes if the host saw or started it in time and was out of reach since "+
-		"(`bridge doctor` shows its liveness); send it again if it is still needed (if the op must not run twice, check on the host first: `bridge ls` there)",
-		expires.Local().Format(time.DateTime), bridge.DefaultSkew)
+		"(`bridge doctor` shows its liveness); `bridge cancel %s --forget` withdraws it and stops waiting for it here; send it again if it is still needed "+
+		"(if the op must not run twice, check on the host first: `bridge ls` there)",
+		expires.Local().Format(time.DateTime), bridge.DefaultSkew, id)
 }
 
 // expiryOf says when the request s expires: "its expiry (TIME)", or "its

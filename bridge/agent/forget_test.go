@@ -1,0 +1,39 @@
+package agent
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/syncbridge/bridge/bridge"
+)
+
+// A request this home forgot (the user's decision: Forget) is no longer
+// outstanding, unless an answer comes all the same; the others stay.
+func TestForgottenIsNotOutstanding(t *testing.T) {
+	t.Parallel()
+	h := newHomes(t)
+	var ids []*Sent
+	for range 2 {
+		s, err := h.client.Submit(SubmitOptions{Op: "echo"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, s)
+	}
+	forgotten, kept := ids[0], ids[1]
+	if err := h.client.Forget(forgotten.ID); err != nil {
+		t.Fatal(err)
+	}
+	out, err := h.client.Outstanding()
+	if err != nil || slices.Contains(out, forgotten.ID) || !slices.Contains(out, kept.ID) {
+		t.Fatalf("outstanding: %v, %v; want %s only", out, err, kept.ID)
+	}
+	// Reopened: the mark is in the record.
+	if out, _ := h.reopen(t).Outstanding(); slices.Contains(out, forgotten.ID) {
+		t.Fatalf("outstanding after a reopen: %v", out)
+	}
+	h.publishResult(t, forgotten, bridge.StatusDone)
+	if out, _ := h.client.Outstanding(); !slices.Contains(out, forgotten.ID) {
+		t.Fatalf("a forgotten request whose answer came is not outstanding: %v", out)
+	}
+}
