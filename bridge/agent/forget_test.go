@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"os"
+	"path/filepath"
 	"slices"
 	"testing"
 
@@ -32,6 +34,15 @@ func TestForgottenIsNotOutstanding(t *testing.T) {
 	if out, _ := h.reopen(t).Outstanding(); slices.Contains(out, forgotten.ID) {
 		t.Fatalf("outstanding after a reopen: %v", out)
 	}
+	// Junk at its result's name is no answer.
+	dir := filepath.Join(h.folder, bridge.ToAgentDir(forgotten.Host, h.agent.Config.ID))
+	if err := os.WriteFile(filepath.Join(dir, forgotten.ID+"."+bridge.ExtResult), []byte("junk"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, _ := h.client.Outstanding(); slices.Contains(out, forgotten.ID) {
+		t.Fatalf("junk at a forgotten request's result name made it outstanding: %v", out)
+	}
+	os.Remove(filepath.Join(dir, forgotten.ID+"."+bridge.ExtResult))
 	h.publishResult(t, forgotten, bridge.StatusDone)
 	if out, _ := h.client.Outstanding(); !slices.Contains(out, forgotten.ID) {
 		t.Fatalf("a forgotten request whose answer came is not outstanding: %v", out)

@@ -171,12 +171,15 @@ func (c *Client) Outstanding() ([]string, error) {
 	var ids []string
 	for i := len(sent) - 1; i >= 0; i-- {
 		id := sent[i].ID
-		if sent[i].Forgotten != 0 {
+		if sent[i].Forgotten != 0 && !sent[i].Acked {
 			// Forgotten here (Forget), unless an answer came all the
-			// same: a cheap look at the name, verified by the wait.
-			if _, err := c.folder.Lstat(bridge.ResultPath(sent[i].Host, c.home.Config.ID, id, bridge.ExtResult)); err != nil {
+			// same: one that verifies (a folder writer's junk at its
+			// name must not make it outstanding again).
+			out, err := c.Result(id)
+			if err != nil {
 				continue
 			}
+			out.Close()
 		}
 		if sent[i].Acked {
 			// The acked answer's manifest is read again only for these.
