@@ -238,6 +238,15 @@ func (c *Client) Submit(o SubmitOptions) (*Sent, error) {
 			s.Op, s.Args, s.Key = o.Op, o.Args, o.Key
 			c.Remember(s, c.sentManifest(s.ID))
 		}
+		if err == nil && s.Forgotten != 0 {
+			// Sent again by its key: the user waits for it again (the
+			// host answers a duplicate from its ledger, or never did).
+			if rec, rerr := c.readSent(s.ID); rerr == nil {
+				rec.Forgotten = 0
+				c.writeRecord(*rec, rec.Result != nil)
+			}
+			s.Forgotten = 0
+		}
 		if err == nil {
 			c.repeats.Store(s.ID, true)
 			s.Earlier = true

@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/syncbridge/bridge/bridge"
@@ -46,5 +47,40 @@ func TestForgottenIsNotOutstanding(t *testing.T) {
 	h.publishResult(t, forgotten, bridge.StatusDone)
 	if out, _ := h.client.Outstanding(); !slices.Contains(out, forgotten.ID) {
 		t.Fatalf("a forgotten request whose answer came is not outstanding: %v", out)
+	}
+}
+
+// A keyed request sent again after it was forgotten is waited for again
+// (the host answers the duplicate from its ledger, or never did); a
+// request whose answer is acked here has nothing to forget.
+func TestForgetAndKeyedResend(t *testing.T) {
+	t.Parallel()
+	h := newHomes(t)
+	o := SubmitOptions{Op: "echo", Key: "k-forget"}
+	s, err := h.client.Submit(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.client.Forget(s.ID); err != nil {
+		t.Fatal(err)
+	}
+	again, err := h.client.Submit(o)
+	if err != nil || again.ID != s.ID || !again.Earlier || again.Forgotten != 0 {
+		t.Fatalf("keyed resend of a forgotten request: %+v, %v", again, err)
+	}
+	if out, _ := h.client.Outstanding(); !slices.Contains(out, s.ID) {
+		t.Fatalf("a keyed request sent again is not outstanding: %v", out)
+	}
+	h.publishResult(t, s, bridge.StatusDone)
+	res, err := h.client.Result(s.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Close()
+	if err := h.client.Ack(res); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.client.Forget(s.ID); err == nil || !strings.Contains(err.Error(), "acked") {
+		t.Fatalf("forget of an acked request: %v, want a refusal", err)
 	}
 }

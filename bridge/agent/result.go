@@ -559,6 +559,9 @@ func (c *Client) Forget(id string) error {
 	} else {
 		rec.Manifest = c.sentManifest(id)
 	}
+	if rec.Result != nil {
+		return fmt.Errorf("request %s: its answer is acked here; nothing to forget", id)
+	}
 	rec.Forgotten = time.Now().Unix()
 	// A cache as the record is until an ack (Remember): lost, the request
 	// is outstanding again.

@@ -75,7 +75,7 @@ func (c *StatusCmd) summary(g *Globals) error {
 		g.printf("%s\n", escapeControls(lv.Message))
 	}
 	if len(sum.Outstanding) == 0 {
-		g.printf("nothing outstanding: every request this home sent has its answer, acked (`bridge ls` lists them all)\n")
+		g.printf("nothing outstanding: every request this home sent has its answer, acked, or was forgotten (`cancel --forget`; `bridge ls` lists them all)\n")
 		return nil
 	}
 	g.printf("%d outstanding (answers not acked: `bridge wait --all --ack` collects them):\n", len(sum.Outstanding))

@@ -477,7 +477,7 @@ func waitMany(g *Globals, ids []string, all, ack bool, timeout time.Duration) er
 		ids = append(ids, more...)
 		if len(ids) == 0 {
 			if !g.JSON {
-				g.note("nothing to wait for: every request this home sent has its answer, acked (`bridge ls`)")
+				g.note("nothing to wait for: every request this home sent has its answer, acked, or was forgotten (`cancel --forget`; `bridge ls`)")
 			}
 			return nil
 		}
@@ -536,7 +536,7 @@ func waitMany(g *Globals, ids []string, all, ack bool, timeout time.Duration) er
 		var err error
 		if errors.Is(werr, context.Canceled) {
 			err = &codeError{code: exitInterrupt, id: id, err: withHintf(fmt.Errorf("interrupted while waiting for %s", id),
-				"%s", notWithdrawn(nil, id))}
+				"%s", notWithdrawn(nil, id, false))}
 		} else {
 			err = timedOut(cl, lives, id, timeout)
 			if s, serr := cl.Sent(id); serr == nil && said[s.Host] != nil {
@@ -568,13 +568,13 @@ func timedOut(cl *agent.Client, lives map[string]*agent.Liveness, id string, tim
 	}
 	if lv != nil && (lv.Verdict == agent.LivenessStopped || lv.Verdict == agent.LivenessDraining || lv.Verdict == agent.LivenessStale || lv.Verdict == agent.LivenessNoStamp) {
 		hint := fmt.Sprintf("the request stays queued and runs if the host sees it before %s; once the host runs and the folder syncs, `bridge wait %s` gets its answer (`bridge doctor` shows each host's liveness); `bridge cancel %s` withdraws it", expiryOf(s), id, id)
-		if h := pastExpiry(s, id); h != "" {
+		if h := pastExpiry(s, id, serr == nil && cl.Started(id)); h != "" {
 			hint = h
 		}
 		return &codeError{code: exitWaitTime, id: id, liveness: lv, err: withHintf(fmt.Errorf("no result for %s after %s: %s", id, timeout, lv.Message), "%s", hint)}
 	}
 	return &codeError{code: exitWaitTime, id: id, liveness: lv, err: withHintf(fmt.Errorf("no result for %s after %s", id, timeout),
-		"%s", notWithdrawn(s, id))}
+		"%s", notWithdrawn(s, id, serr == nil && cl.Started(id)))}
 }
 
 // resolveIDs checks each id, and makes whole the ones given by their first

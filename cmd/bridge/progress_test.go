@@ -118,30 +118,40 @@ func TestProgressFollowsADrain(t *testing.T) {
 }
 
 // The hint for a request with no answer past its expiry: none before it;
-// within the host's clock skew after it, the host still answers it
-// `expired`; past that, a host that sees it only then answers nothing, and
-// one that saw or started it in time still does (the agent cannot tell
-// which from the folder: a red team's finding).
+// a host whose clock lags this one's (by up to the skew it allows) may
+// still start it and answers it `expired` within twice the skew; past
+// that, a host that sees it only then answers nothing, and one that saw or
+// started it in time still does (the agent cannot tell which from the
+// folder: red team findings). One whose progress shows it runs answers.
 func TestPastExpiryHint(t *testing.T) {
 	t.Parallel()
 	id := "0123456789abcdef0123456789abcdef"
 	at := func(d time.Duration) *agent.Sent { return &agent.Sent{ID: id, Expires: time.Now().Add(d).Unix()} }
-	if h := pastExpiry(at(time.Minute), id); h != "" {
+	if h := pastExpiry(at(time.Minute), id, false); h != "" {
 		t.Errorf("before its expiry: %q, want none", h)
 	}
-	if h := pastExpiry(nil, id); h != "" {
+	if h := pastExpiry(nil, id, false); h != "" {
 		t.Errorf("a request not known here: %q, want none", h)
 	}
-	if h := pastExpiry(at(-time.Minute), id); !strings.Contains(h, "will not start now") || !strings.Contains(h, "it answers it `expired`") {
-		t.Errorf("a minute past its expiry: %q", h)
+	// Within twice the skew: a host whose clock lags may still start it,
+	// and answers it expired; sending again is safe only after the skew.
+	for _, d := range []time.Duration{time.Minute, bridge.DefaultSkew + time.Minute} {
+		h := pastExpiry(at(-d), id, false)
+		if !strings.Contains(h, "unless its clock runs behind this one's") || !strings.Contains(h, "answers it `expired`") || !strings.Contains(h, "send it again after") {
+			t.Errorf("%v past its expiry: %q", d, h)
+		}
 	}
-	// Past the skew a host that sees it only now gives no answer; one that
-	// saw or started it in time and was out of reach since still does:
-	// the hint says both, and never that no answer will come.
-	h := pastExpiry(at(-bridge.DefaultSkew-time.Minute), id)
+	// Past twice the skew a host that sees it only then answers nothing;
+	// one that saw or started it in time still does: the hint says both,
+	// and never that no answer will come.
+	h := pastExpiry(at(-2*bridge.DefaultSkew-time.Minute), id, false)
 	if !strings.Contains(h, "refuses it without an answer") || !strings.Contains(h, "an answer still comes if the host saw or started it in time") ||
-		!strings.Contains(h, "`bridge cancel "+id+" --forget`") ||
-		strings.Contains(h, "it answers it `expired`") || strings.Contains(h, "no answer will come") {
-		t.Errorf("past its expiry by more than the skew: %q", h)
+		!strings.Contains(h, "`bridge cancel "+id+" --forget`") || strings.Contains(h, "answers it `expired`") || strings.Contains(h, "no answer will come") {
+		t.Errorf("past its expiry by more than twice the skew: %q", h)
+	}
+	// Started in time: its answer comes; nothing is offered to cancel or send again.
+	h = pastExpiry(at(-2*bridge.DefaultSkew-time.Minute), id, true)
+	if !strings.Contains(h, "its answer comes") || strings.Contains(h, "cancel") || strings.Contains(h, "send it again") {
+		t.Errorf("running past its expiry: %q", h)
 	}
 }

@@ -356,7 +356,7 @@ func waitAndPrint(g *Globals, cl *agent.Client, id string, timeout time.Duration
 							msg += ": " + lv.Message
 						}
 					}
-					return &codeError{code: exitWaitTime, id: id, liveness: lv, err: withHintf(errors.New(msg), "%s", pastExpiry(s, id))}
+					return &codeError{code: exitWaitTime, id: id, liveness: lv, err: withHintf(errors.New(msg), "%s", pastExpiry(s, id, st.State == bridge.StateRunning))}
 				case st.State == bridge.StateRerunOrdered:
 					return &codeError{code: exitWaitTime, id: id, err: withHintf(fmt.Errorf("no new answer for %s after %s: a human on the host ordered it run again", id, timeout),
 						"run `bridge wait %s` later for the rerun's answer", id)}
@@ -378,7 +378,7 @@ func waitAndPrint(g *Globals, cl *agent.Client, id string, timeout time.Duration
 				lv, _ = cl.HostLiveness(s.Host)
 			}
 			return &codeError{code: exitWaitTime, id: id, liveness: lv, err: withHintf(fmt.Errorf("no result for %s after %s", id, timeout),
-				"%s", notWithdrawn(s, id))}
+				"%s", notWithdrawn(s, id, cl.Started(id)))}
 		}())
 	}
 	var na *agent.NotAcceptedError
@@ -388,7 +388,7 @@ func waitAndPrint(g *Globals, cl *agent.Client, id string, timeout time.Duration
 	if errors.Is(err, context.Canceled) {
 		// Interrupting the wait does not withdraw the request.
 		return &codeError{code: exitInterrupt, id: id, err: withHintf(fmt.Errorf("interrupted while waiting for %s", id),
-			"%s", notWithdrawn(nil, id))}
+			"%s", notWithdrawn(nil, id, false))}
 	}
 	if err != nil {
 		return err
@@ -538,8 +538,8 @@ func outcomeJSON(out *agent.Outcome) (map[string]any, error) {
 // notWithdrawn is the hint of a wait that ended without an answer while the
 // host looked alive (or nothing says otherwise): what may still happen to
 // the request, until when, and how to withdraw it.
-func notWithdrawn(s *agent.Sent, id string) string {
-	if h := pastExpiry(s, id); h != "" {
+func notWithdrawn(s *agent.Sent, id string, running bool) string {
+	if h := pastExpiry(s, id, running); h != "" {
 		return h
 	}
 	until := expiryOf(s)
@@ -566,25 +566,34 @@ func (g *Globals) withNudgeFailure(err error) error {
 }
 
 // pastExpiry is the hint for a request s with no answer once its expiry
-// passed ("" before): it will not start now, and the host answers it
-// `expired` only within its clock skew after the expiry (SPEC §8: later it
-// refuses it without an answer, since its collection may have forgotten an
-// earlier one). An op that started before the expiry still answers.
-func pastExpiry(s *agent.Sent, id string) string {
+// passed ("" before); running: the host's progress says it started. The
+// host judges the expiry by its own clock, which it lets run behind this
+// one by up to its skew (it refuses a request dated further ahead): until
+// the expiry plus the skew such a host may still start it, and until twice
+// the skew it answers it `expired`; after that a host that sees it only
+// then refuses it without an answer (SPEC §8). One the host saw or started
+// in time and was out of reach since still answers, whatever the time:
+// the agent cannot tell that from the folder.
+func pastExpiry(s *agent.Sent, id string, running bool) string {
 	if s == nil || s.Expires == 0 || time.Now().Unix() < s.Expires {
 		return ""
 	}
 	expires := time.Unix(s.Expires, 0)
-	if time.Now().Before(expires.Add(bridge.DefaultSkew)) {
-		return fmt.Sprintf("it is past its expiry (%s) and will not start now: if the host sees it within %s of that, by the host's clock, it answers it `expired`; "+
-			"if it started before its expiry, its answer still comes (`bridge status %s` says `running` once the host's progress shows it); send it again if it is still needed",
-			expires.Local().Format(time.DateTime), bridge.DefaultSkew, id)
+	at := expires.Local().Format(time.DateTime)
+	if running {
+		return fmt.Sprintf("it is past its expiry (%s), but it started before it and runs on the host (its progress says so): its answer comes; run `bridge wait %s` later", at, id)
 	}
-	return fmt.Sprintf("it is past its expiry (%s) by more than the host's clock skew (%s): it will not start now, and a host that sees it only now "+
+	if time.Now().Before(expires.Add(2 * bridge.DefaultSkew)) {
+		return fmt.Sprintf("it is past its expiry (%s): the host will not start it now unless its clock runs behind this one's (it allows up to %s), "+
+			"and answers it `expired` when it sees it; an answer still comes if it started in time (`bridge status %s` says `running` once the host's progress shows it); "+
+			"if it is still needed, send it again after %s (sooner, a host whose clock lags could run both), or `bridge cancel %s` first",
+			at, bridge.DefaultSkew, id, expires.Add(bridge.DefaultSkew).Local().Format(time.DateTime), id)
+	}
+	return fmt.Sprintf("it is past its expiry (%s) by more than %s: it will not start now, and a host that sees it only now "+
 		"refuses it without an answer (SPEC §8); an answer still comes if the host saw or started it in time and was out of reach since "+
 		"(`bridge doctor` shows its liveness); `bridge cancel %s --forget` withdraws it and stops waiting for it here; send it again if it is still needed "+
 		"(if the op must not run twice, check on the host first: `bridge ls` there)",
-		expires.Local().Format(time.DateTime), bridge.DefaultSkew, id)
+		at, 2*bridge.DefaultSkew, id)
 }
 
 // expiryOf says when the request s expires: "its expiry (TIME)", or "its
