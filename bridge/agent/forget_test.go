@@ -1,11 +1,13 @@
 package agent
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/syncbridge/bridge/bridge"
 )
@@ -82,5 +84,57 @@ func TestForgetAndKeyedResend(t *testing.T) {
 	}
 	if err := h.client.Forget(s.ID); err == nil || !strings.Contains(err.Error(), "acked") {
 		t.Fatalf("forget of an acked request: %v, want a refusal", err)
+	}
+}
+
+// The agent's gc removes the files of a forgotten request only once no
+// host would start it or answer it on sight (twice the skew past its
+// expiry), and never while a file stands at its result's name.
+func TestGCOfForgotten(t *testing.T) {
+	t.Parallel()
+	h := newHomes(t)
+	submit := func(pastExpiry time.Duration) *Sent {
+		t.Helper()
+		s, err := h.client.Submit(SubmitOptions{Op: "echo", TTL: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := h.client.Cancel(s.ID); err != nil {
+			t.Fatal(err)
+		}
+		if err := h.client.Forget(s.ID); err != nil {
+			t.Fatal(err)
+		}
+		// Its time gone by: the record's expiry moved back.
+		rec, err := h.client.readSent(s.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec.Expires = time.Now().Add(-pastExpiry).Unix()
+		if err := h.client.writeRecord(*rec, false); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	old := submit(2*bridge.DefaultSkew + time.Minute)
+	recent := submit(bridge.DefaultSkew + time.Minute)
+	junk := submit(2*bridge.DefaultSkew + time.Minute)
+	dir := filepath.Join(h.folder, bridge.ToAgentDir(junk.Host, h.agent.Config.ID))
+	if err := os.WriteFile(filepath.Join(dir, junk.ID+"."+bridge.ExtResult), []byte("junk"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.client.GC(false); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		s    *Sent
+		gone bool
+	}{{old, true}, {recent, false}, {junk, false}} {
+		for _, ext := range []string{bridge.ExtManifest, bridge.ExtPayload, bridge.ExtCancel} {
+			_, err := os.Stat(filepath.Join(h.folder, bridge.RequestPath(c.s.Host, h.agent.Config.ID, c.s.ID, ext)))
+			if gone := errors.Is(err, os.ErrNotExist); gone != c.gone {
+				t.Errorf("%s's %s: removed %v, want %v", c.s.ID, ext, gone, c.gone)
+			}
+		}
 	}
 }

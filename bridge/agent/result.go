@@ -288,6 +288,8 @@ type State struct {
 	// Acked: this home acked the answer (it holds its own copy); `wait
 	// --all` waits for the requests that are not.
 	Acked bool `json:"acked"`
+	// Forgotten: this home stopped waiting for it (`cancel --forget`).
+	Forgotten bool `json:"forgotten"`
 }
 
 // UnixTime is t as a time, nil for 0 (not known).
@@ -343,7 +345,7 @@ func (c *Client) Status(id string) (*State, error) {
 		return nil, err
 	}
 	st := &State{ID: id, Op: s.Op, Host: s.HostName, State: bridge.StateSubmitted,
-		Created: UnixTime(s.Created), Expires: UnixTime(s.Expires), Acked: s.Acked}
+		Created: UnixTime(s.Created), Expires: UnixTime(s.Expires), Acked: s.Acked, Forgotten: s.Forgotten != 0}
 	out, err := c.Result(id)
 	if err == nil {
 		defer out.Close()
@@ -597,7 +599,8 @@ func (c *Client) Cancel(id string) error {
 
 // GC removes this agent's own files the host no longer needs: acks of
 // results the host has collected, and cancels and request files of requests
-// whose result this agent holds. It never touches the host's files.
+// whose result this agent holds, or that it forgot (Forget) once no host
+// would start or answer them on sight. It never touches the host's files.
 func (c *Client) GC(dryRun bool) ([]string, error) {
 	sent, err := c.List()
 	if err != nil {
@@ -613,6 +616,16 @@ func (c *Client) GC(dryRun bool) ([]string, error) {
 		}
 		_, resErr := c.folder.Lstat(bridge.ResultPath(s.Host, c.home.Config.ID, s.ID, bridge.ExtResult))
 		var exts []string
+		if kept == "" && s.Forgotten != 0 && time.Now().After(time.Unix(s.Expires, 0).Add(2*bridge.DefaultSkew)) {
+			// Forgotten here and withdrawn (its cancel), and past the
+			// time any host would start it or answer it on sight (its
+			// clock may lag by up to the skew): its files only make a
+			// host refuse them again at each start. Not while an answer
+			// is there (it is outstanding again), or a file at its name.
+			if _, err := c.folder.Lstat(bridge.ResultPath(s.Host, c.home.Config.ID, s.ID, bridge.ExtResult)); errors.Is(err, fs.ErrNotExist) {
+				exts = append(exts, bridge.ExtManifest, bridge.ExtPayload, bridge.ExtCancel)
+			}
+		}
 		if kept != "" {
 			exts = append(exts, bridge.ExtManifest, bridge.ExtPayload, bridge.ExtCancel)
 			if errors.Is(resErr, fs.ErrNotExist) {

@@ -78,7 +78,18 @@ func (c *StatusCmd) summary(g *Globals) error {
 		g.printf("nothing outstanding: every request this home sent has its answer, acked, or was forgotten (`cancel --forget`; `bridge ls` lists them all)\n")
 		return nil
 	}
-	g.printf("%d outstanding (answers not acked: `bridge wait --all --ack` collects them):\n", len(sum.Outstanding))
+	late := 0
+	for _, st := range sum.Outstanding {
+		if st.State == bridge.StateSubmitted && st.Reason == string(bridge.ReasonPastExpiry) {
+			late++
+		}
+	}
+	if late == 0 {
+		g.printf("%d outstanding (answers not acked: `bridge wait --all --ack` collects them):\n", len(sum.Outstanding))
+	} else {
+		g.printf("%d outstanding (`bridge wait --all --ack` collects the answers; %d past their expiry with none: `bridge wait ID` says whether one may still come, `bridge cancel ID --forget` stops waiting for one):\n",
+			len(sum.Outstanding), late)
+	}
 	for _, st := range sum.Outstanding {
 		g.printf("  %s\n", statusLine(st))
 	}
@@ -93,6 +104,9 @@ func statusLine(st *agent.State) string {
 	}
 	if st.ExitCode != nil {
 		line += fmt.Sprintf(" exit %d", *st.ExitCode)
+	}
+	if st.Forgotten {
+		line += ", forgotten here"
 	}
 	return escapeControls(line)
 }
@@ -325,7 +339,11 @@ func (c *LsCmd) Run(g *Globals) error {
 		if st.Created != nil {
 			age = shortAge(now.Sub(*st.Created))
 		}
-		g.printf("%-5s  %-32s  %-*s  %-*s  %s\n", age, st.ID, wOp, op, wState, st.State, exitColumn(st))
+		reason := exitColumn(st)
+		if st.Forgotten {
+			reason += ", forgotten here"
+		}
+		g.printf("%-5s  %-32s  %-*s  %-*s  %s\n", age, st.ID, wOp, op, wState, st.State, reason)
 	}
 	return nil
 }
