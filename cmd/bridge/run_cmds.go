@@ -492,8 +492,10 @@ func printOutcomeTo(g *Globals, out *agent.Outcome, stdout, stderr io.Writer) er
 			if rc.Reason != "" && string(rc.Reason) != rc.Status {
 				how += " (" + string(rc.Reason) + ")" // never "cancelled (cancelled)"
 			}
-			if rc.Detail != "" {
-				g.note("error: request %s %s: %s", rc.ID, how, rc.Detail)
+			// The host's detail may name the request again ("request ID:
+			// expired: ..."): said once.
+			if detail := strings.TrimPrefix(rc.Detail, "request "+rc.ID+": "); detail != "" {
+				g.note("error: request %s %s: %s", rc.ID, how, detail)
 			} else {
 				g.note("error: request %s %s", rc.ID, how)
 			}
