@@ -87,9 +87,10 @@ func TestForgetAndKeyedResend(t *testing.T) {
 	}
 }
 
-// The agent's gc removes the files of a forgotten request only once no
-// host would start it or answer it on sight (twice the skew past its
-// expiry), and never while a file stands at its result's name.
+// The agent's gc removes the manifest and payload of a forgotten request
+// only once no host would start it or answer it on sight (twice the skew
+// past its expiry), never while a file stands at its result's name, and
+// never its cancel.
 func TestGCOfForgotten(t *testing.T) {
 	t.Parallel()
 	h := newHomes(t)
@@ -123,18 +124,32 @@ func TestGCOfForgotten(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, junk.ID+"."+bridge.ExtResult), []byte("junk"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// One the host's signed progress says started: its answer is to come.
+	started := submit(2*bridge.DefaultSkew + time.Minute)
+	chunk, err := bridge.SealProgress(bridge.Progress{V: 1, ID: started.ID, Host: started.Host, Agent: h.agent.Config.ID, Seq: 1},
+		nil, nil, h.host.Identity(), h.agent.Identity().BoxPublic())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(h.folder, bridge.ProgressPath(started.Host, h.agent.Config.ID, started.ID, 1)), chunk, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := h.client.GC(false); err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range []struct {
 		s    *Sent
 		gone bool
-	}{{old, true}, {recent, false}, {junk, false}} {
-		for _, ext := range []string{bridge.ExtManifest, bridge.ExtPayload, bridge.ExtCancel} {
+	}{{old, true}, {recent, false}, {junk, false}, {started, false}} {
+		for _, ext := range []string{bridge.ExtManifest, bridge.ExtPayload} {
 			_, err := os.Stat(filepath.Join(h.folder, bridge.RequestPath(c.s.Host, h.agent.Config.ID, c.s.ID, ext)))
 			if gone := errors.Is(err, os.ErrNotExist); gone != c.gone {
 				t.Errorf("%s's %s: removed %v, want %v", c.s.ID, ext, gone, c.gone)
 			}
+		}
+		// The cancel stays: a host that recorded the request acts on it.
+		if _, err := os.Stat(filepath.Join(h.folder, bridge.RequestPath(c.s.Host, h.agent.Config.ID, c.s.ID, bridge.ExtCancel))); err != nil {
+			t.Errorf("%s's cancel: %v", c.s.ID, err)
 		}
 	}
 }

@@ -616,14 +616,16 @@ func (c *Client) GC(dryRun bool) ([]string, error) {
 		}
 		_, resErr := c.folder.Lstat(bridge.ResultPath(s.Host, c.home.Config.ID, s.ID, bridge.ExtResult))
 		var exts []string
-		if kept == "" && s.Forgotten != 0 && time.Now().After(time.Unix(s.Expires, 0).Add(2*bridge.DefaultSkew)) {
-			// Forgotten here and withdrawn (its cancel), and past the
-			// time any host would start it or answer it on sight (its
-			// clock may lag by up to the skew): its files only make a
-			// host refuse them again at each start. Not while an answer
-			// is there (it is outstanding again), or a file at its name.
+		if kept == "" && s.Forgotten != 0 && time.Now().After(time.Unix(s.Expires, 0).Add(2*bridge.DefaultSkew)) && !c.Started(s.ID) {
+			// Forgotten here and withdrawn, and past the time any host
+			// would start it or answer it on sight (its clock may lag by
+			// up to the skew): its manifest and payload only make a host
+			// refuse them again at each start. Its cancel stays: a host
+			// that recorded it before it went out of reach acts on that
+			// (red team). Not while an answer is there (it is
+			// outstanding again), a file at its name, or its progress.
 			if _, err := c.folder.Lstat(bridge.ResultPath(s.Host, c.home.Config.ID, s.ID, bridge.ExtResult)); errors.Is(err, fs.ErrNotExist) {
-				exts = append(exts, bridge.ExtManifest, bridge.ExtPayload, bridge.ExtCancel)
+				exts = append(exts, bridge.ExtManifest, bridge.ExtPayload)
 			}
 		}
 		if kept != "" {

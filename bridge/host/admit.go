@@ -335,6 +335,14 @@ func (d *Daemon) run(j *job, inv *policy.Invocation, stdin spool, resume bool, a
 		}
 		return
 	}
+	if resume && d.cancelled(j.agent, j.req.ID) {
+		// Cancelled while the host was down: the interrupted run is not
+		// run again (read here, not at the next rescan, after the
+		// re-run had started).
+		d.answer(j, evCancelRun, bridge.Receipt{Status: bridge.StatusCancelled, Reason: bridge.ReasonCancelled, Op: inv.Op,
+			Detail: "the host stopped while the op ran, and it was cancelled since: it is not run again (the interrupted run may have had part of its effect)"}, nil, nil)
+		return
+	}
 	if !resume {
 		if ent, err := d.ledger.Get(j.key); err == nil && d.expired(j, ent) {
 			return

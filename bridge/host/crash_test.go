@@ -205,3 +205,35 @@ func TestInvariant5CrashLeavesNoSilentDoubleRun(t *testing.T) {
 	// private copies are kept after the publish.)
 	waitFor(t, 5*time.Second, "the ledger to record the settlement", func() bool { return p.entry(t, once.ID).State == ledger.StateDone })
 }
+
+// An idempotent op interrupted by a crash is not run again when its agent
+// cancelled it while the daemon was down: the restarted daemon answers it
+// cancelled (a red team's finding: the cancel was read only at the next
+// rescan, after the re-run had started).
+func TestCancelledWhileDownIsNotRunAgain(t *testing.T) {
+	t.Parallel()
+	p := newPair(t, crashPolicy)
+	countFile := filepath.Join(t.TempDir(), "count")
+	os.WriteFile(countFile+".block", nil, 0o644)
+	env := "COUNT_FILE=" + countFile
+	s, err := p.client.Submit(agent.SubmitOptions{Op: "again"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := startDaemonProcess(t, p, env)
+	waitFor(t, 15*time.Second, "the idempotent op to start", func() bool { return count(t, countFile, "again-started") == 1 })
+	d.kill()
+	if err := p.client.Cancel(s.ID); err != nil {
+		t.Fatal(err)
+	}
+	os.Remove(countFile + ".block")
+	startDaemonProcess(t, p, env)
+	out := p.wait(t, s.ID)
+	if out.Receipt.Status != bridge.StatusCancelled {
+		t.Fatalf("an interrupted op cancelled while the daemon was down: %s (%s: %s); want cancelled", out.Receipt.Status, out.Receipt.Reason, out.Receipt.Detail)
+	}
+	if n := count(t, countFile, "again-started"); n != 1 {
+		t.Fatalf("the op started %d times; want once (not run again after its cancel)", n)
+	}
+	waitFor(t, 5*time.Second, "the ledger to settle", func() bool { return p.entry(t, s.ID).State == ledger.StateCancelled })
+}

@@ -137,7 +137,8 @@ func TestPastExpiryHint(t *testing.T) {
 	// and answers it expired; sending again is safe only after the skew.
 	for _, d := range []time.Duration{time.Minute, bridge.DefaultSkew + time.Minute} {
 		h := pastExpiry(at(-d), id, false)
-		if !strings.Contains(h, "unless its clock runs behind this one's") || !strings.Contains(h, "answers it `expired`") || !strings.Contains(h, "send it again after") {
+		if !strings.Contains(h, "unless its clock runs behind this one's") || !strings.Contains(h, "answers it `expired` if it sees it within 10m0s of the expiry by its own clock") ||
+			!strings.Contains(h, "nothing if it sees it later") || !strings.Contains(h, "send it again after") {
 			t.Errorf("%v past its expiry: %q", d, h)
 		}
 	}
@@ -151,7 +152,7 @@ func TestPastExpiryHint(t *testing.T) {
 	}
 	// Started in time: its answer comes; nothing is offered to cancel or send again.
 	h = pastExpiry(at(-2*bridge.DefaultSkew-time.Minute), id, true)
-	if !strings.Contains(h, "its answer comes") || strings.Contains(h, "cancel") || strings.Contains(h, "send it again") {
+	if !strings.Contains(h, "its answer comes once the host has finished it") || strings.Contains(h, "cancel") || strings.Contains(h, "send it again") {
 		t.Errorf("running past its expiry: %q", h)
 	}
 }

@@ -583,13 +583,16 @@ func pastExpiry(s *agent.Sent, id string, running bool) string {
 	expires := time.Unix(s.Expires, 0)
 	at := expires.Local().Format(time.DateTime)
 	if running {
-		return fmt.Sprintf("it is past its expiry (%s), but it started before it and runs on the host (its progress says so): its answer comes; run `bridge wait %s` later", at, id)
+		return fmt.Sprintf("it is past its expiry (%s), but it started before it (the host's progress says so): its answer comes once the host has finished it "+
+			"(one that stopped while it ran answers `uncertain` when it serves again); run `bridge wait %s` later", at, id)
 	}
 	if time.Now().Before(expires.Add(2 * bridge.DefaultSkew)) {
-		return fmt.Sprintf("it is past its expiry (%s): the host will not start it now unless its clock runs behind this one's (it allows up to %s), "+
-			"and answers it `expired` when it sees it; an answer still comes if it started in time (`bridge status %s` says `running` once the host's progress shows it); "+
-			"if it is still needed, send it again after %s (sooner, a host whose clock lags could run both), or `bridge cancel %s` first",
-			at, bridge.DefaultSkew, id, expires.Add(bridge.DefaultSkew).Local().Format(time.DateTime), id)
+		return fmt.Sprintf("it is past its expiry (%s): the host will not start it now unless its clock runs behind this one's (it allows up to %s); "+
+			"it answers it `expired` if it sees it within %s of the expiry by its own clock (up to %s by this one's), and nothing if it sees it later; "+
+			"an answer still comes if it started in time (`bridge status %s` says `running` once the host's progress shows it); "+
+			"if it is still needed, send it again after %s (sooner, a host whose clock lags could run both), or `bridge cancel %s` first "+
+			"(`--forget` also stops waiting for it here)",
+			at, bridge.DefaultSkew, bridge.DefaultSkew, 2*bridge.DefaultSkew, id, expires.Add(bridge.DefaultSkew).Local().Format(time.DateTime), id)
 	}
 	return fmt.Sprintf("it is past its expiry (%s) by more than %s: it will not start now, and a host that sees it only now "+
 		"refuses it without an answer (SPEC §8); an answer still comes if the host saw or started it in time and was out of reach since "+
