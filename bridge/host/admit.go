@@ -338,9 +338,10 @@ func (d *Daemon) run(j *job, inv *policy.Invocation, stdin spool, resume bool, a
 	if resume && d.cancelled(j.agent, j.req.ID) {
 		// Cancelled while the host was down: the interrupted run is not
 		// run again (read here, not at the next rescan, after the
-		// re-run had started).
-		d.answer(j, evCancelRun, bridge.Receipt{Status: bridge.StatusCancelled, Reason: bridge.ReasonCancelled, Op: inv.Op,
-			Detail: "the host stopped while the op ran, and it was cancelled since: it is not run again (the interrupted run may have had part of its effect)"}, nil, nil)
+		// re-run had started). It ran before, so it stays uncertain, as
+		// when the cancel comes while it waits for its slot (DESIGN §6).
+		d.answerOrRetry(j, evCrashUnsure, bridge.Receipt{Status: bridge.StatusUncertain, Reason: bridge.ReasonCrashed, Op: inv.Op,
+			Detail: "the host stopped while the op ran, and it was cancelled before it could run again; it may or may not have had its effect"}, nil, nil)
 		return
 	}
 	if !resume {
