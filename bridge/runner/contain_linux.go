@@ -474,13 +474,18 @@ func (h *hold) kill() {
 	}
 }
 
-// await kills and waits until no process of the run is left, for at most d,
-// and learns the run's CPU time.
-func (h *hold) await(d time.Duration) bool {
+// await kills and waits until no process of the run is left, and learns
+// the run's CPU time: for at most d for the run's own containment (its
+// cgroup, its keeper's subtree), and at most sweep, within d, for the
+// daemon's sweep of its adopted children. The sweep is the daemon's, not
+// the run's: it waits on every op's orphans (dying ones of another run
+// too), so a hostile op's thousands of dying processes must not hold
+// every other run's answer for d.
+func (h *hold) await(d, sweep time.Duration) bool {
 	// One deadline for every step: d bounds the whole wait (each step
 	// still looks once when it has run out).
 	deadline := time.Now().Add(d)
-	left := func() time.Duration { return max(0, time.Until(deadline)) }
+	left := func() time.Duration { return min(sweep, max(0, time.Until(deadline))) }
 	switch h.kind {
 	case containCgroup:
 		ok := h.cg.await(d)

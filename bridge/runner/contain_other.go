@@ -20,12 +20,12 @@ func (*hold) start(_ *syscall.SysProcAttr, launch func() (int, error)) error {
 	return err
 }
 
-func (*hold) notes() []string            { return nil }
-func (*hold) signal(int, syscall.Signal) {}
-func (*hold) kill()                      {}
-func (*hold) await(time.Duration) bool   { return true }
-func (*hold) release()                   {}
-func (*hold) contained() bool            { return false }
+func (*hold) notes() []string               { return nil }
+func (*hold) signal(int, syscall.Signal)    {}
+func (*hold) kill()                         {}
+func (*hold) await(_, _ time.Duration) bool { return true }
+func (*hold) release()                      {}
+func (*hold) contained() bool               { return false }
 
 // Containment says how [Run] holds every process of an op in process pid
 // (0: this one): here the process group alone, or on Windows the program

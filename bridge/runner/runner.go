@@ -27,7 +27,8 @@ const (
 // scheduler slot, and the thousands of processes a hostile op can leave
 // took a loaded two-core machine more than a second (an answer written
 // while they lived would say the op was over when it was not). The wait
-// ends as soon as none is left.
+// ends as soon as none is left. It is for the run's own containment; the
+// daemon-wide sweep of adopted orphans keeps the grace (hold.await).
 const deathWait = 30 * time.Second
 
 // Stream numbers passed to [Spec.OnOutput]: the child's file descriptors.
@@ -360,7 +361,7 @@ func execute(ctx context.Context, s Spec, path string, o *Outcome, state *State,
 			<-l.exited
 			live.reaping(l)
 			_, _ = l.reap()
-			h.await(deathWait)
+			h.await(deathWait, max(grace, time.Second))
 			o.StartErr = fmt.Errorf("start %s: %w", path, err)
 			if killedAtLaunch || (len(status) == 0 && rerr == nil && ctx.Err() != nil) {
 				// The shim died before it could say, its run cancelled:
@@ -434,7 +435,7 @@ func execute(ctx context.Context, s Spec, path string, o *Outcome, state *State,
 		o.Notes = append(o.Notes, "process group still alive after SIGKILL")
 	}
 	// Then the rest of the containment (h.await kills it first).
-	if !h.await(deathWait) {
+	if !h.await(deathWait, max(grace, time.Second)) {
 		o.Notes = append(o.Notes, "processes of the op still alive after SIGKILL")
 	}
 	select {
