@@ -488,13 +488,7 @@ func (c *Client) Ack(out *Outcome) error {
 	}); err != nil {
 		return err
 	}
-	rec := sentRecord{Sent: *s}
-	if old, err := c.readSent(s.ID); err == nil {
-		rec.Sent = old.Sent // not what a keyed retry filled in for this call only
-		rec.Manifest = old.Manifest
-	} else {
-		rec.Manifest = c.sentManifest(s.ID)
-	}
+	rec := c.recordOf(s)
 	rec.Result = out.Manifest
 	if err := c.writeRecord(rec, true); err != nil {
 		return err
@@ -544,6 +538,16 @@ func (c *Client) Ack(out *Outcome) error {
 	return nil
 }
 
+// recordOf is the record of request s to write again: the one in the home
+// (not what a keyed retry filled in for one call only), or, lost or torn,
+// one made of s and its manifest in the folder.
+func (c *Client) recordOf(s *Sent) sentRecord {
+	if old, err := c.readSent(s.ID); err == nil {
+		return *old
+	}
+	return sentRecord{Sent: *s, Manifest: c.sentManifest(s.ID)}
+}
+
 // Forget stops this home from waiting for request id, which has no answer:
 // it leaves Outstanding (`bridge status`, `bridge wait --all`) unless an
 // answer comes all the same. It is the user's decision, never inferred: an
@@ -555,12 +559,7 @@ func (c *Client) Forget(id string) error {
 	if err != nil {
 		return err
 	}
-	rec := sentRecord{Sent: *s}
-	if old, err := c.readSent(id); err == nil {
-		rec = *old
-	} else {
-		rec.Manifest = c.sentManifest(id)
-	}
+	rec := c.recordOf(s)
 	if rec.Result != nil {
 		return fmt.Errorf("request %s: its answer is acked here; nothing to forget", id)
 	}

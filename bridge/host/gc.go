@@ -98,12 +98,15 @@ func (r *GCReport) keep(kind string, until time.Time) {
 	r.Kept = append(r.Kept, k)
 }
 
+// ordered reports whether `bridge gc` ordered the collection (Before set).
+func (o *GCOptions) ordered() bool { return !o.Before.IsZero() }
+
 // at is the time a collection goes by: now, or the order's time when it
 // was ordered earlier (a daemon carries out an order left while it was
 // down at its next start). What passed its grace, retention or expiry
 // since was in no list the operator saw.
 func (o *GCOptions) at(now time.Time) time.Time {
-	if !o.Before.IsZero() && o.Before.Before(now) {
+	if o.ordered() && o.Before.Before(now) {
 		return o.Before
 	}
 	return now
@@ -136,7 +139,7 @@ func (c *collector) collect(o GCOptions, all []ledger.Entry) (*GCReport, error) 
 	progress := &progressFiles{base: c.base}
 	listed := map[string]bool{} // a dry run's results listed for removal
 	var old []ledger.Entry
-	late := func(e ledger.Entry) bool { return !o.Before.IsZero() && e.Updated.After(o.Before) }
+	late := func(e ledger.Entry) bool { return o.ordered() && e.Updated.After(o.Before) }
 	for _, e := range all {
 		if e.State.Terminal() && e.Expires.Add(c.opt.Skew).Before(now) && !late(e) {
 			old = append(old, e)
@@ -282,7 +285,7 @@ func later(a, b time.Time) time.Time {
 // these: its agent acks (the watcher sees every ack file, each full walk
 // again), its retention passes, or it expires with nothing published.
 // Anything the daemon has no stamp for is read (an order, `bridge gc`,
-// reads every entry without this filter). Skipping only delays a collection: a request is
+// goes by times alone instead: due). Skipping only delays a collection: a request is
 // never run again for it, and every skipped entry is read once one of
 // those conditions holds. At 100,000 unacked finished requests this is the
 // difference between decoding them all and 400,000 file lookups every ten
@@ -340,7 +343,7 @@ func (c *collector) acked(e ledger.Entry) bool {
 // every entry older than the grace (at 100,000 finished requests, 3.5 s
 // and 60 MB of heap more).
 func (c *collector) due(o GCOptions, now time.Time) ([]ledger.Entry, error) {
-	if !o.Before.IsZero() {
+	if o.ordered() {
 		return c.ledger.Settled(now.Add(-o.Retention), now.Add(-c.opt.Skew), nil)
 	}
 	return c.ledger.Settled(now.Add(-min(o.Grace, o.Retention)), now.Add(-c.opt.Skew), c.fin.gcWants(o, now))
@@ -358,8 +361,7 @@ func (c *collector) run(o GCOptions) {
 	all, err := c.due(o, now)
 	if err == nil {
 		var rep *GCReport
-		ordered := !o.Before.IsZero()
-		if rep, err = c.collect(o, all); err == nil && ordered {
+		if rep, err = c.collect(o, all); err == nil && o.ordered() {
 			// The operator was told to look here: said even of nothing.
 			c.log.Info("collected, as `bridge gc` ordered", "items", len(rep.Items))
 		} else if err == nil && len(rep.Items) > 0 {

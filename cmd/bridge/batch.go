@@ -568,13 +568,13 @@ func timedOut(cl *agent.Client, lives map[string]*agent.Liveness, id string, tim
 	}
 	if lv != nil && (lv.Verdict == agent.LivenessStopped || lv.Verdict == agent.LivenessDraining || lv.Verdict == agent.LivenessStale || lv.Verdict == agent.LivenessNoStamp) {
 		hint := fmt.Sprintf("the request stays queued and runs if the host sees it before %s; once the host runs and the folder syncs, `bridge wait %s` gets its answer (`bridge doctor` shows each host's liveness); `bridge cancel %s` withdraws it", expiryOf(s), id, id)
-		if h := pastExpiry(s, id, serr == nil && cl.Started(id)); h != "" {
+		if h := pastExpiry(s, id, runningPastExpiry(cl, s)); h != "" {
 			hint = h
 		}
 		return &codeError{code: exitWaitTime, id: id, liveness: lv, err: withHintf(fmt.Errorf("no result for %s after %s: %s", id, timeout, lv.Message), "%s", hint)}
 	}
 	return &codeError{code: exitWaitTime, id: id, liveness: lv, err: withHintf(fmt.Errorf("no result for %s after %s", id, timeout),
-		"%s", notWithdrawn(s, id, serr == nil && cl.Started(id)))}
+		"%s", notWithdrawn(s, id, runningPastExpiry(cl, s)))}
 }
 
 // resolveIDs checks each id, and makes whole the ones given by their first

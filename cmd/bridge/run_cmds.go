@@ -378,7 +378,7 @@ func waitAndPrint(g *Globals, cl *agent.Client, id string, timeout time.Duration
 				lv, _ = cl.HostLiveness(s.Host)
 			}
 			return &codeError{code: exitWaitTime, id: id, liveness: lv, err: withHintf(fmt.Errorf("no result for %s after %s", id, timeout),
-				"%s", notWithdrawn(s, id, cl.Started(id)))}
+				"%s", notWithdrawn(s, id, runningPastExpiry(cl, s)))}
 		}())
 	}
 	var na *agent.NotAcceptedError
@@ -599,6 +599,12 @@ func pastExpiry(s *agent.Sent, id string, running bool) string {
 		"(`bridge doctor` shows its liveness); `bridge cancel %s --forget` withdraws it and stops waiting for it here; send it again if it is still needed "+
 		"(if the op must not run twice, check on the host first: `bridge ls` there)",
 		at, 2*bridge.DefaultSkew, id)
+}
+
+// runningPastExpiry reports whether request s is past its expiry and the
+// host's progress says it started: read only then (pastExpiry's case).
+func runningPastExpiry(cl *agent.Client, s *agent.Sent) bool {
+	return s != nil && s.Expires > 0 && time.Now().Unix() >= s.Expires && cl.Started(s.ID)
 }
 
 // expiryOf says when the request s expires: "its expiry (TIME)", or "its
