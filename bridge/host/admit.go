@@ -264,13 +264,13 @@ func (d *Daemon) reconcileCheck(j *job, inv *policy.Invocation, stdin spool) {
 	}
 }
 
-// resumeCancelled answers a run a crash interrupted whose agent cancelled it
-// before it could run again: it ran before, so it is uncertain (DESIGN §6:
-// a request that ran is never answered cancelled when its re-run is
-// refused), retried as the other answers of a resumed run.
-func (d *Daemon) resumeCancelled(j *job, op string) {
-	d.answerOrRetry(j, evCrashUnsure, bridge.Receipt{Status: bridge.StatusUncertain, Reason: bridge.ReasonCrashed, Op: op,
-		Detail: "the host stopped while the op ran, and it was cancelled before it could run again; it may or may not have had its effect"}, nil, nil)
+// resumeCancelled is the answer to a run a crash interrupted whose agent
+// cancelled it before it could run again: it ran before, so it is
+// uncertain (DESIGN §6: a request that ran is never answered cancelled when
+// its re-run is refused), retried as the other answers of a resumed run.
+func resumeCancelled(op string) bridge.Receipt {
+	return bridge.Receipt{Status: bridge.StatusUncertain, Reason: bridge.ReasonCrashed, Op: op,
+		Detail: "the host stopped while the op ran, and it was cancelled before it could run again; it may or may not have had its effect"}
 }
 
 // run waits for a slot of the op's concurrency, then runs it and answers.
@@ -319,7 +319,7 @@ func (d *Daemon) run(j *job, inv *policy.Invocation, stdin spool, resume bool, a
 			d.answer(j, evCancelEarly, bridge.Receipt{Status: bridge.StatusCancelled, Reason: bridge.ReasonCancelled, Op: inv.Op, Detail: "cancelled before it ran"}, nil, nil)
 			return
 		}
-		d.resumeCancelled(j, inv.Op)
+		d.answerOrRetry(j, evCrashUnsure, resumeCancelled(inv.Op), nil, nil)
 		return
 	}
 	freeSlot := sync.OnceFunc(slot)
@@ -348,7 +348,7 @@ func (d *Daemon) run(j *job, inv *policy.Invocation, stdin spool, resume bool, a
 		// run again (read here, not at the next rescan, after the
 		// re-run had started). It ran before, so it stays uncertain, as
 		// when the cancel comes while it waits for its slot (DESIGN §6).
-		d.resumeCancelled(j, inv.Op)
+		d.answerOrRetry(j, evCrashUnsure, resumeCancelled(inv.Op), nil, nil)
 		return
 	}
 	if !resume {
