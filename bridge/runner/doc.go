@@ -46,9 +46,9 @@
 // group is out of reach; if it still holds a pipe after another Grace, the
 // runner stops reading and says so in Outcome.Notes. So Run lasts at most
 // Timeout + 2 Grace until the leader dies, plus up to 2 Grace and the time
-// SIGKILL takes for the rest: the killed in the run's containment are
-// given up to 30 s to die (a keeper that does not answer, 5 s more), the
-// daemon's sweep of orphans the grace, after which Run returns with a note.
+// SIGKILL takes for the rest: a keeper's killed are given up to 30 s to
+// die (a keeper that does not answer, 5 s more), a cgroup's the grace,
+// after which Run returns with a note.
 //
 // # Containment
 //

@@ -21,14 +21,14 @@ const (
 	DefaultMaxOutput = 1 << 20
 )
 
-// deathWait is how long an op's processes, every one sent SIGKILL, are
-// given to die before its outcome is returned anyway, with a note. It is
-// not the grace: SIGKILL cannot be caught, but each death takes a
-// scheduler slot, and the thousands of processes a hostile op can leave
-// took a loaded two-core machine more than a second (an answer written
-// while they lived would say the op was over when it was not). The wait
-// ends as soon as none is left. It is for the run's own containment; the
-// daemon-wide sweep of adopted orphans keeps the grace (hold.await).
+// deathWait is how long a keeper's run's processes, every one sent
+// SIGKILL, are given to die before its outcome is returned anyway, with a
+// note. It is not the grace: SIGKILL cannot be caught, but each death
+// takes a scheduler slot, and the thousands of processes a hostile op can
+// leave took a loaded two-core machine more than a second (an answer
+// written while they lived would say the op was over when it was not). The
+// wait ends as soon as none is left. The cgroup mode keeps the grace bound
+// (hold.await).
 const deathWait = 30 * time.Second
 
 // Stream numbers passed to [Spec.OnOutput]: the child's file descriptors.
@@ -431,7 +431,7 @@ func execute(ctx context.Context, s Spec, path string, o *Outcome, state *State,
 	// SIGKILL cannot be caught, but dying takes a scheduler slot; on a loaded
 	// machine that can exceed a short Grace. A containment holds the group
 	// too: its await covers it.
-	if !h.contained() && !awaitGroupGone(l, deathWait) {
+	if !h.contained() && !awaitGroupGone(l, max(grace, time.Second)) {
 		o.Notes = append(o.Notes, "process group still alive after SIGKILL")
 	}
 	// Then the rest of the containment (h.await kills it first).
