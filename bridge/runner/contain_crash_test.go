@@ -236,6 +236,28 @@ func TestStoppedKeeperDoesNotHangTheRun(t *testing.T) {
 	checkNoneLeft(t, "a stopped keeper's run", tag, o)
 }
 
+// A keeper that is late but running is waited for: on a loaded machine a
+// keeper took up to 5 s to start a program, and a start given up on is one
+// that may have happened (CI, session 16). With the first wait near zero,
+// every answer here is late; the runs start and end as they should. Not
+// parallel: it sets the package's wait.
+func TestLateKeeperIsWaitedFor(t *testing.T) {
+	if !strings.HasPrefix(containmentNow(), "process tree") {
+		t.Skip("the keepers'")
+	}
+	saved := keeperReplyWait
+	keeperReplyWait = time.Nanosecond
+	t.Cleanup(func() { keeperReplyWait = saved })
+	for _, lim := range []Limits{{}, {OpenFiles: 64}} {
+		for i := range 3 {
+			o := Run(context.Background(), Spec{Argv: []string{"/bin/sh", "-c", "echo hi"}, Env: []string{testPath}, Dir: "/", Limits: lim})
+			if o.StartErr != nil || o.ExitCode != 0 || string(o.Stdout.Data) != "hi\n" {
+				t.Fatalf("limits %v, run %d: start error %v, exit %d, stdout %q, notes %q", lim, i, o.StartErr, o.ExitCode, o.Stdout.Data, o.Notes)
+			}
+		}
+	}
+}
+
 // An op that kills its own keeper: its processes are the daemon's, swept
 // at the end of the run, and the outcome says nothing false about them.
 // On a loaded machine the op can kill its keeper before the keeper has

@@ -71,9 +71,18 @@ func (k *keeper) markExited() {
 	}
 }
 
-// keeperReplyWait bounds the wait for a keeper's answer to anything but the
-// end of a run (which has the run's own bound).
-const keeperReplyWait = 5 * time.Second
+// keeperReplyWait is how long a keeper's answer to anything but the end of
+// a run (which has the run's own bound) is waited for before the daemon
+// looks at why it is late; keeperReplyMax is how much longer a keeper that
+// is running, not stopped, is given. A stopped keeper (an op of the same
+// user may SIGSTOP it) is given up on at once; a slow one is not: on a
+// loaded machine (CI, four runs of a test at a load of 17 on 2 cores) a
+// keeper took 1 to 5 s to start a program, and a start given up on is one
+// that "may have happened", which the daemon cannot answer done.
+// A var: a test sets it near zero, so that every answer is a late one.
+var keeperReplyWait = 5 * time.Second
+
+const keeperReplyMax = time.Minute
 
 // startKeeper starts a keeper for a run of state s (nil: none, so no lock
 // is handed over) and waits for it to be ready.
@@ -184,7 +193,8 @@ func (k *keeper) send(msg []byte, oob []byte) error {
 	return err
 }
 
-// reply waits for the keeper's next reply, for at most d (0: no limit).
+// reply waits for the keeper's next reply: for d (0: no limit), then, while
+// the keeper is neither stopped nor gone, for up to keeperReplyMax more.
 func (k *keeper) reply(d time.Duration) (string, bool) {
 	var timeout <-chan time.Time
 	if d > 0 {
@@ -192,18 +202,27 @@ func (k *keeper) reply(d time.Duration) (string, bool) {
 		defer t.Stop()
 		timeout = t.C
 	}
-	select {
-	case m := <-k.replies:
-		return m, true
-	case <-k.gone:
+	late := time.Time{}
+	for {
 		select {
 		case m := <-k.replies:
 			return m, true
-		default:
-			return "", false
+		case <-k.gone:
+			select {
+			case m := <-k.replies:
+				return m, true
+			default:
+				return "", false
+			}
+		case <-timeout:
+			if late.IsZero() {
+				late = time.Now()
+			}
+			if st, err := readStat(k.proc.Pid); err != nil || st.stopped || st.dead || time.Since(late) > keeperReplyMax {
+				return "", false
+			}
+			timeout = time.After(100 * time.Millisecond)
 		}
-	case <-timeout:
-		return "", false
 	}
 }
 
@@ -290,7 +309,7 @@ func (k *keeper) becomeGuard(dir, prefix string) error {
 	if err := k.send(append([]byte{'G'}, body...), nil); err != nil {
 		return err
 	}
-	if m, ok := k.reply(5 * time.Second); !ok || m != "g" {
+	if m, ok := k.reply(keeperReplyWait); !ok || m != "g" {
 		return fmt.Errorf("the guard did not start (%q)", m)
 	}
 	return nil

@@ -36,8 +36,14 @@ func TestKillAllRightAfterCancelIsCancelled(t *testing.T) {
 			ch <- Run(ctx, Spec{Argv: []string{"/bin/sleep", "10"}, Env: []string{testPath}, Dir: "/",
 				Limits: Limits{OpenFiles: 64}, Grace: 5 * time.Second})
 		}()
-		for liveCount() == 0 {
+		// A run that ends without registering (a start given up on) must
+		// fail the test, not spin it forever (CI, session 16).
+		for liveCount() == 0 && len(ch) == 0 {
 			time.Sleep(10 * time.Microsecond)
+		}
+		if len(ch) > 0 {
+			o := <-ch
+			t.Fatalf("try %d: the run ended before its program was registered: %v", i, o.StartErr)
 		}
 		cancel()
 		KillAll()

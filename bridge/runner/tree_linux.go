@@ -18,6 +18,7 @@ import (
 type procStat struct {
 	pid, ppid, pgid, sid int
 	dead                 bool // a zombie whose every thread has exited
+	stopped              bool // stopped by a signal (T) or a tracer (t)
 }
 
 func readStat(pid int) (procStat, error) {
@@ -35,7 +36,7 @@ func readStat(pid int) (procStat, error) {
 	if len(f) < 4 {
 		return procStat{}, errors.New("bad stat")
 	}
-	st := procStat{pid: pid, dead: (f[0][0] == 'Z' || f[0][0] == 'X') && !liveThreads(pid)}
+	st := procStat{pid: pid, dead: (f[0][0] == 'Z' || f[0][0] == 'X') && !liveThreads(pid), stopped: f[0][0] == 'T' || f[0][0] == 't'}
 	st.ppid, _ = strconv.Atoi(string(f[1]))
 	st.pgid, _ = strconv.Atoi(string(f[2]))
 	st.sid, _ = strconv.Atoi(string(f[3]))
