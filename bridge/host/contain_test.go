@@ -86,11 +86,16 @@ func runUnprivileged(t *testing.T, pattern string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Written under the fork lock: a process another test forks while the
+	// copy is open for writing holds it until its exec, and the copy's own
+	// exec then fails with "text file busy" (CI, session 16).
+	syscall.ForkLock.RLock()
 	dst, err := os.OpenFile(exe, os.O_CREATE|os.O_WRONLY, 0o755)
 	if err == nil {
 		_, err = io.Copy(dst, src)
 		err = errors.Join(err, dst.Close())
 	}
+	syscall.ForkLock.RUnlock()
 	src.Close()
 	if err != nil {
 		t.Fatal(err)

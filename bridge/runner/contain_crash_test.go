@@ -223,7 +223,11 @@ func TestStoppedKeeperDoesNotHangTheRun(t *testing.T) {
 	}
 	s, tag := taggedSpec(t, `(setsid sh -c 'echo $$ > pid; exec sleep 300' &); `+awaitPid+`; kill -STOP $PPID; sleep 300`)
 	s.Timeout = time.Second
+	start := time.Now()
 	o := Run(context.Background(), s)
+	if d := time.Since(start); d > keeperReplyMax*2/3 {
+		t.Fatalf("a stopped keeper's run took %v: waited for as a late but running one", d)
+	}
 	// The op may stop its keeper before the keeper confirmed the start (CI,
 	// session 8, as for TestKilledKeeperRunIsSwept): a start that "may have
 	// happened", not a hang; its processes are swept all the same.
@@ -256,6 +260,36 @@ func TestLateKeeperIsWaitedFor(t *testing.T) {
 			}
 		}
 	}
+}
+
+// A program whose exit a tracer holds (an orphan of the op traces it and
+// never waits for it, ignoring the ladder's signals): the keeper's wait for
+// it blocks, so the daemon gives up on the keeper's answer and reaps the
+// program itself once the sweep of what the keeper left ends the tracer.
+// Before, that reap blocked with no bound and the run never ended (red team
+// of 8b2dbf1).
+func TestTracedLeaderDoesNotHangTheRun(t *testing.T) {
+	t.Parallel()
+	if !strings.HasPrefix(containmentNow(), "process tree") {
+		t.Skip("the keepers' (a cgroup's end kills the tracer)")
+	}
+	s, tag := taggedSpec(t, `(BRIDGE_TEST_TRACEE=$$ RUNNER_TEST_HELPER=tracer setsid "$BRIDGE_TEST_EXE" </dev/null >/dev/null 2>pid.err &); `+
+		`i=0; while [ ! -s pid ] && [ $i -lt 1000 ]; do sleep 0.01; i=$((i+1)); done; cat pid.err >&2; [ -s pid ] && echo traced; exit 3`)
+	ch := make(chan *Outcome, 1)
+	go func() { ch <- Run(context.Background(), s) }()
+	var o *Outcome
+	select {
+	case o = <-ch:
+	case <-time.After(keeperReplyMax):
+		t.Fatalf("the run of a traced program has not ended after %v", keeperReplyMax)
+	}
+	if !strings.Contains(string(o.Stdout.Data), "traced") {
+		t.Fatalf("the tracer did not trace the program: stdout %q, stderr %q", o.Stdout.Data, o.Stderr.Data)
+	}
+	if o.StartErr != nil || o.ExitCode != 3 {
+		t.Errorf("start error %v, exit %d, signal %q, notes %q; want exit 3", o.StartErr, o.ExitCode, o.Signal, o.Notes)
+	}
+	checkNoneLeft(t, "a traced program's run", tag, o)
 }
 
 // An op that kills its own keeper: its processes are the daemon's, swept
@@ -435,9 +469,15 @@ func TestStoppedKeeperAtStartIsNotAFailedStart(t *testing.T) {
 	if err := idle[0].proc.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
+	start := time.Now()
 	o := st.Run(context.Background(), shSpec(t, "echo ran"))
 	if !errors.Is(o.StartErr, ErrMayHaveStarted) {
 		t.Fatalf("StartErr %v, want one that says the program may have started", o.StartErr)
+	}
+	// Given up on once seen stopped (5 s), not after the minute a running
+	// but late keeper gets (red team of 8b2dbf1).
+	if d := time.Since(start); d > keeperReplyMax*2/3 {
+		t.Fatalf("a stopped keeper was waited for %v", d)
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"io/fs"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -21,6 +22,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 const testPath = "PATH=/usr/bin:/bin"
@@ -110,6 +114,39 @@ func TestMain(m *testing.M) {
 		}()
 		runtime.LockOSThread()
 		syscall.RawSyscall(syscall.SYS_EXIT, 0, 0, 0)
+	case "tracer":
+		// An op's orphan that traces process BRIDGE_TEST_TRACEE and never
+		// waits for it: the tracee's exit is held from its parent until
+		// this process waits, detaches or dies. It ignores the ladder's
+		// signals, and writes its pid to ./pid once it traces.
+		signal.Ignore(syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+		runtime.LockOSThread()
+		tracee, _ := strconv.Atoi(os.Getenv("BRIDGE_TEST_TRACEE"))
+		if err := unix.PtraceSeize(tracee); err != nil {
+			fmt.Fprintln(os.Stderr, "seize:", err)
+			os.Exit(1)
+		}
+		if err := os.WriteFile("pid", []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
+			os.Exit(1)
+		}
+		// Pass each stop on (a SIGCHLD to the shell stops it for the
+		// tracer), waiting for stops only (no WEXITED): the exit stays
+		// unreported, so held.
+		for {
+			var info unix.Siginfo
+			if err := unix.Waitid(unix.P_PID, tracee, &info, unix.WSTOPPED, nil); err != nil {
+				if err == unix.EINTR {
+					continue
+				}
+				time.Sleep(time.Hour) // the tracee is gone from our view: hold on
+			}
+			status := int(*(*int32)(unsafe.Pointer(uintptr(unsafe.Pointer(&info)) + 24))) // si_status
+			sig := status
+			if status>>8 != 0 {
+				sig = 0 // an event stop: nothing to deliver
+			}
+			_ = unix.PtraceCont(tracee, sig)
+		}
 	case "openfiles":
 		// Open up to 100 files and report how many opened and the error.
 		n := 0
@@ -247,7 +284,12 @@ func TestEnvSecretNotInherited(t *testing.T) {
 func TestPathLookupSkipsRelativeEntries(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "tool"), []byte("#!/bin/sh\necho ran\n"), 0o755); err != nil {
+	// Under the fork lock: a process a parallel test forks while the file
+	// is open for writing would make its exec "text file busy".
+	syscall.ForkLock.RLock()
+	err := os.WriteFile(filepath.Join(dir, "tool"), []byte("#!/bin/sh\necho ran\n"), 0o755)
+	syscall.ForkLock.RUnlock()
+	if err != nil {
 		t.Fatal(err)
 	}
 	o := Run(context.Background(), Spec{Argv: []string{"tool"}, Dir: dir, Env: []string{"PATH=.::bin"}})
