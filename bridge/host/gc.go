@@ -71,6 +71,7 @@ const (
 	keptUnacked    = "result nobody acked"
 	keptUnfinished = "unfinished request"
 	keptEntry      = "ledger entry"
+	keptMessage    = "inbox message"
 )
 
 // keep counts e as kept in kind until (zero: no time).
@@ -81,6 +82,7 @@ func (r *GCReport) keep(kind string, until time.Time) {
 		keptUnacked:    "nobody acked it: it stays until --retention after it finished, or until it is acked and its request expired",
 		keptUnfinished: "still queued, running, waiting for approval or uncertain: nothing of it is collected",
 		keptEntry:      "its result is gone; its id is remembered until its request expires, so that it can never run again",
+		keptMessage:    "a notice to its agent stays until --grace after it was published once the agent acked it, else until --retention",
 	}[kind]
 	for i := range r.Kept {
 		if r.Kept[i].What == kind {

@@ -124,6 +124,15 @@ func (c *collector) collectMessages(o GCOptions, rep *GCReport, now time.Time) {
 				why = "retention"
 			}
 			if why == "" {
+				if o.Explain {
+					// The earliest it may go: at its grace if acked by
+					// then; past its grace unacked, at its retention.
+					until := fi.ModTime().Add(o.Retention)
+					if age <= o.Grace {
+						until = fi.ModTime().Add(o.Grace)
+					}
+					rep.keep(keptMessage, until)
+				}
 				continue
 			}
 			rep.Items = append(rep.Items, GCItem{Agent: agent, ID: id, What: "message", Why: why})

@@ -57,4 +57,14 @@ func TestMessagesCollectedOnceAcked(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(p.toAgent(), kept.ID+"."+bridge.ExtMessage)); err != nil {
 		t.Fatalf("the unacked message was removed: %v", err)
 	}
+	// What stays is told, as results are (a new user's finding: the kept
+	// summary left messages out): the unacked one, until its retention.
+	rep, err = GC(p.host, GCOptions{Grace: time.Nanosecond, Retention: time.Hour, DryRun: true, Explain: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := slices.IndexFunc(rep.Kept, func(k GCKept) bool { return k.What == keptMessage })
+	if i < 0 || rep.Kept[i].Count != 1 || rep.Kept[i].Until == nil || time.Until(*rep.Kept[i].Until) < 50*time.Minute {
+		t.Fatalf("kept: %+v; want one inbox message, until about an hour from now", rep.Kept)
+	}
 }

@@ -280,6 +280,16 @@ func (k *keeperProc) reapLeader() {
 		k.send("w-1  0")
 		return
 	}
+	// The leader has exited: the daemon learnt it from its pidfd. A tracer
+	// holds that exit from the keeper until it waits, detaches or dies,
+	// and the wait below would block the keeper, deaf to the daemon, for as
+	// long (red team of 8b2dbf1). A tracer the op started is in the run's
+	// subtree: the rest of the run, which ends now anyway, is killed first,
+	// the tracer with it. (One outside the run: the daemon gives up on this
+	// keeper, and sweeps.)
+	if tracerOf(k.leader.Pid) != 0 {
+		k.signal(syscall.SIGKILL, 0)
+	}
 	st, err := k.leader.Wait()
 	k.mu.Lock()
 	k.leader, k.leaderPid = nil, 0 // reaped: the orphan reaper may reap anything now

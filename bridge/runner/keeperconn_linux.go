@@ -196,12 +196,6 @@ func (k *keeper) send(msg []byte, oob []byte) error {
 // reply waits for the keeper's next reply: for d (0: no limit), then, while
 // the keeper is neither stopped nor gone, for up to keeperReplyMax more.
 func (k *keeper) reply(d time.Duration) (string, bool) {
-	return k.replyWithin(d, keeperReplyMax)
-}
-
-// replyWithin is reply with more as the most a running keeper is given
-// after d (0: nothing more).
-func (k *keeper) replyWithin(d, more time.Duration) (string, bool) {
 	var timeout <-chan time.Time
 	if d > 0 {
 		t := time.NewTimer(d)
@@ -224,7 +218,7 @@ func (k *keeper) replyWithin(d, more time.Duration) (string, bool) {
 			if late.IsZero() {
 				late = time.Now()
 			}
-			if st, err := readStat(k.proc.Pid); err != nil || st.stopped || st.dead || time.Since(late) >= more {
+			if st, err := readStat(k.proc.Pid); err != nil || st.stopped || st.dead || time.Since(late) >= keeperReplyMax {
 				return "", false
 			}
 			timeout = time.After(100 * time.Millisecond)
@@ -352,16 +346,16 @@ func (k *keeper) kill() {
 // reap has the keeper reap the leader; if it does not answer in time it is
 // killed, and the leader, the daemon's child from then on, reaped here.
 //
-// The leader has exited (its pidfd said so), so the keeper's answer takes
-// no work and a late one is not waited for beyond keeperReplyWait: a
-// keeper blocked in its wait, because a tracer the op started holds the
-// leader's exit (red team of 8b2dbf1), would otherwise hold the run for
-// the minute more. Reaping it here does not block on that tracer either:
-// the sweep of what the keeper left (the tracer with it, the leader spared)
-// releases the exit.
+// A late answer is waited for as any other (a keeper killed after it
+// reaped the leader would take its status along: red team of 18783ff); a
+// keeper whose leader a tracer holds ends that tracer with the rest of the
+// run first (keeperProc.reapLeader). If the keeper is killed, reaping the
+// leader here does not block on a tracer outside the keeper's reach
+// either: the sweep of what the keeper left (the leader spared) goes on
+// until the leader is reaped, for at most keeperReplyWait.
 func (k *keeper) reap() (exitStatus, error) {
 	if err := k.send([]byte("W"), nil); err == nil {
-		if m, ok := k.replyWithin(keeperReplyWait, 0); ok && strings.HasPrefix(m, "w") {
+		if m, ok := k.reply(keeperReplyWait); ok && strings.HasPrefix(m, "w") {
 			return parseKeeperStatus(m[1:])
 		}
 	}

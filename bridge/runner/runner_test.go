@@ -299,7 +299,7 @@ func TestPathLookupSkipsRelativeEntries(t *testing.T) {
 	// A relative argv[0] with a slash is taken relative to Dir.
 	o = mustRun(t, Spec{Argv: []string{"./tool"}, Dir: dir, Env: []string{testPath}})
 	if string(o.Stdout.Data) != "ran\n" {
-		t.Fatalf("./tool: stdout %q", o.Stdout.Data)
+		t.Fatalf("./tool: stdout %q, stderr %q, exit %d, signal %q, notes %q", o.Stdout.Data, o.Stderr.Data, o.ExitCode, o.Signal, o.Notes)
 	}
 }
 

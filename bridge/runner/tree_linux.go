@@ -43,6 +43,21 @@ func readStat(pid int) (procStat, error) {
 	return st, nil
 }
 
+// tracerOf is the pid of the process tracing pid (0: none, or unknown).
+func tracerOf(pid int) int {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return 0
+	}
+	_, rest, ok := bytes.Cut(b, []byte("\nTracerPid:"))
+	if !ok {
+		return 0
+	}
+	line, _, _ := bytes.Cut(rest, []byte("\n"))
+	n, _ := strconv.Atoi(string(bytes.TrimSpace(line)))
+	return n
+}
+
 // liveThreads reports whether the thread group of pid, whose leader is a
 // zombie, still has other threads: a program whose main thread exits (the
 // exit system call, not exit_group) lives on in them, and must not be taken

@@ -89,7 +89,7 @@ func (c *GCCmd) Run(g *Globals) error {
 		what := k.What
 		if k.Count != 1 {
 			what = map[string]string{"acked result": "acked results", "result nobody acked": "results nobody acked",
-				"unfinished request": "unfinished requests", "ledger entry": "ledger entries"}[k.What]
+				"unfinished request": "unfinished requests", "ledger entry": "ledger entries", "inbox message": "inbox messages"}[k.What]
 		}
 		when := ""
 		if k.Until != nil {
