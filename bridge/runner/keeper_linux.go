@@ -174,10 +174,11 @@ func keeperMain() {
 type keeperProc struct {
 	conn      *net.UnixConn
 	self      int
-	leader    *os.Process // nil until started, and once reaped; the main goroutine's
-	mu        sync.Mutex  // held from the fork until leaderPid is set: the orphan reaper must know the leader
-	leaderPid int         // guarded by mu
-	cpuBase   int64       // the keeper's children's CPU (ns) when the run started: a keeper serves run after run
+	leader    *os.Process   // nil until started, and once reaped; the main goroutine's
+	mu        sync.Mutex    // held from the fork until leaderPid is set: the orphan reaper must know the leader
+	leaderPid int           // guarded by mu
+	cpuBase   int64         // the keeper's children's CPU (ns) when the run started: a keeper serves run after run
+	reported  chan struct{} // closed once the leader's exit is reported to the keeper (waitable)
 }
 
 // keeperSettings is what of the keeper its programs inherit and another
@@ -239,6 +240,8 @@ func (k *keeperProc) start(body, oob []byte) {
 		return
 	}
 	started := make(chan error, 1)
+	reported := make(chan struct{})
+	k.reported = reported
 	go func() {
 		runtime.LockOSThread()
 		defer runtime.UnlockOSThread()
@@ -260,6 +263,7 @@ func (k *keeperProc) start(body, oob []byte) {
 				break
 			}
 		}
+		close(reported)
 		k.send("x" + strconv.Itoa(p.Pid))
 	}()
 	if err := <-started; err != nil {
@@ -287,8 +291,12 @@ func (k *keeperProc) reapLeader() {
 	// subtree: the rest of the run, which ends now anyway, is killed first,
 	// the tracer with it. (One outside the run: the daemon gives up on this
 	// keeper, and sweeps.)
-	if tracerOf(k.leader.Pid) != 0 {
-		k.signal(syscall.SIGKILL, 0)
+	select {
+	case <-k.reported: // the usual case: no look at /proc
+	default:
+		if tracerOf(k.leader.Pid) != 0 {
+			k.signal(syscall.SIGKILL, 0)
+		}
 	}
 	st, err := k.leader.Wait()
 	k.mu.Lock()
