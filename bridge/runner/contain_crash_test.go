@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -275,6 +276,12 @@ func TestTracedLeaderDoesNotHangTheRun(t *testing.T) {
 	}
 	s, tag := taggedSpec(t, `(BRIDGE_TEST_TRACEE=$$ RUNNER_TEST_HELPER=tracer setsid "$BRIDGE_TEST_EXE" </dev/null >/dev/null 2>pid.err &); `+
 		`i=0; while [ ! -s pid ] && [ $i -lt 1000 ]; do sleep 0.01; i=$((i+1)); done; cat pid.err >&2; [ -s pid ] && echo traced; exit 3`)
+	var traced atomic.Int64 // when the program said the tracer traces it
+	s.OnOutput = func(_ int, p []byte) {
+		if bytes.Contains(p, []byte("traced")) {
+			traced.CompareAndSwap(0, time.Now().UnixNano())
+		}
+	}
 	ch := make(chan *Outcome, 1)
 	go func() { ch <- Run(context.Background(), s) }()
 	var o *Outcome
@@ -285,6 +292,11 @@ func TestTracedLeaderDoesNotHangTheRun(t *testing.T) {
 	}
 	if !strings.Contains(string(o.Stdout.Data), "traced") {
 		t.Fatalf("the tracer did not trace the program: stdout %q, stderr %q", o.Stdout.Data, o.Stderr.Data)
+	}
+	// The keeper ends the tracer itself: the run ends well before the
+	// daemon would give up on the keeper (keeperReplyWait) and sweep.
+	if d := time.Since(time.Unix(0, traced.Load())); d > keeperReplyWait*4/5 {
+		t.Errorf("the run ended %v after its program was traced: the keeper did not end the tracer", d)
 	}
 	if o.StartErr != nil || o.ExitCode != 3 {
 		t.Errorf("start error %v, exit %d, signal %q, notes %q; want exit 3", o.StartErr, o.ExitCode, o.Signal, o.Notes)

@@ -196,6 +196,12 @@ func (k *keeper) send(msg []byte, oob []byte) error {
 // reply waits for the keeper's next reply: for d (0: no limit), then, while
 // the keeper is neither stopped nor gone, for up to keeperReplyMax more.
 func (k *keeper) reply(d time.Duration) (string, bool) {
+	return k.replyWithin(d, keeperReplyMax)
+}
+
+// replyWithin is reply with more as the most a running keeper is given
+// after d.
+func (k *keeper) replyWithin(d, more time.Duration) (string, bool) {
 	var timeout <-chan time.Time
 	if d > 0 {
 		t := time.NewTimer(d)
@@ -218,7 +224,7 @@ func (k *keeper) reply(d time.Duration) (string, bool) {
 			if late.IsZero() {
 				late = time.Now()
 			}
-			if st, err := readStat(k.proc.Pid); err != nil || st.stopped || st.dead || time.Since(late) >= keeperReplyMax {
+			if st, err := readStat(k.proc.Pid); err != nil || st.stopped || st.dead || time.Since(late) >= more {
 				return "", false
 			}
 			timeout = time.After(100 * time.Millisecond)
@@ -349,13 +355,20 @@ func (k *keeper) kill() {
 // A late answer is waited for as any other (a keeper killed after it
 // reaped the leader would take its status along: red team of 18783ff); a
 // keeper whose leader a tracer holds ends that tracer with the rest of the
-// run first (keeperProc.reapLeader). If the keeper is killed, reaping the
-// leader here does not block on a tracer outside the keeper's reach
-// either: the sweep of what the keeper left (the leader spared) goes on
-// until the leader is reaped, for at most keeperReplyWait.
+// run first (keeperProc.reapLeader). A tracer outside the run would keep
+// the keeper in its wait, running to all appearances: a traced leader's
+// reap gets no more than keeperReplyWait (red team of 5c96222, where it
+// held the run 70 s). If the keeper is killed, reaping the leader here
+// does not block on such a tracer either: the sweep of what the keeper
+// left (the leader spared) goes on until the leader is reaped, for at most
+// keeperReplyWait.
 func (k *keeper) reap() (exitStatus, error) {
+	more := keeperReplyMax
+	if tracerOf(k.leaderPid()) != 0 {
+		more = 0
+	}
 	if err := k.send([]byte("W"), nil); err == nil {
-		if m, ok := k.reply(keeperReplyWait); ok && strings.HasPrefix(m, "w") {
+		if m, ok := k.replyWithin(keeperReplyWait, more); ok && strings.HasPrefix(m, "w") {
 			return parseKeeperStatus(m[1:])
 		}
 	}
