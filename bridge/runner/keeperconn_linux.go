@@ -196,19 +196,19 @@ func (k *keeper) send(msg []byte, oob []byte) error {
 // reply waits for the keeper's next reply: for d (0: no limit), then, while
 // the keeper is neither stopped nor gone, for up to keeperReplyMax more.
 func (k *keeper) reply(d time.Duration) (string, bool) {
-	return k.replyWithin(d, keeperReplyMax)
+	return k.replyWithin(d, func() time.Duration { return keeperReplyMax })
 }
 
-// replyWithin is reply with more as the most a running keeper is given
-// after d.
-func (k *keeper) replyWithin(d, more time.Duration) (string, bool) {
+// replyWithin is reply with more() as the most a running keeper is given
+// after d, asked only once the answer is late.
+func (k *keeper) replyWithin(d time.Duration, more func() time.Duration) (string, bool) {
 	var timeout <-chan time.Time
 	if d > 0 {
 		t := time.NewTimer(d)
 		defer t.Stop()
 		timeout = t.C
 	}
-	late := time.Time{}
+	late, extra := time.Time{}, time.Duration(0)
 	for {
 		select {
 		case m := <-k.replies:
@@ -222,9 +222,9 @@ func (k *keeper) replyWithin(d, more time.Duration) (string, bool) {
 			}
 		case <-timeout:
 			if late.IsZero() {
-				late = time.Now()
+				late, extra = time.Now(), more()
 			}
-			if st, err := readStat(k.proc.Pid); err != nil || st.stopped || st.dead || time.Since(late) >= more {
+			if st, err := readStat(k.proc.Pid); err != nil || st.stopped || st.dead || time.Since(late) >= extra {
 				return "", false
 			}
 			timeout = time.After(100 * time.Millisecond)
@@ -363,9 +363,11 @@ func (k *keeper) kill() {
 // left (the leader spared) goes on until the leader is reaped, for at most
 // keeperReplyWait.
 func (k *keeper) reap() (exitStatus, error) {
-	more := keeperReplyMax
-	if tracerOf(k.leaderPid()) != 0 {
-		more = 0
+	more := func() time.Duration { // read only when the answer is late: not on a run's usual path
+		if tracerOf(k.leaderPid()) != 0 {
+			return 0
+		}
+		return keeperReplyMax
 	}
 	if err := k.send([]byte("W"), nil); err == nil {
 		if m, ok := k.replyWithin(keeperReplyWait, more); ok && strings.HasPrefix(m, "w") {
