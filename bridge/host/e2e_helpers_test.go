@@ -1,10 +1,14 @@
 package host
 
 import (
+	"bytes"
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -23,7 +27,8 @@ type pair struct {
 	done                        chan error
 	client                      *agent.Client
 	skew                        time.Duration // for the daemons of start and startCrashProc; 0: the default
-	log                         *slog.Logger  // for the daemon of start; nil: none
+	log                         *slog.Logger  // for the daemon of start; nil: its debug log kept in logs
+	logs                        *lockedBuffer // the log of start's daemon when log is nil, for a failed wait
 }
 
 const testPolicy = `
@@ -164,8 +169,15 @@ func envWith(extra map[string]string) func(string) (string, bool) {
 
 func (p *pair) start(t *testing.T, env map[string]string) {
 	t.Helper()
+	logger := p.log
+	if logger == nil {
+		if p.logs == nil {
+			p.logs = &lockedBuffer{}
+		}
+		logger = slog.New(slog.NewTextHandler(p.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
 	d, err := NewDaemon(p.host, DaemonOptions{AllowRoot: true, Rescan: 500 * time.Millisecond, Grace: 200 * time.Millisecond,
-		Skew: p.skew, Env: envWith(env), Logger: p.log})
+		Skew: p.skew, Env: envWith(env), Logger: logger})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,11 +212,41 @@ func (p *pair) run(t *testing.T, o agent.SubmitOptions) *agent.Outcome {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	out, err := p.client.Wait(ctx, s.ID, nil)
-	if err != nil {
-		t.Fatalf("wait %s: %v", s.ID, err)
+	return p.wait(t, s.ID)
+}
+
+// waitFailed says what a wait that timed out can tell: the daemon's log (when
+// start kept it), the request's files on both sides, and the goroutines of
+// the process that mention the host or the runner, so a stall seen once in
+// CI shows where it waited.
+func (p *pair) waitFailed(id string) string {
+	var b strings.Builder
+	if p.logs != nil {
+		fmt.Fprintf(&b, "the daemon's log:\n%s\n", p.logs.String())
 	}
-	return out
+	for _, dir := range []string{p.toHost(), p.toAgent()} {
+		entries, _ := os.ReadDir(dir)
+		fmt.Fprintf(&b, "%s:", dir)
+		for _, e := range entries {
+			if strings.HasPrefix(e.Name(), id) {
+				info, _ := e.Info()
+				size := int64(-1)
+				if info != nil {
+					size = info.Size()
+				}
+				fmt.Fprintf(&b, " %s (%d bytes)", e.Name(), size)
+			}
+		}
+		b.WriteString("\n")
+	}
+	stacks := make([]byte, 8<<20)
+	stacks = stacks[:runtime.Stack(stacks, true)]
+	b.WriteString("goroutines of the host and the runner:\n")
+	for _, g := range bytes.Split(stacks, []byte("\n\n")) {
+		if bytes.Contains(g, []byte("bridge/host.")) || bytes.Contains(g, []byte("bridge/runner.")) {
+			b.Write(g)
+			b.WriteString("\n\n")
+		}
+	}
+	return b.String()
 }

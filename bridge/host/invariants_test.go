@@ -151,7 +151,7 @@ func (p *pair) wait(t *testing.T, id string) *agent.Outcome {
 	defer cancel()
 	out, err := p.client.Wait(ctx, id, nil)
 	if err != nil {
-		t.Fatalf("wait %s: %v", id, err)
+		t.Fatalf("wait %s: %v\n%s", id, err, p.waitFailed(id))
 	}
 	return out
 }
