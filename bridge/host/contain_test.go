@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -315,8 +316,9 @@ ops = ["again"]
 		return syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) != nil
 	})
 	p.waitLockFree(t)
+	var logs lockedBuffer
 	d, err := NewDaemon(p.host, DaemonOptions{AllowRoot: true, Rescan: 500 * time.Millisecond, Grace: 200 * time.Millisecond,
-		Env: envWith(map[string]string{"COUNT_FILE": countFile})})
+		Env: envWith(map[string]string{"COUNT_FILE": countFile}), Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -331,7 +333,9 @@ ops = ["again"]
 	out := p.wait(t, s.ID)
 	p.stop(t)
 	if out.Receipt.Status != bridge.StatusUncertain || !strings.Contains(out.Receipt.Detail, "may still be running") {
-		t.Fatalf("answered %s (%s: %s), want uncertain: a process of the run may still be running", out.Receipt.Status, out.Receipt.Reason, out.Receipt.Detail)
+		counts, _ := os.ReadFile(countFile)
+		t.Fatalf("answered %s (%s: %s), want uncertain: a process of the run may still be running\nthe count file:\n%s\nthe crashed daemon's log:\n%s\nthe next daemon's log:\n%s",
+			out.Receipt.Status, out.Receipt.Reason, out.Receipt.Detail, counts, c.logText(), logs.String())
 	}
 	if starts := count(t, countFile, "start-"+s.ID); starts != 1 {
 		t.Errorf("the op started %d times, want once", starts)

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unicode/utf8"
@@ -39,6 +40,24 @@ type ServeCmd struct {
 }
 
 func (c *ServeCmd) Run(g *Globals) error {
+	// Signals are caught first: a SIGINT while the daemon starts up stops
+	// it cleanly once Open is done, instead of killing it midway (or, before
+	// this line, at once: a supervisor's stop that comes that early finds
+	// nothing open). A second signal kills the running ops' process groups
+	// and exits 130 at once: the ledger keeps them running, and the next
+	// start recovers them as after a crash (docs/OPERATIONS.md, "Stopping
+	// the daemon").
+	var daemon atomic.Pointer[host.Daemon]
+	ctx, stop := signalContext(func() {
+		if d := daemon.Load(); d != nil {
+			d.Abort()
+		}
+	})
+	defer stop()
+	// Which signal stopped it, for the last line of the log.
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
 	g.syncthing = &c.SyncthingFlags
 	h, err := g.openHome()
 	if err != nil {
@@ -70,17 +89,7 @@ func (c *ServeCmd) Run(g *Globals) error {
 	if err != nil {
 		return err
 	}
-	// Signals are caught before Open: a SIGINT while the daemon starts up
-	// stops it cleanly once Open is done, instead of killing it midway. A
-	// second signal kills the running ops' process groups and exits 130
-	// at once: the ledger keeps them running, and the next start recovers
-	// them as after a crash (docs/OPERATIONS.md, "Stopping the daemon").
-	ctx, stop := signalContext(func() { d.Abort() })
-	defer stop()
-	// Which signal stopped it, for the last line of the log.
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
-	defer signal.Stop(sigs)
+	daemon.Store(d)
 	if err := d.Open(); err != nil {
 		return err
 	}
