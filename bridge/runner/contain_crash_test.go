@@ -565,3 +565,30 @@ func modeState(t *testing.T, mode string) *State {
 	t.Cleanup(func() { st.Close() })
 	return st
 }
+
+// A program held at its exit by a tracer of the run (PTRACE_O_TRACEEXIT, the
+// exit stop never let go): SIGKILL does not end a process in that stop
+// (kernel 6.18; measured with a tracer outside the run, whose run then
+// waits as long as it holds on), so the run ends only because the ladder
+// kills every process of it, the tracer too, which lets the program finish
+// its exit. In both modes, with the program's own exit status (the red team
+// of 99ad3d5 feared a run that waits for good).
+func TestExitHeldByTracerDoesNotHangTheRun(t *testing.T) {
+	t.Parallel()
+	s, tag := taggedSpec(t, `(BRIDGE_TEST_TRACEE=$$ BRIDGE_TEST_HOLD_EXIT=1 RUNNER_TEST_HELPER=tracer setsid "$BRIDGE_TEST_EXE" </dev/null >/dev/null 2>pid.err &); `+
+		`i=0; while [ ! -s pid ] && [ $i -lt 1000 ]; do sleep 0.01; i=$((i+1)); done; cat pid.err >&2; [ -s pid ] && echo traced; exit 3`)
+	s.Timeout = 2 * time.Second
+	ch := make(chan *Outcome, 1)
+	go func() { ch <- Run(context.Background(), s) }()
+	var o *Outcome
+	select {
+	case o = <-ch:
+	case <-time.After(keeperReplyMax):
+		t.Fatalf("the run of a program held at its exit has not ended after %v", keeperReplyMax)
+	}
+	if !strings.Contains(string(o.Stdout.Data), "traced") {
+		t.Fatalf("the tracer did not trace the program: stdout %q, stderr %q", o.Stdout.Data, o.Stderr.Data)
+	}
+	t.Logf("start error %v, exit %d, signal %q, timed out %v, notes %q", o.StartErr, o.ExitCode, o.Signal, o.TimedOut, o.Notes)
+	checkNoneLeft(t, "a run whose program a tracer held at its exit", tag, o)
+}

@@ -122,7 +122,17 @@ func TestMain(m *testing.M) {
 		signal.Ignore(syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 		runtime.LockOSThread()
 		tracee, _ := strconv.Atoi(os.Getenv("BRIDGE_TEST_TRACEE"))
-		if err := unix.PtraceSeize(tracee); err != nil {
+		// BRIDGE_TEST_HOLD_EXIT: it asks for the tracee's exit stop
+		// (PTRACE_O_TRACEEXIT) and never lets it go on: the tracee stops
+		// on its way out, and a SIGKILL does not end it there.
+		holdExit := os.Getenv("BRIDGE_TEST_HOLD_EXIT") != ""
+		opts := 0
+		if holdExit {
+			opts = unix.PTRACE_O_TRACEEXIT
+		}
+		// PTRACE_SEIZE with its options (x/sys's PtraceSeize passes none).
+		if _, _, e := unix.RawSyscall6(unix.SYS_PTRACE, unix.PTRACE_SEIZE, uintptr(tracee), 0, uintptr(opts), 0, 0); e != 0 {
+			err := error(e)
 			fmt.Fprintln(os.Stderr, "seize:", err)
 			os.Exit(1)
 		}
@@ -141,6 +151,9 @@ func TestMain(m *testing.M) {
 				time.Sleep(time.Hour) // the tracee is gone from our view: hold on
 			}
 			status := int(*(*int32)(unsafe.Pointer(uintptr(unsafe.Pointer(&info)) + 24))) // si_status
+			if holdExit && status>>8 == unix.PTRACE_EVENT_EXIT {
+				time.Sleep(time.Hour) // held at its exit
+			}
 			sig := status
 			if status>>8 != 0 {
 				sig = 0 // an event stop: nothing to deliver
