@@ -19,13 +19,52 @@ func TestIdleDaemonSleeps(t *testing.T) {
 	waitFor(t, 20*time.Second, "the first collection and sweeps", func() bool {
 		return d.startScanDone() && !d.awaitingMaybe.Load() && !d.stalledMaybe.Load()
 	})
+	// The ledger naps: buntdb's one-second ticker stops (ledger.napAfter).
+	waitFor(t, 20*time.Second, "the idle daemon's ledger to nap", func() bool {
+		naps, _ := d.ledger.Naps()
+		return naps >= 1
+	})
 	wakes, scans := d.probe.n(controlWakes), d.probe.n(sweepScans)
+	_, ledgerWakes := d.ledger.Naps()
 	time.Sleep(4 * time.Second)
 	if n := d.probe.n(controlWakes) - wakes; n > 1 {
 		t.Errorf("the idle control loop woke %d times in 4 s, want at most 1", n)
 	}
 	if n := d.probe.n(sweepScans) - scans; n != 0 {
 		t.Errorf("the idle daemon scanned the ledger %d times in 4 s, want none", n)
+	}
+	if _, n := d.ledger.Naps(); n != ledgerWakes {
+		t.Errorf("the idle daemon woke its napping ledger %d times in 4 s, want none", n-ledgerWakes)
+	}
+}
+
+// A request that comes once the ledger napped wakes it and is served as
+// any other; and it is not served twice for it (the ledger opened again
+// holds what it held).
+func TestRequestAfterTheLedgerNapped(t *testing.T) {
+	t.Parallel()
+	p := newPair(t, testPolicy)
+	p.start(t, nil)
+	p.echo(t, "before")
+	waitFor(t, 20*time.Second, "the ledger to nap", func() bool {
+		naps, _ := p.daemon.ledger.Naps()
+		return naps >= 1
+	})
+	p.echo(t, "after")
+	if _, wakes := p.daemon.ledger.Naps(); wakes < 1 {
+		t.Fatalf("the ledger served a request while napping (wakes %d)", wakes)
+	}
+	entries, err := p.daemon.ledger.List(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if e.Runs != 1 {
+			t.Errorf("%s: %d runs, want 1", e.Key, e.Runs)
+		}
+	}
+	if len(entries) != 2 {
+		t.Errorf("%d ledger entries, want 2", len(entries))
 	}
 }
 

@@ -95,6 +95,15 @@ type Ledger struct {
 	moveMu   sync.Mutex
 	resident atomic.Int64 // entries written in a terminal state since the last move
 	moving   atomic.Bool  // a background move is running
+
+	// Napping (nap.go): buntdb is closed after napAfter without a use, so
+	// that its one-second ticker does not wake an idle daemon, and opened
+	// again by the next use. db is nil while napping; it is read and
+	// replaced under dur. lastUse is the time of the last use (UnixNano).
+	napTimer    *time.Timer
+	napAfter    time.Duration // guarded by dur
+	lastUse     atomic.Int64
+	naps, wakes atomic.Int64 // how many times buntdb was closed and opened again (Naps)
 }
 
 // change is one writer's part of a group commit.
@@ -150,6 +159,9 @@ func Open(dir string) (*Ledger, error) {
 		l.arch.err = err
 		l.amu.Unlock()
 	}
+	l.used()
+	l.napAfter = napAfter
+	l.napTimer = time.AfterFunc(napAfter, l.nap)
 	return l, nil
 }
 
@@ -276,7 +288,7 @@ func (l *Ledger) open() error {
 	if err != nil {
 		return err
 	}
-	db, err := buntdb.Open(path)
+	db, err := openBunt(path)
 	if errors.Is(err, buntdb.ErrInvalid) {
 		// prepareFile is stricter than buntdb; keep the mapping anyway.
 		_ = f.Close()
@@ -284,28 +296,7 @@ func (l *Ledger) open() error {
 	}
 	if err != nil {
 		_ = f.Close()
-		return fmt.Errorf("open ledger %s: %w", path, err)
-	}
-	err = db.SetConfig(buntdb.Config{
-		// The ledger fsyncs itself after each group commit (see update):
-		// buntdb's own fsync would come on top of it, per transaction, with
-		// its error ignored (#122).
-		SyncPolicy: buntdb.Never,
-		// buntdb's shrink renames an un-fsynced temp file over the database
-		// (power loss can leave it empty) and panics on Windows (#119).
-		AutoShrinkDisabled:   true,
-		AutoShrinkPercentage: 100,
-		AutoShrinkMinSize:    32 << 20,
-	})
-	// No buntdb indexes: they live in memory only (#86) and their rebuild at
-	// Open parses JSON at every comparison (3 s for 100,000 entries), and
-	// they cost on every write. The two queries that would use them scan
-	// the records instead, matching on a field's canonical bytes first
-	// (topField), which is cheap next to a decode.
-	if err != nil {
-		_ = db.Close()
-		_ = f.Close()
-		return fmt.Errorf("open ledger %s: %w", path, err)
+		return err
 	}
 	l.db, l.dbf, l.tailDropped = db, f, dropped
 	// What the file holds now may be only in the page cache: lazy writes
@@ -355,8 +346,9 @@ func (l *Ledger) Close() error {
 		return nil
 	}
 	var keep map[string]string
-	var err error
-	if l.usable() == nil {
+	err := l.wake() // what follows reads buntdb
+	l.napTimer.Stop()
+	if err == nil && l.usable() == nil {
 		// Terminal entries to the archive, so that the next Open loads
 		// the live ones only; then the archive's compaction (nothing else
 		// runs now: l.mu is held for writing), which records its new
@@ -381,8 +373,10 @@ func (l *Ledger) Close() error {
 			err = cerr
 		}
 	}
-	if cerr := l.db.Close(); err == nil {
-		err = cerr
+	if l.db != nil {
+		if cerr := l.db.Close(); err == nil {
+			err = cerr
+		}
 	}
 	if cerr := l.dbf.Close(); err == nil {
 		err = cerr
@@ -477,6 +471,12 @@ func (l *Ledger) commit(batch []*change) {
 		}
 		return
 	}
+	if err := l.awakeLocked(); err != nil {
+		for _, c := range batch {
+			c.err = err
+		}
+		return
+	}
 	var wrote []*change
 	err := l.db.Update(func(tx *buntdb.Tx) error {
 		for _, c := range batch {
@@ -532,9 +532,25 @@ func (l *Ledger) commit(batch []*change) {
 
 // view runs fn in a buntdb read transaction that sees only durable state.
 func (l *Ledger) view(fn func(tx *buntdb.Tx) error) error {
+	for {
+		if done, err := l.viewAwake(fn); done {
+			return err
+		}
+		if err := l.wake(); err != nil {
+			return err
+		}
+	}
+}
+
+// viewAwake is view if buntdb is open; it reports false if the ledger naps.
+func (l *Ledger) viewAwake(fn func(tx *buntdb.Tx) error) (bool, error) {
 	l.dur.RLock()
 	defer l.dur.RUnlock()
-	return l.db.View(fn)
+	if l.db == nil {
+		return false, nil
+	}
+	l.used()
+	return true, l.db.View(fn)
 }
 
 // getEntry reads and decodes one entry inside a transaction: from buntdb,

@@ -609,7 +609,9 @@ func (h resultHook) WithGroup(g string) slog.Handler {
 }
 
 // idle counts the context switches of an idle `bridge serve` over ten
-// seconds, scaled to a minute.
+// seconds, scaled to a minute, from the moment its ledger naps: buntdb's
+// descriptor of ledger.db closes, the ledger's own stays (bridge/ledger,
+// "Napping").
 func (w *budgetWorld) idle(t *testing.T, got map[string]int64) {
 	cmd := exec.Command(w.bin, "--home", w.host, "serve", "--allow-root")
 	cmd.Env = append(os.Environ(), "HOME="+w.dir)
@@ -617,7 +619,31 @@ func (w *budgetWorld) idle(t *testing.T, got map[string]int64) {
 		t.Fatal(err)
 	}
 	defer func() { cmd.Process.Signal(os.Interrupt); cmd.Wait() }()
-	time.Sleep(3 * time.Second) // its start-up scan and first collection
+	db := filepath.Join(w.host, "ledger", "ledger.db")
+	open := func() int {
+		n := 0
+		fds, _ := filepath.Glob(fmt.Sprintf("/proc/%d/fd/*", cmd.Process.Pid))
+		for _, fd := range fds {
+			if target, err := os.Readlink(fd); err == nil && target == db {
+				n++
+			}
+		}
+		return n
+	}
+	// Two descriptors once it is open (one of them, for a moment as it
+	// opens), then one.
+	deadline := time.Now().Add(time.Minute)
+	for seen2 := false; ; {
+		n := open()
+		seen2 = seen2 || n == 2
+		if seen2 && n == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the idle daemon's ledger did not nap within a minute: %d descriptors of %s", open(), db)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 	before := switches(cmd.Process.Pid)
 	time.Sleep(10 * time.Second)
 	got["idle wake-ups per minute ceiling"] = (switches(cmd.Process.Pid) - before) * 6
