@@ -399,6 +399,21 @@ func (d *Daemon) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer context.AfterFunc(d.life, cancel)()
+	// A ledger that refuses all further work (a failed fsync; its file
+	// removed or replaced under the daemon) stops the daemon, instead of
+	// failing every request it sees: a restart reads what is on disk.
+	l, watched := d.ledger, make(chan struct{})
+	go func() {
+		defer close(watched)
+		select {
+		case <-l.Unusable():
+			d.log.Error("the ledger is unusable: stopping", "err", l.Err())
+			d.fatal(bridge.WithHint(fmt.Errorf("serve: %w", l.Err()),
+				"start `bridge serve` again: it reads the ledger file that is there now (`bridge doctor` checks it); requests wait in the folder meanwhile"))
+		case <-ctx.Done():
+		}
+	}()
+	defer func() { cancel(); <-watched }()
 	var trouble string // what is wrong with the requests directory, said once
 	for {
 		batch, err := d.watcher.Next(ctx)

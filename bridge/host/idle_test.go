@@ -1,8 +1,16 @@
 package host
 
 import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/syncbridge/bridge/bridge"
+	"github.com/syncbridge/bridge/bridge/agent"
 
 	"github.com/syncbridge/bridge/bridge/ledger"
 )
@@ -81,4 +89,60 @@ func TestIdleLoopWokenByAWaitingEntry(t *testing.T) {
 	wakes := d.probe.n(controlWakes)
 	d.noteState(ledger.StateAwaitingApproval)
 	waitFor(t, 5*time.Second, "the control loop to wake", func() bool { return d.probe.n(controlWakes) > wakes })
+}
+
+// A ledger file removed while the daemon's ledger napped: the wake refuses
+// it, and the daemon stops with why and what to do, rather than fail every
+// request it sees (or take a new empty file for its ledger and run them
+// again). The request waits in the folder; once the file is back, a restart
+// runs it once.
+func TestUnusableLedgerStopsTheDaemon(t *testing.T) {
+	t.Parallel()
+	p := newPair(t, testPolicy)
+	countFile := filepath.Join(t.TempDir(), "count")
+	env := map[string]string{"COUNT_FILE": countFile}
+	p.start(t, env)
+	p.echo(t, "before")
+	waitFor(t, 20*time.Second, "the ledger to nap", func() bool {
+		naps, _ := p.daemon.ledger.Naps()
+		return naps >= 1
+	})
+	db := p.host.Path("ledger", "ledger.db")
+	if err := os.Rename(db, db+".away"); err != nil {
+		t.Fatal(err)
+	}
+	s, err := p.client.Submit(agent.SubmitOptions{Op: "count"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var runErr error
+	select {
+	case runErr = <-p.done:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("the daemon still runs 20 s after its ledger file was removed; its log:\n%s", p.logs.String())
+	}
+	var hinted *bridge.HintError
+	if runErr == nil || !strings.Contains(runErr.Error(), "removed or replaced") || !errors.As(runErr, &hinted) {
+		t.Fatalf("the daemon stopped with %v, want the ledger's refusal with a hint", runErr)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	p.daemon.Close(ctx) // its error is the ledger's again
+	p.cancel = nil
+	if _, err := os.Stat(db); !os.IsNotExist(err) {
+		t.Fatalf("the stopped daemon left a file at %s: %v", db, err)
+	}
+	if n := count(t, countFile, "run"); n != 0 {
+		t.Fatalf("the op ran %d times with the ledger unusable", n)
+	}
+	if err := os.Rename(db+".away", db); err != nil {
+		t.Fatal(err)
+	}
+	p.start(t, env)
+	if out := p.wait(t, s.ID); out.Receipt.Status != bridge.StatusDone {
+		t.Fatalf("after the restart: %s (%s)", out.Receipt.Status, out.Receipt.Detail)
+	}
+	if n := count(t, countFile, "run"); n != 1 {
+		t.Fatalf("the op ran %d times, want once", n)
+	}
 }

@@ -66,8 +66,9 @@ type Ledger struct {
 	mu     sync.RWMutex
 	closed bool
 
-	bmu    sync.Mutex
-	broken error // set when an fsync failed; every later operation fails
+	bmu      sync.Mutex
+	broken   error         // set when an fsync failed; every later operation fails
+	brokenCh chan struct{} // closed when broken is set (Unusable)
 
 	// Group commit (see update): writers queue their changes; one of them
 	// commits the queue as one buntdb transaction and one fsync.
@@ -139,7 +140,7 @@ func Open(dir string) (*Ledger, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := &Ledger{dir: dir, lock: lk}
+	l := &Ledger{dir: dir, lock: lk, brokenCh: make(chan struct{})}
 	if err := l.open(); err != nil {
 		_ = lk.release()
 		return nil, err
@@ -518,12 +519,7 @@ func (l *Ledger) commit(batch []*change) {
 		}
 	}
 	if err != nil {
-		err = fmt.Errorf("ledger %s unusable after a failed fsync, restart the daemon: %w", l.dir, err)
-		l.bmu.Lock()
-		if l.broken == nil {
-			l.broken = err
-		}
-		l.bmu.Unlock()
+		err = l.breakWith(fmt.Errorf("ledger %s unusable after a failed fsync, restart the daemon: %w", l.dir, err))
 		for _, c := range wrote {
 			c.err = err
 		}

@@ -19,7 +19,7 @@ import (
 // goroutine, the runtime's monitor): most of its wake-ups. So an unused
 // ledger closes buntdb and opens it again at its next use, which reads the
 // file's live records again (terminal entries go to the archive, so they
-// are few) and costs a millisecond or two. Nothing else changes: the lock,
+// are few): 0.3 ms for a few, 1.5 ms for 1,000. Nothing else changes: the lock,
 // the descriptor the ledger fsyncs through, and the archive stay open, and
 // every write is on disk before buntdb is closed.
 const napAfter = 5 * time.Second
@@ -167,6 +167,19 @@ func (l *Ledger) breakWith(err error) error {
 	defer l.bmu.Unlock()
 	if l.broken == nil {
 		l.broken = err
+		close(l.brokenCh)
 	}
 	return err
+}
+
+// Unusable is closed once the ledger refuses all further work (a failed
+// fsync, its file removed or replaced): what the daemon waits for to stop,
+// rather than fail every request it sees. Err says why.
+func (l *Ledger) Unusable() <-chan struct{} { return l.brokenCh }
+
+// Err is why the ledger is unusable, or nil.
+func (l *Ledger) Err() error {
+	l.bmu.Lock()
+	defer l.bmu.Unlock()
+	return l.broken
 }

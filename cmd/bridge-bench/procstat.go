@@ -3,6 +3,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -94,6 +95,28 @@ func watchIdle(pid int, window time.Duration) (idleStats, error) {
 		wakeupsPerSec: float64(b.wakeups-a.wakeups) / w.Seconds(),
 		rssKB:         b.rssKB,
 	}, nil
+}
+
+// awaitNap waits, for at most max, until the daemon pid holds one
+// descriptor of its ledger file db: buntdb's is closed once the ledger naps
+// (bridge/ledger, "Napping"), and an idle daemon's steady state begins. It
+// returns how long it waited, or max.
+func awaitNap(pid int, db string, max time.Duration) time.Duration {
+	start := time.Now()
+	for time.Since(start) < max {
+		n := 0
+		fds, _ := filepath.Glob(fmt.Sprintf("/proc/%d/fd/*", pid))
+		for _, fd := range fds {
+			if target, err := os.Readlink(fd); err == nil && target == db {
+				n++
+			}
+		}
+		if n == 1 {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return time.Since(start)
 }
 
 func (s idleStats) String() string {
