@@ -103,8 +103,10 @@ type Ledger struct {
 	// replaced under dur. lastUse is the time of the last use (UnixNano).
 	napTimer    *time.Timer
 	napAfter    time.Duration // guarded by dur
-	lastUse     atomic.Int64
-	naps, wakes atomic.Int64 // how many times buntdb was closed and opened again (Naps)
+	napStamp    stamp         // the file as the nap left it; guarded by dur
+	born        time.Time     // Open's time, the monotonic base of lastUse
+	lastUse     atomic.Int64  // nanoseconds since born
+	naps, wakes atomic.Int64  // how many times buntdb was closed and opened again (Naps)
 }
 
 // change is one writer's part of a group commit.
@@ -160,6 +162,7 @@ func Open(dir string) (*Ledger, error) {
 		l.arch.err = err
 		l.amu.Unlock()
 	}
+	l.born = time.Now()
 	l.used()
 	l.napAfter = napAfter
 	l.napTimer = time.AfterFunc(napAfter, l.nap)

@@ -188,3 +188,136 @@ func TestWakeRefusesAReplacedFile(t *testing.T) {
 		})
 	}
 }
+
+// A ledger file written over in place while the ledger napped (a restore
+// that keeps the inode: cp over it, rsync --inplace) is refused at the
+// wake too: read back, it would bring back an older state of a request that
+// ran (seen again, claimable), and shadow the archive's newer record.
+func TestWakeRefusesAFileWrittenInPlace(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	l := mustOpen(t, dir)
+	defer l.Close()
+	mustAdmit(t, l, testEntry("a/1", time.Now().Add(time.Hour)))
+	backup := readFile(t, dbPath(dir))
+	mustTransition(t, l, "a/1", StateSeen, StateClaimed)
+	mustTransition(t, l, "a/1", StateClaimed, StateRunning)
+	setNap(l, 10*time.Millisecond)
+	waitNaps(t, l, 1)
+	f, err := os.OpenFile(dbPath(dir), os.O_WRONLY|os.O_TRUNC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Write(backup)
+	f.Close()
+	if _, err := l.Get("a/1"); err == nil || !strings.Contains(err.Error(), "written by something else") {
+		t.Fatalf("Get after the file was written over: %v, want a refusal", err)
+	}
+	if _, err := l.Transition("a/1", []State{StateSeen}, StateClaimed, nil); err == nil {
+		t.Fatal("the request was claimed again from the older file")
+	}
+	select {
+	case <-l.Unusable():
+	default:
+		t.Fatal("the ledger refuses work but does not say it is unusable")
+	}
+}
+
+// A failed fsync of the lazy writes at a nap breaks the ledger as one in a
+// commit does: the kernel may have dropped the pages, and the next fsync
+// would say nothing of them, so Durable must never turn true.
+func TestNapFsyncFailureBreaksTheLedger(t *testing.T) {
+	dir := t.TempDir()
+	l := mustOpen(t, dir)
+	defer l.Close()
+	if _, _, err := l.AdmitLazy(testEntry("a/1", time.Now().Add(time.Hour))); err != nil {
+		t.Fatal(err)
+	}
+	failed := make(chan struct{})
+	var once sync.Once
+	syncFile = func(f *os.File) error {
+		once.Do(func() { close(failed) })
+		return errors.New("input/output error")
+	}
+	defer func() { syncFile = (*os.File).Sync }()
+	setNap(l, 10*time.Millisecond)
+	<-failed
+	select {
+	case <-l.Unusable():
+	case <-time.After(20 * time.Second):
+		t.Fatal("a failed fsync at a nap left the ledger usable")
+	}
+	syncFile = (*os.File).Sync
+	if l.Durable("a/1") {
+		t.Error("a lazy write whose fsync failed is called durable")
+	}
+	if _, err := l.Get("a/1"); err == nil {
+		t.Error("the ledger still works after a failed fsync")
+	}
+}
+
+// A nap compacts ledger.db as a clean Close does: every transition appends
+// a whole record, and the wake reads the whole file, so without it a wake
+// would read everything since the start. The ledger's descriptor follows
+// the new file (its fsyncs reach it), and nothing is lost.
+func TestNapCompactsTheFile(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	l := mustOpen(t, dir)
+	exp := time.Now().Add(time.Hour)
+	// A few entries waiting, and many that ran and went to the archive:
+	// the file is mostly records no longer live, and over closeCompactMin.
+	var keys []string
+	for i := range 40 {
+		key := fmt.Sprintf("a/%d", i)
+		keys = append(keys, key)
+		mustAdmit(t, l, testEntry(key, exp))
+	}
+	pad := strings.Repeat("x", 2000)
+	for i := 0; fileSize(t, dbPath(dir)) < 2*closeCompactMin; i++ {
+		key := fmt.Sprintf("b/%d", i)
+		keys = append(keys, key)
+		mustAdmit(t, l, testEntry(key, exp))
+		for _, s := range []State{StateClaimed, StateRunning, StateDone} {
+			if _, err := l.Transition(key, []State{prev(s)}, s, func(e *Entry) { e.Reason = pad }); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	l.mu.RLock()
+	_, err := l.move()
+	l.mu.RUnlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := fileSize(t, dbPath(dir))
+	setNap(l, 10*time.Millisecond)
+	waitNaps(t, l, 1)
+	after := fileSize(t, dbPath(dir))
+	if after*2 > before {
+		t.Fatalf("ledger.db is %d bytes after the nap, %d before: not compacted", after, before)
+	}
+	mustTransition(t, l, "a/1", StateSeen, StateClaimed) // wakes, and fsyncs through the new descriptor
+	if got := fileSize(t, dbPath(dir)); got <= after || l.SyncedSize() != got {
+		t.Fatalf("after a write: file %d bytes, synced %d, compacted %d", got, l.SyncedSize(), after)
+	}
+	mustClose(t, l)
+	l = mustOpen(t, dir)
+	defer mustClose(t, l)
+	all, err := l.List(nil)
+	if err != nil || len(all) != len(keys) {
+		t.Fatalf("%d entries after a reopen (%v), want %d", len(all), err, len(keys))
+	}
+	if e, _ := l.Get("a/1"); e.State != StateClaimed {
+		t.Fatalf("a/1 is %s after a reopen, want claimed", e.State)
+	}
+}
+
+func fileSize(t *testing.T, path string) int64 {
+	t.Helper()
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fi.Size()
+}
