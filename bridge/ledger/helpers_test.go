@@ -193,3 +193,66 @@ func copyArchive(t *testing.T, from, to string) {
 		t.Fatal(err)
 	}
 }
+
+// runOnce admits key and takes it through claimed and running to done, as
+// a worker that competes for it would: it reports false, with no error,
+// when another worker claimed it first.
+func runOnce(l *Ledger, key string) (bool, error) {
+	if _, _, err := l.Admit(testEntry(key, time.Now().Add(time.Hour))); err != nil {
+		return false, err
+	}
+	if _, err := l.Transition(key, []State{StateSeen}, StateClaimed, nil); errors.Is(err, ErrWrongState) {
+		return false, nil
+	} else if err != nil {
+		return false, err
+	}
+	for _, s := range []State{StateRunning, StateDone} {
+		if _, err := l.Transition(key, []State{prev(s)}, s, nil); err != nil {
+			return false, err
+		}
+	}
+	return true, nil
+}
+
+// competeForKeys runs workers goroutines over per keys each, two workers on
+// each key ("a/<w/2>-<i>"), each key run by the worker that claims it first
+// (runOnce); after, if not nil, is called with each key a worker ran. It
+// returns once all are done.
+func competeForKeys(t *testing.T, l *Ledger, workers, per int, after func(key string)) {
+	t.Helper()
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for i := range per {
+				key := fmt.Sprintf("a/%d-%d", w/2, i)
+				ran, err := runOnce(l, key)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if ran && after != nil {
+					after(key)
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// checkRanOnce checks that l holds n entries, each done, run once, with
+// the four steps of its lifecycle.
+func checkRanOnce(t *testing.T, l *Ledger, n int) {
+	t.Helper()
+	all, err := l.List(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(all) != n {
+		t.Fatalf("%d entries, want %d", len(all), n)
+	}
+	for _, e := range all {
+		if e.State != StateDone || e.Runs != 1 || len(e.History) != 4 {
+			t.Errorf("%s: state %s, runs %d, history %v", e.Key, e.State, e.Runs, e.History)
+		}
+	}
+}

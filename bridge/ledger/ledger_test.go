@@ -300,7 +300,6 @@ func TestConcurrentUse(t *testing.T) {
 	dir := t.TempDir()
 	l := mustOpen(t, dir)
 	const workers, per = 8, 15
-	var wg sync.WaitGroup
 	stop := make(chan struct{})
 	var readers sync.WaitGroup
 	readers.Go(func() {
@@ -323,47 +322,12 @@ func TestConcurrentUse(t *testing.T) {
 			time.Sleep(2 * time.Millisecond)
 		}
 	})
-	for w := range workers {
-		wg.Go(func() {
-			for i := range per {
-				// Two workers share each key; only one may run it.
-				key := fmt.Sprintf("a/%d-%d", w/2, i)
-				if _, _, err := l.Admit(testEntry(key, time.Now().Add(time.Hour))); err != nil {
-					t.Error(err)
-					return
-				}
-				if _, err := l.Transition(key, []State{StateSeen}, StateClaimed, nil); errors.Is(err, ErrWrongState) {
-					continue
-				} else if err != nil {
-					t.Error(err)
-					return
-				}
-				for _, s := range []State{StateRunning, StateDone} {
-					if _, err := l.Transition(key, []State{prev(s)}, s, nil); err != nil {
-						t.Error(err)
-						return
-					}
-				}
-			}
-		})
-	}
-	wg.Wait()
+	competeForKeys(t, l, workers, per, nil) // two workers share each key; only one may run it
 	close(stop)
 	readers.Wait()
 	check := func(l *Ledger) {
 		t.Helper()
-		all, err := l.List(nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(all) != workers/2*per {
-			t.Fatalf("%d entries, want %d", len(all), workers/2*per)
-		}
-		for _, e := range all {
-			if e.State != StateDone || e.Runs != 1 || len(e.History) != 4 {
-				t.Errorf("%s: state %s, runs %d, history %v", e.Key, e.State, e.Runs, e.History)
-			}
-		}
+		checkRanOnce(t, l, workers/2*per)
 		st, err := l.Stats()
 		if err != nil {
 			t.Fatal(err)

@@ -95,54 +95,21 @@ func TestNapsUnderConcurrentUse(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	l := mustOpen(t, dir)
-	setNap(l, time.Millisecond)
+	// A nap at once after every wake: as many naps as uses allow, whatever
+	// the machine's speed.
+	setNap(l, time.Nanosecond)
 	const workers, per = 6, 20
-	var wg sync.WaitGroup
-	for w := range workers {
-		wg.Go(func() {
-			for i := range per {
-				key := fmt.Sprintf("a/%d-%d", w/2, i)
-				if _, _, err := l.Admit(testEntry(key, time.Now().Add(time.Hour))); err != nil {
-					t.Error(err)
-					return
-				}
-				if _, err := l.Transition(key, []State{StateSeen}, StateClaimed, nil); errors.Is(err, ErrWrongState) {
-					continue
-				} else if err != nil {
-					t.Error(err)
-					return
-				}
-				for _, s := range []State{StateRunning, StateDone} {
-					if _, err := l.Transition(key, []State{prev(s)}, s, nil); err != nil {
-						t.Error(err)
-						return
-					}
-				}
-				if _, err := l.Get(key); err != nil {
-					t.Error(err)
-				}
-				time.Sleep(time.Duration(i%3) * time.Millisecond) // room for a nap now and then
-			}
-		})
-	}
-	wg.Wait()
+	competeForKeys(t, l, workers, per, func(key string) {
+		if _, err := l.Get(key); err != nil {
+			t.Error(err)
+		}
+	})
 	naps, wakes := l.Naps()
 	t.Logf("%d naps, %d wakes", naps, wakes)
 	if wakes == 0 {
 		t.Error("the ledger never woke: the test took no nap")
 	}
-	all, err := l.List(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(all) != workers/2*per {
-		t.Fatalf("%d entries, want %d", len(all), workers/2*per)
-	}
-	for _, e := range all {
-		if e.State != StateDone || e.Runs != 1 {
-			t.Errorf("%s: state %s, runs %d", e.Key, e.State, e.Runs)
-		}
-	}
+	checkRanOnce(t, l, workers/2*per)
 	mustClose(t, l)
 }
 

@@ -282,14 +282,7 @@ func TestTracedLeaderDoesNotHangTheRun(t *testing.T) {
 			traced.CompareAndSwap(0, time.Now().UnixNano())
 		}
 	}
-	ch := make(chan *Outcome, 1)
-	go func() { ch <- Run(context.Background(), s) }()
-	var o *Outcome
-	select {
-	case o = <-ch:
-	case <-time.After(keeperReplyMax):
-		t.Fatalf("the run of a traced program has not ended after %v", keeperReplyMax)
-	}
+	o := runWithin(t, s, keeperReplyMax, "the run of a traced program")
 	if !strings.Contains(string(o.Stdout.Data), "traced") {
 		t.Fatalf("the tracer did not trace the program: stdout %q, stderr %q", o.Stdout.Data, o.Stderr.Data)
 	}
@@ -578,17 +571,25 @@ func TestExitHeldByTracerDoesNotHangTheRun(t *testing.T) {
 	s, tag := taggedSpec(t, `(BRIDGE_TEST_TRACEE=$$ BRIDGE_TEST_HOLD_EXIT=1 RUNNER_TEST_HELPER=tracer setsid "$BRIDGE_TEST_EXE" </dev/null >/dev/null 2>pid.err &); `+
 		`i=0; while [ ! -s pid ] && [ $i -lt 1000 ]; do sleep 0.01; i=$((i+1)); done; cat pid.err >&2; [ -s pid ] && echo traced; exit 3`)
 	s.Timeout = 2 * time.Second
-	ch := make(chan *Outcome, 1)
-	go func() { ch <- Run(context.Background(), s) }()
-	var o *Outcome
-	select {
-	case o = <-ch:
-	case <-time.After(keeperReplyMax):
-		t.Fatalf("the run of a program held at its exit has not ended after %v", keeperReplyMax)
-	}
+	o := runWithin(t, s, keeperReplyMax, "the run of a program held at its exit")
 	if !strings.Contains(string(o.Stdout.Data), "traced") {
 		t.Fatalf("the tracer did not trace the program: stdout %q, stderr %q", o.Stdout.Data, o.Stderr.Data)
 	}
 	t.Logf("start error %v, exit %d, signal %q, timed out %v, notes %q", o.StartErr, o.ExitCode, o.Signal, o.TimedOut, o.Notes)
 	checkNoneLeft(t, "a run whose program a tracer held at its exit", tag, o)
+}
+
+// runWithin runs s and returns its outcome, failing the test if the run has
+// not ended within d (the run goes on in the background then).
+func runWithin(t *testing.T, s Spec, d time.Duration, what string) *Outcome {
+	t.Helper()
+	ch := make(chan *Outcome, 1)
+	go func() { ch <- Run(context.Background(), s) }()
+	select {
+	case o := <-ch:
+		return o
+	case <-time.After(d):
+		t.Fatalf("%s has not ended after %v", what, d)
+		return nil
+	}
 }
