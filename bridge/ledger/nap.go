@@ -1,9 +1,12 @@
 package ledger
 
 import (
+	"crypto/sha256"
 	"errors"
 	"fmt"
+	"io"
 	"os"
+	"runtime"
 	"time"
 
 	"github.com/tidwall/buntdb"
@@ -102,7 +105,13 @@ func (l *Ledger) nap() {
 	// whole record: compacted as a clean Close would (nothing changes in
 	// buntdb while dur is held), so a wake reads the live records only,
 	// not everything since the start (40 MB after 20,000 requests).
-	keep := l.compactable()
+	// Not on Windows, where a file open without FILE_SHARE_DELETE (Go's
+	// way, and buntdb's) cannot be renamed over: there the rewrite would
+	// be made and thrown away at every nap, and a wake reads it all.
+	var keep map[string]string
+	if runtime.GOOS != "windows" {
+		keep = l.compactable()
+	}
 	if l.db.Close() != nil {
 		// buntdb closed nothing it could not close again; stay awake.
 		l.napTimer.Reset(l.napAfter)
@@ -115,7 +124,7 @@ func (l *Ledger) nap() {
 		// no descriptor of the new file breaks it.
 		_ = l.compactAsleep(keep)
 	}
-	stamp, err := l.fileStamp()
+	stamp, err := l.fileStamp(true)
 	if err != nil {
 		_ = l.breakWith(fmt.Errorf("ledger %s unusable: %w", l.dir, err))
 		return
@@ -128,8 +137,17 @@ func (l *Ledger) nap() {
 // closed, and moves the ledger's own descriptor to the new file.
 func (l *Ledger) compactAsleep(keep map[string]string) error {
 	path := l.Path()
-	if err := compactLive(path, keep); err != nil {
-		return err
+	cerr := compactLive(path, keep)
+	if cerr != nil {
+		// Failed before its rename, the old file is in place, whole: it
+		// stays the ledger's. After it (the directory's fsync), the new
+		// file is the ledger's, but its name may not survive a power cut:
+		// as a failed fsync.
+		old, err1 := l.dbf.Stat()
+		now, err2 := os.Stat(path)
+		if err1 != nil || err2 != nil || os.SameFile(old, now) {
+			return cerr
+		}
 	}
 	f, err := os.OpenFile(path, os.O_RDWR, 0)
 	if err != nil {
@@ -141,6 +159,9 @@ func (l *Ledger) compactAsleep(keep map[string]string) error {
 	l.dbf = f
 	if fi, err := f.Stat(); err == nil {
 		l.synced = fi.Size()
+	}
+	if cerr != nil {
+		return l.breakWith(fmt.Errorf("ledger %s unusable after a failed fsync of its directory, restart the daemon: %w", l.dir, cerr))
 	}
 	return nil
 }
@@ -190,38 +211,61 @@ func (l *Ledger) awakeLocked() error {
 	return nil
 }
 
-// A stamp tells a file and its content apart without reading it.
+// A stamp tells the ledger's file as the nap left it: its change time
+// says at once that nothing touched it; where something did (a chmod -R of
+// the home moves the change time too, a write in place keeps the size), the
+// content's hash says whether that was a write.
 type stamp struct {
 	fi      os.FileInfo
 	size    int64
 	changed int64 // the change time (ctime) where the system has one, else the modification time
+	sum     [sha256.Size]byte
 }
 
-// fileStamp stamps the file the ledger's descriptor has open.
-func (l *Ledger) fileStamp() (stamp, error) {
+// fileStamp stamps the file the ledger's descriptor has open; with sum, it
+// hashes it too (the nap's stamp: a file compacted to its live records).
+func (l *Ledger) fileStamp(sum bool) (stamp, error) {
 	fi, err := l.dbf.Stat()
 	if err != nil {
 		return stamp{}, err
 	}
-	return stamp{fi: fi, size: fi.Size(), changed: changeTime(fi)}, nil
+	st := stamp{fi: fi, size: fi.Size(), changed: changeTime(fi)}
+	if sum {
+		h := sha256.New()
+		if _, err := io.Copy(h, io.NewSectionReader(l.dbf, 0, st.size)); err != nil {
+			return stamp{}, err
+		}
+		h.Sum(st.sum[:0])
+	}
+	return st, nil
 }
 
 // unchanged checks that the ledger's path names the file the ledger has
-// open, as it was when the ledger napped.
+// open, with the content the nap left in it. A change of its metadata alone
+// (mode, owner, times, links) is taken in: the nap's stamp moves on.
 func (l *Ledger) unchanged() error {
-	now, err := l.fileStamp()
+	now, err := l.fileStamp(false)
 	if err != nil {
 		return fmt.Errorf("wake ledger: %w", err)
 	}
 	at, err := os.Stat(l.Path())
-	switch {
-	case err != nil || !os.SameFile(now.fi, at):
+	if err != nil || !os.SameFile(now.fi, at) {
 		return fmt.Errorf("ledger %s unusable: its file was removed or replaced while the daemon ran, restart the daemon (it reads the file that is there now)", l.dir)
-	case now.size != l.napStamp.size || now.changed != l.napStamp.changed:
-		return fmt.Errorf("ledger %s unusable: its file was written by something else while the daemon ran (%d bytes at its nap, %d now), restart the daemon (it reads the file that is there now)",
-			l.dir, l.napStamp.size, now.size)
 	}
-	return nil
+	if now.size == l.napStamp.size && now.changed == l.napStamp.changed {
+		return nil
+	}
+	if now.size == l.napStamp.size {
+		if now, err = l.fileStamp(true); err != nil {
+			return fmt.Errorf("wake ledger: %w", err)
+		}
+		if now.sum == l.napStamp.sum {
+			l.napStamp = now
+			return nil
+		}
+	}
+	return fmt.Errorf("ledger %s unusable: its file was written by something else while the daemon ran (%d bytes at its nap, %d now), restart the daemon (it reads the file that is there now)",
+		l.dir, l.napStamp.size, now.size)
 }
 
 // Naps reports how many times the ledger has closed buntdb for being

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -287,4 +288,110 @@ func fileSize(t *testing.T, path string) int64 {
 		t.Fatal(err)
 	}
 	return fi.Size()
+}
+
+// A change of the napping ledger file's metadata alone (chmod -R of the
+// home, a chown, times set back, a hard link: each moves its change time)
+// does not stop the daemon: the content is the nap's, and the wake goes on.
+// The same bytes written back differently sized would be refused; a byte
+// changed in place, the size kept, is refused by the content's hash.
+func TestWakeTakesAMetadataChange(t *testing.T) {
+	t.Parallel()
+	for _, how := range []string{"chmod", "chtimes", "link", "byte"} {
+		t.Run(how, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			l := mustOpen(t, dir)
+			defer l.Close()
+			mustAdmit(t, l, testEntry("a/1", time.Now().Add(time.Hour)))
+			setNap(l, 10*time.Millisecond)
+			waitNaps(t, l, 1)
+			fi, err := os.Stat(dbPath(dir))
+			if err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(10 * time.Millisecond) // a coarse clock's tick, so the change time moves
+			switch how {
+			case "chmod":
+				err = os.Chmod(dbPath(dir), fi.Mode().Perm())
+			case "chtimes":
+				err = os.Chtimes(dbPath(dir), fi.ModTime(), fi.ModTime())
+			case "link":
+				err = os.Link(dbPath(dir), filepath.Join(t.TempDir(), "snapshot"))
+			case "byte":
+				// The state's first letter, in place: "seen" becomes "Seen".
+				data := readFile(t, dbPath(dir))
+				i := strings.Index(string(data), `"state":"seen"`)
+				if i < 0 {
+					t.Fatalf("no seen state in %q", data)
+				}
+				f, ferr := os.OpenFile(dbPath(dir), os.O_WRONLY, 0)
+				if ferr != nil {
+					t.Fatal(ferr)
+				}
+				_, err = f.WriteAt([]byte("S"), int64(i+len(`"state":"`)))
+				f.Close()
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fi2, _ := os.Stat(dbPath(dir)); changeTime(fi2) == changeTime(fi) {
+				t.Fatalf("%s did not move the change time: the test proves nothing", how)
+			}
+			e, err := l.Get("a/1")
+			if how == "byte" {
+				if err == nil || !strings.Contains(err.Error(), "written by something else") {
+					t.Fatalf("Get after a byte written in place: %+v, %v; want a refusal", e, err)
+				}
+				return
+			}
+			if err != nil || e.State != StateSeen {
+				t.Fatalf("Get after a %s of the file: %+v, %v", how, e, err)
+			}
+			mustTransition(t, l, "a/1", StateSeen, StateClaimed)
+		})
+	}
+}
+
+// The directory's fsync failing after a nap's compaction renamed the new
+// file in place: the new file is the ledger's from then (its descriptor
+// follows it), and the ledger breaks at once with that reason, as after a
+// failed fsync, not at the next wake with a wrong one.
+func TestNapCompactionDirFsyncFailure(t *testing.T) {
+	dir := t.TempDir()
+	l := mustOpen(t, dir)
+	defer l.Close()
+	exp := time.Now().Add(time.Hour)
+	mustAdmit(t, l, testEntry("a/keep", exp))
+	pad := strings.Repeat("x", 2000)
+	for i := 0; fileSize(t, dbPath(dir)) < 2*closeCompactMin; i++ {
+		key := fmt.Sprintf("b/%d", i)
+		mustAdmit(t, l, testEntry(key, exp))
+		if _, err := l.Transition(key, []State{StateSeen}, StateRejected, func(e *Entry) { e.Reason = pad }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l.mu.RLock()
+	_, err := l.move()
+	l.mu.RUnlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	syncDir = func(string) error { return errors.New("input/output error") }
+	defer func() { syncDir = syncDirNamed }()
+	setNap(l, 10*time.Millisecond)
+	select {
+	case <-l.Unusable():
+	case <-time.After(20 * time.Second):
+		t.Fatal("a failed directory fsync at the nap's compaction left the ledger usable")
+	}
+	if err := l.Err(); !strings.Contains(err.Error(), "failed fsync of its directory") {
+		t.Fatalf("the ledger broke with %v, want the directory's fsync", err)
+	}
+	l.dur.RLock()
+	cur, _ := l.dbf.Stat()
+	l.dur.RUnlock()
+	if at, err := os.Stat(dbPath(dir)); err != nil || !os.SameFile(cur, at) {
+		t.Fatalf("the ledger's descriptor is not on the compacted file: %v", err)
+	}
 }
