@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"reflect"
 	"regexp"
 	"strings"
 	"testing"
@@ -151,6 +152,80 @@ func BenchmarkRedactOutput(b *testing.B) {
 		name string
 		r    *redactor
 	}{{"needles", with}, {"regexp-only", without}} {
+		b.Run(c.name, func(b *testing.B) {
+			b.SetBytes(int64(len(text)))
+			for b.Loop() {
+				c.r.bytes(text)
+			}
+		})
+	}
+}
+
+// Running a pattern over the lines that hold its needles finds what running
+// it over the whole text finds (random texts of the needles' and secrets'
+// bytes, line breaks among them, with policy patterns anchored to the
+// text's start or spanning lines, which must not be run per line); and
+// every default but the private key's runs per line.
+func TestRedactPerLineFindsWhatTheWholeTextDoes(t *testing.T) {
+	t.Parallel()
+	r := newRedactor(policy.Redaction{Enabled: true, Patterns: []*regexp.Regexp{
+		regexp.MustCompile(`^ghp_x`), regexp.MustCompile(`token=([a-z]{4,})`), regexp.MustCompile(`(?m)sk-line$`),
+		regexp.MustCompile(`(?s)secret:.*?;`),
+	}})
+	for _, sp := range r.res {
+		want := !strings.Contains(sp.re.String(), "PRIVATE KEY") && sp.re.String() != `^ghp_x` && sp.re.String() != `(?s)secret:.*?;`
+		if sp.perLine != want {
+			t.Errorf("%s: per line %v, want %v", sp.re, sp.perLine, want)
+		}
+	}
+	alphabet := "ghpousr_thubaitkAKISzxbB-eEr :/@.=~+-\n\n\tbearer BEARER token=abcd 0123456789abcdefXYZ"
+	shapes := []string{"ghp_" + strings.Repeat("a", 36), "sk-" + strings.Repeat("b", 20), "AKIA" + strings.Repeat("Q", 16),
+		"xoxb-" + strings.Repeat("1", 10), "AIza" + strings.Repeat("c", 35), "bEaReR abcdefgh", "s3://u:p@h", "token=wxyz", "sk-line", "ghp_x", "secret:", ";",
+		"-----BEGIN X PRIVATE KEY-----\nabc\n-----END X PRIVATE KEY-----", "-----BEGIN RSA PRIVATE KEY-----\nMIIE"}
+	rng := rand.New(rand.NewPCG(3, 4))
+	for i := 0; i < 20000; i++ {
+		n := 20 + rng.IntN(400)
+		var b strings.Builder
+		for b.Len() < n {
+			if rng.IntN(6) == 0 {
+				b.WriteString(shapes[rng.IntN(len(shapes))])
+				continue
+			}
+			b.WriteByte(alphabet[rng.IntN(len(alphabet))])
+		}
+		text := []byte(b.String())
+		for _, sp := range r.res {
+			got := sp.find(text)
+			want := sp.re.FindAllSubmatchIndex(text, -1)
+			if !reflect.DeepEqual(got, want) && !(len(got) == 0 && len(want) == 0) {
+				t.Fatalf("%s over %q: per line %v, whole text %v", sp.re, text, got, want)
+			}
+		}
+	}
+}
+
+// BenchmarkRedactOutputWithNeedle redacts 4 MiB of build-log text that holds
+// a URL on every 50th line: the URL pattern's needle is in it, so before the
+// per-line runs its regexp ran over the whole output.
+func BenchmarkRedactOutputWithNeedle(b *testing.B) {
+	var log strings.Builder
+	for i := 0; log.Len() < 4<<20; i++ {
+		if i%50 == 0 {
+			fmt.Fprintf(&log, "downloading https://proxy.golang.org/example/pkg%d/@v/list\n", i)
+		}
+		fmt.Fprintf(&log, "ok  \tgithub.com/example/pkg%d\t0.%03ds\tcoverage: %d.%d%% of statements\n", i, i%1000, i%100, i%10)
+	}
+	text := []byte(log.String())
+	r := newRedactor(policy.Redaction{Enabled: true})
+	whole := &redactor{}
+	for _, sp := range r.res {
+		sp.perLine = false
+		whole.res = append(whole.res, sp)
+	}
+	for _, c := range []struct {
+		name string
+		r    *redactor
+	}{{"whole-output", whole}, {"per-line", r}} {
 		b.Run(c.name, func(b *testing.B) {
 			b.SetBytes(int64(len(text)))
 			for b.Loop() {
