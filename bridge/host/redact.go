@@ -167,30 +167,6 @@ func anchoredToText(re *regexp.Regexp) bool {
 	return walk(t)
 }
 
-// lineWindows returns the lines of b that hold one of sp's needles, as
-// [start, end) pairs in order, without their line breaks.
-func (sp *secretPattern) lineWindows(b []byte) [][2]int {
-	var ws [][2]int
-	for _, n := range sp.needles {
-		for from := 0; from < len(b); {
-			i := indexNeedle(b[from:], n, sp.fold)
-			if i < 0 {
-				break
-			}
-			i += from
-			start := bytes.LastIndexByte(b[:i], '\n') + 1
-			end := len(b)
-			if j := bytes.IndexByte(b[i:], '\n'); j >= 0 {
-				end = i + j
-			}
-			ws = append(ws, [2]int{start, end})
-			from = end + 1
-		}
-	}
-	slices.SortFunc(ws, func(a, b [2]int) int { return a[0] - b[0] })
-	return slices.Compact(ws) // two needles in one line: one window
-}
-
 // indexNeedle is bytes.Index, case-insensitive for a lower-case ASCII
 // needle if fold.
 func indexNeedle(b []byte, needle string, fold bool) int {
@@ -219,19 +195,63 @@ func (sp *secretPattern) find(b []byte) [][]int {
 		return sp.re.FindAllSubmatchIndex(b, -1)
 	}
 	// No match crosses a line break, and each holds a needle: the lines
-	// that hold none have none, and a line's matches are the whole text's
-	// there (\b sees the same non-word byte, a line break or none, at a
-	// line's ends).
+	// that hold none have none, and a run of whole lines has the matches
+	// the whole text has there (\b and (?m)^ see the same non-word byte, a
+	// line break or none, at its ends). The lines with a needle are taken
+	// in one pass, keeping nothing per line, and those less than spanGap
+	// apart are merged into one span, so that an output dense with needles
+	// costs a few regexp runs, not one per line; lines farther apart are
+	// run alone, so that a needle on every 50th line of a log does not
+	// make a run over nearly all of it.
+	const spanGap = 256
 	var locs [][]int
-	for _, w := range sp.lineWindows(b) {
-		for _, l := range sp.re.FindAllSubmatchIndex(b[w[0]:w[1]], -1) {
+	flush := func(start, end int) {
+		for _, l := range sp.re.FindAllSubmatchIndex(b[start:end], -1) {
 			for k := range l {
 				if l[k] >= 0 {
-					l[k] += w[0]
+					l[k] += start
 				}
 			}
 			locs = append(locs, l)
 		}
+	}
+	next := make([]int, len(sp.needles)) // each needle's next occurrence at or after pos; len(b) for none
+	for k := range next {
+		next[k] = -1
+	}
+	spanStart, spanEnd := -1, -1
+	for pos := 0; pos < len(b); {
+		i := len(b)
+		for k, n := range sp.needles {
+			if next[k] < pos {
+				next[k] = len(b)
+				if j := indexNeedle(b[pos:], n, sp.fold); j >= 0 {
+					next[k] = pos + j
+				}
+			}
+			i = min(i, next[k])
+		}
+		if i == len(b) {
+			break
+		}
+		start := bytes.LastIndexByte(b[pos:i], '\n') + 1 + pos
+		end := len(b)
+		if j := bytes.IndexByte(b[i:], '\n'); j >= 0 {
+			end = i + j
+		}
+		switch {
+		case spanStart < 0:
+			spanStart, spanEnd = start, end
+		case start-spanEnd <= spanGap:
+			spanEnd = end
+		default:
+			flush(spanStart, spanEnd)
+			spanStart, spanEnd = start, end
+		}
+		pos = end + 1
+	}
+	if spanStart >= 0 {
+		flush(spanStart, spanEnd)
 	}
 	return locs
 }
