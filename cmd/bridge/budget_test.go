@@ -144,14 +144,20 @@ func writeBudget(t *testing.T, got map[string]int64) {
 # daemon and client in one process. idle wake-ups per minute: context switches of an idle daemon's
 # threads. A name ending in "ceiling" is a bound set over what was measured
 # (a tenth for written bytes; half for opens, listings and allocations;
-# double for wake-ups), for counts that vary from run to run with timing; every other
-# count must be met exactly.
+# double for wake-ups, and at least 120 a minute, the goal of 2 a second),
+# for counts that vary from run to run with timing; every other count must
+# be met exactly.
 `)
 	for _, k := range slices.Sorted(keys(got)) {
 		v := got[k]
 		switch {
 		case strings.HasPrefix(k, "idle "):
-			v *= 2 // the runtime's own wake-ups vary with the machine's load
+			// The runtime's own wake-ups vary with the machine's load, and
+			// from the ledger's nap the count is small enough for a rescan
+			// or a liveness stamp in the window to double it (24 to 66 in
+			// a minute): at least issue 25's goal, 2 a second. BuntDB's
+			// ticker, back, would be some 300.
+			v = max(2*v, 120)
 		case strings.HasSuffix(k, " opens ceiling"), strings.HasSuffix(k, " listings ceiling"), strings.HasSuffix(k, " allocs ceiling"),
 			strings.HasSuffix(k, " alloc-bytes ceiling"):
 			// With how often a wait looks, which a slower daemon (a
