@@ -14,9 +14,10 @@
 //     exactly one worker claims an id ([ErrWrongState] for the others).
 //   - [Repair] makes a damaged file loadable again (`bridge ledger repair`).
 //
-// [Ledger.InFlight] lists what a crash may have interrupted (claimed,
-// running); [Ledger.GC] forgets terminal entries after their expiry;
-// [Ledger.Stats] feeds status and doctor.
+// [Ledger.InState] lists the entries in some states (a start asks for what
+// a crash may have interrupted: claimed, running); [Ledger.Settled] and
+// [Ledger.Forget] let the daemon's collection forget terminal entries after
+// their expiry; [Ledger.Get], [Ledger.Missing] and [Ledger.List] read.
 //
 // Terminal entries move out of memory into an archive file, in the
 // background once 1,024 of them are in memory, and at every Open and Close
@@ -83,12 +84,13 @@
 // Why one key per request, written alone: a BuntDB transaction is one
 // write(2) of all its records, and after a crash the loader applies every
 // complete record, so a multi-key transaction can be half applied. A
-// single-key write is all or nothing. (GC deletes in batches; a partly
+// single-key write is all or nothing. (A move to the archive deletes in
+// batches; a partly
 // applied batch is still a valid set of deletions.)
 //
 // Why no TTL: BuntDB v1.3.0 drops an expired record at load time and the
 // key's previous value comes back (#112): a done request would resurrect as
-// running. No record ever carries an expiry; [Ledger.GC] deletes explicitly,
+// running. No record ever carries an expiry; [Ledger.Forget] deletes explicitly,
 // and a file holding an expiring record is refused as damaged.
 //
 // Durability: group commit. Writers that arrive together share one buntdb
@@ -132,7 +134,7 @@
 // checked too.
 //
 //	end of file inside a record, NUL bytes after the last   cut back to the last complete record, fsynced
-//	record (a crash), or a record prefix followed by NULs   (Stats.TailDropped); that write never returned
+//	record (a crash), or a record prefix followed by NULs   (its length is kept); that write never returned
 //	anything else: garbage, an unknown command or key,      ErrDamaged, file untouched; run Repair
 //	an expiring or non-canonical record, NUL bytes
 //	followed by more records
