@@ -85,8 +85,7 @@
 // write(2) of all its records, and after a crash the loader applies every
 // complete record, so a multi-key transaction can be half applied. A
 // single-key write is all or nothing. (A move to the archive deletes in
-// batches; a partly
-// applied batch is still a valid set of deletions.)
+// batches; a partly applied batch is still a valid set of deletions.)
 //
 // Why no TTL: BuntDB v1.3.0 drops an expired record at load time and the
 // key's previous value comes back (#112): a done request would resurrect as
