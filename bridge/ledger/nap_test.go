@@ -241,23 +241,7 @@ func TestNapCompactsTheFile(t *testing.T) {
 		keys = append(keys, key)
 		mustAdmit(t, l, testEntry(key, exp))
 	}
-	pad := strings.Repeat("x", 2000)
-	for i := 0; fileSize(t, dbPath(dir)) < 2*closeCompactMin; i++ {
-		key := fmt.Sprintf("b/%d", i)
-		keys = append(keys, key)
-		mustAdmit(t, l, testEntry(key, exp))
-		for _, s := range []State{StateClaimed, StateRunning, StateDone} {
-			if _, err := l.Transition(key, []State{prev(s)}, s, func(e *Entry) { e.Reason = pad }); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	l.mu.RLock()
-	_, err := l.move()
-	l.mu.RUnlock()
-	if err != nil {
-		t.Fatal(err)
-	}
+	keys = append(keys, fillArchived(t, l, exp)...)
 	before := fileSize(t, dbPath(dir))
 	setNap(l, 10*time.Millisecond)
 	waitNaps(t, l, 1)
@@ -363,20 +347,7 @@ func TestNapCompactionDirFsyncFailure(t *testing.T) {
 	defer l.Close()
 	exp := time.Now().Add(time.Hour)
 	mustAdmit(t, l, testEntry("a/keep", exp))
-	pad := strings.Repeat("x", 2000)
-	for i := 0; fileSize(t, dbPath(dir)) < 2*closeCompactMin; i++ {
-		key := fmt.Sprintf("b/%d", i)
-		mustAdmit(t, l, testEntry(key, exp))
-		if _, err := l.Transition(key, []State{StateSeen}, StateRejected, func(e *Entry) { e.Reason = pad }); err != nil {
-			t.Fatal(err)
-		}
-	}
-	l.mu.RLock()
-	_, err := l.move()
-	l.mu.RUnlock()
-	if err != nil {
-		t.Fatal(err)
-	}
+	fillArchived(t, l, exp)
 	syncDir = func(string) error { return errors.New("input/output error") }
 	defer func() { syncDir = syncDirNamed }()
 	setNap(l, 10*time.Millisecond)
@@ -394,4 +365,31 @@ func TestNapCompactionDirFsyncFailure(t *testing.T) {
 	if at, err := os.Stat(dbPath(dir)); err != nil || !os.SameFile(cur, at) {
 		t.Fatalf("the ledger's descriptor is not on the compacted file: %v", err)
 	}
+}
+
+// fillArchived runs requests "b/<n>" to done, each record padded, until
+// ledger.db is twice the size a compaction looks at, and moves them to the
+// archive: the file is then mostly records no longer live. It returns their
+// keys.
+func fillArchived(t *testing.T, l *Ledger, exp time.Time) []string {
+	t.Helper()
+	var keys []string
+	pad := strings.Repeat("x", 2000)
+	for i := 0; fileSize(t, l.Path()) < 2*closeCompactMin; i++ {
+		key := fmt.Sprintf("b/%d", i)
+		keys = append(keys, key)
+		mustAdmit(t, l, testEntry(key, exp))
+		for _, s := range []State{StateClaimed, StateRunning, StateDone} {
+			if _, err := l.Transition(key, []State{prev(s)}, s, func(e *Entry) { e.Reason = pad }); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	l.mu.RLock()
+	_, err := l.move()
+	l.mu.RUnlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return keys
 }
