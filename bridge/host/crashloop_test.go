@@ -320,6 +320,7 @@ func crashFolderFiles(t *testing.T, p *pair, id string) []string {
 // bounded waits for its crash and restart; they share the machine among
 // themselves only.
 func TestCrashAtEveryDurableStep(t *testing.T) {
+	t.Parallel()
 	var (
 		mu    sync.Mutex
 		table = map[string]map[string]string{}
@@ -539,14 +540,17 @@ func crashInPipeline(t *testing.T, p *pair, at string, op crashOp, countFile str
 // a clean daemon, orders the collection again and checks it completes.
 func crashInGC(t *testing.T, p *pair, at string, op crashOp, countFile string) string {
 	// An acked result is collected once its request expired too: a short
-	// life, and a small skew.
+	// life, and a small skew. The daemon is up before the request is
+	// written, so that its life is not spent on a start slowed by a loaded
+	// machine (it expired before a start of 2.6 s once, beside the whole
+	// package's tests).
 	p.skew = time.Millisecond
+	p.start(t, map[string]string{"COUNT_FILE": countFile})
 	s, err := p.client.Submit(agent.SubmitOptions{Op: op.name, TTL: 3 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	id := s.ID
-	p.start(t, map[string]string{"COUNT_FILE": countFile})
 	out := p.wait(t, id)
 	if err := p.client.Ack(out); err != nil {
 		t.Fatal(err)

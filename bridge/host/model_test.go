@@ -49,6 +49,7 @@ import (
 // processes with bounded waits; they share the machine among themselves
 // only.
 func TestLifecycleModel(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts daemon processes")
 	}

@@ -803,6 +803,7 @@ func runSimSeed(t *testing.T, seed uint64) simSeedStats {
 // the simulator's wall-clock limit for fair delivery; they share the machine
 // among themselves only.
 func TestSimProperties(t *testing.T) {
+	t.Parallel()
 	seeds := simSeedList(t)
 	var total simTotals
 	start := time.Now()
@@ -897,6 +898,7 @@ var simRegressions = []struct {
 // Not in parallel: as TestSimProperties, its seeds run in parallel with each
 // other only.
 func TestSimRegressions(t *testing.T) {
+	t.Parallel()
 	if *simSeedFlag >= 0 {
 		t.Skip("-sim.seed replays one seed (TestSimProperties)")
 	}
