@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -194,4 +195,14 @@ func cmdSleep(ts *testscript.TestScript, neg bool, args []string) {
 	d, err := time.ParseDuration(args[0])
 	ts.Check(err)
 	time.Sleep(d)
+}
+
+// `bridge demo` runs a daemon and an agent in one process: run in process
+// here, so that the race detector sees both sides' goroutines and the
+// demo's log buffer between them (demo.txt, a script, runs without it).
+func TestDemoInProcess(t *testing.T) {
+	code, out, errOut := bridgeIn(t, "", "demo")
+	if code != 0 || !strings.Contains(out, "== done: all four behaviours shown") || errOut != "" {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
 }

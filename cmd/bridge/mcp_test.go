@@ -115,7 +115,14 @@ func TestMCP(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() {
-		sess.Close()
+		// The session's end is the process's: a race report (exit 66 under
+		// the race detector) or any other failure of it fails the test.
+		if err := sess.Close(); err != nil {
+			t.Errorf("bridge mcp at the session's end: %v", err)
+		}
+		if strings.Contains(mcpStderr.String(), "DATA RACE") {
+			t.Error("bridge mcp reported a data race")
+		}
 		if t.Failed() {
 			t.Logf("bridge mcp stderr:\n%s", mcpStderr)
 			if serve != nil {
