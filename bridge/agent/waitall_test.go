@@ -3,6 +3,8 @@ package agent
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
@@ -11,12 +13,16 @@ import (
 	"github.com/syncbridge/bridge/bridge"
 )
 
-// WaitAll takes each answer once, as it comes, while results land beside
-// it: the folder's events reach it on the watch's goroutines and its own
-// loop looks at the requests they name (the race detector runs this; the
-// CLI scripts that wait for many ids do not run under it). An id sent
-// twice is waited for once, an id never sent is refused at once, and a
-// request still unanswered when the wait is given up is what it returns.
+// WaitAll takes each answer once, as the folder's events bring it: the
+// events reach it on the watch's goroutines and its own loop looks at the
+// requests they name (the race detector runs this; the CLI scripts that
+// wait for many ids do not run under it). Its full looks, for events lost,
+// come on a backoff: the answers land just after one, once they are a
+// second or more apart, and must all be taken before the next (a full look
+// is a counted event: WaitAll ticks after each). An answer's file written
+// again is not taken again; an id sent twice is waited for once, an id
+// never sent is refused at once, and a request still unanswered when the
+// wait is given up is what it returns.
 func TestWaitAllTakesEachAnswerOnce(t *testing.T) {
 	h := newHomes(t)
 	var sent []*Sent
@@ -37,8 +43,9 @@ func TestWaitAllTakesEachAnswerOnce(t *testing.T) {
 		mu    sync.Mutex
 		got   = map[string]int{}
 		bad   []string
-		ticks int
+		ticks []time.Duration // the time waited at each full look
 	)
+	ticked := make(chan struct{}, 1)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	type end struct {
@@ -59,25 +66,65 @@ func TestWaitAllTakesEachAnswerOnce(t *testing.T) {
 			}
 			out.Close()
 			got[id]++
-		}, func(time.Duration) {
+		}, func(elapsed time.Duration) {
 			mu.Lock()
-			ticks++
+			ticks = append(ticks, elapsed)
 			mu.Unlock()
+			select {
+			case ticked <- struct{}{}:
+			default:
+			}
 		})
 		done <- end{left, err}
 	}()
-	// All but the last answered, a few milliseconds apart, as a sync
-	// client lands them.
+	nTicks := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(ticks)
+	}
+	// Wait for a full look a second or more after the one before it: the
+	// next is then a second or more away (the backoff only grows, by half
+	// at most either way).
+	deadline := time.After(60 * time.Second)
+	for spaced := false; !spaced; {
+		select {
+		case <-ticked:
+		case <-deadline:
+			t.Fatalf("no full looks a second apart within a minute: %v", ticks)
+		}
+		mu.Lock()
+		n := len(ticks)
+		spaced = n >= 2 && ticks[n-1]-ticks[n-2] >= time.Second
+		mu.Unlock()
+	}
+	before := nTicks()
 	for _, s := range sent[:len(sent)-1] {
 		h.publishResult(t, s, bridge.StatusDone)
-		time.Sleep(2 * time.Millisecond)
 	}
 	last := sent[len(sent)-1].ID
-	waitUntil(t, "the answers published so far", func() bool {
+	waitUntil(t, "the answers published", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(got) == len(sent)-1
 	})
+	if n := nTicks(); n != before {
+		t.Errorf("the answers were taken by %d full looks, not by the folder's events", n-before)
+	}
+	// The answers' files written again, as a sync client may: events for
+	// requests already answered. They are taken before the next full look.
+	dir := filepath.Join(h.folder, bridge.ToAgentDir(sent[0].Host, h.agent.Config.ID))
+	for _, s := range sent[:len(sent)-1] {
+		p := filepath.Join(dir, s.ID+"."+bridge.ExtResult)
+		data, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	again := nTicks()
+	waitUntil(t, "the next full look", func() bool { return nTicks() > again })
 	cancel()
 	e := <-done
 	if !errors.Is(e.err, context.Canceled) || !slices.Equal(e.left, []string{last}) {
@@ -95,9 +142,6 @@ func TestWaitAllTakesEachAnswerOnce(t *testing.T) {
 	}
 	if !slices.Equal(bad, []string{ids[0]}) {
 		t.Errorf("refused %v, want only the id never sent, %s", bad, ids[0])
-	}
-	if ticks == 0 {
-		t.Error("no tick after a full look")
 	}
 }
 

@@ -316,9 +316,10 @@ func crashFolderFiles(t *testing.T, p *pair, id string) []string {
 // holds exactly the request's result pair; and a collection a crash
 // interrupted completes after the restart.
 //
-// Not in parallel: its steps run in parallel with each other, each with
-// bounded waits for its crash and restart; they share the machine among
-// themselves only.
+// Its steps run in parallel with each other and the test beside the
+// package's others: each step's waits for its crash and restart are bounded
+// generously (seconds of work against tens of seconds), and the gc step,
+// whose requests live 3 s, starts its daemon before it writes one.
 func TestCrashAtEveryDurableStep(t *testing.T) {
 	t.Parallel()
 	var (

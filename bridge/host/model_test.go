@@ -45,9 +45,9 @@ import (
 // Each daemon counts the lifecycle events it takes; over the seeds of
 // ./test.sh (-model.n) every row of the table in DESIGN.md §6 is hit.
 //
-// Not in parallel: its seeds run in parallel with each other, against daemon
-// processes with bounded waits; they share the machine among themselves
-// only.
+// Its seeds run in parallel with each other, against daemon processes with
+// bounded waits, and beside the package's other tests (3 seeds) in the race
+// step; test.sh runs its 60 seeds in a step of their own.
 func TestLifecycleModel(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {

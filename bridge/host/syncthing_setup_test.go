@@ -115,7 +115,6 @@ func TestSyncthingSetup(t *testing.T) {
 // machine (CI, with the other clients' tests beside it) once outran it
 // (1d0953f).
 func TestHalfDoneFastPath(t *testing.T) {
-	t.Parallel()
 	st := startSyncthingPairWith(t, false)
 	p := syncthingHomes(t, st)
 	hosts := []syncthing.RouteHost{{ID: p.host.Config.ID, Name: "laptop"}}
