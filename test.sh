@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The project's test command (README "Tests"); .ci/run runs exactly this.
 # It checks formatting, vets, runs staticcheck and the race-enabled tests, then
-# the cost budget, the CLI scripts, the batch of 10,000, the lifecycle model
-# and the sync simulator over many seeds without the race detector, and
-# every fuzz target for a bounded number of inputs (FUZZTIME,
+# without the race detector the cost budget, the CLI scripts, the batch of
+# 10,000, the lifecycle model over many seeds, the bounds the race detector
+# loosens, the sync simulator over many seeds with the redaction's tests at
+# full size, and every fuzz target for a bounded number of inputs (FUZZTIME,
 # default 100000x each).
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -76,8 +77,9 @@ step "lifecycle model (${MODEL_SEEDS:-60} seeds)"
 # Random sequences of everything that happens to requests, against real
 # daemon processes; over this many seeds every row of DESIGN.md §6 is taken
 # (the test checks it from 20). The daemons mostly wait: 8 seeds at a time.
-# (Beside the CLI scripts it took as long as after them: 125 s against 65 s
-# and 49 s; the steps after the race step are bound by the CPUs too.)
+# (Run at the same time as the CLI scripts and the batch, the two took 125 s,
+# against 65 s and 49 s one after the other: the steps after the race step
+# are bound by the CPUs too.)
 go test -count=1 -timeout 20m -parallel 8 -run '^TestLifecycleModel$' ./bridge/host/ -model.n="${MODEL_SEEDS:-60}"
 
 step "the bounds the race detector loosens, without it"
