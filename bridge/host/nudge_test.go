@@ -121,8 +121,11 @@ func TestNudgerFolders(t *testing.T) {
 		t.Fatal(err)
 	}
 	only.Nudge("hosts/h1/to-host/a1/z.ack", "hosts/h1/to-agent/a1/z.result")
+	// Flush sends the batch at once and waits for every scan it made, so a
+	// scan of the path left alone would be in by now (not a pause that a
+	// slow machine outruns).
+	only.Flush(time.Minute)
 	r.waitSubs(t, "res:a1/z.result")
-	time.Sleep(100 * time.Millisecond)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if slices.Contains(r.subs, "hosts/h1/to-host/a1/z.ack") || len(r.bad) > 0 {
