@@ -801,9 +801,10 @@ func runSimSeed(t *testing.T, seed uint64) simSeedStats {
 //
 // Its seeds run in parallel with each other, two at a time (simSlots), each
 // within the simulator's wall-clock limit for fair delivery (30 s; a seed
-// takes about 15); the test runs beside the package's others only in
-// test.sh's simulator step, where the replicator's self-test and the
-// redaction's tests are all there is beside it.
+// takes about 15). test.sh leaves it out of its race step and runs it in a
+// step of its own, beside the replicator's self-test and the redaction's
+// tests only; a plain go test of the package runs its 30 seeds beside
+// everything else.
 func TestSimProperties(t *testing.T) {
 	t.Parallel()
 	seeds := simSeedList(t)
