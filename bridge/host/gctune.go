@@ -42,8 +42,14 @@ func TuneDaemonGC() {
 var (
 	tuneOnce sync.Once
 	tuned    atomic.Bool  // TuneDaemonGC set the limit: loading may lift it
-	loading  atomic.Bool  // between gcLoading and its end: no limit
 	follows  atomic.Int64 // times followLiveHeap ran and re-armed: a collection's cleanup, counted
+
+	// limitMu makes a cleanup's look at loading and its setting of the
+	// limit one step against gcLoading's: a cleanup that looked just before
+	// a load began would otherwise set the last collection's limit inside
+	// the load (seen in CI).
+	limitMu sync.Mutex
+	loading bool // between gcLoading and its end: no limit; under limitMu
 )
 
 // gcLoading lifts the soft limit while a daemon loads its ledger and its
@@ -57,11 +63,15 @@ func gcLoading() (end func()) {
 	if !tuned.Load() {
 		return func() {}
 	}
-	loading.Store(true)
+	limitMu.Lock()
+	loading = true
 	debug.SetMemoryLimit(math.MaxInt64)
+	limitMu.Unlock()
 	return sync.OnceFunc(func() {
-		loading.Store(false)
+		limitMu.Lock()
+		loading = false
 		setLimitFromLive()
+		limitMu.Unlock()
 	})
 }
 
@@ -69,9 +79,11 @@ func gcLoading() (end func()) {
 // collection found, and arms itself for the next collection: a cleanup
 // runs once the collector finds its object unreachable.
 func followLiveHeap(struct{}) {
-	if !loading.Load() {
+	limitMu.Lock()
+	if !loading {
 		setLimitFromLive()
 	}
+	limitMu.Unlock()
 	// Large enough not to share an allocation with anything else.
 	runtime.AddCleanup(new([64]byte), followLiveHeap, struct{}{})
 	// Counted last: a count seen means the next collection's cleanup is

@@ -86,3 +86,55 @@ func TestGCLoadingLiftsTheLimit(t *testing.T) {
 		t.Fatalf("untuned (GOGC in the environment): the load changed the limit to none")
 	}
 }
+
+// A collection's cleanup that runs while a load begins never sets a limit
+// inside the load: the cleanup's look at "loading" and its setting of the
+// limit are one step against gcLoading's. The CI once saw a limit of the
+// last collection's live heap right after gcLoading (a cleanup queued by
+// an earlier collection had looked before the load began and set after).
+//
+// Not in parallel: it sets the process's memory limit.
+func TestGCCleanupNeverSetsALimitInsideALoad(t *testing.T) {
+	limit := func() int64 { return debug.SetMemoryLimit(-1) }
+	defer debug.SetMemoryLimit(limit())
+	defer tuned.Store(tuned.Load())
+	t.Setenv("GOGC", "")
+	t.Setenv("GOMEMLIMIT", "")
+	TuneDaemonGC()
+	tuned.Store(true)
+	// Collections run without a pause beside the loads, each queueing the
+	// cleanup that sets the limit when no load is on.
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				runtime.GC()
+			}
+		}
+	}()
+	defer func() { close(stop); <-done }()
+	for i := range 300 {
+		// Out of a load for a while, at a varied point of a collection's
+		// cycle: a cleanup is then as likely to be in its step as not.
+		for n := follows.Load(); follows.Load() == n; {
+			runtime.Gosched()
+		}
+		time.Sleep(time.Duration(i%20) * 50 * time.Microsecond)
+		end := gcLoading()
+		// Two cleanups later, any that looked before the load began has set
+		// what it would: the limit must still be none.
+		for _, n := 0, follows.Load(); follows.Load() < n+2; {
+			runtime.Gosched()
+		}
+		if got := limit(); got != math.MaxInt64 {
+			end()
+			t.Fatalf("load %d, after two collections' cleanups: memory limit %d, want none", i, got)
+		}
+		end()
+	}
+}
