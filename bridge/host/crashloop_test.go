@@ -53,18 +53,21 @@ reconcile = ["sh", "-c", "if grep -qx start-$1 \"$COUNT_FILE\"; then echo seen-$
 env = ["PATH", "COUNT_FILE"]
 idempotent = false
 
-# The effect is a child's that outlives nothing in a clean run (it ends
-# before the program), but does outlive the program when a crash kills
-# it: the child notes its pid in COUNT_FILE.<id>.children, so the test can
-# tell that none lives when the answer comes.
+# The effect is a child's that outlives nothing in a clean run (the
+# program waits for it before its last line: a 0.3 s margin between the
+# two sleeps let a loaded machine start the child late, and the end of
+# the run killed it before its effect, once in CI), but does outlive the
+# program when a crash kills it: the child notes its pid in
+# COUNT_FILE.<id>.children, so the test can tell that none lives when the
+# answer comes.
 [ops.bgonce]
-argv = ["sh", "-c", "echo start-$1 >> \"$COUNT_FILE\"; sh -c 'echo $$ >> \"$COUNT_FILE.$1.children\"; sleep 0.5; echo end-$1 >> \"$COUNT_FILE\"' child \"$1\" </dev/null >/dev/null 2>&1 & echo started-$1; sleep 0.8; echo out-$1", "bgonce", "{request_id}"]
+argv = ["sh", "-c", "echo start-$1 >> \"$COUNT_FILE\"; sh -c 'echo $$ >> \"$COUNT_FILE.$1.children\"; sleep 0.5; echo end-$1 >> \"$COUNT_FILE\"' child \"$1\" </dev/null >/dev/null 2>&1 & echo started-$1; sleep 0.8; wait; echo out-$1", "bgonce", "{request_id}"]
 env = ["PATH", "COUNT_FILE"]
 idempotent = false
 
 # The same, with a reconcile command that looks for the child's effect.
 [ops.bgchecked]
-argv = ["sh", "-c", "echo start-$1 >> \"$COUNT_FILE\"; sh -c 'echo $$ >> \"$COUNT_FILE.$1.children\"; sleep 0.5; echo end-$1 >> \"$COUNT_FILE\"' child \"$1\" </dev/null >/dev/null 2>&1 & echo started-$1; sleep 0.8; echo out-$1", "bgchecked", "{request_id}"]
+argv = ["sh", "-c", "echo start-$1 >> \"$COUNT_FILE\"; sh -c 'echo $$ >> \"$COUNT_FILE.$1.children\"; sleep 0.5; echo end-$1 >> \"$COUNT_FILE\"' child \"$1\" </dev/null >/dev/null 2>&1 & echo started-$1; sleep 0.8; wait; echo out-$1", "bgchecked", "{request_id}"]
 reconcile = ["sh", "-c", "if grep -qx end-$1 \"$COUNT_FILE\"; then echo seen-$1; exit 0; fi; exit 3", "bgchecked", "{request_id}"]
 env = ["PATH", "COUNT_FILE"]
 idempotent = false
