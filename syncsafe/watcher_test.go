@@ -7,10 +7,12 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
 )
 
 func newWatcher(t *testing.T, root string, opt WatchOptions) *Watcher {
@@ -418,4 +420,52 @@ func TestWatcherReusesUnchangedListings(t *testing.T) {
 		t.Fatalf("a file added behind a reset modification time was not found in %d walks", maxListingReuse+1)
 	}
 	logStats(t, w)
+}
+
+// An idle rescan of a folder that did not change allocates the batch it
+// hands out once: its listings are reused, and the paths go into a slice
+// sized by the walk before (issue 25: grown by appends, 20,000 paths beside
+// 10,000 finished requests cost 1.5 MB per rescan, and a collection every
+// rescan or two). Bytes counted by the runtime, not a time.
+func TestFullWalkOfAnUnchangedFolderAllocatesItsBatchOnce(t *testing.T) {
+	defer func(d time.Duration) { listingTrust = d }(listingTrust)
+	listingTrust = time.Minute
+	root := t.TempDir()
+	const perDir = 1500
+	old := time.Now().Add(-time.Hour)
+	for _, d := range []string{"a", "b"} {
+		must(t, os.Mkdir(filepath.Join(root, d), 0o755))
+		for i := range perDir {
+			must(t, os.WriteFile(filepath.Join(root, d, fmt.Sprintf("%032x.manifest", i)), nil, 0o644))
+		}
+		must(t, os.Chtimes(filepath.Join(root, d), old, old))
+	}
+	must(t, os.Chtimes(root, old, old))
+	w := newWatcher(t, root, WatchOptions{Rescan: time.Hour, Debounce: -1})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if b, err := w.Next(ctx); err != nil || !b.Full || len(b.Paths) != 2*perDir {
+		t.Fatalf("first walk: full %v, %d paths, %v", b.Full, len(b.Paths), err)
+	}
+	// Only Next's goroutine walks: this test is that goroutine now.
+	var before, after runtime.MemStats
+	var b Batch
+	var err error
+	for range 3 {
+		runtime.ReadMemStats(&before)
+		b, err = w.fullWalk()
+		runtime.ReadMemStats(&after)
+		if err != nil || len(b.Paths) != 2*perDir {
+			t.Fatalf("walk: %d paths, %v", len(b.Paths), err)
+		}
+	}
+	if w.stats.reusedLists.Load() < 3*3 {
+		t.Fatalf("%d listings reused in three walks of three unchanged directories, want 9", w.stats.reusedLists.Load())
+	}
+	batch := uint64(cap(b.Paths)) * uint64(unsafe.Sizeof(""))
+	got := after.TotalAlloc - before.TotalAlloc
+	t.Logf("a walk of %d unchanged files allocated %d bytes; its batch is %d", 2*perDir, got, batch)
+	if got > 2*batch {
+		t.Fatalf("a walk of an unchanged folder of %d files allocated %d bytes, want at most twice its batch (%d)", 2*perDir, got, batch)
+	}
 }
