@@ -115,16 +115,20 @@ func runUnprivileged(t *testing.T, pattern string) {
 // containPolicy's ops leave a process behind their program, as make's
 // shells or a deploy script do. Each child appends its pid to
 // COUNT_FILE.<id>.children, then its effect ("end-<id>") to COUNT_FILE 1.5 s
-// after the op started, while the program itself runs for 2 s.
+// after the op started, while the program itself runs for 2 s and then
+// waits for it: a clean run's effect lands (a loaded machine that started
+// the child half a second late had the run's end kill it before), and a
+// crash, which comes once the child noted its pid, finds both at work as
+// before.
 const containPolicy = `
 [ops.bgonce]
-argv = ["sh", "-c", "echo start-$1 >> \"$COUNT_FILE\"; sh -c 'echo $$ >> \"$COUNT_FILE.$1.children\"; sleep 1.5; echo end-$1 >> \"$COUNT_FILE\"' child \"$1\" </dev/null >/dev/null 2>&1 & sleep 2; echo out-$1", "bgonce", "{request_id}"]
+argv = ["sh", "-c", "echo start-$1 >> \"$COUNT_FILE\"; sh -c 'echo $$ >> \"$COUNT_FILE.$1.children\"; sleep 1.5; echo end-$1 >> \"$COUNT_FILE\"' child \"$1\" </dev/null >/dev/null 2>&1 & sleep 2; wait; echo out-$1", "bgonce", "{request_id}"]
 env = ["PATH", "COUNT_FILE"]
 idempotent = false
 
 # The same, with a reconcile command that looks for the effect.
 [ops.bgchecked]
-argv = ["sh", "-c", "echo start-$1 >> \"$COUNT_FILE\"; sh -c 'echo $$ >> \"$COUNT_FILE.$1.children\"; sleep 1.5; echo end-$1 >> \"$COUNT_FILE\"' child \"$1\" </dev/null >/dev/null 2>&1 & sleep 2; echo out-$1", "bgchecked", "{request_id}"]
+argv = ["sh", "-c", "echo start-$1 >> \"$COUNT_FILE\"; sh -c 'echo $$ >> \"$COUNT_FILE.$1.children\"; sleep 1.5; echo end-$1 >> \"$COUNT_FILE\"' child \"$1\" </dev/null >/dev/null 2>&1 & sleep 2; wait; echo out-$1", "bgchecked", "{request_id}"]
 reconcile = ["sh", "-c", "if grep -qx end-$1 \"$COUNT_FILE\"; then echo seen-$1; exit 0; fi; exit 3", "bgchecked", "{request_id}"]
 env = ["PATH", "COUNT_FILE"]
 idempotent = false

@@ -49,7 +49,7 @@ var (
 	// a load began would otherwise set the last collection's limit inside
 	// the load (seen in CI).
 	limitMu sync.Mutex
-	loading bool // between gcLoading and its end: no limit; under limitMu
+	loading int // loads begun and not ended (daemons of one process, in tests): no limit; under limitMu
 )
 
 // gcLoading lifts the soft limit while a daemon loads its ledger and its
@@ -64,14 +64,15 @@ func gcLoading() (end func()) {
 		return func() {}
 	}
 	limitMu.Lock()
-	loading = true
+	defer limitMu.Unlock()
+	loading++
 	debug.SetMemoryLimit(math.MaxInt64)
-	limitMu.Unlock()
 	return sync.OnceFunc(func() {
 		limitMu.Lock()
-		loading = false
-		setLimitFromLive()
-		limitMu.Unlock()
+		defer limitMu.Unlock()
+		if loading--; loading == 0 {
+			setLimitFromLive()
+		}
 	})
 }
 
@@ -79,17 +80,23 @@ func gcLoading() (end func()) {
 // collection found, and arms itself for the next collection: a cleanup
 // runs once the collector finds its object unreachable.
 func followLiveHeap(struct{}) {
-	limitMu.Lock()
-	if !loading {
-		setLimitFromLive()
-	}
-	limitMu.Unlock()
+	setLimitUnlessLoading()
 	// Large enough not to share an allocation with anything else.
 	runtime.AddCleanup(new([64]byte), followLiveHeap, struct{}{})
 	// Counted last: a count seen means the next collection's cleanup is
 	// armed (a test that collected as soon as it saw the count could
 	// collect before the arming, and wait for a cleanup that never came).
 	follows.Add(1)
+}
+
+// setLimitUnlessLoading is a cleanup's look at the loads and its setting
+// of the limit, in one step.
+func setLimitUnlessLoading() {
+	limitMu.Lock()
+	defer limitMu.Unlock()
+	if loading == 0 {
+		setLimitFromLive()
+	}
 }
 
 // setLimitFromLive sets the soft limit to the live heap the last

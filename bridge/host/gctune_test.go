@@ -76,7 +76,14 @@ func TestGCLoadingLiftsTheLimit(t *testing.T) {
 			t.Fatalf("during the load, after a collection: memory limit %d, want none", got)
 		}
 	}
+	// A second daemon's load that ends inside this one leaves the limit
+	// lifted (two daemons in one process: the tests).
+	gcLoading()()
+	if got := limit(); got != math.MaxInt64 {
+		t.Fatalf("an inner load ended inside another: memory limit %d, want none", got)
+	}
 	end()
+	end() // once
 	if got := limit(); got == math.MaxInt64 || got < gcHeadroom {
 		t.Fatalf("after the load: memory limit %d, want the live heap + %d", got, gcHeadroom)
 	}
@@ -118,19 +125,30 @@ func TestGCCleanupNeverSetsALimitInsideALoad(t *testing.T) {
 		}
 	}()
 	defer func() { close(stop); <-done }()
-	for i := range 300 {
+	// A cleanup, counted; never a wait without an end (a cleanup stuck on
+	// the lock fails here, not at the test binary's timeout).
+	cleanups := func(k int64) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for n := follows.Load(); follows.Load() < n+k; runtime.Gosched() {
+			if time.Now().After(deadline) {
+				t.Fatalf("no collection's cleanup ran in 10 s (%d of %d)", follows.Load()-n, k)
+			}
+		}
+	}
+	// Up to 300 loads (the old code failed within 3 to 119 of them), for
+	// at most 5 s: each forced collection marks the whole test binary's
+	// heap, and the loop keeps both CPUs busy.
+	start := time.Now()
+	for i := 0; i < 300 && time.Since(start) < 5*time.Second; i++ {
 		// Out of a load for a while, at a varied point of a collection's
 		// cycle: a cleanup is then as likely to be in its step as not.
-		for n := follows.Load(); follows.Load() == n; {
-			runtime.Gosched()
-		}
+		cleanups(1)
 		time.Sleep(time.Duration(i%20) * 50 * time.Microsecond)
 		end := gcLoading()
 		// Two cleanups later, any that looked before the load began has set
 		// what it would: the limit must still be none.
-		for _, n := 0, follows.Load(); follows.Load() < n+2; {
-			runtime.Gosched()
-		}
+		cleanups(2)
 		if got := limit(); got != math.MaxInt64 {
 			end()
 			t.Fatalf("load %d, after two collections' cleanups: memory limit %d, want none", i, got)
