@@ -53,13 +53,7 @@ func TestTuneDaemonGC(t *testing.T) {
 //
 // Not in parallel: it sets the process's memory limit, and t.Setenv.
 func TestGCLoadingLiftsTheLimit(t *testing.T) {
-	limit := func() int64 { return debug.SetMemoryLimit(-1) }
-	defer debug.SetMemoryLimit(limit())
-	defer tuned.Store(tuned.Load())
-	t.Setenv("GOGC", "")
-	t.Setenv("GOMEMLIMIT", "")
-	TuneDaemonGC()
-	tuned.Store(true) // an earlier test may have tuned with GOGC set
+	limit := tunedForTest(t)
 	end := gcLoading()
 	for range 3 {
 		// Wait for the collection's cleanup to have run (counted, not a
@@ -102,13 +96,7 @@ func TestGCLoadingLiftsTheLimit(t *testing.T) {
 //
 // Not in parallel: it sets the process's memory limit.
 func TestGCCleanupNeverSetsALimitInsideALoad(t *testing.T) {
-	limit := func() int64 { return debug.SetMemoryLimit(-1) }
-	defer debug.SetMemoryLimit(limit())
-	defer tuned.Store(tuned.Load())
-	t.Setenv("GOGC", "")
-	t.Setenv("GOMEMLIMIT", "")
-	TuneDaemonGC()
-	tuned.Store(true)
+	limit := tunedForTest(t)
 	// Collections run without a pause beside the loads, each queueing the
 	// cleanup that sets the limit when no load is on.
 	stop := make(chan struct{})
@@ -155,4 +143,18 @@ func TestGCCleanupNeverSetsALimitInsideALoad(t *testing.T) {
 		}
 		end()
 	}
+}
+
+// tunedForTest tunes the collector as a daemon does, for the test, and
+// returns a look at the memory limit; the limit and the tuning are put
+// back after it.
+func tunedForTest(t *testing.T) (limit func() int64) {
+	limit = func() int64 { return debug.SetMemoryLimit(-1) }
+	was, wasTuned := limit(), tuned.Load()
+	t.Cleanup(func() { debug.SetMemoryLimit(was); tuned.Store(wasTuned) })
+	t.Setenv("GOGC", "")
+	t.Setenv("GOMEMLIMIT", "")
+	TuneDaemonGC()
+	tuned.Store(true) // an earlier test may have tuned with GOGC set
+	return limit
 }
