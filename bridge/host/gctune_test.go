@@ -55,6 +55,7 @@ func TestTuneDaemonGC(t *testing.T) {
 func TestGCLoadingLiftsTheLimit(t *testing.T) {
 	limit := tunedForTest(t)
 	end := gcLoading()
+	t.Cleanup(end) // a failure below must not leave the load on for the tests after it
 	for range 3 {
 		// Wait for the collection's cleanup to have run (counted, not a
 		// fixed sleep): only then does the limit say what it did.
@@ -77,9 +78,15 @@ func TestGCLoadingLiftsTheLimit(t *testing.T) {
 		t.Fatalf("an inner load ended inside another: memory limit %d, want none", got)
 	}
 	end()
-	end() // once
+	end() // counted once: Open calls it twice
 	if got := limit(); got == math.MaxInt64 || got < gcHeadroom {
 		t.Fatalf("after the load: memory limit %d, want the live heap + %d", got, gcHeadroom)
+	}
+	// Had the second end counted, the next load's end would leave the
+	// count below zero and the limit lifted for good.
+	gcLoading()()
+	if got := limit(); got == math.MaxInt64 {
+		t.Fatal("after a load whose end was called twice, the next load left the limit lifted")
 	}
 	tuned.Store(false)
 	gcLoading()()
