@@ -376,10 +376,10 @@ func TestOrphansReapedMidRun(t *testing.T) {
 	done := make(chan *Outcome, 1)
 	go func() { done <- Run(ctx, s) }()
 	<-forked
-	// The dead children the reaper answers for: not the leaders and
-	// keepers of other tests' runs, which their own Run reaps when it
-	// is done with them (one held for its grace beside this test failed
-	// it once in CI), nor os/exec's children in this process's session.
+	// The dead children the reaper answers for, as reapOrphans picks
+	// them: not the leaders and keepers of other tests' runs, which their
+	// own Run reaps when it is done with them, nor os/exec's children in
+	// this process's session.
 	zombies := func() int {
 		spare.mu.Lock()
 		defer spare.mu.Unlock()
