@@ -2,8 +2,11 @@ package syncsafe
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
+	"hash"
+	"io"
 	"io/fs"
 	"os"
 	"path"
@@ -108,24 +111,27 @@ type Watcher struct {
 	rearm    bool                   // a watched directory vanished or was replaced
 	gone     bool                   // the last look found the root gone
 	lastLen  int                    // files the last full walk reported: the next one's capacity
+	dirent   []byte                 // the buffer directories are read into (scanDir)
+	chunk    [4096]byte             // names gathered for the digest between writes
 
 	stats watchStats
 }
 
 // watchStats are counters for tests and diagnostics.
 type watchStats struct {
-	events        atomic.Int64 // events received
-	nearFull      atomic.Int64 // reads that found the channel more than half full
-	setOverflow   atomic.Int64 // pending set outgrew its bound
-	fullWalks     atomic.Int64 // full walks done
-	reusedLists   atomic.Int64 // directory listings a full walk took from the one before
-	timerWalks    atomic.Int64 // of which for the Rescan timer
-	lossWalks     atomic.Int64 // of which for suspected loss
-	subdirWalks   atomic.Int64 // walks of a directory seen in an event
-	arms          atomic.Int64 // directory watches armed
-	rearms        atomic.Int64 // times every watch was dropped and armed again
-	eventBatches  atomic.Int64
-	eventPathsOut atomic.Int64
+	events         atomic.Int64 // events received
+	nearFull       atomic.Int64 // reads that found the channel more than half full
+	setOverflow    atomic.Int64 // pending set outgrew its bound
+	fullWalks      atomic.Int64 // full walks done
+	reusedLists    atomic.Int64 // directory listings a full walk took from the one before
+	confirmedLists atomic.Int64 // listings a full walk read again and kept: the directory held the same entries
+	timerWalks     atomic.Int64 // of which for the Rescan timer
+	lossWalks      atomic.Int64 // of which for suspected loss
+	subdirWalks    atomic.Int64 // walks of a directory seen in an event
+	arms           atomic.Int64 // directory watches armed
+	rearms         atomic.Int64 // times every watch was dropped and armed again
+	eventBatches   atomic.Int64
+	eventPathsOut  atomic.Int64
 }
 
 // NewWatcher watches the tree at root recursively. The first Next returns a
@@ -484,12 +490,13 @@ func (w *Watcher) walk(dir string, dropForeign bool, out, irregular *[]string) e
 // listing is what one directory held when listed: the paths (relative to
 // the root) of its subdirectories, regular files (sorted) and other
 // entries, and, for a full walk to reuse it, the directory's identity and
-// modification time then.
+// modification time then, and a digest of its entries.
 type listing struct {
 	dirs, files, other []string
 	dir                os.FileInfo
 	at                 time.Time // when the listing began
 	reused             int       // full walks that took it since
+	sum                [sha256.Size]byte
 }
 
 // maxListingReuse bounds how many full walks in a row may reuse a listing:
@@ -507,6 +514,22 @@ const maxListingReuse = 9
 // most maxListingReuse walks. (A variable for tests.)
 var listingTrust = 2 * time.Second
 
+// entryKind is what a listing files a directory entry under.
+type entryKind uint8
+
+const (
+	entryFile  entryKind = iota // a regular file
+	entryDir                    // a directory
+	entryOther                  // anything else: a symlink, FIFO, socket, device
+)
+
+// nameChunk is the size of the buffers a listing gathers its names in.
+const nameChunk = 64 << 10
+
+// direntBuf is the size of the buffer a directory is read into: 20,000
+// names in about 16 reads.
+const direntBuf = 64 << 10
+
 // list lists dir. During a full walk it reuses the previous full walk's
 // listing if the directory has not changed since (same inode, same
 // modification time, that time well before the listing began): adding,
@@ -514,6 +537,13 @@ var listingTrust = 2 * time.Second
 // file written in place does not, but it stays a regular file of that name,
 // which is all a walk reports. Beside 100,000 finished requests (400,000
 // files), reading and sorting the names is most of an idle rescan.
+//
+// A listing it may not reuse unread (too fresh then, or reused
+// maxListingReuse times) it reads again, and keeps it if the directory
+// holds the same entries, of the same kinds, in the same order: one read of
+// the names and a SHA-256 of them, where building a listing allocates its
+// size again and sorts it. A digest that cannot be made to collide, for the
+// names are the folder's writers' to choose.
 func (w *Watcher) list(dir string) (*listing, error) {
 	// Names and types only: a root-opened directory would lstat every entry.
 	d, ok, err := openDirFast(w.rootD, dir)
@@ -528,61 +558,141 @@ func (w *Watcher) list(dir string) (*listing, error) {
 	if err != nil {
 		return nil, err
 	}
+	var prev *listing
 	if w.visited != nil {
 		w.visited[dir] = true
-		if l := w.listings[dir]; l != nil && os.SameFile(l.dir, fi) && l.dir.ModTime().Equal(fi.ModTime()) &&
-			l.at.Sub(fi.ModTime()) > listingTrust && l.reused < maxListingReuse {
-			l.reused++
-			w.stats.reusedLists.Add(1)
-			return l, nil
+		if l := w.listings[dir]; l != nil && os.SameFile(l.dir, fi) {
+			if l.dir.ModTime().Equal(fi.ModTime()) && l.at.Sub(fi.ModTime()) > listingTrust && l.reused < maxListingReuse {
+				l.reused++
+				w.stats.reusedLists.Add(1)
+				return l, nil
+			}
+			prev = l
 		}
 	}
-	at := time.Now()
-	des, err := d.ReadDir(-1)
+	if prev != nil {
+		at := time.Now()
+		sum, err := w.digestDir(d)
+		if err != nil {
+			return nil, err
+		}
+		if sum == prev.sum {
+			prev.dir, prev.at, prev.reused = fi, at, 0
+			w.stats.confirmedLists.Add(1)
+			return prev, nil
+		}
+		// Changed: read it again from the start, for its names.
+		if _, err := d.Seek(0, io.SeekStart); err != nil {
+			return nil, err
+		}
+	}
+	hint := 0
+	if prev != nil {
+		hint = len(prev.files) + len(prev.files)/16
+	}
+	l, err := w.readListing(d, dir, hint)
 	if err != nil {
 		return nil, err
 	}
-	prefix := ""
-	if dir != "." {
-		prefix = dir + "/"
-	}
-	// The regular files' paths are built back to back, in order, in one
-	// buffer and handed out as substrings of one string: a directory of
-	// 200,000 files costs one allocation, not one per file, and whoever
-	// reads the sorted batch next reads memory laid out in order.
-	l := &listing{dir: fi, at: at}
-	var names []string
-	size := 0
-	for _, de := range des {
-		switch t := de.Type(); {
-		case t.IsDir():
-			l.dirs = append(l.dirs, prefix+de.Name())
-		case t.IsRegular():
-			names = append(names, de.Name())
-			size += len(prefix) + len(de.Name())
-		default:
-			l.other = append(l.other, prefix+de.Name())
-		}
-	}
-	slices.Sort(names)
-	buf := make([]byte, 0, size)
-	for _, n := range names {
-		buf = append(append(buf, prefix...), n...)
-	}
-	all, start := string(buf), 0
-	l.files = make([]string, len(names))
-	for i, n := range names {
-		end := start + len(prefix) + len(n)
-		l.files[i] = all[start:end]
-		start = end
-	}
-	slices.Sort(l.dirs)
+	l.dir = fi
 	if w.visited != nil {
 		if w.listings == nil {
 			w.listings = map[string]*listing{}
 		}
 		w.listings[dir] = l
 	}
+	return l, nil
+}
+
+// digestDir is the digest readListing gives the directory's entries,
+// without keeping them.
+func (w *Watcher) digestDir(d *os.File) ([sha256.Size]byte, error) {
+	dg := w.newDigest()
+	err := scanDir(d, &w.dirent, dg.add)
+	return dg.sum(), err
+}
+
+// entryDigest is a SHA-256 of a directory's entries, in the order read:
+// each one's kind, name and a zero byte, gathered in the watcher's chunk
+// between writes to the hash.
+type entryDigest struct {
+	h     hash.Hash
+	chunk []byte
+}
+
+func (w *Watcher) newDigest() *entryDigest {
+	return &entryDigest{h: sha256.New(), chunk: w.chunk[:0]}
+}
+
+func (e *entryDigest) add(name []byte, kind entryKind) {
+	if len(e.chunk)+len(name)+2 > cap(e.chunk) {
+		e.h.Write(e.chunk)
+		e.chunk = e.chunk[:0]
+	}
+	e.chunk = append(append(append(e.chunk, byte(kind)), name...), 0)
+}
+
+func (e *entryDigest) sum() (s [sha256.Size]byte) {
+	e.h.Write(e.chunk)
+	e.h.Sum(s[:0])
+	return s
+}
+
+// readListing reads the open directory d (dir, relative to the root) into
+// a new listing stamped with the time the read began; sizeHint is how many
+// files it is likely to hold.
+func (w *Watcher) readListing(d *os.File, dir string, sizeHint int) (*listing, error) {
+	prefix := ""
+	if dir != "." {
+		prefix = dir + "/"
+	}
+	l := &listing{at: time.Now()}
+	// The regular files' names are gathered back to back in buffers of
+	// nameChunk bytes, sorted as substrings of them, and their paths built
+	// in order in one more: a directory of 200,000 files costs a few
+	// allocations, not two per file, no copy as a buffer grows, and whoever
+	// reads the sorted batch next reads memory laid out in order.
+	dg := w.newDigest()
+	names := make([]string, 0, sizeHint)
+	var chunk strings.Builder
+	err := scanDir(d, &w.dirent, func(name []byte, kind entryKind) {
+		dg.add(name, kind)
+		switch kind {
+		case entryFile:
+			if chunk.Len()+len(name) > chunk.Cap() {
+				chunk = strings.Builder{}
+				chunk.Grow(max(nameChunk, len(name)))
+			}
+			start := chunk.Len()
+			chunk.Write(name)
+			names = append(names, chunk.String()[start:])
+		case entryDir:
+			l.dirs = append(l.dirs, prefix+string(name))
+		default:
+			l.other = append(l.other, prefix+string(name))
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	l.sum = dg.sum()
+	slices.Sort(names)
+	if prefix != "" {
+		size := 0
+		for _, n := range names {
+			size += len(prefix) + len(n)
+		}
+		var b strings.Builder
+		b.Grow(size)
+		for i, n := range names {
+			start := b.Len()
+			b.WriteString(prefix)
+			b.WriteString(n)
+			names[i] = b.String()[start:]
+		}
+	}
+	l.files = names
+	slices.Sort(l.dirs)
 	return l, nil
 }
 

@@ -1,0 +1,138 @@
+package syncsafe
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// scanDir reports what os.ReadDir reports, names and kinds, across many
+// reads of its buffer, whether the file system gives each entry's type or
+// fstatat must find it.
+func TestScanDirMatchesReadDir(t *testing.T) {
+	dir := t.TempDir()
+	// Names of 200 bytes: 3,000 of them are about ten reads of the buffer.
+	for i := range 3000 {
+		must(t, os.WriteFile(filepath.Join(dir, fmt.Sprintf("%0200d", i)), nil, 0o600))
+	}
+	must(t, os.Mkdir(filepath.Join(dir, "sub"), 0o700))
+	must(t, os.Symlink("sub", filepath.Join(dir, "link")))
+	must(t, os.Symlink("nowhere", filepath.Join(dir, "dangling")))
+	if runtime.GOOS != "windows" {
+		must(t, syscall.Mkfifo(filepath.Join(dir, "fifo"), 0o600))
+	}
+	des, err := os.ReadDir(dir)
+	must(t, err)
+	var want []string
+	for _, de := range des {
+		k := entryOther
+		switch {
+		case de.Type().IsRegular():
+			k = entryFile
+		case de.IsDir():
+			k = entryDir
+		}
+		want = append(want, fmt.Sprintf("%d %s", k, de.Name()))
+	}
+	slices.Sort(want)
+	for _, unknown := range []bool{false, true} {
+		typesUnknown = unknown
+		d, err := os.Open(dir)
+		must(t, err)
+		var got []string
+		var buf []byte
+		err = scanDir(d, &buf, func(name []byte, kind entryKind) {
+			got = append(got, fmt.Sprintf("%d %s", kind, name))
+		})
+		d.Close()
+		typesUnknown = false
+		must(t, err)
+		slices.Sort(got)
+		if !slices.Equal(got, want) {
+			t.Fatalf("types unknown %v: scanDir gave %d entries, os.ReadDir %d; first difference at %d",
+				unknown, len(got), len(want), firstDiff(got, want))
+		}
+	}
+}
+
+func firstDiff(a, b []string) int {
+	for i := range min(len(a), len(b)) {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return min(len(a), len(b))
+}
+
+// A listing read again because it may not be reused unread (at every tenth
+// full walk, or too fresh) is kept only if the directory holds the same
+// entries of the same kinds: a file replaced by a directory of its name, or
+// renamed, behind a modification time put back (a file system that keeps
+// none), is seen by that read; an unchanged directory is kept, not built
+// again.
+func TestListingReadAgainIsKeptOnlyIfUnchanged(t *testing.T) {
+	defer func(d time.Duration) { listingTrust = d }(listingTrust)
+	listingTrust = time.Minute
+	root := t.TempDir()
+	a := filepath.Join(root, "a")
+	writeFile(t, filepath.Join(a, "one"), "x")
+	writeFile(t, filepath.Join(a, "x"), "x")
+	old := time.Now().Add(-time.Hour)
+	must(t, os.Chtimes(a, old, old))
+	must(t, os.Chtimes(root, old, old))
+	w := newWatcher(t, root, WatchOptions{Rescan: time.Hour, Debounce: -1, EventsFirst: true})
+	w.started = true // Next's goroutine is this test's: walks are called directly
+	w.rescan = time.NewTimer(time.Hour)
+	walk := func() []string {
+		t.Helper()
+		b, err := w.fullWalk()
+		must(t, err)
+		return b.Paths
+	}
+	if got := fmt.Sprint(walk()); got != "[a/one a/x]" {
+		t.Fatalf("first walk: %s", got)
+	}
+	kept := w.listings["a"]
+	for range maxListingReuse + 1 {
+		if got := fmt.Sprint(walk()); got != "[a/one a/x]" {
+			t.Fatalf("walk of an unchanged folder: %s", got)
+		}
+	}
+	if w.stats.confirmedLists.Load() < 1 || w.listings["a"] != kept {
+		t.Fatalf("%d listings read again and kept in %d walks (a's kept: %v), want a's", w.stats.confirmedLists.Load(),
+			maxListingReuse+1, w.listings["a"] == kept)
+	}
+	for _, change := range []struct {
+		what string
+		do   func()
+		want string
+	}{
+		{"a file replaced by a directory of its name", func() {
+			must(t, os.Remove(filepath.Join(a, "x")))
+			must(t, os.Mkdir(filepath.Join(a, "x"), 0o700))
+		}, "[a/one]"},
+		{"a file renamed", func() { must(t, os.Rename(filepath.Join(a, "one"), filepath.Join(a, "two"))) }, "[a/two]"},
+	} {
+		change.do()
+		must(t, os.Chtimes(a, old, old))
+		var got string
+		for range maxListingReuse + 1 {
+			if got = fmt.Sprint(walk()); got == change.want {
+				break
+			}
+		}
+		if got != change.want {
+			t.Fatalf("%s behind a modification time put back: %d walks give %s, want %s", change.what, maxListingReuse+1,
+				got, change.want)
+		}
+	}
+	if !strings.Contains(fmt.Sprint(w.listings["a"].dirs), "a/x") {
+		t.Fatalf("a's listing has no directory x: %v", w.listings["a"].dirs)
+	}
+}
