@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 )
 
 var (
@@ -337,7 +338,7 @@ func (f *Folder) ListFunc(dir string, keep func(name string) bool) ([]Entry, err
 	// through the root would lstat every entry.
 	d, ok, err := openDirFast(f.rootDir, dir)
 	if !ok {
-		d, err = f.root.Open(dir)
+		d, err = openDirIn(f.root, dir)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("list %s: %w", dir, err)
@@ -438,10 +439,32 @@ func (f *Folder) RemoveAll(rel string) error {
 	return nil
 }
 
+// openDirIn opens the directory dir of root, refusing at once whatever
+// else stands at its name (openDirFlags), a link too: the root would follow
+// one that stays inside it, whatever the flags say.
+func openDirIn(root *os.Root, dir string) (*os.File, error) {
+	fi, err := root.Lstat(dir)
+	if err != nil {
+		return nil, err
+	}
+	if !fi.IsDir() {
+		return nil, &fs.PathError{Op: "open", Path: dir, Err: syscall.ENOTDIR}
+	}
+	d, err := root.OpenFile(dir, os.O_RDONLY|openDirFlags, 0)
+	if err != nil {
+		return nil, err
+	}
+	if st, err := d.Stat(); err != nil || !os.SameFile(fi, st) {
+		d.Close()
+		return nil, fmt.Errorf("open %s: replaced while opening", dir)
+	}
+	return d, nil
+}
+
 // syncDirRel fsyncs a directory of the root, best effort: some platforms
 // (Windows) cannot fsync a directory, and the entry is in place either way.
 func syncDirRel(root *os.Root, dir string) {
-	d, err := root.Open(dir)
+	d, err := openDirIn(root, dir)
 	if err != nil {
 		return
 	}

@@ -12,6 +12,9 @@ import (
 // openReadFlags: Windows has no FIFOs in a synced folder to guard against.
 const openReadFlags = 0
 
+// openDirFlags: see openReadFlags.
+const openDirFlags = 0
+
 // dirH is a directory of the root; without *at system calls every operation
 // goes through the root by relative path.
 type dirH struct {

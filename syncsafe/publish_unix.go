@@ -15,6 +15,12 @@ import (
 // not block the open.
 const openReadFlags = syscall.O_NONBLOCK
 
+// openDirFlags: what opens a directory through the root must refuse
+// anything else at its name at once: a FIFO swapped in for it would block
+// a plain open until a writer came (a folder writer stalling the watcher),
+// and a link would be followed where it stays inside the root.
+const openDirFlags = syscall.O_DIRECTORY | syscall.O_NONBLOCK | syscall.O_NOFOLLOW
+
 // dirH is an open directory; files are created, opened, removed and moved
 // relative to its descriptor, so no path is resolved twice.
 type dirH struct {

@@ -43,8 +43,11 @@ func openBeneath(root *os.File, rel string, flags int) (file *os.File, ok bool, 
 		return nil, true, &fs.PathError{Op: "openat2", Path: rel, Err: err}
 	case unix.ENOSYS, unix.EPERM:
 		noOpenat2.Store(true)
+		return nil, false, nil
 	}
-	return nil, false, nil
+	// Not ok: the portable path answers, precisely; the error is what
+	// openat2 said, for a caller that takes no portable path.
+	return nil, false, &fs.PathError{Op: "openat2", Path: rel, Err: err}
 }
 
 // openDirFast opens the directory rel below root for listing its names and
@@ -54,7 +57,13 @@ func openBeneath(root *os.File, rel string, flags int) (file *os.File, ok bool, 
 // costs no n lstats. Their Info must not be used (it would lstat by a name
 // relative to the process).
 func openDirFast(root *os.File, rel string) (*os.File, bool, error) {
-	return openBeneath(root, rel, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW)
+	d, ok, err := openBeneath(root, rel, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW)
+	if ok || root == nil || noOpenat2.Load() {
+		return d, ok, err
+	}
+	// openat2 answered, and not with a directory (a FIFO, a file or a link
+	// at its name, or one on the way): that is the answer.
+	return nil, true, err
 }
 
 // fastLstat is Lstat by openat2: an O_PATH descriptor of rel itself (a final

@@ -65,7 +65,11 @@ func scanDir(d *os.File, buf *[]byte, fn func(name []byte, kind entryKind)) erro
 				kind = entryDir
 			case unix.DT_UNKNOWN:
 				var st unix.Stat_t
-				switch err := unix.Fstatat(fd, string(name), &st, unix.AT_SYMLINK_NOFOLLOW); {
+				err := unix.Fstatat(fd, string(name), &st, unix.AT_SYMLINK_NOFOLLOW)
+				for err == unix.EINTR {
+					err = unix.Fstatat(fd, string(name), &st, unix.AT_SYMLINK_NOFOLLOW)
+				}
+				switch {
 				case err == unix.ENOENT:
 					continue
 				case err != nil:
@@ -79,11 +83,6 @@ func scanDir(d *os.File, buf *[]byte, fn func(name []byte, kind entryKind)) erro
 		}
 	}
 }
-
-// typesUnknown, for tests, has scanDir take every entry's type as one the
-// file system did not give (XFS without ftype, some FUSE and network file
-// systems), so fstatat decides.
-var typesUnknown bool
 
 // kindOfMode is the kind of an entry whose stat mode is m.
 func kindOfMode(m uint32) entryKind {

@@ -1,10 +1,11 @@
+//go:build unix
+
 package syncsafe
 
 import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"syscall"
@@ -24,9 +25,7 @@ func TestScanDirMatchesReadDir(t *testing.T) {
 	must(t, os.Mkdir(filepath.Join(dir, "sub"), 0o700))
 	must(t, os.Symlink("sub", filepath.Join(dir, "link")))
 	must(t, os.Symlink("nowhere", filepath.Join(dir, "dangling")))
-	if runtime.GOOS != "windows" {
-		must(t, syscall.Mkfifo(filepath.Join(dir, "fifo"), 0o600))
-	}
+	must(t, syscall.Mkfifo(filepath.Join(dir, "fifo"), 0o600))
 	des, err := os.ReadDir(dir)
 	must(t, err)
 	var want []string
@@ -134,5 +133,38 @@ func TestListingReadAgainIsKeptOnlyIfUnchanged(t *testing.T) {
 	}
 	if !strings.Contains(fmt.Sprint(w.listings["a"].dirs), "a/x") {
 		t.Fatalf("a's listing has no directory x: %v", w.listings["a"].dirs)
+	}
+}
+
+// A FIFO, a file or a link where a watched directory was (a folder writer
+// swapping them, between a walk's look at the parent and its open of the
+// child) is not listed, and the open does not wait for a FIFO's writer: by
+// openat2, and through the root where openat2 is missing.
+func TestListOfWhatIsNoLongerADirectoryDoesNotBlock(t *testing.T) {
+	root := t.TempDir()
+	must(t, os.Mkdir(filepath.Join(root, "real"), 0o700))
+	must(t, syscall.Mkfifo(filepath.Join(root, "fifo"), 0o600))
+	writeFile(t, filepath.Join(root, "file"), "x")
+	must(t, os.Symlink("real", filepath.Join(root, "link")))
+	w := newWatcher(t, root, WatchOptions{Rescan: time.Hour, EventsFirst: true})
+	defer setNoOpenat2(true)()
+	for _, fallback := range []bool{false, true} {
+		setNoOpenat2(fallback)
+		for _, name := range []string{"fifo", "file", "link"} {
+			done := make(chan error, 1)
+			go func() { _, err := w.list(name); done <- err }()
+			select {
+			case err := <-done:
+				if err == nil {
+					t.Fatalf("openat2 missing %v: %s listed as a directory", fallback, name)
+				}
+			case <-time.After(10 * time.Second):
+				// Let the open go, or the test binary would hang on exit.
+				if f, err := os.OpenFile(filepath.Join(root, name), os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
+					f.Close()
+				}
+				t.Fatalf("openat2 missing %v: listing %s did not return in 10 s", fallback, name)
+			}
+		}
 	}
 }

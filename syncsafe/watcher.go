@@ -523,6 +523,11 @@ const (
 	entryOther                  // anything else: a symlink, FIFO, socket, device
 )
 
+// typesUnknown, for tests, has scanDir take every entry's type as one the
+// file system did not give (XFS without ftype, some FUSE and network file
+// systems), so a stat decides (Linux; elsewhere os.ReadDir decides).
+var typesUnknown bool
+
 // nameChunk is the size of the buffers a listing gathers its names in.
 const nameChunk = 64 << 10
 
@@ -548,7 +553,7 @@ func (w *Watcher) list(dir string) (*listing, error) {
 	// Names and types only: a root-opened directory would lstat every entry.
 	d, ok, err := openDirFast(w.rootD, dir)
 	if !ok {
-		d, err = w.root.Open(dir)
+		d, err = openDirIn(w.root, dir)
 	}
 	if err != nil {
 		return nil, err
@@ -562,12 +567,15 @@ func (w *Watcher) list(dir string) (*listing, error) {
 	if w.visited != nil {
 		w.visited[dir] = true
 		if l := w.listings[dir]; l != nil && os.SameFile(l.dir, fi) {
-			if l.dir.ModTime().Equal(fi.ModTime()) && l.at.Sub(fi.ModTime()) > listingTrust && l.reused < maxListingReuse {
+			if !l.dir.ModTime().Equal(fi.ModTime()) {
+				// Changed: read for its names at once, no digest first.
+			} else if l.at.Sub(fi.ModTime()) > listingTrust && l.reused < maxListingReuse {
 				l.reused++
 				w.stats.reusedLists.Add(1)
 				return l, nil
+			} else {
+				prev = l
 			}
-			prev = l
 		}
 	}
 	if prev != nil {
@@ -587,8 +595,8 @@ func (w *Watcher) list(dir string) (*listing, error) {
 		}
 	}
 	hint := 0
-	if prev != nil {
-		hint = len(prev.files) + len(prev.files)/16
+	if l := w.listings[dir]; l != nil && w.visited != nil {
+		hint = len(l.files) + len(l.files)/16
 	}
 	l, err := w.readListing(d, dir, hint)
 	if err != nil {
@@ -690,6 +698,11 @@ func (w *Watcher) readListing(d *os.File, dir string, sizeHint int) (*listing, e
 			b.WriteString(n)
 			names[i] = b.String()[start:]
 		}
+	}
+	if cap(names) > 2*len(names)+64 {
+		// The hint was the directory before most of it went: the listing
+		// may be kept for long, and must not keep that size.
+		names = slices.Clip(slices.Clone(names))
 	}
 	l.files = names
 	slices.Sort(l.dirs)
