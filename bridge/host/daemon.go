@@ -365,15 +365,6 @@ func (d *Daemon) openCore() (err error) {
 		}
 		return err
 	}
-	// The process's memory pace follows whether this daemon has work
-	// (gctune.go). The hook's calls come one at a time, starting now.
-	was := ledger.Closed // counted nowhere until the hook's first call
-	d.ledger.SetSleepHook(func(now ledger.Wakefulness) {
-		if now != was {
-			ledgerSleeps(was, now)
-			was = now
-		}
-	})
 	if d.audit, err = openAudit(d.home.Path("audit.log")); err != nil {
 		return err
 	}

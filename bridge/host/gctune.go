@@ -8,8 +8,6 @@ import (
 	"runtime/metrics"
 	"sync"
 	"sync/atomic"
-
-	"github.com/syncbridge/bridge/bridge/ledger"
 )
 
 // The collector's pace for `bridge serve`. A daemon keeps its ledger and
@@ -29,24 +27,16 @@ import (
 // gcHeadroom of allocation, not every 25 %).
 const gcHeadroom = 32 << 20
 
-// While a daemon idles (its ledger naps: nothing came for a few seconds),
-// the limit is its live heap and the runtime's own memory plus
-// gcIdleSlack and a quarter of the live heap. Idle, it allocates only for
-// its rescans (under a megabyte each beside 10,000 finished requests), so
-// it collects every few rescans, each a few milliseconds of CPU, where Go's
-// pace let the heap grow to twice the live data and kept that resident
-// (issue 25: 31.3 MiB beside 10,000 finished requests, 1.51× the
-// reference's). The first use of the ledger sets the busy headroom again.
-const gcIdleSlack = 2 << 20
-
 // TuneDaemonGC sets the collector's pace for a daemon process, unless the
 // GOGC or GOMEMLIMIT environment variable sets it.
 func TuneDaemonGC() {
 	if os.Getenv("GOGC") != "" || os.Getenv("GOMEMLIMIT") != "" {
 		return
 	}
-	tuned.Store(true)
-	tuneOnce.Do(func() { followLiveHeap(struct{}{}) })
+	tuneOnce.Do(func() {
+		tuned.Store(true)
+		followLiveHeap(struct{}{})
+	})
 }
 
 var (
@@ -60,8 +50,6 @@ var (
 	// the load (seen in CI).
 	limitMu sync.Mutex
 	loading int // loads begun and not ended (daemons of one process, in tests): no limit; under limitMu
-	awake   int // daemons whose ledger is awake (ledgerSleeps); under limitMu
-	napping int // daemons whose ledger naps: with some and none awake, the process idles; under limitMu
 )
 
 // gcLoading lifts the soft limit while a daemon loads its ledger and its
@@ -92,9 +80,7 @@ func gcLoading() (end func()) {
 // collection found, and arms itself for the next collection: a cleanup
 // runs once the collector finds its object unreachable.
 func followLiveHeap(struct{}) {
-	if tuned.Load() { // not in a test process whose tuning test ended
-		setLimitUnlessLoading()
-	}
+	setLimitUnlessLoading()
 	// Large enough not to share an allocation with anything else.
 	runtime.AddCleanup(new([64]byte), followLiveHeap, struct{}{})
 	// Counted last: a count seen means the next collection's cleanup is
@@ -113,69 +99,14 @@ func setLimitUnlessLoading() {
 	}
 }
 
-// ledgerSleeps is told each change of a daemon's ledger, from was to now
-// (ledger.SetSleepHook): the limit follows whether any daemon of the
-// process is busy. A closed ledger counts neither way: a stopping daemon's
-// last work is not idling.
-func ledgerSleeps(was, now ledger.Wakefulness) {
-	limitMu.Lock()
-	defer limitMu.Unlock()
-	count := func(w ledger.Wakefulness, d int) {
-		switch w {
-		case ledger.Awake:
-			awake += d
-		case ledger.Napping:
-			napping += d
-		}
-	}
-	count(was, -1)
-	count(now, +1)
-	if tuned.Load() && loading == 0 {
-		setLimitFromLive()
-	}
-}
-
 // setLimitFromLive sets the soft limit to the live heap the last
-// collection found plus the headroom: gcHeadroom, or while the process
-// idles its runtime's memory beside the heap, a quarter of the live heap
-// and gcIdleSlack. Under limitMu.
+// collection found plus the headroom.
 func setLimitFromLive() {
-	limit, ok := liveLimit(awake <= 0 && napping > 0)
-	if ok {
-		debug.SetMemoryLimit(limit)
-	}
-}
-
-// liveLimit is the limit setLimitFromLive sets, busy or idle.
-func liveLimit(idle bool) (int64, bool) {
-	sample := []metrics.Sample{
-		{Name: "/gc/heap/live:bytes"},
-		{Name: "/memory/classes/total:bytes"},
-		{Name: "/memory/classes/heap/released:bytes"},
-		{Name: "/memory/classes/heap/free:bytes"},
-		{Name: "/memory/classes/heap/objects:bytes"},
-		{Name: "/memory/classes/heap/unused:bytes"},
-	}
+	sample := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
 	metrics.Read(sample)
-	var v [6]uint64
-	for i, s := range sample {
-		if s.Value.Kind() != metrics.KindUint64 {
-			return 0, false
+	if sample[0].Value.Kind() == metrics.KindUint64 {
+		if live := sample[0].Value.Uint64(); live > 0 && live < math.MaxInt64-gcHeadroom {
+			debug.SetMemoryLimit(int64(live) + gcHeadroom)
 		}
-		v[i] = s.Value.Uint64()
 	}
-	live := v[0]
-	if live == 0 || live > math.MaxInt64/4 {
-		return 0, false
-	}
-	if !idle {
-		return int64(live) + gcHeadroom, true
-	}
-	// The limit counts all the runtime's memory: stacks, the collector's
-	// and the scheduler's own, beside the heap's pages.
-	runtimeOwn := v[1] - v[2] - v[3] - v[4] - v[5]
-	if runtimeOwn > math.MaxInt64/4 {
-		return int64(live) + gcHeadroom, true
-	}
-	return int64(runtimeOwn+live+live/4) + gcIdleSlack, true
 }

@@ -6,8 +6,6 @@ import (
 	"runtime/debug"
 	"testing"
 	"time"
-
-	"github.com/syncbridge/bridge/bridge/ledger"
 )
 
 // TuneDaemonGC keeps the default GC percent and follows the live heap with
@@ -166,44 +164,4 @@ func tunedForTest(t *testing.T) (limit func() int64) {
 	TuneDaemonGC()
 	tuned.Store(true) // an earlier test may have tuned with GOGC set
 	return limit
-}
-
-// While every daemon of the process idles (its ledger napped), the limit is
-// the live heap and the runtime's own memory plus a little slack; the next
-// use of a ledger sets the busy headroom again.
-//
-// Not in parallel: it sets the process's memory limit.
-func TestIdleProcessNarrowsItsMemoryLimit(t *testing.T) {
-	limit := tunedForTest(t)
-	limitMu.Lock()
-	wasAwake, wasNapping := awake, napping
-	limitMu.Unlock()
-	t.Cleanup(func() {
-		limitMu.Lock()
-		awake, napping = wasAwake, wasNapping
-		limitMu.Unlock()
-	})
-	const live = 16 << 20
-	keep := make([]byte, live)
-	for i := range keep {
-		keep[i] = byte(i)
-	}
-	runtime.GC()
-	ledgerSleeps(ledger.Closed, ledger.Awake) // a daemon opens its ledger
-	busy := limit()
-	ledgerSleeps(ledger.Awake, ledger.Napping) // it naps
-	idle := limit()
-	ledgerSleeps(ledger.Napping, ledger.Awake) // a request wakes it
-	again := limit()
-	ledgerSleeps(ledger.Awake, ledger.Closed) // the daemon stops: its last work is not idling
-	closed := limit()
-	runtime.KeepAlive(keep)
-	t.Logf("limit with %d live: busy %d, idle %d, busy again %d, closed %d", live, busy, idle, again, closed)
-	if busy < live+gcHeadroom || again < live+gcHeadroom || closed < live+gcHeadroom {
-		t.Fatalf("busy limits %d, %d and %d, want at least live + %d", busy, again, closed, gcHeadroom)
-	}
-	if idle < live+live/4+gcIdleSlack || idle > live+live/4+gcIdleSlack+16<<20 {
-		t.Fatalf("idle limit %d, want the live %d, a quarter of it, %d of slack and the runtime's own (under 16 MiB)",
-			idle, live, gcIdleSlack)
-	}
 }

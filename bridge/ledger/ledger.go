@@ -102,12 +102,11 @@ type Ledger struct {
 	// again by the next use. db is nil while napping; it is read and
 	// replaced under dur. lastUse is the time of the last use (UnixNano).
 	napTimer    *time.Timer
-	napAfter    time.Duration                     // guarded by dur
-	napStamp    stamp                             // the file as the nap left it; guarded by dur
-	born        time.Time                         // Open's time, the monotonic base of lastUse
-	lastUse     atomic.Int64                      // nanoseconds since born
-	naps, wakes atomic.Int64                      // how many times buntdb was closed and opened again (Naps)
-	sleepHook   atomic.Pointer[func(Wakefulness)] // SetSleepHook
+	napAfter    time.Duration // guarded by dur
+	napStamp    stamp         // the file as the nap left it; guarded by dur
+	born        time.Time     // Open's time, the monotonic base of lastUse
+	lastUse     atomic.Int64  // nanoseconds since born
+	naps, wakes atomic.Int64  // how many times buntdb was closed and opened again (Naps)
 }
 
 // change is one writer's part of a group commit.
@@ -383,7 +382,6 @@ func (l *Ledger) Close() error {
 			err = cerr
 		}
 	}
-	l.tellSleep(Closed)
 	if cerr := l.dbf.Close(); err == nil {
 		err = cerr
 	}

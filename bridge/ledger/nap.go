@@ -131,7 +131,6 @@ func (l *Ledger) nap() {
 	}
 	l.napStamp = stamp
 	l.naps.Add(1)
-	l.tellSleep(Napping)
 }
 
 // compactAsleep rewrites ledger.db with the live records while buntdb is
@@ -209,45 +208,7 @@ func (l *Ledger) awakeLocked() error {
 	l.db = db
 	l.wakes.Add(1)
 	l.napTimer.Reset(l.napAfter)
-	l.tellSleep(Awake)
 	return nil
-}
-
-// Wakefulness is what a ledger's sleep hook is told (SetSleepHook).
-type Wakefulness int
-
-const (
-	Awake   Wakefulness = iota // buntdb is open
-	Napping                    // buntdb is closed for a nap: nothing used the ledger for a while
-	Closed                     // the ledger is closed (Close)
-)
-
-// SetSleepHook has f told at once whether the ledger is awake, napping or
-// closed, then each time that changes. The host's memory pace listens
-// (host/gctune.go): a napping ledger is a daemon with nothing to do. f runs
-// with the ledger's locks held, so its calls come one at a time and in
-// order; it must not use the ledger.
-func (l *Ledger) SetSleepHook(f func(Wakefulness)) {
-	l.mu.RLock()
-	defer l.mu.RUnlock()
-	l.dur.Lock()
-	defer l.dur.Unlock()
-	l.sleepHook.Store(&f)
-	switch {
-	case l.closed:
-		f(Closed)
-	case l.db == nil:
-		f(Napping)
-	default:
-		f(Awake)
-	}
-}
-
-// tellSleep calls the sleep hook, if any; under the ledger's locks.
-func (l *Ledger) tellSleep(w Wakefulness) {
-	if f := l.sleepHook.Load(); f != nil {
-		(*f)(w)
-	}
 }
 
 // A stamp tells the ledger's file as the nap left it: its change time

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -393,27 +392,4 @@ func fillArchived(t *testing.T, l *Ledger, exp time.Time) []string {
 		t.Fatal(err)
 	}
 	return keys
-}
-
-// The sleep hook is told at once that the ledger is awake, then of every
-// nap, every wake and the Close, in order, so that a listener counting
-// awake and napping ledgers stays balanced.
-func TestSleepHookToldOfNapsWakesAndClose(t *testing.T) {
-	t.Parallel()
-	l := mustOpen(t, t.TempDir())
-	var mu sync.Mutex
-	var told []Wakefulness
-	l.SetSleepHook(func(w Wakefulness) { mu.Lock(); told = append(told, w); mu.Unlock() })
-	setNap(l, 20*time.Millisecond)
-	waitNaps(t, l, 1)
-	mustAdmit(t, l, testEntry("a/1", time.Now().Add(time.Hour))) // wakes it
-	setNap(l, time.Hour)
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	if want := []Wakefulness{Awake, Napping, Awake, Closed}; !slices.Equal(told, want) {
-		t.Fatalf("the hook was told %v, want %v (awake, nap, wake, close)", told, want)
-	}
 }
