@@ -135,10 +135,11 @@ func OpenFolder(dir string, opts ...FolderOption) (*Folder, error) {
 	return f, nil
 }
 
-// sameDir opens dir as a plain handle for openat2 (resolve_linux.go), only
-// if it is the very directory root holds; else nil.
+// sameDir opens the directory root holds as a plain handle for openat2
+// (resolve_linux.go): through the root, not by dir's path again, where a
+// FIFO swapped in would block the open; nil if that fails.
 func sameDir(dir string, root *os.Root) *os.File {
-	d, err := os.Open(dir)
+	d, err := root.Open(".")
 	if err != nil {
 		return nil
 	}

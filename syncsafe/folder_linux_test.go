@@ -8,6 +8,9 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 func TestReadFileDevice(t *testing.T) {
@@ -68,4 +71,68 @@ func TestSymlinkedParentsRefused(t *testing.T) {
 		}
 	}
 	noOpenat2.Store(false)
+}
+
+// Opening the watched directory again (at start, and whenever it was
+// replaced) never waits on a FIFO a folder writer swaps in at its name
+// between the look at it and the open: os.Root's own opens of a directory
+// would wait for the FIFO's writer for ever (a red team's finding). The
+// swaps are atomic exchanges, as fast as the machine makes them.
+func TestOpeningTheRootNeverWaitsOnAFIFOSwappedIn(t *testing.T) {
+	f, root := newFolder(t)
+	must(t, os.Mkdir(filepath.Join(root, "w"), 0o700))
+	must(t, syscall.Mkfifo(filepath.Join(root, "fifo"), 0o600))
+	viaFolder, err := f.Watch("w", WatchOptions{Rescan: time.Hour, EventsFirst: true})
+	must(t, err)
+	defer viaFolder.Close()
+	byPath, err := NewWatcher(filepath.Join(root, "w"), WatchOptions{Rescan: time.Hour, EventsFirst: true})
+	must(t, err)
+	defer byPath.Close()
+	stop := make(chan struct{})
+	swapped := make(chan int)
+	go func() {
+		n := 0
+		defer func() { swapped <- n }()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if unix.Renameat2(unix.AT_FDCWD, filepath.Join(root, "w"), unix.AT_FDCWD, filepath.Join(root, "fifo"), unix.RENAME_EXCHANGE) == nil {
+				n++
+			}
+		}
+	}()
+	done := make(chan int)
+	go func() {
+		opened := 0
+		for range 3000 {
+			for _, w := range []*Watcher{viaFolder, byPath} {
+				if r, d, _, err := w.openRoot(); err == nil {
+					opened++
+					r.Close()
+					if d != nil {
+						d.Close()
+					}
+				}
+			}
+		}
+		done <- opened
+	}()
+	select {
+	case opened := <-done:
+		close(stop)
+		t.Logf("%d of 6000 opens found the directory, %d swaps", opened, <-swapped)
+	case <-time.After(60 * time.Second):
+		close(stop)
+		<-swapped
+		// Let the stuck open go, or the test binary would hang on exit.
+		for _, name := range []string{"w", "fifo"} {
+			if w, err := os.OpenFile(filepath.Join(root, name), os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
+				w.Close()
+			}
+		}
+		t.Fatal("opening the watched directory waited on a FIFO swapped in at its name")
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"io/fs"
 	"os"
 	"path"
+	"strconv"
 	"sync/atomic"
 
 	"golang.org/x/sys/unix"
@@ -84,4 +85,10 @@ func (f *Folder) fastLstat(rel string) (fs.FileInfo, bool, error) {
 // fastOpen opens rel with flags (O_NOFOLLOW is added) by openat2.
 func (f *Folder) fastOpen(rel string, flags int) (*os.File, bool, error) {
 	return f.resolve(rel, flags|unix.O_NOFOLLOW)
+}
+
+// rootFromDir makes an os.Root of the open directory d by its descriptor
+// (/proc/self/fd), so that nothing is looked up by name again.
+func rootFromDir(d *os.File) (*os.Root, error) {
+	return os.OpenRoot("/proc/self/fd/" + strconv.Itoa(int(d.Fd())))
 }

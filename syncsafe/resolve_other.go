@@ -3,6 +3,7 @@
 package syncsafe
 
 import (
+	"errors"
 	"io/fs"
 	"os"
 )
@@ -16,3 +17,6 @@ func (f *Folder) fastOpen(string, int) (*os.File, bool, error) { return nil, fal
 func openDirFast(*os.File, string) (*os.File, bool, error) { return nil, false, nil }
 
 func (f *Folder) fastLstatIn(string, []string, []fs.FileInfo) (bool, error) { return false, nil }
+
+// rootFromDir: no descriptor-to-Root path here (see the Linux version).
+func rootFromDir(*os.File) (*os.Root, error) { return nil, errors.ErrUnsupported }

@@ -65,12 +65,7 @@ func (w *Watcher) openRoot() (*os.Root, *os.File, fs.FileInfo, error) {
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	var r *os.Root
-	if w.base != nil {
-		r, err = w.base.root.OpenRoot(w.bRel)
-	} else {
-		r, err = os.OpenRoot(w.dir)
-	}
+	r, err := w.openRootDir()
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -83,6 +78,37 @@ func (w *Watcher) openRoot() (*os.Root, *os.File, fs.FileInfo, error) {
 		return nil, nil, nil, err
 	}
 	return r, sameDir(w.dir, r), rfi, nil
+}
+
+// openRootDir opens the root's directory as an os.Root without waiting on
+// whatever a folder writer swaps in at its name: os.Root's own opens of a
+// directory (OpenRoot, in a root or by path) take a FIFO as readily as a
+// directory and wait for its writer for ever. The directory is opened
+// first with O_DIRECTORY|O_NONBLOCK (openDirFast, openDirIn), and the Root
+// made from that descriptor where the system can (rootFromDir, Linux);
+// elsewhere that open only narrows the moment a swap could catch.
+func (w *Watcher) openRootDir() (*os.Root, error) {
+	var d *os.File
+	var err error
+	if w.base != nil {
+		var ok bool
+		if d, ok, err = openDirFast(w.base.rootDir, w.bRel); !ok {
+			d, err = openDirIn(w.base.root, w.bRel)
+		}
+	} else {
+		d, err = os.OpenFile(w.dir, os.O_RDONLY|openDirFlags, 0)
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer d.Close()
+	if r, err := rootFromDir(d); err == nil {
+		return r, nil
+	}
+	if w.base != nil {
+		return w.base.root.OpenRoot(w.bRel)
+	}
+	return os.OpenRoot(w.dir)
 }
 
 func (w *Watcher) closeRoot() error {
