@@ -88,7 +88,19 @@ func (f *Folder) fastOpen(rel string, flags int) (*os.File, bool, error) {
 }
 
 // rootFromDir makes an os.Root of the open directory d by its descriptor
-// (/proc/self/fd), so that nothing is looked up by name again.
-func rootFromDir(d *os.File) (*os.Root, error) {
-	return os.OpenRoot("/proc/self/fd/" + strconv.Itoa(int(d.Fd())))
+// (/proc/self/fd), so that nothing is looked up by name again. ok is false
+// only where /proc is not mounted: any other failure (the directory's mode
+// changed so that opening it again is refused, say) is the answer.
+func rootFromDir(d *os.File) (r *os.Root, ok bool, err error) {
+	r, err = os.OpenRoot("/proc/self/fd/" + strconv.Itoa(int(d.Fd())))
+	if err != nil && !procFDs() {
+		return nil, false, nil
+	}
+	return r, true, err
+}
+
+// procFDs reports whether /proc/self/fd is there.
+func procFDs() bool {
+	_, err := os.Stat("/proc/self/fd")
+	return err == nil
 }

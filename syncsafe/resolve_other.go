@@ -3,7 +3,6 @@
 package syncsafe
 
 import (
-	"errors"
 	"io/fs"
 	"os"
 )
@@ -19,4 +18,4 @@ func openDirFast(*os.File, string) (*os.File, bool, error) { return nil, false, 
 func (f *Folder) fastLstatIn(string, []string, []fs.FileInfo) (bool, error) { return false, nil }
 
 // rootFromDir: no descriptor-to-Root path here (see the Linux version).
-func rootFromDir(*os.File) (*os.Root, error) { return nil, errors.ErrUnsupported }
+func rootFromDir(*os.File) (*os.Root, bool, error) { return nil, false, nil }

@@ -168,3 +168,20 @@ func TestListOfWhatIsNoLongerADirectoryDoesNotBlock(t *testing.T) {
 		}
 	}
 }
+
+// A listing's error names the directory by the watched path, whichever way
+// the directory was opened (the root's own handle may be named by a
+// descriptor that is gone by then).
+func TestListErrorNamesTheWatchedPath(t *testing.T) {
+	root := t.TempDir()
+	w := newWatcher(t, root, WatchOptions{Rescan: time.Hour, EventsFirst: true})
+	defer setNoOpenat2(true)()
+	for _, fallback := range []bool{false, true} {
+		setNoOpenat2(fallback)
+		_, err := w.list("gone")
+		want := filepath.Join(w.dir, "gone")
+		if err == nil || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "/proc/") {
+			t.Fatalf("openat2 missing %v: listing a missing directory: %v, want an error naming %s", fallback, err, want)
+		}
+	}
+}

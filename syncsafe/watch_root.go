@@ -85,8 +85,11 @@ func (w *Watcher) openRoot() (*os.Root, *os.File, fs.FileInfo, error) {
 // directory (OpenRoot, in a root or by path) take a FIFO as readily as a
 // directory and wait for its writer for ever. The directory is opened
 // first with O_DIRECTORY|O_NONBLOCK (openDirFast, openDirIn), and the Root
-// made from that descriptor where the system can (rootFromDir, Linux);
-// elsewhere that open only narrows the moment a swap could catch.
+// made from that descriptor (rootFromDir). Only where the system has no
+// way to do that (not Linux, or Linux without /proc) is the root opened by
+// name again, and a FIFO swapped in at that instant can still hold the
+// watcher; a failure of the descriptor's way is an error, looked at again
+// later, never a reason to open by name.
 func (w *Watcher) openRootDir() (*os.Root, error) {
 	var d *os.File
 	var err error
@@ -102,13 +105,15 @@ func (w *Watcher) openRootDir() (*os.Root, error) {
 		return nil, err
 	}
 	defer d.Close()
-	if r, err := rootFromDir(d); err == nil {
-		return r, nil
-	}
-	if w.base != nil {
+	r, ok, err := rootFromDir(d)
+	switch {
+	case ok:
+		return r, err
+	case w.base != nil:
 		return w.base.root.OpenRoot(w.bRel)
+	default:
+		return os.OpenRoot(w.dir)
 	}
-	return os.OpenRoot(w.dir)
 }
 
 func (w *Watcher) closeRoot() error {

@@ -550,6 +550,18 @@ const direntBuf = 64 << 10
 // size again and sorts it. A digest that cannot be made to collide, for the
 // names are the folder's writers' to choose.
 func (w *Watcher) list(dir string) (*listing, error) {
+	l, err := w.listNamed(dir)
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		// Named by the watched path: the root's own name may be a
+		// descriptor's (/proc/self/fd/N, openRootDir), gone by now.
+		pe.Path = filepath.Join(w.dir, filepath.FromSlash(dir))
+	}
+	return l, err
+}
+
+// listNamed is list, its errors named as the root names them.
+func (w *Watcher) listNamed(dir string) (*listing, error) {
 	// Names and types only: a root-opened directory would lstat every entry.
 	d, ok, err := openDirFast(w.rootD, dir)
 	if !ok {
