@@ -4,13 +4,14 @@ import (
 	"encoding/binary"
 	"fmt"
 	"os"
+	"path/filepath"
 
 	"golang.org/x/sys/unix"
 )
 
 // scanDir calls fn for each entry of the open directory d but "." and
 // "..", in the order the file system gives them, with its name (valid only
-// during the call) and kind. It reads the entries with getdents into buf
+// during the call) and kind; its errors name d by shown. It reads the entries with getdents into buf
 // (grown to direntBuf if smaller), not through os.ReadDir, which makes a
 // DirEntry and a string per entry: beside 10,000 finished requests a
 // directory holds 20,000 names, and a fresh listing of it spent more time
@@ -18,7 +19,7 @@ import (
 // (issue 25). An entry whose type the file system does not give is looked
 // up with fstatat relative to d; one gone by then is left out, as
 // os.ReadDir leaves it out.
-func scanDir(d *os.File, buf *[]byte, fn func(name []byte, kind entryKind)) error {
+func scanDir(d *os.File, shown string, buf *[]byte, fn func(name []byte, kind entryKind)) error {
 	if len(*buf) < direntBuf {
 		*buf = make([]byte, direntBuf)
 	}
@@ -29,7 +30,7 @@ func scanDir(d *os.File, buf *[]byte, fn func(name []byte, kind entryKind)) erro
 			continue
 		}
 		if err != nil {
-			return &os.PathError{Op: "getdents", Path: d.Name(), Err: err}
+			return &os.PathError{Op: "getdents", Path: shown, Err: err}
 		}
 		if n <= 0 {
 			return nil
@@ -37,11 +38,11 @@ func scanDir(d *os.File, buf *[]byte, fn func(name []byte, kind entryKind)) erro
 		for b := (*buf)[:n]; len(b) > 0; {
 			// struct linux_dirent64: ino u64, off s64, reclen u16, type u8, name.
 			if len(b) < 19 {
-				return fmt.Errorf("getdents %s: short record", d.Name())
+				return fmt.Errorf("getdents %s: short record", shown)
 			}
 			reclen := int(binary.NativeEndian.Uint16(b[16:18]))
 			if reclen < 19 || reclen > len(b) {
-				return fmt.Errorf("getdents %s: bad record length %d", d.Name(), reclen)
+				return fmt.Errorf("getdents %s: bad record length %d", shown, reclen)
 			}
 			typ, name := b[18], b[19:reclen]
 			b = b[reclen:]
@@ -73,7 +74,7 @@ func scanDir(d *os.File, buf *[]byte, fn func(name []byte, kind entryKind)) erro
 				case err == unix.ENOENT:
 					continue
 				case err != nil:
-					return &os.PathError{Op: "lstat", Path: d.Name() + "/" + string(name), Err: err}
+					return &os.PathError{Op: "lstat", Path: filepath.Join(shown, string(name)), Err: err}
 				}
 				kind = kindOfMode(st.Mode)
 			default:

@@ -46,7 +46,7 @@ func TestScanDirMatchesReadDir(t *testing.T) {
 		must(t, err)
 		var got []string
 		var buf []byte
-		err = scanDir(d, &buf, func(name []byte, kind entryKind) {
+		err = scanDir(d, dir, &buf, func(name []byte, kind entryKind) {
 			got = append(got, fmt.Sprintf("%d %s", kind, name))
 		})
 		d.Close()

@@ -550,30 +550,21 @@ const direntBuf = 64 << 10
 // size again and sorts it. A digest that cannot be made to collide, for the
 // names are the folder's writers' to choose.
 func (w *Watcher) list(dir string) (*listing, error) {
-	l, err := w.listNamed(dir)
-	var pe *fs.PathError
-	if errors.As(err, &pe) {
-		// Named by the watched path: the root's own name may be a
-		// descriptor's (/proc/self/fd/N, openRootDir), gone by now.
-		pe.Path = filepath.Join(w.dir, filepath.FromSlash(dir))
-	}
-	return l, err
-}
-
-// listNamed is list, its errors named as the root names them.
-func (w *Watcher) listNamed(dir string) (*listing, error) {
+	// Errors name the directory by the watched path: the root's own name
+	// may be a descriptor's (/proc/self/fd/N, openRootDir), gone by now.
+	shown := filepath.Join(w.dir, filepath.FromSlash(dir))
 	// Names and types only: a root-opened directory would lstat every entry.
 	d, ok, err := openDirFast(w.rootD, dir)
 	if !ok {
 		d, err = openDirIn(w.root, dir)
 	}
 	if err != nil {
-		return nil, err
+		return nil, shownAs(err, shown)
 	}
 	defer d.Close()
 	fi, err := d.Stat()
 	if err != nil {
-		return nil, err
+		return nil, shownAs(err, shown)
 	}
 	var prev *listing
 	if w.visited != nil {
@@ -592,7 +583,7 @@ func (w *Watcher) listNamed(dir string) (*listing, error) {
 	}
 	if prev != nil {
 		at := time.Now()
-		sum, err := w.digestDir(d)
+		sum, err := w.digestDir(d, shown)
 		if err != nil {
 			return nil, err
 		}
@@ -603,14 +594,14 @@ func (w *Watcher) listNamed(dir string) (*listing, error) {
 		}
 		// Changed: read it again from the start, for its names.
 		if _, err := d.Seek(0, io.SeekStart); err != nil {
-			return nil, err
+			return nil, shownAs(err, shown)
 		}
 	}
 	hint := 0
 	if l := w.listings[dir]; l != nil && w.visited != nil {
 		hint = len(l.files) + len(l.files)/16
 	}
-	l, err := w.readListing(d, dir, hint)
+	l, err := w.readListing(d, dir, shown, hint)
 	if err != nil {
 		return nil, err
 	}
@@ -624,11 +615,20 @@ func (w *Watcher) listNamed(dir string) (*listing, error) {
 	return l, nil
 }
 
+// shownAs names the directory of a path error by shown.
+func shownAs(err error, shown string) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		pe.Path = shown
+	}
+	return err
+}
+
 // digestDir is the digest readListing gives the directory's entries,
 // without keeping them.
-func (w *Watcher) digestDir(d *os.File) ([sha256.Size]byte, error) {
+func (w *Watcher) digestDir(d *os.File, shown string) ([sha256.Size]byte, error) {
 	dg := w.newDigest()
-	err := scanDir(d, &w.dirent, dg.add)
+	err := scanDir(d, shown, &w.dirent, dg.add)
 	return dg.sum(), err
 }
 
@@ -660,8 +660,8 @@ func (e *entryDigest) sum() (s [sha256.Size]byte) {
 
 // readListing reads the open directory d (dir, relative to the root) into
 // a new listing stamped with the time the read began; sizeHint is how many
-// files it is likely to hold.
-func (w *Watcher) readListing(d *os.File, dir string, sizeHint int) (*listing, error) {
+// files it is likely to hold, shown the name its errors give it.
+func (w *Watcher) readListing(d *os.File, dir, shown string, sizeHint int) (*listing, error) {
 	prefix := ""
 	if dir != "." {
 		prefix = dir + "/"
@@ -675,7 +675,7 @@ func (w *Watcher) readListing(d *os.File, dir string, sizeHint int) (*listing, e
 	dg := w.newDigest()
 	names := make([]string, 0, sizeHint)
 	var chunk strings.Builder
-	err := scanDir(d, &w.dirent, func(name []byte, kind entryKind) {
+	err := scanDir(d, shown, &w.dirent, func(name []byte, kind entryKind) {
 		dg.add(name, kind)
 		switch kind {
 		case entryFile:
