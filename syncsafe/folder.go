@@ -123,7 +123,7 @@ func OpenFolder(dir string, opts ...FolderOption) (*Folder, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open folder: %w", err)
 	}
-	f := &Folder{root: root, path: dir, rootDir: sameDir(dir, root), onChange: cfg.onChange}
+	f := &Folder{root: root, path: dir, rootDir: sameDir(root), onChange: cfg.onChange}
 	if cfg.staging != "" {
 		st, err := openStaging(cfg.staging)
 		if err != nil {
@@ -136,17 +136,12 @@ func OpenFolder(dir string, opts ...FolderOption) (*Folder, error) {
 }
 
 // sameDir opens the directory root holds as a plain handle for openat2
-// (resolve_linux.go): through the root, not by dir's path again, where a
-// FIFO swapped in would block the open; nil if that fails.
-func sameDir(dir string, root *os.Root) *os.File {
+// (resolve_linux.go): through the root, so it is that very directory (by
+// its path again, a FIFO swapped in would block the open); nil if that
+// fails.
+func sameDir(root *os.Root) *os.File {
 	d, err := root.Open(".")
 	if err != nil {
-		return nil
-	}
-	rfi, rerr := root.Stat(".")
-	dfi, derr := d.Stat()
-	if rerr != nil || derr != nil || !os.SameFile(rfi, dfi) {
-		d.Close()
 		return nil
 	}
 	return d

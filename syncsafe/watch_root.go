@@ -77,7 +77,7 @@ func (w *Watcher) openRoot() (*os.Root, *os.File, fs.FileInfo, error) {
 		r.Close()
 		return nil, nil, nil, err
 	}
-	return r, sameDir(w.dir, r), rfi, nil
+	return r, sameDir(r), rfi, nil
 }
 
 // openRootDir opens the root's directory as an os.Root without waiting on
