@@ -166,7 +166,10 @@ type probe struct {
 	// file is cut to its length at its last fsync (lazy writes gone).
 	powerCut bool
 	onEvent  func(event) // sees every lifecycle event as it is taken
-	counts   [tallies]atomic.Int64
+	// opened runs once Open has loaded the trusted agents, before the
+	// control loop starts watching the home: a test pairs an agent there.
+	opened func()
+	counts [tallies]atomic.Int64
 }
 
 // A tally is one of the probe's counters.

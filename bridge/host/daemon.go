@@ -236,6 +236,9 @@ func (d *Daemon) Open() (err error) {
 	if err := d.openCore(); err != nil {
 		return err
 	}
+	if d.probe != nil && d.probe.opened != nil {
+		d.probe.opened()
+	}
 	if err := d.openRuns(); err != nil {
 		return err
 	}
@@ -384,6 +387,7 @@ func (d *Daemon) openCore() (err error) {
 	if d.folder, err = d.home.OpenFolder(); err != nil {
 		return err
 	}
+	d.keys.loadedFrom = d.keys.peersVersion()
 	if err := d.keys.loadAgents(); err != nil {
 		return err
 	}

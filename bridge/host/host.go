@@ -168,8 +168,13 @@ func (d *Daemon) reconcile(key, as string) (*LedgerEntry, error) {
 // looks every controlFallback: a change is noticed within that at worst,
 // at once as a rule.
 func (d *Daemon) controlLoop(stop <-chan struct{}) {
-	os.MkdirAll(d.home.Path("control"), 0o700)
+	// Both made first: a directory that does not exist cannot be watched,
+	// and a host started before its first pairing has no peers yet (its
+	// creation is seen in the home, but not a second agent's pairing).
 	dirs := []string{d.home.Dir, d.home.Path(trust.PeersDir), d.home.Path("control")}
+	for _, dir := range dirs[1:] {
+		os.MkdirAll(dir, 0o700)
+	}
 	if real, err := filepath.EvalSymlinks(d.home.Path(trust.PolicyName)); err == nil && filepath.Dir(real) != d.home.Dir {
 		dirs = append(dirs, filepath.Dir(real)) // a linked policy is edited where it lives
 	}
@@ -181,7 +186,7 @@ func (d *Daemon) controlLoop(stop <-chan struct{}) {
 	// Entries from before the start may wait for the sweeps.
 	d.awaitingMaybe.Store(true)
 	d.stalledMaybe.Store(true)
-	peersStamp := d.keys.peersVersion()
+	peersStamp := d.keys.loadedFrom
 	// The first collection waits until the start-up scan has been
 	// evaluated: on a folder of 100,000 finished requests it scans every
 	// ledger record, which must not delay the first answers.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -342,5 +343,121 @@ func TestResultOfAnEarlierHostKeySaysWhatIsTrue(t *testing.T) {
 	_, err = cl2.Result(fresh.Result.ID)
 	if !errors.Is(err, bcrypto.ErrBadSignature) || errors.Is(err, agent.ErrEarlierHostKey) || strings.Contains(err.Error(), "earlier") {
 		t.Fatalf("a spoiled result of a request made after the rotation: %v", err)
+	}
+}
+
+// newUnpaired is a pair whose agent trusts the host while the host does
+// not trust the agent yet: the quick start's state before `bridge pair`
+// on the host.
+func newUnpaired(t *testing.T, folder, name string) *pair {
+	t.Helper()
+	base := t.TempDir()
+	p := &pair{folder: folder, hostHome: filepath.Join(base, "host"), agentHome: filepath.Join(base, "agent")}
+	var err error
+	if p.host, err = trust.InitHome(p.hostHome, "host", "laptop", p.folder); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p.host.Path(trust.PolicyName), []byte(testPolicy+"\n[agents.cloud-2]\nops = [\"echo\"]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p.addAgent(t, name)
+	return p
+}
+
+// addAgent makes a new agent home for p's host, trusting it, as p's agent.
+func (p *pair) addAgent(t *testing.T, name string) {
+	t.Helper()
+	p.agentHome = filepath.Join(t.TempDir(), name)
+	var err error
+	if p.agent, err = trust.InitHome(p.agentHome, "agent", name, p.folder); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.agent.Trust(p.host.BundleText(), "laptop"); err != nil {
+		t.Fatal(err)
+	}
+	if p.client, err = agent.OpenClient(p.agent); err != nil {
+		t.Fatal(err)
+	}
+	c := p.client
+	t.Cleanup(func() { c.Close() })
+}
+
+// An agent paired after the daemon opened, but before its control loop
+// started, is loaded: the loop compares the peers directory with what Open
+// loaded, not with what it found at its own start (CI33: the README's
+// `bridge run hello` waited for good when `bridge pair` landed while a
+// loaded machine was still starting `bridge serve`).
+func TestAgentPairedWhileTheDaemonStartsIsLoaded(t *testing.T) {
+	t.Parallel()
+	folder := filepath.Join(t.TempDir(), "folder")
+	if err := os.Mkdir(folder, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	p := newUnpaired(t, folder, "cloud-1")
+	d, err := NewDaemon(p.host, DaemonOptions{AllowRoot: true, Rescan: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.probe.opened = func() {
+		if len(d.agents()) != 0 {
+			t.Errorf("agents trusted before the pairing: %v", d.agents())
+		}
+		if _, err := p.host.Trust(p.agent.BundleText(), "cloud-1"); err != nil {
+			t.Error(err)
+		}
+	}
+	if err := d.Open(); err != nil {
+		t.Fatal(err)
+	}
+	serveOpened(t, d)
+	s, err := p.client.Submit(agent.SubmitOptions{Op: "echo", Args: map[string]string{"msg": "paired late"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out := p.wait(t, s.ID); string(out.Stdout) != "paired late\n" {
+		t.Fatalf("stdout %q", out.Stdout)
+	}
+}
+
+// A host that started with no agent watches its peers directory all the
+// same: a second agent paired while it serves is loaded at once, not at
+// the control loop's 30 s fallback look (the directory did not exist when
+// the loop began to watch the home, so only its creation was seen).
+func TestSecondAgentPairedWhileServingIsLoaded(t *testing.T) {
+	t.Parallel()
+	folder := filepath.Join(t.TempDir(), "folder")
+	if err := os.Mkdir(folder, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	p := newUnpaired(t, folder, "cloud-1")
+	if _, err := os.Stat(p.host.Path(trust.PeersDir)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a new host home has a peers directory already (%v): this test starts without one", err)
+	}
+	logs := &lockedBuffer{}
+	d := runDaemon(t, p.host, DaemonOptions{Rescan: 500 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	// The loop's first wake-up comes after it set its watches: a directory
+	// it could not watch is logged by then.
+	waitFor(t, 10*time.Second, "the control loop's first look", func() bool { return d.probe.n(controlWakes) >= 1 })
+	if strings.Contains(logs.String(), "watch the home for changes") {
+		t.Fatalf("a directory of the home is not watched:\n%s", logs)
+	}
+	for i, name := range []string{"cloud-1", "cloud-2"} {
+		if i > 0 {
+			p.addAgent(t, name)
+		}
+		if _, err := p.host.Trust(p.agent.BundleText(), name); err != nil {
+			t.Fatal(err)
+		}
+		s, err := p.client.Submit(agent.SubmitOptions{Op: "echo", Args: map[string]string{"msg": "from " + strings.ReplaceAll(name, "-", " ")}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out := p.wait(t, s.ID); string(out.Stdout) != "from "+strings.ReplaceAll(name, "-", " ")+"\n" {
+			t.Fatalf("%s: stdout %q, receipt %+v", name, out.Stdout, out.Receipt)
+		}
+	}
+	if n := len(d.agents()); n != 2 {
+		t.Fatalf("%d agents trusted, want 2", n)
 	}
 }

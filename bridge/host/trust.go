@@ -117,6 +117,12 @@ func (o *ownKeys) signPubs() [][]byte {
 type keyring struct {
 	*base
 	out *outbox
+	// loadedFrom is the peers directory's version read just before Open
+	// loaded the trusted agents. The control loop starts from it: a stamp
+	// of its own, taken when it starts, would take a pairing made between
+	// Open and then for one already loaded, and never load it (a first
+	// `bridge run` waited for good in the README's quick start, CI33).
+	loadedFrom string
 }
 
 // check is what a request of agent is verified against (SPEC §8.2–3):
