@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -289,5 +290,44 @@ func TestRemoveAll(t *testing.T) {
 	}
 	if err := f.RemoveAll("Foreign"); err == nil {
 		t.Error("RemoveAll of a foreign name succeeded")
+	}
+}
+
+// TestFolderWatchStartsBesideAFIFO: a folder writer who puts a FIFO (or
+// nothing) at the watched directory's name as the watcher starts costs the
+// caller ErrRootGone until a directory is back, as it would later: Watch
+// neither fails (a daemon that could not start) nor waits on the FIFO.
+func TestFolderWatchStartsBesideAFIFO(t *testing.T) {
+	for _, what := range []string{"fifo", "nothing"} {
+		t.Run(what, func(t *testing.T) {
+			f, dir := newFolder(t)
+			must(t, os.Mkdir(filepath.Join(dir, "hosts"), 0o755))
+			root := filepath.Join(dir, "hosts", "to-host")
+			if what == "fifo" {
+				must(t, syscall.Mkfifo(root, 0o600))
+			}
+			w, err := f.Watch("hosts/to-host", WatchOptions{Rescan: time.Hour, Debounce: -1, EventsFirst: true})
+			must(t, err)
+			t.Cleanup(func() { w.Close() })
+			for range 2 {
+				nextUntil(t, w, 10*time.Second, func(b Batch, err error) bool {
+					if err == nil {
+						t.Fatalf("a batch from no directory: %+v", b)
+					}
+					return errors.Is(err, ErrRootGone)
+				})
+			}
+			os.Remove(root)
+			writeFile(t, filepath.Join(root, "f"), "x")
+			nextUntil(t, w, 10*time.Second, func(b Batch, err error) bool {
+				return err == nil && b.Full && b.Replaced && slices.Equal(b.Paths, []string{"f"})
+			})
+			// Watched from then on: a new file is seen by its event, not
+			// by a walk (the rescan is an hour away).
+			writeFile(t, filepath.Join(root, "g"), "x")
+			nextUntil(t, w, 10*time.Second, func(b Batch, err error) bool {
+				return err == nil && !b.Full && slices.Equal(b.Paths, []string{"g"})
+			})
+		})
 	}
 }

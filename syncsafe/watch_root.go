@@ -17,7 +17,9 @@ import (
 // Watch watches the directory rel of the folder as NewWatcher does, except
 // that rel is reached without following a link, then and at every full
 // walk: a folder writer who replaces one of its components with a link gets
-// ErrRootGone from Next, not a watcher of the tree the link points to.
+// ErrRootGone from Next, not a watcher of the tree the link points to. A
+// directory that is not there (or not a directory) as Watch starts is no
+// error either: Next says ErrRootGone until it is.
 func (f *Folder) Watch(rel string, opt WatchOptions) (*Watcher, error) {
 	if err := cleanRel(rel); err != nil {
 		return nil, fmt.Errorf("watch %s: %w", rel, err)
@@ -119,6 +121,9 @@ func (w *Watcher) openRootDir() (*os.Root, error) {
 func (w *Watcher) closeRoot() error {
 	w.rootMu.Lock()
 	defer w.rootMu.Unlock()
+	if w.root == nil {
+		return nil // never opened (Folder.Watch of a directory not there)
+	}
 	err := w.root.Close()
 	if w.rootD != nil {
 		w.rootD.Close()
@@ -146,7 +151,9 @@ func (w *Watcher) checkRoot() (bool, error) {
 	oldR, oldD := w.root, w.rootD
 	w.root, w.rootD, w.rootFI = r, rootD, rfi
 	w.rootMu.Unlock()
-	oldR.Close()
+	if oldR != nil {
+		oldR.Close()
+	}
 	if oldD != nil {
 		oldD.Close()
 	}

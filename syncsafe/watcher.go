@@ -175,14 +175,23 @@ func openWatcher(abs string, base *Folder, bRel string, opt WatchOptions) (*Watc
 		watched: make(map[string]fs.FileInfo),
 	}
 	r, rootD, fi, err := w.openRoot()
-	if err != nil {
+	switch {
+	case err != nil && base == nil:
 		return nil, fmt.Errorf("watch %s: %w", abs, err)
-	}
-	w.root, w.rootD, w.rootFI = r, rootD, fi
-	// The root at once: an EventsFirst caller may never walk.
-	if err := w.arm(".", fi); err != nil {
-		w.closeRoot()
-		return nil, fmt.Errorf("watch %s: %w", abs, err)
+	case err != nil:
+		// A directory of the folder that is not there, or not a directory,
+		// as the watcher starts: what a folder writer can do at any time
+		// later too, where it costs the caller ErrRootGone from Next until
+		// the directory is back. Starting is no different: a writer who
+		// swaps a FIFO in as the daemon starts must not stop it.
+		w.gone, w.needFull = true, true
+	default:
+		w.root, w.rootD, w.rootFI = r, rootD, fi
+		// The root at once: an EventsFirst caller may never walk.
+		if err := w.arm(".", fi); err != nil {
+			w.closeRoot()
+			return nil, fmt.Errorf("watch %s: %w", abs, err)
+		}
 	}
 	w.armParent()
 	w.wg.Add(1)
@@ -308,7 +317,7 @@ func (w *Watcher) Next(ctx context.Context) (Batch, error) {
 			clear(w.listings)
 			return w.fullWalk()
 		}
-		if walk {
+		if walk || w.root == nil { // nil: never opened yet
 			return w.fullWalk()
 		}
 		b, err := w.eventBatch(pend)
