@@ -320,14 +320,20 @@ func TestFolderWatchStartsBesideAFIFO(t *testing.T) {
 			os.Remove(root)
 			writeFile(t, filepath.Join(root, "f"), "x")
 			nextUntil(t, w, 10*time.Second, func(b Batch, err error) bool {
-				return err == nil && b.Full && b.Replaced && slices.Equal(b.Paths, []string{"f"})
+				// Not "replaced": there was none before it.
+				return err == nil && b.Full && !b.Replaced && slices.Equal(b.Paths, []string{"f"})
 			})
-			// Watched from then on: a new file is seen by its event, not
-			// by a walk (the rescan is an hour away).
+			// Watched from then on: a new file is seen by an event (or
+			// a walk one brought on), never by the timer: the rescan is
+			// an hour away, and the look for the gone root was one.
+			timer := w.stats.timerWalks.Load()
 			writeFile(t, filepath.Join(root, "g"), "x")
 			nextUntil(t, w, 10*time.Second, func(b Batch, err error) bool {
-				return err == nil && !b.Full && slices.Equal(b.Paths, []string{"g"})
+				return err == nil && slices.Contains(b.Paths, "g")
 			})
+			if n := w.stats.timerWalks.Load() - timer; n != 0 {
+				t.Errorf("%d walks by the timer: the new root's watch should have said it", n)
+			}
 		})
 	}
 }

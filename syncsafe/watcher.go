@@ -175,23 +175,25 @@ func openWatcher(abs string, base *Folder, bRel string, opt WatchOptions) (*Watc
 		watched: make(map[string]fs.FileInfo),
 	}
 	r, rootD, fi, err := w.openRoot()
-	switch {
-	case err != nil && base == nil:
-		return nil, fmt.Errorf("watch %s: %w", abs, err)
-	case err != nil:
+	if err == nil {
+		w.root, w.rootD, w.rootFI = r, rootD, fi
+		// The root at once: an EventsFirst caller may never walk. (Armed
+		// by name: it fails if the directory is moved away meanwhile.)
+		if err = w.arm(".", fi); err != nil {
+			w.closeRoot()
+			w.root, w.rootD, w.rootFI = nil, nil, nil
+		}
+	}
+	if err != nil {
+		if base == nil {
+			return nil, fmt.Errorf("watch %s: %w", abs, err)
+		}
 		// A directory of the folder that is not there, or not a directory,
 		// as the watcher starts: what a folder writer can do at any time
 		// later too, where it costs the caller ErrRootGone from Next until
 		// the directory is back. Starting is no different: a writer who
 		// swaps a FIFO in as the daemon starts must not stop it.
 		w.gone, w.needFull = true, true
-	default:
-		w.root, w.rootD, w.rootFI = r, rootD, fi
-		// The root at once: an EventsFirst caller may never walk.
-		if err := w.arm(".", fi); err != nil {
-			w.closeRoot()
-			return nil, fmt.Errorf("watch %s: %w", abs, err)
-		}
 	}
 	w.armParent()
 	w.wg.Add(1)
@@ -394,11 +396,12 @@ func (w *Watcher) fullWalk() (Batch, error) {
 	w.mu.Unlock()
 	w.stats.fullWalks.Add(1)
 	w.armParent()
+	had := w.rootFI != nil // nil: never opened (Folder.Watch started without it)
 	replaced, err := w.checkRoot()
 	if err != nil {
 		return Batch{}, w.lost(err)
 	}
-	replaced = replaced || w.gone
+	replaced = had && (replaced || w.gone)
 	// Sized as the last walk was: grown by appends, a batch of 20,000
 	// paths allocated 1.5 MB per idle rescan beside 10,000 finished
 	// requests, five times the batch itself, and brought on a collection

@@ -272,7 +272,12 @@ func (d *Daemon) Open() (err error) {
 	// watch a tree outside the folder.
 	root := bridge.ToHostRoot(d.me)
 	if err := d.out.ownDir(root); err != nil {
-		return fmt.Errorf("serve: %w", err)
+		// What a folder writer put at its names (a link at hosts/, a
+		// file where a directory goes) must not stop the daemon from
+		// starting: the watcher waits for a directory there, as it would
+		// if one went away later, and says so.
+		d.log.Warn("cannot make the requests directory: waiting for one there", "dir", root, "err", err,
+			"hint", "`bridge doctor` checks the folder's directories")
 	}
 	// Only the trusted agents' directories are watched, one level deep: a
 	// folder writer creating subdirectories or untrusted agent directories

@@ -130,6 +130,37 @@ func TestServeNeverFollowsPlantedLink(t *testing.T) {
 	p.echo(t, "served")
 }
 
+// TestServeStartsBesideALinkAtHosts: a link at hosts/ (everyone's, which
+// the daemon never clears) when `serve` starts must neither stop it nor be
+// followed: it says it waits for its requests directory, and serves once a
+// directory is there.
+func TestServeStartsBesideALinkAtHosts(t *testing.T) {
+	t.Parallel()
+	p := newPair(t, testPolicy)
+	var logs lockedBuffer
+	p.log = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	outside := t.TempDir()
+	hosts := filepath.Join(p.folder, "hosts")
+	must(t, os.Rename(hosts, hosts+".away"))
+	must(t, os.Symlink(outside, hosts))
+	p.start(t, nil)
+	for _, line := range []string{"cannot make the requests directory", "cannot watch the requests directory"} {
+		waitFor(t, 20*time.Second, "the log line "+line, func() bool { return strings.Contains(logs.String(), line) })
+	}
+	// Past two more looks for it, each counted in the debug log.
+	looks := func() int { return strings.Count(logs.String(), "the requests directory is still not watchable") }
+	n := looks()
+	waitFor(t, time.Minute, "two more looks for the directory", func() bool { return looks() >= n+2 })
+	p.alive(t)
+	if ents, _ := os.ReadDir(outside); len(ents) != 0 {
+		t.Fatalf("the daemon created %d entries where the planted link points", len(ents))
+	}
+	must(t, os.Remove(hosts))
+	must(t, os.Rename(hosts+".away", hosts))
+	p.echo(t, "served")
+	p.alive(t)
+}
+
 func must(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
