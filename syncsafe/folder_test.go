@@ -157,11 +157,13 @@ func TestList(t *testing.T) {
 	writeFile(t, filepath.Join(dir, "d", "file"), "abc")
 	must(t, os.Mkdir(filepath.Join(dir, "d", "sub"), 0o755))
 	must(t, os.Symlink("/etc", filepath.Join(dir, "d", "link")))
+	must(t, syscall.Mkfifo(filepath.Join(dir, "d", "pipe"), 0o600))
 	got, err := f.List("d")
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []Entry{{"file", 0}, {"link", fs.ModeSymlink}, {"sub", fs.ModeDir}}
+	// Neither the link nor the FIFO is a file or a directory.
+	want := []Entry{{"file", 0}, {"link", fs.ModeIrregular}, {"pipe", fs.ModeIrregular}, {"sub", fs.ModeDir}}
 	if len(got) != len(want) {
 		t.Fatalf("List = %+v", got)
 	}

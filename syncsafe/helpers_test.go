@@ -6,7 +6,7 @@ import (
 	"testing"
 )
 
-func newFolder(t *testing.T, opts ...FolderOption) (*Folder, string) {
+func newFolder(t testing.TB, opts ...FolderOption) (*Folder, string) {
 	t.Helper()
 	dir := t.TempDir()
 	f, err := OpenFolder(dir, opts...)

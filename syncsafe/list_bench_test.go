@@ -61,3 +61,28 @@ func watcher20k(b *testing.B) *Watcher {
 	b.Cleanup(func() { w.Close() })
 	return w
 }
+
+// BenchmarkFolderListFuncRare20k lists a directory of 20,000 files for the
+// one name among them a caller keeps, as the daemon's start looks for
+// rotation statements and temporaries beside 10,000 finished requests.
+func BenchmarkFolderListFuncRare20k(b *testing.B) {
+	f, dir := newFolder(b)
+	for i := 0; i < 10_000; i++ {
+		for _, ext := range []string{"manifest", "payload"} {
+			if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("%032x.%s", i*7919, ext)), nil, 0o600); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "rare"), nil, 0o600); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		ents, err := f.ListFunc(".", func(name string) bool { return name == "rare" })
+		if err != nil || len(ents) != 1 {
+			b.Fatal(err, ents)
+		}
+	}
+}

@@ -1,7 +1,9 @@
 package host
 
 import (
+	"fmt"
 	"hash/fnv"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -87,5 +89,57 @@ func TestRequestKeyOfMatchesParser(t *testing.T) {
 		if key, ok := requestKeyShape(p); wantOK && (!ok || key != want) {
 			t.Errorf("requestKeyShape(%q) = %q, %v, for a request path", p, key, ok)
 		}
+	}
+}
+
+// The finished-requests cache reads back what save wrote, sizes of -1
+// (an absent file) included, and any line not as save writes it discards
+// the whole file.
+func TestFinishedCacheReadsWhatItWrote(t *testing.T) {
+	t.Parallel()
+	p := newPair(t, testPolicy)
+	d, err := NewDaemon(p.host, DaemonOptions{AllowRoot: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]stamp{}
+	for i := range 1000 {
+		st := stamp{size: int64(i), mtime: int64(i) * 1e9, outSize: -1}
+		if i%3 == 0 {
+			st = stamp{size: -1, outSize: int64(i) << 20, outMtime: -int64(i)}
+		}
+		want[fmt.Sprintf("%032x/%032x", i%7, i)] = st
+	}
+	d.fin.done = maps.Clone(want)
+	if err := d.fin.save(); err != nil {
+		t.Fatal(err)
+	}
+	d.fin.done = map[string]stamp{}
+	d.fin.load()
+	if !maps.Equal(d.fin.done, want) {
+		t.Fatalf("read back %d entries, differing from the %d written", len(d.fin.done), len(want))
+	}
+	good := fmt.Sprintf("%032x/%032x 1 2 3 4", 1, 2)
+	for _, bad := range []string{
+		good + " 5", good + " ", " " + good, strings.Replace(good, " 3", "  3", 1), strings.Replace(good, " 4", "", 1),
+		strings.Replace(good, " 2", " x", 1), strings.Replace(good, " 2", " ", 1), fmt.Sprintf("/%032x 1 2 3 4", 2),
+		fmt.Sprintf("%032x/%031x 1 2 3 4", 1, 2), fmt.Sprintf("%032x%032x 1 2 3 4", 1, 2), "", "not a line",
+		strings.Replace(good, " 1 ", " 99999999999999999999 ", 1),
+	} {
+		if err := os.WriteFile(p.host.Path(finishedName), []byte(finishedHeader+"\n"+good+"\n"+bad+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		d.fin.done = map[string]stamp{}
+		d.fin.load()
+		if len(d.fin.done) != 0 {
+			t.Errorf("the line %q gave %d entries, want the file discarded", bad, len(d.fin.done))
+		}
+	}
+	if err := os.WriteFile(p.host.Path(finishedName), []byte(finishedHeader+"\n"+good+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d.fin.load()
+	if st := d.fin.done[fmt.Sprintf("%032x/%032x", 1, 2)]; st != (stamp{size: 1, mtime: 2, outSize: 3, outMtime: 4}) {
+		t.Errorf("a good line read as %+v", st)
 	}
 }

@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"slices"
@@ -177,7 +178,7 @@ func mergeByKey(a, b []Entry) []Entry {
 // record: its first `,"name":"` (the nested history repeats "state" only
 // after the top-level fields, and no value before them can hold a quote).
 func topField(v, name string) (string, bool) {
-	tag := `,"` + name + `":"`
+	tag := fieldTag(name)
 	i := strings.Index(v, tag)
 	if i < 0 {
 		return "", false
@@ -186,6 +187,25 @@ func topField(v, name string) (string, bool) {
 	j := strings.IndexByte(rest, '"')
 	if j < 0 {
 		return "", false
+	}
+	return rest[:j], true
+}
+
+// fieldTag is what precedes the value of a top-level string field name in
+// a record (never its first field, the version).
+func fieldTag(name string) string { return `,"` + name + `":"` }
+
+// topFieldBytes is topField of a record's bytes, for a tag fieldTag made;
+// the value shares v's bytes.
+func topFieldBytes(v []byte, tag string) ([]byte, bool) {
+	i := bytes.Index(v, []byte(tag))
+	if i < 0 {
+		return nil, false
+	}
+	rest := v[i+len(tag):]
+	j := bytes.IndexByte(rest, '"')
+	if j < 0 {
+		return nil, false
 	}
 	return rest[:j], true
 }

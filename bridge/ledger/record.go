@@ -95,6 +95,33 @@ func parseTime(s string) (time.Time, error) {
 	return t.UTC(), nil
 }
 
+// parseTimeBytes is parseTime of b. A time in the form formatTime writes
+// (digits where timeLayout has them, every field in its range) is read
+// without time.Parse; anything else goes through parseTime, so it is
+// accepted or refused exactly as there, with the same error.
+func parseTimeBytes(b []byte) (time.Time, error) {
+	if len(b) == len(timeLayout) && b[4] == '-' && b[7] == '-' && b[10] == 'T' && b[13] == ':' && b[16] == ':' && b[19] == '.' && b[29] == 'Z' {
+		num := func(i, j int) int {
+			n := 0
+			for _, c := range b[i:j] {
+				if c < '0' || c > '9' {
+					return -1
+				}
+				n = n*10 + int(c-'0')
+			}
+			return n
+		}
+		y, mo, d, h, mi, sec, ns := num(0, 4), num(5, 7), num(8, 10), num(11, 13), num(14, 16), num(17, 19), num(20, 29)
+		if y >= 0 && mo >= 1 && mo <= 12 && d >= 1 && h >= 0 && h <= 23 && mi >= 0 && mi <= 59 && sec >= 0 && sec <= 59 && ns >= 0 {
+			t := time.Date(y, time.Month(mo), d, h, mi, sec, ns, time.UTC)
+			if t.Day() == d { // not normalised into the next month: the day exists
+				return t, nil
+			}
+		}
+	}
+	return parseTime(string(b))
+}
+
 // normalize gives the in-memory form that round-trips through the encoding:
 // UTC, no monotonic reading, within years 0000-9999, non-nil History.
 func normalize(e Entry) Entry {

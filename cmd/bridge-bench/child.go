@@ -16,6 +16,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/syncbridge/bridge/bridge/host"
@@ -147,7 +148,10 @@ const (
 // the resident set.
 func scaleChild(home string) error {
 	// BRIDGE_BENCH_CHILD_CPUPROFILE=FILE profiles the restarted daemon
-	// (start-up, the first scan and the idle rescans).
+	// (start-up, the first scan and the idle rescans); with
+	// BRIDGE_BENCH_CHILD_CPUPROFILE_UNTIL=ready, only until the parent's
+	// ping was answered (what "ready" times).
+	stopProfile := func() {}
 	if p := os.Getenv("BRIDGE_BENCH_CHILD_CPUPROFILE"); p != "" {
 		f, err := os.Create(p)
 		if err != nil {
@@ -156,7 +160,9 @@ func scaleChild(home string) error {
 		if err := pprof.StartCPUProfile(f); err != nil {
 			return err
 		}
-		defer func() { pprof.StopCPUProfile(); f.Close() }()
+		var once sync.Once
+		stopProfile = func() { once.Do(func() { pprof.StopCPUProfile(); f.Close() }) }
+		defer stopProfile()
 	}
 	host.TuneDaemonGC() // as `bridge serve` does
 	h, err := trust.OpenHome(home)
@@ -178,6 +184,9 @@ func scaleChild(home string) error {
 	// Wait for the parent to say its ping was answered (one line on stdin),
 	// then let the first scan's work drain before timing idle rescans.
 	bufio.NewReader(os.Stdin).ReadString('\n')
+	if os.Getenv("BRIDGE_BENCH_CHILD_CPUPROFILE_UNTIL") == "ready" {
+		stopProfile()
+	}
 	fmt.Printf("rss-ready-kb %d\n", procStatus("VmRSS"))
 	time.Sleep(2 * scaleRescan)
 	cpu0 := cpuTime()

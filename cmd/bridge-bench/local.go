@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -55,6 +56,20 @@ func setupLocal(base string) (*local, error) {
 		return nil, err
 	}
 	var err error
+	if _, serr := os.Stat(filepath.Join(base, "host")); serr == nil {
+		// A -dir of an earlier run: its homes and what its folder holds
+		// are used again (a scale fill takes minutes).
+		if l.host, err = trust.OpenHome(filepath.Join(base, "host")); err != nil {
+			return nil, err
+		}
+		if l.agent, err = trust.OpenHome(filepath.Join(base, "agent")); err != nil {
+			return nil, err
+		}
+		if l.client, err = agent.OpenClient(l.agent); err != nil {
+			return nil, err
+		}
+		return l, nil
+	}
 	if l.host, err = trust.InitHome(filepath.Join(base, "host"), "host", "bench-host", l.folder); err != nil {
 		return nil, err
 	}
@@ -207,4 +222,18 @@ func pct(ds []time.Duration, p float64) time.Duration {
 	slices.Sort(s)
 	i := int(float64(len(s))*p/100+0.5) - 1
 	return s[max(0, min(i, len(s)-1))]
+}
+
+// earlier counts the requests an earlier run of the same -dir left in the
+// folder (each has one manifest in the agent's request directory).
+func (l *local) earlier() int {
+	dir := filepath.Join(l.folder, filepath.FromSlash(bridge.ToHostDir(l.host.Config.ID, l.agent.Config.ID)))
+	ents, _ := os.ReadDir(dir)
+	n := 0
+	for _, e := range ents {
+		if strings.HasSuffix(e.Name(), "."+bridge.ExtManifest) {
+			n++
+		}
+	}
+	return n
 }

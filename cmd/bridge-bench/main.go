@@ -207,7 +207,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 
 	// 1. The floor.
 	floorDir := filepath.Join(base, "floor")
-	if err := os.Mkdir(floorDir, 0o755); err != nil {
+	if err := os.MkdirAll(floorDir, 0o755); err != nil {
 		return err
 	}
 	var fl floor
@@ -270,7 +270,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if err := l.start(); err != nil {
 		return err
 	}
-	finished := 0
+	finished := l.earlier()
 	if _, err := latency(l.client, bridge.PingOp, 5); err != nil { // warm up
 		return err
 	}
