@@ -308,9 +308,10 @@ func (f *Folder) Open(rel string, max int64) (*os.File, int64, error) {
 }
 
 // List returns the names and types of the entries of dir, sorted by name;
-// links are reported as links, never followed. The types come from the
-// directory listing itself (getdents), so a directory of n entries costs no
-// n lstats; where the file system does not say, ReadDir lstats the entry.
+// a link is never followed (its type is fs.ModeIrregular). The types come
+// from the directory listing itself (getdents), so a directory of n entries
+// costs no n lstats; where the file system does not say, the entry is
+// looked up relative to the open directory.
 func (f *Folder) List(dir string) ([]Entry, error) { return f.ListFunc(dir, nil) }
 
 // ListFunc is List of the entries whose name keep accepts (all if keep is
@@ -340,11 +341,11 @@ func (f *Folder) ListFunc(dir string, keep func(name string) bool) ([]Entry, err
 		return nil, fmt.Errorf("list %s: %w", dir, err)
 	}
 	defer d.Close()
-	// By getdents (scanDir), a string made only for a name kept: the
-	// daemon's start lists an agent's request and result directories,
-	// 200,000 names each beside 100,000 finished requests, for the few
-	// rotation statements and temporaries among them, and os.ReadDir's
-	// DirEntry per name was a third of its start's CPU (issue 25).
+	// By getdents (scanDir), no DirEntry per name: the daemon's start
+	// lists an agent's request directory, 200,000 names beside 100,000
+	// finished requests, for the few rotation statements among them, and
+	// os.ReadDir's DirEntry and name per entry (two allocations; now one,
+	// the string keep is given) were most of such a listing's cost.
 	var out []Entry
 	buf := make([]byte, direntBuf)
 	err = scanDir(d, dir, &buf, func(name []byte, kind entryKind) {
@@ -361,7 +362,7 @@ func (f *Folder) ListFunc(dir string, keep func(name string) bool) ([]Entry, err
 		out = append(out, Entry{Name: string(name), Type: t})
 	})
 	if err != nil {
-		return nil, fmt.Errorf("list %s: %w", dir, err)
+		return nil, fmt.Errorf("list: %w", err) // scanDir's errors name dir
 	}
 	slices.SortFunc(out, func(a, b Entry) int { return strings.Compare(a.Name, b.Name) })
 	return out, nil

@@ -180,6 +180,7 @@ const (
 	cancelReads                // cancel files read
 	controlWakes               // the control loop's wake-ups
 	sweepScans                 // the sweeps' scans of the ledger
+	tempSweeps                 // sweeps of the temporaries a crash left (sweepTemps)
 	tallies
 )
 

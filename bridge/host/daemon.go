@@ -59,14 +59,15 @@ type DaemonOptions struct {
 // sealed results. Lifecycle: NewDaemon, Open, Run, Close.
 type Daemon struct {
 	*base
-	out    *outbox      // what the daemon writes into the folder and keeps of it
-	sched  *scheduler   // when each request's key is worked on
-	fin    *finishedSet // what the daemon knows finished beside the ledger
-	keys   *keyring     // the keys in force, kept in step with the home
-	policy *policyWatch // the policy in force, kept in step with its file
-	gc     *collector   // what the agents no longer need, removed
-	lock   *syncsafe.Lockfile
-	runs   *runner.State // the runner's records of the ops it starts (run/)
+	openedAt time.Time    // when Open began (wall clock): a temporary older than it is a crash's (sweepTemps)
+	out      *outbox      // what the daemon writes into the folder and keeps of it
+	sched    *scheduler   // when each request's key is worked on
+	fin      *finishedSet // what the daemon knows finished beside the ledger
+	keys     *keyring     // the keys in force, kept in step with the home
+	policy   *policyWatch // the policy in force, kept in step with its file
+	gc       *collector   // what the agents no longer need, removed
+	lock     *syncsafe.Lockfile
+	runs     *runner.State // the runner's records of the ops it starts (run/)
 	// runsUnsure, when set, says why a process of a run the last daemon
 	// left may still live: no such run is re-run, checked or answered as
 	// if it were over (recover.go).
@@ -231,8 +232,9 @@ func (d *Daemon) Open() (err error) {
 	if err := checkPrivilege(d.home, d.opt.AllowRoot); err != nil {
 		return err
 	}
-	endLoad := gcLoading() // the ledger and the finished set: the heap grows from nothing
-	defer endLoad()        // also on an error or a panic; once
+	d.openedAt = time.Now().Round(0) // the wall clock's: compared with files' times
+	endLoad := gcLoading()           // the ledger and the finished set: the heap grows from nothing
+	defer endLoad()                  // also on an error or a panic; once
 	if err := d.openCore(); err != nil {
 		return err
 	}
@@ -254,7 +256,10 @@ func (d *Daemon) Open() (err error) {
 	}
 	d.folder.SweepStaging(0)
 	for id := range d.agents() {
-		d.folder.SweepTemps(bridge.ToAgentDir(d.me, id), 0)
+		// The temporaries a crash left among the agent's results are
+		// swept after the start-up scan (sweepTemps): a listing of
+		// 200,000 names beside 100,000 finished requests is not worth
+		// delaying the first answers for (issue 25).
 		d.keys.followRotations(id)
 	}
 	if err := d.out.publishForAgents(); err != nil {

@@ -3,8 +3,11 @@ package host
 import (
 	"bytes"
 	"crypto/rand"
+	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -193,5 +196,35 @@ func TestKeyedRetryRedeliversManifest(t *testing.T) {
 	p.start(t, nil)
 	if out := p.wait(t, first.ID); out.Receipt.Status != bridge.StatusDone || string(out.Stdout) != "k\n" {
 		t.Fatalf("after re-delivery: %s %q", out.Receipt.Status, out.Stdout)
+	}
+}
+
+// The publish temporaries a crash left among an agent's results are swept
+// once the start-up scan is done, and one written since the start (a
+// publish under way) is not.
+func TestCrashTemporariesSweptAfterTheStart(t *testing.T) {
+	t.Parallel()
+	p := newPair(t, testPolicy)
+	left := filepath.Join(p.toAgent(), "~$"+strings.Repeat("a", 32)+".result.tmp")
+	fresh := filepath.Join(p.toAgent(), "~$"+strings.Repeat("b", 32)+".result.tmp")
+	must(t, os.MkdirAll(p.toAgent(), 0o755))
+	must(t, os.WriteFile(left, []byte("torn"), 0o600))
+	old := time.Now().Add(-2 * time.Hour)
+	must(t, os.Chtimes(left, old, old))
+	d, err := NewDaemon(p.host, DaemonOptions{AllowRoot: true, Rescan: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.probe.opened = func() { must(t, os.WriteFile(fresh, []byte("being written"), 0o600)) }
+	if err := d.Open(); err != nil {
+		t.Fatal(err)
+	}
+	serveOpened(t, d)
+	waitFor(t, 20*time.Second, "the sweep after the start-up scan", func() bool { return d.probe.n(tempSweeps) >= 1 })
+	if _, err := os.Lstat(left); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("a crash's temporary is still there: %v", err)
+	}
+	if _, err := os.Lstat(fresh); err != nil {
+		t.Errorf("a temporary written since the start was swept: %v", err)
 	}
 }

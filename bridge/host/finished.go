@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	"github.com/syncbridge/bridge/bridge"
+	bcrypto "github.com/syncbridge/bridge/crypto"
 	"github.com/syncbridge/bridge/syncsafe"
 )
 
@@ -80,7 +81,7 @@ func (f *finishedSet) load() {
 	// (issue 25).
 	hint := 0
 	if fi, err := file.Stat(); err == nil {
-		hint = int(min(fi.Size()/120, 1<<24))
+		hint = int(min(fi.Size()/120, 1<<18)) // past it the map grows as it would
 	}
 	m := make(map[string]stamp, hint)
 	for sc.Scan() {
@@ -98,7 +99,7 @@ func (f *finishedSet) load() {
 			}
 		}
 		agent, id, cut := bytes.Cut(key, []byte{'/'})
-		if !ok || !cut || !bridge.ValidID(string(id)) || len(agent) == 0 {
+		if !ok || !cut || !bridge.ValidID(string(id)) || !bcrypto.ValidKid(string(agent)) {
 			f.log.Warn("ignoring the finished-requests cache: damaged", "file", file.Name())
 			return
 		}
@@ -111,7 +112,8 @@ func (f *finishedSet) load() {
 		}
 		m[string(key)] = st
 	}
-	if sc.Err() != nil {
+	if err := sc.Err(); err != nil {
+		f.log.Warn("ignoring the finished-requests cache: unreadable", "file", file.Name(), "err", err)
 		return
 	}
 	f.mu.Lock()

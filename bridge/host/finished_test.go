@@ -124,7 +124,7 @@ func TestFinishedCacheReadsWhatItWrote(t *testing.T) {
 		good + " 5", good + " ", " " + good, strings.Replace(good, " 3", "  3", 1), strings.Replace(good, " 4", "", 1),
 		strings.Replace(good, " 2", " x", 1), strings.Replace(good, " 2", " ", 1), fmt.Sprintf("/%032x 1 2 3 4", 2),
 		fmt.Sprintf("%032x/%031x 1 2 3 4", 1, 2), fmt.Sprintf("%032x%032x 1 2 3 4", 1, 2), "", "not a line",
-		strings.Replace(good, " 1 ", " 99999999999999999999 ", 1),
+		strings.Replace(good, " 1 ", " 99999999999999999999 ", 1), "a\tb" + good[32:], "x" + good,
 	} {
 		if err := os.WriteFile(p.host.Path(finishedName), []byte(finishedHeader+"\n"+good+"\n"+bad+"\n"), 0o600); err != nil {
 			t.Fatal(err)

@@ -224,6 +224,7 @@ func (d *Daemon) controlLoop(stop <-chan struct{}) {
 			if d.startScanDone() {
 				collected, lastGC = true, now
 				d.pruneFinished()
+				d.sweepTemps()
 				d.gc.run(GCOptions{})
 			} else {
 				soon = true
@@ -323,6 +324,22 @@ var (
 	gcEvery           = 10 * time.Minute
 	sweepWaitingEvery = 5 * time.Second
 )
+
+// sweepTemps removes the publish temporaries a crash left among the
+// trusted agents' results, once, after the start-up scan. Publishes run by
+// then, so only a temporary older than the start, by a minute's margin for
+// the clock, is a crash's: one being written now is not touched (an
+// in-folder temporary has a fixed name, and one left at it only sends the
+// next publish of that name to a unique one meanwhile).
+func (d *Daemon) sweepTemps() {
+	older := time.Since(d.openedAt) + time.Minute
+	for id := range d.agents() {
+		if _, err := d.folder.SweepTemps(bridge.ToAgentDir(d.me, id), older); err != nil {
+			d.log.Debug("sweep the temporaries among an agent's results", "agent", id, "err", err)
+		}
+	}
+	d.probe.add(tempSweeps)
+}
 
 // applyOrders carries out the orders the CLI left in the control directory.
 // An order whose request is busy at the moment stays for the next look; it

@@ -126,7 +126,9 @@ func openArchive(dir string, vouched int64) (*archive, error) {
 		// request's takes about 900 bytes): grown from nothing, the map's
 		// rehashes were a sixth of the index's CPU at 100,000; sized over
 		// them (at 768 bytes a record), it held 6 MB more than grown.
-		a.idx = make(map[string]archRef, min(fi.Size()/1024, 1<<24))
+		// Capped: a file's size is what it claims (a sparse one costs
+		// no disk); past the cap the map grows as it would.
+		a.idx = make(map[string]archRef, min(fi.Size()/1024, 1<<18))
 	}
 	sc, err := a.index()
 	if err == nil && sc.torn {
