@@ -94,13 +94,13 @@ func (f *Folder) publish(op, rel string, write func(io.Writer) error, replace bo
 		}
 	}
 
-	src, tmp, staged := dst, folderTempName(name), false
+	var file *os.File
+	src, tmp, staged := dst, "", false
 	if f.staging != nil && !f.crossDev.Load() {
 		src, tmp, staged = f.staging.h, stagingTempName(name), true
-	}
-	file, err := src.create(tmp)
-	if !staged && errors.Is(err, fs.ErrExist) {
-		tmp, file, err = createSquatted(dst, name)
+		file, err = src.create(tmp)
+	} else {
+		tmp, file, err = f.createFolderTemp(dst, dir, name)
 	}
 	if err != nil {
 		return fmt.Errorf("%s %s: create temp: %w%s", op, rel, err, tempHint(err))
@@ -109,6 +109,9 @@ func (f *Folder) publish(op, rel string, write func(io.Writer) error, replace bo
 	defer func() {
 		if !moved {
 			_ = src.remove(tmp)
+		}
+		if !staged {
+			f.tempDone(path.Join(dir, tmp))
 		}
 	}()
 	if err := writeTemp(file, write, cfg.mode); err != nil {
@@ -121,7 +124,7 @@ func (f *Folder) publish(op, rel string, write func(io.Writer) error, replace bo
 		// The staging dir is on another filesystem: remember, and move the
 		// staged bytes into an in-folder temp instead.
 		f.crossDev.Store(true)
-		err = f.publishCopy(src, tmp, dst, name, replace, cfg.mode)
+		err = f.publishCopy(src, tmp, dst, dir, name, replace, cfg.mode)
 	}
 	if errors.Is(err, fs.ErrExist) {
 		return fmt.Errorf("%s %s: %w", op, rel, ErrExists)
@@ -144,17 +147,13 @@ func (f *Folder) publish(op, rel string, write func(io.Writer) error, replace bo
 
 // publishCopy copies the staged temp into an in-folder temp and moves that
 // into place.
-func (f *Folder) publishCopy(src dirH, staged string, dst dirH, name string, replace bool, mode fs.FileMode) error {
+func (f *Folder) publishCopy(src dirH, staged string, dst dirH, dir, name string, replace bool, mode fs.FileMode) error {
 	in, err := src.open(staged)
 	if err != nil {
 		return fmt.Errorf("reopen staged temp: %w", err)
 	}
 	defer in.Close()
-	tmp := folderTempName(name)
-	out, err := dst.create(tmp)
-	if errors.Is(err, fs.ErrExist) {
-		tmp, out, err = createSquatted(dst, name)
-	}
+	tmp, out, err := f.createFolderTemp(dst, dir, name)
 	if err != nil {
 		return fmt.Errorf("create temp: %w%s", err, tempHint(err))
 	}
@@ -163,6 +162,7 @@ func (f *Folder) publishCopy(src dirH, staged string, dst dirH, name string, rep
 		if !moved {
 			_ = dst.remove(tmp)
 		}
+		f.tempDone(path.Join(dir, tmp))
 	}()
 	if err := writeTemp(out, func(w io.Writer) error {
 		_, err := io.Copy(w, in)
@@ -224,15 +224,45 @@ func writeTemp(file *os.File, write func(io.Writer) error, mode fs.FileMode) err
 // same name fail instead of sharing the temp.
 func folderTempName(name string) string { return "~$" + name + ".tmp" }
 
-// createSquatted creates an in-folder temp under a unique name, for when
-// something stands at the fixed one: another publisher of the same name
-// (O_EXCL is there to make it fail, not us wait) or a directory or file a
+// createFolderTemp creates the in-folder temp for name in dst (the
+// directory dir), at its fixed name or, if something stands there, at a
+// unique one: another publisher of the same name (O_EXCL is there to make
+// it fail, not us wait), a crash's leftover, or a directory or file a
 // folder writer planted to block the publish. Either way the unique name
-// goes around it, and SweepTemps knows it as ours.
-func createSquatted(dst dirH, name string) (string, *os.File, error) {
-	tmp := stagingTempName(name)
+// goes around it, and SweepTemps knows it as ours. The temp's path is
+// taken before the file is made, so SweepTemps never removes it while it
+// is written: the caller gives it back with tempDone once the temp is
+// moved or removed.
+func (f *Folder) createFolderTemp(dst dirH, dir, name string) (string, *os.File, error) {
+	tmp := folderTempName(name)
+	f.tempTake(path.Join(dir, tmp))
 	file, err := dst.create(tmp)
-	return tmp, file, err
+	if errors.Is(err, fs.ErrExist) {
+		f.tempDone(path.Join(dir, tmp)) // not ours: a leftover, or another's
+		tmp = stagingTempName(name)
+		f.tempTake(path.Join(dir, tmp))
+		file, err = dst.create(tmp)
+	}
+	if err != nil {
+		f.tempDone(path.Join(dir, tmp))
+		return "", nil, err
+	}
+	return tmp, file, nil
+}
+
+func (f *Folder) tempTake(rel string) {
+	f.tempsMu.Lock()
+	defer f.tempsMu.Unlock()
+	if f.temps == nil {
+		f.temps = map[string]bool{}
+	}
+	f.temps[rel] = true
+}
+
+func (f *Folder) tempDone(rel string) {
+	f.tempsMu.Lock()
+	defer f.tempsMu.Unlock()
+	delete(f.temps, rel)
 }
 
 // stagingTempName is unique: one staging directory serves every target
@@ -278,31 +308,50 @@ func retryTransient(op func() error) error {
 }
 
 // SweepTemps removes our own leftover "~$*.tmp" temps in dir that were last
-// modified more than olderThan ago, and returns how many it removed. Call it
-// at start-up; the age guard keeps it from removing the temp of another
-// process publishing right now (0 removes all). Only regular files are
-// touched.
+// modified more than olderThan ago, and returns how many it removed. A temp
+// a publish of this Folder is writing is never removed, whatever its time;
+// the age guard is for another process publishing right now (0 removes all
+// the others). Only regular files are touched; one that cannot be removed
+// is passed over, the first such error returned at the end.
 func (f *Folder) SweepTemps(dir string, olderThan time.Duration) (int, error) {
 	ents, err := f.ListFunc(dir, isOurTemp)
 	if err != nil {
 		return 0, fmt.Errorf("sweep temps: %w", err)
 	}
 	n := 0
+	var first error
 	for _, e := range ents {
 		if e.Type != 0 || !isOurTemp(e.Name) {
 			continue
 		}
 		rel := path.Join(dir, e.Name)
-		fi, err := f.root.Lstat(rel)
-		if err != nil || !fi.Mode().IsRegular() || time.Since(fi.ModTime()) < olderThan {
-			continue
+		removed, err := f.sweepTemp(rel, olderThan)
+		if err != nil && first == nil {
+			first = fmt.Errorf("sweep temps: %w", err)
 		}
-		if err := f.root.Remove(rel); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return n, fmt.Errorf("sweep temps: %w", err)
+		if removed {
+			n++
 		}
-		n++
 	}
-	return n, nil
+	return n, first
+}
+
+// sweepTemp removes the temp rel unless a publish of f is writing it (under
+// the lock publishes take its name with: none can take it in between).
+func (f *Folder) sweepTemp(rel string, olderThan time.Duration) (bool, error) {
+	f.tempsMu.Lock()
+	defer f.tempsMu.Unlock()
+	if f.temps[rel] {
+		return false, nil
+	}
+	fi, err := f.root.Lstat(rel)
+	if err != nil || !fi.Mode().IsRegular() || time.Since(fi.ModTime()) < olderThan {
+		return false, nil
+	}
+	if err := f.root.Remove(rel); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return false, err
+	}
+	return true, nil
 }
 
 // SweepStaging is SweepTemps for the staging directory (a no-op without one).

@@ -396,3 +396,68 @@ func TestPublishAroundSquattedTemp(t *testing.T) {
 		})
 	}
 }
+
+// TestSweepTempsNeverTakesATempBeingWritten: a temp this Folder's publish
+// is writing survives SweepTemps with no age guard, even when its time
+// says it is a day old (a clock stepped back, a file server's clock), at
+// its fixed name and at the unique one a leftover sends it to; the
+// leftovers go.
+func TestSweepTempsNeverTakesATempBeingWritten(t *testing.T) {
+	f, dir := newFolder(t)
+	d := filepath.Join(dir, "d")
+	writeFile(t, filepath.Join(d, "~$s.tmp"), "a crash's, at s's fixed temp name")
+	type pub struct {
+		name    string
+		writing chan struct{}
+		done    chan error
+	}
+	release := make(chan struct{})
+	var pubs []pub
+	for _, name := range []string{"r", "s"} {
+		p := pub{name, make(chan struct{}), make(chan error, 1)}
+		go func() {
+			p.done <- f.Publish("d/"+name, func(w io.Writer) error {
+				close(p.writing)
+				<-release
+				_, err := io.WriteString(w, "ok")
+				return err
+			})
+		}()
+		<-p.writing
+		pubs = append(pubs, p)
+	}
+	ents, err := os.ReadDir(d)
+	must(t, err)
+	day := time.Now().Add(-24 * time.Hour)
+	var temps []string
+	for _, e := range ents {
+		if isOurTemp(e.Name()) {
+			must(t, os.Chtimes(filepath.Join(d, e.Name()), day, day))
+			temps = append(temps, e.Name())
+		}
+	}
+	if len(temps) != 3 {
+		t.Fatalf("temps %v: want r's, s's unique one and the leftover", temps)
+	}
+	n, err := f.SweepTemps("d", 0)
+	if err != nil || n != 1 {
+		t.Errorf("SweepTemps = %d, %v; want the leftover alone", n, err)
+	}
+	if _, err := os.Lstat(filepath.Join(d, "~$s.tmp")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the leftover is still there: %v", err)
+	}
+	close(release)
+	for _, p := range pubs {
+		if err := <-p.done; err != nil {
+			t.Fatalf("publish %s: %v", p.name, err)
+		}
+		if b, err := os.ReadFile(filepath.Join(d, p.name)); err != nil || string(b) != "ok" {
+			t.Errorf("%s: %q, %v", p.name, b, err)
+		}
+	}
+	// Given back: a leftover at a name once taken is swept again.
+	writeFile(t, filepath.Join(d, "~$r.tmp"), "left")
+	if n, err := f.SweepTemps("d", 0); err != nil || n != 1 {
+		t.Errorf("SweepTemps after the publishes = %d, %v; want 1", n, err)
+	}
+}

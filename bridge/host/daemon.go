@@ -254,7 +254,9 @@ func (d *Daemon) Open() (err error) {
 			os.Remove(f)
 		}
 	}
-	d.folder.SweepStaging(0)
+	// The home's staging directory is shared with the host's other bridge
+	// commands: one staging a file right now keeps it (a minute's margin).
+	d.folder.SweepStaging(time.Minute)
 	for id := range d.agents() {
 		// The temporaries a crash left among the agent's results are
 		// swept after the start-up scan (sweepTemps): a listing of

@@ -201,16 +201,25 @@ func TestKeyedRetryRedeliversManifest(t *testing.T) {
 
 // The publish temporaries a crash left among an agent's results are swept
 // once the start-up scan is done, and one written since the start (a
-// publish under way) is not.
+// publish under way) is not; in the home's staging directory, an old one
+// goes at the start and one another command is staging stays.
 func TestCrashTemporariesSweptAfterTheStart(t *testing.T) {
 	t.Parallel()
 	p := newPair(t, testPolicy)
+	// In the home's staging directory, shared with the host's other
+	// commands: an old one goes at Open, one being staged stays.
+	must(t, os.MkdirAll(p.host.Path("staging"), 0o700))
+	stagedOld := p.host.Path("staging", "~$"+strings.Repeat("c", 32)+".result.0011223344556677.tmp")
+	stagedNow := p.host.Path("staging", "~$"+strings.Repeat("d", 32)+".result.8899aabbccddeeff.tmp")
+	must(t, os.WriteFile(stagedOld, []byte("torn"), 0o600))
+	must(t, os.WriteFile(stagedNow, []byte("being staged"), 0o600))
 	left := filepath.Join(p.toAgent(), "~$"+strings.Repeat("a", 32)+".result.tmp")
 	fresh := filepath.Join(p.toAgent(), "~$"+strings.Repeat("b", 32)+".result.tmp")
 	must(t, os.MkdirAll(p.toAgent(), 0o755))
 	must(t, os.WriteFile(left, []byte("torn"), 0o600))
 	old := time.Now().Add(-2 * time.Hour)
 	must(t, os.Chtimes(left, old, old))
+	must(t, os.Chtimes(stagedOld, old, old))
 	d, err := NewDaemon(p.host, DaemonOptions{AllowRoot: true, Rescan: 500 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -226,5 +235,11 @@ func TestCrashTemporariesSweptAfterTheStart(t *testing.T) {
 	}
 	if _, err := os.Lstat(fresh); err != nil {
 		t.Errorf("a temporary written since the start was swept: %v", err)
+	}
+	if _, err := os.Lstat(stagedOld); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("an old staged temporary is still there: %v", err)
+	}
+	if _, err := os.Lstat(stagedNow); err != nil {
+		t.Errorf("a file another command is staging was swept at the start: %v", err)
 	}
 }

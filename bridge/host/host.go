@@ -327,12 +327,13 @@ var (
 
 // sweepTemps removes the publish temporaries a crash left among the
 // trusted agents' results, once, after the start-up scan. Publishes run by
-// then, so only a temporary older than the start, by a minute's margin for
-// the clock, is a crash's: one being written now is not touched (an
-// in-folder temporary has a fixed name, and one left at it only sends the
-// next publish of that name to a unique one meanwhile).
+// then: the folder never sweeps a temporary its own publishes are writing
+// (whatever the clocks say), and of the others only one older than the
+// start, by a minute's margin, is a crash's (another process may be
+// publishing; an in-folder temporary has a fixed name, and one left at it
+// only sends the next publish of that name to a unique one meanwhile).
 func (d *Daemon) sweepTemps() {
-	older := time.Since(d.openedAt) + time.Minute
+	older := max(time.Since(d.openedAt), 0) + time.Minute
 	for id := range d.agents() {
 		if _, err := d.folder.SweepTemps(bridge.ToAgentDir(d.me, id), older); err != nil {
 			d.log.Debug("sweep the temporaries among an agent's results", "agent", id, "err", err)
