@@ -59,7 +59,7 @@ type DaemonOptions struct {
 // sealed results. Lifecycle: NewDaemon, Open, Run, Close.
 type Daemon struct {
 	*base
-	openedAt time.Time    // when Open began (wall clock): a temporary older than it is a crash's (sweepTemps)
+	openedAt time.Time    // when Open began (wall clock): a temporary older than it is a crash's (collector.sweepTemps)
 	out      *outbox      // what the daemon writes into the folder and keeps of it
 	sched    *scheduler   // when each request's key is worked on
 	fin      *finishedSet // what the daemon knows finished beside the ledger
@@ -259,7 +259,7 @@ func (d *Daemon) Open() (err error) {
 	d.folder.SweepStaging(time.Minute)
 	for id := range d.agents() {
 		// The temporaries a crash left among the agent's results are
-		// swept after the start-up scan (sweepTemps): a listing of
+		// swept after the start-up scan (collector.sweepTemps): a listing of
 		// 200,000 names beside 100,000 finished requests is not worth
 		// delaying the first answers for (issue 25).
 		d.keys.followRotations(id)

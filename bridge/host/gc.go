@@ -477,3 +477,20 @@ func (p *progressFiles) remove(agent, id string) {
 	}
 	delete(byID, id)
 }
+
+// sweepTemps removes the publish temporaries a crash left among the
+// trusted agents' results, once, after the start-up scan. Publishes run by
+// then: the folder never sweeps a temporary its own publishes are writing
+// (whatever the clocks say), and of the others only one older than the
+// start (opened), by a minute's margin, is a crash's (another process may be
+// publishing; an in-folder temporary has a fixed name, and one left at it
+// only sends the next publish of that name to a unique one meanwhile).
+func (c *collector) sweepTemps(opened time.Time) {
+	older := max(time.Since(opened), 0) + time.Minute
+	for id := range c.agents() {
+		if _, err := c.folder.SweepTemps(bridge.ToAgentDir(c.me, id), older); err != nil {
+			c.log.Debug("sweep the temporaries among an agent's results", "agent", id, "err", err)
+		}
+	}
+	c.probe.add(tempSweeps)
+}

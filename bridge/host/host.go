@@ -224,7 +224,7 @@ func (d *Daemon) controlLoop(stop <-chan struct{}) {
 			if d.startScanDone() {
 				collected, lastGC = true, now
 				d.pruneFinished()
-				d.sweepTemps()
+				d.gc.sweepTemps(d.openedAt)
 				d.gc.run(GCOptions{})
 			} else {
 				soon = true
@@ -324,23 +324,6 @@ var (
 	gcEvery           = 10 * time.Minute
 	sweepWaitingEvery = 5 * time.Second
 )
-
-// sweepTemps removes the publish temporaries a crash left among the
-// trusted agents' results, once, after the start-up scan. Publishes run by
-// then: the folder never sweeps a temporary its own publishes are writing
-// (whatever the clocks say), and of the others only one older than the
-// start, by a minute's margin, is a crash's (another process may be
-// publishing; an in-folder temporary has a fixed name, and one left at it
-// only sends the next publish of that name to a unique one meanwhile).
-func (d *Daemon) sweepTemps() {
-	older := max(time.Since(d.openedAt), 0) + time.Minute
-	for id := range d.agents() {
-		if _, err := d.folder.SweepTemps(bridge.ToAgentDir(d.me, id), older); err != nil {
-			d.log.Debug("sweep the temporaries among an agent's results", "agent", id, "err", err)
-		}
-	}
-	d.probe.add(tempSweeps)
-}
 
 // applyOrders carries out the orders the CLI left in the control directory.
 // An order whose request is busy at the moment stays for the next look; it
