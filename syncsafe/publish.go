@@ -235,14 +235,21 @@ func folderTempName(name string) string { return "~$" + name + ".tmp" }
 // moved or removed.
 func (f *Folder) createFolderTemp(dst dirH, dir, name string) (string, *os.File, error) {
 	tmp := folderTempName(name)
+	if f.tempTake(path.Join(dir, tmp)) {
+		file, err := dst.create(tmp)
+		if err == nil {
+			return tmp, file, nil
+		}
+		f.tempDone(path.Join(dir, tmp)) // taken for nothing: not made
+		if !errors.Is(err, fs.ErrExist) {
+			return "", nil, err
+		}
+	}
+	// Something stands at the fixed name, or a publish of ours is writing
+	// it (its name stays its own).
+	tmp = stagingTempName(name)
 	f.tempTake(path.Join(dir, tmp))
 	file, err := dst.create(tmp)
-	if errors.Is(err, fs.ErrExist) {
-		f.tempDone(path.Join(dir, tmp)) // not ours: a leftover, or another's
-		tmp = stagingTempName(name)
-		f.tempTake(path.Join(dir, tmp))
-		file, err = dst.create(tmp)
-	}
 	if err != nil {
 		f.tempDone(path.Join(dir, tmp))
 		return "", nil, err
@@ -250,13 +257,19 @@ func (f *Folder) createFolderTemp(dst dirH, dir, name string) (string, *os.File,
 	return tmp, file, nil
 }
 
-func (f *Folder) tempTake(rel string) {
+// tempTake takes rel for a publish about to make its temp there, and
+// reports whether it was free: only a publish that took it gives it back.
+func (f *Folder) tempTake(rel string) bool {
 	f.tempsMu.Lock()
 	defer f.tempsMu.Unlock()
+	if f.temps[rel] {
+		return false
+	}
 	if f.temps == nil {
 		f.temps = map[string]bool{}
 	}
 	f.temps[rel] = true
+	return true
 }
 
 func (f *Folder) tempDone(rel string) {
@@ -311,21 +324,29 @@ func retryTransient(op func() error) error {
 // modified more than olderThan ago, and returns how many it removed. A temp
 // a publish of this Folder is writing is never removed, whatever its time;
 // the age guard is for another process publishing right now (0 removes all
-// the others). Only regular files are touched; one that cannot be removed
+// the others). Only regular files are touched, through a handle on dir
+// that refuses a link (as publishes reach it); one that cannot be removed
 // is passed over, the first such error returned at the end.
 func (f *Folder) SweepTemps(dir string, olderThan time.Duration) (int, error) {
 	ents, err := f.ListFunc(dir, isOurTemp)
 	if err != nil {
 		return 0, fmt.Errorf("sweep temps: %w", err)
 	}
+	if len(ents) == 0 {
+		return 0, nil
+	}
+	h, err := f.openDirH(dir)
+	if err != nil {
+		return 0, fmt.Errorf("sweep temps: %w", err)
+	}
+	defer h.close()
 	n := 0
 	var first error
 	for _, e := range ents {
 		if e.Type != 0 || !isOurTemp(e.Name) {
 			continue
 		}
-		rel := path.Join(dir, e.Name)
-		removed, err := f.sweepTemp(rel, olderThan)
+		removed, err := f.sweepTemp(h, dir, e.Name, olderThan)
 		if err != nil && first == nil {
 			first = fmt.Errorf("sweep temps: %w", err)
 		}
@@ -336,19 +357,20 @@ func (f *Folder) SweepTemps(dir string, olderThan time.Duration) (int, error) {
 	return n, first
 }
 
-// sweepTemp removes the temp rel unless a publish of f is writing it (under
-// the lock publishes take its name with: none can take it in between).
-func (f *Folder) sweepTemp(rel string, olderThan time.Duration) (bool, error) {
+// sweepTemp removes the temp name in h (the directory dir) unless a publish
+// of f is writing it (under the lock publishes take its name with: none can
+// take it in between).
+func (f *Folder) sweepTemp(h dirH, dir, name string, olderThan time.Duration) (bool, error) {
 	f.tempsMu.Lock()
 	defer f.tempsMu.Unlock()
-	if f.temps[rel] {
+	if f.temps[path.Join(dir, name)] {
 		return false, nil
 	}
-	fi, err := f.root.Lstat(rel)
-	if err != nil || !fi.Mode().IsRegular() || time.Since(fi.ModTime()) < olderThan {
+	regular, mtime, err := h.regularSince(name)
+	if err != nil || !regular || time.Since(mtime) < olderThan {
 		return false, nil
 	}
-	if err := f.root.Remove(rel); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	if err := h.remove(name); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return false, err
 	}
 	return true, nil
@@ -364,6 +386,7 @@ func (f *Folder) SweepStaging(olderThan time.Duration) (int, error) {
 		return 0, fmt.Errorf("sweep staging: %w", err)
 	}
 	n := 0
+	var first error // passed over, as SweepTemps does, and returned at the end
 	for _, e := range ents {
 		if !e.Type().IsRegular() || !isOurTemp(e.Name()) {
 			continue
@@ -373,9 +396,12 @@ func (f *Folder) SweepStaging(olderThan time.Duration) (int, error) {
 			continue
 		}
 		if err := os.Remove(filepath.Join(f.staging.path, e.Name())); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return n, fmt.Errorf("sweep staging: %w", err)
+			if first == nil {
+				first = fmt.Errorf("sweep staging: %w", err)
+			}
+			continue
 		}
 		n++
 	}
-	return n, nil
+	return n, first
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path"
 	"syscall"
+	"time"
 )
 
 // openReadFlags: Windows has no FIFOs in a synced folder to guard against.
@@ -67,6 +68,16 @@ func (h dirH) remove(name string) error { return h.root.Remove(path.Join(h.dir, 
 func (h dirH) lstat(name string) error {
 	_, err := h.root.Lstat(path.Join(h.dir, name))
 	return err
+}
+
+// regularSince reports whether name is a regular file in the directory
+// (a link is not followed) and its modification time.
+func (h dirH) regularSince(name string) (bool, time.Time, error) {
+	fi, err := h.root.Lstat(path.Join(h.dir, name))
+	if err != nil {
+		return false, time.Time{}, err
+	}
+	return fi.Mode().IsRegular(), fi.ModTime(), nil
 }
 
 func place(src dirH, srcName string, dst dirH, dstName string, replace bool) error {

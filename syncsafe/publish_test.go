@@ -413,10 +413,17 @@ func TestSweepTempsNeverTakesATempBeingWritten(t *testing.T) {
 	}
 	release := make(chan struct{})
 	var pubs []pub
-	for _, name := range []string{"r", "s"} {
+	// r at its fixed temp name, s at a unique one (a leftover stands at
+	// its fixed one), q twice: the second sent to a unique name by the
+	// first, which keeps its own.
+	for i, name := range []string{"r", "s", "q", "q"} {
 		p := pub{name, make(chan struct{}), make(chan error, 1)}
+		publish := f.Publish
+		if i >= 2 {
+			publish = f.PublishReplace
+		}
 		go func() {
-			p.done <- f.Publish("d/"+name, func(w io.Writer) error {
+			p.done <- publish("d/"+name, func(w io.Writer) error {
 				close(p.writing)
 				<-release
 				_, err := io.WriteString(w, "ok")
@@ -436,8 +443,8 @@ func TestSweepTempsNeverTakesATempBeingWritten(t *testing.T) {
 			temps = append(temps, e.Name())
 		}
 	}
-	if len(temps) != 3 {
-		t.Fatalf("temps %v: want r's, s's unique one and the leftover", temps)
+	if len(temps) != 5 {
+		t.Fatalf("temps %v: want r's, s's unique one, q's two and the leftover", temps)
 	}
 	n, err := f.SweepTemps("d", 0)
 	if err != nil || n != 1 {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -112,6 +113,16 @@ func (h dirH) lstat(name string) error {
 		return &os.PathError{Op: "fstatat", Path: name, Err: err}
 	}
 	return nil
+}
+
+// regularSince reports whether name is a regular file in the directory
+// (a link is not followed) and its modification time.
+func (h dirH) regularSince(name string) (bool, time.Time, error) {
+	var st unix.Stat_t
+	if err := unix.Fstatat(h.fd(), name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return false, time.Time{}, &os.PathError{Op: "fstatat", Path: name, Err: err}
+	}
+	return st.Mode&unix.S_IFMT == unix.S_IFREG, time.Unix(st.Mtim.Unix()), nil
 }
 
 func (h dirH) remove(name string) error {
