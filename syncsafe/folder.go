@@ -53,13 +53,13 @@ type Folder struct {
 	heldMu   sync.Mutex
 	held     []string // published WithoutDirSync, told with the next change
 
-	// The in-folder temporaries this Folder's publishes are writing, by
-	// path, which SweepTemps never removes: whatever the clocks say of
-	// their times. A name is taken before its file is made and given back
-	// once it is moved or removed; SweepTemps looks and removes under the
-	// same lock.
+	// The in-folder temporaries this Folder's publishes are writing (by
+	// directory identity and name, tempKey), which SweepTemps never
+	// removes: whatever the clocks say of their times. A name is taken
+	// before its file is made and given back once it is moved or removed;
+	// SweepTemps looks and removes under the same lock.
 	tempsMu sync.Mutex
-	temps   map[string]bool
+	temps   map[tempKey]bool
 }
 
 // changed tells the WithOnChange listener about rel, and about the files

@@ -111,7 +111,7 @@ func (f *Folder) publish(op, rel string, write func(io.Writer) error, replace bo
 			_ = src.remove(tmp)
 		}
 		if !staged {
-			f.tempDone(path.Join(dir, tmp))
+			f.tempDone(tempKeyOf(dst, dir, tmp))
 		}
 	}()
 	if err := writeTemp(file, write, cfg.mode); err != nil {
@@ -162,7 +162,7 @@ func (f *Folder) publishCopy(src dirH, staged string, dst dirH, dir, name string
 		if !moved {
 			_ = dst.remove(tmp)
 		}
-		f.tempDone(path.Join(dir, tmp))
+		f.tempDone(tempKeyOf(dst, dir, tmp))
 	}()
 	if err := writeTemp(out, func(w io.Writer) error {
 		_, err := io.Copy(w, in)
@@ -235,12 +235,12 @@ func folderTempName(name string) string { return "~$" + name + ".tmp" }
 // moved or removed.
 func (f *Folder) createFolderTemp(dst dirH, dir, name string) (string, *os.File, error) {
 	tmp := folderTempName(name)
-	if f.tempTake(path.Join(dir, tmp)) {
+	if f.tempTake(tempKeyOf(dst, dir, tmp)) {
 		file, err := dst.create(tmp)
 		if err == nil {
 			return tmp, file, nil
 		}
-		f.tempDone(path.Join(dir, tmp)) // taken for nothing: not made
+		f.tempDone(tempKeyOf(dst, dir, tmp)) // taken for nothing: not made
 		if !errors.Is(err, fs.ErrExist) {
 			return "", nil, err
 		}
@@ -248,34 +248,50 @@ func (f *Folder) createFolderTemp(dst dirH, dir, name string) (string, *os.File,
 	// Something stands at the fixed name, or a publish of ours is writing
 	// it (its name stays its own).
 	tmp = stagingTempName(name)
-	f.tempTake(path.Join(dir, tmp))
+	f.tempTake(tempKeyOf(dst, dir, tmp))
 	file, err := dst.create(tmp)
 	if err != nil {
-		f.tempDone(path.Join(dir, tmp))
+		f.tempDone(tempKeyOf(dst, dir, tmp))
 		return "", nil, err
 	}
 	return tmp, file, nil
 }
 
+// tempKey names an in-folder temp by its directory's identity where the
+// system gives one (device and inode), not by path: a folder writer who
+// renames one agent's directory to another's path cannot make a temp
+// being written look like a leftover of the directory now at that path.
+type tempKey struct {
+	dir  any
+	name string
+}
+
+func tempKeyOf(h dirH, dir, name string) tempKey {
+	if id, ok := h.syncID(); ok {
+		return tempKey{id, name}
+	}
+	return tempKey{dir, name}
+}
+
 // tempTake takes rel for a publish about to make its temp there, and
 // reports whether it was free: only a publish that took it gives it back.
-func (f *Folder) tempTake(rel string) bool {
+func (f *Folder) tempTake(k tempKey) bool {
 	f.tempsMu.Lock()
 	defer f.tempsMu.Unlock()
-	if f.temps[rel] {
+	if f.temps[k] {
 		return false
 	}
 	if f.temps == nil {
-		f.temps = map[string]bool{}
+		f.temps = map[tempKey]bool{}
 	}
-	f.temps[rel] = true
+	f.temps[k] = true
 	return true
 }
 
-func (f *Folder) tempDone(rel string) {
+func (f *Folder) tempDone(k tempKey) {
 	f.tempsMu.Lock()
 	defer f.tempsMu.Unlock()
-	delete(f.temps, rel)
+	delete(f.temps, k)
 }
 
 // stagingTempName is unique: one staging directory serves every target
@@ -363,7 +379,7 @@ func (f *Folder) SweepTemps(dir string, olderThan time.Duration) (int, error) {
 func (f *Folder) sweepTemp(h dirH, dir, name string, olderThan time.Duration) (bool, error) {
 	f.tempsMu.Lock()
 	defer f.tempsMu.Unlock()
-	if f.temps[path.Join(dir, name)] {
+	if f.temps[tempKeyOf(h, dir, name)] {
 		return false, nil
 	}
 	regular, mtime, err := h.regularSince(name)

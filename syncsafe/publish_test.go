@@ -468,3 +468,36 @@ func TestSweepTempsNeverTakesATempBeingWritten(t *testing.T) {
 		t.Errorf("SweepTemps after the publishes = %d, %v; want 1", n, err)
 	}
 }
+
+// TestSweepTempsKnowsATempByItsDirectory: a folder writer who renames the
+// directory a publish is writing into to another directory's path does not
+// make the sweep of that path take the temp for a leftover.
+func TestSweepTempsKnowsATempByItsDirectory(t *testing.T) {
+	f, dir := newFolder(t)
+	must(t, os.MkdirAll(filepath.Join(dir, "a"), 0o755))
+	must(t, os.MkdirAll(filepath.Join(dir, "b"), 0o755))
+	writing, release, done := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+	go func() {
+		done <- f.Publish("b/r", func(w io.Writer) error {
+			close(writing)
+			<-release
+			_, err := io.WriteString(w, "ok")
+			return err
+		})
+	}()
+	<-writing
+	must(t, os.Rename(filepath.Join(dir, "a"), filepath.Join(dir, "a.old")))
+	must(t, os.Rename(filepath.Join(dir, "b"), filepath.Join(dir, "a")))
+	day := time.Now().Add(-24 * time.Hour)
+	must(t, os.Chtimes(filepath.Join(dir, "a", "~$r.tmp"), day, day))
+	if n, err := f.SweepTemps("a", 0); err != nil || n != 0 {
+		t.Errorf("SweepTemps = %d, %v: took the temp being written", n, err)
+	}
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatalf("publish: %v", err)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "a", "r")); err != nil || string(b) != "ok" {
+		t.Errorf("a/r: %q, %v", b, err)
+	}
+}
