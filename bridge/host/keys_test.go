@@ -349,10 +349,13 @@ func TestResultOfAnEarlierHostKeySaysWhatIsTrue(t *testing.T) {
 // newUnpaired is a pair whose agent trusts the host while the host does
 // not trust the agent yet: the quick start's state before `bridge pair`
 // on the host.
-func newUnpaired(t *testing.T, folder, name string) *pair {
+func newUnpaired(t *testing.T, name string) *pair {
 	t.Helper()
 	base := t.TempDir()
-	p := &pair{folder: folder, hostHome: filepath.Join(base, "host"), agentHome: filepath.Join(base, "agent")}
+	p := &pair{folder: filepath.Join(base, "folder"), hostHome: filepath.Join(base, "host"), agentHome: filepath.Join(base, "agent")}
+	if err := os.Mkdir(p.folder, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	var err error
 	if p.host, err = trust.InitHome(p.hostHome, "host", "laptop", p.folder); err != nil {
 		t.Fatal(err)
@@ -389,11 +392,7 @@ func (p *pair) addAgent(t *testing.T, name string) {
 // loaded machine was still starting `bridge serve`).
 func TestAgentPairedWhileTheDaemonStartsIsLoaded(t *testing.T) {
 	t.Parallel()
-	folder := filepath.Join(t.TempDir(), "folder")
-	if err := os.Mkdir(folder, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	p := newUnpaired(t, folder, "cloud-1")
+	p := newUnpaired(t, "cloud-1")
 	d, err := NewDaemon(p.host, DaemonOptions{AllowRoot: true, Rescan: 500 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -425,11 +424,7 @@ func TestAgentPairedWhileTheDaemonStartsIsLoaded(t *testing.T) {
 // the loop began to watch the home, so only its creation was seen).
 func TestSecondAgentPairedWhileServingIsLoaded(t *testing.T) {
 	t.Parallel()
-	folder := filepath.Join(t.TempDir(), "folder")
-	if err := os.Mkdir(folder, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	p := newUnpaired(t, folder, "cloud-1")
+	p := newUnpaired(t, "cloud-1")
 	if _, err := os.Stat(p.host.Path(trust.PeersDir)); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("a new host home has a peers directory already (%v): this test starts without one", err)
 	}
