@@ -67,8 +67,20 @@ ops = ["echo", "count", "slow", "slowidem", "env"]
 
 func newPair(t *testing.T, policyText string) *pair {
 	t.Helper()
+	p := newUnpaired(t, policyText, "cloud-1")
+	if _, err := p.host.Trust(p.agent.BundleText(), "cloud-1"); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// newUnpaired is a pair whose agent trusts the host while the host does
+// not trust the agent yet: the quick start's state before `bridge pair`
+// on the host.
+func newUnpaired(t *testing.T, policyText, name string) *pair {
+	t.Helper()
 	base := t.TempDir()
-	p := &pair{folder: filepath.Join(base, "folder"), hostHome: filepath.Join(base, "host"), agentHome: filepath.Join(base, "agent")}
+	p := &pair{folder: filepath.Join(base, "folder"), hostHome: filepath.Join(base, "host")}
 	if err := os.Mkdir(p.folder, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -76,23 +88,30 @@ func newPair(t *testing.T, policyText string) *pair {
 	if p.host, err = trust.InitHome(p.hostHome, "host", "laptop", p.folder); err != nil {
 		t.Fatal(err)
 	}
-	if p.agent, err = trust.InitHome(p.agentHome, "agent", "cloud-1", p.folder); err != nil {
+	if err := os.WriteFile(p.host.Path(trust.PolicyName), []byte(policyText), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := p.host.Trust(p.agent.BundleText(), "cloud-1"); err != nil {
+	p.addAgent(t, filepath.Join(base, "agent"), name)
+	return p
+}
+
+// addAgent makes a new agent home at dir for p's host, trusting it, as p's
+// agent (the host does not trust it yet).
+func (p *pair) addAgent(t *testing.T, dir, name string) {
+	t.Helper()
+	p.agentHome = dir
+	var err error
+	if p.agent, err = trust.InitHome(p.agentHome, "agent", name, p.folder); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := p.agent.Trust(p.host.BundleText(), "laptop"); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(p.host.Path(trust.PolicyName), []byte(policyText), 0o600); err != nil {
-		t.Fatal(err)
-	}
 	if p.client, err = agent.OpenClient(p.agent); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { p.client.Close() })
-	return p
+	c := p.client
+	t.Cleanup(func() { c.Close() })
 }
 
 // serveOpened runs an opened daemon until the test ends, for a test that

@@ -346,45 +346,6 @@ func TestResultOfAnEarlierHostKeySaysWhatIsTrue(t *testing.T) {
 	}
 }
 
-// newUnpaired is a pair whose agent trusts the host while the host does
-// not trust the agent yet: the quick start's state before `bridge pair`
-// on the host.
-func newUnpaired(t *testing.T, name string) *pair {
-	t.Helper()
-	base := t.TempDir()
-	p := &pair{folder: filepath.Join(base, "folder"), hostHome: filepath.Join(base, "host"), agentHome: filepath.Join(base, "agent")}
-	if err := os.Mkdir(p.folder, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	var err error
-	if p.host, err = trust.InitHome(p.hostHome, "host", "laptop", p.folder); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(p.host.Path(trust.PolicyName), []byte(testPolicy+"\n[agents.cloud-2]\nops = [\"echo\"]\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	p.addAgent(t, name)
-	return p
-}
-
-// addAgent makes a new agent home for p's host, trusting it, as p's agent.
-func (p *pair) addAgent(t *testing.T, name string) {
-	t.Helper()
-	p.agentHome = filepath.Join(t.TempDir(), name)
-	var err error
-	if p.agent, err = trust.InitHome(p.agentHome, "agent", name, p.folder); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := p.agent.Trust(p.host.BundleText(), "laptop"); err != nil {
-		t.Fatal(err)
-	}
-	if p.client, err = agent.OpenClient(p.agent); err != nil {
-		t.Fatal(err)
-	}
-	c := p.client
-	t.Cleanup(func() { c.Close() })
-}
-
 // An agent paired after the daemon opened, but before its control loop
 // started, is loaded: the loop compares the peers directory with what Open
 // loaded, not with what it found at its own start (CI33: the README's
@@ -392,7 +353,7 @@ func (p *pair) addAgent(t *testing.T, name string) {
 // loaded machine was still starting `bridge serve`).
 func TestAgentPairedWhileTheDaemonStartsIsLoaded(t *testing.T) {
 	t.Parallel()
-	p := newUnpaired(t, "cloud-1")
+	p := newUnpaired(t, testPolicy+"\n[agents.cloud-2]\nops = [\"echo\"]\n", "cloud-1")
 	d, err := NewDaemon(p.host, DaemonOptions{AllowRoot: true, Rescan: 500 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -424,7 +385,7 @@ func TestAgentPairedWhileTheDaemonStartsIsLoaded(t *testing.T) {
 // the loop began to watch the home, so only its creation was seen).
 func TestSecondAgentPairedWhileServingIsLoaded(t *testing.T) {
 	t.Parallel()
-	p := newUnpaired(t, "cloud-1")
+	p := newUnpaired(t, testPolicy+"\n[agents.cloud-2]\nops = [\"echo\"]\n", "cloud-1")
 	if _, err := os.Stat(p.host.Path(trust.PeersDir)); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("a new host home has a peers directory already (%v): this test starts without one", err)
 	}
@@ -439,7 +400,7 @@ func TestSecondAgentPairedWhileServingIsLoaded(t *testing.T) {
 	}
 	for i, name := range []string{"cloud-1", "cloud-2"} {
 		if i > 0 {
-			p.addAgent(t, name)
+			p.addAgent(t, filepath.Join(t.TempDir(), name), name)
 		}
 		if _, err := p.host.Trust(p.agent.BundleText(), name); err != nil {
 			t.Fatal(err)
