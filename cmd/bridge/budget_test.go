@@ -318,23 +318,26 @@ func (w *budgetWorld) syscalls(t *testing.T, strace string, got map[string]int64
 			return tr
 		}},
 	}
+	libTrace := filepath.Join(w.dir, "lib.trace")
+	// Each window starts where the last ended: both traces were quiet
+	// there, and nothing is asked of either process in between.
+	quiet := quietTraces(serveTrace, libTrace)
 	for _, p := range paths {
 		for _, op := range []string{"ping", "noop"} {
 			var serveBest, clientBest map[string]int64
 			for i := range 6 {
-				before := quietTrace(t, serveTrace)
-				libBefore := quietTrace(t, filepath.Join(w.dir, "lib.trace"))
+				before := quiet
 				clientTrace := p.one(op)
-				after := quietTrace(t, serveTrace)
+				quiet = quietTraces(serveTrace, libTrace)
 				if i == 0 {
 					continue // a warm-up
 				}
-				s := countTrace(t, serveTrace, before, after)
+				s := countTrace(t, serveTrace, before[0], quiet[0])
 				var c map[string]int64
 				if clientTrace != "" {
 					c = countTrace(t, clientTrace, 0, -1)
 				} else {
-					c = countTrace(t, filepath.Join(w.dir, "lib.trace"), libBefore, quietTrace(t, filepath.Join(w.dir, "lib.trace")))
+					c = countTrace(t, libTrace, before[1], quiet[1])
 				}
 				serveBest, clientBest = least(serveBest, s), least(clientBest, c)
 			}
@@ -378,26 +381,33 @@ func least(best, m map[string]int64) map[string]int64 {
 	return best
 }
 
-// quietTrace waits until the trace file stops growing (the traced process
-// has done what the last request made it do: its private copies, the
-// ledger's last state) and returns its length. 300 ms of no new line is
-// taken for quiet: a round trip's work follows its answer within
-// milliseconds, and the counts taken are the least of five, so a late
-// line falls in a window that is not the least.
-func quietTrace(t *testing.T, file string) int64 {
-	var last int64 = -1
-	for stable := 0; stable < 3; {
-		fi, err := os.Stat(file)
-		size := int64(0)
-		if err == nil {
-			size = fi.Size()
+// quietTraces waits until the trace files stop growing (the traced
+// processes have done what the last request made them do: their private
+// copies, the ledger's last state) and returns their lengths. 300 ms of no
+// new line in any of them is taken for quiet: a round trip's work follows
+// its answer within milliseconds, and the counts taken are the least of
+// five, so a late line falls in a window that is not the least. The files
+// are watched together: one after another, the waits were half of the
+// test's minute.
+func quietTraces(files ...string) []int64 {
+	sizes := func() []int64 {
+		out := make([]int64, len(files))
+		for i, f := range files {
+			if fi, err := os.Stat(f); err == nil {
+				out[i] = fi.Size()
+			}
 		}
-		if size == last {
+		return out
+	}
+	last := sizes()
+	for stable := 0; stable < 3; {
+		time.Sleep(100 * time.Millisecond)
+		now := sizes()
+		if slices.Equal(now, last) {
 			stable++
 		} else {
-			stable, last = 0, size
+			stable, last = 0, now
 		}
-		time.Sleep(100 * time.Millisecond)
 	}
 	return last
 }
