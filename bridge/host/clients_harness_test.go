@@ -189,6 +189,17 @@ func newLoopClient(t *testing.T, name string, command func(c *loopClient) *exec.
 func startUnison(t *testing.T) *loopClient {
 	bin := clientBinary(t, "unison", "BRIDGE_UNISON", "BRIDGE_REQUIRE_UNISON")
 	c := newLoopClient(t, "unison", func(c *loopClient) *exec.Cmd {
+		// Unison's archive locks (lk* in its state directory) are left
+		// behind by a run that stop ended with SIGKILL, after 10 s on a
+		// loaded machine, and the next run then refuses to start ("the
+		// archives are locked": CI42). stop waits for the process group to
+		// be gone before a start, so no other Unison holds them.
+		locks, _ := filepath.Glob(filepath.Join(c.base, "unison-state", "lk*"))
+		for _, l := range locks {
+			if err := os.Remove(l); err != nil {
+				t.Fatal(err)
+			}
+		}
 		cmd := exec.Command(bin, "bridge", c.A, c.B)
 		cmd.Env = append(os.Environ(), "HOME="+c.base, "UNISON="+filepath.Join(c.base, "unison-state"))
 		return cmd
