@@ -322,7 +322,8 @@ func crashFolderFiles(t *testing.T, p *pair, id string) []string {
 // Its steps run in parallel with each other and the test beside the
 // package's others: each step's waits for its crash and restart are bounded
 // generously (seconds of work against tens of seconds), and the gc step,
-// whose requests live 3 s, starts its daemon before it writes one. The gc
+// whose requests live 2-3 s (a TTL of 3 s, the expiry in whole seconds),
+// starts its daemon before it writes one. The gc
 // step's ops run at once too, each on a pair of its own (crashGCStep).
 func TestCrashAtEveryDurableStep(t *testing.T) {
 	t.Parallel()
@@ -534,14 +535,10 @@ func crashInPipeline(t *testing.T, p *pair, at string, op crashOp, countFile str
 	return outcome
 }
 
-// crashInGC runs and acks one request with a clean daemon, then lets a
-// daemon process crash while collecting its result (the collection is
-// ordered with a grace of 1 ns, as `bridge gc --grace 1ns` would), restarts
-// a clean daemon, orders the collection again and checks it completes.
 // crashGCStep is the gc step of TestCrashAtEveryDurableStep: each op on a
-// pair of its own, all at once. Each waits out its request's life (4 s),
-// which one after another made this step the package's last 44 s under the
-// race detector.
+// pair of its own, all at once. Each waits out its request's life and a
+// second more (3-4 s), which one after another made this step the
+// package's last 44 s under the race detector.
 func crashGCStep(t *testing.T, record func(step, op, outcome string)) {
 	for i, op := range crashOps {
 		at := "gc"
@@ -561,6 +558,10 @@ func crashGCStep(t *testing.T, record func(step, op, outcome string)) {
 	}
 }
 
+// crashInGC runs and acks one request with a clean daemon, then lets a
+// daemon process crash while collecting its result (the collection is
+// ordered with a grace of 1 ns, as `bridge gc --grace 1ns` would), restarts
+// a clean daemon, orders the collection again and checks it completes.
 func crashInGC(t *testing.T, p *pair, at string, op crashOp, countFile string) string {
 	// An acked result is collected once its request expired too: a short
 	// life, and a small skew. The daemon is up before the request is

@@ -477,7 +477,8 @@ func FuzzArchiveIndex(f *testing.F) {
 	f.Add([]byte("\x00\x00" + rec))
 	// One directory for every input, the archive rewritten each time
 	// (readArchive only reads): a directory made and removed per input was
-	// most of the target's cost, 71 s of test.sh's fuzzing step.
+	// most of the target's cost, 71 s of test.sh's fuzzing step. So no
+	// t.Parallel in the function: the seeds would share the file.
 	dir := f.TempDir()
 	f.Fuzz(func(t *testing.T, data []byte) {
 		head := respSet(formatKey, "1")
