@@ -451,6 +451,43 @@ func TestPID1KillsNoStranger(t *testing.T) {
 	}
 }
 
+// A daemon in another pid namespace that shares our cgroup (here a helper
+// as PID 1 of its own, as in TestPID1KillsNoStranger) sweeps, at its first
+// run, the cgroups of runs whose daemon is gone: it must not take ours for
+// such, though it cannot see our pid. It did (CI45): a sibling test's
+// helper killed a run mid-ladder. The helper has swept before it exits, so
+// the run is looked at after a finished sweep, not after a pause.
+func TestOtherPidNamespaceSweepsNoneOfOurs(t *testing.T) {
+	t.Parallel()
+	unshare, err := exec.LookPath("unshare")
+	if err != nil || os.Getuid() != 0 || !strings.HasPrefix(containmentNow(), "cgroup v2") {
+		t.Skip("needs unshare(1), root and the cgroup mode")
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s := shSpec(t, `echo ready; exec sleep 60`)
+	up := make(chan struct{})
+	var once sync.Once
+	s.OnOutput = func(int, []byte) { once.Do(func() { close(up) }) }
+	done := make(chan *Outcome, 1)
+	go func() { done <- Run(ctx, s) }()
+	<-up
+	cmd := exec.Command(unshare, "--pid", "--fork", "--mount-proc", exe)
+	cmd.Env = append(os.Environ(), "RUNNER_TEST_HELPER=daemon", "RUNNER_TEST_SCRIPT=echo swept")
+	if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "swept") {
+		t.Fatalf("the helper in a pid namespace of its own: %v: %s", err, out)
+	}
+	cancel()
+	o := <-done
+	if !o.Cancelled || o.Signal != "SIGINT" {
+		t.Fatalf("got Cancelled %v Signal %q notes %q: want the run cancelled and ended by its ladder's SIGINT, not killed by the other namespace's sweep", o.Cancelled, o.Signal, o.Notes)
+	}
+}
+
 // A keeper whose run ended cleanly serves the next run of its State (no
 // process start per run), and charges each run its own CPU only.
 func TestKeeperServesRunAfterRun(t *testing.T) {

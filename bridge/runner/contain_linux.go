@@ -51,8 +51,13 @@ const (
 )
 
 // Cgroup names: bridge-run-<tag>-<n> for the runs of a State (tag: of its
-// directory), bridge-op-<daemon pid>-<n> for runs without one (tests), swept
-// when that pid is gone.
+// directory), bridge-op-<pid namespace>-<daemon pid>-<n> for runs without one
+// (tests), swept when that pid is gone. The namespace (its inode) is in the
+// name because a pid means nothing outside it: a process in another pid
+// namespace that shares the cgroup (a test's PID 1 helper, a container
+// without a cgroup namespace of its own) sees no process of ours by our
+// pids, and swept our running ops' cgroups as a dead daemon's (CI45: a
+// program killed mid-ladder by a sibling test's PID 1 helper).
 const (
 	cgroupPrefix      = "bridge-op-"
 	cgroupStatePrefix = "bridge-run-"
@@ -72,6 +77,7 @@ var contain struct {
 	decided   bool
 	seq       atomic.Uint64
 	selfSid   int
+	pidNS     uint64 // the inode of this process's pid namespace; 0 unknown
 }
 
 // spare are the daemon's children that its sweep leaves alone: the leaders
@@ -95,6 +101,11 @@ var spare = struct {
 func setupContainment() {
 	contain.once.Do(func() {
 		contain.selfSid, _ = unix.Getsid(0)
+		if fi, err := os.Stat("/proc/self/ns/pid"); err == nil {
+			if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+				contain.pidNS = st.Ino
+			}
+		}
 		spare.mu.Lock()
 		for _, c := range orphansOf(nil) {
 			spare.inherited[c] = true
@@ -291,7 +302,7 @@ func probeCgroup(dir string) error {
 	if err := cgroupWritable(dir); err != nil {
 		return err
 	}
-	c, err := newCgroupRun(dir, "", fmt.Sprintf("%s%d-probe%d", cgroupPrefix, os.Getpid(), contain.seq.Add(1)))
+	c, err := newCgroupRun(dir, "", fmt.Sprintf("%s%d-%d-probe%d", cgroupPrefix, contain.pidNS, os.Getpid(), contain.seq.Add(1)))
 	if err != nil {
 		return err
 	}
@@ -317,14 +328,22 @@ func probeCgroup(dir string) error {
 }
 
 // sweepCgroups ends what is left in the cgroups of runs without a State
-// whose daemon is gone, under dir, and removes them.
+// whose daemon is gone, under dir, and removes them: only those named from
+// this pid namespace, where their pid can be looked up (an unknown
+// namespace, 0, sweeps none).
 func sweepCgroups(dir string) {
+	if contain.pidNS == 0 {
+		return
+	}
 	ents, _ := os.ReadDir(dir)
 	for _, e := range ents {
 		rest, ok := strings.CutPrefix(e.Name(), cgroupPrefix)
-		num, _, _ := strings.Cut(rest, "-")
-		pid, err := strconv.Atoi(num)
-		if !ok || !e.IsDir() || err != nil || pid <= 0 || unix.Kill(pid, 0) != unix.ESRCH {
+		f := strings.SplitN(rest, "-", 3)
+		if !ok || !e.IsDir() || len(f) != 3 || f[0] != strconv.FormatUint(contain.pidNS, 10) {
+			continue
+		}
+		pid, err := strconv.Atoi(f[1])
+		if err != nil || pid <= 0 || unix.Kill(pid, 0) != unix.ESRCH {
 			continue
 		}
 		endCgroup(filepath.Join(dir, e.Name()), time.Second)
@@ -365,7 +384,7 @@ func newHold(s *State) (*hold, []string) {
 		for range 64 {
 			var r [4]byte
 			_, _ = rand.Read(r[:])
-			name := fmt.Sprintf("%s%d-%d%x", cgroupPrefix, os.Getpid(), contain.seq.Add(1), r)
+			name := fmt.Sprintf("%s%d-%d-%d%x", cgroupPrefix, contain.pidNS, os.Getpid(), contain.seq.Add(1), r)
 			if s != nil {
 				name = fmt.Sprintf("%s%s-%d%x", cgroupStatePrefix, s.tag, contain.seq.Add(1), r)
 			}
