@@ -257,8 +257,22 @@ func (k *keeper) launch(path string, argv []string, attr *os.ProcAttr) (*leader,
 		_, _ = fmt.Sscanf(m, "s%d %d", &pid, &own)
 		k.own = time.Duration(own)
 	}
+	// The check and the sparing are one step under spare.mu: a keeper
+	// killed by its op just after the check re-parents the leader to the
+	// daemon, whose SIGCHLD reaper (or another run's sweep) reaped it as an
+	// orphan if it had exited, before it was spared; the run's own reap then
+	// found no child (CI47). Killed before the check, the leader is not the
+	// keeper's child: the start may have happened, below.
+	started := false
+	if ok && strings.HasPrefix(m, "s") {
+		spare.mu.Lock()
+		if started = k.isChild(pid); started {
+			spare.leaders[pid] = true
+		}
+		spare.mu.Unlock()
+	}
 	switch {
-	case !ok || strings.HasPrefix(m, "s") && !k.isChild(pid):
+	case !ok || strings.HasPrefix(m, "s") && !started:
 		// Killed or stopped by something, or not the keeper answering: it
 		// may have started the program. Its processes are the daemon's
 		// once it is dead; they are swept, and the start is not called
@@ -267,11 +281,8 @@ func (k *keeper) launch(path string, argv []string, attr *os.ProcAttr) (*leader,
 		sweepDaemon(keeperReplyWait)
 		return nil, fmt.Errorf("the op's keeper process stopped answering as it started the program (%w)", ErrMayHaveStarted)
 	case strings.HasPrefix(m, "s"):
-		// Spared by the daemon's sweep: it reaps the leader itself if the
-		// keeper dies first (reap).
-		spare.mu.Lock()
-		spare.leaders[pid] = true
-		spare.mu.Unlock()
+		// Spared by the daemon's sweep (above): it reaps the leader itself
+		// if the keeper dies first (reap).
 		k.watchLeader(pid, run)
 		return &leader{pid: pid, exited: run.exited, kp: k}, nil
 	case strings.HasPrefix(m, "f"):
