@@ -18,6 +18,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // The findings of issue 24, each in the containment mode of this test
@@ -448,6 +450,57 @@ func TestPID1KillsNoStranger(t *testing.T) {
 	out, err := cmd.CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "stranger alive") {
 		t.Fatalf("%v: %s", err, out)
+	}
+}
+
+// An op's leader can make a process the daemon's own child (clone with
+// CLONE_PARENT), listed under the daemon's thread that forked the leader,
+// not its main thread. Such a sibling that moves out of the run's cgroup
+// must be swept at the run's end, and one that dies must be reaped, not
+// left a zombie of the daemon for as long as it runs (red team of 4c1d003:
+// the sweep read the main thread's children only, and missed both). Under a
+// keeper the sibling is the keeper's child, ended with the rest.
+func TestCloneParentSiblingIsSwept(t *testing.T) {
+	t.Parallel()
+	// The pid is written first: once out of its cgroup, the end of any
+	// other run may sweep the sibling (as it should), before it could say
+	// where it is.
+	for _, c := range []struct{ name, sibling string }{
+		{"into the daemon's cgroup", `echo $$ > pid.tmp; mv pid.tmp pid; echo $$ > "$BRIDGE_TEST_DAEMON_CGROUP/cgroup.procs"; exec sleep 60`},
+		{"dead at once", `echo $$ > pid.tmp; mv pid.tmp pid`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			// Five tries: a leader forked on the main thread (one time in
+			// a few, here) puts its sibling where the old sweep looked.
+			for range 5 {
+				cloneParentSibling(t, c.sibling)
+			}
+		})
+	}
+}
+
+func cloneParentSibling(t *testing.T, sibling string) {
+	t.Helper()
+	s, tag := taggedSpec(t, `RUNNER_TEST_HELPER=cloneparent exec "$BRIDGE_TEST_EXE"`)
+	s.Env = append(s.Env, "RUNNER_TEST_SIBLING="+sibling)
+	o := mustRun(t, s)
+	if o.ExitCode != 0 || string(o.Stdout.Data) != "ready\n" {
+		t.Fatalf("exit %d, stdout %q, notes %q", o.ExitCode, o.Stdout.Data, o.Notes)
+	}
+	checkNoneLeft(t, "a sibling of the leader", tag, o)
+	b, err := os.ReadFile(filepath.Join(s.Dir, "pid"))
+	pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || pid <= 0 {
+		t.Fatalf("no sibling pid: %v %q", err, b)
+	}
+	// Whether a process of this pid is still a child of the test (the
+	// daemon) once the run has returned: alive or a zombie.
+	if st, err := readStat(pid); err == nil && st.ppid == os.Getpid() {
+		t.Errorf("the sibling %d is still the daemon's child after the run (dead %v): neither swept nor reaped", pid, st.dead)
+		var ws unix.WaitStatus
+		_ = unix.Kill(pid, unix.SIGKILL)
+		_, _ = unix.Wait4(pid, &ws, 0, nil)
 	}
 }
 

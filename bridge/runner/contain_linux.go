@@ -31,7 +31,7 @@ import (
 //     outright: the next daemon of the same state directory ends it before
 //     it answers anything (OpenState).
 //   - keeper: no writable cgroup. Each run gets a keeper process (this
-//     binary again, keeper.go): a child subreaper that starts the program,
+//     binary again, keeper_linux.go): a child subreaper that starts the program,
 //     so every process of the run stays in its subtree; it ends them all
 //     when told, or when the daemon dies (its control socket closes), and
 //     exits only once none is left; it holds the state directory's lock
@@ -50,14 +50,15 @@ const (
 	containCgroup
 )
 
-// Cgroup names: bridge-run-<tag>-<n> for the runs of a State (tag: of its
-// directory), bridge-op-<pid namespace>-<daemon pid>-<n> for runs without one
-// (tests), swept when that pid is gone. The namespace (its inode) is in the
-// name because a pid means nothing outside it: a process in another pid
-// namespace that shares the cgroup (a test's PID 1 helper, a container
-// without a cgroup namespace of its own) sees no process of ours by our
-// pids, and swept our running ops' cgroups as a dead daemon's (CI45: a
-// program killed mid-ladder by a sibling test's PID 1 helper).
+// Cgroup names: bridge-run-<tag>-<n><8 hex> for the runs of a State (tag:
+// of its directory), bridge-op-<pid namespace>-<daemon pid>-<n><8 hex> (and
+// -probe<n>, the start's check) for runs without one (tests), swept when
+// that pid is gone. The namespace (its inode) is in the name because a pid
+// means nothing outside it: a process in another pid namespace that shares
+// the cgroup (a test's PID 1 helper, a container without a cgroup namespace
+// of its own) sees no process of ours by our pids, and swept our running
+// ops' cgroups as a dead daemon's (CI45: a program killed mid-ladder by a
+// sibling test's PID 1 helper).
 const (
 	cgroupPrefix      = "bridge-op-"
 	cgroupStatePrefix = "bridge-run-"
@@ -107,7 +108,7 @@ func setupContainment() {
 			}
 		}
 		spare.mu.Lock()
-		for _, c := range orphansOf(nil) {
+		for _, c := range childrenOf(nil, 0) {
 			spare.inherited[c] = true
 		}
 		spare.mu.Unlock()
@@ -130,7 +131,7 @@ func setupContainment() {
 			signal.Notify(chld, syscall.SIGCHLD)
 			go func() {
 				for range chld {
-					reapOrphans()
+					reapOrphans(false)
 				}
 			}()
 		}
@@ -563,10 +564,13 @@ func (h *hold) release() {
 // the keepers are spared, and so is a process in the cgroup of a run in
 // progress (it dies with that run). Killing a process re-parents its
 // children to the daemon: the next round finds them. Only the daemon's
-// adopted children are looked at, never the machine's processes: those of
-// its main thread, where the kernel puts every orphan it hands a child
-// subreaper (one file to read; the leaders the daemon forked are on the
-// lists of the threads that forked them, and known).
+// children are looked at, never the machine's processes: those of every
+// one of its threads. The kernel hands every orphan to the main thread, but
+// a leader can make a child of the thread that forked it (clone with
+// CLONE_PARENT), on that thread's list; reading the main thread's alone
+// (one file instead of one per thread) let such a child that left the
+// run's cgroup outlive the run, and left one that died a zombie (red team
+// of 4c1d003; TestCloneParentSiblingIsSwept).
 func sweepDaemon(d time.Duration) bool {
 	deadline := time.Now().Add(d)
 	self := os.Getpid()
@@ -574,7 +578,7 @@ func sweepDaemon(d time.Duration) bool {
 	for {
 		n := 0
 		spare.mu.Lock()
-		kids = orphansOf(kids[:0])
+		kids = childrenOf(kids[:0], 0)
 		for _, k := range kids {
 			if spare.leaders[k] || spare.keepers[k] || spare.inherited[k] {
 				continue
@@ -616,12 +620,21 @@ func sweepDaemon(d time.Duration) bool {
 
 // reapOrphans reaps the daemon's adopted children that died: not the
 // leaders and keepers (their runs reap them), not the daemon's own (in its
-// session: os/exec reaps them).
-func reapOrphans() {
+// session: os/exec reaps them). As each child dies (SIGCHLD) it reads the
+// main thread's list only, where every orphan is put; all reads every
+// thread's, for the children a leader made there (sweepDaemon), which the
+// end of their run reaps.
+func reapOrphans(all bool) {
 	self := os.Getpid()
 	spare.mu.Lock()
 	defer spare.mu.Unlock()
-	for _, k := range orphansOf(nil) {
+	var kids []int
+	if all {
+		kids = childrenOf(nil, 0)
+	} else {
+		kids = orphansOf(nil)
+	}
+	for _, k := range kids {
 		if spare.leaders[k] || spare.keepers[k] || spare.inherited[k] {
 			continue
 		}
@@ -636,10 +649,10 @@ func reapOrphans() {
 func reapDead(d time.Duration) {
 	self := os.Getpid()
 	for deadline := time.Now().Add(d); ; time.Sleep(time.Millisecond) {
-		reapOrphans()
+		reapOrphans(true)
 		dying := false
 		spare.mu.Lock()
-		for _, k := range orphansOf(nil) {
+		for _, k := range childrenOf(nil, 0) {
 			if spare.leaders[k] || spare.keepers[k] || spare.inherited[k] {
 				continue
 			}

@@ -96,7 +96,7 @@
 // keeper_linux.go) ends every cgroup of the daemon's runs as soon as the
 // daemon dies; a keeper ends its own run. [OpenState], at the next start,
 // ends what is left, before that daemon answers anything: it removes the
-// cgroups of this directory's runs (bridge-run-<tag>-<n>, under each parent
+// cgroups of this directory's runs (bridge-run-<tag>-*, under each parent
 // cgroup recorded in the directory's file "cgroups"), killing what is left
 // in them and waiting for them to empty; and it waits for the keepers of
 // the earlier daemon (and its guard), which end their runs when their

@@ -101,6 +101,34 @@ func TestMain(m *testing.M) {
 		}
 		_ = syscall.Exec("/bin/sleep", []string{"sleep", "60"}, os.Environ())
 		os.Exit(1)
+	case "cloneparent":
+		// An op's leader that makes a sibling of itself (clone with
+		// CLONE_PARENT): a child of the daemon's thread that forked the
+		// leader, not of its main thread. The sibling runs the script
+		// RUNNER_TEST_SIBLING in a session of its own, which writes its
+		// pid to ./pid; the leader says "ready" once it is there.
+		null, err := os.Open(os.DevNull)
+		if err != nil {
+			os.Exit(1)
+		}
+		_, err = os.StartProcess("/bin/sh", []string{"sh", "-c", os.Getenv("RUNNER_TEST_SIBLING")}, &os.ProcAttr{
+			Env: os.Environ(), Files: []*os.File{null, null, null},
+			Sys: &syscall.SysProcAttr{Setsid: true, Cloneflags: syscall.CLONE_PARENT},
+		})
+		if err != nil {
+			fmt.Println(err)
+			os.Exit(1)
+		}
+		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+			if b, _ := os.ReadFile("pid"); len(b) > 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				os.Exit(1)
+			}
+		}
+		fmt.Println("ready")
+		os.Exit(0)
 	case "zombieleader":
 		// An op's orphan whose main thread exits while another thread
 		// lives on: the leader is a zombie, the process is not dead.

@@ -20,7 +20,7 @@ import (
 //     until its run has ended. A daemon that takes it exclusively knows no
 //     keeper of an earlier daemon lives.
 //   - cgroups: the parent cgroup under which this directory's runs make
-//     theirs (bridge-run-<tag>-<n>), one per line, written before the first
+//     theirs (bridge-run-<tag>-*), one per line, written before the first
 //     run: a cgroup outlives the daemon that made it, and the next daemon
 //     may start in another cgroup (another login session, say).
 //
