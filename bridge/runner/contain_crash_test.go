@@ -361,6 +361,76 @@ func TestStateIDFollowsTheDirectory(t *testing.T) {
 	}
 }
 
+// A copy of a state directory (a home copied with cp -a and served beside
+// the original) has an id of its own: with the original's, its daemon's
+// start ended the original's running ops as leftovers of an earlier daemon
+// (red team of 4c1d003). The original keeps its id, and a file written
+// before the directory's identity was kept in it keeps its id too.
+func TestStateIDOfACopyIsItsOwn(t *testing.T) {
+	t.Parallel()
+	base := t.TempDir()
+	orig, cp, old := filepath.Join(base, "orig"), filepath.Join(base, "copy"), filepath.Join(base, "old")
+	a, _, err := OpenState(orig, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	id, err := os.ReadFile(filepath.Join(orig, "id"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{cp, old} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(cp, "id"), id, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(old, "id"), []byte(a.tag+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// In the cgroup mode, a run of the original goes on while the copy
+	// opens: the copy's start must not end it.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cgroups := strings.HasPrefix(containmentNow(), "cgroup v2")
+	done := make(chan *Outcome, 1)
+	if cgroups {
+		s := shSpec(t, `echo up; exec sleep 60`)
+		up := make(chan struct{})
+		var once sync.Once
+		s.OnOutput = func(int, []byte) { once.Do(func() { close(up) }) }
+		go func() { done <- a.Run(ctx, s) }()
+		<-up
+	}
+	c, _, err := OpenState(cp, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if c.tag == a.tag {
+		t.Errorf("the copy has the original's id %q", a.tag)
+	}
+	if cgroups {
+		cancel()
+		if o := <-done; !o.Cancelled || o.Signal != "SIGINT" {
+			t.Errorf("the original's run: Cancelled %v Signal %q notes %q: want it cancelled by its ladder, not ended by the copy's start", o.Cancelled, o.Signal, o.Notes)
+		}
+	}
+	o, _, err := OpenState(old, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer o.Close()
+	if o.tag != a.tag {
+		t.Errorf("an id file without the directory's identity got a new id %q, want its own %q kept", o.tag, a.tag)
+	}
+	if b, _ := os.ReadFile(filepath.Join(old, "id")); !strings.HasPrefix(string(b), a.tag+" ") {
+		t.Errorf("the id file %q was not given the directory's identity", b)
+	}
+}
+
 // Orphans that die while their run goes on are reaped as they die, not at
 // the end of the run: a long build that leaves many would hold as many pids.
 func TestOrphansReapedMidRun(t *testing.T) {

@@ -64,12 +64,25 @@ func OpenState(dir string, wait time.Duration) (*State, Leftovers, error) {
 // stateID is the id of the state directory dir, made at its first use and
 // kept in its file "id": it names the cgroups of its runs. Not the path,
 // which changes when the home is reached through a link or moved, and may
-// name another home in another mount namespace.
+// name another home in another mount namespace. The file also holds the
+// directory's identity (device and inode, where the system has them): a
+// copy of the directory (a home copied with cp -a, then served beside the
+// original) carries the file but not the identity, and gets an id of its
+// own; with the original's it ended the original's running ops as an
+// earlier daemon's leftovers (red team of 4c1d003). A file without the
+// identity (an earlier release's) is kept and given it.
 func stateID(dir string) (string, error) {
 	file := filepath.Join(dir, "id")
+	ident := dirIdentity(dir)
 	if b, err := os.ReadFile(file); err == nil {
-		if id := strings.TrimSpace(string(b)); len(id) == 12 && strings.Trim(id, "0123456789abcdef") == "" {
-			return id, nil
+		id, was, _ := strings.Cut(strings.TrimSpace(string(b)), " ")
+		if len(id) == 12 && strings.Trim(id, "0123456789abcdef") == "" {
+			switch {
+			case was == ident:
+				return id, nil
+			case was == "":
+				return id, writeStateID(file, id, ident)
+			}
 		}
 	}
 	var b [6]byte
@@ -77,14 +90,22 @@ func stateID(dir string) (string, error) {
 		return "", err
 	}
 	id := hex.EncodeToString(b[:])
+	return id, writeStateID(file, id, ident)
+}
+
+func writeStateID(file, id, ident string) error {
+	line := id
+	if ident != "" {
+		line += " " + ident
+	}
 	tmp := file + ".tmp"
-	if err := os.WriteFile(tmp, []byte(id+"\n"), 0o600); err != nil {
-		return "", fmt.Errorf("record the runs' id: %w", err)
+	if err := os.WriteFile(tmp, []byte(line+"\n"), 0o600); err != nil {
+		return fmt.Errorf("record the runs' id: %w", err)
 	}
 	if err := os.Rename(tmp, file); err != nil {
-		return "", fmt.Errorf("record the runs' id: %w", err)
+		return fmt.Errorf("record the runs' id: %w", err)
 	}
-	return id, nil
+	return nil
 }
 
 // Run is [Run] for a run recorded in s.

@@ -184,3 +184,13 @@ func (s *State) recover(wait time.Duration) (Leftovers, error) {
 	}
 	return lo, nil
 }
+
+// dirIdentity is the directory's device and inode ("" if it cannot be
+// read): what a copy of it does not share (stateID).
+func dirIdentity(dir string) string {
+	var st unix.Stat_t
+	if err := unix.Stat(dir, &st); err != nil {
+		return ""
+	}
+	return fmt.Sprintf("%d:%d", st.Dev, st.Ino)
+}

@@ -11,3 +11,6 @@ func (s *State) recover(time.Duration) (Leftovers, error) { return Leftovers{}, 
 type statePlat struct{}
 
 func (*State) closePlat() {}
+
+// dirIdentity is not needed where no cgroup is named for the directory.
+func dirIdentity(string) string { return "" }
