@@ -132,4 +132,4 @@ while read -r pkg target; do
     -fuzzminimizetime="${FUZZMINIMIZETIME:-10000x}" "$pkg" >/tmp/bridge-fuzz.log 2>&1 || {
     cat /tmp/bridge-fuzz.log; echo "fuzz target $target failed"; exit 1; }
 done <<<"$targets"
-echo "all checks passed"
+step "all checks passed"
