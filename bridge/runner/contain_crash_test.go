@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -364,8 +365,13 @@ func TestStateIDFollowsTheDirectory(t *testing.T) {
 // A copy of a state directory (a home copied with cp -a and served beside
 // the original) has an id of its own: with the original's, its daemon's
 // start ended the original's running ops as leftovers of an earlier daemon
-// (red team of 4c1d003). The original keeps its id, and a file written
-// before the directory's identity was kept in it keeps its id too.
+// (red team of 4c1d003). The original's id is foreign to the copy: while a
+// cgroup of it holds a process, the copy's start reports it unended (so that
+// no request of the copy's ledger is run again meanwhile: the same holds
+// where an inode changed under a crashed daemon's leftovers, red team of
+// bb398bd) and ends nothing. The original keeps its id; a directory of an
+// earlier release (an id file alone) keeps its id and is given id.dev; one
+// whose new id was written to id.dev but not yet to id takes the new one.
 func TestStateIDOfACopyIsItsOwn(t *testing.T) {
 	t.Parallel()
 	base := t.TempDir()
@@ -375,23 +381,25 @@ func TestStateIDOfACopyIsItsOwn(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer a.Close()
-	id, err := os.ReadFile(filepath.Join(orig, "id"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	for _, d := range []string{cp, old} {
 		if err := os.Mkdir(d, 0o700); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := os.WriteFile(filepath.Join(cp, "id"), id, 0o600); err != nil {
-		t.Fatal(err)
+	for _, f := range []string{"id", "id.dev"} {
+		b, err := os.ReadFile(filepath.Join(orig, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(cp, f), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if err := os.WriteFile(filepath.Join(old, "id"), []byte(a.tag+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	// In the cgroup mode, a run of the original goes on while the copy
-	// opens: the copy's start must not end it.
+	// opens: the copy's start must not end it, and says it may live.
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	cgroups := strings.HasPrefix(containmentNow(), "cgroup v2")
@@ -404,7 +412,7 @@ func TestStateIDOfACopyIsItsOwn(t *testing.T) {
 		go func() { done <- a.Run(ctx, s) }()
 		<-up
 	}
-	c, _, err := OpenState(cp, time.Second)
+	c, lo, err := OpenState(cp, time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -412,11 +420,37 @@ func TestStateIDOfACopyIsItsOwn(t *testing.T) {
 	if c.tag == a.tag {
 		t.Errorf("the copy has the original's id %q", a.tag)
 	}
+	// Kept while a cgroup of the original's runs holds a process (the
+	// keepers leave none to look at).
+	if cgroups && !slices.Equal(c.foreign, []string{a.tag}) {
+		t.Errorf("the copy's foreign ids %q; want the original's %q", c.foreign, a.tag)
+	}
 	if cgroups {
+		if lo.Ended != 0 || !strings.Contains(lo.Unended, "may be another daemon's") {
+			t.Errorf("the copy's start beside the original's run: %+v; want nothing ended, and that run reported", lo)
+		}
 		cancel()
 		if o := <-done; !o.Cancelled || o.Signal != "SIGINT" {
 			t.Errorf("the original's run: Cancelled %v Signal %q notes %q: want it cancelled by its ladder, not ended by the copy's start", o.Cancelled, o.Signal, o.Notes)
 		}
+		// Its run over, the original's id is no longer looked at.
+		c.Close()
+		c2, lo, err := OpenState(cp, time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c2.Close()
+		if c2.tag != c.tag || len(c2.foreign) != 0 || lo.Unended != "" {
+			t.Errorf("the copy again, the original idle: id %q foreign %q leftovers %+v; want id %q, none foreign, nothing unended", c2.tag, c2.foreign, lo, c.tag)
+		}
+	}
+	a2, _, err := OpenState(orig, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a2.Close()
+	if a2.tag != a.tag || len(a2.foreign) != 0 {
+		t.Errorf("the original again: id %q foreign %q, want %q and none", a2.tag, a2.foreign, a.tag)
 	}
 	o, _, err := OpenState(old, time.Second)
 	if err != nil {
@@ -424,10 +458,28 @@ func TestStateIDOfACopyIsItsOwn(t *testing.T) {
 	}
 	defer o.Close()
 	if o.tag != a.tag {
-		t.Errorf("an id file without the directory's identity got a new id %q, want its own %q kept", o.tag, a.tag)
+		t.Errorf("an id file without id.dev got a new id %q, want its own %q kept", o.tag, a.tag)
 	}
-	if b, _ := os.ReadFile(filepath.Join(old, "id")); !strings.HasPrefix(string(b), a.tag+" ") {
-		t.Errorf("the id file %q was not given the directory's identity", b)
+	if b, _ := os.ReadFile(filepath.Join(old, "id.dev")); !strings.Contains(string(b), " "+a.tag) {
+		t.Errorf("id.dev %q was not written for the kept id", b)
+	}
+	// A start that wrote its new id to id.dev and stopped before id.
+	o.Close()
+	dev, _ := os.ReadFile(filepath.Join(old, "id.dev"))
+	ident, _, _ := strings.Cut(strings.TrimSpace(string(dev)), " ")
+	if err := os.WriteFile(filepath.Join(old, "id.dev"), []byte(ident+" 0123456789ab "+a.tag+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	o2, _, err := OpenState(old, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer o2.Close()
+	if o2.tag != "0123456789ab" {
+		t.Errorf("after a start stopped between its writes: id %q, want the new one id.dev names", o2.tag)
+	}
+	if b, _ := os.ReadFile(filepath.Join(old, "id")); strings.TrimSpace(string(b)) != "0123456789ab" {
+		t.Errorf("id %q not finished", b)
 	}
 }
 
@@ -571,6 +623,34 @@ func cloneParentSibling(t *testing.T, sibling string) {
 		var ws unix.WaitStatus
 		_ = unix.Kill(pid, unix.SIGKILL)
 		_, _ = unix.Wait4(pid, &ws, 0, nil)
+	}
+}
+
+// Where neither a cgroup nor a keeper holds a run (the process group
+// alone), a process the leader made the daemon's child (CLONE_PARENT) that
+// died is still reaped at the run's end, not left a zombie for the daemon's
+// life (red team of 3fb57f0). Run in a test binary forced to the group
+// alone.
+func TestGroupOnlyReapsCloneParentZombie(t *testing.T) {
+	t.Parallel()
+	if os.Getenv("RUNNER_TEST_CONTAIN") == "group" {
+		if c := containmentNow(); !strings.HasPrefix(c, "process group only") {
+			t.Fatalf("containment %q, want the process group only", c)
+		}
+		for range 5 {
+			cloneParentSibling(t, `echo $$ > pid.tmp; mv pid.tmp pid`)
+		}
+		return
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(exe, "-test.run", "^TestGroupOnlyReapsCloneParentZombie$", "-test.count=1", "-test.v")
+	cmd.Env = append(os.Environ(), "RUNNER_TEST_CONTAIN=group")
+	out, err := cmd.CombinedOutput()
+	if err != nil || !bytes.Contains(out, []byte("--- PASS: TestGroupOnlyReapsCloneParentZombie")) {
+		t.Fatalf("under the process group alone: %v\n%s", err, out)
 	}
 }
 

@@ -65,8 +65,12 @@ const (
 )
 
 // testOnlyContainment, when not containGroup, is the mechanism the tests
-// force before the first run; only the test binary sets it.
-var testOnlyContainment containKind
+// force before the first run, and testOnlyGroup forces the process group
+// alone; only the test binary sets them.
+var (
+	testOnlyContainment containKind
+	testOnlyGroup       bool
+)
 
 var contain struct {
 	once      sync.Once
@@ -108,12 +112,20 @@ func setupContainment() {
 			}
 		}
 		spare.mu.Lock()
+		// Only those outside the daemon's session: its own children (in
+		// its session, which the sweep never touches) are reaped by
+		// whoever started them, and their pids, once free, could be an
+		// op's process that the set would then spare (red team of 3fb57f0).
+		// One outside it is never reaped here: its zombie keeps its pid.
 		for _, c := range childrenOf(nil, 0) {
+			if st, err := readStat(c); err == nil && st.sid == contain.selfSid {
+				continue
+			}
 			spare.inherited[c] = true
 		}
 		spare.mu.Unlock()
 		dir, rel, err := cgroupOf("self")
-		if testOnlyContainment == containKeeper {
+		if testOnlyContainment == containKeeper || testOnlyGroup {
 			err = errors.New("forced by a test")
 		}
 		if err == nil {
@@ -147,6 +159,9 @@ func setupContainment() {
 			return
 		}
 		degradeLocked(err.Error())
+		if testOnlyGroup {
+			contain.kind = containGroup
+		}
 	})
 }
 
@@ -512,6 +527,12 @@ func (h *hold) await(keeper, short time.Duration) bool {
 		h.cpu = h.cg.cpuUsage()
 		h.cg.unlist()
 		return sweepDaemon(short) && ok
+	case containGroup:
+		// No containment: what the op left runs on (the note says so), but
+		// a child it made of the daemon (CLONE_PARENT) that died is reaped,
+		// not left a zombie for the daemon's life (red team of 3fb57f0).
+		reapOrphans(true)
+		return true
 	case containKeeper:
 		ok, cpu, died := h.kp.end(keeper)
 		h.cpu, h.clean = cpu, ok && !died && h.kp.reusable
@@ -529,6 +550,16 @@ func (h *hold) await(keeper, short time.Duration) bool {
 		return ok
 	}
 	return true
+}
+
+// reaped forgets the leader pid once it is reaped: its pid may be taken by
+// another process from then on, which the sweep must not spare as a leader
+// (red team of 3fb57f0: it was spared until the run's release, after the
+// sweep of the run's end).
+func (h *hold) reaped(pid int) {
+	spare.mu.Lock()
+	delete(spare.leaders, pid)
+	spare.mu.Unlock()
 }
 
 // release frees what the run held: its cgroup (and any the op made in it),

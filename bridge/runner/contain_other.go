@@ -25,6 +25,7 @@ func (*hold) signal(int, syscall.Signal)    {}
 func (*hold) kill()                         {}
 func (*hold) await(_, _ time.Duration) bool { return true }
 func (*hold) release()                      {}
+func (*hold) reaped(int)                    {}
 func (*hold) contained() bool               { return false }
 
 // Containment says how [Run] holds every process of an op in process pid

@@ -360,7 +360,9 @@ func execute(ctx context.Context, s Spec, path string, o *Outcome, state *State,
 			_ = signalGroup(l, syscall.SIGKILL)
 			<-l.exited
 			live.reaping(l)
-			_, _ = l.reap()
+			if _, err := l.reap(); err == nil {
+				h.reaped(l.pid)
+			}
 			h.await(deathWait, max(grace, time.Second))
 			o.StartErr = fmt.Errorf("start %s: %w", path, err)
 			if killedAtLaunch || (len(status) == 0 && rerr == nil && ctx.Err() != nil) {
@@ -427,6 +429,9 @@ func execute(ctx context.Context, s Spec, path string, o *Outcome, state *State,
 	// zombie after every op.
 	live.reaping(l)
 	st, werr := l.reap()
+	if werr == nil {
+		h.reaped(l.pid)
+	}
 	o.Finished = time.Now()
 	// SIGKILL cannot be caught, but dying takes a scheduler slot; on a loaded
 	// machine that can exceed a short Grace. A containment holds the group

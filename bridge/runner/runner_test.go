@@ -37,6 +37,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv("RUNNER_TEST_CONTAIN") == "tree" {
 		testOnlyContainment = containKeeper // see TestContainmentTreeTracking
 	}
+	if os.Getenv("RUNNER_TEST_CONTAIN") == "group" {
+		testOnlyGroup = true // see TestGroupOnlyReapsCloneParentZombie
+	}
 	switch os.Getenv("RUNNER_TEST_HELPER") {
 	case "":
 		os.Exit(m.Run())

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 )
@@ -18,9 +19,12 @@ import (
 // "Across a crash"). A State serves one daemon at a time, as its home
 // does.
 type State struct {
-	dir  string
-	tag  string   // names this directory's cgroups
-	lock *os.File // held shared, and by every keeper, while runs may live
+	dir string
+	tag string // names this directory's cgroups
+	// foreign are ids the directory had before its identity changed:
+	// their cgroups may be another daemon's, never ended, only reported.
+	foreign []string
+	lock    *os.File // held shared, and by every keeper, while runs may live
 	statePlat
 }
 
@@ -48,11 +52,11 @@ func OpenState(dir string, wait time.Duration) (*State, Leftovers, error) {
 	if err != nil {
 		return nil, Leftovers{}, err
 	}
-	tag, err := stateID(abs)
+	tag, foreign, err := stateID(abs)
 	if err != nil {
 		return nil, Leftovers{}, err
 	}
-	s := &State{dir: abs, tag: tag}
+	s := &State{dir: abs, tag: tag, foreign: foreign}
 	lo, err := s.recover(wait)
 	if err != nil {
 		s.Close()
@@ -62,42 +66,94 @@ func OpenState(dir string, wait time.Duration) (*State, Leftovers, error) {
 }
 
 // stateID is the id of the state directory dir, made at its first use and
-// kept in its file "id": it names the cgroups of its runs. Not the path,
-// which changes when the home is reached through a link or moved, and may
-// name another home in another mount namespace. The file also holds the
-// directory's identity (device and inode, where the system has them): a
-// copy of the directory (a home copied with cp -a, then served beside the
-// original) carries the file but not the identity, and gets an id of its
-// own; with the original's it ended the original's running ops as an
-// earlier daemon's leftovers (red team of 4c1d003). A file without the
-// identity (an earlier release's) is kept and given it.
-func stateID(dir string) (string, error) {
-	file := filepath.Join(dir, "id")
-	ident := dirIdentity(dir)
+// kept in its file "id" (twelve hex digits, as every release wrote it): it
+// names the cgroups of its runs. Not the path, which changes when the home is
+// reached through a link or moved, and may name another home in another mount
+// namespace.
+//
+// The file "id.dev" binds the id to the directory's identity (device and
+// inode, where the system has them): "<identity> <id> [<foreign id>...]". A
+// directory whose identity changed is a copy (a home copied with cp -a and
+// served beside the original), or one whose file system does not keep inode
+// numbers (an overlay, a FUSE or an NFS remount). Either way the runs named
+// for the old id may not be ours: the directory takes a new id, and the old
+// one becomes foreign, whose cgroups recover never ends but reports while
+// they hold a process (Leftovers.Unended), so that no request of theirs is
+// run again meanwhile. With the old id kept, a copy's start ended the
+// original's running ops as its leftovers (red team of 4c1d003); with a new
+// id and nothing else, a changed inode hid a crashed daemon's leftovers (red
+// team of bb398bd). An identity that cannot be read keeps the id.
+func stateID(dir string) (id string, foreign []string, err error) {
+	file, devFile := filepath.Join(dir, "id"), filepath.Join(dir, "id.dev")
 	if b, err := os.ReadFile(file); err == nil {
-		id, was, _ := strings.Cut(strings.TrimSpace(string(b)), " ")
-		if len(id) == 12 && strings.Trim(id, "0123456789abcdef") == "" {
-			switch {
-			case was == ident:
-				return id, nil
-			case was == "":
-				return id, writeStateID(file, id, ident)
+		if v := strings.TrimSpace(string(b)); validStateID(v) {
+			id = v
+		}
+	}
+	var recIdent, recID string
+	if b, err := os.ReadFile(devFile); err == nil {
+		f := strings.Fields(string(b))
+		if len(f) >= 2 && validStateID(f[1]) {
+			recIdent, recID = f[0], f[1]
+			for _, x := range f[2:] {
+				if validStateID(x) && x != recID {
+					foreign = append(foreign, x)
+				}
 			}
+		}
+	}
+	ident := dirIdentity(dir)
+	switch {
+	case id != "" && recID == id && (recIdent == ident || ident == ""):
+		return id, foreign, nil
+	case id != "" && ident == "":
+		// Not readable now: keep the id, and what is known of others.
+		if recID != "" {
+			foreign = append(foreign, recID)
+		}
+		return id, foreign, nil
+	case id != "" && recID == "":
+		// An earlier release's directory: bind its id to it.
+		return id, nil, writeStateIDs(dir, ident, id, nil)
+	case id != "" && recIdent == ident && slices.Contains(foreign, id):
+		// A start that took a new id stopped between its two writes.
+		foreign = slices.DeleteFunc(foreign, func(x string) bool { return x == id })
+		foreign = append(foreign, id)
+		return recID, foreign, writeStateIDs(dir, ident, recID, foreign)
+	}
+	// A copy, a changed identity, or an id lost: a new id, and every id
+	// known before it foreign.
+	for _, x := range []string{id, recID} {
+		if x != "" && !slices.Contains(foreign, x) {
+			foreign = append(foreign, x)
 		}
 	}
 	var b [6]byte
 	if _, err := rand.Read(b[:]); err != nil {
-		return "", err
+		return "", nil, err
 	}
-	id := hex.EncodeToString(b[:])
-	return id, writeStateID(file, id, ident)
+	id = hex.EncodeToString(b[:])
+	return id, foreign, writeStateIDs(dir, ident, id, foreign)
 }
 
-func writeStateID(file, id, ident string) error {
-	line := id
+func validStateID(v string) bool {
+	return len(v) == 12 && strings.Trim(v, "0123456789abcdef") == ""
+}
+
+// writeStateIDs records id and the foreign ids: id.dev first, then id, so
+// that a start stopped between the two finds the new id in id.dev and the
+// id it replaces among the foreign ones.
+func writeStateIDs(dir, ident, id string, foreign []string) error {
 	if ident != "" {
-		line += " " + ident
+		line := strings.Join(append([]string{ident, id}, foreign...), " ")
+		if err := replaceFile(filepath.Join(dir, "id.dev"), line); err != nil {
+			return err
+		}
 	}
+	return replaceFile(filepath.Join(dir, "id"), id)
+}
+
+func replaceFile(file, line string) error {
 	tmp := file + ".tmp"
 	if err := os.WriteFile(tmp, []byte(line+"\n"), 0o600); err != nil {
 		return fmt.Errorf("record the runs' id: %w", err)

@@ -155,6 +155,32 @@ func (s *State) recover(wait time.Duration) (Leftovers, error) {
 			}
 		}
 	}
+	// The cgroups of ids this directory had before its identity changed
+	// may be another daemon's (the original of a copy): never ended here,
+	// but while one holds a process, an earlier run may live on.
+	var still []string
+	for _, id := range s.foreign {
+		busy := ""
+		for _, parent := range parents {
+			ents, _ := os.ReadDir(parent)
+			for _, e := range ents {
+				dir := filepath.Join(parent, e.Name())
+				if busy == "" && e.IsDir() && strings.HasPrefix(e.Name(), cgroupStatePrefix+id+"-") && cgroupPopulated(dir) {
+					busy = dir
+				}
+			}
+		}
+		if busy != "" {
+			still = append(still, id)
+			lo.Unended = fmt.Sprintf("the cgroup %s, of this directory's runs before its device or inode changed (a copy, or a file system that does not keep inode numbers), still holds processes: not ended, as they may be another daemon's", busy)
+		}
+	}
+	if len(still) != len(s.foreign) {
+		if err := writeStateIDs(s.dir, dirIdentity(s.dir), s.tag, still); err != nil {
+			return lo, err
+		}
+		s.foreign = still
+	}
 	lo.Waited = time.Since(start)
 	s.recordMode()
 	if current != "" {
@@ -193,4 +219,13 @@ func dirIdentity(dir string) string {
 		return ""
 	}
 	return fmt.Sprintf("%d:%d", st.Dev, st.Ino)
+}
+
+// cgroupPopulated reports whether a process lives in the cgroup dir or
+// below it.
+func cgroupPopulated(dir string) bool {
+	if b, err := os.ReadFile(filepath.Join(dir, "cgroup.events")); err == nil {
+		return populated(b)
+	}
+	return len(cgroupProcs(dir)) > 0
 }
