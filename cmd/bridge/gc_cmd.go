@@ -20,12 +20,15 @@ type GCCmd struct {
 }
 
 func (c *GCCmd) Run(g *Globals) error {
+	// A bad command line is said before anything else (an uninitialised
+	// home hid it).
+	if c.Grace < 0 || c.Retention < 0 {
+		return &codeError{code: exitUsage, err: withHintf(errors.New("gc: --grace and --retention cannot be negative"),
+			"0 keeps nothing longer; run `bridge gc --help`")}
+	}
 	h, err := g.openHome()
 	if err != nil {
 		return err
-	}
-	if c.Grace < 0 || c.Retention < 0 {
-		return &codeError{code: exitUsage, err: errors.New("gc: --grace and --retention cannot be negative")}
 	}
 	// 0 means none: the collection's own zero means "the default".
 	if c.Grace == 0 {
