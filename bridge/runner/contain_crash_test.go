@@ -429,12 +429,21 @@ func TestStateIDOfACopyIsItsOwn(t *testing.T) {
 		if lo.Ended != 0 || !strings.Contains(lo.Unended, "may be another daemon's") {
 			t.Errorf("the copy's start beside the original's run: %+v; want nothing ended, and that run reported", lo)
 		}
+		// Started again while that run goes on: still reported.
+		c.Close()
+		c1, lo, err := OpenState(cp, time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c1.Close()
+		if c1.tag != c.tag || lo.Ended != 0 || !strings.Contains(lo.Unended, "may be another daemon's") {
+			t.Errorf("the copy's second start beside the original's run: id %q, %+v; want %q, nothing ended, that run reported", c1.tag, lo, c.tag)
+		}
 		cancel()
 		if o := <-done; !o.Cancelled || o.Signal != "SIGINT" {
 			t.Errorf("the original's run: Cancelled %v Signal %q notes %q: want it cancelled by its ladder, not ended by the copy's start", o.Cancelled, o.Signal, o.Notes)
 		}
 		// Its run over, the original's id is no longer looked at.
-		c.Close()
 		c2, lo, err := OpenState(cp, time.Second)
 		if err != nil {
 			t.Fatal(err)
@@ -480,6 +489,84 @@ func TestStateIDOfACopyIsItsOwn(t *testing.T) {
 	}
 	if b, _ := os.ReadFile(filepath.Join(old, "id")); strings.TrimSpace(string(b)) != "0123456789ab" {
 		t.Errorf("id %q not finished", b)
+	}
+}
+
+// A crashed daemon's run left in a cgroup (its guard killed with it) under a
+// parent cgroup other than the next start's: however the directory's id
+// files were left, the next starts either end it (the id is theirs) or
+// report it unended while it lives (the id is foreign), never forget it (red
+// team of 7b7c7d0: a busy foreign id under another parent was reported by the
+// first start and forgotten by the second, so a request could be run again
+// beside its old process; bb398bd's "<id> <identity>" and an id.dev without
+// its id hid the run at once).
+func TestForeignIDLeftoversStayReported(t *testing.T) {
+	t.Parallel()
+	if !strings.HasPrefix(containmentNow(), "cgroup v2") {
+		t.Skip("the cgroup mode's leftovers")
+	}
+	contain.mu.Lock()
+	current := contain.parent
+	contain.mu.Unlock()
+	for i, c := range []struct {
+		name       string
+		files      func(dir, old string) map[string]string
+		ours, stay bool // the id is the directory's own; the run is left alive
+	}{
+		{"identity changed", func(dir, old string) map[string]string {
+			return map[string]string{"id": old, "id.dev": "1:1 " + old}
+		}, false, true},
+		{"bb398bd's id file", func(dir, old string) map[string]string {
+			return map[string]string{"id": old + " " + dirIdentity(dir)}
+		}, true, false},
+		{"id.dev without id", func(dir, old string) map[string]string {
+			return map[string]string{"id.dev": dirIdentity(dir) + " " + old}
+		}, true, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			parent := filepath.Join(current, fmt.Sprintf("bridge-test-parent-%d-%d", os.Getpid(), i))
+			if err := os.Mkdir(parent, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			defer removeCgroupTree(parent, 5*time.Second)
+			old := fmt.Sprintf("%012x", 0xabc000+i)
+			cg := filepath.Join(parent, cgroupStatePrefix+old+"-1deadbeef")
+			if err := os.Mkdir(cg, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			left := exec.Command("sleep", "120")
+			if err := left.Start(); err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = left.Process.Kill(); _ = left.Wait() }()
+			if err := os.WriteFile(filepath.Join(cg, "cgroup.procs"), []byte(strconv.Itoa(left.Process.Pid)), 0); err != nil {
+				t.Fatal(err)
+			}
+			dir := t.TempDir()
+			files := c.files(dir, old)
+			files["cgroups"] = parent
+			for name, line := range files {
+				if err := os.WriteFile(filepath.Join(dir, name), []byte(line+"\n"), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for start := 1; start <= 2; start++ {
+				st, lo, err := OpenState(dir, 5*time.Second)
+				if err != nil {
+					t.Fatal(err)
+				}
+				alive := !gone(left.Process.Pid)
+				st.Close()
+				switch {
+				case (st.tag == old) != c.ours:
+					t.Fatalf("start %d: id %q (foreign %q); the old id %q is the directory's own: %v", start, st.tag, st.foreign, old, c.ours)
+				case c.stay && (!alive || lo.Unended == "" || lo.Ended != 0):
+					t.Fatalf("start %d: leftovers %+v, the run alive %v: want it left alive and reported", start, lo, alive)
+				case !c.stay && (alive || (start == 1 && lo.Ended == 0)):
+					t.Fatalf("start %d: leftovers %+v, the run alive %v: want it ended", start, lo, alive)
+				}
+			}
+		})
 	}
 }
 

@@ -377,7 +377,8 @@ type hold struct {
 	// run whose keeper dies is charged what the daemon reaped since (its
 	// processes, which the group kill may end before the sweep).
 	reaped0 time.Duration
-	pid     int // the leader, once started
+	pid     int  // the leader, once started
+	gone    bool // the leader reaped and forgotten: its pid may be another run's leader now (red team of 7b7c7d0)
 	// cpu is the CPU time of every process of the run, once await has
 	// seen them all gone: the cgroup's cpu.stat, or what the keeper reaped.
 	cpu time.Duration
@@ -559,6 +560,7 @@ func (h *hold) await(keeper, short time.Duration) bool {
 func (h *hold) reaped(pid int) {
 	spare.mu.Lock()
 	delete(spare.leaders, pid)
+	h.gone = true
 	spare.mu.Unlock()
 }
 
@@ -576,7 +578,7 @@ func (h *hold) release() {
 			h.kp.close()
 		}
 	}
-	if h.pid != 0 {
+	if h.pid != 0 && !h.gone {
 		spare.mu.Lock()
 		delete(spare.leaders, h.pid)
 		spare.mu.Unlock()

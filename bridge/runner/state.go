@@ -85,12 +85,21 @@ func OpenState(dir string, wait time.Duration) (*State, Leftovers, error) {
 // team of bb398bd). An identity that cannot be read keeps the id.
 func stateID(dir string) (id string, foreign []string, err error) {
 	file, devFile := filepath.Join(dir, "id"), filepath.Join(dir, "id.dev")
+	// bbIdent is the identity in a run/id of bb398bd's own format,
+	// "<id> <identity>", which one commit of this project's history wrote.
+	var bbIdent string
 	if b, err := os.ReadFile(file); err == nil {
 		if v := strings.TrimSpace(string(b)); validStateID(v) {
 			id = v
+		} else if f := strings.Fields(v); len(f) == 2 && validStateID(f[0]) {
+			// bb398bd's "<id> <identity>": read as id and id.dev.
+			id, bbIdent = f[0], f[1]
 		}
 	}
 	var recIdent, recID string
+	if bbIdent != "" {
+		recIdent, recID = bbIdent, id
+	}
 	if b, err := os.ReadFile(devFile); err == nil {
 		f := strings.Fields(string(b))
 		if len(f) >= 2 && validStateID(f[1]) {
@@ -105,7 +114,15 @@ func stateID(dir string) (id string, foreign []string, err error) {
 	ident := dirIdentity(dir)
 	switch {
 	case id != "" && recID == id && (recIdent == ident || ident == ""):
+		if bbIdent != "" && ident != "" {
+			// Into the format of earlier and later releases alike.
+			return id, foreign, writeStateIDs(dir, ident, id, foreign)
+		}
 		return id, foreign, nil
+	case id == "" && recID != "" && recIdent == ident:
+		// The first start stopped between its two writes (or id was
+		// lost): id.dev names this very directory's id.
+		return recID, foreign, writeStateIDs(dir, ident, recID, foreign)
 	case id != "" && ident == "":
 		// Not readable now: keep the id, and what is known of others.
 		if recID != "" {

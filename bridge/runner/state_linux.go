@@ -162,11 +162,24 @@ func (s *State) recover(wait time.Duration) (Leftovers, error) {
 	for _, id := range s.foreign {
 		busy := ""
 		for _, parent := range parents {
-			ents, _ := os.ReadDir(parent)
+			ents, err := os.ReadDir(parent)
+			if err != nil && !os.IsNotExist(err) {
+				// Unread is not empty: keep the id, and the parent.
+				busy = parent
+				if !slices.Contains(keep, parent) {
+					keep = append(keep, parent)
+				}
+				continue
+			}
 			for _, e := range ents {
 				dir := filepath.Join(parent, e.Name())
-				if busy == "" && e.IsDir() && strings.HasPrefix(e.Name(), cgroupStatePrefix+id+"-") && cgroupPopulated(dir) {
+				if e.IsDir() && strings.HasPrefix(e.Name(), cgroupStatePrefix+id+"-") && cgroupPopulated(dir) {
 					busy = dir
+					// Looked at again by the next start, whatever
+					// cgroup that one is in.
+					if !slices.Contains(keep, parent) {
+						keep = append(keep, parent)
+					}
 				}
 			}
 		}
