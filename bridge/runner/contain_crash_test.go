@@ -608,7 +608,7 @@ func TestOrphansReapedMidRun(t *testing.T) {
 		}
 		n := 0
 		for _, c := range childrenOf(nil, parent) {
-			if self && (spare.leaders[c] || spare.keepers[c] || spare.inherited[c]) {
+			if self && sparedLocked(c) {
 				continue
 			}
 			if st, err := readStat(c); err == nil && st.dead && st.sid != contain.selfSid {
@@ -723,31 +723,129 @@ func cloneParentSibling(t *testing.T, sibling string) {
 	}
 }
 
-// Where neither a cgroup nor a keeper holds a run (the process group
-// alone), a process the leader made the daemon's child (CLONE_PARENT) that
-// died is still reaped at the run's end, not left a zombie for the daemon's
-// life (red team of 3fb57f0). Run in a test binary forced to the group
-// alone.
-func TestGroupOnlyReapsCloneParentZombie(t *testing.T) {
-	t.Parallel()
+// groupOnlyChild runs the calling test again in a test binary forced to
+// hold runs by their process group alone, and reports false; in that
+// binary it reports true, and the test goes on.
+func groupOnlyChild(t *testing.T) bool {
+	t.Helper()
 	if os.Getenv("RUNNER_TEST_CONTAIN") == "group" {
 		if c := containmentNow(); !strings.HasPrefix(c, "process group only") {
 			t.Fatalf("containment %q, want the process group only", c)
 		}
-		for range 5 {
-			cloneParentSibling(t, `echo $$ > pid.tmp; mv pid.tmp pid`)
-		}
-		return
+		return true
 	}
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(exe, "-test.run", "^TestGroupOnlyReapsCloneParentZombie$", "-test.count=1", "-test.v")
+	cmd := exec.Command(exe, "-test.run", "^"+t.Name()+"$", "-test.count=1", "-test.v")
 	cmd.Env = append(os.Environ(), "RUNNER_TEST_CONTAIN=group")
 	out, err := cmd.CombinedOutput()
-	if err != nil || !bytes.Contains(out, []byte("--- PASS: TestGroupOnlyReapsCloneParentZombie")) {
+	if err != nil || !bytes.Contains(out, []byte("--- PASS: "+t.Name())) {
 		t.Fatalf("under the process group alone: %v\n%s", err, out)
+	}
+	return false
+}
+
+// Where neither a cgroup nor a keeper holds a run (the process group
+// alone), a process the leader made the daemon's child (CLONE_PARENT) that
+// died is still reaped, at the run's end or as it dies after it, not left a
+// zombie for the daemon's life (red teams of 3fb57f0 and 4bc34fc).
+func TestGroupOnlyReapsCloneParentZombie(t *testing.T) {
+	t.Parallel()
+	if !groupOnlyChild(t) {
+		return
+	}
+	for range 5 {
+		cloneParentSibling(t, `echo $$ > pid.tmp; mv pid.tmp pid`)
+	}
+	// One that dies a moment after its run ended: the SIGCHLD reaper,
+	// not the end of the run, must reap it.
+	s, _ := taggedSpec(t, `RUNNER_TEST_HELPER=cloneparent exec "$BRIDGE_TEST_EXE"`)
+	s.Env = append(s.Env, "RUNNER_TEST_SIBLING=echo $$ > pid.tmp; mv pid.tmp pid; sleep 0.3")
+	if o := mustRun(t, s); o.ExitCode != 0 {
+		t.Fatalf("exit %d, stdout %q, notes %q", o.ExitCode, o.Stdout.Data, o.Notes)
+	}
+	b, _ := os.ReadFile(filepath.Join(s.Dir, "pid"))
+	pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	if pid <= 0 {
+		t.Fatalf("no sibling pid: %q", b)
+	}
+	// Waits for the reap (an event), not for a time: at the deadline the
+	// sibling has long died, and only a reaper that never comes leaves it.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		st, err := readStat(pid)
+		if err != nil || st.ppid != os.Getpid() {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the sibling %d is still the daemon's child 10 s after its run (dead %v): never reaped", pid, st.dead)
+		}
+	}
+}
+
+// A run held by its process group alone (its keeper could not start, in a
+// daemon whose other runs have one) leaves its background children to the
+// daemon as their parents exit; they are still the run's, in its session,
+// and the end of another run must not sweep them as orphans (red team of
+// 4bc34fc: a plain "(server &)" op lost its server mid-run).
+func TestGroupOnlyRunKeepsItsOrphansFromSweeps(t *testing.T) {
+	t.Parallel()
+	if !groupOnlyChild(t) {
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s, _ := taggedSpec(t, `(sleep 300 </dev/null >/dev/null 2>&1 & echo $! > pid.tmp; mv pid.tmp pid); echo ready; exec sleep 30`)
+	up := make(chan struct{})
+	var once sync.Once
+	s.OnOutput = func(int, []byte) { once.Do(func() { close(up) }) }
+	done := make(chan *Outcome, 1)
+	go func() { done <- Run(ctx, s) }()
+	<-up
+	b, _ := os.ReadFile(filepath.Join(s.Dir, "pid"))
+	pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	if pid <= 0 {
+		t.Fatalf("no pid of the background child: %q", b)
+	}
+	defer func() { _ = unix.Kill(pid, unix.SIGKILL) }()
+	// Adopted by this process (its parent, the subshell, exited).
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if st, err := readStat(pid); err == nil && st.ppid == os.Getpid() {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the background child was not adopted by the daemon")
+		}
+	}
+	sweepDaemon(time.Second) // as the end of another run does
+	if gone(pid) {
+		t.Errorf("the run's background child %d was swept by another run's end while its run went on", pid)
+	}
+	cancel()
+	<-done
+}
+
+// A run forgets only its own leader: once reaped, its pid may be another
+// run's leader already (a keeper reaps its program before the daemon hears
+// of it), and forgetting that one would let a sweep take a live leader for
+// an orphan (red team of 4bc34fc). No pid is this large, so no sweep of the
+// tests beside sees it.
+func TestLeaderForgottenOnlyByItsRun(t *testing.T) {
+	t.Parallel()
+	setupContainment()
+	const pid = 1 << 30
+	first, second := &hold{kind: containCgroup, pid: pid}, &hold{kind: containCgroup}
+	spare.mu.Lock()
+	spare.leaders[pid] = second // the pid, freed by the first, taken by the second's leader
+	spare.mu.Unlock()
+	first.reaped(pid)
+	spare.mu.Lock()
+	owner := spare.leaders[pid]
+	delete(spare.leaders, pid)
+	spare.mu.Unlock()
+	if owner != second {
+		t.Fatalf("the first run's reap forgot the second run's leader (owner now %v)", owner)
 	}
 }
 

@@ -90,10 +90,22 @@ var contain struct {
 // them) and the cgroups of runs in progress. A start registers its child
 // with mu held, so that no sweep can take it for an orphan before.
 var spare = struct {
-	mu      sync.Mutex
-	leaders map[int]bool
-	keepers map[int]bool
-	cgroups map[string]bool // by path in the hierarchy
+	mu sync.Mutex
+	// leaders maps each leader's pid to the run that owns it (its hold,
+	// or its keeper): a run forgets only its own, since a pid freed by one
+	// run's reap may already be another run's leader (red team of 4bc34fc).
+	leaders map[int]any
+	// sessions are those of runs held by their process group only, in
+	// progress: what such a run left to the daemon is still the run's, not
+	// an orphan for another run's end to sweep (red team of 4bc34fc).
+	sessions map[int]bool
+	// anyGroupOnly is set once a run was held by its process group only:
+	// from then on the SIGCHLD reaper reads every thread's children, since
+	// a child such a run's leader made of the daemon (CLONE_PARENT) may die
+	// after the run's end, listed off the main thread.
+	anyGroupOnly bool
+	keepers      map[int]bool
+	cgroups      map[string]bool // by path in the hierarchy
 	// inherited are the children the daemon had before its first run
 	// (the shell that exec'd it may have left some): not ops'.
 	inherited map[int]bool
@@ -101,7 +113,14 @@ var spare = struct {
 	// keeper died is charged what was reaped while its processes were
 	// swept.
 	reaped time.Duration
-}{leaders: map[int]bool{}, keepers: map[int]bool{}, cgroups: map[string]bool{}, inherited: map[int]bool{}}
+}{leaders: map[int]any{}, sessions: map[int]bool{}, keepers: map[int]bool{}, cgroups: map[string]bool{}, inherited: map[int]bool{}}
+
+// sparedLocked reports whether the sweep and the reapers leave the child k
+// alone whatever its state: a leader, a keeper, or a child the daemon had
+// before its first run. spare.mu is held.
+func sparedLocked(k int) bool {
+	return spare.leaders[k] != nil || spare.keepers[k] || spare.inherited[k]
+}
 
 func setupContainment() {
 	contain.once.Do(func() {
@@ -143,7 +162,10 @@ func setupContainment() {
 			signal.Notify(chld, syscall.SIGCHLD)
 			go func() {
 				for range chld {
-					reapOrphans(false)
+					spare.mu.Lock()
+					all := spare.anyGroupOnly
+					spare.mu.Unlock()
+					reapOrphans(all)
 				}
 			}()
 		}
@@ -473,7 +495,12 @@ func (h *hold) launch(launch func() (int, error)) error {
 		return err
 	}
 	h.pid = pid
-	spare.leaders[pid] = true
+	spare.leaders[pid] = h
+	if h.kind == containGroup {
+		// The leader leads a session of its own: its pid names it.
+		spare.sessions[pid] = true
+		spare.anyGroupOnly = true
+	}
 	return nil
 }
 
@@ -559,9 +586,24 @@ func (h *hold) await(keeper, short time.Duration) bool {
 // sweep of the run's end).
 func (h *hold) reaped(pid int) {
 	spare.mu.Lock()
-	delete(spare.leaders, pid)
+	forgetLeaderLocked(pid, h.owner())
 	h.gone = true
 	spare.mu.Unlock()
+}
+
+// owner is what the run's leader is registered under: its keeper, which
+// started it, or the hold itself.
+func (h *hold) owner() any {
+	if h.kind == containKeeper && h.kp != nil {
+		return h.kp
+	}
+	return h
+}
+
+func forgetLeaderLocked(pid int, owner any) {
+	if spare.leaders[pid] == owner {
+		delete(spare.leaders, pid)
+	}
 }
 
 // release frees what the run held: its cgroup (and any the op made in it),
@@ -578,9 +620,14 @@ func (h *hold) release() {
 			h.kp.close()
 		}
 	}
-	if h.pid != 0 && !h.gone {
+	if h.pid != 0 {
 		spare.mu.Lock()
-		delete(spare.leaders, h.pid)
+		if !h.gone {
+			forgetLeaderLocked(h.pid, h.owner())
+		}
+		if h.kind == containGroup {
+			delete(spare.sessions, h.pid)
+		}
 		spare.mu.Unlock()
 	}
 }
@@ -613,7 +660,7 @@ func sweepDaemon(d time.Duration) bool {
 		spare.mu.Lock()
 		kids = childrenOf(kids[:0], 0)
 		for _, k := range kids {
-			if spare.leaders[k] || spare.keepers[k] || spare.inherited[k] {
+			if sparedLocked(k) {
 				continue
 			}
 			st, err := readStat(k)
@@ -624,7 +671,7 @@ func sweepDaemon(d time.Duration) bool {
 				reapLocked(k)
 				continue
 			}
-			if inRunningCgroupLocked(k) || self == 1 {
+			if inRunningCgroupLocked(k) || spare.sessions[st.sid] || self == 1 {
 				// As PID 1 (a container's entrypoint) the daemon adopts
 				// every orphan of its pid namespace, not only its ops':
 				// what it cannot tie to a run, it reaps but never kills.
@@ -668,7 +715,7 @@ func reapOrphans(all bool) {
 		kids = orphansOf(nil)
 	}
 	for _, k := range kids {
-		if spare.leaders[k] || spare.keepers[k] || spare.inherited[k] {
+		if sparedLocked(k) {
 			continue
 		}
 		if st, err := readStat(k); err == nil && st.dead && st.ppid == self && st.sid != contain.selfSid {
@@ -686,10 +733,10 @@ func reapDead(d time.Duration) {
 		dying := false
 		spare.mu.Lock()
 		for _, k := range childrenOf(nil, 0) {
-			if spare.leaders[k] || spare.keepers[k] || spare.inherited[k] {
+			if sparedLocked(k) {
 				continue
 			}
-			if st, err := readStat(k); err == nil && st.ppid == self && st.sid != contain.selfSid {
+			if st, err := readStat(k); err == nil && st.ppid == self && st.sid != contain.selfSid && !(spare.sessions[st.sid] && !st.dead) {
 				dying = true
 			}
 		}

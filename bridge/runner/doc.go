@@ -105,6 +105,11 @@
 // before it may take it exclusively. What it cannot end in time it reports
 // ([Leftovers].Unended), and the daemon then answers such a run
 // "uncertain" without running it again or asking its reconcile command.
+// The tag is the directory's id (file "id"), bound to the directory's
+// device and inode ("id.dev"): a copy of the directory, or one whose inode
+// changed, takes a new id, and the cgroups of the old one, which may be
+// another daemon's, are never ended but reported as Unended while they
+// hold a process.
 // These records are not flushed to disk: processes do not outlive a
 // reboot, and what the kernel holds of a file survives any crash of the
 // daemon.

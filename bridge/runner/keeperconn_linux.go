@@ -267,7 +267,7 @@ func (k *keeper) launch(path string, argv []string, attr *os.ProcAttr) (*leader,
 	if ok && strings.HasPrefix(m, "s") {
 		spare.mu.Lock()
 		if started = k.isChild(pid); started {
-			spare.leaders[pid] = true
+			spare.leaders[pid] = k
 		}
 		spare.mu.Unlock()
 	}

@@ -22,9 +22,13 @@ import (
 //   - cgroups: the parent cgroup under which this directory's runs make
 //     theirs (bridge-run-<tag>-*), one per line, written before the first
 //     run: a cgroup outlives the daemon that made it, and the next daemon
-//     may start in another cgroup (another login session, say).
+//     may start in another cgroup (another login session, say). A parent
+//     stays while a cgroup of this directory's, or of a foreign id's (see
+//     id.dev), under it holds a process.
+//   - id, id.dev: the id that names the cgroups, and what binds it to this
+//     directory, with the foreign ids (stateID, state.go).
 //
-// Neither is flushed to disk: a record of running processes matters only
+// Neither keepers.lock nor cgroups is flushed to disk: a record of running processes matters only
 // while the machine stays up, and what the kernel keeps of a file it just
 // wrote survives any crash of the daemon.
 
