@@ -25,6 +25,9 @@ func TestUnisonEndToEnd(t *testing.T) {
 	// In parallel with the other real sync clients' tests and the crash
 	// loop's steps: they mostly wait on processes of their own.
 	t.Parallel()
+	if testing.Short() {
+		t.Skip("a system suite: -short leaves it out (docs/TESTING.md, \"Running\")")
+	}
 	loopClientEndToEnd(t, startUnison(t), "never (conflict_on_2020-01-01).manifest", nil)
 }
 
@@ -37,6 +40,9 @@ func TestRcloneBisyncEndToEnd(t *testing.T) {
 	// In parallel with the other real sync clients' tests and the crash
 	// loop's steps: they mostly wait on processes of their own.
 	t.Parallel()
+	if testing.Short() {
+		t.Skip("a system suite: -short leaves it out (docs/TESTING.md, \"Running\")")
+	}
 	c := startRclone(t)
 	lockedOut := false
 	loopClientEndToEnd(t, c, "never.manifest..path1", func(p *pair) {

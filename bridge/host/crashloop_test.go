@@ -327,6 +327,9 @@ func crashFolderFiles(t *testing.T, p *pair, id string) []string {
 // step's ops run at once too, each on a pair of its own (crashGCStep).
 func TestCrashAtEveryDurableStep(t *testing.T) {
 	t.Parallel()
+	if testing.Short() {
+		t.Skip("a system suite: -short leaves it out (docs/TESTING.md, \"Running\")")
+	}
 	var (
 		mu    sync.Mutex
 		table = map[string]map[string]string{}

@@ -807,6 +807,9 @@ func runSimSeed(t *testing.T, seed uint64) simSeedStats {
 // everything else.
 func TestSimProperties(t *testing.T) {
 	t.Parallel()
+	if testing.Short() {
+		t.Skip("a system suite: -short leaves it out (docs/TESTING.md, \"Running\")")
+	}
 	seeds := simSeedList(t)
 	var total simTotals
 	start := time.Now()

@@ -52,6 +52,9 @@ func dirSize(root string) int64 {
 //
 // Not in parallel: it counts the inotify watches of the whole process.
 func TestHostileWriterSoak(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a system suite: -short leaves it out (docs/TESTING.md, \"Running\")")
+	}
 	e := newEdge(t)
 	e.daemon(t)
 	root := filepath.Join(e.folder, bridge.ToHostRoot(e.host.Config.ID))

@@ -29,6 +29,9 @@ func TestSyncthingSetup(t *testing.T) {
 	// In parallel with the other real sync clients' tests and the crash
 	// loop's steps: they mostly wait on processes of their own.
 	t.Parallel()
+	if testing.Short() {
+		t.Skip("a system suite: -short leaves it out (docs/TESTING.md, \"Running\")")
+	}
 	st := startSyncthingPairWith(t, false)
 	p := syncthingHomes(t, st)
 	rel := bridge.HostDir(p.host.Config.ID) + "/to-agent"
@@ -115,6 +118,9 @@ func TestSyncthingSetup(t *testing.T) {
 // machine (CI, with the other clients' tests beside it) once outran it
 // (1d0953f).
 func TestHalfDoneFastPath(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a system suite: -short leaves it out (docs/TESTING.md, \"Running\")")
+	}
 	st := startSyncthingPairWith(t, false)
 	p := syncthingHomes(t, st)
 	hosts := []syncthing.RouteHost{{ID: p.host.Config.ID, Name: "laptop"}}

@@ -56,6 +56,9 @@ func TestSyncthingEndToEnd(t *testing.T) {
 	// In parallel with the other real sync clients' tests and the crash
 	// loop's steps: they mostly wait on processes of their own.
 	t.Parallel()
+	if testing.Short() {
+		t.Skip("a system suite: -short leaves it out (docs/TESTING.md, \"Running\")")
+	}
 	st := startSyncthingPair(t)
 	t0 := time.Now()
 	logf := func(format string, args ...any) {

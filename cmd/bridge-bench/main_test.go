@@ -27,6 +27,9 @@ func TestMain(m *testing.M) {
 // complete and report its rows (the fsync rows too: "not measured" where
 // strace is missing). The figures themselves are not checked.
 func TestQuickRun(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a system suite: -short leaves it out (docs/TESTING.md, \"Running\")")
+	}
 	var out, errb bytes.Buffer
 	args := []string{"-quick", "-n", "5", "-tput-n", "10", "-inflight", "4", "-scale-n", "40", "-payload-mib", "2",
 		"-poll", "50ms", "-client-poll", "50ms", "-pause", "50ms", "-idle-window", "300ms", "-floor-n", "5", "-dir", t.TempDir()}

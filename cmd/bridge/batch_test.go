@@ -38,6 +38,9 @@ func pairedCLIHomes(t *testing.T) (agentHome, folder string) {
 // and the line over the longest a batch takes.
 func TestSubmitBatchTenThousand(t *testing.T) {
 	t.Parallel()
+	if testing.Short() {
+		t.Skip("a system suite: -short leaves it out (docs/TESTING.md, \"Running\")")
+	}
 	agentHome, folder := pairedCLIHomes(t)
 	n := 10000
 	if raceBuild {
