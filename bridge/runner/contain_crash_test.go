@@ -362,6 +362,19 @@ func TestStateIDFollowsTheDirectory(t *testing.T) {
 	}
 }
 
+// startOutput starts the run s with run (Run, or a State's) and returns
+// once the program has written its first output: the channel then gives
+// the run's outcome.
+func startOutput(ctx context.Context, run func(context.Context, Spec) *Outcome, s Spec) <-chan *Outcome {
+	up := make(chan struct{})
+	var once sync.Once
+	s.OnOutput = func(int, []byte) { once.Do(func() { close(up) }) }
+	done := make(chan *Outcome, 1)
+	go func() { done <- run(ctx, s) }()
+	<-up
+	return done
+}
+
 // A copy of a state directory (a home copied with cp -a and served beside
 // the original) has an id of its own: with the original's, its daemon's
 // start ended the original's running ops as leftovers of an earlier daemon
@@ -403,14 +416,9 @@ func TestStateIDOfACopyIsItsOwn(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	cgroups := strings.HasPrefix(containmentNow(), "cgroup v2")
-	done := make(chan *Outcome, 1)
+	var done <-chan *Outcome
 	if cgroups {
-		s := shSpec(t, `echo up; exec sleep 60`)
-		up := make(chan struct{})
-		var once sync.Once
-		s.OnOutput = func(int, []byte) { once.Do(func() { close(up) }) }
-		go func() { done <- a.Run(ctx, s) }()
-		<-up
+		done = startOutput(ctx, a.Run, shSpec(t, `echo up; exec sleep 60`))
 	}
 	c, lo, err := OpenState(cp, time.Second)
 	if err != nil {
@@ -797,12 +805,7 @@ func TestGroupOnlyRunKeepsItsOrphansFromSweeps(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	s, _ := taggedSpec(t, `(sleep 300 </dev/null >/dev/null 2>&1 & echo $! > pid.tmp; mv pid.tmp pid); echo ready; exec sleep 30`)
-	up := make(chan struct{})
-	var once sync.Once
-	s.OnOutput = func(int, []byte) { once.Do(func() { close(up) }) }
-	done := make(chan *Outcome, 1)
-	go func() { done <- Run(ctx, s) }()
-	<-up
+	done := startOutput(ctx, Run, s)
 	b, _ := os.ReadFile(filepath.Join(s.Dir, "pid"))
 	pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
 	if pid <= 0 {
@@ -868,12 +871,7 @@ func TestOtherPidNamespaceSweepsNoneOfOurs(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	s := shSpec(t, `echo ready; exec sleep 60`)
-	up := make(chan struct{})
-	var once sync.Once
-	s.OnOutput = func(int, []byte) { once.Do(func() { close(up) }) }
-	done := make(chan *Outcome, 1)
-	go func() { done <- Run(ctx, s) }()
-	<-up
+	done := startOutput(ctx, Run, s)
 	cmd := exec.Command(unshare, "--pid", "--fork", "--mount-proc", exe)
 	cmd.Env = append(os.Environ(), "RUNNER_TEST_HELPER=daemon", "RUNNER_TEST_SCRIPT=echo swept")
 	if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "swept") {

@@ -162,10 +162,7 @@ func setupContainment() {
 			signal.Notify(chld, syscall.SIGCHLD)
 			go func() {
 				for range chld {
-					spare.mu.Lock()
-					all := spare.anyGroupOnly
-					spare.mu.Unlock()
-					reapOrphans(all)
+					reapOrphans(false)
 				}
 			}()
 		}
@@ -399,8 +396,7 @@ type hold struct {
 	// run whose keeper dies is charged what the daemon reaped since (its
 	// processes, which the group kill may end before the sweep).
 	reaped0 time.Duration
-	pid     int  // the leader, once started
-	gone    bool // the leader reaped and forgotten: its pid may be another run's leader now (red team of 7b7c7d0)
+	pid     int // the leader, once started
 	// cpu is the CPU time of every process of the run, once await has
 	// seen them all gone: the cgroup's cpu.stat, or what the keeper reaped.
 	cpu time.Duration
@@ -587,7 +583,6 @@ func (h *hold) await(keeper, short time.Duration) bool {
 func (h *hold) reaped(pid int) {
 	spare.mu.Lock()
 	forgetLeaderLocked(pid, h.owner())
-	h.gone = true
 	spare.mu.Unlock()
 }
 
@@ -609,26 +604,30 @@ func forgetLeaderLocked(pid int, owner any) {
 // release frees what the run held: its cgroup (and any the op made in it),
 // its keeper.
 func (h *hold) release() {
+	if h.kind == containKeeper {
+		h.pid = h.kp.leader
+	}
+	// Before the keeper goes back to its pool: its next run's leader is
+	// registered under the same keeper, and must not be forgotten here.
+	// A leader reaped already was forgotten then; the owner check keeps
+	// this from forgetting another run's that took its pid since.
+	if h.pid != 0 {
+		spare.mu.Lock()
+		forgetLeaderLocked(h.pid, h.owner())
+		if h.kind == containGroup {
+			delete(spare.sessions, h.pid)
+		}
+		spare.mu.Unlock()
+	}
 	switch h.kind {
 	case containCgroup:
 		h.cg.release()
 	case containKeeper:
-		h.pid = h.kp.leader
 		if h.clean {
 			giveBack(h.state, h.kp)
 		} else {
 			h.kp.close()
 		}
-	}
-	if h.pid != 0 {
-		spare.mu.Lock()
-		if !h.gone {
-			forgetLeaderLocked(h.pid, h.owner())
-		}
-		if h.kind == containGroup {
-			delete(spare.sessions, h.pid)
-		}
-		spare.mu.Unlock()
 	}
 }
 
@@ -701,7 +700,8 @@ func sweepDaemon(d time.Duration) bool {
 // reapOrphans reaps the daemon's adopted children that died: not the
 // leaders and keepers (their runs reap them), not the daemon's own (in its
 // session: os/exec reaps them). As each child dies (SIGCHLD) it reads the
-// main thread's list only, where every orphan is put; all reads every
+// main thread's list only, where every orphan is put, unless a run held by
+// its process group alone has been (spare.anyGroupOnly); all reads every
 // thread's, for the children a leader made there (sweepDaemon), which the
 // end of their run reaps.
 func reapOrphans(all bool) {
@@ -709,7 +709,7 @@ func reapOrphans(all bool) {
 	spare.mu.Lock()
 	defer spare.mu.Unlock()
 	var kids []int
-	if all {
+	if all || spare.anyGroupOnly {
 		kids = childrenOf(nil, 0)
 	} else {
 		kids = orphansOf(nil)

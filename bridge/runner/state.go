@@ -133,9 +133,8 @@ func stateID(dir string) (id string, foreign []string, err error) {
 		// An earlier release's directory: bind its id to it.
 		return id, nil, writeStateIDs(dir, ident, id, nil)
 	case id != "" && recIdent == ident && slices.Contains(foreign, id):
-		// A start that took a new id stopped between its two writes.
-		foreign = slices.DeleteFunc(foreign, func(x string) bool { return x == id })
-		foreign = append(foreign, id)
+		// A start that took a new id stopped between its two writes (id
+		// is among the foreign ones already).
 		return recID, foreign, writeStateIDs(dir, ident, recID, foreign)
 	}
 	// A copy, a changed identity, or an id lost: a new id, and every id
