@@ -99,7 +99,7 @@ step "the bounds the race detector loosens, without it"
 # Under the race detector its shadow memory lifts the daemon's and the
 # agent's peak RSS bound for 48 MiB of output and the shim's address-space
 # limit, so those are checked here.
-go test -count=1 -timeout 10m -run '^TestOutputMemoryBounded$|^TestLimitsReachChild$' ./bridge/host/ ./bridge/runner/
+go test -count=1 -timeout 10m -run '^TestOutputMemoryBounded$|^TestLimitsReachChild$|^TestAddressSpaceLimitBelowTheShims$' ./bridge/host/ ./bridge/runner/
 
 step "sync simulator (${SIM_SEEDS:-60} seeds) and its replicator, the redaction's tests at full size"
 # Alone: the simulator's seeds take both CPUs (two at a time). The three

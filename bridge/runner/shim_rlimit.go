@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"syscall"
@@ -38,11 +40,31 @@ func shimMain(args []string) {
 	if err != nil {
 		fail(buf, what, err)
 	}
+	ready := []byte{'R'}
+	quiesce()
 	if name, err := applyLimits(lim); err != nil {
 		fail(buf, "setrlimit "+name, err)
 	}
-	_, _ = unix.Write(shimStatusFD, []byte{'R'})
+	_, _ = unix.Write(shimStatusFD, ready)
 	fail(buf, what, x.exec())
+}
+
+// quiesce keeps the shim from mapping memory once its limits are set. A Go
+// process has reserved more address space than an op's limit may allow (a
+// hello world 1.2 GB on linux/amd64): under a lower RLIMIT_AS every new
+// mapping fails, and a goroutine that needed one killed the shim before its
+// execve ("fatal error: runtime: cannot allocate memory"): an op that never
+// ran, answered as one that exited 2 (7 runs in 300 of TestLimitsReachChild).
+// What allocated were the goroutines that package initialisation starts
+// (notify's), at their first run. So: no collection from here on, one P,
+// and those goroutines run until they park before the limits are set; the
+// shim itself allocates nothing after it (its buffers are made before).
+func quiesce() {
+	debug.SetGCPercent(-1)
+	runtime.GOMAXPROCS(1)
+	for range 4 {
+		runtime.Gosched()
+	}
 }
 
 // applyLimits sets each non-zero limit as soft and hard limit, clamped to the
