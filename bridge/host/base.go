@@ -34,6 +34,7 @@ type base struct {
 	ownP    atomic.Pointer[ownKeys]
 	rulesP  atomic.Pointer[rules] // the policy in force and its redactor (reload.go)
 	notes   noted                 // lines folder input may make us write
+	limits  limits                // defaultLimits; set before Open, read-only after
 	// The daemon's stop. closing is set only by scheduler.close, under the
 	// scheduler's lock (its workers wait on its condition for it), before
 	// anything drains; Abort sets killed, and what it killed is left
@@ -62,9 +63,40 @@ type noted struct {
 	budget lineBudget // lines folder input may make us write (refused.go)
 }
 
-// maxNoted bounds the log-once set: names come from the folder, so a
-// writer could otherwise grow it forever. (A variable for tests.)
-var maxNoted = 100_000
+// limits are the bounds that keep what folder input and an agent's queue
+// may cost the daemon, and how long a refused file must have settled before
+// it is remembered. A daemon starts with defaultLimits; a test shrinks them
+// for its own daemon before Open (so tests of different bounds run side by
+// side), and nothing changes them after.
+type limits struct {
+	// noted bounds the log-once set: names come from the folder, so a
+	// writer could otherwise grow it forever.
+	noted int
+	// markSettle is how long ago a file must have last changed to be
+	// marked refused (refusals.mark).
+	markSettle time.Duration
+	// refusedMarks bounds the refused marks' memory (about 100 bytes
+	// each, with the map's own). Past it, more refused files are read
+	// again at each rescan (costing time, not disk: the lines they make
+	// are bounded by the budget).
+	refusedMarks int
+	// budgetLines per budgetEvery are the lines folder input may make the
+	// daemon write per agent directory (lineBudget).
+	budgetLines int
+	budgetEvery time.Duration
+	// waitingPerSlot is how many claimed requests may wait per slot of an
+	// op with a concurrency (scheduler.reserveQueue).
+	waitingPerSlot int
+}
+
+var defaultLimits = limits{
+	noted:          100_000,
+	markSettle:     2 * time.Second,
+	refusedMarks:   1 << 18,
+	budgetLines:    1000,
+	budgetEvery:    time.Hour,
+	waitingPerSlot: 8,
+}
 
 // firstTime reports whether key was not noted before. When the set is full
 // it forgets a random half (map order), not all of it: a folder with more
@@ -81,9 +113,9 @@ func (b *base) firstTime(key string) bool {
 	if n.seen[k] {
 		return false
 	}
-	if len(n.seen) >= maxNoted {
+	if len(n.seen) >= b.limits.noted {
 		for k := range n.seen {
-			if len(n.seen) <= maxNoted/2 {
+			if len(n.seen) <= b.limits.noted/2 {
 				break
 			}
 			delete(n.seen, k)
@@ -115,9 +147,9 @@ func (b *base) folderLine(p string) bool {
 		// to-host counts as one directory, however many are in it.
 		dir = ""
 	}
-	ok, left := b.notes.budget.take(dir, time.Now())
+	ok, left := b.notes.budget.take(dir, time.Now(), b.limits.budgetLines, b.limits.budgetEvery)
 	if left > 0 {
-		b.log.Warn(fmt.Sprintf("left out %d lines about refused or ignored files (at most %d an hour per agent directory)", left, budgetLines),
+		b.log.Warn(fmt.Sprintf("left out %d lines about refused or ignored files (at most %d an hour per agent directory)", left, b.limits.budgetLines),
 			"dir", dir, "hint", "a folder writer may be flooding the folder; see `bridge doctor`")
 		b.audit.log(AuditEvent{Event: "suppressed", File: dir, Detail: fmt.Sprintf("%d lines left out", left)})
 	}
@@ -181,6 +213,7 @@ const (
 	controlWakes               // the control loop's wake-ups
 	sweepScans                 // the sweeps' scans of the ledger
 	tempSweeps                 // sweeps of the temporaries a crash left (sweepTemps)
+	controlEnds                // returns of the control loop
 	tallies
 )
 

@@ -190,7 +190,7 @@ func NewDaemon(home *trust.Home, opt DaemonOptions) (*Daemon, error) {
 		opt.Now = time.Now
 	}
 	d := &Daemon{
-		base:    &base{home: home, opt: opt, log: opt.Logger, me: home.Config.ID},
+		base:    &base{home: home, opt: opt, log: opt.Logger, me: home.Config.ID, limits: defaultLimits},
 		cancels: map[string]context.CancelFunc{}, slotWait: map[string]*job{}, checks: map[string]bool{},
 
 		controlPoke: make(chan struct{}, 1),

@@ -29,7 +29,24 @@ type pair struct {
 	skew                        time.Duration // for the daemons of start and startCrashProc; 0: the default
 	log                         *slog.Logger  // for the daemon of start; nil: its debug log kept in logs
 	logs                        *lockedBuffer // the log of start's daemon when log is nil, for a failed wait
+	tune                        func(*limits) // shrinks the bounds of start's daemon (limit); nil: the defaults
 }
+
+// limit has start's daemon run with f's change to its limits: each test
+// sets its own daemon's, so tests of different bounds run side by side.
+func (p *pair) limit(f func(*limits)) {
+	prev := p.tune
+	p.tune = func(l *limits) {
+		if prev != nil {
+			prev(l)
+		}
+		f(l)
+	}
+}
+
+// noSettle lets the daemon remember a refused file at once, however fresh
+// its change time (a test cannot make one old).
+func noSettle(l *limits) { l.markSettle = 0 }
 
 const testPolicy = `
 [ops.echo]
@@ -199,6 +216,9 @@ func (p *pair) start(t *testing.T, env map[string]string) {
 		Skew: p.skew, Env: envWith(env), Logger: logger})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if p.tune != nil {
+		p.tune(&d.limits)
 	}
 	if err := d.Open(); err != nil {
 		t.Fatal(err)

@@ -248,20 +248,8 @@ func (p *pair) plantJunk(t *testing.T, n int, payloads bool) []string {
 	return p.plantJunkAt(t, n, payloads, time.Now().Add(-time.Hour))
 }
 
-// withBudget sets the line budget for a test.
-func withBudget(t *testing.T, lines int) {
-	old := budgetLines
-	budgetLines = lines
-	t.Cleanup(func() { budgetLines = old })
-}
-
-// noSettle lets the daemon remember a refused file at once, however fresh
-// its change time (a test cannot make one old).
-func noSettle(t *testing.T) {
-	old := markSettle
-	markSettle = 0
-	t.Cleanup(func() { markSettle = old })
-}
+// budget returns a change of the daemon's line budget to lines an hour.
+func budget(lines int) func(*limits) { return func(l *limits) { l.budgetLines = lines } }
 
 // plantJunkAt is plantJunk with the files' modification time.
 func (p *pair) plantJunkAt(t *testing.T, n int, payloads bool, old time.Time) []string {
@@ -301,14 +289,11 @@ func (p *pair) auditCount(t *testing.T, event string) int {
 // changes: no rescan reads it or logs it again, even when the log-once set
 // is far smaller than the junk (it forgets), and a changed one is looked
 // at again.
-//
-// Not in parallel: noSettle sets markSettle for every daemon of the process.
 func TestRefusedFileReadOnce(t *testing.T) {
-	noSettle(t)
-	old := maxNoted
-	maxNoted = 50
-	t.Cleanup(func() { maxNoted = old })
+	t.Parallel()
 	p := newPair(t, testPolicy)
+	p.limit(noSettle)
+	p.limit(func(l *limits) { l.noted = 50 })
 	names := p.plantJunk(t, 300, false)
 	p.start(t, nil)
 	p.echo(t, "first")
@@ -326,12 +311,10 @@ func TestRefusedFileReadOnce(t *testing.T) {
 
 // TestFolderLinesBounded: however much junk the folder holds, the lines it
 // makes the daemon write are bounded per agent directory and hour.
-//
-// Not in parallel: withBudget sets the line budget for every daemon of the
-// process.
 func TestFolderLinesBounded(t *testing.T) {
-	withBudget(t, 100)
+	t.Parallel()
 	p := newPair(t, testPolicy)
+	p.limit(budget(100))
 	p.plantJunk(t, 400, false)
 	p.start(t, nil)
 	settleRescans(t, p.daemon)
@@ -345,22 +328,24 @@ func TestFolderLinesBounded(t *testing.T) {
 func TestLineBudget(t *testing.T) {
 	t.Parallel()
 	var b lineBudget
+	lines, every := defaultLimits.budgetLines, defaultLimits.budgetEvery
+	take := func(dir string, now time.Time) (bool, int) { return b.take(dir, now, lines, every) }
 	now := time.Unix(1_700_000_000, 0)
-	for i := range budgetLines {
-		if ok, _ := b.take("a", now); !ok {
+	for i := range lines {
+		if ok, _ := take("a", now); !ok {
 			t.Fatalf("line %d refused within the budget", i)
 		}
 	}
 	for range 5 {
-		if ok, _ := b.take("a", now); ok {
+		if ok, _ := take("a", now); ok {
 			t.Fatal("a line over the budget was allowed")
 		}
 	}
-	if ok, _ := b.take("b", now); !ok {
+	if ok, _ := take("b", now); !ok {
 		t.Error("another directory's budget was spent by the first")
 	}
-	later := now.Add(budgetEvery / time.Duration(budgetLines))
-	if ok, left := b.take("a", later); !ok || left != 5 {
+	later := now.Add(every / time.Duration(lines))
+	if ok, left := take("a", later); !ok || left != 5 {
 		t.Errorf("after a refill: ok=%v left out=%d, want true and 5", ok, left)
 	}
 }
@@ -407,11 +392,10 @@ func TestDoctorShowsLinkedRequestsDir(t *testing.T) {
 // TestRefusedManifestNotReadForItsPayload: a payload beside a refused
 // manifest must not have the manifest read again at every rescan (a red
 // team measured 2 GiB read every 30 s from 50,000 such pairs).
-//
-// Not in parallel: noSettle sets markSettle for every daemon of the process.
 func TestRefusedManifestNotReadForItsPayload(t *testing.T) {
-	noSettle(t)
+	t.Parallel()
 	p := newPair(t, testPolicy)
+	p.limit(noSettle)
 	p.plantJunk(t, 50, true)
 	p.start(t, nil)
 	p.echo(t, "first")
@@ -425,12 +409,10 @@ func TestRefusedManifestNotReadForItsPayload(t *testing.T) {
 
 // TestUntrustedNamesShareOneBudget: id-shaped directories a folder writer
 // makes at the top of to-host share one line budget, not one each.
-//
-// Not in parallel: withBudget sets the line budget for every daemon of the
-// process.
 func TestUntrustedNamesShareOneBudget(t *testing.T) {
-	withBudget(t, 50)
+	t.Parallel()
 	p := newPair(t, testPolicy)
+	p.limit(budget(50))
 	top := filepath.Dir(p.toHost())
 	for range 200 {
 		must(t, os.Mkdir(filepath.Join(top, bridge.NewRequestID()), 0o755))
@@ -446,12 +428,10 @@ func TestUntrustedNamesShareOneBudget(t *testing.T) {
 
 // TestRequestsDirFlapsWithinBudget: moving to-host away and back again and
 // again makes no more lines than the budget allows.
-//
-// Not in parallel: withBudget sets the line budget for every daemon of the
-// process.
 func TestRequestsDirFlapsWithinBudget(t *testing.T) {
-	withBudget(t, 10)
+	t.Parallel()
 	p := newPair(t, testPolicy)
+	p.limit(budget(10))
 	var logs lockedBuffer
 	p.log = slog.New(slog.NewTextHandler(&logs, nil))
 	p.start(t, nil)
@@ -476,11 +456,10 @@ func TestRequestsDirFlapsWithinBudget(t *testing.T) {
 // TestRefusedFutureMtimeReadOnce: junk with a modification time in the
 // future (a folder writer sets it; sync clients copy it) is remembered like
 // any other: a red team had 20,000 such files read again at every rescan.
-//
-// Not in parallel: noSettle sets markSettle for every daemon of the process.
 func TestRefusedFutureMtimeReadOnce(t *testing.T) {
-	noSettle(t)
+	t.Parallel()
 	p := newPair(t, testPolicy)
+	p.limit(noSettle)
 	p.plantJunkAt(t, 50, false, time.Now().Add(365*24*time.Hour))
 	p.start(t, nil)
 	p.echo(t, "first")
@@ -496,11 +475,10 @@ func TestRefusedFutureMtimeReadOnce(t *testing.T) {
 // place, at the same size, with its modification time put back (a client
 // writing in place and copying the source's time) is a new version: the
 // change time says so, and the real request runs.
-//
-// Not in parallel: noSettle sets markSettle for every daemon of the process.
 func TestRefusedRewrittenInPlaceIsReadAgain(t *testing.T) {
-	noSettle(t)
+	t.Parallel()
 	p := newPair(t, testPolicy)
+	p.limit(noSettle)
 	id, manifest, payload := p.sealManual(t, "echo", map[string]string{"msg": "inplace"}, nil)
 	mpath := filepath.Join(p.toHost(), id+"."+bridge.ExtManifest)
 	old := time.Now().Add(-time.Hour)
@@ -523,12 +501,10 @@ func TestRefusedRewrittenInPlaceIsReadAgain(t *testing.T) {
 // TestRepublishLinesBounded: a folder writer removing a result as fast as
 // the daemon puts it back makes a "republished" line each time; those lines
 // too count against the agent directory's budget (found by the red team).
-//
-// Not in parallel: withBudget sets the line budget for every daemon of the
-// process.
 func TestRepublishLinesBounded(t *testing.T) {
-	withBudget(t, 3)
+	t.Parallel()
 	p := newPair(t, testPolicy)
+	p.limit(budget(3))
 	p.start(t, nil)
 	out := p.run(t, agent.SubmitOptions{Host: "laptop", Op: "echo", Args: map[string]string{"msg": "once"}})
 	res := filepath.Join(p.toAgent(), out.Receipt.ID+"."+bridge.ExtResult)
@@ -545,11 +521,10 @@ func TestRepublishLinesBounded(t *testing.T) {
 // by a key no longer valid) are read once per version, like manifests, and
 // a cancel beside a finished request is skipped with it: a red team had
 // 5,000 junk cancels read (twice each) at every rescan.
-//
-// Not in parallel: noSettle sets markSettle for every daemon of the process.
 func TestJunkCancelsReadOnce(t *testing.T) {
-	noSettle(t)
+	t.Parallel()
 	p := newPair(t, testPolicy)
+	p.limit(noSettle)
 	old := time.Now().Add(-time.Hour)
 	for range 50 {
 		f := filepath.Join(p.toHost(), bridge.NewRequestID()+"."+bridge.ExtCancel)
@@ -581,14 +556,11 @@ func (p *pair) waitRescans(t *testing.T, n int) {
 // bounded sets (refused marks, log-once notes) and nothing that stays from
 // the burst of reading it (the queue's array and map); the request among
 // the junk is served (issue 26, item 5; DESIGN "A folder writer").
-//
-// Not in parallel: noSettle sets markSettle for every daemon of the process.
 func TestJunkMemoryIsBounded(t *testing.T) {
-	noSettle(t)
-	oldMarks, oldNoted := maxRefusedMarks, maxNoted
-	maxRefusedMarks, maxNoted = 100, 50
-	t.Cleanup(func() { maxRefusedMarks, maxNoted = oldMarks, oldNoted })
+	t.Parallel()
 	p := newPair(t, testPolicy)
+	p.limit(noSettle)
+	p.limit(func(l *limits) { l.refusedMarks, l.noted = 100, 50 })
 	p.plantJunk(t, 300, false)
 	for range 300 {
 		must(t, os.WriteFile(filepath.Join(p.toHost(), bridge.NewRequestID()+"."+bridge.ExtManifest), nil, 0o644))
@@ -603,11 +575,11 @@ func TestJunkMemoryIsBounded(t *testing.T) {
 	d.notes.mu.Lock()
 	noted := len(d.notes.seen)
 	d.notes.mu.Unlock()
-	if marks != maxRefusedMarks {
-		t.Errorf("%d refused marks for 600 junk files, want the bound %d", marks, maxRefusedMarks)
+	if marks != d.limits.refusedMarks {
+		t.Errorf("%d refused marks for 600 junk files, want the bound %d", marks, d.limits.refusedMarks)
 	}
-	if noted > maxNoted {
-		t.Errorf("%d log-once notes, over the bound %d", noted, maxNoted)
+	if noted > d.limits.noted {
+		t.Errorf("%d log-once notes, over the bound %d", noted, d.limits.noted)
 	}
 	// Past the bound the junk is read again at each rescan; between two,
 	// once the queue is empty, nothing of the burst is kept.

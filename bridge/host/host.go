@@ -168,6 +168,7 @@ func (d *Daemon) reconcile(key, as string) (*LedgerEntry, error) {
 // looks every controlFallback: a change is noticed within that at worst,
 // at once as a rule.
 func (d *Daemon) controlLoop(stop <-chan struct{}) {
+	defer d.probe.add(controlEnds)
 	// Both made first: a directory that does not exist cannot be watched,
 	// and a host started before its first pairing has no peers yet (its
 	// creation is seen in the home, but not a second agent's pairing).

@@ -161,16 +161,6 @@ func (s *scheduler) release(key string) {
 	}
 }
 
-// An op with a concurrency runs that many at a time; the requests for it
-// beyond that are claimed and wait for a slot, each holding its decrypted
-// stdin (in memory up to 256 KiB, else a file in the home) and a
-// goroutine. So that an agent cannot make the host hold any number of
-// them, at most maxWaitingPerSlot times the concurrency wait: a request
-// beyond that is left unclaimed (seen or pending in the ledger, its spools
-// released) and evaluated again when a run of the op ends, or by the next
-// rescan.
-var maxWaitingPerSlot = 8
-
 // keyQueue is a first-in, first-out set of ledger keys.
 type keyQueue struct {
 	order []string
@@ -195,6 +185,15 @@ func (q *keyQueue) pop() (string, bool) {
 	return key, true
 }
 
+// An op with a concurrency runs that many at a time; the requests for it
+// beyond that are claimed and wait for a slot, each holding its decrypted
+// stdin (in memory up to 256 KiB, else a file in the home) and a
+// goroutine. So that an agent cannot make the host hold any number of
+// them, at most limits.waitingPerSlot times the concurrency wait: a
+// request beyond that is left unclaimed (seen or pending in the ledger, its
+// spools released) and evaluated again when a run of the op ends, or by the
+// next rescan.
+//
 // reserveQueue reports whether a request for op may be claimed now, and
 // counts it if so; otherwise it remembers key for when a run of op ends.
 // The returned function gives the place back (and evaluates the next
@@ -206,7 +205,7 @@ func (s *scheduler) reserveQueue(op string, concurrency int, key string) (func()
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.opQueued[op] >= concurrency*(1+maxWaitingPerSlot) {
+	if s.opQueued[op] >= concurrency*(1+s.limits.waitingPerSlot) {
 		q := s.deferred[op]
 		if q == nil {
 			q = &keyQueue{in: map[string]bool{}}

@@ -14,11 +14,8 @@ import (
 // Requests for an op beyond what its concurrency and the waiting bound
 // allow are left unclaimed, not claimed and spooled to wait; each runs
 // once, as a run of the op ends.
-//
-// Not in parallel: it sets maxWaitingPerSlot for every daemon of the process.
 func TestOpQueueIsBounded(t *testing.T) {
-	defer func(n int) { maxWaitingPerSlot = n }(maxWaitingPerSlot)
-	maxWaitingPerSlot = 2 // at most 3 claimed: 1 running, 2 waiting
+	t.Parallel()
 	policy := strings.Replace(testPolicy, `ops = ["echo", "count"`, `ops = ["queued", "echo", "count"`, 1) + `
 [ops.queued]
 argv = ["sh", "-c", "sleep 0.2; echo run >> \"$COUNT_FILE\"; echo queued"]
@@ -26,6 +23,8 @@ env = ["PATH", "COUNT_FILE"]
 concurrency = 1
 `
 	p := newPair(t, policy)
+	const waiting = 2 // at most 3 claimed: 1 running, 2 waiting
+	p.limit(func(l *limits) { l.waitingPerSlot = waiting })
 	countFile := filepath.Join(t.TempDir(), "count")
 	p.start(t, map[string]string{"COUNT_FILE": countFile})
 	const n = 12
@@ -56,8 +55,8 @@ concurrency = 1
 		most, done = max(most, len(inFlight)), len(finished)
 		time.Sleep(20 * time.Millisecond)
 	}
-	if most > 1+maxWaitingPerSlot {
-		t.Fatalf("%d requests were claimed at once; want at most %d", most, 1+maxWaitingPerSlot)
+	if most > 1+waiting {
+		t.Fatalf("%d requests were claimed at once; want at most %d", most, 1+waiting)
 	}
 	if runs := count(t, countFile, "run"); runs != n {
 		t.Fatalf("%d runs for %d requests", runs, n)

@@ -46,16 +46,6 @@ type refusedMark struct {
 	own    *ownKeys
 }
 
-// markSettle is how long ago a file must have last changed to be marked
-// (a variable for tests).
-var markSettle = 2 * time.Second
-
-// maxRefusedMarks (a variable for tests) bounds the marks' memory (about 100 bytes each, with the
-// map's own). Past it,
-// more refused files are read again at each rescan (costing time, not disk:
-// the lines they make are bounded by the budget).
-var maxRefusedMarks = 1 << 18
-
 // lstatChunk is how many refused marks skip checks with one batched
 // lstat.
 const lstatChunk = 2048
@@ -70,7 +60,7 @@ func (r *refusals) mark(p string) {
 	if err != nil || !fi.Mode().IsRegular() {
 		return
 	}
-	if age := time.Since(syncsafe.ChangeTime(fi)); age >= 0 && age < markSettle {
+	if age := time.Since(syncsafe.ChangeTime(fi)); age >= 0 && age < r.limits.markSettle {
 		// A file changed within a timestamp tick of now might change
 		// again without a new time (FAT's tick is 2 s, some network
 		// file systems' 1 s): mark it at a later look. The change time
@@ -85,7 +75,7 @@ func (r *refusals) mark(p string) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if len(r.marks) >= maxRefusedMarks {
+	if len(r.marks) >= r.limits.refusedMarks {
 		return
 	}
 	r.marks[r.markKey(rel)] = refusedMark{v: versionOf(fi), agents: r.agentsP.Load(), own: r.ownP.Load()}
@@ -202,8 +192,8 @@ func (r *refusals) still(p string) bool {
 
 // lineBudget bounds the log and audit lines that folder input makes the
 // daemon write: per agent directory (or "" for the top of to-host), at most
-// budgetLines an hour, refilled steadily. What goes over is counted and
-// said in one line when the budget allows again.
+// limits.budgetLines an hour, refilled steadily. What goes over is counted
+// and said in one line when the budget allows again.
 type lineBudget struct {
 	mu      sync.Mutex
 	buckets map[string]*bucket
@@ -215,19 +205,14 @@ type bucket struct {
 	suppressed int
 }
 
-// budgetLines per budgetEvery (variables for tests).
-var (
-	budgetLines = 1000
-	budgetEvery = time.Hour
-)
-
 // maxBuckets bounds the budget's own memory: top-level names come from the
 // folder too. Past it, every new directory shares the "" bucket.
 const maxBuckets = 4096
 
-// take reports whether one more line may be written for dir, and how many
-// lines were left out before it (to be said with it).
-func (b *lineBudget) take(dir string, now time.Time) (ok bool, suppressed int) {
+// take reports whether one more line may be written for dir, within lines
+// per every, and how many lines were left out before it (to be said with
+// it).
+func (b *lineBudget) take(dir string, now time.Time, lines int, every time.Duration) (ok bool, suppressed int) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.buckets == nil {
@@ -240,11 +225,11 @@ func (b *lineBudget) take(dir string, now time.Time) (ok bool, suppressed int) {
 			k = b.buckets[dir]
 		}
 		if k == nil {
-			k = &bucket{tokens: float64(budgetLines), at: now}
+			k = &bucket{tokens: float64(lines), at: now}
 			b.buckets[dir] = k
 		}
 	}
-	k.tokens = min(float64(budgetLines), k.tokens+float64(now.Sub(k.at))/float64(budgetEvery)*float64(budgetLines))
+	k.tokens = min(float64(lines), k.tokens+float64(now.Sub(k.at))/float64(every)*float64(lines))
 	k.at = now
 	if k.tokens < 1 {
 		k.suppressed++

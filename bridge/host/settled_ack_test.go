@@ -8,6 +8,7 @@ import (
 
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/agent"
+	"github.com/syncbridge/bridge/bridge/ledger"
 )
 
 // The agent acks an uncertain result (as `run` and `result --ack` do), a
@@ -45,6 +46,10 @@ func testSettledResultCollectedAfterAck(t *testing.T, serving bool) {
 		t.Fatal(err)
 	}
 	if !serving {
+		// The answer is out a moment before the ledger records it (the
+		// private copies are kept first): killed in between, the ledger
+		// still says running, and a stopped host's reconcile refuses it.
+		waitFor(t, 10*time.Second, "the ledger to record the uncertain answer", func() bool { return p.entry(t, s.ID).State == ledger.StateUncertain })
 		d.kill()
 	}
 	if _, err := Reconcile(p.host, s.ID, "done"); err != nil {

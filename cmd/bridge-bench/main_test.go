@@ -76,7 +76,7 @@ func TestBuildFailure(t *testing.T) {
 	defer func(p string) { bridgePkg = p }(bridgePkg)
 	bridgePkg = "./cmd/nosuch"
 	var out, errb bytes.Buffer
-	args := []string{"-quick", "-n", "2", "-skip", "floor,baseline,burst,idle,tput,scale,seal,syncthing", "-b2b-n", "1", "-dir", t.TempDir()}
+	args := []string{"-quick", "-n", "2", "-skip", "floor,baseline,burst,idle,tput,scale,junk,seal,syncthing", "-b2b-n", "1", "-dir", t.TempDir()}
 	if err := run(args, &out, &errb); err != nil {
 		t.Fatalf("run: %v\n%s", err, errb.String())
 	}

@@ -26,6 +26,7 @@ import (
 // bad arguments, a denied op and a refused one, and sees the tool list change
 // when the host serves a new policy.
 func TestMCP(t *testing.T) {
+	t.Parallel()
 	bin, err := exec.LookPath("bridge") // this test binary, as TestMain put it on PATH
 	if err != nil {
 		t.Fatal(err)

@@ -61,8 +61,9 @@ const routeAfter = 2 * time.Second
 // noStampAfter is how long a wait goes on before the absence of any
 // liveness stamp for this agent is said: a host that paired the agent and
 // serves publishes one at once, so by then the usual cause is a host that
-// never paired this agent (the first thing a new user forgets).
-const noStampAfter = 10 * time.Second
+// never paired this agent (the first thing a new user forgets). A variable
+// only so that the test binary's `bridge` can shorten it (main_test.go).
+var noStampAfter = 10 * time.Second
 
 func newProgress(w io.Writer, id string) *progress {
 	p := &progress{w: w, id: id}
