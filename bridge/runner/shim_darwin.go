@@ -26,3 +26,7 @@ func prepareExec(path string, argv, env []string) (*preparedExec, error) {
 }
 
 func (x *preparedExec) exec() error { return syscall.Exec(x.path, x.argv, x.envv) }
+
+// writeStatus writes the shim's report to its status pipe. darwin has no
+// raw system calls (see preparedExec).
+func writeStatus(b []byte) { _, _ = syscall.Write(shimStatusFD, b) }

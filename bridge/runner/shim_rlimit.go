@@ -23,7 +23,7 @@ func shimMain(args []string) {
 		if e, ok := errors.AsType[syscall.Errno](err); ok {
 			errno = e
 		}
-		_, _ = unix.Write(shimStatusFD, appendShimError(buf[:0], what, errno))
+		writeStatus(appendShimError(buf[:0], what, errno))
 		os.Exit(127)
 	}
 	if len(args) < 3 {
@@ -45,7 +45,7 @@ func shimMain(args []string) {
 	if name, err := applyLimits(lim); err != nil {
 		fail(buf, "setrlimit "+name, err)
 	}
-	_, _ = unix.Write(shimStatusFD, ready)
+	writeStatus(ready)
 	fail(buf, what, x.exec())
 }
 
@@ -58,7 +58,12 @@ func shimMain(args []string) {
 // What allocated were the goroutines that package initialisation starts
 // (notify's), at their first run. So: no collection from here on, one P,
 // and those goroutines run until they park before the limits are set; the
-// shim itself allocates nothing after it (its buffers are made before).
+// shim itself allocates nothing after it (its buffers are made before), and
+// its writes to the status pipe do not enter the scheduler (writeStatus): a
+// write that stalled would let the runtime hand the one P to another thread,
+// which it may have to create, and under RLIMIT_NPROC that fails as surely
+// ("pthread_create failed", 3 runs in 7,200 in a red team's test as another
+// user under Processes = 1, under load).
 func quiesce() {
 	debug.SetGCPercent(-1)
 	runtime.GOMAXPROCS(1)
