@@ -2,8 +2,8 @@
 # The project's test command (README "Tests"); .ci/run runs exactly this.
 # It checks formatting, vets, runs staticcheck and the race-enabled tests, then
 # without the race detector the cost budget, the CLI scripts, the batch of
-# 10,000, the lifecycle model over many seeds, the bounds the race detector
-# loosens, the sync simulator over many seeds with the redaction's tests at
+# 10,000, the lifecycle model over many seeds, the bounds the race detector's
+# memory would break, the sync simulator over many seeds with the redaction's tests at
 # full size, and every fuzz target for a bounded number of inputs (FUZZTIME,
 # default 100000x each).
 set -euo pipefail
@@ -95,7 +95,7 @@ step "lifecycle model (${MODEL_SEEDS:-60} seeds)"
 # are bound by the CPUs too.)
 go test -count=1 -timeout 20m -parallel 8 -run '^TestLifecycleModel$' ./bridge/host/ -model.n="${MODEL_SEEDS:-60}"
 
-step "the bounds the race detector loosens, without it"
+step "the bounds the race detector's memory would break, without it"
 # Under the race detector its shadow memory lifts the daemon's and the
 # agent's peak RSS bound for 48 MiB of output and the shim's address-space
 # limit, so those are checked here.
