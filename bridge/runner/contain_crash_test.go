@@ -3,7 +3,6 @@
 package runner
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -112,29 +111,14 @@ func TestDaemonDeathEndsTheRun(t *testing.T) {
 // state directory.
 func daemonDiesMidRun(t *testing.T, killGuard bool) (escapee, leader int, state string) {
 	t.Helper()
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
 	dir := t.TempDir()
 	state = filepath.Join(dir, "state")
-	daemon := exec.Command(exe)
-	daemon.Dir = dir
-	daemon.Env = append(os.Environ(), "RUNNER_TEST_HELPER=daemon", "RUNNER_TEST_STATE="+state,
+	daemon, out := reapedDaemon(t, "RUNNER_TEST_STATE="+state,
 		"RUNNER_TEST_SCRIPT=cd "+dir+` && setsid sh -c 'echo $$ > pid; exec sleep 1000' </dev/null >/dev/null 2>&1 & `+
 			`cd `+dir+` && while [ ! -s pid ]; do sleep 0.01; done; echo "$(cat pid) $$"; exec sleep 1000`)
-	out, err := daemon.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := daemon.Start(); err != nil {
-		t.Fatal(err)
-	}
-	line, err := bufio.NewReader(out).ReadString('\n')
+	line, err := out.ReadString('\n')
 	f := strings.Fields(line)
 	if err != nil || len(f) != 2 {
-		_ = daemon.Process.Kill()
-		_ = daemon.Wait()
 		t.Fatalf("daemon printed %q (%v)", line, err)
 	}
 	escapee, _ = strconv.Atoi(f[0])
@@ -142,7 +126,7 @@ func daemonDiesMidRun(t *testing.T, killGuard bool) (escapee, leader int, state 
 	t.Cleanup(func() { syscall.Kill(escapee, syscall.SIGKILL) })
 	if killGuard {
 		guards := 0
-		for _, c := range childrenOf(nil, daemon.Process.Pid) {
+		for _, c := range childrenOf(nil, daemon) {
 			if cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", c)); strings.Contains(string(cmd), keeperArg) {
 				_ = syscall.Kill(c, syscall.SIGKILL)
 				guards++
@@ -152,8 +136,7 @@ func daemonDiesMidRun(t *testing.T, killGuard bool) (escapee, leader int, state 
 			t.Fatalf("found %d guards of the daemon", guards)
 		}
 	}
-	_ = daemon.Process.Kill()
-	_ = daemon.Wait()
+	killDaemon(t, daemon)
 	return escapee, leader, state
 }
 

@@ -3,6 +3,7 @@
 package runner
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -47,10 +48,40 @@ func TestMain(m *testing.M) {
 	case "argv":
 		_ = json.NewEncoder(os.Stdout).Encode(os.Args)
 		os.Exit(0)
+	case "reaper":
+		// Between a test and the helper daemon it kills (reapedDaemon):
+		// a child subreaper that only reaps, so that what the daemon
+		// leaves is adopted here and not by the test process, whose own
+		// runs' ends sweep every adopted process they cannot tie to a run
+		// of theirs (a sibling test's run killed a killed daemon's
+		// escapee before the test could look for it, and could end the
+		// child whose Pdeathsig a test checks).
+		if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+			fmt.Println("subreaper:", err)
+			os.Exit(1)
+		}
+		exe, _ := os.Executable()
+		d := exec.Command(exe)
+		d.Env = append(os.Environ(), "RUNNER_TEST_HELPER=daemon", "RUNNER_TEST_PRINT_PID=1")
+		d.Stdout, d.Stderr = os.Stdout, os.Stderr
+		if err := d.Start(); err != nil {
+			fmt.Println("start the daemon:", err)
+			os.Exit(1)
+		}
+		for {
+			var ws unix.WaitStatus
+			if _, err := unix.Wait4(-1, &ws, 0, nil); errors.Is(err, unix.ECHILD) {
+				time.Sleep(20 * time.Millisecond)
+			}
+		}
 	case "daemon":
 		// A daemon that runs a child which prints its pid and sleeps (or
 		// the script RUNNER_TEST_SCRIPT), through a State in
-		// RUNNER_TEST_STATE if set.
+		// RUNNER_TEST_STATE if set; its own pid first if
+		// RUNNER_TEST_PRINT_PID is set.
+		if os.Getenv("RUNNER_TEST_PRINT_PID") != "" {
+			fmt.Println(os.Getpid())
+		}
 		script := os.Getenv("RUNNER_TEST_SCRIPT")
 		if script == "" {
 			script = "echo $$; exec sleep 1000"
@@ -787,28 +818,13 @@ func TestParseShimStatus(t *testing.T) {
 // with it: Pdeathsig, bound to a thread that lives as long as the child.
 func TestDaemonDeathKillsChild(t *testing.T) {
 	t.Parallel()
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
+	daemon, out := reapedDaemon(t)
+	line, err := out.ReadString('\n')
+	pid, aerr := strconv.Atoi(strings.TrimSpace(line))
+	if err != nil || aerr != nil {
+		t.Fatalf("daemon printed %q (%v)", line, err)
 	}
-	daemon := exec.Command(exe)
-	daemon.Env = []string{"RUNNER_TEST_HELPER=daemon"}
-	out, err := daemon.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := daemon.Start(); err != nil {
-		t.Fatal(err)
-	}
-	line := make([]byte, 32)
-	n, _ := out.Read(line)
-	pid, err := strconv.Atoi(strings.TrimSpace(string(line[:n])))
-	if err != nil {
-		_ = daemon.Process.Kill()
-		t.Fatalf("daemon printed %q", line[:n])
-	}
-	_ = daemon.Process.Kill()
-	_ = daemon.Wait()
+	killDaemon(t, daemon)
 	for deadline := time.Now().Add(10 * time.Second); !gone(pid); {
 		if time.Now().After(deadline) {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
@@ -816,6 +832,42 @@ func TestDaemonDeathKillsChild(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// reapedDaemon starts the helper daemon (this test binary, with env added)
+// under a reaper (TestMain's "reaper"), and returns the daemon's pid and its
+// output after that pid. The reaper is killed when the test ends.
+func reapedDaemon(t *testing.T, env ...string) (int, *bufio.Reader) {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	reaper := exec.Command(exe)
+	reaper.Env = append(append(os.Environ(), "RUNNER_TEST_HELPER=reaper"), env...)
+	stdout, err := reaper.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := reaper.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = reaper.Process.Kill(); _ = reaper.Wait() })
+	out := bufio.NewReader(stdout)
+	line, err := out.ReadString('\n')
+	pid, aerr := strconv.Atoi(strings.TrimSpace(line))
+	if err != nil || aerr != nil || pid <= 0 {
+		t.Fatalf("the reaper printed %q (%v), not its daemon's pid", line, err)
+	}
+	return pid, out
+}
+
+// killDaemon kills a daemon of reapedDaemon outright and waits until its
+// reaper reaped it.
+func killDaemon(t *testing.T, pid int) {
+	t.Helper()
+	_ = syscall.Kill(pid, syscall.SIGKILL)
+	waitGone(t, 10*time.Second, "the killed daemon", pid)
 }
 
 // KillAll kills the whole group of a running program at once, with no
