@@ -1,3 +1,5 @@
+//go:build linux
+
 package runner
 
 import (
@@ -9,9 +11,9 @@ import (
 // BenchmarkStart is one run of `true` without limits (no shim) and with an
 // open-files limit (through the resource-limit shim): the difference is
 // what the shim costs an op, its start and its quiescing before the limits
-// included. Wall time per run; the CPU is the shim's and the program's
-// (go test -bench Start -benchtime 400x ./bridge/runner/, from that
-// directory).
+// included. Wall time per run (in bridge/runner: go test -run '^$' -bench
+// Start -benchtime 400x). Linux only: this package's TestMain, which makes
+// the test binary a shim, is.
 func BenchmarkStart(b *testing.B) {
 	for _, c := range []struct {
 		name string

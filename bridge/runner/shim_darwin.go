@@ -27,6 +27,7 @@ func prepareExec(path string, argv, env []string) (*preparedExec, error) {
 
 func (x *preparedExec) exec() error { return syscall.Exec(x.path, x.argv, x.envv) }
 
-// writeStatus writes the shim's report to its status pipe. darwin has no
-// raw system calls (see preparedExec).
+// writeStatus writes the shim's report to its status pipe. darwin enters
+// the kernel through libc (see preparedExec), and neither counts threads
+// under RLIMIT_NPROC nor enforces RLIMIT_AS: a plain write does.
 func writeStatus(b []byte) { _, _ = syscall.Write(shimStatusFD, b) }
