@@ -51,9 +51,28 @@ func startDaemonProcess(t *testing.T, p *pair, env ...string) *daemonProcess {
 	return d
 }
 
+// startCrashingDaemon starts a daemon process that is to exit at a crash
+// injected by env (BRIDGE_TEST_CRASH_AT): the crash may come before it says
+// it is ready, when the request it crashes on was in the folder at its start
+// (the start-up scan can reach the step first), which is no failure here.
+func startCrashingDaemon(t *testing.T, p *pair, env ...string) *daemonProcess {
+	t.Helper()
+	d, err := launchDaemonProcess(t, p, true, env...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
 // tryDaemonProcess starts the daemon process, or says why it did not get
 // ready.
 func tryDaemonProcess(t *testing.T, p *pair, env ...string) (*daemonProcess, error) {
+	return launchDaemonProcess(t, p, false, env...)
+}
+
+// launchDaemonProcess is tryDaemonProcess; with crashOK, a process that
+// exited at an injected crash before it was ready is returned as started.
+func launchDaemonProcess(t *testing.T, p *pair, crashOK bool, env ...string) (*daemonProcess, error) {
 	logf, err := os.OpenFile(filepath.Join(t.TempDir(), "serve.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, err
@@ -86,6 +105,9 @@ func tryDaemonProcess(t *testing.T, p *pair, env ...string) (*daemonProcess, err
 	case ok := <-ready:
 		if !ok {
 			<-d.done
+			if crashOK && cmd.ProcessState.ExitCode() == crashExit {
+				return d, nil
+			}
 			b, _ := os.ReadFile(logf.Name())
 			return nil, fmt.Errorf("daemon process did not start (%v):\n%s%s", cmd.ProcessState, b, lockHolders(p.host.Path("serve.lock")))
 		}
