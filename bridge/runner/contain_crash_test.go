@@ -690,10 +690,10 @@ func TestCloneParentSiblingIsSwept(t *testing.T) {
 	}
 }
 
-func cloneParentSibling(t *testing.T, sibling string) {
+func cloneParentSibling(t *testing.T, sibling string, env ...string) {
 	t.Helper()
 	s, tag := taggedSpec(t, `RUNNER_TEST_HELPER=cloneparent exec "$BRIDGE_TEST_EXE"`)
-	s.Env = append(s.Env, "RUNNER_TEST_SIBLING="+sibling)
+	s.Env = append(append(s.Env, "RUNNER_TEST_SIBLING="+sibling), env...)
 	o := mustRun(t, s)
 	if o.ExitCode != 0 || string(o.Stdout.Data) != "ready\n" {
 		t.Fatalf("exit %d, stdout %q, notes %q", o.ExitCode, o.Stdout.Data, o.Notes)
@@ -748,7 +748,10 @@ func TestGroupOnlyReapsCloneParentZombie(t *testing.T) {
 		return
 	}
 	for range 5 {
-		cloneParentSibling(t, `echo $$ > pid.tmp; mv pid.tmp pid`)
+		// Dies within its run (the leader waits for that): the run's end
+		// must reap it. (In a session of its own, it is out of the group's
+		// reach: one still alive at the run's end would outlive it.)
+		cloneParentSibling(t, `echo $$ > pid.tmp; mv pid.tmp pid`, "RUNNER_TEST_SIBLING_DIES=1")
 	}
 	// One that dies a moment after its run ended: the SIGCHLD reaper,
 	// not the end of the run, must reap it.

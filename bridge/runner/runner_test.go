@@ -162,6 +162,19 @@ func TestMain(m *testing.M) {
 				os.Exit(1)
 			}
 		}
+		// With RUNNER_TEST_SIBLING_DIES, once the sibling has died too
+		// (a zombie, or reaped already): a sibling that dies within its
+		// run, however slow the machine.
+		for deadline := time.Now().Add(20 * time.Second); os.Getenv("RUNNER_TEST_SIBLING_DIES") != ""; time.Sleep(5 * time.Millisecond) {
+			b, _ := os.ReadFile("pid")
+			pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+			if st, err := readStat(pid); err != nil || st.dead {
+				break
+			}
+			if time.Now().After(deadline) {
+				os.Exit(1)
+			}
+		}
 		fmt.Println("ready")
 		os.Exit(0)
 	case "zombieleader":
