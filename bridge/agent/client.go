@@ -17,6 +17,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/syncbridge/bridge/bridge"
@@ -39,6 +40,11 @@ type Client struct {
 	// repeats are the keyed requests this client's Submit found sent
 	// before: their outcome is the first send's answer (Outcome.Earlier).
 	repeats sync.Map
+
+	// quickFor, if not 0, is how long Wait's quick looks go on (quickFor
+	// the constant otherwise), and waits what Wait did: for tests.
+	quickFor time.Duration
+	waits    struct{ quick, watches atomic.Int64 }
 }
 
 // OpenClient opens an agent home's folder.
