@@ -36,7 +36,7 @@ func TestPortablePathWithoutOpenat2(t *testing.T) {
 	for name, test := range map[string]func(*testing.T){
 		"ReadFile": TestReadFile, "ReadFileSwapRace": TestReadFileSwapRace, "Open": TestOpen, "List": TestList,
 		"MkdirAllRemove": TestMkdirAllRemove, "PublishRefusesOverwrite": TestPublishRefusesOverwrite,
-		"PublishBadNames": TestPublishBadNames, "ReadFileDevice": TestReadFileDevice, "LstatIn": TestLstatIn,
+		"PublishBadNames": TestPublishBadNames, "ReadFileDevice": TestReadFileDevice, "LstatIn": TestLstatIn, "Looker": TestLooker,
 	} {
 		t.Run(name, test)
 	}

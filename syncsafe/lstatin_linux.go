@@ -3,6 +3,7 @@ package syncsafe
 import (
 	"fmt"
 	"io/fs"
+	"os"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -73,4 +74,35 @@ func (s *statInfo) Mode() fs.FileMode {
 		m |= fs.ModeSticky
 	}
 	return m
+}
+
+// lookerDir opens dir for a Looker: by openat2 beneath the root, no link
+// followed; nil (and no error) where openat2 cannot, for the portable path.
+func (f *Folder) lookerDir(dir string) (*os.File, error) {
+	d, ok, err := f.resolve(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW)
+	if !ok {
+		return nil, nil // the portable path answers, precisely
+	} else if err != nil {
+		return nil, err
+	}
+	// O_PATH with O_NOFOLLOW opens a link at the final name as the link
+	// itself: looks relative to it would all fail; say so at once.
+	var st unix.Stat_t
+	if err := unix.Fstat(int(d.Fd()), &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		d.Close()
+		if err == nil {
+			err = unix.ENOTDIR
+		}
+		return nil, &fs.PathError{Op: "open", Path: dir, Err: err}
+	}
+	return d, nil
+}
+
+// lstatAt is an fstatat of name relative to d that follows no link.
+func lstatAt(d *os.File, name string) (fs.FileInfo, error) {
+	var st unix.Stat_t
+	if err := unix.Fstatat(int(d.Fd()), name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return nil, &fs.PathError{Op: "fstatat", Path: name, Err: err}
+	}
+	return &statInfo{name: name, st: st}, nil
 }

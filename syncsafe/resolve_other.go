@@ -19,3 +19,7 @@ func (f *Folder) fastLstatIn(string, []string, []fs.FileInfo) (bool, error) { re
 
 // rootFromDir: no descriptor-to-Root path here (see the Linux version).
 func rootFromDir(*os.File) (*os.Root, bool, error) { return nil, false, nil }
+
+func (f *Folder) lookerDir(string) (*os.File, error) { return nil, nil }
+
+func lstatAt(*os.File, string) (fs.FileInfo, error) { panic("syncsafe: lstatAt without openat2") }

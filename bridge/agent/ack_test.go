@@ -31,9 +31,21 @@ func (h *homes) publishResult(t *testing.T, s *Sent, status string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Each by a temporary and a rename, the output first, as the host
+	// publishes them: a look never sees a file half written.
 	dir := filepath.Join(h.folder, bridge.ToAgentDir(s.Host, h.agent.Config.ID))
-	os.WriteFile(filepath.Join(dir, s.ID+".output"), out.Bytes(), 0o644)
-	os.WriteFile(filepath.Join(dir, s.ID+".result"), res, 0o644)
+	for _, f := range []struct {
+		ext  string
+		data []byte
+	}{{"output", out.Bytes()}, {"result", res}} {
+		tmp := filepath.Join(dir, ".tmp-"+s.ID+"."+f.ext)
+		if err := os.WriteFile(tmp, f.data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, filepath.Join(dir, s.ID+"."+f.ext)); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 // An uncertain answer is not settled: acking it keeps the request's files

@@ -44,7 +44,7 @@ type Client struct {
 	// quickFor, if not 0, is how long Wait's quick looks go on (quickFor
 	// the constant otherwise), and waits what Wait did: for tests.
 	quickFor time.Duration
-	waits    struct{ quick, watches atomic.Int64 }
+	waits    struct{ quick, watches, quickBeforeWatch atomic.Int64 }
 }
 
 // OpenClient opens an agent home's folder.

@@ -389,7 +389,7 @@ func (c *Client) Status(id string) (*State, error) {
 // Wait blocks until the request's result is complete and verified, or ctx
 // ends. It looks at the request's own files by name, never lists the result
 // directory: it looks once, then for a short while (c.quick) only asks
-// whether the result's file is there, at short intervals (a host beside it
+// whether its result's files changed, at short intervals (a host beside it
 // answers within milliseconds); then it arms an event-only watch on the
 // directory (watchDir), looks again, and sleeps on events, with a backoff
 // poll because events are only hints. The watch comes late because arming
@@ -415,7 +415,10 @@ func (c *Client) Wait(ctx context.Context, id string, tick func(elapsed time.Dur
 	b := backoff.NewExponentialBackOff(backoff.WithInitialInterval(50*time.Millisecond),
 		backoff.WithMaxInterval(2*time.Second), backoff.WithMaxElapsedTime(0))
 	var refused error
-	quick := true
+	// What stands at the result's names before the first look: the quick
+	// looks go by its changes.
+	quick := c.newQuickLooker(s, id)
+	defer func() { quick.close() }()
 	for {
 		out, err := c.Result(id)
 		if err == nil && !c.RerunOrdered(out) {
@@ -432,23 +435,24 @@ func (c *Client) Wait(ctx context.Context, id string, tick func(elapsed time.Dur
 			// the wait ends.
 			refused = err
 		}
-		dir := filepath.Join(c.home.Config.Folder, filepath.FromSlash(bridge.ToAgentDir(s.Host, c.home.Config.ID)))
-		if quick && refused == nil {
-			// Once, after the first look: a full look as soon as the
-			// result's file is there, or the watch below when the quick
-			// looks are over.
-			quick = false
-			if err := c.quickLooks(ctx, filepath.Join(dir, id+"."+bridge.ExtResult)); err != nil {
-				return nil, err
+		if quick != nil {
+			// Until they are over, a full look each time something
+			// changes at the result's names; then (or for a file that
+			// did not verify, or once the context ended) the watch.
+			if refused == nil && c.quickLooks(ctx, quick) {
+				continue
 			}
-			continue
+			quick.close()
+			quick = nil
 		}
-		if !armed {
+		if !armed && ctx.Err() == nil {
 			// Armed after the quick looks, then looked again at once: a
 			// result that landed in between is not left to the poll.
 			armed = true
+			dir := filepath.Join(c.home.Config.Folder, filepath.FromSlash(bridge.ToAgentDir(s.Host, c.home.Config.ID)))
 			if pokes, stop, werr := watchDir(dir, func(name string) bool { return wakes(name, id) }); werr == nil {
 				c.waits.watches.Add(1)
+				c.waits.quickBeforeWatch.Store(c.waits.quick.Load())
 				defer stop()
 				events = pokes
 				continue
@@ -494,24 +498,74 @@ func (c *Client) quick() time.Duration {
 	return quickFor
 }
 
-// quickLooks waits, for at most c.quick(), until a file is at path: one
-// lstat per quickLook. It says nothing of what the file is (the full look
-// that follows does); ctx's end is its error.
-func (c *Client) quickLooks(ctx context.Context, path string) error {
+// quickLooker looks at what stands at a request's result and output
+// names, through the folder (no link followed), until end.
+type quickLooker struct {
+	l     *syncsafe.Looker
+	names [2]string
+	was   [2]nameStamp
+	end   time.Time
+}
+
+// nameStamp is what a look saw at a name: nothing, or a file of a size
+// and modification time.
+type nameStamp struct {
+	there       bool
+	size, mtime int64
+}
+
+// newQuickLooker notes what stands at the names of s's result now; nil if
+// its directory cannot be opened (Wait then arms its watch at once).
+func (c *Client) newQuickLooker(s *Sent, id string) *quickLooker {
+	l, err := c.folder.Looker(bridge.ToAgentDir(s.Host, c.home.Config.ID))
+	if err != nil {
+		return nil
+	}
+	q := &quickLooker{l: l, names: [2]string{id + "." + bridge.ExtResult, id + "." + bridge.ExtOutput}, end: time.Now().Add(c.quick())}
+	q.was = q.look()
+	return q
+}
+
+func (q *quickLooker) look() (st [2]nameStamp) {
+	for i, n := range q.names {
+		if fi, err := q.l.Lstat(n); err == nil {
+			st[i] = nameStamp{true, fi.Size(), fi.ModTime().UnixNano()}
+		}
+	}
+	return st
+}
+
+func (q *quickLooker) close() {
+	if q != nil {
+		q.l.Close()
+	}
+}
+
+// quickLooks waits until what stands at q's names changed since it last
+// looked (below, which change counts), and reports whether it did before
+// q's end or ctx's: two lstats per quickLook. It says nothing of what the
+// files are; the full look that follows does.
+func (c *Client) quickLooks(ctx context.Context, q *quickLooker) bool {
 	t := time.NewTimer(quickLook)
 	defer t.Stop()
-	for end := time.Now().Add(c.quick()); time.Now().Before(end); t.Reset(quickLook) {
+	for ; time.Now().Before(q.end); t.Reset(quickLook) {
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return false
 		case <-t.C:
 		}
 		c.waits.quick.Add(1)
-		if _, err := os.Lstat(path); err == nil {
-			return nil
+		// The host publishes the output, then the result: the result's
+		// name changing is the sign, or the output's while a result
+		// stands (one the sync delivered first, or the uncertain answer
+		// a rerun replaces).
+		now := q.look()
+		if now[0] != q.was[0] || now[1] != q.was[1] && now[0].there {
+			q.was = now
+			return true
 		}
 	}
-	return nil
+	return false
 }
 
 // wakes reports whether a file event in the agent's result directory is

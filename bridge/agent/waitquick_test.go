@@ -2,6 +2,9 @@ package agent
 
 import (
 	"context"
+	"errors"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -74,10 +77,92 @@ func TestWaitArmsItsWatchAfterTheQuickLooks(t *testing.T) {
 		t.Fatalf("wait: %v", w.err)
 	}
 	defer w.out.Close()
-	if n := h.client.waits.quick.Load(); n == 0 {
-		t.Fatal("no quick look before the watch")
+	if n := h.client.waits.quickBeforeWatch.Load(); n == 0 {
+		t.Fatal("no quick look before the watch was armed")
 	}
 	if n := h.client.waits.watches.Load(); n != 1 {
 		t.Fatalf("%d watches armed; want 1", n)
+	}
+}
+
+// A wait whose deadline ends within its quick looks still answers as one
+// would have before them: a host that no longer accepts this agent is said
+// so (a NotAcceptedError, not a timeout), as `bridge wait --timeout` and an
+// MCP call with no wait rely on.
+func TestWaitEndingInItsQuickLooksTellsNotAccepted(t *testing.T) {
+	h := newHomes(t)
+	h.client.quickFor = time.Hour
+	s, err := h.client.Submit(SubmitOptions{Op: "echo", Args: map[string]string{"msg": "hi"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.stamp(t, bridge.LivenessStamp{Time: time.Now().Unix(), Accepts: []string{}, Trusted: false}, h.host.Identity())
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	_, err = h.client.Wait(ctx, s.ID, nil)
+	var na *NotAcceptedError
+	if !errors.As(err, &na) {
+		t.Fatalf("wait: %v, want a NotAcceptedError", err)
+	}
+	if h.client.waits.quick.Load() == 0 {
+		t.Fatal("the wait ended before its quick looks began: the test tested nothing")
+	}
+	if n := h.client.waits.watches.Load(); n != 0 {
+		t.Fatalf("%d watches armed after the deadline; want none", n)
+	}
+}
+
+// An uncertain answer a human's rerun will replace stands at the result's
+// name while the agent waits: the quick looks end when the new answer
+// replaces it, not at once on seeing a file there.
+func TestWaitQuickLooksSeeARerunsAnswer(t *testing.T) {
+	h := newHomes(t)
+	h.client.quickFor = time.Hour
+	s, err := h.client.Submit(SubmitOptions{Op: "echo", Args: map[string]string{"msg": "hi"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.publishResult(t, s, bridge.StatusUncertain)
+	dir := filepath.Join(h.folder, bridge.ToAgentDir(s.Host, h.agent.Config.ID))
+	uncertain, err := os.ReadFile(filepath.Join(dir, s.ID+"."+bridge.ExtResult))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The host's notice that a human ordered the rerun, naming that answer.
+	signed, m, err := bridge.SealMessage(bridge.NewMessage{Host: h.host.Identity(), HostID: h.host.Config.ID, Agent: h.agent.Config.ID,
+		AgentBoxPub: h.agent.Identity().BoxPublic(), Seq: 1, Created: time.Now(),
+		Note: bridge.Note{Kind: bridge.NoteNotice, Event: bridge.EventRerunOrdered, Request: s.ID, Supersedes: bridge.SHA256Hex(uncertain), Text: "run again"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, m.ID+"."+bridge.ExtMessage), signed, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := h.client.Result(s.ID); err != nil || !h.client.RerunOrdered(out) {
+		t.Fatalf("the uncertain answer is not taken for one a rerun replaces: %v", err)
+	}
+	type waited struct {
+		out *Outcome
+		err error
+	}
+	done := make(chan waited, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	go func() {
+		out, err := h.client.Wait(ctx, s.ID, nil)
+		done <- waited{out, err}
+	}()
+	waitUntil(t, "a few quick looks", func() bool { return h.client.waits.quick.Load() >= 3 })
+	h.publishResult(t, s, bridge.StatusDone)
+	w := <-done
+	if w.err != nil {
+		t.Fatalf("wait: %v", w.err)
+	}
+	defer w.out.Close()
+	if w.out.Receipt.Status != bridge.StatusDone {
+		t.Fatalf("status %s, want the rerun's done", w.out.Receipt.Status)
+	}
+	if n := h.client.waits.watches.Load(); n != 0 {
+		t.Fatalf("%d watches armed; want none", n)
 	}
 }
