@@ -267,7 +267,7 @@ func (f *Folder) openRegular(rel string, max int64) (*os.File, int64, error) {
 	case !os.SameFile(fi, st):
 		// Replaced between Lstat and open (a sync client's rename, or a
 		// symlink swapped in): transient, the next scan tries again.
-		err = fmt.Errorf("open %s: file replaced while opening", rel)
+		err = fmt.Errorf("open %s: %w", rel, ErrReplaced)
 	case st.Size() > max:
 		err = fmt.Errorf("open %s: %d bytes, cap %d: %w", rel, st.Size(), max, ErrTooLarge)
 	}

@@ -48,7 +48,9 @@ func (f *Folder) LstatIn(dir string, names []string) ([]fs.FileInfo, error) {
 // fstatat per look that follows none either; elsewhere each look is the
 // folder's Lstat of the path. A waiter that asks every millisecond whether
 // a file has come pays one system call a look, and no link planted in the
-// folder leads it elsewhere.
+// folder leads it elsewhere. On Linux the looks stay with the directory
+// opened, even if another is put at its name since; elsewhere they follow
+// the name.
 type Looker struct {
 	f   *Folder
 	dir string

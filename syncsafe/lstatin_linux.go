@@ -81,21 +81,12 @@ func (s *statInfo) Mode() fs.FileMode {
 func (f *Folder) lookerDir(dir string) (*os.File, error) {
 	d, ok, err := f.resolve(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW)
 	if !ok {
-		return nil, nil // the portable path answers, precisely
-	} else if err != nil {
-		return nil, err
+		// The portable path answers, precisely: a link at the final name
+		// (openat2 says ENOTDIR, O_DIRECTORY with O_NOFOLLOW) is refused
+		// there.
+		return nil, nil
 	}
-	// O_PATH with O_NOFOLLOW opens a link at the final name as the link
-	// itself: looks relative to it would all fail; say so at once.
-	var st unix.Stat_t
-	if err := unix.Fstat(int(d.Fd()), &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR {
-		d.Close()
-		if err == nil {
-			err = unix.ENOTDIR
-		}
-		return nil, &fs.PathError{Op: "open", Path: dir, Err: err}
-	}
-	return d, nil
+	return d, err
 }
 
 // lstatAt is an fstatat of name relative to d that follows no link.

@@ -58,6 +58,7 @@ func TestLooker(t *testing.T) {
 	outside := t.TempDir()
 	writeFile(t, filepath.Join(outside, "a.result"), "elsewhere, longer")
 	writeFile(t, filepath.Join(dir, "d", "a.result"), "hello")
+	must(t, os.Mkdir(filepath.Join(dir, "d", "sub"), 0o755))
 	must(t, os.Symlink(filepath.Join(outside, "a.result"), filepath.Join(dir, "d", "link")))
 	must(t, os.Symlink(outside, filepath.Join(dir, "alias")))
 	must(t, os.Symlink("d", filepath.Join(dir, "inalias")))
@@ -91,6 +92,11 @@ func TestLooker(t *testing.T) {
 		if _, err := l.Lstat(bad); err == nil {
 			t.Errorf("Lstat(%q) accepted a name that is not one component", bad)
 		}
+	}
+	if l, err := f.Looker("d/sub"); err != nil {
+		t.Errorf("a Looker on d/sub: %v", err)
+	} else {
+		l.Close()
 	}
 	for _, alias := range []string{"alias", "inalias", "inalias/sub"} {
 		if l, err := f.Looker(alias); err == nil {

@@ -13,6 +13,11 @@ import (
 // again on the next event or rescan.
 var ErrUnsettled = errors.New("file not settled")
 
+// ErrReplaced: the file at the name changed between the look at it and its
+// open (a sync client's or a host's rename, or a link swapped in): nothing
+// was read, and a look a moment later sees what replaced it.
+var ErrReplaced = errors.New("file replaced while opening")
+
 // Settle is the only way a payload is judged complete. rel must be a regular
 // file of exactly wantLen bytes; exactly wantLen bytes are copied into spool
 // while hashing; the file must then be at EOF (it did not grow) and the

@@ -90,6 +90,11 @@ func (c *Client) Result(id string) (ret *Outcome, _ error) {
 			return kept, nil
 		}
 		return nil, ErrNoResult
+	} else if errors.Is(err, syncsafe.ErrReplaced) {
+		// Renamed over as it was opened (a rerun's answer replacing an
+		// uncertain one, a sync client's new version): the next look
+		// reads what replaced it.
+		return nil, ErrNoResult
 	} else if err != nil {
 		return nil, err
 	}
@@ -139,7 +144,7 @@ func (c *Client) Result(id string) (ret *Outcome, _ error) {
 	err = syncsafe.Settle(c.folder, outPath, res.Payload.Len, res.Payload.Digest(), spool)
 	if err != nil {
 		spool.Close()
-		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syncsafe.ErrUnsettled) {
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syncsafe.ErrUnsettled) || errors.Is(err, syncsafe.ErrReplaced) {
 			return nil, ErrNoResult
 		}
 		return nil, err
@@ -395,8 +400,8 @@ func (c *Client) Status(id string) (*State, error) {
 // poll because events are only hints. The watch comes late because arming
 // and releasing one costs the kernel a walk of the directory's cached
 // entries: about 1 ms per 20,000 files each way, a quarter of a `bridge run`'s
-// CPU beside 10,000 unacked results. tick, if set, is called on every full
-// look (not on the short ones): on the request's result,
+// CPU beside 10,000 unacked results. tick, if set, is called on every look
+// after the quick ones (so at most 50 ms late): on the request's result,
 // its progress chunks and the host's liveness stamp too, so a caller
 // streaming the output sees each chunk as it lands. While no result is
 // there, a fresh stamp saying the host accepts none of this agent's keys and
@@ -507,11 +512,13 @@ type quickLooker struct {
 	end   time.Time
 }
 
-// nameStamp is what a look saw at a name: nothing, or a file of a size
-// and modification time.
+// nameStamp is what a look saw at a name: nothing, or a file of a size,
+// modification and change time (a rename sets the change time: a file
+// replaced by one of its size and time is told apart, but for one within
+// the same clock tick, which the 50 ms end then catches).
 type nameStamp struct {
-	there       bool
-	size, mtime int64
+	there              bool
+	size, mtime, ctime int64
 }
 
 // newQuickLooker notes what stands at the names of s's result now; nil if
@@ -529,7 +536,7 @@ func (c *Client) newQuickLooker(s *Sent, id string) *quickLooker {
 func (q *quickLooker) look() (st [2]nameStamp) {
 	for i, n := range q.names {
 		if fi, err := q.l.Lstat(n); err == nil {
-			st[i] = nameStamp{true, fi.Size(), fi.ModTime().UnixNano()}
+			st[i] = nameStamp{true, fi.Size(), fi.ModTime().UnixNano(), syncsafe.ChangeTime(fi).UnixNano()}
 		}
 	}
 	return st

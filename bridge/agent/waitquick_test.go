@@ -166,3 +166,56 @@ func TestWaitQuickLooksSeeARerunsAnswer(t *testing.T) {
 		t.Fatalf("%d watches armed; want none", n)
 	}
 }
+
+// A result file renamed over while it is being opened (a rerun's answer
+// replacing the uncertain one, a sync client's new version) is no result
+// yet, not a refused one: the next look reads what replaced it. Here the
+// same verified result is renamed over itself again and again; every look
+// finds it, or finds it replaced and says no result yet, and at least one
+// look must have met a replacement.
+func TestResultRenamedOverWhileOpenedIsNoResultYet(t *testing.T) {
+	h := newHomes(t)
+	s, err := h.client.Submit(SubmitOptions{Op: "echo", Args: map[string]string{"msg": "hi"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.publishResult(t, s, bridge.StatusDone)
+	dir := filepath.Join(h.folder, bridge.ToAgentDir(s.Host, h.agent.Config.ID))
+	res := filepath.Join(dir, s.ID+"."+bridge.ExtResult)
+	data, err := os.ReadFile(res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	renamed := make(chan struct{})
+	go func() {
+		defer close(renamed)
+		tmp := filepath.Join(dir, ".tmp-again")
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if os.WriteFile(tmp, data, 0o644) == nil {
+				os.Rename(tmp, res)
+			}
+		}
+	}()
+	defer func() { close(stop); <-renamed }()
+	replaced := 0
+	for end := time.Now().Add(time.Minute); replaced == 0; {
+		if time.Now().After(end) {
+			t.Fatal("no look met a replaced file in a minute: the test tested nothing")
+		}
+		out, err := h.client.Result(s.ID)
+		switch {
+		case err == nil:
+			out.Close()
+		case errors.Is(err, ErrNoResult):
+			replaced++
+		default:
+			t.Fatalf("a look at a result renamed over: %v; want the result or no result yet", err)
+		}
+	}
+}
