@@ -11,31 +11,40 @@ import (
 	"github.com/syncbridge/bridge/bridge"
 )
 
-// A host beside the agent answers within milliseconds: Wait sees that
-// answer by its quick looks at the result's name, without arming a watch
-// on the result directory (a cost that grows with the files there). The
-// result lands only once Wait is in its quick looks, which are set to
-// outlast the test: nothing but them can have seen it.
-func TestWaitSeesAQuickAnswerWithoutAWatch(t *testing.T) {
+// submitEcho submits an echo request from fresh homes whose client's quick
+// looks last quickFor.
+func submitEcho(t *testing.T, quickFor time.Duration) (*homes, *Sent) {
+	t.Helper()
 	h := newHomes(t)
-	h.client.quickFor = time.Hour
+	h.client.quickFor = quickFor
 	s, err := h.client.Submit(SubmitOptions{Op: "echo", Args: map[string]string{"msg": "hi"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	type waited struct {
-		out *Outcome
-		err error
-	}
+	return h, s
+}
+
+type waited struct {
+	out *Outcome
+	err error
+}
+
+// waitInBackground waits for s's answer, for at most a minute, in a
+// goroutine of its own.
+func waitInBackground(t *testing.T, h *homes, s *Sent) <-chan waited {
 	done := make(chan waited, 1)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	t.Cleanup(cancel)
 	go func() {
 		out, err := h.client.Wait(ctx, s.ID, nil)
 		done <- waited{out, err}
 	}()
-	waitUntil(t, "a quick look", func() bool { return h.client.waits.quick.Load() > 0 })
-	h.publishResult(t, s, bridge.StatusDone)
+	return done
+}
+
+// doneAnswer is the wait's answer, which must be done.
+func doneAnswer(t *testing.T, done <-chan waited) {
+	t.Helper()
 	w := <-done
 	if w.err != nil {
 		t.Fatalf("wait: %v", w.err)
@@ -44,6 +53,19 @@ func TestWaitSeesAQuickAnswerWithoutAWatch(t *testing.T) {
 	if w.out.Receipt.Status != bridge.StatusDone {
 		t.Fatalf("status %s, want done", w.out.Receipt.Status)
 	}
+}
+
+// A host beside the agent answers within milliseconds: Wait sees that
+// answer by its quick looks at the result's name, without arming a watch
+// on the result directory (a cost that grows with the files there). The
+// result lands only once Wait is in its quick looks, which are set to
+// outlast the test: nothing but them can have seen it.
+func TestWaitSeesAQuickAnswerWithoutAWatch(t *testing.T) {
+	h, s := submitEcho(t, time.Hour)
+	done := waitInBackground(t, h, s)
+	waitUntil(t, "a quick look", func() bool { return h.client.waits.quick.Load() > 0 })
+	h.publishResult(t, s, bridge.StatusDone)
+	doneAnswer(t, done)
 	if n := h.client.waits.watches.Load(); n != 0 {
 		t.Fatalf("%d watches armed for an answer the quick looks saw; want none", n)
 	}
@@ -53,30 +75,11 @@ func TestWaitSeesAQuickAnswerWithoutAWatch(t *testing.T) {
 // is waited for with the watch: it is armed once they are over, and the
 // answer that lands after it is seen.
 func TestWaitArmsItsWatchAfterTheQuickLooks(t *testing.T) {
-	h := newHomes(t)
-	h.client.quickFor = 5 * time.Millisecond
-	s, err := h.client.Submit(SubmitOptions{Op: "echo", Args: map[string]string{"msg": "hi"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	type waited struct {
-		out *Outcome
-		err error
-	}
-	done := make(chan waited, 1)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	go func() {
-		out, err := h.client.Wait(ctx, s.ID, nil)
-		done <- waited{out, err}
-	}()
+	h, s := submitEcho(t, 5*time.Millisecond)
+	done := waitInBackground(t, h, s)
 	waitUntil(t, "the watch", func() bool { return h.client.waits.watches.Load() > 0 })
 	h.publishResult(t, s, bridge.StatusDone)
-	w := <-done
-	if w.err != nil {
-		t.Fatalf("wait: %v", w.err)
-	}
-	defer w.out.Close()
+	doneAnswer(t, done)
 	if n := h.client.waits.quickBeforeWatch.Load(); n == 0 {
 		t.Fatal("no quick look before the watch was armed")
 	}
@@ -90,16 +93,11 @@ func TestWaitArmsItsWatchAfterTheQuickLooks(t *testing.T) {
 // so (a NotAcceptedError, not a timeout), as `bridge wait --timeout` and an
 // MCP call with no wait rely on.
 func TestWaitEndingInItsQuickLooksTellsNotAccepted(t *testing.T) {
-	h := newHomes(t)
-	h.client.quickFor = time.Hour
-	s, err := h.client.Submit(SubmitOptions{Op: "echo", Args: map[string]string{"msg": "hi"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	h, s := submitEcho(t, time.Hour)
 	h.stamp(t, bridge.LivenessStamp{Time: time.Now().Unix(), Accepts: []string{}, Trusted: false}, h.host.Identity())
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
-	_, err = h.client.Wait(ctx, s.ID, nil)
+	_, err := h.client.Wait(ctx, s.ID, nil)
 	var na *NotAcceptedError
 	if !errors.As(err, &na) {
 		t.Fatalf("wait: %v, want a NotAcceptedError", err)
@@ -116,12 +114,7 @@ func TestWaitEndingInItsQuickLooksTellsNotAccepted(t *testing.T) {
 // name while the agent waits: the quick looks end when the new answer
 // replaces it, not at once on seeing a file there.
 func TestWaitQuickLooksSeeARerunsAnswer(t *testing.T) {
-	h := newHomes(t)
-	h.client.quickFor = time.Hour
-	s, err := h.client.Submit(SubmitOptions{Op: "echo", Args: map[string]string{"msg": "hi"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	h, s := submitEcho(t, time.Hour)
 	h.publishResult(t, s, bridge.StatusUncertain)
 	dir := filepath.Join(h.folder, bridge.ToAgentDir(s.Host, h.agent.Config.ID))
 	uncertain, err := os.ReadFile(filepath.Join(dir, s.ID+"."+bridge.ExtResult))
@@ -141,27 +134,10 @@ func TestWaitQuickLooksSeeARerunsAnswer(t *testing.T) {
 	if out, err := h.client.Result(s.ID); err != nil || !h.client.RerunOrdered(out) {
 		t.Fatalf("the uncertain answer is not taken for one a rerun replaces: %v", err)
 	}
-	type waited struct {
-		out *Outcome
-		err error
-	}
-	done := make(chan waited, 1)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	go func() {
-		out, err := h.client.Wait(ctx, s.ID, nil)
-		done <- waited{out, err}
-	}()
+	done := waitInBackground(t, h, s)
 	waitUntil(t, "a few quick looks", func() bool { return h.client.waits.quick.Load() >= 3 })
 	h.publishResult(t, s, bridge.StatusDone)
-	w := <-done
-	if w.err != nil {
-		t.Fatalf("wait: %v", w.err)
-	}
-	defer w.out.Close()
-	if w.out.Receipt.Status != bridge.StatusDone {
-		t.Fatalf("status %s, want the rerun's done", w.out.Receipt.Status)
-	}
+	doneAnswer(t, done) // the rerun's
 	if n := h.client.waits.watches.Load(); n != 0 {
 		t.Fatalf("%d watches armed; want none", n)
 	}
@@ -174,11 +150,7 @@ func TestWaitQuickLooksSeeARerunsAnswer(t *testing.T) {
 // finds it, or finds it replaced and says no result yet, and at least one
 // look must have met a replacement.
 func TestResultRenamedOverWhileOpenedIsNoResultYet(t *testing.T) {
-	h := newHomes(t)
-	s, err := h.client.Submit(SubmitOptions{Op: "echo", Args: map[string]string{"msg": "hi"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	h, s := submitEcho(t, 0)
 	h.publishResult(t, s, bridge.StatusDone)
 	dir := filepath.Join(h.folder, bridge.ToAgentDir(s.Host, h.agent.Config.ID))
 	res := filepath.Join(dir, s.ID+"."+bridge.ExtResult)
