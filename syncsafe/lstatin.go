@@ -48,9 +48,10 @@ func (f *Folder) LstatIn(dir string, names []string) ([]fs.FileInfo, error) {
 // fstatat per look that follows none either; elsewhere each look is the
 // folder's Lstat of the path. A waiter that asks every millisecond whether
 // a file has come pays one system call a look, and no link planted in the
-// folder leads it elsewhere. On Linux the looks stay with the directory
-// opened, even if another is put at its name since; elsewhere they follow
-// the name.
+// folder leads it elsewhere. Where openat2 opened the directory (Linux)
+// the looks stay with it, even if another is put at its name since;
+// elsewhere, or where openat2 would not, they follow the name, each
+// refusing a link on the way as Lstat does.
 type Looker struct {
 	f   *Folder
 	dir string

@@ -513,9 +513,10 @@ type quickLooker struct {
 }
 
 // nameStamp is what a look saw at a name: nothing, or a file of a size,
-// modification and change time (a rename sets the change time: a file
-// replaced by one of its size and time is told apart, but for one within
-// the same clock tick, which the 50 ms end then catches).
+// modification and change time (a rename sets the change time, where the
+// system keeps one: a file replaced by one of its size and time is told
+// apart, but for one within the same clock tick, or on Windows, which the
+// 50 ms end then catches).
 type nameStamp struct {
 	there              bool
 	size, mtime, ctime int64

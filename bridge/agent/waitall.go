@@ -64,10 +64,29 @@ func (c *Client) WaitAll(ctx context.Context, ids []string, got func(id string, 
 		}
 		return false // poked here, with the name kept
 	}
-	for host := range byHost {
-		dir := filepath.Join(c.home.Config.Folder, filepath.FromSlash(bridge.ToAgentDir(host, c.home.Config.ID)))
-		if _, stop, err := watchDir(dir, note); err == nil {
-			defer stop()
+	// The watches come after the first full look, and only for the hosts
+	// that left a request unanswered: arming one costs the kernel a walk
+	// of the directory's cached entries (Wait), which a wait for answers
+	// already there need not pay. One that lands between its look and the
+	// watch is taken by the next full look, 50 ms later.
+	armed := false
+	var stops []func()
+	defer func() {
+		for _, stop := range stops {
+			stop()
+		}
+	}()
+	arm := func() {
+		armed = true
+		for host, hids := range byHost {
+			if !slices.ContainsFunc(hids, func(id string) bool { return pending[id] != nil }) {
+				continue
+			}
+			dir := filepath.Join(c.home.Config.Folder, filepath.FromSlash(bridge.ToAgentDir(host, c.home.Config.ID)))
+			if _, stop, err := watchDir(dir, note); err == nil {
+				c.waits.watches.Add(1)
+				stops = append(stops, stop)
+			}
 		}
 	}
 	look := func(id string) {
@@ -116,6 +135,9 @@ func (c *Client) WaitAll(ctx context.Context, ids []string, got func(id string, 
 		}
 		if len(pending) == 0 {
 			break
+		}
+		if !armed {
+			arm()
 		}
 		t := time.NewTimer(time.Until(due))
 		select {
