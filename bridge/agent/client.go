@@ -42,9 +42,10 @@ type Client struct {
 	repeats sync.Map
 
 	// quickFor, if not 0, is how long Wait's quick looks go on (quickFor
-	// the constant otherwise), and waits what Wait did: for tests.
+	// the constant otherwise), and waits what Wait and WaitAll did (quick
+	// looks, watches armed, watches armed and not yet released): for tests.
 	quickFor time.Duration
-	waits    struct{ quick, watches, quickBeforeWatch atomic.Int64 }
+	waits    struct{ quick, watches, open, quickBeforeWatch atomic.Int64 }
 }
 
 // OpenClient opens an agent home's folder.

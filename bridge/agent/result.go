@@ -457,8 +457,9 @@ func (c *Client) Wait(ctx context.Context, id string, tick func(elapsed time.Dur
 			dir := filepath.Join(c.home.Config.Folder, filepath.FromSlash(bridge.ToAgentDir(s.Host, c.home.Config.ID)))
 			if pokes, stop, werr := watchDir(dir, func(name string) bool { return wakes(name, id) }); werr == nil {
 				c.waits.watches.Add(1)
+				c.waits.open.Add(1)
 				c.waits.quickBeforeWatch.Store(c.waits.quick.Load())
-				defer stop()
+				defer func() { stop(); c.waits.open.Add(-1) }()
 				events = pokes
 				continue
 			}

@@ -67,8 +67,9 @@ func (c *Client) WaitAll(ctx context.Context, ids []string, got func(id string, 
 	// The watches come after the first full look, and only for the hosts
 	// that left a request unanswered: arming one costs the kernel a walk
 	// of the directory's cached entries (Wait), which a wait for answers
-	// already there need not pay. One that lands between its look and the
-	// watch is taken by the next full look, 50 ms later.
+	// already there need not pay, nor one whose context ended. One that
+	// lands between its look and the watch is taken by the next full look,
+	// on the backoff (the first within 25–75 ms of the first look).
 	armed := false
 	var stops []func()
 	defer func() {
@@ -85,7 +86,8 @@ func (c *Client) WaitAll(ctx context.Context, ids []string, got func(id string, 
 			dir := filepath.Join(c.home.Config.Folder, filepath.FromSlash(bridge.ToAgentDir(host, c.home.Config.ID)))
 			if _, stop, err := watchDir(dir, note); err == nil {
 				c.waits.watches.Add(1)
-				stops = append(stops, stop)
+				c.waits.open.Add(1)
+				stops = append(stops, func() { stop(); c.waits.open.Add(-1) })
 			}
 		}
 	}
@@ -136,7 +138,7 @@ func (c *Client) WaitAll(ctx context.Context, ids []string, got func(id string, 
 		if len(pending) == 0 {
 			break
 		}
-		if !armed {
+		if !armed && ctx.Err() == nil {
 			arm()
 		}
 		t := time.NewTimer(time.Until(due))

@@ -86,6 +86,9 @@ func TestWaitArmsItsWatchAfterTheQuickLooks(t *testing.T) {
 	if n := h.client.waits.watches.Load(); n != 1 {
 		t.Fatalf("%d watches armed; want 1", n)
 	}
+	if n := h.client.waits.open.Load(); n != 0 {
+		t.Fatalf("%d watches still armed after the wait returned", n)
+	}
 }
 
 // A wait whose deadline ends within its quick looks still answers as one
@@ -244,5 +247,22 @@ func TestWaitAllArmsAWatchOnlyForWhatIsUnanswered(t *testing.T) {
 	}
 	if n := h.client.waits.watches.Load(); n != 1 {
 		t.Fatalf("%d watches armed; want 1", n)
+	}
+	if n := h.client.waits.open.Load(); n != 0 {
+		t.Fatalf("%d watches still armed after the wait returned", n)
+	}
+
+	// A wait whose context has ended arms nothing.
+	s4, err := h.client.Submit(SubmitOptions{Op: "echo", Args: map[string]string{"msg": "hi"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ended, end := context.WithCancel(context.Background())
+	end()
+	if left, err := h.client.WaitAll(ended, []string{s4.ID}, take, nil); !errors.Is(err, context.Canceled) || len(left) != 1 {
+		t.Fatalf("wait with an ended context: %v left, %v", left, err)
+	}
+	if n := h.client.waits.watches.Load(); n != 1 {
+		t.Fatalf("%d watches armed in all; want still 1", n)
 	}
 }
