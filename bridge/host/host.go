@@ -184,9 +184,17 @@ func (d *Daemon) controlLoop(stop <-chan struct{}) {
 		d.log.Debug("watch the home for changes: looking every "+controlFallback.String(), "err", err)
 	}
 	defer hints.Close()
-	// Entries from before the start may wait for the sweeps.
-	d.awaitingMaybe.Store(true)
-	d.stalledMaybe.Store(true)
+	// Entries from before the start may wait for the sweeps; a ledger that
+	// holds none needs neither (each sweep would wake a napping ledger, and
+	// its BuntDB ticker with it, a minute after every start). Only ever
+	// set here: an entry entering such a state meanwhile set it already
+	// (noteState).
+	if ws, err := d.ledger.InState(ledger.StateAwaitingApproval); err != nil || len(ws) > 0 {
+		d.awaitingMaybe.Store(true)
+	}
+	if ss, err := d.ledger.InState(ledger.StateSeen, ledger.StatePending); err != nil || len(ss) > 0 {
+		d.stalledMaybe.Store(true)
+	}
 	peersStamp := d.keys.loadedFrom
 	// The first collection waits until the start-up scan has been
 	// evaluated: on a folder of 100,000 finished requests it scans every

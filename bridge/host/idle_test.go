@@ -46,6 +46,25 @@ func TestIdleDaemonSleeps(t *testing.T) {
 	}
 }
 
+// A daemon started on a ledger that holds nothing waiting for a sweep runs
+// neither sweep. Before, each ran on its schedule from the start: with this
+// pending timeout the stalled-request sweep 2 s after it and the approval
+// sweep 5 s after it, both before the ledger's first nap (5 s after the
+// start's last use of it), which they put off; with the default timeout the
+// stalled sweep woke the napping ledger a minute after every start.
+func TestNoSweepWithNothingWaiting(t *testing.T) {
+	t.Parallel()
+	p := newPair(t, testPolicy)
+	d := runDaemon(t, p.host, DaemonOptions{PendingTimeout: 2 * time.Second})
+	waitFor(t, 30*time.Second, "the ledger's first nap", func() bool {
+		naps, _ := d.ledger.Naps()
+		return naps >= 1
+	})
+	if n := d.probe.n(sweepScans); n != 0 {
+		t.Fatalf("%d sweeps scanned a ledger with nothing waiting before its first nap; want none", n)
+	}
+}
+
 // A request that comes once the ledger napped wakes it and is served as
 // any other; and it is not served twice for it (the ledger opened again
 // holds what it held).
