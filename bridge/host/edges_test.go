@@ -1145,6 +1145,56 @@ func TestStalledRequestsAreAnswered(t *testing.T) {
 	}
 }
 
+// A request from before the start that waits for its files, alone in the
+// ledger, its manifest gone while no daemon ran, is answered by the
+// stalled sweep of the next start: the start's look at the ledger finds
+// it (no event of this start's brings the daemon to it).
+func TestStalledFromBeforeTheStartIsSwept(t *testing.T) {
+	t.Parallel()
+	e := newEdge(t)
+	id, manifest, _ := e.sealManual(t, "blockidem", map[string]string{}, nil)
+	os.WriteFile(filepath.Join(e.toHost(), id+".manifest"), manifest, 0o644)
+	d := e.daemon(t)
+	waitFor(t, 10*time.Second, "the request to wait for its payload", func() bool { return e.entry(t, id).State == ledger.StatePending })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	stopDaemon(d, ctx)
+	os.Remove(filepath.Join(e.toHost(), id+".manifest"))
+	opt := e.options()
+	opt.PendingTimeout = time.Second
+	runDaemon(t, e.host, opt)
+	if out := e.wait(t, id); out.Receipt.Status != bridge.StatusRejected || out.Receipt.Reason != "incomplete" {
+		t.Fatalf("a request whose files left while no daemon ran: %s (%s)", out.Receipt.Status, out.Receipt.Reason)
+	}
+}
+
+// A request from before the start that awaits approval, alone in the
+// ledger, its files gone and its key revoked while no daemon ran, is
+// answered by the approval sweep of the next start: the start's look at the
+// ledger finds it.
+func TestAwaitingFromBeforeTheStartIsSwept(t *testing.T) {
+	t.Parallel()
+	e := newEdge(t)
+	d := e.daemon(t)
+	id := e.submit(t, "gated")
+	waitFor(t, 10*time.Second, "the request to await approval", func() bool {
+		return e.entry(t, id).State == ledger.StateAwaitingApproval
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	stopDaemon(d, ctx)
+	for _, ext := range []string{"manifest", "payload"} {
+		os.Remove(filepath.Join(e.toHost(), id+"."+ext))
+	}
+	if _, err := e.host.Revoke(e.agent.Identity().SignKid()); err != nil {
+		t.Fatal(err)
+	}
+	e.daemon(t)
+	if out := e.wait(t, id); out.Receipt.Status != bridge.StatusRejected || out.Receipt.Reason != "revoked" {
+		t.Fatalf("a request awaiting approval whose key was revoked while no daemon ran: %s (%s)", out.Receipt.Status, out.Receipt.Reason)
+	}
+}
+
 // Invariant 3, lazy records: seen and claimed are not fsynced on their own.
 // A power cut after the claim (the ledger file cut to its last fsync) loses
 // both; the request never started, so the next start runs it once and
