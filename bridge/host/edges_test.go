@@ -106,6 +106,38 @@ func (e *edge) daemon(t *testing.T) *Daemon {
 	return runDaemon(t, e.host, e.options())
 }
 
+// stopped stops the in-process daemon d, within 10 s.
+func (e *edge) stopped(d *Daemon) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	stopDaemon(d, ctx)
+}
+
+// pendingThenStopped leaves a request of op waiting for its payload (its
+// manifest alone in the folder) in the ledger of a daemon that then stops.
+func (e *edge) pendingThenStopped(t *testing.T, op string) (id string, manifest, payload []byte) {
+	t.Helper()
+	id, manifest, payload = e.sealManual(t, op, map[string]string{}, nil)
+	os.WriteFile(filepath.Join(e.toHost(), id+".manifest"), manifest, 0o644)
+	d := e.daemon(t)
+	waitFor(t, 10*time.Second, "the request to wait for its payload", func() bool { return e.entry(t, id).State == ledger.StatePending })
+	e.stopped(d)
+	return id, manifest, payload
+}
+
+// awaitingThenStopped leaves a request of op awaiting approval in the
+// ledger of a daemon that then stops.
+func (e *edge) awaitingThenStopped(t *testing.T, op string) string {
+	t.Helper()
+	d := e.daemon(t)
+	id := e.submit(t, op)
+	waitFor(t, 10*time.Second, "the request to await approval", func() bool {
+		return e.entry(t, id).State == ledger.StateAwaitingApproval
+	})
+	e.stopped(d)
+	return id
+}
+
 // running blocks the edge's block ops, starts a daemon and submits op, and
 // returns once its run has started.
 func (e *edge) running(t *testing.T, op string) (*Daemon, string) {
@@ -643,17 +675,10 @@ func TestRevokedWhileQueuedNeverStarts(t *testing.T) {
 func TestApproveOfRevokedRefused(t *testing.T) {
 	t.Parallel()
 	e := newEdge(t)
-	d := e.daemon(t)
-	id := e.submit(t, "gated")
-	waitFor(t, 10*time.Second, "the request to await approval", func() bool {
-		return e.entry(t, id).State == ledger.StateAwaitingApproval
-	})
 	// Stopped first: a running daemon sees the revocation and rejects the
 	// request itself, sometimes before approve looks (then approve says it
 	// is rejected, and its own check of the key is not what refused it).
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	stopDaemon(d, ctx)
+	id := e.awaitingThenStopped(t, "gated")
 	if _, err := e.host.Revoke(e.agent.Identity().SignKid()); err != nil {
 		t.Fatal(err)
 	}
@@ -1152,13 +1177,7 @@ func TestStalledRequestsAreAnswered(t *testing.T) {
 func TestStalledFromBeforeTheStartIsSwept(t *testing.T) {
 	t.Parallel()
 	e := newEdge(t)
-	id, manifest, _ := e.sealManual(t, "blockidem", map[string]string{}, nil)
-	os.WriteFile(filepath.Join(e.toHost(), id+".manifest"), manifest, 0o644)
-	d := e.daemon(t)
-	waitFor(t, 10*time.Second, "the request to wait for its payload", func() bool { return e.entry(t, id).State == ledger.StatePending })
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	stopDaemon(d, ctx)
+	id, _, _ := e.pendingThenStopped(t, "blockidem")
 	os.Remove(filepath.Join(e.toHost(), id+".manifest"))
 	opt := e.options()
 	opt.PendingTimeout = time.Second
@@ -1175,14 +1194,7 @@ func TestStalledFromBeforeTheStartIsSwept(t *testing.T) {
 func TestAwaitingFromBeforeTheStartIsSwept(t *testing.T) {
 	t.Parallel()
 	e := newEdge(t)
-	d := e.daemon(t)
-	id := e.submit(t, "gated")
-	waitFor(t, 10*time.Second, "the request to await approval", func() bool {
-		return e.entry(t, id).State == ledger.StateAwaitingApproval
-	})
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	stopDaemon(d, ctx)
+	id := e.awaitingThenStopped(t, "gated")
 	for _, ext := range []string{"manifest", "payload"} {
 		os.Remove(filepath.Join(e.toHost(), id+"."+ext))
 	}

@@ -320,14 +320,10 @@ func TestRestoredApprovalKeepsItsAnswer(t *testing.T) {
 func TestRestoredHomeAndReplayNeverRunsTwice(t *testing.T) {
 	t.Parallel()
 	e := newEdge(t)
-	id, manifest, payload := e.sealManual(t, "block", map[string]string{}, nil)
-	os.WriteFile(filepath.Join(e.toHost(), id+".manifest"), manifest, 0o644)
-	d := e.daemon(t)
-	waitFor(t, 10*time.Second, "the request to wait for its payload", func() bool { return e.entry(t, id).State == ledger.StatePending })
-	stopDaemon(d, context.Background())
+	id, manifest, payload := e.pendingThenStopped(t, "block")
 	backup := backupHome(t, e)
 	os.WriteFile(filepath.Join(e.toHost(), id+".payload"), payload, 0o644)
-	d = e.daemon(t)
+	d := e.daemon(t)
 	out := e.wait(t, id)
 	if out.Receipt.Status != bridge.StatusDone {
 		t.Fatalf("first run: %s", out.Receipt.Status)
