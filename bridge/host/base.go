@@ -64,8 +64,8 @@ type noted struct {
 }
 
 // limits are the bounds that keep what folder input and an agent's queue
-// may cost the daemon, and how long a refused file must have settled before
-// it is remembered. A daemon starts with defaultLimits; a test shrinks them
+// may cost the daemon, how long a refused file must have settled before it
+// is remembered, and how long the control loop sleeps at most. A daemon starts with defaultLimits; a test shrinks them
 // for its own daemon before Open (so tests of different bounds run side by
 // side), and nothing changes them after.
 type limits struct {
@@ -87,15 +87,20 @@ type limits struct {
 	// waitingPerSlot is how many claimed requests may wait per slot of an
 	// op with a concurrency (scheduler.reserveQueue).
 	waitingPerSlot int
+	// controlFallback is how often the control loop looks at the home by
+	// itself, in case notify dropped a change, while no rescan of the
+	// folder brings the look (controlLoop).
+	controlFallback time.Duration
 }
 
 var defaultLimits = limits{
-	noted:          100_000,
-	markSettle:     2 * time.Second,
-	refusedMarks:   1 << 18,
-	budgetLines:    1000,
-	budgetEvery:    time.Hour,
-	waitingPerSlot: 8,
+	noted:           100_000,
+	markSettle:      2 * time.Second,
+	refusedMarks:    1 << 18,
+	budgetLines:     1000,
+	budgetEvery:     time.Hour,
+	waitingPerSlot:  8,
+	controlFallback: 30 * time.Second,
 }
 
 // firstTime reports whether key was not noted before. When the set is full
@@ -208,12 +213,14 @@ type probe struct {
 type tally int
 
 const (
-	manifestReads tally = iota // manifests read for an evaluation
-	cancelReads                // cancel files read
-	controlWakes               // the control loop's wake-ups
-	sweepScans                 // the sweeps' scans of the ledger
-	tempSweeps                 // sweeps of the temporaries a crash left (sweepTemps)
-	controlEnds                // returns of the control loop
+	manifestReads   tally = iota // manifests read for an evaluation
+	cancelReads                  // cancel files read
+	controlWakes                 // the control loop's wake-ups
+	sweepScans                   // the sweeps' scans of the ledger
+	tempSweeps                   // sweeps of the temporaries a crash left (sweepTemps)
+	controlEnds                  // returns of the control loop
+	finishedLookups              // look-ups of the finished set by a rescan (dispatchFull)
+	rescanLooks                  // the control loop's looks brought by a rescan
 	tallies
 )
 

@@ -104,6 +104,10 @@ type Daemon struct {
 	// one of its sweeps, so that an idle loop asleep on its long fallback
 	// sets the sweep's timer (buffered: one poke is enough).
 	controlPoke chan struct{}
+	// rescanned wakes the control loop after each full walk of the
+	// folder: its look at the home, and what it does periodically, come
+	// with the rescan, so an idle daemon wakes once a rescan, not twice.
+	rescanned chan struct{}
 
 	// life ends when the daemon must stop by itself (a broken invariant,
 	// fatal): Run returns its cause.
@@ -194,6 +198,7 @@ func NewDaemon(home *trust.Home, opt DaemonOptions) (*Daemon, error) {
 		cancels: map[string]context.CancelFunc{}, slotWait: map[string]*job{}, checks: map[string]bool{},
 
 		controlPoke: make(chan struct{}, 1),
+		rescanned:   make(chan struct{}, 1),
 	}
 	d.life, d.stopLife = context.WithCancelCause(context.Background())
 	// From the start, so that Abort cancels every run (and every retry of
@@ -205,7 +210,7 @@ func NewDaemon(home *trust.Home, opt DaemonOptions) (*Daemon, error) {
 	// The rooms, each with the base and what it hands work to.
 	d.out = &outbox{base: d.base}
 	d.sched = newScheduler(d.base)
-	d.fin = &finishedSet{base: d.base, done: map[string]stamp{}, acks: map[string]bool{}}
+	d.fin = &finishedSet{base: d.base, done: doneMap{m: map[string]stamp{}}, acks: map[string]bool{}}
 	d.refusals = &refusals{base: d.base, marks: map[uint64]refusedMark{}, seed: maphash.MakeSeed()}
 	d.keys = &keyring{base: d.base, out: d.out}
 	d.policy = &policyWatch{base: d.base, sched: d.sched, out: d.out}
@@ -477,6 +482,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		if batch.Full {
 			d.dispatchFull(paths)
 			d.refusals.refuseIrregular(batch.Irregular)
+			poke(d.rescanned)
 			continue
 		}
 		for _, p := range paths {

@@ -94,7 +94,7 @@ func (d *Daemon) dispatch(p string) {
 		// again by the next full walk.
 		key := agent + "/" + id
 		d.fin.mu.Lock()
-		if _, ok := d.fin.done[key]; ok {
+		if _, ok := d.fin.done.get(key); ok {
 			d.fin.acks[key] = true
 		}
 		d.fin.mu.Unlock()
@@ -151,7 +151,7 @@ func (o *outbox) resultStamps(keys []string) []stamp {
 // so a rescan must evaluate its files, not skip them.
 func (f *finishedSet) drop(key string) {
 	f.mu.Lock()
-	delete(f.done, key)
+	f.done.del(key)
 	f.mu.Unlock()
 }
 
@@ -174,6 +174,6 @@ func (d *Daemon) markFinished(agent, id string) {
 		}
 	}
 	d.fin.mu.Lock()
-	d.fin.done[agent+"/"+id] = st
+	d.fin.done.set(agent+"/"+id, st)
 	d.fin.mu.Unlock()
 }

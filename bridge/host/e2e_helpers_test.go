@@ -151,10 +151,20 @@ func serveOpened(t *testing.T, d *Daemon) {
 // own options.
 func runDaemon(t *testing.T, home *trust.Home, opt DaemonOptions) *Daemon {
 	t.Helper()
+	return runDaemonTuned(t, home, opt, nil)
+}
+
+// runDaemonTuned is runDaemon with the daemon's limits changed by tune
+// (if not nil) before it opens.
+func runDaemonTuned(t *testing.T, home *trust.Home, opt DaemonOptions, tune func(*limits)) *Daemon {
+	t.Helper()
 	opt.AllowRoot = true // tests run as root
 	d, err := NewDaemon(home, opt)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if tune != nil {
+		tune(&d.limits)
 	}
 	if err := d.Open(); err != nil {
 		t.Fatal(err)

@@ -151,8 +151,8 @@ func TestFinishedCacheAcrossRestart(t *testing.T) {
 	}
 	if d, err := NewDaemon(p.host, DaemonOptions{AllowRoot: true}); err != nil {
 		t.Fatal(err)
-	} else if d.fin.load(); len(d.fin.done) != 0 {
-		t.Fatalf("a damaged cache gave %d entries", len(d.fin.done))
+	} else if d.fin.load(); len(d.fin.done.m) != 0 {
+		t.Fatalf("a damaged cache gave %d entries", len(d.fin.done.m))
 	}
 	os.Remove(filepath.Join(p.toAgent(), ids[1]+".result"))
 	p.start(t, nil)
@@ -165,7 +165,7 @@ func TestFinishedCacheAcrossRestart(t *testing.T) {
 func (p *pair) finishedCount() int {
 	p.daemon.fin.mu.Lock()
 	defer p.daemon.fin.mu.Unlock()
-	return len(p.daemon.fin.done)
+	return len(p.daemon.fin.done.m)
 }
 
 // A keyed retry re-delivers the very manifest first sent when the folder

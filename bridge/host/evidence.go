@@ -42,7 +42,7 @@ const lostName = "lost"
 func (d *Daemon) evidence(agent, id string) string {
 	key := agent + "/" + id
 	d.fin.mu.Lock()
-	_, finished := d.fin.done[key]
+	_, finished := d.fin.done.get(key)
 	lost := d.fin.lost[key]
 	d.fin.mu.Unlock()
 	switch {
@@ -309,7 +309,7 @@ func (f *finishedSet) loadLost() {
 	// The finished-requests cache vouches for what a ledger once recorded;
 	// for a key the repair found lost, the request must be looked at again.
 	for k := range m {
-		delete(f.done, k)
+		f.done.del(k)
 	}
 	f.mu.Unlock()
 }

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/agent"
@@ -56,7 +57,7 @@ func TestLostOutputIsNotTakenForFinished(t *testing.T) {
 	}
 	defer d.closeResources()
 	d.markFinished(agentID, id)
-	if _, ok := d.fin.done[agentID+"/"+id]; ok {
+	if _, ok := d.fin.done.get(agentID + "/" + id); ok {
 		t.Fatal("a result without its output was taken for in place")
 	}
 }
@@ -110,14 +111,14 @@ func TestFinishedCacheReadsWhatItWrote(t *testing.T) {
 		}
 		want[fmt.Sprintf("%032x/%032x", i%7, i)] = st
 	}
-	d.fin.done = maps.Clone(want)
+	d.fin.done.replace(maps.Clone(want))
 	if err := d.fin.save(); err != nil {
 		t.Fatal(err)
 	}
-	d.fin.done = map[string]stamp{}
+	d.fin.done.replace(map[string]stamp{})
 	d.fin.load()
-	if !maps.Equal(d.fin.done, want) {
-		t.Fatalf("read back %d entries, differing from the %d written", len(d.fin.done), len(want))
+	if !maps.Equal(d.fin.done.m, want) {
+		t.Fatalf("read back %d entries, differing from the %d written", len(d.fin.done.m), len(want))
 	}
 	good := fmt.Sprintf("%032x/%032x 1 2 3 4", 1, 2)
 	for _, bad := range []string{
@@ -129,17 +130,73 @@ func TestFinishedCacheReadsWhatItWrote(t *testing.T) {
 		if err := os.WriteFile(p.host.Path(finishedName), []byte(finishedHeader+"\n"+good+"\n"+bad+"\n"), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		d.fin.done = map[string]stamp{}
+		d.fin.done.replace(map[string]stamp{})
 		d.fin.load()
-		if len(d.fin.done) != 0 {
-			t.Errorf("the line %q gave %d entries, want the file discarded", bad, len(d.fin.done))
+		if len(d.fin.done.m) != 0 {
+			t.Errorf("the line %q gave %d entries, want the file discarded", bad, len(d.fin.done.m))
 		}
 	}
 	if err := os.WriteFile(p.host.Path(finishedName), []byte(finishedHeader+"\n"+good+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	d.fin.load()
-	if st := d.fin.done[fmt.Sprintf("%032x/%032x", 1, 2)]; st != (stamp{size: 1, mtime: 2, outSize: 3, outMtime: 4}) {
+	if st, _ := d.fin.done.get(fmt.Sprintf("%032x/%032x", 1, 2)); st != (stamp{size: 1, mtime: 2, outSize: 3, outMtime: 4}) {
 		t.Errorf("a good line read as %+v", st)
+	}
+}
+
+// A rescan of a folder whose finished requests are as they were at the
+// rescan before finds them among that rescan's keys, with no look-up in the
+// finished set; once the set changed (a request dropped from it, as a
+// ledger repair or a lost result does), it looks up again, and the dropped
+// request is evaluated again, not skipped (its answer is the one it had: it
+// does not run twice).
+func TestRescanReusesItsFinishedLookUps(t *testing.T) {
+	t.Parallel()
+	p := newPair(t, testPolicy)
+	countFile := filepath.Join(t.TempDir(), "count")
+	p.start(t, map[string]string{"COUNT_FILE": countFile})
+	d := p.daemon
+	var ids []string
+	for range 3 {
+		out := p.run(t, agent.SubmitOptions{Host: "laptop", Op: "count"})
+		ids = append(ids, out.Receipt.ID)
+	}
+	finished := func(key string) bool {
+		d.fin.mu.Lock()
+		defer d.fin.mu.Unlock()
+		_, ok := d.fin.done.get(key)
+		return ok
+	}
+	keys := make([]string, len(ids))
+	for i, id := range ids {
+		keys[i] = p.agent.Config.ID + "/" + id
+		waitFor(t, 10*time.Second, "request "+id+" recorded finished", func() bool { return finished(keys[i]) })
+	}
+	rescan := func() (lookups, reads int64) {
+		t.Helper()
+		d.fin.mu.Lock()
+		n := d.fin.rescans
+		d.fin.mu.Unlock()
+		l0, r0 := d.probe.n(finishedLookups), d.probe.n(manifestReads)
+		d.watcher.Walk()
+		waitFor(t, 10*time.Second, "a rescan", func() bool {
+			d.fin.mu.Lock()
+			defer d.fin.mu.Unlock()
+			return d.fin.rescans > n
+		})
+		return d.probe.n(finishedLookups) - l0, d.probe.n(manifestReads) - r0
+	}
+	rescan() // takes the keys as the set now holds them
+	if l, r := rescan(); l != 0 || r != 0 {
+		t.Fatalf("a rescan of an unchanged folder and set made %d look-ups and read %d manifests, want none", l, r)
+	}
+	d.fin.drop(keys[1])
+	if l, _ := rescan(); l == 0 {
+		t.Fatal("a rescan after the finished set changed made no look-up: it took a dropped request for finished")
+	}
+	waitFor(t, 10*time.Second, "the dropped request evaluated and recorded finished again", func() bool { return finished(keys[1]) })
+	if data, err := os.ReadFile(countFile); err != nil || strings.Count(string(data), "run\n") != 3 {
+		t.Fatalf("the count op's runs: %q (%v), want 3", data, err)
 	}
 }

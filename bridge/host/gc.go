@@ -207,7 +207,7 @@ func (c *collector) collect(o GCOptions, all []ledger.Entry) (*GCReport, error) 
 		// collection passes over it until it expires.
 		st := c.out.resultStamp(e.Agent, e.ID)
 		c.fin.mu.Lock()
-		c.fin.done[e.Key] = st
+		c.fin.done.set(e.Key, st)
 		c.fin.mu.Unlock()
 		c.audit.log(AuditEvent{Event: "collected", Agent: e.Agent, ID: e.ID, Reason: why})
 	}
@@ -256,7 +256,7 @@ func (c *collector) collect(o GCOptions, all []ledger.Entry) (*GCReport, error) 
 		// The finished set (kept across restarts) forgets it too, so it
 		// holds no more than the ledger.
 		c.fin.mu.Lock()
-		delete(c.fin.done, e.Key)
+		c.fin.done.del(e.Key)
 		delete(c.fin.acks, e.Key)
 		c.fin.mu.Unlock()
 		// A repair reading the audit log later must not take the id for
@@ -300,7 +300,7 @@ func (f *finishedSet) gcWants(o GCOptions, now time.Time) func(key string, updat
 			return true
 		}
 		f.mu.Lock()
-		st, known := f.done[key]
+		st, known := f.done.get(key)
 		acked := f.acks[key]
 		f.mu.Unlock()
 		published := st.size >= 0 || st.outSize >= 0

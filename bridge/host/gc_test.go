@@ -102,7 +102,7 @@ func TestGCCollectsAndForgets(t *testing.T) {
 		t.Fatal("the late redelivery was admitted again")
 	}
 	d.fin.mu.Lock()
-	_, kept := d.fin.done[p.agent.Config.ID+"/"+id]
+	_, kept := d.fin.done.get(p.agent.Config.ID + "/" + id)
 	d.fin.mu.Unlock()
 	if kept {
 		t.Fatal("the finished set holds a forgotten request")

@@ -165,8 +165,13 @@ func (d *Daemon) reconcile(key, as string) (*LedgerEntry, error) {
 // directory or the peers directory (notify hints, syncsafe.WatchDirs), or
 // the next deadline of its own (liveness stamps, collection, the sweeps
 // while something waits for them). notify may drop events, so it also
-// looks every controlFallback: a change is noticed within that at worst,
-// at once as a rule.
+// looks with every rescan of the folder (Run pokes it after each full
+// walk), or every limits.controlFallback if no rescan comes: a change is noticed
+// within that at worst, at once as a rule. A look at a rescan also does
+// the collection and the liveness stamps if they fall due before the next
+// rescan: each wake-up of an idle process is a burst of the Go runtime's
+// own (BENCHMARKS.md, "Session 26"), and one every rescan costs half of
+// two.
 func (d *Daemon) controlLoop(stop <-chan struct{}) {
 	defer d.probe.add(controlEnds)
 	// Both made first: a directory that does not exist cannot be watched,
@@ -181,7 +186,7 @@ func (d *Daemon) controlLoop(stop <-chan struct{}) {
 	}
 	hints, err := syncsafe.WatchDirs(dirs...)
 	if err != nil {
-		d.log.Debug("watch the home for changes: looking every "+controlFallback.String(), "err", err)
+		d.log.Debug("watch the home for changes: looking every "+d.limits.controlFallback.String(), "err", err)
 	}
 	defer hints.Close()
 	// Entries from before the start may wait for the sweeps; a ledger that
@@ -203,9 +208,11 @@ func (d *Daemon) controlLoop(stop <-chan struct{}) {
 	start := time.Now() // monotonic: the loop's own schedule
 	var lastGC, lastWaiting, lastStalled time.Time
 	lastWaiting, lastStalled = start, start
+	rescans := false // rescans poke the loop: its own look waits for them
 	timer := time.NewTimer(time.Second)
 	defer timer.Stop()
 	for {
+		early := time.Duration(0) // periodic work due within this is done now
 		select {
 		case <-stop:
 			return
@@ -225,6 +232,10 @@ func (d *Daemon) controlLoop(stop <-chan struct{}) {
 		case <-d.controlPoke:
 			// An entry began to wait for a sweep: only the timer is set
 			// again, from the loop's own schedule.
+		case <-d.rescanned:
+			rescans = true
+			early = d.rescanHorizon()
+			d.probe.add(rescanLooks)
 		}
 		d.probe.add(controlWakes)
 		now := time.Now()
@@ -238,7 +249,7 @@ func (d *Daemon) controlLoop(stop <-chan struct{}) {
 			} else {
 				soon = true
 			}
-		} else if now.Sub(lastGC) >= gcEvery {
+		} else if now.Sub(lastGC) >= gcEvery-min(early, gcEvery/2) {
 			lastGC = now
 			d.gc.run(GCOptions{})
 			if err := d.fin.save(); err != nil {
@@ -280,7 +291,7 @@ func (d *Daemon) controlLoop(stop <-chan struct{}) {
 		if d.policy.unsettled() {
 			soon = true // read again once it stays as it is
 		}
-		d.out.refreshLiveness()
+		d.out.refreshLiveness(early)
 		if err := d.keys.loadOwnKeys(); err != nil {
 			d.log.Error("reload own keys", "err", err)
 		}
@@ -289,7 +300,12 @@ func (d *Daemon) controlLoop(stop <-chan struct{}) {
 		}
 
 		// The next deadline.
-		next := controlFallback
+		next := d.limits.controlFallback
+		if rescans {
+			// The next rescan's poke brings the look; this one only if
+			// it does not come (a folder that cannot be watched).
+			next = d.rescanHorizon()
+		}
 		if soon {
 			next = time.Second
 		}
@@ -324,11 +340,18 @@ func (k *keyring) peersVersion() string {
 	return b.String()
 }
 
-// The control loop's schedule: the fallback look at the home (notify may
-// drop a change), the collection and the sweep of requests awaiting
-// approval (while any may).
+// rescanHorizon is how long the control loop, poked by a rescan, counts on
+// the next one: the rescan interval (at most the loop's own fallback) and a
+// slack for the walk's own time and a busy moment.
+func (d *Daemon) rescanHorizon() time.Duration {
+	return min(d.opt.Rescan, d.limits.controlFallback) + rescanSlack
+}
+
+const rescanSlack = 2 * time.Second
+
+// The control loop's schedule (beside limits.controlFallback): the
+// collection and the sweep of requests awaiting approval (while any may).
 var (
-	controlFallback   = 30 * time.Second
 	hintSettle        = 50 * time.Millisecond
 	gcEvery           = 10 * time.Minute
 	sweepWaitingEvery = 5 * time.Second

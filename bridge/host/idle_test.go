@@ -165,3 +165,32 @@ func TestUnusableLedgerStopsTheDaemon(t *testing.T) {
 		t.Fatalf("the op ran %d times, want once", n)
 	}
 }
+
+// An idle daemon's control loop wakes with the rescans of the folder, not
+// between them: each rescan brings its look at the home (its own look, every
+// controlFallback, comes only while no rescan does), and the liveness
+// stamps due before the next rescan are written at this one. Before, the
+// loop kept a schedule of its own beside the rescans': a second wake-up of
+// the idle process each interval, and one more for each stamp.
+func TestIdleControlLoopWakesWithTheRescans(t *testing.T) {
+	t.Parallel()
+	p := newPair(t, testPolicy)
+	d := runDaemonTuned(t, p.host, DaemonOptions{Rescan: time.Second, LivenessInterval: 1500 * time.Millisecond},
+		func(l *limits) { l.controlFallback = 400 * time.Millisecond })
+	waitFor(t, 20*time.Second, "the first collection and sweeps", func() bool {
+		return d.startScanDone() && !d.awaitingMaybe.Load() && !d.stalledMaybe.Load()
+	})
+	waitFor(t, 10*time.Second, "a look brought by a rescan", func() bool { return d.probe.n(rescanLooks) >= 1 })
+	w0, r0 := d.probe.n(controlWakes), d.probe.n(rescanLooks)
+	stamp := d.out.livenessAt.Load()
+	waitFor(t, 20*time.Second, "four more rescans' looks", func() bool { return d.probe.n(rescanLooks) >= r0+4 })
+	// The wakes first: one under way between the two reads counts in the
+	// looks, never in the wakes alone.
+	w, r := d.probe.n(controlWakes)-w0, d.probe.n(rescanLooks)-r0
+	if w > r {
+		t.Errorf("the idle control loop woke %d times over %d looks brought by rescans, want only those", w, r)
+	}
+	if d.out.livenessAt.Load() == stamp {
+		t.Error("no liveness stamp written over four rescans (its interval 1.5 s): the test saw none to align")
+	}
+}

@@ -94,11 +94,13 @@ func (o *outbox) livenessInterval() time.Duration {
 	return bridge.DefaultLivenessInterval
 }
 
-// refreshLiveness rewrites the stamps once their interval has passed (the
-// control loop calls it every tick).
-func (o *outbox) refreshLiveness() {
+// refreshLiveness rewrites the stamps once their interval has passed, or
+// will within early (the control loop calls it every tick; at a rescan's,
+// what is due before the next rescan is done early).
+func (o *outbox) refreshLiveness(early time.Duration) {
 	last := time.Unix(0, o.livenessAt.Load())
-	if now := o.opt.Now(); now.Sub(last) < o.livenessInterval() && !now.Before(last) {
+	early = min(early, o.livenessInterval()/2) // never more often than twice an interval
+	if now := o.opt.Now(); now.Sub(last) < o.livenessInterval()-early && !now.Before(last) {
 		return
 	}
 	if err := o.publishLiveness(bridge.LivenessServing); err != nil {
