@@ -234,7 +234,7 @@ func (d *Daemon) controlLoop(stop <-chan struct{}) {
 			// again, from the loop's own schedule.
 		case <-d.rescanned:
 			rescans = true
-			early = d.rescanHorizon()
+			early = d.limits.rescanHorizon(d.opt.Rescan)
 			d.probe.add(rescanLooks)
 		}
 		d.probe.add(controlWakes)
@@ -304,7 +304,7 @@ func (d *Daemon) controlLoop(stop <-chan struct{}) {
 		if rescans {
 			// The next rescan's poke brings the look; this one only if
 			// it does not come (a folder that cannot be watched).
-			next = d.rescanHorizon()
+			next = d.limits.rescanHorizon(d.opt.Rescan)
 		}
 		if soon {
 			next = time.Second
@@ -343,8 +343,8 @@ func (k *keyring) peersVersion() string {
 // rescanHorizon is how long the control loop, poked by a rescan, counts on
 // the next one: the rescan interval (at most the loop's own fallback) and a
 // slack for the walk's own time and a busy moment.
-func (d *Daemon) rescanHorizon() time.Duration {
-	return min(d.opt.Rescan, d.limits.controlFallback) + rescanSlack
+func (l *limits) rescanHorizon(rescan time.Duration) time.Duration {
+	return min(rescan, l.controlFallback) + rescanSlack
 }
 
 const rescanSlack = 2 * time.Second
