@@ -91,6 +91,9 @@ type limits struct {
 	// itself, in case notify dropped a change, while no rescan of the
 	// folder brings the look (controlLoop).
 	controlFallback time.Duration
+	// collectEvery is the interval of the periodic collection of finished
+	// results (controlLoop).
+	collectEvery time.Duration
 }
 
 var defaultLimits = limits{
@@ -101,6 +104,7 @@ var defaultLimits = limits{
 	budgetEvery:     time.Hour,
 	waitingPerSlot:  8,
 	controlFallback: 30 * time.Second,
+	collectEvery:    10 * time.Minute,
 }
 
 // firstTime reports whether key was not noted before. When the set is full
@@ -221,6 +225,9 @@ const (
 	controlEnds                  // returns of the control loop
 	finishedLookups              // look-ups of the finished set by a rescan (dispatchFull)
 	rescanLooks                  // the control loop's looks brought by a rescan
+	collections                  // the control loop's collections (the first after the start-up scan, then periodic)
+	timerWakes                   // the control loop's wakes for a deadline of its own
+	livenessRounds               // liveness stamps written for their interval (refreshLiveness)
 	tallies
 )
 

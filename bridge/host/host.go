@@ -229,6 +229,7 @@ func (d *Daemon) controlLoop(stop <-chan struct{}) {
 			default:
 			}
 		case <-timer.C:
+			d.probe.add(timerWakes)
 		case <-d.controlPoke:
 			// An entry began to wait for a sweep: only the timer is set
 			// again, from the loop's own schedule.
@@ -243,14 +244,16 @@ func (d *Daemon) controlLoop(stop <-chan struct{}) {
 		if !collected {
 			if d.startScanDone() {
 				collected, lastGC = true, now
+				d.probe.add(collections)
 				d.pruneFinished()
 				d.gc.sweepTemps(d.openedAt)
 				d.gc.run(GCOptions{})
 			} else {
 				soon = true
 			}
-		} else if now.Sub(lastGC) >= gcEvery-min(early, gcEvery/2) {
+		} else if every := d.limits.collectEvery; now.Sub(lastGC) >= every-min(early, every/2) {
 			lastGC = now
+			d.probe.add(collections)
 			d.gc.run(GCOptions{})
 			if err := d.fin.save(); err != nil {
 				d.log.Warn("save the finished-requests cache", "err", err)
@@ -310,7 +313,7 @@ func (d *Daemon) controlLoop(stop <-chan struct{}) {
 			next = time.Second
 		}
 		if collected {
-			next = min(next, lastGC.Add(gcEvery).Sub(now))
+			next = min(next, lastGC.Add(d.limits.collectEvery).Sub(now))
 		}
 		if d.awaitingMaybe.Load() {
 			next = min(next, lastWaiting.Add(sweepWaitingEvery).Sub(now))
@@ -349,11 +352,10 @@ func (l *limits) rescanHorizon(rescan time.Duration) time.Duration {
 
 const rescanSlack = 2 * time.Second
 
-// The control loop's schedule (beside limits.controlFallback): the
-// collection and the sweep of requests awaiting approval (while any may).
+// The control loop's schedule (beside the limits' controlFallback and
+// collectEvery): the sweep of requests awaiting approval (while any may).
 var (
 	hintSettle        = 50 * time.Millisecond
-	gcEvery           = 10 * time.Minute
 	sweepWaitingEvery = 5 * time.Second
 )
 

@@ -169,28 +169,61 @@ func TestUnusableLedgerStopsTheDaemon(t *testing.T) {
 // An idle daemon's control loop wakes with the rescans of the folder, not
 // between them: each rescan brings its look at the home (its own look, every
 // controlFallback, comes only while no rescan does), and the liveness
-// stamps due before the next rescan are written at this one. Before, the
-// loop kept a schedule of its own beside the rescans': a second wake-up of
-// the idle process each interval, and one more for each stamp.
+// stamps and the collection due before the next rescan are done at this one,
+// but not more than twice an interval. Before, the loop kept a schedule of
+// its own beside the rescans': a second wake-up of the idle process each
+// interval, and one more for each stamp and each collection.
 func TestIdleControlLoopWakesWithTheRescans(t *testing.T) {
 	t.Parallel()
 	p := newPair(t, testPolicy)
-	d := runDaemonTuned(t, p.host, DaemonOptions{Rescan: time.Second, LivenessInterval: 1500 * time.Millisecond},
-		func(l *limits) { l.controlFallback = 400 * time.Millisecond })
+	// Stamps and collections due every 3 s, rescans every second: each is
+	// done at the rescan before (2 s on), 1 s before its own deadline.
+	d := runDaemonTuned(t, p.host, DaemonOptions{Rescan: time.Second, LivenessInterval: 3 * time.Second},
+		func(l *limits) { l.controlFallback, l.collectEvery = 400*time.Millisecond, 3*time.Second })
 	waitFor(t, 20*time.Second, "the first collection and sweeps", func() bool {
-		return d.startScanDone() && !d.awaitingMaybe.Load() && !d.stalledMaybe.Load()
+		return d.startScanDone() && !d.awaitingMaybe.Load() && !d.stalledMaybe.Load() && d.probe.n(collections) >= 1
 	})
 	waitFor(t, 10*time.Second, "a look brought by a rescan", func() bool { return d.probe.n(rescanLooks) >= 1 })
-	w0, r0 := d.probe.n(controlWakes), d.probe.n(rescanLooks)
-	stamp := d.out.livenessAt.Load()
-	waitFor(t, 20*time.Second, "four more rescans' looks", func() bool { return d.probe.n(rescanLooks) >= r0+4 })
-	// The wakes first: one under way between the two reads counts in the
-	// looks, never in the wakes alone.
-	w, r := d.probe.n(controlWakes)-w0, d.probe.n(rescanLooks)-r0
-	if w > r {
-		t.Errorf("the idle control loop woke %d times over %d looks brought by rescans, want only those", w, r)
+	r0, w0 := d.probe.n(rescanLooks), d.probe.n(timerWakes)
+	s0, c0 := d.probe.n(livenessRounds), d.probe.n(collections)
+	const looks = 6
+	waitFor(t, 30*time.Second, "six more rescans' looks", func() bool { return d.probe.n(rescanLooks) >= r0+looks })
+	r, w := d.probe.n(rescanLooks)-r0, d.probe.n(timerWakes)-w0
+	s, c := d.probe.n(livenessRounds)-s0, d.probe.n(collections)-c0
+	if w != 0 {
+		// (Wakes for a change in the home are not its schedule: the
+		// collection's save of the finished set is one.)
+		t.Errorf("the idle control loop woke %d times for a deadline of its own over %d looks brought by rescans, want none", w, r)
 	}
-	if d.out.livenessAt.Load() == stamp {
-		t.Error("no liveness stamp written over four rescans (its interval 1.5 s): the test saw none to align")
+	// Due every 3 s and done at most 1.5 s early: at every second look.
+	for _, x := range []struct {
+		what string
+		n    int64
+	}{{"liveness rounds", s}, {"collections", c}} {
+		if x.n == 0 {
+			t.Errorf("no %s over %d looks (interval 3 s): the test saw none to align", x.what, r)
+		} else if x.n > r/2+1 {
+			t.Errorf("%d %s over %d looks a second apart, want at most one every other look (twice an interval of 3 s)", x.n, x.what, r)
+		}
+	}
+}
+
+// With no rescan to bring it (a folder that cannot be watched; here a
+// rescan interval of an hour), the control loop still looks at the home by
+// itself, the shorter of the rescan interval and controlFallback plus 2 s
+// after its last look.
+func TestControlLoopLooksByItselfWithoutRescans(t *testing.T) {
+	t.Parallel()
+	p := newPair(t, testPolicy)
+	d := runDaemonTuned(t, p.host, DaemonOptions{Rescan: time.Hour},
+		func(l *limits) { l.controlFallback = 400 * time.Millisecond })
+	waitFor(t, 20*time.Second, "the first collection and sweeps", func() bool {
+		return d.startScanDone() && !d.awaitingMaybe.Load() && !d.stalledMaybe.Load() && d.probe.n(collections) >= 1
+	})
+	waitFor(t, 10*time.Second, "the start-up scan's look", func() bool { return d.probe.n(rescanLooks) >= 1 })
+	r0, w0 := d.probe.n(rescanLooks), d.probe.n(timerWakes)
+	waitFor(t, 15*time.Second, "two looks of the loop's own", func() bool { return d.probe.n(timerWakes) >= w0+2 })
+	if r := d.probe.n(rescanLooks); r != r0 {
+		t.Fatalf("%d looks brought by rescans with a rescan interval of an hour", r-r0)
 	}
 }

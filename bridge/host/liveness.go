@@ -103,6 +103,7 @@ func (o *outbox) refreshLiveness(early time.Duration) {
 	if now := o.opt.Now(); now.Sub(last) < o.livenessInterval()-early && !now.Before(last) {
 		return
 	}
+	o.probe.add(livenessRounds)
 	if err := o.publishLiveness(bridge.LivenessServing); err != nil {
 		o.log.Warn("publish liveness stamps", "err", err)
 	}
