@@ -274,7 +274,7 @@ func (d *Daemon) dispatchFull(paths []string) {
 	}
 	// Two arrays in turn: a rescan of 100,000 finished requests would
 	// otherwise leave 1.6 MB of them behind each time.
-	clear(keys[len(keys):cap(keys)]) // no path kept alive past its batch by the spare room
+	clear(keys[len(keys):cap(keys)]) // the room past them keeps no older batch's paths alive
 	d.fin.spare, d.fin.lastKeys, d.fin.lastGen = d.fin.lastKeys, keys, d.fin.done.gen
 	d.fin.mu.Unlock()
 	for _, p := range now {

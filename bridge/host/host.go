@@ -251,7 +251,7 @@ func (d *Daemon) controlLoop(stop <-chan struct{}) {
 			} else {
 				soon = true
 			}
-		} else if every := d.limits.collectEvery; now.Sub(lastGC) >= every-min(early, every/2) {
+		} else if dueWithin(now.Sub(lastGC), d.limits.collectEvery, early) {
 			lastGC = now
 			d.probe.add(collections)
 			d.gc.run(GCOptions{})
@@ -351,6 +351,13 @@ func (l *limits) rescanHorizon(rescan time.Duration) time.Duration {
 }
 
 const rescanSlack = 2 * time.Second
+
+// dueWithin reports whether work done every interval, last done elapsed
+// ago, is due or falls due within early; early counts for at most half
+// the interval, so that the work is never done more than twice as often.
+func dueWithin(elapsed, interval, early time.Duration) bool {
+	return elapsed >= interval-min(early, interval/2)
+}
 
 // The control loop's schedule (beside the limits' controlFallback and
 // collectEvery): the sweep of requests awaiting approval (while any may).

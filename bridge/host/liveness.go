@@ -99,8 +99,7 @@ func (o *outbox) livenessInterval() time.Duration {
 // what is due before the next rescan is done early).
 func (o *outbox) refreshLiveness(early time.Duration) {
 	last := time.Unix(0, o.livenessAt.Load())
-	early = min(early, o.livenessInterval()/2) // never more often than twice an interval
-	if now := o.opt.Now(); now.Sub(last) < o.livenessInterval()-early && !now.Before(last) {
+	if now := o.opt.Now(); !dueWithin(now.Sub(last), o.livenessInterval(), early) && !now.Before(last) {
 		return
 	}
 	o.probe.add(livenessRounds)
