@@ -65,7 +65,8 @@ type noted struct {
 
 // limits are the bounds that keep what folder input and an agent's queue
 // may cost the daemon, how long a refused file must have settled before it
-// is remembered, and how long the control loop sleeps at most. A daemon starts with defaultLimits; a test shrinks them
+// is remembered, and the control loop's own schedule (its fallback look,
+// its collection). A daemon starts with defaultLimits; a test shrinks them
 // for its own daemon before Open (so tests of different bounds run side by
 // side), and nothing changes them after.
 type limits struct {

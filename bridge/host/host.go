@@ -166,12 +166,14 @@ func (d *Daemon) reconcile(key, as string) (*LedgerEntry, error) {
 // the next deadline of its own (liveness stamps, collection, the sweeps
 // while something waits for them). notify may drop events, so it also
 // looks with every rescan of the folder (Run pokes it after each full
-// walk), or every limits.controlFallback if no rescan comes: a change is noticed
-// within that at worst, at once as a rule. A look at a rescan also does
-// the collection and the liveness stamps if they fall due before the next
-// rescan: each wake-up of an idle process is a burst of the Go runtime's
-// own (BENCHMARKS.md, "Session 26"), and one every rescan costs half of
-// two.
+// walk), and by itself if no rescan comes: limits.controlFallback after
+// its last look until a first rescan, rescanHorizon after one. A change is
+// noticed within that at worst, at once as a rule. A look at a rescan also
+// does the collection and the liveness stamps if they fall due before the
+// next rescan, so that an idle process has one moment of work a rescan:
+// each brings a burst of the Go runtime's own context switches
+// (BENCHMARKS.md, "Session 26", which also finds that the rescan's own
+// burst outweighs what this saves).
 func (d *Daemon) controlLoop(stop <-chan struct{}) {
 	defer d.probe.add(controlEnds)
 	// Both made first: a directory that does not exist cannot be watched,
@@ -306,7 +308,8 @@ func (d *Daemon) controlLoop(stop <-chan struct{}) {
 		next := d.limits.controlFallback
 		if rescans {
 			// The next rescan's poke brings the look; this one only if
-			// it does not come (a folder that cannot be watched).
+			// it does not come (the requests directory gone: the
+			// watcher then only looks for it again).
 			next = d.limits.rescanHorizon(d.opt.Rescan)
 		}
 		if soon {
