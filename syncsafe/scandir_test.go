@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -184,4 +185,57 @@ func TestListErrorNamesTheWatchedPath(t *testing.T) {
 			t.Fatalf("openat2 missing %v: listing a missing directory: %v, want an error naming %s", fallback, err, want)
 		}
 	}
+}
+
+// TestUnchangedWalkIsSame: a full walk that finds every directory as the
+// one before reports Same, with that batch's very slices and nothing built,
+// whether it reused the listings or read them again to the same entries;
+// a walk after a file is added or removed, or after Skip leaves a
+// directory out or in again, is not Same and lists what is there.
+func TestUnchangedWalkIsSame(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	a := filepath.Join(root, "a")
+	writeFile(t, filepath.Join(a, "one"), "x")
+	writeFile(t, filepath.Join(a, "x"), "x")
+	writeFile(t, filepath.Join(root, "s", "hidden"), "x")
+	must(t, os.Symlink("one", filepath.Join(a, "link")))
+	var skipS atomic.Bool
+	skip := func(rel string, isDir bool) bool { return isDir && rel == "s" && skipS.Load() }
+	w := newWatcher(t, root, WatchOptions{Rescan: time.Hour, Debounce: -1, EventsFirst: true, Skip: skip})
+	w.started = true // Next's goroutine is this test's: walks are called directly
+	w.rescan = time.NewTimer(time.Hour)
+	walk := func(wantSame bool, want, wantIrregular string) Batch {
+		t.Helper()
+		b, err := w.fullWalk()
+		must(t, err)
+		if b.Same != wantSame || fmt.Sprint(b.Paths) != want || fmt.Sprint(b.Irregular) != wantIrregular {
+			t.Fatalf("walk: Same %v, %v, irregular %v; want Same %v, %s, irregular %s", b.Same, b.Paths, b.Irregular,
+				wantSame, want, wantIrregular)
+		}
+		return b
+	}
+	const all, links = "[a/one a/x s/hidden]", "[a/link]"
+	first := walk(false, all, links)
+	sames := w.stats.sameWalks.Load()
+	for range maxListingReuse + 2 {
+		b := walk(true, all, links)
+		if &b.Paths[0] != &first.Paths[0] || &b.Irregular[0] != &first.Irregular[0] {
+			t.Fatal("a Same walk built its batch again")
+		}
+	}
+	if got := w.stats.sameWalks.Load() - sames; got != maxListingReuse+2 {
+		t.Fatalf("%d walks counted Same, want %d", got, maxListingReuse+2)
+	}
+	writeFile(t, filepath.Join(a, "two"), "x")
+	walk(false, "[a/one a/two a/x s/hidden]", links)
+	walk(true, "[a/one a/two a/x s/hidden]", links)
+	must(t, os.Remove(filepath.Join(a, "one")))
+	walk(false, "[a/two a/x s/hidden]", links)
+	walk(true, "[a/two a/x s/hidden]", links)
+	skipS.Store(true)
+	walk(false, "[a/two a/x]", "[a/link s]")
+	walk(true, "[a/two a/x]", "[a/link s]")
+	skipS.Store(false)
+	walk(false, "[a/two a/x s/hidden]", links)
 }

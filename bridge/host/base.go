@@ -95,6 +95,14 @@ type limits struct {
 	// collectEvery is the interval of the periodic collection of finished
 	// results (controlLoop).
 	collectEvery time.Duration
+	// resultDirTrust is how long after an agent's result directory last
+	// changed (its modification or change time, the later) a check of its
+	// results must have begun for the directory, unchanged since, to show
+	// that no result was removed, renamed or put in place after that check
+	// (shareToCheck): a change within the same timestamp tick as the one
+	// before may leave the times as they were, which 2 s rule out on every
+	// local file system (as the watcher's listings).
+	resultDirTrust time.Duration
 }
 
 var defaultLimits = limits{
@@ -106,6 +114,7 @@ var defaultLimits = limits{
 	waitingPerSlot:  8,
 	controlFallback: 30 * time.Second,
 	collectEvery:    10 * time.Minute,
+	resultDirTrust:  2 * time.Second,
 }
 
 // firstTime reports whether key was not noted before. When the set is full
@@ -229,6 +238,9 @@ const (
 	collections                  // the control loop's collections (the first after the start-up scan, then periodic)
 	timerWakes                   // the control loop's wakes for a deadline of its own
 	livenessRounds               // liveness stamps written for their interval (refreshLiveness)
+	resultChecks                 // shares of an agent's results a rescan checked (shareToCheck)
+	resultSkips                  // rescans that checked none of an agent's results, its directory unchanged
+	sameRescans                  // rescans that took the one before's findings: the folder and finished set unchanged (dispatchFull)
 	tallies
 )
 

@@ -34,6 +34,15 @@ type finishedSet struct {
 	lastKeys []string
 	lastGen  uint64
 	spare    []string // the array of the rescan's keys before that: the next rescan's, reused
+	// The paths of the last full batch that were neither of a known
+	// finished request nor refused (dispatched), and the refused marks'
+	// generation then: a rescan of the same batch (Batch.Same), with done
+	// and the marks unchanged, dispatches these again without going
+	// through the batch.
+	lastNow     []string
+	lastRefused uint64
+
+	dirs map[string]*resultDir // by agent: what the result check knows of its result directory (resultcheck.go)
 }
 
 // doneMap is the finished set's keys and stamps. Every change goes
@@ -202,80 +211,38 @@ func (d *Daemon) pruneFinished() {
 // maxFinishedChecks bounds how many finished requests one rescan checks for
 // a lost or changed result (two lstats each). Beyond it, each rescan checks
 // a rotating share, so that every result is looked at within
-// ceil(finished/maxFinishedChecks) rescans and an idle rescan stays cheap
-// however many requests the folder keeps. Events report a lost or replaced
-// result at once; the checks only catch one whose event notify dropped, so
-// they may be slow (at 30 s rescans, every result within 5 minutes at 10,000
-// finished requests, 50 at 100,000), and an idle daemon beside many
-// finished requests must cost next to nothing (issue 15: 5,000 checks made a
-// rescan of 10,000 finished requests 90 ms of CPU every 30 s).
+// ceil(finished/maxFinishedChecks) rescans of its directory's last change
+// (at 30 s rescans, 5 minutes at 10,000 finished requests, 50 at 100,000),
+// and an idle rescan stays cheap however many requests the folder keeps
+// (issue 15: 5,000 checks made a rescan of 10,000 finished requests 90 ms
+// of CPU every 30 s). While the directory stays unchanged after that, the
+// checks pause (shareToCheck). The result directories are not watched:
+// beside a request delivered again, these checks are how a lost or
+// replaced result is found.
 const maxFinishedChecks = 1_000
 
 // dispatchFull handles a Full batch: first every path that is not of a
 // known finished request (new work must not wait behind the checks), then
-// this rescan's share of the finished ones, once per request.
-func (d *Daemon) dispatchFull(paths []string) {
-	paths = d.refusals.skip(paths)
-	// The finished requests' paths are most of a full batch (100,000
-	// requests are 200,000 paths): they are not copied aside, only this
-	// rescan's share of their keys is kept, so an idle rescan allocates
-	// little and the collector seldom runs (gctune.go).
-	var now, check []string         // check: this rescan's share, in key order
-	lastKey, lastKnown := "", false // a request's two files are adjacent in the sorted batch
+// this rescan's share of the finished ones, once per request. same says
+// that paths are the very paths of the full batch before (Batch.Same).
+func (d *Daemon) dispatchFull(paths []string, same bool) {
+	sent, refusedGen := d.refusals.skip(paths)
 	d.fin.mu.Lock()
 	shares := max(1, (len(d.fin.done.m)+maxFinishedChecks-1)/maxFinishedChecks)
-	turn := d.fin.rescans % shares
-	// The last batch's finished keys, while the set is as it was then: a
-	// key found at its place among them is known without a look-up. Beside
-	// 10,000 finished requests the look-ups were a third of an idle
-	// rescan's CPU (the keys' bytes are all over the heap, cold after 30 s;
-	// these are the listing's, in order, and mostly the very same strings).
-	// A key not found there is looked up, so the answer is the set's
-	// either way; only its cost depends on the order.
-	var prev []string
-	if d.fin.lastGen == d.fin.done.gen {
-		prev = d.fin.lastKeys
+	var now []string
+	if same && d.fin.lastRefused == refusedGen && d.fin.lastGen == d.fin.done.gen {
+		// The folder's names, the refused marks and the finished set are
+		// as they were at the rescan before: so is what it found. Beside
+		// 10,000 finished requests, going through their 20,000 names again
+		// was most of an idle rescan's CPU once the results' checks
+		// paused (issue 25).
+		now = d.fin.lastNow
+		d.probe.add(sameRescans)
+	} else {
+		now = d.fin.sortOut(sent)
 	}
-	keys := d.fin.spare[:0]
-	j := 0
-	for _, p := range paths {
-		// The shape first, the id's digits only for a key the finished set
-		// lacks: its keys are valid ones, and most paths of a full batch
-		// are theirs (requestKeyOf's answer either way).
-		key, ok := requestKeyShape(p)
-		if ok && key != lastKey {
-			known := j < len(prev) && prev[j] == key
-			if !known {
-				for j < len(prev) && prev[j] < key {
-					j++ // gone from the folder since
-				}
-				known = j < len(prev) && prev[j] == key
-			}
-			if known {
-				j++
-			} else {
-				d.probe.add(finishedLookups)
-				_, known = d.fin.done.get(key)
-			}
-			if ok = known || bridge.ValidID(key[len(key)-32:]); ok {
-				lastKey, lastKnown = key, known
-				if known {
-					keys = append(keys, key)
-					if shares == 1 || int(fnv32a(key))%shares == turn {
-						check = append(check, key)
-					}
-				}
-			}
-		}
-		if ok && lastKnown {
-			continue
-		}
-		now = append(now, p)
-	}
-	// Two arrays in turn: a rescan of 100,000 finished requests would
-	// otherwise leave 1.6 MB of them behind each time.
-	clear(keys[len(keys):cap(keys)]) // the room past them keeps no older batch's paths alive
-	d.fin.spare, d.fin.lastKeys, d.fin.lastGen = d.fin.lastKeys, keys, d.fin.done.gen
+	d.fin.lastRefused = refusedGen
+	keys := d.fin.lastKeys
 	d.fin.mu.Unlock()
 	for _, p := range now {
 		d.dispatch(p)
@@ -286,13 +253,13 @@ func (d *Daemon) dispatchFull(paths []string) {
 	// A rescan need not verify finished requests again; it checks that
 	// their result is still what was recorded, the stamps taken together.
 	// One that is not is evaluated again (a lost result is re-published).
-	stamps := d.out.resultStamps(check)
+	// keys stays this goroutine's to read: only the next full batch
+	// reuses its array.
 	agents := d.agents()
+	check := d.fin.shareToCheck(keys, shares, func(agent string) bool { return agents[agent] != nil })
+	stamps := d.out.resultStamps(check)
 	for i, key := range check {
 		agent, id, _ := strings.Cut(key, "/")
-		if agents[agent] == nil {
-			continue // no longer trusted: dispatch ignores its files too (no evaluation)
-		}
 		d.fin.mu.Lock()
 		st, known := d.fin.done.get(key)
 		d.fin.mu.Unlock()
@@ -314,6 +281,69 @@ func (d *Daemon) dispatchFull(paths []string) {
 		}
 		d.sched.schedule(agent, id)
 	}
+}
+
+// sortOut goes through a full batch's paths (refused ones left out): it
+// keeps the keys of the known finished requests in the set's lastKeys, at
+// the set's generation, and their paths and the rest's for the next
+// rescan to reuse, and returns the rest, to dispatch. The caller holds
+// f.mu.
+//
+// The finished requests' paths are most of a full batch (100,000 requests
+// are 200,000 paths): they are not copied aside, only their keys, so an
+// idle rescan allocates little and the collector seldom runs (gctune.go).
+func (f *finishedSet) sortOut(paths []string) (now []string) {
+	lastKey, lastKnown := "", false // a request's two files are adjacent in the sorted batch
+	// The last batch's finished keys, while the set is as it was then: a
+	// key found at its place among them is known without a look-up. Beside
+	// 10,000 finished requests the look-ups were a third of an idle
+	// rescan's CPU (the keys' bytes are all over the heap, cold after 30 s;
+	// these are the listing's, in order, and mostly the very same strings).
+	// A key not found there is looked up, so the answer is the set's
+	// either way; only its cost depends on the order.
+	var prev []string
+	if f.lastGen == f.done.gen {
+		prev = f.lastKeys
+	}
+	keys := f.spare[:0]
+	j := 0
+	for _, p := range paths {
+		// The shape first, the id's digits only for a key the finished set
+		// lacks: its keys are valid ones, and most paths of a full batch
+		// are theirs (requestKeyOf's answer either way).
+		key, ok := requestKeyShape(p)
+		if ok && key != lastKey {
+			known := j < len(prev) && prev[j] == key
+			if !known {
+				for j < len(prev) && prev[j] < key {
+					j++ // gone from the folder since
+				}
+				known = j < len(prev) && prev[j] == key
+			}
+			if known {
+				j++
+			} else {
+				f.probe.add(finishedLookups)
+				_, known = f.done.get(key)
+			}
+			if ok = known || bridge.ValidID(key[len(key)-32:]); ok {
+				lastKey, lastKnown = key, known
+				if known {
+					keys = append(keys, key)
+				}
+			}
+		}
+		if ok && lastKnown {
+			continue
+		}
+		now = append(now, p)
+	}
+	// Two arrays in turn: a rescan of 100,000 finished requests would
+	// otherwise leave 1.6 MB of them behind each time.
+	clear(keys[len(keys):cap(keys)]) // the room past them keeps no older batch's paths alive
+	f.spare, f.lastKeys, f.lastGen = f.lastKeys, keys, f.done.gen
+	f.lastNow = now
+	return now
 }
 
 // fnv32a is FNV-1a of s (hash/fnv's New32a), without the allocations of

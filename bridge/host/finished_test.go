@@ -219,3 +219,86 @@ func TestRescanReusesItsFinishedLookUps(t *testing.T) {
 		t.Fatalf("the count op's runs: %q (%v), want 3", data, err)
 	}
 }
+
+// TestSameRescanDispatchesWhatTheOneBeforeDid: a rescan of a folder whose
+// names, refused marks and finished set are as they were at the rescan
+// before takes what that rescan found, without going through the names
+// again, and still dispatches what is not finished: a request waiting for
+// its payload is looked at again at every such rescan, and runs once its
+// payload is there; a refused manifest left out of the rescan before is
+// read again once new keys may make it acceptable.
+func TestSameRescanDispatchesWhatTheOneBeforeDid(t *testing.T) {
+	t.Parallel()
+	p := newPair(t, testPolicy)
+	p.tune = func(l *limits) { l.markSettle = 0 }
+	countFile := filepath.Join(t.TempDir(), "count")
+	p.start(t, map[string]string{"COUNT_FILE": countFile})
+	d := p.daemon
+	p.run(t, agent.SubmitOptions{Host: "laptop", Op: "count"})
+	id, manifest, payload := p.sealManual(t, "count", nil, nil)
+	if err := os.WriteFile(filepath.Join(p.toHost(), id+"."+bridge.ExtManifest), manifest, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rescan := func() (same, reads, lookups int64) {
+		t.Helper()
+		d.fin.mu.Lock()
+		n := d.fin.rescans
+		d.fin.mu.Unlock()
+		s0, r0, l0 := d.probe.n(sameRescans), d.probe.n(manifestReads), d.probe.n(finishedLookups)
+		d.watcher.Walk()
+		waitFor(t, 10*time.Second, "a rescan", func() bool {
+			d.fin.mu.Lock()
+			defer d.fin.mu.Unlock()
+			return d.fin.rescans > n
+		})
+		// The rescan dispatched what it dispatches before it counted:
+		// wait for the evaluations it asked for.
+		waitFor(t, 10*time.Second, "the evaluations", d.sched.idle)
+		return d.probe.n(sameRescans) - s0, d.probe.n(manifestReads) - r0, d.probe.n(finishedLookups) - l0
+	}
+	// At first the set may change between rescans (the first collection),
+	// and the manifest's arrival is a change of the folder.
+	sames := 0
+	for i := 0; sames < 3; i++ {
+		if i == 30 {
+			t.Fatalf("%d of 30 rescans of an unchanged folder took the one before's findings", sames)
+		}
+		same, reads, lookups := rescan()
+		if same == 0 {
+			continue
+		}
+		sames++
+		if lookups != 0 {
+			t.Fatalf("a rescan that took the one before's findings made %d look-ups", lookups)
+		}
+		if reads == 0 {
+			t.Fatal("a rescan that took the one before's findings did not look at the request waiting for its payload")
+		}
+	}
+	// A refused manifest, marked: rescans leave it out, unread, and take
+	// the findings of the one before again once the marks stay as they are.
+	p.plantJunk(t, 1, false)
+	for i := 0; ; i++ {
+		if i == 30 {
+			t.Fatal("30 rescans beside a refused manifest read it again or went through the names again")
+		}
+		if same, reads, _ := rescan(); same == 1 && reads == 1 { // the waiting request's alone
+			break
+		}
+	}
+	// New keys (as a pairing brings): the mark no longer holds, and the
+	// rescan that no longer leaves the manifest out must read it, though
+	// the folder is as it was.
+	agents := maps.Clone(d.agents())
+	d.agentsP.Store(&agents)
+	if same, reads, _ := rescan(); same != 0 || reads != 2 {
+		t.Fatalf("the rescan after new keys: took the one before's findings %d times, read %d manifests; want 0 and 2", same, reads)
+	}
+	if err := os.WriteFile(filepath.Join(p.toHost(), id+"."+bridge.ExtPayload), payload, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p.wait(t, id)
+	if data, err := os.ReadFile(countFile); err != nil || strings.Count(string(data), "run\n") != 2 {
+		t.Fatalf("the count op's runs: %q (%v), want 2", data, err)
+	}
+}

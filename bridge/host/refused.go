@@ -36,6 +36,7 @@ type refusals struct {
 	mu    sync.Mutex
 	marks map[uint64]refusedMark // by markKey of the path below to-host
 	seed  maphash.Seed           // markKey's
+	gen   uint64                 // counts every mark made or forgotten: skip's answer holds while it stays
 }
 
 // refusedMark is a refused manifest's version and the keys it was checked
@@ -79,6 +80,7 @@ func (r *refusals) mark(p string) {
 		return
 	}
 	r.marks[r.markKey(rel)] = refusedMark{v: versionOf(fi), agents: r.agentsP.Load(), own: r.ownP.Load()}
+	r.gen++
 }
 
 // markKey is a refused mark's key: a seeded 64-bit hash of the path below
@@ -93,11 +95,13 @@ func (r *refusals) markKey(rel string) uint64 { return maphash.String(r.seed, re
 // manifests refused before that have not changed since, looking at them all
 // with one batched lstat per agent directory; and forgets marks of files
 // that are gone. Event batches are not filtered: an event means a change.
-func (r *refusals) skip(paths []string) []string {
+// gen is the marks' generation after: while it stays, the same paths give
+// the same answer.
+func (r *refusals) skip(paths []string) (out []string, gen uint64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if len(r.marks) == 0 {
-		return paths
+		return paths, r.gen
 	}
 	// Positions, flags and hashes rather than maps of names: a rescan of a
 	// directory full of refused junk costs a few bytes per name, and
@@ -118,6 +122,7 @@ func (r *refusals) skip(paths []string) []string {
 		for k := range r.marks {
 			if !present[k] {
 				delete(r.marks, k)
+				r.gen++
 			}
 		}
 	}
@@ -144,19 +149,20 @@ func (r *refusals) skip(paths []string) []string {
 				skipped++
 			} else {
 				delete(r.marks, key)
+				r.gen++
 			}
 		}
 		i = j
 	}
 	if skipped == 0 {
-		return paths
+		return paths, r.gen
 	}
 	// The request's other files too: a payload beside a refused manifest
 	// would have it read again. (Only a manifest's: a refused cancel says
 	// nothing of the request, whose manifest may well be good.) A full
 	// batch is sorted, so a request's files are next to each other; were
 	// one apart, it would only be evaluated, and found refused there.
-	out := make([]string, 0, len(paths)-skipped)
+	out = make([]string, 0, len(paths)-skipped)
 	for i := 0; i < len(paths); {
 		k, ok := requestKeyOf(paths[i])
 		j, manifestSkipped := i+1, skip[i] && strings.HasSuffix(paths[i], "."+bridge.ExtManifest)
@@ -169,7 +175,7 @@ func (r *refusals) skip(paths []string) []string {
 			}
 		}
 	}
-	return out
+	return out, r.gen
 }
 
 // still reports whether the manifest at p (relative to the folder)

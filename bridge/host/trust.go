@@ -217,16 +217,17 @@ func (k *keyring) followRotations(agent string) {
 
 // followBatchRotations follows the rotation statements of every trusted
 // agent with one in paths, once per agent however many it has (each
-// following reads all of them), and returns the other paths in order.
-func (k *keyring) followBatchRotations(paths []string) []string {
+// following reads all of them), and returns the other paths in order, and
+// whether paths held a name of a rotation statement at all.
+func (k *keyring) followBatchRotations(paths []string) (rest []string, statements bool) {
 	// Rotation statements are rare and a full batch is every path in the
 	// folder: copy the batch only when it holds one.
 	i := slices.IndexFunc(paths, func(p string) bool { return strings.HasSuffix(p, ".rotation") })
 	if i < 0 {
-		return paths
+		return paths, false
 	}
 	var agents []string
-	rest := append(make([]string, 0, len(paths)), paths[:i]...)
+	rest = append(make([]string, 0, len(paths)), paths[:i]...)
 	for _, p := range paths[i:] {
 		if strings.HasSuffix(p, ".rotation") {
 			agent, name, ok := strings.Cut(p, "/")
@@ -242,5 +243,5 @@ func (k *keyring) followBatchRotations(paths []string) []string {
 	for _, agent := range agents {
 		k.followRotations(agent)
 	}
-	return rest
+	return rest, true
 }
