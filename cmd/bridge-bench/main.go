@@ -53,6 +53,7 @@ type config struct {
 	payloadMiB                                    int64
 	seed                                          uint64
 	poll, clientPoll, pause, idleWindow           time.Duration
+	serveIdleFrom, serveIdleWindow                time.Duration
 	cpuProfile, dir, reference                    string
 	skip                                          map[string]bool
 }
@@ -75,7 +76,9 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	fs.Uint64Var(&c.seed, "seed", 1, "seed of the sporadic pauses")
 	fs.DurationVar(&c.pause, "pause", time.Second, "sporadic requests wait a random time below this before each")
 	fs.DurationVar(&c.clientPoll, "client-poll", time.Second, "the baseline client's poll interval in its process-per-request rows (its default)")
-	fs.DurationVar(&c.idleWindow, "idle-window", 30*time.Second, "how long an idle process is watched")
+	fs.DurationVar(&c.idleWindow, "idle-window", 30*time.Second, "how long an idle process is watched (the baselines and the reference: they poll every second)")
+	fs.DurationVar(&c.serveIdleFrom, "serve-idle-from", 45*time.Second, "an idle `bridge serve` is watched from this long after its start: past its first rescan (30 s), whose caches the start warmed")
+	fs.DurationVar(&c.serveIdleWindow, "serve-idle-window", 120*time.Second, "how long an idle `bridge serve` is watched: four of its rescans")
 	fs.IntVar(&c.tputN, "tput-n", 1000, "requests per op for the throughput run")
 	fs.IntVar(&c.inflight, "inflight", 32, "requests in flight in the throughput run")
 	fs.IntVar(&c.scaleN, "scale-n", 100000, "finished requests in the folder for the scale figures (filling takes minutes, see BENCHMARKS.md)")
@@ -137,13 +140,19 @@ func parse(args []string, stderr io.Writer) (config, error) {
 		if !set["idle-window"] {
 			c.idleWindow = time.Second
 		}
+		if !set["serve-idle-from"] {
+			c.serveIdleFrom = 0
+		}
+		if !set["serve-idle-window"] {
+			c.serveIdleWindow = c.idleWindow
+		}
 	}
 	for _, v := range []int{c.n, c.syncthingK, c.baselineN, c.tputN, c.inflight, c.floorN, c.sporadicN, c.b2bN, c.burstN, c.fsyncN} {
 		if v < 1 {
 			return c, errors.New("counts, sizes and intervals must be positive")
 		}
 	}
-	if c.unackedN < 0 || c.payloadMiB < 1 || c.poll <= 0 || c.clientPoll <= 0 || c.pause <= 0 || c.idleWindow <= 0 {
+	if c.unackedN < 0 || c.payloadMiB < 1 || c.poll <= 0 || c.clientPoll <= 0 || c.pause <= 0 || c.idleWindow <= 0 || c.serveIdleFrom < 0 || c.serveIdleWindow <= 0 {
 		return c, errors.New("counts, sizes and intervals must be positive")
 	}
 	return c, nil
@@ -201,9 +210,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	r := &report{w: stdout}
-	fmt.Fprintf(stdout, "bridge-bench on %s/%s, %d CPUs, %s; n=%d baseline-n=%d sporadic-n=%d b2b-n=%d burst-n=%d unacked-n=%d fsync-n=%d tput-n=%d inflight=%d scale-n=%d payload=%d MiB; poll %s, client poll %s, pause 0–%s, idle window %s, seed %d\n\n",
+	fmt.Fprintf(stdout, "bridge-bench on %s/%s, %d CPUs, %s; n=%d baseline-n=%d sporadic-n=%d b2b-n=%d burst-n=%d unacked-n=%d fsync-n=%d tput-n=%d inflight=%d scale-n=%d payload=%d MiB; poll %s, client poll %s, pause 0–%s, idle window %s (serve: %s from %s after its start), seed %d\n\n",
 		runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.Version(), c.n, c.baselineN, c.sporadicN, c.b2bN, c.burstN, c.unackedN, c.fsyncN,
-		c.tputN, c.inflight, c.scaleN, c.payloadMiB, c.poll, c.clientPoll, c.pause, c.idleWindow, c.seed)
+		c.tputN, c.inflight, c.scaleN, c.payloadMiB, c.poll, c.clientPoll, c.pause, c.idleWindow, c.serveIdleWindow, c.serveIdleFrom, c.seed)
 
 	// 1. The floor.
 	floorDir := filepath.Join(base, "floor")
