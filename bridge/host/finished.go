@@ -230,7 +230,9 @@ func (d *Daemon) dispatchFull(paths []string, same bool) {
 	d.fin.mu.Lock()
 	shares := max(1, (len(d.fin.done.m)+maxFinishedChecks-1)/maxFinishedChecks)
 	var now []string
+	fresh := true
 	if same && d.fin.lastRefused == refusedGen && d.fin.lastGen == d.fin.done.gen {
+		fresh = false
 		// The folder's names, the refused marks and the finished set are
 		// as they were at the rescan before: so is what it found. Beside
 		// 10,000 finished requests, going through their 20,000 names again
@@ -256,7 +258,7 @@ func (d *Daemon) dispatchFull(paths []string, same bool) {
 	// keys stays this goroutine's to read: only the next full batch
 	// reuses its array.
 	agents := d.agents()
-	check := d.fin.shareToCheck(keys, shares, func(agent string) bool { return agents[agent] != nil })
+	check := d.fin.shareToCheck(keys, shares, fresh, func(agent string) bool { return agents[agent] != nil })
 	stamps := d.out.resultStamps(check)
 	for i, key := range check {
 		agent, id, _ := strings.Cut(key, "/")

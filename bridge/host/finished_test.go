@@ -302,3 +302,61 @@ func TestSameRescanDispatchesWhatTheOneBeforeDid(t *testing.T) {
 		t.Fatalf("the count op's runs: %q (%v), want 2", data, err)
 	}
 }
+
+// TestRedeliveredRequestFindsItsLostResultPublishedAgain: a finished
+// request whose files and result were lost, delivered again while the
+// result checks pause, has its result published again within a rescan or
+// two however the folder's names come back (here a sync client's
+// directory swap, which a full walk sees before any event of it is
+// dispatched): keys found anew start the checks' rotation again.
+func TestRedeliveredRequestFindsItsLostResultPublishedAgain(t *testing.T) {
+	t.Parallel()
+	p := newPair(t, testPolicy)
+	p.limit(func(l *limits) { l.resultDirTrust = -1 }) // a check begun after a change may trust it: no 2 s waits
+	p.start(t, nil)
+	d, agentID := p.daemon, p.agent.Config.ID
+	finished := func(id string) bool {
+		d.fin.mu.Lock()
+		defer d.fin.mu.Unlock()
+		_, ok := d.fin.done.get(agentID + "/" + id)
+		return ok
+	}
+	publish := func(dir, id string, manifest, payload []byte) {
+		must(t, os.WriteFile(filepath.Join(dir, id+"."+bridge.ExtPayload), payload, 0o644))
+		must(t, os.WriteFile(filepath.Join(dir, id+"."+bridge.ExtManifest), manifest, 0o644))
+	}
+	keep, km, kp := p.sealManual(t, "echo", map[string]string{"msg": "kept"}, nil)
+	lost, lm, lp := p.sealManual(t, "echo", map[string]string{"msg": "lost"}, nil)
+	publish(p.toHost(), keep, km, kp)
+	publish(p.toHost(), lost, lm, lp)
+	waitFor(t, 20*time.Second, "both requests finished", func() bool { return finished(keep) && finished(lost) })
+	paused := func() {
+		t.Helper()
+		n := d.probe.n(resultSkips)
+		waitFor(t, 20*time.Second, "the result checks to pause", func() bool { return d.probe.n(resultSkips) > n })
+	}
+	paused()
+	result := filepath.Join(p.toAgent(), lost+"."+bridge.ExtResult)
+	for _, f := range []string{filepath.Join(p.toHost(), lost+"."+bridge.ExtManifest), filepath.Join(p.toHost(), lost+"."+bridge.ExtPayload),
+		result, filepath.Join(p.toAgent(), lost+"."+bridge.ExtOutput)} {
+		must(t, os.Remove(f))
+	}
+	paused()
+	// Delivered again as a sync client restoring the directory: another
+	// directory with both requests' files swapped in at its name.
+	swap := p.toHost() + ".restored"
+	must(t, os.Mkdir(swap, 0o755))
+	publish(swap, keep, km, kp)
+	publish(swap, lost, lm, lp)
+	must(t, os.Rename(p.toHost(), p.toHost()+".old"))
+	must(t, os.Rename(swap, p.toHost()))
+	for i := 1; ; i++ {
+		p.waitRescans(t, 1)
+		if _, err := os.Lstat(result); err == nil {
+			break
+		}
+		if i == 3 {
+			t.Fatalf("the lost result is not published again %d rescans after its request came back", i)
+		}
+	}
+}

@@ -35,15 +35,19 @@ const maxResultSkips = 9
 
 // shareToCheck is the share of keys (finished "agent/id" keys, sorted, so
 // each agent's are adjacent) whose results this rescan checks, each agent's
-// in a rotation of its own. An agent's results are checked only while its
-// result directory may have lost or gained one: a share at each rescan
-// until a whole rotation was checked with the directory unchanged since it
-// last changed (a result removed, renamed, or another renamed over it moves
+// in a rotation of its own. An agent's results are checked only while one
+// may have been lost or replaced: a share at each rescan until a whole
+// rotation was checked with its result directory unchanged and the keys
+// the same (a result removed, renamed, or another renamed over it moves
 // the directory's times, so none of these goes unchecked), then none until
-// the directory changes again or maxResultSkips rescans have passed. An
-// idle daemon beside 10,000 finished requests so looks at one directory a
+// either changes or maxResultSkips rescans have passed. fresh says that
+// the keys were found anew (dispatchFull's pass through the names: the
+// folder, the finished set or the refused marks changed), which starts
+// every rotation again: a finished request delivered again (its result
+// lost with it, say) is checked as it would be without the pause. An idle
+// daemon beside 10,000 finished requests so looks at one directory a
 // rescan, not at 2,000 files (issue 25: a third of an idle rescan's CPU).
-func (f *finishedSet) shareToCheck(keys []string, shares int, trusted func(agent string) bool) []string {
+func (f *finishedSet) shareToCheck(keys []string, shares int, fresh bool, trusted func(agent string) bool) []string {
 	var check []string
 	seen := make(map[string]*resultDir, len(f.dirs))
 	for i := 0; i < len(keys); {
@@ -70,7 +74,7 @@ func (f *finishedSet) shareToCheck(keys []string, shares int, trusted func(agent
 		if fi != nil {
 			ctime = syncsafe.ChangeTime(fi).UnixNano()
 		}
-		same := fi != nil && rd.fi != nil && os.SameFile(fi, rd.fi) &&
+		same := !fresh && fi != nil && rd.fi != nil && os.SameFile(fi, rd.fi) &&
 			fi.ModTime().Equal(rd.fi.ModTime()) && ctime == rd.ctime && rd.shares == shares &&
 			rd.at.Sub(fi.ModTime()) > f.limits.resultDirTrust && rd.at.UnixNano()-ctime > int64(f.limits.resultDirTrust)
 		if same && rd.covered >= shares && rd.skips < maxResultSkips {

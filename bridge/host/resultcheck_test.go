@@ -57,7 +57,7 @@ func TestResultChecksPauseWhileTheirDirectoryIsUnchanged(t *testing.T) {
 	f := &finishedSet{base: &base{me: me, folder: folder, limits: lim}}
 	trusted := func(a string) bool { return a == agent }
 	const shares = 3
-	next := func() []string { return f.shareToCheck(keys, shares, trusted) }
+	next := func() []string { return f.shareToCheck(keys, shares, false, trusted) }
 
 	rotation := func(what string) {
 		t.Helper()
@@ -147,8 +147,25 @@ func TestResultChecksPauseWhileTheirDirectoryIsUnchanged(t *testing.T) {
 	paused("unchanged after that", 3)
 
 	// The rotation's size changed: the shares checked so far cover other keys.
-	if got := f.shareToCheck(keys, shares+1, trusted); len(got) == 0 {
+	if got := f.shareToCheck(keys, shares+1, false, trusted); len(got) == 0 {
 		t.Fatal("a rescan with a rotation of another size checked nothing")
+	}
+	for range shares + 1 {
+		f.shareToCheck(keys, shares+1, false, trusted)
+	}
+	if got := f.shareToCheck(keys, shares+1, false, trusted); len(got) != 0 {
+		t.Fatalf("unchanged after a rotation of %d: checked %d results, want none", shares+1, len(got))
+	}
+
+	// Keys found anew (the folder's names or the finished set changed: a
+	// finished request delivered again, say): the rotation begins again.
+	if got := f.shareToCheck(keys, shares+1, true, trusted); len(got) == 0 {
+		t.Fatal("a rescan that found the keys anew checked nothing")
+	}
+	for i := range shares {
+		if got := f.shareToCheck(keys, shares+1, false, trusted); len(got) == 0 {
+			t.Fatalf("rescan %d of the rotation after the keys were found anew checked nothing", i+1)
+		}
 	}
 
 	// The directory gone: every rescan checks (its results are lost).
@@ -161,7 +178,7 @@ func TestResultChecksPauseWhileTheirDirectoryIsUnchanged(t *testing.T) {
 		}
 	}
 	// An agent with no finished request left is forgotten.
-	f.shareToCheck(keys[30:], shares, func(string) bool { return true })
+	f.shareToCheck(keys[30:], shares, false, func(string) bool { return true })
 	if _, ok := f.dirs[agent]; ok || len(f.dirs) != 1 {
 		t.Fatalf("directories known after the agent's keys went: %v, want only %s", f.dirs, other)
 	}

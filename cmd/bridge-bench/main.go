@@ -53,7 +53,8 @@ type config struct {
 	payloadMiB                                    int64
 	seed                                          uint64
 	poll, clientPoll, pause, idleWindow           time.Duration
-	serveIdleFrom, serveIdleWindow                time.Duration
+	serveIdleFrom, serveIdleFullFrom              time.Duration
+	serveIdleWindow                               time.Duration
 	cpuProfile, dir, reference                    string
 	skip                                          map[string]bool
 }
@@ -78,6 +79,7 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.clientPoll, "client-poll", time.Second, "the baseline client's poll interval in its process-per-request rows (its default)")
 	fs.DurationVar(&c.idleWindow, "idle-window", 30*time.Second, "how long an idle process is watched (the baselines and the reference: they poll every second)")
 	fs.DurationVar(&c.serveIdleFrom, "serve-idle-from", 45*time.Second, "an idle `bridge serve` is watched from this long after its start: past its first rescan (30 s), whose caches the start warmed")
+	fs.DurationVar(&c.serveIdleFullFrom, "serve-idle-full-from", 6*time.Minute, "the idle `bridge serve` beside the full folder is watched from this long after its start: past its first rotation of result checks (11 rescans at 10,000 finished requests, DESIGN invariant 6)")
 	fs.DurationVar(&c.serveIdleWindow, "serve-idle-window", 120*time.Second, "how long an idle `bridge serve` is watched: four of its rescans")
 	fs.IntVar(&c.tputN, "tput-n", 1000, "requests per op for the throughput run")
 	fs.IntVar(&c.inflight, "inflight", 32, "requests in flight in the throughput run")
@@ -143,6 +145,9 @@ func parse(args []string, stderr io.Writer) (config, error) {
 		if !set["serve-idle-from"] {
 			c.serveIdleFrom = 0
 		}
+		if !set["serve-idle-full-from"] {
+			c.serveIdleFullFrom = 0
+		}
 		if !set["serve-idle-window"] {
 			c.serveIdleWindow = c.idleWindow
 		}
@@ -152,7 +157,7 @@ func parse(args []string, stderr io.Writer) (config, error) {
 			return c, errors.New("counts, sizes and intervals must be positive")
 		}
 	}
-	if c.unackedN < 0 || c.payloadMiB < 1 || c.poll <= 0 || c.clientPoll <= 0 || c.pause <= 0 || c.idleWindow <= 0 || c.serveIdleFrom < 0 || c.serveIdleWindow <= 0 {
+	if c.unackedN < 0 || c.payloadMiB < 1 || c.poll <= 0 || c.clientPoll <= 0 || c.pause <= 0 || c.idleWindow <= 0 || c.serveIdleFrom < 0 || c.serveIdleFullFrom < 0 || c.serveIdleWindow <= 0 {
 		return c, errors.New("counts, sizes and intervals must be positive")
 	}
 	return c, nil
@@ -210,9 +215,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	r := &report{w: stdout}
-	fmt.Fprintf(stdout, "bridge-bench on %s/%s, %d CPUs, %s; n=%d baseline-n=%d sporadic-n=%d b2b-n=%d burst-n=%d unacked-n=%d fsync-n=%d tput-n=%d inflight=%d scale-n=%d payload=%d MiB; poll %s, client poll %s, pause 0–%s, idle window %s (serve: %s from %s after its start), seed %d\n\n",
+	fmt.Fprintf(stdout, "bridge-bench on %s/%s, %d CPUs, %s; n=%d baseline-n=%d sporadic-n=%d b2b-n=%d burst-n=%d unacked-n=%d fsync-n=%d tput-n=%d inflight=%d scale-n=%d payload=%d MiB; poll %s, client poll %s, pause 0–%s, idle window %s (serve: %s from %s after its start, %s beside the full folder), seed %d\n\n",
 		runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.Version(), c.n, c.baselineN, c.sporadicN, c.b2bN, c.burstN, c.unackedN, c.fsyncN,
-		c.tputN, c.inflight, c.scaleN, c.payloadMiB, c.poll, c.clientPoll, c.pause, c.idleWindow, c.serveIdleWindow, c.serveIdleFrom, c.seed)
+		c.tputN, c.inflight, c.scaleN, c.payloadMiB, c.poll, c.clientPoll, c.pause, c.idleWindow, c.serveIdleWindow, c.serveIdleFrom, c.serveIdleFullFrom, c.seed)
 
 	// 1. The floor.
 	floorDir := filepath.Join(base, "floor")
