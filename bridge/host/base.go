@@ -35,6 +35,7 @@ type base struct {
 	rulesP  atomic.Pointer[rules] // the policy in force and its redactor (reload.go)
 	notes   noted                 // lines folder input may make us write
 	limits  limits                // defaultLimits; set before Open, read-only after
+	ownDirs ownWrites             // the daemon's own changes to result directories (resultcheck.go)
 	// The daemon's stop. closing is set only by scheduler.close, under the
 	// scheduler's lock (its workers wait on its condition for it), before
 	// anything drains; Abort sets killed, and what it killed is left
@@ -227,20 +228,21 @@ type probe struct {
 type tally int
 
 const (
-	manifestReads   tally = iota // manifests read for an evaluation
-	cancelReads                  // cancel files read
-	controlWakes                 // the control loop's wake-ups
-	sweepScans                   // the sweeps' scans of the ledger
-	tempSweeps                   // sweeps of the temporaries a crash left (sweepTemps)
-	controlEnds                  // returns of the control loop
-	finishedLookups              // look-ups of the finished set by a rescan (dispatchFull)
-	rescanLooks                  // the control loop's looks brought by a rescan
-	collections                  // the control loop's collections (the first after the start-up scan, then periodic)
-	timerWakes                   // the control loop's wakes for a deadline of its own
-	livenessRounds               // liveness stamps written for their interval (refreshLiveness)
-	resultChecks                 // shares of an agent's results a rescan checked (shareToCheck)
-	resultSkips                  // rescans that checked none of an agent's results, its directory unchanged
-	sameRescans                  // rescans that took the one before's findings: the folder and finished set unchanged (dispatchFull)
+	manifestReads    tally = iota // manifests read for an evaluation
+	cancelReads                   // cancel files read
+	controlWakes                  // the control loop's wake-ups
+	sweepScans                    // the sweeps' scans of the ledger
+	tempSweeps                    // sweeps of the temporaries a crash left (sweepTemps)
+	controlEnds                   // returns of the control loop
+	finishedLookups               // look-ups of the finished set by a rescan (dispatchFull)
+	rescanLooks                   // the control loop's looks brought by a rescan
+	collections                   // the control loop's collections (the first after the start-up scan, then periodic)
+	timerWakes                    // the control loop's wakes for a deadline of its own
+	livenessRounds                // liveness stamps written for their interval (refreshLiveness)
+	resultChecks                  // shares of an agent's results a rescan checked (shareToCheck)
+	resultSkips                   // rescans that checked none of an agent's results, its directory unchanged
+	resultOwnChanges              // result directories found changed by the daemon's own writes alone
+	sameRescans                   // rescans that took the one before's findings: the folder and finished set unchanged (dispatchFull)
 	tallies
 )
 

@@ -47,7 +47,9 @@ func (o *outbox) publishLiveness(state string) error {
 		s.Agent, s.Accepts, s.AgentSeq, s.Trusted = agent, accepts, seq, trusted
 		signed, err := bridge.SignLiveness(s, own.current)
 		if err == nil {
-			err = o.folder.PublishReplace(bridge.LivenessPath(o.me, agent), bridge.WriteBytes(signed), syncsafe.WithMode(0o644))
+			err = o.ownWrite(agent, func() error {
+				return o.folder.PublishReplace(bridge.LivenessPath(o.me, agent), bridge.WriteBytes(signed), syncsafe.WithMode(0o644))
+			})
 		}
 		errs = append(errs, err)
 	}

@@ -1,6 +1,7 @@
 package host
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -112,7 +113,7 @@ func TestResultChecksPauseWhileTheirDirectoryIsUnchanged(t *testing.T) {
 	}
 	// Within the change time's tick as the check saw it, the change could
 	// not show: set the times again until it does.
-	for ctime := f.dirs[agent].ctime; ; time.Sleep(time.Millisecond) {
+	for ctime := f.dirs[agent].st.ctime; ; time.Sleep(time.Millisecond) {
 		setBack(old.Add(time.Minute))
 		fi, err := os.Lstat(dir)
 		if err != nil {
@@ -123,6 +124,30 @@ func TestResultChecksPauseWhileTheirDirectoryIsUnchanged(t *testing.T) {
 		}
 	}
 	rotation("after a change hidden by the modification time")
+	paused("unchanged after that", 3)
+
+	// The daemon's own writes (its liveness stamps), one after the other,
+	// between two rescans: the pause goes on. The tick guard is off for
+	// them here as for the rest (trust -1), so a check right after counts.
+	own := func(name string) {
+		t.Helper()
+		must(t, f.ownWrite(agent, func() error { return os.WriteFile(filepath.Join(dir, name), nil, 0o600) }))
+	}
+	own("host.liveness")
+	own("host.liveness.2")
+	paused("after the daemon's own writes", 3)
+	// A folder writer's change between two of the daemon's: a rotation.
+	own("host.liveness.3")
+	// Within the tick of the daemon's write it could not show (where the
+	// kernel gives coarse times): write again until it does.
+	for i := 0; dirStateOf(lstat(t, dir)) == f.ownDirs.m[agent].after; i++ {
+		must(t, os.WriteFile(filepath.Join(dir, fmt.Sprintf("foreign.%d", i)), nil, 0o600))
+		if dirStateOf(lstat(t, dir)) == f.ownDirs.m[agent].after {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	own("host.liveness.4")
+	rotation("after a folder writer's change among the daemon's own")
 	paused("unchanged after that", 3)
 
 	// A change too recent to trust a check begun now (within an hour,
@@ -182,4 +207,13 @@ func TestResultChecksPauseWhileTheirDirectoryIsUnchanged(t *testing.T) {
 	if _, ok := f.dirs[agent]; ok || len(f.dirs) != 1 {
 		t.Fatalf("directories known after the agent's keys went: %v, want only %s", f.dirs, other)
 	}
+}
+
+func lstat(t *testing.T, p string) os.FileInfo {
+	t.Helper()
+	fi, err := os.Lstat(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fi
 }
