@@ -43,6 +43,7 @@ type finishedSet struct {
 	lastRefused uint64
 
 	dirs map[string]*resultDir // by agent: what the result check knows of its result directory (resultcheck.go)
+	runs []keyRun              // by agent: where its keys are in lastKeys (shareToCheck)
 }
 
 // doneMap is the finished set's keys and stamps. Every change goes

@@ -24,6 +24,12 @@ type resultDir struct {
 	turn    int       // the share its next check takes
 }
 
+// keyRun is where one agent's keys are in a rescan's sorted keys.
+type keyRun struct {
+	agent  string
+	lo, hi int
+}
+
 // dirState is what shows that a directory is unchanged: its identity and
 // its modification and change times (a modification time set back moves
 // the change time). The zero value is no directory.
@@ -95,10 +101,11 @@ func (b *base) ownWrite(agent string, write func() error) error {
 
 // maxResultSkips bounds how many rescans in a row may check none of an
 // agent's results: the tenth checks a share whatever its directory says,
-// for a result written over in place (which moves no directory time) whose
-// event notify dropped, and for a file system that keeps no directory
-// times (every result within 10 × shares rescans: at 30 s rescans and
-// 10,000 finished requests, 50 minutes).
+// for a result written over in place (which moves no directory time), a
+// change hidden in the tick of one of the daemon's own writes (ownWrite),
+// and a file system that keeps no directory times: every result within
+// 10 × shares rescans (at 30 s rescans and 10,000 finished requests, 50
+// minutes).
 const maxResultSkips = 9
 
 // shareToCheck is the share of keys (finished "agent/id" keys, sorted, so
@@ -107,9 +114,11 @@ const maxResultSkips = 9
 // may have been lost or replaced: a share at each rescan until a whole
 // rotation was checked with its result directory unchanged and the keys
 // the same (a result removed, renamed, or another renamed over it moves
-// the directory's times, so none of these goes unchecked), then none until
-// either changes or maxResultSkips rescans have passed. fresh says that
-// the keys were found anew (dispatchFull's pass through the names: the
+// the directory's times, so none of these goes unchecked; the daemon's own
+// liveness stamps do not count, ownWrite), then none until either changes
+// or maxResultSkips rescans have passed. fresh says that
+// the keys were found anew (false: they are the very keys of the call
+// before); they are after dispatchFull's pass through the names (the
 // folder, the finished set or the refused marks changed), which starts
 // every rotation again: a finished request delivered again (its result
 // lost with it, say) is checked as it would be without the pause. An idle
@@ -117,15 +126,25 @@ const maxResultSkips = 9
 // rescan, not at 2,000 files (issue 25: a third of an idle rescan's CPU).
 func (f *finishedSet) shareToCheck(keys []string, shares int, fresh bool, trusted func(agent string) bool) []string {
 	var check []string
-	seen := make(map[string]*resultDir, len(f.dirs))
-	for i := 0; i < len(keys); {
-		agent := keys[i][:len(keys[i])-33]
-		j := i + 1
-		for j < len(keys) && keys[j][:len(keys[j])-33] == agent {
-			j++
+	if fresh || f.runs == nil {
+		// Found anew: where each agent's keys begin. Otherwise they are
+		// the very keys of the rescan before (dispatchFull), and going
+		// through 10,000 of them to compare their agents was most of a
+		// paused rescan's own CPU.
+		f.runs = f.runs[:0]
+		for i := 0; i < len(keys); {
+			agent := keys[i][:len(keys[i])-33]
+			j := i + 1
+			for j < len(keys) && keys[j][:len(keys[j])-33] == agent {
+				j++
+			}
+			f.runs = append(f.runs, keyRun{agent, i, j})
+			i = j
 		}
-		run := keys[i:j]
-		i = j
+	}
+	seen := make(map[string]*resultDir, len(f.dirs))
+	for _, r := range f.runs {
+		agent, run := r.agent, keys[r.lo:r.hi]
 		if !trusted(agent) {
 			continue // dispatch ignores its files too: no evaluation
 		}

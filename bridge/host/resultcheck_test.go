@@ -203,7 +203,7 @@ func TestResultChecksPauseWhileTheirDirectoryIsUnchanged(t *testing.T) {
 		}
 	}
 	// An agent with no finished request left is forgotten.
-	f.shareToCheck(keys[30:], shares, false, func(string) bool { return true })
+	f.shareToCheck(keys[30:], shares, true, func(string) bool { return true })
 	if _, ok := f.dirs[agent]; ok || len(f.dirs) != 1 {
 		t.Fatalf("directories known after the agent's keys went: %v, want only %s", f.dirs, other)
 	}
