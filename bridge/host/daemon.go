@@ -487,10 +487,13 @@ func (d *Daemon) Run(ctx context.Context) error {
 			paths, statements = d.keys.followBatchRotations(batch.Paths)
 		}
 		if batch.Full {
+			// A Same batch gives dispatchFull the paths it had the last
+			// time, statements taken out: those of the agents whose
+			// directories the walk lists, the trusted ones (an agent
+			// that rotated its keys keeps its statements in the folder
+			// for good, so they must not keep a rescan from being Same).
 			lastStatements = statements
-			// The paths dispatchFull had the last time, if Same: the
-			// statements taken out, these would not be the batch's.
-			d.dispatchFull(paths, batch.Same && !statements)
+			d.dispatchFull(paths, batch.Same)
 			d.refusals.refuseIrregular(batch.Irregular)
 			poke(d.rescanned)
 			continue

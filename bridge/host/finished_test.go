@@ -226,7 +226,8 @@ func TestRescanReusesItsFinishedLookUps(t *testing.T) {
 // again, and still dispatches what is not finished: a request waiting for
 // its payload is looked at again at every such rescan, and runs once its
 // payload is there; a refused manifest left out of the rescan before is
-// read again once new keys may make it acceptable.
+// read again once new keys may make it acceptable. A rotation statement's
+// name beside them changes none of this.
 func TestSameRescanDispatchesWhatTheOneBeforeDid(t *testing.T) {
 	t.Parallel()
 	p := newPair(t, testPolicy)
@@ -235,6 +236,10 @@ func TestSameRescanDispatchesWhatTheOneBeforeDid(t *testing.T) {
 	p.start(t, map[string]string{"COUNT_FILE": countFile})
 	d := p.daemon
 	p.run(t, agent.SubmitOptions{Host: "laptop", Op: "count"})
+	// A name of a rotation statement stays in the folder for good once an
+	// agent rotated its keys: followed at each rescan, it must not keep
+	// the rescans from taking the findings of the one before.
+	must(t, os.WriteFile(filepath.Join(p.toHost(), bridge.RotationName(1)), []byte("not a statement"), 0o644))
 	id, manifest, payload := p.sealManual(t, "count", nil, nil)
 	if err := os.WriteFile(filepath.Join(p.toHost(), id+"."+bridge.ExtManifest), manifest, 0o644); err != nil {
 		t.Fatal(err)

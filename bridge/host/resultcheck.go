@@ -83,17 +83,22 @@ func (o *ownWrites) take(agent string) (ownChange, bool) {
 }
 
 // ownWrite does write, a change of agent's result directory, and notes it
-// as the daemon's own (ownWrites). A folder writer's change made between
-// the two looks at the directory that enclose it, in the same timestamp
-// tick as the write, is not told apart from it: such a result is found by
-// a later share (maxResultSkips).
+// as the daemon's own (ownWrites), unless the directory at that name was
+// another one after it (replaced meanwhile: not the daemon's doing). A
+// folder writer's change made between the two looks that enclose the write
+// (its fsyncs and rename: milliseconds, more on a slow disk), or in the
+// same timestamp tick just after the second, is not told apart from it:
+// such a result is found by a later share, as one written over in place
+// (maxResultSkips).
 func (b *base) ownWrite(agent string, write func() error) error {
 	dir := bridge.ToAgentDir(b.me, agent)
 	before, berr := b.folder.Lstat(dir)
 	err := write()
 	if err == nil && berr == nil {
 		if after, aerr := b.folder.Lstat(dir); aerr == nil {
-			b.ownDirs.note(agent, dirStateOf(before), dirStateOf(after))
+			if bs, as := dirStateOf(before), dirStateOf(after); bs.ino == as.ino && as != (dirState{}) {
+				b.ownDirs.note(agent, bs, as)
+			}
 		}
 	}
 	return err

@@ -149,6 +149,16 @@ func TestResultChecksPauseWhileTheirDirectoryIsUnchanged(t *testing.T) {
 	own("host.liveness.4")
 	rotation("after a folder writer's change among the daemon's own")
 	paused("unchanged after that", 3)
+	// The directory swapped for another while the daemon wrote there: not
+	// the daemon's doing, though the write went to the new one.
+	must(t, f.ownWrite(agent, func() error {
+		must(t, os.Mkdir(dir+".restored", 0o700))
+		must(t, os.Rename(dir, dir+".old"))
+		must(t, os.Rename(dir+".restored", dir))
+		return os.WriteFile(filepath.Join(dir, "host.liveness"), nil, 0o600)
+	}))
+	rotation("after the directory was swapped during the daemon's write")
+	paused("unchanged after that", 3)
 
 	// A change too recent to trust a check begun now (within an hour,
 	// here): a share each rescan, each beginning the rotation again.
