@@ -145,6 +145,55 @@ func TestFinishedCacheReadsWhatItWrote(t *testing.T) {
 	}
 }
 
+// TestFinishedCacheIsWrittenOnlyWhenChanged: the periodic collection saves
+// the finished set; a set unchanged since it was saved or loaded is not
+// written again (a megabyte and an fsync every 10 minutes beside 10,000
+// finished requests), and a changed one is.
+func TestFinishedCacheIsWrittenOnlyWhenChanged(t *testing.T) {
+	t.Parallel()
+	p := newPair(t, testPolicy)
+	d, err := NewDaemon(p.host, DaemonOptions{AllowRoot: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := p.host.Path(finishedName)
+	ino := func() uint64 {
+		t.Helper()
+		fi, err := os.Lstat(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fileIno(fi) // a save writes a new file and renames it into place
+	}
+	key := fmt.Sprintf("%032x/%032x", 1, 2)
+	d.fin.done.set(key, stamp{size: 1})
+	must(t, d.fin.save())
+	first := ino()
+	must(t, d.fin.save())
+	if ino() != first {
+		t.Fatal("an unchanged finished set was written again")
+	}
+	d.fin.done.set(key, stamp{size: 2})
+	must(t, d.fin.save())
+	changed := ino()
+	if changed == first {
+		t.Fatal("a changed finished set was not written")
+	}
+	// Loaded at a start, the set is the file's: not written again either.
+	d2, err := NewDaemon(p.host, DaemonOptions{AllowRoot: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d2.fin.load()
+	must(t, d2.fin.save())
+	if ino() != changed {
+		t.Fatal("a finished set just loaded was written again")
+	}
+	if st, _ := d2.fin.done.get(key); st != (stamp{size: 2}) {
+		t.Fatalf("read back %+v", st)
+	}
+}
+
 // A rescan of a folder whose finished requests are as they were at the
 // rescan before finds them among that rescan's keys, with no look-up in the
 // finished set; once the set changed (a request dropped from it, as a
