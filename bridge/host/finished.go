@@ -24,7 +24,7 @@ type finishedSet struct {
 	done    doneMap         // keys known terminal, with their published result's stamp
 	acks    map[string]bool // done keys whose ack file the watcher saw (gc.go)
 	lost    map[string]bool // keys a ledger repair found lost (evidence.go)
-	rescans int             // full batches seen, for dispatchFull's rotation (0: the start-up scan is not dispatched yet)
+	rescans int             // full batches dispatched (0: the start-up scan is not dispatched yet)
 
 	// The finished keys the last full batch held, in its order
 	// (substrings of its paths), and done's gen when they were looked up:

@@ -18,7 +18,7 @@ import (
 type resultDir struct {
 	st      dirState  // zero: not seen yet, or not a directory then
 	at      time.Time // when that check began
-	shares  int       // the rotation's size then
+	shares  int       // the round's size (shares) then
 	covered int       // shares checked in a row since, the directory as st
 	skips   int       // rescans in a row that checked none of its results
 	turn    int       // the share its next check takes
@@ -50,7 +50,7 @@ func dirStateOf(fi fs.FileInfo) dirState {
 // writer's: the directory's state just before the first of them and just
 // after the last, while each began where the one before left it. The
 // liveness stamps, rewritten every 5 minutes, are such changes: without
-// this, beside 10,000 finished requests (a rotation of 11 rescans, 5.5
+// this, beside 10,000 finished requests (a round of 11 rescans, 5.5
 // minutes at 30 s rescans) the checks would never pause.
 type ownWrites struct {
 	mu sync.Mutex
@@ -115,9 +115,9 @@ const maxResultSkips = 9
 
 // shareToCheck is the share of keys (finished "agent/id" keys, sorted, so
 // each agent's are adjacent) whose results this rescan checks, each agent's
-// in a rotation of its own. An agent's results are checked only while one
+// in a round of its own (DESIGN invariant 6). An agent's results are checked only while one
 // may have been lost or replaced: a share at each rescan until a whole
-// rotation was checked with its result directory unchanged and the keys
+// round was checked with its result directory unchanged and the keys
 // the same (a result removed, renamed, or another renamed over it moves
 // the directory's times, so none of these goes unchecked; the daemon's own
 // liveness stamps do not count, ownWrite), then none until either changes
@@ -125,7 +125,7 @@ const maxResultSkips = 9
 // the keys were found anew (false: they are the very keys of the call
 // before); they are after dispatchFull's pass through the names (the
 // folder, the finished set or the refused marks changed), which starts
-// every rotation again: a finished request delivered again (its result
+// every round again: a finished request delivered again (its result
 // lost with it, say) is checked as it would be without the pause. An idle
 // daemon beside 10,000 finished requests so looks at one directory a
 // rescan, not at 2,000 files (issue 25: a third of an idle rescan's CPU).
@@ -164,7 +164,7 @@ func (f *finishedSet) shareToCheck(keys []string, shares int, fresh bool, truste
 		own, ownOK := f.ownDirs.take(agent)
 		if ownOK && !fresh && st != (dirState{}) && rd.st != (dirState{}) && own.before == rd.st && own.after == st {
 			// Changed since by the daemon alone: as if this look had
-			// begun the rotation's checks so far.
+			// begun the round's checks so far.
 			rd.st, rd.at = st, now
 			f.probe.add(resultOwnChanges)
 		}
