@@ -42,8 +42,9 @@ type finishedSet struct {
 	lastNow     []string
 	lastRefused uint64
 
-	saved    bool   // the file holds the set as it was at savedGen
-	savedGen uint64 // done's gen when saved (or loaded)
+	saved     bool    // the file holds the set as it was at savedGen
+	savedGen  uint64  // done's gen when saved (or loaded)
+	savedFile version // the file as it was then
 
 	dirs map[string]*resultDir // by agent: what the result check knows of its result directory (resultcheck.go)
 	runs []keyRun              // by agent: where its keys are in lastKeys (shareToCheck)
@@ -103,11 +104,13 @@ const finishedHeader = "bridge-finished v1"
 // save writes the finished set (atomically; a crash keeps the old
 // file). Called on Close and after each periodic collection.
 func (f *finishedSet) save() error {
+	file := f.home.Path(finishedName)
 	f.mu.Lock()
-	if f.saved && f.savedGen == f.done.gen {
+	if f.saved && f.savedGen == f.done.gen && f.savedFile == fileVersion(file) {
 		// What the file holds: beside 10,000 finished requests, writing
 		// 1 MB again and its fsync every 10 minutes were most of an idle
-		// daemon's collection.
+		// daemon's collection. (A file removed or changed meanwhile is
+		// written again.)
 		f.mu.Unlock()
 		return nil
 	}
@@ -119,13 +122,23 @@ func (f *finishedSet) save() error {
 		fmt.Fprintf(&b, "%s %d %d %d %d\n", k, st.size, st.mtime, st.outSize, st.outMtime)
 	}
 	f.mu.Unlock()
-	if err := syncsafe.WriteFileAtomic(f.home.Path(finishedName), b.Bytes()); err != nil {
+	if err := syncsafe.WriteFileAtomic(file, b.Bytes()); err != nil {
 		return err
 	}
 	f.mu.Lock()
-	f.saved, f.savedGen = true, gen
+	f.saved, f.savedGen, f.savedFile = true, gen, fileVersion(file)
 	f.mu.Unlock()
 	return nil
+}
+
+// fileVersion is the version of the file at path, the zero version if it
+// cannot be looked at.
+func fileVersion(path string) version {
+	fi, err := os.Lstat(path)
+	if err != nil {
+		return version{}
+	}
+	return versionOf(fi)
 }
 
 // load reads the file save wrote. Anything malformed
@@ -186,6 +199,9 @@ func (f *finishedSet) load() {
 	if len(f.done.m) == 0 {
 		f.done.replace(m)                      // at the start, as a rule: nothing to merge
 		f.saved, f.savedGen = true, f.done.gen // the set is the file's
+		if fi, err := file.Stat(); err == nil {
+			f.savedFile = versionOf(fi)
+		}
 	} else {
 		for k, st := range m {
 			if _, ok := f.done.get(k); !ok {

@@ -148,7 +148,8 @@ func TestFinishedCacheReadsWhatItWrote(t *testing.T) {
 // TestFinishedCacheIsWrittenOnlyWhenChanged: the periodic collection saves
 // the finished set; a set unchanged since it was saved or loaded is not
 // written again (a megabyte and an fsync every 10 minutes beside 10,000
-// finished requests), and a changed one is.
+// finished requests), and a changed one is, as is a file removed or
+// written over since.
 func TestFinishedCacheIsWrittenOnlyWhenChanged(t *testing.T) {
 	t.Parallel()
 	p := newPair(t, testPolicy)
@@ -191,6 +192,19 @@ func TestFinishedCacheIsWrittenOnlyWhenChanged(t *testing.T) {
 	}
 	if st, _ := d2.fin.done.get(key); st != (stamp{size: 2}) {
 		t.Fatalf("read back %+v", st)
+	}
+	// Removed or changed behind the daemon's back: written again.
+	must(t, os.Remove(file))
+	must(t, d2.fin.save())
+	if _, err := os.Lstat(file); err != nil {
+		t.Fatalf("a finished cache removed while the daemon ran was not written again: %v", err)
+	}
+	must(t, os.WriteFile(file, []byte(finishedHeader+"\n"), 0o600))
+	must(t, d2.fin.save())
+	d2.fin.done.replace(map[string]stamp{})
+	d2.fin.load()
+	if st, _ := d2.fin.done.get(key); st != (stamp{size: 2}) {
+		t.Fatalf("a finished cache written over while the daemon ran was not written again: read back %+v", st)
 	}
 }
 

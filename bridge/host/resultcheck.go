@@ -84,7 +84,8 @@ func (o *ownWrites) take(agent string) (ownChange, bool) {
 
 // ownWrite does write, a change of agent's result directory, and notes it
 // as the daemon's own (ownWrites), unless the directory at that name was
-// another one after it (replaced meanwhile: not the daemon's doing). A
+// another one after it (replaced meanwhile: not the daemon's doing; on
+// Windows, where no inode is seen, this is not told either). A
 // folder writer's change made between the two looks that enclose the write
 // (its fsyncs and rename: milliseconds, more on a slow disk), or in the
 // same timestamp tick just after the second, is not told apart from it:
