@@ -414,6 +414,10 @@ func (d *Daemon) openCore() (err error) {
 	return nil
 }
 
+// maxUnfollowed bounds how many Same full batches in a row take the
+// statements the batch before followed as followed (Run).
+const maxUnfollowed = 9
+
 // Run serves until ctx is cancelled: it turns watcher batches into
 // evaluations. It returns after in-flight work drained (see Close).
 func (d *Daemon) Run(ctx context.Context) error {
@@ -435,8 +439,11 @@ func (d *Daemon) Run(ctx context.Context) error {
 		}
 	}()
 	defer func() { cancel(); <-watched }()
-	var trouble string      // what is wrong with the requests directory, said once
-	var lastStatements bool // the last full batch held a rotation statement's name
+	var trouble string                    // what is wrong with the requests directory, said once
+	var lastStatements bool               // the last full batch held a rotation statement's name
+	var lastRest []string                 // its paths, statements taken out
+	var lastAgents *map[string]*agentKeys // the trusted agents' keys it was followed against
+	unfollowed := 0                       // Same full batches in a row whose statements were not followed again
 	for {
 		batch, err := d.watcher.Next(ctx)
 		if err != nil {
@@ -479,12 +486,26 @@ func (d *Daemon) Run(ctx context.Context) error {
 		}
 		// Rotation statements first: a request signed by an agent's new key
 		// may arrive in the same batch as the statement that introduces it.
-		// A full batch the same as the one before, which held none, holds
-		// none: its 20,000 names beside 10,000 finished requests are not
-		// looked through again.
+		// A full batch the same as the one before holds the statements it
+		// held (none: its 20,000 names beside 10,000 finished requests are
+		// not looked through again), and following them again against the
+		// same trusted keys finds what it found: each following lists the
+		// agent's whole directory and reads every statement not yet
+		// accepted, a folder writer's junk ones included. A statement
+		// written over in place is followed by its event; one whose event
+		// was lost, or that could not be read, by the tenth such batch.
+		agents := d.agentsP.Load()
 		paths, statements := batch.Paths, false
-		if !batch.Full || !batch.Same || lastStatements {
+		switch {
+		case batch.Full && batch.Same && !lastStatements:
+		case batch.Full && batch.Same && agents == lastAgents && unfollowed < maxUnfollowed:
+			paths, statements = lastRest, true
+			unfollowed++
+		default:
 			paths, statements = d.keys.followBatchRotations(batch.Paths)
+			if batch.Full {
+				unfollowed = 0
+			}
 		}
 		if batch.Full {
 			// A Same batch gives dispatchFull the paths it had the last
@@ -492,7 +513,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 			// directories the walk lists, the trusted ones (an agent
 			// that rotated its keys keeps its statements in the folder
 			// for good, so they must not keep a rescan from being Same).
-			lastStatements = statements
+			lastStatements, lastRest, lastAgents = statements, paths, agents
 			d.dispatchFull(paths, batch.Same)
 			d.refusals.refuseIrregular(batch.Irregular)
 			poke(d.rescanned)

@@ -290,7 +290,8 @@ func TestRescanReusesItsFinishedLookUps(t *testing.T) {
 // its payload is looked at again at every such rescan, and runs once its
 // payload is there; a refused manifest left out of the rescan before is
 // read again once new keys may make it acceptable. A rotation statement's
-// name beside them changes none of this.
+// name beside them changes none of this, and is followed again only when
+// the keys changed, or at one such rescan in ten.
 func TestSameRescanDispatchesWhatTheOneBeforeDid(t *testing.T) {
 	t.Parallel()
 	p := newPair(t, testPolicy)
@@ -343,6 +344,16 @@ func TestSameRescanDispatchesWhatTheOneBeforeDid(t *testing.T) {
 			t.Fatal("a rescan that took the one before's findings did not look at the request waiting for its payload")
 		}
 	}
+	// The statement is followed again (its directory listed, the junk
+	// read) at one rescan in ten while the folder and the trusted keys
+	// stay as they are.
+	f0 := d.probe.n(rotationFollows)
+	for range maxUnfollowed + 1 {
+		rescan()
+	}
+	if got := d.probe.n(rotationFollows) - f0; got != 1 {
+		t.Fatalf("%d unchanged rescans followed the rotation statement %d times, want once", maxUnfollowed+1, got)
+	}
 	// A refused manifest, marked: rescans leave it out, unread, and take
 	// the findings of the one before again once the marks stay as they are.
 	p.plantJunk(t, 1, false)
@@ -359,8 +370,12 @@ func TestSameRescanDispatchesWhatTheOneBeforeDid(t *testing.T) {
 	// the folder is as it was.
 	agents := maps.Clone(d.agents())
 	d.agentsP.Store(&agents)
+	f0 = d.probe.n(rotationFollows)
 	if same, reads, _ := rescan(); same != 0 || reads != 2 {
 		t.Fatalf("the rescan after new keys: took the one before's findings %d times, read %d manifests; want 0 and 2", same, reads)
+	}
+	if got := d.probe.n(rotationFollows) - f0; got != 1 {
+		t.Fatalf("the rescan after new keys followed the rotation statement %d times, want once", got)
 	}
 	if err := os.WriteFile(filepath.Join(p.toHost(), id+"."+bridge.ExtPayload), payload, 0o644); err != nil {
 		t.Fatal(err)

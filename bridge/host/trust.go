@@ -241,6 +241,7 @@ func (k *keyring) followBatchRotations(paths []string) (rest []string, statement
 		rest = append(rest, p)
 	}
 	for _, agent := range agents {
+		k.probe.add(rotationFollows)
 		k.followRotations(agent)
 	}
 	return rest, true
