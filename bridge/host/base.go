@@ -243,7 +243,7 @@ const (
 	resultSkips                   // rescans that checked none of an agent's results, its directory unchanged
 	resultOwnChanges              // result directories found changed by the daemon's own writes alone
 	sameRescans                   // rescans that took the one before's findings: the folder and finished set unchanged (dispatchFull)
-	rotationFollows               // agents whose rotation statements a batch followed (followBatchRotations)
+	rotationFollows               // agents whose rotation statements a batch followed (followStatements)
 	tallies
 )
 

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -440,8 +441,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}()
 	defer func() { cancel(); <-watched }()
 	var trouble string                    // what is wrong with the requests directory, said once
-	var lastStatements bool               // the last full batch held a rotation statement's name
-	var lastRest []string                 // its paths, statements taken out
+	var lastStmts []string                // the last full batch's rotation statements (trusted agents')
+	var lastVersions []version            // theirs when last followed
+	var lastRest []string                 // its other paths
 	var lastAgents *map[string]*agentKeys // the trusted agents' keys it was followed against
 	unfollowed := 0                       // Same full batches in a row whose statements were not followed again
 	for {
@@ -489,23 +491,28 @@ func (d *Daemon) Run(ctx context.Context) error {
 		// A full batch the same as the one before holds the statements it
 		// held (none: its 20,000 names beside 10,000 finished requests are
 		// not looked through again), and following them again against the
-		// same trusted keys finds what it found: each following lists the
-		// agent's whole directory and reads every statement not yet
-		// accepted, a folder writer's junk ones included. A statement
-		// written over in place is followed by its event; one whose event
-		// was lost, or that could not be read, by the tenth such batch.
+		// same trusted keys, each as it was (its version), finds what it
+		// found: each following lists the agent's whole directory and reads
+		// every statement not yet accepted, a folder writer's junk ones
+		// included. One that could not be read is followed again by the
+		// tenth such batch.
 		agents := d.agentsP.Load()
-		paths, statements := batch.Paths, false
+		paths := batch.Paths
 		switch {
-		case batch.Full && batch.Same && !lastStatements:
-		case batch.Full && batch.Same && agents == lastAgents && unfollowed < maxUnfollowed:
-			paths, statements = lastRest, true
+		case batch.Full && batch.Same && len(lastStmts) == 0:
+		case batch.Full && batch.Same && agents == lastAgents && unfollowed < maxUnfollowed &&
+			slices.Equal(d.keys.statementVersions(lastStmts), lastVersions):
+			paths = lastRest
 			unfollowed++
 		default:
-			paths, statements = d.keys.followBatchRotations(batch.Paths)
+			var stmts []string
+			paths, stmts = d.keys.statementsIn(batch.Paths)
 			if batch.Full {
-				unfollowed = 0
+				// Taken before the following: a statement changed during
+				// it is followed again by the next batch.
+				lastStmts, lastVersions, unfollowed = stmts, d.keys.statementVersions(stmts), 0
 			}
+			d.keys.followStatements(stmts)
 		}
 		if batch.Full {
 			// A Same batch gives dispatchFull the paths it had the last
@@ -513,7 +520,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 			// directories the walk lists, the trusted ones (an agent
 			// that rotated its keys keeps its statements in the folder
 			// for good, so they must not keep a rescan from being Same).
-			lastStatements, lastRest, lastAgents = statements, paths, agents
+			lastRest, lastAgents = paths, agents
 			d.dispatchFull(paths, batch.Same)
 			d.refusals.refuseIrregular(batch.Irregular)
 			poke(d.rescanned)

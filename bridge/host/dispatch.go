@@ -61,7 +61,7 @@ func (r *refusals) untrustedDir(name string) {
 
 // dispatch routes one path (relative to to-host/) from the watcher.
 // Rotation statements were taken out of the batch before
-// (followBatchRotations), and a full batch's finished requests are checked
+// (statementsIn, followStatements), and a full batch's finished requests are checked
 // by dispatchFull.
 func (d *Daemon) dispatch(p string) {
 	agent, name, ok := strings.Cut(p, "/")

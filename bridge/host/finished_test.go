@@ -354,6 +354,17 @@ func TestSameRescanDispatchesWhatTheOneBeforeDid(t *testing.T) {
 	if got := d.probe.n(rotationFollows) - f0; got != 1 {
 		t.Fatalf("%d unchanged rescans followed the rotation statement %d times, want once", maxUnfollowed+1, got)
 	}
+	// Written over in place with no event (through a link to it from
+	// outside the watched directories, as a lost event would leave it):
+	// the next rescan follows it, by its version.
+	outside := filepath.Join(t.TempDir(), "statement")
+	must(t, os.Link(filepath.Join(p.toHost(), bridge.RotationName(1)), outside))
+	rescan()
+	f0 = d.probe.n(rotationFollows)
+	must(t, os.WriteFile(outside, []byte("another statement, not one either"), 0o644))
+	if rescan(); d.probe.n(rotationFollows)-f0 != 1 {
+		t.Fatal("a rescan after a rotation statement was written over in place did not follow it")
+	}
 	// A refused manifest, marked: rescans leave it out, unread, and take
 	// the findings of the one before again once the marks stay as they are.
 	p.plantJunk(t, 1, false)

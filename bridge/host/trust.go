@@ -215,34 +215,65 @@ func (k *keyring) followRotations(agent string) {
 	}
 }
 
-// followBatchRotations follows the rotation statements of every trusted
-// agent with one in paths, once per agent however many it has (each
-// following reads all of them), and returns the other paths in order, and
-// whether paths held a name of a rotation statement at all.
-func (k *keyring) followBatchRotations(paths []string) (rest []string, statements bool) {
+// statementsIn takes out of paths the rotation statements of trusted
+// agents (stmts, in order) and returns the other paths in order (rest).
+func (k *keyring) statementsIn(paths []string) (rest, stmts []string) {
 	// Rotation statements are rare and a full batch is every path in the
 	// folder: copy the batch only when it holds one.
 	i := slices.IndexFunc(paths, func(p string) bool { return strings.HasSuffix(p, ".rotation") })
 	if i < 0 {
-		return paths, false
+		return paths, nil
 	}
-	var agents []string
 	rest = append(make([]string, 0, len(paths)), paths[:i]...)
 	for _, p := range paths[i:] {
 		if strings.HasSuffix(p, ".rotation") {
 			agent, name, ok := strings.Cut(p, "/")
 			if _, isRot := bridge.ParseRotationName(name); ok && isRot && !strings.Contains(name, "/") && k.agents()[agent] != nil {
-				if !slices.Contains(agents, agent) {
-					agents = append(agents, agent)
-				}
+				stmts = append(stmts, p)
 				continue
 			}
 		}
 		rest = append(rest, p)
 	}
+	return rest, stmts
+}
+
+// followStatements follows the rotation statements of every agent with
+// one in stmts (statementsIn's), once per agent however many it has (each
+// following reads all of them).
+func (k *keyring) followStatements(stmts []string) {
+	var agents []string
+	for _, p := range stmts {
+		if agent, _, _ := strings.Cut(p, "/"); !slices.Contains(agents, agent) {
+			agents = append(agents, agent)
+		}
+	}
 	for _, agent := range agents {
 		k.probe.add(rotationFollows)
 		k.followRotations(agent)
 	}
-	return rest, true
+}
+
+// statementVersions are the versions of the statements at stmts (paths
+// below to-host, each agent's adjacent), one batched lstat per agent; the
+// zero version for one gone or not to be looked at.
+func (k *keyring) statementVersions(stmts []string) []version {
+	out := make([]version, len(stmts))
+	for i := 0; i < len(stmts); {
+		agent, _, _ := strings.Cut(stmts[i], "/")
+		j := i
+		var names []string
+		for ; j < len(stmts) && strings.HasPrefix(stmts[j], agent+"/"); j++ {
+			names = append(names, stmts[j][len(agent)+1:])
+		}
+		if fis, err := k.folder.LstatIn(bridge.ToHostDir(k.me, agent), names); err == nil {
+			for n, fi := range fis {
+				if fi != nil {
+					out[i+n] = versionOf(fi)
+				}
+			}
+		}
+		i = j
+	}
+	return out
 }
