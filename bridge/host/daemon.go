@@ -494,8 +494,8 @@ func (d *Daemon) Run(ctx context.Context) error {
 		// same trusted keys, each as it was (its version), finds what it
 		// found: each following lists the agent's whole directory and reads
 		// every statement not yet accepted, a folder writer's junk ones
-		// included. One that could not be read is followed again by the
-		// tenth such batch.
+		// included. A following that failed is done again by the next
+		// batch; one that could not read a statement, by the tenth.
 		agents := d.agentsP.Load()
 		paths := batch.Paths
 		switch {
@@ -512,7 +512,11 @@ func (d *Daemon) Run(ctx context.Context) error {
 				// it is followed again by the next batch.
 				lastStmts, lastVersions, unfollowed = stmts, d.keys.statementVersions(stmts), 0
 			}
-			d.keys.followStatements(stmts)
+			if d.keys.followStatements(stmts) && batch.Full {
+				// Failed for the home's or the folder's reasons, not the
+				// statements': followed again by the next batch.
+				lastVersions = nil
+			}
 		}
 		if batch.Full {
 			// A Same batch gives dispatchFull the paths it had the last

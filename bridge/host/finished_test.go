@@ -12,6 +12,7 @@ import (
 
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/agent"
+	"github.com/syncbridge/bridge/bridge/trust"
 )
 
 // TestFinishedShareHash: a rescan checks the finished requests whose key
@@ -452,5 +453,35 @@ func TestRedeliveredRequestFindsItsLostResultPublishedAgain(t *testing.T) {
 		if i == 3 {
 			t.Fatalf("the lost result is not published again %d rescans after its request came back", i)
 		}
+	}
+}
+
+// TestFollowingThatFailsIsReported: a following of rotation statements
+// that fails for the home's reasons (here its peers gone from under it) is
+// reported failed, so that a rescan of the same folder follows them again
+// at once; a statement refused for what it is (junk) is not a failure,
+// or a folder writer's junk would be read at every rescan.
+func TestFollowingThatFailsIsReported(t *testing.T) {
+	t.Parallel()
+	p := newPair(t, testPolicy)
+	d, err := NewDaemon(p.host, DaemonOptions{AllowRoot: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.openCore(); err != nil {
+		t.Fatal(err)
+	}
+	defer d.closeResources()
+	must(t, os.MkdirAll(p.toHost(), 0o755))
+	must(t, os.WriteFile(filepath.Join(p.toHost(), bridge.RotationName(1)), []byte("not a statement"), 0o644))
+	stmt := p.agent.Config.ID + "/" + bridge.RotationName(1)
+	if d.keys.followStatements([]string{stmt}) {
+		t.Fatal("a junk statement refused counted as a failed following")
+	}
+	peers := p.host.Path(trust.PeersDir)
+	must(t, os.Rename(peers, peers+".away"))
+	must(t, os.Mkdir(peers, 0o700))
+	if !d.keys.followStatements([]string{stmt}) {
+		t.Fatal("a following that could not find the agent's record in the home was not reported failed")
 	}
 }

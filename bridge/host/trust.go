@@ -188,11 +188,14 @@ func (k *keyring) loadOwnKeys() error {
 	return nil
 }
 
-// followRotations applies the rotation statements an agent published.
-func (k *keyring) followRotations(agent string) {
+// followRotations applies the rotation statements an agent published;
+// failed says that the following itself failed (the folder's directory or
+// the home could not be read or written), not a statement.
+func (k *keyring) followRotations(agent string) (failed bool) {
 	events, err := k.home.FollowRotations(k.folder, agent, bridge.ToHostDir(k.me, agent))
 	if err != nil {
 		k.log.Warn("follow rotations", "agent", agent, "err", err)
+		failed = true
 	}
 	changed := false
 	for _, ev := range events {
@@ -213,6 +216,7 @@ func (k *keyring) followRotations(agent string) {
 			k.log.Warn("publish catalog", "err", err)
 		}
 	}
+	return failed
 }
 
 // statementsIn takes out of paths the rotation statements of trusted
@@ -240,8 +244,9 @@ func (k *keyring) statementsIn(paths []string) (rest, stmts []string) {
 
 // followStatements follows the rotation statements of every agent with
 // one in stmts (statementsIn's), once per agent however many it has (each
-// following reads all of them).
-func (k *keyring) followStatements(stmts []string) {
+// following reads all of them); failed says that a following failed
+// (followRotations).
+func (k *keyring) followStatements(stmts []string) (failed bool) {
 	var agents []string
 	for _, p := range stmts {
 		if agent, _, _ := strings.Cut(p, "/"); !slices.Contains(agents, agent) {
@@ -250,8 +255,9 @@ func (k *keyring) followStatements(stmts []string) {
 	}
 	for _, agent := range agents {
 		k.probe.add(rotationFollows)
-		k.followRotations(agent)
+		failed = k.followRotations(agent) || failed
 	}
+	return failed
 }
 
 // statementVersions are the versions of the statements at stmts (paths
