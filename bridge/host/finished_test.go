@@ -15,6 +15,21 @@ import (
 	"github.com/syncbridge/bridge/bridge/trust"
 )
 
+// openedDaemon is a daemon of p's host opened (its ledger, keys and
+// rooms) but not run: no watcher, no control loop. Closed with the test.
+func openedDaemon(t *testing.T, p *pair) *Daemon {
+	t.Helper()
+	d, err := NewDaemon(p.host, DaemonOptions{AllowRoot: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.openCore(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.closeResources() })
+	return d
+}
+
 // TestFinishedShareHash: a rescan checks the finished requests whose key
 // hashes to its turn; fnv32a must be FNV-1a exactly as hash/fnv computes
 // it, so that every key falls in one share and each is checked once every
@@ -49,14 +64,7 @@ func TestLostOutputIsNotTakenForFinished(t *testing.T) {
 	if err := os.Remove(filepath.Join(p.toAgent(), id+"."+bridge.ExtOutput)); err != nil {
 		t.Fatal(err)
 	}
-	d, err := NewDaemon(p.host, DaemonOptions{AllowRoot: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := d.openCore(); err != nil {
-		t.Fatal(err)
-	}
-	defer d.closeResources()
+	d := openedDaemon(t, p)
 	d.markFinished(agentID, id)
 	if _, ok := d.fin.done.get(agentID + "/" + id); ok {
 		t.Fatal("a result without its output was taken for in place")
@@ -464,14 +472,7 @@ func TestRedeliveredRequestFindsItsLostResultPublishedAgain(t *testing.T) {
 func TestFollowingThatFailsIsReported(t *testing.T) {
 	t.Parallel()
 	p := newPair(t, testPolicy)
-	d, err := NewDaemon(p.host, DaemonOptions{AllowRoot: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := d.openCore(); err != nil {
-		t.Fatal(err)
-	}
-	defer d.closeResources()
+	d := openedDaemon(t, p)
 	must(t, os.MkdirAll(p.toHost(), 0o755))
 	must(t, os.WriteFile(filepath.Join(p.toHost(), bridge.RotationName(1)), []byte("not a statement"), 0o644))
 	stmt := p.agent.Config.ID + "/" + bridge.RotationName(1)
