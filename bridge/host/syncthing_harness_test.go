@@ -415,6 +415,26 @@ func (s *stPair) inSync() (bool, string) {
 	return ok(a, b) && ok(b, a), why
 }
 
+// WaitFolderIdle waits until the folder with the given id is idle on both
+// sides: a folder just added or accepted is scanned and its index
+// exchanged before anything syncs in it, and a loaded machine (CI, with the
+// other packages' race tests beside it) can take longer for that than a
+// round trip's whole wait.
+func (s *stPair) WaitFolderIdle(t *testing.T, folderID string, timeout time.Duration) {
+	t.Helper()
+	waitFor(t, timeout, "folder "+folderID+" idle on both sides", func() bool {
+		for _, in := range s.sides() {
+			var fs struct {
+				State string `json:"state"`
+			}
+			if err := s.api(in, "GET", "/rest/db/status?folder="+folderID, nil, &fs); err != nil || fs.State != "idle" {
+				return false
+			}
+		}
+		return true
+	})
+}
+
 // WaitInSync scans both sides (so every local change is indexed), then
 // waits until both are in sync with each other.
 func (s *stPair) WaitInSync(timeout time.Duration) {

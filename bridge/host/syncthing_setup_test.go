@@ -3,6 +3,7 @@ package host
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -93,9 +94,26 @@ func TestSyncthingSetup(t *testing.T) {
 	if p.agent.Nudger, err = syncthing.NewNudger(saved[1].API, saved[1].Key, saved[1].Folders, nil); err != nil {
 		t.Fatal(err)
 	}
-	runDaemon(t, p.host, DaemonOptions{})
+	// The results folder each side just added is scanned and its index
+	// exchanged before anything syncs in it (as in TestHalfDoneFastPath):
+	// the pings wait for that, and the first for its answer with room for a
+	// loaded machine (its 20 s wait was outrun once in CI, beside the other
+	// packages' race tests). What is tested is that they go through.
+	st.WaitFolderIdle(t, saved[0].Folders[strings.LastIndex(saved[0].Folders, "=")+1:], 60*time.Second)
+	p.logs = &lockedBuffer{} // for waitFailed
+	runDaemon(t, p.host, DaemonOptions{Logger: slog.New(slog.NewTextHandler(p.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	for i := 0; i < 3; i++ {
-		if out := p.run(t, agent.SubmitOptions{Op: bridge.PingOp}); out.Receipt.Status != bridge.StatusDone {
+		s, err := p.client.Submit(agent.SubmitOptions{Op: bridge.PingOp})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+		out, err := p.client.Wait(ctx, s.ID, nil)
+		cancel()
+		if err != nil {
+			t.Fatalf("ping %d through the split folders: wait %s: %v\n%s", i, s.ID, err, p.waitFailed(s.ID))
+		}
+		if out.Receipt.Status != bridge.StatusDone {
 			t.Fatalf("ping %d through the split folders: %s", i, out.Receipt.Status)
 		}
 	}
@@ -195,17 +213,7 @@ func TestHalfDoneFastPath(t *testing.T) {
 	// machine (20 s, with the other packages' race tests beside it, was
 	// outrun twice in CI). What is tested is that it goes through, not how
 	// fast.
-	waitFor(t, 60*time.Second, "the results folder idle on both sides", func() bool {
-		for _, in := range st.sides() {
-			var fs struct {
-				State string `json:"state"`
-			}
-			if err := st.api(in, "GET", "/rest/db/status?folder="+folderID, nil, &fs); err != nil || fs.State != "idle" {
-				return false
-			}
-		}
-		return true
-	})
+	st.WaitFolderIdle(t, folderID, 60*time.Second)
 	d := runDaemon(t, p.host, DaemonOptions{})
 	s, err := p.client.Submit(agent.SubmitOptions{Op: bridge.PingOp})
 	if err != nil {
