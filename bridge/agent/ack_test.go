@@ -14,6 +14,12 @@ import (
 // would, with the given status.
 func (h *homes) publishResult(t *testing.T, s *Sent, status string) {
 	t.Helper()
+	h.publishResultWith(t, s, status, nil)
+}
+
+// publishResultWith is publishResult with stdout as the op's output.
+func (h *homes) publishResultWith(t *testing.T, s *Sent, status string, stdout []byte) {
+	t.Helper()
 	rec, err := h.client.readSent(s.ID)
 	if err != nil {
 		t.Fatal(err)
@@ -27,7 +33,7 @@ func (h *homes) publishResult(t *testing.T, s *Sent, status string) {
 	var out bytes.Buffer
 	res, err := bridge.SealResult(&out, bridge.NewResult{Host: h.host.Identity(), HostID: h.host.Config.ID,
 		AgentBoxPub: h.agent.Identity().BoxPublic(), Request: r, RequestSHA: bridge.SHA256Hex(rec.Manifest),
-		Receipt: bridge.Receipt{Status: status, Reason: "crashed"}, Created: time.Now()})
+		Receipt: bridge.Receipt{Status: status, Reason: "crashed"}, Stdout: stdout, Created: time.Now()})
 	if err != nil {
 		t.Fatal(err)
 	}

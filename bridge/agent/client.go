@@ -456,6 +456,9 @@ type sentRecord struct {
 	Sent
 	Manifest []byte `json:"manifest,omitempty"`
 	Result   []byte `json:"result,omitempty"`
+	// Output is the acked result's sealed output when it is small
+	// (inlineOutputMax); nil: it is requests/<id>.output.
+	Output []byte `json:"output,omitempty"`
 }
 
 // Remember records a request this agent sent, in its home. The record is

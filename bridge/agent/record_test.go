@@ -3,6 +3,8 @@ package agent
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"testing"
@@ -58,57 +60,123 @@ func TestTornRecordFoundFromFolder(t *testing.T) {
 	}
 }
 
-// An ack keeps the result's manifest in the request's record (and its
-// output beside it), so the answer survives the host collecting its copy;
-// a home from the release before kept it in requests/<id>.result, which is
-// still read.
+// An ack keeps the result's manifest in the request's record, and its
+// output there too when it is small (inlineOutputMax), else beside it in
+// requests/<id>.output, so the answer survives the host collecting its
+// copy; a home from the releases before kept the manifest in
+// requests/<id>.result and every output beside the record, which is still
+// read.
 func TestKeptResultInRecordAndOldLayout(t *testing.T) {
-	h := newHomes(t)
-	s, err := h.client.Submit(SubmitOptions{Op: "echo"})
-	if err != nil {
-		t.Fatal(err)
+	for _, tc := range []struct {
+		name   string
+		stdout []byte
+		inline bool
+	}{
+		{"small output", []byte("hello from the host\n"), true},
+		{"large output", bytes.Repeat([]byte("0123456789abcdef"), inlineOutputMax/16+1), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHomes(t)
+			s, err := h.client.Submit(SubmitOptions{Op: "echo"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			h.publishResultWith(t, s, bridge.StatusDone, tc.stdout)
+			out, err := h.client.Result(s.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer out.Close()
+			if _, inMemory := out.output.(memOutput); inMemory != tc.inline {
+				t.Fatalf("output checked in memory: %v, want %v (%d sealed bytes)", inMemory, tc.inline, out.size)
+			}
+			if err := h.client.Ack(out); err != nil {
+				t.Fatal(err)
+			}
+			r, err := h.client.readSent(s.ID)
+			if err != nil || !bytes.Equal(r.Result, out.Manifest) || (r.Output != nil) != tc.inline {
+				t.Fatalf("record after the ack: result kept %v, output kept %v (want %v), %v", r != nil && r.Result != nil, r != nil && r.Output != nil, tc.inline, err)
+			}
+			outputFile := h.agent.Path("requests", s.ID+"."+bridge.ExtOutput)
+			if _, err := os.Stat(outputFile); (err == nil) == tc.inline {
+				t.Fatalf("requests/<id>.output after the ack: %v (output in the record: %v)", err, tc.inline)
+			}
+			// The host collects its result.
+			dir := filepath.Join(h.folder, filepath.FromSlash(bridge.ToAgentDir(s.Host, h.agent.Config.ID)))
+			os.Remove(filepath.Join(dir, s.ID+"."+bridge.ExtResult))
+			os.Remove(filepath.Join(dir, s.ID+"."+bridge.ExtOutput))
+			check := func(layout string) {
+				t.Helper()
+				got, err := h.client.Result(s.ID)
+				if err != nil || !bytes.Equal(got.Manifest, out.Manifest) || !bytes.Equal(got.Stdout, tc.stdout) {
+					t.Fatalf("%s: result after the host collected its copy: %v", layout, err)
+				}
+				got.Close()
+				if st := h.client.keptStatus(s.ID); st != bridge.StatusDone {
+					t.Fatalf("%s: kept status %q", layout, st)
+				}
+			}
+			check("record")
+			if tc.inline {
+				// A kept output that is not the one the result pins is
+				// refused, not shown.
+				bad := *r
+				bad.Output = append([]byte(nil), r.Output...)
+				bad.Output[len(bad.Output)-1] ^= 1
+				if err := h.client.writeRecord(bad, false); err != nil {
+					t.Fatal(err)
+				}
+				check, own, err := h.client.resultCheck(s)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got, err := h.client.keptResult(s, check, own); !errors.Is(err, bridge.ErrHashMismatch) {
+					t.Fatalf("a kept output changed in the record: %v", err)
+				} else if got != nil {
+					got.Close()
+				}
+				sealed := make([]byte, out.size)
+				if _, err := out.output.ReadAt(sealed, 0); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(outputFile, sealed, 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// The layout of a home from before: the manifest in its own
+			// file, the output beside the record, the record without
+			// either.
+			old := struct {
+				Sent
+				Manifest []byte `json:"manifest,omitempty"`
+			}{r.Sent, r.Manifest}
+			data, _ := json.Marshal(old)
+			if err := os.WriteFile(h.agent.Path("requests", s.ID+".json"), data, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(h.agent.Path("requests", s.ID+"."+bridge.ExtResult), out.Manifest, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			check("old layout")
+			if tc.inline {
+				// Acked again (a home of the old layout acking a result
+				// it kept): the output moves into the record, and the
+				// copies beside it go.
+				got, err := h.client.Result(s.ID)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer got.Close()
+				if err := h.client.Ack(got); err != nil {
+					t.Fatal(err)
+				}
+				for _, ext := range []string{bridge.ExtOutput, bridge.ExtResult} {
+					if _, err := os.Stat(h.agent.Path("requests", s.ID+"."+ext)); !errors.Is(err, fs.ErrNotExist) {
+						t.Fatalf("requests/<id>.%s after the ack moved it into the record: %v", ext, err)
+					}
+				}
+				check("old layout acked again")
+			}
+		})
 	}
-	h.publishResult(t, s, bridge.StatusDone)
-	out, err := h.client.Result(s.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer out.Close()
-	if err := h.client.Ack(out); err != nil {
-		t.Fatal(err)
-	}
-	r, err := h.client.readSent(s.ID)
-	if err != nil || !bytes.Equal(r.Result, out.Manifest) {
-		t.Fatalf("record after the ack: %+v, %v", r, err)
-	}
-	// The host collects its result.
-	dir := filepath.Join(h.folder, filepath.FromSlash(bridge.ToAgentDir(s.Host, h.agent.Config.ID)))
-	os.Remove(filepath.Join(dir, s.ID+"."+bridge.ExtResult))
-	os.Remove(filepath.Join(dir, s.ID+"."+bridge.ExtOutput))
-	check := func(layout string) {
-		t.Helper()
-		got, err := h.client.Result(s.ID)
-		if err != nil || !bytes.Equal(got.Manifest, out.Manifest) {
-			t.Fatalf("%s: result after the host collected its copy: %v", layout, err)
-		}
-		got.Close()
-		if st := h.client.keptStatus(s.ID); st != bridge.StatusDone {
-			t.Fatalf("%s: kept status %q", layout, st)
-		}
-	}
-	check("record")
-	// The layout of a home from before: the manifest in its own file, the
-	// record without it.
-	old := struct {
-		Sent
-		Manifest []byte `json:"manifest,omitempty"`
-	}{r.Sent, r.Manifest}
-	data, _ := json.Marshal(old)
-	if err := os.WriteFile(h.agent.Path("requests", s.ID+".json"), data, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(h.agent.Path("requests", s.ID+"."+bridge.ExtResult), out.Manifest, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	check("old layout")
 }

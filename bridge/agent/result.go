@@ -12,6 +12,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -37,10 +38,11 @@ type Outcome struct {
 
 	Manifest []byte // the verified result manifest
 
-	// output is the verified sealed output: a private file of the home
-	// (a spool without a name, or the kept copy), never the folder's,
-	// which the sync client may replace at any moment.
-	output *os.File
+	// output is the verified sealed output: a private copy (in memory up
+	// to inlineOutputMax, else a spool file of the home without a name,
+	// or the kept copy), never the folder's, which the sync client may
+	// replace at any moment.
+	output sealedOutput
 	size   int64
 	me     *bcrypto.Identity
 
@@ -55,8 +57,9 @@ type Outcome struct {
 var ErrNoResult = errors.New("no result yet")
 
 // Result reads and verifies the result of a request, if one is complete in
-// the folder. It changes nothing: the output it checks is spooled to a
-// file of the home that has no name (Outcome.Close releases it).
+// the folder. It changes nothing: the output it checks is copied into
+// memory when small (inlineOutputMax), else into a spool file of the home
+// that has no name (Outcome.Close releases it).
 func (c *Client) Result(id string) (ret *Outcome, _ error) {
 	s, err := c.Sent(id)
 	if err != nil {
@@ -137,11 +140,19 @@ func (c *Client) Result(id string) (ret *Outcome, _ error) {
 	if fi, err := c.folder.Lstat(outPath); errors.Is(err, fs.ErrNotExist) || err == nil && fi.Mode().IsRegular() && fi.Size() != res.Payload.Len {
 		return nil, ErrNoResult
 	}
-	spool, err := c.spoolFile()
-	if err != nil {
-		return nil, err
+	var spool sealedOutput
+	var to io.Writer
+	if res.Payload.Len <= inlineOutputMax {
+		buf := bytes.NewBuffer(make([]byte, 0, res.Payload.Len))
+		spool, to = memOutput{buf}, buf
+	} else {
+		f, err := c.spoolFile()
+		if err != nil {
+			return nil, err
+		}
+		spool, to = f, f
 	}
-	err = syncsafe.Settle(c.folder, outPath, res.Payload.Len, res.Payload.Digest(), spool)
+	err = syncsafe.Settle(c.folder, outPath, res.Payload.Len, res.Payload.Digest(), to)
 	if err != nil {
 		spool.Close()
 		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syncsafe.ErrUnsettled) || errors.Is(err, syncsafe.ErrReplaced) {
@@ -160,10 +171,35 @@ func (c *Client) Result(id string) (ret *Outcome, _ error) {
 	return out, err
 }
 
+// inlineOutputMax is the largest sealed output a client keeps in memory
+// while it checks it, and in the request's record once it acks it (SPEC
+// §10): for the common small answer, no spool file is made and dropped,
+// and the ack keeps one file, not two (a file made and an fsync fewer).
+// Larger outputs go through a spool file and are kept beside the record.
+// Small enough that a home's records, which `bridge ls` reads whole, stay
+// small.
+const inlineOutputMax = 4 << 10
+
+// sealedOutput is a private copy of a verified sealed output: a file of
+// the home, or memOutput.
+type sealedOutput interface {
+	io.ReaderAt
+	io.Closer
+}
+
+// memOutput is a sealed output held in memory (at most inlineOutputMax).
+type memOutput struct{ b *bytes.Buffer }
+
+func (m memOutput) ReadAt(p []byte, off int64) (int, error) {
+	return bytes.NewReader(m.b.Bytes()).ReadAt(p, off)
+}
+
+func (m memOutput) Close() error { return nil }
+
 // openOutcome opens the verified sealed output (size bytes of f, which it
 // owns from here): the whole stream is authenticated, and the output kept
 // in memory unless the client streams.
-func (c *Client) openOutcome(s *Sent, res *bridge.Result, manifest []byte, f *os.File, size int64, own []trust.OwnKey) (*Outcome, error) {
+func (c *Client) openOutcome(s *Sent, res *bridge.Result, manifest []byte, f sealedOutput, size int64, own []trust.OwnKey) (*Outcome, error) {
 	var me *bcrypto.Identity
 	for _, k := range own {
 		if k.Identity.BoxKid() == res.AgentBoxKid {
@@ -265,6 +301,14 @@ func (c *Client) keptResult(s *Sent, check bridge.ResultCheck, own []trust.OwnKe
 	res, err := bridge.OpenResult(data, s.ID, check)
 	if err != nil {
 		return nil, err
+	}
+	if rec, err := c.readSent(s.ID); err == nil && rec.Output != nil {
+		// Kept in the record (a small output, SPEC §10).
+		kept := memOutput{bytes.NewBuffer(rec.Output)}
+		if err := checkPayloadFile(kept, res.Payload); err != nil {
+			return nil, err
+		}
+		return c.openOutcome(s, res, data, kept, res.Payload.Len, own)
 	}
 	f, err := os.Open(c.home.Path("requests", s.ID+"."+bridge.ExtOutput))
 	if err != nil {
@@ -596,25 +640,39 @@ func wakes(name, id string) bool {
 func (c *Client) Ack(out *Outcome) error {
 	s := out.Sent
 	// Keep the verified result, durably before the ack: the host may
-	// collect its copy after it. The output is requests/<id>.output, the
-	// result's manifest goes into the request's record (no longer a cache
-	// from here: it holds the answer), and one fsync of the directory
-	// covers both names.
-	if err := c.writePrivate(s.ID+"."+bridge.ExtOutput, true, func(w io.Writer) error {
+	// collect its copy after it. The result's manifest goes into the
+	// request's record (no longer a cache from here: it holds the answer),
+	// and so does a small output (inlineOutputMax); a larger one is
+	// requests/<id>.output. One fsync of the directory covers the names.
+	rec := c.recordOf(s)
+	rec.Result, rec.Output = out.Manifest, nil
+	if out.size <= inlineOutputMax {
+		rec.Output = make([]byte, out.size)
+		if _, err := out.output.ReadAt(rec.Output, 0); err != nil && !(errors.Is(err, io.EOF) && out.size == 0) {
+			return fmt.Errorf("keep result %s: %w", s.ID, err)
+		}
+	} else if err := c.writePrivate(s.ID+"."+bridge.ExtOutput, true, func(w io.Writer) error {
 		_, err := io.Copy(w, io.NewSectionReader(out.output, 0, out.size))
 		return err
 	}); err != nil {
 		return err
 	}
-	rec := c.recordOf(s)
-	rec.Result = out.Manifest
 	if err := c.writeRecord(rec, true); err != nil {
 		return err
 	}
-	// A kept result of the old layout is of an earlier answer (an
-	// uncertain one, settled or run again since): the record's stands.
-	if err := os.Remove(c.home.Path("requests", s.ID+"."+bridge.ExtResult)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return err
+	// A kept copy beside the record is of an earlier answer (an uncertain
+	// one, settled or run again since) when the record holds this one's:
+	// the record's stands. So is a kept result of the old layout.
+	stale := []string{bridge.ExtResult}
+	if rec.Output != nil {
+		stale = append(stale, bridge.ExtOutput)
+	}
+	for _, ext := range stale {
+		// One unlink each: os.Remove would try a missing name again as a
+		// directory, and these are mostly missing.
+		if err := syscall.Unlink(c.home.Path("requests", s.ID+"."+ext)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return &fs.PathError{Op: "remove", Path: c.home.Path("requests", s.ID+"."+ext), Err: err}
+		}
 	}
 	if err := syncsafe.SyncDir(c.home.Path("requests")); err != nil {
 		return err
@@ -801,9 +859,9 @@ func resultStatus(data []byte) string {
 
 // checkPayloadFile checks that f holds exactly the payload p pins, reading
 // it as a stream.
-func checkPayloadFile(f *os.File, p bridge.Payload) error {
+func checkPayloadFile(f io.ReaderAt, p bridge.Payload) error {
 	h := sha256.New()
-	n, err := io.Copy(h, f)
+	n, err := io.Copy(h, io.NewSectionReader(f, 0, p.Len+1)) // one byte more: a longer copy is refused
 	if err != nil {
 		return err
 	}
