@@ -135,6 +135,13 @@ func TestKeptResultInRecordAndOldLayout(t *testing.T) {
 				} else if got != nil {
 					got.Close()
 				}
+				// With the host's copy collected, that is an error to
+				// show, not an answer still to come.
+				if got, err := h.client.Result(s.ID); !errors.Is(err, errKeptUnreadable) || errors.Is(err, ErrNoResult) {
+					t.Fatalf("Result with the kept output changed and the host's copy collected: %v", err)
+				} else if got != nil {
+					got.Close()
+				}
 				sealed := make([]byte, out.size)
 				if _, err := out.output.ReadAt(sealed, 0); err != nil {
 					t.Fatal(err)
@@ -158,6 +165,21 @@ func TestKeptResultInRecordAndOldLayout(t *testing.T) {
 				t.Fatal(err)
 			}
 			check("old layout")
+			if !tc.inline {
+				// The kept output file gone: the copy cannot be read.
+				if err := os.Rename(outputFile, outputFile+".away"); err != nil {
+					t.Fatal(err)
+				}
+				if got, err := h.client.Result(s.ID); !errors.Is(err, errKeptUnreadable) {
+					t.Fatalf("Result with the kept output file gone: %v", err)
+				} else if got != nil {
+					got.Close()
+				}
+				if err := os.Rename(outputFile+".away", outputFile); err != nil {
+					t.Fatal(err)
+				}
+				check("old layout, output back")
+			}
 			if tc.inline {
 				// Acked again (a home of the old layout acking a result
 				// it kept): the output moves into the record, and the

@@ -92,6 +92,12 @@ func (c *Client) Result(id string) (ret *Outcome, _ error) {
 		if kerr == nil {
 			return kept, nil
 		}
+		if errors.Is(kerr, errKeptUnreadable) {
+			// Acked, so the host may have collected its copy: no answer
+			// will come to wait for.
+			return nil, bridge.WithHint(fmt.Errorf("result %s: %w", id, kerr),
+				"this home acked the answer, and the host may have collected its own copy since: restore the home's requests/ from a backup, or look at the request on the host (`bridge ls` there)")
+		}
 		return nil, ErrNoResult
 	} else if errors.Is(err, syncsafe.ErrReplaced) {
 		// Renamed over as it was opened (a rerun's answer replacing an
@@ -282,12 +288,35 @@ func (c *Client) spoolFile() (*os.File, error) {
 	return f, nil
 }
 
-// keptResult reads the copy of an acked result from the home.
+// errKeptUnreadable: this home kept an acked result's manifest, and the
+// copy does not open (its output is missing or not the one the manifest
+// pins, or no trusted host key vouches for it any more).
+var errKeptUnreadable = errors.New("the copy kept in this home cannot be read")
+
+// keptResult reads the copy of an acked result from the home: an
+// fs.ErrNotExist error when it keeps none, errKeptUnreadable when the
+// copy it keeps does not open.
 func (c *Client) keptResult(s *Sent, check bridge.ResultCheck, own []trust.OwnKey) (*Outcome, error) {
-	data, err := c.keptManifest(s.ID)
-	if err != nil {
-		return nil, err
+	rec, _ := c.readSent(s.ID)
+	var data []byte
+	if rec != nil && rec.Result != nil {
+		data = rec.Result
+	} else {
+		var err error
+		if data, err = os.ReadFile(c.home.Path("requests", s.ID+"."+bridge.ExtResult)); err != nil {
+			return nil, err // a home of the old layout, or none kept
+		}
 	}
+	out, err := c.openKept(s, rec, data, check, own)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", errKeptUnreadable, err)
+	}
+	return out, nil
+}
+
+// openKept opens a kept result: data is its manifest, rec the request's
+// record (nil if torn or lost).
+func (c *Client) openKept(s *Sent, rec *sentRecord, data []byte, check bridge.ResultCheck, own []trust.OwnKey) (*Outcome, error) {
 	// It was verified when it was acked; any of the host's keys that is not
 	// revoked still vouches for it after a rotation's overlap ended.
 	if p, _, err := c.home.Peer(s.Host); err == nil {
@@ -302,7 +331,7 @@ func (c *Client) keptResult(s *Sent, check bridge.ResultCheck, own []trust.OwnKe
 	if err != nil {
 		return nil, err
 	}
-	if rec, err := c.readSent(s.ID); err == nil && rec.Output != nil {
+	if rec != nil && rec.Output != nil {
 		// Kept in the record (a small output, SPEC §10).
 		kept := memOutput{bytes.NewBuffer(rec.Output)}
 		if err := checkPayloadFile(kept, res.Payload); err != nil {
