@@ -243,7 +243,12 @@ func (c *Client) Submit(o SubmitOptions) (*Sent, error) {
 			// Recovered from the folder: the keyed id, made under this
 			// agent's secret, proves what was asked.
 			s.Op, s.Args, s.Key = o.Op, o.Args, o.Key
-			c.Remember(s, c.sentManifest(s.ID))
+			// Into the record as it is: one acked since holds the answer
+			// (its result and output), the only copy once the host
+			// collected its own.
+			rec := c.recordOf(s)
+			rec.Op, rec.Args, rec.Key = o.Op, o.Args, o.Key
+			c.writeRecord(rec, rec.Result != nil)
 		}
 		if err == nil && s.Forgotten != 0 {
 			// Sent again by its key: the user waits for it again (the
@@ -448,8 +453,8 @@ func (c *Client) redeliver(s *Sent) {
 
 // sentRecord is requests/<id>.json: what Sent shows, plus the manifest's
 // bytes for a re-delivery and, once the result is acked, the kept result's
-// manifest (its output is requests/<id>.output). One file, so a submit
-// makes one private write and an ack one more. Homes from before kept the
+// manifest and, when small, its output (else requests/<id>.output). One
+// file, so a submit makes one private write and an ack one more. Homes from before kept the
 // manifest in requests/<id>.manifest and the result in requests/<id>.result;
 // both are still read.
 type sentRecord struct {

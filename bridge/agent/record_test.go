@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/syncbridge/bridge/bridge"
+	"github.com/syncbridge/bridge/syncsafe"
 )
 
 // The record of a sent request is written after its manifest is published
@@ -200,5 +201,89 @@ func TestKeptResultInRecordAndOldLayout(t *testing.T) {
 				check("old layout acked again")
 			}
 		})
+	}
+}
+
+// An ack that moves an older layout's kept copies into the record removes
+// them only once the record's new name is on disk (the directory's fsync):
+// a crash between a removal and that fsync could keep the removal and
+// lose the rename, leaving the old record without its copies (red team of
+// 392e148).
+func TestAckRemovesOldCopiesOnlyOnceTheRecordIsDurable(t *testing.T) {
+	h := newHomes(t)
+	s, err := h.client.Submit(SubmitOptions{Op: "echo"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.publishResultWith(t, s, bridge.StatusDone, []byte("the answer\n"))
+	out, err := h.client.Result(s.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
+	// The layout of the release before: the output beside the record.
+	sealed := make([]byte, out.size)
+	if _, err := out.output.ReadAt(sealed, 0); err != nil {
+		t.Fatal(err)
+	}
+	outputFile := h.agent.Path("requests", s.ID+"."+bridge.ExtOutput)
+	if err := os.WriteFile(outputFile, sealed, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	synced := 0
+	syncRequests = func(dir string) error {
+		synced++
+		if _, err := os.Stat(outputFile); err != nil {
+			t.Errorf("the older copy was removed before the directory's fsync: %v", err)
+		}
+		return syncsafe.SyncDir(dir)
+	}
+	defer func() { syncRequests = syncsafe.SyncDir }()
+	if err := h.client.Ack(out); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(outputFile); synced != 1 || !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("after the ack: %d fsyncs of the directory, the older copy: %v", synced, err)
+	}
+}
+
+// A keyed resend of a request this home found again from the folder (its
+// record lost) and has acked since keeps the kept answer in the record: it
+// was written over with the request alone, and the answer lost once the
+// host collected its copy (red team of 392e148; older than it).
+func TestKeyedResendKeepsTheKeptAnswer(t *testing.T) {
+	h := newHomes(t)
+	o := SubmitOptions{Op: "echo", Key: "k1"}
+	s, err := h.client.Submit(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Remove(h.agent.Path("requests", s.ID+".json")) // the home loses its record
+	if rs, err := h.client.Sent(s.ID); err != nil || rs.Op != "" {
+		t.Fatalf("found again from the folder: %+v, %v", rs, err)
+	}
+	h.publishResultWith(t, s, bridge.StatusDone, []byte("the answer\n"))
+	out, err := h.client.Result(s.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.client.Ack(out); err != nil {
+		t.Fatal(err)
+	}
+	out.Close()
+	dir := filepath.Join(h.folder, filepath.FromSlash(bridge.ToAgentDir(s.Host, h.agent.Config.ID)))
+	os.Remove(filepath.Join(dir, s.ID+"."+bridge.ExtResult)) // the host collects its copy
+	os.Remove(filepath.Join(dir, s.ID+"."+bridge.ExtOutput))
+	again, err := h.client.Submit(o)
+	if err != nil || again.ID != s.ID {
+		t.Fatalf("keyed resend: %+v, %v", again, err)
+	}
+	got, err := h.client.Result(s.ID)
+	if err != nil || string(got.Stdout) != "the answer\n" {
+		t.Fatalf("the acked answer after a keyed resend: %v", err)
+	}
+	got.Close()
+	if r, err := h.client.readSent(s.ID); err != nil || r.Op != "echo" || r.Key != "k1" {
+		t.Fatalf("the record after a keyed resend: %+v, %v", r, err)
 	}
 }

@@ -241,6 +241,9 @@ func (c *Client) openOutcome(s *Sent, res *bridge.Result, manifest []byte, f sea
 
 // sealed reads the verified sealed output from its start.
 func (o *Outcome) sealed() io.Reader {
+	if m, ok := o.output.(memOutput); ok {
+		return bytes.NewReader(m.b.Bytes()) // in memory already: no buffer
+	}
 	return bufio.NewReaderSize(io.NewSectionReader(o.output, 0, o.size), 256<<10)
 }
 
@@ -689,9 +692,17 @@ func (c *Client) Ack(out *Outcome) error {
 	if err := c.writeRecord(rec, true); err != nil {
 		return err
 	}
+	if err := syncRequests(c.home.Path("requests")); err != nil {
+		return err
+	}
 	// A kept copy beside the record is of an earlier answer (an uncertain
-	// one, settled or run again since) when the record holds this one's:
-	// the record's stands. So is a kept result of the old layout.
+	// one, settled or run again since), or of this one in an older
+	// layout, once the record holds this one's: the record's stands.
+	// Removed only now that the record's new name is on disk (a crash
+	// could otherwise keep the removals and lose the rename: the old
+	// record, its copies gone), and at best: one left (a crash, or a file
+	// Windows will not delete while it is open) is never read, and the
+	// next ack removes it.
 	stale := []string{bridge.ExtResult}
 	if rec.Output != nil {
 		stale = append(stale, bridge.ExtOutput)
@@ -699,12 +710,7 @@ func (c *Client) Ack(out *Outcome) error {
 	for _, ext := range stale {
 		// One unlink each: os.Remove would try a missing name again as a
 		// directory, and these are mostly missing.
-		if err := syscall.Unlink(c.home.Path("requests", s.ID+"."+ext)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return &fs.PathError{Op: "remove", Path: c.home.Path("requests", s.ID+"."+ext), Err: err}
-		}
-	}
-	if err := syncsafe.SyncDir(c.home.Path("requests")); err != nil {
-		return err
+		_ = syscall.Unlink(c.home.Path("requests", s.ID+"."+ext))
 	}
 	resSHA := bridge.SHA256Hex(out.Manifest)
 	ack, err := bridge.SignAck(c.home.Identity(), bridge.Ack{ID: s.ID, Agent: c.home.Config.ID, Host: s.Host, ResultSHA256: resSHA, Created: time.Now().Unix()})
@@ -742,6 +748,10 @@ func (c *Client) Ack(out *Outcome) error {
 	}
 	return nil
 }
+
+// syncRequests makes the names in the home's requests directory durable
+// (a variable: a test looks at what is there when it runs).
+var syncRequests = syncsafe.SyncDir
 
 // recordOf is the record of request s to write again: the one in the home
 // (not what a keyed retry filled in for one call only), or, lost or torn,
