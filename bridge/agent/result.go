@@ -280,15 +280,7 @@ func (c *Client) spoolFile() (*os.File, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
-	f, err := os.CreateTemp(dir, ".output-*")
-	if err != nil {
-		return nil, err
-	}
-	if err := os.Remove(f.Name()); err != nil {
-		f.Close()
-		return nil, err
-	}
-	return f, nil
+	return syncsafe.UnnamedTemp(dir, ".output-*")
 }
 
 // errKeptUnreadable: this home kept an acked result's manifest, and the

@@ -6,6 +6,8 @@ import (
 	"io"
 	"os"
 	"strings"
+
+	"github.com/syncbridge/bridge/syncsafe"
 )
 
 // capture keeps the head and the tail of a stream within a cap: the first
@@ -57,12 +59,7 @@ func newSpooledCapture(max int64, dir string, spillAt int64) *capture {
 // writeFile uses (the ring's layout is the same in both); if no file can be
 // made, the stream stays in memory and spillErr says why.
 func (c *capture) spill() {
-	f, err := os.CreateTemp(c.spool, ".output-*")
-	if err == nil {
-		if err = os.Remove(f.Name()); err != nil {
-			f.Close()
-		}
-	}
+	f, err := syncsafe.UnnamedTemp(c.spool, ".output-*")
 	c.spool = "" // one try
 	if err != nil {
 		c.spillErr = err
