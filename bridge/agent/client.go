@@ -248,14 +248,14 @@ func (c *Client) Submit(o SubmitOptions) (*Sent, error) {
 			// collected its own.
 			rec := c.recordOf(s)
 			rec.Op, rec.Args, rec.Key = o.Op, o.Args, o.Key
-			c.writeRecord(rec, rec.Result != nil)
+			c.writeRecord(rec, c.acked(&rec))
 		}
 		if err == nil && s.Forgotten != 0 {
 			// Sent again by its key: the user waits for it again (the
 			// host answers a duplicate from its ledger, or never did).
 			if rec, rerr := c.readSent(s.ID); rerr == nil {
 				rec.Forgotten = 0
-				c.writeRecord(*rec, rec.Result != nil)
+				c.writeRecord(*rec, c.acked(rec))
 			}
 			s.Forgotten = 0
 		}
@@ -545,8 +545,18 @@ func (c *Client) Sent(id string) (*Sent, error) {
 	if err != nil {
 		return nil, err
 	}
-	rec.Sent.Acked = rec.Result != nil
+	rec.Sent.Acked = c.acked(rec)
 	return &rec.Sent, nil
+}
+
+// acked reports whether this home keeps an acked answer of rec's request:
+// in the record, or in requests/<id>.result (a home of an older layout).
+func (c *Client) acked(rec *sentRecord) bool {
+	if rec.Result != nil {
+		return true
+	}
+	_, err := os.Lstat(c.home.Path("requests", rec.ID+"."+bridge.ExtResult))
+	return err == nil
 }
 
 // errNoRecord: the home has no record of the request; errTornRecord: its

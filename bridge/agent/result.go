@@ -95,8 +95,11 @@ func (c *Client) Result(id string) (ret *Outcome, _ error) {
 		if errors.Is(kerr, errKeptUnreadable) {
 			// Acked, so the host may have collected its copy: no answer
 			// will come to wait for.
-			return nil, bridge.WithHint(fmt.Errorf("result %s: %w", id, kerr),
-				"this home acked the answer, and the host may have collected its own copy since: restore the home's requests/ from a backup, or look at the request on the host (`bridge ls` there)")
+			hint := "this home acked the answer, and the host may have collected its own copy since: restore the home's requests/ from a backup, or look at the request on the host (`bridge ls` there)"
+			if errors.Is(kerr, bcrypto.ErrUnknownKey) || errors.Is(kerr, bridge.ErrWrongRecipient) {
+				hint = "the answer was sealed to a key of this agent that a rotation retired and the home has since destroyed (docs/KEYS.md): it cannot be opened again; look at the request on the host (`bridge ls` there)"
+			}
+			return nil, bridge.WithHint(fmt.Errorf("result %s: %w", id, kerr), "%s", hint)
 		}
 		return nil, ErrNoResult
 	} else if errors.Is(err, syncsafe.ErrReplaced) {
@@ -292,6 +295,17 @@ var errKeptUnreadable = errors.New("the copy kept in this home cannot be read")
 // fs.ErrNotExist error when it keeps none, errKeptUnreadable when the
 // copy it keeps does not open.
 func (c *Client) keptResult(s *Sent, check bridge.ResultCheck, own []trust.OwnKey) (*Outcome, error) {
+	out, err := c.keptOnce(s, check, own)
+	if errors.Is(err, errKeptUnreadable) {
+		// Another process may have been moving it between the looks (an
+		// ack taking an older layout's copies into the record, which it
+		// writes before it removes them): one more look.
+		out, err = c.keptOnce(s, check, own)
+	}
+	return out, err
+}
+
+func (c *Client) keptOnce(s *Sent, check bridge.ResultCheck, own []trust.OwnKey) (*Outcome, error) {
 	rec, _ := c.readSent(s.ID)
 	var data []byte
 	if rec != nil && rec.Result != nil {
@@ -501,6 +515,9 @@ func (c *Client) Wait(ctx context.Context, id string, tick func(elapsed time.Dur
 			out.Close()
 			err = ErrNoResult // the uncertain answer a rerun will replace: wait for that one
 		}
+		if errors.Is(err, errKeptUnreadable) {
+			return nil, err // acked, its copy unreadable: no answer is to come
+		}
 		if !errors.Is(err, ErrNoResult) {
 			// A result file that does not verify may be an intermediate
 			// version the sync client is still replacing, or a folder
@@ -669,6 +686,12 @@ func (c *Client) Ack(out *Outcome) error {
 	// and so does a small output (inlineOutputMax); a larger one is
 	// requests/<id>.output. One fsync of the directory covers the names.
 	rec := c.recordOf(s)
+	if c.keptAlready(&rec, out) {
+		// Acked again (a second `result --ack`, an MCP read): nothing to
+		// write, and on Windows the kept output, open in out, could not
+		// be renamed over.
+		return c.publishAck(out)
+	}
 	rec.Result, rec.Output = out.Manifest, nil
 	if out.size <= inlineOutputMax {
 		rec.Output = make([]byte, out.size)
@@ -704,6 +727,27 @@ func (c *Client) Ack(out *Outcome) error {
 		// directory, and these are mostly missing.
 		_ = syscall.Unlink(c.home.Path("requests", s.ID+"."+ext))
 	}
+	return c.publishAck(out)
+}
+
+// keptAlready reports whether the home keeps out as this ack would keep
+// it: the record holds its manifest, and its output is where its size puts
+// it (in the record; else requests/<id>.output, of its size).
+func (c *Client) keptAlready(rec *sentRecord, out *Outcome) bool {
+	if !bytes.Equal(rec.Result, out.Manifest) {
+		return false
+	}
+	if out.size <= inlineOutputMax {
+		return int64(len(rec.Output)) == out.size
+	}
+	fi, err := os.Stat(c.home.Path("requests", rec.ID+"."+bridge.ExtOutput))
+	return rec.Output == nil && err == nil && fi.Size() == out.size
+}
+
+// publishAck publishes the ack of out, then removes this agent's own
+// request files unless the answer is uncertain (Ack).
+func (c *Client) publishAck(out *Outcome) error {
+	s := out.Sent
 	resSHA := bridge.SHA256Hex(out.Manifest)
 	ack, err := bridge.SignAck(c.home.Identity(), bridge.Ack{ID: s.ID, Agent: c.home.Config.ID, Host: s.Host, ResultSHA256: resSHA, Created: time.Now().Unix()})
 	if err != nil {
@@ -767,7 +811,7 @@ func (c *Client) Forget(id string) error {
 		return err
 	}
 	rec := c.recordOf(s)
-	if rec.Result != nil {
+	if c.acked(&rec) {
 		return fmt.Errorf("request %s: its answer is acked here; nothing to forget", id)
 	}
 	rec.Forgotten = time.Now().Unix()

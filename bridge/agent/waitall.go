@@ -3,6 +3,7 @@ package agent
 import (
 	"bytes"
 	"context"
+	"errors"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -95,6 +96,12 @@ func (c *Client) WaitAll(ctx context.Context, ids []string, got func(id string, 
 		out, err := c.Result(id)
 		if err == nil && c.RerunOrdered(out) {
 			out.Close() // the uncertain answer a rerun will replace: wait for that one
+			return
+		}
+		if errors.Is(err, errKeptUnreadable) {
+			// Acked, its copy unreadable: no answer is to come.
+			delete(pending, id)
+			got(id, nil, err)
 			return
 		}
 		if err != nil {
