@@ -3,6 +3,8 @@
 package syncsafe
 
 import (
+	"errors"
+	"io/fs"
 	"os"
 
 	"golang.org/x/sys/unix"
@@ -12,7 +14,12 @@ import (
 // a second open in the same process conflicts too, and it dies with the
 // process.
 func lockFile(path string) (*os.File, error) {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|unix.O_NOFOLLOW, 0o600)
+	// Opened as it is first, made only when missing: a lock taken often
+	// (the agent's request records, at every ack) makes no file each time.
+	f, err := os.OpenFile(path, os.O_RDWR|unix.O_NOFOLLOW, 0)
+	if errors.Is(err, fs.ErrNotExist) {
+		f, err = os.OpenFile(path, os.O_RDWR|os.O_CREATE|unix.O_NOFOLLOW, 0o600)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -239,25 +239,8 @@ func (c *Client) Submit(o SubmitOptions) (*Sent, error) {
 		if err != nil {
 			s, err = c.sentUnderPublicID(hb.ID, o)
 		}
-		if err == nil && s.Op == "" {
-			// Recovered from the folder: the keyed id, made under this
-			// agent's secret, proves what was asked.
-			s.Op, s.Args, s.Key = o.Op, o.Args, o.Key
-			// Into the record as it is: one acked since holds the answer
-			// (its result and output), the only copy once the host
-			// collected its own.
-			rec := c.recordOf(s)
-			rec.Op, rec.Args, rec.Key = o.Op, o.Args, o.Key
-			c.writeRecord(rec, c.acked(&rec))
-		}
-		if err == nil && s.Forgotten != 0 {
-			// Sent again by its key: the user waits for it again (the
-			// host answers a duplicate from its ledger, or never did).
-			if rec, rerr := c.readSent(s.ID); rerr == nil {
-				rec.Forgotten = 0
-				c.writeRecord(*rec, c.acked(rec))
-			}
-			s.Forgotten = 0
+		if err == nil && (s.Op == "" || s.Forgotten != 0) {
+			c.keyedAgain(s, o)
 		}
 		if err == nil {
 			c.repeats.Store(s.ID, true)
@@ -605,7 +588,7 @@ func (c *Client) recoverSent(id string) *Sent {
 			}
 			s := &Sent{V: 1, ID: id, Host: p.ID, HostName: p.Name, Args: map[string]string{},
 				ManifestSHA256: bridge.SHA256Hex(data), Created: r.Created, Expires: r.Expires}
-			c.Remember(s, data)
+			c.rememberRecovered(s, data)
 			return s
 		}
 		if _, err := c.folder.Lstat(bridge.ResultPath(p.ID, me, id, bridge.ExtResult)); err == nil {
@@ -616,6 +599,74 @@ func (c *Client) recoverSent(id string) *Sent {
 	}
 	return nil
 }
+
+// keyedAgain updates the record of s, sent before, for a keyed resend of
+// it (o): one recovered from the folder learns what was asked (the keyed
+// id, made under this agent's secret, proves it), and one forgotten is
+// waited for again (the host answers a duplicate from its ledger, or
+// never did). Into the record as it is, under the records' lock: one acked
+// since holds the answer, the only copy once the host collected its own.
+func (c *Client) keyedAgain(s *Sent, o SubmitOptions) {
+	if s.Op == "" {
+		s.Op, s.Args, s.Key = o.Op, o.Args, o.Key
+	}
+	s.Forgotten = 0
+	unlock, err := c.lockRecords()
+	if err != nil {
+		return // the record stays as it was; the resend goes on
+	}
+	defer unlock()
+	rec, err := c.recordOf(s)
+	if err != nil {
+		return
+	}
+	if rec.Op == "" {
+		rec.Op, rec.Args, rec.Key = o.Op, o.Args, o.Key
+	}
+	rec.Forgotten = 0
+	c.writeRecord(rec, c.acked(&rec))
+}
+
+// rememberRecovered remembers a request found again from the folder,
+// unless another process wrote its record meanwhile (an ack's holds the
+// answer).
+func (c *Client) rememberRecovered(s *Sent, manifest []byte) {
+	unlock, err := c.lockRecords()
+	if err != nil {
+		return // remembered by a later look
+	}
+	defer unlock()
+	if _, err := c.readSent(s.ID); err == nil {
+		return
+	}
+	c.Remember(s, manifest)
+}
+
+// lockRecords takes the home's lock on its request records, which every
+// change of a record that already exists holds from its read to its write
+// (Ack, Forget, a keyed resend, a record found again): two processes of
+// one agent (an MCP server and a command) must not write back a record
+// read before the other's ack, without the answer in it. A new request's
+// record needs none: its id is new. It waits for another holder, for a
+// while.
+func (c *Client) lockRecords() (unlock func(), err error) {
+	dir := c.home.Path("requests")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(2 * time.Millisecond) {
+		l, err := syncsafe.Lock(filepath.Join(dir, recordsLock))
+		if err == nil {
+			return func() { l.Unlock() }, nil
+		}
+		if !errors.Is(err, syncsafe.ErrLocked) || time.Now().After(deadline) {
+			return nil, fmt.Errorf("request records: %w", err)
+		}
+	}
+}
+
+// recordsLock is the lock file of lockRecords, in requests/.
+const recordsLock = ".lock"
 
 func (c *Client) readSent(id string) (*sentRecord, error) {
 	data, err := os.ReadFile(c.home.Path("requests", id+".json"))

@@ -208,3 +208,48 @@ func TestKeptAnswerUnderADestroyedKeySaysSo(t *testing.T) {
 		t.Fatalf("the kept answer after its key was destroyed: %v", err)
 	}
 }
+
+// A keyed resend of a request found again from the folder, in one process,
+// and an ack of its answer, in another, at the same time: the record keeps
+// the acked answer whichever writes last (red team of 86fce10..794f9a5:
+// the resend wrote back a record read before the ack, and the answer was
+// lost once the host collected its copy).
+func TestKeyedResendBesideAnAckKeepsTheAnswer(t *testing.T) {
+	for i := range 60 {
+		h := newHomes(t)
+		o := SubmitOptions{Op: "echo", Key: "k1"}
+		s, err := h.client.Submit(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		os.Remove(h.agent.Path("requests", s.ID+".json"))
+		if _, err := h.client.Sent(s.ID); err != nil { // found again, remembered without its op
+			t.Fatal(err)
+		}
+		h.publishResultWith(t, s, bridge.StatusDone, []byte("the answer\n"))
+		other, err := OpenClient(h.agent)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := other.Result(s.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 2)
+		go func() { done <- other.Ack(out) }()
+		go func() { _, err := h.client.Submit(o); done <- err }()
+		for range 2 {
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+		}
+		out.Close()
+		other.Close()
+		if r, err := h.client.readSent(s.ID); err != nil || r.Result == nil || r.Op != "echo" {
+			if err != nil {
+				t.Fatalf("round %d: the record after a keyed resend beside an ack: %v", i, err)
+			}
+			t.Fatalf("round %d: the record after a keyed resend beside an ack: answer kept %v, op %q", i, r.Result != nil, r.Op)
+		}
+	}
+}

@@ -679,18 +679,35 @@ func wakes(name, id string) bool {
 // request files (never the host's), unless the result is uncertain: a
 // human may then run the request again on the host, from those files.
 func (c *Client) Ack(out *Outcome) error {
-	s := out.Sent
 	// Keep the verified result, durably before the ack: the host may
 	// collect its copy after it. The result's manifest goes into the
 	// request's record (no longer a cache from here: it holds the answer),
 	// and so does a small output (inlineOutputMax); a larger one is
 	// requests/<id>.output. One fsync of the directory covers the names.
-	rec := c.recordOf(s)
+	if err := c.keep(out); err != nil {
+		return err
+	}
+	return c.publishAck(out)
+}
+
+// keep keeps the verified answer out in the home, durably, as Ack says,
+// under the records' lock.
+func (c *Client) keep(out *Outcome) error {
+	s := out.Sent
+	unlock, err := c.lockRecords()
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	rec, err := c.recordOf(s)
+	if err != nil {
+		return err
+	}
 	if c.keptAlready(&rec, out) {
 		// Acked again (a second `result --ack`, an MCP read): nothing to
 		// write, and on Windows the kept output, open in out, could not
 		// be renamed over.
-		return c.publishAck(out)
+		return nil
 	}
 	rec.Result, rec.Output = out.Manifest, nil
 	if out.size <= inlineOutputMax {
@@ -727,7 +744,7 @@ func (c *Client) Ack(out *Outcome) error {
 		// directory, and these are mostly missing.
 		_ = syscall.Unlink(c.home.Path("requests", s.ID+"."+ext))
 	}
-	return c.publishAck(out)
+	return nil
 }
 
 // keptAlready reports whether the home keeps out as this ack would keep
@@ -791,12 +808,17 @@ var syncRequests = syncsafe.SyncDir
 
 // recordOf is the record of request s to write again: the one in the home
 // (not what a keyed retry filled in for one call only), or, lost or torn,
-// one made of s and its manifest in the folder.
-func (c *Client) recordOf(s *Sent) sentRecord {
-	if old, err := c.readSent(s.ID); err == nil {
-		return *old
+// one made of s and its manifest in the folder. Any other failure to read
+// it is an error: written over, the record would lose what it holds.
+func (c *Client) recordOf(s *Sent) (sentRecord, error) {
+	old, err := c.readSent(s.ID)
+	switch {
+	case err == nil:
+		return *old, nil
+	case errors.Is(err, errNoRecord) || errors.Is(err, errTornRecord):
+		return sentRecord{Sent: *s, Manifest: c.sentManifest(s.ID)}, nil
 	}
-	return sentRecord{Sent: *s, Manifest: c.sentManifest(s.ID)}
+	return sentRecord{}, err
 }
 
 // Forget stops this home from waiting for request id, which has no answer:
@@ -810,7 +832,15 @@ func (c *Client) Forget(id string) error {
 	if err != nil {
 		return err
 	}
-	rec := c.recordOf(s)
+	unlock, err := c.lockRecords()
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	rec, err := c.recordOf(s)
+	if err != nil {
+		return err
+	}
 	if c.acked(&rec) {
 		return fmt.Errorf("request %s: its answer is acked here; nothing to forget", id)
 	}
