@@ -611,20 +611,14 @@ func (c *Client) keyedAgain(s *Sent, o SubmitOptions) {
 		s.Op, s.Args, s.Key = o.Op, o.Args, o.Key
 	}
 	s.Forgotten = 0
-	unlock, err := c.lockRecords()
-	if err != nil {
-		return // the record stays as it was; the resend goes on
-	}
-	defer unlock()
-	rec, err := c.recordOf(s)
-	if err != nil {
-		return
-	}
-	if rec.Op == "" {
-		rec.Op, rec.Args, rec.Key = o.Op, o.Args, o.Key
-	}
-	rec.Forgotten = 0
-	c.writeRecord(rec, c.acked(&rec))
+	// On an error the record stays as it was, and the resend goes on.
+	_ = c.changeRecord(s, func(rec *sentRecord) error {
+		if rec.Op == "" {
+			rec.Op, rec.Args, rec.Key = o.Op, o.Args, o.Key
+		}
+		rec.Forgotten = 0
+		return c.writeRecord(*rec, c.acked(rec))
+	})
 }
 
 // rememberRecovered remembers a request found again from the folder,

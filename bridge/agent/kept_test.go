@@ -22,6 +22,14 @@ func ackedAndCollected(t *testing.T, h *homes, stdout []byte) *Sent {
 	if err != nil {
 		t.Fatal(err)
 	}
+	ackAndCollect(t, h, s, stdout)
+	return s
+}
+
+// ackAndCollect answers s with stdout, acks the answer and removes the
+// host's copy, as the host's collection does.
+func ackAndCollect(t *testing.T, h *homes, s *Sent, stdout []byte) {
+	t.Helper()
 	h.publishResultWith(t, s, bridge.StatusDone, stdout)
 	out, err := h.client.Result(s.ID)
 	if err != nil {
@@ -34,7 +42,6 @@ func ackedAndCollected(t *testing.T, h *homes, stdout []byte) *Sent {
 	dir := filepath.Join(h.folder, filepath.FromSlash(bridge.ToAgentDir(s.Host, h.agent.Config.ID)))
 	os.Remove(filepath.Join(dir, s.ID+"."+bridge.ExtResult))
 	os.Remove(filepath.Join(dir, s.ID+"."+bridge.ExtOutput))
-	return s
 }
 
 // toOlderLayout rewrites s's record as the release before this one's

@@ -262,18 +262,7 @@ func TestKeyedResendKeepsTheKeptAnswer(t *testing.T) {
 	if rs, err := h.client.Sent(s.ID); err != nil || rs.Op != "" {
 		t.Fatalf("found again from the folder: %+v, %v", rs, err)
 	}
-	h.publishResultWith(t, s, bridge.StatusDone, []byte("the answer\n"))
-	out, err := h.client.Result(s.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := h.client.Ack(out); err != nil {
-		t.Fatal(err)
-	}
-	out.Close()
-	dir := filepath.Join(h.folder, filepath.FromSlash(bridge.ToAgentDir(s.Host, h.agent.Config.ID)))
-	os.Remove(filepath.Join(dir, s.ID+"."+bridge.ExtResult)) // the host collects its copy
-	os.Remove(filepath.Join(dir, s.ID+"."+bridge.ExtOutput))
+	ackAndCollect(t, h, s, []byte("the answer\n"))
 	again, err := h.client.Submit(o)
 	if err != nil || again.ID != s.ID {
 		t.Fatalf("keyed resend: %+v, %v", again, err)

@@ -693,16 +693,12 @@ func (c *Client) Ack(out *Outcome) error {
 // keep keeps the verified answer out in the home, durably, as Ack says,
 // under the records' lock.
 func (c *Client) keep(out *Outcome) error {
+	return c.changeRecord(out.Sent, func(rec *sentRecord) error { return c.keepIn(*rec, out) })
+}
+
+// keepIn is keep for the record as it is now (the caller holds the lock).
+func (c *Client) keepIn(rec sentRecord, out *Outcome) error {
 	s := out.Sent
-	unlock, err := c.lockRecords()
-	if err != nil {
-		return err
-	}
-	defer unlock()
-	rec, err := c.recordOf(s)
-	if err != nil {
-		return err
-	}
 	if c.keptAlready(&rec, out) {
 		// Acked again (a second `result --ack`, an MCP read): nothing to
 		// write, and on Windows the kept output, open in out, could not
@@ -806,6 +802,21 @@ func (c *Client) publishAck(out *Outcome) error {
 // (a variable: a test looks at what is there when it runs).
 var syncRequests = syncsafe.SyncDir
 
+// changeRecord calls change with the record of request s as it is
+// (recordOf), under the records' lock (lockRecords): change writes it.
+func (c *Client) changeRecord(s *Sent, change func(rec *sentRecord) error) error {
+	unlock, err := c.lockRecords()
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	rec, err := c.recordOf(s)
+	if err != nil {
+		return err
+	}
+	return change(&rec)
+}
+
 // recordOf is the record of request s to write again: the one in the home
 // (not what a keyed retry filled in for one call only), or, lost or torn,
 // one made of s and its manifest in the folder. Any other failure to read
@@ -832,22 +843,15 @@ func (c *Client) Forget(id string) error {
 	if err != nil {
 		return err
 	}
-	unlock, err := c.lockRecords()
-	if err != nil {
-		return err
-	}
-	defer unlock()
-	rec, err := c.recordOf(s)
-	if err != nil {
-		return err
-	}
-	if c.acked(&rec) {
-		return fmt.Errorf("request %s: its answer is acked here; nothing to forget", id)
-	}
-	rec.Forgotten = time.Now().Unix()
-	// A cache as the record is until an ack (Remember): lost, the request
-	// is outstanding again.
-	return c.writeRecord(rec, false)
+	return c.changeRecord(s, func(rec *sentRecord) error {
+		if c.acked(rec) {
+			return fmt.Errorf("request %s: its answer is acked here; nothing to forget", id)
+		}
+		rec.Forgotten = time.Now().Unix()
+		// A cache as the record is until an ack (Remember): lost, the
+		// request is outstanding again.
+		return c.writeRecord(*rec, false)
+	})
 }
 
 // Cancel publishes a signed cancel for a request this agent sent.

@@ -3,6 +3,7 @@ package host
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"path/filepath"
 	"slices"
@@ -103,19 +104,7 @@ func TestSyncthingSetup(t *testing.T) {
 	p.logs = &lockedBuffer{} // for waitFailed
 	runDaemon(t, p.host, DaemonOptions{Logger: slog.New(slog.NewTextHandler(p.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	for i := 0; i < 3; i++ {
-		s, err := p.client.Submit(agent.SubmitOptions{Op: bridge.PingOp})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-		out, err := p.client.Wait(ctx, s.ID, nil)
-		cancel()
-		if err != nil {
-			t.Fatalf("ping %d through the split folders: wait %s: %v\n%s", i, s.ID, err, p.waitFailed(s.ID))
-		}
-		if out.Receipt.Status != bridge.StatusDone {
-			t.Fatalf("ping %d through the split folders: %s", i, out.Receipt.Status)
-		}
+		p.pingWithin(t, 90*time.Second, fmt.Sprintf("ping %d through the split folders", i))
 	}
 	_, err = syncthing.Setup(p.agent, syncthing.SetupOptions{API: "http://127.0.0.1:" + strconv.Itoa(st.B.gui), Key: "wrong"})
 	var he *bridge.HintError
@@ -215,19 +204,7 @@ func TestHalfDoneFastPath(t *testing.T) {
 	// fast.
 	st.WaitFolderIdle(t, folderID, 60*time.Second)
 	d := runDaemon(t, p.host, DaemonOptions{})
-	s, err := p.client.Submit(agent.SubmitOptions{Op: bridge.PingOp})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	out, err := p.client.Wait(ctx, s.ID, nil)
-	cancel()
-	if err != nil {
-		t.Fatalf("ping with both set up: wait %s: %v\n%s", s.ID, err, p.waitFailed(s.ID))
-	}
-	if out.Receipt.Status != bridge.StatusDone {
-		t.Fatalf("ping with both set up: %s", out.Receipt.Status)
-	}
+	p.pingWithin(t, 90*time.Second, "ping with both set up")
 	stopDaemon(d, context.Background())
 
 	// The other way round: the host's results folder gone (as if only the
@@ -265,4 +242,23 @@ func doctorFinding(t *testing.T, h *trust.Home, check string) doctor.Finding {
 	}
 	t.Fatalf("doctor: no %s finding", check)
 	return doctor.Finding{}
+}
+
+// pingWithin sends a ping and waits up to timeout for its answer, done;
+// what names it in a failure, which says what the wait saw.
+func (p *pair) pingWithin(t *testing.T, timeout time.Duration, what string) {
+	t.Helper()
+	s, err := p.client.Submit(agent.SubmitOptions{Op: bridge.PingOp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	out, err := p.client.Wait(ctx, s.ID, nil)
+	if err != nil {
+		t.Fatalf("%s: wait %s: %v\n%s", what, s.ID, err, p.waitFailed(s.ID))
+	}
+	if out.Receipt.Status != bridge.StatusDone {
+		t.Fatalf("%s: %s", what, out.Receipt.Status)
+	}
 }
