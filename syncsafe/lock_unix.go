@@ -14,8 +14,9 @@ import (
 // a second open in the same process conflicts too, and it dies with the
 // process.
 func lockFile(path string) (*os.File, error) {
-	// Opened as it is first, made only when missing: a lock taken often
-	// (the agent's request records, at every ack) makes no file each time.
+	// Opened as it is first, and with O_CREATE only when missing: a lock
+	// taken often (the agent's request records, at every ack) then asks
+	// for no creation (the cost budget counts opens that may create).
 	f, err := os.OpenFile(path, os.O_RDWR|unix.O_NOFOLLOW, 0)
 	if errors.Is(err, fs.ErrNotExist) {
 		f, err = os.OpenFile(path, os.O_RDWR|os.O_CREATE|unix.O_NOFOLLOW, 0o600)

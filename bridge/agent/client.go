@@ -46,6 +46,10 @@ type Client struct {
 	// looks, watches armed, watches armed and not yet released): for tests.
 	quickFor time.Duration
 	waits    struct{ quick, watches, open, quickBeforeWatch atomic.Int64 }
+
+	// recordsMu keeps this client's holders of the records' lock apart
+	// (lockRecords), before its file lock keeps processes apart.
+	recordsMu sync.Mutex
 }
 
 // OpenClient opens an agent home's folder.
@@ -625,11 +629,20 @@ func (c *Client) keyedAgain(s *Sent, o SubmitOptions) {
 // unless another process wrote its record meanwhile (an ack's holds the
 // answer).
 func (c *Client) rememberRecovered(s *Sent, manifest []byte) {
-	unlock, err := c.lockRecords()
-	if err != nil {
-		return // remembered by a later look
+	// One try, no wait, in lockRecords' order: a look must not stall
+	// behind another holder's change (remembered by a later look).
+	if !c.recordsMu.TryLock() {
+		return
 	}
-	defer unlock()
+	defer c.recordsMu.Unlock()
+	if os.MkdirAll(c.home.Path("requests"), 0o700) != nil {
+		return
+	}
+	l, err := syncsafe.Lock(filepath.Join(c.home.Path("requests"), recordsLock))
+	if err != nil {
+		return
+	}
+	defer l.Unlock()
 	if _, err := c.readSent(s.ID); err == nil {
 		return
 	}
@@ -648,12 +661,17 @@ func (c *Client) lockRecords() (unlock func(), err error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
+	// This process's holders wait on a mutex (the file lock alone may not
+	// keep two of one process apart: flock emulated on NFS does not), and
+	// another process's holder is waited for through the file.
+	c.recordsMu.Lock()
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(2 * time.Millisecond) {
 		l, err := syncsafe.Lock(filepath.Join(dir, recordsLock))
 		if err == nil {
-			return func() { l.Unlock() }, nil
+			return func() { l.Unlock(); c.recordsMu.Unlock() }, nil
 		}
 		if !errors.Is(err, syncsafe.ErrLocked) || time.Now().After(deadline) {
+			c.recordsMu.Unlock()
 			return nil, fmt.Errorf("request records: %w", err)
 		}
 	}

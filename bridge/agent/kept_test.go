@@ -187,6 +187,8 @@ func TestReaderDuringALayoutMoveNeverSeesItUnreadable(t *testing.T) {
 // and the home destroyed since cannot be opened: the error says so, not
 // "restore from a backup" (red team of 86fce10).
 func TestKeptAnswerUnderADestroyedKeySaysSo(t *testing.T) {
+	// (and a process that predates a rotation, whose key is not destroyed,
+	// is told to start again: TestStaleProcessAfterARotationIsToldToRestart)
 	h := newHomes(t)
 	s := ackedAndCollected(t, h, []byte("the answer\n"))
 	if _, err := h.agent.Rotate(0); err != nil {
@@ -263,5 +265,92 @@ func TestKeyedResendBesideAnAckKeepsTheAnswer(t *testing.T) {
 			}
 			t.Fatalf("round %d: the record after a keyed resend beside an ack: answer kept %v, op %q", i, r.Result != nil, r.Op)
 		}
+	}
+}
+
+// An answer read from the folder because the kept copy beside it no longer
+// opens (damaged), then acked: the ack keeps the folder's copy again before
+// it lets the host collect it (red team of 43e0d59: a kept copy of the same
+// size was taken for this one, and the answer was lost).
+func TestAckOfTheFoldersCopyKeepsItAgain(t *testing.T) {
+	for _, size := range []int{16, inlineOutputMax + 1} {
+		h := newHomes(t)
+		s, err := h.client.Submit(SubmitOptions{Op: "echo"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.publishResultWith(t, s, bridge.StatusDone, []byte(strings.Repeat("x", size)))
+		out, err := h.client.Result(s.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := h.client.Ack(out); err != nil {
+			t.Fatal(err)
+		}
+		out.Close()
+		rec, err := h.client.readSent(s.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec.Output != nil {
+			rec.Output[len(rec.Output)-1] ^= 1
+			if err := h.client.writeRecord(*rec, true); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			p := h.agent.Path("requests", s.ID+"."+bridge.ExtOutput)
+			b, err := os.ReadFile(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b[len(b)-1] ^= 1
+			if err := os.WriteFile(p, b, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		out, err = h.client.Result(s.ID) // the folder's copy, verified
+		if err != nil {
+			t.Fatalf("output of %d bytes, its kept copy damaged: %v", size, err)
+		}
+		if err := h.client.Ack(out); err != nil {
+			t.Fatal(err)
+		}
+		out.Close()
+		dir := filepath.Join(h.folder, filepath.FromSlash(bridge.ToAgentDir(s.Host, h.agent.Config.ID)))
+		os.Remove(filepath.Join(dir, s.ID+"."+bridge.ExtResult))
+		os.Remove(filepath.Join(dir, s.ID+"."+bridge.ExtOutput))
+		if got, err := h.client.Result(s.ID); err != nil {
+			t.Fatalf("output of %d bytes: after an ack of the folder's copy and its collection: %v", size, err)
+		} else {
+			got.Close()
+		}
+	}
+}
+
+// A process opened before a rotation (a long-running MCP server) cannot
+// open an answer sealed to the new key: it is told to start again, not
+// that the key is gone (red team of 43e0d59).
+func TestStaleProcessAfterARotationIsToldToRestart(t *testing.T) {
+	h := newHomes(t)
+	stale := h.client
+	fresh, err := trust.OpenHome(h.agent.Dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fresh.Rotate(time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	fc, err := OpenClient(fresh)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fc.Close()
+	hh := *h
+	hh.agent, hh.client = fresh, fc
+	s := ackedAndCollected(t, &hh, []byte("the answer\n"))
+	_, err = stale.Result(s.ID)
+	var he *bridge.HintError
+	if !errors.As(err, &he) || !strings.Contains(he.Hint, "started again") {
+		t.Fatalf("a process that predates the rotation: %v", err)
 	}
 }

@@ -97,7 +97,7 @@ func (c *Client) Result(id string) (ret *Outcome, _ error) {
 			// will come to wait for.
 			hint := "this home acked the answer, and the host may have collected its own copy since: restore the home's requests/ from a backup, or look at the request on the host (`bridge ls` there)"
 			if errors.Is(kerr, bcrypto.ErrUnknownKey) || errors.Is(kerr, bridge.ErrWrongRecipient) {
-				hint = "the answer was sealed to a key of this agent that a rotation retired and the home has since destroyed (docs/KEYS.md): it cannot be opened again; look at the request on the host (`bridge ls` there)"
+				hint = "the answer is sealed to a key this process does not hold: a process started before a `bridge keys rotate` (a long-running `bridge mcp`) reads it once started again; if a rotation retired the key and the home has since destroyed it (docs/KEYS.md), it cannot be opened again"
 			}
 			return nil, bridge.WithHint(fmt.Errorf("result %s: %w", id, kerr), "%s", hint)
 		}
@@ -743,18 +743,30 @@ func (c *Client) keepIn(rec sentRecord, out *Outcome) error {
 	return nil
 }
 
-// keptAlready reports whether the home keeps out as this ack would keep
-// it: the record holds its manifest, and its output is where its size puts
-// it (in the record; else requests/<id>.output, of its size).
+// keptAlready reports whether out is the very copy the home keeps, read
+// from it and verified: the record holds its manifest and the same output
+// bytes, or its output is the kept requests/<id>.output itself. An answer
+// read from the folder, with a kept copy beside it of the same size, is
+// kept again: the kept one may be damaged (that is why the folder's was
+// read), and the ack lets the host collect the folder's (red team of
+// 43e0d59).
 func (c *Client) keptAlready(rec *sentRecord, out *Outcome) bool {
 	if !bytes.Equal(rec.Result, out.Manifest) {
 		return false
 	}
-	if out.size <= inlineOutputMax {
-		return int64(len(rec.Output)) == out.size
+	if m, ok := out.output.(memOutput); ok {
+		return rec.Output != nil && bytes.Equal(rec.Output, m.b.Bytes())
+	}
+	f, ok := out.output.(*os.File)
+	if !ok || rec.Output != nil {
+		return false
+	}
+	have, err := f.Stat()
+	if err != nil {
+		return false
 	}
 	fi, err := os.Stat(c.home.Path("requests", rec.ID+"."+bridge.ExtOutput))
-	return rec.Output == nil && err == nil && fi.Size() == out.size
+	return err == nil && os.SameFile(have, fi) && fi.Size() == out.size
 }
 
 // publishAck publishes the ack of out, then removes this agent's own
