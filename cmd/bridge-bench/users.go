@@ -46,6 +46,11 @@ func buildBridge(dir string) (string, error) {
 	bin := filepath.Join(dir, "bin", "bridge")
 	cmd := exec.Command("go", "build", "-o", bin, bridgePkg)
 	cmd.Dir = strings.TrimSpace(string(out))
+	// Static, as the release archives are (release/build.sh): a build
+	// linked to libc, which `go build` makes where a C compiler is, starts
+	// each process about a millisecond later (docs/BENCHMARKS.md, "Session
+	// 28"), and every CLI command is a process.
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if msg, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go build %s: %w: %s", bridgePkg, err, strings.TrimSpace(string(msg)))
 	}
