@@ -46,11 +46,13 @@ type Client struct {
 	// looks, watches armed, watches armed and not yet released): for tests.
 	quickFor time.Duration
 	waits    struct{ quick, watches, open, quickBeforeWatch atomic.Int64 }
-
-	// recordsMu keeps this client's holders of the records' lock apart
-	// (lockRecords), before its file lock keeps processes apart.
-	recordsMu sync.Mutex
 }
+
+// recordsMu keeps this process's holders of the records' lock apart
+// (lockRecords), before its file lock keeps processes apart: one for the
+// process, not per client (`bridge mcp` opens a client per tool call, and
+// runs calls at once).
+var recordsMu sync.Mutex
 
 // OpenClient opens an agent home's folder.
 func OpenClient(home *trust.Home) (*Client, error) {
@@ -631,10 +633,10 @@ func (c *Client) keyedAgain(s *Sent, o SubmitOptions) {
 func (c *Client) rememberRecovered(s *Sent, manifest []byte) {
 	// One try, no wait, in lockRecords' order: a look must not stall
 	// behind another holder's change (remembered by a later look).
-	if !c.recordsMu.TryLock() {
+	if !recordsMu.TryLock() {
 		return
 	}
-	defer c.recordsMu.Unlock()
+	defer recordsMu.Unlock()
 	if os.MkdirAll(c.home.Path("requests"), 0o700) != nil {
 		return
 	}
@@ -643,8 +645,8 @@ func (c *Client) rememberRecovered(s *Sent, manifest []byte) {
 		return
 	}
 	defer l.Unlock()
-	if _, err := c.readSent(s.ID); err == nil {
-		return
+	if _, err := c.readSent(s.ID); !errors.Is(err, errNoRecord) && !errors.Is(err, errTornRecord) {
+		return // there (another process wrote it meanwhile), or unreadable: not written over
 	}
 	c.Remember(s, manifest)
 }
@@ -664,14 +666,14 @@ func (c *Client) lockRecords() (unlock func(), err error) {
 	// This process's holders wait on a mutex (the file lock alone may not
 	// keep two of one process apart: flock emulated on NFS does not), and
 	// another process's holder is waited for through the file.
-	c.recordsMu.Lock()
+	recordsMu.Lock()
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(2 * time.Millisecond) {
 		l, err := syncsafe.Lock(filepath.Join(dir, recordsLock))
 		if err == nil {
-			return func() { l.Unlock(); c.recordsMu.Unlock() }, nil
+			return func() { l.Unlock(); recordsMu.Unlock() }, nil
 		}
 		if !errors.Is(err, syncsafe.ErrLocked) || time.Now().After(deadline) {
-			c.recordsMu.Unlock()
+			recordsMu.Unlock()
 			return nil, fmt.Errorf("request records: %w", err)
 		}
 	}

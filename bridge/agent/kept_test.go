@@ -350,7 +350,50 @@ func TestStaleProcessAfterARotationIsToldToRestart(t *testing.T) {
 	s := ackedAndCollected(t, &hh, []byte("the answer\n"))
 	_, err = stale.Result(s.ID)
 	var he *bridge.HintError
-	if !errors.As(err, &he) || !strings.Contains(he.Hint, "started again") {
+	if !errors.As(err, &he) || !strings.Contains(he.Hint, "start it again") {
 		t.Fatalf("a process that predates the rotation: %v", err)
+	}
+}
+
+// An older layout's kept answer with a large output, acked again: only the
+// record changes; the kept output, which the outcome holds open, is not
+// written over (on Windows it could not be: red team of 4505f2c).
+func TestAckOfAnOlderLayoutKeepsItsOutputFile(t *testing.T) {
+	h := newHomes(t)
+	s := ackedAndCollected(t, h, []byte(strings.Repeat("y", inlineOutputMax+1)))
+	rec, err := h.client.readSent(s.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The older layout: the manifest beside the record too.
+	if err := os.WriteFile(h.agent.Path("requests", s.ID+"."+bridge.ExtResult), rec.Result, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	rec.Result = nil
+	if err := h.client.writeRecord(*rec, true); err != nil {
+		t.Fatal(err)
+	}
+	outputFile := h.agent.Path("requests", s.ID+"."+bridge.ExtOutput)
+	before, err := os.Stat(outputFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := h.client.Result(s.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
+	if err := h.client.Ack(out); err != nil {
+		t.Fatal(err)
+	}
+	after, err := os.Stat(outputFile)
+	if err != nil || !os.SameFile(before, after) {
+		t.Fatalf("the kept output after the ack: written over (%v)", err)
+	}
+	if r, err := h.client.readSent(s.ID); err != nil || r.Result == nil {
+		t.Fatalf("the record after the ack: %v", err)
+	}
+	if _, err := os.Stat(h.agent.Path("requests", s.ID+"."+bridge.ExtResult)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("requests/<id>.result after the ack: %v", err)
 	}
 }

@@ -97,7 +97,7 @@ func (c *Client) Result(id string) (ret *Outcome, _ error) {
 			// will come to wait for.
 			hint := "this home acked the answer, and the host may have collected its own copy since: restore the home's requests/ from a backup, or look at the request on the host (`bridge ls` there)"
 			if errors.Is(kerr, bcrypto.ErrUnknownKey) || errors.Is(kerr, bridge.ErrWrongRecipient) {
-				hint = "the answer is sealed to a key this process does not hold: a process started before a `bridge keys rotate` (a long-running `bridge mcp`) reads it once started again; if a rotation retired the key and the home has since destroyed it (docs/KEYS.md), it cannot be opened again"
+				hint = staleKeysHint + "; if a rotation retired the key and the home has since destroyed it (docs/KEYS.md), it cannot be opened again"
 			}
 			return nil, bridge.WithHint(fmt.Errorf("result %s: %w", id, kerr), "%s", hint)
 		}
@@ -138,6 +138,9 @@ func (c *Client) Result(id string) (ret *Outcome, _ error) {
 		return nil, ErrNoResult // still arriving
 	} else if errors.Is(err, bcrypto.ErrBadSignature) {
 		return nil, c.whyBadSignature(s, id, data, err)
+	} else if errors.Is(err, bridge.ErrWrongRecipient) {
+		// Also a junk file at the name: the wait goes on past it.
+		return nil, bridge.WithHint(err, "%s", staleKeysHint)
 	} else if err != nil {
 		return nil, newerHost(err, s.HostName) // OpenResult names the result
 	}
@@ -285,6 +288,10 @@ func (c *Client) spoolFile() (*os.File, error) {
 	}
 	return syncsafe.UnnamedTemp(dir, ".output-*")
 }
+
+// staleKeysHint is said of an answer addressed to none of the keys this
+// process holds.
+const staleKeysHint = "if this agent rotated its keys since this process started (a long-running `bridge mcp`), start it again: it then reads answers sealed to the new key"
 
 // errKeptUnreadable: this home kept an acked result's manifest, and the
 // copy does not open (its output is missing or not the one the manifest
@@ -711,6 +718,10 @@ func (c *Client) keepIn(rec sentRecord, out *Outcome) error {
 		if _, err := out.output.ReadAt(rec.Output, 0); err != nil && !(errors.Is(err, io.EOF) && out.size == 0) {
 			return fmt.Errorf("keep result %s: %w", s.ID, err)
 		}
+	} else if c.outputIsKept(s.ID, out) {
+		// Kept already, by an older layout's ack (its manifest in
+		// requests/<id>.result): only the record changes. Renamed over,
+		// it could not be on Windows while out holds it open.
 	} else if err := c.writePrivate(s.ID+"."+bridge.ExtOutput, true, func(w io.Writer) error {
 		_, err := io.Copy(w, io.NewSectionReader(out.output, 0, out.size))
 		return err
@@ -757,15 +768,21 @@ func (c *Client) keptAlready(rec *sentRecord, out *Outcome) bool {
 	if m, ok := out.output.(memOutput); ok {
 		return rec.Output != nil && bytes.Equal(rec.Output, m.b.Bytes())
 	}
+	return rec.Output == nil && c.outputIsKept(rec.ID, out)
+}
+
+// outputIsKept reports whether out's output is the kept
+// requests/<id>.output itself, the file open in out (keptResult).
+func (c *Client) outputIsKept(id string, out *Outcome) bool {
 	f, ok := out.output.(*os.File)
-	if !ok || rec.Output != nil {
+	if !ok {
 		return false
 	}
 	have, err := f.Stat()
 	if err != nil {
 		return false
 	}
-	fi, err := os.Stat(c.home.Path("requests", rec.ID+"."+bridge.ExtOutput))
+	fi, err := os.Stat(c.home.Path("requests", id+"."+bridge.ExtOutput))
 	return err == nil && os.SameFile(have, fi) && fi.Size() == out.size
 }
 

@@ -30,6 +30,7 @@ type pair struct {
 	log                         *slog.Logger  // for the daemon of start; nil: its debug log kept in logs
 	logs                        *lockedBuffer // the log of start's daemon when log is nil, for a failed wait
 	tune                        func(*limits) // shrinks the bounds of start's daemon (limit); nil: the defaults
+	rescan                      time.Duration // the full walks' interval of start's daemon; 0: 500 ms
 }
 
 // limit has start's daemon run with f's change to its limits: each test
@@ -222,7 +223,11 @@ func (p *pair) start(t *testing.T, env map[string]string) {
 		}
 		logger = slog.New(slog.NewTextHandler(p.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
-	d, err := NewDaemon(p.host, DaemonOptions{AllowRoot: true, Rescan: 500 * time.Millisecond, Grace: 200 * time.Millisecond,
+	rescan := p.rescan
+	if rescan == 0 {
+		rescan = 500 * time.Millisecond
+	}
+	d, err := NewDaemon(p.host, DaemonOptions{AllowRoot: true, Rescan: rescan, Grace: 200 * time.Millisecond,
 		Skew: p.skew, Env: envWith(env), Logger: logger})
 	if err != nil {
 		t.Fatal(err)
