@@ -663,11 +663,16 @@ func (c *Client) lockRecords() (unlock func(), err error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
-	// This process's holders wait on a mutex (the file lock alone may not
-	// keep two of one process apart: flock emulated on NFS does not), and
-	// another process's holder is waited for through the file.
-	recordsMu.Lock()
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(2 * time.Millisecond) {
+	// This process's holders are kept apart by a mutex (the file lock
+	// alone may not keep two of one process apart: flock emulated on NFS
+	// does not), another process's by the file; both within one deadline.
+	deadline := time.Now().Add(recordsLockWait)
+	for ; !recordsMu.TryLock(); time.Sleep(2 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("request records: %w (in this process)", syncsafe.ErrLocked)
+		}
+	}
+	for ; ; time.Sleep(2 * time.Millisecond) {
 		l, err := syncsafe.Lock(filepath.Join(dir, recordsLock))
 		if err == nil {
 			return func() { l.Unlock(); recordsMu.Unlock() }, nil
@@ -678,6 +683,10 @@ func (c *Client) lockRecords() (unlock func(), err error) {
 		}
 	}
 }
+
+// recordsLockWait is how long lockRecords waits for another holder (a
+// variable: a test shortens it).
+var recordsLockWait = 30 * time.Second
 
 // recordsLock is the lock file of lockRecords, in requests/.
 const recordsLock = ".lock"

@@ -12,6 +12,7 @@ import (
 
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/trust"
+	"github.com/syncbridge/bridge/syncsafe"
 )
 
 // ackedAndCollected submits a request, answers it with stdout, acks the
@@ -395,5 +396,45 @@ func TestAckOfAnOlderLayoutKeepsItsOutputFile(t *testing.T) {
 	}
 	if _, err := os.Stat(h.agent.Path("requests", s.ID+"."+bridge.ExtResult)); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("requests/<id>.result after the ack: %v", err)
+	}
+}
+
+// An ack takes the records' lock file, which another process holding it
+// keeps it from (the two clients of TestKeyedResendBesideAnAckKeepsTheAnswer
+// share this process's mutex, so it does not show that): while it is held,
+// the ack fails once its wait is over and changes nothing; after, it goes
+// through.
+func TestAckWaitsForTheRecordsLockFile(t *testing.T) {
+	h := newHomes(t)
+	s, err := h.client.Submit(SubmitOptions{Op: "echo"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.publishResultWith(t, s, bridge.StatusDone, []byte("the answer\n"))
+	out, err := h.client.Result(s.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
+	held, err := syncsafe.Lock(h.agent.Path("requests", recordsLock)) // another open: as another process
+	if err != nil {
+		t.Fatal(err)
+	}
+	recordsLockWait = 20 * time.Millisecond
+	defer func() { recordsLockWait = 30 * time.Second }()
+	if err := h.client.Ack(out); !errors.Is(err, syncsafe.ErrLocked) {
+		t.Fatalf("an ack while another holds the records' lock: %v", err)
+	}
+	if r, err := h.client.readSent(s.ID); err != nil || r.Result != nil {
+		t.Fatalf("the record after an ack kept from the lock: %v", err)
+	}
+	if err := held.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.client.Ack(out); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := h.client.readSent(s.ID); err != nil || r.Result == nil {
+		t.Fatalf("the record after the ack: %v", err)
 	}
 }

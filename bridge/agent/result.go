@@ -139,7 +139,8 @@ func (c *Client) Result(id string) (ret *Outcome, _ error) {
 	} else if errors.Is(err, bcrypto.ErrBadSignature) {
 		return nil, c.whyBadSignature(s, id, data, err)
 	} else if errors.Is(err, bridge.ErrWrongRecipient) {
-		// Also a junk file at the name: the wait goes on past it.
+		// Signed by the host, and not to this agent's keys as this
+		// process holds them: a wait goes on past it.
 		return nil, bridge.WithHint(err, "%s", staleKeysHint)
 	} else if err != nil {
 		return nil, newerHost(err, s.HostName) // OpenResult names the result
@@ -291,7 +292,7 @@ func (c *Client) spoolFile() (*os.File, error) {
 
 // staleKeysHint is said of an answer addressed to none of the keys this
 // process holds.
-const staleKeysHint = "if this agent rotated its keys since this process started (a long-running `bridge mcp`), start it again: it then reads answers sealed to the new key"
+const staleKeysHint = "if this agent rotated its keys since this process started (a long-running `bridge mcp`), start it again: it then reads answers sealed to the new key; otherwise the answer is not addressed to this agent"
 
 // errKeptUnreadable: this home kept an acked result's manifest, and the
 // copy does not open (its output is missing or not the one the manifest
