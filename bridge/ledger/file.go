@@ -147,12 +147,11 @@ func checkDirMode(dir string) error {
 	return nil
 }
 
-// compactable returns the live records if the file is over min bytes and
-// worth compacting, else nil. The caller holds l.mu for writing, or dur
-// (a nap): nothing changes meanwhile.
-func (l *Ledger) compactable(min int64) map[string]string {
+// compactable returns the live records if the file is worth compacting,
+// else nil. The caller holds l.mu for writing: nothing changes meanwhile.
+func (l *Ledger) compactable() map[string]string {
 	fi, err := l.dbf.Stat()
-	if err != nil || fi.Size() < min {
+	if err != nil || fi.Size() < closeCompactMin {
 		return nil
 	}
 	live := map[string]string{}

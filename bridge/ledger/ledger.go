@@ -364,7 +364,7 @@ func (l *Ledger) Close() error {
 				err = l.arch.compact(l.setVouched)
 			}
 		}
-		keep = l.compactable(closeCompactMin)
+		keep = l.compactable()
 		if len(l.unsynced) > 0 {
 			if serr := syncFile(l.dbf); err == nil { // the lazy writes, for a clean stop
 				err = serr
@@ -407,15 +407,6 @@ var (
 	closeCompactMin   int64 = 1 << 20
 	closeCompactRatio int64 = 2
 )
-
-// napCompactMin: a nap rewrites a file over 256 KiB that is more than
-// twice its live records. The wake after a nap reads the whole file again,
-// about 1.5 ms per MiB here: with the Close's 1 MiB, a ledger woken for
-// each request of an agent that sends one now and then read up to 1 MiB
-// (about 250 requests' records) at each (0.75 ms on average); with 256
-// KiB, a quarter of that, for a rewrite (three fsyncs, while idle) every
-// 60 or so requests instead of every 250.
-var napCompactMin int64 = 256 << 10
 
 // usable must be called with l.mu held for reading.
 func (l *Ledger) usable() error {

@@ -110,7 +110,7 @@ func (l *Ledger) nap() {
 	// be made and thrown away at every nap, and a wake reads it all.
 	var keep map[string]string
 	if runtime.GOOS != "windows" {
-		keep = l.compactable(napCompactMin)
+		keep = l.compactable()
 	}
 	if l.db.Close() != nil {
 		// buntdb closed nothing it could not close again; stay awake.

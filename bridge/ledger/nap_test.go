@@ -224,28 +224,6 @@ func TestNapFsyncFailureBreaksTheLedger(t *testing.T) {
 	}
 }
 
-// A nap compacts ledger.db from a smaller size than a clean Close does
-// (napCompactMin): a wake reads the whole file, and an agent that sends a
-// request now and then wakes the ledger for each.
-func TestNapCompactsFromASmallerSize(t *testing.T) {
-	t.Parallel()
-	dir := t.TempDir()
-	l := mustOpen(t, dir)
-	exp := time.Now().Add(time.Hour)
-	mustAdmit(t, l, testEntry("a/0", exp))
-	fillArchivedTo(t, l, exp, 2*napCompactMin)
-	before := fileSize(t, dbPath(dir))
-	if before >= closeCompactMin {
-		t.Fatalf("ledger.db is %d bytes: not under a clean Close's %d", before, closeCompactMin)
-	}
-	setNap(l, 10*time.Millisecond)
-	waitNaps(t, l, 1)
-	if after := fileSize(t, dbPath(dir)); after*2 > before {
-		t.Fatalf("ledger.db is %d bytes after the nap, %d before: not compacted", after, before)
-	}
-	mustClose(t, l)
-}
-
 // A nap compacts ledger.db as a clean Close does: every transition appends
 // a whole record, and the wake reads the whole file, so without it a wake
 // would read everything since the start. The ledger's descriptor follows
@@ -395,15 +373,9 @@ func TestNapCompactionDirFsyncFailure(t *testing.T) {
 // keys.
 func fillArchived(t *testing.T, l *Ledger, exp time.Time) []string {
 	t.Helper()
-	return fillArchivedTo(t, l, exp, 2*closeCompactMin)
-}
-
-// fillArchivedTo is fillArchived to size bytes of ledger.db.
-func fillArchivedTo(t *testing.T, l *Ledger, exp time.Time, size int64) []string {
-	t.Helper()
 	var keys []string
 	pad := strings.Repeat("x", 2000)
-	for i := 0; fileSize(t, l.Path()) < size; i++ {
+	for i := 0; fileSize(t, l.Path()) < 2*closeCompactMin; i++ {
 		key := fmt.Sprintf("b/%d", i)
 		keys = append(keys, key)
 		mustAdmit(t, l, testEntry(key, exp))
