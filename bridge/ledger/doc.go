@@ -112,9 +112,12 @@
 // to Close, whatever its configuration, and its ticks are most of an idle
 // daemon's wake-ups. A ledger unused for five seconds fsyncs its lazy writes
 // and closes buntdb, keeping its lock, its own descriptor and the archive;
-// the next read or write opens buntdb again (a read of the file's live
-// records: terminal ones are in the archive) before it goes on, under the
-// same lock that orders reads after fsyncs. [Ledger.Naps] counts both.
+// the next read or write opens buntdb again before it goes on, under the
+// same lock that orders reads after fsyncs: a read of the whole file, its
+// live records (the terminal ones among them until archiveEvery of them
+// go to the archive in the background) and, until a nap rewrites it (past
+// 1 MiB and twice its live records), the records they replaced. [Ledger.Naps]
+// counts both.
 // Within a batch the writes apply in order, each seeing the ones before it,
 // so the compare-and-set holds; a crash may keep part of a batch, which is
 // safe because each record stands alone and no caller was answered yet.
