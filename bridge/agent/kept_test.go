@@ -36,6 +36,13 @@ func ackAndCollect(t *testing.T, h *homes, s *Sent, stdout []byte) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	ackThenCollect(t, h, s, out)
+}
+
+// ackThenCollect acks out, the answer to s, closes it, and removes the
+// host's copy from the folder, as the host's collection does.
+func ackThenCollect(t *testing.T, h *homes, s *Sent, out *Outcome) {
+	t.Helper()
 	if err := h.client.Ack(out); err != nil {
 		t.Fatal(err)
 	}
@@ -43,6 +50,22 @@ func ackAndCollect(t *testing.T, h *homes, s *Sent, stdout []byte) {
 	dir := filepath.Join(h.folder, filepath.FromSlash(bridge.ToAgentDir(s.Host, h.agent.Config.ID)))
 	os.Remove(filepath.Join(dir, s.ID+"."+bridge.ExtResult))
 	os.Remove(filepath.Join(dir, s.ID+"."+bridge.ExtOutput))
+}
+
+// answered submits a request and answers it with stdout in the folder; it
+// returns the request and the answer's outcome (to be closed).
+func answered(t *testing.T, h *homes, stdout []byte) (*Sent, *Outcome) {
+	t.Helper()
+	s, err := h.client.Submit(SubmitOptions{Op: "echo"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.publishResultWith(t, s, bridge.StatusDone, stdout)
+	out, err := h.client.Result(s.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, out
 }
 
 // toOlderLayout rewrites s's record as the release before this one's
@@ -276,15 +299,7 @@ func TestKeyedResendBesideAnAckKeepsTheAnswer(t *testing.T) {
 func TestAckOfTheFoldersCopyKeepsItAgain(t *testing.T) {
 	for _, size := range []int{16, inlineOutputMax + 1} {
 		h := newHomes(t)
-		s, err := h.client.Submit(SubmitOptions{Op: "echo"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		h.publishResultWith(t, s, bridge.StatusDone, []byte(strings.Repeat("x", size)))
-		out, err := h.client.Result(s.ID)
-		if err != nil {
-			t.Fatal(err)
-		}
+		s, out := answered(t, h, []byte(strings.Repeat("x", size)))
 		if err := h.client.Ack(out); err != nil {
 			t.Fatal(err)
 		}
@@ -313,13 +328,7 @@ func TestAckOfTheFoldersCopyKeepsItAgain(t *testing.T) {
 		if err != nil {
 			t.Fatalf("output of %d bytes, its kept copy damaged: %v", size, err)
 		}
-		if err := h.client.Ack(out); err != nil {
-			t.Fatal(err)
-		}
-		out.Close()
-		dir := filepath.Join(h.folder, filepath.FromSlash(bridge.ToAgentDir(s.Host, h.agent.Config.ID)))
-		os.Remove(filepath.Join(dir, s.ID+"."+bridge.ExtResult))
-		os.Remove(filepath.Join(dir, s.ID+"."+bridge.ExtOutput))
+		ackThenCollect(t, h, s, out)
 		if got, err := h.client.Result(s.ID); err != nil {
 			t.Fatalf("output of %d bytes: after an ack of the folder's copy and its collection: %v", size, err)
 		} else {
@@ -406,15 +415,7 @@ func TestAckOfAnOlderLayoutKeepsItsOutputFile(t *testing.T) {
 // through.
 func TestAckWaitsForTheRecordsLockFile(t *testing.T) {
 	h := newHomes(t)
-	s, err := h.client.Submit(SubmitOptions{Op: "echo"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h.publishResultWith(t, s, bridge.StatusDone, []byte("the answer\n"))
-	out, err := h.client.Result(s.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, out := answered(t, h, []byte("the answer\n"))
 	defer out.Close()
 	held, err := syncsafe.Lock(h.agent.Path("requests", recordsLock)) // another open: as another process
 	if err != nil {

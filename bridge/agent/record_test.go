@@ -211,15 +211,7 @@ func TestKeptResultInRecordAndOldLayout(t *testing.T) {
 // 392e148).
 func TestAckRemovesOldCopiesOnlyOnceTheRecordIsDurable(t *testing.T) {
 	h := newHomes(t)
-	s, err := h.client.Submit(SubmitOptions{Op: "echo"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h.publishResultWith(t, s, bridge.StatusDone, []byte("the answer\n"))
-	out, err := h.client.Result(s.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, out := answered(t, h, []byte("the answer\n"))
 	defer out.Close()
 	// The layout of the release before: the output beside the record.
 	sealed := make([]byte, out.size)
