@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/syncbridge/bridge/bridge"
+	"github.com/syncbridge/bridge/bridge/trust"
 )
 
 // WaitAll takes each answer once, as the folder's events bring it: the
@@ -151,5 +152,83 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
+	}
+}
+
+// WaitAll over requests to two hosts: the answer of one is given as it
+// comes while the other's host has not answered, and the other's is given
+// once its host answers (until now every test's home knew one host).
+func TestWaitAllOverTwoHosts(t *testing.T) {
+	h := newHomes(t)
+	desk, err := trust.InitHome(filepath.Join(t.TempDir(), "desk"), "host", "desk", h.folder)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := desk.Trust(h.agent.BundleText(), "cloud-1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.agent.Trust(desk.BundleText(), "desk"); err != nil {
+		t.Fatal(err)
+	}
+	c, err := OpenClient(h.agent) // knows both hosts
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	h.client = c
+	toLaptop, err := c.Submit(SubmitOptions{Host: "laptop", Op: "echo"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	toDesk, err := c.Submit(SubmitOptions{Host: "desk", Op: "echo"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.publishResultWith(t, toLaptop, bridge.StatusDone, []byte("from the laptop\n"))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var answers []string
+	watches := c.waits.watches.Load()
+	left, err := c.WaitAll(ctx, []string{toLaptop.ID, toDesk.ID}, func(id string, out *Outcome, err error) {
+		if err != nil {
+			t.Errorf("%s: %v", id, err)
+			return
+		}
+		answers = append(answers, id+": "+string(out.Stdout))
+		out.Close()
+		cancel() // the laptop's answer is in: stop waiting for the desk's
+	}, nil)
+	if !errors.Is(err, context.Canceled) || !slices.Equal(left, []string{toDesk.ID}) || !slices.Equal(answers, []string{toLaptop.ID + ": from the laptop\n"}) {
+		t.Fatalf("the first wait: left %v, %v; answers %q", left, err, answers)
+	}
+	// The laptop's answer came at the first look, before any watch was
+	// armed: none was, for either host.
+	if got := c.waits.watches.Load() - watches; got != 0 {
+		t.Fatalf("the first wait armed %d watches", got)
+	}
+	// The desk answers while the second wait runs (published as the
+	// laptop's answer, there already, is given): a watch of each host's
+	// directory, or the next full look, brings it.
+	hd := *h
+	hd.host = desk
+	ctx, cancel = context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	answers = nil
+	left, err = c.WaitAll(ctx, []string{toLaptop.ID, toDesk.ID}, func(id string, out *Outcome, err error) {
+		if err != nil {
+			t.Errorf("%s: %v", id, err)
+			return
+		}
+		answers = append(answers, id+": "+string(out.Stdout))
+		out.Close()
+		if id == toLaptop.ID {
+			hd.publishResultWith(t, toDesk, bridge.StatusDone, []byte("from the desk\n"))
+		}
+	}, nil)
+	slices.Sort(answers)
+	want := []string{toLaptop.ID + ": from the laptop\n", toDesk.ID + ": from the desk\n"}
+	slices.Sort(want)
+	if err != nil || len(left) != 0 || !slices.Equal(answers, want) {
+		t.Fatalf("the second wait: left %v, %v; answers %q", left, err, answers)
 	}
 }
