@@ -314,15 +314,9 @@ func (c *Client) keptResult(s *Sent, check bridge.ResultCheck, own []trust.OwnKe
 }
 
 func (c *Client) keptOnce(s *Sent, check bridge.ResultCheck, own []trust.OwnKey) (*Outcome, error) {
-	rec, _ := c.readSent(s.ID)
-	var data []byte
-	if rec != nil && rec.Result != nil {
-		data = rec.Result
-	} else {
-		var err error
-		if data, err = os.ReadFile(c.home.Path("requests", s.ID+"."+bridge.ExtResult)); err != nil {
-			return nil, err // a home of the old layout, or none kept
-		}
+	data, rec, err := c.keptManifestAndRecord(s.ID)
+	if err != nil {
+		return nil, err // none kept
 	}
 	out, err := c.openKept(s, rec, data, check, own)
 	if err != nil {
@@ -967,10 +961,19 @@ func (c *Client) GC(dryRun bool) ([]string, error) {
 // keptManifest is the manifest of the result this agent acked for request
 // id: in its record, or in requests/<id>.result in a home from before.
 func (c *Client) keptManifest(id string) ([]byte, error) {
-	if rec, err := c.readSent(id); err == nil && rec.Result != nil {
-		return rec.Result, nil
+	data, _, err := c.keptManifestAndRecord(id)
+	return data, err
+}
+
+// keptManifestAndRecord is keptManifest with the record it read (nil if
+// missing or torn), which holds a small kept output (SPEC §10).
+func (c *Client) keptManifestAndRecord(id string) ([]byte, *sentRecord, error) {
+	rec, _ := c.readSent(id)
+	if rec != nil && rec.Result != nil {
+		return rec.Result, rec, nil
 	}
-	return os.ReadFile(c.home.Path("requests", id+"."+bridge.ExtResult))
+	data, err := os.ReadFile(c.home.Path("requests", id+"."+bridge.ExtResult))
+	return data, rec, err
 }
 
 // keptStatus is the status of the result this agent keeps for request id
