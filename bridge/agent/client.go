@@ -522,20 +522,31 @@ func (c *Client) sentManifest(id string) []byte {
 
 // Sent returns what the agent remembers of request id.
 func (c *Client) Sent(id string) (*Sent, error) {
+	s, rec, err := c.sentOf(id)
+	if rec != nil && !s.Acked {
+		s.Acked = c.acked(rec) // an older layout's kept manifest beside the record
+	}
+	return s, err
+}
+
+// sentOf is Sent without its look for an older layout's kept manifest
+// (Result's, at every look of a wait, needs none): Acked says only whether
+// the record holds a result. rec is the record read, nil if none.
+func (c *Client) sentOf(id string) (*Sent, *sentRecord, error) {
 	if !bridge.ValidID(id) {
-		return nil, fmt.Errorf("%q is not a request id", id)
+		return nil, nil, fmt.Errorf("%q is not a request id", id)
 	}
 	rec, err := c.readSent(id)
 	if errors.Is(err, errNoRecord) || errors.Is(err, errTornRecord) {
 		if s := c.recoverSent(id); s != nil {
-			return s, nil
+			return s, nil, nil
 		}
 	}
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	rec.Sent.Acked = c.acked(rec)
-	return &rec.Sent, nil
+	rec.Sent.Acked = rec.Result != nil
+	return &rec.Sent, rec, nil
 }
 
 // acked reports whether this home keeps an acked answer of rec's request:

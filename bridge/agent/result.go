@@ -61,7 +61,7 @@ var ErrNoResult = errors.New("no result yet")
 // memory when small (inlineOutputMax), else into a spool file of the home
 // that has no name (Outcome.Close releases it).
 func (c *Client) Result(id string) (ret *Outcome, _ error) {
-	s, err := c.Sent(id)
+	s, _, err := c.sentOf(id)
 	if err != nil {
 		return nil, err
 	}
