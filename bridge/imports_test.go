@@ -27,27 +27,34 @@ const modulePath = "github.com/syncbridge/bridge"
 // neither the other. The operator's commands on a host's home (approve,
 // deny, pending, the ledger's listing and references, the orders they leave
 // the daemon, policy check and explain) stand beside the daemon, which
-// reads their orders: host imports operator, never the reverse. cmd reaches
+// reads their orders: host imports operator, never the reverse. Below host,
+// its probe (what a test sees of a daemon and makes it do) is a leaf that
+// only host and its tests import, testkit (what the host's unit tests and
+// its system suites share) is imported by test files alone, and the system
+// suites (bridge/host/systest) are tests with no code of their own. cmd reaches
 // everything through them. A new package
 // must be added here on purpose, or the test fails.
 var importRules = map[string][]string{
-	"crypto":                   {},
-	"syncsafe":                 {},
-	"bridge/internal/opspec":   {},
-	"bridge/internal/safepath": {},
-	"bridge/ledger":            {"crypto", "syncsafe"},
-	"bridge/policy":            {"crypto", "syncsafe", "bridge/internal/opspec", "bridge/internal/safepath"},
-	"bridge/runner":            {"crypto", "syncsafe"},
-	"bridge":                   {"crypto", "syncsafe", "bridge/internal/opspec"},
-	"bridge/trust":             {"bridge", "bridge/internal/safepath", "crypto", "syncsafe"},
-	"bridge/syncthing":         {"bridge", "bridge/trust", "syncsafe"},
-	"bridge/doctor":            {"bridge", "bridge/trust", "bridge/syncthing", "syncsafe"},
-	"bridge/operator":          {"bridge", "bridge/trust", "crypto", "syncsafe", "bridge/ledger", "bridge/policy"},
-	"bridge/host":              {"bridge", "bridge/trust", "bridge/doctor", "crypto", "syncsafe", "bridge/ledger", "bridge/policy", "bridge/runner", "bridge/operator"},
-	"bridge/agent":             {"bridge", "bridge/trust", "crypto", "syncsafe"},
-	"bridge/mcp":               {"bridge", "bridge/trust", "bridge/agent"},
-	"cmd/bridge":               {"bridge", "bridge/trust", "bridge/host", "bridge/operator", "bridge/agent", "bridge/mcp", "bridge/doctor", "bridge/syncthing", "crypto"},
-	"cmd/bridge-bench":         {"bridge", "bridge/trust", "bridge/host", "bridge/agent", "bridge/doctor", "crypto", "syncsafe"},
+	"crypto":                       {},
+	"syncsafe":                     {},
+	"bridge/internal/opspec":       {},
+	"bridge/internal/safepath":     {},
+	"bridge/ledger":                {"crypto", "syncsafe"},
+	"bridge/policy":                {"crypto", "syncsafe", "bridge/internal/opspec", "bridge/internal/safepath"},
+	"bridge/runner":                {"crypto", "syncsafe"},
+	"bridge":                       {"crypto", "syncsafe", "bridge/internal/opspec"},
+	"bridge/trust":                 {"bridge", "bridge/internal/safepath", "crypto", "syncsafe"},
+	"bridge/syncthing":             {"bridge", "bridge/trust", "syncsafe"},
+	"bridge/doctor":                {"bridge", "bridge/trust", "bridge/syncthing", "syncsafe"},
+	"bridge/operator":              {"bridge", "bridge/trust", "crypto", "syncsafe", "bridge/ledger", "bridge/policy"},
+	"bridge/host":                  {"bridge", "bridge/trust", "bridge/doctor", "crypto", "syncsafe", "bridge/ledger", "bridge/policy", "bridge/runner", "bridge/operator", "bridge/host/internal/probe"},
+	"bridge/host/internal/probe":   {},
+	"bridge/host/internal/testkit": {"bridge", "bridge/trust", "bridge/agent", "bridge/host/internal/probe"},
+	"bridge/host/systest":          {},
+	"bridge/agent":                 {"bridge", "bridge/trust", "crypto", "syncsafe"},
+	"bridge/mcp":                   {"bridge", "bridge/trust", "bridge/agent"},
+	"cmd/bridge":                   {"bridge", "bridge/trust", "bridge/host", "bridge/operator", "bridge/agent", "bridge/mcp", "bridge/doctor", "bridge/syncthing", "crypto"},
+	"cmd/bridge-bench":             {"bridge", "bridge/trust", "bridge/host", "bridge/agent", "bridge/doctor", "crypto", "syncsafe"},
 }
 
 // testImportRules are what a package's test files may import beyond its
@@ -55,8 +62,12 @@ var importRules = map[string][]string{
 // agent client (no mock of the other side); the agent's tests never need
 // the daemon.
 var testImportRules = map[string][]string{
-	"bridge":      {"bridge/policy"},                    // catalogs and vectors built from a real policy
-	"bridge/host": {"bridge/agent", "bridge/syncthing"}, // and the real Syncthing client against real Syncthings
+	"bridge":      {"bridge/policy"},                                                    // catalogs and vectors built from a real policy
+	"bridge/host": {"bridge/agent", "bridge/syncthing", "bridge/host/internal/testkit"}, // and what the system suites share with them
+	// The system suites drive the host as a whole, with real sync clients,
+	// the real agent, the doctor and the operator's commands.
+	"bridge/host/systest": {"bridge", "bridge/trust", "bridge/agent", "bridge/host", "bridge/host/internal/probe",
+		"bridge/host/internal/testkit", "bridge/doctor", "bridge/ledger", "bridge/operator", "bridge/syncthing", "syncsafe"},
 }
 
 // checkArrows walks the module rooted at root and returns every import that

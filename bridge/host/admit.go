@@ -393,7 +393,7 @@ func (d *Daemon) run(j *job, inv *policy.Invocation, stdin spool, resume bool, a
 	progStop, progDone := make(chan struct{}), make(chan struct{})
 	go func() { defer close(progDone); prog.loop(progStop) }()
 	onOutput := prog.write
-	if d.probe.crashing("mid-run") {
+	if d.probe.Crashing("mid-run") {
 		// The crash test's step: at the op's first output, when it surely
 		// runs (a counted event; a time after the start is one a loaded
 		// machine can outrun).

@@ -8,6 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/syncbridge/bridge/bridge/host/internal/probe"
+	"github.com/syncbridge/bridge/bridge/host/internal/testkit"
+
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/agent"
 	"github.com/syncbridge/bridge/bridge/ledger"
@@ -38,14 +41,14 @@ func TestApprovalSurvivesAgentRotation(t *testing.T) {
 			t.Fatal(err)
 		}
 		ids = append(ids, s.ID)
-		waitFor(t, 5*time.Second, "the request to wait for approval", func() bool {
+		testkit.WaitFor(t, 5*time.Second, "the request to wait for approval", func() bool {
 			return p.entry(t, s.ID).State == ledger.StateAwaitingApproval
 		})
 	}
 	if _, err := p.agent.Rotate(0); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "the host to follow the rotation", func() bool {
+	testkit.WaitFor(t, 5*time.Second, "the host to follow the rotation", func() bool {
 		peer, _, _ := p.host.Peer(p.agent.Config.ID)
 		return len(peer.Keys) == 2
 	})
@@ -53,7 +56,7 @@ func TestApprovalSurvivesAgentRotation(t *testing.T) {
 	// place is free yet) is tried again (CI, session 16).
 	decide := func(id string, approve bool, why string) error {
 		var err error
-		waitFor(t, 10*time.Second, "the decision to be taken", func() bool {
+		testkit.WaitFor(t, 10*time.Second, "the decision to be taken", func() bool {
 			err = p.daemon.decide(p.agent.Config.ID+"/"+id, approve, why)
 			return err != errBusy
 		})
@@ -112,7 +115,7 @@ func TestDesktopNotifierNotFromOthersDirectory(t *testing.T) {
 	must(t, os.WriteFile(filepath.Join(safe, "notify-send"), []byte("#!/bin/sh\necho \"$@\" > "+done+"\n"), 0o755))
 	t.Setenv("PATH", open+":"+safe)
 	desktopNotify("bridge: approval needed", "agent asks to run deploy")
-	waitFor(t, 10*time.Second, "the safe notify-send to run", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "the safe notify-send to run", func() bool {
 		b, err := os.ReadFile(done)
 		return err == nil && len(b) > 0
 	})
@@ -135,25 +138,25 @@ func TestApprovalWaitsForTheAgentsCeiling(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "the request to wait for approval", func() bool {
+	testkit.WaitFor(t, 5*time.Second, "the request to wait for approval", func() bool {
 		return p.entry(t, gated.ID).State == ledger.StateAwaitingApproval
 	})
 	slow, err := p.client.Submit(agent.SubmitOptions{Op: "slow", TTL: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "the slow op to run", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "the slow op to run", func() bool {
 		data, _ := os.ReadFile(count)
 		return strings.Contains(string(data), "started")
 	})
-	w0 := p.daemon.probe.n(controlWakes)
+	w0 := p.daemon.probe.N(probe.ControlWakes)
 	if _, err := operator.Approve(p.host, gated.ID); err != nil {
 		t.Fatal(err)
 	}
 	// While the slow op holds the agent's one place, the approval waits:
 	// the order stays, the request awaits approval, nothing is refused
 	// (two control ticks, each trying the order).
-	waitFor(t, 10*time.Second, "two ticks to try the order", func() bool { return p.daemon.probe.n(controlWakes) >= w0+2 })
+	testkit.WaitFor(t, 10*time.Second, "two ticks to try the order", func() bool { return p.daemon.probe.N(probe.ControlWakes) >= w0+2 })
 	if st := p.entry(t, gated.ID).State; st != ledger.StateAwaitingApproval {
 		t.Fatalf("approved while the agent's place was taken: %s", st)
 	}

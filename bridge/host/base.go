@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/syncbridge/bridge/bridge/host/internal/probe"
+
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/ledger"
 	"github.com/syncbridge/bridge/bridge/policy"
@@ -41,7 +43,7 @@ type base struct {
 	// anything drains; Abort sets killed, and what it killed is left
 	// running for the next start.
 	closing, killed atomic.Bool
-	probe           *probe // nil but in the test binary
+	probe           *probe.Probe // nil but in a test binary (probe.New)
 }
 
 func (b *base) agents() map[string]*agentKeys {
@@ -204,88 +206,14 @@ func (b *base) waiting(p string, size int, err error) {
 	b.audit.log(AuditEvent{Event: "waiting", File: p, Reason: string(bridge.Reason(err)), Detail: err.Error()})
 }
 
-// probe is what the tests see of a daemon and make it do: counters of what
-// it read and woke for, the lifecycle events it took, and a crash at a named
-// step. Only the test binary makes one (newProbe); a production daemon's is
-// nil, and every method is a no-op on nil, so nothing in a `serve`'s
-// environment can make it exit mid-step.
-type probe struct {
-	// crashAt names a durable step at which the daemon exits abruptly, as
-	// a power cut would stop it ("step" or "step#n" for the n-th time).
-	crashAt    string
-	crashCount atomic.Int64
-	// powerCut makes the crash lose what a power cut would: the ledger
-	// file is cut to its length at its last fsync (lazy writes gone).
-	powerCut bool
-	onEvent  func(event) // sees every lifecycle event as it is taken
-	// opened runs once Open has loaded the trusted agents, before the
-	// control loop starts watching the home: a test pairs an agent there.
-	opened func()
-	counts [tallies]atomic.Int64
-}
-
-// A tally is one of the probe's counters.
-type tally int
-
-const (
-	manifestReads    tally = iota // manifests read for an evaluation
-	cancelReads                   // cancel files read
-	controlWakes                  // the control loop's wake-ups
-	sweepScans                    // the sweeps' scans of the ledger
-	tempSweeps                    // sweeps of the temporaries a crash left (sweepTemps)
-	controlEnds                   // returns of the control loop
-	finishedLookups               // look-ups of the finished set by a rescan (dispatchFull)
-	rescanLooks                   // the control loop's looks brought by a rescan
-	collections                   // the control loop's collections (the first after the start-up scan, then periodic)
-	timerWakes                    // the control loop's wakes for a deadline of its own
-	livenessRounds                // liveness stamps written for their interval (refreshLiveness)
-	resultChecks                  // shares of an agent's results a rescan checked (shareToCheck)
-	resultSkips                   // rescans that checked none of an agent's results, its directory unchanged
-	resultOwnChanges              // result directories found changed by the daemon's own writes alone
-	sameRescans                   // rescans that took the one before's findings: the folder and finished set unchanged (dispatchFull)
-	rotationFollows               // agents whose rotation statements a batch followed (followStatements)
-	tallies
-)
-
-// newProbe makes a daemon's probe; set only by the test binary.
-var newProbe func() *probe
-
-func (p *probe) add(t tally) {
-	if p != nil {
-		p.counts[t].Add(1)
-	}
-}
-
-func (p *probe) event(ev event) {
-	if p != nil && p.onEvent != nil {
-		p.onEvent(ev)
-	}
-}
-
-// crashing reports whether the tests asked for a crash at step (its first
-// or any time), without counting it.
-func (p *probe) crashing(step string) bool {
-	if p == nil {
-		return false
-	}
-	name, _, _ := strings.Cut(p.crashAt, "#")
-	return p.crashAt != "" && name == step
-}
-
-// crashExit is the exit status of an injected crash.
-const crashExit = 86
-
 // crashPoint exits at once if the tests asked for a crash at this step.
 func (b *base) crashPoint(step string) {
 	p := b.probe
-	if !p.crashing(step) {
+	if !p.CrashNow(step) {
 		return
 	}
-	if _, nth, _ := strings.Cut(p.crashAt, "#"); nth != "" && fmt.Sprint(p.crashCount.Add(1)) != nth {
-		return
-	}
-	if p.powerCut {
+	if p.PowerCut {
 		os.Truncate(b.ledger.Path(), b.ledger.SyncedSize())
 	}
-	os.Exit(crashExit)
+	os.Exit(probe.CrashExit)
 }

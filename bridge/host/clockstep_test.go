@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/syncbridge/bridge/bridge"
+	"github.com/syncbridge/bridge/bridge/host/internal/testkit"
 	"github.com/syncbridge/bridge/bridge/ledger"
 )
 
@@ -18,7 +19,7 @@ func uncertainAhead(t *testing.T) (*edge, string) {
 	ahead := func() time.Time { return time.Now().Add(10 * time.Minute) }
 	d := runDaemon(t, e.host, DaemonOptions{Rescan: 300 * time.Millisecond, Grace: 100 * time.Millisecond, Env: envWith(e.env), Now: ahead})
 	id := e.submit(t, "block")
-	waitFor(t, 10*time.Second, "the op to start", func() bool { return e.starts(t, "block", id) == 1 })
+	testkit.WaitFor(t, 10*time.Second, "the op to start", func() bool { return e.starts(t, "block", id) == 1 })
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	stopDaemon(d, ctx)
 	cancel()
@@ -32,7 +33,7 @@ func uncertainAhead(t *testing.T) (*edge, string) {
 // answerReaches waits until both the ledger and the agent have status.
 func (e *edge) answerReaches(t *testing.T, id string, state ledger.State) {
 	t.Helper()
-	waitFor(t, 15*time.Second, "the answer "+string(state)+" in the ledger and at the agent", func() bool {
+	testkit.WaitFor(t, 15*time.Second, "the answer "+string(state)+" in the ledger and at the agent", func() bool {
 		out, err := e.client.Result(id)
 		return e.entry(t, id).State == state && err == nil && out.Receipt.Status == string(state)
 	})

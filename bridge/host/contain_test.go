@@ -19,6 +19,7 @@ import (
 
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/agent"
+	"github.com/syncbridge/bridge/bridge/host/internal/testkit"
 	"github.com/syncbridge/bridge/bridge/runner"
 )
 
@@ -155,7 +156,7 @@ max_cpu_seconds_per_day = 1
 func opChildren(t *testing.T, countFile, id string) []int {
 	t.Helper()
 	var pids []int
-	for _, l := range lines(t, countFile+"."+id+".children") {
+	for _, l := range testkit.Lines(t, countFile+"."+id+".children") {
 		if n, err := strconv.Atoi(l); err == nil {
 			pids = append(pids, n)
 		}
@@ -201,7 +202,7 @@ func TestCrashWithChildrenOutlivingTheLeader(t *testing.T) {
 				// work (its pid noted), not at a fixed time after the start.
 				c := startCrashProc(t, p, "", countFile)
 				c.waitReady(t)
-				waitFor(t, 20*time.Second, "the op's child to start", func() bool { return len(opChildren(t, countFile, s.ID)) > 0 })
+				testkit.WaitFor(t, 20*time.Second, "the op's child to start", func() bool { return len(opChildren(t, countFile, s.ID)) > 0 })
 				c.cmd.Process.Kill()
 				<-c.exited
 				crashed := opChildren(t, countFile, s.ID)
@@ -311,7 +312,7 @@ ops = ["again"]
 		t.Fatal(err)
 	}
 	defer func() { holder.Process.Kill(); holder.Wait() }()
-	waitFor(t, 10*time.Second, "the stand-in keeper to hold the lock", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "the stand-in keeper to hold the lock", func() bool {
 		f, err := os.Open(p.host.Path("run", "keepers.lock"))
 		if err != nil {
 			return false
@@ -320,7 +321,7 @@ ops = ["again"]
 		return syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) != nil
 	})
 	p.waitLockFree(t)
-	var logs lockedBuffer
+	var logs testkit.LockedBuffer
 	d, err := NewDaemon(p.host, DaemonOptions{AllowRoot: true, Rescan: 500 * time.Millisecond, Grace: 200 * time.Millisecond,
 		Env: envWith(map[string]string{"COUNT_FILE": countFile}), Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	if err != nil {

@@ -1,21 +1,15 @@
 package host
 
 import (
-	"bufio"
-	"errors"
-	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/agent"
+	"github.com/syncbridge/bridge/bridge/host/internal/testkit"
 	"github.com/syncbridge/bridge/bridge/ledger"
 )
 
@@ -34,21 +28,12 @@ idempotent = true
 ops = ["once", "again"]
 `
 
-// daemonProcess runs the test binary as `bridge serve` for the pair's host.
-type daemonProcess struct {
-	cmd     *exec.Cmd
-	log     *os.File
-	done    chan struct{} // closed once the process exited (and was reaped)
-	rescans atomic.Int64  // full rescans the process dispatched so far
-}
+// daemonProcess is the test binary run as `bridge serve` for a pair's host.
+type daemonProcess = testkit.Process
 
 func startDaemonProcess(t *testing.T, p *pair, env ...string) *daemonProcess {
 	t.Helper()
-	d, err := tryDaemonProcess(t, p, env...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return d
+	return testkit.Start(t, p.hostHome, env...)
 }
 
 // startCrashingDaemon starts a daemon process that is to exit at a crash
@@ -57,7 +42,7 @@ func startDaemonProcess(t *testing.T, p *pair, env ...string) *daemonProcess {
 // (the start-up scan can reach the step first), which is no failure here.
 func startCrashingDaemon(t *testing.T, p *pair, env ...string) *daemonProcess {
 	t.Helper()
-	d, err := launchDaemonProcess(t, p, true, env...)
+	d, err := testkit.Launch(t, p.hostHome, true, env...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,97 +52,7 @@ func startCrashingDaemon(t *testing.T, p *pair, env ...string) *daemonProcess {
 // tryDaemonProcess starts the daemon process, or says why it did not get
 // ready.
 func tryDaemonProcess(t *testing.T, p *pair, env ...string) (*daemonProcess, error) {
-	return launchDaemonProcess(t, p, false, env...)
-}
-
-// launchDaemonProcess is tryDaemonProcess; with crashOK, a process that
-// exited at an injected crash before it was ready is returned as started.
-func launchDaemonProcess(t *testing.T, p *pair, crashOK bool, env ...string) (*daemonProcess, error) {
-	logf, err := os.OpenFile(filepath.Join(t.TempDir(), "serve.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		return nil, err
-	}
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(append(os.Environ(), serveEnv+"="+p.hostHome, "BRIDGE_TEST_RESCANS=1"), env...)
-	cmd.Stderr = logf
-	out, _ := cmd.StdoutPipe()
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	ready := make(chan bool, 1)
-	d := &daemonProcess{cmd: cmd, log: logf, done: make(chan struct{})}
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			if sc.Text() == "ready" {
-				ready <- true
-			}
-			if n, ok := strings.CutPrefix(sc.Text(), "rescans "); ok {
-				if v, err := strconv.ParseInt(n, 10, 64); err == nil {
-					d.rescans.Store(v)
-				}
-			}
-		}
-		ready <- false
-	}()
-	go func() { cmd.Wait(); close(d.done) }()
-	select {
-	case ok := <-ready:
-		if !ok {
-			<-d.done
-			if crashOK && cmd.ProcessState.ExitCode() == crashExit {
-				return d, nil
-			}
-			b, _ := os.ReadFile(logf.Name())
-			return nil, fmt.Errorf("daemon process did not start (%v):\n%s%s", cmd.ProcessState, b, lockHolders(p.host.Path("serve.lock")))
-		}
-	case <-time.After(15 * time.Second):
-		d.kill()
-		return nil, errors.New("daemon process did not get ready")
-	}
-	t.Cleanup(func() { d.kill() })
-	return d, nil
-}
-
-// lockHolders names the processes that have file open, for a lock that
-// was not free.
-func lockHolders(file string) string {
-	var out strings.Builder
-	fds, _ := filepath.Glob("/proc/[0-9]*/fd/*")
-	for _, fd := range fds {
-		if l, err := os.Readlink(fd); err == nil && l == file {
-			pid := strings.Split(fd, "/")[2]
-			cmd, _ := os.ReadFile("/proc/" + pid + "/cmdline")
-			stat, _ := os.ReadFile("/proc/" + pid + "/stat")
-			fmt.Fprintf(&out, "%s holds it: %q (%s)\n", pid, strings.ReplaceAll(string(cmd), "\x00", " "), strings.TrimSpace(string(stat)))
-		}
-	}
-	return out.String()
-}
-
-// exited reports whether the process ended by itself.
-// waitRescans waits until the process has dispatched n more full rescans
-// (every 200 ms): a test of what it did not do waits for counted events.
-func (d *daemonProcess) waitRescans(t *testing.T, n int) {
-	t.Helper()
-	want := d.rescans.Load() + int64(n)
-	waitFor(t, time.Minute, fmt.Sprintf("%d more rescans of the daemon process", n), func() bool { return d.rescans.Load() >= want })
-}
-
-func (d *daemonProcess) exited() bool {
-	select {
-	case <-d.done:
-		return true
-	default:
-		return false
-	}
-}
-
-func (d *daemonProcess) kill() {
-	if !d.exited() {
-		d.cmd.Process.Signal(syscall.SIGKILL)
-	}
-	<-d.done
+	return testkit.Launch(t, p.hostHome, false, env...)
 }
 
 // TestInvariant5CrashLeavesNoSilentDoubleRun kills a real daemon process
@@ -176,8 +71,8 @@ func TestInvariant5CrashLeavesNoSilentDoubleRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := startDaemonProcess(t, p, env)
-	waitFor(t, 15*time.Second, "the non-idempotent op to start", func() bool { return count(t, countFile, "once-started") == 1 })
-	d.kill()
+	testkit.WaitFor(t, 15*time.Second, "the non-idempotent op to start", func() bool { return count(t, countFile, "once-started") == 1 })
+	d.Kill()
 	// 2. The restarted daemon marks it uncertain; the idempotent op starts;
 	// the daemon is killed again.
 	again, err := p.client.Submit(agent.SubmitOptions{Op: "again"})
@@ -185,8 +80,8 @@ func TestInvariant5CrashLeavesNoSilentDoubleRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	d = startDaemonProcess(t, p, env)
-	waitFor(t, 15*time.Second, "the idempotent op to start", func() bool { return count(t, countFile, "again-started") == 1 })
-	d.kill()
+	testkit.WaitFor(t, 15*time.Second, "the idempotent op to start", func() bool { return count(t, countFile, "again-started") == 1 })
+	d.Kill()
 	// 3. Unblocked and restarted: the idempotent op runs again and finishes.
 	os.Remove(countFile + ".block")
 	startDaemonProcess(t, p, env)
@@ -204,7 +99,7 @@ func TestInvariant5CrashLeavesNoSilentDoubleRun(t *testing.T) {
 	if s, f := count(t, countFile, "again-started"), count(t, countFile, "again-finished"); s != 2 || f != 1 {
 		t.Fatalf("idempotent op started %d and finished %d times; want 2 and 1", s, f)
 	}
-	waitFor(t, 5*time.Second, "the ledger to settle", func() bool { return p.entry(t, again.ID).State == ledger.StateDone })
+	testkit.WaitFor(t, 5*time.Second, "the ledger to settle", func() bool { return p.entry(t, again.ID).State == ledger.StateDone })
 	if e := p.entry(t, once.ID); e.State != ledger.StateUncertain || e.Runs != 1 {
 		t.Fatalf("ledger for the non-idempotent op: %s runs %d", e.State, e.Runs)
 	}
@@ -216,7 +111,7 @@ func TestInvariant5CrashLeavesNoSilentDoubleRun(t *testing.T) {
 	if _, err := Reconcile(p.host, once.ID, "done"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "the reconciled result", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "the reconciled result", func() bool {
 		out, err := p.client.Result(once.ID)
 		return err == nil && out.Receipt.Status == bridge.StatusDone && out.Receipt.Reason == "reconciled"
 	})
@@ -225,7 +120,7 @@ func TestInvariant5CrashLeavesNoSilentDoubleRun(t *testing.T) {
 	}
 	// (The answer is out a moment before the ledger records it: the
 	// private copies are kept after the publish.)
-	waitFor(t, 5*time.Second, "the ledger to record the settlement", func() bool { return p.entry(t, once.ID).State == ledger.StateDone })
+	testkit.WaitFor(t, 5*time.Second, "the ledger to record the settlement", func() bool { return p.entry(t, once.ID).State == ledger.StateDone })
 }
 
 // An idempotent op interrupted by a crash is not run again when its agent
@@ -244,8 +139,8 @@ func TestCancelledWhileDownIsNotRunAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := startDaemonProcess(t, p, env)
-	waitFor(t, 15*time.Second, "the idempotent op to start", func() bool { return count(t, countFile, "again-started") == 1 })
-	d.kill()
+	testkit.WaitFor(t, 15*time.Second, "the idempotent op to start", func() bool { return count(t, countFile, "again-started") == 1 })
+	d.Kill()
 	if err := p.client.Cancel(s.ID); err != nil {
 		t.Fatal(err)
 	}
@@ -258,5 +153,5 @@ func TestCancelledWhileDownIsNotRunAgain(t *testing.T) {
 	if n := count(t, countFile, "again-started"); n != 1 {
 		t.Fatalf("the op started %d times; want once (not run again after its cancel)", n)
 	}
-	waitFor(t, 5*time.Second, "the ledger to settle", func() bool { return p.entry(t, s.ID).State == ledger.StateUncertain })
+	testkit.WaitFor(t, 5*time.Second, "the ledger to settle", func() bool { return p.entry(t, s.ID).State == ledger.StateUncertain })
 }

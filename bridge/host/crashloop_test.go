@@ -19,6 +19,8 @@ import (
 
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/agent"
+	"github.com/syncbridge/bridge/bridge/host/internal/probe"
+	"github.com/syncbridge/bridge/bridge/host/internal/testkit"
 	"github.com/syncbridge/bridge/bridge/ledger"
 	"github.com/syncbridge/bridge/bridge/operator"
 	"github.com/syncbridge/bridge/syncsafe"
@@ -183,7 +185,7 @@ func startCrashProc(t *testing.T, p *pair, at, countFile string) *crashProc {
 		t.Fatal(err)
 	}
 	c.cmd = exec.Command(os.Args[0], "-test.run=^$")
-	c.cmd.Env = append(os.Environ(), serveEnv+"="+p.hostHome, "BRIDGE_TEST_CRASH_AT="+at, "COUNT_FILE="+countFile)
+	c.cmd.Env = append(os.Environ(), testkit.ServeEnv+"="+p.hostHome, "BRIDGE_TEST_CRASH_AT="+at, "COUNT_FILE="+countFile)
 	if p.skew > 0 {
 		c.cmd.Env = append(c.cmd.Env, "BRIDGE_TEST_SKEW="+p.skew.String())
 	}
@@ -237,8 +239,8 @@ func (c *crashProc) waitCrash(t *testing.T, at string) {
 	case <-time.After(20 * time.Second):
 		t.Fatalf("the daemon did not crash at %q within 20s (step not reached?):\n%s", at, c.logText())
 	}
-	if code := c.cmd.ProcessState.ExitCode(); code != crashExit {
-		t.Fatalf("the daemon exited with %d, want %d (crash at %q):\n%s", code, crashExit, at, c.logText())
+	if code := c.cmd.ProcessState.ExitCode(); code != probe.CrashExit {
+		t.Fatalf("the daemon exited with %d, want %d (crash at %q):\n%s", code, probe.CrashExit, at, c.logText())
 	}
 	// os.Exit skips the race detector's exit report; its warnings are in
 	// the log as they happen.
@@ -257,7 +259,7 @@ func (c *crashProc) logText() string {
 // file closes, which on a loaded machine can lag its exit status.
 func (p *pair) waitLockFree(t *testing.T) {
 	t.Helper()
-	waitFor(t, 10*time.Second, "the crashed daemon's lock to be released", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "the crashed daemon's lock to be released", func() bool {
 		l, err := syncsafe.Lock(p.host.Path("serve.lock"))
 		if err == nil {
 			l.Unlock()
@@ -471,7 +473,7 @@ func crashInPipeline(t *testing.T, p *pair, at string, op crashOp, countFile str
 			}
 		}
 	}
-	waitFor(t, 10*time.Second, "the ledger to record the result", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "the ledger to record the result", func() bool {
 		e := p.entry(t, id)
 		return e.ResultSHA256 != "" && (e.State.Terminal() || e.State == ledger.StateUncertain)
 	})
@@ -582,7 +584,7 @@ func crashInGC(t *testing.T, p *pair, at string, op crashOp, countFile string) s
 	if err := p.client.Ack(out); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "the ledger to record the result", func() bool { return p.entry(t, id).ResultSHA256 != "" })
+	testkit.WaitFor(t, 10*time.Second, "the ledger to record the result", func() bool { return p.entry(t, id).ResultSHA256 != "" })
 	p.stop(t)
 	time.Sleep(time.Until(time.Unix(s.Expires, 0).Add(time.Second)))
 	want := wantAfterCrash(at, op)

@@ -16,6 +16,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/syncbridge/bridge/bridge/host/internal/probe"
+
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/ledger"
 	"github.com/syncbridge/bridge/bridge/runner"
@@ -205,8 +207,8 @@ func NewDaemon(home *trust.Home, opt DaemonOptions) (*Daemon, error) {
 	// From the start, so that Abort cancels every run (and every retry of
 	// an answer, recovery's in Open included) without waiting for anyone.
 	d.runCtx, d.abortRun = context.WithCancel(context.Background())
-	if newProbe != nil {
-		d.probe = newProbe()
+	if probe.New != nil {
+		d.probe = probe.New()
 	}
 	// The rooms, each with the base and what it hands work to.
 	d.out = &outbox{base: d.base}
@@ -244,8 +246,8 @@ func (d *Daemon) Open() (err error) {
 	if err := d.openCore(); err != nil {
 		return err
 	}
-	if d.probe != nil && d.probe.opened != nil {
-		d.probe.opened()
+	if d.probe != nil && d.probe.Opened != nil {
+		d.probe.Opened()
 	}
 	if err := d.openRuns(); err != nil {
 		return err

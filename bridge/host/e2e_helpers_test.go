@@ -1,19 +1,16 @@
 package host
 
 import (
-	"bytes"
 	"context"
-	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
-	"runtime"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/syncbridge/bridge/bridge/agent"
+	"github.com/syncbridge/bridge/bridge/host/internal/testkit"
 	"github.com/syncbridge/bridge/bridge/trust"
 )
 
@@ -26,11 +23,11 @@ type pair struct {
 	cancel                      context.CancelFunc
 	done                        chan error
 	client                      *agent.Client
-	skew                        time.Duration // for the daemons of start and startCrashProc; 0: the default
-	log                         *slog.Logger  // for the daemon of start; nil: its debug log kept in logs
-	logs                        *lockedBuffer // the log of start's daemon when log is nil, for a failed wait
-	tune                        func(*limits) // shrinks the bounds of start's daemon (limit); nil: the defaults
-	rescan                      time.Duration // the full walks' interval of start's daemon; 0: 500 ms
+	skew                        time.Duration         // for the daemons of start and startCrashProc; 0: the default
+	log                         *slog.Logger          // for the daemon of start; nil: its debug log kept in logs
+	logs                        *testkit.LockedBuffer // the log of start's daemon when log is nil, for a failed wait
+	tune                        func(*limits)         // shrinks the bounds of start's daemon (limit); nil: the defaults
+	rescan                      time.Duration         // the full walks' interval of start's daemon; 0: 500 ms
 }
 
 // limit has start's daemon run with f's change to its limits: each test
@@ -167,29 +164,8 @@ func runDaemonTuned(t *testing.T, home *trust.Home, opt DaemonOptions, tune func
 	if tune != nil {
 		tune(&d.limits)
 	}
-	if err := d.Open(); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- d.Run(ctx) }()
-	var once sync.Once
-	stop := func(closeCtx context.Context) {
-		once.Do(func() {
-			cancel()
-			if err := <-done; err != nil {
-				t.Errorf("daemon run: %v", err)
-			}
-			d.Close(closeCtx)
-		})
-	}
+	stop := testkit.Run(t, d)
 	stoppers.Store(d, stop)
-	t.Cleanup(func() {
-		// Bounded: a test that failed while an op blocks must not hang.
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		stop(ctx)
-	})
 	return d
 }
 
@@ -219,7 +195,7 @@ func (p *pair) start(t *testing.T, env map[string]string) {
 	logger := p.log
 	if logger == nil {
 		if p.logs == nil {
-			p.logs = &lockedBuffer{}
+			p.logs = &testkit.LockedBuffer{}
 		}
 		logger = slog.New(slog.NewTextHandler(p.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
@@ -274,33 +250,5 @@ func (p *pair) run(t *testing.T, o agent.SubmitOptions) *agent.Outcome {
 // the process that mention the host or the runner, so a stall seen once in
 // CI shows where it waited.
 func (p *pair) waitFailed(id string) string {
-	var b strings.Builder
-	if p.logs != nil {
-		fmt.Fprintf(&b, "the daemon's log:\n%s\n", p.logs.String())
-	}
-	for _, dir := range []string{p.toHost(), p.toAgent()} {
-		entries, _ := os.ReadDir(dir)
-		fmt.Fprintf(&b, "%s:", dir)
-		for _, e := range entries {
-			if strings.HasPrefix(e.Name(), id) {
-				info, _ := e.Info()
-				size := int64(-1)
-				if info != nil {
-					size = info.Size()
-				}
-				fmt.Fprintf(&b, " %s (%d bytes)", e.Name(), size)
-			}
-		}
-		b.WriteString("\n")
-	}
-	stacks := make([]byte, 8<<20)
-	stacks = stacks[:runtime.Stack(stacks, true)]
-	b.WriteString("goroutines of the host and the runner:\n")
-	for _, g := range bytes.Split(stacks, []byte("\n\n")) {
-		if bytes.Contains(g, []byte("bridge/host.")) || bytes.Contains(g, []byte("bridge/runner.")) {
-			b.Write(g)
-			b.WriteString("\n\n")
-		}
-	}
-	return b.String()
+	return testkit.WaitFailed(p.logs, id, p.toHost(), p.toAgent())
 }

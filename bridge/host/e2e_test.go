@@ -11,6 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/syncbridge/bridge/bridge/host/internal/probe"
+	"github.com/syncbridge/bridge/bridge/host/internal/testkit"
+
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/agent"
 	"github.com/syncbridge/bridge/bridge/trust"
@@ -48,7 +51,7 @@ func TestResultSquatIsReplaced(t *testing.T) {
 	}
 	// And a squat after publication is repaired on the next rescan.
 	os.WriteFile(filepath.Join(p.toAgent(), id+".result"), []byte("BRR1junk again"), 0o644)
-	waitFor(t, 5*time.Second, "the result to be repaired", func() bool {
+	testkit.WaitFor(t, 5*time.Second, "the result to be repaired", func() bool {
 		out, err := p.client.Result(id)
 		return err == nil && string(out.Stdout) == "mine\n"
 	})
@@ -68,7 +71,7 @@ func TestLostOutputIsRepublished(t *testing.T) {
 	p.wait(t, s.ID)
 	settleRescans(t, p.daemon)
 	os.Remove(filepath.Join(p.toAgent(), s.ID+".output"))
-	waitFor(t, 5*time.Second, "the output to be re-published", func() bool {
+	testkit.WaitFor(t, 5*time.Second, "the output to be re-published", func() bool {
 		out, err := p.client.Result(s.ID)
 		return err == nil && string(out.Stdout) == "again\n"
 	})
@@ -140,7 +143,7 @@ func TestFinishedCacheAcrossRestart(t *testing.T) {
 	if got := p.finishedCount(); got < 1 {
 		t.Fatalf("the restarted daemon loaded %d finished entries", got)
 	}
-	waitFor(t, 5*time.Second, "the lost result to be re-published", func() bool {
+	testkit.WaitFor(t, 5*time.Second, "the lost result to be re-published", func() bool {
 		out, err := p.client.Result(ids[0])
 		return err == nil && string(out.Stdout) == "one\n"
 	})
@@ -156,7 +159,7 @@ func TestFinishedCacheAcrossRestart(t *testing.T) {
 	}
 	os.Remove(filepath.Join(p.toAgent(), ids[1]+".result"))
 	p.start(t, nil)
-	waitFor(t, 5*time.Second, "the lost result to be re-published", func() bool {
+	testkit.WaitFor(t, 5*time.Second, "the lost result to be re-published", func() bool {
 		out, err := p.client.Result(ids[1])
 		return err == nil && string(out.Stdout) == "two\n"
 	})
@@ -224,12 +227,12 @@ func TestCrashTemporariesSweptAfterTheStart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d.probe.opened = func() { must(t, os.WriteFile(fresh, []byte("being written"), 0o600)) }
+	d.probe.Opened = func() { must(t, os.WriteFile(fresh, []byte("being written"), 0o600)) }
 	if err := d.Open(); err != nil {
 		t.Fatal(err)
 	}
 	serveOpened(t, d)
-	waitFor(t, 20*time.Second, "the sweep after the start-up scan", func() bool { return d.probe.n(tempSweeps) >= 1 })
+	testkit.WaitFor(t, 20*time.Second, "the sweep after the start-up scan", func() bool { return d.probe.N(probe.TempSweeps) >= 1 })
 	if _, err := os.Lstat(left); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("a crash's temporary is still there: %v", err)
 	}

@@ -17,6 +17,8 @@ import (
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/agent"
 	"github.com/syncbridge/bridge/bridge/doctor"
+	"github.com/syncbridge/bridge/bridge/host/internal/probe"
+	"github.com/syncbridge/bridge/bridge/host/internal/testkit"
 	"github.com/syncbridge/bridge/bridge/ledger"
 	"github.com/syncbridge/bridge/bridge/operator"
 	"github.com/syncbridge/bridge/bridge/trust"
@@ -120,7 +122,7 @@ func (e *edge) pendingThenStopped(t *testing.T, op string) (id string, manifest,
 	id, manifest, payload = e.sealManual(t, op, map[string]string{}, nil)
 	os.WriteFile(filepath.Join(e.toHost(), id+".manifest"), manifest, 0o644)
 	d := e.daemon(t)
-	waitFor(t, 10*time.Second, "the request to wait for its payload", func() bool { return e.entry(t, id).State == ledger.StatePending })
+	testkit.WaitFor(t, 10*time.Second, "the request to wait for its payload", func() bool { return e.entry(t, id).State == ledger.StatePending })
 	e.stopped(d)
 	return id, manifest, payload
 }
@@ -131,7 +133,7 @@ func (e *edge) awaitingThenStopped(t *testing.T, op string) string {
 	t.Helper()
 	d := e.daemon(t)
 	id := e.submit(t, op)
-	waitFor(t, 10*time.Second, "the request to await approval", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "the request to await approval", func() bool {
 		return e.entry(t, id).State == ledger.StateAwaitingApproval
 	})
 	e.stopped(d)
@@ -145,7 +147,7 @@ func (e *edge) running(t *testing.T, op string) (*Daemon, string) {
 	e.block()
 	d := e.daemon(t)
 	id := e.submit(t, op)
-	waitFor(t, 10*time.Second, "the op to start", func() bool { return e.starts(t, op, id) == 1 })
+	testkit.WaitFor(t, 10*time.Second, "the op to start", func() bool { return e.starts(t, op, id) == 1 })
 	return d, id
 }
 
@@ -156,7 +158,7 @@ func secondSignal(t *testing.T, d *Daemon) int {
 	t.Helper()
 	closed := make(chan struct{})
 	go func() { defer close(closed); stopDaemon(d, context.Background()) }()
-	waitFor(t, 10*time.Second, "the drain to begin", d.closing.Load)
+	testkit.WaitFor(t, 10*time.Second, "the drain to begin", d.closing.Load)
 	n := d.Abort() // the op ends by its SIGTERM or the SIGKILL, whichever comes first
 	<-closed       // Close returns once the run's goroutine has ended
 	return n
@@ -174,7 +176,7 @@ func TestHostErrorIsFinal(t *testing.T) {
 	if out.Receipt.Status != bridge.StatusFailed || out.Receipt.Reason != "host-error" {
 		t.Fatalf("missing program: %s (%s)", out.Receipt.Status, out.Receipt.Reason)
 	}
-	waitFor(t, 5*time.Second, "the ledger to record failed", func() bool { return e.entry(t, id).State == ledger.StateFailed })
+	testkit.WaitFor(t, 5*time.Second, "the ledger to record failed", func() bool { return e.entry(t, id).State == ledger.StateFailed })
 	prog := filepath.Join(e.bin, "bridge-test-missing-prog")
 	if err := os.WriteFile(prog, []byte("#!/bin/sh\necho missing-$1 >> \"$RUNS\"\n"), 0o755); err != nil {
 		t.Fatal(err)
@@ -201,7 +203,7 @@ func TestDrainAbortNeverFailed(t *testing.T) {
 	e.block()
 	d := e.daemon(t)
 	once, idem := e.submit(t, "block"), e.submit(t, "blockidem")
-	waitFor(t, 10*time.Second, "both ops to start", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "both ops to start", func() bool {
 		return e.starts(t, "block", once) == 1 && e.starts(t, "blockidem", idem) == 1
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
@@ -281,7 +283,7 @@ func TestSecondSignalEndsAStuckRecovery(t *testing.T) {
 	results := e.host.Path("results", e.agent.Config.ID)
 	must(t, os.RemoveAll(results))
 	must(t, os.WriteFile(results, nil, 0o600))
-	var logs lockedBuffer
+	var logs testkit.LockedBuffer
 	opt := e.options()
 	opt.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 	d2, err := NewDaemon(e.host, opt)
@@ -362,18 +364,18 @@ func TestSecondSignalWhileStartingLeavesWhatItRecovers(t *testing.T) {
 	e.block()
 	d := e.daemon(t)
 	idem, once, queued := e.submit(t, "blockidem"), e.submit(t, "block"), e.submit(t, "block")
-	waitFor(t, 10*time.Second, "the ops to start", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "the ops to start", func() bool {
 		return e.starts(t, "blockidem", idem) == 1 && e.starts(t, "block", once)+e.starts(t, "block", queued) == 1
 	})
 	if e.starts(t, "block", queued) == 1 {
 		once, queued = queued, once // block's concurrency is 1: one runs, one waits claimed
 	}
-	waitFor(t, 10*time.Second, "the other to wait, claimed", func() bool { return e.entry(t, queued).State == ledger.StateClaimed })
+	testkit.WaitFor(t, 10*time.Second, "the other to wait, claimed", func() bool { return e.entry(t, queued).State == ledger.StateClaimed })
 	if n := secondSignal(t, d); n != 2 {
 		t.Errorf("Abort says it stopped %d runs, want 2 (they die of SIGTERM before the kill)", n)
 	}
 	e.unblock()
-	var logs lockedBuffer
+	var logs testkit.LockedBuffer
 	var d2 *Daemon
 	var once2 sync.Once
 	aborted, cancelSeen := make(chan struct{}), make(chan struct{})
@@ -398,8 +400,8 @@ func TestSecondSignalWhileStartingLeavesWhatItRecovers(t *testing.T) {
 	// second signal, so that it meets the stop before its start. (A worker
 	// that outran recovery to the idempotent op started it: 4 runs in 30
 	// under -race, the signal then a moment too late to be the one tested.)
-	d2.probe.onEvent = func(ev event) {
-		if ev == evClaim {
+	d2.probe.OnEvent = func(ev string) {
+		if event(ev) == evClaim {
 			<-cancelSeen
 		}
 	}
@@ -456,8 +458,8 @@ func TestSecondSignalDuringARerunsStepLeavesItRunning(t *testing.T) {
 	}
 	var once sync.Once
 	aborted := make(chan struct{})
-	d2.probe.onEvent = func(ev event) {
-		if ev == evCrashRerun {
+	d2.probe.OnEvent = func(ev string) {
+		if event(ev) == evCrashRerun {
 			once.Do(func() {
 				go func() { defer close(aborted); d2.Abort() }() // the signal goroutine
 				for d2.runCtx.Err() == nil {
@@ -564,7 +566,7 @@ func TestLostRecordNeverRunsAgain(t *testing.T) {
 				t.Fatalf("the test did not lose the record: %s", got.State)
 			}
 			d = e.daemon(t)
-			waitFor(t, 10*time.Second, "the request to be recorded again", func() bool { return e.entry(t, id).State != "" })
+			testkit.WaitFor(t, 10*time.Second, "the request to be recorded again", func() bool { return e.entry(t, id).State != "" })
 			settleRescans(t, d)
 			if n := e.starts(t, "blockidem", id); n != 1 {
 				t.Fatalf("a request whose record was lost ran %d times", n)
@@ -604,7 +606,7 @@ func TestLostRecordNeverRunsAgain(t *testing.T) {
 			if _, err := Reconcile(e.host, "cloud-1/"+id, "done"); err != nil {
 				t.Fatal(err)
 			}
-			waitFor(t, 10*time.Second, "the settled result", func() bool {
+			testkit.WaitFor(t, 10*time.Second, "the settled result", func() bool {
 				return e.entry(t, id).State == ledger.StateDone
 			})
 			if n := e.starts(t, "blockidem", id); n != 1 {
@@ -644,9 +646,9 @@ func TestRevokedWhileQueuedNeverStarts(t *testing.T) {
 	e.block()
 	e.daemon(t)
 	first := e.submit(t, "block")
-	waitFor(t, 10*time.Second, "the first to run", func() bool { return e.starts(t, "block", first) == 1 })
+	testkit.WaitFor(t, 10*time.Second, "the first to run", func() bool { return e.starts(t, "block", first) == 1 })
 	queued := e.submit(t, "block")
-	waitFor(t, 10*time.Second, "the second to wait for the slot", func() bool { return e.entry(t, queued).State == ledger.StateClaimed })
+	testkit.WaitFor(t, 10*time.Second, "the second to wait for the slot", func() bool { return e.entry(t, queued).State == ledger.StateClaimed })
 	if _, err := e.host.Revoke(e.agent.Identity().SignKid()); err != nil {
 		t.Fatal(err)
 	}
@@ -691,7 +693,7 @@ func TestApproveOfRevokedRefused(t *testing.T) {
 	if out.Receipt.Status != bridge.StatusRejected || out.Receipt.Reason != "revoked" {
 		t.Fatalf("answer: %s (%s)", out.Receipt.Status, out.Receipt.Reason)
 	}
-	waitFor(t, 5*time.Second, "pending to list nothing", func() bool { list, _ := operator.Pending(e.host); return len(list) == 0 })
+	testkit.WaitFor(t, 5*time.Second, "pending to list nothing", func() bool { list, _ := operator.Pending(e.host); return len(list) == 0 })
 	if n := e.starts(t, "gated", id); n != 0 {
 		t.Fatalf("ran %d times", n)
 	}
@@ -704,7 +706,7 @@ func TestCancelAwaitingApproval(t *testing.T) {
 	e := newEdge(t)
 	e.daemon(t)
 	id := e.submit(t, "gated")
-	waitFor(t, 10*time.Second, "the request to await approval", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "the request to await approval", func() bool {
 		return e.entry(t, id).State == ledger.StateAwaitingApproval
 	})
 	if err := e.client.Cancel(id); err != nil {
@@ -720,7 +722,7 @@ func TestCancelAwaitingApproval(t *testing.T) {
 		t.Fatalf("answer: %s (%s)", out.Receipt.Status, out.Receipt.Reason)
 	}
 	// (The answer is out a moment before the ledger records it.)
-	waitFor(t, 5*time.Second, "the ledger to record it", func() bool { return e.entry(t, id).State == ledger.StateCancelled })
+	testkit.WaitFor(t, 5*time.Second, "the ledger to record it", func() bool { return e.entry(t, id).State == ledger.StateCancelled })
 	if _, err := operator.Approve(e.host, id); err == nil {
 		t.Fatal("a cancelled request could be approved")
 	}
@@ -736,11 +738,11 @@ func TestProgressChainSurvivesRerun(t *testing.T) {
 	id := e.submit(t, "chatty")
 	env := []string{"RUNS=" + e.runs, "PATH=" + e.env["PATH"]}
 	d := startDaemonProcess(t, e.pair, env...)
-	waitFor(t, 15*time.Second, "two progress chunks", func() bool {
+	testkit.WaitFor(t, 15*time.Second, "two progress chunks", func() bool {
 		chunks, _ := e.client.Progress(id, 1, "")
 		return len(chunks) >= 2
 	})
-	d.kill()
+	d.Kill()
 	e.unblock()
 	startDaemonProcess(t, e.pair, env...)
 	out := e.wait(t, id)
@@ -779,7 +781,7 @@ func TestDecisionsByAgentAndID(t *testing.T) {
 	defer oc.Close()
 	e.daemon(t)
 	mine := e.submit(t, "gated")
-	waitFor(t, 10*time.Second, "the request to await approval", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "the request to await approval", func() bool {
 		return e.entry(t, mine).State == ledger.StateAwaitingApproval
 	})
 	// The other agent copies the id: its own request, under its own name.
@@ -794,7 +796,7 @@ func TestDecisionsByAgentAndID(t *testing.T) {
 	dir := filepath.Join(e.folder, bridge.ToHostDir(e.host.Config.ID, other.Config.ID))
 	os.WriteFile(filepath.Join(dir, mine+".payload"), []byte(payload.String()), 0o644)
 	os.WriteFile(filepath.Join(dir, mine+".manifest"), m, 0o644)
-	waitFor(t, 10*time.Second, "both requests to await approval", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "both requests to await approval", func() bool {
 		list, _ := operator.Pending(e.host)
 		return len(list) == 2
 	})
@@ -837,7 +839,7 @@ func TestDecisionsByAgentAndID(t *testing.T) {
 	if n := e.starts(t, "gated", mine); n != 1 {
 		t.Fatalf("ran %d times", n)
 	}
-	waitFor(t, 5*time.Second, "the copy to be denied", func() bool {
+	testkit.WaitFor(t, 5*time.Second, "the copy to be denied", func() bool {
 		for _, en := range mustEntries(t, e.host) {
 			if en.Agent == other.Config.ID && en.ID == mine {
 				return en.State == ledger.StateRejected && en.Reason == "denied"
@@ -867,8 +869,8 @@ func TestAnsweredBeforeCrashIsRecorded(t *testing.T) {
 	id := e.submit(t, "missing") // answered failed (host-error): no run needed
 	d := startCrashingDaemon(t, e.pair, "RUNS="+e.runs, "PATH="+e.env["PATH"], "BRIDGE_TEST_CRASH_AT=published")
 	out := e.wait(t, id)
-	<-d.done
-	if code := d.cmd.ProcessState.ExitCode(); code != crashExit {
+	<-d.Done
+	if code := d.Cmd.ProcessState.ExitCode(); code != probe.CrashExit {
 		t.Fatalf("the daemon exited %d, not at the injected crash", code)
 	}
 	if st := e.entry(t, id).State; answered(st) {
@@ -878,7 +880,7 @@ func TestAnsweredBeforeCrashIsRecorded(t *testing.T) {
 		t.Fatal(err)
 	}
 	startDaemonProcess(t, e.pair, "RUNS="+e.runs, "PATH="+e.env["PATH"])
-	waitFor(t, 10*time.Second, "the ledger to record the answer", func() bool { return e.entry(t, id).State == ledger.StateFailed })
+	testkit.WaitFor(t, 10*time.Second, "the ledger to record the answer", func() bool { return e.entry(t, id).State == ledger.StateFailed })
 }
 
 // Rows "crash-unsure" and "rerun": a non-idempotent op interrupted by a
@@ -894,7 +896,7 @@ func TestReconcileRerunRunsOnce(t *testing.T) {
 	if _, err := Reconcile(e.host, "cloud-1/"+id, "rerun"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "the rerun's answer", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "the rerun's answer", func() bool {
 		out, err := e.client.Result(id)
 		return err == nil && out.Receipt.Status == bridge.StatusDone && e.entry(t, id).State == ledger.StateDone
 	})
@@ -910,16 +912,16 @@ func TestReconcileRerunRunsOnce(t *testing.T) {
 	// do, instead of waiting for ever.
 	e.block()
 	gone := e.submit(t, "block")
-	waitFor(t, 10*time.Second, "the op to start", func() bool { return e.starts(t, "block", gone) == 1 })
-	d.kill()
+	testkit.WaitFor(t, 10*time.Second, "the op to start", func() bool { return e.starts(t, "block", gone) == 1 })
+	d.Kill()
 	e.unblock()
 	d = startDaemonProcess(t, e.pair, env...)
 	e.wait(t, gone)
-	waitFor(t, 5*time.Second, "the ledger to record it", func() bool { return e.entry(t, gone).State == ledger.StateUncertain })
+	testkit.WaitFor(t, 5*time.Second, "the ledger to record it", func() bool { return e.entry(t, gone).State == ledger.StateUncertain })
 	for _, ext := range []string{"manifest", "payload"} {
 		os.Remove(filepath.Join(e.toHost(), gone+"."+ext))
 	}
-	d.kill() // Reconcile acts at once on a stopped daemon
+	d.Kill() // Reconcile acts at once on a stopped daemon
 	_, err := Reconcile(e.host, "cloud-1/"+gone, "rerun")
 	var he *bridge.HintError
 	if err == nil || !strings.Contains(err.Error(), "payload is not in the folder") || !errors.As(err, &he) {
@@ -940,9 +942,9 @@ func TestDrainStartsNothingNew(t *testing.T) {
 	e.block()
 	d := e.daemon(t)
 	first := e.submit(t, "block") // concurrency 1
-	waitFor(t, 10*time.Second, "the first to run", func() bool { return e.starts(t, "block", first) == 1 })
+	testkit.WaitFor(t, 10*time.Second, "the first to run", func() bool { return e.starts(t, "block", first) == 1 })
 	queued := e.submit(t, "block")
-	waitFor(t, 10*time.Second, "the second to wait", func() bool { return e.entry(t, queued).State == ledger.StateClaimed })
+	testkit.WaitFor(t, 10*time.Second, "the second to wait", func() bool { return e.entry(t, queued).State == ledger.StateClaimed })
 	go func() { time.Sleep(300 * time.Millisecond); e.unblock() }() // the first ends during the drain
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
@@ -972,7 +974,7 @@ func TestSquattedResultNamesAreCleared(t *testing.T) {
 	e.block()
 	e.daemon(t)
 	first := e.submit(t, "block")
-	waitFor(t, 10*time.Second, "the first to run", func() bool { return e.starts(t, "block", first) == 1 })
+	testkit.WaitFor(t, 10*time.Second, "the first to run", func() bool { return e.starts(t, "block", first) == 1 })
 	next := e.submit(t, "block")
 	for _, ext := range []string{"result", "output"} {
 		if err := os.MkdirAll(filepath.Join(e.toAgent(), first+"."+ext, "x"), 0o755); err != nil {
@@ -986,7 +988,7 @@ func TestSquattedResultNamesAreCleared(t *testing.T) {
 	if out := e.wait(t, next); out.Receipt.Status != bridge.StatusDone {
 		t.Fatalf("the request after it: %s (%s)", out.Receipt.Status, out.Receipt.Reason)
 	}
-	waitFor(t, 5*time.Second, "the ledger to record both", func() bool {
+	testkit.WaitFor(t, 5*time.Second, "the ledger to record both", func() bool {
 		return e.entry(t, first).State == ledger.StateDone && e.entry(t, next).State == ledger.StateDone
 	})
 }
@@ -1000,7 +1002,7 @@ func TestLostRecordOfARefusalKeepsItsAnswer(t *testing.T) {
 	e := newEdge(t)
 	d, before := e.backedUp(t)
 	id := e.submit(t, "gated")
-	waitFor(t, 10*time.Second, "the request to await approval", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "the request to await approval", func() bool {
 		return e.entry(t, id).State == ledger.StateAwaitingApproval
 	})
 	if _, err := operator.Deny(e.host, id, "not today"); err != nil {
@@ -1010,7 +1012,7 @@ func TestLostRecordOfARefusalKeepsItsAnswer(t *testing.T) {
 	if first.Receipt.Status != bridge.StatusRejected || first.Receipt.Reason != "denied" {
 		t.Fatalf("denied: %s (%s)", first.Receipt.Status, first.Receipt.Reason)
 	}
-	waitFor(t, 5*time.Second, "the ledger to record the denial", func() bool { return e.entry(t, id).State == ledger.StateRejected })
+	testkit.WaitFor(t, 5*time.Second, "the ledger to record the denial", func() bool { return e.entry(t, id).State == ledger.StateRejected })
 	stopDaemon(d, context.Background())
 	restoreLedger(t, e.host, before)
 	if rep, err := RepairLedger(e.host); err != nil || !slices.Contains(rep.Lost, "cloud-1/"+id) {
@@ -1020,7 +1022,7 @@ func TestLostRecordOfARefusalKeepsItsAnswer(t *testing.T) {
 		t.Fatalf("the test did not lose the record: %s", got.State)
 	}
 	d = e.daemon(t)
-	waitFor(t, 10*time.Second, "the request to be recorded again", func() bool { return e.entry(t, id).State != "" })
+	testkit.WaitFor(t, 10*time.Second, "the request to be recorded again", func() bool { return e.entry(t, id).State != "" })
 	settleRescans(t, d)
 	got := e.entry(t, id)
 	if got.State != ledger.StateRejected || got.Reason != "record-lost" || got.ResultSHA256 != bridge.SHA256Hex(first.Manifest) {
@@ -1050,7 +1052,7 @@ func TestLedgerBehindNeverRunsAgain(t *testing.T) {
 		id, manifest, payload := e.sealManual(t, "blockidem", map[string]string{}, nil)
 		os.WriteFile(filepath.Join(e.toHost(), id+".manifest"), manifest, 0o644) // the payload is still syncing
 		d := e.daemon(t)
-		waitFor(t, 10*time.Second, "the request to wait for its payload", func() bool { return e.entry(t, id).State == ledger.StatePending })
+		testkit.WaitFor(t, 10*time.Second, "the request to wait for its payload", func() bool { return e.entry(t, id).State == ledger.StatePending })
 		stopDaemon(d, context.Background())
 		backup := filepath.Join(t.TempDir(), "home")
 		if err := exec.Command("cp", "-a", e.hostHome, backup).Run(); err != nil {
@@ -1070,7 +1072,7 @@ func TestLedgerBehindNeverRunsAgain(t *testing.T) {
 			t.Fatal(err)
 		}
 		d = e.daemon(t)
-		waitFor(t, 10*time.Second, "the ledger to record the result this host signed", func() bool {
+		testkit.WaitFor(t, 10*time.Second, "the ledger to record the result this host signed", func() bool {
 			got := e.entry(t, id)
 			return got.State == ledger.StateDone && got.Reason == "record-lost"
 		})
@@ -1088,8 +1090,8 @@ func TestLedgerBehindNeverRunsAgain(t *testing.T) {
 		id := e.submit(t, "block")
 		env := []string{"RUNS=" + e.runs, "PATH=" + e.env["PATH"]}
 		d := startDaemonProcess(t, e.pair, env...)
-		waitFor(t, 10*time.Second, "the op to start", func() bool { return e.starts(t, "block", id) == 1 })
-		d.kill()
+		testkit.WaitFor(t, 10*time.Second, "the op to start", func() bool { return e.starts(t, "block", id) == 1 })
+		d.Kill()
 		e.unblock()
 		db := e.host.Path("ledger", "ledger.db")
 		data, err := os.ReadFile(db)
@@ -1137,17 +1139,17 @@ func TestStalledRequestsAreAnswered(t *testing.T) {
 	ran := e.submit(t, "block")
 	env := []string{"RUNS=" + e.runs, "PATH=" + e.env["PATH"]}
 	d := startDaemonProcess(t, e.pair, env...)
-	waitFor(t, 10*time.Second, "the op to start and the other to wait", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "the op to start and the other to wait", func() bool {
 		return e.starts(t, "block", ran) == 1 && e.entry(t, id).State == ledger.StatePending
 	})
-	d.kill()
+	d.Kill()
 	e.unblock()
 	d = startDaemonProcess(t, e.pair, env...)
 	if out := e.wait(t, ran); out.Receipt.Status != bridge.StatusUncertain {
 		t.Fatalf("after the crash: %s", out.Receipt.Status)
 	}
-	waitFor(t, 5*time.Second, "the ledger to record it", func() bool { return e.entry(t, ran).State == ledger.StateUncertain })
-	d.kill()
+	testkit.WaitFor(t, 5*time.Second, "the ledger to record it", func() bool { return e.entry(t, ran).State == ledger.StateUncertain })
+	d.Kill()
 	if _, err := Reconcile(e.host, "cloud-1/"+ran, "rerun"); err != nil {
 		t.Fatal(err)
 	}
@@ -1161,7 +1163,7 @@ func TestStalledRequestsAreAnswered(t *testing.T) {
 	if out := e.wait(t, id); out.Receipt.Status != bridge.StatusRejected || out.Receipt.Reason != "incomplete" {
 		t.Fatalf("a request whose files left before it was complete: %s (%s)", out.Receipt.Status, out.Receipt.Reason)
 	}
-	waitFor(t, 10*time.Second, "the rerun to be answered", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "the rerun to be answered", func() bool {
 		out, err := e.client.Result(ran)
 		return err == nil && out.Receipt.Reason == "rerun-refused" && e.entry(t, ran).State == ledger.StateUncertain
 	})
@@ -1218,8 +1220,8 @@ func TestLostLazyRecordRunsOnce(t *testing.T) {
 	id := e.submit(t, "block") // not idempotent; runs at once without .block
 	env := []string{"RUNS=" + e.runs, "PATH=" + e.env["PATH"]}
 	d := startCrashingDaemon(t, e.pair, append(env, "BRIDGE_TEST_CRASH_AT=claimed", "BRIDGE_TEST_POWER_CUT=1")...)
-	<-d.done
-	if code := d.cmd.ProcessState.ExitCode(); code != crashExit {
+	<-d.Done
+	if code := d.Cmd.ProcessState.ExitCode(); code != probe.CrashExit {
 		t.Fatalf("the daemon exited %d, not at the injected crash", code)
 	}
 	if st := e.entry(t, id).State; st != "" {
@@ -1233,7 +1235,7 @@ func TestLostLazyRecordRunsOnce(t *testing.T) {
 	if n := e.starts(t, "block", id); n != 1 {
 		t.Fatalf("the op started %d times, want 1", n)
 	}
-	waitFor(t, 10*time.Second, "the ledger to record it", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "the ledger to record it", func() bool {
 		ent := e.entry(t, id)
 		return ent.State == ledger.StateDone && ent.Runs == 1
 	})
@@ -1250,7 +1252,7 @@ func TestJunkAtAWaitingManifestStillAnswered(t *testing.T) {
 	mpath := filepath.Join(e.toHost(), id+".manifest")
 	must(t, os.WriteFile(mpath, manifest, 0o644))
 	runDaemon(t, e.host, DaemonOptions{Rescan: 300 * time.Millisecond, PendingTimeout: time.Second, Env: envWith(e.env)})
-	waitFor(t, 10*time.Second, "the request to wait for its payload", func() bool { return e.entry(t, id).State == ledger.StatePending })
+	testkit.WaitFor(t, 10*time.Second, "the request to wait for its payload", func() bool { return e.entry(t, id).State == ledger.StatePending })
 	must(t, os.WriteFile(mpath, []byte("BRA1 not a manifest any more"), 0o644))
 	if out := e.wait(t, id); out.Receipt.Status != bridge.StatusRejected || out.Receipt.Reason != "incomplete" {
 		t.Fatalf("a waiting request whose manifest became junk: %s (%s)", out.Receipt.Status, out.Receipt.Reason)
@@ -1268,10 +1270,10 @@ func TestCancelReplacesJunkAtItsName(t *testing.T) {
 	defer e.unblock()
 	e.daemon(t)
 	id := e.submit(t, "block")
-	waitFor(t, 10*time.Second, "the op to start", func() bool { return e.starts(t, "block", id) == 1 })
+	testkit.WaitFor(t, 10*time.Second, "the op to start", func() bool { return e.starts(t, "block", id) == 1 })
 	must(t, os.WriteFile(filepath.Join(e.toHost(), id+"."+bridge.ExtCancel), []byte("BRA1 junk"), 0o644))
 	if err := e.client.Cancel(id); err != nil {
 		t.Fatalf("cancel: %v", err)
 	}
-	waitFor(t, 10*time.Second, "the op to be cancelled", func() bool { return e.entry(t, id).State == ledger.StateCancelled })
+	testkit.WaitFor(t, 10*time.Second, "the op to be cancelled", func() bool { return e.entry(t, id).State == ledger.StateCancelled })
 }

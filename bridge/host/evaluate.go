@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/syncbridge/bridge/bridge/host/internal/probe"
+
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/ledger"
 	"github.com/syncbridge/bridge/bridge/operator"
@@ -130,7 +132,7 @@ func (e *evaluation) file() bool {
 	if !e.exists && d.refusals.still(e.mpath) {
 		return false
 	}
-	d.probe.add(manifestReads)
+	d.probe.Add(probe.ManifestReads)
 	data, err := d.folder.ReadFile(e.mpath, bcrypto.KindRequest.MaxSize())
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
@@ -326,7 +328,7 @@ func (d *Daemon) deliver(j *job, expires time.Time) (ledger.Entry, bool) {
 		if st := statusState[lostStatus]; ent.State == ledger.StateUncertain && ledger.CanTransition(ledger.StateUncertain, st) {
 			d.log.Warn("a request this host answered came back, and the ledger had no record of it: recording the answer it signed",
 				"key", j.key, "result", lostStatus)
-			d.probe.event(evCatchUp)
+			d.probe.Event(string(evCatchUp))
 			d.record(j, evCatchUp, ent.State, ent.ResultSHA256, bridge.Receipt{Status: lostStatus, Reason: bridge.ReasonRecordLost}, false)
 			ent, _ = d.ledger.Get(j.key)
 			return ent, true
@@ -531,7 +533,7 @@ func (d *Daemon) settle(j *job) (spool, error) {
 // cancelled reports whether a verified cancel file exists for the request.
 func (d *Daemon) cancelled(agent, id string) bool {
 	p := bridge.RequestPath(d.me, agent, id, bridge.ExtCancel)
-	d.probe.add(cancelReads)
+	d.probe.Add(probe.CancelReads)
 	data, err := d.folder.ReadFile(p, bcrypto.KindCancel.MaxSize())
 	if err != nil {
 		if !errors.Is(err, fs.ErrNotExist) {

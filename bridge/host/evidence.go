@@ -156,7 +156,7 @@ func (d *Daemon) catchUp(j *job, ent ledger.Entry, sha, status string) {
 	if ent.State == ledger.StateUncertain {
 		ev = evCatchUp
 	}
-	d.probe.event(ev)
+	d.probe.Event(string(ev))
 	d.record(j, ev, ent.State, sha, rc, true)
 }
 
@@ -245,7 +245,7 @@ func (d *Daemon) holdBehind(j *job, ent ledger.Entry) bool {
 		d.record(j, evAdopt, ent.State, resSHA, bridge.Receipt{Status: status, Reason: bridge.ReasonRecordLost, Op: ent.Op}, true)
 		return true
 	}
-	d.probe.event(evRecordLost)
+	d.probe.Event(string(evRecordLost))
 	rc := bridge.Receipt{Status: bridge.StatusUncertain, Reason: bridge.ReasonRecordLost, Op: ent.Op}
 	if err := d.record(j, evRecordLost, ent.State, resSHA, rc, false); err != nil {
 		return true // violation: the daemon stops

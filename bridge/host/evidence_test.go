@@ -16,6 +16,7 @@ import (
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/agent"
 	"github.com/syncbridge/bridge/bridge/doctor"
+	"github.com/syncbridge/bridge/bridge/host/internal/testkit"
 	"github.com/syncbridge/bridge/bridge/ledger"
 	"github.com/syncbridge/bridge/bridge/operator"
 	"github.com/syncbridge/bridge/bridge/trust"
@@ -29,7 +30,7 @@ import (
 func (e *edge) waitAnswer(t *testing.T, id string, not *agent.Outcome) *agent.Outcome {
 	t.Helper()
 	var out *agent.Outcome
-	waitFor(t, 20*time.Second, "a new answer to "+id, func() bool {
+	testkit.WaitFor(t, 20*time.Second, "a new answer to "+id, func() bool {
 		o, err := e.client.Result(id)
 		if err != nil || not != nil && string(o.Manifest) == string(not.Manifest) {
 			return false
@@ -52,19 +53,19 @@ func TestEveryRerunRuns(t *testing.T) {
 	for round := 1; round <= 2; round++ {
 		e.block()
 		d := startDaemonProcess(t, e.pair, env...)
-		waitFor(t, 10*time.Second, "the op to start", func() bool { return e.starts(t, "block", id) == round })
-		d.kill()
+		testkit.WaitFor(t, 10*time.Second, "the op to start", func() bool { return e.starts(t, "block", id) == round })
+		d.Kill()
 		e.unblock()
 		d = startDaemonProcess(t, e.pair, env...)
 		last = e.waitAnswer(t, id, last)
 		if last.Receipt.Status != bridge.StatusUncertain {
 			t.Fatalf("round %d, after the crash: %s (%s)", round, last.Receipt.Status, last.Receipt.Reason)
 		}
-		waitFor(t, 5*time.Second, "the ledger to record it", func() bool { return e.entry(t, id).State == ledger.StateUncertain })
+		testkit.WaitFor(t, 5*time.Second, "the ledger to record it", func() bool { return e.entry(t, id).State == ledger.StateUncertain })
 		if err := e.client.Ack(last); err != nil { // `bridge result --ack`
 			t.Fatal(err)
 		}
-		d.kill()
+		d.Kill()
 		if _, err := Reconcile(e.host, "cloud-1/"+id, "rerun"); err != nil {
 			t.Fatal(err)
 		}
@@ -104,11 +105,11 @@ func TestRerunOfRecordLostRuns(t *testing.T) {
 	id := e.submit(t, "chatty") // its output streams: progress chunks in the folder
 	env := []string{"RUNS=" + e.runs, "PATH=" + e.env["PATH"]}
 	d := startDaemonProcess(t, e.pair, env...)
-	waitFor(t, 10*time.Second, "the op to stream", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "the op to stream", func() bool {
 		_, err := os.Stat(filepath.Join(e.toAgent(), id+".progress-1"))
 		return err == nil
 	})
-	d.kill()
+	d.Kill()
 	e.unblock()
 	dropRunRecord(t, e)
 	// A folder writer without keys puts junk at the ack's name: it must
@@ -119,8 +120,8 @@ func TestRerunOfRecordLostRuns(t *testing.T) {
 	if out.Receipt.Status != bridge.StatusUncertain || out.Receipt.Reason != "record-lost" {
 		t.Fatalf("after the repair: %s (%s)", out.Receipt.Status, out.Receipt.Reason)
 	}
-	waitFor(t, 5*time.Second, "the ledger to hold it", func() bool { return e.entry(t, id).State == ledger.StateUncertain })
-	d.kill()
+	testkit.WaitFor(t, 5*time.Second, "the ledger to hold it", func() bool { return e.entry(t, id).State == ledger.StateUncertain })
+	d.Kill()
 	if _, err := Reconcile(e.host, "cloud-1/"+id, "rerun"); err != nil {
 		t.Fatal(err)
 	}
@@ -178,16 +179,16 @@ func TestRerunThatCannotStartIsUncertain(t *testing.T) {
 	id := e.submit(t, "missing")
 	env := []string{"RUNS=" + e.runs, "PATH=" + e.env["PATH"]}
 	d := startDaemonProcess(t, e.pair, env...)
-	waitFor(t, 10*time.Second, "the op to start", func() bool { return e.starts(t, "missing", id) == 1 })
-	d.kill()
+	testkit.WaitFor(t, 10*time.Second, "the op to start", func() bool { return e.starts(t, "missing", id) == 1 })
+	d.Kill()
 	e.unblock()
 	d = startDaemonProcess(t, e.pair, env...)
 	out := e.wait(t, id)
 	if out.Receipt.Status != bridge.StatusUncertain {
 		t.Fatalf("after the crash: %s", out.Receipt.Status)
 	}
-	waitFor(t, 5*time.Second, "the ledger to record it", func() bool { return e.entry(t, id).State == ledger.StateUncertain })
-	d.kill()
+	testkit.WaitFor(t, 5*time.Second, "the ledger to record it", func() bool { return e.entry(t, id).State == ledger.StateUncertain })
+	d.Kill()
 	// Found on PATH, but the kernel cannot execute it.
 	if err := os.WriteFile(prog, []byte("#!/nonexistent/interpreter\n"), 0o755); err != nil {
 		t.Fatal(err)
@@ -200,7 +201,7 @@ func TestRerunThatCannotStartIsUncertain(t *testing.T) {
 	if out.Receipt.Status != bridge.StatusUncertain || out.Receipt.Reason != "rerun-refused" {
 		t.Fatalf("a rerun that could not start: %s (%s); want uncertain (rerun-refused)", out.Receipt.Status, out.Receipt.Reason)
 	}
-	waitFor(t, 5*time.Second, "the ledger to record it", func() bool { return e.entry(t, id).State == ledger.StateUncertain })
+	testkit.WaitFor(t, 5*time.Second, "the ledger to record it", func() bool { return e.entry(t, id).State == ledger.StateUncertain })
 }
 
 // backupHome copies the host's home, as a backup would.
@@ -212,8 +213,8 @@ func doneAfterBackup(t *testing.T) (e *edge, id, backup string, done *agent.Outc
 	e.block()
 	d := e.daemon(t)
 	id = e.submit(t, "block")
-	waitFor(t, 10*time.Second, "the op to start", func() bool { return e.starts(t, "block", id) == 1 })
-	waitFor(t, 5*time.Second, "the ledger to say running", func() bool { return e.entry(t, id).State == ledger.StateRunning })
+	testkit.WaitFor(t, 10*time.Second, "the op to start", func() bool { return e.starts(t, "block", id) == 1 })
+	testkit.WaitFor(t, 5*time.Second, "the ledger to say running", func() bool { return e.entry(t, id).State == ledger.StateRunning })
 	backup = backupHome(t, e)
 	e.unblock()
 	if done = e.wait(t, id); done.Receipt.Status != bridge.StatusDone {
@@ -233,13 +234,13 @@ func rerunAfterBackup(t *testing.T) (e *edge, env []string, id, backup string, d
 	e.block()
 	id = e.submit(t, "block")
 	d = startDaemonProcess(t, e.pair, env...)
-	waitFor(t, 10*time.Second, "the op to start", func() bool { return e.starts(t, "block", id) == 1 })
-	d.kill()
+	testkit.WaitFor(t, 10*time.Second, "the op to start", func() bool { return e.starts(t, "block", id) == 1 })
+	d.Kill()
 	e.unblock()
 	d = startDaemonProcess(t, e.pair, env...)
 	uncertain := e.waitAnswer(t, id, nil)
-	waitFor(t, 5*time.Second, "the ledger to record it", func() bool { return e.entry(t, id).State == ledger.StateUncertain })
-	d.kill()
+	testkit.WaitFor(t, 5*time.Second, "the ledger to record it", func() bool { return e.entry(t, id).State == ledger.StateUncertain })
+	d.Kill()
 	backup = backupHome(t, e)
 	if _, err := Reconcile(e.host, "cloud-1/"+id, "rerun"); err != nil {
 		t.Fatal(err)
@@ -282,7 +283,7 @@ func TestRestoredApprovalKeepsItsAnswer(t *testing.T) {
 	e := newEdge(t)
 	d := e.daemon(t)
 	id := e.submit(t, "gated")
-	waitFor(t, 10*time.Second, "the request to await approval", func() bool { return e.entry(t, id).State == ledger.StateAwaitingApproval })
+	testkit.WaitFor(t, 10*time.Second, "the request to await approval", func() bool { return e.entry(t, id).State == ledger.StateAwaitingApproval })
 	stopDaemon(d, context.Background())
 	backup := backupHome(t, e)
 	d = e.daemon(t)
@@ -300,7 +301,7 @@ func TestRestoredApprovalKeepsItsAnswer(t *testing.T) {
 	restoreHome(t, e, backup)
 	// The approval the backup waits for expired long ago.
 	runDaemon(t, e.host, DaemonOptions{Rescan: 300 * time.Millisecond, ApprovalTTL: time.Millisecond, Env: envWith(e.env)})
-	waitFor(t, 15*time.Second, "the ledger to record the signed result", func() bool {
+	testkit.WaitFor(t, 15*time.Second, "the ledger to record the signed result", func() bool {
 		got := e.entry(t, id)
 		return got.State == ledger.StateDone && got.Reason == "record-lost"
 	})
@@ -342,7 +343,7 @@ func TestRestoredHomeAndReplayNeverRunsTwice(t *testing.T) {
 	os.WriteFile(filepath.Join(e.toHost(), id+".payload"), payload, 0o644)
 	os.WriteFile(filepath.Join(e.toHost(), id+".manifest"), manifest, 0o644)
 	d = e.daemon(t)
-	waitFor(t, 10*time.Second, "the ledger to record the answer", func() bool { return e.entry(t, id).State.Terminal() })
+	testkit.WaitFor(t, 10*time.Second, "the ledger to record the answer", func() bool { return e.entry(t, id).State.Terminal() })
 	settleRescans(t, d)
 	if n := e.starts(t, "block", id); n != 1 {
 		t.Fatalf("ran %d times after the home was restored and the request replayed", n)
@@ -366,7 +367,7 @@ func TestOldKeyMakesNoEvidence(t *testing.T) {
 			if _, err := e.agent.Rotate(overlap); err != nil {
 				t.Fatal(err)
 			}
-			waitFor(t, 10*time.Second, "the host to follow the rotation", func() bool {
+			testkit.WaitFor(t, 10*time.Second, "the host to follow the rotation", func() bool {
 				p, err := e.host.PeerByID(e.agent.Config.ID)
 				return err == nil && len(p.Keys) == 2
 			})
@@ -378,7 +379,7 @@ func TestOldKeyMakesNoEvidence(t *testing.T) {
 				time.Sleep(2 * time.Second)
 			}
 			id := e.submit(t, "gated")
-			waitFor(t, 10*time.Second, "the request to await approval", func() bool { return e.entry(t, id).State == ledger.StateAwaitingApproval })
+			testkit.WaitFor(t, 10*time.Second, "the request to await approval", func() bool { return e.entry(t, id).State == ledger.StateAwaitingApproval })
 			forged, err := bridge.SignAck(stolen, bridge.Ack{ID: id, Agent: e.agent.Config.ID, Host: e.host.Config.ID,
 				ResultSHA256: bridge.SHA256Hex([]byte("anything")), Created: time.Now().Unix()})
 			if err != nil {
@@ -424,12 +425,12 @@ func TestResultOfAnotherManifestIsHeld(t *testing.T) {
 	os.WriteFile(filepath.Join(e.toHost(), id+".payload"), p2, 0o644)
 	os.WriteFile(filepath.Join(e.toHost(), id+".manifest"), m2, 0o644)
 	e.daemon(t)
-	waitFor(t, 10*time.Second, "the agent to get an answer it can open", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "the agent to get an answer it can open", func() bool {
 		out, err := e.client.Result(id)
 		return err == nil && out.Receipt.Status == bridge.StatusUncertain && out.Receipt.Reason == "record-lost"
 	})
 	// The answer is published before its record (DESIGN §6): wait for it.
-	waitFor(t, 10*time.Second, "the ledger to hold it uncertain", func() bool { return e.entry(t, id).State == ledger.StateUncertain })
+	testkit.WaitFor(t, 10*time.Second, "the ledger to hold it uncertain", func() bool { return e.entry(t, id).State == ledger.StateUncertain })
 	if n := e.starts(t, "blockidem", id); n != 1 {
 		t.Fatalf("ran %d times", n)
 	}
@@ -443,7 +444,7 @@ func TestSquattedResultDirectoryIsCleared(t *testing.T) {
 	e.block()
 	e.daemon(t)
 	id := e.submit(t, "block")
-	waitFor(t, 10*time.Second, "the op to start", func() bool { return e.starts(t, "block", id) == 1 })
+	testkit.WaitFor(t, 10*time.Second, "the op to start", func() bool { return e.starts(t, "block", id) == 1 })
 	dir := e.toAgent()
 	if err := os.RemoveAll(dir); err != nil {
 		t.Fatal(err)
@@ -455,7 +456,7 @@ func TestSquattedResultDirectoryIsCleared(t *testing.T) {
 	if out := e.wait(t, id); out.Receipt.Status != bridge.StatusDone {
 		t.Fatalf("answer: %s (%s)", out.Receipt.Status, out.Receipt.Reason)
 	}
-	waitFor(t, 5*time.Second, "the ledger to record it", func() bool { return e.entry(t, id).State == ledger.StateDone })
+	testkit.WaitFor(t, 5*time.Second, "the ledger to record it", func() bool { return e.entry(t, id).State == ledger.StateDone })
 	if _, err := e.client.Ops(""); err != nil {
 		t.Fatalf("the op catalog, which lived in the squatted directory: %v", err)
 	}
@@ -471,18 +472,18 @@ func TestWaitFollowsAnOrderedRerun(t *testing.T) {
 	e.block()
 	id := e.submit(t, "block")
 	d := startDaemonProcess(t, e.pair, env...)
-	waitFor(t, 10*time.Second, "the op to start", func() bool { return e.starts(t, "block", id) == 1 })
-	d.kill()
+	testkit.WaitFor(t, 10*time.Second, "the op to start", func() bool { return e.starts(t, "block", id) == 1 })
+	d.Kill()
 	startDaemonProcess(t, e.pair, env...)
 	uncertain := e.wait(t, id)
 	if uncertain.Receipt.Status != bridge.StatusUncertain {
 		t.Fatalf("after the crash: %s", uncertain.Receipt.Status)
 	}
-	waitFor(t, 5*time.Second, "the ledger to record it", func() bool { return e.entry(t, id).State == ledger.StateUncertain })
+	testkit.WaitFor(t, 5*time.Second, "the ledger to record it", func() bool { return e.entry(t, id).State == ledger.StateUncertain })
 	if _, err := Reconcile(e.host, "cloud-1/"+id, "rerun"); err != nil { // queued for the running daemon
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "the agent to see the rerun ordered", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "the agent to see the rerun ordered", func() bool {
 		st, err := e.client.Status(id)
 		return err == nil && st.State == bridge.StateRerunOrdered
 	})
@@ -509,7 +510,7 @@ func TestRestoredHomeKeepsNewerResult(t *testing.T) {
 		e, id, backup, done := doneAfterBackup(t)
 		restoreHome(t, e, backup)
 		d := e.daemon(t)
-		waitFor(t, 10*time.Second, "the ledger to catch up", func() bool {
+		testkit.WaitFor(t, 10*time.Second, "the ledger to catch up", func() bool {
 			got := e.entry(t, id)
 			return got.State == ledger.StateDone && got.Reason == "record-lost"
 		})
@@ -535,19 +536,19 @@ func TestRestoredHomeKeepsNewerResult(t *testing.T) {
 			t.Fatalf("the agent got %s, want uncertain", got.Receipt.Status)
 		}
 		// The answer is published before the ledger records it.
-		waitFor(t, 5*time.Second, "the ledger to say uncertain", func() bool { return e.entry(t, id).State == ledger.StateUncertain })
+		testkit.WaitFor(t, 5*time.Second, "the ledger to say uncertain", func() bool { return e.entry(t, id).State == ledger.StateUncertain })
 		if n := e.starts(t, "block", id); n != 1 {
 			t.Fatalf("ran %d times", n)
 		}
 	})
 	t.Run("backup while uncertain, rerun since", func(t *testing.T) {
 		e, env, id, backup, done, d := rerunAfterBackup(t)
-		waitFor(t, 5*time.Second, "the ledger to record it", func() bool { return e.entry(t, id).State == ledger.StateDone })
-		d.kill()
+		testkit.WaitFor(t, 5*time.Second, "the ledger to record it", func() bool { return e.entry(t, id).State == ledger.StateDone })
+		d.Kill()
 		restoreHome(t, e, backup)
 		dp := startDaemonProcess(t, e.pair, env...)
-		waitFor(t, 10*time.Second, "the ledger to catch up", func() bool { return e.entry(t, id).State == ledger.StateDone })
-		dp.waitRescans(t, 3)
+		testkit.WaitFor(t, 10*time.Second, "the ledger to catch up", func() bool { return e.entry(t, id).State == ledger.StateDone })
+		dp.WaitRescans(t, 3)
 		if out, err := e.client.Result(id); err != nil || string(out.Manifest) != string(done.Manifest) {
 			t.Fatalf("the agent's answer changed: %v", err)
 		}
@@ -569,11 +570,11 @@ func TestRestoredHomeKeepsNewerResult(t *testing.T) {
 func TestLostRerunAnswerAfterRestore(t *testing.T) {
 	t.Parallel()
 	e, _, id, backup, _, d := rerunAfterBackup(t)
-	waitFor(t, 5*time.Second, "the ledger to record it", func() bool { return e.entry(t, id).State == ledger.StateDone })
-	d.kill()
+	testkit.WaitFor(t, 5*time.Second, "the ledger to record it", func() bool { return e.entry(t, id).State == ledger.StateDone })
+	d.Kill()
 	must(t, os.Remove(filepath.Join(e.toAgent(), id+".output")))
 	restoreHome(t, e, backup)
-	var logs lockedBuffer
+	var logs testkit.LockedBuffer
 	runDaemon(t, e.host, DaemonOptions{Rescan: 300 * time.Millisecond, Grace: 100 * time.Millisecond, Env: envWith(e.env),
 		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	defer func() {
@@ -629,16 +630,16 @@ func TestOlderResultIsNoEvidence(t *testing.T) {
 	for round := 1; round <= 2; round++ {
 		e.block()
 		d := startDaemonProcess(t, e.pair, env...)
-		waitFor(t, 10*time.Second, "the op to start", func() bool { return e.starts(t, "block", id) == round })
-		d.kill()
+		testkit.WaitFor(t, 10*time.Second, "the op to start", func() bool { return e.starts(t, "block", id) == round })
+		d.Kill()
 		d = startDaemonProcess(t, e.pair, env...)
 		last = e.waitAnswer(t, id, last)
-		waitFor(t, 5*time.Second, "the ledger to record it", func() bool { return e.entry(t, id).State == ledger.StateUncertain })
+		testkit.WaitFor(t, 5*time.Second, "the ledger to record it", func() bool { return e.entry(t, id).State == ledger.StateUncertain })
 		if round == 1 {
 			first, _ = os.ReadFile(filepath.Join(e.toAgent(), id+".result"))
 			firstOut, _ = os.ReadFile(filepath.Join(e.toAgent(), id+".output"))
 		}
-		d.kill()
+		d.Kill()
 		time.Sleep(1100 * time.Millisecond) // the ledger moves a second after the answer
 		if _, err := Reconcile(e.host, "cloud-1/"+id, "rerun"); err != nil {
 			t.Fatal(err)
@@ -648,7 +649,7 @@ func TestOlderResultIsNoEvidence(t *testing.T) {
 	os.WriteFile(filepath.Join(e.toAgent(), id+".output"), firstOut, 0o644)
 	os.WriteFile(filepath.Join(e.toAgent(), id+".result"), first, 0o644)
 	startDaemonProcess(t, e.pair, env...)
-	waitFor(t, 20*time.Second, "the rerun's answer", func() bool {
+	testkit.WaitFor(t, 20*time.Second, "the rerun's answer", func() bool {
 		out, err := e.client.Result(id)
 		return err == nil && out.Receipt.Status == bridge.StatusDone
 	})
@@ -672,15 +673,15 @@ func (e *edge) uncertainBlock(t *testing.T) (id string, out *agent.Outcome, d *d
 	id = e.submit(t, "block")
 	env = []string{"RUNS=" + e.runs, "PATH=" + e.env["PATH"]}
 	d = startDaemonProcess(t, e.pair, env...)
-	waitFor(t, 10*time.Second, "the op to start", func() bool { return e.starts(t, "block", id) == 1 })
-	d.kill()
+	testkit.WaitFor(t, 10*time.Second, "the op to start", func() bool { return e.starts(t, "block", id) == 1 })
+	d.Kill()
 	e.unblock()
 	d = startDaemonProcess(t, e.pair, env...)
 	out = e.wait(t, id)
 	if out.Receipt.Status != bridge.StatusUncertain {
 		t.Fatalf("after the crash: %s (%s)", out.Receipt.Status, out.Receipt.Reason)
 	}
-	waitFor(t, 5*time.Second, "the ledger to record it", func() bool { return e.entry(t, id).State == ledger.StateUncertain })
+	testkit.WaitFor(t, 5*time.Second, "the ledger to record it", func() bool { return e.entry(t, id).State == ledger.StateUncertain })
 	return id, out, d, env
 }
 
@@ -703,8 +704,8 @@ func TestRerunLeftPendingRunsAfterRestart(t *testing.T) {
 	if _, err := Reconcile(e.host, "cloud-1/"+id, "rerun"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "the rerun to wait for its manifest", func() bool { return e.entry(t, id).State == ledger.StatePending })
-	d.stop(t, 1)
+	testkit.WaitFor(t, 10*time.Second, "the rerun to wait for its manifest", func() bool { return e.entry(t, id).State == ledger.StatePending })
+	d.Stop(t, 1)
 	if err := os.WriteFile(manifest, data, 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -726,7 +727,7 @@ func TestLostRerunKeepsTheUncertainAnswer(t *testing.T) {
 	t.Parallel()
 	e := newEdge(t)
 	id, out, d, env := e.uncertainBlock(t)
-	d.stop(t, 1)
+	d.Stop(t, 1)
 	backup := backupLedger(t, e.host)
 	// The rerun is ordered while its manifest is away, so it cannot start.
 	manifest := filepath.Join(e.toHost(), id+".manifest")
@@ -735,18 +736,18 @@ func TestLostRerunKeepsTheUncertainAnswer(t *testing.T) {
 	if _, err := Reconcile(e.host, "cloud-1/"+id, "rerun"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "the agent to hear of the rerun", func() bool { return e.client.RerunOrdered(out) })
+	testkit.WaitFor(t, 5*time.Second, "the agent to hear of the rerun", func() bool { return e.client.RerunOrdered(out) })
 	restoreLedger(t, e.host, backup)
 	must(t, os.WriteFile(manifest, data, 0o644))
 	startDaemonProcess(t, e.pair, env...)
-	waitFor(t, 10*time.Second, "the agent to hear that the rerun was lost", func() bool { return !e.client.RerunOrdered(out) })
+	testkit.WaitFor(t, 10*time.Second, "the agent to hear that the rerun was lost", func() bool { return !e.client.RerunOrdered(out) })
 	kept := e.host.Path("results", e.agent.Config.ID, id+"."+bridge.ExtResult)
 	if _, err := os.Stat(kept); err != nil {
 		t.Fatalf("the uncertain answer's private copy is not back: %v", err)
 	}
 	res := filepath.Join(e.toAgent(), id+"."+bridge.ExtResult)
 	must(t, os.Remove(res)) // a sync client loses it
-	waitFor(t, 10*time.Second, "the uncertain answer to be published again", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "the uncertain answer to be published again", func() bool {
 		o, err := e.client.Result(id)
 		return err == nil && bridge.SHA256Hex(o.Manifest) == bridge.SHA256Hex(out.Manifest)
 	})
@@ -765,22 +766,22 @@ func TestCutShortSecondRerunKeepsAMatchingPair(t *testing.T) {
 	t.Parallel()
 	e := newEdge(t)
 	id, u1, d, env := e.uncertainBlock(t)
-	d.stop(t, 1)
+	d.Stop(t, 1)
 	e.block()
 	if _, err := Reconcile(e.host, "cloud-1/"+id, "rerun"); err != nil {
 		t.Fatal(err)
 	}
 	d = startDaemonProcess(t, e.pair, env...)
-	waitFor(t, 10*time.Second, "the rerun to start", func() bool { return e.starts(t, "block", id) == 2 })
-	d.kill()
+	testkit.WaitFor(t, 10*time.Second, "the rerun to start", func() bool { return e.starts(t, "block", id) == 2 })
+	d.Kill()
 	e.unblock()
 	d = startDaemonProcess(t, e.pair, env...)
 	u2 := e.waitAnswer(t, id, u1)
-	waitFor(t, 5*time.Second, "the ledger to record the second uncertain answer", func() bool {
+	testkit.WaitFor(t, 5*time.Second, "the ledger to record the second uncertain answer", func() bool {
 		en := e.entry(t, id)
 		return en.State == ledger.StateUncertain && en.ResultSHA256 == bridge.SHA256Hex(u2.Manifest)
 	})
-	d.stop(t, 1)
+	d.Stop(t, 1)
 	// What a second `reconcile --as rerun` killed after its first rename
 	// leaves, had the first rerun's set-aside pair still been there.
 	dir := e.host.Path("results", e.agent.Config.ID)
@@ -790,11 +791,11 @@ func TestCutShortSecondRerunKeepsAMatchingPair(t *testing.T) {
 	}
 	must(t, os.Rename(res, res+supersededSuffix))
 	startDaemonProcess(t, e.pair, env...)
-	waitFor(t, 10*time.Second, "the copies to come back", func() bool { _, err := os.Stat(res); return err == nil })
+	testkit.WaitFor(t, 10*time.Second, "the copies to come back", func() bool { _, err := os.Stat(res); return err == nil })
 	for _, ext := range []string{bridge.ExtOutput, bridge.ExtResult} {
 		must(t, os.Remove(filepath.Join(e.toAgent(), id+"."+ext))) // a sync client loses them
 	}
-	waitFor(t, 10*time.Second, "the second uncertain answer, published again and whole", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "the second uncertain answer, published again and whole", func() bool {
 		o, err := e.client.Result(id)
 		return err == nil && bridge.SHA256Hex(o.Manifest) == bridge.SHA256Hex(u2.Manifest)
 	})
@@ -808,15 +809,15 @@ func (e *edge) doneThenRestoredLedger(t *testing.T) (id string, env []string) {
 	t.Helper()
 	env = []string{"RUNS=" + e.runs, "PATH=" + e.env["PATH"]}
 	d := startDaemonProcess(t, e.pair, env...)
-	d.stop(t, 1)
+	d.Stop(t, 1)
 	backup := backupLedger(t, e.host)
 	d = startDaemonProcess(t, e.pair, env...)
 	id = e.submit(t, "block")
 	if out := e.wait(t, id); out.Receipt.Status != bridge.StatusDone {
 		t.Fatalf("%s (%s)", out.Receipt.Status, out.Receipt.Reason)
 	}
-	waitFor(t, 5*time.Second, "the ledger to record it", func() bool { return e.entry(t, id).State == ledger.StateDone })
-	d.stop(t, 1)
+	testkit.WaitFor(t, 5*time.Second, "the ledger to record it", func() bool { return e.entry(t, id).State == ledger.StateDone })
+	d.Stop(t, 1)
 	if data, err := os.ReadFile(e.host.Path(finishedName)); err != nil || !strings.Contains(string(data), id) {
 		t.Fatalf("the finished cache does not name the request: the test tests nothing (%v)", err)
 	}
@@ -834,7 +835,7 @@ func TestRestoredLedgerBesideFinishedCacheRecordsTheRequest(t *testing.T) {
 	e := newEdge(t)
 	id, env := e.doneThenRestoredLedger(t)
 	startDaemonProcess(t, e.pair, env...)
-	waitFor(t, 10*time.Second, "the ledger to record the request again", func() bool { return e.entry(t, id).State == ledger.StateDone })
+	testkit.WaitFor(t, 10*time.Second, "the ledger to record the request again", func() bool { return e.entry(t, id).State == ledger.StateDone })
 	e.wantStarts(t, "block", id, 1)
 }
 
@@ -872,7 +873,7 @@ func TestFinishedCacheAloneKeepsARequestFromRunningAgain(t *testing.T) {
 	}
 	must(t, f.Close())
 	startDaemonProcess(t, e.pair, env...)
-	waitFor(t, 10*time.Second, "the request to be held uncertain", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "the request to be held uncertain", func() bool {
 		en := e.entry(t, id)
 		return en.State == ledger.StateUncertain && en.Reason == "record-lost"
 	})

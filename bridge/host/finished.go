@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/syncbridge/bridge/bridge/host/internal/probe"
+
 	"github.com/syncbridge/bridge/bridge"
 	bcrypto "github.com/syncbridge/bridge/crypto"
 	"github.com/syncbridge/bridge/syncsafe"
@@ -274,7 +276,7 @@ func (d *Daemon) dispatchFull(paths []string, same bool) {
 		// was most of an idle rescan's CPU once the results' checks
 		// paused (issue 25).
 		now = d.fin.lastNow
-		d.probe.add(sameRescans)
+		d.probe.Add(probe.SameRescans)
 	} else {
 		now = d.fin.sortOut(sent)
 	}
@@ -287,6 +289,7 @@ func (d *Daemon) dispatchFull(paths []string, same bool) {
 	d.fin.mu.Lock()
 	d.fin.rescans++
 	d.fin.mu.Unlock()
+	d.probe.Add(probe.Rescans)
 	// A rescan need not verify finished requests again; it checks that
 	// their result is still what was recorded, the stamps taken together.
 	// One that is not is evaluated again (a lost result is re-published).
@@ -360,7 +363,7 @@ func (f *finishedSet) sortOut(paths []string) (now []string) {
 			if known {
 				j++
 			} else {
-				f.probe.add(finishedLookups)
+				f.probe.Add(probe.FinishedLookups)
 				_, known = f.done.get(key)
 			}
 			if ok = known || bridge.ValidID(key[len(key)-32:]); ok {

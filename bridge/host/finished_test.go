@@ -10,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/syncbridge/bridge/bridge/host/internal/probe"
+	"github.com/syncbridge/bridge/bridge/host/internal/testkit"
+
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/agent"
 	"github.com/syncbridge/bridge/bridge/trust"
@@ -243,21 +246,21 @@ func TestRescanReusesItsFinishedLookUps(t *testing.T) {
 	keys := make([]string, len(ids))
 	for i, id := range ids {
 		keys[i] = p.agent.Config.ID + "/" + id
-		waitFor(t, 10*time.Second, "request "+id+" recorded finished", func() bool { return finished(keys[i]) })
+		testkit.WaitFor(t, 10*time.Second, "request "+id+" recorded finished", func() bool { return finished(keys[i]) })
 	}
 	rescan := func() (lookups, reads int64) {
 		t.Helper()
 		d.fin.mu.Lock()
 		n := d.fin.rescans
 		d.fin.mu.Unlock()
-		l0, r0 := d.probe.n(finishedLookups), d.probe.n(manifestReads)
+		l0, r0 := d.probe.N(probe.FinishedLookups), d.probe.N(probe.ManifestReads)
 		d.watcher.Walk()
-		waitFor(t, 10*time.Second, "a rescan", func() bool {
+		testkit.WaitFor(t, 10*time.Second, "a rescan", func() bool {
 			d.fin.mu.Lock()
 			defer d.fin.mu.Unlock()
 			return d.fin.rescans > n
 		})
-		return d.probe.n(finishedLookups) - l0, d.probe.n(manifestReads) - r0
+		return d.probe.N(probe.FinishedLookups) - l0, d.probe.N(probe.ManifestReads) - r0
 	}
 	lastGen := func() uint64 {
 		d.fin.mu.Lock()
@@ -286,7 +289,7 @@ func TestRescanReusesItsFinishedLookUps(t *testing.T) {
 	if l, _ := rescan(); l == 0 {
 		t.Fatal("a rescan after the finished set changed made no look-up: it took a dropped request for finished")
 	}
-	waitFor(t, 10*time.Second, "the dropped request evaluated and recorded finished again", func() bool { return finished(keys[1]) })
+	testkit.WaitFor(t, 10*time.Second, "the dropped request evaluated and recorded finished again", func() bool { return finished(keys[1]) })
 	if data, err := os.ReadFile(countFile); err != nil || strings.Count(string(data), "run\n") != 3 {
 		t.Fatalf("the count op's runs: %q (%v), want 3", data, err)
 	}
@@ -327,17 +330,17 @@ func TestSameRescanDispatchesWhatTheOneBeforeDid(t *testing.T) {
 		d.fin.mu.Lock()
 		n := d.fin.rescans
 		d.fin.mu.Unlock()
-		s0, r0, l0 := d.probe.n(sameRescans), d.probe.n(manifestReads), d.probe.n(finishedLookups)
+		s0, r0, l0 := d.probe.N(probe.SameRescans), d.probe.N(probe.ManifestReads), d.probe.N(probe.FinishedLookups)
 		d.watcher.Walk()
-		waitFor(t, 10*time.Second, "a rescan", func() bool {
+		testkit.WaitFor(t, 10*time.Second, "a rescan", func() bool {
 			d.fin.mu.Lock()
 			defer d.fin.mu.Unlock()
 			return d.fin.rescans > n
 		})
 		// The rescan dispatched what it dispatches before it counted:
 		// wait for the evaluations it asked for.
-		waitFor(t, 10*time.Second, "the evaluations", d.sched.idle)
-		return d.probe.n(sameRescans) - s0, d.probe.n(manifestReads) - r0, d.probe.n(finishedLookups) - l0
+		testkit.WaitFor(t, 10*time.Second, "the evaluations", d.sched.idle)
+		return d.probe.N(probe.SameRescans) - s0, d.probe.N(probe.ManifestReads) - r0, d.probe.N(probe.FinishedLookups) - l0
 	}
 	// At first the set may change between rescans (the first collection),
 	// and the manifest's arrival is a change of the folder.
@@ -361,11 +364,11 @@ func TestSameRescanDispatchesWhatTheOneBeforeDid(t *testing.T) {
 	// The statement is followed again (its directory listed, the junk
 	// read) at one rescan in ten while the folder and the trusted keys
 	// stay as they are.
-	f0 := d.probe.n(rotationFollows)
+	f0 := d.probe.N(probe.RotationFollows)
 	for range maxUnfollowed + 1 {
 		rescan()
 	}
-	if got := d.probe.n(rotationFollows) - f0; got != 1 {
+	if got := d.probe.N(probe.RotationFollows) - f0; got != 1 {
 		t.Fatalf("%d unchanged rescans followed the rotation statement %d times, want once", maxUnfollowed+1, got)
 	}
 	// Written over in place with no event (through a link to it from
@@ -374,9 +377,9 @@ func TestSameRescanDispatchesWhatTheOneBeforeDid(t *testing.T) {
 	outside := filepath.Join(t.TempDir(), "statement")
 	must(t, os.Link(filepath.Join(p.toHost(), bridge.RotationName(1)), outside))
 	rescan()
-	f0 = d.probe.n(rotationFollows)
+	f0 = d.probe.N(probe.RotationFollows)
 	must(t, os.WriteFile(outside, []byte("another statement, not one either"), 0o644))
-	if rescan(); d.probe.n(rotationFollows)-f0 != 1 {
+	if rescan(); d.probe.N(probe.RotationFollows)-f0 != 1 {
 		t.Fatal("a rescan after a rotation statement was written over in place did not follow it")
 	}
 	// A refused manifest, marked: rescans leave it out, unread, and take
@@ -395,11 +398,11 @@ func TestSameRescanDispatchesWhatTheOneBeforeDid(t *testing.T) {
 	// the folder is as it was.
 	agents := maps.Clone(d.agents())
 	d.agentsP.Store(&agents)
-	f0 = d.probe.n(rotationFollows)
+	f0 = d.probe.N(probe.RotationFollows)
 	if same, reads, _ := rescan(); same != 0 || reads != 2 {
 		t.Fatalf("the rescan after new keys: took the one before's findings %d times, read %d manifests; want 0 and 2", same, reads)
 	}
-	if got := d.probe.n(rotationFollows) - f0; got != 1 {
+	if got := d.probe.N(probe.RotationFollows) - f0; got != 1 {
 		t.Fatalf("the rescan after new keys followed the rotation statement %d times, want once", got)
 	}
 	if err := os.WriteFile(filepath.Join(p.toHost(), id+"."+bridge.ExtPayload), payload, 0o644); err != nil {
@@ -437,11 +440,11 @@ func TestRedeliveredRequestFindsItsLostResultPublishedAgain(t *testing.T) {
 	lost, lm, lp := p.sealManual(t, "echo", map[string]string{"msg": "lost"}, nil)
 	publish(p.toHost(), keep, km, kp)
 	publish(p.toHost(), lost, lm, lp)
-	waitFor(t, 20*time.Second, "both requests finished", func() bool { return finished(keep) && finished(lost) })
+	testkit.WaitFor(t, 20*time.Second, "both requests finished", func() bool { return finished(keep) && finished(lost) })
 	paused := func() {
 		t.Helper()
-		n := d.probe.n(resultSkips)
-		waitFor(t, 20*time.Second, "the result checks to pause", func() bool { return d.probe.n(resultSkips) > n })
+		n := d.probe.N(probe.ResultSkips)
+		testkit.WaitFor(t, 20*time.Second, "the result checks to pause", func() bool { return d.probe.N(probe.ResultSkips) > n })
 	}
 	paused()
 	result := filepath.Join(p.toAgent(), lost+"."+bridge.ExtResult)

@@ -12,6 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/syncbridge/bridge/bridge/host/internal/probe"
+	"github.com/syncbridge/bridge/bridge/host/internal/testkit"
+
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/agent"
 	"github.com/syncbridge/bridge/bridge/doctor"
@@ -46,7 +49,7 @@ func (p *pair) echo(t *testing.T, msg string) {
 func TestServeFollowsReplacedRequestsDir(t *testing.T) {
 	t.Parallel()
 	p := newPair(t, testPolicy)
-	var logs lockedBuffer
+	var logs testkit.LockedBuffer
 	p.log = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	p.start(t, nil)
 	p.echo(t, "before")
@@ -55,7 +58,7 @@ func TestServeFollowsReplacedRequestsDir(t *testing.T) {
 	// Moved away and copied back.
 	gone := func() int { return strings.Count(logs.String(), "cannot watch the requests directory") }
 	must(t, os.Rename(root, root+".away"))
-	waitFor(t, 20*time.Second, "the daemon to see the directory gone", func() bool { return gone() == 1 })
+	testkit.WaitFor(t, 20*time.Second, "the daemon to see the directory gone", func() bool { return gone() == 1 })
 	if out, err := exec.Command("cp", "-a", root+".away", root).CombinedOutput(); err != nil {
 		t.Fatalf("cp: %v %s", err, out)
 	}
@@ -65,11 +68,11 @@ func TestServeFollowsReplacedRequestsDir(t *testing.T) {
 
 	// Deleted, past several rescans, and made again.
 	must(t, os.RemoveAll(root))
-	waitFor(t, 20*time.Second, "the daemon to see the directory gone again", func() bool { return gone() == 2 })
+	testkit.WaitFor(t, 20*time.Second, "the daemon to see the directory gone again", func() bool { return gone() == 2 })
 	// Past three more looks for it, each counted in the debug log.
 	looks := func() int { return strings.Count(logs.String(), "the requests directory is still not watchable") }
 	n := looks()
-	waitFor(t, time.Minute, "three more looks for the directory", func() bool { return looks() >= n+3 })
+	testkit.WaitFor(t, time.Minute, "three more looks for the directory", func() bool { return looks() >= n+3 })
 	p.alive(t)
 	must(t, os.MkdirAll(root, 0o755))
 	p.echo(t, "after a delete")
@@ -137,7 +140,7 @@ func TestServeNeverFollowsPlantedLink(t *testing.T) {
 func TestServeStartsBesideALinkAtHosts(t *testing.T) {
 	t.Parallel()
 	p := newPair(t, testPolicy)
-	var logs lockedBuffer
+	var logs testkit.LockedBuffer
 	p.log = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	outside := t.TempDir()
 	hosts := filepath.Join(p.folder, "hosts")
@@ -145,12 +148,12 @@ func TestServeStartsBesideALinkAtHosts(t *testing.T) {
 	must(t, os.Symlink(outside, hosts))
 	p.start(t, nil)
 	for _, line := range []string{"cannot make the requests directory", "cannot watch the requests directory"} {
-		waitFor(t, 20*time.Second, "the log line "+line, func() bool { return strings.Contains(logs.String(), line) })
+		testkit.WaitFor(t, 20*time.Second, "the log line "+line, func() bool { return strings.Contains(logs.String(), line) })
 	}
 	// Past two more looks for it, each counted in the debug log.
 	looks := func() int { return strings.Count(logs.String(), "the requests directory is still not watchable") }
 	n := looks()
-	waitFor(t, time.Minute, "two more looks for the directory", func() bool { return looks() >= n+2 })
+	testkit.WaitFor(t, time.Minute, "two more looks for the directory", func() bool { return looks() >= n+2 })
 	p.alive(t)
 	if ents, _ := os.ReadDir(outside); len(ents) != 0 {
 		t.Fatalf("the daemon created %d entries where the planted link points", len(ents))
@@ -226,7 +229,7 @@ func inotifyWatchesOn(t *testing.T, dirs ...string) int {
 func TestUntrustedAgentSaidOnce(t *testing.T) {
 	t.Parallel()
 	p := newPair(t, testPolicy)
-	var logs lockedBuffer
+	var logs testkit.LockedBuffer
 	p.log = slog.New(slog.NewTextHandler(&logs, nil))
 	stranger := bridge.NewRequestID() // an id-shaped name nobody paired
 	dir := filepath.Join(filepath.Dir(p.toHost()), stranger)
@@ -399,10 +402,10 @@ func TestRefusedManifestNotReadForItsPayload(t *testing.T) {
 	p.plantJunk(t, 50, true)
 	p.start(t, nil)
 	p.echo(t, "first")
-	before := p.daemon.probe.n(manifestReads)
+	before := p.daemon.probe.N(probe.ManifestReads)
 	settleRescans(t, p.daemon) // three rescans
 	p.echo(t, "second")
-	if n := p.daemon.probe.n(manifestReads) - before; n > 5 {
+	if n := p.daemon.probe.N(probe.ManifestReads) - before; n > 5 {
 		t.Errorf("%d manifest reads over three rescans beside 50 refused manifests with payloads, want about 1 (the echo's)", n)
 	}
 }
@@ -417,7 +420,7 @@ func TestUntrustedNamesShareOneBudget(t *testing.T) {
 	for range 200 {
 		must(t, os.Mkdir(filepath.Join(top, bridge.NewRequestID()), 0o755))
 	}
-	var logs lockedBuffer
+	var logs testkit.LockedBuffer
 	p.log = slog.New(slog.NewTextHandler(&logs, nil))
 	p.start(t, nil)
 	settleRescans(t, p.daemon)
@@ -432,7 +435,7 @@ func TestRequestsDirFlapsWithinBudget(t *testing.T) {
 	t.Parallel()
 	p := newPair(t, testPolicy)
 	p.limit(budget(10))
-	var logs lockedBuffer
+	var logs testkit.LockedBuffer
 	p.log = slog.New(slog.NewTextHandler(&logs, nil))
 	p.start(t, nil)
 	root := filepath.Join(p.folder, bridge.ToHostRoot(p.host.Config.ID))
@@ -463,10 +466,10 @@ func TestRefusedFutureMtimeReadOnce(t *testing.T) {
 	p.plantJunkAt(t, 50, false, time.Now().Add(365*24*time.Hour))
 	p.start(t, nil)
 	p.echo(t, "first")
-	before := p.daemon.probe.n(manifestReads)
+	before := p.daemon.probe.N(probe.ManifestReads)
 	settleRescans(t, p.daemon)
 	p.echo(t, "second")
-	if n := p.daemon.probe.n(manifestReads) - before; n > 5 {
+	if n := p.daemon.probe.N(probe.ManifestReads) - before; n > 5 {
 		t.Errorf("%d manifest reads over three rescans beside 50 refused manifests from the future, want about 1", n)
 	}
 }
@@ -485,7 +488,7 @@ func TestRefusedRewrittenInPlaceIsReadAgain(t *testing.T) {
 	must(t, os.WriteFile(mpath, bytes.Repeat([]byte{'x'}, len(manifest)), 0o644))
 	must(t, os.Chtimes(mpath, old, old))
 	p.start(t, nil)
-	waitFor(t, 10*time.Second, "the junk to be refused", func() bool { return p.auditCount(t, "refused") == 1 })
+	testkit.WaitFor(t, 10*time.Second, "the junk to be refused", func() bool { return p.auditCount(t, "refused") == 1 })
 	f, err := os.OpenFile(mpath, os.O_WRONLY, 0)
 	must(t, err)
 	_, err = f.WriteAt(manifest, 0)
@@ -510,7 +513,7 @@ func TestRepublishLinesBounded(t *testing.T) {
 	res := filepath.Join(p.toAgent(), out.Receipt.ID+"."+bridge.ExtResult)
 	for i := range 6 {
 		must(t, os.Remove(res))
-		waitFor(t, 10*time.Second, fmt.Sprintf("re-publish %d", i+1), func() bool { _, err := os.Stat(res); return err == nil })
+		testkit.WaitFor(t, 10*time.Second, fmt.Sprintf("re-publish %d", i+1), func() bool { _, err := os.Stat(res); return err == nil })
 	}
 	if n := p.auditCount(t, "republished"); n < 1 || n > 3 {
 		t.Errorf("6 re-publishes made %d republished lines, want 1 to the budget of 3", n)
@@ -536,10 +539,10 @@ func TestJunkCancelsReadOnce(t *testing.T) {
 	// A cancel beside the finished request: it changes nothing now.
 	must(t, p.client.Cancel(out.Receipt.ID))
 	settleRescans(t, p.daemon)
-	before := p.daemon.probe.n(cancelReads)
+	before := p.daemon.probe.N(probe.CancelReads)
 	settleRescans(t, p.daemon) // three rescans
 	p.echo(t, "second")
-	if n := p.daemon.probe.n(cancelReads) - before; n > 3 {
+	if n := p.daemon.probe.N(probe.CancelReads) - before; n > 3 {
 		t.Errorf("%d cancel reads over three rescans beside 50 junk cancels and a finished request's cancel, want next to none", n)
 	}
 }

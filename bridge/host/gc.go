@@ -7,6 +7,8 @@ import (
 	"os"
 	"time"
 
+	"github.com/syncbridge/bridge/bridge/host/internal/probe"
+
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/ledger"
 	"github.com/syncbridge/bridge/bridge/operator"
@@ -492,5 +494,5 @@ func (c *collector) sweepTemps(opened time.Time) {
 			c.log.Debug("sweep the temporaries among an agent's results", "agent", id, "err", err)
 		}
 	}
-	c.probe.add(tempSweeps)
+	c.probe.Add(probe.TempSweeps)
 }

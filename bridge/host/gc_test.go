@@ -16,6 +16,7 @@ import (
 
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/agent"
+	"github.com/syncbridge/bridge/bridge/host/internal/testkit"
 	"github.com/syncbridge/bridge/bridge/ledger"
 	"github.com/syncbridge/bridge/bridge/operator"
 )
@@ -191,12 +192,12 @@ func TestPeriodicGCReadsOnlyWhatItCanAct(t *testing.T) {
 	// entry comes after the publish the agent saw, and one made on the
 	// moved clock would be an hour and a half younger.
 	for _, id := range ids {
-		waitFor(t, 10*time.Second, "the ledger to record the result", func() bool { return p.entry(t, id).ResultSHA256 != "" })
+		testkit.WaitFor(t, 10*time.Second, "the ledger to record the result", func() bool { return p.entry(t, id).ResultSHA256 != "" })
 	}
 	if err := p.client.Ack(outs[0]); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "a walk to see the ack", func() bool {
+	testkit.WaitFor(t, 5*time.Second, "a walk to see the ack", func() bool {
 		d.fin.mu.Lock()
 		defer d.fin.mu.Unlock()
 		return d.fin.acks[acked]
@@ -338,7 +339,7 @@ func TestOrderedGCReadsAcksFromTheFolder(t *testing.T) {
 	t.Parallel()
 	p := newPair(t, testPolicy)
 	p.skew = time.Millisecond
-	var logs lockedBuffer
+	var logs testkit.LockedBuffer
 	p.log = slog.New(slog.NewTextHandler(&logs, nil))
 	p.start(t, nil)
 	s, err := p.client.Submit(agent.SubmitOptions{Op: "echo", Args: map[string]string{"msg": "gc"}, TTL: time.Minute})
@@ -346,7 +347,7 @@ func TestOrderedGCReadsAcksFromTheFolder(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := p.wait(t, s.ID)
-	waitFor(t, 10*time.Second, "the ledger to record the result", func() bool { return p.entry(t, s.ID).ResultSHA256 != "" })
+	testkit.WaitFor(t, 10*time.Second, "the ledger to record the result", func() bool { return p.entry(t, s.ID).ResultSHA256 != "" })
 	p.stop(t)
 	if err := p.client.Ack(out); err != nil { // while the daemon is down
 		t.Fatal(err)
@@ -379,7 +380,7 @@ func TestOrderedGCReadsAcksFromTheFolder(t *testing.T) {
 		orders, _ := filepath.Glob(p.host.Path("control", "*.json"))
 		return len(orders) == 0
 	}
-	waitFor(t, 40*time.Second, "the control loop to carry out the order", ordersDone)
+	testkit.WaitFor(t, 40*time.Second, "the control loop to carry out the order", ordersDone)
 	if _, err := os.Stat(result); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("the ordered collection left the result acked while the daemon was down: %v", err)
 	}
@@ -391,7 +392,7 @@ func TestOrderedGCReadsAcksFromTheFolder(t *testing.T) {
 	if _, err := gcAt(p.host, GCOptions{Grace: time.Nanosecond}, d.opt.Now); !errors.Is(err, operator.ErrQueued) {
 		t.Fatalf("a second gc beside the open daemon: %v, want ErrQueued", err)
 	}
-	waitFor(t, 40*time.Second, "the control loop to carry out the second order", ordersDone)
+	testkit.WaitFor(t, 40*time.Second, "the control loop to carry out the second order", ordersDone)
 	said := regexp.MustCompile("as `bridge gc` ordered\" items=([0-9]+)").FindAllStringSubmatch(logs.String(), -1)
 	if len(said) != 2 || said[0][1] == "0" || said[1][1] != "0" {
 		t.Errorf("the log does not say both ordered collections ran, the second taking nothing:\n%s", logs.String())
@@ -418,7 +419,7 @@ func TestOrderedGCTakesOnlyWhatFinishedBeforeIt(t *testing.T) {
 			t.Fatal(err)
 		}
 		p.wait(t, s.ID)
-		waitFor(t, 10*time.Second, "the ledger to record the result", func() bool { return p.entry(t, s.ID).ResultSHA256 != "" })
+		testkit.WaitFor(t, 10*time.Second, "the ledger to record the result", func() bool { return p.entry(t, s.ID).ResultSHA256 != "" })
 		return p.entry(t, s.ID)
 	}
 	untilPast := func(at time.Time) {

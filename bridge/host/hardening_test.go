@@ -14,6 +14,8 @@ import (
 
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/agent"
+	"github.com/syncbridge/bridge/bridge/host/internal/probe"
+	"github.com/syncbridge/bridge/bridge/host/internal/testkit"
 	"github.com/syncbridge/bridge/bridge/ledger"
 	"github.com/syncbridge/bridge/bridge/operator"
 )
@@ -197,7 +199,7 @@ ops = ["show"]
 		if err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, 5*time.Second, "the request to wait for approval", func() bool {
+		testkit.WaitFor(t, 5*time.Second, "the request to wait for approval", func() bool {
 			return p.entry(t, s.ID).State == ledger.StateAwaitingApproval
 		})
 		if e := p.entry(t, s.ID); !strings.Contains(e.Reason, filepath.Join(root, "a.txt")) {
@@ -208,7 +210,7 @@ ops = ["show"]
 	approve := func(id string) {
 		t.Helper()
 		var err error
-		waitFor(t, 5*time.Second, "the approval to be taken", func() bool {
+		testkit.WaitFor(t, 5*time.Second, "the approval to be taken", func() bool {
 			err = p.daemon.decide(p.agent.Config.ID+"/"+id, true, "")
 			return err != errBusy
 		})
@@ -241,12 +243,12 @@ ops = ["show"]
 }
 
 // BRIDGE_TEST_CRASH_AT makes a daemon exit at a durable step; only the
-// crash-injection tests may set it (serveForTest). A production daemon
+// crash-injection tests may set it (testkit.Serve). A production daemon
 // whose environment happens to carry it must ignore it: it has no probe at
-// all (only the test binary sets newProbe), and the test binary's daemons
-// read the variable only in serveForTest.
+// all (only a test binary sets probe.New), and a test binary's daemons
+// read the variable only in testkit.Serve.
 //
-// Not in parallel: it unsets newProbe for every daemon of the process, and
+// Not in parallel: it unsets probe.New for every daemon of the process, and
 // t.Setenv.
 func TestCrashHookNotReadFromEnvironment(t *testing.T) {
 	t.Setenv("BRIDGE_TEST_CRASH_AT", "claimed")
@@ -255,18 +257,18 @@ func TestCrashHookNotReadFromEnvironment(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d.probe == nil || d.probe.crashAt != "" {
+	if d.probe == nil || d.probe.CrashAt != "" {
 		t.Fatalf("NewDaemon in the test binary: probe %v, want one that read nothing from the environment", d.probe)
 	}
-	saved := newProbe
-	newProbe = nil // as in a production binary
-	defer func() { newProbe = saved }()
+	saved := probe.New
+	probe.New = nil // as in a production binary
+	defer func() { probe.New = saved }()
 	d, err = NewDaemon(p.host, DaemonOptions{AllowRoot: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d.probe != nil || d.probe.crashing("claimed") {
-		t.Fatal("a daemon of a binary without newProbe has a probe")
+	if d.probe != nil || d.probe.Crashing("claimed") {
+		t.Fatal("a daemon of a binary without probe.New has a probe")
 	}
 }
 
@@ -299,7 +301,7 @@ ops = ["apply"]
 		if err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, 5*time.Second, "the request to wait for approval", func() bool {
+		testkit.WaitFor(t, 5*time.Second, "the request to wait for approval", func() bool {
 			return p.entry(t, s.ID).State == ledger.StateAwaitingApproval
 		})
 		pending, err := operator.Pending(p.host)
@@ -326,7 +328,7 @@ ops = ["apply"]
 			}
 		}
 		var derr error
-		waitFor(t, 5*time.Second, "the approval to be taken", func() bool {
+		testkit.WaitFor(t, 5*time.Second, "the approval to be taken", func() bool {
 			derr = p.daemon.decide(p.agent.Config.ID+"/"+s.ID, true, "")
 			return derr != errBusy
 		})

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/syncbridge/bridge/bridge/host/internal/probe"
+
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/ledger"
 	"github.com/syncbridge/bridge/bridge/operator"
@@ -175,7 +177,7 @@ func (d *Daemon) reconcile(key, as string) (*LedgerEntry, error) {
 // (BENCHMARKS.md, "Session 26", which also finds that the rescan's own
 // burst outweighs what this saves).
 func (d *Daemon) controlLoop(stop <-chan struct{}) {
-	defer d.probe.add(controlEnds)
+	defer d.probe.Add(probe.ControlEnds)
 	// Both made first: a directory that does not exist cannot be watched,
 	// and a host started before its first pairing has no peers yet (its
 	// creation is seen in the home, but not a second agent's pairing).
@@ -231,22 +233,22 @@ func (d *Daemon) controlLoop(stop <-chan struct{}) {
 			default:
 			}
 		case <-timer.C:
-			d.probe.add(timerWakes)
+			d.probe.Add(probe.TimerWakes)
 		case <-d.controlPoke:
 			// An entry began to wait for a sweep: only the timer is set
 			// again, from the loop's own schedule.
 		case <-d.rescanned:
 			rescans = true
 			early = d.limits.rescanHorizon(d.opt.Rescan)
-			d.probe.add(rescanLooks)
+			d.probe.Add(probe.RescanLooks)
 		}
-		d.probe.add(controlWakes)
+		d.probe.Add(probe.ControlWakes)
 		now := time.Now()
 		soon := false // something asks to be looked at again in a second
 		if !collected {
 			if d.startScanDone() {
 				collected, lastGC = true, now
-				d.probe.add(collections)
+				d.probe.Add(probe.Collections)
 				d.pruneFinished()
 				d.gc.sweepTemps(d.openedAt)
 				d.gc.run(GCOptions{})
@@ -255,7 +257,7 @@ func (d *Daemon) controlLoop(stop <-chan struct{}) {
 			}
 		} else if dueWithin(now.Sub(lastGC), d.limits.collectEvery, early) {
 			lastGC = now
-			d.probe.add(collections)
+			d.probe.Add(probe.Collections)
 			d.gc.run(GCOptions{})
 			if err := d.fin.save(); err != nil {
 				d.log.Warn("save the finished-requests cache", "err", err)

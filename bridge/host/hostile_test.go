@@ -19,13 +19,13 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/agent"
+	"github.com/syncbridge/bridge/bridge/host/internal/testkit"
 	"github.com/syncbridge/bridge/bridge/ledger"
 	"github.com/syncbridge/bridge/bridge/trust"
 	bcrypto "github.com/syncbridge/bridge/crypto"
@@ -146,25 +146,8 @@ type hostileEnv struct {
 	otherB     *bcrypto.Bundle
 	evil       *bcrypto.Identity // a key nobody trusts
 	countFile  string
-	log        *lockedBuffer
+	log        *testkit.LockedBuffer
 	stopped    chan struct{} // closed when the daemon's Run returns
-}
-
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 func (h *hostileEnv) dir() string { return h.p.toHost() }
@@ -342,7 +325,7 @@ func (h *hostileEnv) doneRequest(t *testing.T) (string, []byte, []byte) {
 	if out := h.p.wait(t, id); out.Receipt.Status != bridge.StatusDone {
 		t.Fatalf("setup request %s: %s %s", id, out.Receipt.Status, out.Receipt.Reason)
 	}
-	waitFor(t, 5*time.Second, "the ledger to record done", func() bool { return h.p.entry(t, id).State == ledger.StateDone })
+	testkit.WaitFor(t, 5*time.Second, "the ledger to record done", func() bool { return h.p.entry(t, id).State == ledger.StateDone })
 	return id, m, pl
 }
 
@@ -467,7 +450,7 @@ func hostileCases() []hostileCase {
 		{"replay/same-id-other-content-while-pending", func(t *testing.T, h *hostileEnv) hostileWant {
 			id, m, _ := h.seal(t, spec{op: "ok"})
 			h.put(t, id+".manifest", m)
-			waitFor(t, 5*time.Second, "the manifest to be seen", func() bool { return h.p.entry(t, id).State == ledger.StatePending })
+			testkit.WaitFor(t, 5*time.Second, "the manifest to be seen", func() bool { return h.p.entry(t, id).State == ledger.StatePending })
 			_, m2, pl2 := h.seal(t, spec{id: id, op: "ok", created: time.Now().Add(-time.Second), noRecall: true})
 			os.Remove(filepath.Join(h.dir(), id+".manifest"))
 			h.deliver(t, id, m2, pl2)
@@ -1011,7 +994,7 @@ func TestHostileBattery(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := newPair(t, strings.Replace(hostilePolicy, `"ROOT"`, fmt.Sprintf("%q", root), 1))
-	h := &hostileEnv{p: p, countFile: filepath.Join(t.TempDir(), "count"), log: &lockedBuffer{}}
+	h := &hostileEnv{p: p, countFile: filepath.Join(t.TempDir(), "count"), log: &testkit.LockedBuffer{}}
 	var err error
 	if h.agent2, err = trust.InitHome(filepath.Join(filepath.Dir(p.agentHome), "agent2"), "agent", "cloud-2", p.folder); err != nil {
 		t.Fatal(err)
@@ -1113,7 +1096,7 @@ func TestHostileBattery(t *testing.T) {
 	// Nothing ran but what the cases declare and the probes.
 	settleRescans(t, p.daemon)
 	runs := map[string]int{}
-	for _, id := range lines(t, h.countFile) {
+	for _, id := range testkit.Lines(t, h.countFile) {
 		runs[id]++
 	}
 	for _, id := range probes {

@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/syncbridge/bridge/bridge/host/internal/probe"
+	"github.com/syncbridge/bridge/bridge/host/internal/testkit"
+
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/agent"
 
@@ -24,21 +27,21 @@ func TestIdleDaemonSleeps(t *testing.T) {
 	t.Parallel()
 	p := newPair(t, testPolicy)
 	d := runDaemon(t, p.host, DaemonOptions{PendingTimeout: 2 * time.Second})
-	waitFor(t, 20*time.Second, "the first collection and sweeps", func() bool {
+	testkit.WaitFor(t, 20*time.Second, "the first collection and sweeps", func() bool {
 		return d.startScanDone() && !d.awaitingMaybe.Load() && !d.stalledMaybe.Load()
 	})
 	// The ledger naps: buntdb's one-second ticker stops (ledger.napAfter).
-	waitFor(t, 20*time.Second, "the idle daemon's ledger to nap", func() bool {
+	testkit.WaitFor(t, 20*time.Second, "the idle daemon's ledger to nap", func() bool {
 		naps, _ := d.ledger.Naps()
 		return naps >= 1
 	})
-	wakes, scans := d.probe.n(controlWakes), d.probe.n(sweepScans)
+	wakes, scans := d.probe.N(probe.ControlWakes), d.probe.N(probe.SweepScans)
 	_, ledgerWakes := d.ledger.Naps()
 	time.Sleep(4 * time.Second)
-	if n := d.probe.n(controlWakes) - wakes; n > 1 {
+	if n := d.probe.N(probe.ControlWakes) - wakes; n > 1 {
 		t.Errorf("the idle control loop woke %d times in 4 s, want at most 1", n)
 	}
-	if n := d.probe.n(sweepScans) - scans; n != 0 {
+	if n := d.probe.N(probe.SweepScans) - scans; n != 0 {
 		t.Errorf("the idle daemon scanned the ledger %d times in 4 s, want none", n)
 	}
 	if _, n := d.ledger.Naps(); n != ledgerWakes {
@@ -56,11 +59,11 @@ func TestNoSweepWithNothingWaiting(t *testing.T) {
 	t.Parallel()
 	p := newPair(t, testPolicy)
 	d := runDaemon(t, p.host, DaemonOptions{PendingTimeout: 2 * time.Second})
-	waitFor(t, 30*time.Second, "the ledger's first nap", func() bool {
+	testkit.WaitFor(t, 30*time.Second, "the ledger's first nap", func() bool {
 		naps, _ := d.ledger.Naps()
 		return naps >= 1
 	})
-	if n := d.probe.n(sweepScans); n != 0 {
+	if n := d.probe.N(probe.SweepScans); n != 0 {
 		t.Fatalf("%d sweeps scanned a ledger with nothing waiting before its first nap; want none", n)
 	}
 }
@@ -73,7 +76,7 @@ func TestRequestAfterTheLedgerNapped(t *testing.T) {
 	p := newPair(t, testPolicy)
 	p.start(t, nil)
 	p.echo(t, "before")
-	waitFor(t, 20*time.Second, "the ledger to nap", func() bool {
+	testkit.WaitFor(t, 20*time.Second, "the ledger to nap", func() bool {
 		naps, _ := p.daemon.ledger.Naps()
 		return naps >= 1
 	})
@@ -102,12 +105,12 @@ func TestIdleLoopWokenByAWaitingEntry(t *testing.T) {
 	t.Parallel()
 	p := newPair(t, testPolicy)
 	d := runDaemon(t, p.host, DaemonOptions{PendingTimeout: 2 * time.Second})
-	waitFor(t, 20*time.Second, "the first collection and sweeps", func() bool {
+	testkit.WaitFor(t, 20*time.Second, "the first collection and sweeps", func() bool {
 		return d.startScanDone() && !d.awaitingMaybe.Load() && !d.stalledMaybe.Load()
 	})
-	wakes := d.probe.n(controlWakes)
+	wakes := d.probe.N(probe.ControlWakes)
 	d.noteState(ledger.StateAwaitingApproval)
-	waitFor(t, 5*time.Second, "the control loop to wake", func() bool { return d.probe.n(controlWakes) > wakes })
+	testkit.WaitFor(t, 5*time.Second, "the control loop to wake", func() bool { return d.probe.N(probe.ControlWakes) > wakes })
 }
 
 // A ledger file removed while the daemon's ledger napped: the wake refuses
@@ -122,7 +125,7 @@ func TestUnusableLedgerStopsTheDaemon(t *testing.T) {
 	env := map[string]string{"COUNT_FILE": countFile}
 	p.start(t, env)
 	p.echo(t, "before")
-	waitFor(t, 20*time.Second, "the ledger to nap", func() bool {
+	testkit.WaitFor(t, 20*time.Second, "the ledger to nap", func() bool {
 		naps, _ := p.daemon.ledger.Naps()
 		return naps >= 1
 	})
@@ -182,18 +185,18 @@ func TestIdleControlLoopWakesWithTheRescans(t *testing.T) {
 	// a busy machine.
 	d := runDaemonTuned(t, p.host, DaemonOptions{Rescan: time.Second, LivenessInterval: 6 * time.Second},
 		func(l *limits) { l.controlFallback, l.collectEvery = 400*time.Millisecond, 6*time.Second })
-	waitFor(t, 20*time.Second, "the first collection and sweeps", func() bool {
-		return d.startScanDone() && !d.awaitingMaybe.Load() && !d.stalledMaybe.Load() && d.probe.n(collections) >= 1
+	testkit.WaitFor(t, 20*time.Second, "the first collection and sweeps", func() bool {
+		return d.startScanDone() && !d.awaitingMaybe.Load() && !d.stalledMaybe.Load() && d.probe.N(probe.Collections) >= 1
 	})
-	waitFor(t, 10*time.Second, "a look brought by a rescan", func() bool { return d.probe.n(rescanLooks) >= 1 })
-	r0, w0 := d.probe.n(rescanLooks), d.probe.n(timerWakes)
-	s0, c0 := d.probe.n(livenessRounds), d.probe.n(collections)
+	testkit.WaitFor(t, 10*time.Second, "a look brought by a rescan", func() bool { return d.probe.N(probe.RescanLooks) >= 1 })
+	r0, w0 := d.probe.N(probe.RescanLooks), d.probe.N(probe.TimerWakes)
+	s0, c0 := d.probe.N(probe.LivenessRounds), d.probe.N(probe.Collections)
 	start := time.Now()
 	const looks = 9
-	waitFor(t, 60*time.Second, "nine more rescans' looks", func() bool { return d.probe.n(rescanLooks) >= r0+looks })
+	testkit.WaitFor(t, 60*time.Second, "nine more rescans' looks", func() bool { return d.probe.N(probe.RescanLooks) >= r0+looks })
 	elapsed := time.Since(start)
-	r, w := d.probe.n(rescanLooks)-r0, d.probe.n(timerWakes)-w0
-	s, c := d.probe.n(livenessRounds)-s0, d.probe.n(collections)-c0
+	r, w := d.probe.N(probe.RescanLooks)-r0, d.probe.N(probe.TimerWakes)-w0
+	s, c := d.probe.N(probe.LivenessRounds)-s0, d.probe.N(probe.Collections)-c0
 	if w != 0 {
 		// (Wakes for a change in the home are not its schedule: the
 		// collection's save of the finished set is one.)
@@ -223,13 +226,13 @@ func TestControlLoopLooksByItselfWithoutRescans(t *testing.T) {
 	p := newPair(t, testPolicy)
 	d := runDaemonTuned(t, p.host, DaemonOptions{Rescan: time.Hour},
 		func(l *limits) { l.controlFallback = 400 * time.Millisecond })
-	waitFor(t, 20*time.Second, "the first collection and sweeps", func() bool {
-		return d.startScanDone() && !d.awaitingMaybe.Load() && !d.stalledMaybe.Load() && d.probe.n(collections) >= 1
+	testkit.WaitFor(t, 20*time.Second, "the first collection and sweeps", func() bool {
+		return d.startScanDone() && !d.awaitingMaybe.Load() && !d.stalledMaybe.Load() && d.probe.N(probe.Collections) >= 1
 	})
-	waitFor(t, 10*time.Second, "the start-up scan's look", func() bool { return d.probe.n(rescanLooks) >= 1 })
-	r0, w0 := d.probe.n(rescanLooks), d.probe.n(timerWakes)
-	waitFor(t, 15*time.Second, "two looks of the loop's own", func() bool { return d.probe.n(timerWakes) >= w0+2 })
-	if r := d.probe.n(rescanLooks); r != r0 {
+	testkit.WaitFor(t, 10*time.Second, "the start-up scan's look", func() bool { return d.probe.N(probe.RescanLooks) >= 1 })
+	r0, w0 := d.probe.N(probe.RescanLooks), d.probe.N(probe.TimerWakes)
+	testkit.WaitFor(t, 15*time.Second, "two looks of the loop's own", func() bool { return d.probe.N(probe.TimerWakes) >= w0+2 })
+	if r := d.probe.N(probe.RescanLooks); r != r0 {
 		t.Fatalf("%d looks brought by rescans with a rescan interval of an hour", r-r0)
 	}
 }

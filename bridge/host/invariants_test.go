@@ -6,7 +6,6 @@ package host
 import (
 	"bytes"
 	"context"
-	"errors"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/agent"
+	"github.com/syncbridge/bridge/bridge/host/internal/testkit"
 	"github.com/syncbridge/bridge/bridge/ledger"
 	"github.com/syncbridge/bridge/bridge/operator"
 	bcrypto "github.com/syncbridge/bridge/crypto"
@@ -84,20 +84,9 @@ func (p *pair) toAgent() string {
 	return filepath.Join(p.folder, bridge.ToAgentDir(p.host.Config.ID, p.agent.Config.ID))
 }
 
-func lines(t *testing.T, path string) []string {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
-	} else if err != nil {
-		t.Fatal(err)
-	}
-	return strings.Fields(string(b))
-}
-
 func count(t *testing.T, path, word string) int {
 	n := 0
-	for _, l := range lines(t, path) {
+	for _, l := range testkit.Lines(t, path) {
 		if l == word {
 			n++
 		}
@@ -123,26 +112,7 @@ func (p *pair) entry(t *testing.T, id string) ledger.Entry {
 // its files the way a sync client would. The agent remembers it.
 func (p *pair) sealManual(t *testing.T, op string, args map[string]string, tweak func(*bridge.NewRequest)) (id string, manifest, payload []byte) {
 	t.Helper()
-	_, hb, err := p.agent.Peer(p.host.Config.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	now := time.Now()
-	n := bridge.NewRequest{ID: bridge.NewRequestID(), Agent: p.agent.Identity(), AgentID: p.agent.Config.ID, Host: hb,
-		Call: bridge.Call{Op: op, Args: args}, Created: now, Expires: now.Add(time.Hour)}
-	if tweak != nil {
-		tweak(&n)
-	}
-	var buf bytes.Buffer
-	m, r, err := bridge.SealRequest(&buf, n)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := p.client.Remember(&agent.Sent{V: 1, ID: r.ID, Host: hb.ID, HostName: "laptop", Op: op, Args: args,
-		ManifestSHA256: bridge.SHA256Hex(m), Created: r.Created, Expires: r.Expires}, m); err != nil {
-		t.Fatal(err)
-	}
-	return r.ID, m, buf.Bytes()
+	return testkit.SealManual(t, p.client, p.agent, p.host.Config.ID, op, args, tweak)
 }
 
 func (p *pair) wait(t *testing.T, id string) *agent.Outcome {
@@ -241,7 +211,7 @@ func TestInvariant2CompleteMeansHashComplete(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, id+".manifest"), manifest, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "the manifest to be seen", func() bool { return p.entry(t, id).State == ledger.StatePending })
+	testkit.WaitFor(t, 5*time.Second, "the manifest to be seen", func() bool { return p.entry(t, id).State == ledger.StatePending })
 	steps := [][]byte{
 		payload[:len(payload)/2],                             // a growing file (rclone < 1.63, in-place writers)
 		append(bytes.Repeat([]byte{0}, len(payload)-1), 'x'), // pre-sized, not yet written (Syncthing temp style)
@@ -301,7 +271,7 @@ ops = ["ledger"]
 		t.Fatalf("while the op ran, the ledger's last record of it was not running: %q", last)
 	}
 	// Every finished entry has its result in the folder and a private copy.
-	waitFor(t, 5*time.Second, "the ledger to record done", func() bool { return p.entry(t, out.Receipt.ID).State == ledger.StateDone })
+	testkit.WaitFor(t, 5*time.Second, "the ledger to record done", func() bool { return p.entry(t, out.Receipt.ID).State == ledger.StateDone })
 	e := p.entry(t, out.Receipt.ID)
 	res, err := os.ReadFile(filepath.Join(p.toAgent(), e.ID+".result"))
 	if err != nil || bridge.SHA256Hex(res) != e.ResultSHA256 {
@@ -341,7 +311,7 @@ func TestInvariant4IDRunsAtMostOnce(t *testing.T) {
 	// A lost result is re-published, not re-run.
 	os.Remove(filepath.Join(p.toAgent(), id+".result"))
 	os.Remove(filepath.Join(p.toAgent(), id+".output"))
-	waitFor(t, 5*time.Second, "the lost result to be re-published", func() bool {
+	testkit.WaitFor(t, 5*time.Second, "the lost result to be re-published", func() bool {
 		_, err := os.Stat(filepath.Join(p.toAgent(), id+".result"))
 		return err == nil
 	})

@@ -12,6 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/syncbridge/bridge/bridge/host/internal/probe"
+	"github.com/syncbridge/bridge/bridge/host/internal/testkit"
+
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/agent"
 	"github.com/syncbridge/bridge/bridge/trust"
@@ -109,7 +112,7 @@ func TestRotationReplayAndRevocation(t *testing.T) {
 	if _, err := p.agent.Rotate(time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "the host to follow two rotations", func() bool {
+	testkit.WaitFor(t, 5*time.Second, "the host to follow two rotations", func() bool {
 		peer, _, _ := p.host.Peer(p.agent.Config.ID)
 		return len(peer.Keys) == 3
 	})
@@ -143,7 +146,7 @@ func TestRotationReplayAndRevocation(t *testing.T) {
 	})
 	os.WriteFile(filepath.Join(dir, old+".payload"), pl, 0o644)
 	os.WriteFile(filepath.Join(dir, old+".manifest"), m, 0o644)
-	waitFor(t, 5*time.Second, "the expired request signed by a revoked key to be refused", func() bool {
+	testkit.WaitFor(t, 5*time.Second, "the expired request signed by a revoked key to be refused", func() bool {
 		audit, _ := os.ReadFile(p.host.Path("audit.log"))
 		return bytes.Contains(audit, []byte(`"event":"refused"`)) && bytes.Contains(audit, []byte(old+".manifest"))
 	})
@@ -252,7 +255,7 @@ func TestJunkRotationsLoggedOnce(t *testing.T) {
 		audit, _ := os.ReadFile(p.host.Path("audit.log"))
 		return bytes.Count(audit, []byte(`"event":"rotation"`))
 	}
-	waitFor(t, 5*time.Second, "the junk statements to be refused", func() bool { return count() >= n })
+	testkit.WaitFor(t, 5*time.Second, "the junk statements to be refused", func() bool { return count() >= n })
 	settleRescans(t, p.daemon) // three rescans
 	if got := count(); got != n {
 		t.Fatalf("%d junk statements gave %d rotation lines in the audit log, want %d", n, got, n)
@@ -358,7 +361,7 @@ func TestAgentPairedWhileTheDaemonStartsIsLoaded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d.probe.opened = func() {
+	d.probe.Opened = func() {
 		if len(d.agents()) != 0 {
 			t.Errorf("agents trusted before the pairing: %v", d.agents())
 		}
@@ -389,12 +392,12 @@ func TestSecondAgentPairedWhileServingIsLoaded(t *testing.T) {
 	if _, err := os.Stat(p.host.Path(trust.PeersDir)); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("a new host home has a peers directory already (%v): this test starts without one", err)
 	}
-	logs := &lockedBuffer{}
+	logs := &testkit.LockedBuffer{}
 	d := runDaemon(t, p.host, DaemonOptions{Rescan: 500 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	// The loop's first wake-up comes after it set its watches: a directory
 	// it could not watch is logged by then.
-	waitFor(t, 10*time.Second, "the control loop's first look", func() bool { return d.probe.n(controlWakes) >= 1 })
+	testkit.WaitFor(t, 10*time.Second, "the control loop's first look", func() bool { return d.probe.N(probe.ControlWakes) >= 1 })
 	if strings.Contains(logs.String(), "watch the home for changes") {
 		t.Fatalf("a directory of the home is not watched:\n%s", logs)
 	}

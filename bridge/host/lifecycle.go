@@ -138,7 +138,7 @@ func (d *Daemon) step(key string, ev event, mutate func(*ledger.Entry)) (ledger.
 	if !ok || t.answer || len(t.to) != 1 || slices.Contains(t.from, stateNone) {
 		panic(fmt.Sprintf("bridge: internal error: %s is not a step without an answer", ev))
 	}
-	d.probe.event(ev)
+	d.probe.Event(string(ev))
 	transition := d.ledger.Transition
 	if lazySteps[ev] {
 		transition = d.ledger.TransitionLazy
@@ -172,7 +172,7 @@ func (d *Daemon) create(ev event, e ledger.Entry, durable bool) (ent ledger.Entr
 	}
 	ent, created, err = admit(e)
 	if created {
-		d.probe.event(ev)
+		d.probe.Event(string(ev))
 	}
 	return ent, created, err
 }
@@ -236,7 +236,7 @@ func (d *Daemon) answerOut(j *job, ev event, rc bridge.Receipt, stdout, stderr r
 		d.refusedStep(j.key, ev, cur.State)
 		return fmt.Errorf("%s from %s: %w", ev, cur.State, errLifecycle)
 	}
-	d.probe.event(ev)
+	d.probe.Event(string(ev))
 	if rc.PolicySHA256 == "" && d.rules() != nil {
 		rc.PolicySHA256 = d.pol().SHA256
 	}
@@ -269,7 +269,7 @@ func (d *Daemon) record(j *job, ev event, from ledger.State, resSHA string, rc b
 	if adopted && !ledger.CanTransition(from, to) && ledger.CanTransition(from, ledger.StateUncertain) {
 		d.log.Warn("the ledger is behind a result this host signed: recording that result", "key", j.key, "state", from, "result", rc.Status)
 		d.audit.log(AuditEvent{Event: "record-lost", Agent: j.agent, ID: j.req.ID, Detail: fmt.Sprintf("ledger %s, sealed result %s", from, rc.Status)})
-		d.probe.event(evRecordLost)
+		d.probe.Event(string(evRecordLost))
 		if !ledger.CanTransition(ledger.StateUncertain, to) {
 			ev, to, rc.Reason = evRecordLost, ledger.StateUncertain, bridge.ReasonRecordLost
 		} else {
@@ -281,7 +281,7 @@ func (d *Daemon) record(j *job, ev event, from ledger.State, resSHA string, rc b
 				return d.violation(j.key, evRecordLost, fmt.Errorf("a %s result is published, and the ledger refused to hold it: %w", rc.Status, err))
 			}
 			from, ev, rc.Reason = ledger.StateUncertain, evCatchUp, bridge.ReasonRecordLost
-			d.probe.event(ev)
+			d.probe.Event(string(ev))
 		}
 	}
 	if !ledger.CanTransition(from, to) {
@@ -330,7 +330,7 @@ func (d *Daemon) adopt(j *job, cur ledger.Entry) bool {
 		return true // it is there; the next evaluation tries again
 	}
 	d.log.Info("adopting the sealed result", "key", j.key, "status", status)
-	d.probe.event(evAdopt)
+	d.probe.Event(string(evAdopt))
 	d.record(j, evAdopt, cur.State, resSHA, bridge.Receipt{Status: status, Op: cur.Op, Reason: bridge.ReasonCode(cur.Reason)}, true)
 	return true
 }

@@ -5,6 +5,8 @@ import (
 	"io/fs"
 	"time"
 
+	"github.com/syncbridge/bridge/bridge/host/internal/probe"
+
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/trust"
 	bcrypto "github.com/syncbridge/bridge/crypto"
@@ -111,7 +113,7 @@ func (o *outbox) refreshLiveness(early time.Duration) {
 	if now := o.opt.Now(); !dueWithin(now.Sub(last), o.livenessInterval(), early) && !now.Before(last) {
 		return
 	}
-	o.probe.add(livenessRounds)
+	o.probe.Add(probe.LivenessRounds)
 	if err := o.publishLiveness(bridge.LivenessServing); err != nil {
 		o.log.Warn("publish liveness stamps", "err", err)
 	}

@@ -12,6 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/syncbridge/bridge/bridge/host/internal/probe"
+	"github.com/syncbridge/bridge/bridge/host/internal/testkit"
+
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/agent"
 	"github.com/syncbridge/bridge/bridge/trust"
@@ -109,12 +112,12 @@ func TestLivenessStampInterval(t *testing.T) {
 	// one counted: an idle loop need not wake by itself for seconds).
 	offset.Store(int64(50 * time.Second))
 	for range 3 {
-		w := d.probe.n(controlWakes)
+		w := d.probe.N(probe.ControlWakes)
 		select {
 		case d.controlPoke <- struct{}{}:
 		default:
 		}
-		waitFor(t, 10*time.Second, "a control tick", func() bool { return d.probe.n(controlWakes) > w })
+		testkit.WaitFor(t, 10*time.Second, "a control tick", func() bool { return d.probe.N(probe.ControlWakes) > w })
 	}
 	again, _ := os.ReadFile(p.folder + "/" + bridge.LivenessPath(p.host.Config.ID, p.agent.Config.ID))
 	if string(again) != string(first) {
@@ -179,7 +182,7 @@ func TestDrainingStampIsNotOverwritten(t *testing.T) {
 	p.eventuallyStamp(t, "said draining", func(s *bridge.LivenessStamp) bool { return s.State == bridge.LivenessDraining })
 	close(release)
 	// The round ends (its goroutine leaves controlLoop): a counted event.
-	waitFor(t, 20*time.Second, "the control loop to end", func() bool { return d.probe.n(controlEnds) >= 1 })
+	testkit.WaitFor(t, 20*time.Second, "the control loop to end", func() bool { return d.probe.N(probe.ControlEnds) >= 1 })
 	select {
 	case <-closed:
 		t.Fatal("the drain ended before the check")
@@ -204,7 +207,7 @@ func (p *pair) runningSlowOp(t *testing.T, opt DaemonOptions) *Daemon {
 	if _, err := p.client.Submit(agent.SubmitOptions{Op: "slow"}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 20*time.Second, "the op to start", func() bool { b, _ := os.ReadFile(count); return len(b) > 0 })
+	testkit.WaitFor(t, 20*time.Second, "the op to start", func() bool { b, _ := os.ReadFile(count); return len(b) > 0 })
 	return d
 }
 

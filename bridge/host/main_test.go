@@ -1,28 +1,21 @@
 package host
 
 import (
-	"context"
 	"flag"
-	"fmt"
 	"os"
-	"os/signal"
 	"strconv"
-	"syscall"
 	"testing"
 	"time"
 
-	"github.com/syncbridge/bridge/bridge"
+	"github.com/syncbridge/bridge/bridge/host/internal/probe"
+	"github.com/syncbridge/bridge/bridge/host/internal/testkit"
 	"github.com/syncbridge/bridge/bridge/trust"
 )
 
-// serveEnv makes the test binary act as `bridge serve` for the home it
-// names: crash tests run the daemon as a real process they can SIGKILL.
-const serveEnv = "BRIDGE_TEST_SERVE"
-
 func TestMain(m *testing.M) {
-	newProbe = func() *probe { return &probe{} }
+	probe.New = func() *probe.Probe { return &probe.Probe{} }
 	RunnerMain()
-	if home := os.Getenv(serveEnv); home != "" {
+	if home := os.Getenv(testkit.ServeEnv); home != "" {
 		os.Exit(serveForTest(home))
 	}
 	parallelByDefault(map[bool]int{false: 12, true: 8}[raceOn])
@@ -45,104 +38,13 @@ func parallelByDefault(n int) {
 	}
 }
 
-// serveForTest is `bridge serve` for the crash and model tests, tuned by
-// the environment: BRIDGE_TEST_DRAIN (how long the first signal drains,
-// default 5s), BRIDGE_TEST_APPROVAL_TTL, BRIDGE_TEST_PENDING_TIMEOUT,
-// BRIDGE_TEST_SKEW, BRIDGE_TEST_RESCANS (print the count of full rescans
-// on stdout as it grows), BRIDGE_TEST_CRASH_AT (the crash-injection step, see
-// probe.crashAt), BRIDGE_TEST_POWER_CUT (the crash loses the ledger's
-// unsynced writes, probe.powerCut), and BRIDGE_TEST_EVENTS (a file
-// that gets one line per lifecycle event taken, for coverage). As the real
-// serve, a second signal kills the running ops and exits 130.
+// serveForTest is `bridge serve` for the crash and model tests: the
+// environment tunes it (testkit.Serve).
 func serveForTest(home string) int {
-	h, err := trust.OpenHome(home)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	drain := envDuration("BRIDGE_TEST_DRAIN", 5*time.Second)
-	d, err := NewDaemon(h, DaemonOptions{AllowRoot: true, Rescan: 200 * time.Millisecond, Grace: 200 * time.Millisecond,
-		ApprovalTTL: envDuration("BRIDGE_TEST_APPROVAL_TTL", 0), PendingTimeout: envDuration("BRIDGE_TEST_PENDING_TIMEOUT", 0),
-		Skew: envDuration("BRIDGE_TEST_SKEW", 0), Logger: bridge.NewLogger(os.Stderr, "text", bridge.LogDebug)})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	d.probe.crashAt = os.Getenv("BRIDGE_TEST_CRASH_AT")
-	d.probe.powerCut = os.Getenv("BRIDGE_TEST_POWER_CUT") != ""
-	if p := os.Getenv("BRIDGE_TEST_EVENTS"); p != "" {
-		f, err := os.OpenFile(p, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
-		d.probe.onEvent = func(ev event) { f.Write([]byte(string(ev) + "\n")) }
-	}
-	if err := d.Open(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	sig := make(chan os.Signal, 2)
-	signal.Notify(sig, syscall.SIGTERM, os.Interrupt)
-	go func() {
-		<-sig
-		cancel()
-		<-sig
-		d.Abort()
-		os.Exit(130)
-	}()
-	fmt.Println("ready")
-	if os.Getenv("BRIDGE_TEST_RESCANS") != "" {
-		// Each full rescan dispatched, as a line on stdout: a test of what
-		// a daemon process did not do waits for counted rescans, never a
-		// time (daemonProcess.waitRescans).
-		go func() {
-			last := -1
-			for {
-				d.fin.mu.Lock()
-				n := d.fin.rescans
-				d.fin.mu.Unlock()
-				if n != last {
-					fmt.Printf("rescans %d\n", n)
-					last = n
-				}
-				time.Sleep(10 * time.Millisecond)
-			}
-		}()
-	}
-	d.Run(ctx)
-	cctx, stop := context.WithTimeout(context.Background(), drain)
-	defer stop()
-	d.Close(cctx)
-	return 0
-}
-
-func envDuration(name string, def time.Duration) time.Duration {
-	if v, err := time.ParseDuration(os.Getenv(name)); err == nil {
-		return v
-	}
-	return def
-}
-
-// waitFor polls cond until it holds or the timeout passes.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// n is a tally's count so far (0 without a probe).
-func (p *probe) n(t tally) int64 {
-	if p == nil {
-		return 0
-	}
-	return p.counts[t].Load()
+	return testkit.Serve(home, func(h *trust.Home, o testkit.ServeOptions) (testkit.Daemon, error) {
+		return NewDaemon(h, DaemonOptions{AllowRoot: true, Rescan: 200 * time.Millisecond, Grace: 200 * time.Millisecond,
+			ApprovalTTL: o.ApprovalTTL, PendingTimeout: o.PendingTimeout, Skew: o.Skew, Logger: o.Logger})
+	})
 }
 
 // Crash-injection steps, in pipeline order (DESIGN §4).

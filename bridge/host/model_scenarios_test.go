@@ -4,6 +4,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/syncbridge/bridge/bridge/host/internal/testkit"
 	"github.com/syncbridge/bridge/bridge/ledger"
 	"github.com/syncbridge/bridge/bridge/operator"
 )
@@ -36,7 +37,7 @@ var modelScenarios = []struct {
 		m.closeGate()
 		m.running("hold")
 		m.logf("drain stop")
-		m.d.stop(m.t, 1)
+		m.d.Stop(m.t, 1)
 		m.interrupted()
 		m.openGate()
 		m.start()
@@ -71,7 +72,7 @@ var modelScenarios = []struct {
 		queued := m.send(m.agents[0], "slot", time.Hour)
 		m.until("the second to wait for its slot", func() bool { return m.state(queued) == ledger.StateClaimed })
 		m.logf("crash")
-		m.d.kill()
+		m.d.Kill()
 		m.interrupted()
 		m.openGate()
 		m.start()
@@ -83,7 +84,7 @@ var modelScenarios = []struct {
 		m.answered(r, 20*time.Second)
 	}},
 	{"record-lost, catch-up", func(m *model) {
-		m.d.stop(m.t, 1)
+		m.d.Stop(m.t, 1)
 		m.backup = backupLedger(m.t, m.p.host)
 		m.start()
 		r := m.send(m.agents[0], "quick", time.Hour)
@@ -95,10 +96,10 @@ var modelScenarios = []struct {
 		})
 	}},
 	{"adopt", func(m *model) {
-		m.d.stop(m.t, 1)
+		m.d.Stop(m.t, 1)
 		m.d = startDaemonProcess(m.t, m.p, append(m.env[:len(m.env):len(m.env)], "BRIDGE_TEST_CRASH_AT=published")...)
 		r := m.send(m.agents[0], "quick", time.Hour)
-		m.until("the daemon to crash after publishing", m.d.exited)
+		m.until("the daemon to crash after publishing", m.d.Exited)
 		m.interrupted()
 		m.start()
 		m.until("the answer to be recorded", func() bool { return answered(m.state(r)) })
@@ -119,7 +120,9 @@ func (m *model) closeGate() { os.WriteFile(m.gate, nil, 0o644); m.logf("gate clo
 func (m *model) openGate()  { os.Remove(m.gate); m.logf("gate open") }
 
 // until waits for cond, or fails the seed.
-func (m *model) until(what string, cond func() bool) { waitFor(m.t, 20*time.Second, what, cond) }
+func (m *model) until(what string, cond func() bool) {
+	testkit.WaitFor(m.t, 20*time.Second, what, cond)
+}
 
 // state is the ledger state of r ("" if it has no entry).
 func (m *model) state(r *modelReq) ledger.State { return m.entryOf(r).State }
@@ -139,7 +142,7 @@ func (m *model) entryOf(r *modelReq) ledger.Entry {
 
 // answered waits until the agent has an answer for r.
 func (m *model) answered(r *modelReq, d time.Duration) {
-	waitFor(m.t, d, "an answer for "+short(r.id), func() bool { _, err := r.agent.client.Result(r.id); return err == nil })
+	testkit.WaitFor(m.t, d, "an answer for "+short(r.id), func() bool { _, err := r.agent.client.Result(r.id); return err == nil })
 }
 
 // awaiting submits a request for approval and waits until it waits.
@@ -165,7 +168,7 @@ func (m *model) crashedTTL(op string, ttl time.Duration) *modelReq {
 	r := m.send(m.agents[0], op, ttl)
 	m.until(op+" to start", func() bool { return len(m.starts()[r.id]) > 0 })
 	m.logf("crash")
-	m.d.kill()
+	m.d.Kill()
 	m.interrupted()
 	m.openGate()
 	m.start()
@@ -212,7 +215,7 @@ func (m *model) abandonOn(r *modelReq) {
 // restoreBackup stops the daemon, puts the saved ledger back, repairs (as
 // OPERATIONS.md says to after a restore) and starts the daemon again.
 func (m *model) restoreBackup() {
-	m.d.stop(m.t, 1)
+	m.d.Stop(m.t, 1)
 	m.interrupted()
 	restoreLedger(m.t, m.p.host, m.backup)
 	if _, err := RepairLedger(m.p.host); err != nil {

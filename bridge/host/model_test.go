@@ -10,7 +10,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -230,7 +229,7 @@ func runModel(t *testing.T, seed uint64, events string) {
 		if t.Failed() {
 			t.Logf("seed %d trace:\n%s", seed, strings.Join(m.trace, "\n"))
 			if m.d != nil {
-				log, _ := os.ReadFile(m.d.log.Name())
+				log, _ := os.ReadFile(m.d.Log.Name())
 				t.Logf("last daemon log (tail):\n%s", tail(log, 60))
 			}
 		}
@@ -293,7 +292,7 @@ func (m *model) interrupted() {
 
 // act takes one random step.
 func (m *model) act() {
-	if m.d.exited() { // crashed by itself (BRIDGE_TEST_CRASH_AT)
+	if m.d.Exited() { // crashed by itself (BRIDGE_TEST_CRASH_AT)
 		m.logf("the daemon crashed by itself")
 		m.interrupted()
 		m.start()
@@ -315,17 +314,17 @@ func (m *model) act() {
 		m.reconcile()
 	case k < 70:
 		m.logf("crash")
-		m.d.kill()
+		m.d.Kill()
 		m.interrupted()
 		m.start()
 	case k < 74:
 		m.logf("drain stop")
-		m.d.stop(m.t, 1)
+		m.d.Stop(m.t, 1)
 		m.interrupted()
 		m.start()
 	case k < 77:
 		m.logf("second signal")
-		m.d.stop(m.t, 2)
+		m.d.Stop(m.t, 2)
 		m.interrupted()
 		m.start()
 	case k < 80:
@@ -517,7 +516,7 @@ func (m *model) reconcileEntry(e ledger.Entry) {
 // repair damages the ledger after a random number of its records and
 // repairs it (the daemon stopped), as after a disk error.
 func (m *model) repair() {
-	m.d.stop(m.t, 1)
+	m.d.Stop(m.t, 1)
 	m.interrupted()
 	// Either file of the ledger: the live entries' or the archive of the
 	// terminal ones.
@@ -539,7 +538,7 @@ func (m *model) repair() {
 // restore puts back a ledger saved earlier (a restored backup of the home's
 // ledger), or saves one now.
 func (m *model) restore() {
-	m.d.stop(m.t, 1)
+	m.d.Stop(m.t, 1)
 	m.interrupted()
 	if m.backup == nil || m.rnd.IntN(2) == 0 {
 		m.backup = backupLedger(m.t, m.p.host)
@@ -611,17 +610,17 @@ func (m *model) fixMissing() {
 func (m *model) settle() {
 	os.Remove(m.gate)
 	m.logf("settle")
-	if m.d.exited() || m.rnd.IntN(2) == 0 {
+	if m.d.Exited() || m.rnd.IntN(2) == 0 {
 		// A daemon that crashes by itself (BRIDGE_TEST_CRASH_AT) would
 		// leave its last answer unrecorded: settle with one that does not.
-		m.d.stop(m.t, 1)
+		m.d.Stop(m.t, 1)
 		m.interrupted()
 		m.d = startDaemonProcess(m.t, m.p, m.env...)
 	}
 	m.operatorRound()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		if m.d.exited() {
+		if m.d.Exited() {
 			m.logf("the daemon crashed by itself; started again for the settle")
 			m.interrupted()
 			m.d = startDaemonProcess(m.t, m.p, m.env...)
@@ -640,7 +639,7 @@ func (m *model) settle() {
 				missing = append(missing, short(e.ID)+" "+e.Op+" ("+string(e.State)+" in the ledger)")
 			}
 		}
-		if len(missing) == 0 && !m.d.exited() {
+		if len(missing) == 0 && !m.d.Exited() {
 			return
 		}
 		if time.Now().After(deadline) {
@@ -811,23 +810,4 @@ func tail(b []byte, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return string(bytes.Join(lines, []byte("\n")))
-}
-
-// stop stops the daemon process with one signal (a drained stop) or two
-// (the second kills the running ops and exits at once).
-func (d *daemonProcess) stop(t *testing.T, signals int) {
-	if d.exited() {
-		return
-	}
-	d.cmd.Process.Signal(syscall.SIGTERM)
-	if signals > 1 {
-		time.Sleep(100 * time.Millisecond)
-		d.cmd.Process.Signal(syscall.SIGTERM)
-	}
-	select {
-	case <-d.done:
-	case <-time.After(20 * time.Second):
-		d.kill()
-		t.Errorf("the daemon did not stop within 20s of %d signal(s)", signals)
-	}
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/agent"
+	"github.com/syncbridge/bridge/bridge/host/internal/testkit"
 	"github.com/syncbridge/bridge/bridge/syncthing"
 )
 
@@ -207,7 +208,7 @@ func TestNudgeHooks(t *testing.T) {
 	if _, err := p.agent.Rotate(time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "a scan of the rotation statement", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "a scan of the rotation statement", func() bool {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		return slices.ContainsFunc(r.subs[n:], func(s string) bool { return strings.HasSuffix(s, ".rotation") })

@@ -16,6 +16,7 @@ import (
 
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/agent"
+	"github.com/syncbridge/bridge/bridge/host/internal/testkit"
 	"github.com/syncbridge/bridge/bridge/trust"
 )
 
@@ -59,12 +60,12 @@ func TestOutputMemoryBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The daemon answers; its peak RSS is read before it stops.
-	waitFor(t, 60*time.Second, "the result", func() bool {
+	testkit.WaitFor(t, 60*time.Second, "the result", func() bool {
 		_, err := os.Stat(p.toAgent() + "/" + s.ID + ".result")
 		return err == nil
 	})
-	hostPeak := peakRSS(t, d.cmd.Process.Pid)
-	d.kill()
+	hostPeak := peakRSS(t, d.Cmd.Process.Pid)
+	d.Kill()
 	want := sha256.Sum256([]byte(strings.Repeat("x", bigOutput)))
 	limit := int64(2*bigOutput + 64<<20)
 	t.Logf("daemon peak RSS %d MiB for %d MiB of output", hostPeak>>20, bigOutput>>20)
@@ -182,18 +183,18 @@ ops = ["leak"]
 	if err := os.WriteFile(block, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	var logs lockedBuffer
+	var logs testkit.LockedBuffer
 	p.log = slog.New(slog.NewTextHandler(&logs, nil))
 	p.start(t, nil)
 	s, err := p.client.Submit(agent.SubmitOptions{Op: "leak"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 15*time.Second, "the op to run", func() bool {
+	testkit.WaitFor(t, 15*time.Second, "the op to run", func() bool {
 		e := p.entry(t, s.ID)
 		return e.Runs > 0
 	})
-	waitFor(t, 30*time.Second, "three failed attempts to answer", func() bool {
+	testkit.WaitFor(t, 30*time.Second, "three failed attempts to answer", func() bool {
 		return strings.Count(logs.String(), `msg="answer: trying again"`) >= 3
 	})
 	if err := os.Remove(block); err != nil {

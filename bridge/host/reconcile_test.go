@@ -8,6 +8,7 @@ import (
 
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/agent"
+	"github.com/syncbridge/bridge/bridge/host/internal/testkit"
 	"github.com/syncbridge/bridge/bridge/ledger"
 )
 
@@ -47,8 +48,8 @@ ops = ["happened", "nothappened", "unknown"]
 		ids[op] = s.ID
 	}
 	d := startDaemonProcess(t, p, env)
-	waitFor(t, 15*time.Second, "all three ops to start", func() bool { return len(lines(t, countFile)) == 3 })
-	d.kill()
+	testkit.WaitFor(t, 15*time.Second, "all three ops to start", func() bool { return len(testkit.Lines(t, countFile)) == 3 })
+	d.Kill()
 	os.Remove(countFile + ".block")
 	startDaemonProcess(t, p, env)
 	outs := map[string]*agent.Outcome{}
@@ -73,7 +74,7 @@ ops = ["happened", "nothappened", "unknown"]
 	if n := count(t, countFile, "unknown-"+ids["unknown"]); n != 1 {
 		t.Errorf("the op without reconcile ran %d times", n)
 	}
-	waitFor(t, 5*time.Second, "the ledger to settle", func() bool { return p.entry(t, ids["nothappened"]).State == ledger.StateDone })
+	testkit.WaitFor(t, 5*time.Second, "the ledger to settle", func() bool { return p.entry(t, ids["nothappened"]).State == ledger.StateDone })
 	if e := p.entry(t, ids["nothappened"]); e.Runs != 2 {
 		t.Errorf("ledger runs for the re-run op: %d", e.Runs)
 	}
@@ -105,13 +106,13 @@ ops = ["checked"]
 		t.Fatal(err)
 	}
 	crashed := startDaemonProcess(t, p, "COUNT_FILE="+countFile)
-	waitFor(t, 15*time.Second, "the op to start", func() bool { return count(t, countFile, "run-"+s.ID) == 1 })
-	crashed.kill()
+	testkit.WaitFor(t, 15*time.Second, "the op to start", func() bool { return count(t, countFile, "run-"+s.ID) == 1 })
+	crashed.Kill()
 	must(t, os.Remove(countFile+".block"))
 	must(t, os.WriteFile(countFile+".hold", nil, 0o644))
 	d := runDaemon(t, p.host, DaemonOptions{Rescan: 500 * time.Millisecond, Grace: 100 * time.Millisecond,
 		Env: envWith(map[string]string{"COUNT_FILE": countFile})})
-	waitFor(t, 15*time.Second, "the reconcile command to run", func() bool { return count(t, countFile, "check") == 1 })
+	testkit.WaitFor(t, 15*time.Second, "the reconcile command to run", func() bool { return count(t, countFile, "check") == 1 })
 	closed := stopWithin(d, time.Minute)
 	p.eventuallyStamp(t, "said draining", func(st *bridge.LivenessStamp) bool { return st.State == bridge.LivenessDraining })
 	must(t, os.Remove(countFile+".hold"))

@@ -13,6 +13,7 @@ import (
 
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/agent"
+	"github.com/syncbridge/bridge/bridge/host/internal/testkit"
 	"github.com/syncbridge/bridge/bridge/ledger"
 	"github.com/syncbridge/bridge/bridge/trust"
 )
@@ -63,7 +64,7 @@ func TestPolicyReloadsLive(t *testing.T) {
 		t.Fatalf("an op not in the policy yet: %s (%s)", out.Receipt.Status, out.Receipt.Reason)
 	}
 	e.writePolicy(t, newOpPolicy)
-	waitFor(t, 10*time.Second, "the catalog to name the new op", func() bool { return slices.Contains(e.catalogOps(t), "fresh") })
+	testkit.WaitFor(t, 10*time.Second, "the catalog to name the new op", func() bool { return slices.Contains(e.catalogOps(t), "fresh") })
 	id := e.submit(t, "fresh")
 	if out := e.wait(t, id); out.Receipt.Status != bridge.StatusDone {
 		t.Fatalf("the op the edited policy adds: %s (%s: %s)", out.Receipt.Status, out.Receipt.Reason, out.Receipt.Detail)
@@ -76,7 +77,7 @@ func TestPolicyReloadsLive(t *testing.T) {
 	}
 	// The notice is posted after the catalog, by the reload's goroutine: a
 	// round trip of the new op can come first on a loaded machine (CI).
-	waitFor(t, 20*time.Second, "a policy-changed notice in the agent's inbox", func() bool {
+	testkit.WaitFor(t, 20*time.Second, "a policy-changed notice in the agent's inbox", func() bool {
 		items, err := e.client.Inbox()
 		return err == nil && slices.ContainsFunc(items, func(it agent.InboxItem) bool { return it.Note.Event == bridge.EventPolicyChanged })
 	})
@@ -96,7 +97,7 @@ func TestBrokenPolicyEditKeepsTheOld(t *testing.T) {
 	e.writePolicy(t, edgePolicy+"\n[ops.broken\n")
 	// The daemon read it and refused it: its audit line says so (the
 	// event, counted, never a time).
-	waitFor(t, 30*time.Second, "the refused reload in the audit log", func() bool {
+	testkit.WaitFor(t, 30*time.Second, "the refused reload in the audit log", func() bool {
 		data, _ := os.ReadFile(e.host.Path("audit.log"))
 		return strings.Contains(string(data), `"policy-reload"`) && strings.Contains(string(data), "refused")
 	})
@@ -107,7 +108,7 @@ func TestBrokenPolicyEditKeepsTheOld(t *testing.T) {
 		t.Fatalf("an op of the policy in force, after a broken edit: %s (%s)", out.Receipt.Status, out.Receipt.Reason)
 	}
 	e.writePolicy(t, newOpPolicy)
-	waitFor(t, 10*time.Second, "the good edit to be served", func() bool { return slices.Contains(e.catalogOps(t), "fresh") })
+	testkit.WaitFor(t, 10*time.Second, "the good edit to be served", func() bool { return slices.Contains(e.catalogOps(t), "fresh") })
 }
 
 // A policy written in place in several steps is not read half-way: a
@@ -171,11 +172,11 @@ concurrency = 1`, 1), bridge.StatusRejected},
 			d := e.daemon(t)
 			before := d.pol().SHA256
 			first := e.submit(t, "block")
-			waitFor(t, 10*time.Second, "the first to run", func() bool { return e.starts(t, "block", first) == 1 })
+			testkit.WaitFor(t, 10*time.Second, "the first to run", func() bool { return e.starts(t, "block", first) == 1 })
 			queued := e.submit(t, "block")
-			waitFor(t, 10*time.Second, "the second to wait for the slot", func() bool { return e.entry(t, queued).State == ledger.StateClaimed })
+			testkit.WaitFor(t, 10*time.Second, "the second to wait for the slot", func() bool { return e.entry(t, queued).State == ledger.StateClaimed })
 			e.writePolicy(t, tc.policy)
-			waitFor(t, 10*time.Second, "the reload", func() bool { return d.pol().SHA256 != before })
+			testkit.WaitFor(t, 10*time.Second, "the reload", func() bool { return d.pol().SHA256 != before })
 			e.unblock()
 			out := e.wait(t, queued)
 			if out.Receipt.Status != tc.want {
@@ -205,12 +206,12 @@ func TestRaisedConcurrencyFreesWaiters(t *testing.T) {
 	d := e.daemon(t)
 	before := d.pol().SHA256
 	first := e.submit(t, "block")
-	waitFor(t, 10*time.Second, "the first to run", func() bool { return e.starts(t, "block", first) == 1 })
+	testkit.WaitFor(t, 10*time.Second, "the first to run", func() bool { return e.starts(t, "block", first) == 1 })
 	queued := e.submit(t, "block")
-	waitFor(t, 10*time.Second, "the second to wait for the slot", func() bool { return e.entry(t, queued).State == ledger.StateClaimed })
+	testkit.WaitFor(t, 10*time.Second, "the second to wait for the slot", func() bool { return e.entry(t, queued).State == ledger.StateClaimed })
 	e.writePolicy(t, strings.Replace(edgePolicy, "concurrency = 1", "concurrency = 2", 1))
-	waitFor(t, 10*time.Second, "the reload", func() bool { return d.pol().SHA256 != before })
-	waitFor(t, 10*time.Second, "the waiter to start beside the first", func() bool { return e.starts(t, "block", queued) == 1 })
+	testkit.WaitFor(t, 10*time.Second, "the reload", func() bool { return d.pol().SHA256 != before })
+	testkit.WaitFor(t, 10*time.Second, "the waiter to start beside the first", func() bool { return e.starts(t, "block", queued) == 1 })
 	e.unblock()
 	for _, id := range []string{first, queued} {
 		if out := e.wait(t, id); out.Receipt.Status != bridge.StatusDone || e.starts(t, "block", id) != 1 {
@@ -233,7 +234,7 @@ func TestLoweredConcurrencyCountsRunningOnes(t *testing.T) {
 	r1, r2 := s.acquire(ctx, "op", 2), s.acquire(ctx, "op", 2)
 	got := make(chan func(), 1)
 	go func() { got <- s.acquire(ctx, "op", 1) }()
-	waitFor(t, 5*time.Second, "the third to wait", func() bool { _, n := waiters(); return n == 1 })
+	testkit.WaitFor(t, 5*time.Second, "the third to wait", func() bool { _, n := waiters(); return n == 1 })
 	r1()
 	// A slot is granted under the scheduler's lock as the release gives
 	// it back: had the waiter been let in, it would no longer wait.
@@ -250,7 +251,7 @@ func TestLoweredConcurrencyCountsRunningOnes(t *testing.T) {
 	ctx2, cancel := context.WithCancel(ctx)
 	hold := s.acquire(ctx, "op", 1)
 	go func() { got <- s.acquire(ctx2, "op", 1) }()
-	waitFor(t, 5*time.Second, "a waiter", func() bool { _, n := waiters(); return n == 1 })
+	testkit.WaitFor(t, 5*time.Second, "a waiter", func() bool { _, n := waiters(); return n == 1 })
 	cancel()
 	if r := <-got; r != nil {
 		t.Fatal("a cancelled wait got a slot")
@@ -280,12 +281,12 @@ concurrency = %d
 	e.block()
 	d := e.daemon(t)
 	a, b := e.submit(t, "par"), e.submit(t, "par")
-	waitFor(t, 10*time.Second, "two runs at once", func() bool { return e.starts(t, "par", a) == 1 && e.starts(t, "par", b) == 1 })
+	testkit.WaitFor(t, 10*time.Second, "two runs at once", func() bool { return e.starts(t, "par", a) == 1 && e.starts(t, "par", b) == 1 })
 	before := d.pol().SHA256
 	e.writePolicy(t, withPar(1))
-	waitFor(t, 10*time.Second, "the reload", func() bool { return d.pol().SHA256 != before })
+	testkit.WaitFor(t, 10*time.Second, "the reload", func() bool { return d.pol().SHA256 != before })
 	c := e.submit(t, "par")
-	waitFor(t, 10*time.Second, "the third to be claimed", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "the third to be claimed", func() bool {
 		st := e.entry(t, c).State
 		return st == ledger.StateClaimed || st == ledger.StateRunning
 	})
@@ -339,7 +340,7 @@ func TestRequestOfANewlyTrustedAgentIsReadAtOnce(t *testing.T) {
 	// The daemon sees it, and ignores it: cloud-1 is not trusted. (Its
 	// log-once note is the counted event; with no rescan in the hour, only
 	// the trust's reload can take the request up after it.)
-	waitFor(t, 20*time.Second, "the daemon to ignore the untrusted agent's request", func() bool {
+	testkit.WaitFor(t, 20*time.Second, "the daemon to ignore the untrusted agent's request", func() bool {
 		n := &d.notes
 		n.mu.Lock()
 		defer n.mu.Unlock()

@@ -5,6 +5,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/syncbridge/bridge/bridge/host/internal/probe"
+
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/syncsafe"
 )
@@ -167,14 +169,14 @@ func (f *finishedSet) shareToCheck(keys []string, shares int, fresh bool, truste
 			// Changed since by the daemon alone: as if this look had
 			// begun the round's checks so far.
 			rd.st, rd.at = st, now
-			f.probe.add(resultOwnChanges)
+			f.probe.Add(probe.ResultOwnChanges)
 		}
 		trust := int64(f.limits.resultDirTrust)
 		same := !fresh && st != (dirState{}) && st == rd.st && rd.shares == shares &&
 			rd.at.UnixNano()-max(st.mtime, st.ctime) > trust
 		if same && rd.covered >= shares && rd.skips < maxResultSkips {
 			rd.skips++
-			f.probe.add(resultSkips)
+			f.probe.Add(probe.ResultSkips)
 			continue
 		}
 		if !same {
@@ -186,7 +188,7 @@ func (f *finishedSet) shareToCheck(keys []string, shares int, fresh bool, truste
 				check = append(check, key)
 			}
 		}
-		f.probe.add(resultChecks)
+		f.probe.Add(probe.ResultChecks)
 		rd.turn++
 		rd.covered++
 		rd.skips = 0

@@ -8,6 +8,7 @@ import (
 
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/agent"
+	"github.com/syncbridge/bridge/bridge/host/internal/testkit"
 	"github.com/syncbridge/bridge/bridge/ledger"
 )
 
@@ -35,8 +36,8 @@ func testSettledResultCollectedAfterAck(t *testing.T, serving bool) {
 		t.Fatal(err)
 	}
 	d := startDaemonProcess(t, p, env)
-	waitFor(t, 15*time.Second, "the op to start", func() bool { return count(t, countFile, "once-started") == 1 })
-	d.kill()
+	testkit.WaitFor(t, 15*time.Second, "the op to start", func() bool { return count(t, countFile, "once-started") == 1 })
+	d.Kill()
 	d = startDaemonProcess(t, p, env)
 	uncertain := p.wait(t, s.ID)
 	if uncertain.Receipt.Status != bridge.StatusUncertain {
@@ -49,21 +50,21 @@ func testSettledResultCollectedAfterAck(t *testing.T, serving bool) {
 		// The answer is out a moment before the ledger records it (the
 		// private copies are kept first): killed in between, the ledger
 		// still says running, and a stopped host's reconcile refuses it.
-		waitFor(t, 10*time.Second, "the ledger to record the uncertain answer", func() bool { return p.entry(t, s.ID).State == ledger.StateUncertain })
-		d.kill()
+		testkit.WaitFor(t, 10*time.Second, "the ledger to record the uncertain answer", func() bool { return p.entry(t, s.ID).State == ledger.StateUncertain })
+		d.Kill()
 	}
 	if _, err := Reconcile(p.host, s.ID, "done"); err != nil {
 		t.Fatal(err)
 	}
 	var settled *agent.Outcome
-	waitFor(t, 10*time.Second, "the settled result", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "the settled result", func() bool {
 		settled, err = p.client.Result(s.ID)
 		return err == nil && settled.Receipt.Status == bridge.StatusDone
 	})
 	if err := p.client.Ack(settled); err != nil {
 		t.Fatal(err)
 	}
-	d.kill()
+	d.Kill()
 	// The ack names the result in the folder now.
 	resPath := filepath.Join(p.toAgent(), s.ID+".result")
 	res, err := os.ReadFile(resPath)

@@ -27,6 +27,7 @@ import (
 
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/agent"
+	"github.com/syncbridge/bridge/bridge/host/internal/testkit"
 	"github.com/syncbridge/bridge/bridge/ledger"
 	"github.com/syncbridge/bridge/bridge/trust"
 	bcrypto "github.com/syncbridge/bridge/crypto"
@@ -102,7 +103,7 @@ type simWorld struct {
 	agentID   string
 	countFile string
 	scratch   string
-	log       *lockedBuffer
+	log       *testkit.LockedBuffer
 	ledger    *simLedgerTail
 	crafter   *hostileEnv
 	reqs      []*simReq
@@ -148,7 +149,7 @@ func newSimWorld(t *testing.T, seed uint64) *simWorld {
 		}
 	}
 	w := &simWorld{t: t, seed: seed, countFile: filepath.Join(base, "count"), scratch: filepath.Join(base, "agent-scratch"),
-		log: &lockedBuffer{}, byID: map[string]*simReq{}, woken: map[string]bool{}, plan: map[int][]int{},
+		log: &testkit.LockedBuffer{}, byID: map[string]*simReq{}, woken: map[string]bool{}, plan: map[int][]int{},
 		rng: rand.New(rand.NewPCG(seed, 0xa9e27)), stats: map[string]int{}, start: time.Now()}
 	w.sim = newSyncSim(hdir, adir, scratch, seed, simConfigFor(seed))
 	w.sim.label = w.label
@@ -317,8 +318,8 @@ func (w *simWorld) submit(r *simReq) {
 	r.id, r.manifest = id, bridge.SHA256Hex(m)
 	w.byID[r.id] = r
 	dir := filepath.Join(w.agent.Config.Folder, bridge.ToHostDir(w.hostID, w.agentID))
-	plantFile(t, w.scratch, filepath.Join(dir, id+"."+bridge.ExtPayload), pl, time.Now())
-	plantFile(t, w.scratch, filepath.Join(dir, id+"."+bridge.ExtManifest), m, time.Now())
+	testkit.PlantFile(t, w.scratch, filepath.Join(dir, id+"."+bridge.ExtPayload), pl, time.Now())
+	testkit.PlantFile(t, w.scratch, filepath.Join(dir, id+"."+bridge.ExtManifest), m, time.Now())
 }
 
 // readResult has the agent read r's result, as Wait does, and checks what

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/syncbridge/bridge/bridge/host/internal/probe"
+
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/ledger"
 	bcrypto "github.com/syncbridge/bridge/crypto"
@@ -21,7 +23,7 @@ func (d *Daemon) sweepWaiting() {
 	// Cleared before the scan, set again by any entry it finds or that
 	// enters the state meanwhile (noteState): never cleared past one.
 	d.awaitingMaybe.Store(false)
-	d.probe.add(sweepScans)
+	d.probe.Add(probe.SweepScans)
 	waiting, err := d.ledger.InState(ledger.StateAwaitingApproval)
 	if err != nil {
 		d.awaitingMaybe.Store(true)
@@ -50,7 +52,7 @@ func (d *Daemon) sweepWaiting() {
 // (rerun-refused, by answer).
 func (d *Daemon) sweepStalled() {
 	d.stalledMaybe.Store(false) // as in sweepWaiting
-	d.probe.add(sweepScans)
+	d.probe.Add(probe.SweepScans)
 	stalled, err := d.ledger.InState(ledger.StateSeen, ledger.StatePending)
 	if err != nil {
 		d.stalledMaybe.Store(true)

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/syncbridge/bridge/bridge/host/internal/probe"
+
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/trust"
 	bcrypto "github.com/syncbridge/bridge/crypto"
@@ -254,7 +256,7 @@ func (k *keyring) followStatements(stmts []string) (failed bool) {
 		}
 	}
 	for _, agent := range agents {
-		k.probe.add(rotationFollows)
+		k.probe.Add(probe.RotationFollows)
 		failed = k.followRotations(agent) || failed
 	}
 	return failed

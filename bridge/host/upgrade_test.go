@@ -10,6 +10,7 @@ import (
 
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/agent"
+	"github.com/syncbridge/bridge/bridge/host/internal/testkit"
 	"github.com/syncbridge/bridge/bridge/trust"
 	bcrypto "github.com/syncbridge/bridge/crypto"
 )
@@ -27,7 +28,7 @@ func TestANewerHostFormatNamesTheAgentAsBehind(t *testing.T) {
 	hostID, agentID := p.host.Config.ID, p.agent.Config.ID
 	catPath := filepath.Join(p.folder, filepath.FromSlash(bridge.CatalogPath(hostID, agentID)))
 	stampPath := filepath.Join(p.folder, filepath.FromSlash(bridge.LivenessPath(hostID, agentID)))
-	waitFor(t, 10*time.Second, "the catalog and the stamp", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "the catalog and the stamp", func() bool {
 		_, e1 := os.Stat(catPath)
 		_, e2 := os.Stat(stampPath)
 		return e1 == nil && e2 == nil

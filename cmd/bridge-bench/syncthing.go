@@ -13,9 +13,9 @@ import (
 )
 
 // syncthingRows measures ping round trips through two real Syncthings on
-// loopback. The harness that starts and pairs them is the integration
-// tests' (bridge/syncthing_harness_test.go), so this runs that package's
-// TestSyncthingRoundTripBench with `go test` from this module's source tree
+// loopback. The harness that starts and pairs them is the host's system
+// suites' (bridge/host/systest/syncthing_harness_test.go), so this runs that
+// package's TestSyncthingRoundTripBench with `go test` from this module's source tree
 // (where `go run ./cmd/bridge-bench` runs) and reads the lines it prints:
 //
 //	BENCH-SYNCTHING<TAB>mode<TAB>n<TAB>p50 ns<TAB>p90 ns<TAB>p99 ns
@@ -30,7 +30,7 @@ func syncthingRows(c config, r *report, progress func(string, ...any)) error {
 		return fmt.Errorf("syncthing: find the module's source tree (run from it): %w", err)
 	}
 	progress("through two real Syncthings: about %d minutes (six settings, 10 s delays in one of them)", 3*c.syncthingK)
-	cmd := exec.Command("go", "test", "-count=1", "-timeout", "60m", "-run", "^TestSyncthingRoundTripBench$", "-v", "./bridge/host")
+	cmd := exec.Command("go", "test", "-count=1", "-timeout", "60m", "-run", "^TestSyncthingRoundTripBench$", "-v", "./bridge/host/systest")
 	cmd.Dir = strings.TrimSpace(string(out))
 	cmd.Env = append(os.Environ(), "BRIDGE_BENCH_SYNCTHING=1", "BRIDGE_BENCH_SYNCTHING_N="+strconv.Itoa(c.syncthingK))
 	cmd.Stderr = os.Stderr

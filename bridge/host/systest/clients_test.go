@@ -1,4 +1,4 @@
-package host
+package systest
 
 import (
 	"errors"
@@ -14,6 +14,8 @@ import (
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/agent"
 	"github.com/syncbridge/bridge/bridge/doctor"
+	"github.com/syncbridge/bridge/bridge/host"
+	"github.com/syncbridge/bridge/bridge/host/internal/testkit"
 	"github.com/syncbridge/bridge/bridge/operator"
 	"github.com/syncbridge/bridge/syncsafe"
 )
@@ -49,7 +51,7 @@ func TestRcloneBisyncEndToEnd(t *testing.T) {
 		lockedOut = rcloneLockout(t, c, p)
 	})
 	// The loop recovered: doctor finds nothing stuck any more.
-	for _, f := range Doctor(c.p.host, doctor.Options{RcloneWorkdirs: []string{c.rcloneWorkdir()}}) {
+	for _, f := range host.Doctor(c.p.host, doctor.Options{RcloneWorkdirs: []string{c.rcloneWorkdir()}}) {
 		if f.Check == "rclone" && f.Severity != doctor.SeverityOK {
 			t.Errorf("doctor after the loop recovered: %s: %s", f.Severity, f.Message)
 		}
@@ -89,7 +91,7 @@ func loopClientEndToEnd(t *testing.T, c *loopClient, neverName string, whileStop
 	countFile := filepath.Join(base, "count")
 	env := "COUNT_FILE=" + countFile
 	daemon := startDaemonProcess(t, p, env)
-	daemonLogs := []string{daemon.log.Name()}
+	daemonLogs := []string{daemon.Log.Name()}
 	logf("%s: homes initialised through the sync; daemon started", c.name)
 
 	var ids []string
@@ -123,7 +125,7 @@ func loopClientEndToEnd(t *testing.T, c *loopClient, neverName string, whileStop
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
-	executed := func() int { return len(lines(t, countFile)) }
+	executed := func() int { return len(testkit.Lines(t, countFile)) }
 
 	// Round trips, one request at a time.
 	var rtts []time.Duration
@@ -141,14 +143,14 @@ func loopClientEndToEnd(t *testing.T, c *loopClient, neverName string, whileStop
 		submit(agent.SubmitOptions{})
 	}
 	before := executed()
-	waitFor(t, 90*time.Second, "the daemon to run part of the wave", func() bool { return executed() >= before+2 })
-	daemon.kill()
+	testkit.WaitFor(t, 90*time.Second, "the daemon to run part of the wave", func() bool { return executed() >= before+2 })
+	daemon.Kill()
 	logf("daemon SIGKILLed with %d executed", executed())
 	for i := 0; i < 4; i++ {
 		submit(agent.SubmitOptions{})
 	}
 	daemon = startDaemonProcess(t, p, env)
-	daemonLogs = append(daemonLogs, daemon.log.Name())
+	daemonLogs = append(daemonLogs, daemon.Log.Name())
 	logf("daemon restarted")
 
 	// A keyed retry: the same id, answered from the first run.
@@ -175,17 +177,17 @@ func loopClientEndToEnd(t *testing.T, c *loopClient, neverName string, whileStop
 	if err != nil {
 		t.Fatal(err)
 	}
-	plantFile(t, base, filepath.Join(toHostA, conflicted+"."+bridge.ExtManifest), junk, time.Now().Add(-time.Hour))
+	testkit.PlantFile(t, base, filepath.Join(toHostA, conflicted+"."+bridge.ExtManifest), junk, time.Now().Add(-time.Hour))
 	submit(agent.SubmitOptions{Key: "conflict"})
 	if err := os.Remove(filepath.Join(toHostB, victimName)); err != nil {
 		t.Fatal(err)
 	}
-	plantFile(t, base, filepath.Join(toHostA, victimName), []byte("a second writer's change\n"), time.Now())
+	testkit.PlantFile(t, base, filepath.Join(toHostA, victimName), []byte("a second writer's change\n"), time.Now())
 	// A valid request whose manifest is only under a conflict-copy name.
 	never, manifest, payload := p.sealManual(t, "count", nil, nil)
 	neverName = strings.Replace(neverName, "never", never, 1)
-	plantFile(t, base, filepath.Join(toHostB, never+"."+bridge.ExtPayload), payload, time.Now())
-	plantFile(t, base, filepath.Join(toHostB, neverName), manifest, time.Now())
+	testkit.PlantFile(t, base, filepath.Join(toHostB, never+"."+bridge.ExtPayload), payload, time.Now())
+	testkit.PlantFile(t, base, filepath.Join(toHostB, neverName), manifest, time.Now())
 	if whileStopped != nil {
 		whileStopped(p)
 	}
@@ -244,11 +246,11 @@ func loopClientEndToEnd(t *testing.T, c *loopClient, neverName string, whileStop
 	}
 	logf("all %d requests answered", len(ids))
 	c.waitSame(60 * time.Second)
-	daemon.waitRescans(t, 5) // a late admission would show
+	daemon.WaitRescans(t, 5) // a late admission would show
 
 	// At most once; done, or uncertain for a run the kill cut off.
 	seen := map[string]int{}
-	for _, l := range lines(t, countFile) {
+	for _, l := range testkit.Lines(t, countFile) {
 		seen[l]++
 	}
 	want := map[string]bool{}
@@ -323,7 +325,7 @@ func loopClientEndToEnd(t *testing.T, c *loopClient, neverName string, whileStop
 		}
 	}
 	var conflictsFinding string
-	for _, f := range Doctor(p.host, doctor.Options{}) {
+	for _, f := range host.Doctor(p.host, doctor.Options{}) {
 		if f.Check == "conflicts" {
 			conflictsFinding = f.Message
 		}
@@ -333,7 +335,7 @@ func loopClientEndToEnd(t *testing.T, c *loopClient, neverName string, whileStop
 			t.Errorf("doctor's conflicts finding does not name %q: %s", name, conflictsFinding)
 		}
 	}
-	logf("%d requests: %d uncertain, %d executions; conflict copies %q never run", len(ids), uncertain, len(lines(t, countFile)), copies)
+	logf("%d requests: %d uncertain, %d executions; conflict copies %q never run", len(ids), uncertain, len(testkit.Lines(t, countFile)), copies)
 }
 
 // listDir lists the names in dir.
@@ -385,7 +387,7 @@ func rcloneLockout(t *testing.T, c *loopClient, p *pair) bool {
 			continue
 		}
 		var found []string
-		for _, f := range Doctor(p.host, doctor.Options{RcloneWorkdirs: []string{c.rcloneWorkdir()}}) {
+		for _, f := range host.Doctor(p.host, doctor.Options{RcloneWorkdirs: []string{c.rcloneWorkdir()}}) {
 			if f.Check == "rclone" && f.Severity == doctor.SeverityProblem && strings.Contains(f.Message, "locked out") {
 				found = append(found, f.Message)
 			}

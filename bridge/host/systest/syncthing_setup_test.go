@@ -1,4 +1,4 @@
-package host
+package systest
 
 import (
 	"context"
@@ -15,6 +15,8 @@ import (
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/agent"
 	"github.com/syncbridge/bridge/bridge/doctor"
+	"github.com/syncbridge/bridge/bridge/host"
+	"github.com/syncbridge/bridge/bridge/host/internal/testkit"
 	"github.com/syncbridge/bridge/bridge/syncthing"
 	"github.com/syncbridge/bridge/bridge/trust"
 )
@@ -101,8 +103,8 @@ func TestSyncthingSetup(t *testing.T) {
 	// loaded machine (its 20 s wait was outrun once in CI, beside the other
 	// packages' race tests). What is tested is that they go through.
 	st.WaitFolderIdle(t, saved[0].Folders[strings.LastIndex(saved[0].Folders, "=")+1:], 60*time.Second)
-	p.logs = &lockedBuffer{} // for waitFailed
-	runDaemon(t, p.host, DaemonOptions{Logger: slog.New(slog.NewTextHandler(p.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	p.logs = &testkit.LockedBuffer{} // for waitFailed
+	runDaemon(t, p.host, host.DaemonOptions{Logger: slog.New(slog.NewTextHandler(p.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	for i := 0; i < 3; i++ {
 		p.pingWithin(t, 90*time.Second, fmt.Sprintf("ping %d through the split folders", i))
 	}
@@ -176,7 +178,7 @@ func TestHalfDoneFastPath(t *testing.T) {
 	// The host first: its answers go out in a folder the agent lacks.
 	setup(p.host, st.A, true)
 	setup(p.agent, st.B, false)
-	waitFor(t, 60*time.Second, "the agent's Syncthing offered the results folder", func() bool { return len(route(p.agent)) > 0 })
+	testkit.WaitFor(t, 60*time.Second, "the agent's Syncthing offered the results folder", func() bool { return len(route(p.agent)) > 0 })
 	got := route(p.agent)[0]
 	if got.Folder != folderID || !strings.Contains(got.Message, "Syncthing device "+st.A.id[:7]+` offers host "laptop"'s results as folder `+folderID) ||
 		!strings.Contains(got.Message, "if that is the host's device, no result, liveness stamp or catalog") || !strings.Contains(got.Hint, "bridge syncthing setup --share-results` here") {
@@ -203,9 +205,9 @@ func TestHalfDoneFastPath(t *testing.T) {
 	// outrun twice in CI). What is tested is that it goes through, not how
 	// fast.
 	st.WaitFolderIdle(t, folderID, 60*time.Second)
-	d := runDaemon(t, p.host, DaemonOptions{})
+	stop := runDaemon(t, p.host, host.DaemonOptions{})
 	p.pingWithin(t, 90*time.Second, "ping with both set up")
-	stopDaemon(d, context.Background())
+	stop(context.Background())
 
 	// The other way round: the host's results folder gone (as if only the
 	// agent had run the setup); a reconnect brings the agent's offer.
@@ -215,7 +217,7 @@ func TestHalfDoneFastPath(t *testing.T) {
 	setup(p.host, st.A, false)
 	st.Partition()
 	st.Heal()
-	waitFor(t, 60*time.Second, "the host's Syncthing offered the agent's results folder", func() bool { return len(route(p.host)) > 0 })
+	testkit.WaitFor(t, 60*time.Second, "the host's Syncthing offered the agent's results folder", func() bool { return len(route(p.host)) > 0 })
 	got = route(p.host)[0]
 	if got.Folder != folderID || !strings.Contains(got.Message, "shares this host's results as Syncthing folder "+folderID+", which this Syncthing does not") ||
 		!strings.Contains(got.Message, "no answer of this host reaches it") {

@@ -1,4 +1,4 @@
-package host
+package systest
 
 import (
 	"bytes"
@@ -49,7 +49,7 @@ func clientBinary(t *testing.T, def, binVar, requireVar string) string {
 
 // clientFixture is the path of a file in fixtures/clients.
 func clientFixture(name string) string {
-	return filepath.Join("..", "..", "fixtures", "clients", name)
+	return filepath.Join("..", "..", "..", "fixtures", "clients", name)
 }
 
 // loopClient is a sync client running in the background between A and B.

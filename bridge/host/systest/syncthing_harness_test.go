@@ -1,4 +1,4 @@
-package host
+package systest
 
 import (
 	"bytes"
@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/syncbridge/bridge/bridge/agent"
+	"github.com/syncbridge/bridge/bridge/host/internal/testkit"
 	"github.com/syncbridge/bridge/bridge/trust"
 	"github.com/syncbridge/bridge/syncsafe"
 )
@@ -422,7 +423,7 @@ func (s *stPair) inSync() (bool, string) {
 // round trip's whole wait.
 func (s *stPair) WaitFolderIdle(t *testing.T, folderID string, timeout time.Duration) {
 	t.Helper()
-	waitFor(t, timeout, "folder "+folderID+" idle on both sides", func() bool {
+	testkit.WaitFor(t, timeout, "folder "+folderID+" idle on both sides", func() bool {
 		for _, in := range s.sides() {
 			var fs struct {
 				State string `json:"state"`
@@ -578,7 +579,7 @@ func syncthingHomes(t *testing.T, st *stPair) *pair {
 	if _, err := os.Stat(filepath.Join(st.B.data, syncsafe.MarkerName)); err != nil {
 		_, why := st.inSync()
 		t.Logf("harness: the marker was not on B right after WaitInSync (%s)", why)
-		waitFor(t, 30*time.Second, "the marker on B", func() bool {
+		testkit.WaitFor(t, 30*time.Second, "the marker on B", func() bool {
 			_, err := os.Stat(filepath.Join(st.B.data, syncsafe.MarkerName))
 			return err == nil
 		})

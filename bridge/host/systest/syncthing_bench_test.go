@@ -1,4 +1,4 @@
-package host
+package systest
 
 import (
 	"context"
@@ -12,6 +12,8 @@ import (
 
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/agent"
+	"github.com/syncbridge/bridge/bridge/host"
+	"github.com/syncbridge/bridge/bridge/host/internal/testkit"
 	"github.com/syncbridge/bridge/bridge/syncthing"
 )
 
@@ -96,7 +98,7 @@ func TestSyncthingRoundTripBench(t *testing.T) {
 			}
 		}
 		p.agent.Nudger, p.host.Nudger = agentN, hostN
-		d, err := NewDaemon(p.host, DaemonOptions{AllowRoot: true})
+		d, err := host.NewDaemon(p.host, host.DaemonOptions{AllowRoot: true})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -170,7 +172,7 @@ func splitResultsFolder(t *testing.T, st *stPair, dir string) {
 		}
 		st.Scan(in, "")
 	}
-	waitFor(t, 60*time.Second, "the results folder to be in sync on both sides", func() bool {
+	testkit.WaitFor(t, 60*time.Second, "the results folder to be in sync on both sides", func() bool {
 		for _, in := range st.sides() {
 			var fs stStatus
 			if st.api(in, "GET", "/rest/db/status?folder="+stResultsFolderID, nil, &fs) != nil || fs.State != "idle" || fs.Need != 0 {

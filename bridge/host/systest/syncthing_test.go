@@ -1,4 +1,4 @@
-package host
+package systest
 
 import (
 	"encoding/json"
@@ -14,6 +14,8 @@ import (
 
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/agent"
+	"github.com/syncbridge/bridge/bridge/host"
+	"github.com/syncbridge/bridge/bridge/host/internal/testkit"
 	"github.com/syncbridge/bridge/bridge/ledger"
 	"github.com/syncbridge/bridge/bridge/operator"
 	"github.com/syncbridge/bridge/bridge/trust"
@@ -86,7 +88,7 @@ func TestSyncthingEndToEnd(t *testing.T) {
 	countFile := filepath.Join(base, "count")
 	env := "COUNT_FILE=" + countFile
 	daemon := startDaemonProcess(t, p, env)
-	daemonLogs := []string{daemon.log.Name()}
+	daemonLogs := []string{daemon.Log.Name()}
 	logf("homes initialised and trusted through the sync; daemon process started")
 
 	var ids []string
@@ -101,13 +103,13 @@ func TestSyncthingEndToEnd(t *testing.T) {
 		}
 		logf("submitted %d requests (%s); %d so far", k, what, len(ids))
 	}
-	executed := func() int { return len(lines(t, countFile)) }
+	executed := func() int { return len(testkit.Lines(t, countFile)) }
 	wave := total / 4
 
 	// Wave 1, connected.
 	submit(wave, "wave 1, connected")
 	first := ids[0]
-	waitFor(t, 60*time.Second, "the first result on the agent's side", func() bool {
+	testkit.WaitFor(t, 60*time.Second, "the first result on the agent's side", func() bool {
 		_, err := p.client.Result(first)
 		return err == nil
 	})
@@ -130,8 +132,8 @@ func TestSyncthingEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	old := time.Now().Add(-time.Hour)
-	plantFile(t, base, filepath.Join(toHostA, conflictM+"."+bridge.ExtManifest), junkManifest, old)
-	plantFile(t, base, filepath.Join(toHostA, conflictP+"."+bridge.ExtPayload), junkPayload, old)
+	testkit.PlantFile(t, base, filepath.Join(toHostA, conflictM+"."+bridge.ExtManifest), junkManifest, old)
+	testkit.PlantFile(t, base, filepath.Join(toHostA, conflictP+"."+bridge.ExtPayload), junkPayload, old)
 	submit(wave, "wave 2, partitioned")
 	for _, key := range []string{"conflict-on-the-manifest", "conflict-on-the-payload"} {
 		s, err := p.client.Submit(agent.SubmitOptions{Op: "count", Key: key})
@@ -145,7 +147,7 @@ func TestSyncthingEndToEnd(t *testing.T) {
 	}
 	// The daemon meets the junk manifest at the real name first and
 	// refuses it (the junk payload alone is just "manifest not there yet").
-	waitFor(t, 30*time.Second, "the daemon to refuse the junk manifest", func() bool {
+	testkit.WaitFor(t, 30*time.Second, "the daemon to refuse the junk manifest", func() bool {
 		return auditHas(t, p.host, "refused", bridge.RequestPath(hostID, agentID, conflictM, bridge.ExtManifest))
 	})
 	// Both sides index their version before the heal, so the two really
@@ -158,12 +160,12 @@ func TestSyncthingEndToEnd(t *testing.T) {
 
 	// SIGKILL the daemon while it works through the backlog the heal
 	// delivered, submit a wave while it is down, restart it.
-	waitFor(t, 90*time.Second, "the daemon to work on the backlog", func() bool { return executed() >= executedBeforeHeal+5 })
-	daemon.kill()
+	testkit.WaitFor(t, 90*time.Second, "the daemon to work on the backlog", func() bool { return executed() >= executedBeforeHeal+5 })
+	daemon.Kill()
 	logf("daemon SIGKILLed with %d executed", executed())
 	submit(wave, "wave 3, daemon down")
 	daemon = startDaemonProcess(t, p, env)
-	daemonLogs = append(daemonLogs, daemon.log.Name())
+	daemonLogs = append(daemonLogs, daemon.Log.Name())
 	logf("daemon restarted")
 
 	// Conflict-named copies on B, as a sync client would make them: of a
@@ -176,11 +178,11 @@ func TestSyncthingEndToEnd(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		plantFile(t, base, filepath.Join(toHostB, first+tag+ext), data, time.Now())
+		testkit.PlantFile(t, base, filepath.Join(toHostB, first+tag+ext), data, time.Now())
 	}
 	never, manifest, payload := p.sealManual(t, "count", nil, nil)
-	plantFile(t, base, filepath.Join(toHostB, never+"."+bridge.ExtPayload), payload, time.Now())
-	plantFile(t, base, filepath.Join(toHostB, never+tag+bridge.ExtManifest), manifest, time.Now())
+	testkit.PlantFile(t, base, filepath.Join(toHostB, never+"."+bridge.ExtPayload), payload, time.Now())
+	testkit.PlantFile(t, base, filepath.Join(toHostB, never+tag+bridge.ExtManifest), manifest, time.Now())
 
 	// Every conflict copy is on the host's side before the last wave, so the
 	// daemon is seen to keep serving after meeting them.
@@ -191,7 +193,7 @@ func TestSyncthingEndToEnd(t *testing.T) {
 		first + tag + bridge.ExtPayload:                      nil,
 		never + tag + bridge.ExtManifest:                     manifest,
 	}
-	waitFor(t, 60*time.Second, "the conflict copies on A", func() bool {
+	testkit.WaitFor(t, 60*time.Second, "the conflict copies on A", func() bool {
 		for pat := range conflicts {
 			if m, _ := filepath.Glob(filepath.Join(toHostA, pat)); len(m) == 0 {
 				return false
@@ -243,12 +245,12 @@ func TestSyncthingEndToEnd(t *testing.T) {
 	// them only a minute later ("isn't making sync progress - retrying in
 	// 1m0s"), which a one-minute wait lost to once (CI9, session 17).
 	st.WaitInSync(3 * time.Minute)
-	daemon.waitRescans(t, 5)
+	daemon.WaitRescans(t, 5)
 
 	// Exactly one result per request, done or (for a run the kill
 	// interrupted) uncertain; at most once per id in the count file.
 	seen := map[string]int{}
-	for _, l := range lines(t, countFile) {
+	for _, l := range testkit.Lines(t, countFile) {
 		seen[l]++
 	}
 	want := map[string]bool{}
@@ -355,7 +357,7 @@ func TestSyncthingEndToEnd(t *testing.T) {
 		}
 	}
 	logf("%d requests: %d done, %d uncertain (%d of them had run), %d executions, %d ran more than once; %d conflict-copy patterns ignored",
-		len(ids), done, len(uncertain), effect, len(lines(t, countFile)), double, len(conflicts))
+		len(ids), done, len(uncertain), effect, len(testkit.Lines(t, countFile)), double, len(conflicts))
 }
 
 // auditHas reports whether the host's audit log has an event about file.
@@ -366,28 +368,12 @@ func auditHas(t *testing.T, h *trust.Home, event, file string) bool {
 		return false
 	}
 	for _, l := range strings.Split(string(data), "\n") {
-		var e AuditEvent
+		var e host.AuditEvent
 		if json.Unmarshal([]byte(l), &e) == nil && e.Event == event && e.File == file {
 			return true
 		}
 	}
 	return false
-}
-
-// plantFile puts a file at dst the way a sync client does: complete, with
-// the given mtime, by a rename from outside the folder.
-func plantFile(t *testing.T, scratch, dst string, data []byte, mtime time.Time) {
-	t.Helper()
-	tmp := filepath.Join(scratch, "plant-"+filepath.Base(dst))
-	if err := os.WriteFile(tmp, data, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chtimes(tmp, mtime, mtime); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(tmp, dst); err != nil {
-		t.Fatal(err)
-	}
 }
 
 // syncthingDiagnosis says, for requests without a result, where each one's

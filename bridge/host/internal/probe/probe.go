@@ -1,0 +1,106 @@
+// Package probe is what the tests see of a daemon and make it do: counters of
+// what it read and woke for, the lifecycle events it took, and a crash at a
+// named durable step.
+//
+// Only a test binary makes one, by setting New: a production daemon's probe
+// is nil, every method is a no-op on nil, and nothing in a `serve`'s
+// environment or options can make it exit mid-step. The package is internal
+// to bridge/host, so the only code that can set New is the host's own tests
+// and its system suites (bridge/host/systest); cmd/bridge cannot import it.
+package probe
+
+import (
+	"fmt"
+	"strings"
+	"sync/atomic"
+)
+
+// New makes a daemon's probe; set only by a test binary's TestMain.
+var New func() *Probe
+
+// A Probe belongs to one daemon.
+type Probe struct {
+	// CrashAt names a durable step at which the daemon exits abruptly, as
+	// a power cut would stop it ("step" or "step#n" for the n-th time).
+	CrashAt string
+	// PowerCut makes the crash lose what a power cut would: the ledger
+	// file is cut to its length at its last fsync (lazy writes gone).
+	PowerCut bool
+	// OnEvent sees every lifecycle event as it is taken (DESIGN §6).
+	OnEvent func(event string)
+	// Opened runs once Open has loaded the trusted agents, before the
+	// control loop starts watching the home: a test pairs an agent there.
+	Opened func()
+
+	crashCount atomic.Int64
+	counts     [tallies]atomic.Int64
+}
+
+// A Tally is one of the probe's counters.
+type Tally int
+
+const (
+	ManifestReads    Tally = iota // manifests read for an evaluation
+	CancelReads                   // cancel files read
+	ControlWakes                  // the control loop's wake-ups
+	SweepScans                    // the sweeps' scans of the ledger
+	TempSweeps                    // sweeps of the temporaries a crash left (sweepTemps)
+	ControlEnds                   // returns of the control loop
+	FinishedLookups               // look-ups of the finished set by a rescan (dispatchFull)
+	RescanLooks                   // the control loop's looks brought by a rescan
+	Collections                   // the control loop's collections (the first after the start-up scan, then periodic)
+	TimerWakes                    // the control loop's wakes for a deadline of its own
+	LivenessRounds                // liveness stamps written for their interval (refreshLiveness)
+	ResultChecks                  // shares of an agent's results a rescan checked (shareToCheck)
+	ResultSkips                   // rescans that checked none of an agent's results, its directory unchanged
+	ResultOwnChanges              // result directories found changed by the daemon's own writes alone
+	SameRescans                   // rescans that took the one before's findings: the folder and finished set unchanged (dispatchFull)
+	RotationFollows               // agents whose rotation statements a batch followed (followStatements)
+	Rescans                       // full rescans dispatched (dispatchFull)
+	tallies
+)
+
+// CrashExit is the exit status of an injected crash.
+const CrashExit = 86
+
+// Add counts one more of t.
+func (p *Probe) Add(t Tally) {
+	if p != nil {
+		p.counts[t].Add(1)
+	}
+}
+
+// N is t's count so far (0 without a probe).
+func (p *Probe) N(t Tally) int64 {
+	if p == nil {
+		return 0
+	}
+	return p.counts[t].Load()
+}
+
+// Event passes a lifecycle event to OnEvent.
+func (p *Probe) Event(ev string) {
+	if p != nil && p.OnEvent != nil {
+		p.OnEvent(ev)
+	}
+}
+
+// Crashing reports whether the tests asked for a crash at step (its first
+// or any time), without counting it.
+func (p *Probe) Crashing(step string) bool {
+	if p == nil {
+		return false
+	}
+	name, _, _ := strings.Cut(p.CrashAt, "#")
+	return p.CrashAt != "" && name == step
+}
+
+// CrashNow reports whether the daemon is to exit at this pass of step: the
+// step is CrashAt's, and this is its n-th pass when CrashAt names one.
+func (p *Probe) CrashNow(step string) bool {
+	if !p.Crashing(step) {
+		return false
+	}
+	_, nth, _ := strings.Cut(p.CrashAt, "#")
+	return nth == "" || fmt.Sprint(p.crashCount.Add(1)) == nth
+}

@@ -1,0 +1,111 @@
+package testkit
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/syncbridge/bridge/bridge"
+	"github.com/syncbridge/bridge/bridge/agent"
+	"github.com/syncbridge/bridge/bridge/trust"
+)
+
+// Run opens d and runs it in this process until the test ends or stop is
+// called, as `bridge serve` does on a signal: Run returns, then Close
+// drains until closeCtx is done. The test's end stops it within 10 s: a
+// test that failed while an op blocks must not hang.
+func Run(t testing.TB, d Daemon) (stop func(closeCtx context.Context)) {
+	t.Helper()
+	if err := d.Open(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	var once sync.Once
+	stop = func(closeCtx context.Context) {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("daemon run: %v", err)
+			}
+			d.Close(closeCtx)
+		})
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		stop(ctx)
+	})
+	return stop
+}
+
+// SealManual seals a request of client's agent home for hostID outside
+// Submit, with tweak's changes to it, and has the client remember it: the
+// test publishes its files itself (late, torn, twice, through a sync
+// client). It returns the request's id and its files.
+func SealManual(t testing.TB, client *agent.Client, home *trust.Home, hostID, op string, args map[string]string, tweak func(*bridge.NewRequest)) (id string, manifest, payload []byte) {
+	t.Helper()
+	_, hb, err := home.Peer(hostID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	n := bridge.NewRequest{ID: bridge.NewRequestID(), Agent: home.Identity(), AgentID: home.Config.ID, Host: hb,
+		Call: bridge.Call{Op: op, Args: args}, Created: now, Expires: now.Add(time.Hour)}
+	if tweak != nil {
+		tweak(&n)
+	}
+	var buf bytes.Buffer
+	m, r, err := bridge.SealRequest(&buf, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := client.Remember(&agent.Sent{V: 1, ID: r.ID, Host: hb.ID, HostName: "laptop", Op: op, Args: args,
+		ManifestSHA256: bridge.SHA256Hex(m), Created: r.Created, Expires: r.Expires}, m); err != nil {
+		t.Fatal(err)
+	}
+	return r.ID, m, buf.Bytes()
+}
+
+// WaitFailed says what a wait for id that timed out can tell: the daemon's
+// log (if logs kept it), the request's files in dirs (the folder's
+// directories both ways), and the goroutines of this process that mention
+// the host or the runner, so a stall seen once in CI shows where it waited.
+func WaitFailed(logs *LockedBuffer, id string, dirs ...string) string {
+	var b strings.Builder
+	if logs != nil {
+		fmt.Fprintf(&b, "the daemon's log:\n%s\n", logs.String())
+	}
+	for _, dir := range dirs {
+		entries, _ := os.ReadDir(dir)
+		fmt.Fprintf(&b, "%s:", dir)
+		for _, e := range entries {
+			if strings.HasPrefix(e.Name(), id) {
+				info, _ := e.Info()
+				size := int64(-1)
+				if info != nil {
+					size = info.Size()
+				}
+				fmt.Fprintf(&b, " %s (%d bytes)", e.Name(), size)
+			}
+		}
+		b.WriteString("\n")
+	}
+	stacks := make([]byte, 8<<20)
+	stacks = stacks[:runtime.Stack(stacks, true)]
+	b.WriteString("goroutines of the host and the runner:\n")
+	for _, g := range bytes.Split(stacks, []byte("\n\n")) {
+		if bytes.Contains(g, []byte("bridge/host.")) || bytes.Contains(g, []byte("bridge/runner.")) {
+			b.Write(g)
+			b.WriteString("\n\n")
+		}
+	}
+	return b.String()
+}
