@@ -70,7 +70,7 @@ bench_pid=$!
 # go list's order the runner's tests started after nine smaller packages and
 # the step ended with them, the host's half a minute before (275 s against
 # 242 s, each step alone here).
-long=$(go list ./bridge/host ./bridge/runner)
+long=$(go list ./bridge/host ./bridge/host/systest ./bridge/runner)
 go test -race -count=1 -timeout 20m \
   -skip '^TestSimProperties$|^TestSimReplicatorDeterministic$|^TestCostBudget$|^TestScripts$' \
   $long $(go list ./... | grep -v -x -F "$long" | grep -v '/cmd/bridge-bench$')
@@ -93,7 +93,7 @@ step "lifecycle model (${MODEL_SEEDS:-60} seeds)"
 # (Run at the same time as the CLI scripts and the batch, the two took 125 s,
 # against 65 s and 49 s one after the other: the steps after the race step
 # are bound by the CPUs too.)
-go test -count=1 -timeout 20m -parallel 8 -run '^TestLifecycleModel$' ./bridge/host/ -model.n="${MODEL_SEEDS:-60}"
+go test -count=1 -timeout 20m -parallel 8 -run '^TestLifecycleModel$' ./bridge/host/systest/ -model.n="${MODEL_SEEDS:-60}"
 
 step "the bounds the race detector's memory would break, without it"
 # Under the race detector its shadow memory lifts the daemon's and the
@@ -106,9 +106,10 @@ step "sync simulator (${SIM_SEEDS:-60} seeds) and its replicator, the redaction'
 # redaction tests run 600 and 2,000 of their 20,000 texts and 32,768 of
 # their 262,144 lines under the race detector above (regexp is ten times
 # slower there); here all of them.
-go test -count=1 -timeout 20m \
-  -run '^TestSimProperties$|^TestSimReplicatorDeterministic$|^TestRedact(PerLineFindsWhatTheWholeTextDoes|NeedlesNeverSkipAMatch|DenseNeedlesStayCheap)$' \
-  ./bridge/host/ -sim.n="${SIM_SEEDS:-60}"
+go test -count=1 -timeout 20m -run '^TestSimProperties$|^TestSimReplicatorDeterministic$' \
+  ./bridge/host/systest/ -sim.n="${SIM_SEEDS:-60}"
+go test -count=1 -timeout 10m \
+  -run '^TestRedact(PerLineFindsWhatTheWholeTextDoes|NeedlesNeverSkipAMatch|DenseNeedlesStayCheap)$' ./bridge/host/
 
 # Budgets are counts, not durations: with a duration, Go 1.26's fuzz
 # coordinator can fail a target with a bare "context deadline exceeded" when

@@ -48,8 +48,8 @@ var importRules = map[string][]string{
 	"bridge/doctor":                {"bridge", "bridge/trust", "bridge/syncthing", "syncsafe"},
 	"bridge/operator":              {"bridge", "bridge/trust", "crypto", "syncsafe", "bridge/ledger", "bridge/policy"},
 	"bridge/host":                  {"bridge", "bridge/trust", "bridge/doctor", "crypto", "syncsafe", "bridge/ledger", "bridge/policy", "bridge/runner", "bridge/operator", "bridge/host/internal/probe"},
-	"bridge/host/internal/probe":   {},
-	"bridge/host/internal/testkit": {"bridge", "bridge/trust", "bridge/agent", "bridge/host/internal/probe"},
+	"bridge/host/internal/probe":   {"bridge/ledger"},
+	"bridge/host/internal/testkit": {"bridge", "bridge/trust", "bridge/agent", "bridge/ledger", "bridge/operator", "syncsafe", "bridge/host/internal/probe"},
 	"bridge/host/systest":          {},
 	"bridge/agent":                 {"bridge", "bridge/trust", "crypto", "syncsafe"},
 	"bridge/mcp":                   {"bridge", "bridge/trust", "bridge/agent"},
@@ -67,7 +67,7 @@ var testImportRules = map[string][]string{
 	// The system suites drive the host as a whole, with real sync clients,
 	// the real agent, the doctor and the operator's commands.
 	"bridge/host/systest": {"bridge", "bridge/trust", "bridge/agent", "bridge/host", "bridge/host/internal/probe",
-		"bridge/host/internal/testkit", "bridge/doctor", "bridge/ledger", "bridge/operator", "bridge/syncthing", "syncsafe"},
+		"bridge/host/internal/testkit", "bridge/doctor", "bridge/ledger", "bridge/operator", "bridge/syncthing", "crypto", "syncsafe"},
 }
 
 // checkArrows walks the module rooted at root and returns every import that

@@ -152,28 +152,6 @@ ops = ["bgonce", "bgchecked", "burn", "fds"]
 max_cpu_seconds_per_day = 1
 `
 
-// opChildren lists the pids the op's children of request id recorded.
-func opChildren(t *testing.T, countFile, id string) []int {
-	t.Helper()
-	var pids []int
-	for _, l := range testkit.Lines(t, countFile+"."+id+".children") {
-		if n, err := strconv.Atoi(l); err == nil {
-			pids = append(pids, n)
-		}
-	}
-	return pids
-}
-
-// alive reports whether pid is a live process (not a zombie).
-func alive(pid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	f := bytes.Fields(b[bytes.LastIndexByte(b, ')')+1:])
-	return len(f) > 0 && f[0][0] != 'Z' && f[0][0] != 'X'
-}
-
 // TestCrashWithChildrenOutlivingTheLeader kills a real daemon process while
 // an op runs whose child outlives its program (findings 1 and 2 of issue
 // 24), restarts a daemon, and checks: when the answer comes, no process of
@@ -201,20 +179,20 @@ func TestCrashWithChildrenOutlivingTheLeader(t *testing.T) {
 				// The daemon is killed outright once the op's child is at
 				// work (its pid noted), not at a fixed time after the start.
 				c := startCrashProc(t, p, "", countFile)
-				c.waitReady(t)
-				testkit.WaitFor(t, 20*time.Second, "the op's child to start", func() bool { return len(opChildren(t, countFile, s.ID)) > 0 })
-				c.cmd.Process.Kill()
-				<-c.exited
-				crashed := opChildren(t, countFile, s.ID)
+				c.WaitReady(t)
+				testkit.WaitFor(t, 20*time.Second, "the op's child to start", func() bool { return len(testkit.OpChildren(t, countFile, s.ID)) > 0 })
+				c.Cmd.Process.Kill()
+				<-c.Done
+				crashed := testkit.OpChildren(t, countFile, s.ID)
 				if len(crashed) != 1 {
-					t.Fatalf("the interrupted run's child recorded %v:\n%s", crashed, c.logText())
+					t.Fatalf("the interrupted run's child recorded %v:\n%s", crashed, c.LogText())
 				}
-				p.waitLockFree(t)
+				testkit.WaitLockFree(t, p.host)
 				p.start(t, map[string]string{"COUNT_FILE": countFile})
 				out := p.wait(t, s.ID)
 				// The answer is in: the interrupted run's child must be gone
 				// now, or its effect could still land after it.
-				if alive(crashed[0]) {
+				if testkit.Alive(crashed[0]) {
 					syscall.Kill(crashed[0], syscall.SIGKILL)
 					t.Fatalf("answered %s while the interrupted run's child %d lived (containment: %s)",
 						out.Receipt.Status, crashed[0], runner.Containment(0))
@@ -223,7 +201,7 @@ func TestCrashWithChildrenOutlivingTheLeader(t *testing.T) {
 				if out.Receipt.Status != tc.status || string(out.Receipt.Reason) != tc.reason {
 					t.Errorf("answered %s (%s: %s), want %s (%s)", out.Receipt.Status, out.Receipt.Reason, out.Receipt.Detail, tc.status, tc.reason)
 				}
-				starts, ends := count(t, countFile, "start-"+s.ID), count(t, countFile, "end-"+s.ID)
+				starts, ends := testkit.Count(t, countFile, "start-"+s.ID), testkit.Count(t, countFile, "end-"+s.ID)
 				if starts != tc.starts || ends != tc.ends {
 					t.Errorf("started %d times, the effect landed %d times; want %d and %d", starts, ends, tc.starts, tc.ends)
 				}
@@ -305,7 +283,7 @@ ops = ["again"]
 		t.Fatal(err)
 	}
 	c := startCrashProc(t, p, "mid-run", countFile)
-	c.waitCrash(t, "mid-run")
+	c.WaitCrash(t, "mid-run")
 	// A keeper that never ends its run: it holds the runs' lock shared.
 	holder := exec.Command(flock, "--shared", p.host.Path("run", "keepers.lock"), "sleep", "60")
 	if err := holder.Start(); err != nil {
@@ -320,7 +298,7 @@ ops = ["again"]
 		defer f.Close()
 		return syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) != nil
 	})
-	p.waitLockFree(t)
+	testkit.WaitLockFree(t, p.host)
 	var logs testkit.LockedBuffer
 	d, err := NewDaemon(p.host, DaemonOptions{AllowRoot: true, Rescan: 500 * time.Millisecond, Grace: 200 * time.Millisecond,
 		Env: envWith(map[string]string{"COUNT_FILE": countFile}), Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
@@ -340,9 +318,9 @@ ops = ["again"]
 	if out.Receipt.Status != bridge.StatusUncertain || !strings.Contains(out.Receipt.Detail, "may still be running") {
 		counts, _ := os.ReadFile(countFile)
 		t.Fatalf("answered %s (%s: %s), want uncertain: a process of the run may still be running\nthe count file:\n%s\nthe crashed daemon's log:\n%s\nthe next daemon's log:\n%s",
-			out.Receipt.Status, out.Receipt.Reason, out.Receipt.Detail, counts, c.logText(), logs.String())
+			out.Receipt.Status, out.Receipt.Reason, out.Receipt.Detail, counts, c.LogText(), logs.String())
 	}
-	if starts := count(t, countFile, "start-"+s.ID); starts != 1 {
+	if starts := testkit.Count(t, countFile, "start-"+s.ID); starts != 1 {
 		t.Errorf("the op started %d times, want once", starts)
 	}
 }
@@ -423,7 +401,7 @@ func taggedProcs(tag string) []int {
 		if err != nil || !bytes.Contains(append(env, 0), []byte("TAG="+tag+"\x00")) {
 			continue
 		}
-		if pid, err := strconv.Atoi(filepath.Base(d)); err == nil && alive(pid) {
+		if pid, err := strconv.Atoi(filepath.Base(d)); err == nil && testkit.Alive(pid) {
 			pids = append(pids, pid)
 		}
 	}

@@ -49,10 +49,15 @@ func startCrashingDaemon(t *testing.T, p *pair, env ...string) *daemonProcess {
 	return d
 }
 
-// tryDaemonProcess starts the daemon process, or says why it did not get
-// ready.
-func tryDaemonProcess(t *testing.T, p *pair, env ...string) (*daemonProcess, error) {
-	return testkit.Launch(t, p.hostHome, false, env...)
+// startCrashProc starts a daemon process that exits at step at ("": none),
+// its ops counting in countFile.
+func startCrashProc(t *testing.T, p *pair, at, countFile string) *daemonProcess {
+	t.Helper()
+	env := []string{"COUNT_FILE=" + countFile}
+	if p.skew > 0 {
+		env = append(env, "BRIDGE_TEST_SKEW="+p.skew.String())
+	}
+	return testkit.StartCrashing(t, p.hostHome, at, env...)
 }
 
 // TestInvariant5CrashLeavesNoSilentDoubleRun kills a real daemon process
@@ -71,7 +76,7 @@ func TestInvariant5CrashLeavesNoSilentDoubleRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := startDaemonProcess(t, p, env)
-	testkit.WaitFor(t, 15*time.Second, "the non-idempotent op to start", func() bool { return count(t, countFile, "once-started") == 1 })
+	testkit.WaitFor(t, 15*time.Second, "the non-idempotent op to start", func() bool { return testkit.Count(t, countFile, "once-started") == 1 })
 	d.Kill()
 	// 2. The restarted daemon marks it uncertain; the idempotent op starts;
 	// the daemon is killed again.
@@ -80,7 +85,7 @@ func TestInvariant5CrashLeavesNoSilentDoubleRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	d = startDaemonProcess(t, p, env)
-	testkit.WaitFor(t, 15*time.Second, "the idempotent op to start", func() bool { return count(t, countFile, "again-started") == 1 })
+	testkit.WaitFor(t, 15*time.Second, "the idempotent op to start", func() bool { return testkit.Count(t, countFile, "again-started") == 1 })
 	d.Kill()
 	// 3. Unblocked and restarted: the idempotent op runs again and finishes.
 	os.Remove(countFile + ".block")
@@ -90,13 +95,13 @@ func TestInvariant5CrashLeavesNoSilentDoubleRun(t *testing.T) {
 	if outOnce.Receipt.Status != bridge.StatusUncertain || outOnce.Receipt.Reason != "crashed" {
 		t.Fatalf("non-idempotent op after a crash: %s (%s); want uncertain", outOnce.Receipt.Status, outOnce.Receipt.Reason)
 	}
-	if n := count(t, countFile, "once-started"); n != 1 {
+	if n := testkit.Count(t, countFile, "once-started"); n != 1 {
 		t.Fatalf("non-idempotent op started %d times", n)
 	}
 	if outAgain.Receipt.Status != bridge.StatusDone {
 		t.Fatalf("idempotent op after a crash: %s (%s)", outAgain.Receipt.Status, outAgain.Receipt.Detail)
 	}
-	if s, f := count(t, countFile, "again-started"), count(t, countFile, "again-finished"); s != 2 || f != 1 {
+	if s, f := testkit.Count(t, countFile, "again-started"), testkit.Count(t, countFile, "again-finished"); s != 2 || f != 1 {
 		t.Fatalf("idempotent op started %d and finished %d times; want 2 and 1", s, f)
 	}
 	testkit.WaitFor(t, 5*time.Second, "the ledger to settle", func() bool { return p.entry(t, again.ID).State == ledger.StateDone })
@@ -115,7 +120,7 @@ func TestInvariant5CrashLeavesNoSilentDoubleRun(t *testing.T) {
 		out, err := p.client.Result(once.ID)
 		return err == nil && out.Receipt.Status == bridge.StatusDone && out.Receipt.Reason == "reconciled"
 	})
-	if n := count(t, countFile, "once-started"); n != 1 || count(t, countFile, "once-finished") != 0 {
+	if n := testkit.Count(t, countFile, "once-started"); n != 1 || testkit.Count(t, countFile, "once-finished") != 0 {
 		t.Fatalf("reconcile ran the op: started %d times", n)
 	}
 	// (The answer is out a moment before the ledger records it: the
@@ -139,7 +144,7 @@ func TestCancelledWhileDownIsNotRunAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := startDaemonProcess(t, p, env)
-	testkit.WaitFor(t, 15*time.Second, "the idempotent op to start", func() bool { return count(t, countFile, "again-started") == 1 })
+	testkit.WaitFor(t, 15*time.Second, "the idempotent op to start", func() bool { return testkit.Count(t, countFile, "again-started") == 1 })
 	d.Kill()
 	if err := p.client.Cancel(s.ID); err != nil {
 		t.Fatal(err)
@@ -150,7 +155,7 @@ func TestCancelledWhileDownIsNotRunAgain(t *testing.T) {
 	if out.Receipt.Status != bridge.StatusUncertain || out.Receipt.Reason != bridge.ReasonCrashed || !strings.Contains(out.Receipt.Detail, "cancelled before it could run again") {
 		t.Fatalf("an interrupted op cancelled while the daemon was down: %s (%s: %s); want uncertain (crashed), cancelled before it could run again", out.Receipt.Status, out.Receipt.Reason, out.Receipt.Detail)
 	}
-	if n := count(t, countFile, "again-started"); n != 1 {
+	if n := testkit.Count(t, countFile, "again-started"); n != 1 {
 		t.Fatalf("the op started %d times; want once (not run again after its cancel)", n)
 	}
 	testkit.WaitFor(t, 5*time.Second, "the ledger to settle", func() bool { return p.entry(t, s.ID).State == ledger.StateUncertain })

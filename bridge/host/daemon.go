@@ -208,7 +208,7 @@ func NewDaemon(home *trust.Home, opt DaemonOptions) (*Daemon, error) {
 	// an answer, recovery's in Open included) without waiting for anyone.
 	d.runCtx, d.abortRun = context.WithCancel(context.Background())
 	if probe.New != nil {
-		d.probe = probe.New()
+		d.probe = probe.New(home.Dir)
 	}
 	// The rooms, each with the base and what it hands work to.
 	d.out = &outbox{base: d.base}
@@ -387,6 +387,10 @@ func (d *Daemon) openCore() (err error) {
 			return bridge.WithHint(err, "%s", le.Hint)
 		}
 		return err
+	}
+	if d.probe != nil {
+		l := d.ledger
+		d.probe.Entries = func() ([]ledger.Entry, error) { return l.List(nil) }
 	}
 	if d.audit, err = openAudit(d.home.Path("audit.log")); err != nil {
 		return err

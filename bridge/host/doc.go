@@ -20,10 +20,10 @@
 // and the control loop (host.go). Its
 // own lock guards what runs (cancels, the runs waiting for a slot, the
 // reconcile checks). What it hands work to are rooms, sharing only the base
-// (base.go): home, folder, ledger, audit log, the log and the tests' probe,
-// and the keys and policy in force (held by the base, replaced by the
-// keyring and the policy watch). The base's log-once set and line budget
-// have a lock of their own.
+// (base.go): home, folder, ledger, audit log, the log, the probe (only a
+// test binary makes one: internal/probe), and the keys and policy in force
+// (held by the base, replaced by the keyring and the policy watch). The
+// base's log-once set and line budget have a lock of their own.
 //
 //   - outbox (outbox.go, results.go, liveness.go, catalog.go, inbox_host.go,
 //     progress_host.go, the kept manifests in evaluate.go, the approval

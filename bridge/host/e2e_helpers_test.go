@@ -95,17 +95,8 @@ func newPair(t *testing.T, policyText string) *pair {
 func newUnpaired(t *testing.T, policyText, name string) *pair {
 	t.Helper()
 	base := t.TempDir()
-	p := &pair{folder: filepath.Join(base, "folder"), hostHome: filepath.Join(base, "host")}
-	if err := os.Mkdir(p.folder, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	var err error
-	if p.host, err = trust.InitHome(p.hostHome, "host", "laptop", p.folder); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(p.host.Path(trust.PolicyName), []byte(policyText), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	p := &pair{hostHome: filepath.Join(base, "host")}
+	p.folder, p.host = testkit.InitHost(t, base, policyText)
 	p.addAgent(t, filepath.Join(base, "agent"), name)
 	return p
 }
@@ -115,18 +106,7 @@ func newUnpaired(t *testing.T, policyText, name string) *pair {
 func (p *pair) addAgent(t *testing.T, dir, name string) {
 	t.Helper()
 	p.agentHome = dir
-	var err error
-	if p.agent, err = trust.InitHome(p.agentHome, "agent", name, p.folder); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := p.agent.Trust(p.host.BundleText(), "laptop"); err != nil {
-		t.Fatal(err)
-	}
-	if p.client, err = agent.OpenClient(p.agent); err != nil {
-		t.Fatal(err)
-	}
-	c := p.client
-	t.Cleanup(func() { c.Close() })
+	p.agent, p.client = testkit.InitAgent(t, p.host, dir, name)
 }
 
 // serveOpened runs an opened daemon until the test ends, for a test that

@@ -85,7 +85,7 @@ func newEdge(t *testing.T) *edge {
 func (e *edge) block()   { os.WriteFile(e.runs+".block", nil, 0o644) }
 func (e *edge) unblock() { os.Remove(e.runs + ".block") }
 
-func (e *edge) starts(t *testing.T, op, id string) int { return count(t, e.runs, op+"-"+id) }
+func (e *edge) starts(t *testing.T, op, id string) int { return testkit.Count(t, e.runs, op+"-"+id) }
 
 func (e *edge) submit(t *testing.T, op string) string {
 	t.Helper()
@@ -489,7 +489,7 @@ func (e *edge) backedUp(t *testing.T) (*Daemon, map[string][]byte) {
 	d := e.daemon(t)
 	e.wait(t, e.submit(t, "blockidem"))
 	stopDaemon(d, context.Background())
-	before := backupLedger(t, e.host)
+	before := testkit.BackupLedger(t, e.host)
 	return e.daemon(t), before
 }
 
@@ -536,7 +536,7 @@ func TestLostRecordNeverRunsAgain(t *testing.T) {
 				// Damage right after the records that were there before,
 				// in both files (the request's done record went to the
 				// archive): repair keeps those and drops the request's.
-				for _, name := range ledgerFiles {
+				for _, name := range testkit.LedgerFiles {
 					f, err := os.OpenFile(e.host.Path("ledger", name), os.O_WRONLY, 0)
 					if err != nil {
 						t.Fatal(err)
@@ -546,7 +546,7 @@ func TestLostRecordNeverRunsAgain(t *testing.T) {
 				}
 				os.Remove(e.host.Path("ledger", "ledger.db.checked"))
 			} else {
-				restoreLedger(t, e.host, before)
+				testkit.RestoreLedger(t, e.host, before)
 			}
 			// As OPERATIONS.md says to after a restore; run twice, it
 			// lists the same.
@@ -873,7 +873,7 @@ func TestAnsweredBeforeCrashIsRecorded(t *testing.T) {
 	if code := d.Cmd.ProcessState.ExitCode(); code != probe.CrashExit {
 		t.Fatalf("the daemon exited %d, not at the injected crash", code)
 	}
-	if st := e.entry(t, id).State; answered(st) {
+	if st := e.entry(t, id).State; st.Answered() {
 		t.Fatalf("the crash came after the record (%s): the test did not test anything", st)
 	}
 	if err := e.client.Ack(out); err != nil {
@@ -1014,7 +1014,7 @@ func TestLostRecordOfARefusalKeepsItsAnswer(t *testing.T) {
 	}
 	testkit.WaitFor(t, 5*time.Second, "the ledger to record the denial", func() bool { return e.entry(t, id).State == ledger.StateRejected })
 	stopDaemon(d, context.Background())
-	restoreLedger(t, e.host, before)
+	testkit.RestoreLedger(t, e.host, before)
 	if rep, err := RepairLedger(e.host); err != nil || !slices.Contains(rep.Lost, "cloud-1/"+id) {
 		t.Fatalf("repair after the restore: %v, lost %v", err, rep.Lost)
 	}

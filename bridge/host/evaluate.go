@@ -36,10 +36,6 @@ type job struct {
 	args     map[string]string // the request's arguments as sent, once opened
 }
 
-// answered reports whether an entry has its answer: a final state, or
-// uncertain (which only a human moves on).
-func answered(s ledger.State) bool { return s.Terminal() || s == ledger.StateUncertain }
-
 // evaluate runs the pipeline for one request id: SPEC §8's checks, as the
 // steps of evaluation below. It is safe to call any number of times
 // (invariant 6): the ledger decides what happens. The caller owns the key;
@@ -107,7 +103,7 @@ func (e *evaluation) known() bool {
 		d.log.Error("ledger read", "key", e.key, "err", err)
 		return false
 	}
-	if e.exists && answered(ent.State) {
+	if e.exists && ent.State.Answered() {
 		if data, err := d.folder.ReadFile(e.mpath, bcrypto.KindRequest.MaxSize()); err == nil && bridge.SHA256Hex(data) != ent.ManifestSHA256 {
 			if req, err := bridge.OpenRequest(data, e.id, d.keys.check(e.agent, e.keys)); req != nil || err == nil {
 				d.refuseFile(e.mpath, fmt.Errorf("%w: %s was recorded with another manifest", bridge.ErrReplay, e.id))
@@ -202,7 +198,7 @@ func (e *evaluation) record() bool {
 	}
 	if !e.exists {
 		ent, ok := d.deliver(j, e.expires)
-		if !ok || answered(ent.State) {
+		if !ok || ent.State.Answered() {
 			return false // not recorded, or record-lost: held for a human
 		}
 		e.ent = ent

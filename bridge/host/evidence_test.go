@@ -2,9 +2,7 @@ package host
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -19,7 +17,6 @@ import (
 	"github.com/syncbridge/bridge/bridge/host/internal/testkit"
 	"github.com/syncbridge/bridge/bridge/ledger"
 	"github.com/syncbridge/bridge/bridge/operator"
-	"github.com/syncbridge/bridge/bridge/trust"
 )
 
 // The evidence a host finds of what it did with a request, when its ledger
@@ -728,7 +725,7 @@ func TestLostRerunKeepsTheUncertainAnswer(t *testing.T) {
 	e := newEdge(t)
 	id, out, d, env := e.uncertainBlock(t)
 	d.Stop(t, 1)
-	backup := backupLedger(t, e.host)
+	backup := testkit.BackupLedger(t, e.host)
 	// The rerun is ordered while its manifest is away, so it cannot start.
 	manifest := filepath.Join(e.toHost(), id+".manifest")
 	data, _ := os.ReadFile(manifest)
@@ -737,7 +734,7 @@ func TestLostRerunKeepsTheUncertainAnswer(t *testing.T) {
 		t.Fatal(err)
 	}
 	testkit.WaitFor(t, 5*time.Second, "the agent to hear of the rerun", func() bool { return e.client.RerunOrdered(out) })
-	restoreLedger(t, e.host, backup)
+	testkit.RestoreLedger(t, e.host, backup)
 	must(t, os.WriteFile(manifest, data, 0o644))
 	startDaemonProcess(t, e.pair, env...)
 	testkit.WaitFor(t, 10*time.Second, "the agent to hear that the rerun was lost", func() bool { return !e.client.RerunOrdered(out) })
@@ -810,7 +807,7 @@ func (e *edge) doneThenRestoredLedger(t *testing.T) (id string, env []string) {
 	env = []string{"RUNS=" + e.runs, "PATH=" + e.env["PATH"]}
 	d := startDaemonProcess(t, e.pair, env...)
 	d.Stop(t, 1)
-	backup := backupLedger(t, e.host)
+	backup := testkit.BackupLedger(t, e.host)
 	d = startDaemonProcess(t, e.pair, env...)
 	id = e.submit(t, "block")
 	if out := e.wait(t, id); out.Receipt.Status != bridge.StatusDone {
@@ -821,7 +818,7 @@ func (e *edge) doneThenRestoredLedger(t *testing.T) (id string, env []string) {
 	if data, err := os.ReadFile(e.host.Path(finishedName)); err != nil || !strings.Contains(string(data), id) {
 		t.Fatalf("the finished cache does not name the request: the test tests nothing (%v)", err)
 	}
-	restoreLedger(t, e.host, backup)
+	testkit.RestoreLedger(t, e.host, backup)
 	return id, env
 }
 
@@ -878,41 +875,4 @@ func TestFinishedCacheAloneKeepsARequestFromRunningAgain(t *testing.T) {
 		return en.State == ledger.StateUncertain && en.Reason == "record-lost"
 	})
 	e.wantStarts(t, "block", id, 1)
-}
-
-// ledgerFiles are the files of the host's ledger (ledger.db and the
-// archive of its terminal entries), as a backup of the home holds them.
-var ledgerFiles = []string{"ledger.db", "ledger.archive"}
-
-// backupLedger copies the ledger's files (the daemon stopped).
-func backupLedger(t *testing.T, h *trust.Home) map[string][]byte {
-	t.Helper()
-	b := map[string][]byte{}
-	for _, name := range ledgerFiles {
-		data, err := os.ReadFile(h.Path("ledger", name))
-		if err == nil {
-			b[name] = data
-		} else if !errors.Is(err, fs.ErrNotExist) {
-			t.Fatal(err)
-		}
-	}
-	if b["ledger.db"] == nil {
-		t.Fatal("no ledger to back up")
-	}
-	return b
-}
-
-// restoreLedger puts a backup of the ledger's files back: a file the
-// backup lacks is removed, and so is the record of checked bytes.
-func restoreLedger(t *testing.T, h *trust.Home, b map[string][]byte) {
-	t.Helper()
-	for _, name := range ledgerFiles {
-		p := h.Path("ledger", name)
-		if data, ok := b[name]; ok {
-			must(t, os.WriteFile(p, data, 0o600))
-		} else if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			t.Fatal(err)
-		}
-	}
-	os.Remove(h.Path("ledger", "ledger.db.checked"))
 }

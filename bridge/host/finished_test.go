@@ -37,6 +37,15 @@ func openedDaemon(t *testing.T, p *pair) *Daemon {
 // hashes to its turn; fnv32a must be FNV-1a exactly as hash/fnv computes
 // it, so that every key falls in one share and each is checked once every
 // `shares` rescans.
+// The system suites remove the finished cache by its name, as a SIGKILL
+// can leave it behind the ledger: the name they use is the daemon's.
+func TestFinishedCacheName(t *testing.T) {
+	t.Parallel()
+	if testkit.FinishedCache != finishedName {
+		t.Fatalf("testkit.FinishedCache is %q, the daemon's cache is %q", testkit.FinishedCache, finishedName)
+	}
+}
+
 func TestFinishedShareHash(t *testing.T) {
 	t.Parallel()
 	for i := range 1000 {

@@ -96,7 +96,7 @@ func TestGCCollectsAndForgets(t *testing.T) {
 	os.WriteFile(filepath.Join(p.toHost(), id+".payload"), payload, 0o644)
 	os.WriteFile(filepath.Join(p.toHost(), id+".manifest"), manifest, 0o644)
 	settleRescans(t, d)
-	if n := count(t, countFile, "run"); n != 1 {
+	if n := testkit.Count(t, countFile, "run"); n != 1 {
 		t.Fatalf("ran %d times", n)
 	}
 	if p.entry(t, id).ID != "" {

@@ -154,7 +154,7 @@ func TestUnusableLedgerStopsTheDaemon(t *testing.T) {
 	if _, err := os.Stat(db); !os.IsNotExist(err) {
 		t.Fatalf("the stopped daemon left a file at %s: %v", db, err)
 	}
-	if n := count(t, countFile, "run"); n != 0 {
+	if n := testkit.Count(t, countFile, "run"); n != 0 {
 		t.Fatalf("the op ran %d times with the ledger unusable", n)
 	}
 	if err := os.Rename(db+".away", db); err != nil {
@@ -164,7 +164,7 @@ func TestUnusableLedgerStopsTheDaemon(t *testing.T) {
 	if out := p.wait(t, s.ID); out.Receipt.Status != bridge.StatusDone {
 		t.Fatalf("after the restart: %s (%s)", out.Receipt.Status, out.Receipt.Detail)
 	}
-	if n := count(t, countFile, "run"); n != 1 {
+	if n := testkit.Count(t, countFile, "run"); n != 1 {
 		t.Fatalf("the op ran %d times, want once", n)
 	}
 }

@@ -84,16 +84,6 @@ func (p *pair) toAgent() string {
 	return filepath.Join(p.folder, bridge.ToAgentDir(p.host.Config.ID, p.agent.Config.ID))
 }
 
-func count(t *testing.T, path, word string) int {
-	n := 0
-	for _, l := range testkit.Lines(t, path) {
-		if l == word {
-			n++
-		}
-	}
-	return n
-}
-
 func (p *pair) entry(t *testing.T, id string) ledger.Entry {
 	t.Helper()
 	entries, err := operator.LedgerEntries(p.host)
@@ -228,7 +218,7 @@ func TestInvariant2CompleteMeansHashComplete(t *testing.T) {
 		if e := p.entry(t, id); e.State != ledger.StatePending || e.Runs != 0 {
 			t.Fatalf("step %d: state %s runs %d; want pending, 0", i, e.State, e.Runs)
 		}
-		if n := count(t, countFile, "run"); n != 0 {
+		if n := testkit.Count(t, countFile, "run"); n != 0 {
 			t.Fatalf("step %d: the op ran %d times on an incomplete payload", i, n)
 		}
 	}
@@ -236,8 +226,8 @@ func TestInvariant2CompleteMeansHashComplete(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := p.wait(t, id)
-	if out.Receipt.Status != bridge.StatusDone || count(t, countFile, "run") != 1 {
-		t.Fatalf("status %s, runs %d", out.Receipt.Status, count(t, countFile, "run"))
+	if out.Receipt.Status != bridge.StatusDone || testkit.Count(t, countFile, "run") != 1 {
+		t.Fatalf("status %s, runs %d", out.Receipt.Status, testkit.Count(t, countFile, "run"))
 	}
 }
 
@@ -322,7 +312,7 @@ func TestInvariant4IDRunsAtMostOnce(t *testing.T) {
 	os.WriteFile(filepath.Join(dir, id+".payload"), otherPayload, 0o644)
 	os.WriteFile(filepath.Join(dir, id+".manifest"), other, 0o644)
 	settleRescans(t, p.daemon)
-	if n := count(t, countFile, "run"); n != 1 {
+	if n := testkit.Count(t, countFile, "run"); n != 1 {
 		t.Fatalf("the op ran %d times", n)
 	}
 	if e := p.entry(t, id); e.State != ledger.StateDone || e.Runs != 1 {
@@ -378,7 +368,7 @@ func TestInvariant6ListingIsTheTruth(t *testing.T) {
 	wg.Wait()
 	p.wait(t, id)
 	settleRescans(t, p.daemon)
-	if n := count(t, countFile, "run"); n != 6 {
+	if n := testkit.Count(t, countFile, "run"); n != 6 {
 		t.Fatalf("6 requests ran %d times", n)
 	}
 }
@@ -528,7 +518,7 @@ func TestInvariant7NothingTrustedBeforeVerification(t *testing.T) {
 			t.Errorf("no refusal with a reason in the audit log for %s", id)
 		}
 	}
-	if n := count(t, countFile, "run"); n != 0 {
+	if n := testkit.Count(t, countFile, "run"); n != 0 {
 		t.Fatalf("a hostile file ran %d times", n)
 	}
 	if t.Failed() {
@@ -551,7 +541,7 @@ func TestInvariant9BadInputNeverStopsTheQueue(t *testing.T) {
 		}
 		hostileFiles(t, p)
 	}
-	if n := count(t, countFile, "run"); n != 0 {
+	if n := testkit.Count(t, countFile, "run"); n != 0 {
 		t.Fatalf("a hostile file ran %d times", n)
 	}
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/agent"
+	"github.com/syncbridge/bridge/bridge/host/internal/testkit"
 	"github.com/syncbridge/bridge/bridge/trust"
 )
 
@@ -61,7 +62,7 @@ func TestKeyedRetryFromRestoredAgentHome(t *testing.T) {
 	}
 	must(t, c.Ack(out))
 	settleRescans(t, p.daemon)
-	if n := count(t, countFile, "run"); n != 1 {
+	if n := testkit.Count(t, countFile, "run"); n != 1 {
 		t.Fatalf("the op ran %d times", n)
 	}
 }
@@ -101,7 +102,7 @@ func TestKeyedRetryRestoresAnOverwrittenManifest(t *testing.T) {
 				t.Fatalf("answer: %s (%s)", out.Receipt.Status, out.Receipt.Reason)
 			}
 			settleRescans(t, p.daemon)
-			if n := count(t, countFile, "run"); n != 1 {
+			if n := testkit.Count(t, countFile, "run"); n != 1 {
 				t.Fatalf("the op ran %d times", n)
 			}
 		})

@@ -296,7 +296,7 @@ func (d *Daemon) record(j *job, ev event, from ledger.State, resSHA string, rc b
 		if rc.Op != "" {
 			e.Op = rc.Op
 		}
-	}); errors.Is(err, ledger.ErrWrongState) && answered(cur.State) && cur.ResultSHA256 == resSHA {
+	}); errors.Is(err, ledger.ErrWrongState) && cur.State.Answered() && cur.ResultSHA256 == resSHA {
 		return nil // this very result was recorded meanwhile (one id has one result)
 	} else if err != nil {
 		return d.violation(j.key, ev, fmt.Errorf("a %s result is published, and the ledger refused to record it: %w", rc.Status, err))

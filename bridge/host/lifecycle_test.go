@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/syncbridge/bridge/bridge/host/internal/testkit"
 	"github.com/syncbridge/bridge/bridge/ledger"
 )
 
@@ -61,7 +62,7 @@ func TestLifecycleTableMatchesLedger(t *testing.T) {
 		// Only an answer may enter a state that is answered.
 		if !tr.answer {
 			for _, to := range tr.to {
-				if answered(to) {
+				if to.Answered() {
 					t.Errorf("%s enters %s without an answer", ev, to)
 				}
 			}
@@ -77,27 +78,26 @@ func TestDesignLifecycleTable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rowRE := regexp.MustCompile("(?m)^\\| `([a-z-]+)` \\| ([^|]+) \\| ([^|]+) \\| ([^|]+) \\| (.+) \\|$")
 	rows := map[event]bool{}
-	for _, m := range rowRE.FindAllStringSubmatch(string(doc), -1) {
-		ev := event(m[1])
+	for _, row := range testkit.LifecycleRows(doc) {
+		ev := event(row[0])
 		tr, ok := lifecycle[ev]
 		if !ok {
 			t.Errorf("DESIGN.md has a lifecycle row %q that the code does not", ev)
 			continue
 		}
 		rows[ev] = true
-		if got, want := states(m[2]), names(tr.from); !slices.Equal(got, want) {
+		if got, want := states(row[1]), names(tr.from); !slices.Equal(got, want) {
 			t.Errorf("DESIGN.md row %s: from %v, the code says %v", ev, got, want)
 		}
 		if ev == evAdopt {
-			if !strings.Contains(m[3], "sealed") {
-				t.Errorf("DESIGN.md row adopt: to %q, want the sealed result's state", m[3])
+			if !strings.Contains(row[2], "sealed") {
+				t.Errorf("DESIGN.md row adopt: to %q, want the sealed result's state", row[2])
 			}
-		} else if got, want := states(m[3]), names(tr.to); !slices.Equal(got, want) {
+		} else if got, want := states(row[2]), names(tr.to); !slices.Equal(got, want) {
 			t.Errorf("DESIGN.md row %s: to %v, the code says %v", ev, got, want)
 		}
-		if !strings.Contains(m[5], "`Test") && !strings.Contains(m[5], "`cmd/bridge/testdata/") {
+		if !strings.Contains(row[4], "`Test") && !strings.Contains(row[4], "`cmd/bridge/testdata/") {
 			t.Errorf("DESIGN.md row %s names no test", ev)
 		}
 	}

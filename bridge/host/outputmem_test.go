@@ -69,7 +69,7 @@ func TestOutputMemoryBounded(t *testing.T) {
 	want := sha256.Sum256([]byte(strings.Repeat("x", bigOutput)))
 	limit := int64(2*bigOutput + 64<<20)
 	t.Logf("daemon peak RSS %d MiB for %d MiB of output", hostPeak>>20, bigOutput>>20)
-	if raceOn {
+	if testkit.RaceOn {
 		// The race detector's shadow memory scales with the heap: the
 		// bound is for real builds. The flow still runs.
 		limit = 1 << 62

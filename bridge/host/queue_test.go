@@ -8,6 +8,7 @@ import (
 
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/agent"
+	"github.com/syncbridge/bridge/bridge/host/internal/testkit"
 	"github.com/syncbridge/bridge/bridge/ledger"
 )
 
@@ -63,7 +64,7 @@ concurrency = 1
 		// full for seconds: a bound never reached shows nothing.
 		t.Fatalf("at most %d requests were claimed at once; the bound %d was never reached", most, 1+waiting)
 	}
-	if runs := count(t, countFile, "run"); runs != n {
+	if runs := testkit.Count(t, countFile, "run"); runs != n {
 		t.Fatalf("%d runs for %d requests", runs, n)
 	}
 	for _, id := range ids {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/agent"
+	"github.com/syncbridge/bridge/bridge/host/internal/testkit"
 	"github.com/syncbridge/bridge/bridge/ledger"
 )
 
@@ -25,7 +26,7 @@ func TestMaxQueueAgeAnsweredAtItsDeadline(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(10 * time.Second); count(t, countFile, "started") == 0; time.Sleep(50 * time.Millisecond) {
+	for deadline := time.Now().Add(10 * time.Second); testkit.Count(t, countFile, "started") == 0; time.Sleep(50 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the first request never started")
 		}
@@ -49,7 +50,7 @@ func TestMaxQueueAgeAnsweredAtItsDeadline(t *testing.T) {
 	if st := p.entry(t, first.ID).State; st != ledger.StateRunning {
 		t.Fatalf("the first request is %s, want still running", st)
 	}
-	if n := count(t, countFile, "started"); n != 1 {
+	if n := testkit.Count(t, countFile, "started"); n != 1 {
 		t.Fatalf("started %d times, want once (the expired request never ran)", n)
 	}
 	if err := p.client.Cancel(first.ID); err != nil { // so the daemon stops at once

@@ -65,13 +65,13 @@ ops = ["happened", "nothappened", "unknown"]
 	if o := outs["unknown"]; o.Receipt.Status != bridge.StatusUncertain {
 		t.Errorf("no reconcile command: %s (%s)", o.Receipt.Status, o.Receipt.Reason)
 	}
-	if n := count(t, countFile, "happened-"+ids["happened"]); n != 1 {
+	if n := testkit.Count(t, countFile, "happened-"+ids["happened"]); n != 1 {
 		t.Errorf("the op whose reconcile said it happened ran %d times", n)
 	}
-	if n := count(t, countFile, "nothappened-"+ids["nothappened"]); n != 2 {
+	if n := testkit.Count(t, countFile, "nothappened-"+ids["nothappened"]); n != 2 {
 		t.Errorf("the op whose reconcile said it did not happen ran %d times, want 2 (once more)", n)
 	}
-	if n := count(t, countFile, "unknown-"+ids["unknown"]); n != 1 {
+	if n := testkit.Count(t, countFile, "unknown-"+ids["unknown"]); n != 1 {
 		t.Errorf("the op without reconcile ran %d times", n)
 	}
 	testkit.WaitFor(t, 5*time.Second, "the ledger to settle", func() bool { return p.entry(t, ids["nothappened"]).State == ledger.StateDone })
@@ -106,13 +106,13 @@ ops = ["checked"]
 		t.Fatal(err)
 	}
 	crashed := startDaemonProcess(t, p, "COUNT_FILE="+countFile)
-	testkit.WaitFor(t, 15*time.Second, "the op to start", func() bool { return count(t, countFile, "run-"+s.ID) == 1 })
+	testkit.WaitFor(t, 15*time.Second, "the op to start", func() bool { return testkit.Count(t, countFile, "run-"+s.ID) == 1 })
 	crashed.Kill()
 	must(t, os.Remove(countFile+".block"))
 	must(t, os.WriteFile(countFile+".hold", nil, 0o644))
 	d := runDaemon(t, p.host, DaemonOptions{Rescan: 500 * time.Millisecond, Grace: 100 * time.Millisecond,
 		Env: envWith(map[string]string{"COUNT_FILE": countFile})})
-	testkit.WaitFor(t, 15*time.Second, "the reconcile command to run", func() bool { return count(t, countFile, "check") == 1 })
+	testkit.WaitFor(t, 15*time.Second, "the reconcile command to run", func() bool { return testkit.Count(t, countFile, "check") == 1 })
 	closed := stopWithin(d, time.Minute)
 	p.eventuallyStamp(t, "said draining", func(st *bridge.LivenessStamp) bool { return st.State == bridge.LivenessDraining })
 	must(t, os.Remove(countFile+".hold"))
@@ -127,7 +127,7 @@ ops = ["checked"]
 	if out.Receipt.Status != bridge.StatusDone || out.Receipt.Reason != "reconciled" {
 		t.Errorf("answer: %s (%s), want done (reconciled)", out.Receipt.Status, out.Receipt.Reason)
 	}
-	if n := count(t, countFile, "run-"+s.ID); n != 1 {
+	if n := testkit.Count(t, countFile, "run-"+s.ID); n != 1 {
 		t.Errorf("the op ran %d times", n)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/syncbridge/bridge/bridge"
+	"github.com/syncbridge/bridge/bridge/host/internal/testkit"
 	"github.com/syncbridge/bridge/bridge/policy"
 	"github.com/syncbridge/bridge/bridge/runner"
 )
@@ -118,7 +119,7 @@ func TestRedactNeedlesNeverSkipAMatch(t *testing.T) {
 	alphabet := "ghpousr_thubaitkAKISzxbB-eEr :/@.=~+-----BEGIN PRIVATE KEY-----\n\tbearer BEARER 0123456789abcdefXYZ"
 	rng := rand.New(rand.NewPCG(1, 2))
 	texts := 20000
-	if raceOn {
+	if testkit.RaceOn {
 		texts = 2000
 	}
 	for i := 0; i < texts; i++ {
@@ -195,7 +196,7 @@ func TestRedactPerLineFindsWhatTheWholeTextDoes(t *testing.T) {
 	// regexp's other engine than a short line's.
 	filler := strings.Repeat("ok  \tgithub.com/example/pkg\t0.012s\n", 200)
 	texts, long := 20000, 100
-	if raceOn {
+	if testkit.RaceOn {
 		// The race detector makes regexp some ten times slower, and this
 		// test ran 90 s beside the others there; test.sh runs all of them
 		// without it.
@@ -246,7 +247,7 @@ func TestRedactPerLineFindsWhatTheWholeTextDoes(t *testing.T) {
 func TestRedactDenseNeedlesStayCheap(t *testing.T) {
 	r := newRedactor(policy.Redaction{Enabled: true})
 	lines := 1 << 18
-	if raceOn {
+	if testkit.RaceOn {
 		lines = 1 << 15
 	}
 	for _, line := range []string{"sk-\n", "://\n", "ghp_\n", "bearer\n", "sk-\n" + strings.Repeat("x", 300) + "\n"} {

@@ -36,7 +36,7 @@ func testSettledResultCollectedAfterAck(t *testing.T, serving bool) {
 		t.Fatal(err)
 	}
 	d := startDaemonProcess(t, p, env)
-	testkit.WaitFor(t, 15*time.Second, "the op to start", func() bool { return count(t, countFile, "once-started") == 1 })
+	testkit.WaitFor(t, 15*time.Second, "the op to start", func() bool { return testkit.Count(t, countFile, "once-started") == 1 })
 	d.Kill()
 	d = startDaemonProcess(t, p, env)
 	uncertain := p.wait(t, s.ID)

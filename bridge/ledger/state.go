@@ -85,6 +85,10 @@ func (s State) Terminal() bool {
 	return false
 }
 
+// Answered reports whether an entry in state s has its answer: a final
+// state, or uncertain (which only a human moves on).
+func (s State) Answered() bool { return s.Terminal() || s == StateUncertain }
+
 // InFlight reports whether s is claimed or running: an entry a crash may have
 // interrupted, which start-up recovery must look at.
 func (s State) InFlight() bool {

@@ -2,8 +2,10 @@ package systest
 
 import (
 	"context"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -12,11 +14,16 @@ import (
 	"github.com/syncbridge/bridge/bridge/host"
 	"github.com/syncbridge/bridge/bridge/host/internal/probe"
 	"github.com/syncbridge/bridge/bridge/host/internal/testkit"
+	"github.com/syncbridge/bridge/bridge/ledger"
 	"github.com/syncbridge/bridge/bridge/trust"
 )
 
 func TestMain(m *testing.M) {
-	probe.New = func() *probe.Probe { return &probe.Probe{} }
+	probe.New = func(home string) *probe.Probe {
+		p := &probe.Probe{}
+		probes.Store(home, p)
+		return p
+	}
 	host.RunnerMain()
 	if home := os.Getenv(testkit.ServeEnv); home != "" {
 		os.Exit(testkit.Serve(home, func(h *trust.Home, o testkit.ServeOptions) (testkit.Daemon, error) {
@@ -24,7 +31,21 @@ func TestMain(m *testing.M) {
 				ApprovalTTL: o.ApprovalTTL, PendingTimeout: o.PendingTimeout, Skew: o.Skew, Logger: o.Logger})
 		}))
 	}
+	testkit.ParallelByDefault(map[bool]int{false: 12, true: 8}[testkit.RaceOn])
 	os.Exit(m.Run())
+}
+
+// probes holds the probe of the last daemon made for each host home (by
+// its directory): what the simulator reads of its daemon's ledger.
+var probes sync.Map
+
+// probeOf is the probe of home's daemon.
+func probeOf(t testing.TB, home *trust.Home) *probe.Probe {
+	p, ok := probes.Load(home.Dir)
+	if !ok {
+		t.Fatalf("no daemon was made for %s", home.Dir)
+	}
+	return p.(*probe.Probe)
 }
 
 // pair is a host home and an agent home on two folders a real sync client
@@ -33,7 +54,69 @@ type pair struct {
 	folder, hostHome, agentHome string
 	host, agent                 *trust.Home
 	client                      *agent.Client
-	logs                        *testkit.LockedBuffer // the log of an in-process daemon, for a failed wait
+	logs                        *testkit.LockedBuffer // the log of start's daemon, for a failed wait
+	skew                        time.Duration         // for the daemons of start and startCrashProc; 0: the default
+	halt                        func(context.Context) // stops start's daemon (nil: none runs)
+}
+
+// newPair is a host and an agent on one local folder, trusting each other,
+// the host with policyText.
+func newPair(t *testing.T, policyText string) *pair {
+	t.Helper()
+	base := t.TempDir()
+	p := &pair{hostHome: filepath.Join(base, "host"), agentHome: filepath.Join(base, "agent")}
+	p.folder, p.host = testkit.InitHost(t, base, policyText)
+	p.agent, p.client = testkit.InitAgent(t, p.host, p.agentHome, "cloud-1")
+	if _, err := p.host.Trust(p.agent.BundleText(), "cloud-1"); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// start runs p's host daemon in this process, its ops' environment this
+// process's with env's overrides, until stop or the test's end.
+func (p *pair) start(t *testing.T, env map[string]string) {
+	t.Helper()
+	if p.logs == nil {
+		p.logs = &testkit.LockedBuffer{}
+	}
+	p.halt = runDaemon(t, p.host, host.DaemonOptions{Rescan: 500 * time.Millisecond, Grace: 200 * time.Millisecond, Skew: p.skew,
+		Logger: slog.New(slog.NewTextHandler(p.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Env: func(k string) (string, bool) {
+			if v, ok := env[k]; ok {
+				return v, true
+			}
+			return os.LookupEnv(k)
+		}})
+}
+
+// stop stops start's daemon, as a signal stops `bridge serve`.
+func (p *pair) stop(*testing.T) {
+	if p.halt == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	p.halt(ctx)
+	p.halt = nil
+}
+
+// wait waits up to 20 s for id's answer.
+func (p *pair) wait(t *testing.T, id string) *agent.Outcome {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	out, err := p.client.Wait(ctx, id, nil)
+	if err != nil {
+		t.Fatalf("wait %s: %v\n%s", id, err, p.waitFailed(id))
+	}
+	return out
+}
+
+// entry is id's ledger entry, read beside the daemon.
+func (p *pair) entry(t *testing.T, id string) ledger.Entry {
+	t.Helper()
+	return testkit.Entry(t, p.host, id)
 }
 
 func (p *pair) toHost() string {

@@ -11,12 +11,15 @@ package probe
 
 import (
 	"fmt"
+
+	"github.com/syncbridge/bridge/bridge/ledger"
 	"strings"
 	"sync/atomic"
 )
 
-// New makes a daemon's probe; set only by a test binary's TestMain.
-var New func() *Probe
+// New makes the probe of a daemon of the host home at home; set only by a
+// test binary's TestMain.
+var New func(home string) *Probe
 
 // A Probe belongs to one daemon.
 type Probe struct {
@@ -31,6 +34,9 @@ type Probe struct {
 	// Opened runs once Open has loaded the trusted agents, before the
 	// control loop starts watching the home: a test pairs an agent there.
 	Opened func()
+	// Entries, set by the daemon's Open, lists its ledger as the daemon
+	// holds it (what its file shows may lag behind: lazy writes).
+	Entries func() ([]ledger.Entry, error)
 
 	crashCount atomic.Int64
 	counts     [tallies]atomic.Int64

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
@@ -108,4 +109,42 @@ func WaitFailed(logs *LockedBuffer, id string, dirs ...string) string {
 		}
 	}
 	return b.String()
+}
+
+// InitHost makes a host home "laptop" at base/host on a new folder
+// base/folder, with policyText as its policy.
+func InitHost(t testing.TB, base, policyText string) (folder string, host *trust.Home) {
+	t.Helper()
+	folder = filepath.Join(base, "folder")
+	if err := os.Mkdir(folder, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	host, err := trust.InitHome(filepath.Join(base, "host"), "host", "laptop", folder)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(host.Path(trust.PolicyName), []byte(policyText), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return folder, host
+}
+
+// InitAgent makes an agent home called name at dir on host's folder,
+// trusting host (which does not trust it yet), and opens its client until
+// the test ends.
+func InitAgent(t testing.TB, host *trust.Home, dir, name string) (*trust.Home, *agent.Client) {
+	t.Helper()
+	a, err := trust.InitHome(dir, "agent", name, host.Config.Folder)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Trust(host.BundleText(), "laptop"); err != nil {
+		t.Fatal(err)
+	}
+	c, err := agent.OpenClient(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return a, c
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/host/internal/probe"
 	"github.com/syncbridge/bridge/bridge/trust"
+	"github.com/syncbridge/bridge/syncsafe"
 )
 
 // ServeEnv makes the test binary act as `bridge serve` for the home it
@@ -69,7 +70,7 @@ func Serve(home string, newDaemon func(*trust.Home, ServeOptions) (Daemon, error
 	// Only this process's daemon reads the crash step from the
 	// environment: a daemon the tests make in process never does.
 	var pr *probe.Probe
-	probe.New = func() *probe.Probe {
+	probe.New = func(string) *probe.Probe {
 		pr = &probe.Probe{CrashAt: os.Getenv("BRIDGE_TEST_CRASH_AT"), PowerCut: os.Getenv("BRIDGE_TEST_POWER_CUT") != ""}
 		if events != nil {
 			pr.OnEvent = func(ev string) { events.Write([]byte(ev + "\n")) }
@@ -132,6 +133,7 @@ type Process struct {
 	Cmd     *exec.Cmd
 	Log     *os.File      // its stderr: the daemon's debug log
 	Done    chan struct{} // closed once the process exited (and was reaped)
+	ready   chan struct{} // closed once it said it serves
 	rescans atomic.Int64  // full rescans the process dispatched so far
 }
 
@@ -151,6 +153,43 @@ func Start(t testing.TB, hostHome string, env ...string) *Process {
 // crashOK, a process that exited at an injected crash before it was ready
 // (the start-up scan can reach the step first) is returned as started.
 func Launch(t testing.TB, hostHome string, crashOK bool, env ...string) (*Process, error) {
+	d, err := spawn(t, hostHome, env...)
+	if err != nil {
+		return nil, err
+	}
+	select {
+	case <-d.ready:
+	case <-d.Done:
+		select {
+		case <-d.ready: // it served, then exited
+			return d, nil
+		default:
+		}
+		if crashOK && d.Cmd.ProcessState.ExitCode() == probe.CrashExit {
+			return d, nil
+		}
+		return nil, fmt.Errorf("daemon process did not start (%v):\n%s%s", d.Cmd.ProcessState, d.LogText(), lockHolders(filepath.Join(hostHome, "serve.lock")))
+	case <-time.After(15 * time.Second):
+		d.Kill()
+		return nil, errors.New("daemon process did not get ready")
+	}
+	return d, nil
+}
+
+// StartCrashing starts a daemon process that is to exit at the crash step
+// at (BRIDGE_TEST_CRASH_AT), without waiting for it to be ready: the crash
+// may come first (WaitReady, WaitCrash).
+func StartCrashing(t testing.TB, hostHome, at string, env ...string) *Process {
+	t.Helper()
+	d, err := spawn(t, hostHome, append([]string{"BRIDGE_TEST_CRASH_AT=" + at}, env...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// spawn starts the process; it is killed when the test ends.
+func spawn(t testing.TB, hostHome string, env ...string) (*Process, error) {
 	logf, err := os.OpenFile(filepath.Join(t.TempDir(), "serve.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, err
@@ -162,13 +201,12 @@ func Launch(t testing.TB, hostHome string, crashOK bool, env ...string) (*Proces
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	ready := make(chan bool, 1)
-	d := &Process{Cmd: cmd, Log: logf, Done: make(chan struct{})}
+	d := &Process{Cmd: cmd, Log: logf, Done: make(chan struct{}), ready: make(chan struct{})}
 	go func() {
 		sc := bufio.NewScanner(out)
 		for sc.Scan() {
 			if sc.Text() == "ready" {
-				ready <- true
+				close(d.ready)
 			}
 			if n, ok := strings.CutPrefix(sc.Text(), "rescans "); ok {
 				if v, err := strconv.ParseInt(n, 10, 64); err == nil {
@@ -176,25 +214,61 @@ func Launch(t testing.TB, hostHome string, crashOK bool, env ...string) (*Proces
 				}
 			}
 		}
-		ready <- false
 	}()
 	go func() { cmd.Wait(); close(d.Done) }()
-	select {
-	case ok := <-ready:
-		if !ok {
-			<-d.Done
-			if crashOK && cmd.ProcessState.ExitCode() == probe.CrashExit {
-				return d, nil
-			}
-			b, _ := os.ReadFile(logf.Name())
-			return nil, fmt.Errorf("daemon process did not start (%v):\n%s%s", cmd.ProcessState, b, lockHolders(filepath.Join(hostHome, "serve.lock")))
-		}
-	case <-time.After(15 * time.Second):
-		d.Kill()
-		return nil, errors.New("daemon process did not get ready")
-	}
 	t.Cleanup(func() { d.Kill() })
 	return d, nil
+}
+
+// WaitReady waits until the daemon holds its lock and serves.
+func (d *Process) WaitReady(t testing.TB) {
+	t.Helper()
+	select {
+	case <-d.ready:
+	case <-d.Done:
+		t.Fatalf("the daemon exited before it was ready (%v):\n%s", d.Cmd.ProcessState, d.LogText())
+	case <-time.After(20 * time.Second):
+		t.Fatalf("the daemon did not get ready:\n%s", d.LogText())
+	}
+}
+
+// WaitCrash waits for the injected crash at step at: exit status
+// probe.CrashExit, and no data race reported on the way.
+func (d *Process) WaitCrash(t testing.TB, at string) {
+	t.Helper()
+	select {
+	case <-d.Done:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("the daemon did not crash at %q within 20s (step not reached?):\n%s", at, d.LogText())
+	}
+	if code := d.Cmd.ProcessState.ExitCode(); code != probe.CrashExit {
+		t.Fatalf("the daemon exited with %d, want %d (crash at %q):\n%s", code, probe.CrashExit, at, d.LogText())
+	}
+	// os.Exit skips the race detector's exit report; its warnings are in
+	// the log as they happen.
+	if log := d.LogText(); strings.Contains(log, "DATA RACE") {
+		t.Fatalf("the daemon process reported a data race:\n%s", log)
+	}
+}
+
+// LogText is the daemon's log so far.
+func (d *Process) LogText() string {
+	b, _ := os.ReadFile(d.Log.Name())
+	return string(b)
+}
+
+// WaitLockFree waits until a crashed daemon's lock on home is released: the
+// kernel releases it when the last descriptor of the dead process's lock
+// file closes, which on a loaded machine can lag its exit status.
+func WaitLockFree(t testing.TB, home *trust.Home) {
+	t.Helper()
+	WaitFor(t, 10*time.Second, "the crashed daemon's lock to be released", func() bool {
+		l, err := syncsafe.Lock(home.Path("serve.lock"))
+		if err == nil {
+			l.Unlock()
+		}
+		return err == nil
+	})
 }
 
 // lockHolders names the processes that have file open, for a lock that

@@ -11,9 +11,12 @@ package testkit
 import (
 	"bytes"
 	"errors"
+	"flag"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -77,5 +80,56 @@ func PlantFile(t testing.TB, scratch, dst string, data []byte, mtime time.Time) 
 	}
 	if err := os.Rename(tmp, dst); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Count is how many of the words of the file at path are word: how many
+// times a test op appended it.
+func Count(t testing.TB, path, word string) int {
+	n := 0
+	for _, l := range Lines(t, path) {
+		if l == word {
+			n++
+		}
+	}
+	return n
+}
+
+// OpChildren lists the pids that the children of request id's op recorded
+// (countFile.ID.children, one a line).
+func OpChildren(t testing.TB, countFile, id string) []int {
+	t.Helper()
+	var pids []int
+	for _, l := range Lines(t, countFile+"."+id+".children") {
+		if n, err := strconv.Atoi(l); err == nil {
+			pids = append(pids, n)
+		}
+	}
+	return pids
+}
+
+// Alive reports whether pid is a live process (not a zombie).
+func Alive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	f := bytes.Fields(b[bytes.LastIndexByte(b, ')')+1:])
+	return len(f) > 0 && f[0][0] != 'Z' && f[0][0] != 'X'
+}
+
+// ParallelByDefault runs up to n tests at once unless -test.parallel says
+// otherwise; a TestMain calls it before m.Run. The host's tests mostly wait
+// (on daemons, their processes, the folder's events), a fraction of a core
+// each even under the race detector: run GOMAXPROCS at a time, as go test
+// does by default, a 2-core machine would sit idle most of a package's run. Without the race detector 12
+// at a time (about 0.9 of a core: `go test -short` of bridge/host went
+// from 37 s to 31 s); under it 8, each test's CPU being several times more.
+func ParallelByDefault(n int) {
+	flag.Parse()
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
+	if !set {
+		flag.Set("test.parallel", strconv.Itoa(n))
 	}
 }

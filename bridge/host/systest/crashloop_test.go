@@ -1,14 +1,11 @@
-package host
+package systest
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -19,11 +16,10 @@ import (
 
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/agent"
-	"github.com/syncbridge/bridge/bridge/host/internal/probe"
+	"github.com/syncbridge/bridge/bridge/host"
 	"github.com/syncbridge/bridge/bridge/host/internal/testkit"
 	"github.com/syncbridge/bridge/bridge/ledger"
 	"github.com/syncbridge/bridge/bridge/operator"
-	"github.com/syncbridge/bridge/syncsafe"
 )
 
 // crashLoopPolicy's ops append "start-<id>" and "end-<id>" to COUNT_FILE,
@@ -164,120 +160,30 @@ func wantAfterCrash(step string, op crashOp) crashWant {
 	return w
 }
 
-// crashProc is the test binary run as `bridge serve` with a crash step set.
-type crashProc struct {
-	cmd    *exec.Cmd
-	log    string
-	ready  chan struct{}
-	exited chan struct{}
-}
+// Crash-injection steps, in pipeline order (DESIGN §4).
+var crashSteps = []string{"claimed", "running", "mid-run", "published-output", "published", "staged", "gc"}
 
-func startCrashProc(t *testing.T, p *pair, at, countFile string) *crashProc {
+// startCrashProc starts a daemon process that exits at step at ("": none),
+// its ops counting in countFile.
+func startCrashProc(t *testing.T, p *pair, at, countFile string) *testkit.Process {
 	t.Helper()
-	c := &crashProc{log: filepath.Join(t.TempDir(), "serve.log"), ready: make(chan struct{}), exited: make(chan struct{})}
-	logf, err := os.Create(c.log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer logf.Close()
-	r, w, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.cmd = exec.Command(os.Args[0], "-test.run=^$")
-	c.cmd.Env = append(os.Environ(), testkit.ServeEnv+"="+p.hostHome, "BRIDGE_TEST_CRASH_AT="+at, "COUNT_FILE="+countFile)
+	env := []string{"COUNT_FILE=" + countFile}
 	if p.skew > 0 {
-		c.cmd.Env = append(c.cmd.Env, "BRIDGE_TEST_SKEW="+p.skew.String())
+		env = append(env, "BRIDGE_TEST_SKEW="+p.skew.String())
 	}
-	c.cmd.Stdout, c.cmd.Stderr = w, logf
-	err = c.cmd.Start()
-	w.Close()
-	if err != nil {
-		r.Close()
-		t.Fatal(err)
-	}
-	go func() {
-		defer r.Close()
-		sc := bufio.NewScanner(r)
-		for sc.Scan() {
-			if sc.Text() == "ready" {
-				close(c.ready)
-				break
-			}
-		}
-		io.Copy(io.Discard, r)
-	}()
-	go func() { c.cmd.Wait(); close(c.exited) }()
-	t.Cleanup(func() {
-		select {
-		case <-c.exited:
-		default:
-			c.cmd.Process.Kill()
-			<-c.exited
-		}
-	})
-	return c
-}
-
-// waitReady waits until the daemon holds its lock and serves.
-func (c *crashProc) waitReady(t *testing.T) {
-	t.Helper()
-	select {
-	case <-c.ready:
-	case <-c.exited:
-		t.Fatalf("the daemon exited before it was ready (%v):\n%s", c.cmd.ProcessState, c.logText())
-	case <-time.After(20 * time.Second):
-		t.Fatalf("the daemon did not get ready:\n%s", c.logText())
-	}
-}
-
-// waitCrash waits for the injected crash: exit status 86.
-func (c *crashProc) waitCrash(t *testing.T, at string) {
-	t.Helper()
-	select {
-	case <-c.exited:
-	case <-time.After(20 * time.Second):
-		t.Fatalf("the daemon did not crash at %q within 20s (step not reached?):\n%s", at, c.logText())
-	}
-	if code := c.cmd.ProcessState.ExitCode(); code != probe.CrashExit {
-		t.Fatalf("the daemon exited with %d, want %d (crash at %q):\n%s", code, probe.CrashExit, at, c.logText())
-	}
-	// os.Exit skips the race detector's exit report; its warnings are in
-	// the log as they happen.
-	if log := c.logText(); strings.Contains(log, "DATA RACE") {
-		t.Fatalf("the daemon process reported a data race:\n%s", log)
-	}
-}
-
-func (c *crashProc) logText() string {
-	b, _ := os.ReadFile(c.log)
-	return string(b)
-}
-
-// waitLockFree waits until the crashed daemon's lock is released: the
-// kernel releases it when the last descriptor of the dead process's lock
-// file closes, which on a loaded machine can lag its exit status.
-func (p *pair) waitLockFree(t *testing.T) {
-	t.Helper()
-	testkit.WaitFor(t, 10*time.Second, "the crashed daemon's lock to be released", func() bool {
-		l, err := syncsafe.Lock(p.host.Path("serve.lock"))
-		if err == nil {
-			l.Unlock()
-		}
-		return err == nil
-	})
+	return testkit.StartCrashing(t, p.hostHome, at, env...)
 }
 
 // crashAuditEvents returns the host audit log's events of one request.
-func crashAuditEvents(t *testing.T, p *pair, id, event string) []AuditEvent {
+func crashAuditEvents(t *testing.T, p *pair, id, event string) []host.AuditEvent {
 	t.Helper()
 	data, err := os.ReadFile(p.host.Path("audit.log"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out []AuditEvent
+	var out []host.AuditEvent
 	for _, line := range bytes.Split(data, []byte("\n")) {
-		var e AuditEvent
+		var e host.AuditEvent
 		if len(line) == 0 || json.Unmarshal(line, &e) != nil {
 			continue
 		}
@@ -400,13 +306,13 @@ func crashInPipeline(t *testing.T, p *pair, at string, op crashOp, countFile str
 	}
 	id := s.ID
 	c := startCrashProc(t, p, at, countFile)
-	c.waitCrash(t, at)
+	c.WaitCrash(t, at)
 	want := wantAfterCrash(at, op)
 
 	// What the crash left.
 	crashed := p.entry(t, id)
 	if crashed.State != want.crashedState {
-		t.Fatalf("after the crash the ledger holds %s, want %s:\n%s", crashed.State, want.crashedState, c.logText())
+		t.Fatalf("after the crash the ledger holds %s, want %s:\n%s", crashed.State, want.crashedState, c.LogText())
 	}
 	staged, _ := os.ReadFile(p.host.Path("results", p.agent.Config.ID, id+"."+bridge.ExtResult))
 	left := crashFolderFiles(t, p, id)
@@ -461,13 +367,13 @@ func crashInPipeline(t *testing.T, p *pair, at string, op crashOp, countFile str
 	// kernel releases it when the last descriptor of the dead process's
 	// lock file closes, which on a loaded machine can lag its exit status
 	// (seen once in CI: "locked by another process" at once after it).
-	p.waitLockFree(t)
+	testkit.WaitLockFree(t, p.host)
 	p.start(t, map[string]string{"COUNT_FILE": countFile})
 	out := p.wait(t, id)
 	if op.child {
 		// Never an answer while a process of the run lives.
-		for _, pid := range opChildren(t, countFile, id) {
-			if alive(pid) {
+		for _, pid := range testkit.OpChildren(t, countFile, id) {
+			if testkit.Alive(pid) {
 				syscall.Kill(pid, syscall.SIGKILL)
 				t.Fatalf("answered %s while a child (%d) of a run lived", out.Receipt.Status, pid)
 			}
@@ -505,14 +411,14 @@ func crashInPipeline(t *testing.T, p *pair, at string, op crashOp, countFile str
 	if published != nil && !bytes.Equal(out.Manifest, published) {
 		t.Error("the result published before the crash was replaced by another")
 	}
-	starts, ends := count(t, countFile, "start-"+id), count(t, countFile, "end-"+id)
+	starts, ends := testkit.Count(t, countFile, "start-"+id), testkit.Count(t, countFile, "end-"+id)
 	if starts < want.startsMin || starts > want.startsMax || ends != want.ends {
 		t.Errorf("the op started %d and finished %d times; want %d..%d and %d", starts, ends, want.startsMin, want.startsMax, want.ends)
 	}
 	e := p.entry(t, id)
-	if e.State != statusState[want.status] || e.ResultSHA256 != bridge.SHA256Hex(out.Manifest) || e.Runs != want.runs {
+	if e.State != ledger.State(want.status) || e.ResultSHA256 != bridge.SHA256Hex(out.Manifest) || e.Runs != want.runs {
 		t.Errorf("ledger: %s result %.12s runs %d; want %s result %.12s runs %d", e.State, e.ResultSHA256, e.Runs,
-			statusState[want.status], bridge.SHA256Hex(out.Manifest), want.runs)
+			ledger.State(want.status), bridge.SHA256Hex(out.Manifest), want.runs)
 	}
 	if files := crashFolderFiles(t, p, id); strings.Join(files, " ") != id+"."+bridge.ExtOutput+" "+id+"."+bridge.ExtResult {
 		t.Errorf("the folder holds %q for the request, want its one result pair", files)
@@ -593,11 +499,11 @@ func crashInGC(t *testing.T, p *pair, at string, op crashOp, countFile string) s
 	}
 
 	c := startCrashProc(t, p, at, countFile)
-	c.waitReady(t)
-	if _, err := GC(p.host, GCOptions{Grace: time.Nanosecond}); !errors.Is(err, operator.ErrQueued) {
+	c.WaitReady(t)
+	if _, err := host.GC(p.host, host.GCOptions{Grace: time.Nanosecond}); !errors.Is(err, operator.ErrQueued) {
 		t.Fatalf("gc beside a running daemon: %v, want operator.ErrQueued", err)
 	}
-	c.waitCrash(t, at)
+	c.WaitCrash(t, at)
 	left := crashFolderFiles(t, p, id)
 	wantLeft := []string{id + "." + bridge.ExtResult} // the output goes first, the manifest last
 	if at == "gc#2" {
@@ -608,7 +514,7 @@ func crashInGC(t *testing.T, p *pair, at string, op crashOp, countFile string) s
 	}
 
 	p.start(t, map[string]string{"COUNT_FILE": countFile})
-	if _, err := GC(p.host, GCOptions{Grace: time.Nanosecond}); !errors.Is(err, operator.ErrQueued) {
+	if _, err := host.GC(p.host, host.GCOptions{Grace: time.Nanosecond}); !errors.Is(err, operator.ErrQueued) {
 		t.Fatalf("gc beside a running daemon: %v, want operator.ErrQueued", err)
 	}
 	deadline := time.Now().Add(5 * time.Second)
@@ -627,13 +533,13 @@ func crashInGC(t *testing.T, p *pair, at string, op crashOp, countFile string) s
 	if res, err := p.client.Result(id); err != nil || res.Receipt.Status != want.status {
 		t.Errorf("the agent's kept result after gc: %v", err)
 	}
-	starts, ends := count(t, countFile, "start-"+id), count(t, countFile, "end-"+id)
+	starts, ends := testkit.Count(t, countFile, "start-"+id), testkit.Count(t, countFile, "end-"+id)
 	if starts != want.startsMin || ends != want.ends {
 		t.Errorf("the op started %d and finished %d times; want %d and %d", starts, ends, want.startsMin, want.ends)
 	}
 	// The request expired: a collection that finds its result gone also
 	// forgets its entry; until then the entry keeps its result.
-	if e := p.entry(t, id); e.ID != "" && (e.State != statusState[want.status] || e.ResultSHA256 != bridge.SHA256Hex(out.Manifest)) {
+	if e := p.entry(t, id); e.ID != "" && (e.State != ledger.State(want.status) || e.ResultSHA256 != bridge.SHA256Hex(out.Manifest)) {
 		t.Errorf("ledger after gc: %s result %.12s", e.State, e.ResultSHA256)
 	}
 	return fmt.Sprintf("%s: left %s; next gc: %s", at, crashLeft(left), crashLeft(after))

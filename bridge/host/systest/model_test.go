@@ -1,4 +1,4 @@
-package host
+package systest
 
 import (
 	"bytes"
@@ -15,6 +15,8 @@ import (
 
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/agent"
+	"github.com/syncbridge/bridge/bridge/host"
+	"github.com/syncbridge/bridge/bridge/host/internal/testkit"
 	"github.com/syncbridge/bridge/bridge/ledger"
 	"github.com/syncbridge/bridge/bridge/operator"
 	"github.com/syncbridge/bridge/bridge/trust"
@@ -72,20 +74,30 @@ func TestLifecycleModel(t *testing.T) {
 	t.Cleanup(func() { checkCoverage(t, len(seeds), events) })
 }
 
-// checkCoverage asserts that the seeds together took every lifecycle event.
+// checkCoverage asserts that the seeds together took every event of the
+// lifecycle table, as DESIGN.md §6 lists them (host's TestDesignLifecycleTable
+// holds the code's table to the same rows).
 func checkCoverage(t *testing.T, seeds int, events string) {
 	if t.Failed() || seeds < modelCoverageSeeds {
 		t.Logf("%d seeds: the coverage of the lifecycle table is checked from %d", seeds, modelCoverageSeeds)
 		return
 	}
-	data, _ := os.ReadFile(events)
-	hit := map[event]int{}
-	for _, l := range strings.Fields(string(data)) {
-		hit[event(l)]++
+	doc, err := os.ReadFile("../../../docs/DESIGN.md")
+	if err != nil {
+		t.Fatal(err)
 	}
-	for ev := range lifecycle {
-		if hit[ev] == 0 {
-			t.Errorf("no seed took lifecycle event %s", ev)
+	rows := testkit.LifecycleRows(doc)
+	if len(rows) < 20 {
+		t.Fatalf("DESIGN.md §6 has %d lifecycle rows that its pattern finds: the table or the pattern changed", len(rows))
+	}
+	data, _ := os.ReadFile(events)
+	hit := map[string]int{}
+	for _, l := range strings.Fields(string(data)) {
+		hit[l]++
+	}
+	for _, row := range rows {
+		if hit[row[0]] == 0 {
+			t.Errorf("no seed took lifecycle event %s", row[0])
 		}
 	}
 	t.Logf("events taken over %d seeds: %v", seeds, hit)
@@ -185,7 +197,7 @@ type model struct {
 	gate     string
 	bin      string
 	env      []string
-	d        *daemonProcess
+	d        *testkit.Process
 	step     int
 	backup   map[string][]byte // an earlier ledger (backupLedger), for a restore
 	fixedAt  time.Time
@@ -260,19 +272,19 @@ func (m *model) start() {
 	// A daemon that crashed may not have let go of its lock yet (the
 	// kernel releases it when the last descriptor closes, which a loaded
 	// machine can lag: CI saw two seeds fail so).
-	m.p.waitLockFree(m.t)
+	testkit.WaitLockFree(m.t, m.p.host)
 	env := m.env
 	if !m.scripted && m.rnd.IntN(5) == 0 {
 		at := fmt.Sprintf("%s#%d", []string{"staged", "published-output", "published"}[m.rnd.IntN(3)], 1+m.rnd.IntN(3))
 		env = append(slices.Clone(env), "BRIDGE_TEST_CRASH_AT="+at)
 		m.logf("start, to crash at %s", at)
 	}
-	d, err := tryDaemonProcess(m.t, m.p, env...)
+	d, err := testkit.Launch(m.t, m.p.hostHome, false, env...)
 	if err != nil && len(env) > len(m.env) {
 		// It crashed at that step while recovering, before it was ready.
 		m.logf("it crashed while starting up; starting again")
 		m.interrupted()
-		d, err = tryDaemonProcess(m.t, m.p, m.env...)
+		d, err = testkit.Launch(m.t, m.p.hostHome, false, m.env...)
 	}
 	if err != nil {
 		m.t.Fatal(err)
@@ -493,7 +505,7 @@ func (m *model) reconcile() {
 // run it again (after which its agent may give up on it).
 func (m *model) reconcileEntry(e ledger.Entry) {
 	as := []string{"done", "failed", "rerun", "rerun"}[m.rnd.IntN(4)]
-	_, err := Reconcile(m.p.host, e.Agent+"/"+e.ID, as)
+	_, err := host.Reconcile(m.p.host, e.Agent+"/"+e.ID, as)
 	m.logf("reconcile %s as %s: %v", short(e.ID), as, err)
 	if err != nil || as != "rerun" {
 		return
@@ -520,15 +532,15 @@ func (m *model) repair() {
 	m.interrupted()
 	// Either file of the ledger: the live entries' or the archive of the
 	// terminal ones.
-	db := m.p.host.Path("ledger", ledgerFiles[m.rnd.IntN(len(ledgerFiles))])
+	db := m.p.host.Path("ledger", testkit.LedgerFiles[m.rnd.IntN(len(testkit.LedgerFiles))])
 	data, err := os.ReadFile(db)
 	if err == nil && len(data) > 64 {
 		cut := 32 + m.rnd.IntN(len(data)-32)
 		copy(data[cut:], "\x00garbage")
 		os.WriteFile(db, data, 0o600)
 		os.Remove(m.p.host.Path("ledger", "ledger.db.checked"))
-		os.Remove(m.p.host.Path(finishedName)) // as after a SIGKILL
-		rep, err := RepairLedger(m.p.host)
+		os.Remove(m.p.host.Path(testkit.FinishedCache)) // as after a SIGKILL
+		rep, err := host.RepairLedger(m.p.host)
 		m.logf("repair of %s at byte %d: lost %d, %v", filepath.Base(db), cut, len(rep.Lost), err)
 		m.lostAll()
 	}
@@ -541,11 +553,11 @@ func (m *model) restore() {
 	m.d.Stop(m.t, 1)
 	m.interrupted()
 	if m.backup == nil || m.rnd.IntN(2) == 0 {
-		m.backup = backupLedger(m.t, m.p.host)
+		m.backup = testkit.BackupLedger(m.t, m.p.host)
 		m.logf("backup the ledger")
 	} else {
-		restoreLedger(m.t, m.p.host, m.backup)
-		os.Remove(m.p.host.Path(finishedName))
+		testkit.RestoreLedger(m.t, m.p.host, m.backup)
+		os.Remove(m.p.host.Path(testkit.FinishedCache))
 		m.logf("restore the ledger from the backup")
 		m.lostAll()
 	}
@@ -586,7 +598,7 @@ func (m *model) revoke() {
 }
 
 func (m *model) collect() {
-	_, err := GC(m.p.host, GCOptions{Grace: time.Nanosecond})
+	_, err := host.GC(m.p.host, host.GCOptions{Grace: time.Nanosecond})
 	m.logf("gc: %v", err)
 }
 
@@ -635,7 +647,7 @@ func (m *model) settle() {
 		// And the ledger has settled too: a human's rerun answers anew.
 		entries, _ := operator.LedgerEntries(m.p.host)
 		for _, e := range entries {
-			if !answered(e.State) {
+			if !e.State.Answered() {
 				missing = append(missing, short(e.ID)+" "+e.Op+" ("+string(e.State)+" in the ledger)")
 			}
 		}
@@ -770,13 +782,13 @@ func (m *model) problems() []string {
 			// never came back, or it was collected: nothing to compare.
 		case !ok:
 			t.Errorf("%s has an answer (%s) and no ledger entry", name, rc.Status)
-		case !answered(e.State):
+		case !e.State.Answered():
 			t.Errorf("%s: answered %s, and the ledger says %s", name, rc.Status, e.State)
 		case e.State == ledger.StateUncertain && e.Reason == "record-lost":
 			// Held for a human whatever the agent holds.
 		case ferr == nil && bridge.SHA256Hex(folder) != e.ResultSHA256:
 			t.Errorf("%s: the folder's result is not the one the ledger recorded (%s, %s)", name, e.State, e.Reason)
-		case ferr == nil && statusState[rc.Status] != e.State && !r.acked:
+		case ferr == nil && ledger.State(rc.Status) != e.State && !r.acked:
 			t.Errorf("%s: the agent reads %s, the ledger says %s", name, rc.Status, e.State)
 		}
 	}
@@ -794,7 +806,7 @@ func (m *model) problems() []string {
 			if bridge.OpenBody(bcrypto.KindResult, data, [][]byte{m.p.host.Identity().SignPublic()}, &res) != nil {
 				continue
 			}
-			if e, ok := byKey[a.home.Config.ID+"/"+id]; ok && !answered(e.State) {
+			if e, ok := byKey[a.home.Config.ID+"/"+id]; ok && !e.State.Answered() {
 				t.Errorf("%s/%s: a result is published, and the ledger says %s", a.name, short(id), e.State)
 			}
 		}

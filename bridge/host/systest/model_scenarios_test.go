@@ -1,9 +1,10 @@
-package host
+package systest
 
 import (
 	"os"
 	"time"
 
+	"github.com/syncbridge/bridge/bridge/host"
 	"github.com/syncbridge/bridge/bridge/host/internal/testkit"
 	"github.com/syncbridge/bridge/bridge/ledger"
 	"github.com/syncbridge/bridge/bridge/operator"
@@ -85,7 +86,7 @@ var modelScenarios = []struct {
 	}},
 	{"record-lost, catch-up", func(m *model) {
 		m.d.Stop(m.t, 1)
-		m.backup = backupLedger(m.t, m.p.host)
+		m.backup = testkit.BackupLedger(m.t, m.p.host)
 		m.start()
 		r := m.send(m.agents[0], "quick", time.Hour)
 		m.answered(r, 15*time.Second)
@@ -102,7 +103,7 @@ var modelScenarios = []struct {
 		m.until("the daemon to crash after publishing", m.d.Exited)
 		m.interrupted()
 		m.start()
-		m.until("the answer to be recorded", func() bool { return answered(m.state(r)) })
+		m.until("the answer to be recorded", func() bool { return m.state(r).Answered() })
 	}},
 	{"start-failed, host-error, refuse", func(m *model) {
 		m.answered(m.send(m.agents[0], "broken", time.Hour), 15*time.Second)
@@ -194,7 +195,7 @@ func (m *model) cancelOn(r *modelReq) {
 // would.
 func (m *model) reconcileAs(r *modelReq, as string) {
 	m.until("the request to be uncertain", func() bool { return m.state(r) == ledger.StateUncertain })
-	if _, err := Reconcile(m.p.host, r.agent.name+"/"+r.id, as); err != nil {
+	if _, err := host.Reconcile(m.p.host, r.agent.name+"/"+r.id, as); err != nil {
 		m.t.Fatalf("reconcile: %v", err)
 	}
 	if as == "rerun" {
@@ -217,8 +218,8 @@ func (m *model) abandonOn(r *modelReq) {
 func (m *model) restoreBackup() {
 	m.d.Stop(m.t, 1)
 	m.interrupted()
-	restoreLedger(m.t, m.p.host, m.backup)
-	if _, err := RepairLedger(m.p.host); err != nil {
+	testkit.RestoreLedger(m.t, m.p.host, m.backup)
+	if _, err := host.RepairLedger(m.p.host); err != nil {
 		m.t.Fatal(err)
 	}
 	m.lostAll()

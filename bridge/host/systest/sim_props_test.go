@@ -1,4 +1,4 @@
-package host
+package systest
 
 // Property tests over many seeds: the real daemon (in process) serves side H
 // of the simulated sync, the real agent client submits on side A, and the
@@ -27,6 +27,7 @@ import (
 
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/agent"
+	"github.com/syncbridge/bridge/bridge/host"
 	"github.com/syncbridge/bridge/bridge/host/internal/testkit"
 	"github.com/syncbridge/bridge/bridge/ledger"
 	"github.com/syncbridge/bridge/bridge/trust"
@@ -96,7 +97,7 @@ type simWorld struct {
 	host      *trust.Home
 	agent     *trust.Home
 	client    *agent.Client
-	daemon    *Daemon
+	daemon    *host.Daemon
 	cancel    context.CancelFunc
 	done      chan error
 	hostID    string
@@ -105,7 +106,7 @@ type simWorld struct {
 	scratch   string
 	log       *testkit.LockedBuffer
 	ledger    *simLedgerTail
-	crafter   *hostileEnv
+	evil      *bcrypto.Identity // a key nobody trusts, for the unsigned requests
 	reqs      []*simReq
 	byID      map[string]*simReq
 	woken     map[string]bool
@@ -183,12 +184,7 @@ func newSimWorld(t *testing.T, seed uint64) *simWorld {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { w.client.Close() })
-	_, hb, err := w.agent.Peer(w.hostID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.crafter = &hostileEnv{p: &pair{agent: w.agent, client: w.client}, hostBundle: hb}
-	if w.crafter.evil, err = bcrypto.GenerateIdentity(nil); err != nil {
+	if w.evil, err = bcrypto.GenerateIdentity(nil); err != nil {
 		t.Fatal(err)
 	}
 
@@ -230,7 +226,7 @@ func (w *simWorld) label(rel string) string {
 }
 
 func (w *simWorld) startDaemon() {
-	d, err := NewDaemon(w.host, DaemonOptions{AllowRoot: true, Rescan: time.Second, PendingTimeout: 3 * time.Second,
+	d, err := host.NewDaemon(w.host, host.DaemonOptions{AllowRoot: true, Rescan: time.Second, PendingTimeout: 3 * time.Second,
 		Grace: 200 * time.Millisecond, Logger: bridge.NewLogger(w.log, "text", bridge.LogInfo),
 		Env: func(k string) (string, bool) {
 			if k == "COUNT_FILE" {
@@ -300,26 +296,37 @@ func (w *simWorld) submit(r *simReq) {
 		w.byID[r.id] = r
 		return
 	}
-	sp := spec{op: "count"}
+	op, tweak := "count", func(*bridge.NewRequest) {}
 	switch r.kind {
 	case "unsigned":
-		sp.signer = w.crafter.evil
-	case "bad-signature":
-		sp.raw = flip(-1)
-	case "hash-mismatch":
-		sp.mutate = flip(-1)
+		tweak = func(n *bridge.NewRequest) { n.Agent = w.evil }
 	case "expired":
-		sp.created = time.Now().Add(-2 * time.Hour)
-		sp.expires = sp.created.Add(time.Hour)
+		tweak = func(n *bridge.NewRequest) {
+			n.Created = time.Now().Add(-2 * time.Hour)
+			n.Expires = n.Created.Add(time.Hour)
+		}
 	case "disallowed":
-		sp.op = "secret"
+		op = "secret"
 	}
-	id, m, pl := w.crafter.seal(t, sp)
+	id, m, pl := testkit.SealManual(t, w.client, w.agent, w.hostID, op, nil, tweak)
+	switch r.kind {
+	case "bad-signature":
+		m = flipLast(m)
+	case "hash-mismatch":
+		pl = flipLast(pl)
+	}
 	r.id, r.manifest = id, bridge.SHA256Hex(m)
 	w.byID[r.id] = r
 	dir := filepath.Join(w.agent.Config.Folder, bridge.ToHostDir(w.hostID, w.agentID))
 	testkit.PlantFile(t, w.scratch, filepath.Join(dir, id+"."+bridge.ExtPayload), pl, time.Now())
 	testkit.PlantFile(t, w.scratch, filepath.Join(dir, id+"."+bridge.ExtManifest), m, time.Now())
+}
+
+// flipLast flips the lowest bit of b's last byte.
+func flipLast(b []byte) []byte {
+	b = bytes.Clone(b)
+	b[len(b)-1] ^= 0x01
+	return b
 }
 
 // readResult has the agent read r's result, as Wait does, and checks what
@@ -505,7 +512,7 @@ func simRESP(data []byte) (args [][]byte, n int, ok bool) {
 }
 
 func (w *simWorld) ledgerEntries() []ledger.Entry {
-	entries, err := w.daemon.ledger.List(nil)
+	entries, err := probeOf(w.t, w.host).Entries()
 	if err != nil {
 		w.fail("ledger: %v", err)
 	}

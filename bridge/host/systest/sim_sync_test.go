@@ -1,4 +1,4 @@
-package host
+package systest
 
 // A deterministic, fault-injecting sync simulator (notes/sync-clients.md §7).
 //
