@@ -347,8 +347,14 @@ func TestSameRescanDispatchesWhatTheOneBeforeDid(t *testing.T) {
 			return d.fin.rescans > n
 		})
 		// The rescan dispatched what it dispatches before it counted:
-		// wait for the evaluations it asked for.
-		testkit.WaitFor(t, 10*time.Second, "the evaluations", d.sched.idle)
+		// wait for the evaluations it asked for to end, not only to be
+		// taken from the queue (sched.idle): a worker that took the key
+		// had not read its manifest yet when CI's loaded machine looked.
+		testkit.WaitFor(t, 10*time.Second, "the evaluations", func() bool {
+			d.sched.mu.Lock()
+			defer d.sched.mu.Unlock()
+			return len(d.sched.queue) == 0 && len(d.sched.active) == 0
+		})
 		return d.probe.N(probe.SameRescans) - s0, d.probe.N(probe.ManifestReads) - r0, d.probe.N(probe.FinishedLookups) - l0
 	}
 	// At first the set may change between rescans (the first collection),
