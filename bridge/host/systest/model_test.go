@@ -52,7 +52,7 @@ import (
 func TestLifecycleModel(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {
-		t.Skip("starts daemon processes")
+		t.Skip("a system suite: -short leaves it out (docs/TESTING.md, \"Running\")")
 	}
 	n := *modelSeeds
 	seeds := []uint64{}

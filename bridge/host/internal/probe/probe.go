@@ -17,8 +17,9 @@ import (
 	"sync/atomic"
 )
 
-// New makes the probe of a daemon of the host home at home; set only by a
-// test binary's TestMain.
+// New makes the probe of a daemon of the host home at home; set only in a
+// test binary: by its TestMain, and unset for a moment by the test that
+// shows a daemon without it has no probe.
 var New func(home string) *Probe
 
 // A Probe belongs to one daemon.
