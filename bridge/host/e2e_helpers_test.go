@@ -149,14 +149,14 @@ func runDaemonTuned(t *testing.T, home *trust.Home, opt DaemonOptions, tune func
 	return d
 }
 
-// stoppers holds each runDaemon's stop function.
+// stoppers holds each runDaemon's stop function (testkit.Run's).
 var stoppers sync.Map
 
 // stopDaemon stops a daemon runDaemon started, as `bridge serve` does on a
 // signal: Run returns, then Close drains until closeCtx is done.
 func stopDaemon(d *Daemon, closeCtx context.Context) {
 	if stop, ok := stoppers.Load(d); ok {
-		stop.(func(context.Context))(closeCtx)
+		stop.(func(context.Context) error)(closeCtx)
 	}
 }
 

@@ -5,6 +5,9 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -355,5 +358,59 @@ ops = ["apply"]
 	p.daemon.gc.run(GCOptions{})
 	if _, err := os.Stat(stale); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("a kept input without a waiting request stays: %v", err)
+	}
+}
+
+// Only test code makes a daemon's probe: no file of a package a production
+// binary links assigns probe.New. The one non-test file that does is
+// testkit's serve role, which only test files import (TestImportArrows).
+func TestOnlyTestsSetTheProbe(t *testing.T) {
+	t.Parallel()
+	var found []string
+	assigns := 0
+	err := filepath.WalkDir("../..", func(p string, e fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if e.IsDir() {
+			if strings.HasPrefix(e.Name(), ".") && p != "../.." || e.Name() == "testdata" {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(p, ".go") {
+			return nil
+		}
+		f, err := parser.ParseFile(token.NewFileSet(), p, nil, 0)
+		if err != nil {
+			return err
+		}
+		ast.Inspect(f, func(n ast.Node) bool {
+			as, ok := n.(*ast.AssignStmt)
+			if !ok {
+				return true
+			}
+			for _, l := range as.Lhs {
+				if sel, ok := l.(*ast.SelectorExpr); ok && sel.Sel.Name == "New" {
+					if x, ok := sel.X.(*ast.Ident); ok && x.Name == "probe" {
+						assigns++
+						if !strings.HasSuffix(p, "_test.go") && filepath.Dir(p) != filepath.Join("..", "..", "bridge", "host", "internal", "testkit") {
+							found = append(found, p)
+						}
+					}
+				}
+			}
+			return true
+		})
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if assigns < 3 {
+		t.Fatalf("found %d assignments of probe.New: the walk went wrong", assigns)
+	}
+	for _, p := range found {
+		t.Errorf("%s sets probe.New outside test code: a production binary could make a probe (DESIGN §3)", p)
 	}
 }

@@ -39,12 +39,15 @@ func TestMain(m *testing.M) {
 // its directory): what the simulator reads of its daemon's ledger.
 var probes sync.Map
 
-// probeOf is the probe of home's daemon.
+// probeOf is the probe of the daemon made last for home: a caller takes it
+// right after NewDaemon (another daemon of the same home, GC's or
+// Reconcile's, would replace it). It is forgotten when the test ends.
 func probeOf(t testing.TB, home *trust.Home) *probe.Probe {
 	p, ok := probes.Load(home.Dir)
 	if !ok {
 		t.Fatalf("no daemon was made for %s", home.Dir)
 	}
+	t.Cleanup(func() { probes.CompareAndDelete(home.Dir, p) })
 	return p.(*probe.Probe)
 }
 
@@ -54,9 +57,9 @@ type pair struct {
 	folder, hostHome, agentHome string
 	host, agent                 *trust.Home
 	client                      *agent.Client
-	logs                        *testkit.LockedBuffer // the log of start's daemon, for a failed wait
-	skew                        time.Duration         // for the daemons of start and startCrashProc; 0: the default
-	halt                        func(context.Context) // stops start's daemon (nil: none runs)
+	logs                        *testkit.LockedBuffer       // the log of start's daemon, for a failed wait
+	skew                        time.Duration               // for the daemons of start and startCrashProc; 0: the default
+	halt                        func(context.Context) error // stops start's daemon (nil: none runs)
 }
 
 // newPair is a host and an agent on one local folder, trusting each other,
@@ -90,14 +93,17 @@ func (p *pair) start(t *testing.T, env map[string]string) {
 		}})
 }
 
-// stop stops start's daemon, as a signal stops `bridge serve`.
-func (p *pair) stop(*testing.T) {
+// stop stops start's daemon, as a signal stops `bridge serve`, and fails
+// the test if its Close does.
+func (p *pair) stop(t *testing.T) {
 	if p.halt == nil {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	p.halt(ctx)
+	if err := p.halt(ctx); err != nil {
+		t.Errorf("daemon close: %v", err)
+	}
 	p.halt = nil
 }
 
@@ -145,7 +151,7 @@ func startDaemonProcess(t *testing.T, p *pair, env ...string) *testkit.Process {
 
 // runDaemon runs a daemon for home in this process until the test ends or
 // the returned stop is called.
-func runDaemon(t *testing.T, home *trust.Home, opt host.DaemonOptions) (stop func(context.Context)) {
+func runDaemon(t *testing.T, home *trust.Home, opt host.DaemonOptions) (stop func(context.Context) error) {
 	t.Helper()
 	opt.AllowRoot = true // tests run as root
 	d, err := host.NewDaemon(home, opt)

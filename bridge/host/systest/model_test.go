@@ -199,7 +199,7 @@ type model struct {
 	env      []string
 	d        *testkit.Process
 	step     int
-	backup   map[string][]byte // an earlier ledger (backupLedger), for a restore
+	backup   map[string][]byte // an earlier ledger (testkit.BackupLedger), for a restore
 	fixedAt  time.Time
 	trace    []string
 	scripted bool // in a scenario

@@ -28,6 +28,7 @@ import (
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/agent"
 	"github.com/syncbridge/bridge/bridge/host"
+	"github.com/syncbridge/bridge/bridge/host/internal/probe"
 	"github.com/syncbridge/bridge/bridge/host/internal/testkit"
 	"github.com/syncbridge/bridge/bridge/ledger"
 	"github.com/syncbridge/bridge/bridge/trust"
@@ -98,6 +99,7 @@ type simWorld struct {
 	agent     *trust.Home
 	client    *agent.Client
 	daemon    *host.Daemon
+	probe     *probe.Probe // daemon's: its ledger as it holds it
 	cancel    context.CancelFunc
 	done      chan error
 	hostID    string
@@ -237,8 +239,12 @@ func (w *simWorld) startDaemon() {
 	if err != nil {
 		w.t.Fatal(err)
 	}
+	w.probe = probeOf(w.t, w.host) // this daemon's: taken before anything else makes one for the home
 	if err := d.Open(); err != nil {
 		w.t.Fatal(err)
+	}
+	if w.probe.Entries == nil {
+		w.t.Fatal("the daemon's probe has no view of its ledger after Open")
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	w.daemon, w.cancel, w.done = d, cancel, make(chan error, 1)
@@ -297,9 +303,14 @@ func (w *simWorld) submit(r *simReq) {
 		return
 	}
 	op, tweak := "count", func(*bridge.NewRequest) {}
+	var edit func(m, pl []byte) ([]byte, []byte)
 	switch r.kind {
 	case "unsigned":
 		tweak = func(n *bridge.NewRequest) { n.Agent = w.evil }
+	case "bad-signature":
+		edit = func(m, pl []byte) ([]byte, []byte) { return flipLast(m), pl }
+	case "hash-mismatch":
+		edit = func(m, pl []byte) ([]byte, []byte) { return m, flipLast(pl) }
 	case "expired":
 		tweak = func(n *bridge.NewRequest) {
 			n.Created = time.Now().Add(-2 * time.Hour)
@@ -308,13 +319,7 @@ func (w *simWorld) submit(r *simReq) {
 	case "disallowed":
 		op = "secret"
 	}
-	id, m, pl := testkit.SealManual(t, w.client, w.agent, w.hostID, op, nil, tweak)
-	switch r.kind {
-	case "bad-signature":
-		m = flipLast(m)
-	case "hash-mismatch":
-		pl = flipLast(pl)
-	}
+	id, m, pl := testkit.SealEdited(t, w.client, w.agent, w.hostID, op, nil, tweak, edit)
 	r.id, r.manifest = id, bridge.SHA256Hex(m)
 	w.byID[r.id] = r
 	dir := filepath.Join(w.agent.Config.Folder, bridge.ToHostDir(w.hostID, w.agentID))
@@ -324,7 +329,6 @@ func (w *simWorld) submit(r *simReq) {
 
 // flipLast flips the lowest bit of b's last byte.
 func flipLast(b []byte) []byte {
-	b = bytes.Clone(b)
 	b[len(b)-1] ^= 0x01
 	return b
 }
@@ -353,6 +357,10 @@ func (w *simWorld) readResult(r *simReq) {
 		w.fail("the agent accepted a result for %s bound to another manifest", r.label())
 	case !r.valid && rc.Status == bridge.StatusDone:
 		w.fail("invalid request %s (%s) ended done: %s", r.label(), r.kind, rc.Detail)
+	case r.kind == "unsigned" || r.kind == "bad-signature":
+		// Not authentic: the host refuses it unread and answers nothing
+		// (SPEC §8), so no result of it may reach the agent at all.
+		w.fail("the agent accepted a %s result for %s (%s), which the host must refuse unanswered", rc.Status, r.label(), r.kind)
 	}
 	if r.valid {
 		switch {
@@ -512,7 +520,7 @@ func simRESP(data []byte) (args [][]byte, n int, ok bool) {
 }
 
 func (w *simWorld) ledgerEntries() []ledger.Entry {
-	entries, err := probeOf(w.t, w.host).Entries()
+	entries, err := w.probe.Entries()
 	if err != nil {
 		w.fail("ledger: %v", err)
 	}
@@ -926,7 +934,7 @@ func TestSimRegressions(t *testing.T) {
 
 // simSlots bound the seeds that run at once to the CPUs: a seed keeps its
 // CPU busy, and its fair-delivery limit is wall-clock time. (The package
-// runs 8 tests at once by default, parallelByDefault, for tests that
+// runs 8 tests at once by default, testkit.ParallelByDefault, for tests that
 // mostly wait; a seed does not.)
 var simSlots = make(chan struct{}, runtime.GOMAXPROCS(0))
 

@@ -5,8 +5,9 @@
 // Only a test binary makes one, by setting New: a production daemon's probe
 // is nil, every method is a no-op on nil, and nothing in a `serve`'s
 // environment or options can make it exit mid-step. The package is internal
-// to bridge/host, so the only code that can set New is the host's own tests
-// and its system suites (bridge/host/systest); cmd/bridge cannot import it.
+// to bridge/host, so cmd/bridge cannot import it; within bridge/host only
+// test code sets New: the tests' TestMain and testkit's serve role, which
+// only test files import (host's TestOnlyTestsSetTheProbe holds it so).
 package probe
 
 import (

@@ -19,9 +19,10 @@ import (
 
 // Run opens d and runs it in this process until the test ends or stop is
 // called, as `bridge serve` does on a signal: Run returns, then Close
-// drains until closeCtx is done. The test's end stops it within 10 s: a
-// test that failed while an op blocks must not hang.
-func Run(t testing.TB, d Daemon) (stop func(closeCtx context.Context)) {
+// drains until closeCtx is done; stop returns Close's error (a drain cut
+// short by closeCtx is one), and a second call nil. The test's end stops it
+// within 10 s: a test that failed while an op blocks must not hang.
+func Run(t testing.TB, d Daemon) (stop func(closeCtx context.Context) error) {
 	t.Helper()
 	if err := d.Open(); err != nil {
 		t.Fatal(err)
@@ -30,14 +31,15 @@ func Run(t testing.TB, d Daemon) (stop func(closeCtx context.Context)) {
 	done := make(chan error, 1)
 	go func() { done <- d.Run(ctx) }()
 	var once sync.Once
-	stop = func(closeCtx context.Context) {
+	stop = func(closeCtx context.Context) (err error) {
 		once.Do(func() {
 			cancel()
 			if err := <-done; err != nil {
 				t.Errorf("daemon run: %v", err)
 			}
-			d.Close(closeCtx)
+			err = d.Close(closeCtx)
 		})
+		return err
 	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -52,6 +54,15 @@ func Run(t testing.TB, d Daemon) (stop func(closeCtx context.Context)) {
 // test publishes its files itself (late, torn, twice, through a sync
 // client). It returns the request's id and its files.
 func SealManual(t testing.TB, client *agent.Client, home *trust.Home, hostID, op string, args map[string]string, tweak func(*bridge.NewRequest)) (id string, manifest, payload []byte) {
+	t.Helper()
+	return SealEdited(t, client, home, hostID, op, args, tweak, nil)
+}
+
+// SealEdited is SealManual with edit's changes to the sealed files (a
+// flipped byte: a bad signature, a payload its manifest does not pin),
+// made before the client remembers the manifest, as an agent that sent
+// those very files would have.
+func SealEdited(t testing.TB, client *agent.Client, home *trust.Home, hostID, op string, args map[string]string, tweak func(*bridge.NewRequest), edit func(manifest, payload []byte) ([]byte, []byte)) (id string, manifest, payload []byte) {
 	t.Helper()
 	_, hb, err := home.Peer(hostID)
 	if err != nil {
@@ -68,11 +79,15 @@ func SealManual(t testing.TB, client *agent.Client, home *trust.Home, hostID, op
 	if err != nil {
 		t.Fatal(err)
 	}
+	pl := buf.Bytes()
+	if edit != nil {
+		m, pl = edit(bytes.Clone(m), bytes.Clone(pl))
+	}
 	if err := client.Remember(&agent.Sent{V: 1, ID: r.ID, Host: hb.ID, HostName: "laptop", Op: op, Args: args,
 		ManifestSHA256: bridge.SHA256Hex(m), Created: r.Created, Expires: r.Expires}, m); err != nil {
 		t.Fatal(err)
 	}
-	return r.ID, m, buf.Bytes()
+	return r.ID, m, pl
 }
 
 // WaitFailed says what a wait for id that timed out can tell: the daemon's

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -12,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -134,6 +136,7 @@ type Process struct {
 	Log     *os.File      // its stderr: the daemon's debug log
 	Done    chan struct{} // closed once the process exited (and was reaped)
 	ready   chan struct{} // closed once it said it serves
+	read    chan struct{} // closed once its stdout was read to the end
 	rescans atomic.Int64  // full rescans the process dispatched so far
 }
 
@@ -160,10 +163,8 @@ func Launch(t testing.TB, hostHome string, crashOK bool, env ...string) (*Proces
 	select {
 	case <-d.ready:
 	case <-d.Done:
-		select {
-		case <-d.ready: // it served, then exited
+		if d.readyAfterExit() { // it served, then exited
 			return d, nil
-		default:
 		}
 		if crashOK && d.Cmd.ProcessState.ExitCode() == probe.CrashExit {
 			return d, nil
@@ -174,6 +175,22 @@ func Launch(t testing.TB, hostHome string, crashOK bool, env ...string) (*Proces
 		return nil, errors.New("daemon process did not get ready")
 	}
 	return d, nil
+}
+
+// readyAfterExit reports, for a process that exited, whether it said it
+// serves: what it wrote before it exited is read to the end first (up to
+// a second: a child of its ops that kept the pipe open must not stall it).
+func (d *Process) readyAfterExit() bool {
+	select {
+	case <-d.read:
+	case <-time.After(time.Second):
+	}
+	select {
+	case <-d.ready:
+		return true
+	default:
+		return false
+	}
 }
 
 // StartCrashing starts a daemon process that is to exit at the crash step
@@ -188,25 +205,38 @@ func StartCrashing(t testing.TB, hostHome, at string, env ...string) *Process {
 	return d
 }
 
-// spawn starts the process; it is killed when the test ends.
+// spawn starts the process; it is killed, and its log closed, when the
+// test ends. Its stdout is a pipe of this process's own (not StdoutPipe,
+// which Wait closes as the process exits, losing a last line not yet read).
 func spawn(t testing.TB, hostHome string, env ...string) (*Process, error) {
 	logf, err := os.OpenFile(filepath.Join(t.TempDir(), "serve.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(append(os.Environ(), ServeEnv+"="+hostHome, "BRIDGE_TEST_RESCANS=1"), env...)
-	cmd.Stderr = logf
-	out, _ := cmd.StdoutPipe()
-	if err := cmd.Start(); err != nil {
+	r, w, err := os.Pipe()
+	if err != nil {
+		logf.Close()
 		return nil, err
 	}
-	d := &Process{Cmd: cmd, Log: logf, Done: make(chan struct{}), ready: make(chan struct{})}
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(append(os.Environ(), ServeEnv+"="+hostHome, "BRIDGE_TEST_RESCANS=1"), env...)
+	cmd.Stdout, cmd.Stderr = w, logf
+	err = cmd.Start()
+	w.Close()
+	if err != nil {
+		r.Close()
+		logf.Close()
+		return nil, err
+	}
+	d := &Process{Cmd: cmd, Log: logf, Done: make(chan struct{}), ready: make(chan struct{}), read: make(chan struct{})}
 	go func() {
-		sc := bufio.NewScanner(out)
+		defer close(d.read)
+		defer r.Close()
+		var once sync.Once
+		sc := bufio.NewScanner(r)
 		for sc.Scan() {
 			if sc.Text() == "ready" {
-				close(d.ready)
+				once.Do(func() { close(d.ready) })
 			}
 			if n, ok := strings.CutPrefix(sc.Text(), "rescans "); ok {
 				if v, err := strconv.ParseInt(n, 10, 64); err == nil {
@@ -214,9 +244,10 @@ func spawn(t testing.TB, hostHome string, env ...string) (*Process, error) {
 				}
 			}
 		}
+		io.Copy(io.Discard, r) // a line too long for the scanner: the pipe is drained still
 	}()
 	go func() { cmd.Wait(); close(d.Done) }()
-	t.Cleanup(func() { d.Kill() })
+	t.Cleanup(func() { d.Kill(); logf.Close() })
 	return d, nil
 }
 
@@ -226,7 +257,9 @@ func (d *Process) WaitReady(t testing.TB) {
 	select {
 	case <-d.ready:
 	case <-d.Done:
-		t.Fatalf("the daemon exited before it was ready (%v):\n%s", d.Cmd.ProcessState, d.LogText())
+		if !d.readyAfterExit() {
+			t.Fatalf("the daemon exited before it was ready (%v):\n%s", d.Cmd.ProcessState, d.LogText())
+		}
 	case <-time.After(20 * time.Second):
 		t.Fatalf("the daemon did not get ready:\n%s", d.LogText())
 	}
