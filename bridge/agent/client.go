@@ -317,8 +317,9 @@ func (c *Client) Submit(o SubmitOptions) (*Sent, error) {
 	// hash), and a keyed retry re-sends these very bytes; a record that a
 	// crash lost, or that could not be written, is found again from the
 	// manifest, which stays in the folder until the result is acked. The
-	// request is sent either way: no error for it.
-	c.Remember(s, manifest)
+	// request is sent either way: no error for it. Never over a record
+	// another process wrote meanwhile (rememberSent).
+	c.rememberSent(s, manifest)
 	return s, nil
 }
 
@@ -465,20 +466,47 @@ func (c *Client) Remember(s *Sent, manifest []byte) error {
 	return c.writeRecord(sentRecord{Sent: *s, Manifest: manifest}, false)
 }
 
+// rememberSent is Remember for the request Submit has just published: it
+// never writes over a record that is there. One that is was written by
+// another process of this agent (an MCP server's wait over everything
+// outstanding) that found the request in the folder first; an ack there may
+// already keep the answer, which the host then collects: written over, the
+// answer would be lost.
+func (c *Client) rememberSent(s *Sent, manifest []byte) error {
+	data, _ := json.MarshalIndent(sentRecord{Sent: *s, Manifest: manifest}, "", "  ")
+	err := c.writePrivate(s.ID+".json", false, false, func(w io.Writer) error {
+		_, err := w.Write(append(data, '\n'))
+		return err
+	})
+	if errors.Is(err, fs.ErrExist) {
+		// Theirs is kept. Found again from the folder, it does not say
+		// what was asked: it learns it, under the records' lock.
+		return c.changeRecord(s, func(rec *sentRecord) error {
+			if rec.Op != "" || rec.ManifestSHA256 != s.ManifestSHA256 {
+				return nil
+			}
+			rec.Op, rec.Args, rec.Key = s.Op, s.Args, s.Key
+			return c.writeRecord(*rec, c.acked(rec))
+		})
+	}
+	return err
+}
+
 // writeRecord writes requests/<id>.json by temp and rename; durable: with
 // the file's fsync (the directory's is the caller's).
 func (c *Client) writeRecord(rec sentRecord, durable bool) error {
 	data, _ := json.MarshalIndent(rec, "", "  ")
-	return c.writePrivate(rec.ID+".json", durable, func(w io.Writer) error {
+	return c.writePrivate(rec.ID+".json", durable, true, func(w io.Writer) error {
 		_, err := w.Write(append(data, '\n'))
 		return err
 	})
 }
 
-// writePrivate replaces requests/<name> by a temp file and a rename, with
-// the file's fsync before the rename when durable. The directory's fsync is
-// left to the caller, so several files share one.
-func (c *Client) writePrivate(name string, durable bool, write func(io.Writer) error) error {
+// writePrivate puts requests/<name> in place by a temp file and a rename,
+// with the file's fsync before the rename when durable; without replace it
+// fails with fs.ErrExist, nothing changed, if the name is taken. The
+// directory's fsync is left to the caller, so several files share one.
+func (c *Client) writePrivate(name string, durable, replace bool, write func(io.Writer) error) error {
 	dir := c.home.Path("requests")
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
@@ -502,7 +530,11 @@ func (c *Client) writePrivate(name string, durable bool, write func(io.Writer) e
 		err = cerr
 	}
 	if err == nil {
-		err = os.Rename(tmp.Name(), filepath.Join(dir, name))
+		move := os.Rename
+		if !replace {
+			move = syncsafe.RenameNoReplace
+		}
+		err = move(tmp.Name(), filepath.Join(dir, name))
 		renamed = err == nil
 	}
 	return err

@@ -439,3 +439,66 @@ func TestAckWaitsForTheRecordsLockFile(t *testing.T) {
 		t.Fatalf("the record after the ack: %v", err)
 	}
 }
+
+// Submit remembers its request after the publish. If, in between, another
+// process of the agent found the request in the folder, was answered and
+// acked (keeping the answer in the record, the host free to collect its
+// copy), Submit's record comes late and must not write over that one: the
+// kept answer would be gone with the host's copy (red team R3 F3 of
+// session 28, left then).
+func TestLateSubmitRecordKeepsAnotherProcesssAck(t *testing.T) {
+	h := newHomes(t)
+	s, err := h.client.Submit(SubmitOptions{Op: "echo"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := h.client.readSent(s.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// As if Submit had not remembered it yet: another process finds it in
+	// the folder, reads the answer, acks it; the host collects its copy.
+	if err := os.Remove(h.agent.Path("requests", s.ID+".json")); err != nil {
+		t.Fatal(err)
+	}
+	other, err := OpenClient(h.agent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	if _, err := other.Sent(s.ID); err != nil { // found again (ls, status, a wait over everything outstanding)
+		t.Fatal(err)
+	}
+	h.publishResultWith(t, s, bridge.StatusDone, []byte("the answer\n"))
+	out, err := other.Result(s.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := other.Ack(out); err != nil {
+		t.Fatal(err)
+	}
+	out.Close()
+	dir := filepath.Join(h.folder, filepath.FromSlash(bridge.ToAgentDir(s.Host, h.agent.Config.ID)))
+	os.Remove(filepath.Join(dir, s.ID+"."+bridge.ExtResult))
+	os.Remove(filepath.Join(dir, s.ID+"."+bridge.ExtOutput))
+	// Submit's record, late.
+	if err := h.client.rememberSent(&rec.Sent, rec.Manifest); err != nil {
+		t.Fatal(err)
+	}
+	again, err := h.client.Result(s.ID)
+	if err != nil {
+		t.Fatalf("the answer after a late record of its submit: %v", err)
+	}
+	defer again.Close()
+	if string(again.Stdout) != "the answer\n" {
+		t.Fatalf("the kept answer reads %q", again.Stdout)
+	}
+	if tmps, _ := filepath.Glob(h.agent.Path("requests", ".tmp-*")); len(tmps) != 0 {
+		t.Fatalf("the late record left its temp: %v", tmps)
+	}
+	// What was asked, which the record found again from the folder lacked,
+	// is learnt from the late one.
+	if r, err := h.client.readSent(s.ID); err != nil || r.Op != "echo" || r.Result == nil {
+		t.Fatalf("the record after the late one: %+v, %v", r, err)
+	}
+}

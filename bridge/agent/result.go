@@ -717,7 +717,7 @@ func (c *Client) keepIn(rec sentRecord, out *Outcome) error {
 		// Kept already, by an older layout's ack (its manifest in
 		// requests/<id>.result): only the record changes. Renamed over,
 		// it could not be on Windows while out holds it open.
-	} else if err := c.writePrivate(s.ID+"."+bridge.ExtOutput, true, func(w io.Writer) error {
+	} else if err := c.writePrivate(s.ID+"."+bridge.ExtOutput, true, true, func(w io.Writer) error {
 		_, err := io.Copy(w, io.NewSectionReader(out.output, 0, out.size))
 		return err
 	}); err != nil {
