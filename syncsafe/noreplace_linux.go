@@ -11,7 +11,7 @@ import (
 // as they were. On Linux one renameat2(RENAME_NOREPLACE); on a filesystem
 // without the flag, a link and an unlink, which refuse to overwrite alike.
 func RenameNoReplace(oldpath, newpath string) error {
-	err := unix.Renameat2(unix.AT_FDCWD, oldpath, unix.AT_FDCWD, newpath, unix.RENAME_NOREPLACE)
+	err := renameat2(unix.AT_FDCWD, oldpath, unix.AT_FDCWD, newpath, unix.RENAME_NOREPLACE)
 	switch err {
 	case nil:
 		return nil
@@ -20,3 +20,7 @@ func RenameNoReplace(oldpath, newpath string) error {
 	}
 	return &os.LinkError{Op: "renameat2", Old: oldpath, New: newpath, Err: err}
 }
+
+// renameat2 is unix.Renameat2 (a variable: a test makes the kernel refuse
+// the flag, as an older filesystem does).
+var renameat2 = unix.Renameat2

@@ -467,29 +467,48 @@ func (c *Client) Remember(s *Sent, manifest []byte) error {
 }
 
 // rememberSent is Remember for the request Submit has just published: it
-// never writes over a record that is there. One that is was written by
+// never writes over a record that reads. One that is there was written by
 // another process of this agent (an MCP server's wait over everything
 // outstanding) that found the request in the folder first; an ack there may
 // already keep the answer, which the host then collects: written over, the
-// answer would be lost.
+// answer would be lost. The move refuses a taken name without a lock; only
+// then (rare) does Submit take the records' lock, and may wait for it.
 func (c *Client) rememberSent(s *Sent, manifest []byte) error {
-	data, _ := json.MarshalIndent(sentRecord{Sent: *s, Manifest: manifest}, "", "  ")
-	err := c.writePrivate(s.ID+".json", false, false, func(w io.Writer) error {
+	rec := sentRecord{Sent: *s, Manifest: manifest}
+	if c.placeRecord(rec) == nil {
+		return nil
+	}
+	// Taken, or no move without overwrite here (a filesystem without hard
+	// links): under the lock, a record that reads is kept and, found again
+	// from the folder (which does not say what was asked), learns it; a
+	// torn one, or none, is replaced by this one.
+	unlock, lerr := c.lockRecords()
+	if lerr != nil {
+		return lerr
+	}
+	defer unlock()
+	old, rerr := c.readSent(s.ID)
+	switch {
+	case errors.Is(rerr, errNoRecord) || errors.Is(rerr, errTornRecord):
+		return c.writeRecord(rec, false)
+	case rerr != nil:
+		return rerr
+	case old.Op != "" || old.ManifestSHA256 != s.ManifestSHA256:
+		return nil
+	}
+	old.Op, old.Args, old.Key = s.Op, s.Args, s.Key
+	return c.writeRecord(*old, c.acked(old))
+}
+
+// placeRecord puts a new record in place, without an fsync (a cache until
+// an ack, as Remember's), and never over one: fs.ErrExist if the name is
+// taken.
+func (c *Client) placeRecord(rec sentRecord) error {
+	data, _ := json.MarshalIndent(rec, "", "  ")
+	return c.writePrivate(rec.ID+".json", false, false, func(w io.Writer) error {
 		_, err := w.Write(append(data, '\n'))
 		return err
 	})
-	if errors.Is(err, fs.ErrExist) {
-		// Theirs is kept. Found again from the folder, it does not say
-		// what was asked: it learns it, under the records' lock.
-		return c.changeRecord(s, func(rec *sentRecord) error {
-			if rec.Op != "" || rec.ManifestSHA256 != s.ManifestSHA256 {
-				return nil
-			}
-			rec.Op, rec.Args, rec.Key = s.Op, s.Args, s.Key
-			return c.writeRecord(*rec, c.acked(rec))
-		})
-	}
-	return err
 }
 
 // writeRecord writes requests/<id>.json by temp and rename; durable: with
@@ -688,10 +707,16 @@ func (c *Client) rememberRecovered(s *Sent, manifest []byte) {
 		return
 	}
 	defer l.Unlock()
-	if _, err := c.readSent(s.ID); !errors.Is(err, errNoRecord) && !errors.Is(err, errTornRecord) {
-		return // there (another process wrote it meanwhile), or unreadable: not written over
+	switch _, err := c.readSent(s.ID); {
+	case errors.Is(err, errTornRecord):
+		c.Remember(s, manifest)
+	case errors.Is(err, errNoRecord):
+		// Not over a Submit's record placed since the read: that one
+		// knows what was asked (it takes no lock on its way in).
+		c.placeRecord(sentRecord{Sent: *s, Manifest: manifest})
 	}
-	c.Remember(s, manifest)
+	// Anything else: there (another process wrote it meanwhile), or
+	// unreadable: not written over.
 }
 
 // lockRecords takes the home's lock on its request records, which every
@@ -699,8 +724,9 @@ func (c *Client) rememberRecovered(s *Sent, manifest []byte) {
 // (Ack, Forget, a keyed resend, a record found again): two processes of
 // one agent (an MCP server and a command) must not write back a record
 // read before the other's ack, without the answer in it. A new request's
-// record needs none: its id is new. It waits for another holder, for a
-// while.
+// record is put in place without it, never over a record that is there
+// (rememberSent, which takes it only when the name is taken). It waits for
+// another holder, for a while.
 func (c *Client) lockRecords() (unlock func(), err error) {
 	dir := c.home.Path("requests")
 	if err := os.MkdirAll(dir, 0o700); err != nil {

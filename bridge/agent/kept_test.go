@@ -446,7 +446,7 @@ func TestAckWaitsForTheRecordsLockFile(t *testing.T) {
 // copy), Submit's record comes late and must not write over that one: the
 // kept answer would be gone with the host's copy (red team R3 F3 of
 // session 28, left then).
-func TestLateSubmitRecordKeepsAnotherProcesssAck(t *testing.T) {
+func TestLateSubmitRecordKeepsAnotherProcessAck(t *testing.T) {
 	h := newHomes(t)
 	s, err := h.client.Submit(SubmitOptions{Op: "echo"})
 	if err != nil {
@@ -500,5 +500,39 @@ func TestLateSubmitRecordKeepsAnotherProcesssAck(t *testing.T) {
 	// is learnt from the late one.
 	if r, err := h.client.readSent(s.ID); err != nil || r.Op != "echo" || r.Result == nil {
 		t.Fatalf("the record after the late one: %+v, %v", r, err)
+	}
+}
+
+// A keyed resend whose earlier record was torn by a crash (records are
+// written without an fsync) and whose manifest is gone from the folder
+// publishes anew under the same id: its record replaces the torn one,
+// which the no-overwrite placing of a new record must not keep (red team
+// of 823a946).
+func TestKeyedResendReplacesATornRecord(t *testing.T) {
+	h := newHomes(t)
+	o := SubmitOptions{Op: "echo", Args: map[string]string{"a": "b"}, Key: "k1"}
+	s, err := h.client.Submit(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(h.folder, filepath.FromSlash(bridge.ToHostDir(s.Host, h.agent.Config.ID)))
+	os.Remove(filepath.Join(dir, s.ID+"."+bridge.ExtManifest))
+	os.Remove(filepath.Join(dir, s.ID+"."+bridge.ExtPayload))
+	if err := os.WriteFile(h.agent.Path("requests", s.ID+".json"), nil, 0o600); err != nil { // torn
+		t.Fatal(err)
+	}
+	again, err := h.client.Submit(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.ID != s.ID || again.Earlier {
+		t.Fatalf("the resend: id %s (first %s), earlier %v; want the same id sent anew", again.ID, s.ID, again.Earlier)
+	}
+	rec, err := h.client.readSent(s.ID)
+	if err != nil {
+		t.Fatalf("the record after the resend: %v", err)
+	}
+	if rec.Op != "echo" || rec.Key != "k1" || rec.ManifestSHA256 != again.ManifestSHA256 || rec.Manifest == nil {
+		t.Fatalf("the record after the resend: op %q key %q, manifest %v of the one sent", rec.Op, rec.Key, rec.ManifestSHA256 == again.ManifestSHA256)
 	}
 }

@@ -19,7 +19,6 @@ import (
 	"github.com/syncbridge/bridge/bridge/agent"
 	"github.com/syncbridge/bridge/bridge/host/internal/testkit"
 	"github.com/syncbridge/bridge/bridge/ledger"
-	"github.com/syncbridge/bridge/bridge/operator"
 	bcrypto "github.com/syncbridge/bridge/crypto"
 )
 
@@ -86,16 +85,7 @@ func (p *pair) toAgent() string {
 
 func (p *pair) entry(t *testing.T, id string) ledger.Entry {
 	t.Helper()
-	entries, err := operator.LedgerEntries(p.host)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range entries {
-		if e.ID == id {
-			return e
-		}
-	}
-	return ledger.Entry{}
+	return testkit.Entry(t, p.host, id)
 }
 
 // sealManual builds a request without publishing it, so tests can deliver
@@ -107,13 +97,7 @@ func (p *pair) sealManual(t *testing.T, op string, args map[string]string, tweak
 
 func (p *pair) wait(t *testing.T, id string) *agent.Outcome {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	out, err := p.client.Wait(ctx, id, nil)
-	if err != nil {
-		t.Fatalf("wait %s: %v\n%s", id, err, p.waitFailed(id))
-	}
-	return out
+	return testkit.Wait(t, p.client, id, p.waitFailed)
 }
 
 // settleRescans waits until d has dispatched three more full rescans: a test of

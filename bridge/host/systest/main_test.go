@@ -110,13 +110,7 @@ func (p *pair) stop(t *testing.T) {
 // wait waits up to 20 s for id's answer.
 func (p *pair) wait(t *testing.T, id string) *agent.Outcome {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	out, err := p.client.Wait(ctx, id, nil)
-	if err != nil {
-		t.Fatalf("wait %s: %v\n%s", id, err, p.waitFailed(id))
-	}
-	return out
+	return testkit.Wait(t, p.client, id, p.waitFailed)
 }
 
 // entry is id's ledger entry, read beside the daemon.

@@ -90,6 +90,19 @@ func SealEdited(t testing.TB, client *agent.Client, home *trust.Home, hostID, op
 	return r.ID, m, pl
 }
 
+// Wait waits up to 20 s for the answer to id; a wait that fails says
+// what failed(id) can tell of it.
+func Wait(t testing.TB, client *agent.Client, id string, failed func(id string) string) *agent.Outcome {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	out, err := client.Wait(ctx, id, nil)
+	if err != nil {
+		t.Fatalf("wait %s: %v\n%s", id, err, failed(id))
+	}
+	return out
+}
+
 // WaitFailed says what a wait for id that timed out can tell: the daemon's
 // log (if logs kept it), the request's files in dirs (the folder's
 // directories both ways), and the goroutines of this process that mention
