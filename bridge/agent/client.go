@@ -472,7 +472,10 @@ func (c *Client) Remember(s *Sent, manifest []byte) error {
 // outstanding) that found the request in the folder first; an ack there may
 // already keep the answer, which the host then collects: written over, the
 // answer would be lost. The move refuses a taken name without a lock; only
-// then (rare) does Submit take the records' lock, and may wait for it.
+// when placing fails (rare: the name taken, or a filesystem that cannot
+// move without overwriting) does Submit take the records' lock, waiting for
+// it up to recordsLockWait (without it the record is left to be found again
+// from the folder).
 func (c *Client) rememberSent(s *Sent, manifest []byte) error {
 	rec := sentRecord{Sent: *s, Manifest: manifest}
 	if c.placeRecord(rec) == nil {
@@ -493,10 +496,15 @@ func (c *Client) rememberSent(s *Sent, manifest []byte) error {
 		return c.writeRecord(rec, false)
 	case rerr != nil:
 		return rerr
-	case old.Op != "" || old.ManifestSHA256 != s.ManifestSHA256:
+	case old.ManifestSHA256 != s.ManifestSHA256 || (old.Op != "" && old.Manifest != nil):
 		return nil
 	}
-	old.Op, old.Args, old.Key = s.Op, s.Args, s.Key
+	if old.Op == "" {
+		old.Op, old.Args, old.Key = s.Op, s.Args, s.Key
+	}
+	if old.Manifest == nil {
+		old.Manifest = manifest // of the same hash, checked above
+	}
 	return c.writeRecord(*old, c.acked(old))
 }
 

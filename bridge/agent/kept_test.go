@@ -536,3 +536,58 @@ func TestKeyedResendReplacesATornRecord(t *testing.T) {
 		t.Fatalf("the record after the resend: op %q key %q, manifest %v of the one sent", rec.Op, rec.Key, rec.ManifestSHA256 == again.ManifestSHA256)
 	}
 }
+
+// The same with a keyed request: the other process's resend of the same
+// key found the request in the folder and learnt what was asked (its record
+// then names the op), then acked the answer. Submit's late record must
+// keep that one all the same (red team of b934d87: only the record without
+// an op was tested).
+func TestLateKeyedRecordKeepsAnotherProcessAck(t *testing.T) {
+	h := newHomes(t)
+	o := SubmitOptions{Op: "echo", Key: "k2"}
+	s, err := h.client.Submit(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := h.client.readSent(s.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(h.agent.Path("requests", s.ID+".json")); err != nil {
+		t.Fatal(err)
+	}
+	other, err := OpenClient(h.agent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	if again, err := other.Submit(o); err != nil || !again.Earlier || again.ID != s.ID {
+		t.Fatalf("the other process's keyed resend: %+v, %v", again, err)
+	}
+	if r, err := other.readSent(s.ID); err != nil || r.Op != "echo" {
+		t.Fatalf("the other process's record: %+v, %v; want it to name the op", r, err)
+	}
+	h.publishResultWith(t, s, bridge.StatusDone, []byte("the keyed answer\n"))
+	out, err := other.Result(s.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := other.Ack(out); err != nil {
+		t.Fatal(err)
+	}
+	out.Close()
+	dir := filepath.Join(h.folder, filepath.FromSlash(bridge.ToAgentDir(s.Host, h.agent.Config.ID)))
+	os.Remove(filepath.Join(dir, s.ID+"."+bridge.ExtResult))
+	os.Remove(filepath.Join(dir, s.ID+"."+bridge.ExtOutput))
+	if err := h.client.rememberSent(&rec.Sent, rec.Manifest); err != nil {
+		t.Fatal(err)
+	}
+	again, err := h.client.Result(s.ID)
+	if err != nil {
+		t.Fatalf("the keyed answer after a late record of its submit: %v", err)
+	}
+	defer again.Close()
+	if string(again.Stdout) != "the keyed answer\n" {
+		t.Fatalf("the kept answer reads %q", again.Stdout)
+	}
+}
