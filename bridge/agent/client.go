@@ -237,13 +237,33 @@ func (c *Client) Submit(o SubmitOptions) (*Sent, error) {
 		o.Args = map[string]string{}
 	}
 	id := bridge.NewRequestID()
+	locked := false
 	if o.Key != "" {
 		if id, err = c.home.KeyedRequestID(hb.ID, o.Op, o.Args, o.Key); err != nil {
+			return nil, fmt.Errorf("submit: %w", err)
+		}
+		// Under the records' lock from the look to the record: a second
+		// submit of the same key in another process (an agent retrying a
+		// call still on its way) finds this one's, and never removes its
+		// payload between its payload and its manifest.
+		unlock, err := c.lockRecords()
+		if err != nil {
 			return nil, fmt.Errorf("submit: %w", err)
 		}
 		s, err := c.Sent(id)
 		if err != nil {
 			s, err = c.sentUnderPublicID(hb.ID, o)
+		}
+		if err == nil {
+			unlock() // what follows takes it again where it needs it
+			if _, rerr := c.readSent(s.ID); rerr != nil {
+				// Found again from the folder: remembered now (the look
+				// under the lock could not take it a second time).
+				c.Sent(s.ID)
+			}
+		} else {
+			locked = true
+			defer unlock()
 		}
 		if err == nil && (s.Op == "" || s.Forgotten != 0) {
 			c.keyedAgain(s, o)
@@ -319,7 +339,7 @@ func (c *Client) Submit(o SubmitOptions) (*Sent, error) {
 	// manifest, which stays in the folder until the result is acked. The
 	// request is sent either way: no error for it. Never over a record
 	// another process wrote meanwhile (rememberSent).
-	c.rememberSent(s, manifest)
+	c.rememberSent(s, manifest, locked)
 	return s, nil
 }
 
@@ -475,8 +495,9 @@ func (c *Client) Remember(s *Sent, manifest []byte) error {
 // when placing fails (rare: the name taken, or a filesystem that cannot
 // move without overwriting) does Submit take the records' lock, waiting for
 // it up to recordsLockWait (without it the record is left to be found again
-// from the folder).
-func (c *Client) rememberSent(s *Sent, manifest []byte) error {
+// from the folder). locked: the caller holds the lock already (a keyed
+// submit).
+func (c *Client) rememberSent(s *Sent, manifest []byte, locked bool) error {
 	rec := sentRecord{Sent: *s, Manifest: manifest}
 	if c.placeRecord(rec) == nil {
 		return nil
@@ -485,11 +506,13 @@ func (c *Client) rememberSent(s *Sent, manifest []byte) error {
 	// links): under the lock, a record that reads is kept and, found again
 	// from the folder (which does not say what was asked), learns it; a
 	// torn one, or none, is replaced by this one.
-	unlock, lerr := c.lockRecords()
-	if lerr != nil {
-		return lerr
+	if !locked {
+		unlock, lerr := c.lockRecords()
+		if lerr != nil {
+			return lerr
+		}
+		defer unlock()
 	}
-	defer unlock()
 	old, rerr := c.readSent(s.ID)
 	switch {
 	case errors.Is(rerr, errNoRecord) || errors.Is(rerr, errTornRecord):

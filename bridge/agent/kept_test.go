@@ -482,7 +482,7 @@ func TestLateSubmitRecordKeepsAnotherProcessAck(t *testing.T) {
 	os.Remove(filepath.Join(dir, s.ID+"."+bridge.ExtResult))
 	os.Remove(filepath.Join(dir, s.ID+"."+bridge.ExtOutput))
 	// Submit's record, late.
-	if err := h.client.rememberSent(&rec.Sent, rec.Manifest); err != nil {
+	if err := h.client.rememberSent(&rec.Sent, rec.Manifest, false); err != nil {
 		t.Fatal(err)
 	}
 	again, err := h.client.Result(s.ID)
@@ -579,7 +579,7 @@ func TestLateKeyedRecordKeepsAnotherProcessAck(t *testing.T) {
 	dir := filepath.Join(h.folder, filepath.FromSlash(bridge.ToAgentDir(s.Host, h.agent.Config.ID)))
 	os.Remove(filepath.Join(dir, s.ID+"."+bridge.ExtResult))
 	os.Remove(filepath.Join(dir, s.ID+"."+bridge.ExtOutput))
-	if err := h.client.rememberSent(&rec.Sent, rec.Manifest); err != nil {
+	if err := h.client.rememberSent(&rec.Sent, rec.Manifest, false); err != nil {
 		t.Fatal(err)
 	}
 	again, err := h.client.Result(s.ID)
