@@ -237,53 +237,13 @@ func (c *Client) Submit(o SubmitOptions) (*Sent, error) {
 		o.Args = map[string]string{}
 	}
 	id := bridge.NewRequestID()
-	locked := false
 	if o.Key != "" {
 		if id, err = c.home.KeyedRequestID(hb.ID, o.Op, o.Args, o.Key); err != nil {
 			return nil, fmt.Errorf("submit: %w", err)
 		}
-		// Under the records' lock from the look to the record: a second
-		// submit of the same key in another process (an agent retrying a
-		// call still on its way) finds this one's, and never removes its
-		// payload between its payload and its manifest.
-		unlock, err := c.lockRecords()
-		if err != nil {
-			return nil, fmt.Errorf("submit: %w", err)
+		if s, err := c.sentBefore(id, hb.ID, o); err == nil {
+			return c.sentAgain(s, o), nil
 		}
-		s, err := c.Sent(id)
-		if err != nil {
-			s, err = c.sentUnderPublicID(hb.ID, o)
-		}
-		if err == nil {
-			unlock() // what follows takes it again where it needs it
-			if _, rerr := c.readSent(s.ID); rerr != nil {
-				// Found again from the folder: remembered now (the look
-				// under the lock could not take it a second time).
-				c.Sent(s.ID)
-			}
-		} else {
-			locked = true
-			defer unlock()
-		}
-		if err == nil && (s.Op == "" || s.Forgotten != 0) {
-			c.keyedAgain(s, o)
-		}
-		if err == nil {
-			c.repeats.Store(s.ID, true)
-			s.Earlier = true
-			// Sent before: deliver the very same manifest again if it is
-			// not in the folder (a crash before it was published, or a
-			// lost file); the host answers a duplicate from its ledger.
-			if out, err := c.Result(s.ID); errors.Is(err, ErrNoResult) {
-				c.redeliver(s)
-			} else {
-				out.Close()
-			}
-			return s, nil
-		}
-		// A payload from a submission that crashed before it was
-		// remembered is this agent's own file: replace it.
-		c.folder.Remove(bridge.RequestPath(hb.ID, c.home.Config.ID, id, bridge.ExtPayload))
 	}
 	if o.TTL <= 0 {
 		o.TTL = 24 * time.Hour
@@ -303,29 +263,116 @@ func (c *Client) Submit(o SubmitOptions) (*Sent, error) {
 		o.Stdin = c.boundStdin(o.Host, o.Op, o.Stdin)
 	}
 	now := time.Now()
-	var manifest []byte
-	var req *bridge.Request
+	n := bridge.NewRequest{ID: id, Agent: c.home.Identity(), AgentID: c.home.Config.ID, Host: hb,
+		Call: bridge.Call{Op: o.Op, Args: o.Args}, Stdin: o.Stdin, Created: now, Expires: now.Add(o.TTL)}
+	if o.Key == "" {
+		// Sealed straight into the payload's publish.
+		var manifest []byte
+		var req *bridge.Request
+		return c.publishRequest(peer, hb, o, id, func(w io.Writer) error {
+			var err error
+			manifest, req, err = bridge.SealRequest(w, n)
+			return err
+		}, func() ([]byte, *bridge.Request) { return manifest, req }, false)
+	}
+	// A keyed submit seals into a spool first, outside the records' lock
+	// (its standard input may be a slow pipe), then, under the lock, looks
+	// again and publishes: a second submit of the same key in another
+	// process (an agent retrying a call still on its way) finds this one,
+	// and never removes its payload between its payload and its manifest.
+	spool, err := c.spoolFile()
+	if err != nil {
+		return nil, fmt.Errorf("submit: %w", err)
+	}
+	defer spool.Close()
+	manifest, req, err := bridge.SealRequest(spool, n)
+	if err != nil {
+		return nil, c.sealError(id, err)
+	}
+	unlock, err := c.lockRecords()
+	if err != nil {
+		return nil, bridge.WithHint(fmt.Errorf("submit: %w", err), "nothing was sent; another `bridge` process of this agent holds %s (an ack, or a keyed submit): try again. If none runs, check that the file is yours (`ls -l`): a command run as another user (sudo) can leave it so", c.home.Path("requests", recordsLock))
+	}
+	unlock = sync.OnceFunc(unlock)
+	defer unlock()
+	if s, err := c.sentBefore(id, hb.ID, o); err == nil {
+		unlock()
+		if _, rerr := c.readSent(s.ID); rerr != nil {
+			c.Sent(s.ID) // found again from the folder: remembered now, as the look under the lock could not
+		}
+		return c.sentAgain(s, o), nil
+	}
+	mpath := bridge.RequestPath(hb.ID, c.home.Config.ID, id, bridge.ExtManifest)
+	if _, err := c.folder.Lstat(mpath); err == nil {
+		// Sent, but its record does not read (not missing, not torn): its
+		// payload is live, and replacing it would strand the request.
+		_, rerr := c.readSent(id)
+		return nil, bridge.WithHint(fmt.Errorf("submit: key %q was sent as request %s, whose record in this home cannot be read: %w", o.Key, id, rerr), "nothing new was sent; check %s (a file of yours, readable)", c.home.Path("requests", id+".json"))
+	}
+	// A payload from a submission that crashed before its manifest went
+	// out is this agent's own file: replace it.
+	c.folder.Remove(bridge.RequestPath(hb.ID, c.home.Config.ID, id, bridge.ExtPayload))
+	if _, err := spool.Seek(0, io.SeekStart); err != nil {
+		return nil, fmt.Errorf("submit: %w", err)
+	}
+	return c.publishRequest(peer, hb, o, id, func(w io.Writer) error {
+		_, err := io.Copy(w, spool)
+		return err
+	}, func() ([]byte, *bridge.Request) { return manifest, req }, true)
+}
+
+// sentBefore finds the request a keyed submit of o sent before as id (or
+// under its older public id).
+func (c *Client) sentBefore(id, host string, o SubmitOptions) (*Sent, error) {
+	s, err := c.Sent(id)
+	if err != nil {
+		s, err = c.sentUnderPublicID(host, o)
+	}
+	return s, err
+}
+
+// sentAgain is what a keyed submit of o returns for s, sent before: its
+// record learns what was asked if it was found again from the folder, a
+// forgotten one is waited for again, and the very same manifest is
+// delivered again if it is not in the folder (a crash before it was
+// published, or a lost file); the host answers a duplicate from its ledger.
+func (c *Client) sentAgain(s *Sent, o SubmitOptions) *Sent {
+	if s.Op == "" || s.Forgotten != 0 {
+		c.keyedAgain(s, o)
+	}
+	c.repeats.Store(s.ID, true)
+	s.Earlier = true
+	if out, err := c.Result(s.ID); errors.Is(err, ErrNoResult) {
+		c.redeliver(s)
+	} else {
+		out.Close()
+	}
+	return s
+}
+
+// sealError says a failed seal of request id as the command line says it.
+func (c *Client) sealError(id string, err error) error {
+	var over *stdinTooLarge
+	if errors.As(err, &over) {
+		// Said as the host would say it, without the sealing's chain.
+		return bridge.WithHint(fmt.Errorf("submit: %w", over), "`bridge ops` shows each op's max_stdin; send less, or ask the host's owner to raise it")
+	}
+	if errors.Is(err, fs.ErrNotExist) {
+		return bridge.WithHint(fmt.Errorf("submit: %w", err), "the host's directory is missing: run `bridge keys trust` for the host again, and check the folder is synced")
+	}
+	return fmt.Errorf("submit %s: %w", id, err)
+}
+
+// publishRequest publishes request id's payload (written by payload), then
+// its manifest (sealed returns it and the request, once payload has run),
+// and remembers it. locked: the caller holds the records' lock.
+func (c *Client) publishRequest(peer *trust.Peer, hb *bcrypto.Bundle, o SubmitOptions, id string, payload func(io.Writer) error, sealed func() ([]byte, *bridge.Request), locked bool) (*Sent, error) {
 	// The payload's directory entry becomes durable with the manifest's
 	// publish into the same directory: without the manifest it is nothing.
-	err = c.folder.Publish(bridge.RequestPath(hb.ID, c.home.Config.ID, id, bridge.ExtPayload), func(w io.Writer) error {
-		var err error
-		manifest, req, err = bridge.SealRequest(w, bridge.NewRequest{
-			ID: id, Agent: c.home.Identity(), AgentID: c.home.Config.ID, Host: hb,
-			Call: bridge.Call{Op: o.Op, Args: o.Args}, Stdin: o.Stdin, Created: now, Expires: now.Add(o.TTL),
-		})
-		return err
-	}, syncsafe.WithoutDirSync())
-	if err != nil {
-		var over *stdinTooLarge
-		if errors.As(err, &over) {
-			// Said as the host would say it, without the sealing's chain.
-			return nil, bridge.WithHint(fmt.Errorf("submit: %w", over), "`bridge ops` shows each op's max_stdin; send less, or ask the host's owner to raise it")
-		}
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil, bridge.WithHint(fmt.Errorf("submit: %w", err), "the host's directory is missing: run `bridge keys trust` for the host again, and check the folder is synced")
-		}
-		return nil, fmt.Errorf("submit %s: %w", id, err)
+	if err := c.folder.Publish(bridge.RequestPath(hb.ID, c.home.Config.ID, id, bridge.ExtPayload), payload, syncsafe.WithoutDirSync()); err != nil {
+		return nil, c.sealError(id, err)
 	}
+	manifest, req := sealed()
 	s := &Sent{V: 1, ID: id, Host: hb.ID, HostName: peer.Name, Op: o.Op, Args: o.Args, Key: o.Key,
 		ManifestSHA256: bridge.SHA256Hex(manifest), Created: req.Created, Expires: req.Expires}
 	if err := c.folder.Publish(bridge.RequestPath(hb.ID, c.home.Config.ID, id, bridge.ExtManifest), bridge.WriteBytes(manifest)); err != nil {
@@ -743,7 +790,8 @@ func (c *Client) rememberRecovered(s *Sent, manifest []byte) {
 		c.Remember(s, manifest)
 	case errors.Is(err, errNoRecord):
 		// Not over a Submit's record placed since the read: that one
-		// knows what was asked (it takes no lock on its way in).
+		// knows what was asked (without a key it takes no lock on its way
+		// in).
 		c.placeRecord(sentRecord{Sent: *s, Manifest: manifest})
 	}
 	// Anything else: there (another process wrote it meanwhile), or
@@ -754,10 +802,11 @@ func (c *Client) rememberRecovered(s *Sent, manifest []byte) {
 // change of a record that already exists holds from its read to its write
 // (Ack, Forget, a keyed resend, a record found again): two processes of
 // one agent (an MCP server and a command) must not write back a record
-// read before the other's ack, without the answer in it. A new request's
-// record is put in place without it, never over a record that is there
-// (rememberSent, which takes it only when the name is taken). It waits for
-// another holder, for a while.
+// read before the other's ack, without the answer in it; and a keyed
+// submit from its second look for an earlier send of its key to its record
+// (its input sealed before). Another new request's record is put in place
+// without it, never over a record that is there (rememberSent, which takes
+// it only when placing fails). It waits for another holder, for a while.
 func (c *Client) lockRecords() (unlock func(), err error) {
 	dir := c.home.Path("requests")
 	if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -769,7 +818,7 @@ func (c *Client) lockRecords() (unlock func(), err error) {
 	deadline := time.Now().Add(recordsLockWait)
 	for ; !recordsMu.TryLock(); time.Sleep(2 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("request records: %w (in this process)", syncsafe.ErrLocked)
+			return nil, fmt.Errorf("request records: another call of this process held them for %s", recordsLockWait)
 		}
 	}
 	for ; ; time.Sleep(2 * time.Millisecond) {
