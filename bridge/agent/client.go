@@ -244,6 +244,9 @@ func (c *Client) Submit(o SubmitOptions) (*Sent, error) {
 		if s, err := c.sentBefore(id, hb.ID, o); err == nil {
 			return c.sentAgain(s, o), nil
 		}
+		if err := c.unreadableRecord(id, o.Key); err != nil {
+			return nil, err
+		}
 	}
 	if o.TTL <= 0 {
 		o.TTL = 24 * time.Hour
@@ -291,7 +294,7 @@ func (c *Client) Submit(o SubmitOptions) (*Sent, error) {
 	}
 	unlock, err := c.lockRecords()
 	if err != nil {
-		return nil, bridge.WithHint(fmt.Errorf("submit: %w", err), "nothing was sent; another `bridge` process of this agent holds %s (an ack, or a keyed submit): try again. If none runs, check that the file is yours (`ls -l`): a command run as another user (sudo) can leave it so", c.home.Path("requests", recordsLock))
+		return nil, bridge.WithHint(fmt.Errorf("submit: %w", err), "nothing was sent; another call or process of this agent holds its request records (an ack, a keyed submit of a large input): try again. If nothing else of this agent runs, check that %s is a file of yours (`ls -l`): a command run as another user (sudo) can leave it so", c.home.Path("requests", recordsLock))
 	}
 	unlock = sync.OnceFunc(unlock)
 	defer unlock()
@@ -302,12 +305,20 @@ func (c *Client) Submit(o SubmitOptions) (*Sent, error) {
 		}
 		return c.sentAgain(s, o), nil
 	}
+	if err := c.unreadableRecord(id, o.Key); err != nil {
+		return nil, err
+	}
 	mpath := bridge.RequestPath(hb.ID, c.home.Config.ID, id, bridge.ExtManifest)
 	if _, err := c.folder.Lstat(mpath); err == nil {
-		// Sent, but its record does not read (not missing, not torn): its
-		// payload is live, and replacing it would strand the request.
-		_, rerr := c.readSent(id)
-		return nil, bridge.WithHint(fmt.Errorf("submit: key %q was sent as request %s, whose record in this home cannot be read: %w", o.Key, id, rerr), "nothing new was sent; check %s (a file of yours, readable)", c.home.Path("requests", id+".json"))
+		// A manifest of the key's id that is not this agent's (a sync
+		// client's conflicting version, another home's): its payload is
+		// not this submit's to replace.
+		return nil, bridge.WithHint(fmt.Errorf("submit: key %q: the folder holds a manifest of request %s that this home did not send", o.Key, id), "nothing was sent; see %s in the folder, or use another key", mpath)
+	}
+	if !time.Now().Before(n.Expires) {
+		// The wait for the lock outlived the request: sent now, it would
+		// spend the key on an answer that can only say expired.
+		return nil, bridge.WithHint(fmt.Errorf("submit: key %q: the request expired (TTL %s) before it could be sent", o.Key, o.TTL), "nothing was sent; submit again with a longer TTL")
 	}
 	// A payload from a submission that crashed before its manifest went
 	// out is this agent's own file: replace it.
@@ -319,6 +330,18 @@ func (c *Client) Submit(o SubmitOptions) (*Sent, error) {
 		_, err := io.Copy(w, spool)
 		return err
 	}, func() ([]byte, *bridge.Request) { return manifest, req }, true)
+}
+
+// unreadableRecord refuses a keyed submit whose record is there but does
+// not read (not missing, not torn: a directory in its place, another user's
+// file): the request may be sent, acked and collected, and a new manifest
+// under its id could run it again once the host has forgotten it.
+func (c *Client) unreadableRecord(id, key string) error {
+	_, err := c.readSent(id)
+	if err == nil || errors.Is(err, errNoRecord) || errors.Is(err, errTornRecord) {
+		return nil
+	}
+	return bridge.WithHint(fmt.Errorf("submit: key %q was sent as request %s, whose record in this home cannot be read: %w", key, id, err), "nothing was sent; check %s (a file of yours, readable)", c.home.Path("requests", id+".json"))
 }
 
 // sentBefore finds the request a keyed submit of o sent before as id (or

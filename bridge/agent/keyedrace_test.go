@@ -14,6 +14,7 @@ import (
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/trust"
 	bcrypto "github.com/syncbridge/bridge/crypto"
+	"github.com/syncbridge/bridge/syncsafe"
 )
 
 // wholeRequest fails unless the folder holds request id whole: its manifest
@@ -166,6 +167,7 @@ func TestSlowKeyedStdinHoldsNoLock(t *testing.T) {
 		t.Fatal(err)
 	}
 	pr, pw := io.Pipe()
+	t.Cleanup(func() { pw.Close() }) // a failure must not leave the submit holding anything
 	done := make(chan error, 1)
 	go func() {
 		_, err := h.client.Submit(SubmitOptions{Op: "echo", Key: "slow", Stdin: pr, NoCheck: true})
@@ -210,4 +212,46 @@ func TestKeyedRetryWithAnUnreadableRecordSendsNothing(t *testing.T) {
 		t.Fatalf("a keyed retry with an unreadable record: %v; want a refusal", err)
 	}
 	wholeRequest(t, h, s.ID)
+	// Acked and collected, the request's files gone from the folder: the
+	// record was the only trace of it, and a retry must still not send the
+	// id anew (the host, having forgotten it, would run it again).
+	dir := filepath.Join(h.folder, filepath.FromSlash(bridge.ToHostDir(h.host.Config.ID, h.agent.Config.ID)))
+	for _, ext := range []string{bridge.ExtManifest, bridge.ExtPayload} {
+		if err := os.Remove(filepath.Join(dir, s.ID+"."+ext)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := h.client.Submit(o); err == nil || !strings.Contains(err.Error(), "cannot be read") {
+		t.Fatalf("a keyed retry with an unreadable record, its files collected: %v; want a refusal", err)
+	}
+	if _, err := os.Lstat(filepath.Join(dir, s.ID+"."+bridge.ExtManifest)); err == nil {
+		t.Fatal("the refused retry published a manifest")
+	}
+}
+
+// A keyed submit that waited for the records' lock past its request's
+// expiry sends nothing: sent, it would spend the key on an answer that can
+// only say expired (red team of f6794ae).
+func TestKeyedSubmitExpiredWhileWaitingSendsNothing(t *testing.T) {
+	h := newHomes(t)
+	if err := os.MkdirAll(h.agent.Path("requests"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	held, err := syncsafe.Lock(h.agent.Path("requests", recordsLock)) // as another process
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { time.Sleep(1500 * time.Millisecond); held.Unlock() }()
+	o := SubmitOptions{Op: "echo", Key: "late", TTL: time.Second}
+	if _, err := h.client.Submit(o); err == nil || !strings.Contains(err.Error(), "expired") {
+		t.Fatalf("a keyed submit that waited past its TTL: %v; want a refusal", err)
+	}
+	id, err := h.agent.KeyedRequestID(h.host.Config.ID, o.Op, map[string]string{}, o.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(h.folder, filepath.FromSlash(bridge.ToHostDir(h.host.Config.ID, h.agent.Config.ID)))
+	if _, err := os.Lstat(filepath.Join(dir, id+"."+bridge.ExtManifest)); err == nil {
+		t.Fatal("the expired request was published")
+	}
 }
