@@ -18,6 +18,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/syncbridge/bridge/bridge"
@@ -244,7 +245,9 @@ func (c *Client) Submit(o SubmitOptions) (*Sent, error) {
 		if s, err := c.sentBefore(id, hb.ID, o); err == nil {
 			return c.sentAgain(s, o), nil
 		}
-		if err := c.unreadableRecord(id, o.Key); err != nil {
+		// A record there that does not read is refused before the input is
+		// read; a passing error is looked at again under the lock.
+		if err := c.unreadableRecord(id, o.Key); err != nil && (errors.Is(err, fs.ErrPermission) || errors.Is(err, syscall.EISDIR)) {
 			return nil, err
 		}
 	}
@@ -305,20 +308,23 @@ func (c *Client) Submit(o SubmitOptions) (*Sent, error) {
 		}
 		return c.sentAgain(s, o), nil
 	}
-	if err := c.unreadableRecord(id, o.Key); err != nil {
-		return nil, err
+	for _, rid := range []string{id, c.publicKeyedID(hb.ID, o)} {
+		if err := c.unreadableRecord(rid, o.Key); err != nil {
+			return nil, err
+		}
 	}
 	mpath := bridge.RequestPath(hb.ID, c.home.Config.ID, id, bridge.ExtManifest)
 	if _, err := c.folder.Lstat(mpath); err == nil {
-		// A manifest of the key's id that is not this agent's (a sync
-		// client's conflicting version, another home's): its payload is
-		// not this submit's to replace.
-		return nil, bridge.WithHint(fmt.Errorf("submit: key %q: the folder holds a manifest of request %s that this home did not send", o.Key, id), "nothing was sent; see %s in the folder, or use another key", mpath)
+		// A manifest of the key's id that this home cannot verify as its
+		// own (a key retired since, another home's, a sync conflict's):
+		// its payload is not this submit's to replace.
+		return nil, bridge.WithHint(fmt.Errorf("submit: key %q: the folder holds a manifest of request %s that this home cannot verify as its own (signed by a key retired since, another home's, or a sync conflict's)", o.Key, id), "nothing was sent; if %s in the folder is not this agent's, remove it and submit again. Another key sends a new request, which the host runs even if this one ran", mpath)
 	}
-	if !time.Now().Before(n.Expires) {
-		// The wait for the lock outlived the request: sent now, it would
+	if !time.Now().Before(time.Unix(req.Expires, 0)) {
+		// Reading its input and waiting for the lock outlived the request
+		// (as the manifest says it, in whole seconds): sent now, it would
 		// spend the key on an answer that can only say expired.
-		return nil, bridge.WithHint(fmt.Errorf("submit: key %q: the request expired (TTL %s) before it could be sent", o.Key, o.TTL), "nothing was sent; submit again with a longer TTL")
+		return nil, bridge.WithHint(fmt.Errorf("submit: key %q: the request expired (TTL %s) before it could be sent: reading its input and waiting for the records' lock took %s", o.Key, o.TTL, time.Since(now).Round(time.Millisecond)), "nothing was sent; submit again with a longer TTL")
 	}
 	// A payload from a submission that crashed before its manifest went
 	// out is this agent's own file: replace it.
@@ -341,7 +347,11 @@ func (c *Client) unreadableRecord(id, key string) error {
 	if err == nil || errors.Is(err, errNoRecord) || errors.Is(err, errTornRecord) {
 		return nil
 	}
-	return bridge.WithHint(fmt.Errorf("submit: key %q was sent as request %s, whose record in this home cannot be read: %w", key, id, err), "nothing was sent; check %s (a file of yours, readable)", c.home.Path("requests", id+".json"))
+	rec := c.home.Path("requests", id+".json")
+	if _, lerr := os.Lstat(rec); lerr != nil {
+		return bridge.WithHint(fmt.Errorf("submit: key %q: cannot look for the record of request %s: %w", key, id, err), "nothing was sent; check %s (a directory of yours)", c.home.Path("requests"))
+	}
+	return bridge.WithHint(fmt.Errorf("submit: key %q was sent as request %s, whose record in this home cannot be read: %w", key, id, err), "nothing was sent; check %s (a file of yours, readable)", rec)
 }
 
 // sentBefore finds the request a keyed submit of o sent before as id (or
@@ -419,6 +429,19 @@ func (c *Client) publishRequest(peer *trust.Peer, hb *bcrypto.Bundle, o SubmitOp
 // or it would run again. It only looks up this home's own records; no new
 // request is ever given such an id.
 func (c *Client) sentUnderPublicID(host string, o SubmitOptions) (*Sent, error) {
+	s, err := c.Sent(c.publicKeyedID(host, o))
+	if err != nil {
+		return nil, err
+	}
+	if s.Host != host || s.Op != o.Op || s.Key != o.Key || !maps.Equal(s.Args, o.Args) {
+		return nil, fmt.Errorf("request %s: not this command", s.ID)
+	}
+	return s, nil
+}
+
+// publicKeyedID is the id SPEC §7.2 gave a keyed request before keyed ids
+// were derived with the home's idempotency secret.
+func (c *Client) publicKeyedID(host string, o SubmitOptions) string {
 	h := sha256.New()
 	h.Write([]byte("bridge/v1/idempotency\x00"))
 	field := func(s string) {
@@ -435,14 +458,7 @@ func (c *Client) sentUnderPublicID(host string, o SubmitOptions) (*Sent, error) 
 		field(o.Args[k])
 	}
 	field(o.Key)
-	s, err := c.Sent(hex.EncodeToString(h.Sum(nil)[:16]))
-	if err != nil {
-		return nil, err
-	}
-	if s.Host != host || s.Op != o.Op || s.Key != o.Key || !maps.Equal(s.Args, o.Args) {
-		return nil, fmt.Errorf("request %s: not this command", s.ID)
-	}
-	return s, nil
+	return hex.EncodeToString(h.Sum(nil)[:16])
 }
 
 // boundStdin holds the input of a request to its op's max_stdin from the

@@ -241,7 +241,9 @@ func TestKeyedSubmitExpiredWhileWaitingSendsNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	go func() { time.Sleep(1500 * time.Millisecond); held.Unlock() }()
+	released := make(chan struct{})
+	go func() { time.Sleep(1500 * time.Millisecond); held.Unlock(); close(released) }()
+	t.Cleanup(func() { <-released })
 	o := SubmitOptions{Op: "echo", Key: "late", TTL: time.Second}
 	if _, err := h.client.Submit(o); err == nil || !strings.Contains(err.Error(), "expired") {
 		t.Fatalf("a keyed submit that waited past its TTL: %v; want a refusal", err)
@@ -253,5 +255,21 @@ func TestKeyedSubmitExpiredWhileWaitingSendsNothing(t *testing.T) {
 	dir := filepath.Join(h.folder, filepath.FromSlash(bridge.ToHostDir(h.host.Config.ID, h.agent.Config.ID)))
 	if _, err := os.Lstat(filepath.Join(dir, id+"."+bridge.ExtManifest)); err == nil {
 		t.Fatal("the expired request was published")
+	}
+}
+
+// The same for a record under the older public id of a keyed request (a
+// home from before keyed ids were derived with its secret): one there that
+// does not read refuses the submit, rather than a new id being sent for a
+// request that may have run (red team of 502fbda).
+func TestKeyedSubmitWithAnUnreadableOlderRecordSendsNothing(t *testing.T) {
+	h := newHomes(t)
+	o := SubmitOptions{Op: "echo", Key: "old-key"}
+	old := publicKeyedID(h.agent.Config.ID, h.host.Config.ID, o.Op, map[string]string{}, o.Key)
+	if err := os.MkdirAll(h.agent.Path("requests", old+".json"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.client.Submit(o); err == nil || !strings.Contains(err.Error(), "cannot be read") {
+		t.Fatalf("a keyed submit beside an unreadable record of its older id: %v; want a refusal", err)
 	}
 }
