@@ -469,30 +469,7 @@ func TestLateSubmitRecordKeepsAnotherProcessAck(t *testing.T) {
 	if _, err := other.Sent(s.ID); err != nil { // found again (ls, status, a wait over everything outstanding)
 		t.Fatal(err)
 	}
-	h.publishResultWith(t, s, bridge.StatusDone, []byte("the answer\n"))
-	out, err := other.Result(s.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := other.Ack(out); err != nil {
-		t.Fatal(err)
-	}
-	out.Close()
-	dir := filepath.Join(h.folder, filepath.FromSlash(bridge.ToAgentDir(s.Host, h.agent.Config.ID)))
-	os.Remove(filepath.Join(dir, s.ID+"."+bridge.ExtResult))
-	os.Remove(filepath.Join(dir, s.ID+"."+bridge.ExtOutput))
-	// Submit's record, late.
-	if err := h.client.rememberSent(&rec.Sent, rec.Manifest, false); err != nil {
-		t.Fatal(err)
-	}
-	again, err := h.client.Result(s.ID)
-	if err != nil {
-		t.Fatalf("the answer after a late record of its submit: %v", err)
-	}
-	defer again.Close()
-	if string(again.Stdout) != "the answer\n" {
-		t.Fatalf("the kept answer reads %q", again.Stdout)
-	}
+	ackElsewhereThenRememberLate(t, h, other, rec, "the answer\n")
 	if tmps, _ := filepath.Glob(h.agent.Path("requests", ".tmp-*")); len(tmps) != 0 {
 		t.Fatalf("the late record left its temp: %v", tmps)
 	}
@@ -567,7 +544,17 @@ func TestLateKeyedRecordKeepsAnotherProcessAck(t *testing.T) {
 	if r, err := other.readSent(s.ID); err != nil || r.Op != "echo" {
 		t.Fatalf("the other process's record: %+v, %v; want it to name the op", r, err)
 	}
-	h.publishResultWith(t, s, bridge.StatusDone, []byte("the keyed answer\n"))
+	ackElsewhereThenRememberLate(t, h, other, rec, "the keyed answer\n")
+}
+
+// ackElsewhereThenRememberLate answers rec's request with answer, has other
+// (another process of the agent) read and ack it, removes the host's copy as
+// its collection does, then writes h.client's Submit record of it late: the
+// answer must still read from h.client.
+func ackElsewhereThenRememberLate(t *testing.T, h *homes, other *Client, rec *sentRecord, answer string) {
+	t.Helper()
+	s := &rec.Sent
+	h.publishResultWith(t, s, bridge.StatusDone, []byte(answer))
 	out, err := other.Result(s.ID)
 	if err != nil {
 		t.Fatal(err)
@@ -579,15 +566,15 @@ func TestLateKeyedRecordKeepsAnotherProcessAck(t *testing.T) {
 	dir := filepath.Join(h.folder, filepath.FromSlash(bridge.ToAgentDir(s.Host, h.agent.Config.ID)))
 	os.Remove(filepath.Join(dir, s.ID+"."+bridge.ExtResult))
 	os.Remove(filepath.Join(dir, s.ID+"."+bridge.ExtOutput))
-	if err := h.client.rememberSent(&rec.Sent, rec.Manifest, false); err != nil {
+	if err := h.client.rememberSent(s, rec.Manifest, false); err != nil {
 		t.Fatal(err)
 	}
 	again, err := h.client.Result(s.ID)
 	if err != nil {
-		t.Fatalf("the keyed answer after a late record of its submit: %v", err)
+		t.Fatalf("the answer after a late record of its submit: %v", err)
 	}
 	defer again.Close()
-	if string(again.Stdout) != "the keyed answer\n" {
+	if string(again.Stdout) != answer {
 		t.Fatalf("the kept answer reads %q", again.Stdout)
 	}
 }
