@@ -448,24 +448,10 @@ func TestAckWaitsForTheRecordsLockFile(t *testing.T) {
 // session 28, left then).
 func TestLateSubmitRecordKeepsAnotherProcessAck(t *testing.T) {
 	h := newHomes(t)
-	s, err := h.client.Submit(SubmitOptions{Op: "echo"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec, err := h.client.readSent(s.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
 	// As if Submit had not remembered it yet: another process finds it in
 	// the folder, reads the answer, acks it; the host collects its copy.
-	if err := os.Remove(h.agent.Path("requests", s.ID+".json")); err != nil {
-		t.Fatal(err)
-	}
-	other, err := OpenClient(h.agent)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer other.Close()
+	rec, other := notYetRemembered(t, h, SubmitOptions{Op: "echo"})
+	s := &rec.Sent
 	if _, err := other.Sent(s.ID); err != nil { // found again (ls, status, a wait over everything outstanding)
 		t.Fatal(err)
 	}
@@ -522,6 +508,22 @@ func TestKeyedResendReplacesATornRecord(t *testing.T) {
 func TestLateKeyedRecordKeepsAnotherProcessAck(t *testing.T) {
 	h := newHomes(t)
 	o := SubmitOptions{Op: "echo", Key: "k2"}
+	rec, other := notYetRemembered(t, h, o)
+	s := &rec.Sent
+	if again, err := other.Submit(o); err != nil || !again.Earlier || again.ID != s.ID {
+		t.Fatalf("the other process's keyed resend: %+v, %v", again, err)
+	}
+	if r, err := other.readSent(s.ID); err != nil || r.Op != "echo" {
+		t.Fatalf("the other process's record: %+v, %v; want it to name the op", r, err)
+	}
+	ackElsewhereThenRememberLate(t, h, other, rec, "the keyed answer\n")
+}
+
+// notYetRemembered submits o and takes its record away, as if Submit had
+// not written it yet; it returns the record to write late and another
+// client of the agent (another process), open until the test ends.
+func notYetRemembered(t *testing.T, h *homes, o SubmitOptions) (*sentRecord, *Client) {
+	t.Helper()
 	s, err := h.client.Submit(o)
 	if err != nil {
 		t.Fatal(err)
@@ -537,14 +539,8 @@ func TestLateKeyedRecordKeepsAnotherProcessAck(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer other.Close()
-	if again, err := other.Submit(o); err != nil || !again.Earlier || again.ID != s.ID {
-		t.Fatalf("the other process's keyed resend: %+v, %v", again, err)
-	}
-	if r, err := other.readSent(s.ID); err != nil || r.Op != "echo" {
-		t.Fatalf("the other process's record: %+v, %v; want it to name the op", r, err)
-	}
-	ackElsewhereThenRememberLate(t, h, other, rec, "the keyed answer\n")
+	t.Cleanup(func() { other.Close() })
+	return rec, other
 }
 
 // ackElsewhereThenRememberLate answers rec's request with answer, has other
