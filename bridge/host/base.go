@@ -214,6 +214,7 @@ func (b *base) crashPoint(step string) {
 	}
 	if p.PowerCut {
 		os.Truncate(b.ledger.Path(), b.ledger.SyncedSize())
+		p.Cut()
 	}
 	os.Exit(probe.CrashExit)
 }

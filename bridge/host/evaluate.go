@@ -270,7 +270,7 @@ func (e *evaluation) call() bool {
 // it is recorded uncertain instead (record-lost), and never runs again.
 func (d *Daemon) deliver(j *job, expires time.Time) (ledger.Entry, bool) {
 	e := ledger.Entry{Key: j.key, Agent: j.agent, ID: j.req.ID, State: ledger.StateSeen, ManifestSHA256: j.sha,
-		FirstSeen: d.opt.Now(), Expires: expires}
+		FirstSeen: d.opt.Now(), Expires: expires, Manifest: j.manifest}
 	why := d.evidence(j.agent, j.req.ID)
 	// Kept before the record, under a name that is not evidence of
 	// admission (unrecorded), and renamed once the record is in: recovery,
@@ -347,6 +347,11 @@ func (d *Daemon) deliver(j *job, expires time.Time) (ledger.Entry, bool) {
 // holds or was sent (none if it acked one and none is in the folder).
 func (d *Daemon) answerLost(j *job, why string, notBefore time.Time) (resSHA, status string) {
 	if sha, status, ok := d.out.folderResult(j.agent, j.req.ID, j.sha, notBefore); ok {
+		// Kept as the private copies, as catch-up keeps it: should the
+		// folder's go (lost, replaced), it is published again, not sealed
+		// anew. (A power cut that lost a refused request's lazy record
+		// after its refusal was out leaves the folder's copy alone.)
+		d.out.keepFolderResult(j.agent, j.req.ID)
 		return sha, status
 	}
 	if d.out.sealedFor(j) {
@@ -462,18 +467,24 @@ func (o *outbox) keptPath(agent, id, ext string) string {
 	return operator.KeptManifestPath(o.home, agent, id, ext)
 }
 
-// keepUnrecorded keeps a manifest about to be recorded.
+// keepUnrecorded keeps a manifest about to be recorded. It is written
+// without an fsync: the ledger's record carries the manifest's bytes until
+// the request is answered (ledger.Entry.Manifest), and that is what reload
+// reads; this copy is the evidence a lost ledger leaves (evidence.go) and
+// what `bridge approve` reads without a daemon. A power cut can leave it
+// torn or empty, never wrong: every reader checks its hash.
 func (o *outbox) keepUnrecorded(j *job) error {
 	if err := os.MkdirAll(o.home.Path("manifests", j.agent), 0o700); err != nil {
 		return err
 	}
-	return syncsafe.WriteFileAtomic(o.keptPath(j.agent, j.req.ID, operator.ExtUnrecorded), j.manifest)
+	o.probe.Unsynced(o.keptPath(j.agent, j.req.ID, operator.ExtUnrecorded), o.keptPath(j.agent, j.req.ID, bridge.ExtManifest))
+	return syncsafe.WriteFileUnsynced(o.keptPath(j.agent, j.req.ID, operator.ExtUnrecorded), j.manifest)
 }
 
 // keepManifest keeps the admitted manifest of a recorded request in the
-// home, once: its unrecorded copy renamed, or written anew. (The rename
-// needs no directory fsync: lost to a crash, the copy is found under its
-// first name.)
+// home, once: its unrecorded copy renamed, or written anew, without an
+// fsync as keepUnrecorded. (The rename needs no directory fsync: lost to a
+// crash, the copy is found under its first name.)
 func (o *outbox) keepManifest(j *job) error {
 	p := o.keptPath(j.agent, j.req.ID, bridge.ExtManifest)
 	if _, err := os.Stat(p); err == nil {
@@ -485,7 +496,8 @@ func (o *outbox) keepManifest(j *job) error {
 	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
 		return err
 	}
-	return syncsafe.WriteFileAtomic(p, j.manifest)
+	o.probe.Unsynced(p)
+	return syncsafe.WriteFileUnsynced(p, j.manifest)
 }
 
 // keptDurable renames the unrecorded copy of a request's manifest to its
@@ -587,12 +599,17 @@ func (d *Daemon) handleCancel(agent, id string) {
 // authentic when admitted, and reload only rebuilds it. Whether it may
 // still start is standing's to say; the times are not checked again.
 func (d *Daemon) reload(ent ledger.Entry, keys *agentKeys) (*job, error) {
-	data, err := os.ReadFile(d.out.keptPath(ent.Agent, ent.ID, bridge.ExtManifest))
-	if errors.Is(err, fs.ErrNotExist) {
-		data, err = os.ReadFile(d.out.keptPath(ent.Agent, ent.ID, operator.ExtUnrecorded)) // a crash before the rename
-	}
-	if err != nil {
-		return nil, err
+	data := ent.Manifest // the ledger checked its hash at Admit
+	if data == nil {
+		// Recorded before the ledger carried it: its copy was fsynced then.
+		var err error
+		data, err = os.ReadFile(d.out.keptPath(ent.Agent, ent.ID, bridge.ExtManifest))
+		if errors.Is(err, fs.ErrNotExist) {
+			data, err = os.ReadFile(d.out.keptPath(ent.Agent, ent.ID, operator.ExtUnrecorded)) // a crash before the rename
+		}
+		if err != nil {
+			return nil, err
+		}
 	}
 	if bridge.SHA256Hex(data) != ent.ManifestSHA256 {
 		return nil, fmt.Errorf("%w: the kept manifest changed", bridge.ErrReplay)

@@ -57,6 +57,7 @@ func (o *outbox) publishResult(j *job, rc bridge.Receipt, stdout, stderr runner.
 	// named by the id (not temps the start-up sweep removes): a crash after
 	// the publish leaves them, complete, for recovery to verify and keep
 	// (promoteStaged) — the folder's copy alone could be gone by then.
+	o.probe.Unsynced(stagedPath(dir, j.req.ID, bridge.ExtOutput), stagedPath(dir, j.req.ID, bridge.ExtResult))
 	out, err := os.OpenFile(stagedPath(dir, j.req.ID, bridge.ExtOutput), os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
 	if err != nil {
 		return "", "", err

@@ -79,7 +79,13 @@
 //	 "updated":T,"runs":1,"history":[{"state":"seen","at":T},…]}
 //
 // T is UTC with nine fractional digits, "2006-01-02T15:04:05.000000000Z", so
-// that string order is time order. history keeps the last 16 steps.
+// that string order is time order. history keeps the last 16 steps. A
+// record of a request not yet answered, or uncertain, may end with one
+// member more, ,"manifest":"<base64>" (standard, padded): the admitted
+// manifest's bytes, whose SHA-256 is manifest_sha256 (Admit refuses others).
+// The host writes its own copy of the manifest without an fsync and reads
+// this one back after a crash; entering a terminal state drops it, and a
+// record written before the member existed has none and still reads.
 //
 // Why one key per request, written alone: a BuntDB transaction is one
 // write(2) of all its records, and after a crash the loader applies every

@@ -636,6 +636,8 @@ func (l *Ledger) admit(e Entry, lazy bool) (Entry, bool, error) {
 		return Entry{}, false, fmt.Errorf("admit %s: no expiry", e.Key)
 	case !contains(admitStates, e.State):
 		return Entry{}, false, fmt.Errorf("admit %s: cannot start in state %q", e.Key, e.State)
+	case len(e.Manifest) > 0 && sha256Hex(e.Manifest) != e.ManifestSHA256:
+		return Entry{}, false, fmt.Errorf("admit %s: the manifest's bytes do not hash to %s", e.Key, e.ManifestSHA256)
 	}
 	now := time.Now()
 	if e.FirstSeen.IsZero() {

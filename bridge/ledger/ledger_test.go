@@ -120,6 +120,86 @@ func TestRecordFormat(t *testing.T) {
 	}
 }
 
+// The admitted manifest rides in the record while the request is
+// unanswered or uncertain (the host's own copy of it is not fsynced): on
+// disk through every durable and lazy step and a reopen, dropped on entering
+// a terminal state. A manifest that does not hash to the recorded SHA-256 is
+// refused, and a record with one more member than encodeEntry writes, or a
+// manifest not in canonical base64, is damage.
+func TestManifestRidesUntilAnswered(t *testing.T) {
+	dir := t.TempDir()
+	l := mustOpen(t, dir)
+	exp := time.Now().Add(time.Hour)
+	manifest := []byte(`{"a signed manifest":"its bytes"}`)
+	withManifest := func(key string) Entry {
+		e := testEntry(key, exp)
+		e.Manifest, e.ManifestSHA256 = manifest, sha256Hex(manifest)
+		return e
+	}
+	bad := withManifest("a/0")
+	bad.ManifestSHA256 = fmt.Sprintf("%064x", 1)
+	if _, _, err := l.AdmitLazy(bad); err == nil {
+		t.Fatal("admitted a manifest that does not hash to the recorded SHA-256")
+	}
+	for _, key := range []string{"a/1", "a/2"} {
+		if _, _, err := l.AdmitLazy(withManifest(key)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := l.TransitionLazy(key, []State{StateSeen}, StateClaimed, nil); err != nil {
+			t.Fatal(err)
+		}
+		mustTransition(t, l, key, StateClaimed, StateRunning)
+	}
+	mustTransition(t, l, "a/1", StateRunning, StateUncertain)
+	mustTransition(t, l, "a/2", StateRunning, StateDone)
+	mustClose(t, l)
+
+	l = mustOpen(t, dir)
+	defer mustClose(t, l)
+	for key, want := range map[string][]byte{"a/1": manifest, "a/2": nil} {
+		e, err := l.Get(key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(e.Manifest, want) {
+			t.Errorf("%s, %s after a reopen: manifest %q, want %q", key, e.State, e.Manifest, want)
+		}
+	}
+	e := withManifest("ag/req")
+	e.State, e.Updated, e.FirstSeen = StateRunning, exp, exp
+	rec, err := encodeEntry(normalize(e))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.HasSuffix(rec, []byte(`,"manifest":"eyJhIHNpZ25lZCBtYW5pZmVzdCI6Iml0cyBieXRlcyJ9"}`)) {
+		t.Fatalf("record %s: not ending in the manifest's base64", rec)
+	}
+	e.State = StateDone
+	if rec, _ := encodeEntry(normalize(e)); bytes.Contains(rec, []byte(`"manifest":`)) {
+		t.Errorf("a terminal record carries the manifest: %s", rec)
+	}
+	e.State, e.Manifest = StateRunning, nil
+	plain, err := encodeEntry(normalize(e))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := decodeEntry(plain); err != nil {
+		t.Fatalf("a record without a manifest (as one written before it): %v", err)
+	}
+	for name, member := range map[string]string{
+		"empty manifest":     `,"manifest":""`,
+		"unpadded base64":    `,"manifest":"eyJ9fQ"`,
+		"base64 with a line": `,"manifest":"eyJ9\nfQ=="`,
+		"url-safe base64":    `,"manifest":"eyJ9_Q=="`,
+		"null manifest":      `,"manifest":null`,
+	} {
+		bad := string(plain[:len(plain)-1]) + member + "}"
+		if _, err := decodeEntry([]byte(bad)); err == nil {
+			t.Errorf("%s: decoded %s", name, bad)
+		}
+	}
+}
+
 func TestAdmit(t *testing.T) {
 	l := mustOpen(t, t.TempDir())
 	defer mustClose(t, l)

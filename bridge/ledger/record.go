@@ -2,6 +2,8 @@ package ledger
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -29,6 +31,12 @@ type Entry struct {
 	Updated        time.Time    `json:"updated"`         // host clock of the last write
 	Runs           int          `json:"runs"`            // how many times execution was started (entries into running)
 	History        []Transition `json:"history"`
+	// Manifest is the admitted manifest's bytes, carried while the request
+	// is unanswered or uncertain (empty in a record written before the
+	// ledger carried it): the host's kept copy of it is written without an
+	// fsync, and reload, recovery and reconcile read it here. Entering a
+	// terminal state drops it; nothing reloads a request once it is there.
+	Manifest []byte `json:"-"`
 }
 
 // Transition is one step of an entry's History.
@@ -78,6 +86,7 @@ type record struct {
 	Updated        string          `json:"updated"`
 	Runs           int             `json:"runs"`
 	History        []historyRecord `json:"history"`
+	Manifest       []byte          `json:"manifest,omitempty"` // base64; a record written before it has none
 }
 
 type historyRecord struct {
@@ -133,6 +142,9 @@ func normalize(e Entry) Entry {
 		h[i] = Transition{State: t.State, At: clampTime(t.At)}
 	}
 	e.History = h
+	if e.State.Terminal() || len(e.Manifest) == 0 {
+		e.Manifest = nil
+	}
 	return e
 }
 
@@ -163,7 +175,7 @@ func encodeEntry(e Entry) ([]byte, error) {
 		ManifestSHA256: e.ManifestSHA256, FirstSeen: formatTime(e.FirstSeen),
 		Expires: formatTime(e.Expires), Op: e.Op, Idempotent: e.Idempotent,
 		ResultSHA256: e.ResultSHA256, Reason: e.Reason, Exit: e.Exit, Updated: formatTime(e.Updated),
-		Runs: e.Runs, History: make([]historyRecord, len(e.History)),
+		Runs: e.Runs, History: make([]historyRecord, len(e.History)), Manifest: e.Manifest,
 	}
 	for i, t := range e.History {
 		r.History[i] = historyRecord{State: t.State, At: formatTime(t.At)}
@@ -249,7 +261,7 @@ func decodeRecord(data []byte) (Entry, error) {
 	e := Entry{
 		Key: r.Key, Agent: r.Agent, ID: r.ID, State: r.State, ManifestSHA256: r.ManifestSHA256,
 		Op: r.Op, Idempotent: r.Idempotent, ResultSHA256: r.ResultSHA256, Reason: r.Reason, Exit: r.Exit,
-		Runs: r.Runs, History: make([]Transition, len(r.History)),
+		Runs: r.Runs, History: make([]Transition, len(r.History)), Manifest: r.Manifest,
 	}
 	var err error
 	if e.FirstSeen, err = parseTime(r.FirstSeen); err != nil {
@@ -295,4 +307,10 @@ func checkKey(key string) error {
 		return errors.New("key contains control characters")
 	}
 	return nil
+}
+
+// sha256Hex is the lower-case hex SHA-256 of data, as manifest_sha256 holds it.
+func sha256Hex(data []byte) string {
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:])
 }

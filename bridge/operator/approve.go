@@ -82,12 +82,16 @@ func revokedSigner(h *trust.Home, e LedgerEntry) error {
 	if err != nil {
 		return fmt.Errorf("%w: its agent is no longer trusted", bridge.ErrKeyRevoked)
 	}
-	data, err := os.ReadFile(KeptManifestPath(h, e.Agent, e.ID, bridge.ExtManifest))
-	if errors.Is(err, fs.ErrNotExist) {
-		data, err = os.ReadFile(KeptManifestPath(h, e.Agent, e.ID, ExtUnrecorded))
-	}
-	if err != nil {
-		return nil // the daemon cannot approve it either; it says why
+	data := e.Manifest // the ledger's copy; the home's is not fsynced
+	if data == nil {
+		var err error
+		data, err = os.ReadFile(KeptManifestPath(h, e.Agent, e.ID, bridge.ExtManifest))
+		if errors.Is(err, fs.ErrNotExist) {
+			data, err = os.ReadFile(KeptManifestPath(h, e.Agent, e.ID, ExtUnrecorded))
+		}
+		if err != nil {
+			return nil // the daemon cannot approve it either; it says why
+		}
 	}
 	for _, k := range p.Keys {
 		var req bridge.Request

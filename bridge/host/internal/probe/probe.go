@@ -12,10 +12,13 @@ package probe
 
 import (
 	"fmt"
+	"os"
+	"sync"
 
-	"github.com/syncbridge/bridge/bridge/ledger"
 	"strings"
 	"sync/atomic"
+
+	"github.com/syncbridge/bridge/bridge/ledger"
 )
 
 // New makes the probe of a daemon of the host home at home; set only in a
@@ -29,7 +32,10 @@ type Probe struct {
 	// a power cut would stop it ("step" or "step#n" for the n-th time).
 	CrashAt string
 	// PowerCut makes the crash lose what a power cut would: the ledger
-	// file is cut to its length at its last fsync (lazy writes gone).
+	// file is cut to its length at its last fsync (lazy writes gone), and
+	// the home files the daemon wrote without an fsync (Unsynced) are cut
+	// to nothing, as a journalled file system may leave a file whose name
+	// was committed before its data.
 	PowerCut bool
 	// OnEvent sees every lifecycle event as it is taken (DESIGN §6).
 	OnEvent func(event string)
@@ -42,6 +48,9 @@ type Probe struct {
 
 	crashCount atomic.Int64
 	counts     [tallies]atomic.Int64
+
+	umu      sync.Mutex
+	unsynced map[string]bool
 }
 
 // A Tally is one of the probe's counters.
@@ -67,6 +76,36 @@ const (
 	Rescans                       // full rescans dispatched (dispatchFull)
 	tallies
 )
+
+// Unsynced notes home files written without an fsync, under every name
+// they may have when a power cut comes (a rename is no fsync either): a
+// PowerCut crash cuts those still there to nothing (Cut). Nothing is kept
+// without PowerCut.
+func (p *Probe) Unsynced(paths ...string) {
+	if p == nil || !p.PowerCut {
+		return
+	}
+	p.umu.Lock()
+	defer p.umu.Unlock()
+	if p.unsynced == nil {
+		p.unsynced = map[string]bool{}
+	}
+	for _, path := range paths {
+		p.unsynced[path] = true
+	}
+}
+
+// Cut empties the files Unsynced noted that are there: what a power cut
+// leaves of them at its worst for a reader, the name without the data.
+// (A file whose name the cut lost is the other case: no reader mistakes it
+// for a copy.)
+func (p *Probe) Cut() {
+	p.umu.Lock()
+	defer p.umu.Unlock()
+	for path := range p.unsynced {
+		os.Truncate(path, 0) // gone meanwhile (renamed, removed): nothing to cut
+	}
+}
 
 // CrashExit is the exit status of an injected crash.
 const CrashExit = 86
