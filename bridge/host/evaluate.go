@@ -500,6 +500,34 @@ func (o *outbox) keepManifest(j *job) error {
 	return syncsafe.WriteFileUnsynced(p, j.manifest)
 }
 
+// restoreKept makes the kept manifest of a recorded request whole again
+// from the bytes its record carries, fsynced this time, if the home's copy
+// does not read back as them (a power cut emptied it, or took its name):
+// recovery calls it before the record may drop them (an answer), so the
+// evidence a lost ledger would leave (evidence.go) survives the cut. A
+// record without them (written before the ledger carried them) has a copy
+// that was fsynced: nothing to do.
+func (o *outbox) restoreKept(ent ledger.Entry) {
+	if ent.Manifest == nil {
+		return
+	}
+	kept, unrecorded := o.keptPath(ent.Agent, ent.ID, bridge.ExtManifest), o.keptPath(ent.Agent, ent.ID, operator.ExtUnrecorded)
+	if data, err := os.ReadFile(kept); err == nil && bridge.SHA256Hex(data) == ent.ManifestSHA256 {
+		return
+	}
+	// The record is on disk (recovery reads it from the file), so the
+	// name of evidence is the right one.
+	if err := os.MkdirAll(filepath.Dir(kept), 0o700); err != nil {
+		o.log.Warn("restore the kept manifest", "key", ent.Key, "err", err)
+		return
+	}
+	if err := syncsafe.WriteFileAtomic(kept, ent.Manifest); err != nil {
+		o.log.Warn("restore the kept manifest", "key", ent.Key, "err", err)
+		return
+	}
+	os.Remove(unrecorded)
+}
+
 // keptDurable renames the unrecorded copy of a request's manifest to its
 // kept name once the ledger's record of it is on disk: the kept name is
 // evidence of admission (evidence.go), and a record lost to a crash with

@@ -1,6 +1,8 @@
 package host
 
 import (
+	"slices"
+
 	"github.com/syncbridge/bridge/bridge"
 	"github.com/syncbridge/bridge/bridge/ledger"
 )
@@ -17,6 +19,9 @@ import (
 //     or a re-run), any other becomes uncertain and the agent is told
 //     (crash-unsure).
 //
+// First, the kept manifest of every entry whose record carries its bytes
+// is made whole again (restoreKept): a power cut may have emptied it.
+//
 // A result sealed for a request not yet in flight (refused, expired,
 // cancelled: a crash between its publish and its record) is adopted too:
 // its agent may already have acked it and taken its files away, so no
@@ -32,6 +37,9 @@ func (d *Daemon) recover() error {
 	uncertain, err := d.ledger.InState(ledger.StateUncertain)
 	if err != nil {
 		return err
+	}
+	for _, ent := range slices.Concat(unanswered, uncertain) {
+		d.out.restoreKept(ent)
 	}
 	for _, ent := range uncertain {
 		// A rerun lost before the stop: the uncertain answer stands, and

@@ -71,8 +71,9 @@
 //	m/format  "1"
 //	r/<key>   one JSON record per request, the whole entry, rewritten on every transition
 //
-// A record has every field, always, in this order (canonical: a record that
-// does not re-encode to the same bytes is damage):
+// A record has every field below, always, in this order, then at most the
+// optional member named after it (canonical: a record that does not
+// re-encode to the same bytes is damage):
 //
 //	{"v":1,"key":"<agent>/<id>","agent":"…","id":"…","state":"done","manifest_sha256":"…",
 //	 "first_seen":T,"expires":T,"op":"…","idempotent":false,"result_sha256":"…","reason":"…",
@@ -84,8 +85,11 @@
 // member more, ,"manifest":"<base64>" (standard, padded): the admitted
 // manifest's bytes, whose SHA-256 is manifest_sha256 (Admit refuses others).
 // The host writes its own copy of the manifest without an fsync and reads
-// this one back after a crash; entering a terminal state drops it, and a
-// record written before the member existed has none and still reads.
+// this one wherever it rebuilds the request (recovery, evaluation of a held
+// request, approval, reconcile); entering a terminal state drops it, and a
+// record written before the member existed has none and still reads. A
+// manifest body is at most 16 KiB (SPEC §6), so such a record is at most about
+// 22 KiB more; a typical one adds under 1 KiB.
 //
 // Why one key per request, written alone: a BuntDB transaction is one
 // write(2) of all its records, and after a crash the loader applies every

@@ -469,6 +469,11 @@ func crashInPipeline(t *testing.T, p *pair, at string, op crashOp, countFile str
 		t.Errorf("ledger: %s result %.12s runs %d; want %s result %.12s runs %d", e.State, e.ResultSHA256, e.Runs,
 			ledger.State(want.status), bridge.SHA256Hex(out.Manifest), want.runs)
 	}
+	if kept, err := os.ReadFile(operator.KeptManifestPath(p.host, p.agent.Config.ID, id, bridge.ExtManifest)); err != nil || bridge.SHA256Hex(kept) != e.ManifestSHA256 {
+		// The evidence a lost ledger would leave: made whole again by
+		// recovery after a power cut emptied it.
+		t.Errorf("the kept manifest is not whole after recovery (%v)", err)
+	}
 	if carries := e.Manifest != nil; carries != (e.State == ledger.StateUncertain) {
 		// An uncertain request is reloaded from its record (reconcile, a
 		// rerun) when its kept copy is gone (a power cut); an answered one never.
