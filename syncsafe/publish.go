@@ -27,6 +27,7 @@ type PublishOption func(*publishConfig)
 type publishConfig struct {
 	mode      fs.FileMode
 	noDirSync bool
+	noSync    bool
 }
 
 // WithoutDirSync leaves out the final fsync of the directory, for a file
@@ -36,6 +37,16 @@ type publishConfig struct {
 // before its manifest, a result's output before its manifest.
 func WithoutDirSync() PublishOption {
 	return func(c *publishConfig) { c.noDirSync = true }
+}
+
+// WithoutSync leaves out both fsyncs, the temp's and the directory's, for a
+// file whose bytes a durable private copy already holds, from which it is
+// published again should a power cut lose or tear it (the host's result
+// pair: DESIGN §4, SPEC §5). The sync client sees it at once all the same;
+// a reader must take a torn file for one still arriving. With
+// WithoutDirSync too, the change is held for the next publish, as there.
+func WithoutSync() PublishOption {
+	return func(c *publishConfig) { c.noSync = true }
 }
 
 // WithMode sets the permission bits of the published file (default 0600).
@@ -114,7 +125,7 @@ func (f *Folder) publish(op, rel string, write func(io.Writer) error, replace bo
 			f.tempDone(tempKeyOf(dst, dir, tmp))
 		}
 	}()
-	if err := writeTemp(file, write, cfg.mode); err != nil {
+	if err := writeTemp(file, write, cfg.mode, !cfg.noSync); err != nil {
 		return fmt.Errorf("%s %s: %w", op, rel, err)
 	}
 	err = retryTransient(func() error { return place(src, tmp, dst, name, replace) })
@@ -124,7 +135,7 @@ func (f *Folder) publish(op, rel string, write func(io.Writer) error, replace bo
 		// The staging dir is on another filesystem: remember, and move the
 		// staged bytes into an in-folder temp instead.
 		f.crossDev.Store(true)
-		err = f.publishCopy(src, tmp, dst, dir, name, replace, cfg.mode)
+		err = f.publishCopy(src, tmp, dst, dir, name, replace, cfg)
 	}
 	if errors.Is(err, fs.ErrExist) {
 		return fmt.Errorf("%s %s: %w", op, rel, ErrExists)
@@ -139,6 +150,9 @@ func (f *Folder) publish(op, rel string, write func(io.Writer) error, replace bo
 	// In place: the sync client may send it now, even while the directory
 	// entry is made durable below.
 	f.changed(rel)
+	if cfg.noSync {
+		return nil
+	}
 	if err := f.syncDir(dst); err != nil {
 		return fmt.Errorf("%s %s: sync directory: %w", op, rel, err)
 	}
@@ -147,7 +161,7 @@ func (f *Folder) publish(op, rel string, write func(io.Writer) error, replace bo
 
 // publishCopy copies the staged temp into an in-folder temp and moves that
 // into place.
-func (f *Folder) publishCopy(src dirH, staged string, dst dirH, dir, name string, replace bool, mode fs.FileMode) error {
+func (f *Folder) publishCopy(src dirH, staged string, dst dirH, dir, name string, replace bool, cfg publishConfig) error {
 	in, err := src.open(staged)
 	if err != nil {
 		return fmt.Errorf("reopen staged temp: %w", err)
@@ -167,7 +181,7 @@ func (f *Folder) publishCopy(src dirH, staged string, dst dirH, dir, name string
 	if err := writeTemp(out, func(w io.Writer) error {
 		_, err := io.Copy(w, in)
 		return err
-	}, mode); err != nil {
+	}, cfg.mode, !cfg.noSync); err != nil {
 		return err
 	}
 	if err := retryTransient(func() error { return place(dst, tmp, dst, name, replace) }); err != nil {
@@ -188,8 +202,9 @@ func (w writerOnly) Write(p []byte) (int, error) { return w.w.Write(p) }
 // requests for a daemon.
 var tempWriters = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, 64<<10) }}
 
-// writeTemp runs write into file, then flushes, sets mode, fsyncs and closes.
-func writeTemp(file *os.File, write func(io.Writer) error, mode fs.FileMode) error {
+// writeTemp runs write into file, then flushes, sets mode, fsyncs (if sync)
+// and closes.
+func writeTemp(file *os.File, write func(io.Writer) error, mode fs.FileMode, sync bool) error {
 	defer file.Close() // no-op after the explicit Close below
 	bw := tempWriters.Get().(*bufio.Writer)
 	bw.Reset(file)
@@ -208,8 +223,10 @@ func writeTemp(file *os.File, write func(io.Writer) error, mode fs.FileMode) err
 			return fmt.Errorf("chmod temp: %w", err)
 		}
 	}
-	if err := file.Sync(); err != nil {
-		return fmt.Errorf("sync temp: %w", err)
+	if sync {
+		if err := file.Sync(); err != nil {
+			return fmt.Errorf("sync temp: %w", err)
+		}
 	}
 	if err := file.Close(); err != nil {
 		return fmt.Errorf("close temp: %w", err)

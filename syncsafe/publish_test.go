@@ -132,6 +132,16 @@ func TestPublishNoTempLeft(t *testing.T) {
 			if err := f.Publish("sub/first", writeString("again"), WithoutDirSync()); !errors.Is(err, ErrExists) {
 				t.Errorf("WithoutDirSync over an existing file: %v", err)
 			}
+			// Without any fsync (a durable copy elsewhere holds the bytes:
+			// the host's result pair) it is placed the same way too.
+			must(t, f.Publish("sub/quick", writeString("quick"), WithoutSync(), WithMode(0o644)))
+			must(t, f.PublishReplace("sub/quick", writeString("quicker"), WithoutSync(), WithMode(0o644)))
+			if b, _ := os.ReadFile(filepath.Join(dir, "sub", "quick")); string(b) != "quicker" {
+				t.Errorf("WithoutSync: published %q", b)
+			}
+			if err := f.Publish("sub/quick", writeString("again"), WithoutSync()); !errors.Is(err, ErrExists) {
+				t.Errorf("WithoutSync over an existing file: %v", err)
+			}
 			if l := append(tempsIn(t, filepath.Join(dir, "sub")), tempsIn(t, staging)...); len(l) != 0 {
 				t.Errorf("temps left: %v", l)
 			}

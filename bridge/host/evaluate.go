@@ -346,11 +346,14 @@ func (d *Daemon) deliver(j *job, expires time.Time) (ledger.Entry, bool) {
 // or an ack of one. It returns the hash and status of the result the agent
 // holds or was sent (none if it acked one and none is in the folder).
 func (d *Daemon) answerLost(j *job, why string, notBefore time.Time) (resSHA, status string) {
-	if sha, status, ok := d.out.folderResult(j.agent, j.req.ID, j.sha, notBefore); ok {
+	if sha, status, ok := d.out.folderResult(j.agent, j.req.ID, j.sha, notBefore); ok && !d.out.keptNewer(j, sha) {
 		// Kept as the private copies, as catch-up keeps it: should the
 		// folder's go (lost, replaced), it is published again, not sealed
 		// anew. (A power cut that lost a refused request's lazy record
-		// after its refusal was out leaves the folder's copy alone.)
+		// after its refusal was out leaves the folder's copy alone.) A
+		// copy the home keeps that is newer (a human's rerun answered
+		// since, and a folder writer put the older answer back) is never
+		// replaced: it stands, and is published again below.
 		d.out.keepFolderResult(j.agent, j.req.ID)
 		return sha, status
 	}
@@ -470,9 +473,10 @@ func (o *outbox) keptPath(agent, id, ext string) string {
 // keepUnrecorded keeps a manifest about to be recorded. It is written
 // without an fsync: the ledger's record carries the manifest's bytes until
 // the request is answered (ledger.Entry.Manifest), and that is what reload
-// reads; this copy is the evidence a lost ledger leaves (evidence.go) and
-// what `bridge approve` reads without a daemon. A power cut can leave it
-// torn or empty, never wrong: every reader checks its hash.
+// and `bridge approve` read; this copy is the evidence a lost ledger leaves
+// (evidence.go). A power cut can leave it torn, empty or without its name,
+// never wrong: every reader checks its hash, and recovery writes it again
+// (restoreKept).
 func (o *outbox) keepUnrecorded(j *job) error {
 	if err := os.MkdirAll(o.home.Path("manifests", j.agent), 0o700); err != nil {
 		return err
@@ -487,7 +491,7 @@ func (o *outbox) keepUnrecorded(j *job) error {
 // crash, the copy is found under its first name.)
 func (o *outbox) keepManifest(j *job) error {
 	p := o.keptPath(j.agent, j.req.ID, bridge.ExtManifest)
-	if _, err := os.Stat(p); err == nil {
+	if data, err := os.ReadFile(p); err == nil && bridge.SHA256Hex(data) == j.sha {
 		return nil
 	}
 	if err := os.Rename(o.keptPath(j.agent, j.req.ID, operator.ExtUnrecorded), p); err == nil {

@@ -287,6 +287,26 @@ func (o *outbox) sealedFor(j *job) bool {
 	return err == nil && res.RequestSHA256 == j.sha
 }
 
+// keptNewer reports whether the home keeps a result of j's request other
+// than the folder's (whose manifest hashes to folderSHA) and made no
+// earlier: the home's answer stands against the folder's.
+func (o *outbox) keptNewer(j *job, folderSHA string) bool {
+	data, err := os.ReadFile(o.home.Path("results", j.agent, j.req.ID+"."+bridge.ExtResult))
+	if err != nil || bridge.SHA256Hex(data) == folderSHA {
+		return false
+	}
+	kept, err := o.openOwnResult(data, j.agent, j.req.ID)
+	if err != nil || kept.RequestSHA256 != j.sha {
+		return false
+	}
+	folder, err := o.folder.ReadFile(bridge.ResultPath(o.me, j.agent, j.req.ID, bridge.ExtResult), bcrypto.KindResult.MaxSize())
+	if err != nil {
+		return true
+	}
+	res, err := o.openOwnResult(folder, j.agent, j.req.ID)
+	return err != nil || kept.Created >= res.Created
+}
+
 // hasSealedResult reports whether a result for agent/id was sealed into the
 // home (the manifest copy is written last: it implies a complete pair).
 func (o *outbox) hasSealedResult(agent, id string) bool {

@@ -876,3 +876,71 @@ func TestFinishedCacheAloneKeepsARequestFromRunningAgain(t *testing.T) {
 	})
 	e.wantStarts(t, "block", id, 1)
 }
+
+// A red team (session 30): a request answered uncertain, then done by a
+// human's rerun; its ledger record is lost (the ledger restored from a
+// backup taken before it, repaired), and a folder writer puts the uncertain
+// answer back. The request comes back record-lost: the home's done copy,
+// newer than the folder's, stands (and is published again), never replaced
+// by the folder's older one, and nothing runs again.
+func TestRecordLostKeepsTheHomesNewerResult(t *testing.T) {
+	t.Parallel()
+	e := newEdge(t)
+	env := []string{"RUNS=" + e.runs, "PATH=" + e.env["PATH"]}
+	d := startDaemonProcess(t, e.pair, env...)
+	d.Kill()
+	before := testkit.BackupLedger(t, e.host)
+	e.block()
+	id := e.submit(t, "block")
+	d = startDaemonProcess(t, e.pair, env...)
+	testkit.WaitFor(t, 10*time.Second, "the op to start", func() bool { return e.starts(t, "block", id) == 1 })
+	d.Kill()
+	e.unblock()
+	d = startDaemonProcess(t, e.pair, env...)
+	uncertain := e.waitAnswer(t, id, nil)
+	testkit.WaitFor(t, 5*time.Second, "the ledger to record it", func() bool { return e.entry(t, id).State == ledger.StateUncertain })
+	d.Kill()
+	var older [2][]byte
+	for i, ext := range []string{bridge.ExtResult, bridge.ExtOutput} {
+		older[i] = mustRead(t, filepath.Join(e.toAgent(), id+"."+ext))
+	}
+	if _, err := Reconcile(e.host, "cloud-1/"+id, "rerun"); err != nil {
+		t.Fatal(err)
+	}
+	d = startDaemonProcess(t, e.pair, env...)
+	done := e.waitAnswer(t, id, uncertain)
+	if done.Receipt.Status != bridge.StatusDone {
+		t.Fatalf("the rerun: %s", done.Receipt.Status)
+	}
+	testkit.WaitFor(t, 5*time.Second, "the ledger to record it", func() bool { return e.entry(t, id).State == ledger.StateDone })
+	d.Kill()
+
+	testkit.RestoreLedger(t, e.host, before)
+	if _, err := RepairLedger(e.host); err != nil {
+		t.Fatal(err)
+	}
+	for i, ext := range []string{bridge.ExtResult, bridge.ExtOutput} {
+		must(t, os.WriteFile(filepath.Join(e.toAgent(), id+"."+ext), older[i], 0o644))
+	}
+	d = startDaemonProcess(t, e.pair, env...)
+	testkit.WaitFor(t, 10*time.Second, "the request to come back", func() bool { return e.entry(t, id).State.Answered() })
+	d.WaitRescans(t, 2)
+	if kept := mustRead(t, e.host.Path("results", e.agent.Config.ID, id+"."+bridge.ExtResult)); string(kept) != string(done.Manifest) {
+		t.Fatal("the home's newer (done) copy was replaced by the folder's older answer")
+	}
+	if got := mustRead(t, filepath.Join(e.toAgent(), id+"."+bridge.ExtResult)); string(got) != string(done.Manifest) {
+		t.Error("the folder does not hold the done answer again")
+	}
+	if n := e.starts(t, "block", id); n != 2 {
+		t.Fatalf("ran %d times, want 2", n)
+	}
+}
+
+func mustRead(t *testing.T, path string) []byte {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
+}

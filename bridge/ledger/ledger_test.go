@@ -174,9 +174,17 @@ func TestManifestRidesUntilAnswered(t *testing.T) {
 	if !bytes.HasSuffix(rec, []byte(`,"manifest":"eyJhIHNpZ25lZCBtYW5pZmVzdCI6Iml0cyBieXRlcyJ9"}`)) {
 		t.Fatalf("record %s: not ending in the manifest's base64", rec)
 	}
+	if back, err := decodeEntry(rec); err != nil || !bytes.Equal(back.Manifest, manifest) {
+		t.Fatalf("the running record with its manifest does not read back: %v", err)
+	}
 	e.State = StateDone
 	if rec, _ := encodeEntry(normalize(e)); bytes.Contains(rec, []byte(`"manifest":`)) {
 		t.Errorf("a terminal record carries the manifest: %s", rec)
+	}
+	// A terminal record never carries one (encodeEntry of what normalize
+	// left is the only encoding): one that does is damage.
+	if _, err := decodeEntry(bytes.Replace(rec, []byte(`"state":"running"`), []byte(`"state":"done"`), 1)); err == nil {
+		t.Error("decoded a done record that carries a manifest")
 	}
 	e.State, e.Manifest = StateRunning, nil
 	plain, err := encodeEntry(normalize(e))
@@ -192,6 +200,7 @@ func TestManifestRidesUntilAnswered(t *testing.T) {
 		"base64 with a line": `,"manifest":"eyJ9\nfQ=="`,
 		"url-safe base64":    `,"manifest":"eyJ9_Q=="`,
 		"null manifest":      `,"manifest":null`,
+		"another manifest":   `,"manifest":"eyJ9fQ=="`, // does not hash to manifest_sha256
 	} {
 		bad := string(plain[:len(plain)-1]) + member + "}"
 		if _, err := decodeEntry([]byte(bad)); err == nil {

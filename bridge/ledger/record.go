@@ -258,6 +258,12 @@ func decodeRecord(data []byte) (Entry, error) {
 	if !r.State.Valid() {
 		return Entry{}, fmt.Errorf("unknown state %q", r.State)
 	}
+	switch {
+	case r.Manifest != nil && r.State.Terminal():
+		return Entry{}, fmt.Errorf("%w: a %s record carries a manifest", errNotCanonical, r.State)
+	case r.Manifest != nil && sha256Hex(r.Manifest) != r.ManifestSHA256:
+		return Entry{}, errors.New("its manifest does not hash to manifest_sha256")
+	}
 	e := Entry{
 		Key: r.Key, Agent: r.Agent, ID: r.ID, State: r.State, ManifestSHA256: r.ManifestSHA256,
 		Op: r.Op, Idempotent: r.Idempotent, ResultSHA256: r.ResultSHA256, Reason: r.Reason, Exit: r.Exit,

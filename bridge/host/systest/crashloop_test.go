@@ -161,7 +161,7 @@ func wantAfterCrash(step string, op crashOp) crashWant {
 }
 
 // Crash-injection steps, in pipeline order (DESIGN §4).
-var crashSteps = []string{"claimed", "running", "mid-run", "published-output", "published", "staged", "gc"}
+var crashSteps = []string{"claimed", "running", "mid-run", "staged", "published-output", "published", "gc"}
 
 // startCrashProc starts a daemon process that exits at step at ("": none),
 // its ops counting in countFile.
@@ -301,20 +301,19 @@ func TestCrashAtEveryDurableStep(t *testing.T) {
 
 // A power cut at each durable step from running on loses what the daemon
 // wrote without an fsync (probe.PowerCut): the ledger's lazy writes, the
-// staged result, and the kept manifest, whose bytes the ledger's record
-// carries instead. Recovery ends each request as a crash there does
-// (wantAfterCrash): the manifest is read back from the record, never
-// missed. (At claimed the power cut loses the record itself:
-// TestLostLazyRecordRunsOnce in package host. At published-output it
-// loses the staged pair with the only copy of the result's manifest: the
-// outcome is a crash's before the seal, not this table's.)
+// kept manifest, whose bytes the ledger's record carries instead, and the
+// result published into the folder, whose private copies were kept first.
+// Recovery ends each request as a crash there does (wantAfterCrash): the
+// manifest is read back from the record, the result published again from
+// the copies, never sealed anew. (At claimed the power cut loses the
+// record itself: TestLostLazyRecordRunsOnce in package host.)
 func TestPowerCutAtEveryDurableStep(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {
 		t.Skip("a system suite: -short leaves it out (docs/TESTING.md, \"Running\")")
 	}
 	ops := []crashOp{crashOps[0], crashOps[1], crashOps[3], crashOps[6]} // once, again, checked, denied
-	for _, step := range []string{"running", "mid-run", "published", "staged"} {
+	for _, step := range []string{"running", "mid-run", "staged", "published-output", "published"} {
 		t.Run(step, func(t *testing.T) {
 			t.Parallel()
 			p := newPair(t, crashLoopPolicy)
@@ -356,6 +355,11 @@ func crashInPipeline(t *testing.T, p *pair, at string, op crashOp, countFile str
 				t.Fatalf("the power cut left the kept manifest (.%s) whole: the test tests nothing", ext)
 			}
 		}
+		for _, ext := range []string{bridge.ExtOutput, bridge.ExtResult} {
+			if data, err := os.ReadFile(filepath.Join(p.toAgent(), id+"."+ext)); err == nil && len(data) > 0 {
+				t.Fatalf("the power cut left the published %s whole: the test tests nothing", ext)
+			}
+		}
 	}
 
 	// What the crash left.
@@ -369,14 +373,14 @@ func crashInPipeline(t *testing.T, p *pair, at string, op crashOp, countFile str
 	switch at {
 	case "published-output":
 		wantLeft = []string{id + "." + bridge.ExtOutput}
-	case "published", "staged":
+	case "published":
 		wantLeft = []string{id + "." + bridge.ExtOutput, id + "." + bridge.ExtResult}
 	}
-	if strings.Join(left, " ") != strings.Join(wantLeft, " ") {
+	if !powerCut && strings.Join(left, " ") != strings.Join(wantLeft, " ") { // a cut may take names
 		t.Fatalf("after a crash at %s the folder holds %q, want %q", at, left, wantLeft)
 	}
 	switch at {
-	case "staged": // the private copies are kept after the publish
+	case "staged", "published-output", "published": // the private copies are kept before the publish
 		if staged == nil {
 			t.Fatalf("a crash at %s left no sealed result", at)
 		}
@@ -386,26 +390,21 @@ func crashInPipeline(t *testing.T, p *pair, at string, op crashOp, countFile str
 		}
 	}
 	var published []byte
-	if at == "published" || at == "staged" {
-		// The agent already has its answer, though the ledger is not final
-		// (and, at published, the host kept no copy yet).
+	if at == "published" && !powerCut { // the cut tore the folder's copy: the agent waits on
+		// The agent already has its answer, though the ledger is not final.
 		pub, err := p.client.Result(id)
 		if err != nil {
 			t.Fatalf("the published result before recovery: %v", err)
 		}
 		published = pub.Manifest
 	}
-	if at == "published-output" || at == "published" {
-		// The sealed pair is staged in the home, complete: recovery keeps
-		// it, whatever the folder holds by then. A folder writer garbles
-		// the published result meanwhile (the red team's way to turn a
-		// finished run uncertain, when the folder's copy was the only one).
-		for _, ext := range []string{bridge.ExtOutput, bridge.ExtResult} {
-			if _, err := os.Stat(p.host.Path("results", p.agent.Config.ID, id+"."+ext+".staged")); err != nil {
-				t.Fatalf("a crash at %s left no staged %s: %v", at, ext, err)
-			}
-		}
-		if at == "published" && !powerCut { // with a power cut, that is a second fault: the staged pair is gone
+	if at == "published" {
+		// The private copies are kept: recovery publishes them again,
+		// whatever the folder holds by then. A folder writer garbles the
+		// published result meanwhile (the red team's way to turn a
+		// finished run uncertain, when the folder's copy was the only one);
+		// a power cut has emptied it already.
+		if !powerCut {
 			if err := os.WriteFile(filepath.Join(p.toAgent(), id+"."+bridge.ExtResult), []byte("junk"), 0o644); err != nil {
 				t.Fatal(err)
 			}

@@ -12,7 +12,9 @@ package probe
 
 import (
 	"fmt"
+	"maps"
 	"os"
+	"slices"
 	"sync"
 
 	"strings"
@@ -33,9 +35,10 @@ type Probe struct {
 	CrashAt string
 	// PowerCut makes the crash lose what a power cut would: the ledger
 	// file is cut to its length at its last fsync (lazy writes gone), and
-	// the home files the daemon wrote without an fsync (Unsynced) are cut
-	// to nothing, as a journalled file system may leave a file whose name
-	// was committed before its data.
+	// the files the daemon wrote without an fsync (Unsynced: in the home
+	// and the folder) are emptied or removed (Cut), as a journalled file
+	// system may leave a file whose name was committed before its data, or
+	// neither.
 	PowerCut bool
 	// OnEvent sees every lifecycle event as it is taken (DESIGN §6).
 	OnEvent func(event string)
@@ -77,7 +80,7 @@ const (
 	tallies
 )
 
-// Unsynced notes home files written without an fsync, under every name
+// Unsynced notes files written without an fsync, under every name
 // they may have when a power cut comes (a rename is no fsync either): a
 // PowerCut crash cuts those still there to nothing (Cut). Nothing is kept
 // without PowerCut.
@@ -95,15 +98,23 @@ func (p *Probe) Unsynced(paths ...string) {
 	}
 }
 
-// Cut empties the files Unsynced noted that are there: what a power cut
-// leaves of them at its worst for a reader, the name without the data.
-// (A file whose name the cut lost is the other case: no reader mistakes it
-// for a copy.)
+// Cut does to the files Unsynced noted that are there what a power cut
+// may: in path order, it empties one (the name without the data, the worst
+// for a reader), removes the next (the name lost too), and so on.
 func (p *Probe) Cut() {
 	p.umu.Lock()
 	defer p.umu.Unlock()
-	for path := range p.unsynced {
-		os.Truncate(path, 0) // gone meanwhile (renamed, removed): nothing to cut
+	n := 0
+	for _, path := range slices.Sorted(maps.Keys(p.unsynced)) {
+		if _, err := os.Lstat(path); err != nil {
+			continue // gone meanwhile (renamed, removed): nothing to cut
+		}
+		if n%2 == 0 {
+			os.Truncate(path, 0)
+		} else {
+			os.Remove(path)
+		}
+		n++
 	}
 }
 
