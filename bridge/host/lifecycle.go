@@ -314,6 +314,7 @@ func (d *Daemon) record(j *job, ev event, from ledger.State, resSHA string, rc b
 		attrs = append(attrs, "exit", rc.ExitCode) // nothing ran otherwise: no exit code to tell
 	}
 	d.log.Info("result", attrs...)
+	d.crashPoint("recorded")
 	return nil
 }
 

@@ -103,7 +103,7 @@ func (o *outbox) publishResult(j *job, rc bridge.Receipt, stdout, stderr runner.
 		return "", "", err
 	}
 	kept = true
-	o.crashPoint("staged")
+	o.crashPoint("kept")
 	// A failed publish is tried again from the copies (adopt), never with
 	// a second result.
 	status, err := o.publishPair(j.agent, j.req.ID, manifest, filepath.Join(dir, j.req.ID+"."+bridge.ExtOutput))

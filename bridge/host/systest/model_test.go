@@ -275,7 +275,7 @@ func (m *model) start() {
 	testkit.WaitLockFree(m.t, m.p.host)
 	env := m.env
 	if !m.scripted && m.rnd.IntN(5) == 0 {
-		at := fmt.Sprintf("%s#%d", []string{"staged", "published-output", "published"}[m.rnd.IntN(3)], 1+m.rnd.IntN(3))
+		at := fmt.Sprintf("%s#%d", []string{"kept", "published-output", "published"}[m.rnd.IntN(3)], 1+m.rnd.IntN(3))
 		env = append(slices.Clone(env), "BRIDGE_TEST_CRASH_AT="+at)
 		m.logf("start, to crash at %s", at)
 	}
