@@ -511,3 +511,35 @@ func TestSweepTempsKnowsATempByItsDirectory(t *testing.T) {
 		t.Errorf("a/r: %q, %v", b, err)
 	}
 }
+
+// Flush makes files published WithoutSync durable: by syncfs on Linux, and
+// file by file where there is none (flushEach, run here too). A name that
+// is gone is skipped; one that is not a regular file is refused, never
+// opened (a FIFO would block the open).
+func TestFlush(t *testing.T) {
+	f, dir := newFolder(t)
+	must(t, f.MkdirAll("sub"))
+	must(t, f.Publish("sub/a", writeString("a"), WithoutSync()))
+	must(t, f.Publish("sub/b", writeString("b"), WithoutSync()))
+	rels := []string{"sub/a", "sub/b", "sub/gone"}
+	if err := f.Flush(rels); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.flushEach(rels); err != nil {
+		t.Fatalf("file by file: %v", err)
+	}
+	if err := f.Flush(nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(filepath.Join(dir, "sub", "fifo"), 0o644); err != nil {
+		t.Skip("no FIFOs here:", err)
+	}
+	if err := f.flushEach([]string{"sub/fifo"}); err == nil {
+		t.Error("a FIFO at a name was flushed")
+	}
+	for _, rel := range []string{"sub/a", "sub/b"} {
+		if b, _ := os.ReadFile(filepath.Join(dir, filepath.FromSlash(rel))); string(b) != rel[len(rel)-1:] {
+			t.Errorf("%s holds %q", rel, b)
+		}
+	}
+}

@@ -110,6 +110,13 @@ func (c *Client) Result(id string) (ret *Outcome, _ error) {
 	} else if err != nil {
 		return nil, err
 	}
+	if !bytes.ContainsFunc(data, func(r rune) bool { return r != 0 }) {
+		// Nothing but zeros (or nothing): a copy a power cut on the host
+		// left at its size without its bytes, or one a sync client sized
+		// before filling it. The host publishes its kept copy again
+		// (SPEC §5): still arriving, not an answer, nor an error.
+		return nil, ErrNoResult
+	}
 	res, err := bridge.OpenResult(data, id, check)
 	if errors.Is(err, bcrypto.ErrBadSignature) && c.followHost(s.Host) {
 		// The host may have rotated since this client opened: follow its

@@ -124,7 +124,7 @@ func TestInvariant5CrashLeavesNoSilentDoubleRun(t *testing.T) {
 		t.Fatalf("reconcile ran the op: started %d times", n)
 	}
 	// (The answer is out a moment before the ledger records it: the
-	// private copies are kept after the publish.)
+	// final state is written after the publish.)
 	testkit.WaitFor(t, 5*time.Second, "the ledger to record the settlement", func() bool { return p.entry(t, once.ID).State == ledger.StateDone })
 }
 

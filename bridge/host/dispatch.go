@@ -175,5 +175,6 @@ func (d *Daemon) markFinished(agent, id string) {
 	}
 	d.fin.mu.Lock()
 	d.fin.done.set(agent+"/"+id, st)
+	d.fin.noteUnflushed(agent + "/" + id)
 	d.fin.mu.Unlock()
 }

@@ -4,7 +4,10 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
+	"maps"
 	"os"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -43,6 +46,13 @@ type finishedSet struct {
 	// through the batch.
 	lastNow     []string
 	lastRefused uint64
+
+	// The keys marked finished since the last save, whose result pairs
+	// were published without a flush: save flushes them first (flushRels),
+	// or the file would vouch for results a power cut took. Past
+	// unflushedMax only the overflow is noted, and save flushes them all.
+	unflushed []string
+	overflow  bool
 
 	saved     bool    // the file holds the set as it was at savedGen
 	savedGen  uint64  // done's gen when saved (or loaded)
@@ -91,7 +101,10 @@ func (d *doneMap) replace(m map[string]stamp) {
 // recorded after the folder's result bytes were seen to equal the private
 // copy (markFinished), and it is used only while the result files still have
 // the recorded size and modification time. A missing, stale or damaged file
-// costs time, not correctness: what it lacks is verified again.
+// costs time, not correctness: what it lacks is verified again. What it
+// vouches for is flushed before it is written (flushRels): results are
+// published without a flush, and a power cut could otherwise leave zeros
+// at the recorded size and time.
 //
 // Format (text, one line per request, after a header line):
 //
@@ -103,10 +116,62 @@ const finishedName = "finished"
 
 const finishedHeader = "bridge-finished v1"
 
+// unflushedMax bounds finishedSet.unflushed (about 60 bytes a key).
+const unflushedMax = 4096
+
+// noteUnflushed notes key, just marked finished, for the next save's flush.
+// The caller holds f.mu.
+func (f *finishedSet) noteUnflushed(key string) {
+	if len(f.unflushed) < unflushedMax {
+		f.unflushed = append(f.unflushed, key)
+	} else {
+		f.overflow = true
+	}
+}
+
+// flushRels makes the result pairs of the keys marked finished since the
+// last save durable in the folder (syncsafe.Folder.Flush: one syncfs on
+// Linux), before the file may vouch for them by size and time: a result is
+// published without a flush (its private copies are durable), and a power
+// cut that empties or zero-fills it under the same size and time would
+// otherwise hide it from every rescan behind the cache. On failure the keys
+// stay noted.
+func (f *finishedSet) flushRels() error {
+	f.mu.Lock()
+	keys, all := f.unflushed, f.overflow
+	if all {
+		keys = slices.Collect(maps.Keys(f.done.m))
+	}
+	f.unflushed, f.overflow = nil, false
+	f.mu.Unlock()
+	rels := make([]string, 0, 2*len(keys))
+	for _, key := range keys {
+		agent, id, _ := strings.Cut(key, "/")
+		rels = append(rels, bridge.ResultPath(f.me, agent, id, bridge.ExtResult), bridge.ResultPath(f.me, agent, id, bridge.ExtOutput))
+	}
+	err := f.folder.Flush(rels)
+	if err == nil {
+		abs := make([]string, len(rels))
+		for i, rel := range rels {
+			abs[i] = filepath.Join(f.folder.Path(), filepath.FromSlash(rel))
+		}
+		f.probe.Synced(abs...)
+		return nil
+	}
+	f.mu.Lock()
+	f.unflushed, f.overflow = append(f.unflushed, keys...), f.overflow || all || len(f.unflushed)+len(keys) > unflushedMax
+	f.mu.Unlock()
+	return fmt.Errorf("flush the published results: %w", err)
+}
+
 // save writes the finished set (atomically; a crash keeps the old
-// file). Called on Close and after each periodic collection.
+// file). Called on Close and after each periodic collection. The results
+// it vouches for are flushed first (flushRels).
 func (f *finishedSet) save() error {
 	file := f.home.Path(finishedName)
+	if err := f.flushRels(); err != nil {
+		return err
+	}
 	f.mu.Lock()
 	if f.saved && f.savedGen == f.done.gen && f.savedFile == fileVersion(file) {
 		// What the file holds: beside 10,000 finished requests, writing
@@ -129,7 +194,11 @@ func (f *finishedSet) save() error {
 	}
 	f.mu.Lock()
 	f.saved, f.savedGen, f.savedFile = true, gen, fileVersion(file)
+	vouches := len(f.done.m) > 0
 	f.mu.Unlock()
+	if vouches {
+		f.crashPoint("cache-saved")
+	}
 	return nil
 }
 

@@ -11,8 +11,9 @@ import (
 // flight (invariant 5), before the daemon serves anything new:
 //
 //   - a result sealed for it is published and recorded (adopt), and one
-//     published but not yet kept in the home (a crash between the two) is
-//     kept and recorded (catch-up);
+//     this host published that the home does not keep (a daemon before
+//     session 30 published before it kept; a home restored from a backup)
+//     is kept and recorded (catch-up);
 //   - claimed never started: it is evaluated again (unclaim);
 //   - running may have had its effect: an idempotent op runs again
 //     (crash-rerun), an op with a reconcile command asks it (crash-done,
@@ -67,8 +68,9 @@ func (d *Daemon) recover() error {
 		if !ent.State.InFlight() {
 			sealed := d.out.hasSealedResult(ent.Agent, ent.ID)
 			if !sealed {
-				// Published before the private copies were kept (a crash
-				// between the two, results.go): the folder's is the answer.
+				// Published, and not kept in the home (a daemon before
+				// session 30 published first; a restored home): the
+				// folder's is the answer.
 				if sha, _, ok := d.out.newerResult(ent); !ok || sha == ent.ResultSHA256 {
 					continue
 				}

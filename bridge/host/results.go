@@ -54,9 +54,9 @@ func (o *outbox) publishResult(j *job, rc bridge.Receipt, stdout, stderr runner.
 	}
 	// Sealed straight into the staged output, as the output is read: the
 	// output is never in memory whole, sealed or not. The staged files are
-	// named by the id (not temps the start-up sweep removes): a crash after
-	// the publish leaves them, complete, for recovery to verify and keep
-	// (promoteStaged) — the folder's copy alone could be gone by then.
+	// named by the id (not temps the start-up sweep removes): a crash before
+	// they are kept leaves them for recovery to verify and keep
+	// (promoteStaged), or remove if a power cut cut them short.
 	o.probe.Unsynced(stagedPath(dir, j.req.ID, bridge.ExtOutput), stagedPath(dir, j.req.ID, bridge.ExtResult))
 	out, err := os.OpenFile(stagedPath(dir, j.req.ID, bridge.ExtOutput), os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
 	if err != nil {
@@ -131,9 +131,11 @@ func (o *outbox) keepCopies(dir, id string, out, res *os.File) error {
 	if err != nil {
 		return err
 	}
+	o.probe.Synced(out.Name(), res.Name())
 	if err := os.Rename(out.Name(), filepath.Join(dir, id+"."+bridge.ExtOutput)); err != nil {
 		return err
 	}
+	o.crashPoint("kept-output") // the output kept, its manifest still staged: promoteStaged takes the pair so
 	if err := os.Rename(res.Name(), filepath.Join(dir, id+"."+bridge.ExtResult)); err != nil {
 		return err
 	}
@@ -145,20 +147,25 @@ func stagedPath(dir, id, ext string) string {
 	return filepath.Join(dir, id+"."+ext+".staged")
 }
 
-// promoteStaged makes a result that a crash left staged (sealed and, maybe,
-// published, but not yet kept) the private copies, when it is complete and
+// promoteStaged makes a result that a crash left staged (sealed, not yet
+// kept, so never published) the private copies, when it is complete and
 // this host's own answer to the request the ledger admitted (requestSHA):
-// recovery then adopts it as any kept result, whatever the folder holds by
-// now (a folder writer may have removed or replaced the published copy).
-// A staged pair that does not check out (cut short by a power cut, whose
-// publish then never happened durably either) is removed. It reports
-// whether copies were kept.
+// recovery then adopts it as any kept result. A crash between keepCopies'
+// two renames leaves the output kept and the manifest staged: the kept
+// output, if it is the one the manifest pins, completes the pair. A staged
+// pair that does not check out (cut short by a power cut) is removed. It
+// reports whether copies were kept.
 func (o *outbox) promoteStaged(agent, id, requestSHA string) bool {
 	dir := o.home.Path("results", agent)
 	outPath, resPath := stagedPath(dir, id, bridge.ExtOutput), stagedPath(dir, id, bridge.ExtResult)
+	if _, err := os.Lstat(outPath); errors.Is(err, fs.ErrNotExist) {
+		if _, err := os.Lstat(resPath); err == nil {
+			outPath = filepath.Join(dir, id+"."+bridge.ExtOutput) // renamed already: kept
+		}
+	}
 	manifest, err := os.ReadFile(resPath) // the home's own file, as publishResult reads its copy
 	if errors.Is(err, fs.ErrNotExist) {
-		os.Remove(outPath)
+		os.Remove(stagedPath(dir, id, bridge.ExtOutput))
 		return false
 	}
 	ok := err == nil
@@ -177,15 +184,23 @@ func (o *outbox) promoteStaged(agent, id, requestSHA string) bool {
 			}
 		}
 	}
-	if ok && os.Rename(outPath, filepath.Join(dir, id+"."+bridge.ExtOutput)) == nil &&
+	if ok && renameIfNot(outPath, filepath.Join(dir, id+"."+bridge.ExtOutput)) == nil &&
 		os.Rename(resPath, filepath.Join(dir, id+"."+bridge.ExtResult)) == nil && syncsafe.SyncDir(dir) == nil {
 		o.log.Info("recover: kept the result a crash left staged", "agent", agent, "id", id)
 		return true
 	}
 	o.log.Warn("recover: a staged result did not check out; removed", "agent", agent, "id", id, "err", err)
-	os.Remove(outPath)
+	os.Remove(stagedPath(dir, id, bridge.ExtOutput)) // a kept output stays: it was never published without its manifest
 	os.Remove(resPath)
 	return false
+}
+
+// renameIfNot renames from to to, unless they are the same path.
+func renameIfNot(from, to string) error {
+	if from == to {
+		return nil
+	}
+	return os.Rename(from, to)
 }
 
 // stagedOutputMatches reports whether the file at path holds exactly the
@@ -251,6 +266,12 @@ func (o *outbox) publishCopies(agent, id string) (string, error) {
 	dir := o.home.Path("results", agent)
 	manifest, err := os.ReadFile(filepath.Join(dir, id+"."+bridge.ExtResult))
 	if err != nil {
+		return "", err
+	}
+	// The copies' names are durable before the folder's unflushed pair
+	// names them: a keep whose directory fsync failed (the answer then
+	// tried again from the copies) left them in place without it.
+	if err := syncsafe.SyncDir(dir); err != nil {
 		return "", err
 	}
 	return o.publishPair(agent, id, manifest, filepath.Join(dir, id+"."+bridge.ExtOutput))

@@ -40,6 +40,11 @@ type Probe struct {
 	// system may leave a file whose name was committed before its data, or
 	// neither.
 	PowerCut bool
+	// CutZeros makes Cut leave every such file at its size and times with
+	// zeros for its bytes, as a file system that commits a file's size
+	// before its data may (ext4 data=writeback, NTFS): the worst case for
+	// whatever vouches for a file by its size and time.
+	CutZeros bool
 	// OnEvent sees every lifecycle event as it is taken (DESIGN §6).
 	OnEvent func(event string)
 	// Opened runs once Open has loaded the trusted agents, before the
@@ -98,6 +103,19 @@ func (p *Probe) Unsynced(paths ...string) {
 	}
 }
 
+// Synced takes back Unsynced's note of paths: their bytes were fsynced
+// since (a rename that follows may still be lost, not the bytes).
+func (p *Probe) Synced(paths ...string) {
+	if p == nil || !p.PowerCut {
+		return
+	}
+	p.umu.Lock()
+	defer p.umu.Unlock()
+	for _, path := range paths {
+		delete(p.unsynced, path)
+	}
+}
+
 // Cut does to the files Unsynced noted that are there what a power cut
 // may: in path order, it empties one (the name without the data, the worst
 // for a reader), removes the next (the name lost too), and so on.
@@ -106,12 +124,17 @@ func (p *Probe) Cut() {
 	defer p.umu.Unlock()
 	n := 0
 	for _, path := range slices.Sorted(maps.Keys(p.unsynced)) {
-		if _, err := os.Lstat(path); err != nil {
+		fi, err := os.Lstat(path)
+		if err != nil {
 			continue // gone meanwhile (renamed, removed): nothing to cut
 		}
-		if n%2 == 0 {
+		switch {
+		case p.CutZeros:
+			os.WriteFile(path, make([]byte, fi.Size()), 0o600) // same size
+			os.Chtimes(path, fi.ModTime(), fi.ModTime())       // same time
+		case n%2 == 0:
 			os.Truncate(path, 0)
-		} else {
+		default:
 			os.Remove(path)
 		}
 		n++

@@ -73,7 +73,8 @@ func Serve(home string, newDaemon func(*trust.Home, ServeOptions) (Daemon, error
 	// environment: a daemon the tests make in process never does.
 	var pr *probe.Probe
 	probe.New = func(string) *probe.Probe {
-		pr = &probe.Probe{CrashAt: os.Getenv("BRIDGE_TEST_CRASH_AT"), PowerCut: os.Getenv("BRIDGE_TEST_POWER_CUT") != ""}
+		cut := os.Getenv("BRIDGE_TEST_POWER_CUT")
+		pr = &probe.Probe{CrashAt: os.Getenv("BRIDGE_TEST_CRASH_AT"), PowerCut: cut != "", CutZeros: cut == "zeros"}
 		if events != nil {
 			pr.OnEvent = func(ev string) { events.Write([]byte(ev + "\n")) }
 		}

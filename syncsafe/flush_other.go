@@ -1,0 +1,5 @@
+//go:build !linux
+
+package syncsafe
+
+func (f *Folder) syncFS() error { return errNoSyncFS }
