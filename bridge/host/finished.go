@@ -129,21 +129,13 @@ func (f *finishedSet) noteUnflushed(key string) {
 	}
 }
 
-// flushRels makes the result pairs of the keys marked finished since the
-// last save durable in the folder (syncsafe.Folder.Flush: one syncfs on
-// Linux), before the file may vouch for them by size and time: a result is
-// published without a flush (its private copies are durable), and a power
-// cut that empties or zero-fills it under the same size and time would
-// otherwise hide it from every rescan behind the cache. On failure the keys
-// stay noted.
-func (f *finishedSet) flushRels() error {
-	f.mu.Lock()
-	keys, all := f.unflushed, f.overflow
-	if all {
-		keys = slices.Collect(maps.Keys(f.done.m))
-	}
-	f.unflushed, f.overflow = nil, false
-	f.mu.Unlock()
+// flushRels makes the result pairs of keys durable in the folder
+// (syncsafe.Folder.Flush: one syncfs on Linux), before the file may vouch
+// for them by size and time: a result is published without a flush (its
+// private copies are durable), and a power cut that empties or zero-fills
+// it under the same size and time would otherwise hide it from every
+// rescan behind the cache. On failure the keys are noted again.
+func (f *finishedSet) flushRels(keys []string, all bool) error {
 	rels := make([]string, 0, 2*len(keys))
 	for _, key := range keys {
 		agent, id, _ := strings.Cut(key, "/")
@@ -166,12 +158,11 @@ func (f *finishedSet) flushRels() error {
 
 // save writes the finished set (atomically; a crash keeps the old
 // file). Called on Close and after each periodic collection. The results
-// it vouches for are flushed first (flushRels).
+// it vouches for that were marked since the last save are flushed first
+// (flushRels): the set is taken, with the keys to flush, in one hold of
+// the lock, so the file never holds a key marked after the flush.
 func (f *finishedSet) save() error {
 	file := f.home.Path(finishedName)
-	if err := f.flushRels(); err != nil {
-		return err
-	}
 	f.mu.Lock()
 	if f.saved && f.savedGen == f.done.gen && f.savedFile == fileVersion(file) {
 		// What the file holds: beside 10,000 finished requests, writing
@@ -188,13 +179,21 @@ func (f *finishedSet) save() error {
 	for k, st := range f.done.m {
 		fmt.Fprintf(&b, "%s %d %d %d %d\n", k, st.size, st.mtime, st.outSize, st.outMtime)
 	}
+	keys, all := f.unflushed, f.overflow
+	if all {
+		keys = slices.Collect(maps.Keys(f.done.m))
+	}
+	f.unflushed, f.overflow = nil, false
+	vouches := len(f.done.m) > 0
 	f.mu.Unlock()
+	if err := f.flushRels(keys, all); err != nil {
+		return err
+	}
 	if err := syncsafe.WriteFileAtomic(file, b.Bytes()); err != nil {
 		return err
 	}
 	f.mu.Lock()
 	f.saved, f.savedGen, f.savedFile = true, gen, fileVersion(file)
-	vouches := len(f.done.m) > 0
 	f.mu.Unlock()
 	if vouches {
 		f.crashPoint("cache-saved")
