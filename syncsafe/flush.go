@@ -8,55 +8,56 @@ import (
 )
 
 // Flush makes the files at rels, published WithoutSync, durable with their
-// directory entries: on Linux by one syncfs(2) of the folder's file system,
-// which flushes them all at once (and whatever else that file system holds
-// dirty); elsewhere by an fsync of each file that is there and of each
-// directory that holds one. A name that is gone is skipped: nothing of it
-// is left to flush. For a batch, now and then, not per file: what vouches
-// for published files (a cache of their sizes and times) must not outlive
-// a power cut that takes them.
-func (f *Folder) Flush(rels []string) error {
+// directory entries, and returns those it could not make durable: on Linux
+// by one syncfs(2) of the folder's file system, which flushes them all at
+// once (and whatever else that file system holds dirty), unless that is a
+// FUSE file system, whose server may take a syncfs for nothing; elsewhere,
+// and there, by an fsync of each file that is there and of each directory
+// that holds one. A name that is gone is not returned: nothing of it is
+// left to flush. One that holds something else than a regular file, or
+// that could not be flushed, is. For a batch, now and then, not per file:
+// what vouches for published files (a cache of their sizes and times) must
+// not vouch for what a power cut could take.
+func (f *Folder) Flush(rels []string) (failed []string) {
 	if len(rels) == 0 {
 		return nil
 	}
-	if err := f.syncFS(); err == nil {
+	if f.syncFS() == nil {
 		return nil
-	} else if !errors.Is(err, errNoSyncFS) {
-		return err
 	}
 	return f.flushEach(rels)
 }
 
-// flushEach is Flush file by file, for a platform without syncfs.
-func (f *Folder) flushEach(rels []string) error {
-	dirs := map[string]bool{}
+// flushEach is Flush file by file.
+func (f *Folder) flushEach(rels []string) (failed []string) {
+	byDir := map[string][]string{}
 	for _, rel := range rels {
-		file, _, err := f.openRegular(rel, math.MaxInt64)
+		file, _, err := f.openRegularFlag(rel, math.MaxInt64, flushOpenFlag)
 		if errors.Is(err, fs.ErrNotExist) {
 			continue
-		} else if err != nil {
-			return err
 		}
-		err = file.Sync()
-		file.Close()
+		if err == nil {
+			err = file.Sync()
+			file.Close()
+		}
 		if err != nil {
-			return err
+			failed = append(failed, rel)
+			continue
 		}
-		dirs[path.Dir(rel)] = true
+		byDir[path.Dir(rel)] = append(byDir[path.Dir(rel)], rel)
 	}
-	for dir := range dirs {
+	for dir, in := range byDir {
 		h, err := f.openDirH(dir)
-		if err != nil {
-			return err
+		if err == nil {
+			err = f.syncDir(h)
+			h.close()
 		}
-		err = f.syncDir(h)
-		h.close()
 		if err != nil {
-			return err
+			failed = append(failed, in...)
 		}
 	}
-	return nil
+	return failed
 }
 
-// errNoSyncFS: the platform has no syncfs(2); Flush goes file by file.
-var errNoSyncFS = errors.New("no syncfs on this platform")
+// errNoSyncFS: no syncfs that can be trusted here; Flush goes file by file.
+var errNoSyncFS = errors.New("no syncfs here")

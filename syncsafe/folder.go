@@ -242,6 +242,12 @@ func (f *Folder) Lstat(rel string) (fs.FileInfo, error) {
 // FIFO swapped in after the Lstat cannot hang us), then fstat the open file
 // and re-check type, size and identity.
 func (f *Folder) openRegular(rel string, max int64) (*os.File, int64, error) {
+	return f.openRegularFlag(rel, max, os.O_RDONLY)
+}
+
+// openRegularFlag is openRegular with the access flag given (os.O_RDONLY or
+// os.O_RDWR; never O_CREATE: the file must be there).
+func (f *Folder) openRegularFlag(rel string, max int64, flag int) (*os.File, int64, error) {
 	fi, err := f.Lstat(rel)
 	if err != nil {
 		return nil, 0, err
@@ -252,7 +258,7 @@ func (f *Folder) openRegular(rel string, max int64) (*os.File, int64, error) {
 	if fi.Size() > max {
 		return nil, 0, fmt.Errorf("open %s: %d bytes, cap %d: %w", rel, fi.Size(), max, ErrTooLarge)
 	}
-	file, err := f.openFile(rel, os.O_RDONLY|openReadFlags)
+	file, err := f.openFile(rel, flag|openReadFlags)
 	if err != nil {
 		return nil, 0, fmt.Errorf("open %s: %w", rel, err)
 	}

@@ -1,6 +1,7 @@
 package host
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -285,19 +286,20 @@ ops = ["again"]
 	c := startCrashProc(t, p, "mid-run", countFile)
 	c.WaitCrash(t, "mid-run")
 	// A keeper that never ends its run: it holds the runs' lock shared.
-	holder := exec.Command(flock, "--shared", p.host.Path("run", "keepers.lock"), "sleep", "60")
+	// It says so once it holds it: a look at the lock alone could find it
+	// held by the crashed run's own keeper, on its way out (a flake).
+	holder := exec.Command(flock, "--shared", p.host.Path("run", "keepers.lock"), "sh", "-c", "echo held; exec sleep 60")
+	held, err := holder.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := holder.Start(); err != nil {
 		t.Fatal(err)
 	}
 	defer func() { holder.Process.Kill(); holder.Wait() }()
-	testkit.WaitFor(t, 10*time.Second, "the stand-in keeper to hold the lock", func() bool {
-		f, err := os.Open(p.host.Path("run", "keepers.lock"))
-		if err != nil {
-			return false
-		}
-		defer f.Close()
-		return syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) != nil
-	})
+	if line, err := bufio.NewReader(held).ReadString('\n'); err != nil || line != "held\n" {
+		t.Fatalf("the stand-in keeper: %q, %v", line, err)
+	}
 	testkit.WaitLockFree(t, p.host)
 	var logs testkit.LockedBuffer
 	d, err := NewDaemon(p.host, DaemonOptions{AllowRoot: true, Rescan: 500 * time.Millisecond, Grace: 200 * time.Millisecond,

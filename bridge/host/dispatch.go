@@ -102,13 +102,17 @@ func (d *Daemon) dispatch(p string) {
 }
 
 // stamp identifies a published result file cheaply: a rescan compares it
-// instead of reading and verifying the file again. The modification times
-// are Unix nanoseconds (0 for an absent file), not time.Time: the finished
-// set keeps one stamp per finished request, 100,000 of them beside a full
-// folder, and two time.Time would double its size.
+// instead of reading and verifying the file again. The times are Unix
+// nanoseconds (0 for an absent file), not time.Time: the finished set
+// keeps one stamp per finished request, 100,000 of them beside a full
+// folder, and four time.Time would double its size. The change times are
+// what a folder writer cannot put back (syncsafe.ChangeTime): other bytes
+// at the same size with the old modification time set again are still
+// another stamp.
 type stamp struct {
 	size, outSize   int64
 	mtime, outMtime int64
+	ctime, outCtime int64
 }
 
 // resultStamp covers both files of a published result: losing or changing
@@ -134,10 +138,10 @@ func (o *outbox) resultStamps(keys []string) []stamp {
 			st := stamp{size: -1, outSize: -1}
 			if err == nil {
 				if fi := fis[2*(k-i)]; fi != nil {
-					st.size, st.mtime = fi.Size(), fi.ModTime().UnixNano()
+					st.size, st.mtime, st.ctime = fi.Size(), fi.ModTime().UnixNano(), syncsafe.ChangeTime(fi).UnixNano()
 				}
 				if fi := fis[2*(k-i)+1]; fi != nil {
-					st.outSize, st.outMtime = fi.Size(), fi.ModTime().UnixNano()
+					st.outSize, st.outMtime, st.outCtime = fi.Size(), fi.ModTime().UnixNano(), syncsafe.ChangeTime(fi).UnixNano()
 				}
 			}
 			out[k] = st

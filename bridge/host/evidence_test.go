@@ -866,7 +866,7 @@ func TestFinishedCacheAloneKeepsARequestFromRunningAgain(t *testing.T) {
 	f, err := os.OpenFile(e.host.Path(finishedName), os.O_APPEND|os.O_WRONLY, 0)
 	must(t, err)
 	for range n {
-		fmt.Fprintf(f, "%s/%s -1 0 -1 0\n", ag, bridge.NewRequestID())
+		fmt.Fprintf(f, "%s/%s -1 0 0 -1 0 0\n", ag, bridge.NewRequestID())
 	}
 	must(t, f.Close())
 	startDaemonProcess(t, e.pair, env...)

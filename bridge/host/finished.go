@@ -4,10 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
-	"maps"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -49,10 +47,8 @@ type finishedSet struct {
 
 	// The keys marked finished since the last save, whose result pairs
 	// were published without a flush: save flushes them first (flushRels),
-	// or the file would vouch for results a power cut took. Past
-	// unflushedMax only the overflow is noted, and save flushes them all.
+	// or the file would vouch for results a power cut took.
 	unflushed []string
-	overflow  bool
 
 	saved     bool    // the file holds the set as it was at savedGen
 	savedGen  uint64  // done's gen when saved (or loaded)
@@ -108,63 +104,72 @@ func (d *doneMap) replace(m map[string]stamp) {
 //
 // Format (text, one line per request, after a header line):
 //
-//	bridge-finished v1
-//	<agent>/<id> <size> <mtime ns> <output size> <output mtime ns>
+//	bridge-finished v2
+//	<agent>/<id> <size> <mtime ns> <ctime ns> <output size> <output mtime ns> <output ctime ns>
 //
-// Sizes are -1 for a file that was absent when recorded.
+// Sizes are -1 for a file that was absent when recorded. A v1 file (no
+// change times; written before the results it vouches for were flushed
+// first) is not read: the requests are verified again.
 const finishedName = "finished"
 
-const finishedHeader = "bridge-finished v1"
+const finishedHeader = "bridge-finished v2"
 
-// unflushedMax bounds finishedSet.unflushed (about 60 bytes a key).
-const unflushedMax = 4096
-
-// noteUnflushed notes key, just marked finished, for the next save's flush.
-// The caller holds f.mu.
+// noteUnflushed notes key, just marked finished, for the next save's flush
+// (about 60 bytes a key until then). The caller holds f.mu.
 func (f *finishedSet) noteUnflushed(key string) {
-	if len(f.unflushed) < unflushedMax {
-		f.unflushed = append(f.unflushed, key)
-	} else {
-		f.overflow = true
-	}
+	f.unflushed = append(f.unflushed, key)
 }
 
 // flushRels makes the result pairs of keys durable in the folder
 // (syncsafe.Folder.Flush: one syncfs on Linux), before the file may vouch
-// for them by size and time: a result is published without a flush (its
+// for them by their stamps: a result is published without a flush (its
 // private copies are durable), and a power cut that empties or zero-fills
-// it under the same size and time would otherwise hide it from every
-// rescan behind the cache. On failure the keys are noted again.
-func (f *finishedSet) flushRels(keys []string, all bool) error {
+// it under the same size and times would otherwise hide it from every
+// rescan behind the cache. It returns the keys not flushed (a name that
+// holds something else now, a failed fsync), which are noted again.
+func (f *finishedSet) flushRels(keys []string) (failed map[string]bool) {
 	rels := make([]string, 0, 2*len(keys))
 	for _, key := range keys {
 		agent, id, _ := strings.Cut(key, "/")
 		rels = append(rels, bridge.ResultPath(f.me, agent, id, bridge.ExtResult), bridge.ResultPath(f.me, agent, id, bridge.ExtOutput))
 	}
-	err := f.folder.Flush(rels)
-	if err == nil {
-		abs := make([]string, len(rels))
-		for i, rel := range rels {
-			abs[i] = filepath.Join(f.folder.Path(), filepath.FromSlash(rel))
-		}
-		f.probe.Synced(abs...)
-		return nil
+	bad := map[string]bool{}
+	for _, rel := range f.folder.Flush(rels) {
+		bad[rel] = true
 	}
-	f.mu.Lock()
-	f.unflushed, f.overflow = append(f.unflushed, keys...), f.overflow || all || len(f.unflushed)+len(keys) > unflushedMax
-	f.mu.Unlock()
-	return fmt.Errorf("flush the published results: %w", err)
+	synced := make([]string, 0, len(rels))
+	for i, rel := range rels {
+		if !bad[rel] {
+			synced = append(synced, filepath.Join(f.folder.Path(), filepath.FromSlash(rel)))
+		} else {
+			if failed == nil {
+				failed = map[string]bool{}
+			}
+			failed[keys[i/2]] = true
+		}
+	}
+	f.probe.Synced(synced...)
+	if len(failed) > 0 {
+		f.log.Warn("could not flush some published results; the finished-requests cache leaves them out", "results", len(failed))
+		f.mu.Lock()
+		for key := range failed {
+			f.unflushed = append(f.unflushed, key)
+		}
+		f.mu.Unlock()
+	}
+	return failed
 }
 
 // save writes the finished set (atomically; a crash keeps the old
 // file). Called on Close and after each periodic collection. The results
 // it vouches for that were marked since the last save are flushed first
-// (flushRels): the set is taken, with the keys to flush, in one hold of
-// the lock, so the file never holds a key marked after the flush.
+// (flushRels), and those that could not be are left out: the set is
+// taken, with the keys to flush, in one hold of the lock, so the file
+// never holds a key marked after the flush.
 func (f *finishedSet) save() error {
 	file := f.home.Path(finishedName)
 	f.mu.Lock()
-	if f.saved && f.savedGen == f.done.gen && f.savedFile == fileVersion(file) {
+	if f.saved && f.savedGen == f.done.gen && f.savedFile == fileVersion(file) && len(f.unflushed) == 0 {
 		// What the file holds: beside 10,000 finished requests, writing
 		// 1 MB again and its fsync every 10 minutes were most of an idle
 		// daemon's collection. (A file removed or changed meanwhile is
@@ -173,21 +178,26 @@ func (f *finishedSet) save() error {
 		return nil
 	}
 	gen := f.done.gen
-	var b bytes.Buffer
-	b.Grow(len(f.done.m)*100 + 32)
-	b.WriteString(finishedHeader + "\n")
+	type entry struct {
+		key string
+		st  stamp
+	}
+	all := make([]entry, 0, len(f.done.m))
 	for k, st := range f.done.m {
-		fmt.Fprintf(&b, "%s %d %d %d %d\n", k, st.size, st.mtime, st.outSize, st.outMtime)
+		all = append(all, entry{k, st})
 	}
-	keys, all := f.unflushed, f.overflow
-	if all {
-		keys = slices.Collect(maps.Keys(f.done.m))
-	}
-	f.unflushed, f.overflow = nil, false
-	vouches := len(f.done.m) > 0
+	keys := f.unflushed
+	f.unflushed = nil
 	f.mu.Unlock()
-	if err := f.flushRels(keys, all); err != nil {
-		return err
+	failed := f.flushRels(keys)
+	var b bytes.Buffer
+	b.Grow(len(all)*120 + 32)
+	b.WriteString(finishedHeader + "\n")
+	for _, e := range all {
+		if failed[e.key] {
+			continue
+		}
+		fmt.Fprintf(&b, "%s %d %d %d %d %d %d\n", e.key, e.st.size, e.st.mtime, e.st.ctime, e.st.outSize, e.st.outMtime, e.st.outCtime)
 	}
 	if err := syncsafe.WriteFileAtomic(file, b.Bytes()); err != nil {
 		return err
@@ -195,7 +205,7 @@ func (f *finishedSet) save() error {
 	f.mu.Lock()
 	f.saved, f.savedGen, f.savedFile = true, gen, fileVersion(file)
 	f.mu.Unlock()
-	if vouches {
+	if len(all) > len(failed) {
 		f.crashPoint("cache-saved")
 	}
 	return nil
@@ -221,7 +231,11 @@ func (f *finishedSet) load() {
 	defer file.Close()
 	sc := bufio.NewScanner(file)
 	if !sc.Scan() || sc.Text() != finishedHeader {
-		f.log.Warn("ignoring the finished-requests cache: unknown format", "file", file.Name())
+		if sc.Text() == "bridge-finished v1" {
+			f.log.Info("the finished-requests cache was written by an earlier version: its requests are verified again", "file", file.Name())
+		} else {
+			f.log.Warn("ignoring the finished-requests cache: unknown format", "file", file.Name())
+		}
 		return
 	}
 	// Sized for the file's lines (about 130 bytes each) and read without a
@@ -236,12 +250,12 @@ func (f *finishedSet) load() {
 	for sc.Scan() {
 		line := sc.Bytes()
 		key, rest, _ := bytes.Cut(line, []byte{' '})
-		var n [4]int64
+		var n [6]int64
 		ok := true
-		for i := 0; ok && i < 4; i++ {
+		for i := 0; ok && i < len(n); i++ {
 			var field []byte
 			field, rest, ok = bytes.Cut(rest, []byte{' '})
-			ok = ok == (i < 3) && len(field) > 0
+			ok = ok == (i < len(n)-1) && len(field) > 0
 			if ok {
 				n[i], err = strconv.ParseInt(string(field), 10, 64)
 				ok = err == nil
@@ -252,12 +266,12 @@ func (f *finishedSet) load() {
 			f.log.Warn("ignoring the finished-requests cache: damaged", "file", file.Name())
 			return
 		}
-		st := stamp{size: n[0], outSize: n[2]}
+		st := stamp{size: n[0], outSize: n[3]}
 		if st.size >= 0 {
-			st.mtime = n[1]
+			st.mtime, st.ctime = n[1], n[2]
 		}
 		if st.outSize >= 0 {
-			st.outMtime = n[3]
+			st.outMtime, st.outCtime = n[4], n[5]
 		}
 		m[string(key)] = st
 	}

@@ -141,12 +141,13 @@ func TestFinishedCacheReadsWhatItWrote(t *testing.T) {
 	if !maps.Equal(d.fin.done.m, want) {
 		t.Fatalf("read back %d entries, differing from the %d written", len(d.fin.done.m), len(want))
 	}
-	good := fmt.Sprintf("%032x/%032x 1 2 3 4", 1, 2)
+	good := fmt.Sprintf("%032x/%032x 1 2 3 4 5 6", 1, 2)
 	for _, bad := range []string{
-		good + " 5", good + " ", " " + good, strings.Replace(good, " 3", "  3", 1), strings.Replace(good, " 4", "", 1),
-		strings.Replace(good, " 2", " x", 1), strings.Replace(good, " 2", " ", 1), fmt.Sprintf("/%032x 1 2 3 4", 2),
-		fmt.Sprintf("%032x/%031x 1 2 3 4", 1, 2), fmt.Sprintf("%032x%032x 1 2 3 4", 1, 2), "", "not a line",
+		good + " 7", good + " ", " " + good, strings.Replace(good, " 3", "  3", 1), strings.Replace(good, " 6", "", 1),
+		strings.Replace(good, " 2", " x", 1), strings.Replace(good, " 2", " ", 1), fmt.Sprintf("/%032x 1 2 3 4 5 6", 2),
+		fmt.Sprintf("%032x/%031x 1 2 3 4 5 6", 1, 2), fmt.Sprintf("%032x%032x 1 2 3 4 5 6", 1, 2), "", "not a line",
 		strings.Replace(good, " 1 ", " 99999999999999999999 ", 1), "a\tb" + good[32:], "x" + good,
+		fmt.Sprintf("%032x/%032x 1 2 3 4", 1, 2), // a v1 line
 	} {
 		if err := os.WriteFile(p.host.Path(finishedName), []byte(finishedHeader+"\n"+good+"\n"+bad+"\n"), 0o600); err != nil {
 			t.Fatal(err)
@@ -161,7 +162,7 @@ func TestFinishedCacheReadsWhatItWrote(t *testing.T) {
 		t.Fatal(err)
 	}
 	d.fin.load()
-	if st, _ := d.fin.done.get(fmt.Sprintf("%032x/%032x", 1, 2)); st != (stamp{size: 1, mtime: 2, outSize: 3, outMtime: 4}) {
+	if st, _ := d.fin.done.get(fmt.Sprintf("%032x/%032x", 1, 2)); st != (stamp{size: 1, mtime: 2, ctime: 3, outSize: 4, outMtime: 5, outCtime: 6}) {
 		t.Errorf("a good line read as %+v", st)
 	}
 }
@@ -508,4 +509,32 @@ func TestFollowingThatFailsIsReported(t *testing.T) {
 	if !d.keys.followStatements([]string{stmt}) {
 		t.Fatal("a following that could not find the agent's record in the home was not reported failed")
 	}
+}
+
+// A red team (session 30): a folder writer puts other bytes at a finished
+// request's result name, at the same size, and sets the old modification
+// time again (Syncthing carries times across). The rescans' result check
+// compares stamps, not bytes: without the change time in the stamp, which
+// nobody can set back, the host would never publish its answer again.
+func TestSameSizeAndTimeAtAResultIsNotTakenForIt(t *testing.T) {
+	t.Parallel()
+	e := newEdge(t)
+	d := e.daemon(t)
+	id := e.submit(t, "blockidem")
+	done := e.wait(t, id)
+	path := filepath.Join(e.toAgent(), id+"."+bridge.ExtResult)
+	testkit.WaitFor(t, 10*time.Second, "the request to be known finished", func() bool {
+		d.fin.mu.Lock()
+		defer d.fin.mu.Unlock()
+		_, ok := d.fin.done.get(e.agent.Config.ID + "/" + id)
+		return ok
+	})
+	fi, err := os.Stat(path)
+	must(t, err)
+	must(t, os.WriteFile(path, make([]byte, fi.Size()), 0o644))
+	must(t, os.Chtimes(path, fi.ModTime(), fi.ModTime()))
+	testkit.WaitFor(t, 10*time.Second, "the answer published again", func() bool {
+		got, err := os.ReadFile(path)
+		return err == nil && string(got) == string(done.Manifest)
+	})
 }

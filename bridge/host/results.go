@@ -300,7 +300,11 @@ func (o *outbox) publishPair(agent, id string, manifest []byte, outSrc string) (
 		}
 		return status, o.publishFile(outPath, outSrc, true, syncsafe.WithoutSync())
 	case err == nil:
-		if old, verr := o.openOwnResult(existing, agent, id); verr != nil {
+		if old, verr := o.openOwnResult(existing, agent, id); verr != nil && !bytes.ContainsFunc(existing, func(r rune) bool { return r != 0 }) {
+			// Nothing or zeros: what a power cut leaves of a pair
+			// published without a flush, not a folder writer's file.
+			o.log.Info("publishing a result again over a copy cut short (a power cut?)", "agent", agent, "id", id)
+		} else if verr != nil {
 			o.refuseFile(resPath, fmt.Errorf("replacing a file at a result name that this host did not sign: %w", verr))
 		} else if mine, _ := o.openOwnResult(manifest, agent, id); mine != nil && o.newerOwn(old, mine, existing) {
 			if o.outputIntact(existing, outPath) {
@@ -351,12 +355,21 @@ func (o *outbox) publishPair(agent, id string, manifest []byte, outSrc string) (
 	// are, and until the ledger is done a crash publishes both again from
 	// them (adopt); after, a look that finds them lost or torn does
 	// (duplicate, the result checks of the rescans).
-	o.probe.Unsynced(filepath.Join(o.folder.Path(), filepath.FromSlash(outPath)), filepath.Join(o.folder.Path(), filepath.FromSlash(resPath)))
-	if err := o.publishFile(outPath, outSrc, true, syncsafe.WithoutDirSync(), syncsafe.WithoutSync()); err != nil {
+	// But a pair that replaces another result (a human's settlement, a
+	// rerun's answer, a folder writer's junk) is flushed: the finished
+	// cache may vouch for the pair it replaces by its stamps, and a power
+	// cut that lost the renames would bring that one back unseen.
+	noSync := []syncsafe.PublishOption{syncsafe.WithoutSync()}
+	if replace {
+		noSync = nil
+	} else {
+		o.probe.Unsynced(filepath.Join(o.folder.Path(), filepath.FromSlash(outPath)), filepath.Join(o.folder.Path(), filepath.FromSlash(resPath)))
+	}
+	if err := o.publishFile(outPath, outSrc, true, append([]syncsafe.PublishOption{syncsafe.WithoutDirSync()}, noSync...)...); err != nil {
 		return "", err
 	}
 	o.crashPoint("published-output")
-	if err := o.publishBytes(resPath, manifest, replace, syncsafe.WithoutSync()); err != nil {
+	if err := o.publishBytes(resPath, manifest, replace, noSync...); err != nil {
 		return "", err
 	}
 	o.crashPoint("published")
