@@ -5,6 +5,7 @@ import (
 	"io/fs"
 	"math"
 	"path"
+	"slices"
 )
 
 // Flush makes the files at rels, published WithoutSync, durable with their
@@ -28,8 +29,18 @@ func (f *Folder) Flush(rels []string) (failed []string) {
 	return f.flushEach(rels)
 }
 
+// flushEachMax bounds the files one Flush takes file by file: it runs on
+// the daemon's control loop, and a flush per file is dear where a drive's
+// cache is flushed whole (macOS, Windows). The rest are returned as not
+// flushed, for the next Flush.
+const flushEachMax = 4096
+
 // flushEach is Flush file by file.
 func (f *Folder) flushEach(rels []string) (failed []string) {
+	all := rels
+	if len(rels) > flushEachMax {
+		rels, failed = rels[:flushEachMax], slices.Clone(rels[flushEachMax:])
+	}
 	byDir := map[string][]string{}
 	for _, rel := range rels {
 		file, _, err := f.openRegularFlag(rel, math.MaxInt64, flushOpenFlag)
@@ -37,7 +48,7 @@ func (f *Folder) flushEach(rels []string) (failed []string) {
 			continue
 		}
 		if err == nil {
-			err = file.Sync()
+			err = syncData(file)
 			file.Close()
 		}
 		if err != nil {
@@ -55,6 +66,9 @@ func (f *Folder) flushEach(rels []string) (failed []string) {
 		if err != nil {
 			failed = append(failed, in...)
 		}
+	}
+	if err := f.flushDrive(); err != nil {
+		return all
 	}
 	return failed
 }

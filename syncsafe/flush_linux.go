@@ -9,6 +9,10 @@ import (
 // flushOpenFlag opens a file to fsync it: reading is enough here.
 const flushOpenFlag = os.O_RDONLY
 
+func syncData(file *os.File) error { return file.Sync() }
+
+func (f *Folder) flushDrive() error { return nil }
+
 // syncFS flushes the folder's whole file system (syncfs(2)), unless it is
 // a FUSE one (rclone's mount): the kernel passes a syncfs to a FUSE server
 // only if it asked for them, and returns success either way.

@@ -1,4 +1,4 @@
-//go:build !linux && !windows
+//go:build !linux && !windows && !darwin
 
 package syncsafe
 
@@ -8,3 +8,7 @@ import "os"
 const flushOpenFlag = os.O_RDONLY
 
 func (f *Folder) syncFS() error { return errNoSyncFS }
+
+func syncData(file *os.File) error { return file.Sync() }
+
+func (f *Folder) flushDrive() error { return nil }

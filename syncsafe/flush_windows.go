@@ -7,3 +7,7 @@ import "os"
 const flushOpenFlag = os.O_RDWR
 
 func (f *Folder) syncFS() error { return errNoSyncFS }
+
+func syncData(file *os.File) error { return file.Sync() }
+
+func (f *Folder) flushDrive() error { return nil }

@@ -533,6 +533,15 @@ func TestFlush(t *testing.T) {
 	if failed := f.Flush(nil); len(failed) != 0 {
 		t.Fatal(failed)
 	}
+	// File by file, one call takes flushEachMax names at most: the rest
+	// are returned for the next.
+	many := make([]string, flushEachMax+2)
+	for i := range many {
+		many[i] = fmt.Sprintf("sub/gone-%d", i)
+	}
+	if failed := f.flushEach(many); len(failed) != 2 || failed[0] != many[flushEachMax] {
+		t.Errorf("%d names file by file: not flushed %v, want the last 2", len(many), failed)
+	}
 	if err := syscall.Mkfifo(filepath.Join(dir, "sub", "fifo"), 0o644); err != nil {
 		t.Skip("no FIFOs here:", err)
 	}

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/syncbridge/bridge/bridge"
+	"github.com/syncbridge/bridge/bridge/host/internal/probe"
 	bcrypto "github.com/syncbridge/bridge/crypto"
 	"github.com/syncbridge/bridge/syncsafe"
 )
@@ -115,6 +116,14 @@ type stamp struct {
 	ctime, outCtime int64
 }
 
+// adopts reports whether st, a provisional stamp (read from a v1 cache,
+// without change times), is now: the same sizes and modification times,
+// now's change times taken as its own.
+func (st stamp) adopts(now stamp) bool {
+	provisional := st.size >= 0 && st.ctime == 0 || st.outSize >= 0 && st.outCtime == 0
+	return provisional && st.size == now.size && st.mtime == now.mtime && st.outSize == now.outSize && st.outMtime == now.outMtime
+}
+
 // resultStamp covers both files of a published result: losing or changing
 // either makes a rescan look at the request again.
 func (o *outbox) resultStamp(agent, id string) stamp {
@@ -163,6 +172,7 @@ func (f *finishedSet) drop(key string) {
 // the stamp is taken only after the folder's bytes were seen to equal the
 // private copy, so a file swapped in meanwhile is never taken for ours.
 func (d *Daemon) markFinished(agent, id string) {
+	d.probe.Add(probe.FinishedMarks)
 	st := d.out.resultStamp(agent, id)
 	want, err := os.ReadFile(d.home.Path("results", agent, id+"."+bridge.ExtResult))
 	if err == nil {

@@ -108,11 +108,17 @@ func (d *doneMap) replace(m map[string]stamp) {
 //	<agent>/<id> <size> <mtime ns> <ctime ns> <output size> <output mtime ns> <output ctime ns>
 //
 // Sizes are -1 for a file that was absent when recorded. A v1 file (no
-// change times; written before the results it vouches for were flushed
-// first) is not read: the requests are verified again.
+// change times: "<agent>/<id> <size> <mtime> <output size> <output mtime>")
+// is read with the change times unknown (provisional stamps): an earlier
+// version flushed every result it published, so what it vouched for is on
+// disk; a rescan's check that finds the size and time takes the change
+// times it sees (adopt), rather than every finished request being verified
+// again at the first start after the upgrade.
 const finishedName = "finished"
 
 const finishedHeader = "bridge-finished v2"
+
+const finishedHeaderV1 = "bridge-finished v1"
 
 // noteUnflushed notes key, just marked finished, for the next save's flush
 // (about 60 bytes a key until then). The caller holds f.mu.
@@ -230,13 +236,13 @@ func (f *finishedSet) load() {
 	}
 	defer file.Close()
 	sc := bufio.NewScanner(file)
+	fields := 6
 	if !sc.Scan() || sc.Text() != finishedHeader {
-		if sc.Text() == "bridge-finished v1" {
-			f.log.Info("the finished-requests cache was written by an earlier version: its requests are verified again", "file", file.Name())
-		} else {
+		if sc.Text() != finishedHeaderV1 {
 			f.log.Warn("ignoring the finished-requests cache: unknown format", "file", file.Name())
+			return
 		}
-		return
+		fields = 4
 	}
 	// Sized for the file's lines (about 130 bytes each) and read without a
 	// string per field: at 100,000 requests the map's growth and the
@@ -252,10 +258,10 @@ func (f *finishedSet) load() {
 		key, rest, _ := bytes.Cut(line, []byte{' '})
 		var n [6]int64
 		ok := true
-		for i := 0; ok && i < len(n); i++ {
+		for i := 0; ok && i < fields; i++ {
 			var field []byte
 			field, rest, ok = bytes.Cut(rest, []byte{' '})
-			ok = ok == (i < len(n)-1) && len(field) > 0
+			ok = ok == (i < fields-1) && len(field) > 0
 			if ok {
 				n[i], err = strconv.ParseInt(string(field), 10, 64)
 				ok = err == nil
@@ -265,6 +271,9 @@ func (f *finishedSet) load() {
 		if !ok || !cut || !bridge.ValidID(string(id)) || !bcrypto.ValidKid(string(agent)) {
 			f.log.Warn("ignoring the finished-requests cache: damaged", "file", file.Name())
 			return
+		}
+		if fields == 4 { // v1: no change times
+			n = [6]int64{n[0], n[1], 0, n[2], n[3], 0}
 		}
 		st := stamp{size: n[0], outSize: n[3]}
 		if st.size >= 0 {
@@ -386,6 +395,14 @@ func (d *Daemon) dispatchFull(paths []string, same bool) {
 		st, known := d.fin.done.get(key)
 		d.fin.mu.Unlock()
 		if known && st == stamps[i] {
+			continue
+		}
+		if known && st.adopts(stamps[i]) {
+			d.fin.mu.Lock()
+			if cur, ok := d.fin.done.get(key); ok && cur == st {
+				d.fin.done.set(key, stamps[i])
+			}
+			d.fin.mu.Unlock()
 			continue
 		}
 		// The stamps were taken a moment ago: a collection may have

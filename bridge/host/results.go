@@ -303,7 +303,9 @@ func (o *outbox) publishPair(agent, id string, manifest []byte, outSrc string) (
 		if old, verr := o.openOwnResult(existing, agent, id); verr != nil && !bytes.ContainsFunc(existing, func(r rune) bool { return r != 0 }) {
 			// Nothing or zeros: what a power cut leaves of a pair
 			// published without a flush, not a folder writer's file.
-			o.log.Info("publishing a result again over a copy cut short (a power cut?)", "agent", agent, "id", id)
+			if o.firstTime("torn:" + resPath) { // a folder writer may put zeros there again and again
+				o.log.Info("publishing a result again over a copy cut short (a power cut?)", "agent", agent, "id", id)
+			}
 		} else if verr != nil {
 			o.refuseFile(resPath, fmt.Errorf("replacing a file at a result name that this host did not sign: %w", verr))
 		} else if mine, _ := o.openOwnResult(manifest, agent, id); mine != nil && o.newerOwn(old, mine, existing) {

@@ -82,6 +82,7 @@ const (
 	SameRescans                   // rescans that took the one before's findings: the folder and finished set unchanged (dispatchFull)
 	RotationFollows               // agents whose rotation statements a batch followed (followStatements)
 	Rescans                       // full rescans dispatched (dispatchFull)
+	FinishedMarks                 // results compared with their private copies and marked finished (markFinished)
 	tallies
 )
 
