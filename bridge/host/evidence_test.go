@@ -228,16 +228,7 @@ func rerunAfterBackup(t *testing.T) (e *edge, env []string, id, backup string, d
 	t.Helper()
 	e = newEdge(t)
 	env = []string{"RUNS=" + e.runs, "PATH=" + e.env["PATH"]}
-	e.block()
-	id = e.submit(t, "block")
-	d = startDaemonProcess(t, e.pair, env...)
-	testkit.WaitFor(t, 10*time.Second, "the op to start", func() bool { return e.starts(t, "block", id) == 1 })
-	d.Kill()
-	e.unblock()
-	d = startDaemonProcess(t, e.pair, env...)
-	uncertain := e.waitAnswer(t, id, nil)
-	testkit.WaitFor(t, 5*time.Second, "the ledger to record it", func() bool { return e.entry(t, id).State == ledger.StateUncertain })
-	d.Kill()
+	id, uncertain := uncertainAfterCrash(t, e, env)
 	backup = backupHome(t, e)
 	if _, err := Reconcile(e.host, "cloud-1/"+id, "rerun"); err != nil {
 		t.Fatal(err)
@@ -247,6 +238,24 @@ func rerunAfterBackup(t *testing.T) (e *edge, env []string, id, backup string, d
 		t.Fatalf("the rerun: %s", done.Receipt.Status)
 	}
 	return e, env, id, backup, done, d
+}
+
+// uncertainAfterCrash submits a request of the op block, kills the daemon
+// process while it runs, and has a new one answer it uncertain (it may
+// have had its effect); no daemon runs on return.
+func uncertainAfterCrash(t *testing.T, e *edge, env []string) (id string, uncertain *agent.Outcome) {
+	t.Helper()
+	e.block()
+	id = e.submit(t, "block")
+	d := startDaemonProcess(t, e.pair, env...)
+	testkit.WaitFor(t, 10*time.Second, "the op to start", func() bool { return e.starts(t, "block", id) == 1 })
+	d.Kill()
+	e.unblock()
+	d = startDaemonProcess(t, e.pair, env...)
+	uncertain = e.waitAnswer(t, id, nil)
+	testkit.WaitFor(t, 5*time.Second, "the ledger to record it", func() bool { return e.entry(t, id).State == ledger.StateUncertain })
+	d.Kill()
+	return id, uncertain
 }
 
 func backupHome(t *testing.T, e *edge) string {
@@ -890,16 +899,7 @@ func TestRecordLostKeepsTheHomesNewerResult(t *testing.T) {
 	d := startDaemonProcess(t, e.pair, env...)
 	d.Kill()
 	before := testkit.BackupLedger(t, e.host)
-	e.block()
-	id := e.submit(t, "block")
-	d = startDaemonProcess(t, e.pair, env...)
-	testkit.WaitFor(t, 10*time.Second, "the op to start", func() bool { return e.starts(t, "block", id) == 1 })
-	d.Kill()
-	e.unblock()
-	d = startDaemonProcess(t, e.pair, env...)
-	uncertain := e.waitAnswer(t, id, nil)
-	testkit.WaitFor(t, 5*time.Second, "the ledger to record it", func() bool { return e.entry(t, id).State == ledger.StateUncertain })
-	d.Kill()
+	id, uncertain := uncertainAfterCrash(t, e, env)
 	var older [2][]byte
 	for i, ext := range []string{bridge.ExtResult, bridge.ExtOutput} {
 		older[i] = mustRead(t, filepath.Join(e.toAgent(), id+"."+ext))
