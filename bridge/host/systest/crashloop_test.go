@@ -364,6 +364,17 @@ func TestPowerCutBehindTheFinishedCache(t *testing.T) {
 	if err != nil || len(kept) == 0 || bytes.ContainsFunc(kept, func(r rune) bool { return r != 0 }) {
 		t.Fatalf("the power cut did not zero the kept manifest (%v): the test tests nothing", err)
 	}
+	// What the cache vouches for was flushed before it was saved, so the
+	// cut left it whole. (A zero-filled copy would now be found all the
+	// same, by its change time, which no simulated cut can put back: this
+	// is what shows the flush.)
+	for _, ext := range []string{bridge.ExtResult, bridge.ExtOutput} {
+		folder, ferr := os.ReadFile(filepath.Join(p.toAgent(), s.ID+"."+ext))
+		home, herr := os.ReadFile(p.host.Path("results", p.agent.Config.ID, s.ID+"."+ext))
+		if ferr != nil || herr != nil || !bytes.Equal(folder, home) {
+			t.Fatalf("the result's %s the cache vouched for was not flushed before it was saved: the cut took it (%v, %v)", ext, ferr, herr)
+		}
+	}
 	testkit.WaitLockFree(t, p.host)
 	p.start(t, map[string]string{"COUNT_FILE": countFile})
 	out := p.wait(t, s.ID)
