@@ -797,11 +797,13 @@ func (c *Client) publishAck(out *Outcome) error {
 	if err != nil {
 		return err
 	}
-	// Without the directory's fsync: an ack a crash lost costs only time
-	// (the host keeps its result until --retention, and the agent has its
-	// copy); the file's own fsync stays, so the host never reads a torn one.
+	// Without an fsync, the file's or the directory's: an ack a power cut
+	// lost or tore costs only time (the host keeps its result until
+	// --retention, and this home has its copy, durable above). The host
+	// takes a torn ack for a lost one, not a forgery (SPEC §10), and the
+	// next ack of the id (`result --ack`) replaces it below.
 	ackPath := bridge.RequestPath(s.Host, c.home.Config.ID, s.ID, bridge.ExtAck)
-	err = c.folder.Publish(ackPath, bridge.WriteBytes(ack), syncsafe.WithoutDirSync())
+	err = c.folder.Publish(ackPath, bridge.WriteBytes(ack), syncsafe.WithoutSync(), syncsafe.WithoutDirSync())
 	if errors.Is(err, syncsafe.ErrExists) {
 		// An ack of an earlier answer (an uncertain one, settled or run
 		// again since) names another result: this one replaces it, or the
@@ -810,7 +812,7 @@ func (c *Client) publishAck(out *Outcome) error {
 		if a, oerr := bridge.OpenAck(old, s.ID, s.Host, c.home.Config.ID, [][]byte{c.home.Identity().SignPublic()}); rerr == nil && oerr == nil && a.ResultSHA256 == resSHA {
 			err = nil
 		} else {
-			err = c.folder.PublishReplace(ackPath, bridge.WriteBytes(ack), syncsafe.WithoutDirSync())
+			err = c.folder.PublishReplace(ackPath, bridge.WriteBytes(ack), syncsafe.WithoutSync(), syncsafe.WithoutDirSync())
 		}
 	}
 	if err != nil {

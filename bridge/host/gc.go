@@ -1,6 +1,7 @@
 package host
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -330,11 +331,26 @@ func (c *collector) acked(e ledger.Entry) bool {
 		return false
 	}
 	a, err := bridge.OpenAck(data, e.ID, c.me, e.Agent, keys.sign(c.opt.Now()))
-	if err != nil {
+	switch {
+	case err == nil:
+		return a.ResultSHA256 == e.ResultSHA256
+	case ackCutShort(data, err):
+		// The agent publishes its ack without an fsync (SPEC §10): a power
+		// cut on its machine can leave one empty, zeros or cut short. That
+		// is a lost ack, not a forgery: the result stays until its
+		// retention, or until the agent acks again (`result --ack`).
+		c.waiting(p, len(data), err)
+	default:
 		c.refuseFile(p, err)
-		return false
 	}
-	return a.ResultSHA256 == e.ResultSHA256
+	return false
+}
+
+// ackCutShort reports whether an ack that did not open is what a power cut
+// leaves of one written without an fsync: nothing, nothing but zeros, or
+// a beginning. Anything else is refused (a forgery, or another agent's).
+func ackCutShort(data []byte, err error) bool {
+	return errors.Is(err, bcrypto.ErrTruncated) || !bytes.ContainsFunc(data, func(r rune) bool { return r != 0 })
 }
 
 // due reads the settled entries a collection may act on at now. The

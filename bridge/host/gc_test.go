@@ -1,6 +1,7 @@
 package host
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -452,5 +453,82 @@ func TestOrderedGCTakesOnlyWhatFinishedBeforeIt(t *testing.T) {
 	d.gc.run(GCOptions{Retention: retention})
 	if !collected(after) {
 		t.Fatal("the next collection left what finished after the order")
+	}
+}
+
+// An agent publishes its ack without an fsync (SPEC §10): what a power cut
+// on its machine leaves of one (nothing, zeros at its size, its beginning)
+// is a lost ack, not a forgery. The host's collection notes it as waiting,
+// never as refused, and keeps the result; the agent's next ack of the id
+// replaces it, and the result is collected as acked. An ack that is whole
+// but altered is still refused.
+func TestTornAckIsALostAck(t *testing.T) {
+	t.Parallel()
+	p := newPair(t, testPolicy)
+	p.start(t, nil)
+	id, manifest, payload := p.sealManual(t, "echo", map[string]string{"msg": "hi"}, func(n *bridge.NewRequest) { n.Expires = n.Created.Add(2 * time.Second) })
+	must(t, os.WriteFile(filepath.Join(p.toHost(), id+".payload"), payload, 0o644))
+	must(t, os.WriteFile(filepath.Join(p.toHost(), id+".manifest"), manifest, 0o644))
+	out := p.wait(t, id)
+	must(t, p.client.Ack(out))
+	p.stop(t)
+	ackPath := filepath.Join(p.toHost(), id+".ack")
+	whole, err := os.ReadFile(ackPath)
+	must(t, err)
+	later := func() time.Time { return time.Now().Add(time.Hour) }
+	collected := func() bool {
+		t.Helper()
+		rep, err := gcAt(p.host, GCOptions{}, later)
+		must(t, err)
+		for _, it := range rep.Items {
+			if it.ID == id && it.Why == "acked" {
+				return true
+			}
+		}
+		return false
+	}
+	ackEvents := func(event string) int {
+		t.Helper()
+		evs, err := ReadAudit(p.host, 0)
+		must(t, err)
+		n := 0
+		for _, e := range evs {
+			if e.Event == event && strings.HasSuffix(e.File, id+".ack") {
+				n++
+			}
+		}
+		return n
+	}
+	torn := []struct {
+		name string
+		data []byte
+	}{{"empty", nil}, {"zeros", make([]byte, len(whole))}, {"its beginning", whole[:len(whole)/2]}}
+	for i, c := range torn {
+		must(t, os.WriteFile(ackPath, c.data, 0o644))
+		if collected() {
+			t.Fatalf("%s at the ack's name: the result was collected as acked", c.name)
+		}
+		if n := ackEvents("refused"); n != 0 {
+			t.Fatalf("%s at the ack's name: refused as a forgery", c.name)
+		}
+		if n := ackEvents("waiting"); n != i+1 {
+			t.Fatalf("%s at the ack's name: %d waiting events, want %d", c.name, n, i+1)
+		}
+		if _, err := os.Stat(filepath.Join(p.toAgent(), id+".result")); err != nil {
+			t.Fatalf("%s at the ack's name: %v", c.name, err)
+		}
+	}
+	altered := bytes.Clone(whole)
+	altered[len(altered)-10] ^= 1
+	must(t, os.WriteFile(ackPath, altered, 0o644))
+	if collected() || ackEvents("refused") != 1 {
+		t.Fatal("an altered ack was not refused")
+	}
+	// The agent acks again (`bridge result --ack`): the torn ack is
+	// replaced, and the result collected.
+	must(t, os.WriteFile(ackPath, nil, 0o644))
+	must(t, p.client.Ack(out))
+	if !collected() {
+		t.Fatal("the result was not collected after the agent acked again")
 	}
 }
