@@ -72,7 +72,7 @@ func TestAckKeepsFilesOfUncertain(t *testing.T) {
 	if err := h.client.Ack(out); err != nil {
 		t.Fatal(err)
 	}
-	if removed, err := h.client.GC(false); err != nil || len(removed) != 0 {
+	if removed, _, err := h.client.GC(false); err != nil || len(removed) != 0 {
 		t.Fatalf("gc removed %v, %v", removed, err)
 	}
 	if _, err := os.Stat(manifest); err != nil {
@@ -122,5 +122,131 @@ func TestAckedAnswerIsFinal(t *testing.T) {
 	}
 	if st, err := h.client.Status(s.ID); err != nil || st.State != bridge.StatusDone {
 		t.Fatalf("status: %+v, %v", st, err)
+	}
+}
+
+// ackOf opens the ack in the folder for request s, or fails the test.
+func (h *homes) ackOf(t *testing.T, s *Sent) *bridge.Ack {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(h.folder, bridge.RequestPath(s.Host, h.agent.Config.ID, s.ID, bridge.ExtAck)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := bridge.OpenAck(data, s.ID, s.Host, h.agent.Config.ID, [][]byte{h.agent.Identity().SignPublic()})
+	if err != nil {
+		t.Fatalf("the ack in the folder: %v", err)
+	}
+	return a
+}
+
+// An uncertain answer read before a human settled the request, and acked
+// only after the settled answer was (a `bridge run` still printing it, an
+// MCP read), never replaces the settled one: the home keeps the settled
+// answer as final (SPEC §10), and the folder's ack goes on naming it, so
+// the host collects the settled result, and the agent reads it after.
+func TestLateAckKeepsTheSettledAnswer(t *testing.T) {
+	h := newHomes(t)
+	s, err := h.client.Submit(SubmitOptions{Op: "echo"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.publishResult(t, s, bridge.StatusUncertain)
+	early, err := h.client.Result(s.ID)
+	if err != nil || early.Receipt.Status != bridge.StatusUncertain {
+		t.Fatalf("uncertain: %v", err)
+	}
+	defer early.Close()
+	h.publishResult(t, s, bridge.StatusDone) // a human settled it
+	settled, err := h.client.Result(s.ID)
+	if err != nil || settled.Receipt.Status != bridge.StatusDone {
+		t.Fatalf("settled: %v", err)
+	}
+	if err := h.client.Ack(settled); err != nil {
+		t.Fatal(err)
+	}
+	settled.Close()
+	if err := h.client.Ack(early); err != nil { // the late one
+		t.Fatal(err)
+	}
+	if st := h.client.keptStatus(s.ID); st != bridge.StatusDone {
+		t.Fatalf("the home keeps a %q answer, want the settled one", st)
+	}
+	if h.ackOf(t, s).ResultSHA256 != bridge.SHA256Hex(settled.Manifest) {
+		t.Fatal("the folder's ack names the uncertain answer")
+	}
+	// The host collects its copy; the agent still reads the settled one.
+	dir := filepath.Join(h.folder, bridge.ToAgentDir(s.Host, h.agent.Config.ID))
+	must(t, os.Remove(filepath.Join(dir, s.ID+"."+bridge.ExtResult)))
+	must(t, os.Remove(filepath.Join(dir, s.ID+"."+bridge.ExtOutput)))
+	got, err := h.client.Result(s.ID)
+	if err != nil || got.Receipt.Status != bridge.StatusDone {
+		t.Fatalf("after the host collected: %v", err)
+	}
+	got.Close()
+}
+
+// An ack is written without an fsync: a power cut on this machine may
+// lose it or leave it torn, and the host then keeps its copy until its
+// retention. The agent's gc acks again each settled answer it keeps whose
+// result is still in the folder and whose ack is missing or does not open
+// (a dry run only names it); one that stands is left alone.
+func TestGCAcksAgainWhatAPowerCutTore(t *testing.T) {
+	h := newHomes(t)
+	s, out := answered(t, h, []byte("x"))
+	if err := h.client.Ack(out); err != nil {
+		t.Fatal(err)
+	}
+	out.Close()
+	ackPath := filepath.Join(h.folder, bridge.RequestPath(s.Host, h.agent.Config.ID, s.ID, bridge.ExtAck))
+	whole, err := os.ReadFile(ackPath)
+	must(t, err)
+	if _, acked, err := h.client.GC(false); err != nil || len(acked) != 0 {
+		t.Fatalf("with the ack in place, gc acked %v again (%v)", acked, err)
+	}
+	for name, torn := range map[string][]byte{"empty": {}, "zeros": make([]byte, len(whole)), "cut short": whole[:len(whole)/2], "missing": nil} {
+		if torn == nil {
+			must(t, os.Remove(ackPath))
+		} else {
+			must(t, os.WriteFile(ackPath, torn, 0o644))
+		}
+		if _, acked, err := h.client.GC(true); err != nil || len(acked) != 1 {
+			t.Fatalf("%s: a dry run names %v (%v), want the ack", name, acked, err)
+		}
+		if now, _ := os.ReadFile(ackPath); !bytes.Equal(now, torn) {
+			t.Fatalf("%s: a dry run wrote the ack", name)
+		}
+		if _, acked, err := h.client.GC(false); err != nil || len(acked) != 1 {
+			t.Fatalf("%s: gc acked %v again (%v), want the ack", name, acked, err)
+		}
+		if h.ackOf(t, s).ResultSHA256 != bridge.SHA256Hex(out.Manifest) {
+			t.Fatalf("%s: the ack written again names another result", name)
+		}
+	}
+	// Once the host collected its copy, there is nothing to ack: the ack
+	// goes.
+	dir := filepath.Join(h.folder, bridge.ToAgentDir(s.Host, h.agent.Config.ID))
+	must(t, os.Remove(filepath.Join(dir, s.ID+"."+bridge.ExtResult)))
+	if removed, acked, err := h.client.GC(false); err != nil || len(acked) != 0 || len(removed) == 0 {
+		t.Fatalf("after the host collected: removed %v, acked %v (%v)", removed, acked, err)
+	}
+}
+
+// A message's ack (MarkSeen) replaces one at its name that does not open,
+// as a result's does: else the host would keep the message until its
+// retention.
+func TestMessageAckReplacesATornOne(t *testing.T) {
+	h := newHomes(t)
+	id := bridge.NewRequestID()
+	rel := bridge.RequestPath(h.host.Config.ID, h.agent.Config.ID, id, bridge.ExtAck)
+	p := filepath.Join(h.folder, rel)
+	must(t, os.MkdirAll(filepath.Dir(p), 0o755))
+	must(t, os.WriteFile(p, nil, 0o644))
+	sha := bridge.SHA256Hex([]byte("the message"))
+	must(t, h.client.MarkSeen([]InboxItem{{ID: id, Host: h.host.Config.ID, sha: sha}}, true))
+	data, err := os.ReadFile(p)
+	must(t, err)
+	a, err := bridge.OpenAck(data, id, h.host.Config.ID, h.agent.Config.ID, [][]byte{h.agent.Identity().SignPublic()})
+	if err != nil || a.ResultSHA256 != sha {
+		t.Fatalf("the message's ack: %v", err)
 	}
 }

@@ -134,7 +134,7 @@ func TestGCOfForgotten(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(h.folder, bridge.ProgressPath(started.Host, h.agent.Config.ID, started.ID, 1)), chunk, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := h.client.GC(false); err != nil {
+	if _, _, err := h.client.GC(false); err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range []struct {

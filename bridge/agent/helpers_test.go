@@ -42,3 +42,11 @@ func newHomes(t *testing.T) *homes {
 	t.Cleanup(func() { h.client.Close() })
 	return h
 }
+
+// must fails the test on err.
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}

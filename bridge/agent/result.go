@@ -693,32 +693,52 @@ func (c *Client) Ack(out *Outcome) error {
 	// request's record (no longer a cache from here: it holds the answer),
 	// and so does a small output (inlineOutputMax); a larger one is
 	// requests/<id>.output. One fsync of the directory covers the names.
-	if err := c.keep(out); err != nil {
+	final, err := c.keep(out)
+	if err != nil {
 		return err
 	}
-	return c.publishAck(out)
+	if final != nil {
+		// A settled answer is kept already: out, read before it (an
+		// uncertain one, acked late by another process), is not kept,
+		// and the ack names the kept one, as it must (SPEC §10).
+		return c.publishAck(out.Sent, final, false)
+	}
+	return c.publishAck(out.Sent, out.Manifest, out.Result.Status == bridge.StatusUncertain)
 }
 
 // keep keeps the verified answer out in the home, durably, as Ack says,
-// under the records' lock.
-func (c *Client) keep(out *Outcome) error {
-	return c.changeRecord(out.Sent, func(rec *sentRecord) error { return c.keepIn(*rec, out) })
+// under the records' lock, unless the home keeps a settled answer of the
+// request already: it then keeps that one and returns its manifest.
+func (c *Client) keep(out *Outcome) (final []byte, err error) {
+	err = c.changeRecord(out.Sent, func(rec *sentRecord) error {
+		final, err = c.keepIn(*rec, out)
+		return err
+	})
+	return final, err
 }
 
 // keepIn is keep for the record as it is now (the caller holds the lock).
-func (c *Client) keepIn(rec sentRecord, out *Outcome) error {
+func (c *Client) keepIn(rec sentRecord, out *Outcome) (final []byte, err error) {
 	s := out.Sent
 	if c.keptAlready(&rec, out) {
 		// Acked again (a second `result --ack`, an MCP read): nothing to
 		// write, and on Windows the kept output, open in out, could not
 		// be renamed over.
-		return nil
+		return nil, nil
+	}
+	if kept := c.keptIn(&rec); kept != nil && !bytes.Equal(kept, out.Manifest) {
+		if st := resultStatus(kept); st != "" && st != bridge.StatusUncertain {
+			// Kept as final once acked: another answer read earlier
+			// (the uncertain one a human has settled since, acked late
+			// by a `run` that was printing it) never replaces it.
+			return kept, nil
+		}
 	}
 	rec.Result, rec.Output = out.Manifest, nil
 	if out.size <= inlineOutputMax {
 		rec.Output = make([]byte, out.size)
 		if _, err := out.output.ReadAt(rec.Output, 0); err != nil && !(errors.Is(err, io.EOF) && out.size == 0) {
-			return fmt.Errorf("keep result %s: %w", s.ID, err)
+			return nil, fmt.Errorf("keep result %s: %w", s.ID, err)
 		}
 	} else if c.outputIsKept(s.ID, out) {
 		// Kept already, by an older layout's ack (its manifest in
@@ -728,13 +748,13 @@ func (c *Client) keepIn(rec sentRecord, out *Outcome) error {
 		_, err := io.Copy(w, io.NewSectionReader(out.output, 0, out.size))
 		return err
 	}); err != nil {
-		return err
+		return nil, err
 	}
 	if err := c.writeRecord(rec, true); err != nil {
-		return err
+		return nil, err
 	}
 	if err := syncRequests(c.home.Path("requests")); err != nil {
-		return err
+		return nil, err
 	}
 	// A kept copy beside the record is of an earlier answer (an uncertain
 	// one, settled or run again since), or of this one in an older
@@ -753,7 +773,20 @@ func (c *Client) keepIn(rec sentRecord, out *Outcome) error {
 		// directory, and these are mostly missing.
 		_ = syscall.Unlink(c.home.Path("requests", s.ID+"."+ext))
 	}
-	return nil
+	return nil, nil
+}
+
+// keptIn is the result manifest rec's home keeps for its request: in rec,
+// or in requests/<id>.result (a home of an older layout); nil if none.
+func (c *Client) keptIn(rec *sentRecord) []byte {
+	if rec.Result != nil {
+		return rec.Result
+	}
+	data, err := os.ReadFile(c.home.Path("requests", rec.ID+"."+bridge.ExtResult))
+	if err != nil {
+		return nil
+	}
+	return data
 }
 
 // keptAlready reports whether out is the very copy the home keeps, read
@@ -788,37 +821,19 @@ func (c *Client) outputIsKept(id string, out *Outcome) bool {
 	return err == nil && os.SameFile(have, fi) && fi.Size() == out.size
 }
 
-// publishAck publishes the ack of out, then removes this agent's own
-// request files unless the answer is uncertain (Ack).
-func (c *Client) publishAck(out *Outcome) error {
-	s := out.Sent
-	resSHA := bridge.SHA256Hex(out.Manifest)
-	ack, err := bridge.SignAck(c.home.Identity(), bridge.Ack{ID: s.ID, Agent: c.home.Config.ID, Host: s.Host, ResultSHA256: resSHA, Created: time.Now().Unix()})
-	if err != nil {
-		return err
-	}
+// publishAck publishes the ack of the result manifest of request s, then
+// removes this agent's own request files unless the answer is uncertain
+// (Ack).
+func (c *Client) publishAck(s *Sent, manifest []byte, uncertain bool) error {
 	// Without an fsync, the file's or the directory's: an ack a power cut
 	// lost or tore costs only time (the host keeps its result until
-	// --retention, and this home has its copy, durable above). The host
+	// --retention, and this home has its copy, durable before). The host
 	// takes a torn ack for a lost one, not a forgery (SPEC §10), and the
-	// next ack of the id (`result --ack`) replaces it below.
-	ackPath := bridge.RequestPath(s.Host, c.home.Config.ID, s.ID, bridge.ExtAck)
-	err = c.folder.Publish(ackPath, bridge.WriteBytes(ack), syncsafe.WithoutSync(), syncsafe.WithoutDirSync())
-	if errors.Is(err, syncsafe.ErrExists) {
-		// An ack of an earlier answer (an uncertain one, settled or run
-		// again since) names another result: this one replaces it, or the
-		// host would never collect the new result.
-		old, rerr := c.folder.ReadFile(ackPath, bcrypto.KindAck.MaxSize())
-		if a, oerr := bridge.OpenAck(old, s.ID, s.Host, c.home.Config.ID, [][]byte{c.home.Identity().SignPublic()}); rerr == nil && oerr == nil && a.ResultSHA256 == resSHA {
-			err = nil
-		} else {
-			err = c.folder.PublishReplace(ackPath, bridge.WriteBytes(ack), syncsafe.WithoutSync(), syncsafe.WithoutDirSync())
-		}
-	}
-	if err != nil {
+	// next ack of the id (`result --ack`, the agent's gc) replaces it.
+	if err := c.placeAck(s.Host, s.ID, bridge.SHA256Hex(manifest), syncsafe.WithoutSync(), syncsafe.WithoutDirSync()); err != nil {
 		return err
 	}
-	if out.Result.Status == bridge.StatusUncertain {
+	if uncertain {
 		// Not settled: a human on the host may run it again (`reconcile
 		// --as rerun`), which needs the request's files.
 		return nil
@@ -829,6 +844,38 @@ func (c *Client) publishAck(out *Outcome) error {
 		}
 	}
 	return nil
+}
+
+// placeAck publishes this agent's ack of the result hashing to resSHA for
+// request id to host, unless one that names it is there already. One
+// that does not open with this home's key (torn by a power cut, junk) or
+// names another result (of an earlier answer: an uncertain one, settled
+// or run again since) is replaced: else the host would never collect.
+func (c *Client) placeAck(host, id, resSHA string, opts ...syncsafe.PublishOption) error {
+	rel := bridge.RequestPath(host, c.home.Config.ID, id, bridge.ExtAck)
+	ack, err := bridge.SignAck(c.home.Identity(), bridge.Ack{ID: id, Agent: c.home.Config.ID, Host: host, ResultSHA256: resSHA, Created: time.Now().Unix()})
+	if err != nil {
+		return err
+	}
+	err = c.folder.Publish(rel, bridge.WriteBytes(ack), opts...)
+	if errors.Is(err, syncsafe.ErrExists) {
+		if c.ackNames(host, id, resSHA) {
+			return nil
+		}
+		err = c.folder.PublishReplace(rel, bridge.WriteBytes(ack), opts...)
+	}
+	return err
+}
+
+// ackNames reports whether the folder holds an ack of request id to host,
+// signed with this home's key, that names the result hashing to resSHA.
+func (c *Client) ackNames(host, id, resSHA string) bool {
+	old, err := c.folder.ReadFile(bridge.RequestPath(host, c.home.Config.ID, id, bridge.ExtAck), bcrypto.KindAck.MaxSize())
+	if err != nil {
+		return false
+	}
+	a, err := bridge.OpenAck(old, id, host, c.home.Config.ID, [][]byte{c.home.Identity().SignPublic()})
+	return err == nil && a.ResultSHA256 == resSHA
 }
 
 // syncRequests makes the names in the home's requests directory durable
@@ -918,12 +965,16 @@ func (c *Client) Cancel(id string) error {
 // results the host has collected, and cancels and request files of requests
 // whose result this agent holds, or that it forgot (Forget) once no host
 // would start or answer them on sight. It never touches the host's files.
-func (c *Client) GC(dryRun bool) ([]string, error) {
+// It also acks again, in acked, each settled answer this home keeps whose
+// result the host still holds while the folder has no ack of it that
+// opens: one a power cut on this machine lost or tore (an ack is written
+// without an fsync), which would keep the host's copy until its retention.
+func (c *Client) GC(dryRun bool) (removed, acked []string, err error) {
 	sent, err := c.List()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	removed := []string{}
+	removed, acked = []string{}, []string{}
 	for _, s := range sent {
 		// A kept uncertain result is not settled: its request's files
 		// stay, for a human's rerun on the host.
@@ -949,6 +1000,12 @@ func (c *Client) GC(dryRun bool) ([]string, error) {
 			exts = append(exts, bridge.ExtManifest, bridge.ExtPayload, bridge.ExtCancel)
 			if errors.Is(resErr, fs.ErrNotExist) {
 				exts = append(exts, bridge.ExtAck) // the host collected the result after the ack
+			} else if resErr == nil {
+				if rel, err := c.ackAgain(s.Host, s.ID, dryRun); err != nil {
+					return removed, acked, err
+				} else if rel != "" {
+					acked = append(acked, rel)
+				}
 			}
 		}
 		for _, ext := range exts {
@@ -959,12 +1016,32 @@ func (c *Client) GC(dryRun bool) ([]string, error) {
 			removed = append(removed, rel)
 			if !dryRun {
 				if err := c.folder.Remove(rel); err != nil && !errors.Is(err, fs.ErrNotExist) {
-					return removed, err
+					return removed, acked, err
 				}
 			}
 		}
 	}
-	return removed, nil
+	return removed, acked, nil
+}
+
+// ackAgain publishes the ack of the settled answer this home keeps for
+// request id to host when the folder holds none that opens and names it
+// (GC), and returns its name ("" when the one there stands); a dry run
+// only names it. Without an fsync, as Ack's; the sync client is told.
+func (c *Client) ackAgain(host, id string, dryRun bool) (string, error) {
+	kept, err := c.keptManifest(id)
+	if err != nil {
+		return "", nil
+	}
+	sha := bridge.SHA256Hex(kept)
+	if c.ackNames(host, id, sha) {
+		return "", nil
+	}
+	rel := bridge.RequestPath(host, c.home.Config.ID, id, bridge.ExtAck)
+	if dryRun {
+		return rel, nil
+	}
+	return rel, c.placeAck(host, id, sha, syncsafe.WithoutSync())
 }
 
 // keptManifest is the manifest of the result this agent acked for request

@@ -197,7 +197,8 @@ func (b *base) refuseFile(p string, err error) {
 
 // waiting records, once per file and state, that a file is not complete
 // yet: not an error (it may still be arriving), but visible in the audit log
-// with its reason, and turned into a signed rejection after PendingTimeout.
+// with its reason. A request's is turned into a signed rejection after
+// PendingTimeout; an ack's (a power cut's leftover, gc.go) stays a lost ack.
 func (b *base) waiting(p string, size int, err error) {
 	if !b.firstTime(fmt.Sprintf("waiting:%s:%d:%s", p, size, bridge.Reason(err))) || !b.folderLine(p) {
 		return

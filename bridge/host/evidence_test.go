@@ -342,7 +342,7 @@ func TestRestoredHomeAndReplayNeverRunsTwice(t *testing.T) {
 	if _, err := GC(e.host, GCOptions{Grace: time.Nanosecond}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.client.GC(false); err != nil {
+	if _, _, err := e.client.GC(false); err != nil {
 		t.Fatal(err)
 	}
 	restoreHome(t, e, backup)

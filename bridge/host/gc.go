@@ -334,7 +334,10 @@ func (c *collector) acked(e ledger.Entry) bool {
 	switch {
 	case err == nil:
 		return a.ResultSHA256 == e.ResultSHA256
-	case ackCutShort(data, err):
+	case ackCutShort(data, err, func(b []byte) error {
+		_, err := bridge.OpenAck(b, e.ID, c.me, e.Agent, keys.sign(c.opt.Now()))
+		return err
+	}):
 		// The agent publishes its ack without an fsync (SPEC §10): a power
 		// cut on its machine can leave one empty, zeros or cut short. That
 		// is a lost ack, not a forgery: the result stays until its
@@ -346,11 +349,18 @@ func (c *collector) acked(e ledger.Entry) bool {
 	return false
 }
 
-// ackCutShort reports whether an ack that did not open is what a power cut
-// leaves of one written without an fsync: nothing, nothing but zeros, or
-// a beginning. Anything else is refused (a forgery, or another agent's).
-func ackCutShort(data []byte, err error) bool {
-	return errors.Is(err, bcrypto.ErrTruncated) || !bytes.ContainsFunc(data, func(r rune) bool { return r != 0 })
+// ackCutShort reports whether data, an ack that did not open with err, is
+// what a power cut leaves of one written without an fsync: nothing,
+// nothing but zeros, or a beginning, alone or followed by zeros (a size
+// made durable before the bytes; open opens the beginning). Anything else
+// is refused (a forgery, or another agent's). Only the log line depends
+// on it: an ack that does not open never lets a result be collected.
+func ackCutShort(data []byte, err error, open func([]byte) error) bool {
+	if errors.Is(err, bcrypto.ErrTruncated) {
+		return true
+	}
+	head := bytes.TrimRight(data, "\x00")
+	return len(head) == 0 || len(head) < len(data) && errors.Is(open(head), bcrypto.ErrTruncated)
 }
 
 // due reads the settled entries a collection may act on at now. The

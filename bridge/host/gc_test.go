@@ -114,7 +114,7 @@ func TestGCCollectsAndForgets(t *testing.T) {
 		t.Fatalf("audit log:\n%s", audit)
 	}
 	// The agent's gc removes its ack once the host collected the result.
-	files, err := p.client.GC(false)
+	files, _, err := p.client.GC(false)
 	if err != nil || len(files) == 0 {
 		t.Fatalf("agent gc: %v %v", files, err)
 	}
@@ -502,7 +502,8 @@ func TestTornAckIsALostAck(t *testing.T) {
 	torn := []struct {
 		name string
 		data []byte
-	}{{"empty", nil}, {"zeros", make([]byte, len(whole))}, {"its beginning", whole[:len(whole)/2]}}
+	}{{"empty", nil}, {"zeros", make([]byte, len(whole))}, {"its beginning", whole[:len(whole)/2]},
+		{"its beginning, then zeros", append(bytes.Clone(whole[:len(whole)/2]), make([]byte, len(whole)-len(whole)/2)...)}}
 	for i, c := range torn {
 		must(t, os.WriteFile(ackPath, c.data, 0o644))
 		if collected() {

@@ -37,7 +37,7 @@ func (c *GCCmd) Run(g *Globals) error {
 	if c.Retention == 0 {
 		c.Retention = time.Nanosecond
 	}
-	var items []string
+	var items, acked []string
 	var kept []host.GCKept
 	if h.Config.Role == "host" {
 		rep, err := host.GC(h, host.GCOptions{Grace: c.Grace, Retention: c.Retention, DryRun: c.DryRun, Explain: true})
@@ -69,23 +69,26 @@ func (c *GCCmd) Run(g *Globals) error {
 			return err
 		}
 		defer cl.Close()
-		files, err := cl.GC(c.DryRun)
+		files, again, err := cl.GC(c.DryRun)
 		if err != nil {
 			return err
 		}
 		if g.JSON {
-			return g.printJSON(map[string]any{"dry_run": c.DryRun, "files": files})
+			return g.printJSON(map[string]any{"dry_run": c.DryRun, "files": files, "acked_again": again})
 		}
-		items = files
+		items, acked = files, again
 	}
-	verb := "removed"
+	verb, ackVerb := "removed", "acked again"
 	if c.DryRun {
-		verb = "would remove"
+		verb, ackVerb = "would remove", "would ack again"
 	}
 	for _, it := range items {
 		g.printf("%s %s\n", verb, it)
 	}
-	if len(items) == 0 {
+	for _, it := range acked {
+		g.printf("%s %s\n", ackVerb, it)
+	}
+	if len(items) == 0 && len(acked) == 0 {
 		g.note("nothing to collect")
 	}
 	for _, k := range kept {
