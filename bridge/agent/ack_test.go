@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -20,11 +21,18 @@ func (h *homes) publishResult(t *testing.T, s *Sent, status string) {
 // publishResultWith is publishResult with stdout as the op's output.
 func (h *homes) publishResultWith(t *testing.T, s *Sent, status string, stdout []byte) {
 	t.Helper()
+	h.publishResultSealed(t, s, status, stdout, []string{h.host.Identity().BoxKid()})
+}
+
+// publishResultSealed is publishResultWith for a request sealed to one of
+// the host's box keys boxKids (an earlier one, after a rotation).
+func (h *homes) publishResultSealed(t *testing.T, s *Sent, status string, stdout []byte, boxKids []string) {
+	t.Helper()
 	rec, err := h.client.readSent(s.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := bridge.RequestCheck{Host: s.Host, HostBoxKids: []string{h.host.Identity().BoxKid()}, Agent: h.agent.Config.ID,
+	c := bridge.RequestCheck{Host: s.Host, HostBoxKids: boxKids, Agent: h.agent.Config.ID,
 		AgentKeys: [][]byte{h.agent.Identity().SignPublic()}, Now: time.Now()}
 	r, err := bridge.OpenRequest(rec.Manifest, s.ID, c)
 	if err != nil {
@@ -248,5 +256,106 @@ func TestMessageAckReplacesATornOne(t *testing.T) {
 	a, err := bridge.OpenAck(data, id, h.host.Config.ID, h.agent.Config.ID, [][]byte{h.agent.Identity().SignPublic()})
 	if err != nil || a.ResultSHA256 != sha {
 		t.Fatalf("the message's ack: %v", err)
+	}
+}
+
+// A settled answer stays final only while its kept copy opens. KEYS.md's
+// recovery from a stolen host key: the thief's forged answer was acked and
+// kept; the host rotates, the agent revokes the stolen key, and the host's
+// genuine answer replaces the forgery in the folder. Acking the genuine
+// one keeps it (the forged copy no longer opens) and the ack names it, so
+// it is still read once the host collected its copy.
+func TestAckReplacesAKeptAnswerThatNoLongerOpens(t *testing.T) {
+	h := newHomes(t)
+	s, err := h.client.Submit(SubmitOptions{Op: "echo"})
+	must(t, err)
+	oldBox, oldSign := h.host.Identity().BoxKid(), h.host.Identity().SignKid()
+	h.publishResultWith(t, s, bridge.StatusDone, []byte("forged")) // the thief, with the stolen key
+	forged, err := h.client.Result(s.ID)
+	must(t, err)
+	must(t, h.client.Ack(forged))
+	forged.Close()
+	_, err = h.host.Rotate(0)
+	must(t, err)
+	if !h.client.followHost(s.Host) {
+		t.Fatal("the agent did not follow the host's rotation")
+	}
+	_, err = h.agent.Revoke(oldSign)
+	must(t, err)
+	h.publishResultSealed(t, s, bridge.StatusDone, []byte("genuine"), []string{oldBox, h.host.Identity().BoxKid()})
+	genuine, err := h.client.Result(s.ID)
+	if err != nil || string(genuine.Stdout) != "genuine" {
+		t.Fatalf("the result after the revocation: %v", err)
+	}
+	must(t, h.client.Ack(genuine))
+	genuine.Close()
+	if h.ackOf(t, s).ResultSHA256 != bridge.SHA256Hex(genuine.Manifest) {
+		t.Fatal("the ack names the forged answer")
+	}
+	dir := filepath.Join(h.folder, bridge.ToAgentDir(s.Host, h.agent.Config.ID))
+	must(t, os.Remove(filepath.Join(dir, s.ID+"."+bridge.ExtResult))) // the host collects
+	must(t, os.Remove(filepath.Join(dir, s.ID+"."+bridge.ExtOutput)))
+	got, err := h.client.Result(s.ID)
+	if err != nil || string(got.Stdout) != "genuine" {
+		t.Fatalf("after the host collected: %v", err)
+	}
+	got.Close()
+}
+
+// One ack that cannot be written (a directory a folder writer put at its
+// name) stops neither the other acks nor the rest of the work: the inbox
+// still records what was seen and acks the other message, and the agent's
+// gc still removes the acks of collected results, then reports the error.
+func TestOneAckThatFailsStopsNothingElse(t *testing.T) {
+	h := newHomes(t)
+	blocked := bridge.NewRequestID()
+	p := filepath.Join(h.folder, bridge.RequestPath(h.host.Config.ID, h.agent.Config.ID, blocked, bridge.ExtAck))
+	must(t, os.MkdirAll(filepath.Join(p, "x"), 0o755))
+	other := InboxItem{ID: bridge.NewRequestID(), Host: h.host.Config.ID, sha: bridge.SHA256Hex([]byte("b"))}
+	err := h.client.MarkSeen([]InboxItem{{ID: blocked, Host: h.host.Config.ID, sha: bridge.SHA256Hex([]byte("a"))}, other}, true)
+	if err == nil {
+		t.Fatal("the failed ack was not reported")
+	}
+	if st := h.client.inboxState(); !slices.Contains(st.Seen, blocked) || !slices.Contains(st.Seen, other.ID) {
+		t.Fatalf("seen: %v", st.Seen)
+	}
+	if _, err := os.Stat(filepath.Join(h.folder, bridge.RequestPath(h.host.Config.ID, h.agent.Config.ID, other.ID, bridge.ExtAck))); err != nil {
+		t.Fatalf("the other message was not acked: %v", err)
+	}
+
+	s, out := answered(t, h, []byte("x"))
+	must(t, h.client.Ack(out))
+	out.Close()
+	collected, out2 := answered(t, h, []byte("y"))
+	must(t, h.client.Ack(out2))
+	out2.Close()
+	dir := filepath.Join(h.folder, bridge.ToAgentDir(collected.Host, h.agent.Config.ID))
+	must(t, os.Remove(filepath.Join(dir, collected.ID+"."+bridge.ExtResult)))
+	must(t, os.Remove(filepath.Join(dir, collected.ID+"."+bridge.ExtOutput)))
+	ack := filepath.Join(h.folder, bridge.RequestPath(s.Host, h.agent.Config.ID, s.ID, bridge.ExtAck))
+	must(t, os.Remove(ack))
+	must(t, os.MkdirAll(filepath.Join(ack, "x"), 0o755))
+	removed, _, err := h.client.GC(false)
+	if err == nil {
+		t.Fatal("gc did not report the ack it could not write")
+	}
+	if !slices.Contains(removed, bridge.RequestPath(collected.Host, h.agent.Config.ID, collected.ID, bridge.ExtAck)) {
+		t.Fatalf("gc stopped before the collected result's ack: removed %v", removed)
+	}
+}
+
+// The agent's gc does not ack again a kept answer whose copy no longer
+// opens (its kept output lost): acked, the host could collect the only
+// copy that still opens once the request expired; unacked, it keeps it
+// until its retention, and `result --ack` keeps it again from there.
+func TestGCDoesNotAckAKeptCopyThatNoLongerOpens(t *testing.T) {
+	h := newHomes(t)
+	s, out := answered(t, h, bytes.Repeat([]byte("z"), 8<<10)) // its output kept beside the record
+	must(t, h.client.Ack(out))
+	out.Close()
+	must(t, os.Remove(h.agent.Path("requests", s.ID+"."+bridge.ExtOutput)))
+	must(t, os.Remove(filepath.Join(h.folder, bridge.RequestPath(s.Host, h.agent.Config.ID, s.ID, bridge.ExtAck))))
+	if _, acked, err := h.client.GC(false); err != nil || len(acked) != 0 {
+		t.Fatalf("gc acked %v again (%v) while the kept copy does not open", acked, err)
 	}
 }

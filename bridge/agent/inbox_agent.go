@@ -128,6 +128,7 @@ func (c *Client) openMessage(data []byte, stem string, p trust.Peer, hostKeys []
 // them in the agent's own tree so the host can collect them.
 func (c *Client) MarkSeen(items []InboxItem, ack bool) error {
 	st := c.inboxState()
+	var failed []error
 	for _, it := range items {
 		if !slices.Contains(st.Seen, it.ID) {
 			st.Seen = append(st.Seen, it.ID)
@@ -136,8 +137,10 @@ func (c *Client) MarkSeen(items []InboxItem, ack bool) error {
 			// With its fsyncs (a message's ack is rare, and off any
 			// wait); one there that does not open or names another
 			// message is replaced, as a result's is.
+			// One that fails (a directory at its name) stops neither
+			// the others nor the record of what was seen.
 			if err := c.placeAck(it.Host, it.ID, it.sha); err != nil {
-				return err
+				failed = append(failed, err)
 			}
 		}
 	}
@@ -145,7 +148,7 @@ func (c *Client) MarkSeen(items []InboxItem, ack bool) error {
 		st.Seen = st.Seen[n-maxInboxSeen:]
 	}
 	data, _ := json.Marshal(st)
-	return syncsafe.WriteFileAtomic(c.home.Path("inbox.json"), data)
+	return errors.Join(syncsafe.WriteFileAtomic(c.home.Path("inbox.json"), data), errors.Join(failed...))
 }
 
 // answered reports whether request id to host has an answer in: a result

@@ -726,11 +726,15 @@ func (c *Client) keepIn(rec sentRecord, out *Outcome) (final []byte, err error) 
 		// be renamed over.
 		return nil, nil
 	}
-	if kept := c.keptIn(&rec); kept != nil && !bytes.Equal(kept, out.Manifest) {
-		if st := resultStatus(kept); st != "" && st != bridge.StatusUncertain {
+	kept, beside := c.keptIn(&rec)
+	if kept != nil && !bytes.Equal(kept, out.Manifest) {
+		if st := resultStatus(kept); st != "" && st != bridge.StatusUncertain && c.keptOpens(s, &rec, kept) {
 			// Kept as final once acked: another answer read earlier
 			// (the uncertain one a human has settled since, acked late
-			// by a `run` that was printing it) never replaces it.
+			// by a `run` that was printing it) never replaces it. A
+			// kept copy that no longer opens (its output damaged, or
+			// signed by a host key revoked since: a thief's) is no
+			// answer, and the one read from the folder replaces it.
 			return kept, nil
 		}
 	}
@@ -764,7 +768,10 @@ func (c *Client) keepIn(rec sentRecord, out *Outcome) (final []byte, err error) 
 	// record, its copies gone), and at best: one left (a crash, or a file
 	// Windows will not delete while it is open) is never read, and the
 	// next ack removes it.
-	stale := []string{bridge.ExtResult}
+	var stale []string
+	if beside {
+		stale = append(stale, bridge.ExtResult)
+	}
 	if rec.Output != nil {
 		stale = append(stale, bridge.ExtOutput)
 	}
@@ -776,17 +783,37 @@ func (c *Client) keepIn(rec sentRecord, out *Outcome) (final []byte, err error) 
 	return nil, nil
 }
 
+// keptOpens reports whether the kept copy whose manifest is kept, with
+// rec, the request's record, still opens as `result` would open it.
+func (c *Client) keptOpens(s *Sent, rec *sentRecord, kept []byte) bool {
+	check, own, err := c.resultCheck(s)
+	if err != nil {
+		return false
+	}
+	out, err := c.openKept(s, rec, kept, check, own)
+	if err != nil {
+		return false
+	}
+	out.Close()
+	return true
+}
+
 // keptIn is the result manifest rec's home keeps for its request: in rec,
 // or in requests/<id>.result (a home of an older layout); nil if none.
-func (c *Client) keptIn(rec *sentRecord) []byte {
+// beside says whether a requests/<id>.result may be there, for keepIn to
+// remove: read and found, or not looked for (the record holds one; a
+// crash may have left the older copy beside it). The first ack of a
+// request, the common case, then costs one failed open, not an open and
+// an unlink.
+func (c *Client) keptIn(rec *sentRecord) (kept []byte, beside bool) {
 	if rec.Result != nil {
-		return rec.Result
+		return rec.Result, true
 	}
 	data, err := os.ReadFile(c.home.Path("requests", rec.ID+"."+bridge.ExtResult))
 	if err != nil {
-		return nil
+		return nil, !errors.Is(err, fs.ErrNotExist)
 	}
-	return data
+	return data, true
 }
 
 // keptAlready reports whether out is the very copy the home keeps, read
@@ -975,6 +1002,12 @@ func (c *Client) GC(dryRun bool) (removed, acked []string, err error) {
 		return nil, nil, err
 	}
 	removed, acked = []string{}, []string{}
+	var failed []error
+	defer func() {
+		if err == nil {
+			err = errors.Join(failed...)
+		}
+	}()
 	for _, s := range sent {
 		// A kept uncertain result is not settled: its request's files
 		// stay, for a human's rerun on the host.
@@ -1001,8 +1034,10 @@ func (c *Client) GC(dryRun bool) (removed, acked []string, err error) {
 			if errors.Is(resErr, fs.ErrNotExist) {
 				exts = append(exts, bridge.ExtAck) // the host collected the result after the ack
 			} else if resErr == nil {
-				if rel, err := c.ackAgain(s.Host, s.ID, dryRun); err != nil {
-					return removed, acked, err
+				// One that fails (a directory at its name, a file
+				// Windows holds open) does not stop the rest.
+				if rel, err := c.ackAgain(&s, dryRun); err != nil {
+					failed = append(failed, err)
 				} else if rel != "" {
 					acked = append(acked, rel)
 				}
@@ -1025,23 +1060,25 @@ func (c *Client) GC(dryRun bool) (removed, acked []string, err error) {
 }
 
 // ackAgain publishes the ack of the settled answer this home keeps for
-// request id to host when the folder holds none that opens and names it
-// (GC), and returns its name ("" when the one there stands); a dry run
-// only names it. Without an fsync, as Ack's; the sync client is told.
-func (c *Client) ackAgain(host, id string, dryRun bool) (string, error) {
-	kept, err := c.keptManifest(id)
+// request s when the folder holds none that opens and names it (GC), and
+// returns its name ("" when the one there stands, or when the kept copy no
+// longer opens: acked, the host could collect the only copy that does);
+// a dry run only names it. Without an fsync, as Ack's; the sync client is
+// told.
+func (c *Client) ackAgain(s *Sent, dryRun bool) (string, error) {
+	kept, rec, err := c.keptManifestAndRecord(s.ID)
 	if err != nil {
 		return "", nil
 	}
 	sha := bridge.SHA256Hex(kept)
-	if c.ackNames(host, id, sha) {
+	if c.ackNames(s.Host, s.ID, sha) || !c.keptOpens(s, rec, kept) {
 		return "", nil
 	}
-	rel := bridge.RequestPath(host, c.home.Config.ID, id, bridge.ExtAck)
+	rel := bridge.RequestPath(s.Host, c.home.Config.ID, s.ID, bridge.ExtAck)
 	if dryRun {
 		return rel, nil
 	}
-	return rel, c.placeAck(host, id, sha, syncsafe.WithoutSync())
+	return rel, c.placeAck(s.Host, s.ID, sha, syncsafe.WithoutSync())
 }
 
 // keptManifest is the manifest of the result this agent acked for request

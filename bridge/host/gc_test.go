@@ -495,6 +495,9 @@ func TestTornAckIsALostAck(t *testing.T) {
 		for _, e := range evs {
 			if e.Event == event && strings.HasSuffix(e.File, id+".ack") {
 				n++
+				if event == "waiting" && e.Reason != "truncated" {
+					t.Errorf("a torn ack is waiting for the reason %q, want truncated", e.Reason)
+				}
 			}
 		}
 		return n

@@ -38,6 +38,7 @@ func (c *GCCmd) Run(g *Globals) error {
 		c.Retention = time.Nanosecond
 	}
 	var items, acked []string
+	var failed error
 	var kept []host.GCKept
 	if h.Config.Role == "host" {
 		rep, err := host.GC(h, host.GCOptions{Grace: c.Grace, Retention: c.Retention, DryRun: c.DryRun, Explain: true})
@@ -70,13 +71,18 @@ func (c *GCCmd) Run(g *Globals) error {
 		}
 		defer cl.Close()
 		files, again, err := cl.GC(c.DryRun)
-		if err != nil {
+		if err != nil && len(files)+len(again) == 0 {
 			return err
 		}
+		// What was done is said even when an ack could not be written
+		// again; the error follows.
 		if g.JSON {
-			return g.printJSON(map[string]any{"dry_run": c.DryRun, "files": files, "acked_again": again})
+			if perr := g.printJSON(map[string]any{"dry_run": c.DryRun, "files": files, "acked_again": again}); perr != nil {
+				return perr
+			}
+			return err
 		}
-		items, acked = files, again
+		items, acked, failed = files, again, err
 	}
 	verb, ackVerb := "removed", "acked again"
 	if c.DryRun {
@@ -90,6 +96,9 @@ func (c *GCCmd) Run(g *Globals) error {
 	}
 	if len(items) == 0 && len(acked) == 0 {
 		g.note("nothing to collect")
+	}
+	if failed != nil {
+		return failed
 	}
 	for _, k := range kept {
 		what := k.What
