@@ -2,13 +2,16 @@ package agent
 
 import (
 	"bytes"
+	"errors"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/syncbridge/bridge/bridge"
+	"github.com/syncbridge/bridge/syncsafe"
 )
 
 // publishResult writes a result of the host for request s, as the daemon
@@ -357,5 +360,149 @@ func TestGCDoesNotAckAKeptCopyThatNoLongerOpens(t *testing.T) {
 	must(t, os.Remove(filepath.Join(h.folder, bridge.RequestPath(s.Host, h.agent.Config.ID, s.ID, bridge.ExtAck))))
 	if _, acked, err := h.client.GC(false); err != nil || len(acked) != 0 {
 		t.Fatalf("gc acked %v again (%v) while the kept copy does not open", acked, err)
+	}
+}
+
+// Two processes ack two answers of one request at once (a `run` printing
+// the uncertain answer, an MCP read of the settled one): each keeps its
+// answer and places its ack under the records' lock, so that the other's
+// keep and ack cannot come in between, and the ack in the folder names the
+// answer the home keeps. (Two goroutines racing showed nothing in 60
+// rounds even without the lock: the check is on the lock itself.)
+func TestAckIsPlacedUnderTheRecordsLock(t *testing.T) {
+	h := newHomes(t)
+	placed := 0
+	ackPlacing = func() {
+		placed++
+		if recordsMu.TryLock() {
+			recordsMu.Unlock()
+			t.Error("the ack was placed without the records' lock")
+		}
+	}
+	t.Cleanup(func() { ackPlacing = func() {} })
+	s, out := answered(t, h, []byte("x"))
+	must(t, h.client.Ack(out))
+	out.Close()
+	if placed != 1 {
+		t.Fatalf("the ack was placed %d times", placed)
+	}
+	if h.ackOf(t, s).ResultSHA256 != bridge.SHA256Hex(out.Manifest) {
+		t.Fatal("the ack names another answer")
+	}
+}
+
+// An ack never names a kept copy whose name is not durable. A process that
+// died between keeping an answer and its directory's fsync (here: the
+// fsync fails) published no ack; whatever acks that answer next (the
+// agent's gc, `result --ack` again, a late ack of an earlier answer) makes
+// the directory durable before the ack goes out.
+func TestNoAckBeforeTheKeptCopyIsDurable(t *testing.T) {
+	for _, via := range []string{"gc", "result --ack", "late ack"} {
+		t.Run(via, func(t *testing.T) {
+			h := newHomes(t)
+			var s *Sent
+			var early, out *Outcome
+			if via == "late ack" {
+				var err error
+				s, err = h.client.Submit(SubmitOptions{Op: "echo"})
+				must(t, err)
+				h.publishResult(t, s, bridge.StatusUncertain)
+				early, err = h.client.Result(s.ID)
+				must(t, err)
+				defer early.Close()
+				h.publishResult(t, s, bridge.StatusDone)
+				out, err = h.client.Result(s.ID)
+				must(t, err)
+			} else {
+				s, out = answered(t, h, []byte("x"))
+			}
+			syncRequests = func(string) error { return errors.New("killed before the directory's fsync") }
+			t.Cleanup(func() { syncRequests = syncsafe.SyncDir })
+			if err := h.client.Ack(out); err == nil {
+				t.Fatal("the ack went through without the directory's fsync")
+			}
+			out.Close()
+			ackPath := filepath.Join(h.folder, bridge.RequestPath(s.Host, h.agent.Config.ID, s.ID, bridge.ExtAck))
+			if _, err := os.Stat(ackPath); err == nil {
+				t.Fatal("an ack was published")
+			}
+			synced := false
+			syncRequests = func(dir string) error {
+				if _, err := os.Stat(ackPath); err == nil {
+					t.Error("the ack was out before the directory's fsync")
+				}
+				synced = true
+				return syncsafe.SyncDir(dir)
+			}
+			switch via {
+			case "gc":
+				_, acked, err := h.client.GC(false)
+				if err != nil || len(acked) != 1 {
+					t.Fatalf("gc acked %v again (%v)", acked, err)
+				}
+			case "late ack":
+				must(t, h.client.Ack(early))
+			default:
+				again, err := h.client.Result(s.ID)
+				must(t, err)
+				must(t, h.client.Ack(again))
+				again.Close()
+			}
+			if _, err := os.Stat(ackPath); err != nil || !synced {
+				t.Fatalf("ack there: %v; the directory fsynced: %v", err, synced)
+			}
+		})
+	}
+}
+
+// The agent's gc checks a kept answer it acks again as it streams by,
+// never holding its output (up to 512 MiB) in memory.
+func TestGCChecksAKeptOutputWithoutHoldingIt(t *testing.T) {
+	h := newHomes(t)
+	const n = 16 << 20
+	s, out := answered(t, h, bytes.Repeat([]byte("z"), n))
+	must(t, h.client.Ack(out))
+	out.Close()
+	must(t, os.Remove(filepath.Join(h.folder, bridge.RequestPath(s.Host, h.agent.Config.ID, s.ID, bridge.ExtAck))))
+	runtime.GC()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	_, acked, err := h.client.GC(false)
+	runtime.ReadMemStats(&after)
+	if err != nil || len(acked) != 1 {
+		t.Fatalf("gc acked %v again (%v)", acked, err)
+	}
+	got := after.TotalAlloc - before.TotalAlloc
+	t.Logf("gc allocated %d KiB to ack again an answer of %d MiB", got>>10, n>>20)
+	if got > n/4 {
+		t.Fatalf("gc allocated %d MiB to ack again an answer of %d MiB", got>>20, n>>20)
+	}
+}
+
+// A kept settled answer that cannot be read for a reason that says nothing
+// of it (a read error: here a directory where its output was) is not
+// taken for one that does not open: a late ack of the uncertain answer
+// fails, and the settled one stays kept.
+func TestLateAckStopsOnAReadError(t *testing.T) {
+	h := newHomes(t)
+	s, err := h.client.Submit(SubmitOptions{Op: "echo"})
+	must(t, err)
+	h.publishResult(t, s, bridge.StatusUncertain)
+	early, err := h.client.Result(s.ID)
+	must(t, err)
+	defer early.Close()
+	h.publishResultWith(t, s, bridge.StatusDone, bytes.Repeat([]byte("d"), 8<<10)) // its output kept beside the record
+	settled, err := h.client.Result(s.ID)
+	must(t, err)
+	must(t, h.client.Ack(settled))
+	settled.Close()
+	kept := h.agent.Path("requests", s.ID+"."+bridge.ExtOutput)
+	must(t, os.Remove(kept))
+	must(t, os.Mkdir(kept, 0o700))
+	if err := h.client.Ack(early); err == nil {
+		t.Fatal("the late ack went through while the kept answer could not be read")
+	}
+	if st := h.client.keptStatus(s.ID); st != bridge.StatusDone {
+		t.Fatalf("the home keeps a %q answer", st)
 	}
 }

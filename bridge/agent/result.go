@@ -180,7 +180,7 @@ func (c *Client) Result(id string) (ret *Outcome, _ error) {
 		}
 		return nil, err
 	}
-	out, err := c.openOutcome(s, res, data, spool, res.Payload.Len, own)
+	out, err := c.openOutcome(s, res, data, spool, res.Payload.Len, own, c.StreamOutput)
 	if err == nil && earlier {
 		if out.Receipt.Op != s.Op {
 			out.Close()
@@ -218,8 +218,8 @@ func (m memOutput) Close() error { return nil }
 
 // openOutcome opens the verified sealed output (size bytes of f, which it
 // owns from here): the whole stream is authenticated, and the output kept
-// in memory unless the client streams.
-func (c *Client) openOutcome(s *Sent, res *bridge.Result, manifest []byte, f sealedOutput, size int64, own []trust.OwnKey) (*Outcome, error) {
+// in memory unless stream (the client streams, or only the check counts).
+func (c *Client) openOutcome(s *Sent, res *bridge.Result, manifest []byte, f sealedOutput, size int64, own []trust.OwnKey, stream bool) (*Outcome, error) {
 	var me *bcrypto.Identity
 	for _, k := range own {
 		if k.Identity.BoxKid() == res.AgentBoxKid {
@@ -240,7 +240,7 @@ func (c *Client) openOutcome(s *Sent, res *bridge.Result, manifest []byte, f sea
 		return nil, fmt.Errorf("result %s: %w", s.ID, err)
 	}
 	out.Receipt = rc
-	if !c.StreamOutput {
+	if !stream {
 		stdout, stderr := bytes.NewBuffer(make([]byte, 0, rc.StdoutLen)), bytes.NewBuffer(make([]byte, 0, rc.StderrLen))
 		// Plain writers: a Buffer's ReadFrom would double a full buffer
 		// to look for more.
@@ -325,7 +325,7 @@ func (c *Client) keptOnce(s *Sent, check bridge.ResultCheck, own []trust.OwnKey)
 	if err != nil {
 		return nil, err // none kept
 	}
-	out, err := c.openKept(s, rec, data, check, own)
+	out, err := c.openKept(s, rec, data, check, own, c.StreamOutput)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", errKeptUnreadable, err)
 	}
@@ -333,8 +333,8 @@ func (c *Client) keptOnce(s *Sent, check bridge.ResultCheck, own []trust.OwnKey)
 }
 
 // openKept opens a kept result: data is its manifest, rec the request's
-// record (nil if torn or lost).
-func (c *Client) openKept(s *Sent, rec *sentRecord, data []byte, check bridge.ResultCheck, own []trust.OwnKey) (*Outcome, error) {
+// record (nil if torn or lost); stream as openOutcome's.
+func (c *Client) openKept(s *Sent, rec *sentRecord, data []byte, check bridge.ResultCheck, own []trust.OwnKey, stream bool) (*Outcome, error) {
 	// It was verified when it was acked; any of the host's keys that is not
 	// revoked still vouches for it after a rotation's overlap ended.
 	if p, _, err := c.home.Peer(s.Host); err == nil {
@@ -355,7 +355,7 @@ func (c *Client) openKept(s *Sent, rec *sentRecord, data []byte, check bridge.Re
 		if err := checkPayloadFile(kept, res.Payload); err != nil {
 			return nil, err
 		}
-		return c.openOutcome(s, res, data, kept, res.Payload.Len, own)
+		return c.openOutcome(s, res, data, kept, res.Payload.Len, own, stream)
 	}
 	f, err := os.Open(c.home.Path("requests", s.ID+"."+bridge.ExtOutput))
 	if err != nil {
@@ -365,7 +365,7 @@ func (c *Client) openKept(s *Sent, rec *sentRecord, data []byte, check bridge.Re
 		f.Close()
 		return nil, err
 	}
-	return c.openOutcome(s, res, data, f, res.Payload.Len, own)
+	return c.openOutcome(s, res, data, f, res.Payload.Len, own, stream)
 }
 
 // State is what the agent can tell about a request from the folder.
@@ -693,49 +693,76 @@ func (c *Client) Ack(out *Outcome) error {
 	// request's record (no longer a cache from here: it holds the answer),
 	// and so does a small output (inlineOutputMax); a larger one is
 	// requests/<id>.output. One fsync of the directory covers the names.
-	final, err := c.keep(out)
-	if err != nil {
-		return err
-	}
-	if final != nil {
-		// A settled answer is kept already: out, read before it (an
-		// uncertain one, acked late by another process), is not kept,
-		// and the ack names the kept one, as it must (SPEC §10).
-		return c.publishAck(out.Sent, final, false)
-	}
-	return c.publishAck(out.Sent, out.Manifest, out.Result.Status == bridge.StatusUncertain)
-}
-
-// keep keeps the verified answer out in the home, durably, as Ack says,
-// under the records' lock, unless the home keeps a settled answer of the
-// request already: it then keeps that one and returns its manifest.
-func (c *Client) keep(out *Outcome) (final []byte, err error) {
-	err = c.changeRecord(out.Sent, func(rec *sentRecord) error {
-		final, err = c.keepIn(*rec, out)
-		return err
+	// The ack is placed under the records' lock too: two processes acking
+	// two answers of one request (an uncertain one and the settled one)
+	// then leave the ack naming the answer the home keeps.
+	settled := out.Result.Status != bridge.StatusUncertain
+	err := c.changeRecord(out.Sent, func(rec *sentRecord) error {
+		final, err := c.keepIn(*rec, out)
+		if err != nil {
+			return err
+		}
+		acked := out.Manifest
+		if final != nil {
+			// A settled answer is kept already: out, read before it (an
+			// uncertain one, acked late by another process), is not
+			// kept, and the ack names the kept one, as it must (SPEC §10).
+			acked, settled = final, true
+		}
+		// Without an fsync, the file's or the directory's: an ack a power
+		// cut lost or tore costs only time (the host keeps its result
+		// until --retention, and this home has its copy, durable above).
+		// The host takes a torn ack for a lost one, not a forgery (SPEC
+		// §10), and the next ack of the id (`result --ack`, the agent's
+		// gc) replaces it.
+		ackPlacing()
+		return c.placeAck(out.Sent.Host, out.Sent.ID, bridge.SHA256Hex(acked), syncsafe.WithoutSync(), syncsafe.WithoutDirSync())
 	})
-	return final, err
+	if err != nil || !settled {
+		// Not settled: a human on the host may run it again (`reconcile
+		// --as rerun`), which needs the request's files.
+		return err
+	}
+	s := out.Sent
+	for _, ext := range []string{bridge.ExtManifest, bridge.ExtPayload} {
+		if err := c.folder.Remove(bridge.RequestPath(s.Host, c.home.Config.ID, s.ID, ext)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+	}
+	return nil
 }
 
-// keepIn is keep for the record as it is now (the caller holds the lock).
+// keepIn keeps the verified answer out in the home, durably, as Ack says,
+// in the record as it is now (the caller holds the records' lock), unless
+// the home keeps a settled answer of the request already: it then keeps
+// that one and returns its manifest.
 func (c *Client) keepIn(rec sentRecord, out *Outcome) (final []byte, err error) {
 	s := out.Sent
 	if c.keptAlready(&rec, out) {
 		// Acked again (a second `result --ack`, an MCP read): nothing to
 		// write, and on Windows the kept output, open in out, could not
-		// be renamed over.
-		return nil, nil
+		// be renamed over. Its name may not be durable yet (a process
+		// that kept it died before the directory's fsync below): made so
+		// before an ack names it.
+		return nil, syncRequests(c.home.Path("requests"))
 	}
 	kept, beside := c.keptIn(&rec)
 	if kept != nil && !bytes.Equal(kept, out.Manifest) {
-		if st := resultStatus(kept); st != "" && st != bridge.StatusUncertain && c.keptOpens(s, &rec, kept) {
+		opens := false
+		if st := resultStatus(kept); st != "" && st != bridge.StatusUncertain {
+			if opens, err = c.keptOpens(s, &rec, kept); err != nil {
+				return nil, err
+			}
+		}
+		if opens {
 			// Kept as final once acked: another answer read earlier
 			// (the uncertain one a human has settled since, acked late
 			// by a `run` that was printing it) never replaces it. A
 			// kept copy that no longer opens (its output damaged, or
 			// signed by a host key revoked since: a thief's) is no
-			// answer, and the one read from the folder replaces it.
-			return kept, nil
+			// answer, and the one read from the folder replaces it. Made
+			// durable first, as above.
+			return kept, syncRequests(c.home.Path("requests"))
 		}
 	}
 	rec.Result, rec.Output = out.Manifest, nil
@@ -784,18 +811,26 @@ func (c *Client) keepIn(rec sentRecord, out *Outcome) (final []byte, err error) 
 }
 
 // keptOpens reports whether the kept copy whose manifest is kept, with
-// rec, the request's record, still opens as `result` would open it.
-func (c *Client) keptOpens(s *Sent, rec *sentRecord, kept []byte) bool {
+// rec, the request's record, still opens as `result` would open it: every
+// chunk authenticated as it streams by, the output never held in memory
+// (up to 512 MiB; gc checks every kept answer it would ack again).
+// An error is one that says nothing of the copy (the disk's, not a
+// verification's: bridge.Reason knows no code for it): the caller stops
+// rather than take the copy for one that does not open.
+func (c *Client) keptOpens(s *Sent, rec *sentRecord, kept []byte) (bool, error) {
 	check, own, err := c.resultCheck(s)
 	if err != nil {
-		return false
+		return false, err
 	}
-	out, err := c.openKept(s, rec, kept, check, own)
-	if err != nil {
-		return false
+	out, err := c.openKept(s, rec, kept, check, own, true)
+	switch {
+	case err == nil:
+		out.Close()
+		return true, nil
+	case errors.Is(err, fs.ErrNotExist) || bridge.Reason(err) != "error":
+		return false, nil
 	}
-	out.Close()
-	return true
+	return false, fmt.Errorf("read the answer kept for %s: %w", s.ID, err)
 }
 
 // keptIn is the result manifest rec's home keeps for its request: in rec,
@@ -848,31 +883,6 @@ func (c *Client) outputIsKept(id string, out *Outcome) bool {
 	return err == nil && os.SameFile(have, fi) && fi.Size() == out.size
 }
 
-// publishAck publishes the ack of the result manifest of request s, then
-// removes this agent's own request files unless the answer is uncertain
-// (Ack).
-func (c *Client) publishAck(s *Sent, manifest []byte, uncertain bool) error {
-	// Without an fsync, the file's or the directory's: an ack a power cut
-	// lost or tore costs only time (the host keeps its result until
-	// --retention, and this home has its copy, durable before). The host
-	// takes a torn ack for a lost one, not a forgery (SPEC §10), and the
-	// next ack of the id (`result --ack`, the agent's gc) replaces it.
-	if err := c.placeAck(s.Host, s.ID, bridge.SHA256Hex(manifest), syncsafe.WithoutSync(), syncsafe.WithoutDirSync()); err != nil {
-		return err
-	}
-	if uncertain {
-		// Not settled: a human on the host may run it again (`reconcile
-		// --as rerun`), which needs the request's files.
-		return nil
-	}
-	for _, ext := range []string{bridge.ExtManifest, bridge.ExtPayload} {
-		if err := c.folder.Remove(bridge.RequestPath(s.Host, c.home.Config.ID, s.ID, ext)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return err
-		}
-	}
-	return nil
-}
-
 // placeAck publishes this agent's ack of the result hashing to resSHA for
 // request id to host, unless one that names it is there already. One
 // that does not open with this home's key (torn by a power cut, junk) or
@@ -904,6 +914,10 @@ func (c *Client) ackNames(host, id, resSHA string) bool {
 	a, err := bridge.OpenAck(old, id, host, c.home.Config.ID, [][]byte{c.home.Identity().SignPublic()})
 	return err == nil && a.ResultSHA256 == resSHA
 }
+
+// ackPlacing is called just before Ack places its ack (a variable: a test
+// checks that the records' lock is held then).
+var ackPlacing = func() {}
 
 // syncRequests makes the names in the home's requests directory durable
 // (a variable: a test looks at what is there when it runs).
@@ -1064,19 +1078,42 @@ func (c *Client) GC(dryRun bool) (removed, acked []string, err error) {
 // returns its name ("" when the one there stands, or when the kept copy no
 // longer opens: acked, the host could collect the only copy that does);
 // a dry run only names it. Without an fsync, as Ack's; the sync client is
-// told.
+// told. Under the records' lock, as Ack places its ack: an Ack of another
+// process meanwhile is not undone.
 func (c *Client) ackAgain(s *Sent, dryRun bool) (string, error) {
-	kept, rec, err := c.keptManifestAndRecord(s.ID)
-	if err != nil {
-		return "", nil
+	needs := func() (sha string, ok bool, err error) {
+		kept, rec, err := c.keptManifestAndRecord(s.ID)
+		if err != nil {
+			return "", false, nil
+		}
+		sha = bridge.SHA256Hex(kept)
+		if c.ackNames(s.Host, s.ID, sha) {
+			return sha, false, nil
+		}
+		ok, err = c.keptOpens(s, rec, kept)
+		return sha, ok, err
 	}
-	sha := bridge.SHA256Hex(kept)
-	if c.ackNames(s.Host, s.ID, sha) || !c.keptOpens(s, rec, kept) {
-		return "", nil
+	if _, ok, err := needs(); !ok {
+		return "", err // the common case, without the lock
 	}
 	rel := bridge.RequestPath(s.Host, c.home.Config.ID, s.ID, bridge.ExtAck)
 	if dryRun {
 		return rel, nil
+	}
+	unlock, err := c.lockRecords()
+	if err != nil {
+		return "", err
+	}
+	defer unlock()
+	sha, ok, err := needs()
+	if !ok {
+		return "", err
+	}
+	// The kept copy's name may not be durable (a process that kept it
+	// died before its directory's fsync, which is why no ack went out):
+	// made so before an ack names it.
+	if err := syncRequests(c.home.Path("requests")); err != nil {
+		return "", err
 	}
 	return rel, c.placeAck(s.Host, s.ID, sha, syncsafe.WithoutSync())
 }

@@ -342,7 +342,7 @@ func (c *collector) acked(e ledger.Entry) bool {
 		// cut on its machine can leave one empty, zeros or cut short. That
 		// is a lost ack, not a forgery: the result stays until its
 		// retention, or until the agent acks again (`result --ack`).
-		c.waiting(p, len(data), fmt.Errorf("%w: an ack empty, zeros or cut short, as a power cut on the agent's machine leaves one (a lost ack): %v", bcrypto.ErrTruncated, err))
+		c.waiting(p, len(data), fmt.Errorf("%w: an ack that is empty, zeros or cut short, as a power cut on the agent's machine leaves one (a lost ack): %v", bcrypto.ErrTruncated, err))
 	default:
 		c.refuseFile(p, err)
 	}

@@ -71,8 +71,8 @@ func (c *GCCmd) Run(g *Globals) error {
 		}
 		defer cl.Close()
 		files, again, err := cl.GC(c.DryRun)
-		if err != nil && len(files)+len(again) == 0 {
-			return err
+		if err != nil && files == nil {
+			return err // it did nothing
 		}
 		// What was done is said even when an ack could not be written
 		// again; the error follows.
