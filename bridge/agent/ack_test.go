@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -504,5 +505,57 @@ func TestLateAckStopsOnAReadError(t *testing.T) {
 	}
 	if st := h.client.keptStatus(s.ID); st != bridge.StatusDone {
 		t.Fatalf("the home keeps a %q answer", st)
+	}
+}
+
+// A host this home no longer trusts (every key revoked, or removed) never
+// collects its result: the agent's gc takes the answer it kept from it for
+// one that no longer opens, and goes on, every run, without an error and
+// without acking it.
+func TestGCPassesOverAHostNoLongerTrusted(t *testing.T) {
+	for _, how := range []string{"revoked", "removed"} {
+		t.Run(how, func(t *testing.T) {
+			h := newHomes(t)
+			s, out := answered(t, h, []byte("x"))
+			must(t, h.client.Ack(out))
+			out.Close()
+			must(t, os.Remove(filepath.Join(h.folder, bridge.RequestPath(s.Host, h.agent.Config.ID, s.ID, bridge.ExtAck))))
+			var err error
+			if how == "revoked" {
+				_, err = h.agent.Revoke(h.host.Identity().SignKid())
+			} else {
+				_, err = h.agent.Remove(h.host.Config.ID)
+			}
+			must(t, err)
+			if _, acked, err := h.client.GC(false); err != nil || len(acked) != 0 {
+				t.Fatalf("gc: acked %v again, %v", acked, err)
+			}
+		})
+	}
+}
+
+// A read error on a kept copy (a link loop here, as EACCES or EIO would
+// be) is reported with what to do, and `bridge result ID --ack`, which
+// keeps the folder's copy again, is a way out.
+func TestAKeptCopyReadErrorSaysWhatToDo(t *testing.T) {
+	h := newHomes(t)
+	s, out := answered(t, h, bytes.Repeat([]byte("d"), 8<<10)) // its output kept beside the record
+	must(t, h.client.Ack(out))
+	out.Close()
+	kept := h.agent.Path("requests", s.ID+"."+bridge.ExtOutput)
+	must(t, os.Remove(kept))
+	must(t, os.Symlink(filepath.Base(kept), kept))
+	must(t, os.Remove(filepath.Join(h.folder, bridge.RequestPath(s.Host, h.agent.Config.ID, s.ID, bridge.ExtAck))))
+	_, _, err := h.client.GC(false)
+	var he *bridge.HintError
+	if !errors.As(err, &he) || !strings.Contains(he.Hint, "bridge result "+s.ID+" --ack") {
+		t.Fatalf("gc: %v, without the way out in a hint", err)
+	}
+	again, err := h.client.Result(s.ID)
+	must(t, err)
+	must(t, h.client.Ack(again))
+	again.Close()
+	if _, acked, err := h.client.GC(false); err != nil || len(acked) != 0 {
+		t.Fatalf("after result --ack, gc: acked %v, %v", acked, err)
 	}
 }

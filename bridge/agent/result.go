@@ -818,9 +818,16 @@ func (c *Client) keepIn(rec sentRecord, out *Outcome) (final []byte, err error) 
 // verification's: bridge.Reason knows no code for it): the caller stops
 // rather than take the copy for one that does not open.
 func (c *Client) keptOpens(s *Sent, rec *sentRecord, kept []byte) (bool, error) {
-	check, own, err := c.resultCheck(s)
+	// Not resultCheck: a host no longer trusted (removed, every key
+	// revoked) leaves a kept copy that does not open, not an error that
+	// would stop every gc for good (openKept takes the host's keys itself).
+	own, err := c.home.OwnKeys()
 	if err != nil {
 		return false, err
+	}
+	check := bridge.ResultCheck{Host: s.Host, Agent: c.home.Config.ID, RequestSHA256: s.ManifestSHA256}
+	for _, k := range own {
+		check.AgentBoxKids = append(check.AgentBoxKids, k.Identity.BoxKid())
 	}
 	out, err := c.openKept(s, rec, kept, check, own, true)
 	switch {
@@ -830,7 +837,8 @@ func (c *Client) keptOpens(s *Sent, rec *sentRecord, kept []byte) (bool, error) 
 	case errors.Is(err, fs.ErrNotExist) || bridge.Reason(err) != "error":
 		return false, nil
 	}
-	return false, fmt.Errorf("read the answer kept for %s: %w", s.ID, err)
+	return false, bridge.WithHint(fmt.Errorf("read the answer kept for %s: %w", s.ID, err),
+		"the home's copy of the answer could not be read: fix what the error names (a file of another user, a directory at requests/%s.%s: remove it), or, while the host's result is still in the folder, `bridge result %s --ack` keeps that copy again", s.ID, bridge.ExtOutput, s.ID)
 }
 
 // keptIn is the result manifest rec's home keeps for its request: in rec,
@@ -915,6 +923,13 @@ func (c *Client) ackNames(host, id, resSHA string) bool {
 	return err == nil && a.ResultSHA256 == resSHA
 }
 
+// recordsBusy is err, lockRecords' failure while changing the record of
+// request id, with what to do.
+func (c *Client) recordsBusy(id string, err error) error {
+	return bridge.WithHint(fmt.Errorf("request %s: %w", id, err),
+		"another call or process of this agent holds its request records (an ack, a keyed submit of a large input): run the command again (`bridge result %s --ack` acks the answer). If nothing else of this agent runs, check that %s is a file of yours (`ls -l`): a command run as another user (sudo) can leave it so", id, c.home.Path("requests", recordsLock))
+}
+
 // ackPlacing is called just before Ack places its ack (a variable: a test
 // checks that the records' lock is held then).
 var ackPlacing = func() {}
@@ -928,7 +943,7 @@ var syncRequests = syncsafe.SyncDir
 func (c *Client) changeRecord(s *Sent, change func(rec *sentRecord) error) error {
 	unlock, err := c.lockRecords()
 	if err != nil {
-		return err
+		return c.recordsBusy(s.ID, err)
 	}
 	defer unlock()
 	rec, err := c.recordOf(s)
@@ -1102,7 +1117,7 @@ func (c *Client) ackAgain(s *Sent, dryRun bool) (string, error) {
 	}
 	unlock, err := c.lockRecords()
 	if err != nil {
-		return "", err
+		return "", c.recordsBusy(s.ID, err)
 	}
 	defer unlock()
 	sha, ok, err := needs()
