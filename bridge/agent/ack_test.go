@@ -559,3 +559,50 @@ func TestAKeptCopyReadErrorSaysWhatToDo(t *testing.T) {
 		t.Fatalf("after result --ack, gc: acked %v, %v", acked, err)
 	}
 }
+
+// A late ack of an earlier answer never replaces the settled one kept for
+// a reason that is the home's, not the copy's: the host's record cut short
+// (a read error) fails the ack; the host removed between reading the
+// earlier answer and acking it fails it too (the answer is checked again
+// against the keys as they stand). The settled answer stays kept.
+func TestLateAckAfterTheHostsRecordChanged(t *testing.T) {
+	for _, how := range []string{"record cut short", "host removed"} {
+		t.Run(how, func(t *testing.T) {
+			h := newHomes(t)
+			s, err := h.client.Submit(SubmitOptions{Op: "echo"})
+			must(t, err)
+			h.publishResult(t, s, bridge.StatusUncertain)
+			early, err := h.client.Result(s.ID)
+			must(t, err)
+			defer early.Close()
+			h.publishResult(t, s, bridge.StatusDone)
+			settled, err := h.client.Result(s.ID)
+			must(t, err)
+			must(t, h.client.Ack(settled))
+			settled.Close()
+			if how == "host removed" {
+				_, err = h.agent.Remove(h.host.Config.ID)
+				must(t, err)
+			} else {
+				rec := h.agent.Path("peers", h.host.Config.ID+".json")
+				data, err := os.ReadFile(rec)
+				must(t, err)
+				must(t, os.WriteFile(rec, data[:len(data)/2], 0o600))
+			}
+			if err := h.client.Ack(early); err == nil {
+				t.Fatal("the late ack went through")
+			}
+			if kept, _ := h.client.keptManifest(s.ID); !bytes.Equal(kept, settled.Manifest) {
+				t.Fatalf("the home keeps a %q answer", resultStatus(kept))
+			}
+			if how == "record cut short" {
+				// The agent's gc says so too, rather than pass over the
+				// answer as one that no longer opens.
+				must(t, os.Remove(filepath.Join(h.folder, bridge.RequestPath(s.Host, h.agent.Config.ID, s.ID, bridge.ExtAck))))
+				if _, acked, err := h.client.GC(false); err == nil {
+					t.Fatalf("gc passed over a host record it could not read (acked %v)", acked)
+				}
+			}
+		})
+	}
+}

@@ -748,6 +748,20 @@ func (c *Client) keepIn(rec sentRecord, out *Outcome) (final []byte, err error) 
 	}
 	kept, beside := c.keptIn(&rec)
 	if kept != nil && !bytes.Equal(kept, out.Manifest) {
+		// Another answer replaces the one kept (an uncertain one, or one
+		// that no longer opens): checked again against the host's keys as
+		// they stand now, not as they stood when out was read (a host
+		// removed, or a key revoked, in between).
+		check, _, err := c.resultCheck(s)
+		if err != nil {
+			return nil, err
+		}
+		if out.Earlier {
+			check.RequestSHA256 = "" // an earlier send's answer, bound to its own manifest
+		}
+		if _, err := bridge.OpenResult(out.Manifest, s.ID, check); err != nil {
+			return nil, fmt.Errorf("keep result %s: %w", s.ID, err)
+		}
 		opens := false
 		if st := resultStatus(kept); st != "" && st != bridge.StatusUncertain {
 			if opens, err = c.keptOpens(s, &rec, kept); err != nil {
@@ -821,6 +835,13 @@ func (c *Client) keptOpens(s *Sent, rec *sentRecord, kept []byte) (bool, error) 
 	// Not resultCheck: a host no longer trusted (removed, every key
 	// revoked) leaves a kept copy that does not open, not an error that
 	// would stop every gc for good (openKept takes the host's keys itself).
+	// Any other failure to read the host's record is the home's, and says
+	// nothing of the copy.
+	if _, _, err := c.home.Peer(s.Host); errors.Is(err, trust.ErrUnknownPeer) || errors.Is(err, trust.ErrEveryKeyRevoked) {
+		return false, nil
+	} else if err != nil {
+		return false, err
+	}
 	own, err := c.home.OwnKeys()
 	if err != nil {
 		return false, err
@@ -838,7 +859,7 @@ func (c *Client) keptOpens(s *Sent, rec *sentRecord, kept []byte) (bool, error) 
 		return false, nil
 	}
 	return false, bridge.WithHint(fmt.Errorf("read the answer kept for %s: %w", s.ID, err),
-		"the home's copy of the answer could not be read: fix what the error names (a file of another user, a directory at requests/%s.%s: remove it), or, while the host's result is still in the folder, `bridge result %s --ack` keeps that copy again", s.ID, bridge.ExtOutput, s.ID)
+		"the home's copy of the answer could not be read: fix what the error names (a file of another user; anything but a file at %s: remove it); while the host's result is still in the folder, `bridge result %s --ack` then keeps that copy again", c.home.Path("requests", s.ID+"."+bridge.ExtOutput), s.ID)
 }
 
 // keptIn is the result manifest rec's home keeps for its request: in rec,
@@ -927,7 +948,7 @@ func (c *Client) ackNames(host, id, resSHA string) bool {
 // request id, with what to do.
 func (c *Client) recordsBusy(id string, err error) error {
 	return bridge.WithHint(fmt.Errorf("request %s: %w", id, err),
-		"another call or process of this agent holds its request records (an ack, a keyed submit of a large input): run the command again (`bridge result %s --ack` acks the answer). If nothing else of this agent runs, check that %s is a file of yours (`ls -l`): a command run as another user (sudo) can leave it so", id, c.home.Path("requests", recordsLock))
+		"another call or process of this agent holds its request records (an ack, a keyed submit of a large input): run the command again. If nothing else of this agent runs, check that %s is a file of yours (`ls -l`): a command run as another user (sudo) can leave it so", c.home.Path("requests", recordsLock))
 }
 
 // ackPlacing is called just before Ack places its ack (a variable: a test

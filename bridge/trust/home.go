@@ -50,6 +50,8 @@ var (
 	ErrNoHome      = errors.New("not initialised")
 	ErrHomeExists  = errors.New("already initialised")
 	ErrUnknownPeer = errors.New("no such trusted peer")
+	// ErrEveryKeyRevoked: the peer is known, and every key of it revoked.
+	ErrEveryKeyRevoked = errors.New("every key of it is revoked")
 )
 
 // Config is a home's config.json.
@@ -465,7 +467,7 @@ func (h *Home) Peer(nameOrID string) (*Peer, *bcrypto.Bundle, error) {
 	}
 	cur, ok := p.Current()
 	if !ok {
-		return nil, nil, bridge.WithHint(fmt.Errorf("peer %s: every key of it is revoked", p.Name),
+		return nil, nil, bridge.WithHint(fmt.Errorf("peer %s: %w", p.Name, ErrEveryKeyRevoked),
 			"pair with it again: `bridge keys remove %s`, then `bridge pair` or `bridge keys trust` its new bundle", p.Name)
 	}
 	return &p, &bcrypto.Bundle{V: 1, Role: p.Role, Name: p.Name, ID: p.ID, Seq: cur.Seq, SignPub: cur.SignPub, BoxPub: cur.BoxPub}, nil
