@@ -606,3 +606,62 @@ func TestLateAckAfterTheHostsRecordChanged(t *testing.T) {
 		})
 	}
 }
+
+// A host's key rotation between reading an answer and acking it changes
+// nothing of what is kept, so long as the key that signed it is not
+// revoked: a late ack of the uncertain answer still keeps the settled one
+// and names it after the overlap ended; a settled answer read within the
+// overlap and acked after it still replaces the uncertain one kept (an
+// answer read before the overlap ended is kept once acked).
+func TestAcksAcrossAHostRotation(t *testing.T) {
+	t.Run("late ack of the uncertain answer", func(t *testing.T) {
+		h := newHomes(t)
+		s, err := h.client.Submit(SubmitOptions{Op: "echo"})
+		must(t, err)
+		h.publishResult(t, s, bridge.StatusUncertain)
+		early, err := h.client.Result(s.ID)
+		must(t, err)
+		defer early.Close()
+		h.publishResult(t, s, bridge.StatusDone)
+		settled, err := h.client.Result(s.ID)
+		must(t, err)
+		must(t, h.client.Ack(settled))
+		settled.Close()
+		must(t, os.Remove(filepath.Join(h.folder, bridge.RequestPath(s.Host, h.agent.Config.ID, s.ID, bridge.ExtAck)))) // a power cut lost it
+		_, err = h.host.Rotate(0)
+		must(t, err)
+		if !h.client.followHost(s.Host) {
+			t.Fatal("the agent did not follow the host's rotation")
+		}
+		must(t, h.client.Ack(early))
+		if st := h.client.keptStatus(s.ID); st != bridge.StatusDone {
+			t.Fatalf("the home keeps a %q answer", st)
+		}
+		if h.ackOf(t, s).ResultSHA256 != bridge.SHA256Hex(settled.Manifest) {
+			t.Fatal("the ack does not name the settled answer")
+		}
+	})
+	t.Run("settled answer read within the overlap", func(t *testing.T) {
+		h := newHomes(t)
+		s, err := h.client.Submit(SubmitOptions{Op: "echo"})
+		must(t, err)
+		h.publishResult(t, s, bridge.StatusUncertain)
+		u, err := h.client.Result(s.ID)
+		must(t, err)
+		must(t, h.client.Ack(u))
+		u.Close()
+		h.publishResult(t, s, bridge.StatusDone)
+		settled, err := h.client.Result(s.ID)
+		must(t, err)
+		defer settled.Close()
+		_, err = h.host.Rotate(0) // the overlap over at once, as while `run` prints
+		must(t, err)
+		if !h.client.followHost(s.Host) {
+			t.Fatal("the agent did not follow the host's rotation")
+		}
+		must(t, h.client.Ack(settled))
+		if st := h.client.keptStatus(s.ID); st != bridge.StatusDone {
+			t.Fatalf("the home keeps a %q answer", st)
+		}
+	})
+}

@@ -337,13 +337,8 @@ func (c *Client) keptOnce(s *Sent, check bridge.ResultCheck, own []trust.OwnKey)
 func (c *Client) openKept(s *Sent, rec *sentRecord, data []byte, check bridge.ResultCheck, own []trust.OwnKey, stream bool) (*Outcome, error) {
 	// It was verified when it was acked; any of the host's keys that is not
 	// revoked still vouches for it after a rotation's overlap ended.
-	if p, _, err := c.home.Peer(s.Host); err == nil {
-		check.HostKeys = nil
-		for _, k := range p.Keys {
-			if p.State(k, time.Now()) != trust.KeyRevoked {
-				check.HostKeys = append(check.HostKeys, k.SignPub)
-			}
-		}
+	if keys, ok := c.unrevokedHostKeys(s.Host); ok {
+		check.HostKeys = keys
 	}
 	res, err := bridge.OpenResult(data, s.ID, check)
 	if err != nil {
@@ -748,20 +743,6 @@ func (c *Client) keepIn(rec sentRecord, out *Outcome) (final []byte, err error) 
 	}
 	kept, beside := c.keptIn(&rec)
 	if kept != nil && !bytes.Equal(kept, out.Manifest) {
-		// Another answer replaces the one kept (an uncertain one, or one
-		// that no longer opens): checked again against the host's keys as
-		// they stand now, not as they stood when out was read (a host
-		// removed, or a key revoked, in between).
-		check, _, err := c.resultCheck(s)
-		if err != nil {
-			return nil, err
-		}
-		if out.Earlier {
-			check.RequestSHA256 = "" // an earlier send's answer, bound to its own manifest
-		}
-		if _, err := bridge.OpenResult(out.Manifest, s.ID, check); err != nil {
-			return nil, fmt.Errorf("keep result %s: %w", s.ID, err)
-		}
 		opens := false
 		if st := resultStatus(kept); st != "" && st != bridge.StatusUncertain {
 			if opens, err = c.keptOpens(s, &rec, kept); err != nil {
@@ -777,6 +758,16 @@ func (c *Client) keepIn(rec sentRecord, out *Outcome) (final []byte, err error) 
 			// answer, and the one read from the folder replaces it. Made
 			// durable first, as above.
 			return kept, syncRequests(c.home.Path("requests"))
+		}
+		// out replaces the kept one (an uncertain one, or one that no
+		// longer opens): checked again against the host's keys as they
+		// stand now, not as they stood when out was read (the host
+		// removed, or the key that signed it revoked, in between), by the
+		// kept copies' rule: a key whose overlap ended since still vouches
+		// for an answer read before.
+		if err := c.stillVouched(s, out); err != nil {
+			return nil, bridge.WithHint(fmt.Errorf("keep result %s: %w", s.ID, err),
+				"the host's keys changed since this answer was read (the host removed, or the key that signed it revoked): it was not kept, and the home keeps the answer it had; `bridge result %s` reads the answer as it stands now", s.ID)
 		}
 	}
 	rec.Result, rec.Output = out.Manifest, nil
@@ -822,6 +813,38 @@ func (c *Client) keepIn(rec sentRecord, out *Outcome) (final []byte, err error) 
 		_ = syscall.Unlink(c.home.Path("requests", s.ID+"."+ext))
 	}
 	return nil, nil
+}
+
+// unrevokedHostKeys is every signing key of host this home has not revoked
+// (current, in overlap, or past it); ok false if the host's record does
+// not read.
+func (c *Client) unrevokedHostKeys(host string) (keys [][]byte, ok bool) {
+	p, _, err := c.home.Peer(host)
+	if err != nil {
+		return nil, false
+	}
+	for _, k := range p.Keys {
+		if p.State(k, time.Now()) != trust.KeyRevoked {
+			keys = append(keys, k.SignPub)
+		}
+	}
+	return keys, true
+}
+
+// stillVouched checks the result manifest of out again with the host's
+// keys as they stand: any not revoked (unrevokedHostKeys), as for a kept
+// copy.
+func (c *Client) stillVouched(s *Sent, out *Outcome) error {
+	check, _, err := c.resultCheck(s)
+	if err != nil {
+		return err
+	}
+	check.HostKeys, _ = c.unrevokedHostKeys(s.Host)
+	if out.Earlier {
+		check.RequestSHA256 = "" // an earlier send's answer, bound to its own manifest
+	}
+	_, err = bridge.OpenResult(out.Manifest, s.ID, check)
+	return err
 }
 
 // keptOpens reports whether the kept copy whose manifest is kept, with
