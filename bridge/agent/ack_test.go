@@ -665,3 +665,51 @@ func TestAcksAcrossAHostRotation(t *testing.T) {
 		}
 	})
 }
+
+// The first ack of an answer is checked against the host's keys as they
+// stand too: an answer signed by a key revoked between reading it and
+// acking it (a thief's, KEYS.md) is not kept nor acked, and the error says
+// why. A host record that cannot be read fails the ack as it is, without
+// that hint.
+func TestFirstAckAfterTheSigningKeyWasRevoked(t *testing.T) {
+	h := newHomes(t)
+	s, err := h.client.Submit(SubmitOptions{Op: "echo"})
+	must(t, err)
+	stolen := h.host.Identity().SignKid()
+	h.publishResult(t, s, bridge.StatusDone) // the thief's, with the key about to be revoked
+	out, err := h.client.Result(s.ID)
+	must(t, err)
+	defer out.Close()
+	_, err = h.host.Rotate(time.Hour)
+	must(t, err)
+	if !h.client.followHost(s.Host) {
+		t.Fatal("the agent did not follow the host's rotation")
+	}
+	_, err = h.agent.Revoke(stolen)
+	must(t, err)
+	err = h.client.Ack(out)
+	var he *bridge.HintError
+	if !errors.As(err, &he) || !strings.Contains(he.Hint, "keys changed") {
+		t.Fatalf("ack: %v, want a refusal saying the host's keys changed", err)
+	}
+	if st := h.client.keptStatus(s.ID); st != "" {
+		t.Fatalf("the home keeps a %q answer", st)
+	}
+	if _, err := os.Stat(filepath.Join(h.folder, bridge.RequestPath(s.Host, h.agent.Config.ID, s.ID, bridge.ExtAck))); err == nil {
+		t.Fatal("an ack names the answer")
+	}
+
+	s2, out2 := answered(t, h, []byte("x"))
+	defer out2.Close()
+	rec := h.agent.Path("peers", h.host.Config.ID+".json")
+	data, err := os.ReadFile(rec)
+	must(t, err)
+	must(t, os.WriteFile(rec, data[:len(data)/2], 0o600))
+	err = h.client.Ack(out2)
+	if err == nil || errors.As(err, &he) && strings.Contains(he.Hint, "keys changed") {
+		t.Fatalf("ack with the host's record cut short: %v", err)
+	}
+	if st := h.client.keptStatus(s2.ID); st != "" {
+		t.Fatalf("the home keeps a %q answer", st)
+	}
+}

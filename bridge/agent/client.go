@@ -46,7 +46,10 @@ type Client struct {
 	// the constant otherwise), and waits what Wait and WaitAll did (quick
 	// looks, watches armed, watches armed and not yet released): for tests.
 	quickFor time.Duration
-	waits    struct{ quick, watches, open, quickBeforeWatch atomic.Int64 }
+	// fullLooksEvery, if not 0, is the pause of WaitAll's full looks from
+	// the first (randomised by half either way): for tests.
+	fullLooksEvery time.Duration
+	waits          struct{ quick, watches, open, quickBeforeWatch atomic.Int64 }
 }
 
 // recordsMu keeps this process's holders of the records' lock apart

@@ -759,16 +759,22 @@ func (c *Client) keepIn(rec sentRecord, out *Outcome) (final []byte, err error) 
 			// durable first, as above.
 			return kept, syncRequests(c.home.Path("requests"))
 		}
-		// out replaces the kept one (an uncertain one, or one that no
-		// longer opens): checked again against the host's keys as they
-		// stand now, not as they stood when out was read (the host
-		// removed, or the key that signed it revoked, in between), by the
-		// kept copies' rule: a key whose overlap ended since still vouches
-		// for an answer read before.
-		if err := c.stillVouched(s, out); err != nil {
-			return nil, bridge.WithHint(fmt.Errorf("keep result %s: %w", s.ID, err),
-				"the host's keys changed since this answer was read (the host removed, or the key that signed it revoked): it was not kept, and the home keeps the answer it had; `bridge result %s` reads the answer as it stands now", s.ID)
+	}
+	// out is to be kept (the first answer kept, or one replacing an
+	// uncertain one or one that no longer opens): checked again against
+	// the host's keys as they stand now, not as they stood when out was
+	// read (the host removed, or the key that signed it revoked, in
+	// between), by the kept copies' rule: a key whose overlap ended since
+	// still vouches for an answer read before.
+	if err := c.stillVouched(s, out); err != nil {
+		err = fmt.Errorf("keep result %s: %w", s.ID, err)
+		switch {
+		case errors.Is(err, trust.ErrUnknownPeer), errors.Is(err, trust.ErrEveryKeyRevoked), errors.Is(err, bcrypto.ErrBadSignature), errors.Is(err, bcrypto.ErrUnknownKey):
+			return nil, bridge.WithHint(err, "the host's keys changed since this answer was read (the host removed, or the key that signed it revoked): it was not kept, and the home keeps what it had; `bridge result %s` reads the answer as it stands now", s.ID)
+		case errors.Is(err, bridge.ErrWrongRecipient):
+			return nil, bridge.WithHint(err, "%s", staleKeysHint)
 		}
+		return nil, err
 	}
 	rec.Result, rec.Output = out.Manifest, nil
 	if out.size <= inlineOutputMax {

@@ -115,8 +115,11 @@ func (c *Client) WaitAll(ctx context.Context, ids []string, got func(id string, 
 	}
 	// The longest pause between full looks: a second per 50 requests, from
 	// 2 s to a minute. Events carry the answers; this is for lost ones.
-	most := min(max(2*time.Second, time.Duration(len(pending))*20*time.Millisecond), time.Minute)
-	b := backoff.NewExponentialBackOff(backoff.WithInitialInterval(50*time.Millisecond),
+	first, most := 50*time.Millisecond, min(max(2*time.Second, time.Duration(len(pending))*20*time.Millisecond), time.Minute)
+	if c.fullLooksEvery != 0 {
+		first, most = c.fullLooksEvery, c.fullLooksEvery
+	}
+	b := backoff.NewExponentialBackOff(backoff.WithInitialInterval(first),
 		backoff.WithMaxInterval(most), backoff.WithMaxElapsedTime(0))
 	var due time.Time // of the next full look: events do not put it off
 	for full := true; len(pending) > 0; {

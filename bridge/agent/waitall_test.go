@@ -26,6 +26,7 @@ import (
 // wait is given up is what it returns.
 func TestWaitAllTakesEachAnswerOnce(t *testing.T) {
 	h := newHomes(t)
+	h.client.fullLooksEvery = 10 * time.Second
 	var sent []*Sent
 	for range 20 {
 		s, err := h.client.Submit(SubmitOptions{Op: "echo"})
@@ -83,20 +84,15 @@ func TestWaitAllTakesEachAnswerOnce(t *testing.T) {
 		defer mu.Unlock()
 		return len(ticks)
 	}
-	// Wait for a full look a second or more after the one before it: the
-	// next is then a second or more away (the backoff only grows, by half
-	// at most either way).
-	deadline := time.After(60 * time.Second)
-	for spaced := false; !spaced; {
-		select {
-		case <-ticked:
-		case <-deadline:
-			t.Fatalf("no full looks a second apart within a minute: %v", ticks)
-		}
-		mu.Lock()
-		n := len(ticks)
-		spaced = n >= 2 && ticks[n-1]-ticks[n-2] >= time.Second
-		mu.Unlock()
+	// Once the first full look is over, the next is 5 s or more away
+	// (fullLooksEvery, randomised by half at most): time for the answers
+	// to be taken by their events even on a loaded machine, where waiting
+	// for full looks a second apart, as before, left as little as half a
+	// second (seen once beside a red team's tests).
+	select {
+	case <-ticked:
+	case <-time.After(60 * time.Second):
+		t.Fatal("no full look within a minute")
 	}
 	before := nTicks()
 	for _, s := range sent[:len(sent)-1] {
