@@ -713,3 +713,57 @@ func TestFirstAckAfterTheSigningKeyWasRevoked(t *testing.T) {
 		t.Fatalf("the home keeps a %q answer", st)
 	}
 }
+
+// A keyed request's answer to an earlier send (the home lost its record,
+// and a resend went out under the same id with another manifest) is kept
+// when acked, and the kept copy still opens once the host collected its
+// own: a kept copy is taken as Result takes the folder's.
+func TestKeptAnswerOfAnEarlierKeyedSendOpens(t *testing.T) {
+	h := newHomes(t)
+	opts := SubmitOptions{Op: "echo", Key: "k-1"}
+	s, err := h.client.Submit(opts)
+	must(t, err)
+	first, err := h.client.readSent(s.ID)
+	must(t, err)
+	must(t, os.Remove(h.agent.Path("requests", s.ID+".json")))
+	must(t, os.Remove(filepath.Join(h.folder, bridge.RequestPath(s.Host, h.agent.Config.ID, s.ID, bridge.ExtManifest))))
+	time.Sleep(1100 * time.Millisecond) // another created time, so another manifest
+	again, err := h.client.Submit(opts)
+	must(t, err)
+	if again.ID != s.ID {
+		t.Fatalf("the keyed resend has another id: %s, %s", again.ID, s.ID)
+	}
+	if second, err := h.client.readSent(s.ID); err != nil || bytes.Equal(second.Manifest, first.Manifest) {
+		t.Fatalf("the resend sent the same manifest (%v): the test tests nothing", err)
+	}
+	// The host answers the first send, from its ledger.
+	c := bridge.RequestCheck{Host: s.Host, HostBoxKids: []string{h.host.Identity().BoxKid()}, Agent: h.agent.Config.ID,
+		AgentKeys: [][]byte{h.agent.Identity().SignPublic()}, Now: time.Now()}
+	r, err := bridge.OpenRequest(first.Manifest, s.ID, c)
+	must(t, err)
+	var sealed bytes.Buffer
+	res, err := bridge.SealResult(&sealed, bridge.NewResult{Host: h.host.Identity(), HostID: h.host.Config.ID,
+		AgentBoxPub: h.agent.Identity().BoxPublic(), Request: r, RequestSHA: bridge.SHA256Hex(first.Manifest),
+		Receipt: bridge.Receipt{Status: bridge.StatusDone, Op: "echo"}, Stdout: []byte("hi\n"), Created: time.Now()})
+	must(t, err)
+	dir := filepath.Join(h.folder, bridge.ToAgentDir(s.Host, h.agent.Config.ID))
+	must(t, os.WriteFile(filepath.Join(dir, s.ID+"."+bridge.ExtOutput), sealed.Bytes(), 0o644))
+	must(t, os.WriteFile(filepath.Join(dir, s.ID+"."+bridge.ExtResult), res, 0o644))
+	fresh, err := OpenClient(h.agent) // not the client that resent it
+	must(t, err)
+	defer fresh.Close()
+	out, err := fresh.Result(s.ID)
+	must(t, err)
+	if !out.Earlier {
+		t.Fatal("the answer was not taken for an earlier send's")
+	}
+	must(t, fresh.Ack(out))
+	out.Close()
+	must(t, os.Remove(filepath.Join(dir, s.ID+"."+bridge.ExtResult))) // the host collects
+	must(t, os.Remove(filepath.Join(dir, s.ID+"."+bridge.ExtOutput)))
+	kept, err := fresh.Result(s.ID)
+	if err != nil {
+		t.Fatalf("the kept answer of the earlier send: %v", err)
+	}
+	kept.Close()
+}

@@ -341,6 +341,14 @@ func (c *Client) openKept(s *Sent, rec *sentRecord, data []byte, check bridge.Re
 		check.HostKeys = keys
 	}
 	res, err := bridge.OpenResult(data, s.ID, check)
+	if errors.Is(err, bridge.ErrWrongRequest) && s.Key != "" {
+		// As Result takes it: a keyed id names one call of this agent's,
+		// so a result under it for another manifest answers an earlier
+		// send of that call, kept as such (Outcome.Earlier).
+		anyReq := check
+		anyReq.RequestSHA256 = ""
+		res, err = bridge.OpenResult(data, s.ID, anyReq)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -772,7 +780,9 @@ func (c *Client) keepIn(rec sentRecord, out *Outcome) (final []byte, err error) 
 		case errors.Is(err, trust.ErrUnknownPeer), errors.Is(err, trust.ErrEveryKeyRevoked), errors.Is(err, bcrypto.ErrBadSignature), errors.Is(err, bcrypto.ErrUnknownKey):
 			return nil, bridge.WithHint(err, "the host's keys changed since this answer was read (the host removed, or the key that signed it revoked): it was not kept, and the home keeps what it had; `bridge result %s` reads the answer as it stands now", s.ID)
 		case errors.Is(err, bridge.ErrWrongRecipient):
-			return nil, bridge.WithHint(err, "%s", staleKeysHint)
+			// The keys were read afresh: the box key the answer is sealed
+			// to is no longer this agent's.
+			return nil, bridge.WithHint(err, "the answer is sealed to a box key of this agent that a rotation retired and has since destroyed (docs/KEYS.md): it cannot be opened here again, and was not kept")
 		}
 		return nil, err
 	}

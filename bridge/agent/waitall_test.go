@@ -94,6 +94,9 @@ func TestWaitAllTakesEachAnswerOnce(t *testing.T) {
 	case <-time.After(60 * time.Second):
 		t.Fatal("no full look within a minute")
 	}
+	// The watches are armed after the first full look: an answer before
+	// them would wait for the next full look.
+	waitUntil(t, "the watches armed", func() bool { return h.client.waits.watches.Load() > 0 })
 	before := nTicks()
 	for _, s := range sent[:len(sent)-1] {
 		h.publishResult(t, s, bridge.StatusDone)
