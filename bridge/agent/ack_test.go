@@ -569,17 +569,8 @@ func TestLateAckAfterTheHostsRecordChanged(t *testing.T) {
 	for _, how := range []string{"record cut short", "host removed"} {
 		t.Run(how, func(t *testing.T) {
 			h := newHomes(t)
-			s, err := h.client.Submit(SubmitOptions{Op: "echo"})
-			must(t, err)
-			h.publishResult(t, s, bridge.StatusUncertain)
-			early, err := h.client.Result(s.ID)
-			must(t, err)
-			defer early.Close()
-			h.publishResult(t, s, bridge.StatusDone)
-			settled, err := h.client.Result(s.ID)
-			must(t, err)
-			must(t, h.client.Ack(settled))
-			settled.Close()
+			s, early, settled := lateAckSetUp(t, h)
+			var err error
 			if how == "host removed" {
 				_, err = h.agent.Remove(h.host.Config.ID)
 				must(t, err)
@@ -616,19 +607,9 @@ func TestLateAckAfterTheHostsRecordChanged(t *testing.T) {
 func TestAcksAcrossAHostRotation(t *testing.T) {
 	t.Run("late ack of the uncertain answer", func(t *testing.T) {
 		h := newHomes(t)
-		s, err := h.client.Submit(SubmitOptions{Op: "echo"})
-		must(t, err)
-		h.publishResult(t, s, bridge.StatusUncertain)
-		early, err := h.client.Result(s.ID)
-		must(t, err)
-		defer early.Close()
-		h.publishResult(t, s, bridge.StatusDone)
-		settled, err := h.client.Result(s.ID)
-		must(t, err)
-		must(t, h.client.Ack(settled))
-		settled.Close()
+		s, early, settled := lateAckSetUp(t, h)
 		must(t, os.Remove(filepath.Join(h.folder, bridge.RequestPath(s.Host, h.agent.Config.ID, s.ID, bridge.ExtAck)))) // a power cut lost it
-		_, err = h.host.Rotate(0)
+		_, err := h.host.Rotate(0)
 		must(t, err)
 		if !h.client.followHost(s.Host) {
 			t.Fatal("the agent did not follow the host's rotation")
@@ -766,4 +747,23 @@ func TestKeptAnswerOfAnEarlierKeyedSendOpens(t *testing.T) {
 		t.Fatalf("the kept answer of the earlier send: %v", err)
 	}
 	kept.Close()
+}
+
+// lateAckSetUp submits a request and reads its uncertain answer (early,
+// not acked), then the settled one a human made of it, which it acks: a
+// late ack of early is what the test does next.
+func lateAckSetUp(t *testing.T, h *homes) (s *Sent, early, settled *Outcome) {
+	t.Helper()
+	s, err := h.client.Submit(SubmitOptions{Op: "echo"})
+	must(t, err)
+	h.publishResult(t, s, bridge.StatusUncertain)
+	early, err = h.client.Result(s.ID)
+	must(t, err)
+	t.Cleanup(func() { early.Close() })
+	h.publishResult(t, s, bridge.StatusDone)
+	settled, err = h.client.Result(s.ID)
+	must(t, err)
+	must(t, h.client.Ack(settled))
+	settled.Close()
+	return s, early, settled
 }
