@@ -337,7 +337,7 @@ func (c *Client) keptOnce(s *Sent, check bridge.ResultCheck, own []trust.OwnKey)
 func (c *Client) openKept(s *Sent, rec *sentRecord, data []byte, check bridge.ResultCheck, own []trust.OwnKey, stream bool) (*Outcome, error) {
 	// It was verified when it was acked; any of the host's keys that is not
 	// revoked still vouches for it after a rotation's overlap ended.
-	if keys, ok := c.unrevokedHostKeys(s.Host); ok {
+	if keys, err := c.unrevokedHostKeys(s.Host); err == nil {
 		check.HostKeys = keys
 	}
 	res, err := bridge.OpenResult(data, s.ID, check)
@@ -832,30 +832,40 @@ func (c *Client) keepIn(rec sentRecord, out *Outcome) (final []byte, err error) 
 }
 
 // unrevokedHostKeys is every signing key of host this home has not revoked
-// (current, in overlap, or past it); ok false if the host's record does
-// not read.
-func (c *Client) unrevokedHostKeys(host string) (keys [][]byte, ok bool) {
+// (current, in overlap, or past it), or why the host's record does not
+// read (the host removed, every key of it revoked, a damaged record).
+func (c *Client) unrevokedHostKeys(host string) ([][]byte, error) {
 	p, _, err := c.home.Peer(host)
 	if err != nil {
-		return nil, false
+		return nil, err
 	}
+	var keys [][]byte
 	for _, k := range p.Keys {
 		if p.State(k, time.Now()) != trust.KeyRevoked {
 			keys = append(keys, k.SignPub)
 		}
 	}
-	return keys, true
+	return keys, nil
 }
 
 // stillVouched checks the result manifest of out again with the host's
 // keys as they stand: any not revoked (unrevokedHostKeys), as for a kept
 // copy.
 func (c *Client) stillVouched(s *Sent, out *Outcome) error {
-	check, _, err := c.resultCheck(s)
+	// One read of the host's record (not resultCheck's and this one's: on
+	// every first ack, bridge run's path).
+	hostKeys, err := c.unrevokedHostKeys(s.Host)
 	if err != nil {
 		return err
 	}
-	check.HostKeys, _ = c.unrevokedHostKeys(s.Host)
+	own, err := c.home.OwnKeys()
+	if err != nil {
+		return err
+	}
+	check := bridge.ResultCheck{Host: s.Host, HostKeys: hostKeys, Agent: c.home.Config.ID, RequestSHA256: s.ManifestSHA256}
+	for _, k := range own {
+		check.AgentBoxKids = append(check.AgentBoxKids, k.Identity.BoxKid())
+	}
 	if out.Earlier {
 		check.RequestSHA256 = "" // an earlier send's answer, bound to its own manifest
 	}
